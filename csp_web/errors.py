@@ -1,0 +1,49 @@
+"""The exceptions that become FAIL replies.
+
+    OpError                 any failure a handler wants to report; carries its catalogue code
+    ├── FieldError          a request field is missing, unknown or malformed (dispatch)
+    └── Busy                admission refused the task (specialist slots, outbox)
+
+Handlers raise these; ``csp_web.dispatch`` is the one place that turns them, and any other
+exception, into a reply frame. Third-party errors (httpx, OSError, trio) are translated into
+``OpError`` at the seam where they are caught, by a table in the module that owns the seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from protocol import ErrorCode
+
+
+class OpError(Exception):
+    """A task failed with ``code``; ``detail`` follows the colon on the ERROR line.
+
+    ``scope`` and ``data`` fill the reply's SCOPE and DATA lines (the seeds show
+    ``SCOPE [shell]`` / ``DATA exit:1`` on FAIL); ``fields`` are further reply lines, such as
+    ``URL`` or ``STDERR_SUMMARY``, written after ERROR in the order given.
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        detail: str = "",
+        *,
+        scope: Iterable[str] = (),
+        data: str = "none",
+        fields: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(f"{code}:{detail}")
+        self.code = code
+        self.detail = detail
+        self.scope = tuple(scope)
+        self.data = data
+        self.fields = tuple(fields)
+
+
+class FieldError(OpError):
+    """A request field failed validation before the handler ran."""
+
+
+class Busy(OpError):
+    """Admission refused the task at once rather than let it wait without bound."""

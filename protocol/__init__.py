@@ -1,0 +1,31 @@
+"""CSP/1, the plain-text line protocol of agent specialists, as a sans-IO codec.
+
+Bytes in, frames out; frames in, bytes out. Nothing here does I/O or imports trio, httpx or
+yaml: the daemon, the client and the tests all drive the same ``Connection``. The normative
+description is SPEC.md beside this file.
+"""
+
+from ._connection import CLOSED, NEED_DATA, Connection, Sentinel
+from ._errors import ProtocolError
+from ._frames import Field, Frame, Reply, Status, Task
+from ._limits import Limits
+from ._serialize import serialize
+from ._values import FREE_TEXT_KEYS
+from .codes import ErrorCode
+
+__all__ = [
+    "CLOSED",
+    "FREE_TEXT_KEYS",
+    "NEED_DATA",
+    "Connection",
+    "ErrorCode",
+    "Field",
+    "Frame",
+    "Limits",
+    "ProtocolError",
+    "Reply",
+    "Sentinel",
+    "Status",
+    "Task",
+    "serialize",
+]

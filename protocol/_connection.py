@@ -1,0 +1,118 @@
+"""The sans-IO connection: bytes in, frames out; frames in, bytes out (h11's shape)."""
+
+from __future__ import annotations
+
+import enum
+
+from ._buffer import LineBuffer
+from ._errors import ProtocolError
+from ._frames import Frame
+from ._grammar import parse_frame, salvage_id
+from ._limits import Limits
+from ._serialize import serialize
+from .codes import ErrorCode
+
+
+class Sentinel(enum.Enum):
+    """Non-frame results of ``next_event``."""
+
+    NEED_DATA = "NEED_DATA"  # call receive_data() with more bytes
+    CLOSED = "CLOSED"  # the peer sent EOF and every frame before it was returned
+
+
+NEED_DATA = Sentinel.NEED_DATA
+CLOSED = Sentinel.CLOSED
+
+
+class Connection:
+    """Parses frames from one peer's byte stream and serializes frames for it.
+
+    Feed bytes with ``receive_data`` (``b""`` means EOF) and call ``next_event`` until it
+    returns NEED_DATA or CLOSED. A malformed frame raises ProtocolError once; the connection
+    has then skipped to the frame's closing blank line (or, for an over-long line, will skip
+    there as bytes arrive), so the caller may answer FAIL and keep reading (SPEC R-6). Work per
+    received byte is constant: each byte is scanned for a newline once.
+    """
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self._buffer = LineBuffer()
+        self._lines: list[bytes] = []
+        self._frame_bytes = 0
+        self._skip_line = False  # dropping the tail of an over-long line
+        self._skip_frame = False  # dropping lines until the next blank line
+        self._eof = False
+
+    @property
+    def in_frame(self) -> bool:
+        """Whether a frame has started and not yet ended (for the slowloris deadline)."""
+        return bool(self._lines) or self._skip_frame or self._buffer.pending() > 0
+
+    def receive_data(self, data: bytes) -> None:
+        """Add bytes from the peer; ``b""`` marks EOF. Data after EOF is a RuntimeError."""
+        if self._eof:
+            raise RuntimeError("receive_data after EOF")
+        if data:
+            self._buffer.feed(data)
+        else:
+            self._eof = True
+
+    def next_event(self) -> Frame | Sentinel:
+        """The next complete frame, NEED_DATA, or CLOSED; raises ProtocolError."""
+        while True:
+            if self._skip_line and not self._buffer.skip_line():
+                return CLOSED if self._eof else NEED_DATA
+            self._skip_line = False
+            line = self._buffer.pop_line()
+            if line is None:
+                return self._no_full_line()
+            frame = self._take_line(line)
+            if frame is not None:
+                return frame
+
+    def send(self, frame: Frame) -> bytes:
+        """The bytes that carry ``frame`` to the peer."""
+        return serialize(frame)
+
+    def _no_full_line(self) -> Frame | Sentinel:
+        if self._buffer.pending() > self.limits.max_line_bytes:
+            self._buffer.clear()
+            self._skip_line = True
+            raise self._oversize(f"line over {self.limits.max_line_bytes} bytes")
+        if not self._eof:
+            return NEED_DATA
+        rest = self._buffer.pop_rest()
+        if rest:
+            frame = self._take_line(rest)
+            if frame is not None:
+                return frame
+        frame = self._end_frame() if self._lines else None
+        return CLOSED if frame is None else frame
+
+    def _take_line(self, line: bytes) -> Frame | None:
+        if not line:
+            return self._end_frame()
+        if self._skip_frame:
+            return None
+        if len(line) > self.limits.max_line_bytes:
+            raise self._oversize(f"line over {self.limits.max_line_bytes} bytes")
+        self._frame_bytes += len(line) + 1
+        if self._frame_bytes > self.limits.max_frame_bytes:
+            raise self._oversize(f"frame over {self.limits.max_frame_bytes} bytes")
+        if len(self._lines) > self.limits.max_fields:
+            raise self._oversize(f"more than {self.limits.max_fields} fields")
+        self._lines.append(line)
+        return None
+
+    def _end_frame(self) -> Frame | None:
+        lines, self._lines, self._frame_bytes = self._lines, [], 0
+        if self._skip_frame:
+            self._skip_frame = False
+            return None
+        # Blank lines between frames are tolerated, so a frame never starts empty.
+        return parse_frame(lines) if lines else None
+
+    def _oversize(self, detail: str) -> ProtocolError:
+        lines, self._lines, self._frame_bytes = self._lines, [], 0
+        self._skip_frame = True
+        return ProtocolError(ErrorCode.FRAME_TOO_LARGE, detail, frame_id=salvage_id(lines))

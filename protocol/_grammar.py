@@ -1,0 +1,84 @@
+"""Parsing one complete frame's lines into a Task or Reply (SPEC F-1 to F-8)."""
+
+from __future__ import annotations
+
+from ._errors import ProtocolError
+from ._frames import KEY, KIND, OP_NAME, Field, Frame, Reply, Status, Task
+from ._values import decode_value, has_forbidden_raw
+from .codes import ErrorCode
+
+_TASK_PREFIX = "TASK REQ:"
+_STATUS_PREFIX = "STATUS "
+
+
+def parse_frame(lines: list[bytes]) -> Frame:
+    """Turn a frame's raw lines (terminators removed, at least one) into a frame.
+
+    Raises ProtocolError carrying the frame's ID when that line could be read.
+    """
+    texts = [_decode_line(line) for line in lines]
+    try:
+        fields = tuple(_parse_field(text) for text in texts[1:])
+    except ProtocolError as exc:
+        exc.frame_id = salvage_id(lines)
+        raise
+    try:
+        return _parse_header(texts[0], fields)
+    except ProtocolError as exc:
+        exc.frame_id = _find(fields, "ID")
+        raise
+
+
+def _decode_line(line: bytes) -> str:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(ErrorCode.BAD_ENCODING, f"invalid UTF-8 at byte {exc.start}") from exc
+    if has_forbidden_raw(text):
+        raise ProtocolError(ErrorCode.BAD_ENCODING, "control character in line")
+    return text
+
+
+def _parse_field(text: str) -> Field:
+    key, sep, raw = text.partition(" ")
+    if not KEY.fullmatch(key):
+        raise ProtocolError(ErrorCode.BAD_FRAME, "field key must match [A-Z][A-Z0-9_]*")
+    return key, decode_value(raw) if sep else ""
+
+
+def _parse_header(text: str, fields: tuple[Field, ...]) -> Frame:
+    if text.startswith(_TASK_PREFIX):
+        return _parse_task_header(text[len(_TASK_PREFIX) :], fields)
+    if text.startswith(_STATUS_PREFIX):
+        status = text[len(_STATUS_PREFIX) :]
+        if status not in Status.__members__:
+            raise ProtocolError(ErrorCode.BAD_HEADER, "STATUS must be OK, PARTIAL or FAIL")
+        return Reply(Status(status), fields)
+    raise ProtocolError(ErrorCode.BAD_HEADER, "frame must start with TASK or STATUS")
+
+
+def _parse_task_header(rest: str, fields: tuple[Field, ...]) -> Task:
+    # Split from the right so inline text may itself contain " IN:" or " OUT:" (SPEC F-3).
+    body, sep_out, out = rest.rpartition(" OUT:")
+    body, sep_in, domain = body.rpartition(" IN:")
+    if not (sep_out and sep_in):
+        raise ProtocolError(ErrorCode.BAD_HEADER, "TASK header needs REQ:, IN: and OUT:")
+    req, sep_inline, inline = body.partition(" ")
+    if not OP_NAME.fullmatch(req):
+        raise ProtocolError(ErrorCode.BAD_HEADER, "REQ must match [a-z][a-z0-9_.-]*")
+    if not (KIND.fullmatch(domain) and KIND.fullmatch(out)):
+        raise ProtocolError(ErrorCode.BAD_HEADER, "IN and OUT must match [A-Z][A-Z0-9_]*")
+    return Task(req, domain, out, decode_value(inline) if sep_inline else None, fields)
+
+
+def _find(fields: tuple[Field, ...], key: str) -> str | None:
+    return next((value for name, value in fields if name == key), None)
+
+
+def salvage_id(lines: list[bytes]) -> str | None:
+    """The raw ID of a frame that failed to parse, if a plain ``ID`` field line holds one."""
+    for line in lines[1:]:
+        if line.startswith(b"ID ") and not line.startswith(b'ID "'):
+            text = line[3:].decode("utf-8", "replace")
+            return None if has_forbidden_raw(text) else text
+    return None

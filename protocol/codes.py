@@ -1,0 +1,88 @@
+"""The one catalogue of CSP/1 error codes.
+
+Every FAIL reply carries ``ERROR <code>:<detail>`` with a code from this table, as wsproto's
+``CloseReason`` and httpx's ``codes`` keep one table for their protocols. The meaning beside each
+code is what SPEC.md prints; ``python -m protocol.codes`` lists them.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.StrEnum):
+    """An error code; its value is the wire spelling, its ``meaning`` one line for humans."""
+
+    meaning: str
+
+    def __new__(cls, value: str, meaning: str) -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    # Framing (protocol/): the frame itself is unusable.
+    BAD_FRAME = "bad_frame", "the frame breaks the CSP/1 grammar"
+    BAD_HEADER = "bad_header", "the first line is not a TASK or STATUS header"
+    BAD_ENCODING = "bad_encoding", "a line is not strict UTF-8 or holds a control character"
+    BAD_VALUE = "bad_value", "a quoted value is not one JSON string literal"
+    FRAME_TOO_LARGE = "frame_too_large", "a line, the frame or its field count passed a limit"
+    FRAME_TIMEOUT = "frame_timeout", "a started frame was not completed in time"
+    TOO_MANY_BAD_FRAMES = "too_many_bad_frames", "the peer sent too many malformed frames"
+
+    # Dispatch (csp_web/): the frame parsed but names no runnable task.
+    UNKNOWN_OP = "unknown_op", "no op has this REQ"
+    WRONG_DOMAIN = "wrong_domain", "the op exists but not under this IN domain"
+    WRONG_OUT = "wrong_out", "the op does not produce this OUT kind"
+    MISSING_FIELD = "missing_field", "a required field is absent"
+    INVALID_FIELD = "invalid_field", "a field value has the wrong type or is out of bounds"
+    UNKNOWN_FIELD = "unknown_field", "the op does not take this field"
+    DUPLICATE_FIELD = "duplicate_field", "a field that may appear once appears twice"
+
+    # Admission and time.
+    BUSY = "busy", "the specialist's running and queued slots are all taken"
+    TIMEOUT_EXCEEDED = "timeout_exceeded", "the task's deadline passed; its work was cancelled"
+    RATE_LIMITED = "rate_limited", "a rate limit has no token within the task's deadline"
+    SHUTTING_DOWN = "shutting_down", "the daemon is stopping and takes no new work"
+    OUTBOX_FULL = "outbox_full", "the memory outbox is full; work that must be logged is refused"
+    INTERNAL_ERROR = "internal_error", "a bug: the daemon logged a traceback"
+    NOT_AVAILABLE = "not_available", "the feature is not configured or cannot run on this host"
+
+    # Memory Specialist relay.
+    MEMORY_UNAVAILABLE = "memory_unavailable", "the Memory Specialist cannot be reached"
+    MEMORY_ERROR = "memory_error", "the Memory Specialist answered with a failure"
+
+    # Web specialist.
+    URL_REJECTED = "url_rejected", "the URL fails the gate: scheme, port, host or syntax"
+    SSRF_BLOCKED = "ssrf_blocked", "the host resolves to an address the deny table blocks"
+    DNS_FAILED = "dns_failed", "the host name did not resolve in time"
+    ROBOTS_DISALLOWED = "robots_disallowed", "robots.txt forbids this URL for our User-Agent"
+    FETCH_FAILED = "fetch_failed", "the page could not be fetched (network, status or timeout)"
+    TOO_LARGE = "too_large", "the response body passed the byte cap"
+    TOO_MANY_REDIRECTS = "too_many_redirects", "more redirects than the limit"
+    UNSUPPORTED_CONTENT = "unsupported_content", "the content type cannot be extracted as asked"
+    SEARCH_API_ERROR = "search_api_error", "every configured search backend failed"
+    API_ERROR = "api_error", "a configured API answered with an error status"
+    UNKNOWN_API = "unknown_api", "ENDPOINT names an API that is not configured"
+    SUMMARIZE_FAILED = "summarize_failed", "the summarizer could not produce bullets"
+
+    # Tool specialist.
+    COMMAND_FAILED = "command_failed", "the command exited non-zero or was killed"
+    COMMAND_BLOCKED = "command_blocked", "the exec policy refuses this command"
+    PERMISSION_DENIED = "permission_denied", "the executable or path may not be used"
+    MCP_UNAVAILABLE = "mcp_unavailable", "the MCP server cannot be started or reached in time"
+    MCP_TOOL_ERROR = "mcp_tool_error", "the MCP tool returned an error result"
+    UNKNOWN_SERVER = "unknown_server", "SERVER names an MCP server that is not configured"
+    CRON_ERROR = "cron_error", "the cron action cannot be carried out"
+    UNKNOWN_JOB = "unknown_job", "JOB_ID names no cron job"
+
+
+def main() -> None:
+    """Print the catalogue, one ``code  meaning`` line each."""
+    width = max(len(code) for code in ErrorCode)
+    for code in ErrorCode:
+        print(f"{code:<{width}}  {code.meaning}")
+
+
+if __name__ == "__main__":
+    main()
