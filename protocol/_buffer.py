@@ -16,7 +16,7 @@ class LineBuffer:
         self._start = 0
         self._scanned = 0  # offset before which no b"\n" remains unconsumed
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._data += data
 
     def pending(self) -> int:

@@ -48,7 +48,7 @@ class Connection:
         """Whether a frame has started and not yet ended (for the slowloris deadline)."""
         return bool(self._lines) or self._skip_frame or self._buffer.pending() > 0
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Add bytes from the peer; ``b""`` marks EOF. Data after EOF is a RuntimeError."""
         if self._eof:
             raise RuntimeError("receive_data after EOF")

@@ -1,0 +1,156 @@
+"""A trio client for CSP/1 daemons: many concurrent calls over one connection, matched by ID.
+
+    async with open_client("/run/csp-web/csp.sock") as client:
+        reply = await client.call({"REQ": "fetch", "IN": "WEB", "OUT": "CONTENT",
+                                   "URL": "https://example.com"})
+
+The daemon uses the same client to reach the Memory Specialist (outbox delivery and relay).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import trio
+
+from protocol import CLOSED, NEED_DATA, Connection, Limits, ProtocolError, Reply, Task
+
+
+class ClientClosed(Exception):
+    """The connection ended (or broke) before the reply arrived."""
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.reply: Reply | None = None
+
+
+class Client:
+    """Sends tasks and routes each reply to its caller by ID. Made by ``open_client``."""
+
+    def __init__(self, stream: trio.abc.Stream, limits: Limits, *, id_prefix: str) -> None:
+        self._stream = stream
+        self._codec = Connection(limits)
+        self._send_lock = trio.Lock()
+        self._pending: dict[str, _Pending] = {}
+        self._ids = (f"{id_prefix}{n}" for n in itertools.count(1))
+        self._closed = False
+
+    async def call(self, task: Task | Mapping[str, str], *, timeout_s: float = 60.0) -> Reply:
+        """Send ``task`` and return its reply; an ID is added when the task has none.
+
+        Raises ClientClosed when the connection ends first and trio.TooSlowError after
+        ``timeout_s``.
+        """
+        (reply,) = await self.call_many([task], timeout_s=timeout_s)
+        return reply
+
+    async def call_many(
+        self, tasks: list[Task | Mapping[str, str]], *, timeout_s: float = 60.0
+    ) -> list[Reply]:
+        """Send ``tasks`` in order in one write (pipelined) and return their replies in order."""
+        frames = [self._with_id(as_task(task)) for task in tasks]
+        waits = [self._register(frame.id or "") for frame in frames]
+        try:
+            with trio.fail_after(timeout_s):
+                await self._send(b"".join(self._codec.send(frame) for frame in frames))
+                for pending in waits:
+                    await pending.event.wait()
+        finally:
+            for frame in frames:
+                self._pending.pop(frame.id or "", None)
+        replies = [pending.reply for pending in waits]
+        if any(reply is None for reply in replies):
+            raise ClientClosed("connection closed before the reply")
+        return [reply for reply in replies if reply is not None]
+
+    async def serve_replies(self) -> None:
+        """Read replies until EOF, waking their callers; run by ``open_client``."""
+        try:
+            while True:
+                data = await self._stream.receive_some(65536)
+                self._codec.receive_data(data)
+                if self._drain() or not data:
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
+            return
+        finally:
+            self._close_pending()
+
+    def _drain(self) -> bool:
+        while True:
+            event = self._codec.next_event()
+            if event is NEED_DATA:
+                return False
+            if event is CLOSED:
+                return True
+            if isinstance(event, Reply):
+                pending = self._pending.get(event.id or "")
+                if pending is not None:
+                    pending.reply = event
+                    pending.event.set()
+
+    def _close_pending(self) -> None:
+        self._closed = True
+        for pending in self._pending.values():
+            pending.event.set()
+
+    def _with_id(self, task: Task) -> Task:
+        if task.id is not None:
+            return task
+        return Task(
+            task.req, task.domain, task.out, task.inline, (("ID", next(self._ids)), *task.fields)
+        )
+
+    def _register(self, task_id: str) -> _Pending:
+        if self._closed:
+            raise ClientClosed("connection is closed")
+        if task_id in self._pending:
+            raise ValueError(f"ID {task_id} already awaiting a reply")
+        pending = self._pending[task_id] = _Pending()
+        return pending
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            async with self._send_lock:
+                await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ClientClosed(str(exc)) from exc
+
+
+def as_task(task: Task | Mapping[str, str]) -> Task:
+    """A Task from a mapping with REQ, IN, OUT (and optional INLINE) plus field keys."""
+    if isinstance(task, Task):
+        return task
+    fields = tuple((k, v) for k, v in task.items() if k not in ("REQ", "IN", "OUT", "INLINE"))
+    return Task(task["REQ"], task["IN"], task["OUT"], task.get("INLINE"), fields)
+
+
+@asynccontextmanager
+async def open_client(
+    path: str,
+    *,
+    limits: Limits | None = None,
+    id_prefix: str = "c",
+    connect_timeout_s: float = 5.0,
+) -> AsyncIterator[Client]:
+    """Connect to the Unix socket at ``path``; the client and its reader close on exit.
+
+    Raises OSError when nothing listens there, trio.TooSlowError when connecting stalls.
+    """
+    with trio.fail_after(connect_timeout_s):
+        stream = await trio.open_unix_socket(path)
+    client = Client(
+        stream,
+        limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),
+        id_prefix=id_prefix,
+    )
+    async with stream, trio.open_nursery() as nursery:
+        nursery.start_soon(client.serve_replies)
+        try:
+            yield client
+        finally:
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,106 @@
+"""Strict loading of configuration files into ``csp_web.config.Config``.
+
+Unknown or misspelt keys are errors that name their dotted path, as msgspec's
+``forbid_unknown_fields`` does (hypercorn's lenient loader silently ignores a typo, which is how
+a security setting goes unapplied). Types are checked against the dataclass annotations, and
+every scalar number must be positive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from .config import Config
+
+ENV_VAR = "CSP_WEB_CONFIG"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the offending key path."""
+
+
+def load_config(path: str | None = None) -> Config:
+    """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults."""
+    path = path or os.environ.get(ENV_VAR)
+    if not path:
+        return Config()
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = yaml.safe_load(file)
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return config_from_mapping(data or {})
+
+
+def config_from_mapping(data: object) -> Config:
+    """Build a Config from parsed YAML, raising ConfigError for any unknown or bad key."""
+    return typing.cast(Config, _build(Config, data, ""))
+
+
+def _build(cls: type, data: object, path: str) -> object:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or '<root>'}: expected a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, object] = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise ConfigError(f"{key_path}: unknown key")
+        kwargs[key] = _convert(hints[key], value, key_path)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path or '<root>'}: {exc}") from exc
+
+
+def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> object:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _build(hint, value, path)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _convert(inner, value, path)
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: expected one of {', '.join(map(str, args))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list")
+        items = enumerate(value)
+        return tuple(_convert(args[0], v, f"{path}[{i}]", positive=False) for i, v in items)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping")
+        return {str(k): _convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    return _scalar(hint, value, path, positive=positive)
+
+
+def _scalar(hint: Any, value: object, path: str, *, positive: bool) -> object:
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value  # type: ignore[arg-type]
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, hint)
+    if not ok:
+        raise ConfigError(f"{path}: expected {getattr(hint, '__name__', hint)}")
+    if positive and isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        raise ConfigError(f"{path}: must be positive")
+    return value

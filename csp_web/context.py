@@ -1,0 +1,54 @@
+"""What a handler may use while it runs: configuration, shared services, the peer, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .memory import MemoryWrite, Source, make_write
+from .outbox import Outbox
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who sent the frame: the socket peer's credentials, or the stdin pipe (uid/pid None)."""
+
+    connection: str
+    uid: int | None = None
+    pid: int | None = None
+
+
+@dataclass
+class Services:
+    """Infrastructure the specialists share, built once by the daemon (STYLE: lives once).
+
+    ``extras`` holds what later specialists add (guarded HTTP client, caches, pools) by name.
+    """
+
+    config: Config
+    outbox: Outbox
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """Per-task context; ``task_id`` is the client's ID (``client_id``) or one made up."""
+
+    services: Services
+    peer: Peer
+    op: str
+    task_id: str
+    client_id: str | None = None
+
+    @property
+    def config(self) -> Config:
+        return self.services.config
+
+    async def remember(
+        self, source: Source, type_: str, folder: str, data: str, *, suffix: str = ".json"
+    ) -> MemoryWrite:
+        """Queue a memory write durably; returns once persisted. Raises OpError(outbox_full)."""
+        write = make_write(source, type_, folder, data, suffix=suffix)
+        await self.services.outbox.put(write)
+        return write

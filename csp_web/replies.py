@@ -1,0 +1,46 @@
+"""What handlers return, and the rendering of outcomes into reply frames (SPEC R-1, R-2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from protocol import Field, Reply, Status
+
+from .errors import OpError
+
+
+@dataclass(frozen=True)
+class Result:
+    """A successful (or partial) outcome: the reply's SCOPE, DATA and further fields."""
+
+    data: str
+    scope: tuple[str, ...] = ()
+    fields: tuple[Field, ...] = ()
+    status: Status = Status.OK
+
+
+def format_scope(items: Iterable[str]) -> str:
+    """``[a.com,b.org]``, the seeds' list spelling (SPEC V-5)."""
+    return "[" + ",".join(items) + "]"
+
+
+def _head(status: Status, task_id: str | None) -> list[Field]:
+    return [("ID", task_id)] if task_id is not None else []
+
+
+def ok_reply(result: Result, task_id: str | None) -> Reply:
+    fields = _head(result.status, task_id)
+    fields += [("SCOPE", format_scope(result.scope)), ("DATA", result.data), *result.fields]
+    return Reply(result.status, tuple(fields))
+
+
+def fail_reply(error: OpError, task_id: str | None) -> Reply:
+    fields = _head(Status.FAIL, task_id)
+    fields += [
+        ("SCOPE", format_scope(error.scope)),
+        ("DATA", error.data),
+        ("ERROR", f"{error.code}:{error.detail}"),
+        *error.fields,
+    ]
+    return Reply(Status.FAIL, tuple(fields))

@@ -1,0 +1,50 @@
+"""Counters and latency percentiles behind ``REQ:stats`` (kept in memory, bounded)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+_WINDOW = 1024  # latencies kept per op: enough for a stable p99 at O(1) memory
+
+
+@dataclass
+class OpStats:
+    count: int = 0
+    failed: int = 0
+    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies_ms:
+            return 0.0
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Stats:
+    """What the daemon has seen since it started."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.frames = 0
+        self.in_flight = 0
+        self.connections = 0
+        self.rejections: Counter[str] = Counter()
+        self.ops: dict[str, OpStats] = {}
+
+    @property
+    def uptime_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def record(self, op_name: str, duration_ms: float, error_code: str | None) -> None:
+        entry = self.ops.setdefault(op_name, OpStats())
+        entry.count += 1
+        entry.latencies_ms.append(duration_ms)
+        if error_code is not None:
+            entry.failed += 1
+            self.rejections[error_code] += 1
+
+    def reject(self, code: str) -> None:
+        """Count a FAIL that happened before any op ran (parse errors, unknown ops)."""
+        self.rejections[code] += 1

@@ -1,0 +1,62 @@
+"""The daemon's own ops under IN:SYS: ping, ops and stats."""
+
+from __future__ import annotations
+
+import json
+
+from .context import OpContext
+from .fields import Params
+from .registry import Op, Registry
+from .replies import Result
+from .stats import Stats
+
+
+async def ping(params: Params, ctx: OpContext) -> Result:
+    return Result("pong", scope=("sys",))
+
+
+def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
+    """The IN:SYS ops; ``registry_ref`` is filled once the full registry exists."""
+
+    async def ops(params: Params, ctx: OpContext) -> Result:
+        entries = [op.describe() for op in registry_ref[0]]
+        lines = tuple(("OP", json.dumps(e, separators=(",", ":"))) for e in entries)
+        return Result(f"ops:{len(entries)}", scope=("sys",), fields=lines)
+
+    async def stats_op(params: Params, ctx: OpContext) -> Result:
+        outbox = ctx.services.outbox
+        data = ",".join(
+            [
+                f"uptime_s:{stats.uptime_s:.0f}",
+                f"frames:{stats.frames}",
+                f"in_flight:{stats.in_flight}",
+                f"connections:{stats.connections}",
+                f"outbox_depth:{outbox.depth}",
+            ]
+        )
+        fields: list[tuple[str, str]] = [
+            (
+                "OUTBOX",
+                f"depth:{outbox.depth},delivered:{outbox.delivered},rejected:{outbox.rejected},"
+                f"refused:{outbox.refused},connected:{str(outbox.connected).lower()}",
+            )
+        ]
+        for name, entry in sorted(stats.ops.items()):
+            fields.append(
+                (
+                    "OP",
+                    f"{name} count:{entry.count},failed:{entry.failed},"
+                    f"p50_ms:{entry.percentile(0.5):.3f},p99_ms:{entry.percentile(0.99):.3f}",
+                )
+            )
+        for code, count in sorted(stats.rejections.items()):
+            fields.append(("REJECTED", f"{code}:{count}"))
+        for key, value in sorted(ctx.services.extras.get("stats_lines", {}).items()):
+            fields.append((key, value))
+        return Result(data, scope=("sys",), fields=tuple(fields))
+
+    return [
+        Op("ping", "SYS", "PONG", "sys", ping, doc="liveness check"),
+        Op("ops", "SYS", "OPS", "sys", ops, doc="every op with its fields and OUT kind"),
+        Op("stats", "SYS", "STATS", "sys", stats_op, doc="counters, latencies, outbox depth"),
+    ]

@@ -1,0 +1,157 @@
+"""The Unix-socket transport: a private socket, peer credentials checked on accept.
+
+The socket is created 0600 inside a 0700 directory the daemon owns; a stale socket is removed
+only when it is a socket nobody answers on. Each accepted peer's uid (SO_PEERCRED) must be
+allowed, and connections are capped overall and per uid. Served with trio's own
+``SocketListener`` and ``serve_listeners``, handlers running in a nursery the caller owns so
+that a shutdown can stop accepting while connections finish.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket as stdlib_socket
+import stat
+import struct
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from protocol import ErrorCode, serialize
+
+from .config import SocketConfig
+from .context import Peer
+from .errors import OpError
+from .replies import fail_reply
+
+log = logging.getLogger("csp_web.unix")
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+ConnectionHandler = Callable[[trio.SocketStream, Peer], Awaitable[None]]
+
+
+class SocketSetupError(Exception):
+    """The socket path cannot be used safely; the message says why."""
+
+
+def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end, from the kernel (SO_PEERCRED)."""
+    raw = sock.getsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_PEERCRED, _PEERCRED.size)
+    pid, uid, _gid = _PEERCRED.unpack(raw)
+    return pid, uid
+
+
+def _prepare_directory(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.stat(directory)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise SocketSetupError(f"{directory} must be owned by uid {os.geteuid()} and mode 0700")
+
+
+async def _remove_stale(path: str) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise SocketSetupError(f"{path} exists and is not a socket; not removing it")
+    probe = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+    with probe:
+        try:
+            await probe.connect(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                raise
+        else:
+            raise SocketSetupError(f"another process is serving {path}")
+    os.unlink(path)
+
+
+async def open_unix_listener(path: str, *, backlog: int) -> trio.SocketListener:
+    """Bind a private listening socket at ``path``; raises SocketSetupError or OSError."""
+    _prepare_directory(path)
+    await _remove_stale(path)
+    sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+    try:
+        await sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
+
+
+def _unlink_if_ours(path: str, inode: int) -> None:
+    # Another daemon may have replaced the file since; only remove the socket we bound.
+    try:
+        if os.stat(path).st_ino == inode:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class Gate:
+    """Who may connect, and how many at once (overall and per uid)."""
+
+    def __init__(self, config: SocketConfig) -> None:
+        self.config = config
+        self.allowed = set(config.allowed_uids) or {os.geteuid()}
+        self.open = 0
+        self.per_uid: Counter[int] = Counter()
+
+    def refusal(self, uid: int) -> OpError | None:
+        if uid not in self.allowed:
+            return OpError(ErrorCode.PERMISSION_DENIED, f"uid {uid} may not connect")
+        if self.open >= self.config.max_connections:
+            return OpError(ErrorCode.BUSY, "too many connections")
+        if self.per_uid[uid] >= self.config.max_connections_per_uid:
+            return OpError(ErrorCode.BUSY, f"too many connections for uid {uid}")
+        return None
+
+
+async def serve_unix(
+    path: str,
+    config: SocketConfig,
+    handler: ConnectionHandler,
+    *,
+    handler_nursery: trio.Nursery,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept connections at ``path`` until cancelled, then remove the socket file."""
+    listener = await open_unix_listener(path, backlog=config.backlog)
+    inode = os.stat(path).st_ino
+    gate = Gate(config)
+    counter = iter(range(1, 1 << 62))
+
+    async def accept(stream: trio.SocketStream) -> None:
+        pid, uid = peer_credentials(stream.socket)
+        peer = Peer(f"unix-{next(counter)}", uid, pid)
+        refusal = gate.refusal(uid)
+        if refusal is not None:
+            log.warning("refused %s (uid %d pid %d): %s", peer.connection, uid, pid, refusal)
+            with trio.move_on_after(1):
+                await stream.send_all(serialize(fail_reply(refusal, None)))
+            await trio.aclose_forcefully(stream)
+            return
+        gate.open += 1
+        gate.per_uid[uid] += 1
+        try:
+            await handler(stream, peer)
+        finally:
+            gate.open -= 1
+            gate.per_uid[uid] -= 1
+
+    try:
+        log.info("listening on %s", path)
+        await trio.serve_listeners(
+            accept, [listener], handler_nursery=handler_nursery, task_status=task_status
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            await listener.aclose()
+        _unlink_if_ours(path, inode)

@@ -1,0 +1,116 @@
+"""Fixtures shared by the whole suite: a real memory sink, a real daemon on a Unix socket.
+
+Sockets live under short private directories in /tmp (a Unix socket path is capped at 107
+bytes, which pytest's tmp_path can exceed). Proxy variables are cleared for every test so no
+test can reach out through an inherited proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+import trio
+
+from csp_web.config import Config, DaemonConfig, MemoryConfig
+from csp_web.daemon import serve_daemon
+from csp_web.dispatch import Dispatcher
+from csp_web.memory_sink import SinkStore, serve_memory_sink
+from csp_web.registry import Op
+
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[str]:
+    """A fresh 0700 directory with a short path, for Unix sockets."""
+    path = tempfile.mkdtemp(prefix="csp-", dir="/tmp")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def config(tmp_path: os.PathLike[str], sock_dir: str) -> Config:
+    """Embedded defaults, with state in tmp_path and the memory sink's socket configured."""
+    return Config(
+        daemon=DaemonConfig(state_dir=str(tmp_path), grace_period_s=5.0),
+        memory=MemoryConfig(socket_path=os.path.join(sock_dir, "memory.sock"),
+                            backoff_initial_s=0.01, backoff_max_s=0.05),
+    )
+
+
+@dataclass
+class Sink:
+    store: SinkStore
+    directory: str
+    scope: trio.CancelScope
+
+
+async def start_sink(nursery: trio.Nursery, socket_path: str, directory: str) -> Sink:
+    """Run the reference Memory Specialist until the returned scope is cancelled."""
+    scope = trio.CancelScope()
+
+    async def run(*, task_status: trio.TaskStatus[SinkStore]) -> None:
+        with scope:
+            await serve_memory_sink(socket_path, directory, task_status=task_status)
+
+    store = await nursery.start(run)
+    return Sink(store, directory, scope)
+
+
+@pytest.fixture
+async def sink(nursery: trio.Nursery, config: Config, tmp_path: os.PathLike[str]) -> Sink:
+    assert config.memory.socket_path is not None
+    return await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
+
+
+@dataclass
+class Daemon:
+    socket_path: str
+    dispatcher: Dispatcher
+    scope: trio.CancelScope
+
+
+async def start_daemon(
+    nursery: trio.Nursery, config: Config, socket_path: str, ops: list[Op] | None = None
+) -> Daemon:
+    """A daemon serving ``socket_path`` (no stdin) until its scope is cancelled."""
+    scope = trio.CancelScope()
+
+    async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
+        with scope:
+            await serve_daemon(config, ops or [], stdio=None, socket_path=socket_path,
+                               task_status=task_status)
+
+    dispatcher = await nursery.start(run)
+    return Daemon(socket_path, dispatcher, scope)
+
+
+@pytest.fixture
+async def daemon(nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str) -> Daemon:
+    return await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
+
+
+def with_memory(config: Config, socket_path: str | None) -> Config:
+    return replace(config, memory=replace(config.memory, socket_path=socket_path))
+
+
+async def wait_until(predicate: object, *, timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` (a zero-argument callable) until true; fails after ``timeout_s``."""
+    assert callable(predicate)
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.01)

@@ -1,0 +1,52 @@
+"""The daemon over its real Unix socket, with the reference Memory Specialist as its peer."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import trio
+
+from csp_web.client import open_client
+from protocol import Reply, Status, Task
+from tests.conftest import Daemon, Sink, wait_until
+
+
+def _audits(sink: Sink) -> list[dict[str, object]]:
+    root = os.path.join(sink.directory, "audit")
+    records = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), encoding="utf-8") as file:
+                records.append(json.loads(file.read()))
+    return records
+
+
+async def test_ping_over_socket_answers_pong_and_audits_to_memory(
+    daemon: Daemon, sink: Sink
+) -> None:
+    """R-1, M-1: a reply echoes the ID; the op's audit write reaches the Memory Specialist."""
+    async with open_client(daemon.socket_path) as client:
+        reply = await client.call(Task("ping", "SYS", "PONG", None, (("ID", "p-1"),)))
+    assert reply == Reply(Status.OK, (("ID", "p-1"), ("SCOPE", "[sys]"), ("DATA", "pong")))
+    await wait_until(lambda: any(a.get("id") == "p-1" for a in _audits(sink)))
+    (audit,) = [a for a in _audits(sink) if a.get("id") == "p-1"]
+    assert audit["op"] == "ping"
+    assert audit["outcome"] == "OK"
+    assert audit["uid"] == os.getuid()
+    assert audit["pid"] == os.getpid()
+
+
+async def test_many_concurrent_calls_share_one_connection(daemon: Daemon) -> None:
+    """C-2: replies find their callers by ID however they interleave."""
+    async with open_client(daemon.socket_path) as client:
+        results: list[Reply] = []
+
+        async def one(n: int) -> None:
+            results.append(await client.call(Task("ping", "SYS", "PONG", None, (("ID", f"x{n}"),))))
+
+        async with trio.open_nursery() as nursery:
+            for n in range(50):
+                nursery.start_soon(one, n)
+    assert sorted(r.id or "" for r in results) == sorted(f"x{n}" for n in range(50))
+    assert all(r.status is Status.OK for r in results)
