@@ -79,7 +79,6 @@ class MemoryConfig:
     backoff_initial_s: float = 0.1
     backoff_max_s: float = 30.0
     batch_size: int = 256
-    max_reply_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ The ``.csp`` format (docs/transcripts.md) is line based:
     < EXEC_TIME {{int}}                  {{int}} {{num}} {{any}} {{re:...}} match what varies
     <                                    the empty line that ends an expected reply
 
-All client bytes go out on one connection; replies are matched to expected ones by ID where
-both carry the same ID, the others in order.
+A transcript is a conversation on one connection, in steps: the client lines up to the next
+expected replies are sent together, and those replies are awaited before the next step, so a
+later step may depend on an earlier one (read after write). Within a step, replies are matched
+to expected ones by ID where both carry the same ID, the others in order.
 """
 
 from __future__ import annotations
@@ -33,34 +35,45 @@ class TranscriptError(Exception):
 
 
 @dataclass
-class Transcript:
-    name: str
+class Step:
     sent: bytes = b""
     expected: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class Transcript:
+    name: str
+    steps: list[Step] = field(default_factory=list)
 
 
 def parse_transcript(text: str, name: str = "<transcript>") -> Transcript:
     """Parse a ``.csp`` file's text; raises TranscriptError naming the bad line."""
     transcript = Transcript(name)
+    step = Step()
     sent = bytearray()
     current: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(">") and step.expected:
+            step.sent, sent = bytes(sent), bytearray()
+            transcript.steps.append(step)
+            step = Step()
         if line.startswith(">!"):
             sent += _raw_bytes(line[2:].strip(), f"{name}:{number}")
         elif line == ">" or line.startswith("> "):
             sent += line[2:].encode("utf-8") + b"\n"
-        elif line == "<" or line.startswith("< "):
-            if line == "<":
-                if current:
-                    transcript.expected.append(current)
-                current = []
-            else:
-                current.append(line[2:])
+        elif line == "<":
+            if current:
+                step.expected.append(current)
+            current = []
+        elif line.startswith("< "):
+            current.append(line[2:])
         elif line.strip() and not line.startswith("#"):
             raise TranscriptError(f"{name}:{number}: lines start with '>', '<' or '#'")
     if current:
         raise TranscriptError(f"{name}: last expected reply has no closing '<' line")
-    transcript.sent = bytes(sent)
+    step.sent = bytes(sent)
+    if step.sent or step.expected:
+        transcript.steps.append(step)
     return transcript
 
 
@@ -125,17 +138,29 @@ def _diff_frame(index: int, want: list[str], have: list[str]) -> list[str]:
 async def replay(
     transcript: Transcript, stream: trio.abc.Stream, *, timeout_s: float = 30.0
 ) -> list[str]:
-    """Send the transcript's bytes on ``stream`` and compare the replies it gets back."""
+    """Play the transcript's steps on ``stream``; the differences from what was expected."""
     codec = Connection(Limits(64 << 20, 64 << 20, 100_000))
+    diffs: list[str] = []
+    for number, step in enumerate(transcript.steps, 1):
+        replies = await _play_step(step, stream, codec, timeout_s)
+        diffs += [f"step {number}: {line}" for line in compare(step.expected, replies)]
+        if len(replies) < len(step.expected):
+            break
+    return diffs
+
+
+async def _play_step(
+    step: Step, stream: trio.abc.Stream, codec: Connection, timeout_s: float
+) -> list[Reply]:
     replies: list[Reply] = []
     with trio.move_on_after(timeout_s):
-        await stream.send_all(transcript.sent)
-        while len(replies) < len(transcript.expected):
-            data = await stream.receive_some(65536)
-            codec.receive_data(data)
+        if step.sent:
+            await stream.send_all(step.sent)
+        while len(replies) < len(step.expected):
             while (event := codec.next_event()) not in (NEED_DATA, CLOSED):
                 assert isinstance(event, Reply)
                 replies.append(event)
-            if not data:
+            if event is CLOSED or len(replies) >= len(step.expected):
                 break
-    return compare(transcript.expected, replies)
+            codec.receive_data(await stream.receive_some(65536))
+    return replies

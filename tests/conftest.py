@@ -47,8 +47,11 @@ def config(tmp_path: os.PathLike[str], sock_dir: str) -> Config:
     """Embedded defaults, with state in tmp_path and the memory sink's socket configured."""
     return Config(
         daemon=DaemonConfig(state_dir=str(tmp_path), grace_period_s=5.0),
-        memory=MemoryConfig(socket_path=os.path.join(sock_dir, "memory.sock"),
-                            backoff_initial_s=0.01, backoff_max_s=0.05),
+        memory=MemoryConfig(
+            socket_path=os.path.join(sock_dir, "memory.sock"),
+            backoff_initial_s=0.01,
+            backoff_max_s=0.05,
+        ),
     )
 
 
@@ -92,8 +95,9 @@ async def start_daemon(
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
-            await serve_daemon(config, ops or [], stdio=None, socket_path=socket_path,
-                               task_status=task_status)
+            await serve_daemon(
+                config, ops or [], stdio=None, socket_path=socket_path, task_status=task_status
+            )
 
     dispatcher = await nursery.start(run)
     return Daemon(socket_path, dispatcher, scope)

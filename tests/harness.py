@@ -1,0 +1,143 @@
+"""In-memory harness: the daemon's real connection loop and dispatcher on a stream pair."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+
+import trio
+import trio.testing
+
+from csp_web.config import Config, ConnectionConfig
+from csp_web.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.context import OpContext, Peer
+from csp_web.daemon import build_dispatcher
+from csp_web.dispatch import Dispatcher
+from csp_web.fields import FieldSpec, Params
+from csp_web.outbox import open_outbox
+from csp_web.registry import Op
+from csp_web.replies import Result
+from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
+
+
+async def _sleep(params: Params, ctx: OpContext) -> Result:
+    await trio.sleep(params.integer("MS") / 1000)
+    return Result(f"slept:{params.integer('MS')}", scope=("test",))
+
+
+async def _boom(params: Params, ctx: OpContext) -> Result:
+    raise RuntimeError("a bug in a handler")
+
+
+async def _echo(params: Params, ctx: OpContext) -> Result:
+    fields = [("TEXT", params.text("TEXT"))]
+    if "COUNT" in params:
+        fields.append(("COUNT", str(params.integer("COUNT"))))
+    fields += [("TAG", tag) for tag in params.texts("TAG")]
+    fields.append(("MODE", params.text("MODE")))
+    fields.append(("LOUD", str(params.flag("LOUD")).lower()))
+    if params.json("PARAMS") is not None:
+        fields.append(("PARAMS", str(params.json("PARAMS"))))
+    return Result("echo", scope=("test",), fields=tuple(fields))
+
+
+TEST_OPS = [
+    Op(
+        "sleep",
+        "TEST",
+        "SLEPT",
+        "web",
+        _sleep,
+        (FieldSpec("MS", "int", required=True, minimum=0),),
+        inline="MS",
+    ),
+    Op("boom", "TEST", "NOTHING", "web", _boom),
+    Op(
+        "echo",
+        "TEST",
+        "ECHO",
+        "tool",
+        _echo,
+        (
+            FieldSpec("TEXT", required=True, max_chars=10),
+            FieldSpec("COUNT", "int", minimum=1, maximum=10),
+            FieldSpec("TAG", repeat=True),
+            FieldSpec("MODE", "choice", choices=("a", "b"), default="a"),
+            FieldSpec("LOUD", "bool", default=False),
+            FieldSpec("PARAMS", "json"),
+        ),
+        inline="TEXT",
+    ),
+]
+
+
+@dataclass
+class ClientEnd:
+    """The client end of a served stream, with a codec to read replies."""
+
+    stream: trio.abc.Stream
+    codec: Connection
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def reply(self) -> Reply | None:
+        """The next reply, or None at EOF."""
+        while True:
+            event = self.codec.next_event()
+            if isinstance(event, Reply):
+                return event
+            if event is CLOSED:
+                return None
+            assert event is NEED_DATA
+            try:
+                data = await self.stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                data = b""
+            self.codec.receive_data(data)
+
+    async def replies(self, count: int) -> list[Reply]:
+        out: list[Reply] = []
+        for _ in range(count):
+            reply = await self.reply()
+            assert reply is not None, f"connection closed after {len(out)} replies"
+            out.append(reply)
+        return out
+
+
+@dataclass
+class Harness:
+    dispatcher: Dispatcher
+    nursery: trio.Nursery
+    shutdown: Shutdown
+
+    def connect(
+        self,
+        *,
+        connection: ConnectionConfig | None = None,
+        idle_timeout_s: float | None = None,
+        lockstep: bool = False,
+    ) -> ClientEnd:
+        """Serve a fresh connection; ``lockstep`` makes writes block until the peer reads."""
+        pair = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
+        client, server = pair()
+        config = connection or self.dispatcher.services.config.connection
+        options = StreamOptions(config, idle_timeout_s)
+        self.nursery.start_soon(
+            serve_stream, server, self.dispatcher, Peer("test"), options, self.shutdown
+        )
+        return ClientEnd(client, Connection(Limits(1 << 24, 1 << 24, 10_000)))
+
+
+@asynccontextmanager
+async def open_harness(config: Config, ops: list[Op] | None = None) -> AsyncIterator[Harness]:
+    """A dispatcher over the sys ops and ``ops`` (default TEST_OPS), with no memory peer."""
+    config = replace(config, memory=replace(config.memory, socket_path=None))
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        trio.open_nursery() as nursery,
+    ):
+        dispatcher = build_dispatcher(config, outbox, TEST_OPS if ops is None else ops)
+        yield Harness(dispatcher, nursery, Shutdown())
+        nursery.cancel_scope.cancel()

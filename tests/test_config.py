@@ -1,0 +1,86 @@
+"""Configuration: the documented file is the embedded default, and loading is strict."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from csp_web.config import Config
+from csp_web.config_load import ConfigError, config_from_mapping, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_repository_config_yaml_equals_the_embedded_defaults() -> None:
+    assert load_config(str(REPO / "config.yaml")) == Config()
+
+
+def test_no_path_and_no_env_gives_embedded_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CSP_WEB_CONFIG", raising=False)
+    assert load_config() == Config()
+
+
+def test_env_var_names_the_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("socket:\n  max_connections: 7\n")
+    monkeypatch.setenv("CSP_WEB_CONFIG", str(path))
+    assert load_config().socket.max_connections == 7
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"sockets": {}}, "sockets: unknown key"),
+        ({"socket": {"max_conections": 3}}, "socket.max_conections: unknown key"),
+        (
+            {"tasks": {"specialists": {"web": {"max_runing": 1}}}},
+            "tasks.specialists.web.max_runing: unknown key",
+        ),
+        ({"socket": {"max_connections": "many"}}, "socket.max_connections: expected int"),
+        ({"socket": {"max_connections": 0}}, "socket.max_connections: must be positive"),
+        ({"audit": {"enabled": 1}}, "audit.enabled: expected bool"),
+        ({"daemon": {"log_level": "loud"}}, "daemon.log_level: expected one of"),
+        ({"socket": {"allowed_uids": 5}}, "socket.allowed_uids: expected a list"),
+        ({"socket": []}, "socket: expected a mapping"),
+    ],
+)
+def test_bad_config_is_an_error_naming_its_path(data: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping(data)
+    assert str(info.value).startswith(message)
+
+
+def test_uid_zero_may_be_allowed_explicitly() -> None:
+    assert config_from_mapping({"socket": {"allowed_uids": [0, 1000]}}).socket.allowed_uids == (
+        0,
+        1000,
+    )
+
+
+def test_check_config_cli_reports_bad_key_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("memory:\n  socket_pth: /x\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "csp_web.cli", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert done.returncode == 2
+    assert "memory.socket_pth: unknown key" in done.stderr
+    assert done.stdout == ""
+
+
+def test_check_config_cli_accepts_the_repository_file() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "csp_web.cli", "check-config", str(REPO / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,218 @@
+"""Dispatch: op lookup, field validation, admission, deadlines, the one error-to-reply place."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import trio
+import trio.testing
+
+from csp_web.config import Config, SpecialistLimits, TasksConfig
+from protocol import Reply, Status
+from tests.harness import open_harness
+
+
+def _error(reply: Reply) -> str:
+    assert reply.status is Status.FAIL, reply
+    return (reply.get("ERROR") or "").partition(":")[0]
+
+
+async def _one(config: Config, frame: bytes) -> Reply:
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(frame)
+        reply = await peer.reply()
+        assert reply is not None
+        return reply
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (b"TASK REQ:nosuch IN:TEST OUT:ECHO\n\n", "unknown_op"),
+        (b"TASK REQ:echo IN:WEB OUT:ECHO\nTEXT a\n\n", "wrong_domain"),
+        (b"TASK REQ:echo IN:TEST OUT:CONTENT\nTEXT a\n\n", "wrong_out"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\n\n", "missing_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nCOLOR red\n\n", "unknown_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nTEXT b\n\n", "duplicate_field"),
+        (b"TASK REQ:echo hi IN:TEST OUT:ECHO\nTEXT a\n\n", "duplicate_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nCOUNT x\n\n", "invalid_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nMODE c\n\n", "invalid_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nLOUD yes\n\n", "invalid_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nPARAMS {nope\n\n", "invalid_field"),
+        (b'TASK REQ:echo IN:TEST OUT:ECHO\nTEXT "  "\n\n', "invalid_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nID bad id\n\n", "invalid_field"),
+        (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nID a\nID b\n\n", "duplicate_field"),
+        (b"TASK REQ:ping x IN:SYS OUT:PONG\n\n", "unknown_field"),
+    ],
+)
+async def test_bad_task_gets_fail_with_catalogue_code(
+    config: Config, frame: bytes, code: str
+) -> None:
+    """D-2, D-3, D-4, C-1: lookup and field errors are FAIL replies with their codes."""
+    reply = await _one(config, frame)
+    assert _error(reply) == code
+    assert reply.get("SCOPE") == "[]"
+    assert reply.get("DATA") == "none"
+
+
+async def test_fields_are_typed_before_the_handler_runs(config: Config) -> None:
+    """D-3, D-4: inline text fills the declared field; defaults apply; repeats keep order."""
+    frame = (
+        b"TASK REQ:echo hello IN:TEST OUT:ECHO\nCOUNT 3\nTAG x\nTAG y\nLOUD TRUE\n"
+        b'PARAMS {"a": 1}\n\n'
+    )
+    reply = await _one(config, frame)
+    assert reply == Reply(
+        Status.OK,
+        (
+            ("SCOPE", "[test]"),
+            ("DATA", "echo"),
+            ("TEXT", "hello"),
+            ("COUNT", "3"),
+            ("TAG", "x"),
+            ("TAG", "y"),
+            ("MODE", "a"),
+            ("LOUD", "true"),
+            ("PARAMS", "{'a': 1}"),
+        ),
+    )
+
+
+@pytest.mark.parametrize(("count", "ok"), [("10", True), ("11", False), ("1", True), ("0", False)])
+async def test_integer_bounds_hold_at_n_and_n_plus_1(config: Config, count: str, ok: bool) -> None:
+    reply = await _one(
+        config, f"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nCOUNT {count}\n\n".encode()
+    )
+    assert (reply.status is Status.OK) is ok
+
+
+@pytest.mark.parametrize(("text", "ok"), [("x" * 10, True), ("x" * 11, False)])
+async def test_text_length_cap_holds_at_n_and_n_plus_1(config: Config, text: str, ok: bool) -> None:
+    reply = await _one(config, f"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT {text}\n\n".encode())
+    assert (reply.status is Status.OK) is ok
+
+
+@pytest.mark.parametrize(("ms", "ok"), [(600_000, True), (600_001, False)])
+async def test_timeout_ms_is_capped_by_config_at_n_and_n_plus_1(
+    config: Config, ms: int, ok: bool
+) -> None:
+    """C-4: TIMEOUT_MS above tasks.max_timeout_ms is invalid_field."""
+    reply = await _one(config, f"TASK REQ:ping IN:SYS OUT:PONG\nTIMEOUT_MS {ms}\n\n".encode())
+    assert (reply.status is Status.OK) is ok, reply
+
+
+async def test_deadline_cancels_work_and_replies_timeout_exceeded(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """C-4: the reply names the deadline in ms."""
+    reply = await _one(config, b"TASK REQ:sleep 5000 IN:TEST OUT:SLEPT\nTIMEOUT_MS 250\nID t1\n\n")
+    assert reply == Reply(
+        Status.FAIL,
+        (
+            ("ID", "t1"),
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", "timeout_exceeded:250ms"),
+        ),
+    )
+
+
+async def test_work_within_its_deadline_completes(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    reply = await _one(config, b"TASK REQ:sleep 200 IN:TEST OUT:SLEPT\nTIMEOUT_MS 250\n\n")
+    assert reply.get("DATA") == "slept:200"
+
+
+async def test_handler_bug_becomes_internal_error_and_connection_goes_on(config: Config) -> None:
+    """E-2: an unexpected exception is internal_error with a reference; the next frame runs."""
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(b"TASK REQ:boom IN:TEST OUT:NOTHING\n\nTASK REQ:ping IN:SYS OUT:PONG\n\n")
+        boom, ping = await peer.replies(2)
+    assert _error(boom) == "internal_error"
+    assert (boom.get("ERROR") or "").startswith("internal_error:ref ")
+    assert ping.get("DATA") == "pong"
+
+
+@pytest.mark.parametrize(("extra", "busy"), [(0, 0), (1, 1)])
+async def test_specialist_admits_running_plus_queued_then_busy(
+    config: Config, autojump_clock: trio.testing.MockClock, extra: int, busy: int
+) -> None:
+    """C-3: 2 running + 3 queued are admitted; one more gets busy at once, never a hang."""
+    limits = {"web": SpecialistLimits(max_running=2, max_queued=3)}
+    config = replace(config, tasks=TasksConfig(specialists=limits))
+    frames = b"".join(
+        f"TASK REQ:sleep 1000 IN:TEST OUT:SLEPT\nID s{n}\n\n".encode() for n in range(5 + extra)
+    )
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(frames)
+        replies = await peer.replies(5 + extra)
+    errors = [_error(r) for r in replies if r.status is Status.FAIL]
+    assert errors == ["busy"] * busy
+    assert sum(r.status is Status.OK for r in replies) == 5
+
+
+async def test_busy_reply_comes_while_the_admitted_work_still_runs(
+    config: Config, mock_clock: trio.testing.MockClock
+) -> None:
+    """C-3: a refused task is answered at once; virtual time stands still until we jump it."""
+    limits = {"web": SpecialistLimits(max_running=1, max_queued=1)}
+    config = replace(config, tasks=TasksConfig(specialists=limits))
+    frames = b"".join(
+        f"TASK REQ:sleep 1000 IN:TEST OUT:SLEPT\nID s{n}\n\n".encode() for n in range(3)
+    )
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(frames)
+        first = await peer.reply()
+        assert first is not None
+        assert first.id == "s2"
+        assert _error(first) == "busy"
+        assert harness.dispatcher.stats.in_flight == 2
+        mock_clock.jump(1.5)
+        second = await peer.reply()
+        mock_clock.jump(1.5)
+        third = await peer.reply()
+    assert second is not None
+    assert third is not None
+    assert [(second.id, second.get("DATA")), (third.id, third.get("DATA"))] == [
+        ("s0", "slept:1000"),
+        ("s1", "slept:1000"),
+    ]
+
+
+async def test_sys_ops_list_every_op_with_fields(config: Config) -> None:
+    """D-1: REQ:ops is generated from the registry."""
+    reply = await _one(config, b"TASK REQ:ops IN:SYS OUT:OPS\n\n")
+    ops = reply.get_all("OP")
+    assert reply.get("DATA") == f"ops:{len(ops)}"
+    assert any(
+        '"req":"echo"' in op and '"inline":"TEXT"' in op and '"max_chars":10' in op for op in ops
+    )
+    assert {op.split('"req":"')[1].split('"')[0] for op in ops} == {
+        "ping",
+        "ops",
+        "stats",
+        "sleep",
+        "boom",
+        "echo",
+    }
+
+
+async def test_stats_count_frames_rejections_and_latency(config: Config) -> None:
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(
+            b"TASK REQ:ping IN:SYS OUT:PONG\n\nTASK REQ:nope IN:SYS OUT:X\n\n"
+            b"TASK REQ:stats IN:SYS OUT:STATS\n\n"
+        )
+        *_, stats = await peer.replies(3)
+    data = dict(item.split(":") for item in (stats.get("DATA") or "").split(","))
+    assert data["frames"] == "3"
+    assert "REJECTED" in dict(stats.fields)
+    assert "unknown_op:1" in stats.get_all("REJECTED")
+    assert any(op.startswith("ping count:1,failed:0,p50_ms:") for op in stats.get_all("OP"))

@@ -1,0 +1,133 @@
+"""The Unix-socket transport: private files, stale sockets, peer credentials, caps."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+from dataclasses import replace
+
+import pytest
+import trio
+
+from csp_web.config import Config, SocketConfig
+from csp_web.unix import SocketSetupError, open_unix_listener
+from protocol import CLOSED, NEED_DATA, Connection, Reply, Status
+from tests.conftest import start_daemon
+
+PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
+
+
+async def _exchange(path: str, data: bytes = PING) -> Reply | None:
+    """Send ``data`` on a new connection; the first reply, or None if closed without one."""
+    with trio.fail_after(10):
+        stream = await trio.open_unix_socket(path)
+        async with stream:
+            codec = Connection()
+            with contextlib.suppress(trio.BrokenResourceError):
+                await stream.send_all(data)
+            while True:
+                event = codec.next_event()
+                if isinstance(event, Reply):
+                    return event
+                if event is CLOSED:
+                    return None
+                assert event is NEED_DATA
+                try:
+                    codec.receive_data(await stream.receive_some(4096))
+                except trio.BrokenResourceError:
+                    codec.receive_data(b"")
+
+
+async def test_socket_is_private_and_removed_on_exit(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    path = os.path.join(sock_dir, "d", "csp.sock")
+    daemon = await start_daemon(nursery, config, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    reply = await _exchange(path)
+    assert reply is not None
+    assert reply.get("DATA") == "pong"
+    daemon.scope.cancel()
+    with trio.fail_after(10):
+        while os.path.exists(path):
+            await trio.sleep(0.01)
+
+
+async def test_directory_open_to_others_is_refused(sock_dir: str) -> None:
+    os.chmod(sock_dir, 0o755)
+    with pytest.raises(SocketSetupError, match="0700"):
+        await open_unix_listener(os.path.join(sock_dir, "csp.sock"), backlog=1)
+
+
+async def test_stale_socket_is_replaced(sock_dir: str) -> None:
+    path = os.path.join(sock_dir, "csp.sock")
+    old = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old.bind(path)
+    old.close()  # the file stays, nobody listens: stale
+    listener = await open_unix_listener(path, backlog=1)
+    await listener.aclose()
+
+
+async def test_path_that_is_not_a_socket_is_never_removed(sock_dir: str) -> None:
+    path = os.path.join(sock_dir, "csp.sock")
+    with open(path, "w") as file:
+        file.write("precious")
+    with pytest.raises(SocketSetupError, match="not a socket"):
+        await open_unix_listener(path, backlog=1)
+    with open(path) as file:
+        assert file.read() == "precious"
+
+
+async def test_live_socket_of_another_daemon_is_left_alone(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    path = os.path.join(sock_dir, "csp.sock")
+    await start_daemon(nursery, config, path)
+    with pytest.raises(SocketSetupError, match="another process"):
+        await open_unix_listener(path, backlog=1)
+    assert (await _exchange(path)) is not None
+
+
+async def test_peer_with_uid_not_allowed_is_refused(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    config = replace(config, socket=SocketConfig(allowed_uids=(os.getuid() + 4242,)))
+    path = os.path.join(sock_dir, "csp.sock")
+    daemon = await start_daemon(nursery, config, path)
+    reply = await _exchange(path)
+    assert reply is not None
+    assert reply.status is Status.FAIL
+    assert (reply.get("ERROR") or "").startswith("permission_denied:")
+    assert daemon.dispatcher.stats.frames == 0
+
+
+@pytest.mark.parametrize(
+    "socket_config",
+    [SocketConfig(max_connections=2), SocketConfig(max_connections_per_uid=2)],
+    ids=["overall", "per-uid"],
+)
+async def test_connection_caps_admit_n_and_refuse_n_plus_1(
+    nursery: trio.Nursery, config: Config, sock_dir: str, socket_config: SocketConfig
+) -> None:
+    path = os.path.join(sock_dir, "csp.sock")
+    await start_daemon(nursery, replace(config, socket=socket_config), path)
+    held = [await trio.open_unix_socket(path) for _ in range(2)]
+    try:
+        for stream in held:
+            await stream.send_all(PING)
+            assert b"DATA pong" in await stream.receive_some(4096)
+        reply = await _exchange(path)
+        assert reply is not None
+        assert (reply.get("ERROR") or "").startswith("busy:")
+    finally:
+        for stream in held:
+            await stream.aclose()
+    with trio.fail_after(10):
+        while True:  # a slot frees once the server notices the close
+            reply = await _exchange(path)
+            if reply is not None and reply.status is Status.OK:
+                break
+            await trio.sleep(0.01)
