@@ -43,7 +43,13 @@ class Slots:
             )
         self._holders += 1
         try:
-            async with self._semaphore:
+            try:
+                self._semaphore.acquire_nowait()
+            except trio.WouldBlock:
+                await self._semaphore.acquire()
+            try:
                 yield
+            finally:
+                self._semaphore.release()
         finally:
             self._holders -= 1

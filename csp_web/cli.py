@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -91,6 +92,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         print("csp-web: --no-stdin needs --socket or socket.path", file=sys.stderr)
         return EXIT_USAGE
 
+    _raise_open_files_limit()
+
     async def run() -> None:
         stdio = None if args.no_stdin else open_stdio_stream()
         await serve_daemon(config, all_ops(config), stdio=stdio, socket_path=socket_path)
@@ -101,6 +104,14 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         log.error("cannot serve: %s", exc)
         return EXIT_UNREACHABLE
     return EXIT_OK
+
+
+def _raise_open_files_limit() -> None:
+    # Each socket connection holds a descriptor; the common soft limit of 1024 would cap
+    # socket.max_connections below its default, so take what the hard limit allows.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _read_frames(args: argparse.Namespace) -> list[Task]:

@@ -202,7 +202,10 @@ class _Session:
                     return False
                 continue
             assert isinstance(event, Task)
-            await self.in_flight.acquire()  # back-pressure: stop reading at the cap (L-4)
+            try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
+                self.in_flight.acquire_nowait()
+            except trio.WouldBlock:
+                await self.in_flight.acquire()  # back-pressure: stop reading (L-4)
             slot = self.order.reserve(event.id)
             if self.options.sequential:
                 await self.run_task(event, slot)
@@ -241,7 +244,10 @@ class _Session:
         # One channel send per completion keeps ordered chunks from interleaving.
         ready = self.order.complete(slot, data)
         if ready:
-            await self.send_replies.send(ready)
+            try:
+                self.send_replies.send_nowait(ready)
+            except trio.WouldBlock:
+                await self.send_replies.send(ready)
 
     async def write_replies(self, connection_scope: trio.CancelScope) -> None:
         """Send queued replies, batching what is ready; a stuck peer is disconnected (L-7)."""

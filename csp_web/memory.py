@@ -8,6 +8,7 @@ in the outbox (``csp_web.outbox``) before the reply that caused it is sent.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import secrets
 from dataclasses import dataclass
@@ -18,10 +19,16 @@ from protocol import Task
 Source = Literal["web", "tool", "sys"]
 
 
+# 64 random bits drawn once per process keep IDs unique across restarts and hosts; the
+# counter keeps them unique within the process without a syscall per write.
+_PROCESS_TAG = secrets.token_hex(8)
+_counter = itertools.count(1)
+
+
 def new_write_id() -> str:
-    """A unique idempotency key: time-ordered prefix plus 64 random bits."""
+    """A unique idempotency key: a time-ordered prefix, the process tag, a counter."""
     now = datetime.datetime.now(datetime.UTC)
-    return f"w-{now:%Y%m%dT%H%M%S%f}-{secrets.token_hex(8)}"
+    return f"w-{now:%Y%m%dT%H%M%S%f}-{_PROCESS_TAG}-{next(_counter)}"
 
 
 def today() -> str:

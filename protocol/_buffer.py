@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+
 
 class LineBuffer:
     """Bytes received but not yet consumed, searched for newlines once each.
@@ -23,6 +27,10 @@ class LineBuffer:
         """Bytes held after the last complete line."""
         return len(self._data) - self._start
 
+    def ends_with_cr(self) -> bool:
+        """Whether the last buffered byte is a CR (a CRLF may be arriving in two parts)."""
+        return len(self._data) > self._start and self._data[-1] == 0x0D
+
     def pop_line(self) -> bytes | None:
         """The next line without its LF or CRLF, or None when no full line is buffered."""
         end = self._data.find(b"\n", max(self._scanned, self._start))
@@ -33,6 +41,26 @@ class LineBuffer:
         line = bytes(self._data[self._start : stop])
         self._consume(end + 1)
         return line
+
+    def peek_block(self, max_bytes: int) -> tuple[list[bytes], int] | None:
+        """The lines of a complete frame at the front and where it ends, without consuming.
+
+        The fast path for whole frames in one chunk: one regex search and one split instead
+        of a Python loop per line. None when the buffer does not start with a complete,
+        non-empty frame within ``max_bytes``; the line-by-line path then decides.
+        """
+        pending = self.pending()
+        if not pending or pending > max_bytes or self._data[self._start] in (0x0A, 0x0D):
+            return None
+        match = _BLANK_LINE.search(self._data, self._start)
+        if match is None:
+            return None
+        lines = bytes(self._data[self._start : match.start()]).split(b"\n")
+        return [line[:-1] if line.endswith(b"\r") else line for line in lines], match.end()
+
+    def consume_to(self, end: int) -> None:
+        """Drop everything before offset ``end`` (from ``peek_block``)."""
+        self._consume(end)
 
     def skip_line(self) -> bool:
         """Drop bytes up to and including the next newline; False if none is buffered yet."""

@@ -60,6 +60,10 @@ class Connection:
     def next_event(self) -> Frame | Sentinel:
         """The next complete frame, NEED_DATA, or CLOSED; raises ProtocolError."""
         while True:
+            if not (self._lines or self._skip_line or self._skip_frame):
+                frame = self._whole_frame()
+                if frame is not None:
+                    return frame
             if self._skip_line and not self._buffer.skip_line():
                 return CLOSED if self._eof else NEED_DATA
             self._skip_line = False
@@ -74,11 +78,31 @@ class Connection:
         """The bytes that carry ``frame`` to the peer."""
         return serialize(frame)
 
+    def _whole_frame(self) -> Frame | None:
+        # Only a frame within every limit takes the fast path; the line-by-line path
+        # handles anything else, so both report errors identically.
+        limits = self.limits
+        block = self._buffer.peek_block(limits.max_frame_bytes + 2 * (limits.max_fields + 2))
+        if block is None:
+            return None
+        lines, end = block
+        if (
+            len(lines) > limits.max_fields + 1
+            or max(map(len, lines)) > limits.max_line_bytes
+            or sum(map(len, lines)) + len(lines) > limits.max_frame_bytes
+        ):
+            return None
+        self._buffer.consume_to(end)
+        return parse_frame(lines)
+
     def _no_full_line(self) -> Frame | Sentinel:
-        if self._buffer.pending() > self.limits.max_line_bytes:
+        # A CR that may be the first half of a CRLF does not count against the line.
+        allowed = self.limits.max_line_bytes + self._buffer.ends_with_cr()
+        if self._buffer.pending() > allowed:
             self._buffer.clear()
             self._skip_line = True
-            raise self._oversize(f"line over {self.limits.max_line_bytes} bytes")
+            if not self._skip_frame:  # one error per frame
+                raise self._oversize(f"line over {self.limits.max_line_bytes} bytes")
         if not self._eof:
             return NEED_DATA
         rest = self._buffer.pop_rest()

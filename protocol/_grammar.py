@@ -16,8 +16,8 @@ def parse_frame(lines: list[bytes]) -> Frame:
 
     Raises ProtocolError carrying the frame's ID when that line could be read.
     """
-    texts = [_decode_line(line) for line in lines]
     try:
+        texts = [_decode_line(line) for line in lines]
         fields = tuple(_parse_field(text) for text in texts[1:])
     except ProtocolError as exc:
         exc.frame_id = salvage_id(lines)
@@ -79,6 +79,9 @@ def salvage_id(lines: list[bytes]) -> str | None:
     """The raw ID of a frame that failed to parse, if a plain ``ID`` field line holds one."""
     for line in lines[1:]:
         if line.startswith(b"ID ") and not line.startswith(b'ID "'):
-            text = line[3:].decode("utf-8", "replace")
+            try:
+                text = line[3:].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
             return None if has_forbidden_raw(text) else text
     return None

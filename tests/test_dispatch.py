@@ -170,8 +170,7 @@ async def test_busy_reply_comes_while_the_admitted_work_still_runs(
         await peer.send(frames)
         first = await peer.reply()
         assert first is not None
-        assert first.id == "s2"
-        assert _error(first) == "busy"
+        assert _error(first) == "busy"  # which of the three is refused is up to the scheduler
         assert harness.dispatcher.stats.in_flight == 2
         mock_clock.jump(1.5)
         second = await peer.reply()
@@ -179,10 +178,8 @@ async def test_busy_reply_comes_while_the_admitted_work_still_runs(
         third = await peer.reply()
     assert second is not None
     assert third is not None
-    assert [(second.id, second.get("DATA")), (third.id, third.get("DATA"))] == [
-        ("s0", "slept:1000"),
-        ("s1", "slept:1000"),
-    ]
+    assert {second.id, third.id, first.id} == {"s0", "s1", "s2"}
+    assert second.get("DATA") == third.get("DATA") == "slept:1000"
 
 
 async def test_sys_ops_list_every_op_with_fields(config: Config) -> None:
@@ -206,11 +203,11 @@ async def test_sys_ops_list_every_op_with_fields(config: Config) -> None:
 async def test_stats_count_frames_rejections_and_latency(config: Config) -> None:
     async with open_harness(config) as harness:
         peer = harness.connect()
-        await peer.send(
-            b"TASK REQ:ping IN:SYS OUT:PONG\n\nTASK REQ:nope IN:SYS OUT:X\n\n"
-            b"TASK REQ:stats IN:SYS OUT:STATS\n\n"
-        )
-        *_, stats = await peer.replies(3)
+        await peer.send(b"TASK REQ:ping IN:SYS OUT:PONG\n\nTASK REQ:nope IN:SYS OUT:X\n\n")
+        await peer.replies(2)  # frames of one step may run in any order; stats comes after
+        await peer.send(b"TASK REQ:stats IN:SYS OUT:STATS\n\n")
+        stats = await peer.reply()
+    assert stats is not None
     data = dict(item.split(":") for item in (stats.get("DATA") or "").split(","))
     assert data["frames"] == "3"
     assert "REJECTED" in dict(stats.fields)

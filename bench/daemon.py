@@ -1,0 +1,165 @@
+"""Daemon benchmarks over the real Unix socket, against `csp-web serve` in its own process.
+
+- ping round trip, p50 and p99: one client, then 64 concurrent clients (one connection each);
+- frames per second pipelined on one connection;
+- daemon RSS idle, and with 1,000 idle socket connections.
+
+Goals (issue 2): p50 <= 0.3 ms; >= 20,000 frames/s; RSS <= 60 MB idle, <= +40 MB for 1,000
+connections. Every op is audited into the durable outbox, as in production (no Memory
+Specialist runs, so writes accumulate). `--no-audit-sys` measures with sys ops not audited.
+
+    python bench/daemon.py [--no-audit-sys]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from protocol import CLOSED, NEED_DATA, Connection, Reply
+
+PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
+
+
+def start_daemon(workdir: str, audit_sys: bool) -> tuple[subprocess.Popen[bytes], str]:
+    socket_path = os.path.join(workdir, "s", "csp.sock")
+    config = os.path.join(workdir, "bench.yaml")
+    with open(config, "w") as file:
+        file.write(
+            f"daemon: {{state_dir: {workdir}/state, log_level: warning}}\n"
+            "socket: {max_connections: 2000, max_connections_per_uid: 2000}\n"
+            "connection: {max_in_flight: 256}\n"
+            f"audit: {{sys_ops: {str(audit_sys).lower()}}}\n"
+        )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "csp_web.cli",
+            "serve",
+            "--config",
+            config,
+            "--socket",
+            socket_path,
+            "--no-stdin",
+        ],
+    )
+    deadline = time.monotonic() + 30
+    while not os.path.exists(socket_path):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("daemon did not start")
+        time.sleep(0.05)
+    return proc, socket_path
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as file:
+        for line in file:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def read_replies(stream: trio.SocketStream, codec: Connection, count: int) -> None:
+    got = 0
+    while got < count:
+        event = codec.next_event()
+        if isinstance(event, Reply):
+            got += 1
+            continue
+        if event is CLOSED:
+            raise SystemExit("daemon closed the connection")
+        assert event is NEED_DATA
+        codec.receive_data(await stream.receive_some(1 << 16))
+
+
+async def ping_loop(path: str, rounds: int, out: list[float]) -> None:
+    stream = await trio.open_unix_socket(path)
+    codec = Connection()
+    async with stream:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            await stream.send_all(PING)
+            await read_replies(stream, codec, 1)
+            out.append((time.perf_counter() - start) * 1000)
+
+
+def percentiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p50 = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return f"p50 {p50:.3f} ms, p99 {p99:.3f} ms ({len(ordered)} pings)"
+
+
+async def pipelined(path: str, frames: int) -> float:
+    stream = await trio.open_unix_socket(path)
+    codec = Connection()
+    async with stream, trio.open_nursery() as nursery:
+        start = time.perf_counter()
+        nursery.start_soon(stream.send_all, PING * frames)
+        await read_replies(stream, codec, frames)
+        return frames / (time.perf_counter() - start)
+
+
+async def idle_connections(path: str, count: int, pid: int) -> float:
+    streams = []
+    for _ in range(count):
+        # One ping on each makes sure the daemon accepted and serves every connection.
+        stream = await trio.open_unix_socket(path)
+        await stream.send_all(PING)
+        await read_replies(stream, Connection(), 1)
+        streams.append(stream)
+    await trio.sleep(0.5)
+    rss = rss_mb(pid)
+    for stream in streams:
+        await stream.aclose()
+    return rss
+
+
+async def run(path: str, pid: int) -> None:
+    await trio.sleep(0.5)
+    idle = rss_mb(pid)
+    warm: list[float] = []
+    await ping_loop(path, 500, warm)
+    one: list[float] = []
+    await ping_loop(path, 5000, one)
+    print(f"ping, 1 client:    {percentiles(one)}")
+    many: list[float] = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(64):
+            nursery.start_soon(ping_loop, path, 200, many)
+    print(f"ping, 64 clients:  {percentiles(many)}")
+    rates = [await pipelined(path, 20_000) for _ in range(3)]
+    print(f"pipelined on one connection: {max(rates):,.0f} frames/s (best of 3 x 20,000)")
+    print(f"RSS idle: {idle:.1f} MB")
+    loaded = await idle_connections(path, 1000, pid)
+    print(f"RSS with 1,000 idle connections: {loaded:.1f} MB (+{loaded - idle:.1f} MB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-audit-sys", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
+        proc, path = start_daemon(workdir, audit_sys=not args.no_audit_sys)
+        try:
+            trio.run(run, path, proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    flag = " --no-audit-sys" if args.no_audit_sys else ""
+    print(f"reproduce: python bench/daemon.py{flag}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The guarded HTTP client every web op uses: URL gate, deny table, pinned DNS, caps, robots.
+
+    async with open_guarded_client(config) as client:
+        result = await client.fetch(url, respect_robots=True)
+        text = result.text()
+
+``check_url`` and ``check_address`` are the gate and the deny table alone, pure and I/O-free.
+"""
+
+from .client import GuardedClient, open_guarded_client
+from .config import GuardConfig
+from .denylist import check_address, deny_rule
+from .resolver import Resolver, SystemResolver
+from .result import FetchResult, decode_text
+from .urlgate import ParsedUrl, check_url
+
+__all__ = [
+    "FetchResult",
+    "GuardConfig",
+    "GuardedClient",
+    "ParsedUrl",
+    "Resolver",
+    "SystemResolver",
+    "check_address",
+    "check_url",
+    "decode_text",
+    "deny_rule",
+    "open_guarded_client",
+]

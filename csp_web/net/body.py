@@ -1,0 +1,123 @@
+"""Reading a response body under two caps: bytes on the wire and bytes after decoding.
+
+We read ``response.aiter_raw()`` (wire bytes, still content-encoded) and inflate with our own
+``zlib`` decompressor, asking it for at most cap + 1 bytes per call. httpx's ``aiter_bytes``
+would inflate each network chunk whole before we could count it (64 KiB of gzip can hold
+64 MiB of zeros), so a gzip bomb is cut off after about ``max_decoded_bytes`` of output here,
+never inflated in full. Only identity, gzip and deflate are accepted, and the client asks for
+no others (``Accept-Encoding: gzip, deflate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import AsyncIterator
+
+import httpx
+
+from csp_web.errors import OpError
+from protocol import ErrorCode
+
+ACCEPT_ENCODING = "gzip, deflate"
+_NO_BODY_STATUSES = frozenset({204, 304})  # RFC 9110 §6.4.1
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+class CappedDecoder:
+    """Decodes one content-coding, refusing output past ``max_bytes``.
+
+    ``produced`` counts decoded bytes so far; it never exceeds ``max_bytes + 1``.
+    Raises OpError(TOO_LARGE, "max_decoded_bytes") or OpError(FETCH_FAILED, "bad_encoding").
+    """
+
+    def __init__(self, coding: str, *, max_bytes: int) -> None:
+        coding = coding.strip().lower()
+        if coding not in ("", "identity", *_WBITS):
+            raise OpError(ErrorCode.FETCH_FAILED, "unsupported_encoding")
+        self._wbits = _WBITS.get(coding)
+        self._inflater = None if self._wbits is None else zlib.decompressobj(self._wbits)
+        self._started = False
+        self._max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self.produced = 0
+
+    def feed(self, data: bytes) -> None:
+        """Decode ``data``, the next wire bytes."""
+        if self._inflater is None:
+            self._keep(data)
+            return
+        self._keep(self._inflate(data))
+
+    def finish(self) -> bytes:
+        """Everything decoded, once the wire has no more bytes."""
+        if self._inflater is not None:
+            self._keep(self._inflater.flush())
+        return b"".join(self._parts)
+
+    def _inflate(self, data: bytes) -> bytes:
+        assert self._inflater is not None
+        limit = self._max_bytes - self.produced + 1
+        try:
+            out = self._inflater.decompress(data, limit)
+        except zlib.error as exc:
+            # "deflate" is zlib-wrapped by RFC 9110 §8.4.1.2, yet servers send it raw; httpx's
+            # DeflateDecoder retries the same way.
+            if self._started or self._wbits != zlib.MAX_WBITS:
+                raise OpError(ErrorCode.FETCH_FAILED, "bad_encoding") from exc
+            self._wbits = -zlib.MAX_WBITS
+            self._inflater = zlib.decompressobj(self._wbits)
+            return self._inflate(data)
+        self._started = self._started or bool(data)
+        return out
+
+    def _keep(self, data: bytes) -> None:
+        self.produced += len(data)
+        if self.produced > self._max_bytes:
+            raise OpError(ErrorCode.TOO_LARGE, "max_decoded_bytes")
+        self._parts.append(data)
+
+
+async def read_capped(
+    response: httpx.Response, *, max_body_bytes: int, max_decoded_bytes: int
+) -> bytes:
+    """The decoded body of a streamed ``response``, read until the end or a cap.
+
+    Raises OpError(TOO_LARGE, "max_body_bytes") as soon as the declared Content-Length or
+    the bytes received pass ``max_body_bytes``, OpError(TOO_LARGE, "max_decoded_bytes") as
+    soon as decoding passes ``max_decoded_bytes``. The caller owns and closes ``response``.
+    """
+    if response.request.method == "HEAD" or response.status_code in _NO_BODY_STATUSES:
+        return b""  # their Content-Length and Content-Encoding describe a body never sent
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body_bytes:
+        raise OpError(ErrorCode.TOO_LARGE, "max_body_bytes")
+    coding = response.headers.get("content-encoding", "")
+    decoder = CappedDecoder(coding, max_bytes=max_decoded_bytes)
+    received = 0
+    chunks = response.aiter_raw()
+    try:
+        async for chunk in chunks:
+            received += len(chunk)
+            if received > max_body_bytes:
+                raise OpError(ErrorCode.TOO_LARGE, "max_body_bytes")
+            decoder.feed(chunk)
+    except OpError:
+        await _abandon(response, chunks)
+        raise
+    return decoder.finish()
+
+
+async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    """Stop reading ``response`` early without leaving its stream half-iterated.
+
+    httpx 0.28 and httpcore stream bodies through nested async generators; one dropped while
+    suspended is finalised by trio with a ResourceWarning (encode/httpx#3686, fix unreleased).
+    Closing the response first closes the connection, so the next read fails in the innermost
+    generator and every generator of the chain runs to its end. Only bytes already buffered
+    can still arrive, and they are discarded.
+    """
+    await response.aclose()
+    with contextlib.suppress(httpx.HTTPError):
+        async for _ in chunks:
+            pass

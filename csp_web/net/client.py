@@ -1,0 +1,269 @@
+"""The guarded client: the one way a web op reaches the network.
+
+    async with open_guarded_client(config) as client:
+        result = await client.fetch("https://example.com/", respect_robots=True)
+
+Each ``fetch`` is one operation under one deadline: the URL gate, robots.txt when asked, then
+each request and redirect hop, every hop gated, resolved and checked again, its body read
+under the byte caps. Any failure is an OpError with a catalogue code.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import ssl
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+import trio
+
+from csp_web.errors import OpError
+from protocol import ErrorCode
+
+from .backend import GuardedTransport, PinnedBackend
+from .body import ACCEPT_ENCODING, read_capped
+from .config import GuardConfig
+from .redirects import (
+    Hop,
+    body_headers_dropped,
+    carries_credentials,
+    credential_names,
+    is_redirect,
+    next_hop,
+    without,
+)
+from .resolver import Resolver, SystemResolver
+from .result import FetchResult, parse_content_type
+from .robots import RobotsCache
+from .translate import translate
+from .urlgate import ParsedUrl, check_url
+
+T = TypeVar("T")
+# The client decides these; a caller's value would break Host pinning or our own decoding.
+_OWNED_HEADERS = ("host", "accept-encoding", "content-length", "transfer-encoding", "connection")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One operation's options, already bounded by the config."""
+
+    headers: httpx.Headers
+    respect_robots: bool
+    max_redirects: int
+    max_body_bytes: int
+    max_decoded_bytes: int
+    credentials: frozenset[str]
+    follow_with_credentials: bool
+
+
+class _RefuseCookies(http.cookiejar.DefaultCookiePolicy):
+    """Ops share one client, so a cookie one site sets must never ride along on another op."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: urllib.request.Request) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: urllib.request.Request) -> bool:
+        return False
+
+
+class GuardedClient:
+    """Fetches URLs through the gate, the pinned resolver and the caps of one GuardConfig.
+
+    Made by ``open_guarded_client``, which owns and closes the underlying httpx client.
+    Safe to share between concurrent tasks.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, config: GuardConfig) -> None:
+        self._http = http
+        self._config = config
+        self._robots = RobotsCache(config, self._fetch_robots)
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        respect_robots: bool = False,
+        max_redirects: int | None = None,
+        max_body_bytes: int | None = None,
+        max_decoded_bytes: int | None = None,
+        credentials_headers: Iterable[str] = frozenset(),
+        follow_with_credentials: bool = True,
+        deadline_s: float | None = None,
+    ) -> FetchResult:
+        """Request ``url`` and follow its redirects; return the final response, body read.
+
+        ``max_redirects`` and the byte caps may lower the config's values, never raise them;
+        ``max_redirects=0`` refuses every redirect, for callers that attach credentials.
+        Authorization, Proxy-Authorization, Cookie and ``credentials_headers`` are stripped
+        before a cross-origin hop, or the hop is refused (FETCH_FAILED "credentials_redirect")
+        when ``follow_with_credentials`` is False. ``deadline_s`` (default ``timeout_s``)
+        bounds the whole operation, robots.txt included.
+
+        Raises OpError: URL_REJECTED, SSRF_BLOCKED, DNS_FAILED, ROBOTS_DISALLOWED,
+        TOO_MANY_REDIRECTS, TOO_LARGE, FETCH_FAILED ("timeout" when the deadline passes).
+        """
+        first = check_url(url, self._config)
+        plan = _Plan(
+            headers=without(httpx.Headers(headers or {}), _OWNED_HEADERS),
+            respect_robots=respect_robots,
+            max_redirects=_at_most(max_redirects, self._config.max_redirects),
+            max_body_bytes=_at_most(max_body_bytes, self._config.max_body_bytes),
+            max_decoded_bytes=_at_most(max_decoded_bytes, self._config.max_decoded_bytes),
+            credentials=credential_names(credentials_headers),
+            follow_with_credentials=follow_with_credentials,
+        )
+        hop = Hop(first, method.upper(), content)
+        return await self._bounded(deadline_s, lambda: self._follow(hop, plan))
+
+    async def robots_allowed(self, url: str, *, deadline_s: float | None = None) -> bool:
+        """Whether robots.txt lets our User-Agent fetch ``url`` (see ``robots`` for the rules).
+
+        Raises OpError(URL_REJECTED | SSRF_BLOCKED) for a URL the guard refuses, and
+        OpError(FETCH_FAILED, "timeout") when ``deadline_s`` passes.
+        """
+        parsed = check_url(url, self._config)
+        verdict = await self._bounded(deadline_s, lambda: self._robots.check(parsed))
+        return verdict.allowed
+
+    async def _bounded(self, deadline_s: float | None, work: Callable[[], Awaitable[T]]) -> T:
+        # httpx timeouts bound each read; a server dripping a byte a second never trips them.
+        with trio.move_on_after(deadline_s if deadline_s is not None else self._config.timeout_s):
+            return await work()
+        raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+
+    async def _follow(self, hop: Hop, plan: _Plan) -> FetchResult:
+        try:
+            return await self._follow_untranslated(hop, plan)
+        except OpError:
+            raise
+        except Exception as exc:
+            error = translate(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def _follow_untranslated(self, hop: Hop, plan: _Plan) -> FetchResult:
+        started = trio.current_time()
+        chain = [hop.url.url]
+        headers = plan.headers
+        while True:
+            if plan.respect_robots:
+                await self._require_robots(hop.url)
+            async with self._send(hop, headers) as response:
+                if not is_redirect(response):
+                    body = await read_capped(
+                        response,
+                        max_body_bytes=plan.max_body_bytes,
+                        max_decoded_bytes=plan.max_decoded_bytes,
+                    )
+                    return _result(response, body, chain, trio.current_time() - started)
+                if len(chain) > plan.max_redirects:
+                    raise OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{plan.max_redirects}")
+                following = next_hop(
+                    hop.url, response, method=hop.method, content=hop.content, config=self._config
+                )
+            headers = _headers_for(following, hop, headers, plan)
+            hop = following
+            chain.append(hop.url.url)
+
+    @asynccontextmanager
+    async def _send(self, hop: Hop, headers: httpx.Headers) -> AsyncIterator[httpx.Response]:
+        request = self._http.build_request(
+            hop.method, hop.url.url, headers=headers, content=hop.content
+        )
+        request.headers["accept-encoding"] = ACCEPT_ENCODING
+        response = await self._http.send(request, stream=True)
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+    async def _require_robots(self, url: ParsedUrl) -> None:
+        verdict = await self._robots.check(url)
+        if not verdict.allowed:
+            raise OpError(ErrorCode.ROBOTS_DISALLOWED, verdict.reason)
+
+    async def _fetch_robots(self, url: ParsedUrl) -> FetchResult:
+        cap = self._config.robots_max_bytes
+        plan = _Plan(
+            headers=httpx.Headers(),
+            respect_robots=False,
+            max_redirects=self._config.max_redirects,
+            max_body_bytes=cap,
+            max_decoded_bytes=cap,
+            credentials=frozenset(),
+            follow_with_credentials=True,
+        )
+        return await self._follow(Hop(url, "GET", None), plan)
+
+
+def _headers_for(
+    following: Hop, current: Hop, headers: httpx.Headers, plan: _Plan
+) -> httpx.Headers:
+    """The headers ``following`` may carry; credentials never cross to another origin."""
+    headers = body_headers_dropped(headers, following)
+    if following.url.origin == current.url.origin:
+        return headers
+    if not carries_credentials(headers, plan.credentials):
+        return headers
+    if not plan.follow_with_credentials:
+        raise OpError(ErrorCode.FETCH_FAILED, "credentials_redirect")
+    return without(headers, plan.credentials)
+
+
+def _result(
+    response: httpx.Response, body: bytes, chain: list[str], elapsed_s: float
+) -> FetchResult:
+    media_type, charset = parse_content_type(response.headers.get("content-type", ""))
+    return FetchResult(
+        url=chain[-1],
+        status_code=response.status_code,
+        headers=response.headers,
+        body=body,
+        content_type=media_type,
+        charset=charset,
+        redirect_chain=tuple(chain),
+        elapsed_s=elapsed_s,
+    )
+
+
+def _at_most(value: int | None, cap: int) -> int:
+    if value is None:
+        return cap
+    if value < 0:
+        raise ValueError("a per-call limit must not be negative")
+    return min(value, cap)
+
+
+@asynccontextmanager
+async def open_guarded_client(
+    config: GuardConfig | None = None,
+    *,
+    resolver: Resolver | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[GuardedClient]:
+    """A GuardedClient for ``config``; its connections close when the block exits.
+
+    ``resolver`` defaults to the system's (tests inject fixed answers); ``ssl_context``
+    defaults to httpx's certifi roots (tests pass a trustme CA). Proxy and TLS environment
+    variables are ignored: the pinned connect is the only route out.
+    """
+    config = config or GuardConfig()
+    backend = PinnedBackend(config, resolver or SystemResolver())
+    transport = GuardedTransport(backend, ssl_context=ssl_context)
+    async with httpx.AsyncClient(
+        transport=transport,
+        trust_env=False,
+        follow_redirects=False,
+        cookies=http.cookiejar.CookieJar(policy=_RefuseCookies()),
+        timeout=httpx.Timeout(config.timeout_s),
+        headers={"User-Agent": config.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
+    ) as client:
+        yield GuardedClient(client, config)

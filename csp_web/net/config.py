@@ -1,0 +1,89 @@
+"""The guarded HTTP client's settings: one frozen dataclass, units in the names.
+
+Every default cites where it comes from. ``GuardConfig`` is plain data so the lead can fold it
+into ``csp_web/config.py`` and ``config.yaml`` unchanged; the TLS trust store is not data and is
+passed to ``open_guarded_client`` instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from csp_web import __version__
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# One DNS label of letters, digits, hyphens and underscores (RFC 1123 plus the underscore that
+# real service names such as _dmarc carry); labels of at most 63 octets (RFC 1035 §2.3.4).
+HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """What the guard lets through and how much it will spend on one operation."""
+
+    allow_http: bool = False  # seed 001: "All URLs must use HTTPS"
+    allowed_ports: tuple[int, ...] = (443,)  # 80 joins when allow_http is on
+    # Private CIDRs or host names that tests and operators open on purpose; off by default.
+    allow_private: tuple[str, ...] = ()
+    max_redirects: int = 3  # seed 001: "Maximum redirects: 3"
+    timeout_s: float = 10.0  # seed 000: "Timeout: 10s per request", one deadline per operation
+    max_body_bytes: int = 1_000_000  # seed 001: "Maximum download size: 1MB", bytes on the wire
+    # What we hand on is never more than we would have accepted unencoded (seed 001's 1MB).
+    max_decoded_bytes: int = 1_000_000
+    # sitemaps.org caps URLs at 2,048 characters, under the 2,083 of IE that browsers and CDNs
+    # still treat as the portable maximum.
+    max_url_chars: int = 2048
+    # A slower answer has already spent a fifth of seed 000's 10 s budget; glibc's default of
+    # 5 s per try (resolv.conf(5)) would spend half of it.
+    dns_timeout_s: float = 2.0
+    user_agent: str = f"csp-web/{__version__}"
+    # RFC 9309 §2.4: a cached robots.txt SHOULD NOT be used for more than 24 hours; seed 000
+    # keeps web results for 1 hour, and so do we.
+    robots_ttl_s: float = 3600.0
+    # RFC 9309 §2.5: crawlers MUST parse at least 500 KiB; we read no more than that.
+    robots_max_bytes: int = 500 * 1024
+    robots_cache_entries: int = 1000  # seed 001 bounds its cache (5,000); robots are per host
+
+    def __post_init__(self) -> None:
+        for port in self.allowed_ports:
+            if not 0 < port < 65536:
+                raise ValueError(f"allowed_ports: {port} is not a TCP port")
+        for name in ("timeout_s", "dns_timeout_s", "robots_ttl_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("max_body_bytes", "max_decoded_bytes", "max_url_chars", "robots_max_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_redirects < 0 or self.robots_cache_entries < 1:
+            raise ValueError("max_redirects must be >= 0 and robots_cache_entries >= 1")
+        split_allow_list(self.allow_private)  # raises ValueError naming a bad entry
+
+    @property
+    def effective_ports(self) -> frozenset[int]:
+        """The ports a URL may name: ``allowed_ports``, plus 80 when plain http is allowed."""
+        return frozenset(self.allowed_ports) | ({80} if self.allow_http else set())
+
+
+@lru_cache(maxsize=64)
+def split_allow_list(entries: tuple[str, ...]) -> tuple[tuple[Network, ...], frozenset[str]]:
+    """``allow_private`` as (networks, host names); a host name is lower-case, no final dot.
+
+    Raises ValueError naming the first entry that is neither an address, a CIDR nor a host name.
+    """
+    networks: list[Network] = []
+    names: set[str] = set()
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+            continue
+        except ValueError:
+            pass
+        name = entry.lower().removesuffix(".")
+        if not all(HOST_LABEL.fullmatch(label) for label in name.split(".")):
+            raise ValueError(f"allow_private: {entry!r} is not an address, CIDR or host name")
+        names.add(name)
+    return tuple(networks), frozenset(names)

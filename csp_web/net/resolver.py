@@ -1,0 +1,85 @@
+"""Name resolution for the guard: one bounded lookup whose every answer the deny table judges.
+
+``Resolver`` is the seam tests use to give fixed or hostile DNS answers; ``SystemResolver`` is
+trio's threaded ``getaddrinfo``. ``resolve_checked`` is the one place a host name becomes
+addresses, so what was checked is exactly what the backend connects to.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Sequence
+from typing import Protocol
+
+import trio
+
+from csp_web.errors import OpError
+from protocol import ErrorCode
+
+from .config import GuardConfig
+from .denylist import IPAddress, check_address
+
+
+class Resolver(Protocol):
+    """Turns a host name into address strings, as ``getaddrinfo`` would.
+
+    Raises OSError (``socket.gaierror``) when the name does not resolve. May take any time:
+    ``resolve_checked`` bounds it.
+    """
+
+    async def resolve(self, host: str, port: int) -> Sequence[str]: ...
+
+
+class SystemResolver:
+    """The operating system's resolver, through ``trio.socket.getaddrinfo`` (a worker thread)."""
+
+    async def resolve(self, host: str, port: int) -> Sequence[str]:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return [str(sockaddr[0]) for *_, sockaddr in infos]
+
+
+async def resolve_checked(
+    resolver: Resolver, host: str, port: int, config: GuardConfig
+) -> list[IPAddress]:
+    """The addresses ``host`` resolves to, in answer order, each passed by ``check_address``.
+
+    An IP literal is checked without a lookup. Raises OpError(DNS_FAILED, "timeout") when the
+    lookup outlives ``dns_timeout_s``, OpError(DNS_FAILED, "no_such_host") on a resolver
+    error or an empty answer, and OpError(SSRF_BLOCKED, <rule>) when ANY answer is denied:
+    one bad answer in a set is the signature of rebinding, not bad luck.
+    """
+    literal = _ip_or_none(host)
+    if literal is not None:
+        check_address(literal, config)
+        return [literal]
+    answers = await _lookup(resolver, host, port, config.dns_timeout_s)
+    addresses = [_parse_answer(answer) for answer in answers]
+    if not addresses:
+        raise OpError(ErrorCode.DNS_FAILED, "no_such_host")
+    for address in addresses:
+        check_address(address, config)
+    return list(dict.fromkeys(addresses))
+
+
+async def _lookup(resolver: Resolver, host: str, port: int, timeout_s: float) -> Sequence[str]:
+    with trio.move_on_after(timeout_s):
+        try:
+            return await resolver.resolve(host, port)
+        except OSError as exc:  # gaierror and friends; the message would leak resolver detail
+            raise OpError(ErrorCode.DNS_FAILED, "no_such_host") from exc
+    raise OpError(ErrorCode.DNS_FAILED, "timeout")
+
+
+def _ip_or_none(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _parse_answer(answer: str) -> IPAddress:
+    try:
+        return ipaddress.ip_address(answer)
+    except ValueError as exc:
+        raise OpError(ErrorCode.DNS_FAILED, "bad_answer") from exc

@@ -1,0 +1,57 @@
+"""The seam where httpx, httpcore, TLS and OS errors become OpError, by one table.
+
+Order matters: the first row whose type matches wins, so subclasses come before their bases
+(as in httpx's own ``HTTPCORE_EXC_MAP``). Details are fixed words, never exception text, which
+can carry addresses the deny table is meant to hide.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import httpcore
+import httpx
+
+from csp_web.errors import OpError
+from protocol import ErrorCode
+
+ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode, str], ...] = (
+    (httpx.TimeoutException, ErrorCode.FETCH_FAILED, "timeout"),  # seed 000's detail
+    (httpcore.TimeoutException, ErrorCode.FETCH_FAILED, "timeout"),
+    (httpx.ConnectError, ErrorCode.FETCH_FAILED, "connect_failed"),
+    (httpcore.ConnectError, ErrorCode.FETCH_FAILED, "connect_failed"),
+    (httpx.RemoteProtocolError, ErrorCode.FETCH_FAILED, "protocol_error"),
+    (httpx.ReadError, ErrorCode.FETCH_FAILED, "read_failed"),
+    (httpx.WriteError, ErrorCode.FETCH_FAILED, "write_failed"),
+    (httpx.InvalidURL, ErrorCode.URL_REJECTED, "invalid"),
+    (httpx.UnsupportedProtocol, ErrorCode.URL_REJECTED, "scheme-not-allowed"),
+    (httpx.HTTPError, ErrorCode.FETCH_FAILED, "http_error"),
+    (httpcore.NetworkError, ErrorCode.FETCH_FAILED, "network_error"),
+    (ssl.SSLError, ErrorCode.FETCH_FAILED, "tls_failed"),
+    (OSError, ErrorCode.FETCH_FAILED, "network_error"),
+)
+
+
+def translate(exc: Exception) -> OpError | None:
+    """The OpError ``exc`` stands for, or None when it is not a network error (a bug)."""
+    if isinstance(exc, OpError):
+        return exc
+    for kind, code, detail in ERROR_TABLE:
+        if isinstance(exc, kind):
+            if _failed_tls_verification(exc):
+                detail = "tls_verify_failed"
+            return OpError(code, detail)
+    return None
+
+
+def _failed_tls_verification(exc: BaseException) -> bool:
+    """Whether a certificate check lies somewhere in ``exc``'s cause chain (httpcore wraps
+    ssl's error as trio.BrokenResourceError, then ConnectError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
