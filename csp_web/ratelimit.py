@@ -1,0 +1,135 @@
+"""Token buckets per backend and per API, and persistent monthly quotas.
+
+A call waits for a token when one comes within its deadline, else fails at once with
+``rate_limited`` and a RETRY_AFTER hint. Upstream ``Retry-After`` and rate-limit headers pause
+a bucket (``pause_until``), so the daemon backs off as the provider asks. Background work
+(search prefetch) only takes a token when the bucket is more than half full, so it never spends
+budget that foreground calls need.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import trio
+
+from protocol import ErrorCode
+
+from .errors import OpError
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``per_minute`` tokens refill continuously up to ``burst`` (seed 001: per-minute rates)."""
+
+    per_minute: float
+    burst: int
+
+
+class Bucket:
+    """One token bucket on trio's clock (so tests drive it with MockClock)."""
+
+    def __init__(self, name: str, rate: Rate) -> None:
+        self.name = name
+        self.rate = rate
+        self._tokens = float(rate.burst)
+        self._stamp = trio.current_time()
+        self._paused_until = -math.inf
+
+    def _refill(self) -> None:
+        now = trio.current_time()
+        self._tokens = min(
+            self.rate.burst, self._tokens + (now - self._stamp) * self.rate.per_minute / 60
+        )
+        self._stamp = now
+
+    def wait_s(self) -> float:
+        """Seconds until a token is available (0 when one is)."""
+        self._refill()
+        pause = max(0.0, self._paused_until - trio.current_time())
+        if self._tokens >= 1:
+            return pause
+        return max(pause, (1 - self._tokens) * 60 / self.rate.per_minute)
+
+    async def acquire(self, *, deadline: float) -> None:
+        """Take a token, waiting while one comes before ``deadline`` (trio time).
+
+        Raises OpError(rate_limited) with a RETRY_AFTER field (seconds) otherwise.
+        """
+        while True:
+            wait = self.wait_s()
+            if wait <= 0:
+                self._tokens -= 1
+                return
+            if trio.current_time() + wait > deadline:
+                raise OpError(
+                    ErrorCode.RATE_LIMITED,
+                    self.name,
+                    fields=(("RETRY_AFTER", str(math.ceil(wait))),),
+                )
+            await trio.sleep(wait)
+
+    def try_acquire_background(self) -> bool:
+        """Take a token only if the bucket stays at least half full: prefetch is optional."""
+        if self.wait_s() > 0 or self._tokens - 1 < self.rate.burst / 2:
+            return False
+        self._tokens -= 1
+        return True
+
+    def pause_until(self, when: float) -> None:
+        """Hold every call until trio time ``when`` (from Retry-After / reset headers)."""
+        self._paused_until = max(self._paused_until, when)
+
+
+class MonthlyQuota:
+    """A count of calls per calendar month, persisted in a small JSON file (Brave's free
+    tier is 1,000 requests a month, seed 000). Blocking file I/O: call from a thread."""
+
+    def __init__(self, path: str, name: str, limit: int) -> None:
+        self.path = path
+        self.name = name
+        self.limit = limit
+
+    def _load(self) -> dict[str, int]:
+        try:
+            with open(self.path, encoding="utf-8") as file:
+                data = json.load(file)
+            return {str(k): int(v) for k, v in data.items()}
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def take(self, month: str) -> None:
+        """Count one call in ``month`` (YYYY-MM); raises OpError(rate_limited) when spent."""
+        data = self._load()
+        key = f"{self.name}:{month}"
+        if data.get(key, 0) >= self.limit:
+            raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} monthly quota of {self.limit}")
+        data[key] = data.get(key, 0) + 1
+        tmp = f"{self.path}.tmp"
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+        os.replace(tmp, self.path)
+
+    def used(self, month: str) -> int:
+        return self._load().get(f"{self.name}:{month}", 0)
+
+
+class RateLimits:
+    """The daemon's buckets by name, made on first use from configured rates."""
+
+    def __init__(self, rates: dict[str, Rate]) -> None:
+        self._rates = rates
+        self._buckets: dict[str, Bucket] = {}
+
+    def bucket(self, name: str) -> Bucket | None:
+        """The bucket for ``name``, or None when that name has no configured rate."""
+        if name not in self._buckets:
+            rate = self._rates.get(name)
+            if rate is None:
+                return None
+            self._buckets[name] = Bucket(name, rate)
+        return self._buckets[name]

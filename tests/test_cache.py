@@ -1,0 +1,55 @@
+"""The shared response cache: hashed keys, expiry, namespaces, size bound."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import trio
+
+from csp_web.cache import cache_key, open_cache
+
+
+def test_key_is_a_hash_that_never_holds_the_input() -> None:
+    key = cache_key("fetch", {"url": "https://example.com/?token=s3cret"})
+    assert key.startswith("fetch:")
+    assert "s3cret" not in key
+    assert len(key.split(":")[1]) == 64
+    assert key == cache_key("fetch", {"url": "https://example.com/?token=s3cret"})
+    assert key != cache_key("search", {"url": "https://example.com/?token=s3cret"})
+
+
+async def test_value_round_trips_until_its_ttl(tmp_path: Path) -> None:
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        await cache.set("search", "q", {"results": [1, 2]}, ttl_s=3600)
+        assert await cache.get("search", "q") == {"results": [1, 2]}
+        _, expires = cache._store.get(cache_key("search", "q"), expire_time=True)
+        assert 3590 < expires - time.time() <= 3600
+        await cache.set("search", "gone", "v", ttl_s=1e-9)  # expired on arrival
+        assert await cache.get("search", "gone") is None
+        assert (cache.hits, cache.misses) == (1, 1)
+
+
+async def test_invalidating_a_namespace_drops_only_its_entries(tmp_path: Path) -> None:
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        await cache.set("api:github", "a", "1", ttl_s=60)
+        await cache.set("api:github", "b", "2", ttl_s=60)
+        await cache.set("api:other", "a", "3", ttl_s=60)
+        assert await cache.invalidate("api:github") == 2
+        assert await cache.get("api:github", "a") is None
+        assert await cache.get("api:other", "a") == "3"
+
+
+async def test_cache_directory_is_private_and_size_bounded(tmp_path: Path) -> None:
+    directory = str(tmp_path / "c")
+    async with open_cache(directory, size_limit_bytes=200_000) as cache:
+        for n in range(100):
+            await cache.set("fetch", n, "x" * 10_000, ttl_s=60)
+        await trio.to_thread.run_sync(cache._store.cull)
+        assert cache.volume_bytes() < 400_000
+    assert os.stat(directory).st_mode & 0o077 == 0
+    with sqlite3.connect(os.path.join(directory, "cache.db")) as db:
+        keys = [row[0] for row in db.execute("SELECT key FROM Cache")]
+    assert all(str(k).startswith("fetch:") for k in keys)
