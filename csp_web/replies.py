@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,18 +26,23 @@ def format_scope(items: Iterable[str]) -> str:
     return "[" + ",".join(items) + "]"
 
 
-def _head(status: Status, task_id: str | None) -> list[Field]:
+def cite(url: str, title: str | None) -> Field:
+    """A ``CITE <url> "<title>"`` line naming a source the reply used (SPEC R-4)."""
+    return ("CITE", f"{url} {json.dumps(title or '', ensure_ascii=False)}")
+
+
+def _head(task_id: str | None) -> list[Field]:
     return [("ID", task_id)] if task_id is not None else []
 
 
 def ok_reply(result: Result, task_id: str | None) -> Reply:
-    fields = _head(result.status, task_id)
+    fields = _head(task_id)
     fields += [("SCOPE", format_scope(result.scope)), ("DATA", result.data), *result.fields]
     return Reply(result.status, tuple(fields))
 
 
 def fail_reply(error: OpError, task_id: str | None) -> Reply:
-    fields = _head(Status.FAIL, task_id)
+    fields = _head(task_id)
     fields += [
         ("SCOPE", format_scope(error.scope)),
         ("DATA", error.data),

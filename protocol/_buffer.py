@@ -19,6 +19,7 @@ class LineBuffer:
         self._data = bytearray()
         self._start = 0
         self._scanned = 0  # offset before which no b"\n" remains unconsumed
+        self._block_scanned = 0  # offset before which no blank line remains unconsumed
 
     def feed(self, data: bytes | bytearray) -> None:
         self._data += data
@@ -52,8 +53,10 @@ class LineBuffer:
         pending = self.pending()
         if not pending or pending > max_bytes or self._data[self._start] in (0x0A, 0x0D):
             return None
-        match = _BLANK_LINE.search(self._data, self._start)
+        # Resume two bytes back, so a "\n\r\n" split across chunks is still found.
+        match = _BLANK_LINE.search(self._data, max(self._start, self._block_scanned - 2))
         if match is None:
+            self._block_scanned = len(self._data)
             return None
         lines = bytes(self._data[self._start : match.start()]).split(b"\n")
         return [line[:-1] if line.endswith(b"\r") else line for line in lines], match.end()
@@ -73,16 +76,16 @@ class LineBuffer:
 
     def pop_rest(self) -> bytes:
         """Everything still buffered, as the final unterminated line at EOF."""
-        rest = bytes(self._data[self._start :]).removesuffix(b"\r")
+        rest = bytes(self._data[self._start :])
         self.clear()
         return rest
 
     def clear(self) -> None:
         self._data.clear()
-        self._start = self._scanned = 0
+        self._start = self._scanned = self._block_scanned = 0
 
     def _consume(self, upto: int) -> None:
-        self._start = self._scanned = upto
+        self._start = self._scanned = self._block_scanned = upto
         if self._start > len(self._data) // 2:
             del self._data[: self._start]
-            self._start = self._scanned = 0
+            self._start = self._scanned = self._block_scanned = 0

@@ -107,9 +107,7 @@ class Connection:
             return NEED_DATA
         rest = self._buffer.pop_rest()
         if rest:
-            frame = self._take_line(rest)
-            if frame is not None:
-                return frame
+            self._take_line(rest)  # a non-empty line never completes a frame by itself
         frame = self._end_frame() if self._lines else None
         return CLOSED if frame is None else frame
 

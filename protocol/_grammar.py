@@ -78,10 +78,10 @@ def _find(fields: tuple[Field, ...], key: str) -> str | None:
 def salvage_id(lines: list[bytes]) -> str | None:
     """The raw ID of a frame that failed to parse, if a plain ``ID`` field line holds one."""
     for line in lines[1:]:
-        if line.startswith(b"ID ") and not line.startswith(b'ID "'):
+        if line.startswith(b"ID "):
             try:
                 text = line[3:].decode("utf-8")
-            except UnicodeDecodeError:
+                return None if has_forbidden_raw(text) else decode_value(text)
+            except (UnicodeDecodeError, ProtocolError):
                 return None
-            return None if has_forbidden_raw(text) else text
     return None

@@ -1,4 +1,4 @@
-"""Writing frames as bytes (SPEC S-1 to S-3): what this writes, the parser reads back equal."""
+"""Writing frames as bytes (SPEC V-3, V-4, V-6): what this writes, the parser reads back equal."""
 
 from __future__ import annotations
 

@@ -1,0 +1,173 @@
+"""The deny table alone: every row refuses its range by name, hidden IPv4 is unwrapped, the
+allow-list opens what it names and nothing else."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from csp_web.errors import OpError
+from csp_web.net import GuardConfig, check_address, deny_rule
+from csp_web.net.denylist import IPV4_RULES, IPV6_RULES, Rule
+from protocol import ErrorCode
+
+# One address inside every row, and the rule that must name it.
+HOSTILE_ADDRESSES = [
+    ("0.1.2.3", "this-network-0/8"),
+    ("10.2.3.4", "private-10/8"),
+    ("100.64.0.1", "cgnat-100.64/10"),
+    ("127.0.0.1", "loopback-127/8"),
+    ("127.255.255.254", "loopback-127/8"),
+    ("169.254.169.254", "link-local-169.254/16"),
+    ("172.16.0.1", "private-172.16/12"),
+    ("172.31.255.255", "private-172.16/12"),
+    ("192.0.0.8", "ietf-192.0.0/24"),
+    ("192.0.2.1", "test-net-1-192.0.2/24"),
+    ("192.88.99.1", "6to4-relay-192.88.99/24"),
+    ("192.168.1.1", "private-192.168/16"),
+    ("198.18.0.1", "benchmark-198.18/15"),
+    ("198.19.255.255", "benchmark-198.18/15"),
+    ("198.51.100.7", "test-net-2-198.51.100/24"),
+    ("203.0.113.9", "test-net-3-203.0.113/24"),
+    ("224.0.0.1", "multicast-224/4"),
+    ("239.255.255.250", "multicast-224/4"),
+    ("240.0.0.1", "reserved-240/4"),
+    ("255.255.255.255", "broadcast-255.255.255.255"),
+    ("::", "unspecified-::/128"),
+    ("::1", "loopback-::1/128"),
+    ("fc00::1", "ula-fc00::/7"),
+    ("fd12:3456::1", "ula-fc00::/7"),
+    ("fe80::1", "link-local-fe80::/10"),
+    ("fe80::1%eth0", "link-local-fe80::/10"),
+    ("fec0::1", "site-local-fec0::/10"),
+    ("ff02::1", "multicast-ff00::/8"),
+    ("100::1", "discard-100::/64"),
+    ("2001:db8::1", "documentation-2001:db8::/32"),
+    ("2001:2::1", "ietf-2001::/23"),
+    ("::ffff:10.0.0.1", "private-10/8-via-ipv4-mapped"),
+    ("::ffff:7f00:1", "loopback-127/8-via-ipv4-mapped"),
+    ("::ffff:169.254.169.254", "link-local-169.254/16-via-ipv4-mapped"),
+    ("::10.0.0.1", "private-10/8-via-ipv4-compatible"),
+    ("::127.0.0.1", "loopback-127/8-via-ipv4-compatible"),
+    ("64:ff9b::127.0.0.1", "loopback-127/8-via-nat64"),
+    ("64:ff9b::a9fe:a9fe", "link-local-169.254/16-via-nat64"),
+    ("64:ff9b:1::a00:1", "private-10/8-via-nat64-local"),
+    ("2002:a00:1::1", "private-10/8-via-6to4"),
+    ("2002:7f00:1::", "loopback-127/8-via-6to4"),
+    # Teredo: client 10.0.0.1 stored bit-inverted as f5ff:fffe (RFC 4380 §4).
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private-10/8-via-teredo"),
+    # Teredo with a public client (8.8.8.8, inverted f7f7:f7f7): 2001::/23 refuses it still.
+    ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "ietf-2001::/23"),
+]
+
+PUBLIC_ADDRESSES = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "100.128.0.0",
+    "172.32.0.0",
+    "198.20.0.0",
+    "223.255.255.255",
+    "2606:4700:4700::1111",
+    "2001:200::1",
+    "::ffff:8.8.8.8",
+    "64:ff9b::8.8.8.8",
+    "2002:808:808::1",
+]
+
+
+@pytest.mark.parametrize(("address", "rule"), HOSTILE_ADDRESSES)
+def test_each_deny_row_refuses_its_range_naming_the_rule_not_the_address(
+    address: str, rule: str
+) -> None:
+    with pytest.raises(OpError) as caught:
+        check_address(ipaddress.ip_address(address), GuardConfig())
+    assert (caught.value.code, caught.value.detail) == (ErrorCode.SSRF_BLOCKED, rule)
+    assert address not in str(caught.value).replace(rule, "")
+
+
+@pytest.mark.parametrize("address", PUBLIC_ADDRESSES)
+def test_public_addresses_pass_the_deny_table(address: str) -> None:
+    check_address(ipaddress.ip_address(address), GuardConfig())
+
+
+@pytest.mark.parametrize("rule", IPV4_RULES, ids=lambda rule: rule.name)
+def test_each_ipv4_row_covers_its_first_and_last_address_and_not_its_neighbours(
+    rule: Rule,
+) -> None:
+    first = int(rule.network.network_address)
+    last = int(rule.network.broadcast_address)
+    assert deny_rule(ipaddress.IPv4Address(first)) == rule.name
+    # 255.255.255.255, the last of 240/4, is named by its own broadcast row.
+    assert deny_rule(ipaddress.IPv4Address(last)) in (rule.name, "broadcast-255.255.255.255")
+    for neighbour in (first - 1, last + 1):
+        if 0 <= neighbour < 2**32:
+            assert deny_rule(ipaddress.IPv4Address(neighbour)) != rule.name
+
+
+# Wrapper rows judge the IPv4 inside them; the hypothesis properties below cover those.
+PLAIN_IPV6_RULES = [rule for rule in IPV6_RULES if rule.unwrap is None]
+
+
+@pytest.mark.parametrize("rule", PLAIN_IPV6_RULES, ids=lambda rule: rule.name)
+def test_each_plain_ipv6_row_refuses_its_first_and_last_address_and_not_its_neighbours(
+    rule: Rule,
+) -> None:
+    first = int(rule.network.network_address)
+    last = int(rule.network.broadcast_address)
+    # An earlier, narrower row (Teredo inside 2001::/23) may be the one that names it.
+    assert deny_rule(ipaddress.IPv6Address(first)) is not None
+    assert deny_rule(ipaddress.IPv6Address(last)) is not None
+    for neighbour in (first - 1, last + 1):
+        if 0 <= neighbour < 2**128:
+            assert deny_rule(ipaddress.IPv6Address(neighbour)) != rule.name
+
+
+ipv4s = st.integers(min_value=0, max_value=2**32 - 1).map(ipaddress.IPv4Address)
+WRAPPERS = {
+    "ipv4-mapped": lambda v4: ipaddress.IPv6Address(0xFFFF_0000_0000 | int(v4)),
+    "nat64": lambda v4: ipaddress.IPv6Address((0x64FF9B << 96) | int(v4)),
+    "6to4": lambda v4: ipaddress.IPv6Address((0x2002 << 112) | (int(v4) << 80)),
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+@given(v4=ipv4s)
+def test_an_ipv4_address_hidden_in_ipv6_gets_the_verdict_of_the_bare_address(
+    wrapper: str, v4: ipaddress.IPv4Address
+) -> None:
+    inner = deny_rule(v4)
+    expected = None if inner is None else f"{inner}-via-{wrapper}"
+    assert deny_rule(WRAPPERS[wrapper](v4)) == expected
+
+
+@given(v4=ipv4s)
+def test_teredo_is_refused_and_names_a_denied_client_address(v4: ipaddress.IPv4Address) -> None:
+    inverted = int(v4) ^ 0xFFFF_FFFF
+    teredo = ipaddress.IPv6Address((0x2001_0000 << 96) | (0x4136E378 << 64) | inverted)
+    inner = deny_rule(v4)
+    assert deny_rule(teredo) == ("ietf-2001::/23" if inner is None else f"{inner}-via-teredo")
+
+
+def test_check_address_takes_the_address_as_text_too() -> None:
+    with pytest.raises(OpError) as caught:
+        check_address("169.254.169.254", GuardConfig())
+    assert caught.value.detail == "link-local-169.254/16"
+    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 address"):
+        check_address("example.com", GuardConfig())
+
+
+def test_allow_list_opens_an_address_it_names_and_its_mapped_form() -> None:
+    config = GuardConfig(allow_private=("127.0.0.0/8", "10.1.2.3"))
+    for address in ("127.0.0.1", "::ffff:127.0.0.1", "10.1.2.3"):
+        check_address(ipaddress.ip_address(address), config)
+
+
+def test_allow_list_leaves_neighbouring_private_addresses_refused() -> None:
+    config = GuardConfig(allow_private=("10.1.2.3", "fd00::/64"))
+    for address, rule in (("10.1.2.4", "private-10/8"), ("fd00:0:0:1::1", "ula-fc00::/7")):
+        with pytest.raises(OpError) as caught:
+            check_address(ipaddress.ip_address(address), config)
+        assert caught.value.detail == rule
