@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import resource
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -170,8 +171,16 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
 def _sink(args: argparse.Namespace, config: Config) -> int:
     from .memory_sink import serve_memory_sink
 
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_memory_sink, args.socket, args.dir)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:  # stop: a write in progress finishes in its thread
+                    nursery.cancel_scope.cancel()
+                    return
+
     try:
-        trio.run(serve_memory_sink, args.socket, args.dir)
+        trio.run(run)
     except OSError as exc:
         log.error("cannot serve: %s", exc)
         return EXIT_UNREACHABLE

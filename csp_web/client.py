@@ -148,9 +148,17 @@ async def open_client(
         limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),
         id_prefix=id_prefix,
     )
-    async with stream, trio.open_nursery() as nursery:
-        nursery.start_soon(client.serve_replies)
+    async with stream:
         try:
-            yield client
-        finally:
-            nursery.cancel_scope.cancel()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.serve_replies)
+                try:
+                    yield client
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # serve_replies never raises, so a group holds the caller's own exception:
+            # hand it back unwrapped so callers can catch ClientClosed, OSError, TooSlowError.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise

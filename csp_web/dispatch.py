@@ -95,7 +95,8 @@ class Dispatcher:
         timeout_ms = parse_timeout_ms(
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
-        if op is not None and op.specialist != "sys" and self.audit and self.services.outbox.full:
+        audited = self.audit and (op is None or op.specialist != "sys")
+        if audited and self.services.outbox.full:
             raise OpError(ErrorCode.OUTBOX_FULL, "memory writes are backing up")
         with trio.move_on_after(timeout_ms / 1000) as scope:
             async with self.slots(op.specialist if op else "memory").admit():

@@ -51,8 +51,8 @@ class SinkStore:
         parts = PurePosixPath(logical).parts
         if not parts or logical.startswith("/") or any(p in ("..", ".", "") for p in parts):
             raise OpError(ErrorCode.INVALID_FIELD, "PATH must be relative without '..'")
-        if parts[0] == ".sink-ids":
-            raise OpError(ErrorCode.INVALID_FIELD, "PATH is reserved")
+        if any(part.startswith(".") for part in parts):
+            raise OpError(ErrorCode.INVALID_FIELD, "PATH parts may not start with '.'")
         return os.path.join(self.root, *parts)
 
     def append(self, write_id: str, logical: str, data: str) -> bool:
@@ -60,9 +60,12 @@ class SinkStore:
         if write_id in self.ids:
             return False
         target = self.resolve(logical)
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        with open(target, "a", encoding="utf-8") as file:
-            file.write(data if data.endswith("\n") else data + "\n")
+        try:
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            with open(target, "a", encoding="utf-8") as file:
+                file.write(data if data.endswith("\n") else data + "\n")
+        except (IsADirectoryError, NotADirectoryError, FileExistsError):
+            raise OpError(ErrorCode.INVALID_FIELD, "PATH clashes with a folder") from None
         with open(self._ids_path, "a", encoding="utf-8") as file:
             file.write(write_id + "\n")
         self.ids.add(write_id)
@@ -83,7 +86,7 @@ def sink_ops(store: SinkStore) -> list[Op]:
         target = store.resolve(params.text("PATH"))
         try:
             return Result(await trio.Path(target).read_text("utf-8"), scope=("memory",))
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise OpError(ErrorCode.INVALID_FIELD, "no such PATH") from None
 
     text = FieldSpec

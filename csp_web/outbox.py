@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import trio
 
-from protocol import ErrorCode, Status
+from protocol import ErrorCode, Reply, Status
 
 from .client import Client, ClientClosed, open_client
 from .config import MemoryConfig, OutboxConfig
@@ -132,18 +132,11 @@ class Outbox:
             replies = await client.call_many(
                 [write.to_task() for _, write in rows], timeout_s=self._memory.ack_timeout_s
             )
-            acked = [
-                seq
-                for (seq, _), reply in zip(rows, replies, strict=True)
-                if reply.status is Status.OK
-            ]
-            rejected = [
-                (seq, reply.get("ERROR") or "FAIL")
-                for (seq, _), reply in zip(rows, replies, strict=True)
-                if reply.status is not Status.OK
-            ]
+            acked, rejected, retry = _sort_replies(rows, replies)
             await self._db(self._store.settle, acked, rejected)
-            self._settled([w for _, w in rows], len(acked), len(rejected))
+            self._settled([w for seq, w in rows if seq not in retry], len(acked), len(rejected))
+            if retry:  # the Memory Specialist is busy or stopping: same writes again later
+                raise ClientClosed(f"{len(retry)} writes refused for now; retrying")
 
     def _settled(self, writes: list[MemoryWrite], acked: int, rejected: int) -> None:
         for write in writes:
@@ -165,6 +158,38 @@ class Outbox:
     async def _db(self, fn: Callable[..., T], *args: object) -> T:
         async with self._db_lock:
             return await trio.to_thread.run_sync(fn, *args)
+
+
+# FAIL codes that say "not now" rather than "never": such writes stay pending (SPEC M-2).
+_TRANSIENT = frozenset(
+    {
+        "busy",
+        "shutting_down",
+        "timeout_exceeded",
+        "internal_error",
+        "outbox_full",
+        "rate_limited",
+        "memory_unavailable",
+    }
+)
+
+
+def _sort_replies(
+    rows: list[tuple[int, MemoryWrite]], replies: list[Reply]
+) -> tuple[list[int], list[tuple[int, str]], set[int]]:
+    """(acknowledged seqs, rejected (seq, error), seqs to retry) for one delivered batch."""
+    acked: list[int] = []
+    rejected: list[tuple[int, str]] = []
+    retry: set[int] = set()
+    for (seq, _), reply in zip(rows, replies, strict=True):
+        error = reply.get("ERROR") or "FAIL"
+        if reply.status is not Status.FAIL:
+            acked.append(seq)
+        elif error.partition(":")[0] in _TRANSIENT:
+            retry.add(seq)
+        else:
+            rejected.append((seq, error))
+    return acked, rejected, retry
 
 
 @asynccontextmanager

@@ -7,6 +7,8 @@ storage.
 
 from __future__ import annotations
 
+import secrets
+
 import trio
 
 from protocol import ErrorCode, Reply, Task
@@ -27,18 +29,14 @@ class MemoryRelay:
         path = self._config.socket_path
         if path is None:
             raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no memory.socket_path configured")
-        upstream = Task(
-            task.req,
-            task.domain,
-            task.out,
-            task.inline,
-            tuple(f for f in task.fields if f[0] != "ID"),
-        )
+        # The client's ID is the Memory Specialist's idempotency key: forward it unchanged.
+        # A frame without one gets a prefix no other relay connection uses.
+        prefix = f"r-{secrets.token_hex(8)}-"
         try:
             async with open_client(
-                path, id_prefix="r", connect_timeout_s=self._config.connect_timeout_s
+                path, id_prefix=prefix, connect_timeout_s=self._config.connect_timeout_s
             ) as client:
-                reply = await client.call(upstream, timeout_s=self._config.relay_timeout_s)
+                reply = await client.call(task, timeout_s=self._config.relay_timeout_s)
         except (OSError, ClientClosed, trio.TooSlowError) as exc:
             raise OpError(ErrorCode.MEMORY_UNAVAILABLE, type(exc).__name__) from exc
         fields = tuple(f for f in reply.fields if f[0] != "ID")

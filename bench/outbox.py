@@ -1,0 +1,208 @@
+"""Benchmark of the durable memory outbox: writes persisted and delivered per second.
+
+Run from the repository root::
+
+    python bench/outbox.py [--writes 20000] [--writers 64] [--synchronous full|normal]
+
+Three figures, each over ``--writes`` audit-sized records (about 200 bytes of JSON, one
+logical file each, as the dispatcher's audit writes are):
+
+persist    ``--writers`` concurrent tasks call ``put()`` with no Memory Specialist; the rate
+           is writes whose ``put()`` returned (committed to SQLite) per second, with the
+           latency of a single ``put()`` at p50 and p99.
+end-to-end the same puts with the reference ``csp-web memory-sink`` running as its own
+           process; the time runs from the first ``put()`` until the outbox depth is 0 (every
+           write acknowledged by the sink and removed from the store).
+backlog    the outbox left by ``persist`` is reopened with the sink running; the time is how
+           long delivery alone takes to drain it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # so `python bench/outbox.py` finds the packages
+    sys.path.insert(0, str(REPO_ROOT))
+
+import trio  # noqa: E402
+
+from csp_web.client import open_client  # noqa: E402
+from csp_web.config import MemoryConfig, OutboxConfig  # noqa: E402
+from csp_web.memory import json_record, make_write  # noqa: E402
+from csp_web.outbox import Outbox, open_outbox  # noqa: E402
+from protocol import Task  # noqa: E402
+
+MAX_WRITES = 200_000  # a bound on the run, far past the default 20k
+RUN_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    writes: int
+    elapsed_s: float
+    latencies_ms: tuple[float, ...] = ()
+
+    def line(self) -> str:
+        rate = self.writes / self.elapsed_s if self.elapsed_s else float("inf")
+        text = f"{self.name:<11} {self.writes:>7} writes  {self.elapsed_s:8.3f} s  {rate:>9.0f}/s"
+        if self.latencies_ms:
+            ordered = sorted(self.latencies_ms)
+            p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+            text += f"  put p50 {statistics.median(ordered):.2f} ms  p99 {p99:.2f} ms"
+        return text
+
+
+def _record(n: int) -> str:
+    return json_record(
+        time=time.time(),
+        op="fetch",
+        domain="WEB",
+        uid=1000,
+        pid=4242,
+        connection=f"unix-{n % 97}",
+        id=f"bench-{n}",
+        outcome="OK",
+        error=None,
+        duration_ms=12.345,
+    )
+
+
+async def _put_all(outbox: Outbox, writes: int, writers: int) -> list[float]:
+    """Put ``writes`` records from ``writers`` concurrent tasks; the latency of each put."""
+    latencies: list[float] = []
+    counter = iter(range(writes))
+
+    async def writer() -> None:
+        for n in counter:
+            write = make_write("sys", "audit", "bench", _record(n), suffix=".json")
+            started = time.perf_counter()
+            await outbox.put(write)
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(writers):
+            nursery.start_soon(writer)
+    return latencies
+
+
+async def _persist(path: str, config: OutboxConfig, writes: int, writers: int) -> Figure:
+    async with open_outbox(path, config, MemoryConfig()) as outbox:
+        started = time.perf_counter()
+        latencies = await _put_all(outbox, writes, writers)
+        elapsed = time.perf_counter() - started
+        assert outbox.depth == writes, outbox.depth
+    return Figure("persist", writes, elapsed, tuple(latencies))
+
+
+async def _end_to_end(
+    path: str, config: OutboxConfig, memory: MemoryConfig, writes: int, writers: int
+) -> Figure:
+    async with open_outbox(path, config, memory) as outbox:
+        started = time.perf_counter()
+        latencies = await _put_all(outbox, writes, writers)
+        await outbox.wait_drained()
+        elapsed = time.perf_counter() - started
+        assert (outbox.depth, outbox.delivered) == (0, writes), (outbox.depth, outbox.delivered)
+    return Figure("end-to-end", writes, elapsed, tuple(latencies))
+
+
+async def _backlog(path: str, config: OutboxConfig, memory: MemoryConfig, writes: int) -> Figure:
+    async with open_outbox(path, config, memory) as outbox:
+        assert outbox.depth == writes, outbox.depth
+        started = time.perf_counter()
+        await outbox.wait_drained()
+        elapsed = time.perf_counter() - started
+        assert outbox.delivered == writes, outbox.delivered
+    return Figure("backlog", writes, elapsed)
+
+
+async def _wait_serving(socket_path: str, sink: trio.Process) -> None:
+    probe = Task("read", "MEMORY", "CONTENT", None, (("PATH", "probe"),))
+    with trio.fail_after(30):
+        while True:
+            if sink.poll() is not None:
+                raise RuntimeError(f"memory-sink exited with {sink.returncode}")
+            try:
+                async with open_client(socket_path) as client:
+                    await client.call(probe, timeout_s=30)
+                return
+            except OSError:
+                await trio.sleep(0.02)
+
+
+def _stored_ids(directory: str) -> int:
+    with open(os.path.join(directory, ".sink-ids"), encoding="utf-8") as file:
+        return sum(1 for line in file if line.strip())
+
+
+async def run(writes: int, writers: int, synchronous: str) -> list[Figure]:
+    config = OutboxConfig(synchronous="full" if synchronous == "full" else "normal")
+    with (
+        tempfile.TemporaryDirectory(prefix="csp-bench-") as state,
+        tempfile.TemporaryDirectory(prefix="csp-", dir="/tmp") as sockets,
+    ):
+        socket_path = os.path.join(sockets, "memory.sock")
+        memory = MemoryConfig(socket_path=socket_path)
+        sink_dir = os.path.join(state, "mem")
+        persisted = await _persist(os.path.join(state, "a.sqlite3"), config, writes, writers)
+        command = [sys.executable, "-m", "csp_web.cli", "memory-sink"]
+        sink = await trio.lowlevel.open_process(
+            [*command, "--socket", socket_path, "--dir", sink_dir],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=str(REPO_ROOT),
+        )
+        try:
+            await _wait_serving(socket_path, sink)
+            both = await _end_to_end(
+                os.path.join(state, "b.sqlite3"), config, memory, writes, writers
+            )
+            backlog = await _backlog(os.path.join(state, "a.sqlite3"), config, memory, writes)
+        finally:
+            sink.terminate()
+            await sink.wait()
+        assert _stored_ids(sink_dir) == 2 * writes
+    return [persisted, both, backlog]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--writes", type=int, default=20_000)
+    parser.add_argument("--writers", type=int, default=64)
+    parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
+    args = parser.parse_args(argv)
+    if not 0 < args.writes <= MAX_WRITES or args.writers <= 0:
+        parser.error(f"--writes must be 1..{MAX_WRITES} and --writers positive")
+
+    async def bounded() -> list[Figure]:
+        with trio.fail_after(RUN_TIMEOUT_S):
+            return await run(args.writes, args.writers, args.synchronous)
+
+    figures = trio.run(bounded)
+    shown = ["python", "bench/outbox.py", *(argv if argv is not None else sys.argv[1:])]
+    print(f"$ {shlex.join(shown)}")
+    print(
+        f"writes {args.writes}, writers {args.writers}, synchronous={args.synchronous}, "
+        f"batch_size {MemoryConfig().batch_size}, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cpus"
+    )
+    for figure in figures:
+        print(figure.line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

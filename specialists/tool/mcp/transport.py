@@ -1,0 +1,140 @@
+"""The SDK transport for one configured server, with the end of its stream made observable.
+
+The SDK (mcp 2.x) gives no public signal when a server process dies while no request is in
+flight: its dispatcher just stops reading. ``open_transport`` wraps the transport's read
+stream so the end of the stream calls ``on_end``, which lets the session restart a crashed
+server at once instead of failing the next call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Generic, TypeVar
+
+import anyio
+import httpx2
+from mcp import StdioServerParameters, stdio_client
+
+# The types the public `mcp.client.Transport` protocol is written in; the SDK keeps them in a
+# private module (with an __all__), so the import is pinned by pyproject's mcp<3.
+from mcp.client._transport import ReadStream as _ReadStream
+from mcp.client._transport import TransportStreams
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from .config import HttpServerConfig, ServerConfig, StdioServerConfig
+
+T = TypeVar("T")
+
+_HTTP_TIMEOUT_S = 30.0
+_SSE_READ_TIMEOUT_S = 300.0
+_STREAM_ENDED = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
+
+
+class MissingSecretError(LookupError):
+    """A variable named by ``env_from`` or ``headers_from_env`` is not set for the daemon."""
+
+
+class _WatchedReadStream(Generic[T]):
+    """A read stream (the SDK's ``ReadStream`` protocol) that reports its own end, once."""
+
+    def __init__(self, inner: _ReadStream[T], on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end: Callable[[], None] | None = on_end
+
+    @property
+    def last_context(self) -> object:
+        # The dispatcher reads this by getattr to restore the sender's contextvars.
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> T:
+        try:
+            return await self._inner.receive()
+        except _STREAM_ENDED:
+            on_end, self._on_end = self._on_end, None
+            if on_end is not None:
+                on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+@asynccontextmanager
+async def open_transport(
+    server: ServerConfig, *, on_end: Callable[[], None]
+) -> AsyncIterator[TransportStreams]:
+    """Open the server's transport; yields the SDK's (read, write) stream pair.
+
+    A stdio server is spawned here and reaped on exit (the SDK closes stdin, then terminates
+    its process group, every wait bounded). Raises MissingSecretError before spawning or
+    connecting when a named variable is unset; OSError when the command cannot be spawned.
+    """
+    if isinstance(server, StdioServerConfig):
+        streams = stdio_client(_stdio_parameters(server), errlog=sys.stderr)
+        async with streams as (read, write):
+            yield _watched(read, on_end), write
+        return
+    async with _open_http(server) as (read, write):
+        yield _watched(read, on_end), write
+
+
+def _watched(
+    read: _ReadStream[SessionMessage | Exception], on_end: Callable[[], None]
+) -> _ReadStream[SessionMessage | Exception]:
+    return _WatchedReadStream(read, on_end)
+
+
+def _stdio_parameters(server: StdioServerConfig) -> StdioServerParameters:
+    env = dict(server.env) | _read_env(server.env_from)
+    return StdioServerParameters(
+        command=server.command, args=list(server.args), env=env, cwd=server.cwd
+    )
+
+
+@asynccontextmanager
+async def _open_http(server: HttpServerConfig) -> AsyncIterator[TransportStreams]:
+    # The SDK speaks httpx2, so csp_web's guarded httpx client cannot serve here. Timeouts are
+    # the SDK's own defaults (mcp.shared._httpx_utils: 30 s, 300 s for an SSE read); the
+    # pool's deadlines cut any call shorter than these.
+    http = httpx2.AsyncClient(
+        headers=_read_env(server.headers_from_env),
+        timeout=httpx2.Timeout(_HTTP_TIMEOUT_S, read=_SSE_READ_TIMEOUT_S),
+    )
+    async with http, streamable_http_client(server.url, http_client=http) as streams:
+        yield streams
+
+
+def _read_env(names: Mapping[str, str]) -> dict[str, str]:
+    """Map each key to the value of the daemon variable it names; the values are secrets."""
+    resolved: dict[str, str] = {}
+    for key, variable in names.items():
+        value = os.environ.get(variable)
+        if value is None:
+            raise MissingSecretError(variable)
+        resolved[key] = value
+    return resolved

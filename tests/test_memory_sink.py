@@ -1,0 +1,187 @@
+"""The reference Memory Specialist (``csp-web memory-sink``), in process and as a command."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+import trio
+
+from csp_web.client import open_client
+from csp_web.config import Config
+from protocol import NEED_DATA, Connection, ErrorCode, Reply, Status, Task
+from tests.conftest import Sink, start_sink, wait_until
+
+CSP_WEB = shutil.which("csp-web") or "csp-web"
+
+
+def _write(task_id: str | None, path: str, data: str) -> Task:
+    head = (("ID", task_id),) if task_id is not None else ()
+    fields = (*head, ("FROM", "web"), ("TYPE", "web_op"), ("PATH", path), ("DATA", data))
+    return Task("write", "MEMORY", "ACK", None, fields)
+
+
+def _read(task_id: str, path: str) -> Task:
+    return Task("read", "MEMORY", "CONTENT", None, (("ID", task_id), ("PATH", path)))
+
+
+def _code(reply: Reply) -> str:
+    assert reply.status is Status.FAIL, reply
+    return (reply.get("ERROR") or "").partition(":")[0]
+
+
+async def _call(socket_path: str, task: Task) -> Reply:
+    async with open_client(socket_path) as client:
+        return await client.call(task, timeout_s=10)
+
+
+def _socket(config: Config) -> str:
+    assert config.memory.socket_path is not None
+    return config.memory.socket_path
+
+
+async def test_write_acknowledges_and_appends_data_under_its_path(
+    config: Config, sink: Sink
+) -> None:
+    """M-1, M-2: a write gets STATUS OK with its own ID; DATA lands at DIR/PATH."""
+    first = await _call(_socket(config), _write("w-1", "web/2026-11-22/a.log", "first"))
+    second = await _call(_socket(config), _write("w-2", "web/2026-11-22/a.log", "second\n"))
+    assert first == Reply(Status.OK, (("ID", "w-1"), ("SCOPE", "[memory]"), ("DATA", "stored")))
+    assert second.status is Status.OK
+    stored = await trio.Path(sink.directory, "web", "2026-11-22", "a.log").read_text("utf-8")
+    assert stored == "first\nsecond\n"
+
+
+async def test_a_repeated_id_is_stored_once(config: Config, sink: Sink) -> None:
+    """M-2: a receiver ignores an ID it has already stored (the reply is still OK)."""
+    await _call(_socket(config), _write("dup-1", "d.log", "once"))
+    again = await _call(_socket(config), _write("dup-1", "d.log", "once"))
+    assert again == Reply(
+        Status.OK, (("ID", "dup-1"), ("SCOPE", "[memory]"), ("DATA", "duplicate"))
+    )
+    assert await trio.Path(sink.directory, "d.log").read_text("utf-8") == "once\n"
+
+
+async def test_a_repeated_id_is_ignored_across_a_sink_restart(
+    nursery: trio.Nursery, sock_dir: str, tmp_path: os.PathLike[str]
+) -> None:
+    """M-2: the IDs already stored survive a restart of the Memory Specialist."""
+    socket_path = os.path.join(sock_dir, "sink.sock")
+    directory = os.path.join(tmp_path, "mem")
+    first = await start_sink(nursery, socket_path, directory)
+    await _call(socket_path, _write("keep-1", "k.log", "once"))
+    first.scope.cancel()
+    await wait_until(lambda: not os.path.exists(socket_path))
+    await start_sink(nursery, socket_path, directory)
+    again = await _call(socket_path, _write("keep-1", "k.log", "once"))
+    assert again.status is Status.OK
+    assert again.get("DATA") == "duplicate"
+    assert await trio.Path(directory, "k.log").read_text("utf-8") == "once\n"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../x",
+        "/abs",
+        "a/../../b",
+        "..",
+        ".",
+        ".sink-ids",
+        ".sink-ids/x",
+        # The sink keeps its own outbox database in DIR; a write must not append to it.
+        ".sink-outbox.sqlite3",
+    ],
+)
+async def test_a_path_outside_the_store_is_refused_as_invalid_field(
+    config: Config, sink: Sink, path: str
+) -> None:
+    """M-1: PATH is a logical memory path; escapes and the sink's own files are refused."""
+    before = sorted(os.listdir(sink.directory))
+    sizes = {name: os.path.getsize(os.path.join(sink.directory, name)) for name in before}
+    reply = await _call(_socket(config), _write("esc-1", path, "x"))
+    assert _code(reply) == ErrorCode.INVALID_FIELD
+    assert reply.id == "esc-1"
+    after = {name: os.path.getsize(os.path.join(sink.directory, name)) for name in before}
+    assert (sorted(os.listdir(sink.directory)), after) == (before, sizes)
+    assert "esc-1" not in sink.store.ids
+
+
+async def test_a_path_that_is_a_directory_is_refused_as_invalid_field(
+    config: Config, sink: Sink
+) -> None:
+    """E-1, E-2: storage errors are translated at the seam, not reported as internal_error."""
+    await _call(_socket(config), _write("dir-1", "folder/file.log", "x"))
+    reply = await _call(_socket(config), _write("dir-2", "folder", "y"))
+    assert _code(reply) == ErrorCode.INVALID_FIELD
+
+
+async def test_a_write_without_id_is_missing_field(config: Config, sink: Sink) -> None:
+    """M-1: ID is the idempotency key, so a write without one is refused."""
+    # The client adds an ID to frames without one, so speak to the sink with raw bytes.
+    codec = Connection()
+    stream = await trio.open_unix_socket(_socket(config))
+    async with stream:
+        await stream.send_all(codec.send(_write(None, "no-id.log", "x")))
+        with trio.fail_after(10):
+            while not isinstance(event := codec.next_event(), Reply):
+                assert event is NEED_DATA
+                codec.receive_data(await stream.receive_some(65536))
+    assert event.id is None
+    assert _code(event) == ErrorCode.MISSING_FIELD
+    assert not await trio.Path(sink.directory, "no-id.log").exists()
+
+
+async def test_read_returns_what_is_stored(config: Config, sink: Sink) -> None:
+    """M-3: REQ:read returns the stored content (a relayed read depends on it)."""
+    await _call(_socket(config), _write("r-1", "notes/n.md", "line one\nline two"))
+    reply = await _call(_socket(config), _read("r-2", "notes/n.md"))
+    assert reply == Reply(
+        Status.OK, (("ID", "r-2"), ("SCOPE", "[memory]"), ("DATA", "line one\nline two\n"))
+    )
+
+
+async def test_read_of_a_missing_path_is_invalid_field(config: Config, sink: Sink) -> None:
+    """E-1: a read of nothing stored fails with a catalogue code."""
+    reply = await _call(_socket(config), _read("r-3", "nothing/here.md"))
+    assert _code(reply) == ErrorCode.INVALID_FIELD
+
+
+async def _wait_serving(socket_path: str) -> None:
+    with trio.fail_after(15):
+        while True:
+            try:
+                await _call(socket_path, Task("read", "MEMORY", "CONTENT", None, (("PATH", "x"),)))
+            except OSError:
+                await trio.sleep(0.02)
+            else:
+                return
+
+
+async def test_memory_sink_command_serves_and_stops_on_sigterm(
+    sock_dir: str, tmp_path: os.PathLike[str]
+) -> None:
+    """M-2: ``csp-web memory-sink`` acknowledges writes on its socket and ends on SIGTERM."""
+    socket_path = os.path.join(sock_dir, "sink.sock")
+    directory = os.path.join(tmp_path, "mem")
+    process = await trio.lowlevel.open_process(
+        [CSP_WEB, "memory-sink", "--socket", socket_path, "--dir", directory],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await _wait_serving(socket_path)
+        reply = await _call(socket_path, _write("cli-1", "cli/a.log", "hello"))
+        assert reply.status is Status.OK
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            returncode = await process.wait()
+    finally:
+        process.kill()
+        await process.wait()
+    assert returncode in (0, -signal.SIGTERM)
+    assert await trio.Path(directory, "cli", "a.log").read_text("utf-8") == "hello\n"

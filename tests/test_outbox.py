@@ -1,0 +1,356 @@
+"""The durable memory outbox against real peers: the reference sink and a scripted CSP/1 peer.
+
+Every wait is bounded (``wait_until`` or ``trio.fail_after``); nothing asserts on elapsed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from functools import partial
+
+import pytest
+import trio
+
+from csp_web.client import open_client
+from csp_web.config import (
+    Config,
+    ConnectionConfig,
+    MemoryConfig,
+    OutboxConfig,
+    SocketConfig,
+)
+from csp_web.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.context import OpContext, Peer, Services
+from csp_web.dispatch import Dispatcher
+from csp_web.errors import OpError
+from csp_web.fields import FieldSpec, Params
+from csp_web.memory import MemoryWrite
+from csp_web.outbox import Outbox, open_outbox
+from csp_web.outbox_store import OutboxStore
+from csp_web.registry import Op, Registry
+from csp_web.replies import Result
+from csp_web.stats import Stats
+from csp_web.unix import serve_unix
+from protocol import ErrorCode, Reply, Status, Task
+from tests.conftest import Sink, start_daemon, start_sink, wait_until, with_memory
+
+PING = Task("ping", "SYS", "PONG")
+
+
+def _write(n: int, path: str = "order/log.txt") -> MemoryWrite:
+    return MemoryWrite("web", "web_op", path, f"line {n}", f"w-test-{n}")
+
+
+def _outbox_path(tmp_path: os.PathLike[str]) -> str:
+    return os.path.join(tmp_path, "outbox.sqlite3")
+
+
+async def _stored(path: str) -> tuple[tuple[int, int], list[MemoryWrite]]:
+    """What a second, independent store on ``path`` sees: totals and pending writes."""
+
+    def read() -> tuple[tuple[int, int], list[MemoryWrite]]:
+        store = OutboxStore(path, "full")
+        try:
+            return store.totals(), [write for _, write in store.oldest(1_000_000)]
+        finally:
+            store.close()
+
+    return await trio.to_thread.run_sync(read)
+
+
+async def _rejected_rows(path: str) -> list[tuple[str, str]]:
+    def read() -> list[tuple[str, str]]:
+        db = sqlite3.connect(path)
+        try:
+            return [(str(i), str(e)) for i, e in db.execute("SELECT id, error FROM rejected")]
+        finally:
+            db.close()
+
+    return await trio.to_thread.run_sync(read)
+
+
+def _audit_ids(directory: str) -> set[str]:
+    """IDs of the tasks whose audit records reached the sink."""
+    ids: set[str] = set()
+    for folder, _, files in os.walk(os.path.join(directory, "audit")):
+        for name in files:
+            with open(os.path.join(folder, name), encoding="utf-8") as file:
+                text = file.read()
+            try:
+                task_id = json.loads(text).get("id")
+            except ValueError:
+                continue  # the sink is still appending it; the next poll reads it whole
+            if isinstance(task_id, str):
+                ids.add(task_id)
+    return ids
+
+
+def _ping(task_id: str) -> Task:
+    return Task("ping", "SYS", "PONG", None, (("ID", task_id),))
+
+
+async def _noop(params: Params, ctx: OpContext) -> Result:
+    return Result("done", scope=("test",))
+
+
+NOOP = Op("noop", "TEST", "DONE", "web", _noop, doc="a web-specialist op that does nothing")
+
+
+async def test_put_is_durable_when_it_returns(tmp_path: os.PathLike[str]) -> None:
+    """M-2: a write is in the durable store the moment ``put`` returns."""
+    path = _outbox_path(tmp_path)
+    write = _write(1)
+    async with open_outbox(path, OutboxConfig(), MemoryConfig()) as outbox:
+        await outbox.put(write)
+        assert outbox.depth == 1
+        totals, pending = await _stored(path)
+    assert totals == (1, len(write.data) + len(write.path))
+    assert pending == [write]
+
+
+async def test_writes_left_pending_are_counted_when_the_outbox_reopens(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """M-2: undelivered writes stay on disk across a close and count toward the new depth."""
+    path = _outbox_path(tmp_path)
+    async with open_outbox(path, OutboxConfig(), MemoryConfig()) as outbox:
+        for n in range(3):
+            await outbox.put(_write(n))
+    async with open_outbox(path, OutboxConfig(), MemoryConfig()) as reopened:
+        assert reopened.depth == 3
+        assert reopened.bytes == sum(len(_write(n).data) + len(_write(n).path) for n in range(3))
+
+
+async def test_writes_reach_the_sink_in_put_order(
+    tmp_path: os.PathLike[str], config: Config, sink: Sink
+) -> None:
+    """M-1, M-2: writes to one PATH arrive in the order they were put, over several batches."""
+    memory = replace(config.memory, batch_size=4)
+    outbox_config = OutboxConfig(synchronous="normal")
+    async with open_outbox(_outbox_path(tmp_path), outbox_config, memory) as outbox:
+        for n in range(40):
+            await outbox.put(_write(n))
+        with trio.fail_after(10):
+            await outbox.wait_drained()
+    content = await trio.Path(sink.directory, "order", "log.txt").read_text("utf-8")
+    assert content.splitlines() == [f"line {n}" for n in range(40)]
+
+
+async def test_an_ack_removes_the_write_from_the_store(
+    tmp_path: os.PathLike[str], config: Config, sink: Sink
+) -> None:
+    """M-2: an OK with the write's ID is what takes it out of the outbox."""
+    path = _outbox_path(tmp_path)
+    async with open_outbox(path, OutboxConfig(), config.memory) as outbox:
+        for n in range(5):
+            await outbox.put(_write(n))
+        await wait_until(lambda: outbox.depth == 0)
+        assert (outbox.delivered, outbox.rejected, outbox.bytes) == (5, 0, 0)
+        totals, pending = await _stored(path)
+    assert (totals, pending) == ((0, 0), [])
+    assert {f"w-test-{n}" for n in range(5)} <= sink.store.ids
+
+
+async def test_a_memory_specialist_that_is_down_never_fails_a_reply(
+    nursery: trio.Nursery, config: Config, sock_dir: str, tmp_path: os.PathLike[str]
+) -> None:
+    """M-2: with nothing on the memory socket, ops still answer and their writes queue; a
+    sink started later receives them all (reconnect with backoff)."""
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
+    outbox = daemon.dispatcher.services.outbox
+    async with open_client(daemon.socket_path) as client:
+        replies = await client.call_many([_ping(f"down-{n}") for n in range(5)], timeout_s=10)
+    assert [r.status for r in replies] == [Status.OK] * 5
+    assert outbox.depth == 5
+    assert not outbox.connected
+    assert config.memory.socket_path is not None
+    sink = await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
+    await wait_until(lambda: outbox.depth == 0)
+    assert {f"down-{n}" for n in range(5)} <= _audit_ids(sink.directory)
+
+
+async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
+    nursery: trio.Nursery, config: Config, sock_dir: str, tmp_path: os.PathLike[str]
+) -> None:
+    """M-2: losing the Memory Specialist mid-connection is survived; delivery reconnects."""
+    assert config.memory.socket_path is not None
+    memory_dir = os.path.join(tmp_path, "mem")
+    sink = await start_sink(nursery, config.memory.socket_path, memory_dir)
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
+    outbox = daemon.dispatcher.services.outbox
+    async with open_client(daemon.socket_path) as client:
+        await client.call(_ping("before"))
+        await wait_until(lambda: outbox.depth == 0 and outbox.connected)
+        sink.scope.cancel()
+        await wait_until(lambda: not os.path.exists(config.memory.socket_path or ""))
+        reply = await client.call(_ping("while-down"))
+    assert reply.status is Status.OK
+    await start_sink(nursery, config.memory.socket_path, memory_dir)
+    await wait_until(lambda: outbox.depth == 0)
+    assert {"before", "while-down"} <= _audit_ids(memory_dir)
+
+
+async def test_a_new_outbox_delivers_what_an_earlier_one_left(
+    tmp_path: os.PathLike[str], config: Config, sink: Sink
+) -> None:
+    """M-2: writes persisted by a first outbox (no Memory Specialist) are delivered after a
+    restart that has one."""
+    path = _outbox_path(tmp_path)
+    async with open_outbox(path, OutboxConfig(), with_memory(config, None).memory) as first:
+        for n in range(10):
+            await first.put(_write(n))
+    async with open_outbox(path, OutboxConfig(), config.memory) as second:
+        assert second.depth == 10
+        with trio.fail_after(10):
+            await second.wait_drained()
+        assert second.delivered == 10
+    content = await trio.Path(sink.directory, "order", "log.txt").read_text("utf-8")
+    assert content.splitlines() == [f"line {n}" for n in range(10)]
+
+
+@pytest.mark.parametrize(("max_pending", "reserve"), [(1, 0), (3, 2)])
+async def test_puts_succeed_up_to_max_pending_plus_reserve_then_outbox_full(
+    tmp_path: os.PathLike[str], max_pending: int, reserve: int
+) -> None:
+    """M-2: the outbox is bounded; past ``max_pending + reserve`` a put raises outbox_full."""
+    limits = OutboxConfig(max_pending=max_pending, reserve=reserve)
+    async with open_outbox(_outbox_path(tmp_path), limits, MemoryConfig()) as outbox:
+        for n in range(max_pending):
+            assert not outbox.full
+            await outbox.put(_write(n))
+        assert outbox.full
+        for n in range(max_pending, max_pending + reserve):
+            await outbox.put(_write(n))
+        with pytest.raises(OpError) as refused:
+            await outbox.put(_write(99))
+        assert refused.value.code is ErrorCode.OUTBOX_FULL
+        assert (outbox.depth, outbox.refused) == (max_pending + reserve, 1)
+    totals, _ = await _stored(_outbox_path(tmp_path))
+    assert totals[0] == max_pending + reserve
+
+
+async def test_a_web_op_runs_below_max_pending_and_is_refused_at_it(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """M-2, E-1: at N-1 pending writes a web op runs (its audit makes N); at N the next web op
+    gets FAIL outbox_full, while IN:SYS ops are still served."""
+    max_pending = 3
+    limited = replace(
+        with_memory(config, None), outbox=OutboxConfig(max_pending=max_pending, reserve=2)
+    )
+    daemon = await start_daemon(nursery, limited, os.path.join(sock_dir, "csp.sock"), [NOOP])
+    outbox = daemon.dispatcher.services.outbox
+    for n in range(max_pending - 1):
+        await outbox.put(_write(n))
+    noop = partial(Task, "noop", "TEST", "DONE", None)
+    async with open_client(daemon.socket_path) as client:
+        admitted = await client.call(noop((("ID", "at-n-minus-1"),)))
+        assert outbox.depth == max_pending
+        refused = await client.call(noop((("ID", "at-n"),)))
+        ping = await client.call(_ping("sys-at-n"))
+    assert admitted == Reply(
+        Status.OK, (("ID", "at-n-minus-1"), ("SCOPE", "[test]"), ("DATA", "done"))
+    )
+    assert refused.status is Status.FAIL
+    assert [key for key, _ in refused.fields] == ["ID", "SCOPE", "DATA", "ERROR"]
+    assert refused.id == "at-n"
+    assert (refused.get("ERROR") or "").partition(":")[0] == ErrorCode.OUTBOX_FULL
+    assert ping.status is Status.OK
+
+
+async def _serve_scripted_memory(
+    path: str,
+    handler: Callable[[str | None, Params], Awaitable[Result]],
+    state_dir: str,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A Memory Specialist built from the daemon's own parts with a scripted ``write`` op."""
+
+    async def write(params: Params, ctx: OpContext) -> Result:
+        return await handler(ctx.client_id, params)
+
+    fields = tuple(FieldSpec(name, required=True) for name in ("FROM", "TYPE", "PATH", "DATA"))
+    registry = Registry([Op("write", "MEMORY", "ACK", "memory", write, fields)])
+    own = os.path.join(state_dir, "peer-outbox.sqlite3")
+    async with open_outbox(own, OutboxConfig(), MemoryConfig()) as outbox:
+        dispatcher = Dispatcher(registry, Services(Config(), outbox), Stats(), audit=False)
+        options = StreamOptions(ConnectionConfig(), None, sequential=True)
+        async with trio.open_nursery() as nursery:
+
+            async def handle(stream: trio.SocketStream, peer: Peer) -> None:
+                await serve_stream(stream, dispatcher, peer, options, Shutdown())
+
+            await nursery.start(
+                partial(serve_unix, path, SocketConfig(), handle, handler_nursery=nursery)
+            )
+            task_status.started()
+
+
+async def test_a_write_the_memory_specialist_fails_is_set_aside_and_the_queue_goes_on(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
+) -> None:
+    """M-2: a FAIL answer moves the write to the ``rejected`` table with its ERROR; later
+    writes are still delivered."""
+    received: list[str] = []
+
+    async def handler(write_id: str | None, params: Params) -> Result:
+        if write_id == "w-test-1":
+            raise OpError(ErrorCode.INVALID_FIELD, "scripted refusal")
+        received.append(params.text("DATA"))
+        return Result("stored")
+
+    assert config.memory.socket_path is not None
+    await nursery.start(_serve_scripted_memory, config.memory.socket_path, handler, str(tmp_path))
+    path = _outbox_path(tmp_path)
+    async with open_outbox(path, OutboxConfig(), config.memory) as outbox:
+        for n in range(4):
+            await outbox.put(_write(n))
+        with trio.fail_after(10):
+            await outbox.wait_drained()
+        assert (outbox.depth, outbox.delivered, outbox.rejected) == (0, 3, 1)
+    assert received == ["line 0", "line 2", "line 3"]
+    ((rejected_id, error),) = await _rejected_rows(path)
+    assert rejected_id == "w-test-1"
+    assert error.partition(":")[0] == ErrorCode.INVALID_FIELD
+    totals, _ = await _stored(path)
+    assert totals == (0, 0)
+
+
+def _outbox_stats(reply: Reply) -> dict[str, str]:
+    return dict(item.split(":", 1) for item in (reply.get("OUTBOX") or "").split(","))
+
+
+async def test_stats_reports_outbox_depth_and_deliveries(
+    nursery: trio.Nursery, config: Config, sock_dir: str, tmp_path: os.PathLike[str]
+) -> None:
+    """M-2: REQ:stats shows writes pending while the Memory Specialist is away, then delivered."""
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
+    outbox: Outbox = daemon.dispatcher.services.outbox
+    stats = Task("stats", "SYS", "STATS")
+    async with open_client(daemon.socket_path) as client:
+        await client.call_many([_ping(f"s{n}") for n in range(3)])
+        waiting = await client.call(stats)
+        assert config.memory.socket_path is not None
+        await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
+        await wait_until(lambda: outbox.depth == 0 and outbox.delivered >= 4)
+        delivered = await client.call(stats)
+    assert _outbox_stats(waiting) == {
+        "depth": "3",
+        "delivered": "0",
+        "rejected": "0",
+        "refused": "0",
+        "connected": "false",
+    }
+    assert "outbox_depth:3" in (waiting.get("DATA") or "").split(",")
+    assert _outbox_stats(delivered) == {
+        "depth": "0",
+        "delivered": "4",  # three pings and the first stats
+        "rejected": "0",
+        "refused": "0",
+        "connected": "true",
+    }

@@ -1,0 +1,149 @@
+"""IN:MEMORY frames relayed by the daemon to the Memory Specialist (SPEC M-3)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from functools import partial
+
+import trio
+
+from csp_web.client import open_client
+from csp_web.config import Config, SocketConfig
+from csp_web.context import Peer
+from csp_web.unix import serve_unix
+from protocol import ErrorCode, Reply, Status, Task
+from tests.conftest import Daemon, Sink, start_daemon, with_memory
+
+
+def _write(task_id: str, path: str, data: str) -> Task:
+    fields = (("ID", task_id), ("FROM", "web"), ("TYPE", "web_op"), ("PATH", path), ("DATA", data))
+    return Task("write", "MEMORY", "ACK", None, fields)
+
+
+def _read(task_id: str, path: str) -> Task:
+    return Task("read", "MEMORY", "CONTENT", None, (("ID", task_id), ("PATH", path)))
+
+
+def _code(reply: Reply) -> str:
+    assert reply.status is Status.FAIL, reply
+    return (reply.get("ERROR") or "").partition(":")[0]
+
+
+async def _call(daemon: Daemon, task: Task) -> Reply:
+    async with open_client(daemon.socket_path) as client:
+        # Generous next to the relay's own timeouts: a hang fails here, not a slow machine.
+        return await client.call(task, timeout_s=20)
+
+
+async def test_a_relayed_write_and_read_answer_with_the_clients_own_ids(
+    daemon: Daemon, sink: Sink
+) -> None:
+    """M-3: a write and a read sent to the daemon reach the Memory Specialist; each reply
+    comes back with the ID the client chose."""
+    written = await _call(daemon, _write("client-w-1", "notes/relay.md", "kept"))
+    read = await _call(daemon, _read("client-r-1", "notes/relay.md"))
+    assert written == Reply(
+        Status.OK, (("ID", "client-w-1"), ("SCOPE", "[memory]"), ("DATA", "stored"))
+    )
+    assert read == Reply(
+        Status.OK, (("ID", "client-r-1"), ("SCOPE", "[memory]"), ("DATA", "kept\n"))
+    )
+
+
+async def test_relayed_writes_with_different_ids_are_all_stored(daemon: Daemon, sink: Sink) -> None:
+    """M-2, M-3: the client's ID is the idempotency key, so distinct writes relayed one after
+    another are each stored (none is mistaken for a duplicate of another)."""
+    replies = [await _call(daemon, _write(f"rw-{n}", f"relay/{n}.md", f"v{n}")) for n in range(3)]
+    assert [r.get("DATA") for r in replies] == ["stored"] * 3
+    for n in range(3):
+        assert await trio.Path(sink.directory, "relay", f"{n}.md").read_text("utf-8") == f"v{n}\n"
+
+
+async def test_a_relayed_write_repeated_with_its_id_is_stored_once(
+    daemon: Daemon, sink: Sink
+) -> None:
+    """M-2, M-3: a client retrying a relayed write with the same ID does not store it twice."""
+    await _call(daemon, _write("retry-1", "relay/retry.md", "once"))
+    again = await _call(daemon, _write("retry-1", "relay/retry.md", "once"))
+    assert again.id == "retry-1"
+    assert await trio.Path(sink.directory, "relay", "retry.md").read_text("utf-8") == "once\n"
+
+
+async def test_relay_without_memory_socket_fails_memory_unavailable(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """M-3, E-1: with no memory.socket_path the relay answers FAIL memory_unavailable."""
+    daemon = await start_daemon(
+        nursery, with_memory(config, None), os.path.join(sock_dir, "csp.sock")
+    )
+    reply = await _call(daemon, _read("unset-1", "a.md"))
+    assert reply.id == "unset-1"
+    assert _code(reply) == ErrorCode.MEMORY_UNAVAILABLE
+
+
+async def test_relay_to_a_memory_specialist_that_is_down_fails_memory_unavailable(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """M-3, E-1: nothing listening on the memory socket is memory_unavailable at once (the
+    relay's own timeouts are set far beyond the call's bound, so waiting them out fails)."""
+    patient = replace(
+        config, memory=replace(config.memory, connect_timeout_s=60.0, relay_timeout_s=60.0)
+    )
+    daemon = await start_daemon(nursery, patient, os.path.join(sock_dir, "csp.sock"))
+    reply = await _call(daemon, _write("down-1", "a.md", "x"))
+    assert reply.id == "down-1"
+    assert _code(reply) == ErrorCode.MEMORY_UNAVAILABLE
+
+
+async def test_relay_to_a_memory_specialist_that_hangs_up_fails_memory_unavailable(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """M-3, E-2: a Memory Specialist that accepts and closes without answering is
+    memory_unavailable, not internal_error."""
+
+    async def hang_up(stream: trio.SocketStream, peer: Peer) -> None:
+        await stream.aclose()
+
+    assert config.memory.socket_path is not None
+    await nursery.start(
+        partial(
+            serve_unix, config.memory.socket_path, SocketConfig(), hang_up, handler_nursery=nursery
+        )
+    )
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
+    reply = await _call(daemon, _read("hangup-1", "a.md"))
+    assert reply.id == "hangup-1"
+    assert _code(reply) == ErrorCode.MEMORY_UNAVAILABLE
+
+
+async def test_relay_refuses_a_malformed_id_as_invalid_field(daemon: Daemon, sink: Sink) -> None:
+    """C-1, M-3: the relay checks the ID itself; nothing reaches the Memory Specialist."""
+    reply = await _call(daemon, _write("bad id!", "bad.md", "x"))
+    assert _code(reply) == ErrorCode.INVALID_FIELD
+    assert not await trio.Path(sink.directory, "bad.md").exists()
+
+
+async def test_relay_leaves_field_validation_to_the_memory_specialist(
+    daemon: Daemon, sink: Sink
+) -> None:
+    """M-3, D-2, D-3: the daemon has no IN:MEMORY ops; the codes come from the Memory
+    Specialist's own validation, relayed under the client's ID."""
+    missing = Task("write", "MEMORY", "ACK", None, (("ID", "v-1"), ("FROM", "web")))
+    unknown = Task("read", "MEMORY", "CONTENT", None, (("ID", "v-2"), ("PATH", "a"), ("X", "1")))
+    bad_choice = Task(
+        "write",
+        "MEMORY",
+        "ACK",
+        None,
+        (("ID", "v-3"), ("FROM", "nobody"), ("TYPE", "t"), ("PATH", "a.md"), ("DATA", "x")),
+    )
+    no_such_op = Task("forget", "MEMORY", "ACK", None, (("ID", "v-4"),))
+    replies = [await _call(daemon, task) for task in (missing, unknown, bad_choice, no_such_op)]
+    assert [r.id for r in replies] == ["v-1", "v-2", "v-3", "v-4"]
+    assert [_code(r) for r in replies] == [
+        ErrorCode.MISSING_FIELD,
+        ErrorCode.UNKNOWN_FIELD,
+        ErrorCode.INVALID_FIELD,
+        ErrorCode.UNKNOWN_OP,
+    ]
