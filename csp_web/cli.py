@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
-    from specialists import all_ops
+    from specialists import open_specialists
 
     from .daemon import open_stdio_stream, serve_daemon
 
@@ -97,7 +97,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> None:
         stdio = None if args.no_stdin else open_stdio_stream()
-        await serve_daemon(config, all_ops(config), stdio=stdio, socket_path=socket_path)
+        async with open_specialists(config) as (ops, extras):
+            await serve_daemon(config, ops, stdio=stdio, socket_path=socket_path, extras=extras)
 
     try:
         trio.run(run)

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -31,14 +32,21 @@ log = logging.getLogger("csp_web.daemon")
 
 
 def build_dispatcher(
-    config: Config, outbox: Outbox, ops: Sequence[Op], stats: Stats | None = None
+    config: Config,
+    outbox: Outbox,
+    ops: Sequence[Op],
+    *,
+    extras: dict[str, Any] | None = None,
 ) -> Dispatcher:
-    """A dispatcher over the IN:SYS ops plus ``ops``, relaying IN:MEMORY frames."""
-    stats = stats or Stats()
+    """A dispatcher over the IN:SYS ops plus ``ops``, relaying IN:MEMORY frames.
+
+    ``extras`` are the specialists' shared services (``Services.extras``), owned by the caller.
+    """
+    stats = Stats()
     registry_ref: list[Registry] = []
     registry = Registry([*make_sys_ops(registry_ref, stats), *ops])
     registry_ref.append(registry)
-    services = Services(config, outbox)
+    services = Services(config, outbox, extras if extras is not None else {})
     return Dispatcher(registry, services, stats, relay=MemoryRelay(config.memory))
 
 
@@ -59,13 +67,17 @@ async def serve_daemon(
     *,
     stdio: trio.abc.Stream | None,
     socket_path: str | None,
+    extras: dict[str, Any] | None = None,
     task_status: trio.TaskStatus[Dispatcher] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it."""
+    """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it.
+
+    ``extras`` are the specialists' shared services, opened and closed by the caller.
+    """
     if stdio is None and socket_path is None:
         raise ValueError("nothing to serve: neither stdin nor a socket")
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        dispatcher = build_dispatcher(config, outbox, ops)
+        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
         shutdown = Shutdown()
         grace = config.daemon.grace_period_s
         async with trio.open_nursery() as root:

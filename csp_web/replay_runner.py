@@ -37,11 +37,14 @@ async def replay_over_socket(transcript: Transcript, path: str) -> list[str]:
 
 async def replay_files(files: Sequence[str], config: Config, socket_path: str | None) -> int:
     """Replay each file, print its differences; the number of failing files."""
-    from specialists import all_ops
+    from specialists import open_specialists
 
     failures = 0
-    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        dispatcher = build_dispatcher(config, outbox, all_ops(config))
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        open_specialists(config) as (ops, extras),
+    ):
+        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
         for name in files:
             try:
                 text = await trio.Path(name).read_text("utf-8")

@@ -1,0 +1,10 @@
+"""The web specialist: search, fetch, meta, resolve, api and summarize under IN:WEB."""
+
+from __future__ import annotations
+
+from csp_web.registry import Op
+
+
+def web_ops() -> list[Op]:
+    """The web specialist's ops."""
+    return []

@@ -1,0 +1,45 @@
+"""Resource limits, applied by util-linux ``prlimit`` just before the command's own exec.
+
+``prlimit`` sets the limits on itself and then execs the command, so no Python runs between
+fork and exec: ``preexec_fn`` is unsafe in a daemon with threads (CPython's subprocess docs),
+and the limits must be in place before the first instruction of the command.
+
+RLIMIT_NPROC counts the processes of the *real uid*, not of the command, and never applies to
+root (the kernel exempts uid 0 and holders of CAP_SYS_RESOURCE). So it only means something
+once the command runs as an unprivileged uid, and it is per command only under bwrap, where
+prlimit runs inside the sandbox's fresh user namespace and the kernel counts per namespace
+(the sandbox's own init included). Without bwrap every command that runs as the same uid
+shares one budget, and a switch to a uid already over it makes the exec fail with EAGAIN.
+"""
+
+from __future__ import annotations
+
+from ._config import ExecConfig
+
+
+def cpu_seconds(timeout_ms: int, cores: int) -> int:
+    """RLIMIT_CPU's soft limit: the CPU time ``cores`` busy cores spend in the timeout,
+    rounded up to whole seconds (the unit of the limit)."""
+    return -(-timeout_ms * cores // 1000)
+
+
+def prlimit_argv(prlimit: str, config: ExecConfig, *, timeout_ms: int) -> list[str]:
+    """``prlimit`` with every limit, up to and including its ``--``.
+
+    The CPU hard limit is one second above the soft one: the soft limit sends SIGXCPU, which
+    names the limit in the result; the hard one SIGKILLs a command that ignores it.
+    RLIMIT_AS stands in for the seed's 512 MB: it bounds address space, not resident memory,
+    so a runtime that reserves much more than it touches (V8, the JVM) may fail to start
+    under it; a cgroup's memory.max would be the exact tool.
+    """
+    cpu = cpu_seconds(timeout_ms, config.cpu_cores)
+    return [
+        prlimit,
+        f"--as={config.max_memory_bytes}",
+        f"--nproc={config.max_processes}",
+        f"--fsize={config.max_file_bytes}",
+        f"--nofile={config.max_open_files}",
+        f"--cpu={cpu}:{cpu + 1}",
+        "--core=0",  # a SIGXCPU core dump would land in the workspace
+        "--",
+    ]

@@ -1,0 +1,119 @@
+"""Every check made before a command may start, in one order, ending in an exact argv.
+
+Cheap, I/O-light refusals come first (fields, patterns, the allow-list by name), then the
+filesystem (working directory, executable), so a refused program is never even looked up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from csp_web.errors import OpError
+
+from ._config import ExecConfig
+from ._errors import blocked
+from ._policy import check_args, check_denied, check_patterns, match_rule, split_command
+from ._request import ExecRequest, check_command, check_env, check_timeout, resolve_working_dir
+from ._resolve import resolve_program
+from ._sandbox import Sandbox
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCommand:
+    """A command that passed every check: what to exec, where, with which environment."""
+
+    command: str
+    argv: tuple[str, ...]  # argv[0] is an absolute path
+    program: str
+    working_dir: str
+    env: Mapping[str, str]
+    timeout_ms: int
+    shell: bool
+
+
+def prepare_command(
+    request: ExecRequest, config: ExecConfig, *, sandbox: Sandbox
+) -> PreparedCommand:
+    """Check ``request`` against ``config`` and resolve it for ``sandbox``; runs nothing.
+
+    Raises OpError: INVALID_FIELD (command, timeout, env name, working dir malformed),
+    COMMAND_BLOCKED (shell not allowed, dangerous pattern, program not allowed or denied,
+    argument refused, env name not allowed), PERMISSION_DENIED (working dir outside the roots,
+    executable not executable by the sandbox user; DATA exit:126), COMMAND_FAILED (no such
+    program; DATA exit:127), NOT_AVAILABLE (no workspace root configured).
+    """
+    check_command(request.command)
+    timeout_ms = check_timeout(request.timeout_ms, config)
+    extra_env = check_env(request.env, config)
+    argv = _screen(request, config)
+    working_dir = resolve_working_dir(request.working_dir, config, sandbox.run_as)
+    if request.shell:
+        program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
+    else:
+        program = os.path.basename(argv[0])
+        resolved = _program_argv(argv, config, sandbox, working_dir)
+    return PreparedCommand(
+        command=request.command,
+        argv=tuple(resolved),
+        program=program,
+        working_dir=working_dir,
+        env=_environment(working_dir, extra_env, config),
+        timeout_ms=timeout_ms,
+        shell=request.shell,
+    )
+
+
+def _screen(request: ExecRequest, config: ExecConfig) -> list[str]:
+    """The split command, once the patterns found nothing in it.
+
+    With ``shell`` the patterns are the only policy before the sandbox (a shell runs whatever
+    it is given); the split is still tried, for quoting tricks, when it parses.
+    """
+    if not request.shell:
+        argv = split_command(request.command)
+    elif not config.allow_shell:
+        raise blocked("shell")
+    else:
+        try:
+            argv = split_command(request.command)
+        except OpError:
+            argv = []
+    check_patterns(request.command, argv, config)
+    return argv
+
+
+def _environment(working_dir: str, extra: dict[str, str], config: ExecConfig) -> dict[str, str]:
+    """The whole environment: nothing of the daemon's own is inherited."""
+    base = {"PATH": config.search_path, "LANG": config.locale, "HOME": working_dir}
+    return {**base, "TMPDIR": "/tmp", **extra}
+
+
+def _shell_argv(command: str, config: ExecConfig, sandbox: Sandbox, working_dir: str) -> list[str]:
+    shell = resolve_program(
+        config.shell_program,
+        working_dir=working_dir,
+        search_path=config.search_path,
+        hidden=sandbox.hidden,
+        run_as=sandbox.run_as,
+    )
+    return [shell, "-c", command]
+
+
+def _program_argv(
+    argv: list[str], config: ExecConfig, sandbox: Sandbox, working_dir: str
+) -> list[str]:
+    name = argv[0]
+    requested = os.path.normpath(os.path.join(working_dir, name)) if os.sep in name else name
+    rule = match_rule(requested, config)
+    check_args(rule, argv[1:])
+    path = resolve_program(
+        name,
+        working_dir=working_dir,
+        search_path=config.search_path,
+        hidden=sandbox.hidden,
+        run_as=sandbox.run_as,
+    )
+    check_denied(os.path.realpath(path), config)  # a symlink to a denied program
+    return [path, *argv[1:]]

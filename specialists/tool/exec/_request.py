@@ -1,0 +1,91 @@
+"""The exec request and the checks on its fields that need no policy: bounds, names, paths."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ._access import RunAs, may_search
+from ._config import ExecConfig
+from ._errors import blocked, denied, invalid, unavailable
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """One command as the exec op receives it.
+
+    ``timeout_ms`` None takes the configured default; ``working_dir`` None takes the first
+    workspace root; ``env`` adds variables on top of the engine's own (PATH, HOME, TMPDIR,
+    LANG); ``shell`` asks for ``/bin/sh -c`` and is refused unless the config allows it.
+    """
+
+    command: str
+    timeout_ms: int | None = None
+    working_dir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    shell: bool = False
+
+
+def check_command(command: str) -> None:
+    """Raise INVALID_FIELD for an empty command or one holding NUL (execve cannot carry it)."""
+    if not command.strip() or "\0" in command:
+        raise invalid("COMMAND")
+
+
+def check_timeout(timeout_ms: int | None, config: ExecConfig) -> int:
+    """The timeout to use; INVALID_FIELD outside 1..max_timeout_ms.
+
+    An over-long timeout is refused rather than clamped: an agent that asked for 20 minutes
+    should learn it will not get them before the command starts, not from a kill at 10.
+    """
+    if timeout_ms is None:
+        return config.default_timeout_ms
+    if isinstance(timeout_ms, bool) or not 1 <= timeout_ms <= config.max_timeout_ms:
+        raise invalid("TIMEOUT_MS")
+    return timeout_ms
+
+
+def check_env(env: Mapping[str, str], config: ExecConfig) -> dict[str, str]:
+    """The requested additions, each name well-formed and on the allow-list.
+
+    A malformed name or a value with NUL is INVALID_FIELD (the request is wrong); a good name
+    the allow-list lacks is COMMAND_BLOCKED naming it (the request is fine, the policy says no),
+    so an agent can tell "fix the field" from "ask the operator".
+    """
+    for name, value in env.items():
+        if not _ENV_NAME.fullmatch(name) or "\0" in value:
+            raise invalid("ENV")
+        if name not in config.env_allowed:
+            raise blocked(name)
+    return dict(env)
+
+
+def resolve_working_dir(requested: str | None, config: ExecConfig, run_as: RunAs | None) -> str:
+    """The realpath of the working directory, inside a workspace root and enterable.
+
+    Raises NOT_AVAILABLE when no root is configured, INVALID_FIELD for a relative path or one
+    that is not a directory, PERMISSION_DENIED (naming the path as given) for one that resolves
+    outside every root, checked before existence so the answer leaks nothing about the host.
+    """
+    roots = [os.path.realpath(root) for root in config.workspace_roots]
+    if not roots:
+        raise unavailable("exec")
+    given = roots[0] if requested is None else requested
+    if not os.path.isabs(given) or "\0" in given:
+        raise invalid("WORKING_DIR")
+    path = os.path.realpath(given)
+    if not any(_within(path, root) for root in roots):
+        raise denied(given)
+    if not os.path.isdir(path):
+        raise invalid("WORKING_DIR")
+    if not may_search(path, run_as):
+        raise denied(given)
+    return path
+
+
+def _within(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root

@@ -1,0 +1,156 @@
+"""``run_command``: prepare, spawn in the sandbox, read both outputs, time out, kill, reap."""
+
+from __future__ import annotations
+
+import errno
+import secrets
+import time
+from dataclasses import dataclass
+
+import trio
+
+from csp_web.errors import OpError
+from protocol import ErrorCode
+
+from ._capture import CappedOutput, drain
+from ._config import ExecConfig
+from ._errors import SCOPE, unavailable
+from ._limits import cpu_seconds
+from ._prepare import PreparedCommand, prepare_command
+from ._process import Child, Exit, Pipes, spawn_child
+from ._request import ExecRequest
+from ._result import ExecResult, Limit, describe_status, limits_from_signal, parse_time_report
+from ._sandbox import Sandbox, wrap_argv
+from ._tree import TOKEN_ENV
+
+# Spawn errors are about the wrappers (prlimit, setpriv, bwrap), not the command, which was
+# resolved beforehand: a wrapper that vanished means the host changed under the daemon.
+_SPAWN_UNAVAILABLE = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC})
+_REPORT_BYTES = 1024  # GNU time writes one short line
+
+
+@dataclass(slots=True)
+class _Run:
+    """What supervising one child observed."""
+
+    stdout: CappedOutput
+    stderr: CappedOutput
+    report: CappedOutput  # GNU time's line; the command inherits the pipe and may write too
+    timed_out: bool = False
+    exit: Exit | None = None
+
+
+async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sandbox) -> ExecResult:
+    """Run ``request`` under ``config``'s policy and limits inside ``sandbox``.
+
+    Returns an ``ExecResult`` for every command that started, however it ended (non-zero exit,
+    a signal, the timeout): the op logs it and raises ``result.failure()`` if there is one.
+    Raises OpError before anything starts for every refusal listed at ``prepare_command``,
+    and NOT_AVAILABLE / COMMAND_FAILED if the spawn itself fails. When cancelled from outside
+    it kills the whole tree and reaps it before letting the cancellation through.
+    """
+    plan = prepare_command(request, config, sandbox=sandbox)
+    token = secrets.token_hex(16) if sandbox.kind == "none" else None
+    env = {**plan.env, TOKEN_ENV: token} if token else dict(plan.env)
+    pipes = Pipes(pass_report=sandbox.time is not None)
+    argv = wrap_argv(
+        plan.argv,
+        sandbox=sandbox,
+        config=config,
+        working_dir=plan.working_dir,
+        timeout_ms=plan.timeout_ms,
+        report_fd=pipes.report_fd,
+    )
+    started = time.monotonic()
+    child = await _spawn(argv, env, pipes, plan, token)
+    try:
+        run = await _supervise(child, plan, config)
+    finally:
+        await child.aclose(grace_s=config.reap_grace_ms / 1000)
+    duration_ms = round((time.monotonic() - started) * 1000)
+    return _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms)
+
+
+async def _spawn(
+    argv: list[str], env: dict[str, str], pipes: Pipes, plan: PreparedCommand, token: str | None
+) -> Child:
+    try:
+        return await spawn_child(argv, env=env, cwd=plan.working_dir, pipes=pipes, token=token)
+    except OSError as error:
+        if error.errno in _SPAWN_UNAVAILABLE:
+            raise unavailable(argv[0]) from error
+        raise OpError(
+            ErrorCode.COMMAND_FAILED, plan.command, scope=SCOPE, data="exit:null"
+        ) from error
+
+
+async def _supervise(child: Child, plan: PreparedCommand, config: ExecConfig) -> _Run:
+    """Read both pipes while waiting for exit or the timeout, then clear up what is left.
+
+    After the exit, leftovers are killed (so a daemonised grandchild cannot hold the pipes
+    open), then the pipes get ``drain_grace_ms`` to reach EOF; a process that escaped the
+    kill and still holds them is cut off there rather than hanging the op.
+    """
+    run = _Run(
+        CappedOutput(max_bytes=config.max_output_bytes, tail_bytes=config.output_tail_bytes),
+        CappedOutput(max_bytes=config.max_output_bytes, tail_bytes=config.output_tail_bytes),
+        CappedOutput(max_bytes=_REPORT_BYTES, tail_bytes=_REPORT_BYTES // 2),
+    )
+    drained = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_drain_all, child, run, drained)
+        with trio.move_on_after(plan.timeout_ms / 1000) as deadline:
+            await child.wait_exited()
+        run.timed_out = deadline.cancelled_caught
+        if run.timed_out or child.token is not None:
+            await child.kill_tree()
+        else:  # bwrap: the namespace died with its init; only the group is left to check
+            child.kill_group()
+        run.exit = await child.reap(grace_s=config.reap_grace_ms / 1000)
+        with trio.move_on_after(config.drain_grace_ms / 1000):
+            await drained.wait()
+        nursery.cancel_scope.cancel()
+    return run
+
+
+async def _drain_all(child: Child, run: _Run, drained: trio.Event) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drain, child.stdout, run.stdout)
+        nursery.start_soon(drain, child.stderr, run.stderr)
+        nursery.start_soon(drain, child.report, run.report)
+    drained.set()
+
+
+def _result(
+    plan: PreparedCommand, run: _Run, config: ExecConfig, *, sandbox: Sandbox, duration_ms: int
+) -> ExecResult:
+    exit_code, signo = describe_status(run.exit.status) if run.exit else (None, None)
+    cpu_ms, peak_rss_kib = parse_time_report(run.report.text())
+    limits = limits_from_signal(
+        signo, cpu_ms=cpu_ms, cpu_limit_s=cpu_seconds(plan.timeout_ms, config.cpu_cores)
+    )
+    if run.timed_out:
+        limits = {Limit.TIMEOUT}
+        exit_code = None
+    if run.stdout.truncated or run.stderr.truncated:
+        limits.add(Limit.OUTPUT)
+    return ExecResult(
+        command=plan.command,
+        program=plan.program,
+        argv=plan.argv,
+        working_dir=plan.working_dir,
+        sandbox=sandbox.kind,
+        timeout_ms=plan.timeout_ms,
+        exit_code=exit_code,
+        signal=signo,
+        limits=frozenset(limits),
+        duration_ms=duration_ms,
+        cpu_ms=cpu_ms,
+        peak_rss_kib=peak_rss_kib,
+        stdout=run.stdout.text(),
+        stderr=run.stderr.text(),
+        stdout_bytes=run.stdout.total_bytes,
+        stderr_bytes=run.stderr.total_bytes,
+        stdout_summary=run.stdout.summary(config.summary_max_chars),
+        stderr_summary=run.stderr.summary(config.summary_max_chars),
+    )

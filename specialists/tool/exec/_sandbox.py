@@ -1,0 +1,204 @@
+"""The OS boundary: what the host offers, probed once, and the argv that wraps each command.
+
+With bubblewrap every command runs as::
+
+    [setpriv --reuid --regid --clear-groups --] bwrap <mounts> <namespaces> --
+        prlimit <limits> -- [time -f '%U %S %M' -o /dev/fd/N --] cmd args
+
+and without it as ``prlimit <limits> -- setpriv [--reuid ...] --no-new-privs -- [time] cmd``.
+
+setpriv comes first when the daemon is root. bwrap run by root with ``--uid`` only *looks*
+unprivileged: its user namespace maps the sandbox uid onto real uid 0, so root-owned files
+(/root, 0600 secrets) stay readable (checked on this host with bwrap 0.8.0). Dropping the real
+uid before bwrap makes bwrap unprivileged, so its user namespace maps nobody to nobody.
+
+Without bubblewrap the command still gets the limits, the uid switch, ``no_new_privs`` (so
+sudo and other setuid programs cannot raise it back), a clean environment and a new session;
+it does not get a read-only filesystem, a private /tmp, hidden paths or a network boundary.
+
+Deployment: bwrap's monitor exits without reaping the sandbox's init, which is re-parented to
+the host's PID 1. Run the daemon under an init that reaps (systemd, ``docker run --init``),
+never as PID 1 itself, or those zombies pile up (and count against the uid's RLIMIT_NPROC).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import trio
+
+from ._access import RunAs
+from ._config import ExecConfig
+from ._errors import unavailable
+from ._limits import prlimit_argv
+
+SandboxKind = Literal["bwrap", "none"]
+
+# Options newer than some bwrap still shipped (--size needs 0.5-ish, --disable-userns 0.8):
+# used when ``bwrap --help`` lists them, rather than trusting version numbers.
+_OPTIONAL = frozenset({"--size", "--disable-userns"})
+_PROBE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """The host's sandboxing, found by ``probe_sandbox``; log ``kind`` and ``reason`` at start."""
+
+    kind: SandboxKind
+    prlimit: str
+    setpriv: str
+    run_as: RunAs | None
+    time: str | None = None  # GNU time, which reports CPU and peak RSS from inside
+    bwrap: str | None = None
+    bwrap_options: frozenset[str] = frozenset()
+    hidden: tuple[str, ...] = ()  # paths the command cannot see (bwrap only)
+    reason: str = ""  # why kind is "none"
+
+
+async def probe_sandbox(config: ExecConfig) -> Sandbox:
+    """Find prlimit, setpriv and a bwrap that really runs here (a smoke run of ``true``).
+
+    Raises NOT_AVAILABLE when prlimit or setpriv is missing (the limits are not optional) or
+    when ``require_bwrap`` is set and bwrap cannot run; otherwise a missing or failing bwrap
+    gives ``kind="none"`` with the reason.
+    """
+    prlimit, setpriv = _which("prlimit", config), _which("setpriv", config)
+    if prlimit is None or setpriv is None:
+        raise unavailable("prlimit" if prlimit is None else "setpriv")
+    run_as = RunAs(config.run_as_uid, config.run_as_gid) if os.geteuid() == 0 else None
+    time = await _gnu_time(config)
+    bare = Sandbox("none", prlimit, setpriv, run_as, time)
+    if config.bwrap_program is None:
+        return _without_bwrap(bare, "bwrap_program is not set", config)
+    bwrap = _which(config.bwrap_program, config)
+    if bwrap is None:
+        return _without_bwrap(bare, f"{config.bwrap_program} not found", config)
+    options = await _bwrap_options(bwrap)
+    sandbox = replace(
+        bare,
+        kind="bwrap",
+        bwrap=bwrap,
+        bwrap_options=options,
+        reason="",
+        hidden=config.masked_paths,
+    )
+    failure = await _smoke_test(sandbox, config)
+    if failure:
+        return _without_bwrap(bare, failure, config)
+    return sandbox
+
+
+def wrap_argv(
+    argv: Sequence[str],
+    *,
+    sandbox: Sandbox,
+    config: ExecConfig,
+    working_dir: str | None,
+    timeout_ms: int,
+    report_fd: int | None = None,
+) -> list[str]:
+    """The full argv that runs ``argv`` (an absolute executable first) under ``sandbox``.
+
+    With ``report_fd`` and GNU time, time runs the command and writes ``user sys maxrss_kib``
+    to that descriptor when it ends; it sits after prlimit so it is bounded too.
+    """
+    limits = prlimit_argv(sandbox.prlimit, config, timeout_ms=timeout_ms)
+    measure = _time(sandbox, report_fd)
+    if sandbox.kind == "bwrap":
+        drop = _setpriv(sandbox, no_new_privs=False) if sandbox.run_as else []
+        return [*drop, *_bwrap(sandbox, config, working_dir), *limits, *measure, *argv]
+    return [*limits, *_setpriv(sandbox, no_new_privs=True), *measure, *argv]
+
+
+def _time(sandbox: Sandbox, report_fd: int | None) -> list[str]:
+    if sandbox.time is None or report_fd is None:
+        return []
+    return [sandbox.time, "-q", "-f", "%U %S %M", "-o", f"/dev/fd/{report_fd}", "--"]
+
+
+def _bwrap(sandbox: Sandbox, config: ExecConfig, working_dir: str | None) -> list[str]:
+    assert sandbox.bwrap is not None
+    args = [sandbox.bwrap, "--ro-bind", "/", "/"]
+    for path in config.masked_paths:
+        args += _mask(path)
+    if "--size" in sandbox.bwrap_options:
+        args += ["--size", str(config.tmp_size_bytes)]
+    args += ["--tmpfs", "/tmp"]
+    if working_dir is not None:  # after the masks and /tmp, so it shows through both
+        args += ["--bind", working_dir, working_dir]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc"]
+    args += ["--unshare-uts", "--unshare-cgroup-try"]
+    # --die-with-parent: SIGKILL to bwrap kills the namespace's init, and with it every
+    # process in the PID namespace, setsid'd or not. --new-session: no TIOCSTI into a tty.
+    args += ["--die-with-parent", "--new-session", "--chdir", working_dir or "/"]
+    if "--disable-userns" in sandbox.bwrap_options:
+        args.append("--disable-userns")  # no nested namespaces to attack the kernel through
+    # No --clearenv: the process is started with exactly the allowed environment, and
+    # --setenv would put values on bwrap's command line, which every user can read in /proc.
+    return [*args, "--"]
+
+
+def _mask(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return ["--tmpfs", path]
+    if os.path.lexists(path):
+        return ["--ro-bind", "/dev/null", path]
+    return []
+
+
+def _setpriv(sandbox: Sandbox, *, no_new_privs: bool) -> list[str]:
+    args = [sandbox.setpriv]
+    if sandbox.run_as is not None:
+        uid, gid = sandbox.run_as.uid, sandbox.run_as.gid
+        args += [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+    if no_new_privs:
+        args.append("--no-new-privs")
+    return [*args, "--"]
+
+
+def _which(program: str, config: ExecConfig) -> str | None:
+    return shutil.which(program, path=config.search_path)
+
+
+def _without_bwrap(bare: Sandbox, reason: str, config: ExecConfig) -> Sandbox:
+    if config.require_bwrap:
+        raise unavailable(f"bwrap: {reason}")
+    return replace(bare, reason=reason)
+
+
+async def _gnu_time(config: ExecConfig) -> str | None:
+    """GNU time's path, or None: busybox and BSD time take other options."""
+    time = _which("time", config)
+    if time is None:
+        return None
+    with trio.move_on_after(_PROBE_TIMEOUT_S):
+        done = await trio.run_process(
+            [time, "--version"], capture_stdout=True, capture_stderr=True, check=False
+        )
+        return time if b"GNU" in done.stdout + done.stderr else None
+    return None
+
+
+async def _bwrap_options(bwrap: str) -> frozenset[str]:
+    with trio.move_on_after(_PROBE_TIMEOUT_S):
+        done = await trio.run_process([bwrap, "--help"], capture_stdout=True, check=False)
+        return _OPTIONAL & set(re.findall(r"--[a-z-]+", done.stdout.decode(errors="replace")))
+    return frozenset()
+
+
+async def _smoke_test(sandbox: Sandbox, config: ExecConfig) -> str:
+    """Empty if the sandbox runs ``true``; else bwrap's complaint (e.g. no user namespaces)."""
+    true = _which("true", config) or "/bin/true"
+    argv = wrap_argv([true], sandbox=sandbox, config=config, working_dir=None, timeout_ms=1000)
+    with trio.move_on_after(_PROBE_TIMEOUT_S):
+        done = await trio.run_process(argv, env={}, capture_stderr=True, check=False)
+        if done.returncode == 0:
+            return ""
+        return done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+    return "bwrap smoke test timed out"

@@ -1,0 +1,104 @@
+"""Cleaning inside the chosen content: what to leave out of the Markdown.
+
+Readability's `_cleanConditionally` and `_cleanHeaders` in spirit. The chosen subtree still
+holds the article's own chrome: its header (headline, byline, dateline), teaser cards and
+link lists, interface labels ("Advertisement", "Share this"), and a tail of sign-up and
+follow-us lines. Elements are skipped by id before rendering; the tail is trimmed after.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._dom import Elem, text_of
+from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
+from ._score import is_paragraph, link_density
+
+# Share of link text above which a paragraph, heading or list is navigation, not prose.
+# Readability drops any list above 0.2 unless its class reads as content, which is too eager
+# for lists of sources inside articles; 0.6 to 0.8 score alike on the dev corpus.
+MAX_LINK_DENSITY = 0.7
+MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lines in prose
+DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
+PROMO_MAX_CHARS = 300  # a sign-up or follow-us line is short; a paragraph mentioning one is not
+
+_WORD = re.compile(r"\w+")
+_BLOCK_PARAGRAPHS = frozenset({"p", "div", "section", "article"})
+
+
+def find_skips(content: list[Elem], title: str | None) -> frozenset[int]:
+    """id()s of the elements under `content` that the renderer should leave out."""
+    title_words = _words(title) if title else ()
+    skips: set[int] = set()
+    stack = list(content)
+    while stack:
+        elem = stack.pop()
+        if _skippable(elem, title_words):
+            skips.add(id(elem))
+        else:
+            stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))
+    return frozenset(skips)
+
+
+def trim_tail(blocks: list[str]) -> list[str]:
+    """`blocks` without trailing headings (nothing follows them) or sign-up/follow-us lines."""
+    end = len(blocks)
+    while end and (blocks[end - 1].startswith("#") or _is_promo(blocks[end - 1])):
+        end -= 1
+    return blocks[:end]
+
+
+def _skippable(elem: Elem, title_words: tuple[str, ...]) -> bool:
+    tag = elem.tag
+    if tag == "header" or (tag == "time" and _is_dateline(elem)):
+        return True  # an article's header holds its headline, byline and date
+    if tag == "a" and elem.blocky:
+        return True  # a link wrapping blocks is a teaser card
+    if tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem):
+        return True
+    if tag in HEADINGS:  # an <h1> is the headline, which the `# Title` line already gives
+        return tag == "h1" or _is_link_heavy(elem) or _repeats_title(elem, title_words)
+    if tag in ("ul", "ol"):
+        return _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS
+    if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
+        return _is_link_heavy(elem)
+    return False
+
+
+def _is_link_heavy(elem: Elem) -> bool:
+    return link_density(elem) > MAX_LINK_DENSITY
+
+
+def _items(list_elem: Elem) -> int:
+    return sum(1 for kid in list_elem.kids if isinstance(kid, Elem) and kid.tag == "li")
+
+
+def _is_dateline(time: Elem) -> bool:
+    parent = time.parent
+    return parent is None or parent.text_len - time.text_len < DATELINE_EXTRA_CHARS
+
+
+def _is_label(elem: Elem) -> bool:
+    return " ".join(_words(text_of(elem))) in BOILERPLATE
+
+
+def _is_promo(block: str) -> bool:
+    return len(block) < PROMO_MAX_CHARS and PROMO.search(block) is not None
+
+
+def _repeats_title(heading: Elem, title_words: tuple[str, ...]) -> bool:
+    if not title_words:
+        return False
+    words = _words(text_of(heading))
+    return bool(words) and (_contains(title_words, words) or _contains(words, title_words))
+
+
+def _contains(outer: tuple[str, ...], inner: tuple[str, ...]) -> bool:
+    """True when `inner`, at least half as long as `outer`, is a run of words in `outer`."""
+    if len(inner) * 2 < len(outer) or len(inner) > len(outer):
+        return False
+    return any(outer[i : i + len(inner)] == inner for i in range(len(outer) - len(inner) + 1))
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(word.lower() for word in _WORD.findall(text))

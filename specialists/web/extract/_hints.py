@@ -1,0 +1,109 @@
+"""Tag sets and class/id patterns that hint at what an element holds.
+
+The patterns descend from Mozilla Readability's `REGEXPS` (unlikelyCandidates, positive,
+negative) and trafilatura's boilerplate XPaths, trimmed to words that recur across sites.
+They are general web conventions, never the class names of one site.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Never content: executable, presentational, interactive or out-of-flow elements.
+DROP_TAGS = frozenset(
+    {
+        "script", "style", "noscript", "template", "svg", "math", "canvas", "iframe",
+        "object", "embed", "video", "audio", "source", "track", "map", "area", "img",
+        "picture", "button", "input", "select", "option", "optgroup", "textarea",
+        "label", "datalist", "output", "meter", "progress", "dialog", "head", "link",
+        "meta", "title", "base", "nav", "aside", "footer", "menu", "param",
+    }
+)  # fmt: skip
+
+# Block-level elements: they end the paragraph that surrounds them.
+BLOCK_TAGS = frozenset(
+    {
+        "address", "article", "blockquote", "body", "center", "dd", "details", "dialog",
+        "dir", "div", "dl", "dt", "fieldset", "figcaption", "figure", "form", "h1", "h2",
+        "h3", "h4", "h5", "h6", "header", "hgroup", "hr", "html", "li", "main", "ol", "p",
+        "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "tr",
+        "ul", "caption", "frameset", "frame", "legend", "colgroup", "col",
+    }
+)  # fmt: skip
+
+HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+
+# Readability's DEFAULT_TAGS_TO_SCORE: prose paragraphs (td, li, dd, blockquote only when
+# they hold no block of their own, so nested paragraphs are not counted twice).
+PARAGRAPH_TAGS = frozenset({"p", "pre", "td", "blockquote", "li", "dd"})
+
+# Class/id words of chrome around an article: comments, sharing, promotion, navigation.
+# Matched anywhere in the lower-cased class and id ("sharedaddy", "sidebar1").
+CHROME_WORDS = (
+    "comment", "disqus", "discuss", "respond", "replies", "share", "sharing", "sociable",
+    "related", "recommend", "popular", "trending", "mostread", "most-read", "newsletter",
+    "subscri", "signup", "sign-up", "promo", "sponsor", "advert", "banner", "cookie",
+    "consent", "gdpr", "footer", "sidebar", "side-bar", "widget", "breadcrumb", "pagination",
+    "pager", "menu", "navbar", "masthead", "byline", "author", "dateline", "timestamp",
+    "caption", "credit", "taglist", "tag-list", "keywords", "topics", "toolbar", "tool-bar",
+    "modal", "popup", "overlay", "newsfeed", "outbrain", "taboola", "readmore", "read-more",
+    "more-stories", "next-post", "prev-post", "post-nav", "teaser", "sr-only",
+    "visually-hidden", "screen-reader", "rollover", "tooltip", "hovercard", "popover",
+    "readtime", "read-time", "readingtime", "reading-time",
+)  # fmt: skip
+# Short words that only count as a whole piece of a name ("ad-slot", not "head").
+CHROME_PIECES = frozenset({"ad", "ads", "nav", "tag", "tags", "meta", "rss"})
+CHROME_PREFIXES = ("print", "skip", "jump")  # at the start of a piece: "printfriendly"
+HIDING_CLASSES = frozenset({"hidden", "is-hidden", "d-none", "invisible"})
+# ...unless a responsive class shows it on some screens ("d-none d-md-block").
+SHOWING_PREFIXES = ("d-sm-", "d-md-", "d-lg-", "d-xl-", "visible-")
+# Elements never judged by their class: the page frame, the article, links, table parts.
+NEVER_CHROME = frozenset({"html", "body", "main", "article", "a", "tbody", "tr", "td"})
+
+
+# Class/id words of the article itself; they veto a chrome name on the same element.
+LIKELY = re.compile(r"article|body|column|content|main|shadow")
+
+# Readability's REGEXPS.positive and .negative, for its +25/-25 class weight.
+POSITIVE = re.compile(
+    r"article|body|content|entry|hentry|h-entry|main|page|pagination|post|text|blog|story"
+)
+NEGATIVE = re.compile(
+    r"-ad-|hidden|^hid$| hid$| hid |^hid |banner|combx|comment|com-|contact|footer|gdpr|"
+    r"masthead|media|meta|outbrain|promo|related|scroll|share|shoutbox|sidebar|skyscraper|"
+    r"sponsor|shopping|tags|widget",
+)
+
+# ARIA roles of page chrome (Readability's UNLIKELY_ROLES).
+UNLIKELY_ROLES = frozenset(
+    {"menu", "menubar", "complementary", "navigation", "alert", "alertdialog", "dialog",
+     "banner", "contentinfo", "search", "toolbar", "tablist"}
+)  # fmt: skip
+
+# Whole texts of interface labels that sit between paragraphs (lower-cased, words only).
+BOILERPLATE = frozenset(
+    {
+        "ad", "ads", "advert", "advertisement", "advertising", "sponsored", "sponsored content",
+        "comments", "comment", "leave a comment", "leave a reply", "share", "share this",
+        "share this article", "share this story", "share on facebook", "share on twitter",
+        "tweet", "print", "email", "related", "related articles", "related stories",
+        "related posts", "related content", "read more", "continue reading", "read next",
+        "more stories", "more from", "you may also like", "you might also like",
+        "recommended", "recommended for you", "most popular", "most read", "trending",
+        "trending now", "story continues below", "story continues below advertisement",
+        "article continues below", "article continues below advertisement",
+        "advertisement continue reading below", "continue reading below",
+        "scroll to continue with content", "this slideshow requires javascript",
+        "enlarge image", "enlarge this image", "toggle caption", "hide caption",
+        "image", "photo", "video", "loading", "play video", "watch", "skip ad", "close",
+        "tags", "topics", "see also", "sign up", "subscribe", "newsletter",
+    }
+)  # fmt: skip
+BOILERPLATE_MAX_CHARS = max(map(len, BOILERPLATE)) + 4  # the longest label, with its punctuation
+
+# Sign-up, follow-us and tip-line sentences that trail articles (English only).
+PROMO = re.compile(
+    r"\b(subscribe|newsletters?|sign up|follow (us|him|her|them)|have a tip|news tip|"
+    r"click here|share it|let us know|all rights reserved)\b",
+    re.IGNORECASE,
+)

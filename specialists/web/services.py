@@ -1,0 +1,105 @@
+"""What every web op shares: the guarded client, the cache, rate limits, the web_op record.
+
+The daemon opens these once (``open_web_services``) and hands them to handlers through
+``ctx.services.extras["web"]``; a web op never builds its own client or cache.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from csp_web.cache import Cache, open_cache
+from csp_web.config import Config, WebConfig
+from csp_web.context import OpContext
+from csp_web.errors import OpError
+from csp_web.memory import json_record
+from csp_web.net import GuardedClient, Resolver, open_guarded_client
+from csp_web.ratelimit import Rate, RateLimits
+
+
+@dataclass
+class WebServices:
+    """Shared web infrastructure; ``state_dir`` holds persistent counters (quotas)."""
+
+    config: WebConfig
+    client: GuardedClient
+    cache: Cache
+    limits: RateLimits
+    state_dir: str
+    extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
+
+
+def web_services(ctx: OpContext) -> WebServices:
+    services = ctx.services.extras["web"]
+    assert isinstance(services, WebServices)
+    return services
+
+
+def _rates(config: WebConfig) -> dict[str, Rate]:
+    rates = {"fetch": Rate(config.fetch.rate.per_minute, config.fetch.rate.burst)}
+    for name, provider in config.search.providers.items():
+        rates[f"search:{name}"] = Rate(provider.rate.per_minute, provider.rate.burst)
+    for name, api in config.apis.items():
+        rates[f"api:{name}"] = Rate(api.rate.per_minute, api.rate.burst)
+    return rates
+
+
+@asynccontextmanager
+async def open_web_services(
+    config: Config,
+    *,
+    resolver: Resolver | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[WebServices]:
+    """Open the guarded client and the cache; both are closed on exit.
+
+    ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a trustme CA).
+    """
+    web = config.web
+    async with (
+        open_guarded_client(web.guard, resolver=resolver, ssl_context=ssl_context) as client,
+        open_cache(config.cache_dir, size_limit_bytes=web.cache.size_limit_bytes) as cache,
+    ):
+        yield WebServices(web, client, cache, RateLimits(_rates(web)), config.daemon.state_dir)
+
+
+@asynccontextmanager
+async def record_web_op(ctx: OpContext, op: str, target: str) -> AsyncIterator[dict[str, Any]]:
+    """Send one ``web_op`` memory write when the op ends, however it ends.
+
+    The body may set ``cache_hit`` and ``backend`` in the yielded dict. The record holds the
+    op, its query or URL, outcome, duration and cache hit, never headers or credentials.
+    """
+    started = time.monotonic()
+    details: dict[str, Any] = {"cache_hit": False}
+    outcome = "OK"
+    try:
+        yield details
+    except OpError as exc:
+        outcome = f"FAIL {exc.code}"
+        raise
+    except BaseException:
+        outcome = "FAIL cancelled"
+        raise
+    finally:
+        if outcome != "FAIL cancelled":
+            record = json_record(
+                op=op,
+                target=target,
+                outcome=outcome,
+                duration_ms=round((time.monotonic() - started) * 1000, 3),
+                peer_uid=ctx.peer.uid,
+                task_id=ctx.task_id,
+                **details,
+            )
+            await ctx.remember("web", "web_op", "web-ops", record)
+
+
+def quota_path(services: WebServices) -> str:
+    return os.path.join(services.state_dir, "quotas.json")
