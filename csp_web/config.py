@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .config_exec import ExecConfig
+from .config_mcp import McpConfig
 from .net.config import GuardConfig
 
 
@@ -202,6 +204,22 @@ class WebConfig:
 
 
 @dataclass(frozen=True)
+class CronConfig:
+    store_path: str | None = None  # default: <state_dir>/cron.json
+    max_jobs: int = 100
+    history: int = 10  # outcomes kept per job and shown by ACTION list
+    # Missed runs while the daemon was down: "skip" them, or "run_once" for all of them.
+    default_missed: Literal["skip", "run_once"] = "skip"
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    cron: CronConfig = field(default_factory=CronConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     socket: SocketConfig = field(default_factory=SocketConfig)
@@ -211,6 +229,7 @@ class Config:
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    tool: ToolConfig = field(default_factory=ToolConfig)
 
     @property
     def outbox_path(self) -> str:

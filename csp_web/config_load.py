@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 from .config import Config
+from .config_mcp import ConfigError as McpConfigError
+from .config_mcp import McpConfig, mcp_config_from_mapping
 
 ENV_VAR = "CSP_WEB_CONFIG"
 
@@ -66,6 +68,13 @@ def _build(cls: type, data: object, path: str) -> object:
 def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> object:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    if hint is McpConfig:  # its server kinds are told apart by their keys: its own loader
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping")
+        try:
+            return mcp_config_from_mapping(value, path=path)
+        except McpConfigError as exc:
+            raise ConfigError(str(exc)) from exc
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return _build(hint, value, path)
     if origin in (types.UnionType, typing.Union):
@@ -77,12 +86,12 @@ def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> o
         if value not in args:
             raise ConfigError(f"{path}: expected one of {', '.join(map(str, args))}")
         return value
-    if origin is tuple:
+    if origin in (tuple, frozenset):
         if not isinstance(value, list):
             raise ConfigError(f"{path}: expected a list")
-        items = enumerate(value)
-        return tuple(_convert(args[0], v, f"{path}[{i}]", positive=False) for i, v in items)
-    if origin is dict:
+        items = [_convert(args[0], v, f"{path}[{i}]", positive=False) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else frozenset(items)
+    if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping")
         return {str(k): _convert(args[1], v, f"{path}.{k}") for k, v in value.items()}

@@ -23,7 +23,9 @@ class Peer:
 class Services:
     """Infrastructure the specialists share, built once by the daemon (STYLE: lives once).
 
-    ``extras`` holds what later specialists add (guarded HTTP client, caches, pools) by name.
+    ``extras`` holds what specialists add (guarded HTTP client, caches, pools) by name.
+    ``extras["background"]``, if present, lists ``serve(dispatcher, *, task_status)`` tasks
+    the daemon starts beside its transports and cancels at exit (the cron scheduler).
     """
 
     config: Config
@@ -40,6 +42,7 @@ class OpContext:
     op: str
     task_id: str
     client_id: str | None = None
+    audit: dict[str, Any] = field(default_factory=dict)  # what the op adds to its audit record
 
     @property
     def config(self) -> Config:

@@ -83,6 +83,8 @@ async def serve_daemon(
         async with trio.open_nursery() as root:
             connections = trio.CancelScope()
             root.start_soon(_watch_signals, shutdown, connections)
+            for serve in dispatcher.services.extras.get("background", []):
+                await root.start(serve, dispatcher)
             with connections:
                 async with trio.open_nursery() as nursery:
                     await _start_transports(

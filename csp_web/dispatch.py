@@ -10,6 +10,7 @@ import itertools
 import logging
 import secrets
 import time
+from typing import Any
 
 import trio
 
@@ -64,9 +65,10 @@ class Dispatcher:
         self.stats.frames += 1
         self.stats.in_flight += 1
         op: Op | None = None
+        audit: dict[str, Any] = {}
         try:
             op = self._lookup(task)
-            reply = await self._run(task, op, peer)
+            reply = await self._run(task, op, peer, audit)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -77,7 +79,7 @@ class Dispatcher:
             self.stats.record(op.req, duration_ms, code)
         elif code is not None:
             self.stats.reject(code)
-        await self._audit(task, op, peer, reply, duration_ms)
+        await self._audit(task, op, peer, reply, duration_ms, audit)
         return reply
 
     def _lookup(self, task: Task) -> Op | None:
@@ -87,7 +89,7 @@ class Dispatcher:
             return None
         return self.registry.lookup(task)
 
-    async def _run(self, task: Task, op: Op | None, peer: Peer) -> Reply:
+    async def _run(self, task: Task, op: Op | None, peer: Peer, audit: dict[str, Any]) -> Reply:
         config = self.services.config.tasks
         if op is None:
             check_id(task)  # the Memory Specialist validates the rest of a relayed frame
@@ -104,13 +106,19 @@ class Dispatcher:
                     assert self.relay is not None
                     return await self.relay.forward(task)
                 assert params is not None
-                ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+                ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
                 return ok_reply(await op.handler(params, ctx), task.id)
         assert scope.cancelled_caught
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
     async def _audit(
-        self, task: Task, op: Op | None, peer: Peer, reply: Reply, duration_ms: float
+        self,
+        task: Task,
+        op: Op | None,
+        peer: Peer,
+        reply: Reply,
+        duration_ms: float,
+        extra: dict[str, Any],
     ) -> None:
         if not self.audit or (
             op is not None and op.specialist == "sys" and not self.services.config.audit.sys_ops
@@ -127,6 +135,7 @@ class Dispatcher:
             outcome=str(reply.status),
             error=reply.get("ERROR"),
             duration_ms=round(duration_ms, 3),
+            **extra,
         )
         ctx = OpContext(self.services, peer, task.req, task.id or "")
         try:

@@ -1,0 +1,12 @@
+"""The tool specialist: sandboxed exec, MCP tool calls and cron under IN:SHELL and IN:TOOL."""
+
+from __future__ import annotations
+
+from csp_web.registry import Op
+
+
+def tool_ops() -> list[Op]:
+    """The tool specialist's ops."""
+    from . import ops_exec, ops_mcp
+
+    return [*ops_exec.OPS, *ops_mcp.OPS]

@@ -1,0 +1,187 @@
+"""The exec engine's settings: one frozen dataclass, units in the names, defaults with a source.
+
+It is the ``tool.exec`` section of ``csp_web.config.Config``, loaded strictly like the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+# Environment names the engine owns or that make an allowed program load foreign code: a
+# request may never set them, whatever ``env_allowed`` says. LD_PRELOAD turns an allowed ``ls``
+# into arbitrary code, which would make the argv allow-list meaningless.
+ENGINE_ENV = frozenset({"PATH", "HOME", "TMPDIR", "CSP_EXEC_ID"})
+_CODE_LOADING_ENV = frozenset({"BASH_ENV", "ENV", "NODE_OPTIONS", "PYTHONSTARTUP", "PERL5OPT"})
+_CODE_LOADING_PREFIXES = ("LD_", "GIT_", "DYLD_")
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled; ValueError naming it if it does not compile (re.error is not one)."""
+    try:
+        return re.compile(pattern)
+    except re.error as error:
+        raise ValueError(f"bad regex {pattern!r}: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramRule:
+    """One program the policy lets run, and what its arguments may be.
+
+    ``program`` is a bare name (matched only when found on the search path) or an absolute
+    path (matched against the path as written and its realpath). When ``args_match`` is set,
+    every argument must fullmatch it; an argument in which any ``deny_args`` regex is found
+    refuses the command. Raises ValueError for an empty name or a regex that does not compile.
+    """
+
+    program: str
+    args_match: str | None = None
+    deny_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.program or (os.sep in self.program and not os.path.isabs(self.program)):
+            raise ValueError(f"program must be a bare name or an absolute path: {self.program!r}")
+        for pattern in (self.args_match, *self.deny_args):
+            if pattern is not None:
+                compile_pattern(pattern)
+
+
+# A starting point that can look at a workspace and nothing more; deployments list their
+# toolchain (npm, pytest, git with deny_args...). No interpreter or exec wrapper is here: any
+# of them would allow whatever the sandbox allows.
+# fmt: off
+DEFAULT_ALLOWED = (
+    *(ProgramRule(name) for name in [
+        "true", "false", "echo", "printf", "pwd", "ls", "cat", "head", "tail", "wc", "grep",
+        "uniq", "cut", "tr", "diff", "date", "uname", "basename", "dirname",
+    ]),
+    # GNU sort runs --compress-program=PROG, and getopt takes any unambiguous prefix of a
+    # long option (--co=sh), hence the prefix rule rather than the full name.
+    ProgramRule("sort", deny_args=(r"^--co",)),
+)
+
+# Shells, exec wrappers and privilege tools: each runs an arbitrary program given as an
+# argument, so allowing one by mistake would void the allow-list. Deny wins over allow.
+DEFAULT_DENIED = frozenset({
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env",
+    "xargs", "nohup", "setsid", "nice", "ionice", "timeout", "stdbuf", "chrt", "taskset",
+    "flock", "watch", "script", "expect", "strace", "ltrace", "gdb", "sudo", "su", "doas",
+    "pkexec", "setpriv", "nsenter", "unshare", "chroot", "bwrap", "prlimit", "capsh", "runuser",
+})
+
+DEFAULT_ENV_ALLOWED = frozenset({
+    "CI", "TZ", "LANG", "LC_ALL", "TERM", "NO_COLOR", "FORCE_COLOR", "NODE_ENV",
+    "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+})
+# fmt: on
+
+# The seed's DANGEROUS_PATTERNS, named. Two changes, both deliberate: the seed's
+# /rm\s+-rf\s+\// refuses every absolute path (rm -rf /ws/build), so the slash must stand
+# alone here; and curl|bash / wget|sh are widened to either fetcher into any common shell.
+DANGEROUS_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("rm_rf_root", r"\brm\s+-rf\s+/(?:\*|\s|$)"),
+    ("write_block_device", r">\s*/dev/sd"),
+    ("curl_pipe_shell", r"\bcurl\b.*\|\s*(?:sudo\s+)?(?:ba|da|z)?sh\b"),
+    ("wget_pipe_shell", r"\bwget\b.*\|\s*(?:sudo\s+)?(?:ba|da|z)?sh\b"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecConfig:
+    """How commands are admitted, sandboxed and bounded. Raises ValueError when inconsistent."""
+
+    # Working directories must resolve inside one of these (empty disables exec); with a root
+    # daemon, owned by run_as_uid so that commands may write there.
+    workspace_roots: tuple[str, ...] = ()
+    default_timeout_ms: int = 30_000  # the tool seed: "Default timeout: 30s"
+    max_timeout_ms: int = 600_000  # Claude Code's Bash tool caps one call at 10 minutes
+    allowed_programs: tuple[ProgramRule, ...] = DEFAULT_ALLOWED
+    denied_programs: frozenset[str] = DEFAULT_DENIED
+    dangerous_patterns: tuple[tuple[str, str], ...] = DANGEROUS_PATTERNS
+    allow_shell: bool = False  # the seed wants commands "sanitized"; a shell cannot be
+    shell_program: str = "/bin/sh"
+    search_path: str = "/usr/local/bin:/usr/bin:/bin"  # Debian's default user PATH
+    env_allowed: frozenset[str] = DEFAULT_ENV_ALLOWED
+    locale: str = "C.UTF-8"  # always present on Debian, unlike en_US.UTF-8
+    # Used only when the daemon runs as root: nobody/nogroup, as NFS root squashing maps to.
+    run_as_uid: int = 65534
+    run_as_gid: int = 65534
+    bwrap_program: str | None = "bwrap"  # None runs without the sandbox (tests, non-Linux)
+    require_bwrap: bool = False
+    # Hidden inside the sandbox; the lead adds the daemon's socket and state directories.
+    masked_paths: tuple[str, ...] = ("/run/csp-web", "/root", "/home")
+    tmp_size_bytes: int = 64 * MIB  # Docker's default /dev/shm size for a private tmpfs
+    max_memory_bytes: int = 512 * MIB  # the tool seed: "Max memory: 512MB per process"
+    # The tool seed: "Max processes: 10 concurrent". RLIMIT_NPROC counts threads too, and under
+    # bwrap the sandbox's init and GNU time: node (about 11 threads) or a JVM will not start
+    # under 10, so a deployment running them raises this. See _limits.py for the uid story.
+    max_processes: int = 10
+    max_file_bytes: int = 64 * MIB  # no file larger than the scratch /tmp may hold
+    max_open_files: int = 1024  # Linux's default soft RLIMIT_NOFILE
+    cpu_cores: int = 1  # the tool seed: "Max CPU: 100% (1 core)"
+    max_output_bytes: int = MIB  # per stream; Codex CLI's DEFAULT_OUTPUT_BYTES_CAP
+    output_tail_bytes: int = 4096  # of those, kept from the end: errors come last
+    summary_max_chars: int = 500  # the tool seed: "Max stdout/stderr summary: 500 chars"
+    drain_grace_ms: int = 2_000  # Codex CLI's IO_DRAIN_TIMEOUT_MS after the child exits
+    reap_grace_ms: int = 5_000  # a SIGKILLed tree is gone in ms; this only bounds D-state
+    cache_ttl_s: int = 60  # the tool seed: "TTL: 60s for safe reads"
+    cache_safe_patterns: tuple[str, ...] = ()  # the seed: caching is opt-in
+
+    def __post_init__(self) -> None:
+        _check_positive(self)
+        _check_paths(self)
+        _check_env(self.env_allowed)
+        for _, pattern in self.dangerous_patterns:
+            compile_pattern(pattern)
+        for pattern in self.cache_safe_patterns:
+            compile_pattern(pattern)
+
+
+def _check_positive(config: ExecConfig) -> None:
+    sizes = {
+        "default_timeout_ms": config.default_timeout_ms,
+        "tmp_size_bytes": config.tmp_size_bytes,
+        "max_memory_bytes": config.max_memory_bytes,
+        "max_processes": config.max_processes,
+        "max_file_bytes": config.max_file_bytes,
+        "max_open_files": config.max_open_files,
+        "cpu_cores": config.cpu_cores,
+        "summary_max_chars": config.summary_max_chars,
+        "output_tail_bytes": config.output_tail_bytes,
+        "drain_grace_ms": config.drain_grace_ms,
+        "reap_grace_ms": config.reap_grace_ms,
+        "run_as_uid": config.run_as_uid,  # uid 0 would undo the point of switching
+        "run_as_gid": config.run_as_gid,
+    }
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{name} must be positive")
+    if not config.default_timeout_ms <= config.max_timeout_ms:
+        raise ValueError("default_timeout_ms cannot exceed max_timeout_ms")
+    if config.output_tail_bytes >= config.max_output_bytes:
+        raise ValueError("output_tail_bytes must be smaller than max_output_bytes")
+    if config.summary_max_chars < 16:
+        raise ValueError("summary_max_chars must leave room for a head and a tail")
+
+
+def _check_paths(config: ExecConfig) -> None:
+    for path in (*config.workspace_roots, *config.masked_paths, config.shell_program):
+        if not os.path.isabs(path):
+            raise ValueError(f"path must be absolute: {path!r}")
+    if any(os.path.realpath(root) == "/" for root in config.workspace_roots):
+        raise ValueError("a workspace root of / would make the whole filesystem writable")
+
+
+def _check_env(names: frozenset[str]) -> None:
+    for name in names:
+        if (
+            name in ENGINE_ENV
+            or name in _CODE_LOADING_ENV
+            or name.startswith(_CODE_LOADING_PREFIXES)
+        ):
+            raise ValueError(
+                f"env_allowed may not list {name}: the engine owns it or it loads code"
+            )

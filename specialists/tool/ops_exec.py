@@ -1,0 +1,199 @@
+"""The ``exec`` op (IN:SHELL, OUT:EXEC_RESULT): run a command in the sandbox, under limits.
+
+The reply carries the seed's summaries; the full (capped) output goes to memory as an
+``exec_log`` write, and the command joins the op's audit record. Commands that config marks
+safe to cache (``cache_safe_patterns``) are answered from a 60 s cache (the seed's TTL).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import trio
+
+from csp_web.cache import Cache, open_cache
+from csp_web.config import Config
+from csp_web.context import OpContext
+from csp_web.errors import OpError
+from csp_web.fields import FieldSpec, Params
+from csp_web.memory import json_record
+from csp_web.registry import Op
+from csp_web.replies import Result
+from protocol import ErrorCode
+
+from .exec import (
+    ExecConfig,
+    ExecRequest,
+    ExecResult,
+    Sandbox,
+    cache_key,
+    cacheable,
+    probe_sandbox,
+    run_command,
+)
+
+log = logging.getLogger("csp_web.exec")
+
+
+@dataclass(frozen=True)
+class ExecServices:
+    """The probed sandbox, the effective exec config and the result cache."""
+
+    config: ExecConfig
+    sandbox: Sandbox
+    cache: Cache
+
+
+def _private_paths(config: Config) -> tuple[str, ...]:
+    # A command must never see the daemon's own sockets and state (outbox, cache, cron).
+    paths = [config.daemon.state_dir]
+    for path in (config.socket.path, config.memory.socket_path):
+        if path:
+            paths.append(os.path.dirname(os.path.abspath(path)))
+    return tuple(paths)
+
+
+@asynccontextmanager
+async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
+    """Probe the sandbox once (logged) and open the exec result cache."""
+    exec_config = config.tool.exec
+    masked = tuple(dict.fromkeys((*exec_config.masked_paths, *_private_paths(config))))
+    exec_config = replace(exec_config, masked_paths=masked)
+    sandbox = await probe_sandbox(exec_config)
+    if sandbox.kind == "none":
+        log.warning("exec runs WITHOUT bubblewrap: %s", sandbox.reason)
+    else:
+        log.info("exec sandbox: %s", sandbox.kind)
+    directory = os.path.join(config.cache_dir, "exec")
+    async with open_cache(directory, size_limit_bytes=64 * 1024 * 1024) as cache:
+        yield ExecServices(exec_config, sandbox, cache)
+
+
+def exec_services(ctx: OpContext) -> ExecServices:
+    services = ctx.services.extras.get("exec")
+    if not isinstance(services, ExecServices):
+        raise OpError(ErrorCode.NOT_AVAILABLE, "exec is not configured", scope=("shell",))
+    return services
+
+
+def _env(params: Params) -> dict[str, str]:
+    value = params.json("ENV")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise OpError(ErrorCode.INVALID_FIELD, "ENV must be a JSON object of strings")
+    return {str(k): v for k, v in value.items()}
+
+
+def _request(params: Params, services: ExecServices) -> ExecRequest:
+    timeout_ms = params.opt_integer("TIMEOUT_MS") or services.config.default_timeout_ms
+    # Finish inside the task's own deadline, so the engine reports the timeout (with the
+    # command and exit:null) and kills the tree, rather than the dispatcher cutting it off.
+    left_ms = (trio.current_effective_deadline() - trio.current_time()) * 1000 - 100
+    return ExecRequest(
+        params.text("COMMAND"),
+        timeout_ms=max(1, min(timeout_ms, int(min(left_ms, 1e12)))),
+        working_dir=params.opt_text("WORKING_DIR"),
+        env=_env(params),
+        shell=params.flag("SHELL"),
+    )
+
+
+def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
+    fields = [
+        ("EXEC_TIME", str(result.duration_ms)),
+        ("STDOUT_SUMMARY", result.stdout_summary),
+        ("STDERR_SUMMARY", result.stderr_summary),
+    ]
+    if result.cpu_ms is not None:
+        fields.append(("CPU_MS", str(result.cpu_ms)))
+    if result.peak_rss_kib is not None:
+        fields.append(("PEAK_RSS_KIB", str(result.peak_rss_kib)))
+    if result.signal is not None:
+        fields.append(("SIGNAL", str(result.signal)))
+    fields += [("LIMIT", limit) for limit in sorted(result.limits)]
+    fields.append(("SANDBOX", result.sandbox))
+    return tuple(fields)
+
+
+async def _log_output(ctx: OpContext, result: ExecResult) -> str:
+    header = json_record(
+        command=result.command,
+        argv=list(result.argv),
+        working_dir=result.working_dir,
+        exit=result.exit_code,
+        signal=result.signal,
+        limits=sorted(result.limits),
+        duration_ms=result.duration_ms,
+        stdout_bytes=result.stdout_bytes,
+        stderr_bytes=result.stderr_bytes,
+    )
+    body = f"{header}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}\n"
+    write = await ctx.remember("tool", "exec_log", "exec-logs", body, suffix=".log")
+    return write.path
+
+
+def _cached_result(value: Any) -> Result | None:
+    if not isinstance(value, dict):
+        return None
+    fields = (*((str(k), str(v)) for k, v in value["fields"]), ("CACHED", "true"))
+    return Result(str(value["data"]), tuple(value["scope"]), fields)
+
+
+async def exec_command(params: Params, ctx: OpContext) -> Result:
+    services = exec_services(ctx)
+    request = _request(params, services)
+    ctx.audit.update(command=request.command, working_dir=request.working_dir)
+    key = cache_key(
+        request.command, request.working_dir or "", shell=request.shell, env=dict(request.env)
+    )
+    use_cache = cacheable(request.command, services.config) and not params.flag("NO_CACHE")
+    if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
+        return hit
+    result = await run_command(request, services.config, sandbox=services.sandbox)
+    log_path = await _log_output(ctx, result)
+    ctx.audit.update(exit=result.exit_code, limits=sorted(result.limits), log=log_path)
+    error = result.failure()
+    if error is not None:
+        raise OpError(
+            error.code,
+            error.detail,
+            scope=error.scope,
+            data=error.data,
+            fields=(*error.fields, ("LOG_PATH", log_path)),
+        )
+    reply = Result(
+        f"exit:{result.exit_code}",
+        (result.program,),
+        (*_reply_fields(result), ("LOG_PATH", log_path)),
+    )
+    if use_cache:
+        entry = {"data": reply.data, "scope": list(reply.scope), "fields": reply.fields}
+        await services.cache.set("exec", key, entry, ttl_s=services.config.cache_ttl_s)
+    return reply
+
+
+OPS = [
+    Op(
+        "exec",
+        "SHELL",
+        "EXEC_RESULT",
+        "tool",
+        exec_command,
+        (
+            FieldSpec("COMMAND", required=True, max_chars=8192),
+            FieldSpec("TIMEOUT_MS", "int", minimum=1, maximum=600_000),
+            FieldSpec("WORKING_DIR", max_chars=4096),
+            FieldSpec("ENV", "json", doc="a JSON object of variables to add (allow-listed)"),
+            FieldSpec("SHELL", "bool", default=False),
+            FieldSpec("NO_CACHE", "bool", default=False),
+        ),
+        inline="COMMAND",
+        doc="run a command in the sandbox under time, memory, process and output limits",
+    )
+]

@@ -1,0 +1,61 @@
+"""The ``mcp`` op (IN:TOOL, OUT:MCP_RESULT): call a configured MCP server's tool, or list its
+tools with their input schemas (``ACTION list``)."""
+
+from __future__ import annotations
+
+import trio
+
+from csp_web.context import OpContext
+from csp_web.errors import OpError
+from csp_web.fields import FieldSpec, Params
+from csp_web.registry import Op
+from csp_web.replies import Result
+from protocol import ErrorCode
+
+from .mcp import McpPool, parse_params
+
+
+def mcp_pool(ctx: OpContext) -> McpPool:
+    pool = ctx.services.extras.get("mcp")
+    if not isinstance(pool, McpPool):
+        raise OpError(ErrorCode.NOT_AVAILABLE, "no MCP servers configured", scope=("mcp",))
+    return pool
+
+
+def _time_left_s() -> float | None:
+    # The dispatcher's TIMEOUT_MS is a cancel scope; give the pool the same deadline so a hung
+    # server answers mcp_unavailable (with its reason) instead of a bare timeout.
+    left = trio.current_effective_deadline() - trio.current_time()
+    return None if left == float("inf") else max(left - 0.05, 0.001)
+
+
+async def mcp(params: Params, ctx: OpContext) -> Result:
+    pool = mcp_pool(ctx)
+    server = params.text("SERVER")
+    if params.text("ACTION") == "list":
+        tools = await pool.list_tools(server, timeout_s=_time_left_s())
+        return Result(tools.data, tools.scope, tools.fields(ctx.config.tool.mcp))
+    tool = params.opt_text("TOOL")
+    if tool is None:
+        raise OpError(ErrorCode.MISSING_FIELD, "TOOL", scope=("mcp",))
+    arguments = parse_params(params.opt_text("PARAMS"))
+    result = await pool.call_tool(server, tool, arguments, timeout_s=_time_left_s())
+    return Result(result.data, result.scope, result.fields())
+
+
+OPS = [
+    Op(
+        "mcp",
+        "TOOL",
+        "MCP_RESULT",
+        "tool",
+        mcp,
+        (
+            FieldSpec("SERVER", required=True, max_chars=64),
+            FieldSpec("TOOL", max_chars=128),
+            FieldSpec("PARAMS", max_chars=256 * 1024, doc="a JSON object of arguments"),
+            FieldSpec("ACTION", "choice", choices=("call", "list"), default="call"),
+        ),
+        doc="call an MCP server's tool, or list its tools",
+    )
+]

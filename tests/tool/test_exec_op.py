@@ -1,0 +1,120 @@
+"""The exec op end to end: frame fields in, the real sandbox, seed-shaped replies, memory writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+
+import pytest
+
+from csp_web.config import Config, ToolConfig
+from csp_web.context import Peer
+from csp_web.daemon import build_dispatcher
+from csp_web.dispatch import Dispatcher
+from csp_web.outbox import open_outbox
+from protocol import Reply, Status, Task
+from specialists.tool import tool_ops
+from specialists.tool.ops_exec import open_exec_services
+from tests.tool.exec_support import make_config, scratch_dir
+
+
+@pytest.fixture
+def workspace() -> Iterator[str]:
+    with scratch_dir() as path:
+        yield path
+
+
+@pytest.fixture
+async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher]:
+    exec_config = make_config(workspace, cache_safe_patterns=(r"cat .*",))
+    config = replace(config, tool=ToolConfig(exec=exec_config))
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        open_exec_services(config) as services,
+    ):
+        yield build_dispatcher(config, outbox, tool_ops(), extras={"exec": services})
+
+
+async def _exec(dispatcher: Dispatcher, command: str, *fields: tuple[str, str]) -> Reply:
+    task = Task("exec", "SHELL", "EXEC_RESULT", command, fields)
+    return await dispatcher.run(task, Peer("t", 1000, 4242))
+
+
+def _writes(dispatcher: Dispatcher, kind: str) -> list[str]:
+    return [w.data for _, w in dispatcher.services.outbox._store.oldest(1000) if w.type == kind]
+
+
+async def test_exec_replies_with_seed_fields_and_logs_full_output_to_memory(
+    dispatcher: Dispatcher,
+) -> None:
+    reply = await _exec(dispatcher, "python3 -c \"print('19 tests passed'); print('x' * 2000)\"")
+    assert reply.status is Status.OK, reply
+    assert reply.get("SCOPE") == "[python3]"
+    assert reply.get("DATA") == "exit:0"
+    assert int(reply.get("EXEC_TIME") or "x") >= 0
+    summary = reply.get("STDOUT_SUMMARY") or ""
+    assert summary.startswith("19 tests passed")
+    assert len(summary) <= 500
+    assert reply.get("STDERR_SUMMARY") == ""
+    (log,) = _writes(dispatcher, "exec_log")
+    assert "19 tests passed" in log
+    assert "x" * 2000 in log  # the full output, not the summary
+    audit = [json.loads(a) for a in _writes(dispatcher, "audit")]
+    assert audit[-1]["command"].startswith("python3 -c")
+    assert audit[-1]["uid"] == 1000
+    assert audit[-1]["outcome"] == "OK"
+
+
+async def test_nonzero_exit_is_command_failed_with_stderr_summary(dispatcher: Dispatcher) -> None:
+    reply = await _exec(dispatcher, "python3 -c \"import sys; sys.exit('no jest')\"")
+    assert reply.status is Status.FAIL
+    assert reply.get("SCOPE") == "[shell]"
+    assert reply.get("DATA") == "exit:1"
+    assert (reply.get("ERROR") or "").startswith("command_failed:python3")
+    assert (reply.get("STDERR_SUMMARY") or "").strip() == "no jest"
+    assert len(_writes(dispatcher, "exec_log")) == 1
+
+
+async def test_timeout_kills_and_replies_timeout_exceeded_with_exit_null(
+    dispatcher: Dispatcher,
+) -> None:
+    reply = await _exec(dispatcher, "sleep 30", ("TIMEOUT_MS", "500"))
+    assert reply.status is Status.FAIL
+    assert (reply.get("ERROR") or "").startswith("timeout_exceeded:")
+    assert reply.get("DATA") == "exit:null"
+    assert reply.get("COMMAND") == "sleep 30"
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        ("rm -rf /", "command_blocked"),
+        ("bash -c id", "command_blocked"),
+        ("nosuchprogram", "command_blocked"),
+    ],
+)
+async def test_refused_commands_never_run(dispatcher: Dispatcher, command: str, code: str) -> None:
+    reply = await _exec(dispatcher, command)
+    assert reply.status is Status.FAIL
+    assert (reply.get("ERROR") or "").partition(":")[0] == code
+    assert _writes(dispatcher, "exec_log") == []
+
+
+async def test_working_dir_outside_the_workspace_is_permission_denied(
+    dispatcher: Dispatcher,
+) -> None:
+    reply = await _exec(dispatcher, "id", ("WORKING_DIR", "/etc"))
+    assert (reply.get("ERROR") or "").startswith("permission_denied:")
+    assert reply.get("DATA") == "exit:126"
+
+
+async def test_safe_command_is_answered_from_cache_the_second_time(
+    dispatcher: Dispatcher, workspace: str
+) -> None:
+    first = await _exec(dispatcher, "cat /etc/hostname")
+    second = await _exec(dispatcher, "cat /etc/hostname")
+    assert first.get("CACHED") is None
+    assert second.get("CACHED") == "true"
+    assert second.get("STDOUT_SUMMARY") == first.get("STDOUT_SUMMARY")
+    assert len(_writes(dispatcher, "exec_log")) == 1

@@ -1,0 +1,252 @@
+"""The OS boundary, observed from inside real commands: user, filesystem, network, PIDs,
+environment, and each resource limit at N and N+1."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import trio
+
+from csp_web.errors import OpError
+from protocol import ErrorCode
+from specialists.tool.exec import ExecRequest, ExecResult, Limit, probe_sandbox, run_command
+
+from .exec_support import IS_ROOT, KINDS, SANDBOX_UID, make_config, probe, scratch_dir
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def workspace() -> Iterator[str]:
+    with scratch_dir() as path:
+        yield path
+
+
+async def run(workspace: str, command: str, *, kind: str = "bwrap", **config: Any) -> ExecResult:
+    if kind == "none":
+        # Without bwrap RLIMIT_NPROC is one budget for every process of the uid on the host,
+        # zombies included (bwrap leaves its sandbox init for the host's init to reap, which
+        # some container inits do lazily), so these tests give that budget room.
+        config.setdefault("max_processes", 4096)
+    exec_config = make_config(workspace, **config)
+    sandbox = await probe(exec_config, kind)
+    with trio.fail_after(60):
+        return await run_command(
+            ExecRequest(command, timeout_ms=20_000), exec_config, sandbox=sandbox
+        )
+
+
+def python(code: str, *args: str) -> str:
+    return shlex.join(["python3", "-c", code, *args])
+
+
+async def test_probe_finds_bubblewrap_with_tmpfs_size_support(workspace: str) -> None:
+    sandbox = await probe(make_config(workspace), "bwrap")
+    assert sandbox.kind == "bwrap"
+    assert "--size" in sandbox.bwrap_options
+
+
+async def test_probe_without_bwrap_says_none_and_why(workspace: str) -> None:
+    sandbox = await probe_sandbox(make_config(workspace, bwrap_program="no-such-bwrap"))
+    assert sandbox.kind == "none"
+    assert "no-such-bwrap" in sandbox.reason
+
+
+async def test_probe_requiring_bwrap_that_is_missing_is_not_available(workspace: str) -> None:
+    config = make_config(workspace, bwrap_program="no-such-bwrap", require_bwrap=True)
+    with pytest.raises(OpError) as caught:
+        await probe_sandbox(config)
+    assert caught.value.code == ErrorCode.NOT_AVAILABLE
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_command_runs_as_the_unprivileged_user(workspace: str, kind: str) -> None:
+    result = await run(workspace, "id -u", kind=kind)
+    assert result.stdout.strip() == str(SANDBOX_UID)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_command_writes_in_its_working_dir(workspace: str, kind: str) -> None:
+    result = await run(workspace, "touch made-here", kind=kind)
+    assert result.exit_code == 0
+    assert os.path.exists(os.path.join(workspace, "made-here"))
+
+
+async def test_command_cannot_write_outside_its_working_dir_even_where_it_owns_it(
+    workspace: str,
+) -> None:
+    # The directory belongs to the sandbox user, so only the read-only mount can stop this.
+    with scratch_dir(parent="/var/tmp") as outside:
+        target = os.path.join(outside, "escaped")
+        result = await run(workspace, f"touch {target}")
+        assert result.exit_code != 0
+        assert "Read-only file system" in result.stderr
+        assert not os.path.exists(target)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="only a root daemon switches commands to another uid")
+@pytest.mark.parametrize("kind", KINDS)
+async def test_command_cannot_read_a_root_only_file(workspace: str, kind: str) -> None:
+    with scratch_dir(owner=None, mode=0o700, parent="/var/tmp") as private:
+        secret = os.path.join(private, "secret")
+        with open(secret, "w") as f:
+            f.write("hunter2")
+        result = await run(workspace, f"cat {secret}", kind=kind)
+    assert result.exit_code != 0
+    assert "hunter2" not in result.stdout
+
+
+async def test_masked_paths_are_empty_inside_the_sandbox(workspace: str) -> None:
+    with scratch_dir(owner=None, parent="/var/tmp") as socket_dir:
+        with open(os.path.join(socket_dir, "csp.sock"), "w"):
+            pass
+        result = await run(workspace, f"ls -A {socket_dir}", masked_paths=(socket_dir,))
+    assert result.exit_code == 0
+    assert result.stdout == ""
+
+
+async def test_tmp_is_private_and_holds_its_size_but_not_one_byte_more(workspace: str) -> None:
+    size = MIB
+    write = "dd if=/dev/zero of=/tmp/f bs={} count=1 status=none"
+    fits = await run(workspace, write.format(size), tmp_size_bytes=size)
+    over = await run(workspace, write.format(size + 1), tmp_size_bytes=size)
+    assert fits.exit_code == 0
+    assert over.exit_code != 0
+    assert "No space left" in over.stderr
+
+
+async def test_sandbox_has_no_network_not_even_the_host_loopback(workspace: str) -> None:
+    listener = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with listener:
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
+        result = await run(workspace, python(code))
+    assert result.exit_code != 0
+    assert "Connection refused" in result.stderr
+
+
+async def test_sandbox_has_its_own_pid_namespace(workspace: str) -> None:
+    code = "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    result = await run(workspace, python(code))
+    pids = [int(p) for p in result.stdout.strip("[]\n").split(", ")]
+    assert os.getpid() not in pids
+    assert max(pids) < 10
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_environment_holds_only_the_engine_and_requested_names(
+    workspace: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAEMON_SECRET", "hunter2")
+    result = await run(workspace, "printenv", kind=kind)
+    names = {line.split("=", 1)[0] for line in result.stdout.splitlines()}
+    assert result.exit_code == 0, result.stderr
+    assert "DAEMON_SECRET" not in names
+    assert {"PATH", "HOME", "TMPDIR", "LANG"} <= names
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_every_rlimit_is_set_inside(workspace: str, kind: str) -> None:
+    result = await run(
+        workspace, "cat /proc/self/limits", kind=kind, max_open_files=77, max_processes=4096
+    )
+    limits = {line[:26].strip(): line[26:].split()[:2] for line in result.stdout.splitlines()}
+    assert limits["Max address space"] == [str(512 * MIB)] * 2
+    assert limits["Max processes"] == ["4096", "4096"]
+    assert limits["Max file size"] == [str(64 * MIB)] * 2
+    assert limits["Max open files"] == ["77", "77"]
+    assert limits["Max cpu time"] == ["20", "21"]  # the 20 s timeout, in CPU seconds
+    assert limits["Max core file size"] == ["0", "0"]
+
+
+async def test_sandbox_holds_max_processes_counting_its_init_and_time(workspace: str) -> None:
+    # bwrap's init, GNU time and python are 3 of the 6; python may fork 3 more, not 4.
+    code = (
+        "import os, sys, time\n"
+        "n = int(sys.argv[1])\n"
+        "for _ in range(n):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(2); os._exit(0)\n"
+        "print('forked', n)"
+    )
+    fits = await run(workspace, python(code, "3"), max_processes=6)
+    over = await run(workspace, python(code, "4"), max_processes=6)
+    assert (fits.exit_code, fits.stdout) == (0, "forked 3\n")
+    assert over.exit_code != 0
+    assert "Resource temporarily unavailable" in over.stderr
+
+
+async def test_process_budget_is_per_command_not_shared_between_sandboxes(workspace: str) -> None:
+    code = (
+        "import os, time\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(1); os._exit(0)"
+    )
+    config = make_config(workspace, max_processes=6)
+    sandbox = await probe(config, "bwrap")
+    results: list[ExecResult] = []
+
+    async def one() -> None:
+        results.append(await run_command(ExecRequest(python(code)), config, sandbox=sandbox))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(one)
+    assert [r.exit_code for r in results] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_open_files_stop_at_the_limit(workspace: str, kind: str) -> None:
+    code = (
+        "import os\nfds = []\ntry:\n    while True: fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "except OSError: print(max(fds))"
+    )
+    result = await run(workspace, python(code), kind=kind, max_open_files=64)
+    assert result.stdout == "63\n"  # descriptors 0..63 are the 64 allowed; a 65th is refused
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_file_of_the_size_limit_is_written_and_one_byte_more_is_killed(
+    workspace: str, kind: str
+) -> None:
+    write = "dd if=/dev/zero of=big bs={} count=1 status=none"
+    fits = await run(workspace, write.format(MIB), kind=kind, max_file_bytes=MIB)
+    over = await run(workspace, write.format(MIB + 1), kind=kind, max_file_bytes=MIB)
+    assert fits.exit_code == 0
+    assert over.limits == {Limit.FILE_SIZE}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_address_space_fits_up_to_the_limit_and_not_a_page_beyond(
+    workspace: str, kind: str
+) -> None:
+    # Map what is left below the limit, then one page more: the second map must fail.
+    code = (
+        "import mmap, re\n"
+        "limit = int(open('/proc/self/limits').read().split('Max address space')[1].split()[0])\n"
+        "def used():\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    return int(re.search(r'VmSize:\\s+(\\d+)', status)[1]) * 1024\n"
+        "room = limit - used() - 1024 * 1024\n"  # a MiB of slack for the mmap object itself
+        "m = mmap.mmap(-1, room); m.close()\n"
+        "try:\n    mmap.mmap(-1, limit - used() + 4096)\nexcept OSError: print('refused')"
+    )
+    result = await run(workspace, python(code), kind=kind, max_memory_bytes=256 * MIB)
+    assert (result.exit_code, result.stdout) == (0, "refused\n")
+
+
+async def test_config_requiring_bwrap_runs_in_it(workspace: str) -> None:
+    config = make_config(workspace, require_bwrap=True)
+    sandbox = await probe_sandbox(config)
+    result = await run_command(ExecRequest("id -u"), replace(config), sandbox=sandbox)
+    assert result.sandbox == "bwrap"

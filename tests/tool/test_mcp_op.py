@@ -1,0 +1,75 @@
+"""The mcp op end to end: frame in, the daemon's dispatcher, a real stdio MCP server, reply out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from csp_web.config import Config, ToolConfig
+from csp_web.context import Peer
+from csp_web.daemon import build_dispatcher
+from csp_web.dispatch import Dispatcher
+from csp_web.outbox import open_outbox
+from protocol import Reply, Status, Task
+from specialists.tool import tool_ops
+from specialists.tool.mcp import open_mcp_pool
+from tests.tool.mcp_servers.support import toy_config
+
+
+@pytest.fixture
+async def dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
+    config = replace(config, tool=ToolConfig(mcp=toy_config(call_timeout_s=5.0)))
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        open_mcp_pool(config.tool.mcp) as pool,
+    ):
+        yield build_dispatcher(config, outbox, tool_ops(), extras={"mcp": pool})
+
+
+async def _run(dispatcher: Dispatcher, *fields: tuple[str, str]) -> Reply:
+    return await dispatcher.run(Task("mcp", "TOOL", "MCP_RESULT", None, fields), Peer("t"))
+
+
+async def test_mcp_call_replies_with_tool_text_and_exec_time(dispatcher: Dispatcher) -> None:
+    reply = await _run(
+        dispatcher, ("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", '{"text": "hello"}')
+    )
+    assert reply.status is Status.OK, reply
+    assert reply.get("SCOPE") == "[toy]"
+    assert reply.get("DATA") == "hello"
+    assert int(reply.get("EXEC_TIME") or "x") >= 0
+
+
+async def test_mcp_list_gives_each_tool_with_its_input_schema(dispatcher: Dispatcher) -> None:
+    reply = await _run(dispatcher, ("SERVER", "toy"), ("ACTION", "list"))
+    tools = {json.loads(line)["name"]: json.loads(line) for line in reply.get_all("TOOL")}
+    assert reply.get("DATA") == f"tools:{len(tools)}"
+    assert "text" in json.dumps(tools["echo"]["input_schema"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ((("SERVER", "nope"), ("TOOL", "echo")), "unknown_server"),
+        ((("SERVER", "toy"),), "missing_field"),
+        ((("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", "[1, 2]")), "invalid_field"),
+        ((("SERVER", "toy"), ("TOOL", "fail")), "mcp_tool_error"),
+    ],
+)
+async def test_mcp_errors_are_catalogue_fail_replies(
+    dispatcher: Dispatcher, fields: tuple[tuple[str, str], ...], code: str
+) -> None:
+    reply = await _run(dispatcher, *fields)
+    assert reply.status is Status.FAIL
+    assert (reply.get("ERROR") or "").partition(":")[0] == code
+
+
+async def test_hung_tool_answers_mcp_unavailable_within_the_task_deadline(
+    dispatcher: Dispatcher,
+) -> None:
+    reply = await _run(dispatcher, ("SERVER", "toy"), ("TOOL", "hang"), ("TIMEOUT_MS", "1500"))
+    assert reply.status is Status.FAIL
+    assert reply.get("ERROR") in ("mcp_unavailable:toy", "timeout_exceeded:1500ms")
