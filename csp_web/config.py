@@ -148,7 +148,8 @@ class SearchConfig:
     max_results: int = 10  # seed 003: count max 10
     breaker_failures: int = 3  # consecutive failures that open a provider's circuit
     breaker_reset_s: float = 60.0
-    prefetch_top: int = 0  # seed 004 prefetches the top 3 into the fetch cache; off by default
+    # seed 004 prefetches the top 3 results into the fetch cache; off by default here.
+    prefetch_top: int = field(default=0, metadata={"zero_ok": True})
 
 
 @dataclass(frozen=True)

@@ -52,13 +52,15 @@ def _build(cls: type, data: object, path: str) -> object:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path or '<root>'}: expected a mapping")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, object] = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)
-        if key not in names:
+        if key not in fields:
             raise ConfigError(f"{key_path}: unknown key")
-        kwargs[key] = _convert(hints[key], value, key_path)
+        # A number must be positive unless its field says zero means "off" (metadata).
+        positive = not fields[key].metadata.get("zero_ok", False)
+        kwargs[key] = _convert(hints[key], value, key_path, positive=positive)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:

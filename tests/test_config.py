@@ -84,3 +84,21 @@ def test_check_config_cli_accepts_the_repository_file() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_zero_means_off_only_where_a_setting_allows_it() -> None:
+    config = config_from_mapping(
+        {"web": {"search": {"prefetch_top": 0}, "guard": {"max_redirects": 0}}}
+    )
+    assert (config.web.search.prefetch_top, config.web.guard.max_redirects) == (0, 0)
+    with pytest.raises(ConfigError, match=r"^web\.search\.max_results: must be positive"):
+        config_from_mapping({"web": {"search": {"max_results": 0}}})
+
+
+def test_mcp_servers_load_strictly_with_their_path() -> None:
+    config = config_from_mapping(
+        {"tool": {"mcp": {"servers": {"fs": {"command": "mcp-fs", "args": ["--root", "/w"]}}}}}
+    )
+    assert config.tool.mcp.servers["fs"].command == "mcp-fs"  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=r"^tool\.mcp\.servers\.fs"):
+        config_from_mapping({"tool": {"mcp": {"servers": {"fs": {"comand": "x"}}}}})

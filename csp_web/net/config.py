@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from csp_web import __version__
@@ -29,7 +29,7 @@ class GuardConfig:
     allowed_ports: tuple[int, ...] = (443,)  # 80 joins when allow_http is on
     # Private CIDRs or host names that tests and operators open on purpose; off by default.
     allow_private: tuple[str, ...] = ()
-    max_redirects: int = 3  # seed 001: "Maximum redirects: 3"
+    max_redirects: int = field(default=3, metadata={"zero_ok": True})  # seed 001: at most 3
     timeout_s: float = 10.0  # seed 000: "Timeout: 10s per request", one deadline per operation
     max_body_bytes: int = 1_000_000  # seed 001: "Maximum download size: 1MB", bytes on the wire
     # What we hand on is never more than we would have accepted unencoded (seed 001's 1MB).
