@@ -31,7 +31,9 @@ from protocol import CLOSED, NEED_DATA, Connection, Reply
 PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 
 
-def start_daemon(workdir: str, audit_sys: bool) -> tuple[subprocess.Popen[bytes], str]:
+def start_daemon(
+    workdir: str, audit_sys: bool, synchronous: str
+) -> tuple[subprocess.Popen[bytes], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
     with open(config, "w") as file:
@@ -40,6 +42,7 @@ def start_daemon(workdir: str, audit_sys: bool) -> tuple[subprocess.Popen[bytes]
             "socket: {max_connections: 2000, max_connections_per_uid: 2000}\n"
             "connection: {max_in_flight: 256}\n"
             f"audit: {{sys_ops: {str(audit_sys).lower()}}}\n"
+            f"outbox: {{synchronous: {synchronous}}}\n"
         )
     proc = subprocess.Popen(
         [
@@ -149,16 +152,17 @@ async def run(path: str, pid: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-audit-sys", action="store_true")
+    parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
-        proc, path = start_daemon(workdir, audit_sys=not args.no_audit_sys)
+        proc, path = start_daemon(workdir, not args.no_audit_sys, args.synchronous)
         try:
             trio.run(run, path, proc.pid)
         finally:
             proc.terminate()
             proc.wait(30)
     flag = " --no-audit-sys" if args.no_audit_sys else ""
-    print(f"reproduce: python bench/daemon.py{flag}")
+    print(f"reproduce: python bench/daemon.py --synchronous {args.synchronous}{flag}")
 
 
 if __name__ == "__main__":

@@ -93,8 +93,9 @@ class OutboxConfig:
     max_pending: int = 100_000
     reserve: int = 1_000
     max_bytes: int = 256 * 1024 * 1024
-    # "full" survives power loss; "normal" survives kill -9 (WAL pages are in the OS cache).
-    synchronous: Literal["full", "normal"] = "full"
+    # "normal" survives kill -9, which is the promise (committed WAL pages are in the OS page
+    # cache); "full" also survives power loss, at an fsync per batch (SQLite's PRAGMA names).
+    synchronous: Literal["full", "normal"] = "normal"
 
 
 @dataclass(frozen=True)

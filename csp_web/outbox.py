@@ -56,6 +56,10 @@ class Outbox:
         self.rejected = 0
         self.refused = 0
         self.connected = False
+        # Without fsync a WAL commit of a batch takes tens of microseconds: less than the
+        # round trip to a worker thread, so it runs on the event loop. With fsync ("full")
+        # it can take milliseconds and goes to a thread.
+        self._inline_commits = config.synchronous == "normal"
 
     @property
     def full(self) -> bool:
@@ -92,7 +96,8 @@ class Outbox:
             batch, self._batch = self._batch, []
             self._batch_ready = trio.Event()
             try:
-                await self._db(self._store.insert, [waiter.write for waiter in batch])
+                writes = [waiter.write for waiter in batch]
+                await self._db(self._store.insert, writes, inline=self._inline_commits)
             except Exception as exc:
                 log.exception("outbox commit failed")
                 self._forget(batch, str(exc))
@@ -155,8 +160,10 @@ class Outbox:
             self.depth -= 1
             self.bytes -= len(waiter.write.data) + len(waiter.write.path)
 
-    async def _db(self, fn: Callable[..., T], *args: object) -> T:
+    async def _db(self, fn: Callable[..., T], *args: object, inline: bool = False) -> T:
         async with self._db_lock:
+            if inline:
+                return fn(*args)
             return await trio.to_thread.run_sync(fn, *args)
 
 

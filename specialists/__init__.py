@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from csp_web.config import Config
@@ -14,16 +14,18 @@ from csp_web.registry import Op
 async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict[str, Any]]]:
     """Every specialist op, and the shared services they use (all closed on exit)."""
     from .tool import tool_ops
-    from .tool.mcp import open_mcp_pool
     from .tool.ops_exec import open_exec_services
     from .web import web_ops
     from .web.services import open_web_services
 
-    async with (
-        open_web_services(config) as web,
-        open_exec_services(config) as exec_services,
-        open_mcp_pool(config.tool.mcp) as mcp,
-    ):
-        extras = {"web": web, "exec": exec_services, "mcp": mcp}
-        extras["stats_lines"] = {"SANDBOX": exec_services.sandbox.kind}
+    async with AsyncExitStack() as stack:
+        extras: dict[str, Any] = {
+            "web": await stack.enter_async_context(open_web_services(config)),
+            "exec": await stack.enter_async_context(open_exec_services(config)),
+        }
+        if config.tool.mcp.servers:  # the MCP SDK is imported only when a server is configured
+            from .tool.mcp import open_mcp_pool
+
+            extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
+        extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
         yield [*web_ops(), *tool_ops()], extras

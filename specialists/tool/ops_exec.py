@@ -50,12 +50,32 @@ class ExecServices:
 
 
 def _private_paths(config: Config) -> tuple[str, ...]:
-    # A command must never see the daemon's own sockets and state (outbox, cache, cron).
+    """The daemon's own sockets and state (outbox, cache, cron), to hide from commands.
+
+    A root daemon runs commands as an unprivileged uid: a path behind a directory closed to
+    others is already out of its reach, and bubblewrap (running as that uid) could not even
+    place a mask there, so only paths others can reach are masked.
+    """
     paths = [config.daemon.state_dir]
     for path in (config.socket.path, config.memory.socket_path):
         if path:
             paths.append(os.path.dirname(os.path.abspath(path)))
-    return tuple(paths)
+    if os.geteuid() != 0:
+        return tuple(paths)
+    return tuple(p for p in paths if _others_can_reach(p))
+
+
+def _others_can_reach(path: str) -> bool:
+    parent = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        if parent == os.path.dirname(parent):
+            return True
+        parent = os.path.dirname(parent)
 
 
 @asynccontextmanager

@@ -1,0 +1,48 @@
+"""Cron jobs for the Tool specialist: CSP/1 tasks run on five-field schedules.
+
+    async with open_cron(config) as cron:                      # reads <state_dir>/cron.json
+        extras = {"cron": cron, "background": [serve_cron]}    # the daemon runs serve_cron
+        job = await cron.add(NewJob(id, parse_schedule("0 3 * * *", "Europe/Paris"), task, ...))
+
+Modules: ``schedule`` (croniter in a zone, UTC times, run keys), ``jobs`` (a job, its task,
+outcomes and JSON form), ``store`` (the atomically replaced job file), ``service`` (the table
+the op edits and the scheduler that runs it).
+"""
+
+from .jobs import MISSED_POLICIES, Job, JobTaskError, Missed, Outcome, parse_job_task
+from .schedule import Schedule, ScheduleError, iso, parse_schedule, run_key
+from .service import (
+    CronService,
+    NewJob,
+    RunHandle,
+    WallClock,
+    open_cron,
+    serve_cron,
+    store_path,
+    system_now,
+)
+from .store import CronStore, CronStoreError
+
+__all__ = [
+    "MISSED_POLICIES",
+    "CronService",
+    "CronStore",
+    "CronStoreError",
+    "Job",
+    "JobTaskError",
+    "Missed",
+    "NewJob",
+    "Outcome",
+    "RunHandle",
+    "Schedule",
+    "ScheduleError",
+    "WallClock",
+    "iso",
+    "open_cron",
+    "parse_job_task",
+    "parse_schedule",
+    "run_key",
+    "serve_cron",
+    "store_path",
+    "system_now",
+]

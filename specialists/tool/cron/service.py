@@ -1,0 +1,382 @@
+"""The cron service: the job table the ``cron`` op edits, and the scheduler that runs it.
+
+    async with open_cron(config) as cron:          # loads <state_dir>/cron.json
+        extras = {"cron": cron, "background": [serve_cron]}
+        ...                                         # the daemon starts serve_cron(dispatcher)
+
+Each run sends the job's task through ``Dispatcher.run`` as peer ``cron`` (so IN:MEMORY tasks
+take the Memory Specialist relay), with the run key ``<job>@<scheduled time>`` as its ID. Runs
+are at most once: the key is persisted before the task is sent. After each run the outcome
+joins the job's history and a ``cron_run`` record goes to memory through the outbox.
+
+Missed occurrences: on start every occurrence since a job's cursor was missed; while running,
+an occurrence more than ``LATE_GRACE_S`` late (the host slept, the clock stepped) was missed.
+Policy ``skip`` runs none of them, ``run_once`` runs the latest one once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from csp_web.config import Config, CronConfig
+from csp_web.context import Peer
+from csp_web.dispatch import Dispatcher
+from csp_web.errors import OpError
+from csp_web.fields import validate
+from csp_web.memory import json_record, make_write
+from protocol import ErrorCode, Reply, Task
+
+from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome
+from .schedule import UTC, Schedule, iso, run_key
+from .store import CronStore, CronStoreError
+
+log = logging.getLogger("csp_web.cron")
+
+WallClock = Callable[[], datetime.datetime]
+SCOPE = ("cron",)
+PEER = Peer("cron")
+MAX_CONCURRENT_RUNS = 5  # the tool seed: "Max concurrent: 5"
+# crond looks once a minute, so a run up to a minute late is on time, not missed.
+LATE_GRACE_S = 60.0
+# Wake at least this often to notice a wall-clock step or a resumed suspend (trio's clock is
+# monotonic and stops while the host sleeps).
+MAX_SLEEP_S = 60.0
+_TICK = datetime.timedelta(microseconds=1)
+
+
+def system_now() -> datetime.datetime:
+    return datetime.datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What ``ACTION add`` asks for, already validated field by field."""
+
+    id: str
+    schedule: Schedule
+    task: Task
+    description: str
+    missed: Missed
+
+
+@dataclass
+class RunHandle:
+    """A run in flight; ``reply`` is set when ``done`` is."""
+
+    key: str
+    done: trio.Event
+    reply: Reply | None = None
+
+
+class CronService:
+    """The job table and its scheduler; made by ``open_cron``, served by ``serve_cron``."""
+
+    def __init__(
+        self, config: CronConfig, store: CronStore, jobs: list[Job], *, now_wall: WallClock
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._jobs = {job.id: job for job in jobs}
+        self._now_wall = now_wall
+        self._running: dict[str, RunHandle] = {}
+        self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_RUNS)
+        self._changed = trio.Event()
+        self._dispatcher: Dispatcher | None = None
+        self._nursery: trio.Nursery | None = None
+
+    # --- the table, as the op sees it -------------------------------------------------------
+
+    def jobs(self) -> list[Job]:
+        """Every job, by id."""
+        return sorted(self._jobs.values(), key=lambda job: job.id)
+
+    def job(self, job_id: str) -> Job:
+        """The job ``job_id``; raises OpError(unknown_job)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise OpError(ErrorCode.UNKNOWN_JOB, job_id, scope=SCOPE)
+        return job
+
+    def counts(self) -> tuple[int, int, int]:
+        """(jobs, enabled, disabled), the seed's ``DATA jobs:5,active:3,disabled:2``."""
+        active = sum(job.enabled for job in self._jobs.values())
+        return len(self._jobs), active, len(self._jobs) - active
+
+    def is_running(self, job_id: str) -> bool:
+        return job_id in self._running
+
+    async def add(self, new: NewJob) -> Job:
+        """Add and persist a job; raises OpError(cron_error) for a duplicate or a full table."""
+        if new.id in self._jobs:
+            raise OpError(ErrorCode.CRON_ERROR, f"job {new.id} exists", scope=SCOPE)
+        if len(self._jobs) >= self.config.max_jobs:
+            raise OpError(ErrorCode.CRON_ERROR, f"{self.config.max_jobs} jobs max", scope=SCOPE)
+        self._check_task(new.task)
+        job = Job(new.id, new.schedule, new.task, new.description, new.missed, self._now())
+        job.reschedule()
+        self._jobs[job.id] = job
+        await self._commit(lambda: self._jobs.pop(job.id, None))
+        return job
+
+    async def remove(self, job_id: str) -> Job:
+        """Remove a job (a run in flight finishes); raises OpError(unknown_job, cron_error)."""
+        job = self.job(job_id)
+        del self._jobs[job_id]
+        await self._commit(lambda: self._jobs.setdefault(job_id, job))
+        return job
+
+    async def set_enabled(self, job_id: str, enabled: bool) -> Job:
+        """Enable or disable a job. Occurrences while it was disabled are not caught up."""
+        job = self.job(job_id)
+        if job.enabled == enabled:
+            return job
+        cursor = job.cursor
+        job.enabled = enabled
+        if enabled:
+            job.cursor = max(job.cursor, self._now())
+        job.reschedule()
+
+        def undo() -> None:
+            job.enabled, job.cursor = not enabled, cursor
+            job.reschedule()
+
+        await self._commit(undo)
+        return job
+
+    async def run_now(self, job_id: str) -> RunHandle:
+        """Run a job at once, out of schedule, and wait for its reply.
+
+        The run belongs to the scheduler: if the caller is cancelled it still completes and
+        is recorded. Raises OpError: unknown_job, cron_error (already running, store failed),
+        not_available (the scheduler is not running).
+        """
+        job = self.job(job_id)
+        if self._nursery is None:
+            raise OpError(ErrorCode.NOT_AVAILABLE, "the cron scheduler is not running", scope=SCOPE)
+        if job.id in self._running:
+            raise OpError(ErrorCode.CRON_ERROR, f"job {job.id} is already running", scope=SCOPE)
+        at = self._now()
+        key = run_key(job.id, at, precise=True)
+        while key in job.done:  # two manual runs within one clock tick
+            at += _TICK
+            key = run_key(job.id, at, precise=True)
+        self._claim(job, key, at)
+        await self._commit(lambda: self._unclaim(job, key, at))
+        handle = self._start(job, key, at)
+        await handle.done.wait()
+        return handle
+
+    # --- the scheduler ----------------------------------------------------------------------
+
+    async def serve(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run due jobs until cancelled; catches up missed runs first (policy per job).
+
+        Runs in flight are cancelled with it; their history says RUNNING until the next
+        load turns that into an interrupted FAIL.
+        """
+        if self._nursery is not None:
+            raise RuntimeError("the cron scheduler is already serving")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._dispatcher, self._nursery = dispatcher, nursery
+                self._changed = trio.Event()
+                await self._run_due(grace_s=0.0)  # on start every due occurrence was missed
+                task_status.started()
+                while True:
+                    with trio.move_on_after(self._seconds_to_next()):
+                        await self._changed.wait()
+                    self._changed = trio.Event()
+                    await self._run_due(grace_s=LATE_GRACE_S)
+        finally:
+            self._dispatcher = self._nursery = None
+
+    def _seconds_to_next(self) -> float:
+        times = [job.next_at for job in self._jobs.values() if job.next_at is not None]
+        if not times or (self._dispatcher is not None and self._dispatcher.shutting_down):
+            return MAX_SLEEP_S
+        seconds = (min(times) - self._now()).total_seconds()
+        return min(max(seconds, 0.0), MAX_SLEEP_S)
+
+    async def _run_due(self, *, grace_s: float) -> None:
+        """Claim every due occurrence (run, or pass over as missed), persist, then start."""
+        assert self._dispatcher is not None
+        if self._dispatcher.shutting_down:
+            return  # left for the next start, where the missed policy decides
+        now = self._now()
+        due = [job for job in self.jobs() if job.next_at is not None and job.next_at <= now]
+        runs: list[tuple[Job, str, datetime.datetime]] = []
+        for job in due:
+            assert job.next_at is not None
+            latest = max(job.schedule.latest_at_or_before(now) or job.next_at, job.next_at)
+            job.cursor = latest
+            job.reschedule()
+            key = run_key(job.id, latest)
+            on_time = (now - latest).total_seconds() <= grace_s
+            if key in job.done:
+                continue
+            if on_time or job.missed == "run_once":
+                if self._claim(job, key, latest):
+                    runs.append((job, key, latest))
+            else:
+                log.info("cron job %s: missed runs up to %s skipped", job.id, iso(latest))
+        if not due:
+            return
+        try:
+            await self._store.save(self._snapshot)
+        except OSError as exc:  # at most once: a run whose key is not on disk does not start
+            log.error("cron store write failed, %d runs not started: %s", len(runs), exc)
+            for job, key, at in runs:
+                self._unclaim(job, key, at)
+            return
+        for job, key, at in runs:
+            self._start(job, key, at)
+
+    def _claim(self, job: Job, key: str, at: datetime.datetime) -> bool:
+        """Mark ``key`` done and RUNNING; False (and a FAIL outcome) if the job is running."""
+        job.done.append(key)
+        if job.id in self._running:  # a job never overlaps itself
+            error = "cron_error:previous run still running"
+            job.record(Outcome(key, iso(at), "FAIL", error), self.config.history)
+            return False
+        job.record(Outcome(key, iso(at), RUNNING), self.config.history)
+        return True
+
+    def _unclaim(self, job: Job, key: str, at: datetime.datetime) -> None:
+        error = "cron_error:store write failed"
+        job.record(Outcome(key, iso(at), "FAIL", error), self.config.history)
+
+    def _start(self, job: Job, key: str, at: datetime.datetime) -> RunHandle:
+        assert self._nursery is not None
+        handle = RunHandle(key, trio.Event())
+        self._running[job.id] = handle
+        self._nursery.start_soon(self._run, job, handle, at)
+        return handle
+
+    async def _run(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+        assert self._dispatcher is not None
+        dispatcher = self._dispatcher
+        task = job.task
+        task = Task(
+            task.req, task.domain, task.out, task.inline, (("ID", handle.key), *task.fields)
+        )
+        try:
+            async with self._limiter:
+                started = trio.current_time()
+                reply = await dispatcher.run(task, PEER)
+                elapsed = trio.current_time() - started
+            handle.reply = reply
+            outcome = Outcome(handle.key, iso(at), str(reply.status), _clip(reply.get("ERROR")))
+            job.record(outcome, self.config.history)
+            await self._save_quietly()
+            await self._remember(dispatcher, job, outcome, reply, elapsed)
+        finally:
+            del self._running[job.id]
+            handle.done.set()
+
+    async def _remember(
+        self, dispatcher: Dispatcher, job: Job, outcome: Outcome, reply: Reply, seconds: float
+    ) -> None:
+        record = json_record(
+            job=job.id,
+            key=outcome.key,
+            at=outcome.at,
+            task=f"REQ:{job.task.req} IN:{job.task.domain} OUT:{job.task.out}",
+            status=outcome.status,
+            error=outcome.error,
+            data=_clip(reply.get("DATA")),
+            duration_ms=round(seconds * 1000, 3),
+        )
+        write = make_write("tool", "cron_run", "cron-runs", record, suffix=".json")
+        try:
+            await dispatcher.services.outbox.put(write)
+        except OpError as exc:
+            log.error("cron_run record of %s lost: %s", outcome.key, exc)
+
+    # --- persistence and time ---------------------------------------------------------------
+
+    def _check_task(self, task: Task) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is None or (task.domain == "MEMORY" and dispatcher.relay is not None):
+            return  # the Memory Specialist validates relayed frames itself
+        try:
+            op = dispatcher.registry.lookup(task)
+            validate(task, op.fields, op.inline)
+        except OpError as exc:
+            detail = f"TASK: {exc.code}:{exc.detail}"
+            raise OpError(ErrorCode.INVALID_FIELD, detail, scope=SCOPE) from None
+
+    def _snapshot(self) -> list[dict[str, object]]:
+        return [job.to_json() for job in self.jobs()]
+
+    async def _commit(self, undo: Callable[[], object]) -> None:
+        """Persist the table and wake the scheduler; on a failed write, undo and raise."""
+        try:
+            await self._store.save(self._snapshot)
+        except OSError as exc:
+            undo()
+            raise OpError(ErrorCode.CRON_ERROR, f"cannot save jobs: {exc}", scope=SCOPE) from exc
+        finally:
+            self._changed.set()
+
+    async def _save_quietly(self) -> None:
+        try:
+            await self._store.save(self._snapshot)
+        except OSError as exc:
+            log.error("cron store write failed: %s", exc)
+
+    def _now(self) -> datetime.datetime:
+        return self._now_wall().astimezone(UTC)
+
+
+def _clip(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def store_path(config: Config) -> str:
+    return config.tool.cron.store_path or os.path.join(config.daemon.state_dir, "cron.json")
+
+
+@asynccontextmanager
+async def open_cron(
+    config: Config, *, now_wall: WallClock = system_now
+) -> AsyncIterator[CronService]:
+    """The cron service over the job file; raises CronStoreError for an unreadable file.
+
+    ``now_wall`` is the wall clock (tests pass one driven by trio's MockClock). The caller
+    runs ``serve_cron`` for the scheduler; nothing here needs closing beyond it.
+    """
+    store = CronStore(store_path(config))
+    keep = config.tool.cron.history
+    documents = await trio.to_thread.run_sync(store.load)
+    jobs: list[Job] = []
+    for document in documents:
+        try:
+            jobs.append(Job.from_json(document, keep))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CronStoreError(f"{store.path}: bad job {document.get('id')!r}: {exc}") from exc
+    if len({job.id for job in jobs}) != len(jobs):
+        raise CronStoreError(f"{store.path}: a job id appears twice")
+    yield CronService(config.tool.cron, store, jobs, now_wall=now_wall)
+
+
+async def serve_cron(
+    dispatcher: Dispatcher, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """The daemon's background task: serve the ``extras["cron"]`` service until cancelled."""
+    service = dispatcher.services.extras["cron"]
+    assert isinstance(service, CronService)
+    await service.serve(dispatcher, task_status=task_status)

@@ -1,0 +1,217 @@
+"""The ``cron`` op (IN:TOOL, OUT:CRON_RESULT): list, add, remove, enable, disable or run jobs.
+
+    TASK REQ:cron IN:TOOL OUT:CRON_RESULT
+    ACTION add
+    JOB_ID memory-daily-sweep
+    SCHEDULE "0 3 * * *"
+    TZ Europe/Paris
+    TASK_DESCRIPTION "Memory maintenance"
+    TASK "TASK REQ:write IN:MEMORY OUT:ACK\\nFROM sys\\nTYPE document\\nPATH sweep.md\\nDATA x"
+
+    STATUS OK
+    SCOPE [cron]
+    DATA jobs:1,active:1,disabled:0
+    JOB_ADDED memory-daily-sweep
+    NEXT_RUN 2026-01-10T02:00:00Z
+
+Every reply carries the seed's ``DATA jobs:N,active:N,disabled:N`` as it stands after the
+action. ``list`` adds one ``JOB <json>`` line per job; ``run`` adds ``JOB_RUN``, ``RUN_KEY``,
+``RUN_STATUS`` and, when the job's task failed, ``RUN_ERROR`` (the cron op itself is OK: it
+ran the job). The daemon composes the service with ``cron_extras``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from csp_web.context import OpContext
+from csp_web.errors import OpError
+from csp_web.fields import FieldSpec, Params
+from csp_web.registry import Op
+from csp_web.replies import Result
+from protocol import ErrorCode, Field
+
+from .cron import (
+    MISSED_POLICIES,
+    CronService,
+    Job,
+    JobTaskError,
+    NewJob,
+    ScheduleError,
+    iso,
+    open_cron,
+    parse_job_task,
+    parse_schedule,
+    serve_cron,
+)
+
+__all__ = ["OPS", "cron_extras", "open_cron", "serve_cron"]
+
+SCOPE = ("cron",)
+JOB_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+ACTIONS = ("list", "add", "remove", "enable", "disable", "run")
+ADD_ONLY = ("SCHEDULE", "TZ", "TASK_DESCRIPTION", "TASK", "MISSED")
+
+
+def cron_extras(service: CronService) -> dict[str, Any]:
+    """The ``Services.extras`` entries cron needs: the service and its background task."""
+    return {"cron": service, "background": [serve_cron]}
+
+
+def cron_service(ctx: OpContext) -> CronService:
+    service = ctx.services.extras.get("cron")
+    if not isinstance(service, CronService):
+        raise OpError(ErrorCode.NOT_AVAILABLE, "cron is not configured", scope=SCOPE)
+    return service
+
+
+def _invalid(detail: str) -> OpError:
+    return OpError(ErrorCode.INVALID_FIELD, detail, scope=SCOPE)
+
+
+def _job_id(params: Params, *, required: bool) -> str | None:
+    job_id = params.opt_text("JOB_ID")
+    if job_id is None:
+        if required:
+            raise OpError(ErrorCode.MISSING_FIELD, "JOB_ID", scope=SCOPE)
+        return None
+    if not JOB_ID.fullmatch(job_id):
+        raise _invalid("JOB_ID must match [a-z0-9][a-z0-9._-]{0,63}")
+    return job_id
+
+
+def _check_applies(params: Params, action: str) -> None:
+    if action == "add":
+        return
+    for name in ADD_ONLY:
+        if name in params:
+            raise _invalid(f"{name} applies only to ACTION add")
+
+
+def _counts(service: CronService) -> str:
+    jobs, active, disabled = service.counts()
+    return f"jobs:{jobs},active:{active},disabled:{disabled}"
+
+
+def _result(service: CronService, *fields: Field) -> Result:
+    return Result(_counts(service), SCOPE, tuple(fields))
+
+
+def _next_run(job: Job) -> tuple[Field, ...]:
+    return (("NEXT_RUN", iso(job.next_at)),) if job.next_at else ()
+
+
+def _new_job(params: Params, service: CronService) -> NewJob:
+    job_id = _job_id(params, required=True)
+    assert job_id is not None
+    for name in ("SCHEDULE", "TASK"):
+        if name not in params:
+            raise OpError(ErrorCode.MISSING_FIELD, name, scope=SCOPE)
+    try:
+        schedule = parse_schedule(params.text("SCHEDULE"), params.opt_text("TZ"))
+        task = parse_job_task(params.text("TASK"))
+    except (ScheduleError, JobTaskError) as exc:
+        raise _invalid(str(exc)) from None
+    missed = params.opt_text("MISSED") or service.config.default_missed
+    assert missed in MISSED_POLICIES
+    description = params.opt_text("TASK_DESCRIPTION") or ""
+    return NewJob(job_id, schedule, task, description, missed)
+
+
+async def _list(service: CronService, params: Params) -> Result:
+    job_id = _job_id(params, required=False)
+    jobs = [service.job(job_id)] if job_id else service.jobs()
+    lines = [("JOB", _job_json(job, service)) for job in jobs]
+    return _result(service, *lines)
+
+
+def _job_json(job: Job, service: CronService) -> str:
+    described = job.describe()
+    described["running"] = service.is_running(job.id)
+    return json.dumps(described, ensure_ascii=False, separators=(",", ":"))
+
+
+async def _add(service: CronService, params: Params) -> Result:
+    job = await service.add(_new_job(params, service))
+    return _result(service, ("JOB_ADDED", job.id), *_next_run(job))
+
+
+async def _remove(service: CronService, params: Params) -> Result:
+    job = await service.remove(_required_id(params))
+    return _result(service, ("JOB_REMOVED", job.id))
+
+
+async def _enable(service: CronService, params: Params) -> Result:
+    job = await service.set_enabled(_required_id(params), True)
+    return _result(service, ("JOB_ENABLED", job.id), *_next_run(job))
+
+
+async def _disable(service: CronService, params: Params) -> Result:
+    job = await service.set_enabled(_required_id(params), False)
+    return _result(service, ("JOB_DISABLED", job.id))
+
+
+async def _run(service: CronService, params: Params) -> Result:
+    job_id = _required_id(params)
+    handle = await service.run_now(job_id)
+    if handle.reply is None:
+        raise OpError(ErrorCode.CRON_ERROR, f"run {handle.key} was interrupted", scope=SCOPE)
+    fields: list[Field] = [
+        ("JOB_RUN", job_id),
+        ("RUN_KEY", handle.key),
+        ("RUN_STATUS", str(handle.reply.status)),
+    ]
+    error = handle.reply.get("ERROR")
+    if error is not None:
+        fields.append(("RUN_ERROR", error))
+    return _result(service, *fields)
+
+
+def _required_id(params: Params) -> str:
+    job_id = _job_id(params, required=True)
+    assert job_id is not None
+    return job_id
+
+
+_HANDLERS: dict[str, Callable[[CronService, Params], Awaitable[Result]]] = {
+    "list": _list,
+    "add": _add,
+    "remove": _remove,
+    "enable": _enable,
+    "disable": _disable,
+    "run": _run,
+}
+
+
+async def cron(params: Params, ctx: OpContext) -> Result:
+    service = cron_service(ctx)
+    action = params.text("ACTION")
+    _check_applies(params, action)
+    return await _HANDLERS[action](service, params)
+
+
+OPS = [
+    Op(
+        "cron",
+        "TOOL",
+        "CRON_RESULT",
+        "tool",
+        cron,
+        (
+            FieldSpec("ACTION", "choice", required=True, choices=ACTIONS),
+            FieldSpec("JOB_ID", max_chars=64, doc="[a-z0-9][a-z0-9._-]{0,63}"),
+            # Five cron fields fit in far less; the cap stops a megabyte of commas.
+            FieldSpec("SCHEDULE", max_chars=128, doc='5-field cron, e.g. "0 3 * * *"'),
+            FieldSpec("TZ", max_chars=64, doc="IANA zone of SCHEDULE (default UTC)"),
+            FieldSpec("TASK_DESCRIPTION", max_chars=500),  # the seed's 500-char summaries
+            # A whole CSP/1 task frame; 16 KiB keeps 100 jobs' file under 2 MB.
+            FieldSpec("TASK", max_chars=16 * 1024, doc="the CSP/1 task frame the job runs"),
+            FieldSpec("MISSED", "choice", choices=MISSED_POLICIES, doc="default from config"),
+        ),
+        inline="ACTION",
+        doc="manage cron jobs that run CSP/1 tasks; list, add, remove, enable, disable, run",
+    )
+]
