@@ -75,6 +75,19 @@ class Dispatcher:
             self.stats.in_flight -= 1
         duration_ms = (time.monotonic() - started) * 1000
         code = _error_code(reply)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "op done",
+                extra={
+                    "conn": peer.connection,
+                    "op": task.req,
+                    "domain": task.domain,
+                    "id": task.id,
+                    "duration_ms": round(duration_ms, 3),
+                    "outcome": str(reply.status),
+                    "error": code,
+                },
+            )
         if op is not None:
             self.stats.record(op.req, duration_ms, code)
         elif code is not None:

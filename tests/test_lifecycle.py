@@ -198,10 +198,14 @@ async def test_log_json_makes_every_stderr_line_json(tmp_path: os.PathLike[str])
     assert {r.id for r in _replies(done.stdout)} == {"json-1", None}
     lines = done.stderr.decode().splitlines()
     assert lines
-    for line in lines:
-        entry = json.loads(line)
-        assert isinstance(entry, dict)
-        assert {"level", "logger", "msg"} <= entry.keys()
+    entries = [json.loads(line) for line in lines]
+    assert all({"level", "logger", "msg"} <= entry.keys() for entry in entries)
+    ops = {entry.get("id"): entry for entry in entries if entry["msg"] == "op done"}
+    assert ops["json-1"]["op"] == "ping"
+    assert ops["json-1"]["outcome"] == "OK"
+    assert ops["json-1"]["conn"] == "stdin"
+    assert ops["json-1"]["duration_ms"] >= 0
+    assert ops[None]["error"] == "unknown_op"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
