@@ -50,6 +50,11 @@ def build_dispatcher(
     return Dispatcher(registry, services, stats, relay=MemoryRelay(config.memory))
 
 
+def build_op_table(ops: Sequence[Op]) -> list[Op]:
+    """Every op a daemon with ``ops`` serves, sorted by (IN, REQ), for documentation."""
+    return list(Registry([*make_sys_ops([], Stats()), *ops]))
+
+
 def open_stdio_stream() -> trio.StapledStream[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
     """The wire on stdin/stdout. fd 1 is then pointed at stderr and fd 0 at /dev/null, so a
     stray print or a child process can never write into (or read from) the protocol stream."""
