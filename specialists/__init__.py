@@ -14,12 +14,16 @@ from csp_web.registry import Op
 async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict[str, Any]]]:
     """Every specialist op, and the shared services they use (all closed on exit)."""
     from .tool import tool_ops
+    from .tool.ops_cron import open_cron, serve_cron
     from .tool.ops_exec import open_exec_services
     from .web import web_ops
+    from .web.ops_search import serve_background
     from .web.services import open_web_services
 
     async with AsyncExitStack() as stack:
         extras: dict[str, Any] = {
+            # First: a bad cron.json must fail start-up as itself, not wrapped by a nursery.
+            "cron": await stack.enter_async_context(open_cron(config)),
             "web": await stack.enter_async_context(open_web_services(config)),
             "exec": await stack.enter_async_context(open_exec_services(config)),
         }
@@ -28,4 +32,6 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
 
             extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
         extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
+        # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
+        extras["background"] = [serve_background(extras["web"]), serve_cron]
         yield [*web_ops(), *tool_ops()], extras

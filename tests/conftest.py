@@ -21,6 +21,7 @@ from csp_web.daemon import serve_daemon
 from csp_web.dispatch import Dispatcher
 from csp_web.memory_sink import SinkStore, serve_memory_sink
 from csp_web.registry import Op
+from specialists import open_specialists
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
@@ -88,16 +89,33 @@ class Daemon:
 
 
 async def start_daemon(
-    nursery: trio.Nursery, config: Config, socket_path: str, ops: list[Op] | None = None
+    nursery: trio.Nursery,
+    config: Config,
+    socket_path: str,
+    ops: list[Op] | None = None,
+    *,
+    specialists: bool = False,
 ) -> Daemon:
-    """A daemon serving ``socket_path`` (no stdin) until its scope is cancelled."""
+    """A daemon serving ``socket_path`` (no stdin) until its scope is cancelled: with ``ops``
+    only, or with every specialist as ``csp-web serve`` runs them."""
     scope = trio.CancelScope()
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
-            await serve_daemon(
-                config, ops or [], stdio=None, socket_path=socket_path, task_status=task_status
-            )
+            if not specialists:
+                await serve_daemon(
+                    config, ops or [], stdio=None, socket_path=socket_path, task_status=task_status
+                )
+                return
+            async with open_specialists(config) as (all_ops, extras):
+                await serve_daemon(
+                    config,
+                    all_ops,
+                    stdio=None,
+                    socket_path=socket_path,
+                    extras=extras,
+                    task_status=task_status,
+                )
 
     dispatcher = await nursery.start(run)
     return Daemon(socket_path, dispatcher, scope)
@@ -105,7 +123,9 @@ async def start_daemon(
 
 @pytest.fixture
 async def daemon(nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str) -> Daemon:
-    return await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
+    """The daemon with every specialist, on a socket, its memory peer the reference sink."""
+    path = os.path.join(sock_dir, "csp.sock")
+    return await start_daemon(nursery, config, path, specialists=True)
 
 
 def with_memory(config: Config, socket_path: str | None) -> Config:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import trio
 import trio.testing
@@ -131,13 +132,18 @@ class Harness:
 
 
 @asynccontextmanager
-async def open_harness(config: Config, ops: list[Op] | None = None) -> AsyncIterator[Harness]:
-    """A dispatcher over the sys ops and ``ops`` (default TEST_OPS), with no memory peer."""
+async def open_harness(
+    config: Config, ops: list[Op] | None = None, *, extras: dict[str, Any] | None = None
+) -> AsyncIterator[Harness]:
+    """A dispatcher over the sys ops and ``ops`` (default TEST_OPS), with no memory peer;
+    ``extras`` are the specialists' services (``Services.extras``)."""
     config = replace(config, memory=replace(config.memory, socket_path=None))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         trio.open_nursery() as nursery,
     ):
-        dispatcher = build_dispatcher(config, outbox, TEST_OPS if ops is None else ops)
+        dispatcher = build_dispatcher(
+            config, outbox, TEST_OPS if ops is None else ops, extras=extras
+        )
         yield Harness(dispatcher, nursery, Shutdown())
         nursery.cancel_scope.cancel()

@@ -13,6 +13,7 @@ from csp_web.daemon import build_dispatcher
 from csp_web.outbox import open_outbox
 from csp_web.replay_runner import replay_in_memory, replay_over_socket
 from csp_web.transcript import TranscriptError, line_matches, parse_transcript
+from specialists import open_specialists
 from tests.conftest import Daemon, Sink
 
 TRANSCRIPTS = sorted((Path(__file__).parent / "transcripts").glob("*.csp"))
@@ -36,8 +37,11 @@ async def test_transcript_replays_in_memory(
 ) -> None:
     config = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "mem")))
     transcript = parse_transcript(path.read_text("utf-8"), path.name)
-    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        dispatcher = build_dispatcher(config, outbox, [])
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        open_specialists(config) as (ops, extras),
+    ):
+        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
         assert await replay_in_memory(transcript, dispatcher) == []
 
 

@@ -7,6 +7,6 @@ from csp_web.registry import Op
 
 def tool_ops() -> list[Op]:
     """The tool specialist's ops."""
-    from . import ops_exec, ops_mcp
+    from . import ops_cron, ops_exec, ops_mcp
 
-    return [*ops_exec.OPS, *ops_mcp.OPS]
+    return [*ops_exec.OPS, *ops_mcp.OPS, *ops_cron.OPS]

@@ -7,4 +7,6 @@ from csp_web.registry import Op
 
 def web_ops() -> list[Op]:
     """The web specialist's ops."""
-    return []
+    from . import ops_api, ops_fetch, ops_search, ops_summarize
+
+    return [*ops_fetch.OPS, *ops_summarize.OPS, *ops_search.OPS, *ops_api.OPS]

@@ -6,21 +6,13 @@
 
 Modules: ``schedule`` (croniter in a zone, UTC times, run keys), ``jobs`` (a job, its task,
 outcomes and JSON form), ``store`` (the atomically replaced job file), ``service`` (the table
-the op edits and the scheduler that runs it).
+the op edits and the scheduler that runs it), ``lifecycle`` (opening and serving it).
 """
 
 from .jobs import MISSED_POLICIES, Job, JobTaskError, Missed, Outcome, parse_job_task
+from .lifecycle import open_cron, serve_cron, store_path
 from .schedule import Schedule, ScheduleError, iso, parse_schedule, run_key
-from .service import (
-    CronService,
-    NewJob,
-    RunHandle,
-    WallClock,
-    open_cron,
-    serve_cron,
-    store_path,
-    system_now,
-)
+from .service import CronService, NewJob, RunHandle, WallClock, system_now
 from .store import CronStore, CronStoreError
 
 __all__ = [

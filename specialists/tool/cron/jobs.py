@@ -37,8 +37,9 @@ def parse_job_task(text: str) -> Task:
     """
     codec = Connection()
     try:
-        codec.receive_data(text.encode("utf-8"))
-        codec.receive_data(b"")
+        if text:
+            codec.receive_data(text.encode("utf-8"))
+        codec.receive_data(b"")  # EOF ends a frame without its blank line (SPEC F-6)
         first, rest = codec.next_event(), codec.next_event()
     except (ProtocolError, UnicodeEncodeError) as exc:
         raise JobTaskError(f"TASK is not a CSP/1 frame: {exc}") from None

@@ -47,7 +47,7 @@ class Schedule:
         """The first occurrence strictly after ``when`` (UTC), or None if there is none."""
         try:
             found = croniter(self.expr, when.astimezone(self.zone)).get_next(datetime.datetime)
-        except CroniterError:
+        except (CroniterError, OverflowError):  # no date left before year 9999
             return None
         return _as_utc(found)
 
@@ -56,7 +56,7 @@ class Schedule:
         start = when.astimezone(self.zone) + _TICK
         try:
             found = croniter(self.expr, start).get_prev(datetime.datetime)
-        except CroniterError:
+        except (CroniterError, OverflowError):  # no date left before year 9999
             return None
         return _as_utc(found)
 
@@ -68,7 +68,7 @@ def parse_schedule(expr: str, tz: str | None) -> Schedule:
         raise ScheduleError("SCHEDULE must have exactly 5 fields")
     if not all(_FIELD.fullmatch(field) for field in fields):
         raise ScheduleError("SCHEDULE has a character cron does not use")
-    schedule = Schedule(" ".join(fields), _zone_name(tz or "UTC"))
+    schedule = Schedule(" ".join(fields), _zone_name("UTC" if tz is None else tz))
     try:
         croniter(schedule.expr)
     except CroniterError as exc:

@@ -12,20 +12,24 @@ joins the job's history and a ``cron_run`` record goes to memory through the out
 Missed occurrences: on start every occurrence since a job's cursor was missed; while running,
 an occurrence more than ``LATE_GRACE_S`` late (the host slept, the clock stepped) was missed.
 Policy ``skip`` runs none of them, ``run_once`` runs the latest one once.
+
+Time: due-ness is decided on the injected wall clock (``now_wall``); sleeps are on trio's clock,
+for the wall-clock distance to the next run, re-measured at every wake (at least once a
+minute), so a stepped clock or a resumed suspend is noticed and a test's MockClock drives it.
+A job never overlaps itself: an occurrence due while its previous run is still going is
+recorded as a FAIL and not run.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
-from csp_web.config import Config, CronConfig
+from csp_web.config import CronConfig
 from csp_web.context import Peer
 from csp_web.dispatch import Dispatcher
 from csp_web.errors import OpError
@@ -35,7 +39,7 @@ from protocol import ErrorCode, Reply, Task
 
 from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome
 from .schedule import UTC, Schedule, iso, run_key
-from .store import CronStore, CronStoreError
+from .store import CronStore
 
 log = logging.getLogger("csp_web.cron")
 
@@ -167,9 +171,10 @@ class CronService:
         while key in job.done:  # two manual runs within one clock tick
             at += _TICK
             key = run_key(job.id, at, precise=True)
-        self._claim(job, key, at)
-        await self._commit(lambda: self._unclaim(job, key, at))
-        handle = self._start(job, key, at)
+        handle = self._claim(job, key, at)
+        assert handle is not None
+        await self._commit(lambda: self._unclaim(job, handle, at))
+        self._spawn(job, handle, at)
         await handle.done.wait()
         return handle
 
@@ -216,7 +221,7 @@ class CronService:
             return  # left for the next start, where the missed policy decides
         now = self._now()
         due = [job for job in self.jobs() if job.next_at is not None and job.next_at <= now]
-        runs: list[tuple[Job, str, datetime.datetime]] = []
+        runs: list[tuple[Job, RunHandle, datetime.datetime]] = []
         for job in due:
             assert job.next_at is not None
             latest = max(job.schedule.latest_at_or_before(now) or job.next_at, job.next_at)
@@ -227,8 +232,9 @@ class CronService:
             if key in job.done:
                 continue
             if on_time or job.missed == "run_once":
-                if self._claim(job, key, latest):
-                    runs.append((job, key, latest))
+                handle = self._claim(job, key, latest)
+                if handle is not None:
+                    runs.append((job, handle, latest))
             else:
                 log.info("cron job %s: missed runs up to %s skipped", job.id, iso(latest))
         if not due:
@@ -237,32 +243,41 @@ class CronService:
             await self._store.save(self._snapshot)
         except OSError as exc:  # at most once: a run whose key is not on disk does not start
             log.error("cron store write failed, %d runs not started: %s", len(runs), exc)
-            for job, key, at in runs:
-                self._unclaim(job, key, at)
+            for job, handle, at in runs:
+                self._unclaim(job, handle, at)
             return
-        for job, key, at in runs:
-            self._start(job, key, at)
+        for job, handle, at in runs:
+            self._spawn(job, handle, at)
 
-    def _claim(self, job: Job, key: str, at: datetime.datetime) -> bool:
-        """Mark ``key`` done and RUNNING; False (and a FAIL outcome) if the job is running."""
+    def _claim(self, job: Job, key: str, at: datetime.datetime) -> RunHandle | None:
+        """Mark ``key`` done and reserve the job's run slot; None if the job is running.
+
+        The slot is taken before the key is persisted, so no other run of the job can start
+        while this one waits for its write (a job never overlaps itself).
+        """
         job.done.append(key)
-        if job.id in self._running:  # a job never overlaps itself
+        if job.id in self._running:
             error = "cron_error:previous run still running"
             job.record(Outcome(key, iso(at), "FAIL", error), self.config.history)
-            return False
+            return None
         job.record(Outcome(key, iso(at), RUNNING), self.config.history)
-        return True
-
-    def _unclaim(self, job: Job, key: str, at: datetime.datetime) -> None:
-        error = "cron_error:store write failed"
-        job.record(Outcome(key, iso(at), "FAIL", error), self.config.history)
-
-    def _start(self, job: Job, key: str, at: datetime.datetime) -> RunHandle:
-        assert self._nursery is not None
-        handle = RunHandle(key, trio.Event())
-        self._running[job.id] = handle
-        self._nursery.start_soon(self._run, job, handle, at)
+        handle = self._running[job.id] = RunHandle(key, trio.Event())
         return handle
+
+    def _unclaim(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+        """The run's key could not be persisted: it does not start (runs are at most once)."""
+        error = "cron_error:store write failed"
+        job.record(Outcome(handle.key, iso(at), "FAIL", error), self.config.history)
+        self._release(job.id, handle)
+
+    def _spawn(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run, job, handle, at)
+
+    def _release(self, job_id: str, handle: RunHandle) -> None:
+        if self._running.get(job_id) is handle:
+            del self._running[job_id]
+        handle.done.set()
 
     async def _run(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
         assert self._dispatcher is not None
@@ -281,9 +296,10 @@ class CronService:
             job.record(outcome, self.config.history)
             await self._save_quietly()
             await self._remember(dispatcher, job, outcome, reply, elapsed)
+        except Exception:  # a bug in bookkeeping must not take the scheduler (and daemon) down
+            log.exception("cron run %s: recording its outcome failed", handle.key)
         finally:
-            del self._running[job.id]
-            handle.done.set()
+            self._release(job.id, handle)
 
     async def _remember(
         self, dispatcher: Dispatcher, job: Job, outcome: Outcome, reply: Reply, seconds: float
@@ -326,7 +342,8 @@ class CronService:
             await self._store.save(self._snapshot)
         except OSError as exc:
             undo()
-            raise OpError(ErrorCode.CRON_ERROR, f"cannot save jobs: {exc}", scope=SCOPE) from exc
+            detail = f"cannot save jobs: {exc.strerror or type(exc).__name__}"
+            raise OpError(ErrorCode.CRON_ERROR, detail, scope=SCOPE) from exc
         finally:
             self._changed.set()
 
@@ -344,39 +361,3 @@ def _clip(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_ERROR_CHARS:
         return text
     return text[: MAX_ERROR_CHARS - 3] + "..."
-
-
-def store_path(config: Config) -> str:
-    return config.tool.cron.store_path or os.path.join(config.daemon.state_dir, "cron.json")
-
-
-@asynccontextmanager
-async def open_cron(
-    config: Config, *, now_wall: WallClock = system_now
-) -> AsyncIterator[CronService]:
-    """The cron service over the job file; raises CronStoreError for an unreadable file.
-
-    ``now_wall`` is the wall clock (tests pass one driven by trio's MockClock). The caller
-    runs ``serve_cron`` for the scheduler; nothing here needs closing beyond it.
-    """
-    store = CronStore(store_path(config))
-    keep = config.tool.cron.history
-    documents = await trio.to_thread.run_sync(store.load)
-    jobs: list[Job] = []
-    for document in documents:
-        try:
-            jobs.append(Job.from_json(document, keep))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CronStoreError(f"{store.path}: bad job {document.get('id')!r}: {exc}") from exc
-    if len({job.id for job in jobs}) != len(jobs):
-        raise CronStoreError(f"{store.path}: a job id appears twice")
-    yield CronService(config.tool.cron, store, jobs, now_wall=now_wall)
-
-
-async def serve_cron(
-    dispatcher: Dispatcher, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    """The daemon's background task: serve the ``extras["cron"]`` service until cancelled."""
-    service = dispatcher.services.extras["cron"]
-    assert isinstance(service, CronService)
-    await service.serve(dispatcher, task_status=task_status)

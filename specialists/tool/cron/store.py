@@ -18,8 +18,9 @@ import trio
 VERSION = 1
 
 
-class CronStoreError(Exception):
-    """The job file exists but cannot be read as a job list."""
+class CronStoreError(ValueError):
+    """The job file exists but cannot be read as a job list (``csp-web serve`` reports a
+    ValueError at start-up as "cannot serve" and exits)."""
 
 
 class CronStore:

@@ -1,0 +1,56 @@
+"""Opening the cron service over its job file, and the daemon's background task that serves it.
+
+async with open_cron(config) as cron:
+    extras = {"cron": cron, "background": [serve_cron]}   # ops_cron.cron_extras(cron)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from csp_web.config import Config
+from csp_web.dispatch import Dispatcher
+
+from .jobs import Job
+from .service import CronService, WallClock, system_now
+from .store import CronStore, CronStoreError
+
+
+def store_path(config: Config) -> str:
+    return config.tool.cron.store_path or os.path.join(config.daemon.state_dir, "cron.json")
+
+
+@asynccontextmanager
+async def open_cron(
+    config: Config, *, now_wall: WallClock = system_now
+) -> AsyncIterator[CronService]:
+    """The cron service over the job file; raises CronStoreError for an unreadable file.
+
+    ``now_wall`` is the wall clock (tests pass one driven by trio's MockClock). The caller
+    runs ``serve_cron`` for the scheduler; nothing here needs closing beyond it.
+    """
+    store = CronStore(store_path(config))
+    keep = config.tool.cron.history
+    documents = await trio.to_thread.run_sync(store.load)
+    jobs: list[Job] = []
+    for document in documents:
+        try:
+            jobs.append(Job.from_json(document, keep))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CronStoreError(f"{store.path}: bad job {document.get('id')!r}: {exc}") from exc
+    if len({job.id for job in jobs}) != len(jobs):
+        raise CronStoreError(f"{store.path}: a job id appears twice")
+    yield CronService(config.tool.cron, store, jobs, now_wall=now_wall)
+
+
+async def serve_cron(
+    dispatcher: Dispatcher, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """The daemon's background task: serve the ``extras["cron"]`` service until cancelled."""
+    service = dispatcher.services.extras["cron"]
+    assert isinstance(service, CronService)
+    await service.serve(dispatcher, task_status=task_status)

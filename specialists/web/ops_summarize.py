@@ -1,0 +1,104 @@
+"""The ``summarize`` op: bullets from TEXT, or from the page at URL (loaded like fetch).
+
+TASK REQ:summarize IN:WEB OUT:SUMMARY
+URL https://example.com/article
+MAX_BULLETS 3
+
+STATUS OK
+SCOPE [example.com]
+DATA bullets:3
+BULLET "The first point."
+BULLET "The second point."
+BULLET "The third point."
+METHOD extractive
+CITE https://example.com/article "Article Title"
+"""
+
+from __future__ import annotations
+
+import trio
+
+from csp_web.context import OpContext
+from csp_web.errors import FieldError, OpError
+from csp_web.fields import FieldSpec, Params
+from csp_web.registry import Op
+from csp_web.replies import Result, cite
+from protocol import ErrorCode, Field
+
+from .pages import load_for_op, op_deadline
+from .services import WebServices, record_web_op, web_services
+from .summarize import summarize as make_summary
+
+
+async def summarize(params: Params, ctx: OpContext) -> Result:
+    """``MAX_BULLETS`` bullets (default summarize.default_bullets, at most max_bullets) of
+    TEXT or of the page at URL, exactly one of the two; METHOD says how they were made."""
+    services = web_services(ctx)
+    config = services.config.summarize
+    text, url = params.opt_text("TEXT"), params.opt_text("URL")
+    count = params.opt_integer("MAX_BULLETS") or config.default_bullets
+    _check(text, url, count, services)
+    target = url if url is not None else f"text:{len(text or '')}"  # never the text itself
+    async with record_web_op(ctx, "summarize", target) as details:
+        fields: list[Field] = []
+        scope: tuple[str, ...] = ()
+        if url is not None:
+            page = await load_for_op(services, url)
+            details["cache_hit"] = page.cached
+            text = _page_text(page.kind, page.markdown or page.text, page.content_type, url)
+            scope, fields = (page.host,), [cite(page.url, page.title)]
+        assert text is not None
+        text = text[: config.max_text_chars]
+        deadline_s = max(0.0, op_deadline(services) - trio.current_time())
+        summary = await make_summary(services.client, config, text, count, deadline_s=deadline_s)
+        details["method"] = summary.method
+        if not summary.bullets:
+            raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_sentences", scope=scope)
+        bullets = [("BULLET", bullet) for bullet in summary.bullets]
+        fields = [*bullets, ("METHOD", summary.method), *fields]
+        return Result(f"bullets:{len(summary.bullets)}", scope, tuple(fields))
+
+
+def _check(text: str | None, url: str | None, count: int, services: WebServices) -> None:
+    config = services.config.summarize
+    if text is None and url is None:
+        raise FieldError(ErrorCode.MISSING_FIELD, "TEXT or URL")
+    if text is not None and url is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "give TEXT or URL, not both")
+    if text is not None and not text.strip():
+        raise FieldError(ErrorCode.INVALID_FIELD, "TEXT is empty")
+    if text is not None and len(text) > config.max_text_chars:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"TEXT over {config.max_text_chars} chars")
+    if count > config.max_bullets:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_BULLETS above {config.max_bullets}")
+
+
+def _page_text(kind: str, text: str, content_type: str, url: str) -> str:
+    if kind not in ("html", "text"):
+        raise OpError(
+            ErrorCode.UNSUPPORTED_CONTENT, content_type or "unknown", fields=(("URL", url),)
+        )
+    return text
+
+
+OPS: list[Op] = [
+    Op(
+        "summarize",
+        "WEB",
+        "SUMMARY",
+        "web",
+        summarize,
+        (
+            FieldSpec("TEXT", doc="the text to summarise (inline text fills it); or URL"),
+            FieldSpec("URL", doc="a page to load and summarise; or TEXT"),
+            FieldSpec(
+                "MAX_BULLETS",
+                "int",
+                minimum=1,
+                doc="default summarize.default_bullets (5), at most summarize.max_bullets",
+            ),
+        ),
+        inline="TEXT",
+        doc="bullet points of TEXT or of the page at URL",
+    ),
+]

@@ -1,0 +1,337 @@
+"""Loading a page: the one way a web op gets a URL's content (fetch, meta, resolve, summarize,
+and search's prefetch).
+
+    page = await load_page(services, url, deadline=op_deadline(services))
+
+Order of work: the URL gate; the fetch cache (24 h, seed 000); a download already in flight for
+the same URL (single-flight: concurrent loads share one request); the "fetch" rate bucket; the
+guarded client with robots.txt honoured; then extraction in a worker thread. What is cached is a
+``Page``: the extracted views of the body (Markdown, outline, compact JSON, plain text) and the
+head's metadata, never the raw body, headers or credentials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import trio
+
+from csp_web.errors import OpError
+from csp_web.net import FetchResult, check_url, decode_text
+from protocol import ErrorCode
+
+from .extract import extract_article, outline
+from .headmeta import read_head
+from .services import WebServices
+
+Kind = Literal["html", "json", "text", "other"]
+
+CACHE_NAMESPACE = "fetch"
+SNAPSHOT_VERSION = 1  # bump when Page changes shape: older cached snapshots then read as misses
+FLIGHTS_KEY = "fetch_flights"  # WebServices.extras entry holding the in-flight downloads
+# What is left of a task's deadline when its network work must stop, so that the op can still
+# answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
+RESERVE_FRACTION = 0.2
+MAX_RESERVE_S = 0.25
+
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown", "text/csv"})
+_HTML_SNIFF = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body|title)[\s>]", re.I)
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Page:
+    """A snapshot of one fetched URL, as cached.
+
+    ``url`` is the final URL after redirects; ``redirect_chain`` runs from the URL requested to
+    ``url``. ``kind`` says which views are filled: html gives ``markdown``, ``outline``,
+    ``meta`` and ``refresh`` (a meta-refresh target, absolute); json and text give ``text``
+    (the decoded body) and ``json`` when the body parses as JSON. ``cached`` is True when this
+    load was answered from the cache; it is not stored.
+    """
+
+    url: str
+    status: int
+    content_type: str
+    kind: Kind
+    title: str | None = None
+    markdown: str = ""
+    outline: str = ""
+    text: str = ""
+    json: str | None = None
+    description: str | None = None
+    word_count: int = 0
+    redirect_chain: tuple[str, ...] = ()
+    meta: Mapping[str, str] = field(default_factory=dict)
+    refresh: str | None = None
+    cached: bool = False
+
+    @property
+    def host(self) -> str:
+        """The final URL's host, as SCOPE names it."""
+        return urllib.parse.urlsplit(self.url).hostname or ""
+
+
+@dataclass
+class _Flight:
+    """One download in progress; followers wait on ``done`` and read its outcome."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    followers: int = 0  # tasks waiting on ``done`` now
+    page: Page | None = None
+    error: OpError | None = None
+
+
+def normalise_url(url: str, services: WebServices) -> str:
+    """The cache and single-flight key of ``url``: the URL gate's canonical spelling (lower-case
+    scheme and host, default port dropped, fragment dropped). Raises OpError(URL_REJECTED |
+    SSRF_BLOCKED) for a URL the gate refuses, before any I/O."""
+    return check_url(url, services.config.guard).url
+
+
+def op_deadline(services: WebServices) -> float:
+    """The trio time by which an op's network work must end: the guard's ``timeout_s`` from
+    now, or sooner when the task's own deadline (TIMEOUT_MS) leaves less, minus a reserve."""
+    now = trio.current_time()
+    budget = services.config.guard.timeout_s
+    task_left = trio.current_effective_deadline() - now
+    if not math.isinf(task_left):
+        budget = min(budget, task_left - min(MAX_RESERVE_S, task_left * RESERVE_FRACTION))
+    return now + budget
+
+
+async def load_page(
+    services: WebServices,
+    url: str,
+    *,
+    no_cache: bool = False,
+    deadline: float,
+    background: bool = False,
+) -> Page:
+    """The page at ``url``: from the cache unless ``no_cache``, else downloaded (or shared with
+    a download of the same URL already in flight) and cached for ``cache.fetch_ttl_s``.
+
+    ``deadline`` is trio time and bounds the rate-limit wait and the download. ``background``
+    loads (search prefetch) take a rate token only when the bucket is at least half full.
+
+    Raises OpError: URL_REJECTED, SSRF_BLOCKED, DNS_FAILED, ROBOTS_DISALLOWED,
+    TOO_MANY_REDIRECTS, TOO_LARGE, FETCH_FAILED ("timeout", or "http_<status>" for a status
+    of 400 or more, which is not cached), RATE_LIMITED (foreground: no token before
+    ``deadline``; background: "fetch:background" when the bucket is below half).
+    """
+    key = normalise_url(url, services)
+    while True:
+        if not no_cache:
+            page = await _cached(services, key)
+            if page is not None:
+                return page
+        flights: dict[str, _Flight] = services.extras.setdefault(FLIGHTS_KEY, {})
+        flight = flights.get(key)
+        if flight is None:
+            return await _lead(services, key, flights, deadline=deadline, background=background)
+        page = await _follow(flight, deadline)
+        if page is not None:
+            return page
+        # The leader was cancelled before it had an outcome: the next round leads or joins anew.
+
+
+async def _lead(
+    services: WebServices,
+    key: str,
+    flights: dict[str, _Flight],
+    *,
+    deadline: float,
+    background: bool,
+) -> Page:
+    flight = flights[key] = _Flight()
+    try:
+        flight.page = await _download(services, key, deadline=deadline, background=background)
+        return flight.page
+    except OpError as exc:
+        if not _own_failure(exc):
+            flight.error = exc
+        raise
+    finally:
+        if flights.get(key) is flight:
+            del flights[key]
+        flight.done.set()
+
+
+def _own_failure(exc: OpError) -> bool:
+    """Whether ``exc`` came from the leader's own budget (its deadline, its rate token) rather
+    than from the URL: followers, with budgets of their own, then try again themselves."""
+    timeout = exc.code is ErrorCode.FETCH_FAILED and exc.detail == "timeout"
+    return timeout or exc.code is ErrorCode.RATE_LIMITED
+
+
+async def _follow(flight: _Flight, deadline: float) -> Page | None:
+    """The leader's page, its error re-raised, or None when the leader ended without an
+    outcome for everyone (cancelled, or stopped by its own deadline or rate token)."""
+    flight.followers += 1
+    try:
+        with trio.move_on_at(deadline):
+            await flight.done.wait()
+            if flight.error is not None:
+                error = flight.error  # a fresh exception: one object raised in two tasks is shared
+                raise OpError(error.code, error.detail, fields=error.fields)
+            return flight.page
+    finally:
+        flight.followers -= 1
+    raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+
+
+async def _download(services: WebServices, key: str, *, deadline: float, background: bool) -> Page:
+    await _take_token(services, deadline=deadline, background=background)
+    remaining = deadline - trio.current_time()
+    if remaining <= 0:
+        raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+    result = await services.client.fetch(key, respect_robots=True, deadline_s=remaining)
+    if result.status_code >= 400:
+        raise OpError(ErrorCode.FETCH_FAILED, f"http_{result.status_code}")
+    # Extraction is CPU-bound (about 1 s on adversarial input): off the event loop, and a
+    # cancelled task does not wait for it.
+    page = await trio.to_thread.run_sync(
+        functools.partial(build_page, result), abandon_on_cancel=True
+    )
+    await _store(services, key, page)
+    return page
+
+
+async def _take_token(services: WebServices, *, deadline: float, background: bool) -> None:
+    bucket = services.limits.bucket("fetch")
+    if bucket is None:
+        return
+    if not background:
+        await bucket.acquire(deadline=deadline)
+    elif not bucket.try_acquire_background():
+        raise OpError(ErrorCode.RATE_LIMITED, "fetch:background")
+
+
+async def _cached(services: WebServices, key: str) -> Page | None:
+    return from_snapshot(await services.cache.get(CACHE_NAMESPACE, key))
+
+
+async def _store(services: WebServices, key: str, page: Page) -> None:
+    ttl_s = services.config.cache.fetch_ttl_s
+    await services.cache.set(CACHE_NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
+    if page.url != key:
+        # The final URL names the same content; fetched directly it has no redirect chain.
+        direct = dataclasses.replace(page, redirect_chain=(page.url,))
+        await services.cache.set(CACHE_NAMESPACE, page.url, to_snapshot(direct), ttl_s=ttl_s)
+
+
+def to_snapshot(page: Page) -> dict[str, Any]:
+    """``page`` as plain data for the cache (builtins only, so a refactor never breaks
+    unpickling); ``cached`` is left out."""
+    data = {f.name: getattr(page, f.name) for f in dataclasses.fields(page) if f.name != "cached"}
+    data["redirect_chain"] = list(page.redirect_chain)
+    data["meta"] = dict(page.meta)
+    data["v"] = SNAPSHOT_VERSION
+    return data
+
+
+def from_snapshot(data: Any) -> Page | None:
+    """The Page a cached snapshot holds, marked ``cached``; None for a miss or an entry of
+    another shape or version."""
+    if not isinstance(data, dict) or data.get("v") != SNAPSHOT_VERSION:
+        return None
+    values = {k: v for k, v in data.items() if k != "v"}
+    values["redirect_chain"] = tuple(values.get("redirect_chain") or ())
+    try:
+        return Page(**values, cached=True)
+    except TypeError:
+        return None
+
+
+def build_page(result: FetchResult) -> Page:
+    """The snapshot of a fetched response: every view its content type allows. Pure, CPU-bound;
+    runs in a worker thread."""
+    kind = content_kind(result.content_type, result.body)
+    base = Page(
+        url=result.url,
+        status=result.status_code,
+        content_type=result.content_type,
+        kind=kind,
+        redirect_chain=result.redirect_chain,
+    )
+    if kind == "other":
+        return base
+    text = decode_text(result.body, charset=result.charset, content_type=result.content_type)
+    if kind == "html":
+        return _html_page(base, text)
+    return dataclasses.replace(
+        base, text=text, json=compact_json(text), word_count=len(_WORD.findall(text))
+    )
+
+
+def _html_page(base: Page, html: str) -> Page:
+    article = extract_article(html, url=base.url)
+    head = read_head(html, base_url=base.url)
+    return dataclasses.replace(
+        base,
+        title=article.title or head.meta.get("title"),
+        markdown=article.markdown,
+        outline=outline(html),
+        description=article.description or head.meta.get("description"),
+        word_count=article.word_count,
+        meta=head.meta,
+        refresh=head.refresh,
+    )
+
+
+def content_kind(content_type: str, body: bytes) -> Kind:
+    """Which views a body of ``content_type`` gets; an absent type is sniffed as HTML or
+    UTF-8 text, else refused."""
+    if content_type in _HTML_TYPES:
+        return "html"
+    if content_type in ("application/json", "text/json") or content_type.endswith("+json"):
+        return "json"
+    if content_type in _TEXT_TYPES:
+        return "text"
+    if content_type:
+        return "other"
+    if _HTML_SNIFF.match(body[:512]):
+        return "html"
+    return "text" if _is_utf8_text(body) else "other"
+
+
+def _is_utf8_text(body: bytes) -> bool:
+    if b"\x00" in body:
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def compact_json(text: str) -> str | None:
+    """``text`` re-serialised compactly when it is one JSON value (RFC 8259: no NaN or
+    Infinity), else None."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def load_for_op(services: WebServices, url: str, *, no_cache: bool = False) -> Page:
+    """``load_page`` under the op's deadline, its failures carrying a ``URL`` field as seed
+    000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows."""
+    try:
+        return await load_page(services, url, no_cache=no_cache, deadline=op_deadline(services))
+    except OpError as exc:
+        raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc

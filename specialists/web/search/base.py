@@ -1,0 +1,131 @@
+"""What every search backend shares: the query it is asked, the hits it gives, how it fails.
+
+A backend is sans-IO, like the codec: ``build`` turns a query into an ``HttpRequest`` and
+``parse`` turns the response into hits or a ``BackendFailure``. ``chain`` owns the I/O, the
+rate limits, the quota and the circuit breakers.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from csp_web.net import FetchResult
+
+Freshness = str  # "pd" | "pw" | "pm" | "py": past day, week, month, year (Brave's spelling)
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """One search as the op asks it: ``count`` results wanted after de-duplication."""
+
+    text: str
+    count: int
+    freshness: Freshness | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One result as a backend ranked it; ``snippet`` and ``title`` are plain text."""
+
+    url: str
+    title: str
+    snippet: str
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """What a backend wants sent; ``secret_headers`` carry the key and never follow a redirect
+    to another origin."""
+
+    url: str
+    method: str = "GET"
+    headers: dict[str, str] = field(default_factory=dict)
+    content: bytes | None = None
+    secret_headers: tuple[str, ...] = ()
+
+
+class BackendFailure(Exception):
+    """A backend gave no answer. ``reason`` is lower_snake (it becomes the ERROR detail);
+    ``hint`` is for humans. ``counts`` is False for our own refusals (no key, local rate
+    limit, quota spent), which say nothing about the backend's health; ``rate`` marks the
+    rate-limit family; ``retry_after_s`` is when it may answer again."""
+
+    def __init__(
+        self,
+        reason: str,
+        hint: str = "",
+        *,
+        counts: bool = True,
+        rate: bool = False,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(f"{reason}: {hint}" if hint else reason)
+        self.reason = reason
+        self.hint = hint
+        self.counts = counts
+        self.rate = rate
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One kind of search provider (``SearchProvider.kind``)."""
+
+    kind: str
+    default_base_url: str | None
+    needs_key: bool
+    build: Callable[[SearchQuery, str, str | None], HttpRequest]
+    parse: Callable[[FetchResult], list[Hit]]
+
+
+def status_failure(result: FetchResult) -> BackendFailure:
+    """The generic failure for a status the backend has no special reading of."""
+    return BackendFailure(f"http_{result.status_code}", f"HTTP {result.status_code}")
+
+
+def with_query(base_url: str, params: dict[str, str]) -> str:
+    """``base_url`` with ``params`` added to whatever query it already has."""
+    parts = urllib.parse.urlsplit(base_url)
+    query = urllib.parse.parse_qsl(parts.query) + list(params.items())
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def reason_code(text: str) -> str:
+    """``text`` as a lower_snake reason for an ERROR detail (at most 64 characters)."""
+    return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")[:64] or "error"
+
+
+_TAG = re.compile(r"<[^>]*>")
+_SPACE = re.compile(r"\s+")
+_DROP_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
+MAX_TEXT_CHARS = 300  # seed 000: "SNIPPET <max_300_chars_summary>"
+
+
+def clean_text(value: object, *, limit: int = MAX_TEXT_CHARS, markup: bool = True) -> str:
+    """``value`` as one line of plain text of at most ``limit`` characters.
+
+    Tags are dropped and entities decoded when ``markup`` (Brave's descriptions carry
+    ``<strong>``), whitespace runs become one space, control and format characters go (a
+    reply line may not carry them, SPEC F-5). A cut ends at a word with an ellipsis.
+    """
+    text = value if isinstance(value, str) else ""
+    if markup:
+        text = html.unescape(_TAG.sub("", text))
+    text = "".join(
+        " " if char.isspace() else char
+        for char in text
+        if char.isspace() or unicodedata.category(char) not in _DROP_CATEGORIES
+    )
+    text = _SPACE.sub(" ", text).strip()
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 3 // 4:
+        cut = cut[:space]
+    return cut.rstrip() + "…"

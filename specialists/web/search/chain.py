@@ -1,0 +1,274 @@
+"""The fallback chain: each configured backend in ``search.order`` until enough hits.
+
+Per backend, in this order: its key must be set (else skipped), its circuit breaker must let
+the call through, its rate bucket ``search:<name>`` must give a token, its monthly quota (if
+any) must have room; then the request goes out through the guarded client. A 429 pauses the
+bucket as long as Retry-After or X-RateLimit-Reset asks and counts as a failure.
+
+The chain goes on to the next backend while it has fewer unique hits than asked, so a later
+backend fills in what an earlier one lacked. Only the last backend that could still answer
+waits for a rate token within the task's deadline; the ones before it are skipped at once,
+since the next backend can answer sooner (seed 000's target: a search in under 2 s).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from csp_web.config import SearchConfig, SearchProvider
+from csp_web.errors import OpError
+from csp_web.ratelimit import MonthlyQuota
+from specialists.web.services import WebServices, quota_path
+
+from . import brave, duckduckgo, rank, searxng
+from .backoff import resume_at
+from .base import Backend, BackendFailure, Hit, SearchQuery
+
+log = logging.getLogger("csp_web.search")
+
+KINDS: dict[str, Backend] = {
+    backend.kind: backend for backend in (brave.BACKEND, duckduckgo.BACKEND, searxng.BACKEND)
+}
+# Skips that are configuration, not failures: they never decide the FAIL reason.
+_NOT_TRIED = frozenset({"no_api_key", "not_configured"})
+# A 429 naming no time: wait a minute, the span of seed 000's "10 req/min".
+DEFAULT_PAUSE_S = 60.0
+
+
+class Breaker:
+    """One backend's circuit: closed until ``failures`` consecutive failures, then open for
+    ``reset_s``, then half-open: one probe call goes through, and its outcome closes or
+    re-opens the circuit. Times are trio's, so MockClock drives it in tests."""
+
+    def __init__(self, failures: int, reset_s: float) -> None:
+        self.threshold = failures
+        self.reset_s = reset_s
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.probing = False
+
+    @property
+    def state(self) -> str:
+        """``closed``, ``open`` or ``half_open``."""
+        if self.opened_at is None:
+            return "closed"
+        if self.probing or trio.current_time() >= self.opened_at + self.reset_s:
+            return "half_open"
+        return "open"
+
+    def admit(self) -> bool | None:
+        """None when the call may not go; True when it goes as the half-open probe."""
+        if self.opened_at is None:
+            return False
+        if self.probing or trio.current_time() < self.opened_at + self.reset_s:
+            return None
+        self.probing = True
+        return True
+
+    def settle(self, probe: bool, ok: bool | None) -> None:
+        """Record a call's outcome; ``ok`` None means it ended without a verdict."""
+        if probe:
+            self.probing = False
+        if ok is None:
+            return
+        if ok:
+            self.failures, self.opened_at = 0, None
+            return
+        self.failures += 1
+        if probe or self.failures >= self.threshold:
+            self.opened_at = trio.current_time()
+
+
+def breaker(services: WebServices, name: str) -> Breaker:
+    """Backend ``name``'s breaker, kept in ``services.extras`` for the daemon's lifetime."""
+    breakers: dict[str, Breaker] = services.extras.setdefault("search.breakers", {})
+    if name not in breakers:
+        config = services.config.search
+        breakers[name] = Breaker(config.breaker_failures, config.breaker_reset_s)
+    return breakers[name]
+
+
+@dataclass
+class Outcome:
+    """What the chain got: hits in rank order, who answered, who failed and why."""
+
+    hits: list[Hit] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
+    failures: list[tuple[str, BackendFailure]] = field(default_factory=list)
+
+    @property
+    def tried_failures(self) -> list[tuple[str, BackendFailure]]:
+        """Failures of backends that could have answered (not unconfigured or keyless)."""
+        return [
+            (name, failure) for name, failure in self.failures if failure.reason not in _NOT_TRIED
+        ]
+
+    def retry_after_s(self) -> float | None:
+        """The soonest a rate-limited backend may answer again, if any said."""
+        waits = [f.retry_after_s for _, f in self.failures if f.retry_after_s is not None]
+        return min(waits) if waits else None
+
+    def reason(self) -> str:
+        """The FAIL detail: the one reason every tried backend failed with, else
+        ``rate_limit_exceeded`` when all were rate limits, else ``all_backends_failed``."""
+        failures = [failure for _, failure in self.tried_failures]
+        if not failures:
+            return "no_backend_available"
+        reasons = {failure.reason for failure in failures}
+        if len(reasons) == 1:
+            return reasons.pop()
+        if all(failure.rate for failure in failures):
+            return "rate_limit_exceeded"
+        return "all_backends_failed"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    name: str
+    provider: SearchProvider
+    backend: Backend
+    base_url: str
+    key: str | None
+
+
+async def run_chain(services: WebServices, query: SearchQuery, *, deadline: float) -> Outcome:
+    """Ask the backends in order until ``query.count`` unique hits or none is left.
+
+    ``deadline`` is trio time. Never raises for a backend's failure (the outcome lists them);
+    cancellation propagates.
+    """
+    outcome = Outcome()
+    candidates = _candidates(services.config.search, outcome)
+    for index, candidate in enumerate(candidates):
+        if len(rank.unique(outcome.hits)) >= query.count:
+            break
+        wait = index == len(candidates) - 1 and not outcome.hits
+        try:
+            hits = await _attempt(services, candidate, query, deadline=deadline, wait=wait)
+        except BackendFailure as failure:
+            if candidate.key:
+                failure.hint = failure.hint.replace(candidate.key, "[redacted]")
+            log.info(
+                "search backend %s failed: %s %s", candidate.name, failure.reason, failure.hint
+            )
+            outcome.failures.append((candidate.name, failure))
+            continue
+        outcome.answered.append(candidate.name)
+        outcome.hits.extend(hits)
+    return outcome
+
+
+def _candidates(config: SearchConfig, outcome: Outcome) -> list[_Candidate]:
+    """The backends of ``config.order`` that can be asked; the rest go to ``outcome``."""
+    ready: list[_Candidate] = []
+    for name in config.order:
+        provider = config.providers.get(name)
+        backend = KINDS.get(provider.kind) if provider is not None else None
+        url = None
+        if provider is not None and backend is not None:
+            url = provider.base_url or backend.default_base_url
+        if provider is None or backend is None or url is None:
+            outcome.failures.append((name, BackendFailure("not_configured", counts=False)))
+            continue
+        key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+        if (backend.needs_key or provider.api_key_env) and not key:
+            hint = f"{provider.api_key_env or 'api_key_env'} is not set"
+            outcome.failures.append((name, BackendFailure("no_api_key", hint, counts=False)))
+            continue
+        ready.append(_Candidate(name, provider, backend, url, key))
+    return ready
+
+
+async def _attempt(
+    services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
+) -> list[Hit]:
+    circuit = breaker(services, candidate.name)
+    probe = circuit.admit()
+    if probe is None:
+        raise BackendFailure("circuit_open", f"{circuit.failures} failures in a row", counts=False)
+    ok: bool | None = None
+    try:
+        hits = await _call(services, candidate, query, deadline=deadline, wait=wait)
+        ok = True
+        return hits
+    except BackendFailure as failure:
+        ok = False if failure.counts else None
+        raise
+    finally:
+        circuit.settle(probe, ok)
+
+
+async def _call(
+    services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
+) -> list[Hit]:
+    await _take_token(services, candidate.name, deadline if wait else trio.current_time())
+    if candidate.provider.monthly_quota is not None:
+        await _take_quota(services, candidate.name, candidate.provider.monthly_quota)
+    request = candidate.backend.build(query, candidate.base_url, candidate.key)
+    budget_s = min(deadline - trio.current_time(), services.config.guard.timeout_s)
+    try:
+        result = await services.client.fetch(
+            request.url,
+            method=request.method,
+            headers=request.headers,
+            content=request.content,
+            credentials_headers=request.secret_headers,
+            follow_with_credentials=False,
+            deadline_s=max(0.0, budget_s),
+        )
+    except OpError as exc:
+        reason = "timeout" if exc.detail == "timeout" else str(exc.code)
+        raise BackendFailure(reason, f"{exc.code}:{exc.detail}") from None
+    if result.status_code == 429:
+        raise _too_many_requests(services, candidate.name, result.headers)
+    return candidate.backend.parse(result)
+
+
+async def _take_token(services: WebServices, name: str, until: float) -> None:
+    bucket = services.limits.bucket(f"search:{name}")
+    if bucket is None:
+        return
+    try:
+        await bucket.acquire(deadline=until)
+    except OpError as exc:
+        retry = dict(exc.fields).get("RETRY_AFTER")
+        raise BackendFailure(
+            "rate_limit_exceeded",
+            f"local rate limit search:{name}",
+            counts=False,
+            rate=True,
+            retry_after_s=float(retry) if retry else None,
+        ) from None
+
+
+async def _take_quota(services: WebServices, name: str, limit: int) -> None:
+    # MonthlyQuota reads and rewrites one file; concurrent searches take turns.
+    lock: trio.Lock = services.extras.setdefault("search.quota_lock", trio.Lock())
+    quota = MonthlyQuota(quota_path(services), f"search:{name}", limit)
+    month = datetime.datetime.now(datetime.UTC).strftime("%Y-%m")
+    async with lock:
+        try:
+            await trio.to_thread.run_sync(quota.take, month)
+        except OpError:  # MonthlyQuota's only error: the month is spent
+            hint = f"monthly quota of {limit} spent"
+            raise BackendFailure("rate_limit_exceeded", hint, counts=False, rate=True) from None
+
+
+def _too_many_requests(
+    services: WebServices, name: str, headers: Mapping[str, str]
+) -> BackendFailure:
+    now = trio.current_time()
+    resume = resume_at(headers, now=now, wall=time.time())
+    if resume is None:
+        resume = now + DEFAULT_PAUSE_S
+    bucket = services.limits.bucket(f"search:{name}")
+    if bucket is not None:
+        bucket.pause_until(resume)
+    return BackendFailure("rate_limit_exceeded", "HTTP 429", rate=True, retry_after_s=resume - now)

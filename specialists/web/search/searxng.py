@@ -1,0 +1,85 @@
+"""A SearXNG instance's JSON API (``format=json``, which its settings must allow).
+
+    GET <instance>/search?q=...&format=json&time_range=week
+    -> {"query", "number_of_results", "results": [{"url", "title", "content", "engine",
+        "score", ...}], "answers", "suggestions", "unresponsive_engines": [[name, why]]}
+
+An instance whose ``search.formats`` lacks ``json`` answers 403; the failure says so.
+Results are ranked by SearXNG's own ``score``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.parse
+from typing import Any
+
+from csp_web.net import FetchResult
+
+from .base import Backend, BackendFailure, Hit, HttpRequest, SearchQuery, clean_text, with_query
+
+_TIME_RANGE = {"pd": "day", "pw": "week", "pm": "month", "py": "year"}
+JSON_DISABLED_HINT = (
+    "SearXNG refused format=json (HTTP 403): add json to search.formats in its settings.yml"
+)
+
+
+def endpoint(base_url: str) -> str:
+    """The instance's search endpoint: ``base_url`` itself when it ends in /search, else
+    /search under it (so the instance root works as configuration)."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.path.rstrip("/").endswith("/search"):
+        return base_url
+    path = parts.path if parts.path.endswith("/") else parts.path + "/"
+    return urllib.parse.urlunsplit(parts._replace(path=path + "search"))
+
+
+def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
+    params = {"q": query.text, "format": "json", "pageno": "1"}
+    if query.freshness:
+        params["time_range"] = _TIME_RANGE[query.freshness]
+    return HttpRequest(
+        with_query(endpoint(base_url), params), headers={"Accept": "application/json"}
+    )
+
+
+def parse(result: FetchResult) -> list[Hit]:
+    """The results by descending score; raises BackendFailure for errors and empty failures."""
+    if result.status_code == 403:
+        raise BackendFailure("json_format_disabled", JSON_DISABLED_HINT)
+    if result.status_code != 200:
+        raise BackendFailure(f"http_{result.status_code}", f"HTTP {result.status_code}")
+    try:
+        document = json.loads(result.body)
+    except ValueError:
+        raise BackendFailure("bad_response", "SearXNG answered with no JSON") from None
+    if not isinstance(document, dict) or not isinstance(document.get("results"), list):
+        raise BackendFailure("bad_response", "not a SearXNG search response")
+    items = [item for item in document["results"] if _usable(item)]
+    if not items and document.get("unresponsive_engines"):
+        raise BackendFailure("engines_unresponsive", _unresponsive(document))
+    items.sort(key=_score, reverse=True)  # stable: equal scores keep SearXNG's order
+    return [
+        Hit(item["url"], clean_text(item.get("title")), clean_text(item.get("content")))
+        for item in items
+    ]
+
+
+def _usable(item: Any) -> bool:
+    return isinstance(item, dict) and isinstance(item.get("url"), str)
+
+
+def _score(item: dict[str, Any]) -> float:
+    score = item.get("score")
+    value = float(score) if isinstance(score, int | float) else 0.0
+    return value if math.isfinite(value) else 0.0
+
+
+def _unresponsive(document: dict[str, Any]) -> str:
+    engines = document.get("unresponsive_engines") or []
+    names = [str(entry[0]) for entry in engines if isinstance(entry, list) and entry]
+    return clean_text("every engine failed: " + ", ".join(names), markup=False)
+
+
+BACKEND = Backend("searxng", None, needs_key=False, build=build, parse=parse)

@@ -1,0 +1,279 @@
+"""Bullet summaries: extractive and deterministic by default, an OpenAI-compatible model when
+one is configured (seed 001's web_summarize: "Uses LLM if enabled, otherwise heuristic").
+
+The extractive method splits sentences (abbreviations, initials and decimals do not end one),
+scores each by the normalised frequency of its content words (stopwords removed) with a bonus
+for coming early, picks the best that are not near-duplicates of one already picked, and emits
+them in document order, each cut to ``BULLET_CHARS``. Same text, same bullets.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+from csp_web.config import SummarizeConfig
+from csp_web.errors import OpError
+from csp_web.net import GuardedClient
+
+log = logging.getLogger("csp_web.web.summarize")
+
+Method = Literal["extractive", "llm"]
+
+BULLET_CHARS = 300  # seed 000: SNIPPET <max_300_chars_summary>; a bullet is held to the same
+MIN_SENTENCE_WORDS = 4  # shorter runs are captions and buttons ("Share this."), not points
+DUPLICATE_JACCARD = 0.6  # content-word overlap above which two sentences make one point
+MAX_WORD_CHARS = 40  # how far back from a period to look for an abbreviation
+POSITION_BONUS = 0.5  # the first sentence scores up to 1.5x; news puts the point up front
+PARAGRAPH_LEAD_BONUS = 0.1  # a paragraph's first sentence usually states its topic
+
+
+def _word_list(text: str) -> list[str]:
+    return text.split()
+
+
+LLM_PROMPT = (
+    "Summarize the user's text as at most {n} short bullet points, one per line, each line "
+    "starting with '- '. Use only facts from the text. Answer with the bullets only."
+)
+
+_STOPWORDS = frozenset(
+    _word_list(
+        """a about above after again against all also am an and any are as at be because been
+        before being below between both but by can could did do does doing down during each
+        few for from further had has have having he her here hers herself him himself his how
+        i if in into is it its itself just me more most my myself no nor not now of off on once
+        only or other our ours ourselves out over own same she should so some such than that
+        the their theirs them themselves then there these they this those through to too under
+        until up us very was we were what when where which while who whom why will with would
+        you your yours yourself yourselves said says one two new"""
+    )
+)
+# Words that end with a period without ending the sentence (lower-case, without the period).
+_ABBREVIATIONS = frozenset(
+    _word_list(
+        """mr mrs ms dr prof sr jr st mt vs etc al approx inc ltd co corp dept est fig figs no
+        nos vol vols pp p ed eds rev gen gov sen rep col lt sgt capt cmdr adm jan feb mar apr
+        jun jul aug sep sept oct nov dec ave blvd rd e.g i.e cf ca op cit viz"""
+    )
+)
+_BOUNDARY = re.compile(r"[.!?…]+[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÖØ-Þ])|[。！？]+")
+_LAST_WORD = re.compile(r"(\S+)$")
+_DOTTED = re.compile(r"(?:\w\.)+\w")  # U.S, e.g: dotted abbreviations
+_WORDS = re.compile(r"\w+")
+_BLOCK_SPLIT = re.compile(r"\n\s*\n")
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+_EMPHASIS = re.compile(r"\*\*|__|`")
+_LLM_BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
+
+
+@dataclass(frozen=True)
+class Summary:
+    bullets: tuple[str, ...]
+    method: Method
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    index: int
+    text: str
+    words: tuple[str, ...]  # content words, lower-case
+    paragraph_lead: bool
+
+
+def summarize_extractive(text: str, max_bullets: int) -> tuple[str, ...]:
+    """Up to ``max_bullets`` sentences of ``text`` in document order, none over BULLET_CHARS.
+    Deterministic; empty only when ``text`` holds no words."""
+    sentences = split_sentences(text)
+    eligible = [s for s in sentences if len(_WORDS.findall(s.text)) >= MIN_SENTENCE_WORDS]
+    candidates = [s for s in eligible if s.words] or [s for s in sentences if s.words]
+    ranked = sorted(candidates, key=_scorer(candidates, len(sentences)))
+    chosen: list[_Sentence] = []
+    for sentence in ranked:
+        if len(chosen) == max_bullets:
+            break
+        if not any(_near_duplicate(sentence, other) for other in chosen):
+            chosen.append(sentence)
+    chosen.sort(key=lambda s: s.index)
+    return tuple(clip(s.text) for s in chosen)
+
+
+def split_sentences(text: str) -> list[_Sentence]:
+    """The sentences of ``text`` (plain or Markdown) with their content words; headings, code
+    and table rows are skipped, and each list item stands alone."""
+    out: list[_Sentence] = []
+    for block in _blocks(text):
+        for position, sentence in enumerate(_split_block(block)):
+            words = tuple(w for w in _WORDS.findall(sentence.lower()) if _is_content(w))
+            out.append(_Sentence(len(out), sentence, words, position == 0))
+    return out
+
+
+def _blocks(text: str) -> list[str]:
+    """Paragraphs as single lines, Markdown markup removed."""
+    text = _LINK.sub(r"\1", _IMAGE.sub("", text))
+    blocks: list[str] = []
+    fenced = False
+    for raw in _BLOCK_SPLIT.split(text.replace("\r\n", "\n")):
+        lines: list[str] = []
+        for line in raw.split("\n"):
+            stripped = line.strip()
+            if stripped.startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced or stripped.startswith(("#", "|")) or not stripped:
+                continue
+            if _LIST_MARKER.match(line) and lines:  # a list item starts its own block
+                blocks.append(" ".join(lines))
+                lines = []
+            lines.append(_EMPHASIS.sub("", _LIST_MARKER.sub("", stripped.lstrip("> "))))
+        if lines:
+            blocks.append(" ".join(lines))
+    return blocks
+
+
+def _split_block(block: str) -> list[str]:
+    sentences: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(block):
+        before = block[max(start, match.start() - MAX_WORD_CHARS) : match.start()]
+        if match.group().startswith(".") and _keeps_going(before):
+            continue
+        sentences.append(block[start : match.end()].strip())
+        start = match.end()
+    tail = block[start:].strip()
+    return [*sentences, tail] if tail else sentences
+
+
+def _keeps_going(before: str) -> bool:
+    """Whether the period after ``before`` belongs to an abbreviation or an initial."""
+    match = _LAST_WORD.search(before)
+    if match is None:
+        return False
+    word = match.group(1).lstrip("(\"'“‘[").lower()
+    return word in _ABBREVIATIONS or len(word) == 1 or bool(_DOTTED.fullmatch(word))
+
+
+def _is_content(word: str) -> bool:
+    return len(word) > 1 and not word.isdigit() and word not in _STOPWORDS
+
+
+def _scorer(sentences: list[_Sentence], total: int) -> Callable[[_Sentence], tuple[float, int]]:
+    counts = Counter(word for s in sentences for word in s.words)
+    top = max(counts.values(), default=1)
+
+    def key(sentence: _Sentence) -> tuple[float, int]:
+        weight = sum(counts[word] / top for word in sentence.words)
+        score = weight / math.sqrt(len(sentence.words)) if sentence.words else 0.0
+        score *= 1 + POSITION_BONUS * (1 - sentence.index / max(total, 1))
+        score *= 1 + (PARAGRAPH_LEAD_BONUS if sentence.paragraph_lead else 0)
+        return (-round(score, 9), sentence.index)  # rounded: ties break by position alone
+
+    return key
+
+
+def _near_duplicate(one: _Sentence, other: _Sentence) -> bool:
+    a, b = set(one.words), set(other.words)
+    if not a or not b:
+        return one.text == other.text
+    return len(a & b) / len(a | b) >= DUPLICATE_JACCARD
+
+
+def clip(text: str, limit: int = BULLET_CHARS) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+async def summarize(
+    client: GuardedClient,
+    config: SummarizeConfig,
+    text: str,
+    max_bullets: int,
+    *,
+    deadline_s: float,
+) -> Summary:
+    """Bullets for ``text``: from the model when ``llm_base_url`` is set and it answers
+    usefully, else extractive (CPU-bound, so in a worker thread)."""
+    if config.llm_base_url is not None:
+        bullets = await summarize_llm(client, config, text, max_bullets, deadline_s=deadline_s)
+        if bullets:
+            return Summary(bullets, "llm")
+    extractive = functools.partial(summarize_extractive, text, max_bullets)
+    return Summary(await trio.to_thread.run_sync(extractive, abandon_on_cancel=True), "extractive")
+
+
+async def summarize_llm(
+    client: GuardedClient,
+    config: SummarizeConfig,
+    text: str,
+    max_bullets: int,
+    *,
+    deadline_s: float,
+) -> tuple[str, ...] | None:
+    """Bullets from the configured chat endpoint, or None on any failure (the caller falls
+    back to extractive). The API key comes from ``llm_api_key_env`` and is never logged,
+    cached or sent on a redirect (``max_redirects=0``)."""
+    assert config.llm_base_url is not None
+    headers = {"Content-Type": "application/json"}
+    if config.llm_api_key_env is not None:
+        key = os.environ.get(config.llm_api_key_env)
+        if not key:
+            log.warning("summarize: %s is unset; summarising extractively", config.llm_api_key_env)
+            return None
+        headers["Authorization"] = f"Bearer {key}"
+    body = {
+        "model": config.llm_model,
+        "temperature": 0,
+        "messages": [
+            {"role": "system", "content": LLM_PROMPT.format(n=max_bullets)},
+            {"role": "user", "content": text},
+        ],
+    }
+    try:
+        result = await client.fetch(
+            config.llm_base_url.rstrip("/") + "/chat/completions",
+            method="POST",
+            headers=headers,
+            content=json.dumps(body).encode(),
+            max_redirects=0,
+            deadline_s=deadline_s,
+        )
+    except OpError as exc:
+        log.warning("summarize: model endpoint failed (%s); summarising extractively", exc.code)
+        return None
+    if result.status_code != 200:
+        log.warning("summarize: model endpoint answered %d", result.status_code)
+        return None
+    return parse_llm_bullets(result.body, max_bullets) or None
+
+
+def parse_llm_bullets(body: bytes, max_bullets: int) -> tuple[str, ...]:
+    """The bullets in an OpenAI chat completion: ``choices[0].message.content``, one per
+    bulleted line (or per line when none is bulleted); empty when the body is not that."""
+    try:
+        content = json.loads(body)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ()
+    if not isinstance(content, str):
+        return ()
+    lines = [line for line in content.splitlines() if line.strip()]
+    marked = [m.group(1) for line in lines if (m := _LLM_BULLET.match(line))]
+    bullets = [clip(line) for line in (marked or lines)]
+    return tuple(bullet for bullet in bullets if bullet)[:max_bullets]

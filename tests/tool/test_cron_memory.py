@@ -1,0 +1,106 @@
+"""A cron job whose task is IN:MEMORY, in the real daemon, reaching the real Memory Specialist.
+
+The daemon starts the scheduler from ``extras["background"]``; the job's write goes through the
+relay with its run key as ID, and the run's ``cron_run`` record through the outbox. The clock is
+trio's MockClock, stopped: time moves only when the test jumps it, and real socket I/O never
+makes a timeout fire early.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import trio
+import trio.testing
+
+from csp_web.client import open_client
+from csp_web.config import Config
+from csp_web.daemon import serve_daemon
+from csp_web.dispatch import Dispatcher
+from protocol import Reply, Status, Task
+from specialists.tool.cron import open_cron
+from specialists.tool.ops_cron import OPS, cron_extras
+from tests.conftest import Sink
+from tests.tool.cron_support import TrioWall, settle
+
+SWEEP = (
+    "TASK REQ:write IN:MEMORY OUT:ACK\nFROM sys\nTYPE document\nPATH notes/sweep.md\nDATA swept\n"
+)
+SCHEDULED_KEY = "memory-daily-sweep@2026-01-10T02:00:00Z"
+
+
+def _cron(*fields: tuple[str, str]) -> Task:
+    return Task("cron", "TOOL", "CRON_RESULT", None, fields)
+
+
+def _stored(sink: Sink, *parts: str) -> str:
+    with open(os.path.join(sink.directory, *parts), encoding="utf-8") as file:
+        return file.read()
+
+
+def _cron_runs(sink: Sink) -> list[dict[str, object]]:
+    records = []
+    for root, _, files in os.walk(os.path.join(sink.directory, "cron-runs")):
+        for name in files:
+            with open(os.path.join(root, name), encoding="utf-8") as file:
+                records.append(json.loads(file.read()))
+    return sorted(records, key=lambda record: str(record["key"]))
+
+
+async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_key(
+    config: Config, sink: Sink, sock_dir: str, mock_clock: trio.testing.MockClock
+) -> None:
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
+
+        async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
+            extras = cron_extras(cron)
+            await serve_daemon(
+                config,
+                OPS,
+                stdio=None,
+                socket_path=socket_path,
+                extras=extras,
+                task_status=task_status,
+            )
+
+        dispatcher: Dispatcher = await nursery.start(run_daemon)
+        async with open_client(socket_path) as client:
+            added = await client.call(
+                _cron(
+                    ("ACTION", "add"),
+                    ("JOB_ID", "memory-daily-sweep"),
+                    ("SCHEDULE", "0 3 * * *"),
+                    ("TZ", "Europe/Paris"),
+                    ("TASK_DESCRIPTION", "Memory maintenance"),
+                    ("TASK", SWEEP),
+                )
+            )
+            assert added.get("JOB_ADDED") == "memory-daily-sweep", added
+            ran = await client.call(_cron(("ACTION", "run"), ("JOB_ID", "memory-daily-sweep")))
+        assert ran == Reply(
+            Status.OK,
+            (
+                ("ID", ran.id or ""),  # the client's own correlation ID
+                ("SCOPE", "[cron]"),
+                ("DATA", "jobs:1,active:1,disabled:0"),
+                ("JOB_RUN", "memory-daily-sweep"),
+                ("RUN_KEY", "memory-daily-sweep@2026-01-10T00:00:30.000000Z"),
+                ("RUN_STATUS", "OK"),
+            ),
+        )
+        assert "memory-daily-sweep@2026-01-10T00:00:30.000000Z" in sink.store.ids
+        assert _stored(sink, "notes", "sweep.md") == "swept\n"
+
+        # A jump fires every pending deadline: let the outbox deliver first, so no ack wait
+        # of its is cut short by the jump.
+        await settle(lambda: dispatcher.services.outbox.depth == 0)
+        mock_clock.jump(2 * 3600)  # 02:00:30 UTC: 03:00 in Paris has come
+        await settle(lambda: SCHEDULED_KEY in sink.store.ids)
+        assert _stored(sink, "notes", "sweep.md") == "swept\nswept\n"
+        await settle(lambda: len(_cron_runs(sink)) == 2)
+        records = _cron_runs(sink)
+        assert [r["status"] for r in records] == ["OK", "OK"]
+        assert records[1]["key"] == SCHEDULED_KEY
+        nursery.cancel_scope.cancel()

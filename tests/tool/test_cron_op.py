@@ -1,0 +1,220 @@
+"""The cron op's fields and replies: validation at N and N+1, codes, the seed's reply lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import trio.testing
+
+from csp_web.config import Config
+from csp_web.context import Peer
+from csp_web.daemon import build_dispatcher
+from csp_web.outbox import open_outbox
+from protocol import Connection, Field, Reply, Status, Task
+from specialists.tool.cron import store_path
+from specialists.tool.ops_cron import OPS
+from tests.tool.cron_support import TICK, TrioWall, code, cron_config, open_rig
+
+MockClock = trio.testing.MockClock
+ADD = ("ACTION", "add")
+
+
+def _add(job_id: str = "j", schedule: str = "*/5 * * * *", task: str = TICK) -> list[Field]:
+    return [ADD, ("JOB_ID", job_id), ("SCHEDULE", schedule), ("TASK", task)]
+
+
+async def _call(config: Config, *fields: Field) -> Reply:
+    async with open_rig(cron_config(config), TrioWall()) as rig:
+        return await rig.call(*fields)
+
+
+async def test_add_replies_as_the_seed_and_persists_the_job_0600(
+    config: Config, mock_clock: MockClock
+) -> None:
+    config = cron_config(config)
+    async with open_rig(config, TrioWall()) as rig:
+        reply = await rig.call(*_add("memory-daily-sweep", "0 3 * * *"))
+    assert reply == Reply(
+        Status.OK,
+        (
+            ("SCOPE", "[cron]"),
+            ("DATA", "jobs:1,active:1,disabled:0"),
+            ("JOB_ADDED", "memory-daily-sweep"),
+            ("NEXT_RUN", "2026-01-10T03:00:00Z"),
+        ),
+    )
+    path = store_path(config)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with open(path, encoding="utf-8") as file:
+        (stored,) = json.load(file)["jobs"]
+    assert stored["id"] == "memory-daily-sweep"
+    assert stored["task"] == TICK + "\n"
+
+
+async def test_an_action_may_come_inline(config: Config, mock_clock: MockClock) -> None:
+    async with open_rig(cron_config(config), TrioWall()) as rig:
+        reply = await rig.call(inline="list")
+    assert reply == Reply(Status.OK, (("SCOPE", "[cron]"), ("DATA", "jobs:0,active:0,disabled:0")))
+
+
+async def test_a_duplicate_job_id_is_cron_error(config: Config, mock_clock: MockClock) -> None:
+    async with open_rig(cron_config(config), TrioWall()) as rig:
+        await rig.call(*_add())
+        again = await rig.call(*_add())
+    assert code(again) == "cron_error"
+    assert again.get("SCOPE") == "[cron]"
+
+
+@pytest.mark.parametrize(("jobs", "ok"), [(2, True), (3, False)])
+async def test_max_jobs_holds_at_n_and_n_plus_1(
+    config: Config, mock_clock: MockClock, jobs: int, ok: bool
+) -> None:
+    async with open_rig(cron_config(config, max_jobs=2), TrioWall()) as rig:
+        replies = [await rig.call(*_add(f"j{n}")) for n in range(jobs)]
+    assert [r.status for r in replies[:2]] == [Status.OK, Status.OK]
+    assert (replies[-1].status is Status.OK) is ok
+    if not ok:
+        assert code(replies[-1]) == "cron_error"
+
+
+@pytest.mark.parametrize("action", ["remove", "enable", "disable", "run", "list"])
+async def test_an_unknown_job_is_unknown_job(
+    config: Config, mock_clock: MockClock, action: str
+) -> None:
+    reply = await _call(config, ("ACTION", action), ("JOB_ID", "nosuch"))
+    assert code(reply) == "unknown_job"
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ([("ACTION", "remove")], "missing_field"),
+        ([("ACTION", "run")], "missing_field"),
+        ([ADD, ("SCHEDULE", "* * * * *"), ("TASK", TICK)], "missing_field"),
+        ([ADD, ("JOB_ID", "j"), ("TASK", TICK)], "missing_field"),
+        ([ADD, ("JOB_ID", "j"), ("SCHEDULE", "* * * * *")], "missing_field"),
+        ([("ACTION", "pause")], "invalid_field"),
+        ([("ACTION", "list"), ("SCHEDULE", "* * * * *")], "invalid_field"),
+        ([("ACTION", "disable"), ("JOB_ID", "j"), ("MISSED", "skip")], "invalid_field"),
+        ([*_add(), ("MISSED", "always")], "invalid_field"),
+        ([*_add(), ("TZ", "Mars/Olympus")], "invalid_field"),
+        (_add(schedule="0 0 3 * * *"), "invalid_field"),
+        (_add(schedule="0 0 31 2 *"), "invalid_field"),
+        (_add(task="TASK REQ:tick IN:TEST OUT:TICKED\nID mine\n"), "invalid_field"),
+        (_add(task="TASK REQ:tick IN:TEST OUT:TICKED\n\n" + TICK), "invalid_field"),
+        (_add(task="STATUS OK\n"), "invalid_field"),
+        (_add(task="TASK REQ:nosuch IN:TEST OUT:X\n"), "invalid_field"),
+        (_add(task="TASK REQ:tick IN:TEST OUT:TICKED\nCOLOR red\n"), "invalid_field"),
+        (_add(task="TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION list\n"), "invalid_field"),
+        ([*_add(), ("JOB_ID", "k")], "duplicate_field"),
+        ([*_add(), ("COLOR", "red")], "unknown_field"),
+    ],
+)
+async def test_bad_fields_get_their_codes(
+    config: Config, mock_clock: MockClock, fields: list[Field], error: str
+) -> None:
+    assert code(await _call(config, *fields)) == error
+
+
+@pytest.mark.parametrize(
+    ("job_id", "ok"),
+    [
+        ("a" * 64, True),
+        ("a" * 65, False),
+        ("0.memory_daily-sweep", True),
+        ("Memory", False),
+        ("-memory", False),
+        ("memory sweep", False),
+        ("", False),
+    ],
+)
+async def test_job_id_grammar_and_length_hold_at_n_and_n_plus_1(
+    config: Config, mock_clock: MockClock, job_id: str, ok: bool
+) -> None:
+    reply = await _call(config, *_add(job_id))
+    assert (reply.status is Status.OK) is ok, reply
+    if not ok:
+        assert code(reply) == "invalid_field"
+
+
+@pytest.mark.parametrize(("length", "ok"), [(128, True), (129, False)])
+async def test_schedule_length_holds_at_n_and_n_plus_1(
+    config: Config, mock_clock: MockClock, length: int, ok: bool
+) -> None:
+    rest = " 3 * * *"
+    schedule = "0" * (length - len(rest)) + rest  # minute 0, zero-padded to the length
+    reply = await _call(config, *_add(schedule=schedule))
+    assert (reply.status is Status.OK) is ok, reply
+
+
+@pytest.mark.parametrize(("length", "ok"), [(500, True), (501, False)])
+async def test_description_length_holds_at_n_and_n_plus_1(
+    config: Config, mock_clock: MockClock, length: int, ok: bool
+) -> None:
+    reply = await _call(config, *_add(), ("TASK_DESCRIPTION", "d" * length))
+    assert (reply.status is Status.OK) is ok, reply
+
+
+@pytest.mark.parametrize(("length", "ok"), [(16 * 1024, True), (16 * 1024 + 1, False)])
+async def test_task_length_holds_at_n_and_n_plus_1(
+    config: Config, mock_clock: MockClock, length: int, ok: bool
+) -> None:
+    head = TICK + "NOTE "
+    task = head + "n" * (length - len(head))
+    reply = await _call(config, *_add(task=task))
+    assert (reply.status is Status.OK) is ok, reply
+
+
+@pytest.mark.parametrize(("tz", "ok"), [("Europe/Paris", True), ("X" * 65, False)])
+async def test_tz_must_be_a_known_zone_within_64_chars(
+    config: Config, mock_clock: MockClock, tz: str, ok: bool
+) -> None:
+    reply = await _call(config, *_add(), ("TZ", tz))
+    assert (reply.status is Status.OK) is ok, reply
+
+
+async def test_the_seed_frame_with_a_quoted_task_is_accepted(
+    config: Config, mock_clock: MockClock
+) -> None:
+    """The TASK value travels JSON-quoted on one line (SPEC V-2) and is decoded first."""
+    async with open_rig(cron_config(config), TrioWall()) as rig:
+        frame = (
+            b"TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION add\nJOB_ID memory-daily-sweep\n"
+            b'SCHEDULE "0 3 * * *"\nTASK_DESCRIPTION "Memory maintenance"\n'
+            b'TASK "TASK REQ:tick IN:TEST OUT:TICKED\\nNOTE swept\\n"\n\n'
+        )
+        codec = Connection()
+        codec.receive_data(frame)
+        task = codec.next_event()
+        assert isinstance(task, Task)
+        reply = await rig.dispatcher.run(task, Peer("test"))
+        assert reply.get("JOB_ADDED") == "memory-daily-sweep"
+        assert rig.cron.job("memory-daily-sweep").task.fields == (("NOTE", "swept"),)
+
+
+async def test_without_the_cron_service_the_op_is_not_available(config: Config) -> None:
+    config = replace(config, memory=replace(config.memory, socket_path=None))
+    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
+        dispatcher = build_dispatcher(config, outbox, OPS)
+        reply = await dispatcher.run(
+            Task("cron", "TOOL", "CRON_RESULT", None, (("ACTION", "list"),)), Peer("t")
+        )
+    assert code(reply) == "not_available"
+
+
+async def test_a_job_file_that_cannot_be_written_refuses_the_add_and_keeps_no_job(
+    config: Config, mock_clock: MockClock, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "jobs"
+    config = cron_config(config, store_path=str(blocker / "cron.json"))
+    async with open_rig(config, TrioWall()) as rig:
+        blocker.write_text("")  # the job file's directory is now a file
+        refused = await rig.call(*_add())
+        listed = await rig.call(("ACTION", "list"))
+    assert code(refused) == "cron_error"
+    assert listed.get("DATA") == "jobs:0,active:0,disabled:0"
