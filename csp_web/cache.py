@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import pickle
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,18 +31,64 @@ def cache_key(namespace: str, material: Any) -> str:
     return f"{namespace}:{hashlib.sha256(blob.encode('utf-8')).hexdigest()}"
 
 
-class Cache:
-    """Bounded, expiring entries; made by ``open_cache``, which owns the store."""
+class MemoryTier:
+    """A byte-bounded LRU of recent entries in front of the disk, so a hot hit costs a dict
+    lookup instead of a worker thread and an unpickle. Values are shared: never mutate one."""
 
-    def __init__(self, store: diskcache.Cache) -> None:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, tuple[float, Any, int]] = OrderedDict()
+
+    def get(self, key: str) -> Any | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= time.time():
+            self.drop(key)
+            return None
+        self._entries.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: str, value: Any, *, expires_at: float) -> None:
+        size = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        self.drop(key)
+        if size > self.max_bytes // 8:  # one huge entry must not flush all the others
+            return
+        self._entries[key] = (expires_at, value, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            self.drop(next(iter(self._entries)))
+
+    def drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.bytes -= entry[2]
+
+    def drop_namespace(self, namespace: str) -> None:
+        for key in [k for k in self._entries if k.startswith(namespace + ":")]:
+            self.drop(key)
+
+
+class Cache:
+    """Bounded, expiring entries on disk with a memory tier; made by ``open_cache``."""
+
+    def __init__(self, store: diskcache.Cache, *, memory_bytes: int) -> None:
         self._store = store
+        self._memory = MemoryTier(memory_bytes)
         self.hits = 0
         self.misses = 0
 
     async def get(self, namespace: str, material: Any) -> Any | None:
         """The cached value, or None when absent or expired."""
         key = cache_key(namespace, material)
-        value = await trio.to_thread.run_sync(self._store.get, key)
+        value = self._memory.get(key)
+        if value is None:
+            value, expires_at = await trio.to_thread.run_sync(
+                lambda: self._store.get(key, expire_time=True)
+            )
+            if value is not None:
+                self._memory.put(key, value, expires_at=expires_at or math.inf)
         if value is None:
             self.misses += 1
         else:
@@ -50,9 +100,11 @@ class Cache:
         await trio.to_thread.run_sync(
             lambda: self._store.set(key, value, expire=ttl_s, tag=namespace)
         )
+        self._memory.put(key, value, expires_at=time.time() + ttl_s)
 
     async def invalidate(self, namespace: str) -> int:
         """Drop every entry of ``namespace`` (an API's reads after one of its writes)."""
+        self._memory.drop_namespace(namespace)
         return int(await trio.to_thread.run_sync(self._store.evict, namespace))
 
     def volume_bytes(self) -> int:
@@ -60,8 +112,11 @@ class Cache:
 
 
 @asynccontextmanager
-async def open_cache(directory: str, *, size_limit_bytes: int) -> AsyncIterator[Cache]:
-    """Open the cache in ``directory`` (created 0700); closed on exit."""
+async def open_cache(
+    directory: str, *, size_limit_bytes: int, memory_bytes: int = 32 * 1024 * 1024
+) -> AsyncIterator[Cache]:
+    """Open the cache in ``directory`` (created 0700) with a ``memory_bytes`` LRU in front;
+    closed on exit."""
 
     def make() -> diskcache.Cache:
         os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -71,6 +126,6 @@ async def open_cache(directory: str, *, size_limit_bytes: int) -> AsyncIterator[
 
     store = await trio.to_thread.run_sync(make)
     try:
-        yield Cache(store)
+        yield Cache(store, memory_bytes=memory_bytes)
     finally:
         await trio.to_thread.run_sync(store.close)

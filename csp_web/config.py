@@ -116,6 +116,7 @@ class RateConfig:
 class CacheConfig:
     directory: str | None = None  # default: <state_dir>/cache
     size_limit_bytes: int = 256 * 1024 * 1024
+    memory_bytes: int = 32 * 1024 * 1024  # hot entries kept in process, in front of the disk
     search_ttl_s: float = 3600.0  # seed 000: "Cached results valid for 1h"
     fetch_ttl_s: float = 86400.0  # seed 000: fetched content, 24 hours
     api_ttl_s: float = 300.0  # seed 000: API responses, default 5 minutes

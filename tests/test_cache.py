@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from csp_web.cache import cache_key, open_cache
+from csp_web.cache import MemoryTier, cache_key, open_cache
 
 
 def test_key_is_a_hash_that_never_holds_the_input() -> None:
@@ -53,3 +53,33 @@ async def test_cache_directory_is_private_and_size_bounded(tmp_path: Path) -> No
     with sqlite3.connect(os.path.join(directory, "cache.db")) as db:
         keys = [row[0] for row in db.execute("SELECT key FROM Cache")]
     assert all(str(k).startswith("fetch:") for k in keys)
+
+
+def test_memory_tier_evicts_least_recent_by_bytes() -> None:
+    tier = MemoryTier(max_bytes=8000)
+    for n in range(3):
+        tier.put(f"fetch:{n}", "x" * 900, expires_at=time.time() + 60)
+    assert tier.get("fetch:0") is not None  # now the most recent
+    for n in range(3, 12):
+        tier.put(f"fetch:{n}", "x" * 900, expires_at=time.time() + 60)
+    assert tier.bytes <= 8000
+    assert tier.get("fetch:1") is None
+    assert tier.get("fetch:11") is not None
+
+
+def test_memory_tier_skips_an_entry_over_an_eighth_and_honours_expiry() -> None:
+    tier = MemoryTier(max_bytes=8000)
+    tier.put("fetch:big", "x" * 2000, expires_at=time.time() + 60)
+    assert tier.get("fetch:big") is None
+    tier.put("fetch:old", "v", expires_at=time.time() - 1)
+    assert tier.get("fetch:old") is None
+    assert tier.bytes == 0
+
+
+async def test_a_hit_from_memory_needs_no_disk(tmp_path: Path) -> None:
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        await cache.set("fetch", "u", {"page": 1}, ttl_s=60)
+        await trio.to_thread.run_sync(cache._store.clear)  # the disk copy is gone
+        assert await cache.get("fetch", "u") == {"page": 1}
+        await cache.invalidate("fetch")
+        assert await cache.get("fetch", "u") is None

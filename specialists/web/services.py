@@ -64,7 +64,11 @@ async def open_web_services(
     web = config.web
     async with (
         open_guarded_client(web.guard, resolver=resolver, ssl_context=ssl_context) as client,
-        open_cache(config.cache_dir, size_limit_bytes=web.cache.size_limit_bytes) as cache,
+        open_cache(
+            config.cache_dir,
+            size_limit_bytes=web.cache.size_limit_bytes,
+            memory_bytes=web.cache.memory_bytes,
+        ) as cache,
     ):
         yield WebServices(web, client, cache, RateLimits(_rates(web)), config.daemon.state_dir)
 
