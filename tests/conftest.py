@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import pytest
 import trio
+import trustme
 
 from csp_web.config import Config, DaemonConfig, MemoryConfig
 from csp_web.daemon import serve_daemon
@@ -31,6 +33,19 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
+
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def trust(ca: trustme.CA) -> ssl.SSLContext:
+    """A client context for the HTTPS test origins; it trusts only the test CA."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ca.configure_trust(context)
+    return context
 
 
 @pytest.fixture

@@ -28,19 +28,6 @@ def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.lower(), raising=False)
 
 
-@pytest.fixture(scope="session")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="session")
-def trust(ca: trustme.CA) -> ssl.SSLContext:
-    """A verifying client context that trusts only the test CA (no system store to load)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ca.configure_trust(context)
-    return context
-
-
 @pytest.fixture
 async def origin(nursery: trio.Nursery, ca: trustme.CA) -> Origin:
     """An HTTPS origin whose certificate names CERT_NAMES and no address."""

@@ -27,18 +27,6 @@ from tests.net._origin import Origin
 CERT_NAMES = ("origin.test", "other.test", "api.test", "search.test")
 
 
-@pytest.fixture(scope="session")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="session")
-def trust(ca: trustme.CA) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ca.configure_trust(context)
-    return context
-
-
 @pytest.fixture
 async def origin(nursery: trio.Nursery, ca: trustme.CA) -> Origin:
     """An HTTPS origin for every name in CERT_NAMES; add routes with ``origin.routes[path]``."""
