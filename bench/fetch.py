@@ -8,19 +8,18 @@ its own process, as a remote site would, so its serving work is not counted as o
   NO_CACHE true: the median ms per page end to end (goal: <= 10 ms).
 
 Each op is audited and logged (web_op) into the durable outbox as in production; no Memory
-Specialist runs, so the writes accumulate. Both outbox sync settings are measured ("full" is
+Specialist runs, so the writes accumulate. Both outbox sync settings are measured ("normal" is
 the default). The fetch rate limit is raised so it never waits, and the body caps are doubled
-to 2 MB because one corpus page is over the default 1 MB. ``--gc-freeze`` calls gc.freeze()
-once the daemon is up (a proposed daemon change) to show what the collector costs.
+to 2 MB because one corpus page is over the default 1 MB. The daemon freezes its start-up
+objects out of the collector's view itself (serve_daemon calls gc.freeze()).
 
-    python bench/fetch.py [--rounds N] [--synchronous full|normal|both] [--gc-freeze]
+    python bench/fetch.py [--rounds N] [--synchronous full|normal|both]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import gzip
 import os
 import ssl
@@ -189,8 +188,6 @@ async def measure(
             serve_daemon, config, OPS, stdio=None, socket_path=socket_path, extras={"web": web}
         )
         await nursery.start(daemon)
-        if args.gc_freeze:
-            gc.freeze()
         async with await trio.open_unix_socket(socket_path) as stream:
             await report(Client(stream), f"https://{HOST}:{port}", pages, args.rounds, synchronous)
         nursery.cancel_scope.cancel()
@@ -229,7 +226,6 @@ async def run(args: argparse.Namespace) -> None:
         finally:
             proc.kill()
             proc.wait()
-    print(f"gc.freeze() after start: {'yes' if args.gc_freeze else 'no'}")
     print("reproduce: python bench/fetch.py")
 
 
@@ -237,7 +233,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2000, help="cached fetches to time")
     parser.add_argument("--synchronous", choices=("full", "normal", "both"), default="both")
-    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() once up")
     parser.add_argument("--origin", help=argparse.SUPPRESS)  # internal: run the origin process
     args = parser.parse_args()
     if args.origin:
