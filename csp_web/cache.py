@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -33,7 +32,7 @@ def cache_key(namespace: str, material: Any) -> str:
 
 class MemoryTier:
     """A byte-bounded LRU of recent entries in front of the disk, so a hot hit costs a dict
-    lookup instead of a worker thread and an unpickle. Values are shared: never mutate one."""
+    lookup instead of a worker thread and a decode. Values are shared: never mutate one."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -51,7 +50,7 @@ class MemoryTier:
         return entry[1]
 
     def put(self, key: str, value: Any, *, expires_at: float) -> None:
-        size = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        size = len(json.dumps(value, separators=(",", ":")))
         self.drop(key)
         if size > self.max_bytes // 8:  # one huge entry must not flush all the others
             return
@@ -120,7 +119,9 @@ async def open_cache(
 
     def make() -> diskcache.Cache:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        store = diskcache.Cache(directory, size_limit=size_limit_bytes)
+        # JSON, never pickle: a cache file that someone managed to rewrite must not be able
+        # to run code when the daemon reads it back.
+        store = diskcache.Cache(directory, size_limit=size_limit_bytes, disk=diskcache.JSONDisk)
         store.create_tag_index()
         return store
 

@@ -112,7 +112,9 @@ class ExecConfig:
     bwrap_program: str | None = "bwrap"  # None runs without the sandbox (tests, non-Linux)
     require_bwrap: bool = False
     # Hidden inside the sandbox; the lead adds the daemon's socket and state directories.
-    masked_paths: tuple[str, ...] = ("/run/csp-web", "/root", "/home")
+    # /run holds host Unix sockets (D-Bus, docker, databases) that a network namespace does
+    # not cover: a command must not connect() to them.
+    masked_paths: tuple[str, ...] = ("/run", "/var/run", "/root", "/home")
     tmp_size_bytes: int = 64 * MIB  # Docker's default /dev/shm size for a private tmpfs
     max_memory_bytes: int = 512 * MIB  # the tool seed: "Max memory: 512MB per process"
     # The tool seed: "Max processes: 10 concurrent". RLIMIT_NPROC counts threads too, and under

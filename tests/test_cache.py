@@ -49,10 +49,20 @@ async def test_cache_directory_is_private_and_size_bounded(tmp_path: Path) -> No
             await cache.set("fetch", n, "x" * 10_000, ttl_s=60)
         await trio.to_thread.run_sync(cache._store.cull)
         assert cache.volume_bytes() < 400_000
+        keys = list(cache._store)
     assert os.stat(directory).st_mode & 0o077 == 0
-    with sqlite3.connect(os.path.join(directory, "cache.db")) as db:
-        keys = [row[0] for row in db.execute("SELECT key FROM Cache")]
+    assert keys
     assert all(str(k).startswith("fetch:") for k in keys)
+
+
+async def test_entries_are_stored_as_json_never_pickle(tmp_path: Path) -> None:
+    """A rewritten cache file must not run code when read back (diskcache's pickle mode 4)."""
+    directory = str(tmp_path / "c")
+    async with open_cache(directory, size_limit_bytes=1 << 20) as cache:
+        await cache.set("exec", "k", {"data": "exit:0", "fields": [["A", "b"]]}, ttl_s=60)
+    with sqlite3.connect(os.path.join(directory, "cache.db")) as db:
+        modes = {row[0] for row in db.execute("SELECT mode FROM Cache")}
+    assert 4 not in modes  # diskcache's MODE_PICKLE
 
 
 def test_memory_tier_evicts_least_recent_by_bytes() -> None:

@@ -49,18 +49,30 @@ class ExecServices:
     cache: Cache
 
 
-def _private_paths(config: Config) -> tuple[str, ...]:
+def _refuse_private_workspaces(roots: tuple[str, ...], private: tuple[str, ...]) -> None:
+    """Raise ValueError for a workspace root at or inside the daemon's own state: commands
+    would write into the outbox, the cache or cron's jobs. (A root that merely contains such
+    a path is fine: the sandbox masks it again inside the working directory.)"""
+    for root in roots:
+        real = os.path.realpath(root)
+        for path in private:
+            inner = os.path.realpath(path)
+            if real == inner or real.startswith(inner.rstrip("/") + "/"):
+                raise ValueError(f"tool.exec.workspace_roots: {root} is inside {path}")
+
+
+def _private_paths(config: Config, *, every: bool = False) -> tuple[str, ...]:
     """The daemon's own sockets and state (outbox, cache, cron), to hide from commands.
 
     A root daemon runs commands as an unprivileged uid: a path behind a directory closed to
     others is already out of its reach, and bubblewrap (running as that uid) could not even
     place a mask there, so only paths others can reach are masked.
     """
-    paths = [config.daemon.state_dir]
-    for path in (config.socket.path, config.memory.socket_path):
-        if path:
-            paths.append(os.path.dirname(os.path.abspath(path)))
-    if os.geteuid() != 0:
+    paths = [config.daemon.state_dir, config.cache_dir]
+    files = (config.socket.path, config.memory.socket_path, config.outbox_path,
+             config.tool.cron.store_path)
+    paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
+    if every or os.geteuid() != 0:
         return tuple(paths)
     return tuple(p for p in paths if _others_can_reach(p))
 
@@ -82,6 +94,7 @@ def _others_can_reach(path: str) -> bool:
 async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
     """Probe the sandbox once (logged) and open the exec result cache."""
     exec_config = config.tool.exec
+    _refuse_private_workspaces(exec_config.workspace_roots, _private_paths(config, every=True))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *_private_paths(config))))
     exec_config = replace(exec_config, masked_paths=masked)
     sandbox = await probe_sandbox(exec_config)

@@ -131,6 +131,11 @@ def _bwrap(sandbox: Sandbox, config: ExecConfig, working_dir: str | None) -> lis
     args += ["--tmpfs", "/tmp"]
     if working_dir is not None:  # after the masks and /tmp, so it shows through both
         args += ["--bind", working_dir, working_dir]
+        # ...and the masks again: a working dir that contains a masked path (the daemon's
+        # state under a workspace) would otherwise lay the real directory back, writable.
+        for path in config.masked_paths:
+            if _inside(path, working_dir):
+                args += _mask(path)
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc"]
     args += ["--unshare-uts", "--unshare-cgroup-try"]
@@ -144,7 +149,13 @@ def _bwrap(sandbox: Sandbox, config: ExecConfig, working_dir: str | None) -> lis
     return [*args, "--"]
 
 
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path != directory and path.startswith(directory.rstrip("/") + "/")
+
+
 def _mask(path: str) -> list[str]:
+    path = os.path.realpath(path)  # /var/run -> /run: mount over what the link names
     if os.path.isdir(path):
         return ["--tmpfs", path]
     if os.path.lexists(path):
