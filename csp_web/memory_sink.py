@@ -98,7 +98,7 @@ def sink_ops(store: SinkStore) -> list[Op]:
             "memory",
             write,
             (
-                text("FROM", required=True, choices=("web", "tool", "sys"), kind="choice"),
+                text("FROM", "choice", True, choices=("web", "tool", "sys", "client")),
                 text("TYPE", required=True, max_chars=64),
                 text("PATH", required=True, max_chars=1024),
                 text("DATA", required=True),

@@ -17,6 +17,24 @@ from .client import ClientClosed, open_client
 from .config import MemoryConfig
 from .errors import OpError
 
+# What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4).
+DAEMON_TYPES = frozenset({"audit", "exec_log", "web_op", "cron_run"})
+DAEMON_FOLDERS = ("audit/", "exec-logs/", "web-ops/", "cron-runs/")
+DAEMON_ID_PREFIX = "w-"
+
+
+def client_write(task: Task) -> Task:
+    """``task`` as a client's write: FROM is ``client`` whatever was sent; the daemon's record
+    types, folders and ID space are refused, so audit trails cannot be forged or suppressed."""
+    if (task.id or "").startswith(DAEMON_ID_PREFIX):
+        raise OpError(ErrorCode.INVALID_FIELD, "ID prefix w- is the daemon's")
+    if task.get("TYPE") in DAEMON_TYPES:
+        raise OpError(ErrorCode.INVALID_FIELD, f"TYPE {task.get('TYPE')} is the daemon's")
+    if (task.get("PATH") or "").lstrip("/").startswith(DAEMON_FOLDERS):
+        raise OpError(ErrorCode.INVALID_FIELD, "PATH is under a folder the daemon writes")
+    fields = (*(f for f in task.fields if f[0] != "FROM"), ("FROM", "client"))
+    return Task(task.req, task.domain, task.out, task.inline, fields)
+
 
 class MemoryRelay:
     """Forwards tasks over a fresh connection each (memory calls are rare next to web ops)."""
@@ -25,7 +43,9 @@ class MemoryRelay:
         self._config = config
 
     async def forward(self, task: Task) -> Reply:
-        """The Memory Specialist's reply to ``task``; raises OpError(memory_unavailable)."""
+        """The Memory Specialist's reply to ``task``; raises OpError(memory_unavailable), or
+        invalid_field for a write that would pass for one of the daemon's own records."""
+        task = client_write(task) if task.req == "write" else task
         path = self._config.socket_path
         if path is None:
             raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no memory.socket_path configured")

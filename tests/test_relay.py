@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 from functools import partial
 
+import pytest
 import trio
 
 from csp_web.client import open_client
@@ -17,7 +18,13 @@ from tests.conftest import Daemon, Sink, start_daemon, with_memory
 
 
 def _write(task_id: str, path: str, data: str) -> Task:
-    fields = (("ID", task_id), ("FROM", "web"), ("TYPE", "web_op"), ("PATH", path), ("DATA", data))
+    fields = (
+        ("ID", task_id),
+        ("FROM", "web"),
+        ("TYPE", "document"),
+        ("PATH", path),
+        ("DATA", data),
+    )
     return Task("write", "MEMORY", "ACK", None, fields)
 
 
@@ -136,7 +143,7 @@ async def test_relay_leaves_field_validation_to_the_memory_specialist(
         "MEMORY",
         "ACK",
         None,
-        (("ID", "v-3"), ("FROM", "nobody"), ("TYPE", "t"), ("PATH", "a.md"), ("DATA", "x")),
+        (("ID", "v-3"), ("TYPE", "t"), ("PATH", "../a.md"), ("DATA", "x")),
     )
     no_such_op = Task("forget", "MEMORY", "ACK", None, (("ID", "v-4"),))
     replies = [await _call(daemon, task) for task in (missing, unknown, bad_choice, no_such_op)]
@@ -147,3 +154,35 @@ async def test_relay_leaves_field_validation_to_the_memory_specialist(
         ErrorCode.INVALID_FIELD,
         ErrorCode.UNKNOWN_OP,
     ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ((("ID", "w-20261122T061500000000-0-1"), ("TYPE", "document"), ("PATH", "n.md")), "ID"),
+        ((("ID", "f-1"), ("TYPE", "audit"), ("PATH", "n.md")), "TYPE"),
+        ((("ID", "f-2"), ("TYPE", "document"), ("PATH", "exec-logs/x.log")), "PATH"),
+    ],
+)
+async def test_a_client_cannot_forge_or_preempt_the_daemons_own_records(
+    daemon: Daemon, sink: Sink, fields: tuple[tuple[str, str], ...], detail: str
+) -> None:
+    """M-4: the daemon's record types, folders and ID space are refused before relaying."""
+    task = Task("write", "MEMORY", "ACK", None, (*fields, ("FROM", "sys"), ("DATA", "forged")))
+    reply = await _call(daemon, task)
+    assert _code(reply) == ErrorCode.INVALID_FIELD
+    assert (reply.get("ERROR") or "").startswith(f"invalid_field:{detail}")
+    assert sink.store.writes == 0
+
+
+async def test_a_relayed_write_is_marked_as_from_the_client(daemon: Daemon, sink: Sink) -> None:
+    """M-4: whatever FROM the client sent, the Memory Specialist sees FROM client."""
+    task = Task(
+        "write",
+        "MEMORY",
+        "ACK",
+        None,
+        (("ID", "m-1"), ("FROM", "sys"), ("TYPE", "document"), ("PATH", "n.md"), ("DATA", "mine")),
+    )
+    assert (await _call(daemon, task)).status is Status.OK
+    assert sink.store.writes == 1
