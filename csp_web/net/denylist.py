@@ -83,6 +83,7 @@ IPV6_RULES: tuple[Rule, ...] = (
     _v6("loopback-::1/128", "::1/128"),  # RFC 4291
     _v6("ipv4-mapped", "::ffff:0:0/96", _low32),  # RFC 4291 §2.5.5.2
     _v6("ipv4-compatible", "::/96", _low32),  # RFC 4291 §2.5.5.1, deprecated
+    _v6("ipv4-translated", "::ffff:0:0:0/96", _low32),  # RFC 2765 (SIIT), ::ffff:0:a.b.c.d
     _v6("nat64", "64:ff9b::/96", _low32),  # RFC 6052
     # RFC 8215 local-use NAT64; we read the IPv4 where the common /96 deployment puts it.
     _v6("nat64-local", "64:ff9b:1::/48", _low32),
@@ -91,6 +92,8 @@ IPV6_RULES: tuple[Rule, ...] = (
     _v6("ietf-2001::/23", "2001::/23"),  # RFC 2928
     _v6("discard-100::/64", "100::/64"),  # RFC 6666
     _v6("documentation-2001:db8::/32", "2001:db8::/32"),  # RFC 3849
+    _v6("documentation-3fff::/20", "3fff::/20"),  # RFC 9637
+    _v6("srv6-sid-5f00::/16", "5f00::/16"),  # RFC 9602, segment routing, not the Internet
     _v6("ula-fc00::/7", "fc00::/7"),  # RFC 4193
     _v6("link-local-fe80::/10", "fe80::/10"),  # RFC 4291
     _v6("site-local-fec0::/10", "fec0::/10"),  # RFC 3879, deprecated but still routed inside

@@ -149,7 +149,8 @@ def join_under(base_url: str, path: str) -> str:
     if (
         path.startswith("/")
         or re.search(r"[\s\\#\x00-\x1f\x7f]", path + decoded)
-        or any(segment in (".", "..") for segment in decoded.split("/"))
+        # "..;x" is ".." to Tomcat-style servers, which drop ;parameters before resolving.
+        or any(segment.partition(";")[0] in (".", "..") for segment in decoded.split("/"))
     ):
         raise FieldError(ErrorCode.INVALID_FIELD, "ENDPOINT path must stay under the API's URL")
     base = base_url if base_url.endswith("/") else base_url + "/"

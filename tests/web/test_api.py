@@ -198,6 +198,7 @@ async def test_unknown_api_is_refused_before_any_request(
         "github:repos/../../admin",
         "github:repos/%2e%2e/%2E%2E/admin",
         "github:repos/.%2e/x",
+        "github:repos/..;/..;/admin",
         "github://other.test/steal",
         "github:repos\\..\\x",
         "github:repos/x#frag",
