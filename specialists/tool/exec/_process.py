@@ -130,7 +130,13 @@ class Child:
 
 
 async def spawn_child(
-    argv: list[str], *, env: dict[str, str], cwd: str, pipes: Pipes, token: str | None
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str,
+    pipes: Pipes,
+    token: str | None,
+    cwd_fd: int | None = None,
 ) -> Child:
     """Start ``argv`` in a new session, stdin from /dev/null, output into ``pipes``.
 
@@ -140,9 +146,13 @@ async def spawn_child(
     Takes ownership of ``pipes``: the write ends are closed here, the read ends belong to the
     returned Child, which the caller must ``aclose``. Raises OSError as Popen does when the
     first program in ``argv`` cannot be executed (the read ends are closed then too).
+    With ``cwd_fd`` the child enters that open directory (through /proc/self/fd), not a path
+    that could have been swapped since it was checked.
     """
+    if cwd_fd is not None:
+        cwd = f"/proc/self/fd/{cwd_fd}"
     try:
-        popen = await trio.to_thread.run_sync(_popen, argv, env, cwd, pipes)
+        popen = await trio.to_thread.run_sync(_popen, argv, env, cwd, pipes, cwd_fd)
     except BaseException:
         pipes.close_read_ends()
         raise
@@ -151,13 +161,16 @@ async def spawn_child(
     return Child(popen, pipes, token)
 
 
-def _popen(argv: list[str], env: dict[str, str], cwd: str, pipes: Pipes) -> subprocess.Popen[bytes]:
+def _popen(
+    argv: list[str], env: dict[str, str], cwd: str, pipes: Pipes, cwd_fd: int | None
+) -> subprocess.Popen[bytes]:
+    passed = (pipes.report_fd,) if pipes.pass_report else ()
     return subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=pipes.stdout[1],
         stderr=pipes.stderr[1],
-        pass_fds=(pipes.report_fd,) if pipes.pass_report else (),
+        pass_fds=passed if cwd_fd is None else (*passed, cwd_fd),
         env=env,
         cwd=cwd,
         close_fds=True,

@@ -87,5 +87,33 @@ def resolve_working_dir(requested: str | None, config: ExecConfig, run_as: RunAs
     return path
 
 
+def open_working_dir(path: str, config: ExecConfig) -> int:
+    """An O_PATH descriptor of ``path`` (a checked realpath), opened one component at a time
+    from its workspace root without following any symlink.
+
+    The path was checked before; a command running in the workspace could since have swapped
+    a directory on it for a symlink to somewhere else. The sandbox binds and enters this
+    descriptor, never the path, so what was checked is what is used. Raises PERMISSION_DENIED
+    when the path no longer leads to a directory under its root that way. The caller closes it.
+    """
+    roots = [os.path.realpath(root) for root in config.workspace_roots]
+    root = max((r for r in roots if _within(path, r)), key=len, default=None)
+    if root is None:
+        raise denied(path)
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for part in os.path.relpath(path, root).split(os.sep):
+            if part in ("", "."):
+                continue
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:
+        os.close(fd)
+        raise denied(path) from None
+    return fd
+
+
 def _within(path: str, root: str) -> bool:
     return os.path.commonpath([path, root]) == root

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from ._errors import SCOPE, unavailable
 from ._limits import cpu_seconds
 from ._prepare import PreparedCommand, prepare_command
 from ._process import Child, Exit, Pipes, spawn_child
-from ._request import ExecRequest
+from ._request import ExecRequest, open_working_dir
 from ._result import ExecResult, Limit, describe_status, limits_from_signal, parse_time_report
 from ._sandbox import Sandbox, wrap_argv
 from ._tree import TOKEN_ENV
@@ -52,17 +53,22 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     plan = prepare_command(request, config, sandbox=sandbox)
     token = secrets.token_hex(16) if sandbox.kind == "none" else None
     env = {**plan.env, TOKEN_ENV: token} if token else dict(plan.env)
-    pipes = Pipes(pass_report=sandbox.time is not None)
-    argv = wrap_argv(
-        plan.argv,
-        sandbox=sandbox,
-        config=config,
-        working_dir=plan.working_dir,
-        timeout_ms=plan.timeout_ms,
-        report_fd=pipes.report_fd,
-    )
-    started = time.monotonic()
-    child = await _spawn(argv, env, pipes, plan, token)
+    working_dir_fd = open_working_dir(plan.working_dir, config)
+    try:
+        pipes = Pipes(pass_report=sandbox.time is not None)
+        argv = wrap_argv(
+            plan.argv,
+            sandbox=sandbox,
+            config=config,
+            working_dir=plan.working_dir,
+            timeout_ms=plan.timeout_ms,
+            report_fd=pipes.report_fd,
+            working_dir_fd=working_dir_fd,
+        )
+        started = time.monotonic()
+        child = await _spawn(argv, env, pipes, plan, token, working_dir_fd)
+    finally:
+        os.close(working_dir_fd)
     try:
         run = await _supervise(child, plan, config)
     finally:
@@ -72,10 +78,17 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
 
 
 async def _spawn(
-    argv: list[str], env: dict[str, str], pipes: Pipes, plan: PreparedCommand, token: str | None
+    argv: list[str],
+    env: dict[str, str],
+    pipes: Pipes,
+    plan: PreparedCommand,
+    token: str | None,
+    working_dir_fd: int,
 ) -> Child:
     try:
-        return await spawn_child(argv, env=env, cwd=plan.working_dir, pipes=pipes, token=token)
+        return await spawn_child(
+            argv, env=env, cwd=plan.working_dir, pipes=pipes, token=token, cwd_fd=working_dir_fd
+        )
     except OSError as error:
         if error.errno in _SPAWN_UNAVAILABLE:
             raise unavailable(argv[0]) from error

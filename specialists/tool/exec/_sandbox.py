@@ -101,8 +101,12 @@ def wrap_argv(
     working_dir: str | None,
     timeout_ms: int,
     report_fd: int | None = None,
+    working_dir_fd: int | None = None,
 ) -> list[str]:
     """The full argv that runs ``argv`` (an absolute executable first) under ``sandbox``.
+
+    With ``working_dir_fd`` (see ``open_working_dir``) bubblewrap binds that descriptor on
+    ``working_dir`` instead of looking the path up again.
 
     With ``report_fd`` and GNU time, time runs the command and writes ``user sys maxrss_kib``
     to that descriptor when it ends; it sits after prlimit so it is bounded too.
@@ -111,7 +115,8 @@ def wrap_argv(
     measure = _time(sandbox, report_fd)
     if sandbox.kind == "bwrap":
         drop = _setpriv(sandbox, no_new_privs=False) if sandbox.run_as else []
-        return [*drop, *_bwrap(sandbox, config, working_dir), *limits, *measure, *argv]
+        sandboxed = _bwrap(sandbox, config, working_dir, working_dir_fd)
+        return [*drop, *sandboxed, *limits, *measure, *argv]
     return [*limits, *_setpriv(sandbox, no_new_privs=True), *measure, *argv]
 
 
@@ -121,7 +126,9 @@ def _time(sandbox: Sandbox, report_fd: int | None) -> list[str]:
     return [sandbox.time, "-q", "-f", "%U %S %M", "-o", f"/dev/fd/{report_fd}", "--"]
 
 
-def _bwrap(sandbox: Sandbox, config: ExecConfig, working_dir: str | None) -> list[str]:
+def _bwrap(
+    sandbox: Sandbox, config: ExecConfig, working_dir: str | None, working_dir_fd: int | None
+) -> list[str]:
     assert sandbox.bwrap is not None
     args = [sandbox.bwrap, "--ro-bind", "/", "/"]
     for path in config.masked_paths:
@@ -130,7 +137,10 @@ def _bwrap(sandbox: Sandbox, config: ExecConfig, working_dir: str | None) -> lis
         args += ["--size", str(config.tmp_size_bytes)]
     args += ["--tmpfs", "/tmp"]
     if working_dir is not None:  # after the masks and /tmp, so it shows through both
-        args += ["--bind", working_dir, working_dir]
+        if working_dir_fd is not None:
+            args += ["--bind-fd", str(working_dir_fd), working_dir]
+        else:
+            args += ["--bind", working_dir, working_dir]
         # ...and the masks again: a working dir that contains a masked path (the daemon's
         # state under a workspace) would otherwise lay the real directory back, writable.
         for path in config.masked_paths:

@@ -1,0 +1,77 @@
+"""WORKING_DIR is used as checked: no window to swap it for a symlink (security review)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from csp_web.errors import OpError
+from specialists.tool.exec._request import open_working_dir
+from specialists.tool.exec._sandbox import wrap_argv
+from tests.tool.exec_support import bare_sandbox, make_config, scratch_dir
+
+
+def test_checked_dir_swapped_for_a_symlink_is_refused() -> None:
+    outside = tempfile.mkdtemp(prefix="csp-outside-", dir="/tmp")
+    try:
+        with scratch_dir() as workspace:
+            checked = os.path.join(workspace, "a")
+            os.mkdir(checked)
+            config = make_config(workspace)
+            os.close(open_working_dir(checked, config))  # fine before the swap
+            os.rmdir(checked)
+            os.symlink(outside, checked)  # what a running command could do in between
+            with pytest.raises(OpError) as info:
+                open_working_dir(checked, config)
+            assert info.value.code == "permission_denied"
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_intermediate_component_swapped_for_a_symlink_is_refused() -> None:
+    outside = tempfile.mkdtemp(prefix="csp-outside-", dir="/tmp")
+    os.mkdir(os.path.join(outside, "b"))
+    try:
+        with scratch_dir() as workspace:
+            os.makedirs(os.path.join(workspace, "a", "b"))
+            checked = os.path.join(workspace, "a", "b")
+            shutil.rmtree(os.path.join(workspace, "a"))
+            os.symlink(outside, os.path.join(workspace, "a"))
+            with pytest.raises(OpError):
+                open_working_dir(checked, make_config(workspace))
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_descriptor_opened_is_the_directory_itself() -> None:
+    with scratch_dir() as workspace:
+        inner = os.path.join(workspace, "x", "y")
+        os.makedirs(inner)
+        fd = open_working_dir(inner, make_config(workspace))
+        try:
+            assert os.readlink(f"/proc/self/fd/{fd}") == inner
+        finally:
+            os.close(fd)
+
+
+def test_sandbox_binds_the_descriptor_not_the_path() -> None:
+    with scratch_dir() as workspace:
+        config = make_config(workspace)
+        sandbox = bare_sandbox()
+        bwrapped = type(sandbox)(
+            "bwrap", sandbox.prlimit, sandbox.setpriv, sandbox.run_as, bwrap="/usr/bin/bwrap"
+        )
+        argv = wrap_argv(
+            ["/bin/true"],
+            sandbox=bwrapped,
+            config=config,
+            working_dir=workspace,
+            timeout_ms=1000,
+            working_dir_fd=7,
+        )
+        at = argv.index("--bind-fd")
+        assert argv[at + 1 : at + 3] == ["7", workspace]
+        assert "--bind" not in argv
