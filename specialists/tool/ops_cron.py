@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from csp_web.context import OpContext
@@ -134,11 +135,6 @@ def _job_json(job: Job, service: CronService) -> str:
     return json.dumps(described, ensure_ascii=False, separators=(",", ":"))
 
 
-async def _add(service: CronService, params: Params) -> Result:
-    job = await service.add(_new_job(params, service))
-    return _result(service, ("JOB_ADDED", job.id), *_next_run(job))
-
-
 async def _remove(service: CronService, params: Params) -> Result:
     job = await service.remove(_required_id(params))
     return _result(service, ("JOB_REMOVED", job.id))
@@ -178,7 +174,6 @@ def _required_id(params: Params) -> str:
 
 _HANDLERS: dict[str, Callable[[CronService, Params], Awaitable[Result]]] = {
     "list": _list,
-    "add": _add,
     "remove": _remove,
     "enable": _enable,
     "disable": _disable,
@@ -190,6 +185,9 @@ async def cron(params: Params, ctx: OpContext) -> Result:
     service = cron_service(ctx)
     action = params.text("ACTION")
     _check_applies(params, action)
+    if action == "add":  # the job will run under its author's uid
+        job = await service.add(replace(_new_job(params, service), owner_uid=ctx.peer.uid))
+        return _result(service, ("JOB_ADDED", job.id), *_next_run(job))
     return await _HANDLERS[action](service, params)
 
 

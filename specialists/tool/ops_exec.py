@@ -69,8 +69,12 @@ def _private_paths(config: Config, *, every: bool = False) -> tuple[str, ...]:
     place a mask there, so only paths others can reach are masked.
     """
     paths = [config.daemon.state_dir, config.cache_dir]
-    files = (config.socket.path, config.memory.socket_path, config.outbox_path,
-             config.tool.cron.store_path)
+    files = (
+        config.socket.path,
+        config.memory.socket_path,
+        config.outbox_path,
+        config.tool.cron.store_path,
+    )
     paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
     if every or os.geteuid() != 0:
         return tuple(paths)

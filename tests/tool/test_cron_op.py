@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import trio.testing
 
-from csp_web.config import Config
+from csp_web.config import Config, SocketConfig
 from csp_web.context import Peer
 from csp_web.daemon import build_dispatcher
 from csp_web.outbox import open_outbox
 from protocol import Connection, Field, Reply, Status, Task
 from specialists.tool.cron import store_path
 from specialists.tool.ops_cron import OPS
-from tests.tool.cron_support import TICK, TrioWall, code, cron_config, open_rig
+from tests.tool.cron_support import TICK, TrioWall, at, code, cron_config, open_rig
 
 MockClock = trio.testing.MockClock
 ADD = ("ACTION", "add")
@@ -218,3 +218,35 @@ async def test_a_job_file_that_cannot_be_written_refuses_the_add_and_keeps_no_jo
         listed = await rig.call(("ACTION", "list"))
     assert code(refused) == "cron_error"
     assert listed.get("DATA") == "jobs:0,active:0,disabled:0"
+
+
+async def test_a_job_runs_under_its_authors_uid_until_that_uid_is_revoked(
+    config: Config, tmp_path: Path
+) -> None:
+    """Cron is no way around access control: runs carry the author's uid in their audit, and
+    a job whose author may no longer connect is refused, not run (security review)."""
+    me = os.geteuid()
+    add = Task(
+        "cron",
+        "TOOL",
+        "CRON_RESULT",
+        None,
+        (
+            ("ACTION", "add"),
+            ("JOB_ID", "owned"),
+            ("SCHEDULE", "0 3 * * *"),
+            ("TASK", "TASK REQ:tick IN:TEST OUT:TICKED\n"),
+        ),
+    )
+    run = Task("cron", "TOOL", "CRON_RESULT", None, (("ACTION", "run"), ("JOB_ID", "owned")))
+    async with open_rig(cron_config(config), lambda: at(1, 0)) as rig:
+        assert (await rig.dispatcher.run(add, Peer("t", me, 1))).status is Status.OK
+        ran = await rig.dispatcher.run(run, Peer("t", me, 1))
+        assert ran.get("RUN_STATUS") == "OK"
+        audits = [json.loads(w.data) for w in rig.writes("audit")]
+        assert any(a["op"] == "tick" and a["uid"] == me for a in audits)
+    revoked = replace(cron_config(config), socket=SocketConfig(allowed_uids=(me + 1,)))
+    async with open_rig(revoked, lambda: at(1, 0)) as rig:
+        ran = await rig.dispatcher.run(run, Peer("t", me + 1, 1))
+        assert ran.get("RUN_STATUS") == "FAIL"
+        assert (ran.get("RUN_ERROR") or "").startswith("permission_denied:")

@@ -219,6 +219,7 @@ async def test_list_shows_each_jobs_last_outcomes(config: Config, mock_clock: Mo
             "task": "REQ:tick IN:TEST OUT:TICKED",
             "next_run": "2026-01-10T00:10:00Z",
             "missed": "skip",
+            "owner_uid": None,
             "history": [
                 {
                     "key": _key("00:05"),

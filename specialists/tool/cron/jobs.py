@@ -83,6 +83,7 @@ class Job:
     missed: Missed
     cursor: datetime.datetime
     enabled: bool = True
+    owner_uid: int | None = None  # who added it: runs carry this uid, and stop if it is revoked
     done: deque[str] = field(default_factory=lambda: deque(maxlen=DONE_KEYS_KEPT))
     history: deque[Outcome] = field(default_factory=deque)
     next_at: datetime.datetime | None = None
@@ -112,6 +113,7 @@ class Job:
             "task": f"REQ:{self.task.req} IN:{self.task.domain} OUT:{self.task.out}",
             "next_run": iso(self.next_at) if self.next_at else None,
             "missed": self.missed,
+            "owner_uid": self.owner_uid,
             "history": [outcome.to_json() for outcome in self.history],
         }
 
@@ -124,6 +126,7 @@ class Job:
             "description": self.description,
             "missed": self.missed,
             "enabled": self.enabled,
+            "owner_uid": self.owner_uid,
             "cursor": iso(self.cursor),
             "done": list(self.done),
             "history": [outcome.to_json() for outcome in self.history],
@@ -148,9 +151,18 @@ class Job:
             missed=missed,
             cursor=parse_iso(str(data["cursor"])),
             enabled=bool(data["enabled"]),
+            owner_uid=_optional_int(data.get("owner_uid")),
         )
         job.done.extend(str(key) for key in data["done"])
         for item in data["history"]:
             job.record(Outcome.from_json(item), keep)
         job.reschedule()
         return job
+
+
+def _optional_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("owner_uid must be an integer")
+    return value

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from csp_web.dispatch import Dispatcher
 from csp_web.errors import OpError
 from csp_web.fields import validate
 from csp_web.memory import json_record, make_write
+from csp_web.replies import fail_reply
 from protocol import ErrorCode, Reply, Task
 
 from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome
@@ -45,7 +47,7 @@ log = logging.getLogger("csp_web.cron")
 
 WallClock = Callable[[], datetime.datetime]
 SCOPE = ("cron",)
-PEER = Peer("cron")
+
 MAX_CONCURRENT_RUNS = 5  # the tool seed: "Max concurrent: 5"
 # crond looks once a minute, so a run up to a minute late is on time, not missed.
 LATE_GRACE_S = 60.0
@@ -68,6 +70,7 @@ class NewJob:
     task: Task
     description: str
     missed: Missed
+    owner_uid: int | None = None
 
 
 @dataclass
@@ -123,7 +126,15 @@ class CronService:
         if len(self._jobs) >= self.config.max_jobs:
             raise OpError(ErrorCode.CRON_ERROR, f"{self.config.max_jobs} jobs max", scope=SCOPE)
         self._check_task(new.task)
-        job = Job(new.id, new.schedule, new.task, new.description, new.missed, self._now())
+        job = Job(
+            new.id,
+            new.schedule,
+            new.task,
+            new.description,
+            new.missed,
+            self._now(),
+            owner_uid=new.owner_uid,
+        )
         job.reschedule()
         self._jobs[job.id] = job
         await self._commit(lambda: self._jobs.pop(job.id, None))
@@ -279,6 +290,20 @@ class CronService:
             del self._running[job_id]
         handle.done.set()
 
+    async def _run_as_owner(self, dispatcher: Dispatcher, job: Job, task: Task) -> Reply:
+        """The job's task run under its author's uid; refused if that uid lost its access."""
+        if job.owner_uid is not None and job.owner_uid not in self._allowed_uids(dispatcher):
+            error = OpError(
+                ErrorCode.PERMISSION_DENIED, f"uid {job.owner_uid} may no longer run", scope=SCOPE
+            )
+            return fail_reply(error, task.id)
+        return await dispatcher.run(task, Peer("cron", job.owner_uid))
+
+    @staticmethod
+    def _allowed_uids(dispatcher: Dispatcher) -> set[int]:
+        # The socket's rule (csp_web.unix.Gate): the configured uids, else the daemon's own.
+        return set(dispatcher.services.config.socket.allowed_uids) or {os.geteuid()}
+
     async def _run(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
         assert self._dispatcher is not None
         dispatcher = self._dispatcher
@@ -289,7 +314,7 @@ class CronService:
         try:
             async with self._limiter:
                 started = trio.current_time()
-                reply = await dispatcher.run(task, PEER)
+                reply = await self._run_as_owner(dispatcher, job, task)
                 elapsed = trio.current_time() - started
             handle.reply = reply
             outcome = Outcome(handle.key, iso(at), str(reply.status), _clip(reply.get("ERROR")))
