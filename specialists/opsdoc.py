@@ -20,7 +20,7 @@ def _field_line(spec: FieldSpec, inline: str | None) -> str:
     if spec.repeat:
         notes.append("repeatable")
     if spec.choices:
-        notes.append("|".join(spec.choices))
+        notes.append("one of " + " ".join(f"`{choice}`" for choice in spec.choices))
     if spec.minimum is not None or spec.maximum is not None:
         notes.append(
             f"{spec.minimum if spec.minimum is not None else ''}.."
@@ -32,7 +32,8 @@ def _field_line(spec: FieldSpec, inline: str | None) -> str:
         notes.append(f"default {spec.default}")
     if spec.name == inline:
         notes.append("inline text fills it")
-    return f"| `{spec.name}` | {', '.join(notes)} | {spec.doc} |"
+    doc = spec.doc.replace("|", "\\|")  # a pipe would end the table cell
+    return f"| `{spec.name}` | {', '.join(notes)} | {doc} |"
 
 
 def render(ops: list[Op]) -> str:
