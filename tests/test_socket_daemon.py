@@ -18,7 +18,10 @@ def _audits(sink: Sink) -> list[dict[str, object]]:
     for folder, _, files in os.walk(root):
         for name in files:
             with open(os.path.join(folder, name), encoding="utf-8") as file:
-                records.append(json.loads(file.read()))
+                try:  # the sink may still be appending to it: it counts once it parses
+                    records.append(json.loads(file.read()))
+                except json.JSONDecodeError:
+                    continue
     return records
 
 

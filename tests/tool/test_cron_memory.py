@@ -40,11 +40,16 @@ def _stored(sink: Sink, *parts: str) -> str:
 
 
 def _cron_runs(sink: Sink) -> list[dict[str, object]]:
+    """The cron_run records the sink has finished writing (a file it is still appending to
+    may not parse yet: it counts once it does)."""
     records = []
     for root, _, files in os.walk(os.path.join(sink.directory, "cron-runs")):
         for name in files:
             with open(os.path.join(root, name), encoding="utf-8") as file:
-                records.append(json.loads(file.read()))
+                try:
+                    records.append(json.loads(file.read()))
+                except json.JSONDecodeError:
+                    continue
     return sorted(records, key=lambda record: str(record["key"]))
 
 
