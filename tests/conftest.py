@@ -7,12 +7,14 @@ test can reach out through an inherited proxy.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import ssl
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 import trio
@@ -141,6 +143,23 @@ async def daemon(nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: st
     """The daemon with every specialist, on a socket, its memory peer the reference sink."""
     path = os.path.join(sock_dir, "csp.sock")
     return await start_daemon(nursery, config, path, specialists=True)
+
+
+def sink_records(directory: str, folder: str) -> list[dict[str, Any]]:
+    """The JSON records the memory sink stored under ``folder`` of ``directory``. A file the
+    sink is still appending to may not parse yet: it counts once it does (poll again)."""
+    records = []
+    for root, _, files in os.walk(os.path.join(directory, folder)):
+        for name in files:
+            with open(os.path.join(root, name), encoding="utf-8") as file:
+                text = file.read()
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return records
 
 
 def with_memory(config: Config, socket_path: str | None) -> Config:

@@ -36,7 +36,7 @@ from protocol import (
     Task,
     serialize,
 )
-from tests.conftest import Daemon, start_sink, wait_until
+from tests.conftest import Daemon, sink_records, start_sink, wait_until
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"
 REPO_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
@@ -89,18 +89,7 @@ def _ping(task_id: str) -> Task:
 
 
 def _audit_ids(directory: str) -> set[str]:
-    ids: set[str] = set()
-    for folder, _, files in os.walk(os.path.join(directory, "audit")):
-        for name in files:
-            with open(os.path.join(folder, name), encoding="utf-8") as file:
-                text = file.read()
-            try:
-                task_id = json.loads(text).get("id")
-            except ValueError:
-                continue  # the sink is still appending it; the next poll reads it whole
-            if isinstance(task_id, str):
-                ids.add(task_id)
-    return ids
+    return {str(r["id"]) for r in sink_records(directory, "audit") if isinstance(r.get("id"), str)}
 
 
 async def _run(

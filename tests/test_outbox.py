@@ -5,7 +5,6 @@ Every wait is bounded (``wait_until`` or ``trio.fail_after``); nothing asserts o
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -36,7 +35,7 @@ from csp_web.replies import Result
 from csp_web.stats import Stats
 from csp_web.unix import serve_unix
 from protocol import ErrorCode, Reply, Status, Task
-from tests.conftest import Sink, start_daemon, start_sink, wait_until, with_memory
+from tests.conftest import Sink, sink_records, start_daemon, start_sink, wait_until, with_memory
 
 PING = Task("ping", "SYS", "PONG")
 
@@ -75,18 +74,7 @@ async def _rejected_rows(path: str) -> list[tuple[str, str]]:
 
 def _audit_ids(directory: str) -> set[str]:
     """IDs of the tasks whose audit records reached the sink."""
-    ids: set[str] = set()
-    for folder, _, files in os.walk(os.path.join(directory, "audit")):
-        for name in files:
-            with open(os.path.join(folder, name), encoding="utf-8") as file:
-                text = file.read()
-            try:
-                task_id = json.loads(text).get("id")
-            except ValueError:
-                continue  # the sink is still appending it; the next poll reads it whole
-            if isinstance(task_id, str):
-                ids.add(task_id)
-    return ids
+    return {str(r["id"]) for r in sink_records(directory, "audit") if isinstance(r.get("id"), str)}
 
 
 def _ping(task_id: str) -> Task:

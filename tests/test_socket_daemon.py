@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import trio
 
 from csp_web.client import open_client
 from protocol import Reply, Status, Task
-from tests.conftest import Daemon, Sink, wait_until
+from tests.conftest import Daemon, Sink, sink_records, wait_until
 
 
 def _audits(sink: Sink) -> list[dict[str, object]]:
-    root = os.path.join(sink.directory, "audit")
-    records = []
-    for folder, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(folder, name), encoding="utf-8") as file:
-                try:  # the sink may still be appending to it: it counts once it parses
-                    records.append(json.loads(file.read()))
-                except json.JSONDecodeError:
-                    continue
-    return records
+    return sink_records(sink.directory, "audit")
 
 
 async def test_ping_over_socket_answers_pong_and_audits_to_memory(

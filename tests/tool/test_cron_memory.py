@@ -8,7 +8,6 @@ makes a timeout fire early.
 
 from __future__ import annotations
 
-import json
 import os
 
 import trio
@@ -21,7 +20,7 @@ from csp_web.dispatch import Dispatcher
 from protocol import Reply, Status, Task
 from specialists.tool.cron import open_cron
 from specialists.tool.ops_cron import OPS, cron_extras
-from tests.conftest import Sink
+from tests.conftest import Sink, sink_records
 from tests.tool.cron_support import TrioWall, settle
 
 SWEEP = (
@@ -40,16 +39,7 @@ def _stored(sink: Sink, *parts: str) -> str:
 
 
 def _cron_runs(sink: Sink) -> list[dict[str, object]]:
-    """The cron_run records the sink has finished writing (a file it is still appending to
-    may not parse yet: it counts once it does)."""
-    records = []
-    for root, _, files in os.walk(os.path.join(sink.directory, "cron-runs")):
-        for name in files:
-            with open(os.path.join(root, name), encoding="utf-8") as file:
-                try:
-                    records.append(json.loads(file.read()))
-                except json.JSONDecodeError:
-                    continue
+    records = sink_records(sink.directory, "cron-runs")
     return sorted(records, key=lambda record: str(record["key"]))
 
 
