@@ -30,6 +30,26 @@ def cache_key(namespace: str, material: Any) -> str:
     return f"{namespace}:{hashlib.sha256(blob.encode('utf-8')).hexdigest()}"
 
 
+def approximate_size(value: Any) -> int:
+    """Roughly the bytes ``value`` holds, counting strings and containers: cheap (nothing is
+    encoded) and iterative, so a deeply nested API answer cannot exhaust the stack."""
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str | bytes):
+            total += len(item) + 50
+        elif isinstance(item, dict):
+            total += 64
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            total += 56
+            pending.extend(item)
+        else:
+            total += 32
+    return total
+
+
 class MemoryTier:
     """A byte-bounded LRU of recent entries in front of the disk, so a hot hit costs a dict
     lookup instead of a worker thread and a decode. Values are shared: never mutate one."""
@@ -50,7 +70,7 @@ class MemoryTier:
         return entry[1]
 
     def put(self, key: str, value: Any, *, expires_at: float) -> None:
-        size = len(json.dumps(value, separators=(",", ":")))
+        size = approximate_size(value)
         self.drop(key)
         if size > self.max_bytes // 8:  # one huge entry must not flush all the others
             return

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from csp_web.cache import MemoryTier, cache_key, open_cache
+from csp_web.cache import MemoryTier, approximate_size, cache_key, open_cache
 
 
 def test_key_is_a_hash_that_never_holds_the_input() -> None:
@@ -93,3 +93,11 @@ async def test_a_hit_from_memory_needs_no_disk(tmp_path: Path) -> None:
         assert await cache.get("fetch", "u") == {"page": 1}
         await cache.invalidate("fetch")
         assert await cache.get("fetch", "u") is None
+
+
+def test_size_estimate_is_iterative_for_deeply_nested_values() -> None:
+    nested: list[object] = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert approximate_size(nested) > 100_000 * 56
+    assert approximate_size({"a": "x" * 1000}) > 1000
