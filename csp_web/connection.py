@@ -150,9 +150,12 @@ class _Session:
                 return
             self.codec.receive_data(data)
             keep_going = await self.handle_events(tasks)
-            self.frame_started = (
-                (self.frame_started or trio.current_time()) if (self.codec.in_frame) else None
-            )
+            # The slowloris clock runs from when the frame now pending began to arrive: a frame
+            # completed in this chunk (or time spent in back-pressure) never counts against it.
+            if not self.codec.in_frame:
+                self.frame_started = None
+            elif self.frame_started is None:
+                self.frame_started = trio.current_time()
             if not keep_going or not data:
                 return
 
@@ -172,16 +175,24 @@ class _Session:
                 detail = f"frame not completed within {config.frame_deadline_s:g}s"
                 await self.emit_error(ErrorCode.FRAME_TIMEOUT, detail, None)
                 return None
-            if self.in_flight.value == config.max_in_flight:
+            idle = self.options.idle_timeout_s
+            quiet_since = trio.current_time() - self.last_activity
+            if self.in_flight.value == config.max_in_flight and quiet_since >= (idle or math.inf):
                 log.info("connection %s idle, closing", self.peer.connection)
                 return None
 
     def _deadline(self) -> float:
         if self.codec.in_frame:
-            started = self.frame_started or trio.current_time()
+            started = self.frame_started if self.frame_started is not None else trio.current_time()
             return started + self.options.config.frame_deadline_s
         idle = self.options.idle_timeout_s
-        return math.inf if idle is None else trio.current_time() + idle
+        if idle is None:
+            return math.inf
+        # Idle counts from the last byte either way (a reply just sent is activity); while work
+        # in flight keeps a quiet connection open, look again one idle period later.
+        deadline = self.last_activity + idle
+        now = trio.current_time()
+        return deadline if deadline > now else now + idle
 
     async def handle_events(self, tasks: trio.Nursery) -> bool:
         """Start a task per complete frame; False when the connection should stop reading."""
@@ -189,6 +200,7 @@ class _Session:
             try:
                 event = self.codec.next_event()
             except ProtocolError as exc:
+                self.frame_started = None
                 if not await self.count_bad_frame(exc.code, exc.detail, exc.frame_id):
                     return False
                 continue
@@ -196,6 +208,7 @@ class _Session:
                 return True
             if event is CLOSED:
                 return False
+            self.frame_started = None  # a frame ended: the next one's clock starts afresh
             if isinstance(event, Reply):
                 detail = "expected a TASK frame"
                 if not await self.count_bad_frame(ErrorCode.BAD_HEADER, detail, event.id):

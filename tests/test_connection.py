@@ -218,3 +218,38 @@ def test_connection_config_defaults_match_spec_limits() -> None:
     assert (conn.max_line_bytes, conn.max_frame_bytes, conn.max_fields) == (262144, 1048576, 128)
     assert (conn.max_in_flight, conn.frame_deadline_s, conn.idle_timeout_s) == (64, 10.0, 300.0)
     assert (conn.max_bad_frames, conn.max_queued_replies, conn.write_timeout_s) == (10, 128, 10.0)
+
+
+async def test_slowloris_clock_restarts_for_each_frame_of_a_pipelining_client(
+    config: Config, mock_clock: trio.testing.MockClock
+) -> None:
+    """L-5: a chunk that ends one frame and starts the next gives the next its own 10 s."""
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(b"TASK REQ:ping IN:SYS OUT:PONG\nID a\n")
+        mock_clock.jump(9)
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(b"\nTASK REQ:ping IN:SYS OUT:PONG\nID b\n")
+        mock_clock.jump(3)  # 12 s after A began, 3 s after B began
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send(b"\n")
+        replies = [await peer.reply(), await peer.reply()]
+    assert sorted(r.id or "" for r in replies if r is not None) == ["a", "b"]
+    assert all(r is not None and r.status is Status.OK for r in replies)
+
+
+async def test_idle_time_counts_from_the_last_reply_not_from_the_request(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """L-5: a long task's reply is activity; the connection stays for a ping right after."""
+    async with open_harness(config) as harness:
+        peer = harness.connect(idle_timeout_s=20.0)
+        await peer.send(b"TASK REQ:sleep 19000 IN:TEST OUT:SLEPT\n\n")
+        first = await peer.reply()
+        assert first is not None
+        assert first.get("DATA") == "slept:19000"
+        await trio.sleep(2)
+        await peer.send(PING)
+        second = await peer.reply()
+    assert second is not None
+    assert second.get("DATA") == "pong"
