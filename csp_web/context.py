@@ -49,9 +49,18 @@ class OpContext:
         return self.services.config
 
     async def remember(
-        self, source: Source, type_: str, folder: str, data: str, *, suffix: str = ".json"
+        self,
+        source: Source,
+        type_: str,
+        folder: str,
+        data: str,
+        *,
+        suffix: str = ".json",
+        use_reserve: bool = True,
     ) -> MemoryWrite:
-        """Queue a memory write durably; returns once persisted. Raises OpError(outbox_full)."""
+        """Queue a memory write durably; returns once persisted. Raises OpError(outbox_full).
+
+        ``use_reserve``: whether the write may use the room kept for admitted ops' logs."""
         write = make_write(source, type_, folder, data, suffix=suffix)
-        await self.services.outbox.put(write)
+        await self.services.outbox.put(write, use_reserve=use_reserve)
         return write

@@ -151,8 +151,11 @@ class Dispatcher:
             **extra,
         )
         ctx = OpContext(self.services, peer, task.req, task.id or "")
+        # Only an op that was admitted (and not an IN:SYS one) may use the outbox's reserve.
+        admitted = _error_code(reply) not in (ErrorCode.OUTBOX_FULL, ErrorCode.BUSY)
+        reserve = admitted and (op is None or op.specialist != "sys")
         try:
-            await ctx.remember("sys", "audit", "audit", record)
+            await ctx.remember("sys", "audit", "audit", record, use_reserve=reserve)
         except OpError as exc:
             log.error("audit record lost for %s: %s", task.req, exc)
 

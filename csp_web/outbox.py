@@ -14,6 +14,7 @@ logs could not be kept); writes of ops already running may still use ``reserve``
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -66,10 +67,15 @@ class Outbox:
         """Whether new ops should be refused (SPEC: ``outbox_full``)."""
         return self.depth >= self._config.max_pending or self.bytes >= self._config.max_bytes
 
-    async def put(self, write: MemoryWrite) -> None:
-        """Persist ``write``; returns once it is committed. Raises OpError(outbox_full)."""
+    async def put(self, write: MemoryWrite, *, use_reserve: bool = True) -> None:
+        """Persist ``write``; returns once it is committed. Raises OpError(outbox_full).
+
+        Only writes of ops already admitted may use the reserve past ``max_pending``; audit
+        records of refused frames and of IN:SYS ops pass ``use_reserve=False``, so they can
+        never take the room an admitted op's log needs.
+        """
         size = len(write.data) + len(write.path)
-        hard_cap = self._config.max_pending + self._config.reserve
+        hard_cap = self._config.max_pending + (self._config.reserve if use_reserve else 0)
         if self.depth >= hard_cap or self.bytes + size > self._config.max_bytes:
             self.refused += 1
             log.warning("outbox full: refused write %s (%s pending)", write.id, self.depth)
@@ -122,6 +128,10 @@ class Outbox:
                     await self._deliver_forever(client)
             except (OSError, ClientClosed, trio.TooSlowError) as exc:
                 log.info("memory specialist unreachable (%s); retry in %.1fs", exc, backoff)
+            except sqlite3.Error:
+                # Disk full or locked: unsettled writes are simply sent again later (their IDs
+                # make that harmless, SPEC M-2); the daemon must not go down with delivery.
+                log.exception("outbox store error during delivery; retry in %.1fs", backoff)
             finally:
                 self.connected = False
             await trio.sleep(backoff)
@@ -159,6 +169,8 @@ class Outbox:
             waiter.error = error
             self.depth -= 1
             self.bytes -= len(waiter.write.data) + len(waiter.write.path)
+        if self.depth == 0:
+            self._drained.set()
 
     async def _db(self, fn: Callable[..., T], *args: object, inline: bool = False) -> T:
         async with self._db_lock:

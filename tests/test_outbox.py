@@ -5,6 +5,7 @@ Every wait is bounded (``wait_until`` or ``trio.fail_after``); nothing asserts o
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from functools import partial
 
 import pytest
 import trio
+import trio.testing
 
 from csp_web.client import open_client
 from csp_web.config import (
@@ -38,6 +40,7 @@ from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import Sink, sink_records, start_daemon, start_sink, wait_until, with_memory
 
 PING = Task("ping", "SYS", "PONG")
+_PING_BYTES = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 
 
 def _write(n: int, path: str = "order/log.txt") -> MemoryWrite:
@@ -342,3 +345,34 @@ async def test_stats_reports_outbox_depth_and_deliveries(
         "refused": "0",
         "connected": "true",
     }
+
+
+async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_ops(
+    config: Config, mock_clock: trio.testing.MockClock
+) -> None:
+    """An op admitted before the outbox filled still gets its audit record written, however
+    many refused frames and pings arrive meanwhile (their records may not use the reserve)."""
+    from csp_web.memory import make_write
+    from tests.harness import open_harness
+
+    config = replace(config, outbox=OutboxConfig(max_pending=3, reserve=1))
+    async with open_harness(config) as harness:
+        outbox = harness.dispatcher.services.outbox
+        peer = harness.connect()
+        await peer.send(b"TASK REQ:sleep 1000 IN:TEST OUT:SLEPT\nID slow\n\n")
+        await trio.testing.wait_all_tasks_blocked()
+        for n in range(3):
+            await outbox.put(make_write("sys", "document", "x", str(n), suffix=".txt"))
+        assert outbox.full
+        await peer.send(b"TASK REQ:sleep 1 IN:TEST OUT:SLEPT\nID refused\n\n" + _PING_BYTES * 3)
+        replies = await peer.replies(4)
+        assert {(r.id, r.get("ERROR")) for r in replies if r.id} == {
+            ("refused", "outbox_full:memory writes are backing up")
+        }
+        mock_clock.jump(1.5)
+        slow = await peer.reply()
+        rows = outbox._store.oldest(10)
+    assert slow is not None
+    assert slow.get("DATA") == "slept:1000"
+    audited = [json.loads(w.data).get("id") for _, w in rows if w.type == "audit"]
+    assert audited == ["slow"]  # in the reserve; the refused frame's and pings' were not kept
