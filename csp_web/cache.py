@@ -95,6 +95,9 @@ class Cache:
     def __init__(self, store: diskcache.Cache, *, memory_bytes: int) -> None:
         self._store = store
         self._memory = MemoryTier(memory_bytes)
+        # Bumped by invalidate(): a read or write that began before it must not bring an old
+        # value back into memory after the namespace was emptied.
+        self._generation: dict[str, int] = {}
         self.hits = 0
         self.misses = 0
 
@@ -103,10 +106,11 @@ class Cache:
         key = cache_key(namespace, material)
         value = self._memory.get(key)
         if value is None:
+            generation = self._generation.get(namespace, 0)
             value, expires_at = await trio.to_thread.run_sync(
                 lambda: self._store.get(key, expire_time=True)
             )
-            if value is not None:
+            if value is not None and generation == self._generation.get(namespace, 0):
                 self._memory.put(key, value, expires_at=expires_at or math.inf)
         if value is None:
             self.misses += 1
@@ -116,15 +120,24 @@ class Cache:
 
     async def set(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None:
         key = cache_key(namespace, material)
+        generation = self._generation.get(namespace, 0)
         await trio.to_thread.run_sync(
             lambda: self._store.set(key, value, expire=ttl_s, tag=namespace)
         )
-        self._memory.put(key, value, expires_at=time.time() + ttl_s)
+        if generation == self._generation.get(namespace, 0):
+            self._memory.put(key, value, expires_at=time.time() + ttl_s)
 
     async def invalidate(self, namespace: str) -> int:
         """Drop every entry of ``namespace`` (an API's reads after one of its writes)."""
+        self._bump(namespace)  # reads already under way must not refill memory...
         self._memory.drop_namespace(namespace)
-        return int(await trio.to_thread.run_sync(self._store.evict, namespace))
+        try:
+            return int(await trio.to_thread.run_sync(self._store.evict, namespace))
+        finally:
+            self._bump(namespace)  # ...nor those that started while the disk was emptied
+
+    def _bump(self, namespace: str) -> None:
+        self._generation[namespace] = self._generation.get(namespace, 0) + 1
 
     def volume_bytes(self) -> int:
         return int(self._store.volume())

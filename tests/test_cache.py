@@ -101,3 +101,15 @@ def test_size_estimate_is_iterative_for_deeply_nested_values() -> None:
         nested = [nested]
     assert approximate_size(nested) > 100_000 * 56
     assert approximate_size({"a": "x" * 1000}) > 1000
+
+
+async def test_a_read_racing_an_invalidation_does_not_bring_the_old_value_back(
+    tmp_path: Path,
+) -> None:
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        await cache.set("api:x", "k", {"v": "old"}, ttl_s=60)
+        cache._memory.drop_namespace("api:x")  # as after a restart: only the disk has it
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cache.get, "api:x", "k")  # its disk read runs in a thread...
+            await cache.invalidate("api:x")  # ...while the API's write empties the namespace
+        assert await cache.get("api:x", "k") is None
