@@ -53,15 +53,18 @@ class Client:
     ) -> list[Reply]:
         """Send ``tasks`` in order in one write (pipelined) and return their replies in order."""
         frames = [self._with_id(as_task(task)) for task in tasks]
-        waits = [self._register(frame.id or "") for frame in frames]
+        ids = [frame.id or "" for frame in frames]
+        if len(set(ids)) < len(ids) or any(task_id in self._pending for task_id in ids):
+            raise ValueError("an ID is repeated or already awaiting a reply")
+        waits = [self._register(task_id) for task_id in ids]
         try:
             with trio.fail_after(timeout_s):
                 await self._send(b"".join(self._codec.send(frame) for frame in frames))
                 for pending in waits:
                     await pending.event.wait()
         finally:
-            for frame in frames:
-                self._pending.pop(frame.id or "", None)
+            for task_id in ids:
+                self._pending.pop(task_id, None)
         replies = [pending.reply for pending in waits]
         if any(reply is None for reply in replies):
             raise ClientClosed("connection closed before the reply")
@@ -108,8 +111,6 @@ class Client:
     def _register(self, task_id: str) -> _Pending:
         if self._closed:
             raise ClientClosed("connection is closed")
-        if task_id in self._pending:
-            raise ValueError(f"ID {task_id} already awaiting a reply")
         pending = self._pending[task_id] = _Pending()
         return pending
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import trio
 
 from csp_web.client import open_client
@@ -43,3 +44,22 @@ async def test_many_concurrent_calls_share_one_connection(daemon: Daemon) -> Non
                 nursery.start_soon(one, n)
     assert sorted(r.id or "" for r in results) == sorted(f"x{n}" for n in range(50))
     assert all(r.status is Status.OK for r in results)
+
+
+async def test_a_call_with_a_repeated_id_is_refused_without_leaking_pending_ids(
+    daemon: Daemon,
+) -> None:
+    """The client checks IDs before registering any, so a refused call leaves nothing behind."""
+    ping = Task("ping", "SYS", "PONG")
+    async with open_client(daemon.socket_path) as client:
+        with pytest.raises(ValueError, match="repeated"):
+            await client.call_many(
+                [
+                    Task("ping", "SYS", "PONG", None, (("ID", "x"),)),
+                    Task("ping", "SYS", "PONG", None, (("ID", "dup"),)),
+                    Task("ping", "SYS", "PONG", None, (("ID", "dup"),)),
+                ]
+            )
+        reply = await client.call(Task(ping.req, ping.domain, ping.out, None, (("ID", "x"),)))
+    assert reply.id == "x"
+    assert reply.status is Status.OK
