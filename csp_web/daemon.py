@@ -85,36 +85,57 @@ async def serve_daemon(
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
         dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
         shutdown = Shutdown()
-        grace = config.daemon.grace_period_s
         async with trio.open_nursery() as root:
-            connections = trio.CancelScope()
-            root.start_soon(_watch_signals, shutdown, connections)
+            stop_now = trio.CancelScope()  # a second signal: no more grace for anything
+            root.start_soon(_watch_signals, shutdown, stop_now)
             for serve in dispatcher.services.extras.get("background", []):
                 await root.start(serve, dispatcher)
-            with connections:
-                async with trio.open_nursery() as nursery:
-                    await _start_transports(
-                        nursery, dispatcher, config, shutdown, stdio=stdio, path=socket_path
-                    )
-                    log.info(
-                        "csp-web %s ready (socket %s, stdin %s, outbox %d pending)",
-                        __version__,
-                        socket_path,
-                        stdio is not None,
-                        outbox.depth,
-                    )
-                    # Everything built so far lives as long as the daemon: keep the collector
-                    # from walking it again on every cycle (measured in bench/fetch.py).
-                    gc.freeze()
-                    task_status.started(dispatcher)
-                    await shutdown.begun.wait()
-                    dispatcher.shutting_down = True
-                    connections.deadline = trio.current_time() + grace
-            if config.memory.socket_path is not None:
-                with trio.move_on_at(connections.deadline):
-                    await outbox.wait_drained()
+            with stop_now:
+                deadline = await _serve_until_stopped(
+                    dispatcher,
+                    config,
+                    shutdown,
+                    stdio=stdio,
+                    path=socket_path,
+                    task_status=task_status,
+                )
+                if config.memory.socket_path is not None:
+                    with trio.move_on_at(deadline):
+                        await outbox.wait_drained()
             log.info("stopped; %d memory writes left in the outbox", outbox.depth)
             root.cancel_scope.cancel()
+
+
+async def _serve_until_stopped(
+    dispatcher: Dispatcher,
+    config: Config,
+    shutdown: Shutdown,
+    *,
+    stdio: trio.abc.Stream | None,
+    path: str | None,
+    task_status: trio.TaskStatus[Dispatcher],
+) -> float:
+    """Serve the transports until shutdown and in-flight work ends (or the grace period does);
+    returns the grace deadline, which also bounds the outbox flush that follows."""
+    connections = trio.CancelScope()
+    with connections:
+        async with trio.open_nursery() as nursery:
+            await _start_transports(nursery, dispatcher, config, shutdown, stdio=stdio, path=path)
+            log.info(
+                "csp-web %s ready (socket %s, stdin %s, outbox %d pending)",
+                __version__,
+                path,
+                stdio is not None,
+                dispatcher.services.outbox.depth,
+            )
+            # Everything built so far lives as long as the daemon: keep the collector
+            # from walking it again on every cycle (measured in bench/fetch.py).
+            gc.freeze()
+            task_status.started(dispatcher)
+            await shutdown.begun.wait()
+            dispatcher.shutting_down = True
+            connections.deadline = trio.current_time() + config.daemon.grace_period_s
+    return connections.deadline
 
 
 async def _start_transports(
@@ -163,12 +184,12 @@ async def _stop_on(shutdown: Shutdown, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _watch_signals(shutdown: Shutdown, connections: trio.CancelScope) -> None:
+async def _watch_signals(shutdown: Shutdown, stop_now: trio.CancelScope) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             if shutdown.begun.is_set():
-                log.warning("second signal: cancelling in-flight work")
-                connections.cancel()
-                return
+                log.warning("second signal: cancelling in-flight work and the outbox flush")
+                stop_now.cancel()
+                continue
             log.info("%s: finishing in-flight work", signal.Signals(signum).name)
             shutdown.begin()

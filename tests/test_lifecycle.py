@@ -325,3 +325,24 @@ async def test_kill_9_loses_no_write_of_an_answered_task(
     finally:
         second.send_signal(signal.SIGTERM)
         assert await _wait_exit(second) == 0
+
+
+async def test_a_second_signal_stops_at_once_even_while_the_outbox_waits_to_flush(
+    tmp_path: os.PathLike[str], sock_dir: str
+) -> None:
+    """With the Memory Specialist down and a write pending, the first signal would wait out
+    a 600 s grace period for the flush; the second one ends it (bounded by the test's wait)."""
+    config = _config_file(
+        tmp_path,
+        os.path.join(sock_dir, "nobody.sock"),
+        daemon={"state_dir": os.path.join(tmp_path, "state"), "grace_period_s": 600.0},
+    )
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    log_path = os.path.join(tmp_path, "serve.log")
+    process = await _start_serving(config, socket_path, _env(tmp_path), log_path)
+    async with open_client(socket_path) as client:
+        assert (await client.call(_ping("pending-audit"))).status is Status.OK
+    process.send_signal(signal.SIGTERM)
+    await trio.sleep(0.5)  # let the daemon reach the flush wait (a bound, not an assertion)
+    process.send_signal(signal.SIGTERM)
+    assert await _wait_exit(process) == 0, Path(log_path).read_text()
