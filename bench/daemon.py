@@ -152,7 +152,7 @@ async def run(path: str, pid: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-audit-sys", action="store_true")
-    parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
+    parser.add_argument("--synchronous", choices=("full", "normal"), default="normal")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
         proc, path = start_daemon(workdir, not args.no_audit_sys, args.synchronous)
