@@ -14,11 +14,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-import trio
-
 from csp_web.cache import Cache, open_cache
 from csp_web.config import Config
 from csp_web.context import OpContext
+from csp_web.deadlines import work_seconds
 from csp_web.errors import OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.memory import json_record
@@ -131,10 +130,10 @@ def _request(params: Params, services: ExecServices) -> ExecRequest:
     timeout_ms = params.opt_integer("TIMEOUT_MS") or services.config.default_timeout_ms
     # Finish inside the task's own deadline, so the engine reports the timeout (with the
     # command and exit:null) and kills the tree, rather than the dispatcher cutting it off.
-    left_ms = (trio.current_effective_deadline() - trio.current_time()) * 1000 - 100
+    left_ms = work_seconds(default_s=timeout_ms / 1000) * 1000
     return ExecRequest(
         params.text("COMMAND"),
-        timeout_ms=max(1, min(timeout_ms, int(min(left_ms, 1e12)))),
+        timeout_ms=max(1, min(timeout_ms, int(left_ms))),
         working_dir=params.opt_text("WORKING_DIR"),
         env=_env(params),
         shell=params.flag("SHELL"),

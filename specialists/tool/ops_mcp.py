@@ -3,11 +3,13 @@ tools with their input schemas (``ACTION list``)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import trio
 
 from csp_web.context import OpContext
+from csp_web.deadlines import work_deadline
 from csp_web.errors import OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.registry import Op
@@ -27,10 +29,10 @@ def mcp_pool(ctx: OpContext) -> McpPool:
 
 
 def _time_left_s() -> float | None:
-    # The dispatcher's TIMEOUT_MS is a cancel scope; give the pool the same deadline so a hung
-    # server answers mcp_unavailable (with its reason) instead of a bare timeout.
-    left = trio.current_effective_deadline() - trio.current_time()
-    return None if left == float("inf") else max(left - 0.05, 0.001)
+    # The pool ends its call inside the task's deadline, so a hung server answers
+    # mcp_unavailable (with its reason) instead of the dispatcher's bare timeout.
+    deadline = work_deadline()
+    return None if math.isinf(deadline) else max(deadline - trio.current_time(), 0.001)
 
 
 async def mcp(params: Params, ctx: OpContext) -> Result:

@@ -39,14 +39,15 @@ import trio
 
 from csp_web.config import ApiConfig, WebConfig
 from csp_web.context import OpContext
+from csp_web.deadlines import work_seconds
 from csp_web.errors import FieldError, OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.net import FetchResult
+from csp_web.ratelimit import resume_at
 from csp_web.registry import Op
 from csp_web.replies import Result, cite
 from protocol import ErrorCode, Field
 
-from .search.backoff import resume_at, task_deadline
 from .services import WebServices, record_web_op, web_services
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
@@ -187,7 +188,8 @@ async def _answer(
         if cached is not None:
             return cached, True
     token = _token(call.api)
-    deadline = task_deadline(fallback_s=ctx.config.tasks.default_timeout_ms / 1000)
+    fallback_s = ctx.config.tasks.default_timeout_ms / 1000
+    deadline = trio.current_time() + work_seconds(default_s=fallback_s)
     try:
         result = await _send_with_retry(services, call, token, deadline=deadline)
     finally:

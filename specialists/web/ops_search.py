@@ -38,6 +38,7 @@ import trio
 
 from csp_web.config import SearchConfig
 from csp_web.context import OpContext
+from csp_web.deadlines import work_seconds
 from csp_web.errors import FieldError, OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.registry import Op
@@ -46,7 +47,6 @@ from protocol import ErrorCode, Field, Status
 
 from .pages import load_page
 from .search import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
-from .search.backoff import task_deadline
 from .services import WebServices, record_web_op, web_services
 
 log = logging.getLogger("csp_web.search")
@@ -92,7 +92,8 @@ async def search(params: Params, ctx: OpContext) -> Result:
                 details.update(cache_hit=True, backend=",".join(cached.backends))
                 return _render(cached, query, cached=True)
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
-        outcome = await run_chain(services, query, deadline=task_deadline(fallback_s=fallback_s))
+        deadline = trio.current_time() + work_seconds(default_s=fallback_s)
+        outcome = await run_chain(services, query, deadline=deadline)
         details["backend"] = ",".join(outcome.answered) or None
         if not outcome.answered:
             raise _failure(outcome)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ from typing import Any, Literal
 
 import trio
 
+from csp_web.deadlines import work_deadline
 from csp_web.errors import OpError
 from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
@@ -39,8 +39,6 @@ SNAPSHOT_VERSION = 1  # bump when Page changes shape: older cached snapshots the
 FLIGHTS_KEY = "fetch_flights"  # WebServices.extras entry holding the in-flight downloads
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
-RESERVE_FRACTION = 0.2
-MAX_RESERVE_S = 0.25
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown", "text/csv"})
@@ -100,13 +98,8 @@ def normalise_url(url: str, services: WebServices) -> str:
 
 def op_deadline(services: WebServices) -> float:
     """The trio time by which an op's network work must end: the guard's ``timeout_s`` from
-    now, or sooner when the task's own deadline (TIMEOUT_MS) leaves less, minus a reserve."""
-    now = trio.current_time()
-    budget = services.config.guard.timeout_s
-    task_left = trio.current_effective_deadline() - now
-    if not math.isinf(task_left):
-        budget = min(budget, task_left - min(MAX_RESERVE_S, task_left * RESERVE_FRACTION))
-    return now + budget
+    now, or sooner when the task's own deadline (less its reserve) comes first."""
+    return min(trio.current_time() + services.config.guard.timeout_s, work_deadline())
 
 
 async def load_page(

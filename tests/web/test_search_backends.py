@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from csp_web.net import FetchResult
+from csp_web.ratelimit import MAX_PAUSE_S, resume_at
 from specialists.web.search import brave, duckduckgo, searxng
-from specialists.web.search.backoff import MAX_PAUSE_S, resume_at
 from specialists.web.search.base import BackendFailure, Hit, SearchQuery, clean_text
 from specialists.web.search.chain import Breaker
 from specialists.web.search.rank import clean_url, dedupe_key, domain, pick

@@ -24,11 +24,10 @@ import trio
 
 from csp_web.config import SearchConfig, SearchProvider
 from csp_web.errors import OpError
-from csp_web.ratelimit import MonthlyQuota
+from csp_web.ratelimit import MonthlyQuota, resume_at
 from specialists.web.services import WebServices, quota_path
 
 from . import brave, duckduckgo, rank, searxng
-from .backoff import resume_at
 from .base import Backend, BackendFailure, Hit, SearchQuery
 
 log = logging.getLogger("csp_web.search")

@@ -1,0 +1,33 @@
+"""How long an op's own work may run inside its task's deadline.
+
+The dispatcher cancels a task at its TIMEOUT_MS with ``timeout_exceeded``. An op that does
+network or process work stops a little earlier, so its own FAIL, naming the real cause
+(``fetch_failed:timeout``, ``mcp_unavailable``, the exec ``COMMAND`` that ran too long), goes
+out instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+# Kept back from the task's deadline: a fifth of what is left, at most a quarter second.
+RESERVE_FRACTION = 0.2
+MAX_RESERVE_S = 0.25
+
+
+def work_deadline() -> float:
+    """The trio time by which the running task's own work should end: the enclosing deadline
+    (the dispatcher's cancel scope) minus the reserve; ``math.inf`` when there is none."""
+    now = trio.current_time()
+    left = trio.current_effective_deadline() - now
+    if math.isinf(left):
+        return math.inf
+    return now + left - min(MAX_RESERVE_S, max(left, 0.0) * RESERVE_FRACTION)
+
+
+def work_seconds(*, default_s: float) -> float:
+    """Seconds from now to ``work_deadline()``, or ``default_s`` when no deadline is set."""
+    deadline = work_deadline()
+    return default_s if math.isinf(deadline) else max(deadline - trio.current_time(), 0.0)
