@@ -6,6 +6,7 @@ saw: connections, each request's method, target and headers, and the TLS SNI nam
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
 import urllib.parse
@@ -16,6 +17,7 @@ from functools import cache
 
 import h11
 import trio
+import trustme
 
 WAIT_S = 10.0  # the bound on every wait in tests/net: far past any honest run, short of a hang
 PAGE = b"<html><head><title>Hello</title></head><body>hello</body></html>"
@@ -208,3 +210,14 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply, *, 
     for start in range(0, len(reply.body), 16384):
         await stream.send_all(conn.send(h11.Data(data=reply.body[start : start + 16384])) or b"")
     await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+
+
+async def start_https_origin(
+    nursery: trio.Nursery, ca: trustme.CA, names: tuple[str, ...]
+) -> Origin:
+    """An HTTPS origin on 127.0.0.1 whose certificate (from ``ca``) covers ``names`` only."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(*names).configure_cert(context)
+    served = Origin("https")
+    await nursery.start(functools.partial(served.serve, ssl_context=context))
+    return served

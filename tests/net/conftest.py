@@ -14,7 +14,7 @@ import trustme
 from csp_web.net import GuardConfig, GuardedClient, open_guarded_client
 
 from ._dns import FixedResolver
-from ._origin import Origin
+from ._origin import Origin, start_https_origin
 
 # The names the origin's certificate covers; all resolve to 127.0.0.1 in the test DNS.
 CERT_NAMES = ("origin.test", "other.test", "rebind.test")
@@ -31,11 +31,7 @@ def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def origin(nursery: trio.Nursery, ca: trustme.CA) -> Origin:
     """An HTTPS origin whose certificate names CERT_NAMES and no address."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*CERT_NAMES).configure_cert(context)
-    served = Origin("https")
-    await nursery.start(functools.partial(served.serve, ssl_context=context))
-    return served
+    return await start_https_origin(nursery, ca, CERT_NAMES)
 
 
 @pytest.fixture

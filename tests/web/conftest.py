@@ -3,7 +3,6 @@ test controls, web services wired to both, and the daemon's dispatcher over web 
 
 from __future__ import annotations
 
-import functools
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -21,7 +20,7 @@ from csp_web.outbox import open_outbox
 from csp_web.registry import Op
 from specialists.web.services import WebServices, open_web_services
 from tests.net._dns import FixedResolver
-from tests.net._origin import Origin
+from tests.net._origin import Origin, start_https_origin
 
 # Names the origin's certificate covers; the test DNS maps each to 127.0.0.1.
 CERT_NAMES = ("origin.test", "other.test", "api.test", "search.test")
@@ -30,11 +29,7 @@ CERT_NAMES = ("origin.test", "other.test", "api.test", "search.test")
 @pytest.fixture
 async def origin(nursery: trio.Nursery, ca: trustme.CA) -> Origin:
     """An HTTPS origin for every name in CERT_NAMES; add routes with ``origin.routes[path]``."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*CERT_NAMES).configure_cert(context)
-    served = Origin("https")
-    await nursery.start(functools.partial(served.serve, ssl_context=context))
-    return served
+    return await start_https_origin(nursery, ca, CERT_NAMES)
 
 
 @pytest.fixture
