@@ -20,6 +20,11 @@ Kind = Literal["text", "int", "bool", "choice", "json"]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")  # SPEC C-1
 UNIVERSAL = frozenset({"ID", "TIMEOUT_MS"})
+# Arrays and objects nested deeper than this are invalid_field: serde_json's default
+# recursion limit, far inside what json.loads survives (it raises RecursionError near 1,000).
+MAX_JSON_DEPTH = 128
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 
 @dataclass(frozen=True)
@@ -145,15 +150,39 @@ def _convert(spec: FieldSpec, value: str) -> Any:
             )
         return value
     if spec.kind == "json":
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is not JSON") from None
+        return _json(spec, value)
     if spec.max_chars is not None and len(value) > spec.max_chars:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} over {spec.max_chars} chars")
     if spec.required and not value.strip():
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is empty")
     return value
+
+
+def _json(spec: FieldSpec, value: str) -> Any:
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise FieldError(
+            ErrorCode.INVALID_FIELD, f"{spec.name} nests deeper than {MAX_JSON_DEPTH} levels"
+        )
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is not JSON") from None
+
+
+def json_depth(text: str, *, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep arrays and objects nest in ``text`` (brackets inside strings do not count),
+    measured without parsing and only up to ``limit + 1``, so any input is cheap to ask about."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if match.group() in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        else:
+            depth -= 1
+    return deepest
 
 
 def _integer(spec: FieldSpec, value: str) -> int:

@@ -9,7 +9,12 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, SpecialistLimits, TasksConfig
-from protocol import Reply, Status
+from csp_web.daemon import build_op_table
+from csp_web.errors import FieldError
+from csp_web.fields import MAX_JSON_DEPTH, validate
+from protocol import ErrorCode, Reply, Status, Task
+from specialists.tool import tool_ops
+from specialists.web import web_ops
 from tests.harness import open_harness
 
 
@@ -92,6 +97,54 @@ async def test_integer_bounds_hold_at_n_and_n_plus_1(config: Config, count: str,
 async def test_text_length_cap_holds_at_n_and_n_plus_1(config: Config, text: str, ok: bool) -> None:
     reply = await _one(config, f"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT {text}\n\n".encode())
     assert (reply.status is Status.OK) is ok
+
+
+@pytest.mark.parametrize(("depth", "ok"), [(MAX_JSON_DEPTH, True), (MAX_JSON_DEPTH + 1, False)])
+async def test_json_nesting_depth_holds_at_n_and_n_plus_1(
+    config: Config, depth: int, ok: bool
+) -> None:
+    """D-3: a JSON field nested past MAX_JSON_DEPTH is invalid_field (brackets in strings
+    do not count)."""
+    value = '{"k": "]]]["}'
+    for level in range(depth - 1):
+        value = f"[{value}]" if level % 2 else f'{{"a": {value}}}'
+    frame = f"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nPARAMS {value}\n\n".encode()
+    reply = await _one(config, frame)
+    assert (reply.status is Status.OK) is ok, reply
+    if not ok:
+        assert _error(reply) == "invalid_field"
+
+
+async def test_json_field_nested_200k_deep_replies_invalid_field_not_internal_error(
+    config: Config,
+) -> None:
+    """Issue 8.13: json.loads on this raised RecursionError, answered internal_error."""
+    frame = b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nID j1\nPARAMS " + b"[" * 200_000 + b"\n\n"
+    reply = await _one(config, frame)
+    assert reply == Reply(
+        Status.FAIL,
+        (
+            ("ID", "j1"),
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", f"invalid_field:PARAMS nests deeper than {MAX_JSON_DEPTH} levels"),
+        ),
+    )
+
+
+def test_every_json_field_of_every_op_bounds_its_depth() -> None:
+    """Each JSON-typed field the daemon serves (exec ENV, api PAYLOAD...) goes through the
+    one bounded parse."""
+    ops = build_op_table([*web_ops(), *tool_ops()])
+    json_fields = [(op, spec) for op in ops for spec in op.fields if spec.kind == "json"]
+    assert json_fields
+    for op, spec in json_fields:
+        required = [(s.name, "x") for s in op.fields if s.required and s.name != spec.name]
+        deep = (spec.name, "[" * 200_000 + "]" * 200_000)
+        task = Task(op.req, op.domain, op.out, fields=(*required, deep))
+        with pytest.raises(FieldError) as caught:
+            validate(task, op.fields, op.inline)
+        assert caught.value.code is ErrorCode.INVALID_FIELD, (op.req, spec.name)
 
 
 @pytest.mark.parametrize(("ms", "ok"), [(600_000, True), (600_001, False)])
