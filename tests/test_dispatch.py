@@ -10,7 +10,7 @@ import trio.testing
 
 from csp_web.config import Config, SpecialistLimits, TasksConfig
 from csp_web.daemon import build_op_table
-from csp_web.errors import FieldError
+from csp_web.errors import FieldError, OpError
 from csp_web.fields import MAX_JSON_DEPTH, validate
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.tool import tool_ops
@@ -145,6 +145,20 @@ def test_every_json_field_of_every_op_bounds_its_depth() -> None:
         with pytest.raises(FieldError) as caught:
             validate(task, op.fields, op.inline)
         assert caught.value.code is ErrorCode.INVALID_FIELD, (op.req, spec.name)
+
+
+@pytest.mark.parametrize(("depth", "ok"), [(MAX_JSON_DEPTH, True), (MAX_JSON_DEPTH + 1, False)])
+def test_mcp_params_text_field_has_the_same_depth_bound(depth: int, ok: bool) -> None:
+    """MCP's PARAMS is parsed by the mcp op itself, under the same bound."""
+    from specialists.tool.mcp.render import parse_params
+
+    text = '{"a": ' * depth + "1" + "}" * depth
+    if ok:
+        assert parse_params(text)["a"]
+    else:
+        with pytest.raises(OpError) as caught:
+            parse_params(text)
+        assert caught.value.code is ErrorCode.INVALID_FIELD
 
 
 @pytest.mark.parametrize(("ms", "ok"), [(600_000, True), (600_001, False)])

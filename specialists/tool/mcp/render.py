@@ -24,6 +24,7 @@ from mcp.types import (
 )
 
 from csp_web.errors import OpError
+from csp_web.fields import MAX_JSON_DEPTH, json_depth
 from protocol import ErrorCode
 
 from .config import McpConfig
@@ -120,10 +121,12 @@ def parse_params(text: str | None) -> dict[str, Any]:
 
     This is the one place wire text becomes arguments: ``McpPool.call_tool`` takes the dict.
     Raises OpError(INVALID_FIELD, "PARAMS") for text that is not one JSON object
-    (arrays, scalars, NaN/Infinity, nesting too deep to parse).
+    (arrays, scalars, NaN/Infinity, nesting past ``MAX_JSON_DEPTH``).
     """
     if text is None:
         return {}
+    if json_depth(text) > MAX_JSON_DEPTH:  # the bound every JSON field has (csp_web.fields)
+        raise _invalid_params()
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
