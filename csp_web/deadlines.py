@@ -3,18 +3,41 @@
 The dispatcher cancels a task at its TIMEOUT_MS with ``timeout_exceeded``. An op that does
 network or process work stops a little earlier, so its own FAIL, naming the real cause
 (``fetch_failed:timeout``, ``mcp_unavailable``, the exec ``COMMAND`` that ran too long), goes
-out instead.
+out instead. That reserve is internal: a ``timeout_exceeded`` reply names the budget the caller
+set (``budget_ms``), never the shortened time the work was given.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import trio
+
+_budget_ms: ContextVar[int | None] = ContextVar("csp_web_task_budget_ms", default=None)
 
 # Kept back from the task's deadline: a fifth of what is left, at most a quarter second.
 RESERVE_FRACTION = 0.2
 MAX_RESERVE_S = 0.25
+
+
+@contextmanager
+def task_deadline(timeout_ms: int) -> Iterator[trio.CancelScope]:
+    """A cancel scope that ends the running task ``timeout_ms`` from now (the caller's budget,
+    its TIMEOUT_MS or the default), which ``budget_ms`` reports to the work inside it."""
+    token = _budget_ms.set(timeout_ms)
+    try:
+        with trio.move_on_after(timeout_ms / 1000) as scope:
+            yield scope
+    finally:
+        _budget_ms.reset(token)
+
+
+def budget_ms() -> int | None:
+    """The running task's budget in ms as the caller set it; None outside a task."""
+    return _budget_ms.get()
 
 
 def work_deadline() -> float:

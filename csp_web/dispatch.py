@@ -12,13 +12,12 @@ import secrets
 import time
 from typing import Any
 
-import trio
-
 from protocol import ErrorCode, Reply, Status, Task
 
 from .admission import Slots
 from .config import SpecialistLimits
 from .context import OpContext, Peer, Services
+from .deadlines import task_deadline
 from .errors import OpError
 from .fields import check_id, parse_timeout_ms, validate
 from .memory import json_record
@@ -113,7 +112,7 @@ class Dispatcher:
         audited = self.audit and (op is None or op.specialist != "sys")
         if audited and self.services.outbox.full:
             raise OpError(ErrorCode.OUTBOX_FULL, "memory writes are backing up")
-        with trio.move_on_after(timeout_ms / 1000) as scope:
+        with task_deadline(timeout_ms) as scope:
             async with self.slots(op.specialist if op else "memory").admit():
                 if op is None:
                     assert self.relay is not None

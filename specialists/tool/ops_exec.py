@@ -17,7 +17,7 @@ from typing import Any
 from csp_web.cache import Cache, open_cache
 from csp_web.config import Config
 from csp_web.context import OpContext
-from csp_web.deadlines import work_seconds
+from csp_web.deadlines import budget_ms, work_seconds
 from csp_web.errors import OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.memory import json_record
@@ -126,18 +126,22 @@ def _env(params: Params) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
-def _request(params: Params, services: ExecServices) -> ExecRequest:
+def _request(params: Params, services: ExecServices) -> tuple[ExecRequest, int]:
+    """The request to run and the timeout a ``timeout_exceeded`` reply names."""
     timeout_ms = params.opt_integer("TIMEOUT_MS") or services.config.default_timeout_ms
+    timeout_ms = min(timeout_ms, budget_ms() or timeout_ms)
     # Finish inside the task's own deadline, so the engine reports the timeout (with the
     # command and exit:null) and kills the tree, rather than the dispatcher cutting it off.
+    # The reserve kept for that is internal: the reply names the budget (issue 8.16).
     left_ms = work_seconds(default_s=timeout_ms / 1000) * 1000
-    return ExecRequest(
+    request = ExecRequest(
         params.text("COMMAND"),
         timeout_ms=max(1, min(timeout_ms, int(left_ms))),
         working_dir=params.opt_text("WORKING_DIR"),
         env=_env(params),
         shell=params.flag("SHELL"),
     )
+    return request, timeout_ms
 
 
 def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
@@ -183,7 +187,7 @@ def _cached_result(value: Any) -> Result | None:
 
 async def exec_command(params: Params, ctx: OpContext) -> Result:
     services = exec_services(ctx)
-    request = _request(params, services)
+    request, budget = _request(params, services)
     ctx.audit.update(command=request.command, working_dir=request.working_dir)
     key = cache_key(
         request.command, request.working_dir or "", shell=request.shell, env=dict(request.env)
@@ -192,6 +196,7 @@ async def exec_command(params: Params, ctx: OpContext) -> Result:
     if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
         return hit
     result = await run_command(request, services.config, sandbox=services.sandbox)
+    result = replace(result, timeout_ms=budget)
     log_path = await _log_output(ctx, result)
     ctx.audit.update(exit=result.exit_code, limits=sorted(result.limits), log=log_path)
     error = result.failure()
