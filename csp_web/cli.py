@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from specialists import open_specialists
 
-    from .daemon import open_stdio_stream, serve_daemon
+    from .daemon import StateDirBusy, hold_state_dir, open_stdio_stream, serve_daemon
 
     socket_path = args.socket or config.socket.path
     if args.no_stdin and not socket_path:
@@ -101,7 +101,11 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
             await serve_daemon(config, ops, stdio=stdio, socket_path=socket_path, extras=extras)
 
     try:
-        trio.run(run)
+        with hold_state_dir(config.daemon.state_dir):  # before anything opens state
+            trio.run(run)
+    except StateDirBusy as exc:
+        print(f"csp-web: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, ValueError) as exc:
         log.error("cannot serve: %s", exc)
         return EXIT_UNREACHABLE
@@ -163,8 +167,8 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     from .replay_runner import replay_files
 
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
-        if not args.socket:
-            config = replace(config, daemon=replace(config.daemon, state_dir=state))
+        # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
+        config = replace(config, daemon=replace(config.daemon, state_dir=state))
         failures = trio.run(replay_files, args.files, config, args.socket)
     return EXIT_FAIL if failures else EXIT_OK
 
