@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 import trio
 
@@ -98,7 +99,14 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     async def run() -> None:
         stdio = None if args.no_stdin else open_stdio_stream()
         async with open_specialists(config) as (ops, extras):
-            await serve_daemon(config, ops, stdio=stdio, socket_path=socket_path, extras=extras)
+            await serve_daemon(
+                config,
+                ops,
+                stdio=stdio,
+                socket_path=socket_path,
+                extras=extras,
+                reload=partial(load_config, args.config),
+            )
 
     try:
         with hold_state_dir(config.daemon.state_dir):  # before anything opens state

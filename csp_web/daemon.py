@@ -16,7 +16,7 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,8 @@ import trio
 
 from . import __version__
 from .config import Config
+from .config_load import ConfigError
+from .config_reload import ReloadPlan, apply_reload, plan_reload
 from .connection import Shutdown, StreamOptions, serve_stream
 from .context import Peer, Services
 from .dispatch import Dispatcher
@@ -127,11 +129,13 @@ async def serve_daemon(
     stdio: trio.abc.Stream | None,
     socket_path: str | None,
     extras: dict[str, Any] | None = None,
+    reload: Callable[[], Config] | None = None,
     task_status: trio.TaskStatus[Dispatcher] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it.
 
     ``extras`` are the specialists' shared services, opened and closed by the caller.
+    ``reload`` loads the configuration again on SIGHUP (``reload_settings``).
     """
     if stdio is None and socket_path is None:
         raise ValueError("nothing to serve: neither stdin nor a socket")
@@ -141,6 +145,7 @@ async def serve_daemon(
         async with trio.open_nursery() as root:
             stop_now = trio.CancelScope()  # a second signal: no more grace for anything
             root.start_soon(_watch_signals, shutdown, stop_now)
+            await root.start(_watch_reload, dispatcher, reload)
             for serve in dispatcher.services.extras.get("background", []):
                 await root.start(serve, dispatcher)
             with stop_now:
@@ -246,3 +251,42 @@ async def _watch_signals(shutdown: Shutdown, stop_now: trio.CancelScope) -> None
                 continue
             log.info("%s: finishing in-flight work", signal.Signals(signum).name)
             shutdown.begin()
+
+
+async def _watch_reload(
+    dispatcher: Dispatcher,
+    load: Callable[[], Config] | None,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    # Installed before the daemon says it is ready: from then on SIGHUP never kills it.
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        task_status.started()
+        async for _ in signals:
+            await reload_settings(dispatcher, load)
+
+
+async def reload_settings(
+    dispatcher: Dispatcher, load: Callable[[], Config] | None
+) -> ReloadPlan | None:
+    """Load the configuration again and apply what may change at runtime
+    (``csp_web.config_reload``), logging what changed and what needs a restart. A file that
+    does not load, or that a service refuses, changes nothing: logged, returns None."""
+    if load is None:
+        log.warning("SIGHUP: started without a configuration to reload; nothing changed")
+        return None
+    services = dispatcher.services
+    try:
+        new = await trio.to_thread.run_sync(load)
+        plan = plan_reload(services.config, new)
+        apply_reload(plan, services.extras.get("reloaders", []))
+    except (ConfigError, ValueError) as exc:
+        log.error("SIGHUP: reload refused, keeping the running settings: %s", exc)
+        return None
+    services.config = plan.config
+    log.info(
+        "SIGHUP: settings reloaded; applied: %s; needs a restart (kept): %s",
+        ", ".join(plan.applied) or "none",
+        ", ".join(plan.needs_restart) or "none",
+    )
+    return plan

@@ -136,6 +136,11 @@ class RateLimits:
             self._buckets[name] = Bucket(name, rate)
         return self._buckets[name]
 
+    def reload(self, rates: dict[str, Rate]) -> None:
+        """Take new rates (SIGHUP); a bucket whose rate did not change keeps its tokens."""
+        self._buckets = {n: b for n, b in self._buckets.items() if rates.get(n) == self._rates[n]}
+        self._rates = rates
+
 
 # A header asking for longer than a month is wrong or hostile; Brave's longest window (its
 # monthly quota, seed 000) still fits.

@@ -15,7 +15,7 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
     """Every specialist op, and the shared services they use (all closed on exit)."""
     from .tool import tool_ops
     from .tool.ops_cron import open_cron, serve_cron
-    from .tool.ops_exec import open_exec_services
+    from .tool.ops_exec import exec_reloader, open_exec_services
     from .web import web_ops
     from .web.ops_search import serve_background
     from .web.services import open_web_services
@@ -32,6 +32,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
 
             extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
         extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
+        # SIGHUP: each checks the new settings, then applies them (csp_web.config_reload).
+        extras["reloaders"] = [exec_reloader(extras), extras["web"].prepare_reload]
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
         extras["background"] = [serve_background(extras["web"]), serve_cron]
         yield [*web_ops(), *tool_ops()], extras

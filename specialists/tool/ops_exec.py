@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -93,13 +93,31 @@ def _others_can_reach(path: str) -> bool:
         parent = os.path.dirname(parent)
 
 
-@asynccontextmanager
-async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
-    """Probe the sandbox once (logged) and open the exec result cache."""
+def _effective_config(config: Config) -> ExecConfig:
+    """The exec policy with the daemon's own paths masked; ValueError for a workspace root
+    inside them."""
     exec_config = config.tool.exec
     _refuse_private_workspaces(exec_config.workspace_roots, _private_paths(config, every=True))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *_private_paths(config))))
-    exec_config = replace(exec_config, masked_paths=masked)
+    return replace(exec_config, masked_paths=masked)
+
+
+def exec_reloader(extras: dict[str, Any]) -> Callable[[Config], Callable[[], None]]:
+    """The reload hook (``csp_web.config_reload``) for ``extras["exec"]``: commands started
+    after it run under the new policy (running ones keep theirs); the sandbox stays as probed."""
+
+    def prepare(config: Config) -> Callable[[], None]:
+        running = extras["exec"]
+        reloaded = ExecServices(_effective_config(config), running.sandbox, running.cache)
+        return lambda: extras.__setitem__("exec", reloaded)
+
+    return prepare
+
+
+@asynccontextmanager
+async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
+    """Probe the sandbox once (logged) and open the exec result cache."""
+    exec_config = _effective_config(config)
     sandbox = await probe_sandbox(exec_config)
     if sandbox.kind == "none":
         log.warning("exec runs WITHOUT bubblewrap: %s", sandbox.reason)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +33,18 @@ class WebServices:
     limits: RateLimits
     state_dir: str
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
+
+    def prepare_reload(self, config: Config) -> Callable[[], None]:
+        """The reload hook (``csp_web.config_reload``): new fetch, search, api and summarize
+        settings and rate limits for the ops that start after it. The guard and the cache
+        stay as opened."""
+        rates = _rates(config.web)
+
+        def commit() -> None:
+            self.config = config.web
+            self.limits.reload(rates)
+
+        return commit
 
 
 def web_services(ctx: OpContext) -> WebServices:
