@@ -135,7 +135,7 @@ async def test_writes_reach_the_sink_in_put_order(
             await outbox.put(_write(n))
         with trio.fail_after(10):
             await outbox.wait_drained()
-    content = sink_text(sink.directory, "order/log.txt")
+    content = sink_text(sink.directory, "order/log.txt") or ""
     assert content.splitlines() == [f"line {n}" for n in range(40)]
 
 
@@ -207,7 +207,7 @@ async def test_a_new_outbox_delivers_what_an_earlier_one_left(
         with trio.fail_after(10):
             await second.wait_drained()
         assert second.delivered == 10
-    content = sink_text(sink.directory, "order/log.txt")
+    content = sink_text(sink.directory, "order/log.txt") or ""
     assert content.splitlines() == [f"line {n}" for n in range(10)]
 
 
