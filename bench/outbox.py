@@ -15,6 +15,9 @@ end-to-end the same puts with the reference ``csp-web memory-sink`` running as i
            write acknowledged by the sink and removed from the store).
 backlog    the outbox left by ``persist`` is reopened with the sink running; the time is how
            long delivery alone takes to drain it.
+sink       the sink alone, no outbox: one connection to ``csp-web memory-sink`` sends the
+           writes in pipelined batches of ``batch_size`` (as delivery does) and waits for each
+           batch's ACKs; the rate is writes acknowledged (committed) per second.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -41,6 +45,7 @@ from csp_web.client import open_client  # noqa: E402
 from csp_web.config import MemoryConfig, OutboxConfig  # noqa: E402
 from csp_web.memory import json_record, make_write  # noqa: E402
 from csp_web.outbox import Outbox, open_outbox  # noqa: E402
+from csp_web.sink_store import STORE_FILE  # noqa: E402
 from protocol import Task  # noqa: E402
 
 MAX_WRITES = 200_000  # a bound on the run, far past the default 20k
@@ -143,8 +148,24 @@ async def _wait_serving(socket_path: str, sink: trio.Process) -> None:
 
 
 def _stored_ids(directory: str) -> int:
-    with open(os.path.join(directory, ".sink-ids"), encoding="utf-8") as file:
-        return sum(1 for line in file if line.strip())
+    db = sqlite3.connect(f"file:{os.path.join(directory, STORE_FILE)}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM writes").fetchone()[0])
+    finally:
+        db.close()
+
+
+async def _sink_alone(socket_path: str, writes: int, batch_size: int) -> Figure:
+    """Writes acknowledged per second by the sink itself, batches pipelined on one connection."""
+    tasks = [make_write("sys", "audit", "sink", _record(n), suffix=".json") for n in range(writes)]
+    async with open_client(socket_path) as client:
+        started = time.perf_counter()
+        for first in range(0, writes, batch_size):
+            batch = [w.to_task() for w in tasks[first : first + batch_size]]
+            replies = await client.call_many(list(batch), timeout_s=60)
+            assert all(r.get("DATA") == "stored" for r in replies), replies[0]
+        elapsed = time.perf_counter() - started
+    return Figure("sink", writes, elapsed)
 
 
 async def run(writes: int, writers: int, synchronous: str) -> list[Figure]:
@@ -171,11 +192,12 @@ async def run(writes: int, writers: int, synchronous: str) -> list[Figure]:
                 os.path.join(state, "b.sqlite3"), config, memory, writes, writers
             )
             backlog = await _backlog(os.path.join(state, "a.sqlite3"), config, memory, writes)
+            alone = await _sink_alone(socket_path, writes, memory.batch_size)
         finally:
             sink.terminate()
             await sink.wait()
-        assert _stored_ids(sink_dir) == 2 * writes
-    return [persisted, both, backlog]
+        assert _stored_ids(sink_dir) == 3 * writes
+    return [persisted, both, backlog, alone]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -186,7 +186,7 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_memory_sink, args.socket, args.dir)
+            nursery.start_soon(serve_memory_sink, args.socket, args.dir, config.memory)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:  # stop: a write in progress finishes in its thread
                     nursery.cancel_scope.cancel()

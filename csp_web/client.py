@@ -144,6 +144,16 @@ async def open_client(
     """
     with trio.fail_after(connect_timeout_s):
         stream = await trio.open_unix_socket(path)
+    async with open_stream_client(stream, limits=limits, id_prefix=id_prefix) as client:
+        yield client
+
+
+@asynccontextmanager
+async def open_stream_client(
+    stream: trio.abc.Stream, *, limits: Limits | None = None, id_prefix: str = "c"
+) -> AsyncIterator[Client]:
+    """A client over ``stream``, already connected (a Unix socket, an in-process pair); the
+    client closes the stream on exit."""
     client = Client(
         stream,
         limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),

@@ -3,7 +3,7 @@
 Units are in the names (``_s``, ``_ms``, ``_bytes``). ``config.yaml`` at the repository root
 documents every setting with its default; ``csp_web.config_load`` reads such a file strictly.
 The embedded default needs no outside service: without a Memory Specialist socket, memory
-writes wait in the durable outbox.
+writes go to the embedded one, whose store under the state dir is bounded by retention.
 """
 
 from __future__ import annotations
@@ -74,9 +74,19 @@ class TasksConfig:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Where the external Memory Specialist listens, and how the daemon talks to it."""
+    """Where the Memory Specialist listens, and how the daemon talks to it.
+
+    Without ``socket_path`` the daemon runs the reference Memory Specialist in process (the
+    embedded one) on a store under ``directory``; the retention settings bound that store and
+    the one ``csp-web memory-sink`` keeps.
+    """
 
     socket_path: str | None = None
+    directory: str | None = None  # default: <state_dir>/memory
+    # journald's SystemMaxUse caps a host's whole journal at 4 GiB; one daemon keeps a quarter.
+    retention_max_bytes: int = 1024 * 1024 * 1024
+    # logrotate's stock policy (weekly, rotate 4) keeps four weeks of logs.
+    retention_max_age_s: float = 28 * 86400.0
     connect_timeout_s: float = 2.0
     ack_timeout_s: float = 10.0
     relay_timeout_s: float = 10.0
@@ -237,6 +247,10 @@ class Config:
     @property
     def outbox_path(self) -> str:
         return self.outbox.path or os.path.join(self.daemon.state_dir, "outbox.sqlite3")
+
+    @property
+    def memory_dir(self) -> str:
+        return self.memory.directory or os.path.join(self.daemon.state_dir, "memory")
 
     @property
     def cache_dir(self) -> str:

@@ -12,6 +12,7 @@ daemon's life, so two daemons never fire the same cron run or write back each ot
 from __future__ import annotations
 
 import fcntl
+import functools
 import gc
 import logging
 import os
@@ -29,6 +30,8 @@ from .config_reload import ReloadPlan, apply_reload, plan_reload
 from .connection import Shutdown, StreamOptions, serve_stream
 from .context import Peer, Services
 from .dispatch import Dispatcher
+from .memory_embedded import describe, open_memory_link
+from .memory_link import MemoryLink
 from .outbox import Outbox, open_outbox
 from .registry import Op, Registry
 from .relay import MemoryRelay
@@ -93,8 +96,10 @@ def build_dispatcher(
     ops: Sequence[Op],
     *,
     extras: dict[str, Any] | None = None,
+    link: MemoryLink | None = None,
 ) -> Dispatcher:
-    """A dispatcher over the IN:SYS ops plus ``ops``, relaying IN:MEMORY frames.
+    """A dispatcher over the IN:SYS ops plus ``ops``, relaying IN:MEMORY frames over ``link``
+    (by default to ``memory.socket_path``).
 
     ``extras`` are the specialists' shared services (``Services.extras``), owned by the caller.
     """
@@ -103,7 +108,7 @@ def build_dispatcher(
     registry = Registry([*make_sys_ops(registry_ref, stats), *ops])
     registry_ref.append(registry)
     services = Services(config, outbox, extras if extras is not None else {})
-    return Dispatcher(registry, services, stats, relay=MemoryRelay(config.memory))
+    return Dispatcher(registry, services, stats, relay=MemoryRelay(config.memory, link))
 
 
 def build_op_table(ops: Sequence[Op]) -> list[Op]:
@@ -139,8 +144,14 @@ async def serve_daemon(
     """
     if stdio is None and socket_path is None:
         raise ValueError("nothing to serve: neither stdin nor a socket")
-    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
+    async with (
+        open_memory_link(config) as (link, embedded),
+        open_outbox(config.outbox_path, config.outbox, config.memory, link=link) as outbox,
+    ):
+        dispatcher = build_dispatcher(config, outbox, ops, extras=extras, link=link)
+        if embedded is not None:
+            lines = dispatcher.services.extras.setdefault("stats_lines", {})
+            lines["MEMORY"] = functools.partial(describe, embedded)
         shutdown = Shutdown()
         async with trio.open_nursery() as root:
             stop_now = trio.CancelScope()  # a second signal: no more grace for anything
@@ -157,9 +168,8 @@ async def serve_daemon(
                     path=socket_path,
                     task_status=task_status,
                 )
-                if config.memory.socket_path is not None:
-                    with trio.move_on_at(deadline):
-                        await outbox.wait_drained()
+                with trio.move_on_at(deadline):
+                    await outbox.wait_drained()
             log.info("stopped; %d memory writes left in the outbox", outbox.depth)
             root.cancel_scope.cancel()
 

@@ -1,10 +1,12 @@
-"""``csp-web memory-sink``: a small reference Memory Specialist for development and tests.
+"""The reference Memory Specialist: ``csp-web memory-sink``, and the daemon's embedded one.
 
-It serves CSP/1 on a Unix socket with the daemon's own connection loop, acknowledges
-``REQ:write IN:MEMORY OUT:ACK`` by appending DATA to ``DIR/<PATH>``, and ignores an ID it has
-already stored (SPEC M-2), remembering IDs across restarts in ``DIR/.sink-ids``.
-``REQ:read IN:MEMORY OUT:CONTENT`` returns a stored file, so relayed reads can be tested.
-Frames on a connection run one at a time, so writes land in the order they were sent.
+It serves CSP/1 with the daemon's own connection loop. ``REQ:write IN:MEMORY OUT:ACK`` stores
+DATA under its logical PATH in a SQLite store (``csp_web.sink_store``): ID and DATA in one
+transaction, many writes per transaction (``csp_web.sink_commit``), the reply sent only after
+the commit. A repeated ID with the same content is answered ``DATA duplicate`` (SPEC M-2), with
+other content ``FAIL id_conflict`` (M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's
+writes joined in order. Frames on a connection are handled one at a time, so writes are stored
+in the order they were sent.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import PurePosixPath
+from dataclasses import dataclass
 
 import trio
 
 from protocol import ErrorCode
 
-from .config import Config, ConnectionConfig, OutboxConfig
+from .config import (
+    Config,
+    ConnectionConfig,
+    MemoryConfig,
+    OutboxConfig,
+    SpecialistLimits,
+    TasksConfig,
+)
 from .connection import Shutdown, StreamOptions, serve_stream
 from .context import OpContext, Peer, Services
 from .dispatch import Dispatcher
@@ -27,67 +36,35 @@ from .fields import FieldSpec, Params
 from .outbox import open_outbox
 from .registry import Op, Registry
 from .replies import Result
+from .sink_commit import CommittedReplies, GroupCommit
+from .sink_store import Retention, SinkStore
 from .stats import Stats
 from .unix import serve_unix
 
-_MAX_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
+__all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
 
 
-class SinkStore:
-    """Files under ``root`` named by logical memory paths, plus the set of IDs stored."""
-
-    def __init__(self, root: str) -> None:
-        self.root = os.path.abspath(root)
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
-        self._ids_path = os.path.join(self.root, ".sink-ids")
-        self.ids: set[str] = set()
-        if os.path.exists(self._ids_path):
-            with open(self._ids_path, encoding="utf-8") as file:
-                self.ids = {line.strip() for line in file if line.strip()}
-        self.writes = 0
-
-    def resolve(self, logical: str) -> str:
-        """The file for a logical path; raises OpError(invalid_field) for escapes."""
-        parts = PurePosixPath(logical).parts
-        if not parts or logical.startswith("/") or any(p in ("..", ".", "") for p in parts):
-            raise OpError(ErrorCode.INVALID_FIELD, "PATH must be relative without '..'")
-        if any(part.startswith(".") for part in parts):
-            raise OpError(ErrorCode.INVALID_FIELD, "PATH parts may not start with '.'")
-        return os.path.join(self.root, *parts)
-
-    def append(self, write_id: str, logical: str, data: str) -> bool:
-        """Store ``data`` once per ID; False when the ID was already stored."""
-        if write_id in self.ids:
-            return False
-        target = self.resolve(logical)
-        try:
-            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-            with open(target, "a", encoding="utf-8") as file:
-                file.write(data if data.endswith("\n") else data + "\n")
-        except (IsADirectoryError, NotADirectoryError, FileExistsError):
-            raise OpError(ErrorCode.INVALID_FIELD, "PATH clashes with a folder") from None
-        with open(self._ids_path, "a", encoding="utf-8") as file:
-            file.write(write_id + "\n")
-        self.ids.add(write_id)
-        self.writes += 1
-        return True
-
-
-def sink_ops(store: SinkStore) -> list[Op]:
+def sink_ops(commits: GroupCommit) -> list[Op]:
     async def write(params: Params, ctx: OpContext) -> Result:
         if ctx.client_id is None:
             raise OpError(ErrorCode.MISSING_FIELD, "ID")
-        stored = await trio.to_thread.run_sync(
-            store.append, ctx.client_id, params.text("PATH"), params.text("DATA")
+        fresh = commits.stage(
+            params.text("FROM"),
+            params.text("TYPE"),
+            params.text("PATH"),
+            params.text("DATA"),
+            ctx.client_id,
         )
-        return Result("stored" if stored else "duplicate", scope=("memory",))
+        return Result("stored" if fresh else "duplicate", scope=("memory",))
 
     async def read(params: Params, ctx: OpContext) -> Result:
-        target = store.resolve(params.text("PATH"))
-        try:
-            return Result(await trio.Path(target).read_text("utf-8"), scope=("memory",))
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise OpError(ErrorCode.INVALID_FIELD, "no such PATH") from None
+        await commits.wait_committed()  # a read sees the writes sent before it
+        text = commits.store.read(params.text("PATH"), MAX_FRAME_BYTES // 2)
+        if text is None:
+            raise OpError(ErrorCode.INVALID_FIELD, "no such PATH")
+        return Result(text, scope=("memory",))
 
     text = FieldSpec
     return [
@@ -117,43 +94,79 @@ def sink_ops(store: SinkStore) -> list[Op]:
     ]
 
 
+@dataclass
+class MemorySink:
+    """A running sink: serve any number of connections with ``serve_connection``."""
+
+    store: SinkStore
+    commits: GroupCommit
+    dispatcher: Dispatcher
+    shutdown: Shutdown
+
+    async def serve_connection(self, stream: trio.abc.Stream, peer: Peer) -> None:
+        """Serve CSP/1 on ``stream`` until EOF; closes it."""
+        options = StreamOptions(_SINK_CONNECTION, None, sequential=True)
+        gated = CommittedReplies(stream, self.commits)
+        await serve_stream(gated, self.dispatcher, peer, options, self.shutdown)
+
+
+_SINK_CONNECTION = ConnectionConfig(
+    max_line_bytes=MAX_FRAME_BYTES,
+    max_frame_bytes=MAX_FRAME_BYTES,
+    max_in_flight=1024,
+    max_queued_replies=1024,  # replies waiting for their commit; more stops the reader
+)
+
+
 @asynccontextmanager
-async def open_sink_dispatcher(directory: str) -> AsyncIterator[Dispatcher]:
-    """A dispatcher for the sink's ops; it keeps no outbox of its own worth delivering."""
-    config = Config(outbox=OutboxConfig(path=os.path.join(directory, ".sink-outbox.sqlite3")))
-    store = SinkStore(directory)
-    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        services = Services(config, outbox, extras={"sink": store})
-        yield Dispatcher(Registry(sink_ops(store)), services, Stats(), audit=False)
+async def open_memory_sink(directory: str, memory: MemoryConfig) -> AsyncIterator[MemorySink]:
+    """Open the store under ``directory`` and run its committer; both end on exit, after the
+    caller's connections (which must be served inside this context)."""
+    retention = Retention(memory.retention_max_bytes, memory.retention_max_age_s)
+    store = await trio.to_thread.run_sync(SinkStore, directory, retention)
+    try:
+        commits = GroupCommit(store)
+        # Frames on one connection run in sequence; this bounds connections, not frames.
+        limits = SpecialistLimits(max_running=1024, max_queued=1024)
+        config = Config(
+            outbox=OutboxConfig(path=os.path.join(directory, ".sink-outbox.sqlite3")),
+            tasks=TasksConfig(specialists={"memory": limits}),
+        )
+        # The dispatcher needs an outbox; the sink's (audit off) never receives a write.
+        async with (
+            open_outbox(config.outbox_path, config.outbox, MemoryConfig()) as outbox,
+            trio.open_nursery() as nursery,
+        ):
+            await nursery.start(commits.serve)
+            services = Services(config, outbox, extras={"sink": store})
+            dispatcher = Dispatcher(Registry(sink_ops(commits)), services, Stats(), audit=False)
+            yield MemorySink(store, commits, dispatcher, Shutdown())
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(store.close)
 
 
 async def serve_memory_sink(
     socket_path: str,
     directory: str,
+    memory: MemoryConfig | None = None,
     *,
     task_status: trio.TaskStatus[SinkStore] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the sink at ``socket_path`` until cancelled."""
-    conn = ConnectionConfig(
-        max_line_bytes=_MAX_BYTES,
-        max_frame_bytes=_MAX_BYTES,
-        max_in_flight=1024,
-        max_queued_replies=1024,
-    )
-    options = StreamOptions(conn, None, sequential=True)
-    shutdown = Shutdown()
-    async with open_sink_dispatcher(directory) as dispatcher, trio.open_nursery() as nursery:
+    """Serve the sink at ``socket_path`` until cancelled, retention from ``memory``."""
+    memory = memory or MemoryConfig()
+    async with open_memory_sink(directory, memory) as sink, trio.open_nursery() as nursery:
 
         async def handle(stream: trio.SocketStream, peer: Peer) -> None:
-            await serve_stream(stream, dispatcher, peer, options, shutdown)
+            await sink.serve_connection(stream, peer)
 
         await nursery.start(
             lambda task_status: serve_unix(
                 socket_path,
-                dispatcher.services.config.socket,
+                sink.dispatcher.services.config.socket,
                 handle,
                 handler_nursery=nursery,
                 task_status=task_status,
             )
         )
-        task_status.started(dispatcher.services.extras["sink"])
+        task_status.started(sink.store)

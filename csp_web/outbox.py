@@ -23,10 +23,11 @@ import trio
 
 from protocol import ErrorCode, Reply, Status
 
-from .client import Client, ClientClosed, open_client
+from .client import Client, ClientClosed
 from .config import MemoryConfig, OutboxConfig
 from .errors import OpError
 from .memory import MemoryWrite
+from .memory_link import MemoryLink, socket_link
 from .outbox_store import OutboxStore
 
 log = logging.getLogger("csp_web.outbox")
@@ -43,8 +44,16 @@ class _Waiter:
 class Outbox:
     """Pending memory writes; made by ``open_outbox``, which owns the store."""
 
-    def __init__(self, store: OutboxStore, config: OutboxConfig, memory: MemoryConfig) -> None:
+    def __init__(
+        self,
+        store: OutboxStore,
+        config: OutboxConfig,
+        memory: MemoryConfig,
+        *,
+        link: MemoryLink | None = None,
+    ) -> None:
         self._store = store
+        self._link = link
         self._config = config
         self._memory = memory
         self._db_lock = trio.Lock()
@@ -113,16 +122,14 @@ class Outbox:
 
     async def serve_delivery(self) -> None:
         """Deliver pending writes to the Memory Specialist until cancelled."""
-        path = self._memory.socket_path
-        if path is None:
-            log.info("no memory.socket_path: writes wait in the outbox")
+        link = self._link
+        if link is None:
+            log.info("no Memory Specialist: writes wait in the outbox")
             await trio.sleep_forever()
         backoff = self._memory.backoff_initial_s
         while True:
             try:
-                async with open_client(
-                    path, id_prefix="o", connect_timeout_s=self._memory.connect_timeout_s
-                ) as client:
+                async with link.open_client(id_prefix="o") as client:
                     self.connected = True
                     backoff = self._memory.backoff_initial_s
                     await self._deliver_forever(client)
@@ -213,16 +220,17 @@ def _sort_replies(
 
 @asynccontextmanager
 async def open_outbox(
-    path: str, config: OutboxConfig, memory: MemoryConfig
+    path: str, config: OutboxConfig, memory: MemoryConfig, *, link: MemoryLink | None = None
 ) -> AsyncIterator[Outbox]:
     """Open (creating if needed) the outbox at ``path`` and run its committer and delivery.
 
-    Pending writes from an earlier run are delivered first. The store is closed on exit;
+    Delivery goes over ``link``, by default to ``memory.socket_path``; with neither, writes
+    wait. Pending writes from an earlier run are delivered first. The store is closed on exit;
     what was not delivered stays in it for the next start.
     """
     store = await trio.to_thread.run_sync(OutboxStore, path, config.synchronous)
     try:
-        outbox = Outbox(store, config, memory)
+        outbox = Outbox(store, config, memory, link=link or socket_link(memory))
         if outbox.depth == 0:
             outbox._drained.set()
         async with trio.open_nursery() as nursery:

@@ -13,9 +13,10 @@ import trio
 
 from protocol import ErrorCode, Reply, Task
 
-from .client import ClientClosed, open_client
+from .client import ClientClosed
 from .config import MemoryConfig
 from .errors import OpError
+from .memory_link import MemoryLink, socket_link
 
 # What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4).
 DAEMON_TYPES = frozenset({"audit", "exec_log", "web_op", "cron_run"})
@@ -39,23 +40,21 @@ def client_write(task: Task) -> Task:
 class MemoryRelay:
     """Forwards tasks over a fresh connection each (memory calls are rare next to web ops)."""
 
-    def __init__(self, config: MemoryConfig) -> None:
+    def __init__(self, config: MemoryConfig, link: MemoryLink | None = None) -> None:
         self._config = config
+        self._link = link or socket_link(config)
 
     async def forward(self, task: Task) -> Reply:
         """The Memory Specialist's reply to ``task``; raises OpError(memory_unavailable), or
         invalid_field for a write that would pass for one of the daemon's own records."""
         task = client_write(task) if task.req == "write" else task
-        path = self._config.socket_path
-        if path is None:
-            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no memory.socket_path configured")
+        if self._link is None:
+            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no Memory Specialist configured")
         # The client's ID is the Memory Specialist's idempotency key: forward it unchanged.
         # A frame without one gets a prefix no other relay connection uses.
         prefix = f"r-{secrets.token_hex(8)}-"
         try:
-            async with open_client(
-                path, id_prefix=prefix, connect_timeout_s=self._config.connect_timeout_s
-            ) as client:
+            async with self._link.open_client(id_prefix=prefix) as client:
                 reply = await client.call(task, timeout_s=self._config.relay_timeout_s)
         except (OSError, ClientClosed, trio.TooSlowError) as exc:
             raise OpError(ErrorCode.MEMORY_UNAVAILABLE, type(exc).__name__) from exc

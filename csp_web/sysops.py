@@ -52,7 +52,7 @@ def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
         for code, count in sorted(stats.rejections.items()):
             fields.append(("REJECTED", f"{code}:{count}"))
         for key, value in sorted(ctx.services.extras.get("stats_lines", {}).items()):
-            fields.append((key, value))
+            fields.append((key, value() if callable(value) else value))
         return Result(data, scope=("sys",), fields=tuple(fields))
 
     return [

@@ -51,6 +51,7 @@ class ErrorCode(enum.StrEnum):
     # Memory Specialist relay.
     MEMORY_UNAVAILABLE = "memory_unavailable", "the Memory Specialist cannot be reached"
     MEMORY_ERROR = "memory_error", "the Memory Specialist answered with a failure"
+    ID_CONFLICT = "id_conflict", "the write's ID is already stored with other content"
 
     # Web specialist.
     URL_REJECTED = "url_rejected", "the URL fails the gate: scheme, port, host or syntax"

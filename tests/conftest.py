@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import ssl
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from csp_web.daemon import serve_daemon
 from csp_web.dispatch import Dispatcher
 from csp_web.memory_sink import SinkStore, serve_memory_sink
 from csp_web.registry import Op
+from csp_web.sink_store import STORE_FILE
 from specialists import open_specialists
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -145,20 +147,39 @@ async def daemon(nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: st
     return await start_daemon(nursery, config, path, specialists=True)
 
 
+def sink_text(directory: str, path: str) -> str | None:
+    """What the memory sink at ``directory`` stored at logical ``path`` (its writes joined in
+    order, as ``REQ:read`` returns them), or None. Read-only: the sink may be another process."""
+    db = sqlite3.connect(f"file:{os.path.join(directory, STORE_FILE)}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT data FROM writes WHERE path = ? ORDER BY seq", (path,)).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return None
+    finally:
+        db.close()
+    return "".join(d if d.endswith("\n") else d + "\n" for (d,) in rows) if rows else None
+
+
 def sink_records(directory: str, folder: str) -> list[dict[str, Any]]:
-    """The JSON records the memory sink stored under ``folder`` of ``directory``. A file the
-    sink is still appending to may not parse yet: it counts once it does (poll again)."""
+    """The JSON records the memory sink stored under ``folder`` of ``directory``."""
+    if not os.path.exists(os.path.join(directory, STORE_FILE)):
+        return []
+    db = sqlite3.connect(f"file:{os.path.join(directory, STORE_FILE)}?mode=ro", uri=True)
+    try:
+        prefix = folder.rstrip("/") + "/"
+        rows = db.execute(
+            "SELECT data FROM writes WHERE substr(path, 1, ?) = ? ORDER BY seq",
+            (len(prefix), prefix),
+        ).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return []
+    finally:
+        db.close()
     records = []
-    for root, _, files in os.walk(os.path.join(directory, folder)):
-        for name in files:
-            with open(os.path.join(root, name), encoding="utf-8") as file:
-                text = file.read()
-            try:
-                record = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
+    for (text,) in rows:
+        record = json.loads(text)
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 

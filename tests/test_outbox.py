@@ -37,7 +37,15 @@ from csp_web.replies import Result
 from csp_web.stats import Stats
 from csp_web.unix import serve_unix
 from protocol import ErrorCode, Reply, Status, Task
-from tests.conftest import Sink, sink_records, start_daemon, start_sink, wait_until, with_memory
+from tests.conftest import (
+    Sink,
+    sink_records,
+    sink_text,
+    start_daemon,
+    start_sink,
+    wait_until,
+    with_memory,
+)
 
 PING = Task("ping", "SYS", "PONG")
 _PING_BYTES = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
@@ -127,7 +135,7 @@ async def test_writes_reach_the_sink_in_put_order(
             await outbox.put(_write(n))
         with trio.fail_after(10):
             await outbox.wait_drained()
-    content = await trio.Path(sink.directory, "order", "log.txt").read_text("utf-8")
+    content = sink_text(sink.directory, "order/log.txt") or ""
     assert content.splitlines() == [f"line {n}" for n in range(40)]
 
 
@@ -199,7 +207,7 @@ async def test_a_new_outbox_delivers_what_an_earlier_one_left(
         with trio.fail_after(10):
             await second.wait_drained()
         assert second.delivered == 10
-    content = await trio.Path(sink.directory, "order", "log.txt").read_text("utf-8")
+    content = sink_text(sink.directory, "order/log.txt") or ""
     assert content.splitlines() == [f"line {n}" for n in range(10)]
 
 
@@ -230,9 +238,9 @@ async def test_a_web_op_runs_below_max_pending_and_is_refused_at_it(
     """M-2, E-1: at N-1 pending writes a web op runs (its audit makes N); at N the next web op
     gets FAIL outbox_full, while IN:SYS ops are still served."""
     max_pending = 3
-    limited = replace(
-        with_memory(config, None), outbox=OutboxConfig(max_pending=max_pending, reserve=2)
-    )
+    # A Memory Specialist that never answers (nothing listens): the writes stay pending.
+    silent = with_memory(config, os.path.join(sock_dir, "nobody.sock"))
+    limited = replace(silent, outbox=OutboxConfig(max_pending=max_pending, reserve=2))
     daemon = await start_daemon(nursery, limited, os.path.join(sock_dir, "csp.sock"), [NOOP])
     outbox = daemon.dispatcher.services.outbox
     for n in range(max_pending - 1):

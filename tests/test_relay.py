@@ -14,7 +14,7 @@ from csp_web.config import Config, SocketConfig
 from csp_web.context import Peer
 from csp_web.unix import serve_unix
 from protocol import ErrorCode, Reply, Status, Task
-from tests.conftest import Daemon, Sink, start_daemon, with_memory
+from tests.conftest import Daemon, Sink, sink_text, start_daemon, with_memory
 
 
 def _write(task_id: str, path: str, data: str) -> Task:
@@ -64,7 +64,7 @@ async def test_relayed_writes_with_different_ids_are_all_stored(daemon: Daemon, 
     replies = [await _call(daemon, _write(f"rw-{n}", f"relay/{n}.md", f"v{n}")) for n in range(3)]
     assert [r.get("DATA") for r in replies] == ["stored"] * 3
     for n in range(3):
-        assert await trio.Path(sink.directory, "relay", f"{n}.md").read_text("utf-8") == f"v{n}\n"
+        assert sink_text(sink.directory, f"relay/{n}.md") == f"v{n}\n"
 
 
 async def test_a_relayed_write_repeated_with_its_id_is_stored_once(
@@ -74,19 +74,25 @@ async def test_a_relayed_write_repeated_with_its_id_is_stored_once(
     await _call(daemon, _write("retry-1", "relay/retry.md", "once"))
     again = await _call(daemon, _write("retry-1", "relay/retry.md", "once"))
     assert again.id == "retry-1"
-    assert await trio.Path(sink.directory, "relay", "retry.md").read_text("utf-8") == "once\n"
+    assert sink_text(sink.directory, "relay/retry.md") == "once\n"
 
 
-async def test_relay_without_memory_socket_fails_memory_unavailable(
+async def test_relay_without_memory_socket_reaches_the_embedded_memory_specialist(
     nursery: trio.Nursery, config: Config, sock_dir: str
 ) -> None:
-    """M-3, E-1: with no memory.socket_path the relay answers FAIL memory_unavailable."""
+    """M-3, M-6: with no memory.socket_path, relayed writes and reads go to the embedded
+    Memory Specialist (they were FAIL memory_unavailable before it existed)."""
     daemon = await start_daemon(
         nursery, with_memory(config, None), os.path.join(sock_dir, "csp.sock")
     )
-    reply = await _call(daemon, _read("unset-1", "a.md"))
-    assert reply.id == "unset-1"
-    assert _code(reply) == ErrorCode.MEMORY_UNAVAILABLE
+    missing = await _call(daemon, _read("unset-1", "notes/a.md"))
+    written = await _call(daemon, _write("unset-2", "notes/a.md", "kept"))
+    read = await _call(daemon, _read("unset-3", "notes/a.md"))
+    assert _code(missing) == ErrorCode.INVALID_FIELD
+    assert written == Reply(
+        Status.OK, (("ID", "unset-2"), ("SCOPE", "[memory]"), ("DATA", "stored"))
+    )
+    assert read == Reply(Status.OK, (("ID", "unset-3"), ("SCOPE", "[memory]"), ("DATA", "kept\n")))
 
 
 async def test_relay_to_a_memory_specialist_that_is_down_fails_memory_unavailable(
@@ -128,7 +134,7 @@ async def test_relay_refuses_a_malformed_id_as_invalid_field(daemon: Daemon, sin
     """C-1, M-3: the relay checks the ID itself; nothing reaches the Memory Specialist."""
     reply = await _call(daemon, _write("bad id!", "bad.md", "x"))
     assert _code(reply) == ErrorCode.INVALID_FIELD
-    assert not await trio.Path(sink.directory, "bad.md").exists()
+    assert sink_text(sink.directory, "bad.md") is None
 
 
 async def test_relay_leaves_field_validation_to_the_memory_specialist(

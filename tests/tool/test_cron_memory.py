@@ -20,7 +20,7 @@ from csp_web.dispatch import Dispatcher
 from protocol import Reply, Status, Task
 from specialists.tool.cron import open_cron
 from specialists.tool.ops_cron import OPS, cron_extras
-from tests.conftest import Sink, sink_records
+from tests.conftest import Sink, sink_records, sink_text
 from tests.tool.cron_support import TrioWall, settle
 
 SWEEP = (
@@ -34,8 +34,9 @@ def _cron(*fields: tuple[str, str]) -> Task:
 
 
 def _stored(sink: Sink, *parts: str) -> str:
-    with open(os.path.join(sink.directory, *parts), encoding="utf-8") as file:
-        return file.read()
+    text = sink_text(sink.directory, "/".join(parts))
+    assert text is not None, parts
+    return text
 
 
 def _cron_runs(sink: Sink) -> list[dict[str, object]]:

@@ -1,0 +1,60 @@
+"""The embedded Memory Specialist: the reference sink running inside the daemon.
+
+With no ``memory.socket_path`` (the shipped default) the daemon still delivers every memory
+write as a CSP/1 frame, to this sink, so the outbox drains and a first run never piles writes up
+forever: the store under ``<state_dir>/memory`` is bounded by the retention settings. Each
+connection is an in-process socket pair (no path on disk another process could open) served by
+the same ``serve_stream`` loop as every other transport; delivery and the relay see a
+``MemoryLink`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from .config import Config
+from .context import Peer
+from .memory_link import MemoryLink, socket_link
+from .memory_sink import MemorySink, open_memory_sink
+
+EMBEDDED = "embedded"
+
+
+@asynccontextmanager
+async def open_memory_link(config: Config) -> AsyncIterator[tuple[MemoryLink, MemorySink | None]]:
+    """The link to the configured Memory Specialist, and the embedded sink when it is the one.
+
+    The embedded sink and its connections end on exit: leave this context after the outbox.
+    """
+    link = socket_link(config.memory)
+    if link is not None:
+        yield link, None
+        return
+    peer = Peer(EMBEDDED, os.getuid(), os.getpid())
+    async with (
+        open_memory_sink(config.memory_dir, config.memory) as sink,
+        trio.open_nursery() as connections,
+    ):
+
+        async def connect() -> trio.abc.Stream:
+            ours, theirs = trio.socket.socketpair()
+            connections.start_soon(sink.serve_connection, trio.SocketStream(theirs), peer)
+            return trio.SocketStream(ours)
+
+        timeout_s = config.memory.connect_timeout_s
+        yield MemoryLink(connect, name=EMBEDDED, connect_timeout_s=timeout_s), sink
+        connections.cancel_scope.cancel()
+
+
+def describe(sink: MemorySink) -> str:
+    """The embedded store's figures for ``REQ:stats`` (a ``MEMORY`` line)."""
+    store = sink.store
+    return (
+        f"embedded,count:{store.count},bytes:{store.bytes},"
+        f"max_bytes:{store.retention.max_bytes},max_age_s:{store.retention.max_age_s:g},"
+        f"commits:{sink.commits.commits},failed_commits:{sink.commits.failed_commits}"
+    )
