@@ -28,7 +28,7 @@ from .outbox import open_outbox
 from .registry import Op, Registry
 from .replies import Result
 from .stats import Stats
-from .unix import serve_unix
+from .unix import Lease, serve_unix
 
 _MAX_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
 
@@ -144,7 +144,7 @@ async def serve_memory_sink(
     shutdown = Shutdown()
     async with open_sink_dispatcher(directory) as dispatcher, trio.open_nursery() as nursery:
 
-        async def handle(stream: trio.SocketStream, peer: Peer) -> None:
+        async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
             await serve_stream(stream, dispatcher, peer, options, shutdown)
 
         await nursery.start(
