@@ -388,7 +388,7 @@ class _Session:
         self.bad_frames += 1
         self.dispatcher.stats.reject(code)
         if code is ErrorCode.TOO_MANY_BLANK_LINES:
-            log.warning("connection %s: newline flood, closing", self.peer.connection)
+            log.info("connection %s: newline flood, closing", self.peer.connection)
             await self.emit_error(code, detail, None)
             return False
         if self.bad_frames > self.options.config.max_bad_frames:
