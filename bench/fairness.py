@@ -41,13 +41,16 @@ PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 HERE = Path(__file__).resolve()
 
 
-def start_daemon(workdir: str, max_connections: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_daemon(
+    workdir: str, max_connections: int, per_uid: int
+) -> tuple[subprocess.Popen[bytes], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
     with open(config, "w") as file:
         file.write(
             f"daemon: {{state_dir: {workdir}/state, log_level: warning}}\n"
-            f"socket: {{max_connections: {max_connections}}}\n"
+            f"socket: {{max_connections: {max_connections}, "
+            f"max_connections_per_uid: {per_uid}}}\n"
         )
     command = [sys.executable, "-m", "csp_web.cli", "serve", "--config", config]
     with open(os.path.join(workdir, "daemon.log"), "ab") as log:  # its warnings stay out of ours
@@ -64,6 +67,13 @@ def start_daemon(workdir: str, max_connections: int) -> tuple[subprocess.Popen[b
 
 
 async def _busy_one(path: str, depth: int, stop: float) -> None:
+    try:
+        await _busy_loop(path, depth, stop)
+    except (OSError, trio.BrokenResourceError):  # refused at the backlog, or closed: drop out
+        return
+
+
+async def _busy_loop(path: str, depth: int, stop: float) -> None:
     stream = await trio.open_unix_socket(path)
     codec = Connection()
     async with stream:
@@ -240,15 +250,19 @@ def main() -> None:
         ("newlines", args.floods),
         ("hoarders", args.hoarders),
     ]
-    with tempfile.TemporaryDirectory(prefix="csp-fair-") as workdir:
-        proc, path = start_daemon(workdir, max(2048, args.busy + args.nonreading + 64))
-        try:
-            for kind, count in plan:
-                if args.only in (None, kind):
-                    print(scenario(path, kind, count, args), flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+    for kind, count in plan:
+        if args.only not in (None, kind):
+            continue
+        # A fresh daemon each; the hoarders fill exactly the per-uid cap (L-9), the others
+        # must not meet any cap.
+        cap = max(2048, args.busy + args.nonreading + 64)
+        with tempfile.TemporaryDirectory(prefix="csp-fair-") as workdir:
+            proc, path = start_daemon(workdir, cap, count if kind == "hoarders" else cap)
+            try:
+                print(scenario(path, kind, count, args), flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
     print(f"reproduce: python bench/fairness.py {' '.join(sys.argv[1:])}".rstrip())
 
 
