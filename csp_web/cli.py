@@ -1,7 +1,8 @@
 """The ``csp-web`` command: serve, check-config, send, replay, memory-sink.
 
 Exit codes: 0 success; 1 a reply was FAIL (send) or a transcript differed (replay);
-2 bad usage or configuration; 3 the daemon or peer could not be reached.
+2 bad usage or configuration; 3 the daemon or peer could not be reached; 4 (serve) the daemon
+stopped but its grace period cut tasks short (each was answered FAIL shutting_down).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .logs import setup_logging
 
 log = logging.getLogger("csp_web.cli")
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CUT = 0, 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,10 +97,10 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     _raise_open_files_limit()
 
-    async def run() -> None:
+    async def run() -> int:
         stdio = None if args.no_stdin else open_stdio_stream()
         async with open_specialists(config) as (ops, extras):
-            await serve_daemon(
+            return await serve_daemon(
                 config,
                 ops,
                 stdio=stdio,
@@ -110,14 +111,14 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     try:
         with hold_state_dir(config.daemon.state_dir):  # before anything opens state
-            trio.run(run)
+            cut = trio.run(run)
     except StateDirBusy as exc:
         print(f"csp-web: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (OSError, ValueError) as exc:
         log.error("cannot serve: %s", exc)
         return EXIT_UNREACHABLE
-    return EXIT_OK
+    return EXIT_CUT if cut else EXIT_OK
 
 
 def _raise_open_files_limit() -> None:

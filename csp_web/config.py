@@ -42,7 +42,7 @@ class SocketConfig:
 
 @dataclass(frozen=True)
 class ConnectionConfig:
-    """Per-connection budgets (SPEC L-1 to L-7)."""
+    """Per-connection budgets (SPEC L-1 to L-8)."""
 
     max_line_bytes: int = 256 * 1024
     max_frame_bytes: int = 1024 * 1024
@@ -52,7 +52,12 @@ class ConnectionConfig:
     idle_timeout_s: float = 300.0  # socket connections only; stdin never idles out
     max_bad_frames: int = 10  # aiosmtpd closes after a similar bogus-command budget
     max_queued_replies: int = 128
-    write_timeout_s: float = 10.0
+    write_timeout_s: float = 10.0  # from when a reply is queued until it is fully written
+    # Empty lines in a row between frames (L-8); RFC 9112 2.2 asks servers to skip at least one.
+    max_blank_lines: int = field(default=32, metadata={"zero_ok": True})
+    # Frames a connection starts before yielding to the others (fair turns, as trio's own
+    # serve_listeners accepts one connection per turn).
+    frames_per_turn: int = 16
 
 
 @dataclass(frozen=True)

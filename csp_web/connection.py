@@ -2,15 +2,23 @@
 
 stdin/stdout and every Unix-socket connection are ``trio.abc.Stream``s served by
 ``serve_stream``: a reader task feeds the sans-IO codec and starts one task per frame, a writer
-task sends replies in order. Budgets (SPEC L-4 to L-7): tasks in flight per connection
+task sends replies in order. Budgets (SPEC L-4 to L-8): tasks in flight per connection
 (back-pressure), a deadline to finish a started frame (slowloris), an idle timeout, a bounded
-reply queue with a write timeout, and a malformed-frame budget.
+reply queue whose oldest reply must be written within the write limit, a malformed-frame budget
+and an empty-line budget. A reader yields after ``frames_per_turn`` frames, so one busy
+connection cannot hold the scheduler while a fresh one waits.
+
+At shutdown every task still gets exactly one reply (SPEC R-1): a frame already received but not
+started (held by the in-flight cap, or still in the codec's buffer) is answered
+``shutting_down`` at once; one still running when the grace period ends is cancelled and
+answered ``shutting_down``; then the connection closes.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,22 +42,48 @@ from .context import Peer
 from .dispatch import Dispatcher
 from .errors import OpError
 from .replies import fail_reply
+from .unix import Lease
 
 log = logging.getLogger("csp_web.connection")
 _RECEIVE_BYTES = 65536
 
 
 class Shutdown:
-    """Tells every connection to stop reading; in-flight frames still finish and reply."""
+    """Tells every connection to stop reading; in-flight frames still finish and reply.
+
+    ``cut_at(deadline)`` bounds the work still running: at the deadline each task's work is
+    cancelled and the task answered ``shutting_down``. The counters say what happened to the
+    tasks that met the shutdown: ``answered`` finished with their own reply, ``cut`` were
+    cancelled by the grace period, ``refused`` were received but never started.
+    """
 
     def __init__(self) -> None:
         self.begun = trio.Event()
         self._scopes: set[trio.CancelScope] = set()
+        self._work: set[trio.CancelScope] = set()
+        self._work_deadline = math.inf
+        self.answered = self.cut = self.refused = 0
 
     def begin(self) -> None:
         self.begun.set()
         for scope in self._scopes:
             scope.cancel()
+
+    def cut_at(self, deadline: float) -> None:
+        """Cancel every task's work (running or yet to start) at ``deadline``."""
+        self._work_deadline = deadline
+        for scope in self._work:
+            scope.deadline = deadline
+
+    @contextmanager
+    def work_scope(self) -> Iterator[trio.CancelScope]:
+        """The scope one task's work runs in; the grace period's deadline reaches it."""
+        with trio.CancelScope(deadline=self._work_deadline) as scope:
+            self._work.add(scope)
+            try:
+                yield scope
+            finally:
+                self._work.discard(scope)
 
     @contextmanager
     def reader_scope(self) -> Iterator[None]:
@@ -89,6 +123,49 @@ class ReplyOrder:
         return b"".join(ready)
 
 
+class ReplyQueue:
+    """Replies waiting for the writer, with the time the oldest was queued (SPEC L-7).
+
+    ``put`` never blocks, so a reply is never lost to a cancellation between being made and
+    being queued; back-pressure is a separate ``wait_room`` that the producer awaits after.
+    """
+
+    def __init__(self, max_chunks: int) -> None:
+        self.max_chunks = max_chunks
+        self._chunks: deque[tuple[float, bytes]] = deque()
+        self._ready = trio.lowlevel.ParkingLot()
+        self._room = trio.lowlevel.ParkingLot()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def put(self, data: bytes) -> None:
+        self._chunks.append((trio.current_time(), data))
+        self._ready.unpark_all()
+
+    async def wait_room(self) -> None:
+        while len(self._chunks) >= self.max_chunks:
+            await self._room.park()
+
+    def close(self) -> None:
+        """No more puts: ``take`` returns None once the queue is empty."""
+        self._closed = True
+        self._ready.unpark_all()
+
+    async def take(self) -> tuple[float, bytes] | None:
+        """Everything queued as one write, and when its oldest part was queued."""
+        while not self._chunks:
+            if self._closed:
+                return None
+            await self._ready.park()
+        oldest = self._chunks[0][0]
+        data = b"".join(chunk for _, chunk in self._chunks)
+        self._chunks.clear()
+        self._room.unpark_all()
+        return oldest, data
+
+
 @dataclass(frozen=True)
 class StreamOptions:
     """How one transport is served; ``idle_timeout_s`` None means never idle out (stdin)."""
@@ -104,12 +181,20 @@ async def serve_stream(
     peer: Peer,
     options: StreamOptions,
     shutdown: Shutdown,
+    *,
+    lease: Lease | None = None,
 ) -> None:
-    """Serve frames from ``stream`` until EOF, a budget closes it, or shutdown; closes it."""
-    session = _Session(stream, dispatcher, peer, options)
+    """Serve frames from ``stream`` until EOF, a budget closes it, or shutdown; closes it.
+
+    With a ``lease`` (a Unix-socket connection) the gate may evict the connection while it is
+    idle, to admit a new one past a connection cap.
+    """
+    session = _Session(stream, dispatcher, peer, options, shutdown)
+    if lease is not None:
+        lease.tenant = session
     dispatcher.stats.connections += 1
     try:
-        await session.run(shutdown)
+        await session.run()
     finally:
         dispatcher.stats.connections -= 1
         await trio.aclose_forcefully(stream)
@@ -118,30 +203,64 @@ async def serve_stream(
 
 class _Session:
     def __init__(
-        self, stream: trio.abc.Stream, dispatcher: Dispatcher, peer: Peer, options: StreamOptions
+        self,
+        stream: trio.abc.Stream,
+        dispatcher: Dispatcher,
+        peer: Peer,
+        options: StreamOptions,
+        shutdown: Shutdown,
     ) -> None:
         config = options.config
+        self.shutdown = shutdown
         self.stream = stream
         self.dispatcher = dispatcher
         self.peer = peer
         self.options = options
         self.codec = Connection(
-            Limits(config.max_line_bytes, config.max_frame_bytes, config.max_fields)
+            Limits(
+                config.max_line_bytes,
+                config.max_frame_bytes,
+                config.max_fields,
+                config.max_blank_lines,
+            )
         )
-        self.send_replies, self.replies = trio.open_memory_channel[bytes](config.max_queued_replies)
+        self.replies = ReplyQueue(config.max_queued_replies)
         self.order = ReplyOrder()
         self.in_flight = trio.Semaphore(config.max_in_flight)
         self.bad_frames = 0
         self.frame_started: float | None = None
         self.last_activity = trio.current_time()
+        self.held: Task | None = None  # parsed, waiting for an in-flight slot
+        self.receive_scope: trio.CancelScope | None = None  # set while waiting for bytes
+        self.writing = False
+        self.evicted = False
 
-    async def run(self, shutdown: Shutdown) -> None:
+    def idle_since(self) -> float | None:
+        """When the connection last did anything, or None while it has anything to do."""
+        idle = (
+            self.receive_scope is not None
+            and not self.writing
+            and not len(self.replies)
+            and self.in_flight.value == self.options.config.max_in_flight
+            and not self.codec.in_frame
+        )
+        return self.last_activity if idle else None
+
+    def evict(self) -> None:
+        """Close the connection if it is still waiting for bytes (nothing read is lost)."""
+        self.evicted = True
+        if self.receive_scope is not None:
+            self.receive_scope.cancel()
+
+    async def run(self) -> None:
         async with trio.open_nursery() as outer:
             outer.start_soon(self.write_replies, outer.cancel_scope)
             async with trio.open_nursery() as tasks:
-                with shutdown.reader_scope():
+                with self.shutdown.reader_scope():
                     await self.read_frames(tasks)
-            await self.send_replies.aclose()
+                if self.shutdown.begun.is_set():
+                    self.refuse_received()
+            self.replies.close()
 
     async def read_frames(self, tasks: trio.Nursery) -> None:
         while True:
@@ -163,13 +282,19 @@ class _Session:
         """The next bytes (``b""`` at EOF), or None when a deadline closed the connection."""
         config = self.options.config
         while True:
-            with trio.move_on_at(self._deadline()):
+            with trio.move_on_at(self._deadline()) as self.receive_scope:
+                if self.evicted:
+                    self.receive_scope.cancel()
                 try:
                     data = await self.stream.receive_some(_RECEIVE_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return b""
-                self.last_activity = trio.current_time()
+                finally:
+                    self.receive_scope = None
                 return data
+            if self.evicted:
+                log.info("connection %s idle at a connection cap, evicted", self.peer.connection)
+                return None
             if self.codec.in_frame:
                 self.dispatcher.stats.reject(ErrorCode.FRAME_TIMEOUT)
                 detail = f"frame not completed within {config.frame_deadline_s:g}s"
@@ -188,14 +313,16 @@ class _Session:
         idle = self.options.idle_timeout_s
         if idle is None:
             return math.inf
-        # Idle counts from the last byte either way (a reply just sent is activity); while work
-        # in flight keeps a quiet connection open, look again one idle period later.
+        # Idle counts from the last frame either way (a reply just sent is activity, empty lines
+        # are not); while work in flight keeps a quiet connection open, look again later.
         deadline = self.last_activity + idle
         now = trio.current_time()
-        return deadline if deadline > now else now + idle
+        nothing_in_flight = self.in_flight.value == self.options.config.max_in_flight
+        return deadline if deadline > now or nothing_in_flight else now + idle
 
     async def handle_events(self, tasks: trio.Nursery) -> bool:
         """Start a task per complete frame; False when the connection should stop reading."""
+        turn = 0
         while True:
             try:
                 event = self.codec.next_event()
@@ -205,29 +332,65 @@ class _Session:
                     return False
                 continue
             if event is NEED_DATA:
+                if self.codec.in_frame:
+                    self.last_activity = trio.current_time()
                 return True
             if event is CLOSED:
                 return False
             self.frame_started = None  # a frame ended: the next one's clock starts afresh
+            self.last_activity = trio.current_time()
             if isinstance(event, Reply):
                 detail = "expected a TASK frame"
                 if not await self.count_bad_frame(ErrorCode.BAD_HEADER, detail, event.id):
                     return False
                 continue
             assert isinstance(event, Task)
-            try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
-                self.in_flight.acquire_nowait()
-            except trio.WouldBlock:
-                await self.in_flight.acquire()  # back-pressure: stop reading (L-4)
-            slot = self.order.reserve(event.id)
-            if self.options.sequential:
-                await self.run_task(event, slot)
+            await self.start_task(tasks, event)
+            turn += 1
+            if turn == self.options.config.frames_per_turn:
+                turn = 0
+                await trio.lowlevel.checkpoint()  # fair turns: let other connections read
+
+    async def start_task(self, tasks: trio.Nursery, task: Task) -> None:
+        try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
+            self.in_flight.acquire_nowait()
+        except trio.WouldBlock:
+            self.held = task  # answered shutting_down if the daemon stops meanwhile
+            await self.in_flight.acquire()  # back-pressure: stop reading (L-4)
+            self.held = None
+        slot = self.order.reserve(task.id)
+        if self.options.sequential:
+            await self.run_task(task, slot)
+        else:
+            tasks.start_soon(self.run_task, task, slot)
+
+    def refuse_received(self) -> None:
+        """Answer ``shutting_down`` to every task received but not started (SPEC R-1)."""
+        refused = [self.held] if self.held is not None else []
+        self.held = None
+        while True:
+            try:
+                event = self.codec.next_event()
+            except ProtocolError as exc:
+                self.queue_error(exc.code, exc.detail, exc.frame_id)
+                continue
+            if isinstance(event, Reply):
+                self.queue_error(ErrorCode.BAD_HEADER, "expected a TASK frame", event.id)
+            elif isinstance(event, Task):
+                refused.append(event)
             else:
-                tasks.start_soon(self.run_task, event, slot)
+                break  # NEED_DATA or CLOSED
+        for task in refused:
+            self.queue_error(ErrorCode.SHUTTING_DOWN, "daemon is stopping", task.id)
+        self.shutdown.refused += len(refused)
 
     async def count_bad_frame(self, code: ErrorCode, detail: str, frame_id: str | None) -> bool:
         self.bad_frames += 1
         self.dispatcher.stats.reject(code)
+        if code is ErrorCode.TOO_MANY_BLANK_LINES:
+            log.info("connection %s: newline flood, closing", self.peer.connection)
+            await self.emit_error(code, detail, None)
+            return False
         if self.bad_frames > self.options.config.max_bad_frames:
             limit = self.options.config.max_bad_frames
             await self.emit_error(ErrorCode.TOO_MANY_BAD_FRAMES, f"over {limit}", None)
@@ -236,46 +399,66 @@ class _Session:
         await self.emit_error(code, detail, frame_id)
         return True
 
+    def queue_error(self, code: ErrorCode, detail: str, frame_id: str | None) -> None:
+        self.dispatcher.stats.reject(code)
+        reply = fail_reply(OpError(code, detail), frame_id)
+        self.queue(self.order.reserve(frame_id), serialize(reply))
+
     async def emit_error(self, code: ErrorCode, detail: str, frame_id: str | None) -> None:
         reply = fail_reply(OpError(code, detail), frame_id)
         await self.send(self.order.reserve(frame_id), serialize(reply))
 
     async def run_task(self, task: Task, slot: int | None) -> None:
         try:
-            reply = await self.dispatcher.run(task, self.peer)
-            try:
-                data = serialize(reply)
-            except ValueError:
-                log.exception("reply to %s cannot be serialized", task.req)
-                error = OpError(ErrorCode.INTERNAL_ERROR, "reply not serializable")
-                data = serialize(fail_reply(error, task.id))
+            data = await self.work(task)
             await self.send(slot, data)
         finally:
             self.in_flight.release()
 
-    async def send(self, slot: int | None, data: bytes) -> None:
-        # One channel send per completion keeps ordered chunks from interleaving.
+    async def work(self, task: Task) -> bytes:
+        """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
+        shutdown = self.shutdown
+        with shutdown.work_scope() as scope:
+            reply = await self.dispatcher.run(task, self.peer)
+        if scope.cancelled_caught:
+            shutdown.cut += 1
+            self.dispatcher.stats.reject(ErrorCode.SHUTTING_DOWN)
+            error = OpError(ErrorCode.SHUTTING_DOWN, "grace period over, work cancelled")
+            return serialize(fail_reply(error, task.id))
+        if shutdown.begun.is_set():
+            shutdown.answered += 1
+        try:
+            return serialize(reply)
+        except ValueError:
+            log.exception("reply to %s cannot be serialized", task.req)
+            error = OpError(ErrorCode.INTERNAL_ERROR, "reply not serializable")
+            return serialize(fail_reply(error, task.id))
+
+    def queue(self, slot: int | None, data: bytes) -> None:
+        # One queue entry per completion keeps ordered chunks from interleaving.
         ready = self.order.complete(slot, data)
         if ready:
-            try:
-                self.send_replies.send_nowait(ready)
-            except trio.WouldBlock:
-                await self.send_replies.send(ready)
+            self.replies.put(ready)
+
+    async def send(self, slot: int | None, data: bytes) -> None:
+        self.queue(slot, data)
+        await self.replies.wait_room()  # back-pressure; the reply itself is already queued
 
     async def write_replies(self, connection_scope: trio.CancelScope) -> None:
-        """Send queued replies, batching what is ready; a stuck peer is disconnected (L-7)."""
-        async for first in self.replies:
-            chunks = [first]
-            while True:
-                try:
-                    chunks.append(self.replies.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+        """Send queued replies, batching what is ready. A reply not written within
+        ``write_timeout_s`` of being queued disconnects the peer (L-7): the deadline runs from
+        the queueing, so neither load nor a trickling reader can postpone it."""
+        limit = self.options.config.write_timeout_s
+        while (batch := await self.replies.take()) is not None:
+            queued_at, data = batch
+            self.writing = True
             try:
-                with trio.fail_after(self.options.config.write_timeout_s):
-                    await self.stream.send_all(b"".join(chunks))
+                with trio.fail_at(queued_at + limit):
+                    await self.stream.send_all(data)
             except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
                 log.warning("connection %s: peer not reading, closing", self.peer.connection)
                 connection_scope.cancel()
                 return
+            finally:
+                self.writing = False
             self.last_activity = trio.current_time()

@@ -1,9 +1,12 @@
 """The daemon's lifecycle: compose the services, serve the transports, stop gracefully.
 
-Shutdown (a signal, or EOF on stdin) stops accepting and reading, lets in-flight frames finish
-and reply within ``grace_period_s``, then gives the outbox what is left of the grace period to
-deliver pending memory writes (the rest stay on disk for the next start). A second signal
-cancels at once.
+Shutdown (a signal, or EOF on stdin) stops accepting and reading and answers ``shutting_down``
+to every frame already received but not started; in-flight frames finish and reply within
+``grace_period_s``. Work the grace period cuts is cancelled and answered ``shutting_down`` too
+(SPEC R-1), written within one write limit (``connection.write_timeout_s``), and one log line
+gives the counts. Then the outbox gets what is left of the grace period to deliver pending
+memory writes (the rest stay on disk for the next start). A second signal cancels at once.
+``serve_daemon`` returns how many tasks the grace period cut (the CLI exits 4 when any).
 
 One daemon owns a state directory: ``hold_state_dir`` keeps an exclusive lock on it for the
 daemon's life, so two daemons never fire the same cron run or write back each other's jobs.
@@ -15,6 +18,7 @@ import fcntl
 import functools
 import gc
 import logging
+import math
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +41,7 @@ from .registry import Op, Registry
 from .relay import MemoryRelay
 from .stats import Stats
 from .sysops import make_sys_ops
-from .unix import serve_unix
+from .unix import Lease, serve_unix
 
 log = logging.getLogger("csp_web.daemon")
 
@@ -136,8 +140,9 @@ async def serve_daemon(
     extras: dict[str, Any] | None = None,
     reload: Callable[[], Config] | None = None,
     task_status: trio.TaskStatus[Dispatcher] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it.
+) -> int:
+    """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it. Returns the
+    number of tasks the grace period cut (each was answered ``shutting_down``).
 
     ``extras`` are the specialists' shared services, opened and closed by the caller.
     ``reload`` loads the configuration again on SIGHUP (``reload_settings``).
@@ -172,6 +177,7 @@ async def serve_daemon(
                     await outbox.wait_drained()
             log.info("stopped; %d memory writes left in the outbox", outbox.depth)
             root.cancel_scope.cancel()
+    return shutdown.cut
 
 
 async def _serve_until_stopped(
@@ -184,8 +190,12 @@ async def _serve_until_stopped(
     task_status: trio.TaskStatus[Dispatcher],
 ) -> float:
     """Serve the transports until shutdown and in-flight work ends (or the grace period does);
-    returns the grace deadline, which also bounds the outbox flush that follows."""
+    returns the grace deadline, which also bounds the outbox flush that follows.
+
+    At the grace deadline the work still running is cancelled and answered ``shutting_down``;
+    the connections then have one write limit more to send those replies and close."""
     connections = trio.CancelScope()
+    deadline = math.inf
     with connections:
         async with trio.open_nursery() as nursery:
             await _start_transports(nursery, dispatcher, config, shutdown, stdio=stdio, path=path)
@@ -202,8 +212,20 @@ async def _serve_until_stopped(
             task_status.started(dispatcher)
             await shutdown.begun.wait()
             dispatcher.shutting_down = True
-            connections.deadline = trio.current_time() + config.daemon.grace_period_s
-    return connections.deadline
+            deadline = trio.current_time() + config.daemon.grace_period_s
+            shutdown.cut_at(deadline)
+            connections.deadline = deadline + config.connection.write_timeout_s
+    _log_shutdown(shutdown, config.daemon.grace_period_s)
+    return deadline
+
+
+def _log_shutdown(shutdown: Shutdown, grace_period_s: float) -> None:
+    counts = (shutdown.answered, shutdown.cut, shutdown.refused)
+    message = "shutdown: %d in-flight tasks answered, %d cut by the %gs grace period, %d refused"
+    if shutdown.cut:
+        log.warning(message, counts[0], counts[1], grace_period_s, counts[2])
+    else:
+        log.info(message, counts[0], counts[1], grace_period_s, counts[2])
 
 
 async def _start_transports(
@@ -220,8 +242,8 @@ async def _start_transports(
         listener_scope = trio.CancelScope()
         options = StreamOptions(conn_config, conn_config.idle_timeout_s)
 
-        async def handle(stream: trio.SocketStream, peer: Peer) -> None:
-            await serve_stream(stream, dispatcher, peer, options, shutdown)
+        async def handle(stream: trio.SocketStream, peer: Peer, lease: Lease) -> None:
+            await serve_stream(stream, dispatcher, peer, options, shutdown, lease=lease)
 
         async def run_listener(*, task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
             with listener_scope:

@@ -39,7 +39,7 @@ from .replies import Result
 from .sink_commit import CommittedReplies, GroupCommit
 from .sink_store import Retention, SinkStore
 from .stats import Stats
-from .unix import serve_unix
+from .unix import Lease, serve_unix
 
 __all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
 
@@ -157,7 +157,7 @@ async def serve_memory_sink(
     memory = memory or MemoryConfig()
     async with open_memory_sink(directory, memory) as sink, trio.open_nursery() as nursery:
 
-        async def handle(stream: trio.SocketStream, peer: Peer) -> None:
+        async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
             await sink.serve_connection(stream, peer)
 
         await nursery.start(

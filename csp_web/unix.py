@@ -2,7 +2,9 @@
 
 The socket is created 0600 inside a 0700 directory the daemon owns; a stale socket is removed
 only when it is a socket nobody answers on. Each accepted peer's uid (SO_PEERCRED) must be
-allowed, and connections are capped overall and per uid. Served with trio's own
+allowed, and connections are capped overall and per uid; at a cap the connection idle the
+longest is evicted to make room, and only when none is idle is the newcomer refused ``busy``
+(so idle hoarders cannot lock a uid out). Served with trio's own
 ``SocketListener`` and ``serve_listeners``, handlers running in a nursery the caller owns so
 that a shutdown can stop accepting while connections finish.
 """
@@ -17,6 +19,8 @@ import stat
 import struct
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -30,7 +34,29 @@ from .replies import fail_reply
 log = logging.getLogger("csp_web.unix")
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
-ConnectionHandler = Callable[[trio.SocketStream, Peer], Awaitable[None]]
+
+class Tenant(Protocol):
+    """What the gate needs from a served connection to evict it."""
+
+    def idle_since(self) -> float | None:
+        """When it last did anything, or None while it has work, bytes or replies pending."""
+
+    def evict(self) -> None:
+        """Close it soon, losing nothing it has received."""
+
+
+@dataclass(eq=False)
+class Lease:
+    """One admitted connection; the handler sets ``tenant`` to make it evictable."""
+
+    uid: int
+    connection: str
+    number: int  # acceptance order: of two equally idle connections the older goes first
+    tenant: Tenant | None = None
+    released: bool = False
+
+
+ConnectionHandler = Callable[[trio.SocketStream, Peer, Lease], Awaitable[None]]
 
 
 class SocketSetupError(Exception):
@@ -101,17 +127,49 @@ class Gate:
     def __init__(self, config: SocketConfig) -> None:
         self.config = config
         self.allowed = set(config.allowed_uids) or {os.geteuid()}
-        self.open = 0
+        self.leases: set[Lease] = set()
         self.per_uid: Counter[int] = Counter()
 
-    def refusal(self, uid: int) -> OpError | None:
+    @property
+    def open(self) -> int:
+        return len(self.leases)
+
+    def admit(self, uid: int, connection: str, number: int) -> Lease | OpError:
+        """A lease for a new connection, evicting an idle one at a cap; else the refusal."""
         if uid not in self.allowed:
             return OpError(ErrorCode.PERMISSION_DENIED, f"uid {uid} may not connect")
-        if self.open >= self.config.max_connections:
-            return OpError(ErrorCode.BUSY, "too many connections")
-        if self.per_uid[uid] >= self.config.max_connections_per_uid:
+        if self.per_uid[uid] >= self.config.max_connections_per_uid and not self._evict(uid):
             return OpError(ErrorCode.BUSY, f"too many connections for uid {uid}")
-        return None
+        if self.open >= self.config.max_connections and not self._evict(None):
+            return OpError(ErrorCode.BUSY, "too many connections")
+        lease = Lease(uid, connection, number)
+        self.leases.add(lease)
+        self.per_uid[uid] += 1
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        if not lease.released:
+            lease.released = True
+            self.leases.discard(lease)
+            self.per_uid[lease.uid] -= 1
+
+    def _evict(self, uid: int | None) -> bool:
+        """Evict the longest-idle connection (of ``uid``, if given); False if none is idle."""
+        idle = [
+            (since, lease.number, lease)
+            for lease in self.leases
+            if (uid is None or lease.uid == uid)
+            and lease.tenant is not None
+            and (since := lease.tenant.idle_since()) is not None
+        ]
+        if not idle:
+            return False
+        *_, victim = min(idle, key=lambda entry: entry[:2])
+        assert victim.tenant is not None
+        log.info("evicting idle %s (uid %d) to admit a new connection", victim.connection, uid)
+        victim.tenant.evict()
+        self.release(victim)
+        return True
 
 
 async def serve_unix(
@@ -130,21 +188,19 @@ async def serve_unix(
 
     async def accept(stream: trio.SocketStream) -> None:
         pid, uid = peer_credentials(stream.socket)
-        peer = Peer(f"unix-{next(counter)}", uid, pid)
-        refusal = gate.refusal(uid)
-        if refusal is not None:
-            log.warning("refused %s (uid %d pid %d): %s", peer.connection, uid, pid, refusal)
+        number = next(counter)
+        peer = Peer(f"unix-{number}", uid, pid)
+        lease = gate.admit(uid, peer.connection, number)
+        if isinstance(lease, OpError):
+            log.warning("refused %s (uid %d pid %d): %s", peer.connection, uid, pid, lease)
             with trio.move_on_after(1):
-                await stream.send_all(serialize(fail_reply(refusal, None)))
+                await stream.send_all(serialize(fail_reply(lease, None)))
             await trio.aclose_forcefully(stream)
             return
-        gate.open += 1
-        gate.per_uid[uid] += 1
         try:
-            await handler(stream, peer)
+            await handler(stream, peer, lease)
         finally:
-            gate.open -= 1
-            gate.per_uid[uid] -= 1
+            gate.release(lease)
 
     try:
         log.info("listening on %s", path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 _BLANK_LINE = re.compile(rb"\n\r?\n")
+_BLANK_RUN = re.compile(rb"(?:\r?\n)+")
 
 
 class LineBuffer:
@@ -42,6 +43,26 @@ class LineBuffer:
         line = bytes(self._data[self._start : stop])
         self._consume(end + 1)
         return line
+
+    def skip_blank_lines(self, most: int) -> int:
+        """Drop up to ``most`` empty lines at the front in one regex pass; how many it dropped.
+
+        A flood of bare newlines then costs one C-level scan per chunk, not a Python round
+        per byte. A CR at the very end stays buffered: it may be half of a CRLF.
+        """
+        match = _BLANK_RUN.match(self._data, self._start)
+        if match is None:
+            return 0
+        count = match.group().count(b"\n")
+        if count <= most:
+            self._consume(match.end())
+            return count
+        # Stop exactly after the ``most``-th newline, so the caller can report the next one.
+        end = self._start
+        for _ in range(most):
+            end = self._data.index(b"\n", end) + 1
+        self._consume(end)
+        return most
 
     def peek_block(self, max_bytes: int) -> tuple[list[bytes], int] | None:
         """The lines of a complete frame at the front and where it ends, without consuming.

@@ -31,7 +31,9 @@ class Connection:
     returns NEED_DATA or CLOSED. A malformed frame raises ProtocolError once; the connection
     has then skipped to the frame's closing blank line (or, for an over-long line, will skip
     there as bytes arrive), so the caller may answer FAIL and keep reading (SPEC R-6). Work per
-    received byte is constant: each byte is scanned for a newline once.
+    received byte is constant: each byte is scanned for a newline once, and a run of empty
+    lines between frames is dropped in one pass. More than ``max_blank_lines`` of them in a row
+    raise ``too_many_blank_lines`` (SPEC L-8); the caller should then close the connection.
     """
 
     def __init__(self, limits: Limits | None = None) -> None:
@@ -41,6 +43,7 @@ class Connection:
         self._frame_bytes = 0
         self._skip_line = False  # dropping the tail of an over-long line
         self._skip_frame = False  # dropping lines until the next blank line
+        self._blank_run = 0  # empty lines in a row since the last frame ended
         self._eof = False
 
     @property
@@ -61,6 +64,7 @@ class Connection:
         """The next complete frame, NEED_DATA, or CLOSED; raises ProtocolError."""
         while True:
             if not (self._lines or self._skip_line or self._skip_frame):
+                self._skip_blank_lines()
                 frame = self._whole_frame()
                 if frame is not None:
                     return frame
@@ -78,6 +82,15 @@ class Connection:
         """The bytes that carry ``frame`` to the peer."""
         return serialize(frame)
 
+    def _skip_blank_lines(self) -> None:
+        most = self.limits.max_blank_lines
+        self._blank_run += self._buffer.skip_blank_lines(most + 1 - self._blank_run)
+        if self._blank_run > most:
+            self._blank_run = 0
+            raise ProtocolError(
+                ErrorCode.TOO_MANY_BLANK_LINES, f"over {most} empty lines outside a frame"
+            )
+
     def _whole_frame(self) -> Frame | None:
         # Only a frame within every limit takes the fast path; the line-by-line path
         # handles anything else, so both report errors identically.
@@ -93,6 +106,7 @@ class Connection:
         ):
             return None
         self._buffer.consume_to(end)
+        self._blank_run = 0
         return parse_frame(lines)
 
     def _no_full_line(self) -> Frame | Sentinel:
@@ -114,6 +128,7 @@ class Connection:
     def _take_line(self, line: bytes) -> Frame | None:
         if not line:
             return self._end_frame()
+        self._blank_run = 0  # a frame has begun
         if self._skip_frame:
             return None
         if len(line) > self.limits.max_line_bytes:

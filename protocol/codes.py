@@ -29,6 +29,7 @@ class ErrorCode(enum.StrEnum):
     FRAME_TOO_LARGE = "frame_too_large", "a line, the frame or its field count passed a limit"
     FRAME_TIMEOUT = "frame_timeout", "a started frame was not completed in time"
     TOO_MANY_BAD_FRAMES = "too_many_bad_frames", "the peer sent too many malformed frames"
+    TOO_MANY_BLANK_LINES = "too_many_blank_lines", "too many empty lines in a row between frames"
 
     # Dispatch (csp_web/): the frame parsed but names no runnable task.
     UNKNOWN_OP = "unknown_op", "no op has this REQ"

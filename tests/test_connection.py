@@ -253,3 +253,144 @@ async def test_idle_time_counts_from_the_last_reply_not_from_the_request(
         second = await peer.reply()
     assert second is not None
     assert second.get("DATA") == "pong"
+
+
+def _sleeps(ids: list[str], ms: int) -> bytes:
+    return b"".join(f"TASK REQ:sleep {ms} IN:TEST OUT:SLEPT\nID {i}\n\n".encode() for i in ids)
+
+
+async def test_frames_held_by_the_in_flight_cap_are_answered_shutting_down_at_shutdown(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """C-5, R-1, L-4: two tasks run; the third waits for a slot and the fourth is still in the
+    buffer. At shutdown both get FAIL shutting_down at once; the running two finish."""
+    conn = replace(config.connection, max_in_flight=2)
+    async with open_harness(config) as harness:
+        peer = harness.connect(connection=conn)
+        await peer.send(_sleeps(["r0", "r1", "held", "buffered"], 1000))
+        await trio.testing.wait_all_tasks_blocked()
+        harness.dispatcher.shutting_down = True
+        harness.shutdown.begin()
+        with trio.fail_after(60):
+            replies = await peer.replies(4)
+            assert await peer.reply() is None
+    # ID'd replies may overtake each other (C-2): the two that ran finish in either order.
+    assert sorted((r.id, r.status) for r in replies[2:]) == [("r0", Status.OK), ("r1", Status.OK)]
+    assert {r.id for r in replies[:2]} == {"held", "buffered"}
+    assert {_code(r) for r in replies[:2]} == {"shutting_down"}
+    assert (harness.shutdown.answered, harness.shutdown.cut, harness.shutdown.refused) == (2, 0, 2)
+
+
+async def test_ordered_replies_still_come_in_request_order_when_shutdown_refuses_the_rest(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """C-2, C-5: frames without ID: the refused ones wait behind the running one's reply."""
+    conn = replace(config.connection, max_in_flight=1)
+    frames = b"TASK REQ:sleep 500 IN:TEST OUT:SLEPT\n\n" + PING * 2
+    async with open_harness(config) as harness:
+        peer = harness.connect(connection=conn)
+        await peer.send(frames)
+        await trio.testing.wait_all_tasks_blocked()
+        harness.dispatcher.shutting_down = True
+        harness.shutdown.begin()
+        with trio.fail_after(60):
+            first, *rest = await peer.replies(3)
+    assert first.get("DATA") == "slept:500"
+    assert [_code(r) for r in rest] == ["shutting_down", "shutting_down"]
+
+
+@pytest.mark.parametrize(("grace_s", "cut"), [(30.1, False), (29.9, True)])
+async def test_work_the_grace_period_cuts_is_answered_shutting_down_before_the_close(
+    config: Config, autojump_clock: trio.testing.MockClock, grace_s: float, cut: bool
+) -> None:
+    """C-5, R-1: a 30 s task under a longer grace period finishes; under a shorter one it is
+    cancelled at the deadline and still gets its one reply, FAIL shutting_down."""
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(b"TASK REQ:sleep 30000 IN:TEST OUT:SLEPT\nID long\nTIMEOUT_MS 60000\n\n")
+        await trio.testing.wait_all_tasks_blocked()
+        harness.dispatcher.shutting_down = True
+        harness.shutdown.begin()
+        harness.shutdown.cut_at(trio.current_time() + grace_s)
+        with trio.fail_after(60):
+            reply = await peer.reply()
+            assert await peer.reply() is None
+    assert reply is not None
+    assert reply.id == "long"
+    if cut:
+        assert _code(reply) == "shutting_down"
+    else:
+        assert reply.get("DATA") == "slept:30000"
+    assert (harness.shutdown.answered, harness.shutdown.cut) == ((0, 1) if cut else (1, 0))
+
+
+@pytest.mark.parametrize(("read_at_s", "closed"), [(14.9, False), (15.1, True)])
+async def test_write_limit_runs_from_when_a_reply_is_queued(
+    config: Config, mock_clock: trio.testing.MockClock, read_at_s: float, closed: bool
+) -> None:
+    """L-7: reply A blocks the writer at t=0 and reply B is queued behind it at t=5. The peer
+    reads A at t=9, so A met its limit; B must then be written by t=15, not by 9 + 10 = 19."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    async with open_harness(config) as harness:
+        peer = harness.connect(lockstep=True)
+        await peer.send(_sleeps(["a"], 0) + _sleeps(["b"], 5000))
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(5)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(4)
+        first = await peer.reply()  # t=9: reads A, which lets the writer take B
+        assert first is not None
+        assert first.id == "a"
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(read_at_s - 9)
+        await trio.testing.wait_all_tasks_blocked()
+        assert harness.dispatcher.stats.connections == (0 if closed else 1)
+
+
+@pytest.mark.parametrize(("blank", "closed"), [(32, False), (33, True)])
+async def test_empty_lines_between_frames_are_budgeted(
+    config: Config, blank: int, closed: bool
+) -> None:
+    """L-8: 32 extra empty lines after a frame are skipped; the 33rd closes the connection
+    with FAIL too_many_blank_lines."""
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(PING + b"\n" * blank + PING)
+        with trio.fail_after(10):
+            first = await peer.reply()
+            second = await peer.reply()
+            assert first is not None
+            assert first.get("DATA") == "pong"
+            if closed:
+                assert _code(second) == "too_many_blank_lines"
+                assert await peer.reply() is None
+            else:
+                assert second is not None
+                assert second.get("DATA") == "pong"
+
+
+async def test_a_flood_of_newlines_is_cut_off(config: Config) -> None:
+    """L-8: 64 KiB of bare newlines is one FAIL too_many_blank_lines and a close."""
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(b"\n" * 65536)
+        with trio.fail_after(10):
+            assert _code(await peer.reply()) == "too_many_blank_lines"
+            assert await peer.reply() is None
+
+
+@pytest.mark.parametrize(("wait_s", "closed"), [(299.0, False), (301.0, True)])
+async def test_empty_lines_do_not_keep_an_idle_connection_open(
+    config: Config, mock_clock: trio.testing.MockClock, wait_s: float, closed: bool
+) -> None:
+    """L-5, L-8: a newline every 10 s is not activity: the connection still idles out at 300 s."""
+    async with open_harness(config) as harness:
+        peer = harness.connect(idle_timeout_s=300.0)
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(int(wait_s // 10)):
+            await peer.send(b"\n")
+            mock_clock.jump(10)
+            await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(wait_s - 10 * int(wait_s // 10))
+        await trio.testing.wait_all_tasks_blocked()
+        assert harness.dispatcher.stats.connections == (0 if closed else 1)

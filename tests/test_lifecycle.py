@@ -24,7 +24,7 @@ import yaml
 from csp_web.client import open_client
 from csp_web.config import SocketConfig
 from csp_web.context import Peer
-from csp_web.unix import serve_unix
+from csp_web.unix import Lease, serve_unix
 from protocol import (
     CLOSED,
     Connection,
@@ -287,7 +287,7 @@ async def test_send_exits_three_when_the_daemon_hangs_up(
 ) -> None:
     """A peer that accepts and closes before replying is unreachable: exit 3, no traceback."""
 
-    async def hang_up(stream: trio.SocketStream, peer: Peer) -> None:
+    async def hang_up(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
         await stream.aclose()
 
     socket_path = os.path.join(sock_dir, "hangup.sock")
@@ -346,3 +346,63 @@ async def test_a_second_signal_stops_at_once_even_while_the_outbox_waits_to_flus
     await trio.sleep(0.5)  # let the daemon reach the flush wait (a bound, not an assertion)
     process.send_signal(signal.SIGTERM)
     assert await _wait_exit(process) == 0, Path(log_path).read_text()
+
+
+def _relayed_write(task_id: str) -> bytes:
+    fields = (("ID", task_id), ("TYPE", "document"), ("PATH", f"notes/{task_id}"), ("DATA", "x"))
+    return serialize(Task("write", "MEMORY", "ACK", None, fields))
+
+
+async def test_sigterm_answers_every_task_and_exits_4_when_the_grace_period_cuts_work(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], sock_dir: str
+) -> None:
+    """C-5, R-1, L-4: with a Memory Specialist that never answers, two relayed writes run and
+    three wait behind max_in_flight 2. SIGTERM answers the three shutting_down at once, the
+    1 s grace period cuts the two, every one gets its FAIL shutting_down before the close, one
+    log line gives the counts, and the daemon exits 4."""
+    relayed = trio.Semaphore(0)
+
+    async def never_answer(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        # The outbox connects here too (audit records); count only the relayed writes.
+        if b"PATH notes/" in await stream.receive_some(65536):
+            relayed.release()
+        await trio.sleep_forever()
+
+    memory_socket = os.path.join(sock_dir, "silent.sock")
+    await nursery.start(
+        partial(serve_unix, memory_socket, SocketConfig(), never_answer, handler_nursery=nursery)
+    )
+    config = _config_file(
+        tmp_path,
+        memory_socket,
+        daemon={"state_dir": os.path.join(tmp_path, "state"), "grace_period_s": 1.0},
+        connection={"max_in_flight": 2},
+    )
+    with open(config, encoding="utf-8") as file:
+        data = yaml.safe_load(file)
+    data["memory"]["relay_timeout_s"] = 600.0
+    data["tasks"] = {"default_timeout_ms": 600_000}
+    with open(config, "w", encoding="utf-8") as file:
+        yaml.safe_dump(data, file)
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    log_path = os.path.join(tmp_path, "serve.log")
+    process = await _start_serving(config, socket_path, _env(tmp_path), log_path)
+    ids = [f"w{n}" for n in range(5)]
+    stream = await trio.open_unix_socket(socket_path)
+    async with stream:
+        await stream.send_all(b"".join(_relayed_write(i) for i in ids))
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            for _ in range(2):  # both running writes reached the Memory Specialist
+                await relayed.acquire()
+        process.send_signal(signal.SIGTERM)
+        received = b""
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+    assert await _wait_exit(process) == 4, Path(log_path).read_text()
+    replies = _replies(received)
+    assert sorted(r.id or "" for r in replies) == ids
+    assert {(r.get("ERROR") or "").partition(":")[0] for r in replies} == {"shutting_down"}
+    assert "0 in-flight tasks answered, 2 cut by the 1s grace period, 3 refused" in (
+        Path(log_path).read_text()
+    )

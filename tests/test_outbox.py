@@ -35,7 +35,7 @@ from csp_web.outbox_store import OutboxStore
 from csp_web.registry import Op, Registry
 from csp_web.replies import Result
 from csp_web.stats import Stats
-from csp_web.unix import serve_unix
+from csp_web.unix import Lease, serve_unix
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import (
     Sink,
@@ -281,7 +281,7 @@ async def _serve_scripted_memory(
         options = StreamOptions(ConnectionConfig(), None, sequential=True)
         async with trio.open_nursery() as nursery:
 
-            async def handle(stream: trio.SocketStream, peer: Peer) -> None:
+            async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
                 await serve_stream(stream, dispatcher, peer, options, Shutdown())
 
             await nursery.start(

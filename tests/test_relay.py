@@ -12,7 +12,7 @@ import trio
 from csp_web.client import open_client
 from csp_web.config import Config, SocketConfig
 from csp_web.context import Peer
-from csp_web.unix import serve_unix
+from csp_web.unix import Lease, serve_unix
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import Daemon, Sink, sink_text, start_daemon, with_memory
 
@@ -115,7 +115,7 @@ async def test_relay_to_a_memory_specialist_that_hangs_up_fails_memory_unavailab
     """M-3, E-2: a Memory Specialist that accepts and closes without answering is
     memory_unavailable, not internal_error."""
 
-    async def hang_up(stream: trio.SocketStream, peer: Peer) -> None:
+    async def hang_up(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
         await stream.aclose()
 
     assert config.memory.socket_path is not None

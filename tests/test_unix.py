@@ -104,14 +104,27 @@ async def test_peer_with_uid_not_allowed_is_refused(
     assert daemon.dispatcher.stats.frames == 0
 
 
-@pytest.mark.parametrize(
+CAPS = pytest.mark.parametrize(
     "socket_config",
     [SocketConfig(max_connections=2), SocketConfig(max_connections_per_uid=2)],
     ids=["overall", "per-uid"],
 )
-async def test_connection_caps_admit_n_and_refuse_n_plus_1(
+
+
+async def _closed_by_server(stream: trio.SocketStream) -> bool:
+    with trio.fail_after(10):
+        try:
+            return await stream.receive_some(4096) == b""
+        except trio.BrokenResourceError:
+            return True
+
+
+@CAPS
+async def test_connection_cap_evicts_the_longest_idle_connection_for_a_new_one(
     nursery: trio.Nursery, config: Config, sock_dir: str, socket_config: SocketConfig
 ) -> None:
+    """L-9: N connections are admitted; the N+1st is served, and the connection idle the
+    longest is closed to make room (idle hoarders cannot lock a uid out)."""
     path = os.path.join(sock_dir, "csp.sock")
     await start_daemon(nursery, replace(config, socket=socket_config), path)
     held = [await trio.open_unix_socket(path) for _ in range(2)]
@@ -121,7 +134,34 @@ async def test_connection_caps_admit_n_and_refuse_n_plus_1(
             assert b"DATA pong" in await stream.receive_some(4096)
         reply = await _exchange(path)
         assert reply is not None
+        assert reply.get("DATA") == "pong"
+        assert await _closed_by_server(held[0])
+        await held[1].send_all(PING)
+        assert b"DATA pong" in await held[1].receive_some(4096)
+    finally:
+        for stream in held:
+            await stream.aclose()
+
+
+@CAPS
+async def test_connection_cap_refuses_n_plus_1_busy_when_no_connection_is_idle(
+    nursery: trio.Nursery, config: Config, sock_dir: str, socket_config: SocketConfig
+) -> None:
+    """L-9: a connection with a frame half-sent is not idle, so it is never evicted; with N
+    such connections the N+1st is refused busy, and served once one closes."""
+    path = os.path.join(sock_dir, "csp.sock")
+    await start_daemon(nursery, replace(config, socket=socket_config), path)
+    held = [await trio.open_unix_socket(path) for _ in range(2)]
+    try:
+        for stream in held:
+            await stream.send_all(PING)
+            assert b"DATA pong" in await stream.receive_some(4096)
+            await stream.send_all(PING[:-1])  # a frame begun: busy, not idle
+        reply = await _exchange(path)
+        assert reply is not None
         assert (reply.get("ERROR") or "").startswith("busy:")
+        await held[0].send_all(b"\n")
+        assert b"DATA pong" in await held[0].receive_some(4096)
     finally:
         for stream in held:
             await stream.aclose()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from protocol import Connection, ErrorCode, Limits, Reply, Status, Task
+from protocol import NEED_DATA, Connection, ErrorCode, Limits, ProtocolError, Reply, Status, Task
 
 from .helpers import Failed, byte_by_byte, close, feed, run, whole
 
@@ -210,7 +210,8 @@ def test_frame_limit_counts_one_byte_per_newline_even_for_crlf() -> None:
 def test_blank_lines_between_frames_do_not_count_toward_the_next_frame() -> None:
     """L-2, F-1: each frame's count starts at its header."""
     wire, frame = frame_of_size(SMALL.max_frame_bytes)
-    assert run([b"\n" * 100 + wire + wire], limits=SMALL) == [frame, frame]
+    many_blanks = Limits(SMALL.max_line_bytes, SMALL.max_frame_bytes, SMALL.max_fields, 100)
+    assert run([b"\n" * 100 + wire + wire], limits=many_blanks) == [frame, frame]
 
 
 def test_frame_too_large_carries_the_frame_id() -> None:
@@ -317,3 +318,66 @@ def test_unfinished_first_line_costs_no_more_per_byte_than_a_later_line() -> Non
         if as_first_line < budget:
             break
     assert as_first_line < budget
+
+
+# L-8: empty lines in a row outside a frame.
+
+BLANKS = Limits(max_blank_lines=3)
+TOO_MANY_BLANKS = Failed(ErrorCode.TOO_MANY_BLANK_LINES)
+
+
+@chunkings
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_max_blank_lines_between_frames_are_ignored(chunk: Chunker, newline: bytes) -> None:
+    """L-8, F-1: N empty lines after a frame's own closing one are skipped."""
+    wire = GOOD + newline * BLANKS.max_blank_lines + GOOD
+    assert run(chunk(wire), limits=BLANKS) == [GOOD_FRAME, GOOD_FRAME]
+
+
+@chunkings
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_one_blank_line_over_the_budget_is_too_many_blank_lines(
+    chunk: Chunker, newline: bytes
+) -> None:
+    """L-8: N+1 empty lines in a row raise too_many_blank_lines once they arrive."""
+    wire = GOOD + newline * (BLANKS.max_blank_lines + 1) + GOOD
+    assert run(chunk(wire), limits=BLANKS) == [GOOD_FRAME, TOO_MANY_BLANKS, GOOD_FRAME]
+
+
+def test_blank_line_budget_starts_afresh_after_each_frame() -> None:
+    """L-8: the budget counts empty lines in a row, so N between every two frames is fine."""
+    gap = b"\n" * BLANKS.max_blank_lines
+    assert run([(gap + GOOD) * 5], limits=BLANKS) == [GOOD_FRAME] * 5
+
+
+def test_blank_lines_before_the_first_frame_count_against_the_budget() -> None:
+    """L-8: a connection that opens with a flood of newlines is refused before any frame."""
+    conn = Connection(BLANKS)
+    conn.receive_data(b"\n" * 64 * 1024)
+    with pytest.raises(ProtocolError) as caught:
+        conn.next_event()
+    assert caught.value.code is ErrorCode.TOO_MANY_BLANK_LINES
+
+
+def test_a_run_of_blank_lines_is_skipped_in_one_pass() -> None:
+    """L-8: 64 KiB of newlines within the budget is one buffer operation, not one per byte:
+    the buffer is empty after a single next_event call."""
+    conn = Connection(Limits(max_blank_lines=1 << 20))
+    conn.receive_data(b"\n" * 64 * 1024)
+    assert conn.next_event() is NEED_DATA
+    assert not conn.in_frame
+
+
+def test_a_cr_at_the_end_of_a_blank_run_waits_for_its_lf() -> None:
+    """F-2: a trailing CR may be half of a CRLF, so it stays buffered."""
+    conn = Connection(BLANKS)
+    conn.receive_data(b"\n\r")
+    assert conn.next_event() is NEED_DATA
+    conn.receive_data(b"\n" + GOOD)
+    assert conn.next_event() == GOOD_FRAME
+
+
+def test_max_blank_lines_may_be_zero_but_not_negative() -> None:
+    assert run([GOOD + GOOD], limits=Limits(max_blank_lines=0)) == [GOOD_FRAME] * 2
+    with pytest.raises(ValueError, match="max_blank_lines"):
+        Limits(max_blank_lines=-1)

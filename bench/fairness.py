@@ -1,0 +1,270 @@
+"""Fairness under load: a fresh client's ping while adversaries hold the daemon's socket.
+
+Starts ``csp-web serve`` on a Unix socket in its own process, then for each scenario starts the
+adversaries in a second process (so their own scheduling never delays the measuring client)
+and measures a fresh client's ping round trip: connect, send one ping, read the pong.
+
+- ``baseline``: no adversary;
+- ``busy``: many connections, each keeping ``--depth`` pings in flight and reading replies;
+- ``nonreading``: connections that pipeline pings and never read (the write limit, L-7, must
+  close them); also reports how long each stayed open after the daemon stopped reading it
+  (its replies no longer fitting: a client send blocking over 0.5 s);
+- ``newlines``: connections flooding bare newlines, reconnecting when closed (L-8);
+- ``hoarders``: as many idle connections as the per-uid cap allows (L-9: evicted for newcomers).
+
+Goal (issue 8 item 10): fresh ping p99 <= 50 ms in every scenario. Every count and duration is
+bounded by the options below.
+
+    python bench/fairness.py [--busy 1000] [--nonreading 200] [--floods 4] [--hoarders 256]
+                             [--seconds 8] [--samples 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
+
+PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
+HERE = Path(__file__).resolve()
+
+
+def start_daemon(
+    workdir: str, max_connections: int, per_uid: int
+) -> tuple[subprocess.Popen[bytes], str]:
+    socket_path = os.path.join(workdir, "s", "csp.sock")
+    config = os.path.join(workdir, "bench.yaml")
+    with open(config, "w") as file:
+        file.write(
+            f"daemon: {{state_dir: {workdir}/state, log_level: warning}}\n"
+            f"socket: {{max_connections: {max_connections}, "
+            f"max_connections_per_uid: {per_uid}}}\n"
+        )
+    command = [sys.executable, "-m", "csp_web.cli", "serve", "--config", config]
+    with open(os.path.join(workdir, "daemon.log"), "ab") as log:  # its warnings stay out of ours
+        proc = subprocess.Popen([*command, "--socket", socket_path, "--no-stdin"], stderr=log)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(socket_path):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("daemon did not start")
+        time.sleep(0.05)
+    return proc, socket_path
+
+
+# --- adversaries (run in their own process: ``fairness.py --adversary KIND ...``)
+
+
+async def _busy_one(path: str, depth: int, stop: float) -> None:
+    try:
+        await _busy_loop(path, depth, stop)
+    except (OSError, trio.BrokenResourceError):  # refused at the backlog, or closed: drop out
+        return
+
+
+async def _busy_loop(path: str, depth: int, stop: float) -> None:
+    stream = await trio.open_unix_socket(path)
+    codec = Connection()
+    async with stream:
+        await stream.send_all(PING * depth)
+        while trio.current_time() < stop:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            codec.receive_data(data)
+            answered = 0
+            while isinstance(codec.next_event(), Reply):
+                answered += 1
+            if answered:
+                await stream.send_all(PING * answered)
+
+
+NONREADING_CAP_S = 40.0  # a non-reader still open after this is reported as never closed
+
+
+async def _nonreading_one(path: str, lifetimes: list[float]) -> None:
+    """Pipeline pings without reading until the daemon closes the connection."""
+    stream = await trio.open_unix_socket(path)
+    blocked_since = None  # when the daemon stopped reading us: its replies no longer fit
+    async with stream:
+        with trio.move_on_after(NONREADING_CAP_S):
+            try:
+                while True:
+                    started = trio.current_time()
+                    await stream.send_all(PING * 256)
+                    if blocked_since is None and trio.current_time() - started > 0.5:
+                        blocked_since = started
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                lifetimes.append(trio.current_time() - (blocked_since or started))
+
+
+async def _flood_one(path: str, stop: float) -> None:
+    flood = b"\n" * 65536
+    while trio.current_time() < stop:
+        try:
+            stream = await trio.open_unix_socket(path)
+            async with stream:
+                while trio.current_time() < stop:
+                    await stream.send_all(flood)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            await trio.lowlevel.checkpoint()
+
+
+async def _hoard(path: str, count: int, stop: float) -> None:
+    streams = []
+    for _ in range(count):
+        streams.append(await trio.open_unix_socket(path))
+    await trio.sleep_until(stop)
+    for stream in streams:
+        await stream.aclose()
+
+
+async def run_adversary(kind: str, path: str, count: int, depth: int, seconds: float) -> None:
+    stop = trio.current_time() + seconds
+    lifetimes: list[float] = []
+    with trio.move_on_at(stop + (NONREADING_CAP_S if kind == "nonreading" else 1)):
+        async with trio.open_nursery() as nursery:
+            if kind == "hoarders":
+                nursery.start_soon(_hoard, path, count, stop)
+            for _ in range(count if kind != "hoarders" else 0):
+                if kind == "busy":
+                    nursery.start_soon(_busy_one, path, depth, stop)
+                elif kind == "nonreading":
+                    nursery.start_soon(_nonreading_one, path, lifetimes)
+                else:
+                    nursery.start_soon(_flood_one, path, stop)
+    if kind == "nonreading":
+        longest = f"{max(lifetimes):.1f}" if lifetimes else "-"
+        print(
+            f"{len(lifetimes)}/{count} closed by the daemon; longest open after it stopped "
+            f"reading them: {longest} s (write limit 10 s)"
+        )
+
+
+# --- measurement
+
+
+async def fresh_ping(path: str) -> float:
+    """Seconds for a new connection's ping round trip (connect included)."""
+    started = time.perf_counter()
+    with trio.fail_after(120):
+        stream = await trio.open_unix_socket(path)
+        async with stream:
+            await stream.send_all(PING)
+            codec = Connection(Limits())
+            while True:
+                event = codec.next_event()
+                if isinstance(event, Reply):
+                    assert event.get("DATA") == "pong", event
+                    return time.perf_counter() - started
+                if event is CLOSED:
+                    raise RuntimeError("closed without a reply")
+                assert event is NEED_DATA
+                codec.receive_data(await stream.receive_some(4096))
+
+
+async def measure(path: str, samples: int, seconds: float) -> list[float]:
+    """Up to ``samples`` fresh pings spread over ``seconds``."""
+    times: list[float] = []
+    stop = trio.current_time() + seconds
+    gap = seconds / samples
+    while len(times) < samples and trio.current_time() < stop:
+        times.append(await fresh_ping(path))
+        await trio.sleep(gap)
+    return times
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def scenario(path: str, kind: str, count: int, args: argparse.Namespace) -> str:
+    adversary = None
+    if kind != "baseline":
+        adversary = subprocess.Popen(
+            [
+                *(sys.executable, str(HERE), "--adversary", kind, "--socket", path),
+                *(
+                    "--count",
+                    str(count),
+                    "--depth",
+                    str(args.depth),
+                    "--seconds",
+                    str(args.seconds),
+                ),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        time.sleep(min(2.0, args.seconds / 4))  # let the adversaries connect and ramp up
+    note = ""
+    try:
+        times = trio.run(measure, path, args.samples, args.seconds * 0.6)
+    finally:
+        if adversary is not None:
+            out, _ = adversary.communicate(timeout=args.seconds + NONREADING_CAP_S + 30)
+            note = out.decode().strip()
+    p50, p99 = percentile(times, 0.5) * 1000, percentile(times, 0.99) * 1000
+    verdict = "ok" if p99 <= 50 else "OVER 50 ms"
+    return (
+        f"{kind:<11} x{count:<5} fresh ping p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
+        f"max {max(times) * 1000:7.2f} ms  mean {statistics.mean(times) * 1000:6.2f} ms  "
+        f"({len(times)} samples)  {verdict}" + (f"\n            {note}" if note else "")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--busy", type=int, default=1000)
+    parser.add_argument("--nonreading", type=int, default=200)
+    parser.add_argument("--floods", type=int, default=4)
+    parser.add_argument("--hoarders", type=int, default=256)
+    parser.add_argument("--depth", type=int, default=8, help="pings in flight per busy client")
+    parser.add_argument("--seconds", type=float, default=8.0, help="per scenario")
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--only", help="run one scenario")
+    parser.add_argument("--adversary", help=argparse.SUPPRESS)
+    parser.add_argument("--socket", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.adversary:
+        trio.run(run_adversary, args.adversary, args.socket, args.count, args.depth, args.seconds)
+        return
+    plan = [
+        ("baseline", 0),
+        ("busy", args.busy),
+        ("nonreading", args.nonreading),
+        ("newlines", args.floods),
+        ("hoarders", args.hoarders),
+    ]
+    for kind, count in plan:
+        if args.only not in (None, kind):
+            continue
+        # A fresh daemon each; the hoarders fill exactly the per-uid cap (L-9), the others
+        # must not meet any cap.
+        cap = max(2048, args.busy + args.nonreading + 64)
+        with tempfile.TemporaryDirectory(prefix="csp-fair-") as workdir:
+            proc, path = start_daemon(workdir, cap, count if kind == "hoarders" else cap)
+            try:
+                print(scenario(path, kind, count, args), flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+    print(f"reproduce: python bench/fairness.py {' '.join(sys.argv[1:])}".rstrip())
+
+
+if __name__ == "__main__":
+    main()
