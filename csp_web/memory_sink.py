@@ -28,7 +28,7 @@ from .outbox import open_outbox
 from .registry import Op, Registry
 from .replies import Result
 from .stats import Stats
-from .unix import serve_unix
+from .unix import prepare_socket_directory, serve_unix
 
 _MAX_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
 
@@ -133,7 +133,9 @@ async def serve_memory_sink(
     *,
     task_status: trio.TaskStatus[SinkStore] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the sink at ``socket_path`` until cancelled."""
+    """Serve the sink at ``socket_path`` until cancelled. The socket's folder is made (0700)
+    before the store's, so a store folder beside the socket cannot leave it 0755."""
+    prepare_socket_directory(socket_path)
     conn = ConnectionConfig(
         max_line_bytes=_MAX_BYTES,
         max_frame_bytes=_MAX_BYTES,
