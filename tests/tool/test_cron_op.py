@@ -97,7 +97,6 @@ async def test_an_unknown_job_is_unknown_job(
         ([("ACTION", "run")], "missing_field"),
         ([ADD, ("SCHEDULE", "* * * * *"), ("TASK", TICK)], "missing_field"),
         ([ADD, ("JOB_ID", "j"), ("TASK", TICK)], "missing_field"),
-        ([ADD, ("JOB_ID", "j"), ("SCHEDULE", "* * * * *")], "missing_field"),
         ([("ACTION", "pause")], "invalid_field"),
         ([("ACTION", "list"), ("SCHEDULE", "* * * * *")], "invalid_field"),
         ([("ACTION", "disable"), ("JOB_ID", "j"), ("MISSED", "skip")], "invalid_field"),
