@@ -101,7 +101,7 @@ def _send_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         type=float,
         default=600.0,
         metavar="SECONDS",
-        help="how long to wait for each reply (default 600)",
+        help="how long to wait for each reply (default 600); exit 3 when one does not come",
     )
 
 

@@ -103,6 +103,7 @@ class _Session:
         self.codec = Connection(_LIMITS)
         self.printer = _Printer(options.as_json)
         self.closed = False
+        self.unanswered = False  # a reply did not come within --timeout
 
     async def feed(self, data: bytes) -> None:
         """Hand input to the parser (b"" is the end) and send every frame now complete."""
@@ -125,6 +126,13 @@ class _Session:
     async def _print(self, call: PendingCall) -> None:
         try:
             reply = await call.reply(timeout_s=self.options.timeout_s)
+        except trio.TooSlowError:
+            print(
+                f"csp-web: no reply to {call.id} within {self.options.timeout_s:g} s",
+                file=sys.stderr,
+            )
+            self.unanswered = True
+            return
         except ClientClosed:
             self.closed = True
             self.nursery.cancel_scope.cancel()
@@ -148,6 +156,8 @@ async def run_send(options: SendOptions) -> int:
         return EXIT_UNREACHABLE
     if bad_input:
         return EXIT_USAGE
+    if session.unanswered:
+        return EXIT_UNREACHABLE
     return EXIT_FAIL if session.printer.failed else EXIT_OK
 
 

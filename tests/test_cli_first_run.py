@@ -32,7 +32,7 @@ def test_ci_runs_exactly_the_readmes_second_command() -> None:
 
 def test_scripts_venv_refuses_a_python_older_than_3_11(tmp_path: Path) -> None:
     old = tmp_path / "python-old"
-    old.write_text("#!/bin/sh\ncase \"$*\" in *version_info*) exit 1;; *) echo Python 3.9.2;; esac\n")
+    old.write_text('#!/bin/sh\ncase "$*" in *version_info*) exit 1;; *) echo Python 3.9.2;; esac\n')
     old.chmod(0o755)
     clone = tmp_path / "clone"
     (clone / "scripts").mkdir(parents=True)

@@ -190,3 +190,33 @@ async def test_open_client_keeps_an_explicit_id_prefix(daemon: Daemon, prefix: s
     async with open_client(daemon.socket_path, id_prefix=prefix) as client:
         reply = await client.call({"REQ": "ping", "IN": "SYS", "OUT": "PONG"})
     assert reply.id == "job-1"
+
+
+async def test_a_reply_that_does_not_come_within_timeout_exits_3_naming_its_id(
+    sock_dir: str,
+) -> None:
+    """A peer that reads frames and never answers: send gives up after --timeout."""
+    path = os.path.join(sock_dir, "mute.sock")
+    listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await listener.bind(path)
+    listener.listen(1)
+
+    async def swallow() -> None:
+        conn, _ = await listener.accept()
+        with conn:
+            while await conn.recv(4096):
+                pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(swallow)
+        with trio.fail_after(60):
+            done = await trio.run_process(
+                [*CLI, "send", "--socket", path, "--timeout", "0.2", "-e", f"{PING}\\nID t1"],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+        nursery.cancel_scope.cancel()
+    listener.close()
+    assert (done.returncode, done.stdout) == (3, b"")
+    assert done.stderr.decode().splitlines() == ["csp-web: no reply to t1 within 0.2 s"]
