@@ -19,7 +19,7 @@ from importlib import resources
 import trio
 
 from . import __version__
-from .cli_send import SendOptions, send_main
+from .cli_send import SendOptions, leaves, send_main
 from .config import Config
 from .config_load import ConfigError, load_config
 from .logs import setup_logging
@@ -145,19 +145,13 @@ def _run_service(run: object, what: str) -> int:
     try:
         trio.run(run)
     except BaseException as exc:
-        causes = _leaves(exc)
+        causes = leaves(exc)
         if not causes or not all(isinstance(c, SocketSetupError | OSError) for c in causes):
             raise
         setup = [c for c in causes if isinstance(c, SocketSetupError)]
         print(f"csp-web: {what}: {(setup or causes)[0]}", file=sys.stderr)
         return EXIT_USAGE if setup else EXIT_UNREACHABLE
     return EXIT_OK
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:

@@ -151,6 +151,9 @@ async def run_send(options: SendOptions) -> int:
             # Nothing more is sent; frames already sent still get their replies printed.
             print(f"csp-web: send: not a valid frame: {exc}", file=sys.stderr)
             bad_input = True
+        except ClientClosed:  # the daemon hung up while a frame was being sent
+            session.closed = True
+            nursery.cancel_scope.cancel()
     if session.closed:
         print(f"csp-web: {options.path} closed the connection before replying", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -174,6 +177,20 @@ async def _feed_input(session: _Session, options: SendOptions) -> None:
 def send_main(options: SendOptions) -> int:
     try:
         return trio.run(run_send, options)
-    except (OSError, ClientClosed, trio.TooSlowError) as exc:
-        print(f"csp-web: cannot reach {options.path}: {exc or type(exc).__name__}", file=sys.stderr)
+    except BaseException as exc:
+        causes = leaves(exc)
+        if not all(isinstance(c, OSError | ClientClosed | trio.TooSlowError) for c in causes):
+            raise
+        detail = causes[0]
+        print(
+            f"csp-web: cannot reach {options.path}: {detail or type(detail).__name__}",
+            file=sys.stderr,
+        )
         return EXIT_UNREACHABLE
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
