@@ -1,8 +1,9 @@
-"""The ``csp-web`` command: serve, check-config, send, replay, memory-sink.
+"""The csp-web command: serve, send, replay, check-config, config, memory-sink.
 
 Exit codes: 0 success; 1 a reply was FAIL (send) or a transcript differed (replay);
-2 bad usage or configuration; 3 the daemon or peer could not be reached; 4 (serve) the daemon
-stopped but its grace period cut tasks short (each was answered FAIL shutting_down).
+2 bad usage or configuration, including a socket path that cannot be set up safely
+(or a state dir another daemon holds); 3 the daemon or peer could not be reached; 4 (serve) the
+daemon stopped but its grace period cut tasks short (each was answered FAIL shutting_down).
 """
 
 from __future__ import annotations
@@ -14,60 +15,104 @@ import resource
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import partial
+from importlib import resources
 
 import trio
 
-from protocol import (
-    CLOSED,
-    NEED_DATA,
-    Connection,
-    ErrorCode,
-    Limits,
-    ProtocolError,
-    Status,
-    Task,
-    serialize,
-)
-
-from .client import ClientClosed, open_client
+from . import __version__
+from .cli_send import SendOptions, leaves, send_main
 from .config import Config
 from .config_load import ConfigError, load_config
 from .logs import setup_logging
+from .unix import SocketSetupError
 
 log = logging.getLogger("csp_web.cli")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CUT = 0, 1, 2, 3, 4
+DEFAULT_CONFIG = "default_config.yaml"  # package data: the repository's config.yaml
+_CONFIG_HELP = "YAML configuration file (default: $CSP_WEB_CONFIG, else the embedded defaults)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="csp-web", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="csp-web",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"csp-web {__version__}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do; COMMAND -h for more"
+    )
     serve = sub.add_parser("serve", help="serve CSP/1 on stdin/stdout and optionally a socket")
-    serve.add_argument("--config", help="YAML file (default $CSP_WEB_CONFIG, else built-in)")
-    serve.add_argument("--socket", help="also serve this Unix socket path")
+    serve.add_argument("--config", help=_CONFIG_HELP)
+    serve.add_argument("--socket", metavar="PATH", help="also serve this Unix socket path")
     serve.add_argument("--no-stdin", action="store_true", help="serve the socket only")
     serve.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
-    check = sub.add_parser("check-config", help="load a config strictly and report")
-    check.add_argument("path", nargs="?")
-    send = sub.add_parser("send", help="send frames (stdin or -e) and print the replies")
-    send.add_argument("--socket", help="daemon socket (default: socket.path from config)")
-    send.add_argument("--config")
-    send.add_argument("-e", dest="frames", action="append", help="a frame; \\n for newlines")
+    _send_parser(sub)
     replay = sub.add_parser("replay", help="replay .csp transcripts and print differences")
-    replay.add_argument("files", nargs="+")
-    replay.add_argument("--socket", help="replay against a running daemon instead")
-    replay.add_argument("--config")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="transcript files (.csp)")
+    replay.add_argument(
+        "--socket", metavar="PATH", help="replay against the daemon at PATH instead"
+    )
+    replay.add_argument("--config", help=_CONFIG_HELP + "; in-process replay only")
+    check = sub.add_parser("check-config", help="load a configuration strictly and report")
+    check.add_argument(
+        "path", nargs="?", metavar="FILE", help="the file (default: $CSP_WEB_CONFIG)"
+    )
+    config = sub.add_parser("config", help="print configuration")
+    config.add_argument(
+        "--default",
+        action="store_true",
+        required=True,
+        help="print the embedded default configuration, every setting documented",
+    )
     sink = sub.add_parser("memory-sink", help="run the reference Memory Specialist")
-    sink.add_argument("--socket", required=True)
-    sink.add_argument("--dir", required=True)
+    sink.add_argument("--socket", required=True, metavar="PATH", help="Unix socket to serve")
+    sink.add_argument("--dir", required=True, help="folder the writes are stored in")
     return parser
+
+
+def _send_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    send = sub.add_parser(
+        "send",
+        help="send frames (stdin or -e) and print each reply as it arrives",
+        description="Send CSP/1 frames to a daemon: each frame goes out as soon as it is "
+        "complete and each reply is printed as it arrives. Frames without ID get one unique "
+        "across runs. Exit 0 when every reply is OK or PARTIAL, 1 when any is FAIL, 2 on bad "
+        "usage or a malformed frame, 3 when the daemon cannot be reached.",
+    )
+    send.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
+    send.add_argument("--config", help=_CONFIG_HELP)
+    send.add_argument(
+        "-e",
+        dest="frames",
+        action="append",
+        metavar="FRAME",
+        help="a frame to send instead of stdin (repeatable); \\n separates its lines, "
+        "escapes inside a quoted value stay the value's own",
+    )
+    send.add_argument("--json", action="store_true", help="print each reply as one JSON line")
+    send.add_argument(
+        "--wait",
+        action="store_true",
+        help="send each frame only after the previous reply arrived (for dependent frames)",
+    )
+    send.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to wait for each reply (default 600); exit 3 when one does not come",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "config":
+        return _print_default_config()
     try:
         config = load_config(getattr(args, "config", None) or getattr(args, "path", None))
     except ConfigError as exc:
@@ -77,12 +122,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ok: {args.path or os.environ.get('CSP_WEB_CONFIG') or 'built-in defaults'}")
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
-    setup_logging(config.daemon.log_level, as_json=as_json)
+    level = config.daemon.log_level
+    if args.command in ("send", "replay") and level in ("debug", "info"):
+        level = "warning"  # client commands print results, not the daemon's op log
+    setup_logging(level, as_json=as_json)
     handlers = {"serve": _serve, "send": _send, "replay": _replay, "memory-sink": _sink}
     try:
         return handlers[args.command](args, config)
     except KeyboardInterrupt:
         return EXIT_OK
+
+
+def _print_default_config() -> int:
+    try:
+        text = resources.files("csp_web").joinpath(DEFAULT_CONFIG).read_text("utf-8")
+    except OSError as exc:
+        print(f"csp-web: the embedded {DEFAULT_CONFIG} is missing: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
+    """trio.run ``run`` and return its exit code (None is EXIT_OK); a startup failure is one
+    line on stderr, never a traceback."""
+    try:
+        code = trio.run(run)
+    except BaseException as exc:
+        causes = leaves(exc)
+        if not causes or not all(isinstance(c, SocketSetupError | OSError) for c in causes):
+            raise
+        setup = [c for c in causes if isinstance(c, SocketSetupError)]
+        print(f"csp-web: {what}: {(setup or causes)[0]}", file=sys.stderr)
+        return EXIT_USAGE if setup else EXIT_UNREACHABLE
+    return EXIT_OK if code is None else code
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
@@ -100,7 +173,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     async def run() -> int:
         stdio = None if args.no_stdin else open_stdio_stream()
         async with open_specialists(config) as (ops, extras):
-            return await serve_daemon(
+            cut = await serve_daemon(
                 config,
                 ops,
                 stdio=stdio,
@@ -108,17 +181,14 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
                 extras=extras,
                 reload=partial(load_config, args.config),
             )
+        return EXIT_CUT if cut else EXIT_OK
 
     try:
         with hold_state_dir(config.daemon.state_dir):  # before anything opens state
-            cut = trio.run(run)
+            return _run_service(run, "cannot serve")
     except StateDirBusy as exc:
         print(f"csp-web: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (OSError, ValueError) as exc:
-        log.error("cannot serve: %s", exc)
-        return EXIT_UNREACHABLE
-    return EXIT_CUT if cut else EXIT_OK
 
 
 def _raise_open_files_limit() -> None:
@@ -129,47 +199,13 @@ def _raise_open_files_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _read_frames(args: argparse.Namespace) -> list[Task]:
-    data = (
-        "\n\n".join(f.replace("\\n", "\n") for f in args.frames) + "\n\n"
-        if args.frames
-        else sys.stdin.read()
-    )
-    codec = Connection(Limits(64 << 20, 64 << 20, 100_000))
-    codec.receive_data(data.encode("utf-8"))
-    codec.receive_data(b"")
-    tasks = []
-    while (event := codec.next_event()) not in (NEED_DATA, CLOSED):
-        if not isinstance(event, Task):
-            raise ProtocolError(ErrorCode.BAD_HEADER, "send takes TASK frames")
-        tasks.append(event)
-    return tasks
-
-
 def _send(args: argparse.Namespace, config: Config) -> int:
     path = args.socket or config.socket.path
     if not path:
         print("csp-web: send needs --socket or socket.path", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        tasks = _read_frames(args)
-    except ProtocolError as exc:
-        print(f"csp-web: not a valid frame: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-    async def run() -> int:
-        async with open_client(path) as client:
-            replies = await client.call_many(list(tasks), timeout_s=600)
-        for reply in replies:
-            sys.stdout.buffer.write(serialize(reply))
-        sys.stdout.flush()
-        return EXIT_FAIL if any(r.status is Status.FAIL for r in replies) else EXIT_OK
-
-    try:
-        return trio.run(run)
-    except (OSError, ClientClosed, trio.TooSlowError) as exc:
-        print(f"csp-web: cannot reach {path}: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+    frames = tuple(args.frames) if args.frames else None
+    return send_main(SendOptions(path, frames, args.json, args.wait, args.timeout))
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
@@ -193,12 +229,7 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
                     nursery.cancel_scope.cancel()
                     return
 
-    try:
-        trio.run(run)
-    except OSError as exc:
-        log.error("cannot serve: %s", exc)
-        return EXIT_UNREACHABLE
-    return EXIT_OK
+    return _run_service(run, "memory-sink")
 
 
 if __name__ == "__main__":

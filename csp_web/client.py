@@ -10,6 +10,7 @@ The daemon uses the same client to reach the Memory Specialist (outbox delivery 
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -26,6 +27,27 @@ class _Pending:
     def __init__(self) -> None:
         self.event = trio.Event()
         self.reply: Reply | None = None
+
+
+class PendingCall:
+    """A frame sent and awaiting its reply; made by ``Client.start_call``."""
+
+    def __init__(self, client: Client, task_id: str, pending: _Pending) -> None:
+        self._client = client
+        self.id = task_id
+        self._pending = pending
+
+    async def reply(self, *, timeout_s: float = 60.0) -> Reply:
+        """The reply; raises ClientClosed when the connection ends first and
+        trio.TooSlowError after ``timeout_s``."""
+        try:
+            with trio.fail_after(timeout_s):
+                await self._pending.event.wait()
+        finally:
+            self._client._pending.pop(self.id, None)
+        if self._pending.reply is None:
+            raise ClientClosed("connection closed before the reply")
+        return self._pending.reply
 
 
 class Client:
@@ -69,6 +91,21 @@ class Client:
         if any(reply is None for reply in replies):
             raise ClientClosed("connection closed before the reply")
         return [reply for reply in replies if reply is not None]
+
+    async def start_call(self, task: Task | Mapping[str, str]) -> PendingCall:
+        """Send ``task`` now and return its pending reply, for callers that stream frames
+        and collect replies as they come. Raises ValueError when its ID is already awaited."""
+        frame = self._with_id(as_task(task))
+        task_id = frame.id or ""
+        if task_id in self._pending:
+            raise ValueError(f"ID {task_id} is already awaiting a reply")
+        pending = self._register(task_id)
+        try:
+            await self._send(self._codec.send(frame))
+        except BaseException:
+            self._pending.pop(task_id, None)
+            raise
+        return PendingCall(self, task_id, pending)
 
     async def serve_replies(self) -> None:
         """Read replies until EOF, waking their callers; run by ``open_client``."""
@@ -130,15 +167,24 @@ def as_task(task: Task | Mapping[str, str]) -> Task:
     return Task(task["REQ"], task["IN"], task["OUT"], task.get("INLINE"), fields)
 
 
+def new_id_prefix() -> str:
+    """A random prefix for a client's automatic IDs, e.g. ``c3f9a0b1c2d4e-``."""
+    return f"c{secrets.token_hex(6)}-"
+
+
 @asynccontextmanager
 async def open_client(
     path: str,
     *,
     limits: Limits | None = None,
-    id_prefix: str = "c",
+    id_prefix: str | None = None,
     connect_timeout_s: float = 5.0,
 ) -> AsyncIterator[Client]:
     """Connect to the Unix socket at ``path``; the client and its reader close on exit.
+
+    Tasks sent without ``ID`` get ``<id_prefix><n>``; the default prefix is random per client
+    (``c`` and 12 hex digits), so automatic IDs do not repeat across runs, where a Memory
+    Specialist that de-duplicates by ID would take a new write for an old one (SPEC M-2).
 
     Raises OSError when nothing listens there, trio.TooSlowError when connecting stalls.
     """
@@ -150,14 +196,14 @@ async def open_client(
 
 @asynccontextmanager
 async def open_stream_client(
-    stream: trio.abc.Stream, *, limits: Limits | None = None, id_prefix: str = "c"
+    stream: trio.abc.Stream, *, limits: Limits | None = None, id_prefix: str | None = None
 ) -> AsyncIterator[Client]:
     """A client over ``stream``, already connected (a Unix socket, an in-process pair); the
-    client closes the stream on exit."""
+    client closes the stream on exit. Automatic IDs as ``open_client``'s."""
     client = Client(
         stream,
         limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),
-        id_prefix=id_prefix,
+        id_prefix=id_prefix if id_prefix is not None else new_id_prefix(),
     )
     async with stream:
         try:

@@ -39,7 +39,7 @@ from .replies import Result
 from .sink_commit import CommittedReplies, GroupCommit
 from .sink_store import Retention, SinkStore
 from .stats import Stats
-from .unix import Lease, serve_unix
+from .unix import Lease, prepare_socket_directory, serve_unix
 
 __all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
 
@@ -153,7 +153,10 @@ async def serve_memory_sink(
     *,
     task_status: trio.TaskStatus[SinkStore] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the sink at ``socket_path`` until cancelled, retention from ``memory``."""
+    """Serve the sink at ``socket_path`` until cancelled, retention from ``memory``. The
+    socket's folder is made (0700) before the store's, so a store folder beside the socket
+    cannot leave it 0755."""
+    prepare_socket_directory(socket_path)
     memory = memory or MemoryConfig()
     async with open_memory_sink(directory, memory) as sink, trio.open_nursery() as nursery:
 

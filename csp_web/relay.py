@@ -19,8 +19,8 @@ from .errors import OpError
 from .memory_link import MemoryLink, socket_link
 
 # What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4).
-DAEMON_TYPES = frozenset({"audit", "exec_log", "web_op", "cron_run"})
-DAEMON_FOLDERS = ("audit/", "exec-logs/", "web-ops/", "cron-runs/")
+DAEMON_TYPES = frozenset({"audit", "exec_log", "web_op", "cron_run", "cron_due"})
+DAEMON_FOLDERS = ("audit/", "exec-logs/", "web-ops/", "cron-runs/", "cron-due/")
 DAEMON_ID_PREFIX = "w-"
 
 

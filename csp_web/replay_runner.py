@@ -1,9 +1,17 @@
-"""``csp-web replay``: run transcripts in-process (a fresh daemon core) or over a socket."""
+"""``csp-web replay``: run transcripts in-process (a fresh daemon core) or over a socket.
+
+In-process replay brings its own reference Memory Specialist, in a temporary folder that lives
+as long as the replay, so transcripts that write and read memory replay the same on every run.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import trio
 import trio.testing
@@ -13,6 +21,7 @@ from .connection import Shutdown, StreamOptions, serve_stream
 from .context import Peer
 from .daemon import build_dispatcher
 from .dispatch import Dispatcher
+from .memory_sink import serve_memory_sink
 from .outbox import open_outbox
 from .transcript import Transcript, TranscriptError, parse_transcript, replay
 
@@ -35,8 +44,32 @@ async def replay_over_socket(transcript: Transcript, path: str) -> list[str]:
         return await replay(transcript, stream)
 
 
+@asynccontextmanager
+async def own_memory_sink(config: Config) -> AsyncIterator[Config]:
+    """Run a fresh reference Memory Specialist for the block; ``config`` pointed at it, with
+    the daemon's state in the same temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="csp-web-replay-", dir="/tmp") as folder:
+        socket_path = os.path.join(folder, "sock", "memory.sock")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_memory_sink, socket_path, os.path.join(folder, "memory"))
+            yield replace(
+                config,
+                daemon=replace(config.daemon, state_dir=os.path.join(folder, "state")),
+                memory=replace(config.memory, socket_path=socket_path),
+            )
+            nursery.cancel_scope.cancel()
+
+
 async def replay_files(files: Sequence[str], config: Config, socket_path: str | None) -> int:
-    """Replay each file, print its differences; the number of failing files."""
+    """Replay each file, print its differences; the number of failing files. Without
+    ``socket_path`` the replay is in-process, with its own Memory Specialist."""
+    if socket_path is not None:
+        return await _replay_all(files, config, socket_path)
+    async with own_memory_sink(config) as with_sink:
+        return await _replay_all(files, with_sink, None)
+
+
+async def _replay_all(files: Sequence[str], config: Config, socket_path: str | None) -> int:
     from specialists import open_specialists
 
     failures = 0

@@ -75,7 +75,10 @@ def _prepare_directory(path: str) -> None:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.stat(directory)
     if info.st_uid != os.geteuid() or info.st_mode & 0o077:
-        raise SocketSetupError(f"{directory} must be owned by uid {os.geteuid()} and mode 0700")
+        raise SocketSetupError(
+            f"{directory} must be owned by uid {os.geteuid()} and mode 0700"
+            f" (it is uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):04o})"
+        )
 
 
 async def _remove_stale(path: str) -> None:
@@ -97,15 +100,30 @@ async def _remove_stale(path: str) -> None:
     os.unlink(path)
 
 
+def prepare_socket_directory(path: str) -> None:
+    """Create the socket's folder 0700 (or check it is private); raises SocketSetupError."""
+    try:
+        _prepare_directory(path)
+    except OSError as exc:
+        raise SocketSetupError(f"cannot create the folder of {path}: {exc.strerror}") from exc
+
+
 async def open_unix_listener(path: str, *, backlog: int) -> trio.SocketListener:
-    """Bind a private listening socket at ``path``; raises SocketSetupError or OSError."""
-    _prepare_directory(path)
-    await _remove_stale(path)
+    """Bind a private listening socket at ``path``; raises SocketSetupError, whose message is
+    one line naming the path and the cause."""
+    prepare_socket_directory(path)
+    try:
+        await _remove_stale(path)
+    except OSError as exc:
+        raise SocketSetupError(f"cannot check the old socket {path}: {exc.strerror}") from exc
     sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
     try:
         await sock.bind(path)
         os.chmod(path, 0o600)
         sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        raise SocketSetupError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
     except BaseException:
         sock.close()
         raise

@@ -93,7 +93,7 @@ def test_replay_cli_runs_transcripts_in_process(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    files = [str(p) for p in TRANSCRIPTS if p.stem != "memory_relay"]
+    files = [str(p) for p in TRANSCRIPTS]  # memory_relay too: replay brings its own sink
     done = subprocess.run(
         [sys.executable, "-m", "csp_web.cli", "replay", *files],
         capture_output=True,

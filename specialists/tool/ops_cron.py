@@ -18,6 +18,9 @@ Every reply carries the seed's ``DATA jobs:N,active:N,disabled:N`` as it stands 
 action. ``list`` adds one ``JOB <json>`` line per job; ``run`` adds ``JOB_RUN``, ``RUN_KEY``,
 ``RUN_STATUS`` and, when the job's task failed, ``RUN_ERROR`` (the cron op itself is OK: it
 ran the job). The daemon composes the service with ``cron_extras``.
+
+Without ``TASK`` (the seed's own example) the job is a reminder: each run writes a
+``cron_due`` record (job, run key, scheduled time, description) to the Memory Specialist.
 """
 
 from __future__ import annotations
@@ -108,12 +111,11 @@ def _next_run(job: Job) -> tuple[Field, ...]:
 def _new_job(params: Params, service: CronService) -> NewJob:
     job_id = _job_id(params, required=True)
     assert job_id is not None
-    for name in ("SCHEDULE", "TASK"):
-        if name not in params:
-            raise OpError(ErrorCode.MISSING_FIELD, name, scope=SCOPE)
+    if "SCHEDULE" not in params:
+        raise OpError(ErrorCode.MISSING_FIELD, "SCHEDULE", scope=SCOPE)
     try:
         schedule = parse_schedule(params.text("SCHEDULE"), params.opt_text("TZ"))
-        task = parse_job_task(params.text("TASK"))
+        task = parse_job_task(params.text("TASK")) if "TASK" in params else None
     except (ScheduleError, JobTaskError) as exc:
         raise _invalid(str(exc)) from None
     missed = params.opt_text("MISSED") or service.config.default_missed
@@ -206,7 +208,11 @@ OPS = [
             FieldSpec("TZ", max_chars=64, doc="IANA zone of SCHEDULE (default UTC)"),
             FieldSpec("TASK_DESCRIPTION", max_chars=500),  # the seed's 500-char summaries
             # A whole CSP/1 task frame; 16 KiB keeps 100 jobs' file under 2 MB.
-            FieldSpec("TASK", max_chars=16 * 1024, doc="the CSP/1 task frame the job runs"),
+            FieldSpec(
+                "TASK",
+                max_chars=16 * 1024,
+                doc="the CSP/1 task frame the job runs; without it, a reminder (cron_due)",
+            ),
             FieldSpec("MISSED", "choice", choices=MISSED_POLICIES, doc="default from config"),
         ),
         inline="ACTION",

@@ -52,6 +52,11 @@ def parse_job_task(text: str) -> Task:
     return first
 
 
+def task_summary(task: Task | None) -> str | None:
+    """``REQ:x IN:Y OUT:Z`` of a job's task; None for a reminder."""
+    return None if task is None else f"REQ:{task.req} IN:{task.domain} OUT:{task.out}"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one run ended: its key, scheduled (or manual) time, reply status and ERROR."""
@@ -78,7 +83,7 @@ class Job:
 
     id: str
     schedule: Schedule
-    task: Task
+    task: Task | None  # None: a reminder, whose runs are cron_due records in memory
     description: str
     missed: Missed
     cursor: datetime.datetime
@@ -110,7 +115,7 @@ class Job:
             "tz": self.schedule.tz,
             "enabled": self.enabled,
             "description": self.description,
-            "task": f"REQ:{self.task.req} IN:{self.task.domain} OUT:{self.task.out}",
+            "task": task_summary(self.task),
             "next_run": iso(self.next_at) if self.next_at else None,
             "missed": self.missed,
             "owner_uid": self.owner_uid,
@@ -122,7 +127,7 @@ class Job:
             "id": self.id,
             "schedule": self.schedule.expr,
             "tz": self.schedule.tz,
-            "task": serialize(self.task).decode("utf-8"),
+            "task": None if self.task is None else serialize(self.task).decode("utf-8"),
             "description": self.description,
             "missed": self.missed,
             "enabled": self.enabled,
@@ -140,7 +145,7 @@ class Job:
             raise ValueError(f"missed policy {missed!r}")
         try:
             schedule = parse_schedule(str(data["schedule"]), str(data["tz"]))
-            task = parse_job_task(str(data["task"]))
+            task = None if data["task"] is None else parse_job_task(str(data["task"]))
         except (ScheduleError, JobTaskError) as exc:
             raise ValueError(str(exc)) from None
         job = cls(

@@ -8,6 +8,9 @@ Each run sends the job's task through ``Dispatcher.run`` as peer ``cron`` (so IN
 take the Memory Specialist relay), with the run key ``<job>@<scheduled time>`` as its ID. Runs
 are at most once: the key is persisted before the task is sent. After each run the outcome
 joins the job's history and a ``cron_run`` record goes to memory through the outbox.
+A job without a task is a reminder: each run only writes a ``cron_due`` record (the job, its
+run key, the scheduled time and the description) to memory through the outbox; the run is OK
+once the record is in the outbox.
 
 Missed occurrences: on start every occurrence since a job's cursor was missed; while running,
 an occurrence more than ``LATE_GRACE_S`` late (the host slept, the clock stepped) was missed.
@@ -37,9 +40,9 @@ from csp_web.errors import OpError
 from csp_web.fields import validate
 from csp_web.memory import json_record, make_write
 from csp_web.replies import fail_reply
-from protocol import ErrorCode, Reply, Task
+from protocol import ErrorCode, Reply, Status, Task
 
-from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome
+from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome, task_summary
 from .schedule import UTC, Schedule, iso, run_key
 from .store import CronStore
 
@@ -67,7 +70,7 @@ class NewJob:
 
     id: str
     schedule: Schedule
-    task: Task
+    task: Task | None  # None: a reminder
     description: str
     missed: Missed
     owner_uid: int | None = None
@@ -307,24 +310,46 @@ class CronService:
     async def _run(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
         assert self._dispatcher is not None
         dispatcher = self._dispatcher
-        task = job.task
-        task = Task(
-            task.req, task.domain, task.out, task.inline, (("ID", handle.key), *task.fields)
-        )
         try:
+            task = job.task
+            if task is None:
+                reply = await self._remind(dispatcher, job, handle.key, at)
+                self._finish(job, handle, reply, at)
+                await self._save_quietly()
+                return
+            task = Task(
+                task.req, task.domain, task.out, task.inline, (("ID", handle.key), *task.fields)
+            )
             async with self._limiter:
                 started = trio.current_time()
                 reply = await self._run_as_owner(dispatcher, job, task)
                 elapsed = trio.current_time() - started
-            handle.reply = reply
-            outcome = Outcome(handle.key, iso(at), str(reply.status), _clip(reply.get("ERROR")))
-            job.record(outcome, self.config.history)
+            outcome = self._finish(job, handle, reply, at)
             await self._save_quietly()
             await self._remember(dispatcher, job, outcome, reply, elapsed)
         except Exception:  # a bug in bookkeeping must not take the scheduler (and daemon) down
             log.exception("cron run %s: recording its outcome failed", handle.key)
         finally:
             self._release(job.id, handle)
+
+    def _finish(self, job: Job, handle: RunHandle, reply: Reply, at: datetime.datetime) -> Outcome:
+        handle.reply = reply
+        outcome = Outcome(handle.key, iso(at), str(reply.status), _clip(reply.get("ERROR")))
+        job.record(outcome, self.config.history)
+        return outcome
+
+    async def _remind(
+        self, dispatcher: Dispatcher, job: Job, key: str, at: datetime.datetime
+    ) -> Reply:
+        """A reminder's run: its ``cron_due`` record, queued for the Memory Specialist."""
+        record = json_record(job=job.id, key=key, at=iso(at), description=job.description)
+        write = make_write("tool", "cron_due", "cron-due", record, suffix=".json")
+        try:
+            await dispatcher.services.outbox.put(write)
+        except OpError as exc:
+            log.error("cron_due record of %s lost: %s", key, exc)
+            return fail_reply(exc, key)
+        return Reply(Status.OK, (("ID", key), ("DATA", f"cron_due:{write.id}")))
 
     async def _remember(
         self, dispatcher: Dispatcher, job: Job, outcome: Outcome, reply: Reply, seconds: float
@@ -333,7 +358,7 @@ class CronService:
             job=job.id,
             key=outcome.key,
             at=outcome.at,
-            task=f"REQ:{job.task.req} IN:{job.task.domain} OUT:{job.task.out}",
+            task=task_summary(job.task),
             status=outcome.status,
             error=outcome.error,
             data=_clip(reply.get("DATA")),
@@ -347,9 +372,13 @@ class CronService:
 
     # --- persistence and time ---------------------------------------------------------------
 
-    def _check_task(self, task: Task) -> None:
+    def _check_task(self, task: Task | None) -> None:
         dispatcher = self._dispatcher
-        if dispatcher is None or (task.domain == "MEMORY" and dispatcher.relay is not None):
+        if (
+            task is None
+            or dispatcher is None
+            or (task.domain == "MEMORY" and dispatcher.relay is not None)
+        ):
             return  # the Memory Specialist validates relayed frames itself
         try:
             op = dispatcher.registry.lookup(task)

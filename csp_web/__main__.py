@@ -1,0 +1,7 @@
+"""``python -m csp_web``: the csp-web command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
