@@ -58,7 +58,7 @@ class ErrorCode(enum.StrEnum):
     DNS_FAILED = "dns_failed", "the host name did not resolve in time"
     ROBOTS_DISALLOWED = "robots_disallowed", "robots.txt forbids this URL for our User-Agent"
     FETCH_FAILED = "fetch_failed", "the page could not be fetched (network, status or timeout)"
-    TOO_LARGE = "too_large", "the response body passed the byte cap"
+    TOO_LARGE = "too_large", "the response header block or body passed a byte cap"
     TOO_MANY_REDIRECTS = "too_many_redirects", "more redirects than the limit"
     UNSUPPORTED_CONTENT = "unsupported_content", "the content type cannot be extracted as asked"
     SEARCH_API_ERROR = "search_api_error", "every configured search backend failed"
