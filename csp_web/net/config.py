@@ -29,6 +29,7 @@ class GuardConfig:
     allow_http: bool = False  # seed 001: "All URLs must use HTTPS"
     allowed_ports: tuple[int, ...] = (443,)  # 80 joins when allow_http is on
     # Private CIDRs or host names that tests and operators open on purpose; off by default.
+    # A name passes the gate's blocked-name rows and reaches whatever addresses it resolves to.
     allow_private: tuple[str, ...] = ()
     max_redirects: int = field(default=3, metadata={"zero_ok": True})  # seed 001: at most 3
     timeout_s: float = 10.0  # seed 000: "Timeout: 10s per request", one deadline per operation
