@@ -51,8 +51,9 @@ def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
             )
         for code, count in sorted(stats.rejections.items()):
             fields.append(("REJECTED", f"{code}:{count}"))
+        # A value is a fixed line, or a callable giving the current lines (MCP servers' state).
         for key, value in sorted(ctx.services.extras.get("stats_lines", {}).items()):
-            fields.append((key, value))
+            fields.extend((key, line) for line in (value() if callable(value) else (value,)))
         return Result(data, scope=("sys",), fields=tuple(fields))
 
     return [

@@ -70,9 +70,8 @@ class ErrorCode(enum.StrEnum):
     COMMAND_FAILED = "command_failed", "the command exited non-zero or was killed"
     COMMAND_BLOCKED = "command_blocked", "the exec policy refuses this command"
     PERMISSION_DENIED = "permission_denied", "the executable or path may not be used"
-    MCP_UNAVAILABLE = "mcp_unavailable", "the MCP server cannot be started or reached in time"
+    MCP_UNAVAILABLE = "mcp_unavailable", "the MCP server is not configured, cannot start or answer"
     MCP_TOOL_ERROR = "mcp_tool_error", "the MCP tool returned an error result"
-    UNKNOWN_SERVER = "unknown_server", "SERVER names an MCP server that is not configured"
     CRON_ERROR = "cron_error", "the cron action cannot be carried out"
     UNKNOWN_JOB = "unknown_job", "JOB_ID names no cron job"
 

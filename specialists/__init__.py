@@ -32,6 +32,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
 
             extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
         extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
+        if "mcp" in extras:
+            extras["stats_lines"]["MCP"] = extras["mcp"].stats_lines  # read at each REQ:stats
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
         extras["background"] = [serve_background(extras["web"]), serve_cron]
         yield [*web_ops(), *tool_ops()], extras
