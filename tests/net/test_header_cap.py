@@ -90,11 +90,14 @@ async def server(nursery: trio.Nursery, ca: trustme.CA, scheme: str) -> RawServe
 
 
 async def fetch_block(
-    server: RawServer, scheme: str, trust: ssl.SSLContext, **options: int
+    server: RawServer, scheme: str, trust: ssl.SSLContext, max_header_bytes: int = CAP
 ) -> bytes:
     """The body of a fetch from ``server``; raises the client's OpError."""
     config = GuardConfig(
-        allow_http=True, allowed_ports=(server.port,), allow_private=("127.0.0.1",), **options
+        allow_http=True,
+        allowed_ports=(server.port,),
+        allow_private=("127.0.0.1",),
+        max_header_bytes=max_header_bytes,
     )
     dns = FixedResolver({"origin.test": ["127.0.0.1"]})
     async with open_guarded_client(config, resolver=dns, ssl_context=trust) as client:
@@ -103,9 +106,11 @@ async def fetch_block(
     return result.body
 
 
-async def refusal(server: RawServer, scheme: str, trust: ssl.SSLContext, **options: int) -> str:
+async def refusal(
+    server: RawServer, scheme: str, trust: ssl.SSLContext, max_header_bytes: int = CAP
+) -> str:
     with pytest.raises(OpError) as caught:
-        await fetch_block(server, scheme, trust, **options)
+        await fetch_block(server, scheme, trust, max_header_bytes)
     return f"{caught.value.code}:{caught.value.detail}"
 
 
