@@ -98,6 +98,9 @@ class McpConfig:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     backoff_reset_after_s: float = 60.0
+    # Runs in a row that end before backoff_reset_after_s (failed starts included) before the
+    # server is given up on until a restart or reload: systemd's StartLimitBurst default, 5.
+    max_failures: int = 5
     # DATA carries at most this much tool text; the brief's 2000, four seed summaries' worth.
     max_text_chars: int = 2000
     # The seed: "Max stdout/stderr summary: 500 chars each"; error text is such a summary.

@@ -1,4 +1,8 @@
-"""Structured log lines on stderr; stdout is the wire and never gets a log line."""
+"""Structured log lines on stderr; stdout is the wire and never gets a log line.
+
+A child process that writes its own stderr (an MCP server) must not write into ours, or its
+lines would break ``--log-json``: ``relay_lines`` turns what it writes into log records.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
+
+import trio
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -46,3 +53,46 @@ def setup_logging(level: str, *, as_json: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+# Precedent: journald's LineMax (48 KiB) splits longer lines; one log record per 4 KiB keeps
+# a child that never writes a newline from growing our buffer.
+MAX_RELAYED_LINE_BYTES = 4096
+
+
+async def relay_lines(
+    stream: trio.abc.ReceiveStream,
+    emit: Callable[[str], None],
+    *,
+    max_line_bytes: int = MAX_RELAYED_LINE_BYTES,
+) -> None:
+    """Call ``emit`` with each line of ``stream`` (decoded as UTF-8, errors replaced, the
+    line end dropped) until the stream ends; a line longer than ``max_line_bytes`` bytes comes in
+    pieces of that size. The caller owns and closes ``stream``; read errors end the relay.
+    """
+    pending = b""
+    try:
+        while data := await stream.receive_some(65536):
+            pending += data
+            pending = _emit_complete(pending, emit, max_line_bytes)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the child or our own shutdown closed the pipe: nothing more will come
+    if pending:
+        emit(_text(pending))
+
+
+def _emit_complete(pending: bytes, emit: Callable[[str], None], max_bytes: int) -> bytes:
+    """Emit every complete (or over-long) line of ``pending``; return what is left."""
+    lines = pending.split(b"\n")
+    pending = lines.pop()
+    for line in lines:
+        for start in range(0, max(len(line), 1), max_bytes):
+            emit(_text(line[start : start + max_bytes]))
+    while len(pending) >= max_bytes:
+        emit(_text(pending[:max_bytes]))
+        pending = pending[max_bytes:]
+    return pending
+
+
+def _text(line: bytes) -> str:
+    return line.removesuffix(b"\r").decode("utf-8", "replace")

@@ -51,8 +51,11 @@ def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
             )
         for code, count in sorted(stats.rejections.items()):
             fields.append(("REJECTED", f"{code}:{count}"))
+        # A value is a line or lines, or a callable giving the current one(s) (MCP servers' state).
         for key, value in sorted(ctx.services.extras.get("stats_lines", {}).items()):
-            fields.append((key, value() if callable(value) else value))
+            current = value() if callable(value) else value
+            lines = (current,) if isinstance(current, str) else current
+            fields.extend((key, line) for line in lines)
         return Result(data, scope=("sys",), fields=tuple(fields))
 
     return [

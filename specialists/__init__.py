@@ -34,6 +34,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
         extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
         # SIGHUP: each checks the new settings, then applies them (csp_web.config_reload).
         extras["reloaders"] = [exec_reloader(extras), extras["web"].prepare_reload]
+        if "mcp" in extras:
+            extras["stats_lines"]["MCP"] = extras["mcp"].stats_lines  # read at each REQ:stats
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
         extras["background"] = [serve_background(extras["web"]), serve_cron]
         yield [*web_ops(), *tool_ops()], extras

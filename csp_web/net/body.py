@@ -1,4 +1,5 @@
-"""Reading a response body under two caps: bytes on the wire and bytes after decoding.
+"""Reading a response under caps: its header block, then its body's bytes on the wire and
+after decoding.
 
 We read ``response.aiter_raw()`` (wire bytes, still content-encoded) and inflate with our own
 ``zlib`` decompressor, asking it for at most cap + 1 bytes per call. httpx's ``aiter_bytes``
@@ -76,6 +77,30 @@ class CappedDecoder:
         if self.produced > self._max_bytes:
             raise OpError(ErrorCode.TOO_LARGE, "max_decoded_bytes")
         self._parts.append(data)
+
+
+def header_bytes(response: httpx.Response) -> int:
+    """The size of ``response``'s header block as parsed: the status line, one
+    ``name: value`` line per field, the CRLFs and the blank line that ends it.
+
+    h11 drops the optional whitespace around values, so a padded block counts a little less
+    than it took on the wire; that slack is bounded by the buffer cap httpcore applies while
+    the block is still arriving.
+    """
+    status_line = f"{response.http_version} {response.status_code} {response.reason_phrase}"
+    fields = sum(len(name) + len(value) + 4 for name, value in response.headers.raw)
+    return len(status_line.encode("latin-1", "replace")) + 2 + fields + 2
+
+
+def check_header_bytes(response: httpx.Response, max_bytes: int) -> None:
+    """Refuse a header block over ``max_bytes`` however it arrived.
+
+    h11 caps only an *incomplete* block (httpcore: 100 KiB), so one that arrives whole in a
+    single read (up to 64 KiB past that cap) would otherwise pass: issue 8.3.
+    Raises OpError(TOO_LARGE, "max_header_bytes"); the caller owns and closes ``response``.
+    """
+    if header_bytes(response) > max_bytes:
+        raise OpError(ErrorCode.TOO_LARGE, "max_header_bytes")
 
 
 async def read_capped(

@@ -25,7 +25,7 @@ from csp_web.errors import OpError
 from protocol import ErrorCode
 
 from .backend import GuardedTransport, PinnedBackend
-from .body import ACCEPT_ENCODING, read_capped
+from .body import ACCEPT_ENCODING, check_header_bytes, read_capped
 from .config import GuardConfig
 from .redirects import (
     Hop,
@@ -107,7 +107,8 @@ class GuardedClient:
         bounds the whole operation, robots.txt included.
 
         Raises OpError: URL_REJECTED, SSRF_BLOCKED, DNS_FAILED, ROBOTS_DISALLOWED,
-        TOO_MANY_REDIRECTS, TOO_LARGE, FETCH_FAILED ("timeout" when the deadline passes).
+        TOO_MANY_REDIRECTS, TOO_LARGE ("max_header_bytes" for any hop's header block, else a
+        body cap), FETCH_FAILED ("timeout" when the deadline passes).
         """
         first = check_url(url, self._config)
         plan = _Plan(
@@ -181,6 +182,7 @@ class GuardedClient:
         request.headers["accept-encoding"] = ACCEPT_ENCODING
         response = await self._http.send(request, stream=True)
         try:
+            check_header_bytes(response, self._config.max_header_bytes)
             yield response
         finally:
             await response.aclose()

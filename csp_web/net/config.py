@@ -19,6 +19,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # One DNS label of letters, digits, hyphens and underscores (RFC 1123 plus the underscore that
 # real service names such as _dmarc carry); labels of at most 63 octets (RFC 1035 §2.3.4).
 HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+MAX_HEADER_BYTES = 100 * 1024  # httpcore.AsyncHTTP11Connection.MAX_INCOMPLETE_EVENT_SIZE
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,17 @@ class GuardConfig:
     allow_http: bool = False  # seed 001: "All URLs must use HTTPS"
     allowed_ports: tuple[int, ...] = (443,)  # 80 joins when allow_http is on
     # Private CIDRs or host names that tests and operators open on purpose; off by default.
+    # A name passes the gate's blocked-name rows and reaches whatever addresses it resolves to.
     allow_private: tuple[str, ...] = ()
     max_redirects: int = field(default=3, metadata={"zero_ok": True})  # seed 001: at most 3
     timeout_s: float = 10.0  # seed 000: "Timeout: 10s per request", one deadline per operation
     max_body_bytes: int = 1_000_000  # seed 001: "Maximum download size: 1MB", bytes on the wire
     # What we hand on is never more than we would have accepted unencoded (seed 001's 1MB).
     max_decoded_bytes: int = 1_000_000
+    # The response's status line and header fields, counted as parsed. 100 KiB is httpcore's
+    # own cap on a header block still arriving (h11's max_incomplete_event_size) and curl's
+    # CURL_MAX_HTTP_HEADER; it is also the most this may be, since httpcore buffers no more.
+    max_header_bytes: int = MAX_HEADER_BYTES
     # sitemaps.org caps URLs at 2,048 characters, under the 2,083 of IE that browsers and CDNs
     # still treat as the portable maximum.
     max_url_chars: int = 2048
@@ -58,6 +64,8 @@ class GuardConfig:
         for name in ("max_body_bytes", "max_decoded_bytes", "max_url_chars", "robots_max_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if not 0 < self.max_header_bytes <= MAX_HEADER_BYTES:
+            raise ValueError(f"max_header_bytes must be between 1 and {MAX_HEADER_BYTES}")
         if self.max_redirects < 0 or self.robots_cache_entries < 1:
             raise ValueError("max_redirects must be >= 0 and robots_cache_entries >= 1")
         split_allow_list(self.allow_private)  # raises ValueError naming a bad entry

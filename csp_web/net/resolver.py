@@ -17,7 +17,7 @@ import trio
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-from .config import GuardConfig
+from .config import GuardConfig, split_allow_list
 from .denylist import IPAddress, check_address
 
 
@@ -47,7 +47,9 @@ async def resolve_checked(
     An IP literal is checked without a lookup. Raises OpError(DNS_FAILED, "timeout") when the
     lookup outlives ``dns_timeout_s``, OpError(DNS_FAILED, "no_such_host") on a resolver
     error or an empty answer, and OpError(SSRF_BLOCKED, <rule>) when ANY answer is denied:
-    one bad answer in a set is the signature of rebinding, not bad luck.
+    one bad answer in a set is the signature of rebinding, not bad luck. A host name that
+    ``allow_private`` names is opened with whatever it resolves to: the operator named the
+    host, not its addresses (``[localhost]`` reaches 127.0.0.1 and ::1, issue 9.7).
     """
     literal = _ip_or_none(host)
     if literal is not None:
@@ -57,8 +59,10 @@ async def resolve_checked(
     addresses = [_parse_answer(answer) for answer in answers]
     if not addresses:
         raise OpError(ErrorCode.DNS_FAILED, "no_such_host")
-    for address in addresses:
-        check_address(address, config)
+    _networks, allowed_names = split_allow_list(config.allow_private)
+    if host.lower().removesuffix(".") not in allowed_names:
+        for address in addresses:
+            check_address(address, config)
     return list(dict.fromkeys(addresses))
 
 

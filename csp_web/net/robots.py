@@ -5,12 +5,16 @@ How an answer maps to a verdict follows RFC 9309 §2.3.1:
     2xx                     the parsed rules decide (protego)
     4xx, too many redirects "unavailable": allow all
     5xx                     "unreachable": disallow all
-    no answer at all        "unreachable": disallow all (network error, timeout, DNS)
     over robots_max_bytes   disallow all: rules we cannot read are not rules we can keep
+    no answer at all        no verdict: the network error propagates (DNS_FAILED,
+                            FETCH_FAILED "connect_failed", "timeout"...)
 
+RFC 9309 also counts a network failure as "unreachable"; we still fetch nothing then, but a
+host that cannot be resolved or reached is reported as what happened, not as a robots.txt
+refusal (issue 8.15): ROBOTS_DISALLOWED means robots.txt was read and forbids the URL.
 Verdicts that came from an HTTP answer are cached per scheme+host+port for ``robots_ttl_s``;
-"no answer" is not cached, so the next operation asks again. The gate's and the deny table's
-refusals are not verdicts: they propagate as OpError.
+a failure without an answer is not cached, so the next operation asks again. The gate's and
+the deny table's refusals are not verdicts either: they propagate as OpError.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from .result import FetchResult
 from .urlgate import ParsedUrl
 
 FetchRobots = Callable[[ParsedUrl], Awaitable[FetchResult]]
-_NO_ANSWER = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.DNS_FAILED})
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ class RobotsCache:
     async def check(self, url: ParsedUrl) -> Verdict:
         """The verdict for ``url``, fetching its origin's robots.txt when none is cached.
 
-        Raises OpError(URL_REJECTED | SSRF_BLOCKED) when the guard refuses robots.txt itself.
+        Raises OpError(URL_REJECTED | SSRF_BLOCKED) when the guard refuses robots.txt itself,
+        and OpError(DNS_FAILED | FETCH_FAILED) when robots.txt got no HTTP answer at all.
         """
         entry = self._entries.get(url.origin)
         if entry is None or trio.current_time() >= entry.expires_at:
@@ -76,8 +80,6 @@ class RobotsCache:
         try:
             result = await self._fetch(robots_url)
         except OpError as exc:
-            if exc.code in _NO_ANSWER:
-                return _Entry(0.0, None, Verdict(False, "robots_unreachable"))
             entry = _entry_for_error(exc, self._expiry())
         else:
             entry = _entry_for(result, self._expiry())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 
+import h11
 import httpcore
 import httpx
 
@@ -36,6 +37,8 @@ def translate(exc: Exception) -> OpError | None:
     """The OpError ``exc`` stands for, or None when it is not a network error (a bug)."""
     if isinstance(exc, OpError):
         return exc
+    if _header_block_too_long(exc):
+        return OpError(ErrorCode.TOO_LARGE, "max_header_bytes")
     for kind, code, detail in ERROR_TABLE:
         if isinstance(exc, kind):
             if _failed_tls_verification(exc):
@@ -47,11 +50,24 @@ def translate(exc: Exception) -> OpError | None:
 def _failed_tls_verification(exc: BaseException) -> bool:
     """Whether a certificate check lies somewhere in ``exc``'s cause chain (httpcore wraps
     ssl's error as trio.BrokenResourceError, then ConnectError)."""
-    seen: set[int] = set()
+    return any(isinstance(link, ssl.SSLCertVerificationError) for link in _chain(exc))
+
+
+def _header_block_too_long(exc: BaseException) -> bool:
+    """Whether h11 refused a header block still arriving past its buffer cap: its error
+    carries status hint 431 (httpcore wraps it, then httpx), the same refusal as
+    ``body.check_header_bytes`` makes of a block that arrived whole."""
+    return any(
+        isinstance(link, h11.RemoteProtocolError) and link.error_status_hint == 431
+        for link in _chain(exc)
+    )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes and contexts, each once."""
+    links: list[BaseException] = []
     current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return True
-        seen.add(id(current))
+    while current is not None and all(current is not link for link in links):
+        links.append(current)
         current = current.__cause__ or current.__context__
-    return False
+    return links

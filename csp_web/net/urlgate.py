@@ -19,8 +19,9 @@ refuses is ``SSRF_BLOCKED`` with the table's rule name. The rules, in the order 
     bad-port                  a port that is empty, not decimal, 0 or above 65535
     port-not-allowed          a port outside ``allowed_ports`` (80 joins with ``allow_http``)
 
-``allow_private`` lets a host name through the blocked-name rows and an address through the
-deny table; it never relaxes the syntax rules.
+``allow_private`` lets a host name through the blocked-name rows (and, in ``resolver``, to
+whatever it resolves to) and an address through the deny table; it never relaxes the syntax
+rules.
 """
 
 from __future__ import annotations

@@ -20,11 +20,18 @@ if TYPE_CHECKING:
     from .mcp import McpPool
 
 
-def mcp_pool(ctx: OpContext) -> McpPool:
+def mcp_pool(ctx: OpContext, server: str) -> McpPool:
     # The SDK costs ~40 MB and half a second to import: only a configured server loads it.
+    # Without one, every SERVER is unconfigured: the seed's mcp_unavailable:<server>, with
+    # the pool's own REASON (errors.NOT_CONFIGURED, spelt here to keep the SDK unloaded).
     pool = ctx.services.extras.get("mcp")
     if pool is None:
-        raise OpError(ErrorCode.NOT_AVAILABLE, "no MCP servers configured", scope=("mcp",))
+        raise OpError(
+            ErrorCode.MCP_UNAVAILABLE,
+            server,
+            scope=("mcp",),
+            fields=(("REASON", "not_configured"),),
+        )
     return pool  # type: ignore[no-any-return]
 
 
@@ -36,12 +43,15 @@ def _time_left_s() -> float | None:
 
 
 async def mcp(params: Params, ctx: OpContext) -> Result:
-    pool = mcp_pool(ctx)
     server = params.text("SERVER")
-    if params.text("ACTION") == "list":
+    action = params.text("ACTION")
+    tool = params.opt_text("TOOL")
+    # The audit record names what was asked, whatever comes of it.
+    ctx.audit.update(server=server, action=action, tool=tool)
+    pool = mcp_pool(ctx, server)
+    if action == "list":
         tools = await pool.list_tools(server, timeout_s=_time_left_s())
         return Result(tools.data, tools.scope, tools.fields(ctx.config.tool.mcp))
-    tool = params.opt_text("TOOL")
     if tool is None:
         raise OpError(ErrorCode.MISSING_FIELD, "TOOL", scope=("mcp",))
     from .mcp import parse_params

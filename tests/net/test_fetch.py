@@ -116,3 +116,20 @@ async def test_a_client_opened_with_defaults_refuses_loopback(trust: ssl.SSLCont
         with trio.fail_after(WAIT_S), pytest.raises(OpError) as caught:
             await client.fetch("https://127.0.0.1/")
     assert (caught.value.code, caught.value.detail) == (ErrorCode.SSRF_BLOCKED, "loopback-127/8")
+
+
+async def test_allow_private_localhost_alone_lets_a_fetch_reach_a_loopback_origin(
+    plain_origin: Origin,
+) -> None:
+    """Issue 9.7: ``[localhost]`` alone was still ssrf_blocked (its 127.0.0.1 judged anew)."""
+    config = GuardConfig(
+        allow_http=True, allowed_ports=(plain_origin.port,), allow_private=("localhost",)
+    )
+    dns = FixedResolver({"localhost": ["127.0.0.1"], "loopback.test": ["127.0.0.1"]})
+    async with open_guarded_client(config, resolver=dns) as client:
+        with trio.fail_after(WAIT_S):
+            result = await client.fetch(plain_origin.url("localhost"))
+        with trio.fail_after(WAIT_S), pytest.raises(OpError) as caught:
+            await client.fetch(plain_origin.url("loopback.test"))
+    assert result.body == PAGE
+    assert (caught.value.code, caught.value.detail) == (ErrorCode.SSRF_BLOCKED, "loopback-127/8")

@@ -117,3 +117,22 @@ async def test_system_resolver_answers_are_judged_by_the_deny_table() -> None:
     assert answers
     assert caught.value.code == ErrorCode.SSRF_BLOCKED
     assert caught.value.detail in ("loopback-127/8", "loopback-::1/128")
+
+
+async def test_a_host_name_in_allow_private_reaches_the_private_addresses_it_resolves_to() -> None:
+    """Issue 9.7: ``allow_private: [localhost]`` opens localhost, as the config comment says."""
+    dns = FixedResolver({"localhost": ["127.0.0.1", "::1"], "printer.test": ["10.0.0.9"]})
+    config = GuardConfig(allow_private=("localhost", "Printer.Test."))
+    with trio.fail_after(WAIT_S):
+        local = await resolve_checked(dns, "localhost", 443, config)
+        printer = await resolve_checked(dns, "printer.test", 443, config)
+    assert local == [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    assert printer == [ipaddress.ip_address("10.0.0.9")]
+
+
+async def test_a_name_allow_private_does_not_list_is_still_judged_by_its_addresses() -> None:
+    dns = FixedResolver({"localhost": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    config = GuardConfig(allow_private=("localhost",))
+    with trio.fail_after(WAIT_S), pytest.raises(OpError) as caught:
+        await resolve_checked(dns, "other.test", 443, config)
+    assert (caught.value.code, caught.value.detail) == (ErrorCode.SSRF_BLOCKED, "loopback-127/8")

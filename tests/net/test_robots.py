@@ -1,5 +1,5 @@
 """robots.txt: fetched through the guard, cached per origin for a TTL, and mapped to verdicts
-as RFC 9309 §2.3.1 says (4xx allow, 5xx and no answer disallow)."""
+as RFC 9309 §2.3.1 says (4xx allow, 5xx disallow; no answer at all is the network error)."""
 
 from __future__ import annotations
 
@@ -70,13 +70,30 @@ async def test_a_client_error_robots_txt_allows_everything(
     assert result.status_code == 404  # the origin has no /private page; robots let us ask
 
 
-async def test_an_unreachable_robots_txt_disallows_and_is_asked_again_next_time(
+async def test_a_robots_txt_without_an_answer_fails_as_itself_and_is_asked_again_next_time(
     client: GuardedClient, origin: Origin
 ) -> None:
+    """RFC 9309's "unreachable" still fetches nothing, but the reply says what happened."""
     origin.robots = Reply(hangup=True)
-    assert await refusal(client, origin.url("origin.test")) == "robots_unreachable"
-    assert await refusal(client, origin.url("origin.test")) == "robots_unreachable"
-    assert robots_count(origin) == 2
+    for _ in range(2):
+        with trio.fail_after(WAIT_S), pytest.raises(OpError) as caught:
+            await client.fetch(origin.url("origin.test"), respect_robots=True)
+        assert (caught.value.code, caught.value.detail) == (
+            ErrorCode.FETCH_FAILED,
+            "protocol_error",
+        )
+    assert origin.paths() == ["/robots.txt", "/robots.txt"]
+
+
+async def test_a_host_that_does_not_resolve_is_dns_failed_not_a_robots_verdict(
+    client: GuardedClient, origin: Origin
+) -> None:
+    with trio.fail_after(WAIT_S), pytest.raises(OpError) as caught:
+        await client.fetch(origin.url("nowhere.test"), respect_robots=True)
+    assert (caught.value.code, caught.value.detail) == (ErrorCode.DNS_FAILED, "no_such_host")
+    with trio.fail_after(WAIT_S), pytest.raises(OpError) as asked:
+        await client.robots_allowed(origin.url("nowhere.test"))
+    assert asked.value.code == ErrorCode.DNS_FAILED
 
 
 async def test_fetches_that_do_not_ask_never_read_robots_txt(

@@ -91,7 +91,7 @@ async def test_http_server_that_is_not_listening_is_unavailable() -> None:
             await pool.call_tool("remote", "pid", {})
         stats = pool.stats()["remote"]
     assert (failed.value.code, failed.value.detail) == (ErrorCode.MCP_UNAVAILABLE, "remote")
-    assert failed.value.fields == (("REASON", "start_failed"),)
+    assert failed.value.fields == (("REASON", f"start_failed:{stats.last_error}"),)
     assert "ConnectError" in stats.last_error
 
 
@@ -118,5 +118,5 @@ async def test_missing_header_secret_makes_the_http_server_unavailable(
         with pytest.raises(OpError) as failed:
             await pool.list_tools("remote")
         stats = pool.stats()["remote"]
-    assert failed.value.fields == (("REASON", "start_failed"),)
-    assert "MissingSecretError: CSP_TEST_ABSENT" in stats.last_error
+    assert failed.value.fields == (("REASON", "start_failed:MissingSecretError: CSP_TEST_ABSENT"),)
+    assert stats.last_error == "MissingSecretError: CSP_TEST_ABSENT"

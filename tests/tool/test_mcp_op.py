@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
+import trio
+import trio.testing
 
 from csp_web.config import Config, ToolConfig
 from csp_web.context import Peer
@@ -14,8 +16,9 @@ from csp_web.daemon import build_dispatcher
 from csp_web.dispatch import Dispatcher
 from csp_web.outbox import open_outbox
 from protocol import Reply, Status, Task
+from specialists import open_specialists
 from specialists.tool import tool_ops
-from specialists.tool.mcp import open_mcp_pool
+from specialists.tool.mcp import StdioServerConfig, open_mcp_pool
 from tests.tool.mcp_servers.support import toy_config
 
 
@@ -53,7 +56,7 @@ async def test_mcp_list_gives_each_tool_with_its_input_schema(dispatcher: Dispat
 @pytest.mark.parametrize(
     ("fields", "code"),
     [
-        ((("SERVER", "nope"), ("TOOL", "echo")), "unknown_server"),
+        ((("SERVER", "nope"), ("TOOL", "echo")), "mcp_unavailable"),
         ((("SERVER", "toy"),), "missing_field"),
         ((("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", "[1, 2]")), "invalid_field"),
         ((("SERVER", "toy"), ("TOOL", "fail")), "mcp_tool_error"),
@@ -73,3 +76,57 @@ async def test_hung_tool_answers_mcp_unavailable_within_the_task_deadline(
     reply = await _run(dispatcher, ("SERVER", "toy"), ("TOOL", "hang"), ("TIMEOUT_MS", "1500"))
     assert reply.status is Status.FAIL
     assert reply.get("ERROR") == "mcp_unavailable:toy"
+
+
+async def test_an_unconfigured_server_is_mcp_unavailable_with_the_seeds_spelling(
+    config: Config,
+) -> None:
+    """Issue 8.17: with no MCP server configured at all, the seed's mcp_unavailable:<server>."""
+    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
+        bare = build_dispatcher(config, outbox, tool_ops())
+        reply = await _run(bare, ("SERVER", "playwright-server"), ("TOOL", "click"))
+    assert reply == Reply(
+        Status.FAIL,
+        (
+            ("SCOPE", "[mcp]"),
+            ("DATA", "none"),
+            ("ERROR", "mcp_unavailable:playwright-server"),
+            ("REASON", "not_configured"),
+        ),
+    )
+
+
+async def test_mcp_audit_records_name_the_server_the_tool_and_the_action(
+    dispatcher: Dispatcher,
+) -> None:
+    await _run(dispatcher, ("ID", "a-1"), ("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", "{}"))
+    await _run(dispatcher, ("ID", "a-2"), ("SERVER", "nope"), ("ACTION", "list"))
+    rows = dispatcher.services.outbox._store.oldest(1000)  # the durable store is what to observe
+    audits = {r["id"]: r for r in (json.loads(w.data) for _, w in rows if w.type == "audit")}
+    assert {k: audits["a-1"][k] for k in ("server", "tool", "action")} == {
+        "server": "toy",
+        "tool": "echo",
+        "action": "call",
+    }
+    assert (audits["a-2"]["server"], audits["a-2"]["action"]) == ("nope", "list")
+    assert audits["a-2"]["error"] == "mcp_unavailable:nope"
+
+
+async def test_stats_shows_each_mcp_servers_state_and_cause(config: Config) -> None:
+    """Wired as the daemon wires it (open_specialists): one MCP line per server in stats."""
+    missing = StdioServerConfig(command="/nonexistent/mcp-server")
+    mcp = toy_config(servers={"gone": missing}, max_failures=1)
+    config = replace(config, tool=replace(config.tool, mcp=mcp))
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        open_specialists(config) as (ops, extras),
+    ):
+        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
+        failed = await _run(dispatcher, ("SERVER", "gone"), ("TOOL", "x"))
+        await trio.testing.wait_all_tasks_blocked()
+        stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
+    [line] = stats.get_all("MCP")
+    entry = json.loads(line)
+    assert (entry["server"], entry["state"], entry["failures"]) == ("gone", "failed", 1)
+    assert entry["last_error"].startswith("FileNotFoundError: ")
+    assert failed.get("REASON") == f"start_failed:{entry['last_error']}"

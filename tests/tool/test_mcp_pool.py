@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import pytest
@@ -18,6 +19,13 @@ from .mcp_servers.support import process_exists, toy_config, toy_stdio
 
 # Generous bounds on whole tests: they catch a wedge, they time nothing.
 WEDGE_S = 30.0
+
+
+def reason(error: OpError) -> str:
+    """The REASON of an MCP_UNAVAILABLE error (its only field)."""
+    [(name, value)] = error.fields
+    assert name == "REASON"
+    return value
 
 
 async def test_sdk_client_runs_on_trio_through_anyio() -> None:
@@ -104,14 +112,15 @@ async def test_unknown_tool_raises_mcp_tool_error() -> None:
     assert (failed.value.code, failed.value.detail) == (ErrorCode.MCP_TOOL_ERROR, "no_such_tool")
 
 
-async def test_unknown_server_raises_unknown_server() -> None:
+async def test_unknown_server_is_mcp_unavailable_not_configured_as_the_seed_says() -> None:
     async with open_mcp_pool(toy_config()) as pool:
         with pytest.raises(OpError) as failed:
             await pool.call_tool("playwright", "click", {})
         with pytest.raises(OpError) as listing:
             await pool.list_tools("playwright")
     for error in (failed.value, listing.value):
-        assert (error.code, error.detail) == (ErrorCode.UNKNOWN_SERVER, "playwright")
+        assert (error.code, error.detail) == (ErrorCode.MCP_UNAVAILABLE, "playwright")
+        assert error.fields == (("REASON", "not_configured"),)
 
 
 @pytest.mark.parametrize("params", [[1, 2], "text", 3, None, {1: "int key"}, {"x": {1, 2}}])
@@ -221,8 +230,9 @@ async def test_unstartable_server_fails_promptly_with_mcp_unavailable() -> None:
             await pool.call_tool("gone", "anything", {})
         stats = pool.stats()["gone"]
     assert (failed.value.code, failed.value.detail) == (ErrorCode.MCP_UNAVAILABLE, "gone")
-    assert failed.value.fields == (("REASON", "start_failed"),)
-    assert "FileNotFoundError" in stats.last_error
+    assert reason(failed.value).startswith("start_failed:FileNotFoundError: ")
+    assert "/nonexistent/mcp-server" in reason(failed.value)
+    assert stats.last_error in reason(failed.value)
 
 
 async def test_server_that_never_answers_fails_at_the_start_deadline() -> None:
@@ -231,7 +241,7 @@ async def test_server_that_never_answers_fails_at_the_start_deadline() -> None:
     async with open_mcp_pool(config) as pool:
         with trio.fail_after(WEDGE_S), pytest.raises(OpError) as failed:
             await pool.call_tool("mute", "anything", {})
-    assert failed.value.fields == (("REASON", "start_timeout"),)
+    assert reason(failed.value) == "start_timeout:not ready within 0.5 s"
 
 
 async def test_call_whose_deadline_is_shorter_than_the_backoff_fails_at_once() -> None:
@@ -244,7 +254,7 @@ async def test_call_whose_deadline_is_shorter_than_the_backoff_fails_at_once() -
         assert pool.stats()["gone"].state == "backoff"
         with trio.fail_after(WEDGE_S), pytest.raises(OpError) as failed:
             await pool.call_tool("gone", "anything", {}, timeout_s=5.0)
-    assert failed.value.fields == (("REASON", "backing_off"),)
+    assert reason(failed.value).startswith("backing_off:FileNotFoundError: ")
 
 
 async def test_env_from_hands_the_named_variable_to_the_server(
@@ -275,7 +285,7 @@ async def test_missing_secret_makes_the_server_unavailable(
         with pytest.raises(OpError) as failed:
             await pool.call_tool("toy", "pid", {})
         stats = pool.stats()["toy"]
-    assert failed.value.fields == (("REASON", "start_failed"),)
+    assert reason(failed.value) == "start_failed:MissingSecretError: CSP_TEST_ABSENT"
     assert "CSP_TEST_ABSENT" in stats.last_error
 
 
@@ -311,3 +321,71 @@ async def test_error_inside_the_pool_block_reaches_the_caller_unwrapped() -> Non
     with pytest.raises(KeyError):
         async with open_mcp_pool(toy_config()):
             raise KeyError("mine")
+
+
+async def test_a_server_that_dies_at_start_reports_its_last_stderr_line_as_the_cause() -> None:
+    dying = StdioServerConfig(
+        command=sys.executable,
+        args=("-c", "import sys; sys.stderr.write('error: no API key set\\n'); sys.exit(1)"),
+    )
+    async with open_mcp_pool(toy_config(servers={"dying": dying})) as pool:
+        with trio.fail_after(WEDGE_S), pytest.raises(OpError) as failed:
+            await pool.call_tool("dying", "anything", {})
+    assert reason(failed.value).startswith("start_failed:")
+    assert reason(failed.value).endswith("(stderr: error: no API key set)")
+
+
+async def test_a_server_that_fails_max_failures_starts_in_a_row_is_given_up_on() -> None:
+    """Issue 8.17: retries are capped (here 3, at N-1 still retrying, at N failed for good)."""
+    missing = StdioServerConfig(command="/nonexistent/mcp-server")
+    async with open_mcp_pool(toy_config(servers={"gone": missing}, max_failures=3)) as pool:
+        states = []
+        for _ in range(3):
+            with trio.fail_after(WEDGE_S), pytest.raises(OpError) as failed:
+                await pool.call_tool("gone", "anything", {}, timeout_s=WEDGE_S)
+            assert reason(failed.value).startswith("start_failed:FileNotFoundError: ")
+            await trio.testing.wait_all_tasks_blocked()
+            states.append(pool.stats()["gone"].state)
+        with trio.fail_after(WEDGE_S), pytest.raises(OpError) as later:
+            await pool.call_tool("gone", "anything", {}, timeout_s=WEDGE_S)
+        stats = pool.stats()["gone"]
+        lines = [json.loads(line) for line in pool.stats_lines()]
+    assert states == ["backoff", "backoff", "failed"]
+    assert reason(later.value) == reason(failed.value)
+    assert (stats.state, stats.failures, stats.restarts, stats.calls) == ("failed", 3, 2, 4)
+    assert lines == [
+        {
+            "server": "gone",
+            "state": "failed",
+            "calls": 4,
+            "restarts": 2,
+            "in_flight": 0,
+            "last_error": stats.last_error,
+            "failures": 3,
+        }
+    ]
+
+
+async def test_a_healthy_run_resets_the_failure_count() -> None:
+    async with open_mcp_pool(toy_config(max_failures=1, backoff_reset_after_s=0.001)) as pool:
+        with pytest.raises(OpError):
+            await pool.call_tool("toy", "crash", {})
+        with trio.fail_after(WEDGE_S):
+            after = await pool.call_tool("toy", "pid", {})
+        stats = pool.stats()["toy"]
+    assert after.data
+    assert (stats.state, stats.failures, stats.restarts) == ("running", 0, 1)
+
+
+async def test_server_stderr_lines_become_log_records_naming_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="specialists.tool.mcp")
+    async with open_mcp_pool(toy_config()) as pool:
+        with trio.fail_after(WEDGE_S):
+            await pool.call_tool("toy", "complain", {"text": "first line\nsecond {json?"})
+    relayed = [r for r in caplog.records if getattr(r, "server", None) == "toy"]
+    assert [r.getMessage() for r in relayed][-2:] == [
+        "MCP server toy stderr: first line",
+        "MCP server toy stderr: second {json?",
+    ]

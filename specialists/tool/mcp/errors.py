@@ -1,10 +1,12 @@
 """Where SDK, transport and OS errors become catalogue codes: the MCP seam's one table.
 
-    OpError(MCP_UNAVAILABLE, <server>)   the server cannot be started or reached in time;
-                                         REASON says why (start_failed, call_timeout, ...)
+    OpError(MCP_UNAVAILABLE, <server>)   the server is not configured, cannot be started
+                                         or reached in time; REASON says why
+                                         (not_configured, start_failed:<cause>,
+                                         call_timeout, ...), as the seed's
+                                         ``ERROR mcp_unavailable:playwright-server``
     OpError(MCP_TOOL_ERROR, <tool>)      the server answered, but with a failure;
                                          ERROR_SUMMARY carries the server's words
-    OpError(UNKNOWN_SERVER, <server>)    no such server is configured
     OpError(INVALID_FIELD, PARAMS|TOOL)  the request cannot be sent as given
     OpError(SHUTTING_DOWN, <server>)     the pool is closed
 
@@ -26,7 +28,9 @@ from pydantic import ValidationError
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-# Why a server is unavailable: the REASON field of an MCP_UNAVAILABLE reply.
+# Why a server is unavailable: the REASON field of an MCP_UNAVAILABLE reply. start_failed,
+# start_timeout and backing_off carry the last failure's cause after a colon.
+NOT_CONFIGURED: Final = "not_configured"
 START_FAILED: Final = "start_failed"
 START_TIMEOUT: Final = "start_timeout"
 CALL_TIMEOUT: Final = "call_timeout"

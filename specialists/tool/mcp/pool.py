@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
@@ -11,11 +13,8 @@ import trio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, Tool
 
-from csp_web.errors import OpError
-from protocol import ErrorCode
-
 from .config import McpConfig
-from .errors import describe, is_answer_error, tool_error
+from .errors import NOT_CONFIGURED, describe, is_answer_error, tool_error, unavailable
 from .render import (
     McpResult,
     ToolList,
@@ -47,13 +46,21 @@ class McpPool:
         return tuple(self._sessions)
 
     def stats(self) -> dict[str, ServerStats]:
-        """Each server's state (idle/starting/running/backoff...), calls and restarts."""
+        """Each server's state (idle/starting/running/backoff/failed...), calls and restarts."""
         return {name: session.stats() for name, session in self._sessions.items()}
+
+    def stats_lines(self) -> tuple[str, ...]:
+        """One compact JSON object per server, in configuration order: the MCP lines of
+        ``REQ:stats`` (a server given up on shows ``"state":"failed"`` and its cause)."""
+        return tuple(
+            json.dumps({"server": name, **dataclasses.asdict(stats)}, separators=(",", ":"))
+            for name, stats in self.stats().items()
+        )
 
     async def list_tools(self, server: str, *, timeout_s: float | None = None) -> ToolList:
         """The tools ``server`` offers, each with its input schema.
 
-        Raises OpError: UNKNOWN_SERVER; MCP_UNAVAILABLE (not started, reached or answered in
+        Raises OpError: MCP_UNAVAILABLE (not configured, not started, reached or answered in
         time); MCP_TOOL_ERROR (detail ``tools/list``) when the server answers with an error.
         """
         session = self._session(server)
@@ -72,8 +79,9 @@ class McpPool:
         """Call ``tool`` on ``server`` with ``params``, the already-parsed PARAMS object.
 
         ``render.parse_params`` turns the wire's JSON text into ``params``. Raises OpError:
-        UNKNOWN_SERVER; INVALID_FIELD (PARAMS not a JSON object, TOOL not a name); MCP_UNAVAILABLE
-        (REASON start_failed, start_timeout, call_timeout, connection_lost, backing_off);
+        INVALID_FIELD (PARAMS not a JSON object, TOOL not a name); MCP_UNAVAILABLE (REASON
+        not_configured, start_failed:<cause>, start_timeout, call_timeout, connection_lost,
+        backing_off);
         MCP_TOOL_ERROR for an error result or error answer, its text in ERROR_SUMMARY.
         ValueError for a ``timeout_s`` that is not positive (the caller's bug, not a reply).
         """
@@ -127,7 +135,7 @@ class McpPool:
         try:
             return self._sessions[server]
         except KeyError:
-            raise OpError(ErrorCode.UNKNOWN_SERVER, server, scope=("mcp",)) from None
+            raise unavailable(server, NOT_CONFIGURED) from None
 
     def _timeout(self, timeout_s: float | None) -> float:
         if timeout_s is None:

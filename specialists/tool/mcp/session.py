@@ -3,8 +3,15 @@
     idle ──first call──▶ starting ──handshake──▶ running ──stream end / failed probe──┐
                             │                                                        ▼
                             └───failure or start deadline───▶ backoff ◀──────── stopping
-                                                                │ delay
-                                                                └──▶ starting ...
+                                                                │ delay        │
+                                                                └──▶ starting  │ max_failures
+                                                                               ▼ in a row
+                                                                             failed
+
+A run that ends before ``backoff_reset_after_s`` (a failed start included) is a failure;
+after ``max_failures`` of them in a row the session stops retrying (state ``failed``, as
+systemd's StartLimitBurst) and every request fails at once with the last cause in REASON,
+until the daemon restarts or reloads its MCP servers.
 
 ``ServerSession.serve`` is the only task that enters and exits the SDK's context managers
 (anyio requires both in one task). Callers in other tasks borrow its live client: the SDK
@@ -34,6 +41,7 @@ from .errors import (
     CONNECTION_LOST,
     START_FAILED,
     START_TIMEOUT,
+    cap,
     describe,
     is_connection_error,
     shutting_down,
@@ -42,7 +50,7 @@ from .errors import (
 from .transport import open_transport
 
 T = TypeVar("T")
-State = Literal["idle", "starting", "running", "stopping", "backoff", "closed"]
+State = Literal["idle", "starting", "running", "stopping", "backoff", "failed", "closed"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +59,15 @@ _CLIENT_INFO = Implementation(name="csp-web", version="0.1.0")
 
 @dataclass(frozen=True, slots=True)
 class ServerStats:
-    """A snapshot of one server: its state, requests started, restarts, requests running."""
+    """A snapshot of one server: its state, requests started, restarts, requests running,
+    failed runs in a row (see the module's diagram) and the last failure's cause."""
 
     state: State
     calls: int
     restarts: int
     in_flight: int
     last_error: str
+    failures: int = 0
 
 
 @dataclass(eq=False)
@@ -124,11 +134,18 @@ class ServerSession:
         self._restarts = 0
         self._in_flight = 0
         self._last_error = ""
+        self._failures = 0
+        self._stderr_tail = ""  # the server's last stderr line: often why it failed
 
     def stats(self) -> ServerStats:
         """This server's counters and state, as of now."""
         return ServerStats(
-            self._state, self._calls, self._restarts, self._in_flight, self._last_error
+            self._state,
+            self._calls,
+            self._restarts,
+            self._in_flight,
+            self._last_error,
+            self._failures,
         )
 
     def close(self) -> None:
@@ -148,8 +165,12 @@ class ServerSession:
             await self._wanted.wait()
             while not self._closed:
                 began = trio.current_time()
-                await self._run_attempt(self._attempt)
-                await self._back_off(trio.current_time() - began)
+                attempt = self._attempt
+                await self._run_attempt(attempt)
+                ran_s = trio.current_time() - began
+                if self._count_failure(ran_s) >= self._config.max_failures:
+                    await self._give_up(self._with_cause(attempt.reason.partition(":")[0]))
+                await self._back_off(ran_s)
         finally:
             self.close()
 
@@ -174,7 +195,8 @@ class ServerSession:
         while not self._closed:
             attempt = self._attempt
             if self._state == "backoff" and self._retry_at >= deadline:
-                raise unavailable(self.name, BACKING_OFF)  # fail now, not at the deadline
+                # Fail now, not at the deadline, and say what the last start died of.
+                raise unavailable(self.name, self._with_cause(BACKING_OFF))
             with trio.move_on_at(deadline):
                 await attempt.wait_settled()
             if self._closed:
@@ -210,14 +232,30 @@ class ServerSession:
         raise unavailable(self.name, CALL_TIMEOUT)
 
     async def _run_attempt(self, attempt: _Attempt) -> None:
-        """Start the server and hold its connection until it ends; any failure is logged."""
+        """Start the server and hold its connection until it ends; any failure is logged,
+        and a failed start's cause becomes its REASON (``start_failed:<cause>``)."""
         self._set_state("starting")
+        self._stderr_tail = ""
         try:
             await self._connect(attempt)
         except* Exception as group:
             self._last_error = describe(group)
+            if self._stderr_tail:
+                self._last_error += f" (stderr: {self._stderr_tail})"
             logger.warning("MCP server %s stopped: %s", self.name, self._last_error)
-        self._retire(attempt, CONNECTION_LOST if attempt.client else START_FAILED)
+        self._retire(attempt, CONNECTION_LOST if attempt.client else self._with_cause(START_FAILED))
+
+    def _with_cause(self, reason: str) -> str:
+        """``reason:<last error>``, capped as error text is, or ``reason`` when none is known."""
+        if not self._last_error:
+            return reason
+        return f"{reason}:{cap(self._last_error, self._config.max_error_chars)}"
+
+    def _on_stderr(self, line: str) -> None:
+        # One log record per line, so the server's words never break --log-json.
+        logger.info("MCP server %s stderr: %s", self.name, line, extra={"server": self.name})
+        if line.strip():
+            self._stderr_tail = cap(line.strip(), self._config.max_error_chars)
 
     async def _connect(self, attempt: _Attempt) -> None:
         def on_end() -> None:
@@ -228,7 +266,7 @@ class ServerSession:
                 logger.warning("MCP server %s: %s", self.name, self._last_error)
                 self._retire(attempt, CONNECTION_LOST)
 
-        transport = open_transport(self._server, on_end=on_end)
+        transport = open_transport(self._server, on_end=on_end, on_stderr=self._on_stderr)
         deadline = trio.current_time() + self._config.start_timeout_s
         with trio.CancelScope(deadline=deadline) as start:
             async with Client(transport, client_info=_CLIENT_INFO, cache=None) as client:
@@ -238,7 +276,9 @@ class ServerSession:
                 await self._hold(attempt, client)
         if start.cancelled_caught:
             self._last_error = f"not ready within {self._config.start_timeout_s} s"
-            self._retire(attempt, START_TIMEOUT)
+            if self._stderr_tail:
+                self._last_error += f" (stderr: {self._stderr_tail})"
+            self._retire(attempt, self._with_cause(START_TIMEOUT))
 
     async def _warm(self, client: Client) -> None:
         # The SDK lists tools before a tool's first call to learn its output schema; doing it
@@ -286,6 +326,26 @@ class ServerSession:
     def _set_state(self, state: State) -> None:
         if not self._closed:
             self._state = state
+
+    def _count_failure(self, ran_s: float) -> int:
+        """Failed runs in a row, this one included; a healthy run resets the count."""
+        if self._closed:
+            return 0
+        self._failures = 0 if ran_s >= self._config.backoff_reset_after_s else self._failures + 1
+        return self._failures
+
+    async def _give_up(self, reason: str) -> None:
+        """Stop retrying: fail every waiting and later request with ``reason``, until closed."""
+        self._set_state("failed")
+        self._attempt.fail(reason)
+        logger.error(
+            "MCP server %s: giving up after %d failed runs in a row: %s",
+            self.name,
+            self._failures,
+            self._last_error,
+            extra={"server": self.name},
+        )
+        await trio.sleep_forever()
 
     async def _back_off(self, ran_s: float) -> None:
         if self._closed:

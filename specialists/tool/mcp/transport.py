@@ -4,12 +4,14 @@ The SDK (mcp 2.x) gives no public signal when a server process dies while no req
 flight: its dispatcher just stops reading. ``open_transport`` wraps the transport's read
 stream so the end of the stream calls ``on_end``, which lets the session restart a crashed
 server at once instead of failing the next call.
+
+A stdio server's stderr goes to a pipe, never to the daemon's own stderr (where its lines
+would break ``--log-json``): each line it writes reaches ``on_stderr``, which logs it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -17,6 +19,7 @@ from typing import Generic, TypeVar
 
 import anyio
 import httpx2
+import trio
 from mcp import StdioServerParameters, stdio_client
 
 # The types the public `mcp.client.Transport` protocol is written in; the SDK keeps them in a
@@ -26,6 +29,8 @@ from mcp.client._transport import TransportStreams
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
+from csp_web.logs import relay_lines
+
 from .config import HttpServerConfig, ServerConfig, StdioServerConfig
 
 T = TypeVar("T")
@@ -33,6 +38,9 @@ T = TypeVar("T")
 _HTTP_TIMEOUT_S = 30.0
 _SSE_READ_TIMEOUT_S = 300.0
 _STREAM_ENDED = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
+# After the server process is reaped, how long its last stderr lines may take to drain (a
+# grandchild that kept the pipe open must not hold the session's shutdown).
+_STDERR_DRAIN_S = 1.0
 
 
 class MissingSecretError(LookupError):
@@ -86,21 +94,57 @@ class _WatchedReadStream(Generic[T]):
 
 @asynccontextmanager
 async def open_transport(
-    server: ServerConfig, *, on_end: Callable[[], None]
+    server: ServerConfig,
+    *,
+    on_end: Callable[[], None],
+    on_stderr: Callable[[str], None],
 ) -> AsyncIterator[TransportStreams]:
     """Open the server's transport; yields the SDK's (read, write) stream pair.
 
     A stdio server is spawned here and reaped on exit (the SDK closes stdin, then terminates
-    its process group, every wait bounded). Raises MissingSecretError before spawning or
-    connecting when a named variable is unset; OSError when the command cannot be spawned.
+    its process group, every wait bounded); each line it writes to stderr is passed to
+    ``on_stderr``. Raises MissingSecretError before spawning or connecting when a named
+    variable is unset; OSError when the command cannot be spawned.
     """
     if isinstance(server, StdioServerConfig):
-        streams = stdio_client(_stdio_parameters(server), errlog=sys.stderr)
-        async with streams as (read, write):
+        async with _open_stdio(server, on_stderr) as (read, write):
             yield _watched(read, on_end), write
         return
     async with _open_http(server) as (read, write):
         yield _watched(read, on_end), write
+
+
+@asynccontextmanager
+async def _open_stdio(
+    server: StdioServerConfig, on_stderr: Callable[[str], None]
+) -> AsyncIterator[TransportStreams]:
+    parameters = _stdio_parameters(server)  # a missing secret fails before the pipe exists
+    read_fd, write_fd = os.pipe()
+    reader = trio.lowlevel.FdStream(read_fd)  # owns read_fd from here on
+    relayed = trio.Event()
+
+    async def relay() -> None:
+        try:
+            await relay_lines(reader, on_stderr)
+        finally:
+            relayed.set()
+
+    async with reader, trio.open_nursery() as nursery:
+        try:
+            with open(write_fd, "w", closefd=True) as errlog:  # noqa: ASYNC230 - a pipe end
+                streams = stdio_client(parameters, errlog=errlog)
+                nursery.start_soon(relay)
+                async with streams as pair:
+                    # The child holds its own copy of the write end; with ours closed, the
+                    # relay sees the end of the pipe once the child (and its children) exit.
+                    errlog.close()
+                    yield pair
+        finally:
+            # The server is reaped: let its last lines (often why it died) reach the log.
+            with trio.move_on_after(_STDERR_DRAIN_S) as drain:
+                drain.shield = True
+                await relayed.wait()
+            nursery.cancel_scope.cancel()
 
 
 def _watched(

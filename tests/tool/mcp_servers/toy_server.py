@@ -4,7 +4,7 @@ Run as ``python toy_server.py`` it speaks MCP on stdin/stdout; with ``--http`` i
 streamable HTTP on 127.0.0.1 at a free port, which it prints as its first stdout line.
 Each tool exists to drive one behaviour of the pool: reuse (``pid``), restarts (``crash``),
 deadlines (``hang``, ``freeze``), error results (``fail``), structured output (``add``),
-caps (``big``) and the passing of secrets (``getenv``, ``header``).
+caps (``big``), the passing of secrets (``getenv``, ``header``) and stderr (``complain``).
 """
 
 from __future__ import annotations
@@ -77,6 +77,14 @@ def pid() -> int:
 def getenv(name: str) -> str:
     """The value of an environment variable of the server, or an empty string."""
     return os.environ.get(name, "")
+
+
+@server.tool()
+def complain(text: str) -> str:
+    """Write ``text`` to the server's stderr, as a chatty server logs; return "ok"."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+    return "ok"
 
 
 @server.tool()
