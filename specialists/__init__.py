@@ -31,7 +31,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             from .tool.mcp import open_mcp_pool
 
             extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
-        extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
+        sandbox = extras["exec"].sandbox
+        extras["stats_lines"] = {"SANDBOX": sandbox.kind, "EXEC_LIMITS": sandbox.limits}
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
         extras["background"] = [serve_background(extras["web"]), serve_cron]
         yield [*web_ops(), *tool_ops()], extras

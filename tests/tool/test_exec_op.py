@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
@@ -119,46 +118,6 @@ async def test_safe_command_is_answered_from_cache_the_second_time(
     assert second.get("CACHED") == "true"
     assert second.get("STDOUT_SUMMARY") == first.get("STDOUT_SUMMARY")
     assert len(_writes(dispatcher, "exec_log")) == 1
-
-
-async def test_daemon_state_inside_the_workspace_stays_hidden_from_commands(
-    config: Config, workspace: str
-) -> None:
-    """The state dir under the working dir is masked again after the working dir's bind."""
-    state = os.path.join(workspace, ".state")
-    os.makedirs(state, mode=0o755)
-    with open(os.path.join(state, "secret"), "w") as file:
-        file.write("TOPSECRET")
-    os.chmod(os.path.join(state, "secret"), 0o644)
-    config = replace(
-        config,
-        daemon=replace(config.daemon, state_dir=state),
-        tool=ToolConfig(exec=make_config(workspace)),
-    )
-    async with (
-        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_exec_services(config) as services,
-    ):
-        assert services.sandbox.kind == "bwrap"
-        dispatcher = build_dispatcher(config, outbox, tool_ops(), extras={"exec": services})
-        reply = await _exec(dispatcher, f"cat {state}/secret")
-    assert reply.status is Status.FAIL
-    assert "TOPSECRET" not in str(reply.fields)
-
-
-async def test_workspace_inside_the_daemon_state_is_refused_at_start(
-    config: Config, workspace: str
-) -> None:
-    inner = os.path.join(workspace, "w")
-    os.makedirs(inner)
-    config = replace(
-        config,
-        daemon=replace(config.daemon, state_dir=workspace),
-        tool=ToolConfig(exec=make_config(inner)),
-    )
-    with pytest.raises(ValueError, match="workspace_roots"):
-        async with open_exec_services(config):
-            pass
 
 
 async def test_host_unix_sockets_under_run_are_hidden(dispatcher: Dispatcher) -> None:
