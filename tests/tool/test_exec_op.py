@@ -125,3 +125,22 @@ async def test_host_unix_sockets_under_run_are_hidden(dispatcher: Dispatcher) ->
     reply = await _exec(dispatcher, "ls -A /run")
     assert reply.status is Status.OK, reply
     assert reply.get("STDOUT_SUMMARY") == ""
+
+
+async def test_reply_says_which_limits_bounded_the_command(dispatcher: Dispatcher) -> None:
+    reply = await _exec(dispatcher, "true")
+    assert reply.status is Status.OK, reply
+    assert reply.get("SANDBOX") == "bwrap"
+    assert reply.get("LIMITS") in ("cgroup1", "cgroup2")  # CI has a cgroup to give
+
+
+async def test_stats_says_which_limits_exec_uses(config: Config, workspace: str) -> None:
+    from specialists import open_specialists
+
+    for mode, expected in (("auto", {"cgroup1", "cgroup2"}), ("off", {"rlimit"})):
+        exec_config = make_config(workspace, cgroup=mode)
+        tool = replace(config, tool=ToolConfig(exec=exec_config))
+        async with open_specialists(tool) as (_, extras):
+            lines = extras["stats_lines"]
+        assert lines["SANDBOX"] == "bwrap"
+        assert lines["EXEC_LIMITS"] in expected
