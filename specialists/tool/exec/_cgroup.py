@@ -47,7 +47,7 @@ ENTER_SCRIPT = (
     'for f do [ "$f" = -- ] && break; echo 0 > "$f" || exit 125; shift; done; shift; exec "$@"'
 )
 _PREFIX = "csp-exec-"
-_REMOVE_ROUNDS = 50  # rmdir fails while a killed task is still exiting; 10 ms apart
+_REMOVE_ROUNDS = 60  # rmdir fails while a killed task is still exiting: about 3.5 s in all
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +173,7 @@ class CommandCgroup:
         """Kill what is left, then remove the directories (retrying while tasks exit)."""
         self.kill()
         left = list(self.directories)
+        pause_s = 0.001  # doubling to 64 ms: a killed task is usually gone within a few ms
         for _ in range(_REMOVE_ROUNDS):
             for path in list(left):
                 with contextlib.suppress(FileNotFoundError):
@@ -184,7 +185,8 @@ class CommandCgroup:
             if not left:
                 return
             self.kill()
-            await trio.sleep(0.01)
+            await trio.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.064)
         log.warning("exec cgroup not removed (tasks still exiting): %s", ", ".join(left))
 
 
