@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .config_exec import ExecConfig
+from .config_exec import ExecConfig, daemon_paths, refuse_private_workspaces
 from .config_mcp import McpConfig
 from .net.config import GuardConfig
 
@@ -248,6 +248,9 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     web: WebConfig = field(default_factory=WebConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
+
+    def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
+        refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))
 
     @property
     def outbox_path(self) -> str:

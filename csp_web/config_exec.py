@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from csp_web.config import Config
 
 MIB = 1024 * 1024
 
@@ -116,11 +121,18 @@ class ExecConfig:
     # not cover: a command must not connect() to them.
     masked_paths: tuple[str, ...] = ("/run", "/var/run", "/root", "/home")
     tmp_size_bytes: int = 64 * MIB  # Docker's default /dev/shm size for a private tmpfs
-    max_memory_bytes: int = 512 * MIB  # the tool seed: "Max memory: 512MB per process"
-    # The tool seed: "Max processes: 10 concurrent". RLIMIT_NPROC counts threads too, and under
-    # bwrap the sandbox's init and GNU time: node (about 11 threads) or a JVM will not start
-    # under 10, so a deployment running them raises this. See _limits.py for the uid story.
+    # The tool seed: "Max memory: 512MB per process". With a cgroup (below) it bounds the
+    # command's total memory, tmpfs included; without one it is each process's RLIMIT_AS.
+    max_memory_bytes: int = 512 * MIB
+    # The tool seed: "Max processes: 10 concurrent". With a cgroup, the command's pids.max;
+    # without one, RLIMIT_NPROC. Both count threads too, and under bwrap the sandbox's init
+    # and GNU time: node (about 11 threads) will not start under 10, so a policy running it
+    # raises this (docs/exec-policy.md).
     max_processes: int = 10
+    # "auto": a cgroup per command (memory and pids) where the host delegates one, else the
+    # rlimits; "off": always the rlimits. The reply's LIMITS field and stats say which applied.
+    cgroup: Literal["auto", "off"] = "auto"
+    cgroup_parent: str | None = None  # a delegated cgroup v2 directory; None: find one
     max_file_bytes: int = 64 * MIB  # no file larger than the scratch /tmp may hold
     max_open_files: int = 1024  # Linux's default soft RLIMIT_NOFILE
     cpu_cores: int = 1  # the tool seed: "Max CPU: 100% (1 core)"
@@ -170,7 +182,8 @@ def _check_positive(config: ExecConfig) -> None:
 
 
 def _check_paths(config: ExecConfig) -> None:
-    for path in (*config.workspace_roots, *config.masked_paths, config.shell_program):
+    paths = (*config.workspace_roots, *config.masked_paths, config.shell_program)
+    for path in (*paths, *filter(None, [config.cgroup_parent])):
         if not os.path.isabs(path):
             raise ValueError(f"path must be absolute: {path!r}")
     if any(os.path.realpath(root) == "/" for root in config.workspace_roots):
@@ -187,3 +200,36 @@ def _check_env(names: frozenset[str]) -> None:
             raise ValueError(
                 f"env_allowed may not list {name}: the engine owns it or it loads code"
             )
+
+
+def refuse_private_workspaces(roots: Iterable[str], private: Iterable[str]) -> None:
+    """ValueError for a workspace root that is, contains or lies inside one of the daemon's
+    own paths (state, sockets, outbox, cache, cron): a working directory there would show
+    the daemon's files to commands, or let them write into them."""
+    private = [os.path.realpath(path) for path in private]
+    for root in roots:
+        real = os.path.realpath(root)
+        for path in private:
+            if overlaps(real, path):
+                raise ValueError(
+                    f"tool.exec.workspace_roots: {root} overlaps the daemon's own {path}"
+                )
+
+
+def overlaps(a: str, b: str) -> bool:
+    """True when one of two real paths is the other or lies inside it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def daemon_paths(config: Config) -> tuple[str, ...]:
+    """The daemon's own directories: state, cache, and those of its sockets, outbox and cron
+    store. No command may see them or work in them."""
+    files = (
+        config.socket.path,
+        config.memory.socket_path,
+        config.outbox_path,
+        config.tool.cron.store_path,
+    )
+    paths = [config.daemon.state_dir, config.cache_dir]
+    paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
+    return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))

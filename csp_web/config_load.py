@@ -63,8 +63,8 @@ def _build(cls: type, data: object, path: str) -> object:
         kwargs[key] = _convert(hints[key], value, key_path, positive=positive)
     try:
         return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path or '<root>'}: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # the root's own checks name their paths
+        raise ConfigError(f"{path}: {exc}" if path else str(exc)) from exc
 
 
 def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> object:

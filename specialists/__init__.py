@@ -31,7 +31,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             from .tool.mcp import open_mcp_pool
 
             extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
-        extras["stats_lines"] = {"SANDBOX": extras["exec"].sandbox.kind}
+        sandbox = extras["exec"].sandbox
+        extras["stats_lines"] = {"SANDBOX": sandbox.kind, "EXEC_LIMITS": sandbox.limits}
         # SIGHUP: each checks the new settings, then applies them (csp_web.config_reload).
         extras["reloaders"] = [exec_reloader(extras), extras["web"].prepare_reload]
         if "mcp" in extras:

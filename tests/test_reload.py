@@ -148,12 +148,12 @@ async def test_a_bad_file_at_sighup_keeps_the_running_settings_and_logs_why(
         " tool.exec.allowed_programz: unknown key"
     )
     assert (await served.run("echo hi")).status is Status.OK
-    # Loads, but the exec service refuses it: a workspace inside the daemon's own state.
+    # A workspace inside the daemon's own state: the strict load itself refuses it.
     served.workspace = served.state_dir
     served.write_config(["printf"])
     await served.hangup_and_wait_for(
         f"SIGHUP: reload refused, keeping the running settings: tool.exec.workspace_roots:"
-        f" {served.state_dir} is inside {served.state_dir}"
+        f" {served.state_dir} overlaps the daemon's own"
     )
     assert (await served.run("echo hi")).status is Status.OK  # echo is still allowed
     assert "Traceback" not in served.log()

@@ -16,6 +16,7 @@ from typing import Any
 
 from csp_web.cache import Cache, open_cache
 from csp_web.config import Config
+from csp_web.config_exec import daemon_paths
 from csp_web.context import OpContext
 from csp_web.deadlines import budget_ms, work_seconds
 from csp_web.errors import OpError
@@ -48,36 +49,14 @@ class ExecServices:
     cache: Cache
 
 
-def _refuse_private_workspaces(roots: tuple[str, ...], private: tuple[str, ...]) -> None:
-    """Raise ValueError for a workspace root at or inside the daemon's own state: commands
-    would write into the outbox, the cache or cron's jobs. (A root that merely contains such
-    a path is fine: the sandbox masks it again inside the working directory.)"""
-    for root in roots:
-        real = os.path.realpath(root)
-        for path in private:
-            inner = os.path.realpath(path)
-            if real == inner or real.startswith(inner.rstrip("/") + "/"):
-                raise ValueError(f"tool.exec.workspace_roots: {root} is inside {path}")
-
-
-def _private_paths(config: Config, *, every: bool = False) -> tuple[str, ...]:
-    """The daemon's own sockets and state (outbox, cache, cron), to hide from commands.
-
-    A root daemon runs commands as an unprivileged uid: a path behind a directory closed to
-    others is already out of its reach, and bubblewrap (running as that uid) could not even
-    place a mask there, so only paths others can reach are masked.
-    """
-    paths = [config.daemon.state_dir, config.cache_dir]
-    files = (
-        config.socket.path,
-        config.memory.socket_path,
-        config.outbox_path,
-        config.tool.cron.store_path,
-    )
-    paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
-    if every or os.geteuid() != 0:
-        return tuple(paths)
-    return tuple(p for p in paths if _others_can_reach(p))
+def _masked_private(private: tuple[str, ...]) -> tuple[str, ...]:
+    """The daemon paths bubblewrap must mask. A root daemon runs commands as an unprivileged
+    uid: a path behind a directory closed to others is already out of its reach, and bwrap
+    (running as that uid) could not place a mask there; the working-directory check still
+    covers every path."""
+    if os.geteuid() != 0:
+        return private
+    return tuple(p for p in private if _others_can_reach(p))
 
 
 def _others_can_reach(path: str) -> bool:
@@ -94,11 +73,11 @@ def _others_can_reach(path: str) -> bool:
 
 
 def _effective_config(config: Config) -> ExecConfig:
-    """The exec policy with the daemon's own paths masked; ValueError for a workspace root
-    inside them."""
+    """The exec policy with the daemon's own paths masked. A workspace root among them never
+    gets here: building the Config refuses it (``config_exec.refuse_private_workspaces``)."""
     exec_config = config.tool.exec
-    _refuse_private_workspaces(exec_config.workspace_roots, _private_paths(config, every=True))
-    masked = tuple(dict.fromkeys((*exec_config.masked_paths, *_private_paths(config))))
+    private = _masked_private(daemon_paths(config))
+    masked = tuple(dict.fromkeys((*exec_config.masked_paths, *private)))
     return replace(exec_config, masked_paths=masked)
 
 
@@ -116,13 +95,33 @@ def exec_reloader(extras: dict[str, Any]) -> Callable[[Config], Callable[[], Non
 
 @asynccontextmanager
 async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
-    """Probe the sandbox once (logged) and open the exec result cache."""
+    """Probe the sandbox once (logged) and open the exec result cache.
+
+    Raises ValueError when exec is configured (workspace roots) for a daemon that is not root
+    and has no bubblewrap: its commands would run as the daemon's own uid, free to read the
+    outbox and talk to the daemon's socket.
+    """
     exec_config = _effective_config(config)
-    sandbox = await probe_sandbox(exec_config)
+    tool = config.tasks.specialists.get("tool")
+    concurrent = tool.max_running if tool is not None else 1
+    sandbox = await probe_sandbox(exec_config, private=daemon_paths(config), concurrent=concurrent)
     if sandbox.kind == "none":
+        if os.geteuid() != 0 and exec_config.workspace_roots:
+            raise ValueError(
+                "tool.exec needs bubblewrap when the daemon is not root (commands would run"
+                f" as the daemon's own uid, beside its state): {sandbox.reason}"
+            )
         log.warning("exec runs WITHOUT bubblewrap: %s", sandbox.reason)
     else:
         log.info("exec sandbox: %s", sandbox.kind)
+    if sandbox.cgroup is None:
+        log.warning(
+            "exec limits: rlimit (RLIMIT_AS per process, RLIMIT_NPROC %d): no cgroup: %s",
+            sandbox.nproc,
+            sandbox.cgroup_reason,
+        )
+    else:
+        log.info("exec limits: %s under %s", sandbox.limits, sandbox.cgroup.memory_dir)
     directory = os.path.join(config.cache_dir, "exec")
     async with open_cache(directory, size_limit_bytes=64 * 1024 * 1024) as cache:
         yield ExecServices(exec_config, sandbox, cache)
@@ -176,6 +175,7 @@ def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
         fields.append(("SIGNAL", str(result.signal)))
     fields += [("LIMIT", limit) for limit in sorted(result.limits)]
     fields.append(("SANDBOX", result.sandbox))
+    fields.append(("LIMITS", result.limits_by))
     return tuple(fields)
 
 

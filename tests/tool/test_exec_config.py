@@ -61,11 +61,23 @@ def test_cpu_limit_is_the_timeout_rounded_up_to_whole_seconds() -> None:
 
 
 def test_prlimit_argv_carries_every_limit_and_ends_with_its_separator() -> None:
-    argv = prlimit_argv("/usr/bin/prlimit", ExecConfig(), timeout_ms=30_000)
+    argv = prlimit_argv("/usr/bin/prlimit", ExecConfig(), timeout_ms=30_000, nproc=10)
     assert argv == [
         "/usr/bin/prlimit",
         f"--as={512 * 1024 * 1024}",
         "--nproc=10",
+        f"--fsize={64 * 1024 * 1024}",
+        "--nofile=1024",
+        "--cpu=30:31",
+        "--core=0",
+        "--",
+    ]
+
+
+def test_prlimit_argv_leaves_memory_and_processes_to_a_cgroup() -> None:
+    argv = prlimit_argv("/usr/bin/prlimit", ExecConfig(), timeout_ms=30_000, nproc=None)
+    assert argv == [
+        "/usr/bin/prlimit",
         f"--fsize={64 * 1024 * 1024}",
         "--nofile=1024",
         "--cpu=30:31",

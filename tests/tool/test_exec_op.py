@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
@@ -121,48 +120,27 @@ async def test_safe_command_is_answered_from_cache_the_second_time(
     assert len(_writes(dispatcher, "exec_log")) == 1
 
 
-async def test_daemon_state_inside_the_workspace_stays_hidden_from_commands(
-    config: Config, workspace: str
-) -> None:
-    """The state dir under the working dir is masked again after the working dir's bind."""
-    state = os.path.join(workspace, ".state")
-    os.makedirs(state, mode=0o755)
-    with open(os.path.join(state, "secret"), "w") as file:
-        file.write("TOPSECRET")
-    os.chmod(os.path.join(state, "secret"), 0o644)
-    config = replace(
-        config,
-        daemon=replace(config.daemon, state_dir=state),
-        tool=ToolConfig(exec=make_config(workspace)),
-    )
-    async with (
-        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_exec_services(config) as services,
-    ):
-        assert services.sandbox.kind == "bwrap"
-        dispatcher = build_dispatcher(config, outbox, tool_ops(), extras={"exec": services})
-        reply = await _exec(dispatcher, f"cat {state}/secret")
-    assert reply.status is Status.FAIL
-    assert "TOPSECRET" not in str(reply.fields)
-
-
-async def test_workspace_inside_the_daemon_state_is_refused_at_start(
-    config: Config, workspace: str
-) -> None:
-    inner = os.path.join(workspace, "w")
-    os.makedirs(inner)
-    config = replace(
-        config,
-        daemon=replace(config.daemon, state_dir=workspace),
-        tool=ToolConfig(exec=make_config(inner)),
-    )
-    with pytest.raises(ValueError, match="workspace_roots"):
-        async with open_exec_services(config):
-            pass
-
-
 async def test_host_unix_sockets_under_run_are_hidden(dispatcher: Dispatcher) -> None:
     """A network namespace does not cover socket files: /run is masked by default."""
     reply = await _exec(dispatcher, "ls -A /run")
     assert reply.status is Status.OK, reply
     assert reply.get("STDOUT_SUMMARY") == ""
+
+
+async def test_reply_says_which_limits_bounded_the_command(dispatcher: Dispatcher) -> None:
+    reply = await _exec(dispatcher, "true")
+    assert reply.status is Status.OK, reply
+    assert reply.get("SANDBOX") == "bwrap"
+    assert reply.get("LIMITS") in ("cgroup1", "cgroup2")  # CI has a cgroup to give
+
+
+async def test_stats_says_which_limits_exec_uses(config: Config, workspace: str) -> None:
+    from specialists import open_specialists
+
+    for mode, expected in (("auto", {"cgroup1", "cgroup2"}), ("off", {"rlimit"})):
+        exec_config = make_config(workspace, cgroup=mode)
+        tool = replace(config, tool=ToolConfig(exec=exec_config))
+        async with open_specialists(tool) as (_, extras):
+            lines = extras["stats_lines"]
+        assert lines["SANDBOX"] == "bwrap"
+        assert lines["EXEC_LIMITS"] in expected

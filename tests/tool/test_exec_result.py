@@ -12,7 +12,8 @@ from specialists.tool.exec._result import describe_status, limits_from_signal, p
 def result(**changes: object) -> ExecResult:
     fields: dict[str, object] = {
         "command": "npm test", "program": "npm", "argv": ("/usr/bin/npm", "test"),
-        "working_dir": "/ws", "sandbox": "bwrap", "timeout_ms": 30_000, "exit_code": 0,
+        "working_dir": "/ws", "sandbox": "bwrap", "limits_by": "cgroup2", "timeout_ms": 30_000,
+        "exit_code": 0,
         "signal": None, "limits": frozenset(), "duration_ms": 5, "cpu_ms": 1,
         "peak_rss_kib": 1, "stdout": "", "stderr": "", "stdout_bytes": 0, "stderr_bytes": 0,
         "stdout_summary": "", "stderr_summary": "",

@@ -154,9 +154,14 @@ async def test_environment_holds_only_the_engine_and_requested_names(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_every_rlimit_is_set_inside(workspace: str, kind: str) -> None:
+async def test_every_rlimit_is_set_inside_without_a_cgroup(workspace: str, kind: str) -> None:
     result = await run(
-        workspace, "cat /proc/self/limits", kind=kind, max_open_files=77, max_processes=4096
+        workspace,
+        "cat /proc/self/limits",
+        kind=kind,
+        max_open_files=77,
+        max_processes=4096,
+        cgroup="off",
     )
     limits = {line[:26].strip(): line[26:].split()[:2] for line in result.stdout.splitlines()}
     assert limits["Max address space"] == [str(512 * MIB)] * 2
@@ -167,7 +172,9 @@ async def test_every_rlimit_is_set_inside(workspace: str, kind: str) -> None:
     assert limits["Max core file size"] == ["0", "0"]
 
 
-async def test_sandbox_holds_max_processes_counting_its_init_and_time(workspace: str) -> None:
+async def test_without_a_cgroup_max_processes_counts_the_sandbox_init_and_time(
+    workspace: str,
+) -> None:
     # bwrap's init, GNU time and python are 3 of the 6; python may fork 3 more, not 4.
     code = (
         "import os, sys, time\n"
@@ -177,21 +184,21 @@ async def test_sandbox_holds_max_processes_counting_its_init_and_time(workspace:
         "        time.sleep(2); os._exit(0)\n"
         "print('forked', n)"
     )
-    fits = await run(workspace, python(code, "3"), max_processes=6)
-    over = await run(workspace, python(code, "4"), max_processes=6)
+    fits = await run(workspace, python(code, "3"), max_processes=6, cgroup="off")
+    over = await run(workspace, python(code, "4"), max_processes=6, cgroup="off")
     assert (fits.exit_code, fits.stdout) == (0, "forked 3\n")
     assert over.exit_code != 0
     assert "Resource temporarily unavailable" in over.stderr
 
 
-async def test_process_budget_is_per_command_not_shared_between_sandboxes(workspace: str) -> None:
+async def test_without_a_cgroup_bwrap_process_budget_is_per_command(workspace: str) -> None:
     code = (
         "import os, time\n"
         "for _ in range(3):\n"
         "    if os.fork() == 0:\n"
         "        time.sleep(1); os._exit(0)"
     )
-    config = make_config(workspace, max_processes=6)
+    config = make_config(workspace, max_processes=6, cgroup="off")
     sandbox = await probe(config, "bwrap")
     results: list[ExecResult] = []
 
@@ -227,7 +234,7 @@ async def test_file_of_the_size_limit_is_written_and_one_byte_more_is_killed(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_address_space_fits_up_to_the_limit_and_not_a_page_beyond(
+async def test_without_a_cgroup_address_space_fits_up_to_the_limit_and_not_a_page_beyond(
     workspace: str, kind: str
 ) -> None:
     # Map what is left below the limit, then one page more: the second map must fail.
@@ -241,7 +248,7 @@ async def test_address_space_fits_up_to_the_limit_and_not_a_page_beyond(
         "m = mmap.mmap(-1, room); m.close()\n"
         "try:\n    mmap.mmap(-1, limit - used() + 4096)\nexcept OSError: print('refused')"
     )
-    result = await run(workspace, python(code), kind=kind, max_memory_bytes=256 * MIB)
+    result = await run(workspace, python(code), kind=kind, max_memory_bytes=256 * MIB, cgroup="off")
     assert (result.exit_code, result.stdout) == (0, "refused\n")
 
 

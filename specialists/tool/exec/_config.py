@@ -6,6 +6,7 @@ from csp_web.config_exec import (
     ExecConfig,
     ProgramRule,
     compile_pattern,
+    overlaps,
 )
 
-__all__ = ["ENGINE_ENV", "MIB", "ExecConfig", "ProgramRule", "compile_pattern"]
+__all__ = ["ENGINE_ENV", "MIB", "ExecConfig", "ProgramRule", "compile_pattern", "overlaps"]

@@ -4,12 +4,16 @@
 fork and exec: ``preexec_fn`` is unsafe in a daemon with threads (CPython's subprocess docs),
 and the limits must be in place before the first instruction of the command.
 
+When the command has its own cgroup (_cgroup.py), memory and tasks are bounded there and only
+the per-process limits below stay. Without one:
+
 RLIMIT_NPROC counts the processes of the *real uid*, not of the command, and never applies to
 root (the kernel exempts uid 0 and holders of CAP_SYS_RESOURCE). So it only means something
 once the command runs as an unprivileged uid, and it is per command only under bwrap, where
 prlimit runs inside the sandbox's fresh user namespace and the kernel counts per namespace
 (the sandbox's own init included). Without bwrap every command that runs as the same uid
-shares one budget, and a switch to a uid already over it makes the exec fail with EAGAIN.
+shares one budget, and a switch to a uid already over it makes the exec fail with EAGAIN; so
+that budget is ``max_processes`` times the commands that may run at once (``Sandbox.nproc``).
 """
 
 from __future__ import annotations
@@ -23,20 +27,25 @@ def cpu_seconds(timeout_ms: int, cores: int) -> int:
     return -(-timeout_ms * cores // 1000)
 
 
-def prlimit_argv(prlimit: str, config: ExecConfig, *, timeout_ms: int) -> list[str]:
+def prlimit_argv(
+    prlimit: str, config: ExecConfig, *, timeout_ms: int, nproc: int | None
+) -> list[str]:
     """``prlimit`` with every limit, up to and including its ``--``.
 
     The CPU hard limit is one second above the soft one: the soft limit sends SIGXCPU, which
     names the limit in the result; the hard one SIGKILLs a command that ignores it.
-    RLIMIT_AS stands in for the seed's 512 MB: it bounds address space, not resident memory,
-    so a runtime that reserves much more than it touches (V8, the JVM) may fail to start
-    under it; a cgroup's memory.max would be the exact tool.
+
+    ``nproc`` None means the command runs in its own cgroup, whose ``memory.max`` and
+    ``pids.max`` bound memory and tasks: RLIMIT_AS and RLIMIT_NPROC are then left out.
+    Otherwise RLIMIT_AS stands in for the seed's 512 MB: it bounds each process's address
+    space, not the command's memory, and a runtime that reserves much more than it touches
+    (V8, the JVM) fails to start under it; RLIMIT_NPROC gets ``nproc``.
     """
     cpu = cpu_seconds(timeout_ms, config.cpu_cores)
+    memory = [] if nproc is None else [f"--as={config.max_memory_bytes}", f"--nproc={nproc}"]
     return [
         prlimit,
-        f"--as={config.max_memory_bytes}",
-        f"--nproc={config.max_processes}",
+        *memory,
         f"--fsize={config.max_file_bytes}",
         f"--nofile={config.max_open_files}",
         f"--cpu={cpu}:{cpu + 1}",

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from csp_web.errors import OpError
 
-from ._config import ExecConfig
-from ._errors import blocked
+from ._config import ExecConfig, overlaps
+from ._errors import blocked, denied
 from ._policy import check_args, check_denied, check_patterns, match_rule, split_command
 from ._request import ExecRequest, check_command, check_env, check_timeout, resolve_working_dir
 from ._resolve import resolve_program
@@ -40,15 +40,18 @@ def prepare_command(
 
     Raises OpError: INVALID_FIELD (command, timeout, env name, working dir malformed),
     COMMAND_BLOCKED (shell not allowed, dangerous pattern, program not allowed or denied,
-    argument refused, env name not allowed), PERMISSION_DENIED (working dir outside the roots,
-    executable not executable by the sandbox user; DATA exit:126), COMMAND_FAILED (no such
-    program; DATA exit:127), NOT_AVAILABLE (no workspace root configured).
+    argument refused, env name not allowed), PERMISSION_DENIED (working dir outside the roots
+    or at, in or around one of the daemon's own paths; executable not executable by the
+    sandbox user; DATA exit:126), COMMAND_FAILED (no such program; DATA exit:127),
+    NOT_AVAILABLE (no workspace root configured).
     """
     check_command(request.command)
     timeout_ms = check_timeout(request.timeout_ms, config)
     extra_env = check_env(request.env, config)
     argv = _screen(request, config)
     working_dir = resolve_working_dir(request.working_dir, config, sandbox.run_as)
+    if any(overlaps(working_dir, path) for path in sandbox.private):
+        raise denied(request.working_dir or working_dir)  # the daemon's own state or socket
     if request.shell:
         program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
     else:

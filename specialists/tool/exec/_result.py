@@ -28,8 +28,11 @@ class Limit(enum.StrEnum):
     OUTPUT = "output"  # a stream passed max_output_bytes; the middle was dropped
     CPU = "cpu"  # RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit
     FILE_SIZE = "file_size"  # RLIMIT_FSIZE: SIGXFSZ
-    # RLIMIT_AS has no signal: malloc fails and the program reports it in its own words (exit
-    # 1 and MemoryError for Python), so a memory limit is not told apart from other failures.
+    # The command's cgroup (limits_by cgroup1/cgroup2) saw these. Under RLIMIT_AS a memory
+    # limit has no signal: malloc fails and the program reports it in its own words (exit 1
+    # and MemoryError for Python), so it is not told apart from other failures.
+    MEMORY = "memory"  # the cgroup's OOM killer killed a process of the command
+    PROCESSES = "processes"  # pids.max refused a fork or a thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class ExecResult:
     argv: tuple[str, ...]  # the resolved argv, before the sandbox's wrappers
     working_dir: str
     sandbox: str
+    limits_by: str  # what bounded memory and tasks: "cgroup2", "cgroup1" or "rlimit"
     timeout_ms: int
     exit_code: int | None
     signal: int | None

@@ -14,6 +14,7 @@ from csp_web.errors import OpError
 from protocol import ErrorCode
 
 from ._capture import CappedOutput, drain
+from ._cgroup import CgroupUsage, CommandCgroup
 from ._config import ExecConfig
 from ._errors import SCOPE, unavailable
 from ._limits import cpu_seconds
@@ -53,6 +54,54 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     plan = prepare_command(request, config, sandbox=sandbox)
     token = secrets.token_hex(16) if sandbox.kind == "none" else None
     env = {**plan.env, TOKEN_ENV: token} if token else dict(plan.env)
+    _check_wrappers(sandbox)
+    group = _open_cgroup(sandbox, config)
+    try:
+        started = time.monotonic()
+        run = await _run(plan, config, sandbox, env, token, group)
+        duration_ms = round((time.monotonic() - started) * 1000)
+        usage = group.usage() if group is not None else None
+    finally:
+        if group is not None:
+            with trio.CancelScope(shield=True):
+                await group.close()
+    return _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms, usage=usage)
+
+
+def _check_wrappers(sandbox: Sandbox) -> None:
+    """NOT_AVAILABLE naming a wrapper program that vanished since the probe. Checked here
+    because behind the cgroup's entering shell its absence would read as the command's 127."""
+    shell = sandbox.cgroup.shell if sandbox.cgroup is not None else None
+    wrappers = (sandbox.prlimit, sandbox.setpriv, sandbox.bwrap, sandbox.time, shell)
+    for path in filter(None, wrappers):
+        if not os.access(path, os.X_OK):
+            raise unavailable(path)
+
+
+def _open_cgroup(sandbox: Sandbox, config: ExecConfig) -> CommandCgroup | None:
+    """The command's own cgroup when the host gave one; NOT_AVAILABLE if it cannot be made
+    (the host changed since the probe): running unbounded instead would be a silent downgrade."""
+    if sandbox.cgroup is None:
+        return None
+    try:
+        return CommandCgroup.create(
+            sandbox.cgroup,
+            secrets.token_hex(8),
+            memory_bytes=config.max_memory_bytes,
+            max_tasks=config.max_processes,
+        )
+    except OSError as error:
+        raise unavailable(f"cgroup: {error.strerror or error}") from error
+
+
+async def _run(
+    plan: PreparedCommand,
+    config: ExecConfig,
+    sandbox: Sandbox,
+    env: dict[str, str],
+    token: str | None,
+    group: CommandCgroup | None,
+) -> _Run:
     working_dir_fd = open_working_dir(plan.working_dir, config)
     try:
         pipes = Pipes(pass_report=sandbox.time is not None)
@@ -64,17 +113,15 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
             timeout_ms=plan.timeout_ms,
             report_fd=pipes.report_fd,
             working_dir_fd=working_dir_fd,
+            cgroup=group,
         )
-        started = time.monotonic()
         child = await _spawn(argv, env, pipes, plan, token, working_dir_fd)
     finally:
         os.close(working_dir_fd)
     try:
-        run = await _supervise(child, plan, config)
+        return await _supervise(child, plan, config)
     finally:
         await child.aclose(grace_s=config.reap_grace_ms / 1000)
-    duration_ms = round((time.monotonic() - started) * 1000)
-    return _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms)
 
 
 async def _spawn(
@@ -135,7 +182,13 @@ async def _drain_all(child: Child, run: _Run, drained: trio.Event) -> None:
 
 
 def _result(
-    plan: PreparedCommand, run: _Run, config: ExecConfig, *, sandbox: Sandbox, duration_ms: int
+    plan: PreparedCommand,
+    run: _Run,
+    config: ExecConfig,
+    *,
+    sandbox: Sandbox,
+    duration_ms: int,
+    usage: CgroupUsage | None,
 ) -> ExecResult:
     exit_code, signo = describe_status(run.exit.status) if run.exit else (None, None)
     cpu_ms, peak_rss_kib = parse_time_report(run.report.text())
@@ -147,12 +200,17 @@ def _result(
         exit_code = None
     if run.stdout.truncated or run.stderr.truncated:
         limits.add(Limit.OUTPUT)
+    if usage is not None and usage.oom_killed:
+        limits.add(Limit.MEMORY)
+    if usage is not None and usage.tasks_refused:
+        limits.add(Limit.PROCESSES)
     return ExecResult(
         command=plan.command,
         program=plan.program,
         argv=plan.argv,
         working_dir=plan.working_dir,
         sandbox=sandbox.kind,
+        limits_by=sandbox.limits,
         timeout_ms=plan.timeout_ms,
         exit_code=exit_code,
         signal=signo,

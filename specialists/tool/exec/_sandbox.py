@@ -2,10 +2,18 @@
 
 With bubblewrap every command runs as::
 
-    [setpriv --reuid --regid --clear-groups --] bwrap <mounts> <namespaces> --
-        prlimit <limits> -- [time -f '%U %S %M' -o /dev/fd/N --] cmd args
+    [sh -c ENTER sh <cgroup.procs>... --] [setpriv --reuid --regid --clear-groups --]
+        bwrap <mounts> <namespaces> -- prlimit <limits> -- [time -f '%U %S %M' -o /dev/fd/N --]
+        cmd args
 
-and without it as ``prlimit <limits> -- setpriv [--reuid ...] --no-new-privs -- [time] cmd``.
+and without it as ``[sh -c ENTER ...] prlimit <limits> -- setpriv [--reuid ...]
+--no-new-privs -- [time] cmd``. The first part moves the command into its own cgroup when the
+host has one to give (see _cgroup.py); the limits then bound memory and tasks there, and
+prlimit keeps only the per-process rlimits that a cgroup does not replace.
+
+Every tmpfs is bounded: /tmp and /dev/shm hold ``tmp_size_bytes`` each, and the masks (empty
+tmpfs over /run, /home, the daemon's state...) and /dev itself are remounted read-only, so no
+write into them can take host memory.
 
 setpriv comes first when the daemon is root. bwrap run by root with ``--uid`` only *looks*
 unprivileged: its user namespace maps the sandbox uid onto real uid 0, so root-owned files
@@ -32,7 +40,8 @@ from typing import Literal
 
 import trio
 
-from ._access import RunAs
+from ._access import RunAs, may_search
+from ._cgroup import CgroupHost, CommandCgroup, find_cgroup_host
 from ._config import ExecConfig
 from ._errors import unavailable
 from ._limits import prlimit_argv
@@ -58,11 +67,28 @@ class Sandbox:
     bwrap_options: frozenset[str] = frozenset()
     hidden: tuple[str, ...] = ()  # paths the command cannot see (bwrap only)
     reason: str = ""  # why kind is "none"
+    # The daemon's own paths: never a working directory, masked wherever bwrap can reach.
+    private: tuple[str, ...] = ()
+    cgroup: CgroupHost | None = None  # where each command gets its cgroup, if anywhere
+    cgroup_reason: str = ""  # why cgroup is None
+    # RLIMIT_NPROC without a cgroup. Without bwrap it is one budget for every command of the
+    # sandbox uid, so it is max_processes times the commands that may run at once.
+    nproc: int = 10
+
+    @property
+    def limits(self) -> str:
+        """What bounds memory and tasks: "cgroup2", "cgroup1" or "rlimit"."""
+        return self.cgroup.kind if self.cgroup is not None else "rlimit"
 
 
-async def probe_sandbox(config: ExecConfig) -> Sandbox:
-    """Find prlimit, setpriv and a bwrap that really runs here (a smoke run of ``true``).
+async def probe_sandbox(
+    config: ExecConfig, *, private: Sequence[str] = (), concurrent: int = 1
+) -> Sandbox:
+    """Find prlimit, setpriv, a cgroup to give each command, and a bwrap that really runs
+    here (a smoke run of ``true``).
 
+    ``private`` are the daemon's own paths; ``concurrent`` is how many commands may run at
+    once (it sizes the uid-wide RLIMIT_NPROC when neither bwrap nor a cgroup is there).
     Raises NOT_AVAILABLE when prlimit or setpriv is missing (the limits are not optional) or
     when ``require_bwrap`` is set and bwrap cannot run; otherwise a missing or failing bwrap
     gives ``kind="none"`` with the reason.
@@ -72,7 +98,18 @@ async def probe_sandbox(config: ExecConfig) -> Sandbox:
         raise unavailable("prlimit" if prlimit is None else "setpriv")
     run_as = RunAs(config.run_as_uid, config.run_as_gid) if os.geteuid() == 0 else None
     time = await _gnu_time(config)
-    bare = Sandbox("none", prlimit, setpriv, run_as, time)
+    cgroup, cgroup_reason = _cgroup_host(config)
+    bare = Sandbox(
+        "none",
+        prlimit,
+        setpriv,
+        run_as,
+        time,
+        private=_real_paths(private),
+        cgroup=cgroup,
+        cgroup_reason=cgroup_reason,
+        nproc=config.max_processes * max(1, concurrent),
+    )
     if config.bwrap_program is None:
         return _without_bwrap(bare, "bwrap_program is not set", config)
     bwrap = _which(config.bwrap_program, config)
@@ -86,6 +123,7 @@ async def probe_sandbox(config: ExecConfig) -> Sandbox:
         bwrap_options=options,
         reason="",
         hidden=config.masked_paths,
+        nproc=config.max_processes,  # counted in each sandbox's own user namespace
     )
     failure = await _smoke_test(sandbox, config)
     if failure:
@@ -102,6 +140,7 @@ def wrap_argv(
     timeout_ms: int,
     report_fd: int | None = None,
     working_dir_fd: int | None = None,
+    cgroup: CommandCgroup | None = None,
 ) -> list[str]:
     """The full argv that runs ``argv`` (an absolute executable first) under ``sandbox``.
 
@@ -110,14 +149,35 @@ def wrap_argv(
 
     With ``report_fd`` and GNU time, time runs the command and writes ``user sys maxrss_kib``
     to that descriptor when it ends; it sits after prlimit so it is bounded too.
+
+    With ``cgroup`` the chain starts by entering it, and prlimit leaves memory and processes
+    to it; without, RLIMIT_AS and RLIMIT_NPROC (``sandbox.nproc``) stand in.
     """
-    limits = prlimit_argv(sandbox.prlimit, config, timeout_ms=timeout_ms)
+    nproc = None if cgroup is not None else sandbox.nproc
+    limits = prlimit_argv(sandbox.prlimit, config, timeout_ms=timeout_ms, nproc=nproc)
     measure = _time(sandbox, report_fd)
+    enter = cgroup.enter_argv() if cgroup is not None else []
     if sandbox.kind == "bwrap":
         drop = _setpriv(sandbox, no_new_privs=False) if sandbox.run_as else []
         sandboxed = _bwrap(sandbox, config, working_dir, working_dir_fd)
-        return [*drop, *sandboxed, *limits, *measure, *argv]
-    return [*limits, *_setpriv(sandbox, no_new_privs=True), *measure, *argv]
+        return [*enter, *drop, *sandboxed, *limits, *measure, *argv]
+    return [*enter, *limits, *_setpriv(sandbox, no_new_privs=True), *measure, *argv]
+
+
+def _real_paths(paths: Sequence[str]) -> tuple[str, ...]:
+    return tuple(os.path.realpath(path) for path in paths)
+
+
+def _cgroup_host(config: ExecConfig) -> tuple[CgroupHost | None, str]:
+    if config.cgroup == "off":
+        return None, "cgroup is off"
+    found = find_cgroup_host(
+        config.cgroup_parent,
+        shell=_which("sh", config),
+        memory_bytes=config.max_memory_bytes,
+        max_tasks=config.max_processes,
+    )
+    return (None, found) if isinstance(found, str) else (found, "")
 
 
 def _time(sandbox: Sandbox, report_fd: int | None) -> list[str]:
@@ -130,23 +190,27 @@ def _bwrap(
     sandbox: Sandbox, config: ExecConfig, working_dir: str | None, working_dir_fd: int | None
 ) -> list[str]:
     assert sandbox.bwrap is not None
+    sized = "--size" in sandbox.bwrap_options
+    masks = _outermost({os.path.realpath(p) for p in config.masked_paths})
     args = [sandbox.bwrap, "--ro-bind", "/", "/"]
-    for path in config.masked_paths:
-        args += _mask(path)
-    if "--size" in sandbox.bwrap_options:
-        args += ["--size", str(config.tmp_size_bytes)]
-    args += ["--tmpfs", "/tmp"]
+    empty: list[str] = []  # mask tmpfs, remounted read-only once every mount is placed
+    for path in masks:
+        args += _mask(path, sized=sized, empty=empty)
+    args += _sized_tmpfs("/tmp", config, sized)
     if working_dir is not None:  # after the masks and /tmp, so it shows through both
         if working_dir_fd is not None:
             args += ["--bind-fd", str(working_dir_fd), working_dir]
         else:
             args += ["--bind", working_dir, working_dir]
-        # ...and the masks again: a working dir that contains a masked path (the daemon's
-        # state under a workspace) would otherwise lay the real directory back, writable.
-        for path in config.masked_paths:
-            if _inside(path, working_dir):
-                args += _mask(path)
-    args += ["--proc", "/proc", "--dev", "/dev"]
+        # ...and the daemon's paths and masks again: one under the working dir (placed there
+        # after the checks) would otherwise lay the real directory back, writable.
+        for path in [*masks, *sandbox.private]:
+            if _inside(path, working_dir) and may_search(os.path.dirname(path), sandbox.run_as):
+                args += _mask(path, sized=sized, empty=empty)
+    args += ["--proc", "/proc", "--dev", "/dev", *_sized_tmpfs("/dev/shm", config, sized)]
+    for path in [*dict.fromkeys(empty), "/dev"]:
+        if path != working_dir:  # a bind placed there covers the mask; it stays writable
+            args += ["--remount-ro", path]
     args += ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc"]
     args += ["--unshare-uts", "--unshare-cgroup-try"]
     # --die-with-parent: SIGKILL to bwrap kills the namespace's init, and with it every
@@ -161,13 +225,30 @@ def _bwrap(
 
 def _inside(path: str, directory: str) -> bool:
     path, directory = os.path.realpath(path), os.path.realpath(directory)
-    return path != directory and path.startswith(directory.rstrip("/") + "/")
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def _mask(path: str) -> list[str]:
+def _outermost(paths: set[str]) -> list[str]:
+    """The masks worth placing: one under another mask, or under the private /tmp, is hidden
+    by that tmpfs already (and a remount of it would no longer find it)."""
+    kept: list[str] = []
+    for path in sorted(paths, key=len):
+        if not any(_inside(path, outer) for outer in [*kept, "/tmp"]):
+            kept.append(path)
+    return kept
+
+
+def _sized_tmpfs(path: str, config: ExecConfig, sized: bool) -> list[str]:
+    return [*(["--size", str(config.tmp_size_bytes)] if sized else []), "--tmpfs", path]
+
+
+def _mask(path: str, *, sized: bool, empty: list[str]) -> list[str]:
+    """An empty tmpfs over a directory (noted in ``empty``, to be made read-only), /dev/null
+    over a file, nothing for a path that does not exist."""
     path = os.path.realpath(path)  # /var/run -> /run: mount over what the link names
     if os.path.isdir(path):
-        return ["--tmpfs", path]
+        empty.append(path)
+        return [*(["--size", "4096"] if sized else []), "--tmpfs", path]
     if os.path.lexists(path):
         return ["--ro-bind", "/dev/null", path]
     return []

@@ -1,0 +1,311 @@
+"""A cgroup per command: the real bound on its total memory and on its task count.
+
+RLIMIT_AS bounds each process's address space, not what a command uses: four processes take
+four times the limit, tmpfs pages count against nothing, and V8 or a JVM, which reserve far
+more than they touch, die at start. RLIMIT_NPROC counts every process of the *uid*, so
+commands sharing the sandbox uid share one budget. A cgroup fixes both: ``memory.max`` (v2) or
+``memory.limit_in_bytes`` (v1) bounds every page the command's processes charge, tmpfs writes
+included, and ``pids.max`` bounds the tasks of this command alone.
+
+``pids.max`` counts tasks, that is processes *and threads*: node alone runs about 11. The
+kernel offers no per-command count of processes only; a policy that runs node sets
+``max_processes`` for that (docs/exec-policy.md).
+
+Where the host offers one (probed once, at start-up):
+
+- cgroup v2: ``cgroup_parent`` if set, else the daemon's own cgroup, with the ``memory`` and
+  ``pids`` controllers enabled for its children (``cgroup.subtree_control``). A non-root
+  daemon needs that directory delegated to its uid (systemd ``Delegate=yes`` with
+  ``DelegateSubgroup=``, then point ``cgroup_parent`` at the service's cgroup).
+- cgroup v1 (hybrid hosts, many containers): the daemon's own cgroup in the ``memory`` and
+  ``pids`` hierarchies, when it may create children there (normally root only).
+
+Each command gets a fresh child ``csp-exec-<token>`` in each hierarchy. The process enters it
+before anything of the command runs: the argv starts with ``sh -c`` writing ``0`` (itself)
+into each ``cgroup.procs`` and exec'ing the rest, so every later process is born inside.
+After the command, whatever is left in the cgroup is killed and the cgroup removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+log = logging.getLogger("csp_web.exec")
+
+CgroupKind = Literal["cgroup2", "cgroup1"]
+
+# sh -c ENTER sh FILE... -- ARGV...: writes 0 (the writer itself) into each cgroup.procs, then
+# execs ARGV. Exit 125 (the shell's own failure) if a write is refused.
+ENTER_SCRIPT = (
+    'for f do [ "$f" = -- ] && break; echo 0 > "$f" || exit 125; shift; done; shift; exec "$@"'
+)
+_PREFIX = "csp-exec-"
+_REMOVE_ROUNDS = 60  # rmdir fails while a killed task is still exiting: about 3.5 s in all
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupHost:
+    """Where per-command cgroups are made: one directory (v2) or the memory and pids
+    directories (v1); ``shell`` is the sh that enters them."""
+
+    kind: CgroupKind
+    memory_dir: str
+    pids_dir: str
+    shell: str
+
+    @property
+    def directories(self) -> tuple[str, ...]:
+        if self.memory_dir == self.pids_dir:
+            return (self.memory_dir,)
+        return (self.memory_dir, self.pids_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupUsage:
+    """What the command's cgroup saw: the OOM killer, refused forks, its memory high mark."""
+
+    oom_killed: bool
+    tasks_refused: bool
+    peak_bytes: int | None
+
+
+def find_cgroup_host(
+    parent: str | None, *, shell: str | None, memory_bytes: int, max_tasks: int
+) -> CgroupHost | str:
+    """The host's cgroup for per-command groups, or why there is none (a reason to log).
+
+    A candidate is used only after a trial child was created, given both limits and removed.
+    """
+    if shell is None:
+        return "no sh to enter a cgroup with"
+    reasons = []
+    candidates = [_v2_host(parent, shell)] if parent else [_v2_host(None, shell), _v1_host(shell)]
+    for candidate in candidates:
+        if isinstance(candidate, str):
+            reasons.append(candidate)
+            continue
+        failure = _trial(candidate, memory_bytes=memory_bytes, max_tasks=max_tasks)
+        if not failure:
+            return candidate
+        reasons.append(f"{candidate.kind}: {failure}")
+    return "; ".join(reasons)
+
+
+class CommandCgroup:
+    """One command's cgroup(s). ``create`` makes and limits them; ``procs_files`` is what the
+    entering shell writes to; ``close`` kills what is left and removes them."""
+
+    def __init__(self, host: CgroupHost, directories: tuple[str, ...]) -> None:
+        self.host = host
+        self.directories = directories
+
+    @classmethod
+    def create(
+        cls, host: CgroupHost, token: str, *, memory_bytes: int, max_tasks: int
+    ) -> CommandCgroup:
+        """Raises OSError if a directory cannot be made or limited (it is removed again)."""
+        made: list[str] = []
+        try:
+            for parent in host.directories:
+                path = os.path.join(parent, _PREFIX + token)
+                os.mkdir(path)
+                made.append(path)
+            _limit(host, tuple(made), memory_bytes=memory_bytes, max_tasks=max_tasks)
+        except OSError:
+            for path in made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+            raise
+        return cls(host, tuple(made))
+
+    @property
+    def memory_dir(self) -> str:
+        return self.directories[0]
+
+    @property
+    def pids_dir(self) -> str:
+        return self.directories[-1]
+
+    def procs_files(self) -> list[str]:
+        return [os.path.join(path, "cgroup.procs") for path in self.directories]
+
+    def enter_argv(self) -> list[str]:
+        """The argv prefix that moves the command into this cgroup before it starts."""
+        return [self.host.shell, "-c", ENTER_SCRIPT, "sh", *self.procs_files(), "--"]
+
+    def usage(self) -> CgroupUsage:
+        if self.host.kind == "cgroup2":
+            events = _keyed(os.path.join(self.memory_dir, "memory.events"))
+            peak = _number(os.path.join(self.memory_dir, "memory.peak"))
+        else:
+            events = _keyed(os.path.join(self.memory_dir, "memory.oom_control"))
+            peak = _number(os.path.join(self.memory_dir, "memory.max_usage_in_bytes"))
+        pids = _keyed(os.path.join(self.pids_dir, "pids.events"))
+        return CgroupUsage(
+            oom_killed=events.get("oom_kill", 0) > 0,
+            tasks_refused=pids.get("max", 0) > 0,
+            peak_bytes=peak,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL every process left in the cgroup (v2: ``cgroup.kill``; v1: one by one)."""
+        kill_file = os.path.join(self.memory_dir, "cgroup.kill")
+        if self.host.kind == "cgroup2" and os.path.exists(kill_file):
+            with contextlib.suppress(OSError):
+                _write(kill_file, "1")
+            return
+        for _ in range(5):  # a task forking while it is killed: the next round takes the child
+            pids = {pid for path in self.procs_files() for pid in _pids(path)}
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        """Kill what is left, then remove the directories (retrying while tasks exit)."""
+        self.kill()
+        left = list(self.directories)
+        pause_s = 0.001  # doubling to 64 ms: a killed task is usually gone within a few ms
+        for _ in range(_REMOVE_ROUNDS):
+            for path in list(left):
+                with contextlib.suppress(FileNotFoundError):
+                    try:
+                        os.rmdir(path)
+                    except OSError:
+                        continue
+                left.remove(path)
+            if not left:
+                return
+            self.kill()
+            await trio.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.064)
+        log.warning("exec cgroup not removed (tasks still exiting): %s", ", ".join(left))
+
+
+def _limit(host: CgroupHost, paths: tuple[str, ...], *, memory_bytes: int, max_tasks: int) -> None:
+    memory, pids = paths[0], paths[-1]
+    if host.kind == "cgroup2":
+        _write(os.path.join(memory, "memory.max"), str(memory_bytes))
+        _write_if_present(os.path.join(memory, "memory.swap.max"), "0")
+        _write_if_present(os.path.join(memory, "memory.oom.group"), "1")
+    else:
+        _write(os.path.join(memory, "memory.limit_in_bytes"), str(memory_bytes))
+        _write_if_present(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(memory_bytes))
+    _write(os.path.join(pids, "pids.max"), str(max_tasks))
+
+
+def _trial(host: CgroupHost, *, memory_bytes: int, max_tasks: int) -> str:
+    token = f"probe-{os.getpid()}"
+    try:
+        group = CommandCgroup.create(host, token, memory_bytes=memory_bytes, max_tasks=max_tasks)
+    except OSError as error:
+        return f"{error.strerror or error} ({error.filename or host.memory_dir})"
+    for path in group.directories:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    return ""
+
+
+def _v2_host(parent: str | None, shell: str) -> CgroupHost | str:
+    if parent is None:
+        own = _own_cgroups().get("")
+        mount = _mounts().get("cgroup2")
+        if own is None or mount is None:
+            return "cgroup2: not mounted"
+        parent = _join(mount, own)
+    try:
+        with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+            enabled = set(f.read().split())
+        if not {"memory", "pids"} <= enabled:
+            _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+    except OSError as error:
+        return f"cgroup2: memory and pids not delegated at {parent} ({error.strerror})"
+    return CgroupHost("cgroup2", parent, parent, shell)
+
+
+def _v1_host(shell: str) -> CgroupHost | str:
+    own, mounts = _own_cgroups(), _mounts()
+    dirs = {}
+    for controller in ("memory", "pids"):
+        if controller not in own or controller not in mounts:
+            return f"cgroup1: no {controller} hierarchy"
+        dirs[controller] = _join(mounts[controller], own[controller])
+    return CgroupHost("cgroup1", dirs["memory"], dirs["pids"], shell)
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Controller -> this process's cgroup path ("" is the v2 hierarchy)."""
+    found: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for name in controllers.split(",") if controllers else [""]:
+                found[name] = path
+    return found
+
+
+def _mounts() -> dict[str, tuple[str, str]]:
+    """Controller ("cgroup2" for v2) -> (mount point, the mount's root in the hierarchy)."""
+    found: dict[str, tuple[str, str]] = {}
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            dash = fields.index("-")
+            fstype, options = fields[dash + 1], fields[dash + 3].split(",")
+            root, point = fields[3], fields[4]
+            if fstype == "cgroup2":
+                found.setdefault("cgroup2", (point, root))
+            elif fstype == "cgroup":
+                for option in options:
+                    found.setdefault(option, (point, root))
+    return found
+
+
+def _join(mount: tuple[str, str], path: str) -> str:
+    point, root = mount
+    relative = os.path.relpath(path, root) if path.startswith(root) else path.lstrip("/")
+    return os.path.normpath(os.path.join(point, relative))
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _write_if_present(path: str, value: str) -> None:
+    if os.path.exists(path):
+        _write(path, value)
+
+
+def _keyed(path: str) -> dict[str, int]:
+    found = {}
+    with contextlib.suppress(OSError), open(path) as f:
+        for line in f:
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                found[key] = int(value)
+    return found
+
+
+def _number(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _pids(path: str) -> list[int]:
+    try:
+        with open(path) as f:
+            return [int(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
