@@ -21,7 +21,7 @@ from .config import SpecialistLimits
 from .context import OpContext, Peer, Services
 from .errors import OpError
 from .fields import check_id, parse_timeout_ms, validate
-from .memory import json_record
+from .memory import json_record, make_write
 from .registry import Op, Registry
 from .relay import MemoryRelay
 from .replies import fail_reply, ok_reply
@@ -66,9 +66,10 @@ class Dispatcher:
         self.stats.in_flight += 1
         op: Op | None = None
         audit: dict[str, Any] = {}
+        stage = _Stage()
         try:
             op = self._lookup(task)
-            reply = await self._run(task, op, peer, audit)
+            reply = await self._run(task, op, peer, audit, stage)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -92,7 +93,7 @@ class Dispatcher:
             self.stats.record(op.req, duration_ms, code)
         elif code is not None:
             self.stats.reject(code)
-        await self._audit(task, op, peer, reply, duration_ms, audit)
+        await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
         return reply
 
     def _lookup(self, task: Task) -> Op | None:
@@ -102,7 +103,9 @@ class Dispatcher:
             return None
         return self.registry.lookup(task)
 
-    async def _run(self, task: Task, op: Op | None, peer: Peer, audit: dict[str, Any]) -> Reply:
+    async def _run(
+        self, task: Task, op: Op | None, peer: Peer, audit: dict[str, Any], stage: _Stage
+    ) -> Reply:
         config = self.services.config.tasks
         if op is None:
             check_id(task)  # the Memory Specialist validates the rest of a relayed frame
@@ -111,10 +114,13 @@ class Dispatcher:
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
         audited = self.audit and (op is None or op.specialist != "sys")
-        if audited and self.services.outbox.full:
-            raise OpError(ErrorCode.OUTBOX_FULL, "memory writes are backing up")
         with trio.move_on_after(timeout_ms / 1000) as scope:
+            if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
+                stage.waiting_for_room = True
+                await self.services.outbox.wait_room(peer.connection)
+                stage.waiting_for_room = False
             async with self.slots(op.specialist if op else "memory").admit():
+                stage.admitted = True
                 if op is None:
                     assert self.relay is not None
                     return await self.relay.forward(task)
@@ -122,6 +128,8 @@ class Dispatcher:
                 ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
                 return ok_reply(await op.handler(params, ctx), task.id)
         assert scope.cancelled_caught
+        if stage.waiting_for_room:
+            raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
     async def _audit(
@@ -132,11 +140,12 @@ class Dispatcher:
         reply: Reply,
         duration_ms: float,
         extra: dict[str, Any],
+        admitted: bool,
     ) -> None:
-        if not self.audit or (
-            op is not None and op.specialist == "sys" and not self.services.config.audit.sys_ops
-        ):
+        sys_op = op is not None and op.specialist == "sys"
+        if not self.audit or (sys_op and not self.services.config.audit.sys_ops):
             return
+        error = reply.get("ERROR")
         record = json_record(
             time=time.time(),
             op=task.req,
@@ -146,18 +155,30 @@ class Dispatcher:
             connection=peer.connection,
             id=task.id,
             outcome=str(reply.status),
-            error=reply.get("ERROR"),
+            error=error,
             duration_ms=round(duration_ms, 3),
             **extra,
         )
-        ctx = OpContext(self.services, peer, task.req, task.id or "")
-        # Only an op that was admitted (and not an IN:SYS one) may use the outbox's reserve.
-        admitted = _error_code(reply) not in (ErrorCode.OUTBOX_FULL, ErrorCode.BUSY)
-        reserve = admitted and (op is None or op.specialist != "sys")
-        try:
-            await ctx.remember("sys", "audit", "audit", record, use_reserve=reserve)
-        except OpError as exc:
-            log.error("audit record lost for %s: %s", task.req, exc)
+        write = make_write("sys", "audit", "audit", record, suffix=".json")
+        outbox = self.services.outbox
+        if admitted and not sys_op:  # only an admitted op may use the reserve (SPEC O-1)
+            try:
+                await outbox.put(write, owner=peer.connection)
+                return
+            except OpError:
+                pass  # past the reserve too: folded below rather than lost
+        key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
+        await outbox.put_or_fold(write, key, owner=peer.connection)
+
+
+class _Stage:
+    """How far a task got: whether it waits for outbox room, whether it was admitted."""
+
+    __slots__ = ("admitted", "waiting_for_room")
+
+    def __init__(self) -> None:
+        self.waiting_for_room = False
+        self.admitted = False
 
 
 _task_ids = itertools.count(1)
