@@ -595,3 +595,31 @@ async def test_a_relayed_frame_to_a_memory_specialist_that_is_down_names_its_soc
         await MemoryRelay(config.memory).forward(read)
     assert down.value.code is ErrorCode.MEMORY_UNAVAILABLE
     assert down.value.detail == f"FileNotFoundError at {config.memory.socket_path}"
+
+
+@pytest.mark.parametrize(
+    ("peer", "reply", "extra"),
+    [
+        (Peer("unix-1", 1000, 42), Reply(Status.OK, (("DATA", "pong"),)), {}),
+        (Peer("stdin"), Reply(Status.FAIL, (("ERROR", 'bad_"é\n:x'),)), {}),
+        (Peer("cron", 0, None), Reply(Status.OK, ()), {"command": "ls", "exit": 0}),
+    ],
+)
+def test_an_audit_record_is_the_json_record_of_its_fields(
+    peer: Peer, reply: Reply, extra: dict[str, object]
+) -> None:
+    """M-1: the directly formatted audit record reads back as the same compact, key-sorted
+    JSON that ``json_record`` writes, whatever the strings hold."""
+    from csp_web.dispatch import audit_record
+    from csp_web.memory import json_record
+
+    task = Task("ping", "SYS", "PONG", None, (("ID", 'i"d\\'),))
+    text = audit_record(task, peer, reply, 0.125, dict(extra))
+    fields = json.loads(text)
+    assert text == json_record(**fields)
+    assert (fields["id"], fields["connection"], fields["uid"], fields["error"]) == (
+        'i"d\\',
+        peer.connection,
+        peer.uid,
+        reply.get("ERROR"),
+    )
