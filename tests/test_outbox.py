@@ -623,3 +623,27 @@ def test_an_audit_record_is_the_json_record_of_its_fields(
         peer.uid,
         reply.get("ERROR"),
     )
+
+
+async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_waiting_its_grace(
+    config: Config,
+) -> None:
+    """Issue 9.8: at EOF with memory.socket_path set and nothing listening, the daemon does
+    not spend its grace period waiting for a delivery that cannot happen (it used to wait the
+    whole grace_period_s on every run); the write stays in the outbox."""
+    from csp_web.daemon import serve_daemon
+
+    grace_s = 600.0  # far past the bound below: waiting it out fails the test
+    config = replace(config, daemon=replace(config.daemon, grace_period_s=grace_s))
+    client, server = trio.testing.memory_stream_pair()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(serve_daemon, config, [], stdio=server, socket_path=None))
+            await client.send_all(_PING_BYTES)
+            await client.send_eof()
+            received = b""
+            while not received.endswith(b"\n\n"):
+                received += await client.receive_some()
+    assert received.startswith(b"STATUS OK")
+    totals, _ = await _stored(config.outbox_path)
+    assert totals[0] == 1
