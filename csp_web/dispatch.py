@@ -115,6 +115,10 @@ class Dispatcher:
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
         audited = self.audit and (op is None or op.specialist != "sys")
+        if op is not None and not audited and self.audit and self.services.config.audit.sys_ops:
+            # IN:SYS ops are never refused for room, but paced while the outbox drains (O-3).
+            with trio.move_on_after(timeout_ms / 1000):
+                await self.services.outbox.wait_paced(peer.connection)
         with trio.move_on_after(timeout_ms / 1000) as scope:
             if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
                 stage.waiting_for_room = True

@@ -108,12 +108,20 @@ class Outbox:
         ``owner`` below its share. Waits while delivery is connected (back-pressure; the
         caller bounds the wait with its deadline); raises OpError(outbox_full) at once when no
         Memory Specialist is connected, as then nothing would make room."""
+        if not await self.wait_paced(owner):
+            self.refused += 1
+            which = "outbox" if self.full else "this peer's share of the outbox"
+            raise OpError(ErrorCode.OUTBOX_FULL, f"{which} is full and not draining")
+
+    async def wait_paced(self, owner: str) -> bool:
+        """Wait while the outbox (or ``owner``'s share) is full and a Memory Specialist is
+        draining it; True once there is room, False when nothing drains. IN:SYS ops are paced
+        this way (SPEC O-3) so that a flood of them runs at the rate delivery keeps up with."""
         while self.full or self.peer_full(owner):
             if not self.connected:
-                self.refused += 1
-                which = "outbox" if self.full else "this peer's share of the outbox"
-                raise OpError(ErrorCode.OUTBOX_FULL, f"{which} is full and not draining")
+                return False
             await self._room.wait()
+        return True
 
     async def put(
         self, write: MemoryWrite, *, use_reserve: bool = True, owner: str | None = None

@@ -647,3 +647,33 @@ async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_wait
     assert received.startswith(b"STATUS OK")
     totals, _ = await _stored(config.outbox_path)
     assert totals[0] == 1
+
+
+async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_frame(
+    nursery: trio.Nursery, config: Config, tmp_path: os.PathLike[str]
+) -> None:
+    """O-3: while a Memory Specialist drains a full outbox, a ping waits for room (it used to
+    be answered at once with its audit record dropped), then is answered and audited as a
+    record of its own, not folded."""
+    gate, received = await _gated_memory(nursery, config, str(tmp_path))
+    config = replace(config, outbox=OutboxConfig(max_pending=2, reserve=1))
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        for n in range(2):
+            await outbox.put(_write(n))
+        await wait_until(lambda: outbox.connected)
+        replies: list[Reply] = []
+
+        async def call() -> None:
+            replies.append(await dispatcher.run(_ping("paced"), Peer("a")))
+
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()
+            assert replies == []  # paced, not answered past the limit
+            gate.set()
+        with trio.fail_after(10):
+            await outbox.wait_drained()
+        assert outbox.folded == 0
+    assert [r.id for r in replies if r.status is Status.OK] == ["paced"]
+    assert [json.loads(data).get("id") for data in received[2:]] == ["paced"]
