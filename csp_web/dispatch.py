@@ -115,11 +115,12 @@ class Dispatcher:
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
         audited = self.audit and (op is None or op.specialist != "sys")
+        deadline = trio.current_time() + timeout_ms / 1000
         if op is not None and not audited and self.audit and self.services.config.audit.sys_ops:
             # IN:SYS ops are never refused for room, but paced while the outbox drains (O-3).
-            with trio.move_on_after(timeout_ms / 1000):
+            with trio.move_on_at(deadline):
                 await self.services.outbox.wait_paced(peer.connection)
-        with trio.move_on_after(timeout_ms / 1000) as scope:
+        with trio.move_on_at(deadline) as scope:
             if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
                 stage.waiting_for_room = True
                 await self.services.outbox.wait_room(peer.connection)
