@@ -1,7 +1,8 @@
 """Daemon benchmarks over the real Unix socket, against `csp-web serve` in its own process.
 
 - ping round trip, p50 and p99: one client, then 64 concurrent clients (one connection each);
-- frames per second pipelined on one connection;
+- frames per second pipelined on one connection, and the daemon's CPU time per such frame
+  (its inverse is the rate one idle core would sustain: stable on a busy machine);
 - daemon RSS idle, and with 1,000 idle socket connections.
 
 Goals (issue 2): p50 <= 0.3 ms; >= 20,000 frames/s; RSS <= 60 MB idle, <= +40 MB for 1,000
@@ -63,6 +64,14 @@ def start_daemon(
             raise SystemExit("daemon did not start")
         time.sleep(0.05)
     return proc, socket_path
+
+
+def cpu_s(pid: int) -> float:
+    """The daemon's user+system CPU seconds so far: per-frame cost that a busy machine's
+    other load does not inflate, unlike wall-clock rates."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:
@@ -142,8 +151,11 @@ async def run(path: str, pid: int) -> None:
         for _ in range(64):
             nursery.start_soon(ping_loop, path, 200, many)
     print(f"ping, 64 clients:  {percentiles(many)}")
+    cpu_before = cpu_s(pid)
     rates = [await pipelined(path, 20_000) for _ in range(3)]
+    cpu_us = (cpu_s(pid) - cpu_before) / 60_000 * 1e6
     print(f"pipelined on one connection: {max(rates):,.0f} frames/s (best of 3 x 20,000)")
+    print(f"daemon CPU per pipelined frame: {cpu_us:.1f} us (= {1e6 / cpu_us:,.0f} frames/s/core)")
     print(f"RSS idle: {idle:.1f} MB")
     loaded = await idle_connections(path, 1000, pid)
     print(f"RSS with 1,000 idle connections: {loaded:.1f} MB (+{loaded - idle:.1f} MB)")

@@ -18,6 +18,14 @@ backlog    the outbox left by ``persist`` is reopened with the sink running; the
 sink       the sink alone, no outbox: one connection to ``csp-web memory-sink`` sends the
            writes in pipelined batches of ``batch_size`` (as delivery does) and waits for each
            batch's ACKs; the rate is writes acknowledged (committed) per second.
+sustained  writes produced at ``--rate`` per second (default 20,000: the daemon's peak reply
+           rate, bench/daemon.py's goal) for ``--seconds``, against the sink; the line gives
+           the rate produced and the rate delivered over the same window, and the depth left.
+           Delivery keeps up when delivered/s >= produced/s.
+
+``--sink ack`` runs a Memory Specialist that acknowledges each write without storing it (the
+outbox's own delivery capacity); ``--sink reference`` (the default) runs ``csp-web
+memory-sink``, which also stores every write.
 """
 
 from __future__ import annotations
@@ -133,6 +141,73 @@ async def _backlog(path: str, config: OutboxConfig, memory: MemoryConfig, writes
     return Figure("backlog", writes, elapsed)
 
 
+async def _sustained(
+    path: str, config: OutboxConfig, memory: MemoryConfig, rate: int, seconds: float
+) -> tuple[Figure, Figure, int]:
+    """Produce ``rate`` writes/s for ``seconds``; (produced, delivered, depth left)."""
+    tick_s = 0.01
+    async with open_outbox(path, config, memory) as outbox, trio.open_nursery() as nursery:
+        delivered_before = outbox.delivered
+        produced = 0
+        started = trio.current_time()
+        end = started + seconds
+        while (now := trio.current_time()) < end:
+            due = int((now - started) * rate) - produced
+            for _ in range(due):
+                write = make_write("sys", "audit", "bench", _record(produced), suffix=".json")
+                nursery.start_soon(outbox.put, write)
+                produced += 1
+            await trio.sleep(tick_s)
+        elapsed = trio.current_time() - started
+        delivered = outbox.delivered - delivered_before
+        left = outbox.depth
+        nursery.cancel_scope.cancel()
+    return (
+        Figure("produced", produced, elapsed),
+        Figure("delivered", delivered, elapsed),
+        left,
+    )
+
+
+async def serve_ack_sink(socket_path: str) -> None:
+    """A Memory Specialist that acknowledges every write without storing it."""
+    from csp_web.config import Config, ConnectionConfig
+    from csp_web.connection import Shutdown, StreamOptions, serve_stream
+    from csp_web.context import OpContext, Peer, Services
+    from csp_web.dispatch import Dispatcher
+    from csp_web.fields import FieldSpec, Params
+    from csp_web.registry import Op, Registry
+    from csp_web.replies import Result
+    from csp_web.stats import Stats
+    from csp_web.unix import Lease, serve_unix
+
+    async def write(params: Params, ctx: OpContext) -> Result:
+        return Result("stored", scope=("memory",))
+
+    fields = tuple(FieldSpec(name, required=True) for name in ("FROM", "TYPE", "PATH", "DATA"))
+    registry = Registry([Op("write", "MEMORY", "ACK", "memory", write, fields)])
+    with tempfile.TemporaryDirectory(prefix="csp-ack-") as own:
+        config = Config(outbox=OutboxConfig(path=os.path.join(own, "o.sqlite3")))
+        async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
+            dispatcher = Dispatcher(registry, Services(config, outbox), Stats(), audit=False)
+            conn = ConnectionConfig(max_in_flight=1024, max_queued_replies=1024)
+            options = StreamOptions(conn, None, sequential=True)
+            async with trio.open_nursery() as nursery:
+
+                async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+                    await serve_stream(stream, dispatcher, peer, options, Shutdown())
+
+                await nursery.start(
+                    lambda task_status: serve_unix(
+                        socket_path,
+                        config.socket,
+                        handle,
+                        handler_nursery=nursery,
+                        task_status=task_status,
+                    )
+                )
+
+
 async def _wait_serving(socket_path: str, sink: trio.Process) -> None:
     probe = Task("read", "MEMORY", "CONTENT", None, (("PATH", "probe"),))
     with trio.fail_after(30):
@@ -166,6 +241,38 @@ async def _sink_alone(socket_path: str, writes: int, batch_size: int) -> Figure:
             assert all(r.get("DATA") == "stored" for r in replies), replies[0]
         elapsed = time.perf_counter() - started
     return Figure("sink", writes, elapsed)
+
+
+def _sink_command(kind: str, socket_path: str, sink_dir: str) -> list[str]:
+    if kind == "ack":
+        return [sys.executable, str(Path(__file__).resolve()), "--serve-ack-sink", socket_path]
+    command = [sys.executable, "-m", "csp_web.cli", "memory-sink"]
+    return [*command, "--socket", socket_path, "--dir", sink_dir]
+
+
+async def run_sustained(
+    rate: int, seconds: float, synchronous: str, sink_kind: str
+) -> tuple[Figure, Figure, int]:
+    config = OutboxConfig(synchronous="full" if synchronous == "full" else "normal")
+    with (
+        tempfile.TemporaryDirectory(prefix="csp-bench-") as state,
+        tempfile.TemporaryDirectory(prefix="csp-", dir="/tmp") as sockets,
+    ):
+        socket_path = os.path.join(sockets, "memory.sock")
+        sink = await trio.lowlevel.open_process(
+            _sink_command(sink_kind, socket_path, os.path.join(state, "mem")),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=str(REPO_ROOT),
+        )
+        try:
+            await _wait_serving(socket_path, sink)
+            memory = MemoryConfig(socket_path=socket_path)
+            return await _sustained(os.path.join(state, "s.sqlite3"), config, memory, rate, seconds)
+        finally:
+            sink.terminate()
+            await sink.wait()
 
 
 async def run(writes: int, writers: int, synchronous: str) -> list[Figure]:
@@ -205,15 +312,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--writes", type=int, default=20_000)
     parser.add_argument("--writers", type=int, default=64)
     parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
+    parser.add_argument("--rate", type=int, default=20_000, help="sustained writes/s")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--sink", choices=("reference", "ack"), default="reference")
+    parser.add_argument("--only-sustained", action="store_true")
+    parser.add_argument("--serve-ack-sink", metavar="SOCKET", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_ack_sink:
+        trio.run(serve_ack_sink, args.serve_ack_sink)
+        return 0
     if not 0 < args.writes <= MAX_WRITES or args.writers <= 0:
         parser.error(f"--writes must be 1..{MAX_WRITES} and --writers positive")
+    if not 0 < args.rate * args.seconds <= MAX_WRITES:
+        parser.error(f"--rate x --seconds must be 1..{MAX_WRITES}")
 
-    async def bounded() -> list[Figure]:
+    async def bounded() -> tuple[list[Figure], tuple[Figure, Figure, int]]:
         with trio.fail_after(RUN_TIMEOUT_S):
-            return await run(args.writes, args.writers, args.synchronous)
+            figures = (
+                []
+                if args.only_sustained
+                else await run(args.writes, args.writers, args.synchronous)
+            )
+            sustained = await run_sustained(args.rate, args.seconds, args.synchronous, args.sink)
+            return figures, sustained
 
-    figures = trio.run(bounded)
+    figures, (produced, delivered, left) = trio.run(bounded)
     shown = ["python", "bench/outbox.py", *(argv if argv is not None else sys.argv[1:])]
     print(f"$ {shlex.join(shown)}")
     print(
@@ -223,6 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for figure in figures:
         print(figure.line())
+    print(f"sustained at --rate {args.rate}/s for {args.seconds:g} s, --sink {args.sink}:")
+    print(f"  {produced.line()}")
+    print(f"  {delivered.line()}")
+    # What is still in flight at the window's end (at most delivery_window batches) is not
+    # a backlog; more than that left pending is.
+    in_flight = OutboxConfig().delivery_window * MemoryConfig().batch_size
+    verdict = "keeps up" if left <= in_flight else "falls behind"
+    print(f"  depth left {left} (in flight at most {in_flight}): delivery {verdict}")
     return 0
 
 

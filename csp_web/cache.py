@@ -134,7 +134,10 @@ class Cache:
         try:
             return int(await trio.to_thread.run_sync(self._store.evict, namespace))
         finally:
-            self._bump(namespace)  # ...nor those that started while the disk was emptied
+            # ...nor those that started while the disk was emptied; and a read that began in
+            # that window and finished before it ended may have refilled memory: drop again.
+            self._bump(namespace)
+            self._memory.drop_namespace(namespace)
 
     def _bump(self, namespace: str) -> None:
         self._generation[namespace] = self._generation.get(namespace, 0) + 1

@@ -108,6 +108,15 @@ class OutboxConfig:
     max_pending: int = 100_000
     reserve: int = 1_000
     max_bytes: int = 256 * 1024 * 1024
+    # One caller (connection) may hold a quarter of the outbox: four busy callers fill it
+    # together, one alone cannot starve the rest (issue 8.4: 125 exec runs filled it).
+    # A share above max_pending / max_bytes simply never binds.
+    max_pending_per_peer: int = 25_000
+    max_bytes_per_peer: int = 64 * 1024 * 1024
+    # The largest single write (UTF-8 DATA); longer DATA keeps its head and tail. An exec_log
+    # of both streams at exec.max_output_bytes (1 MiB each) fits.
+    max_write_bytes: int = 2 * 1024 * 1024 + 64 * 1024
+    delivery_window: int = 4  # batches of memory.batch_size in flight (pipelined)
     # "normal" survives kill -9, which is the promise (committed WAL pages are in the OS page
     # cache); "full" also survives power loss, at an fsync per batch (SQLite's PRAGMA names).
     synchronous: Literal["full", "normal"] = "normal"

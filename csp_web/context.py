@@ -60,7 +60,26 @@ class OpContext:
     ) -> MemoryWrite:
         """Queue a memory write durably; returns once persisted. Raises OpError(outbox_full).
 
-        ``use_reserve``: whether the write may use the room kept for admitted ops' logs."""
+        DATA past ``outbox.max_write_bytes`` keeps its head and tail (SPEC O-2). The write
+        counts against this peer's share. ``use_reserve``: whether the write may use the room
+        kept for admitted ops' logs."""
+        data = fit_write(data, self.services.config.outbox.max_write_bytes)
         write = make_write(source, type_, folder, data, suffix=suffix)
-        await self.services.outbox.put(write, use_reserve=use_reserve)
+        await self.services.outbox.put(write, use_reserve=use_reserve, owner=self.peer.connection)
         return write
+
+
+def fit_write(data: str, max_bytes: int) -> str:
+    """``data`` if its UTF-8 form fits ``max_bytes``, else its head and tail around a line
+    saying how many bytes were cut (errors come last, so the tail is kept too)."""
+    if len(data) * 4 <= max_bytes:  # no character takes more than 4 bytes
+        return data
+    raw = data.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return data
+    marker = f"\n[... {len(raw) - max_bytes} bytes cut ...]\n"
+    keep = max(0, max_bytes - len(marker.encode("utf-8")) - 16)  # the count may grow a digit
+    head = raw[: keep // 2].decode("utf-8", "ignore")
+    tail = raw[len(raw) - (keep - keep // 2) :].decode("utf-8", "ignore")
+    cut = len(raw) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return f"{head}\n[... {cut} bytes cut ...]\n{tail}"

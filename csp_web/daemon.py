@@ -174,7 +174,7 @@ async def serve_daemon(
                     task_status=task_status,
                 )
                 with trio.move_on_at(deadline):
-                    await outbox.wait_drained()
+                    await outbox.wait_flushed()  # not while the specialist is down
             log.info("stopped; %d memory writes left in the outbox", outbox.depth)
             root.cancel_scope.cancel()
     return shutdown.cut

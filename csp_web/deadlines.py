@@ -24,12 +24,14 @@ MAX_RESERVE_S = 0.25
 
 
 @contextmanager
-def task_deadline(timeout_ms: int) -> Iterator[trio.CancelScope]:
-    """A cancel scope that ends the running task ``timeout_ms`` from now (the caller's budget,
-    its TIMEOUT_MS or the default), which ``budget_ms`` reports to the work inside it."""
+def task_deadline(timeout_ms: int, *, at: float | None = None) -> Iterator[trio.CancelScope]:
+    """A cancel scope that ends the running task ``timeout_ms`` from now, or at trio time
+    ``at`` when the budget started earlier (the caller's budget, its TIMEOUT_MS or the
+    default), which ``budget_ms`` reports to the work inside it."""
     token = _budget_ms.set(timeout_ms)
     try:
-        with trio.move_on_after(timeout_ms / 1000) as scope:
+        deadline = trio.current_time() + timeout_ms / 1000 if at is None else at
+        with trio.move_on_at(deadline) as scope:
             yield scope
     finally:
         _budget_ms.reset(token)

@@ -10,7 +10,10 @@ import itertools
 import logging
 import secrets
 import time
+from json.encoder import encode_basestring_ascii
 from typing import Any
+
+import trio
 
 from protocol import ErrorCode, Reply, Status, Task
 
@@ -20,7 +23,7 @@ from .context import OpContext, Peer, Services
 from .deadlines import task_deadline
 from .errors import OpError
 from .fields import check_id, parse_timeout_ms, validate
-from .memory import json_record
+from .memory import json_record, make_write
 from .registry import Op, Registry
 from .relay import MemoryRelay
 from .replies import fail_reply, ok_reply
@@ -65,9 +68,10 @@ class Dispatcher:
         self.stats.in_flight += 1
         op: Op | None = None
         audit: dict[str, Any] = {}
+        stage = _Stage()
         try:
             op = self._lookup(task)
-            reply = await self._run(task, op, peer, audit)
+            reply = await self._run(task, op, peer, audit, stage)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -91,7 +95,7 @@ class Dispatcher:
             self.stats.record(op.req, duration_ms, code)
         elif code is not None:
             self.stats.reject(code)
-        await self._audit(task, op, peer, reply, duration_ms, audit)
+        await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
         return reply
 
     def _lookup(self, task: Task) -> Op | None:
@@ -101,7 +105,9 @@ class Dispatcher:
             return None
         return self.registry.lookup(task)
 
-    async def _run(self, task: Task, op: Op | None, peer: Peer, audit: dict[str, Any]) -> Reply:
+    async def _run(
+        self, task: Task, op: Op | None, peer: Peer, audit: dict[str, Any], stage: _Stage
+    ) -> Reply:
         config = self.services.config.tasks
         if op is None:
             check_id(task)  # the Memory Specialist validates the rest of a relayed frame
@@ -110,10 +116,18 @@ class Dispatcher:
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
         audited = self.audit and (op is None or op.specialist != "sys")
-        if audited and self.services.outbox.full:
-            raise OpError(ErrorCode.OUTBOX_FULL, "memory writes are backing up")
-        with task_deadline(timeout_ms) as scope:
+        deadline = trio.current_time() + timeout_ms / 1000
+        if op is not None and not audited and self.audit and self.services.config.audit.sys_ops:
+            # IN:SYS ops are never refused for room, but paced while the outbox drains (O-3).
+            with trio.move_on_at(deadline):
+                await self.services.outbox.wait_paced(peer.connection)
+        with task_deadline(timeout_ms, at=deadline) as scope:
+            if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
+                stage.waiting_for_room = True
+                await self.services.outbox.wait_room(peer.connection)
+                stage.waiting_for_room = False
             async with self.slots(op.specialist if op else "memory").admit():
+                stage.admitted = True
                 if op is None:
                     assert self.relay is not None
                     return await self.relay.forward(task)
@@ -121,6 +135,8 @@ class Dispatcher:
                 ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
                 return ok_reply(await op.handler(params, ctx), task.id)
         assert scope.cancelled_caught
+        if stage.waiting_for_room:
+            raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
     async def _audit(
@@ -131,32 +147,68 @@ class Dispatcher:
         reply: Reply,
         duration_ms: float,
         extra: dict[str, Any],
+        admitted: bool,
     ) -> None:
-        if not self.audit or (
-            op is not None and op.specialist == "sys" and not self.services.config.audit.sys_ops
-        ):
+        sys_op = op is not None and op.specialist == "sys"
+        if not self.audit or (sys_op and not self.services.config.audit.sys_ops):
             return
-        record = json_record(
-            time=time.time(),
-            op=task.req,
-            domain=task.domain,
-            uid=peer.uid,
-            pid=peer.pid,
-            connection=peer.connection,
-            id=task.id,
-            outcome=str(reply.status),
-            error=reply.get("ERROR"),
-            duration_ms=round(duration_ms, 3),
-            **extra,
-        )
-        ctx = OpContext(self.services, peer, task.req, task.id or "")
-        # Only an op that was admitted (and not an IN:SYS one) may use the outbox's reserve.
-        admitted = _error_code(reply) not in (ErrorCode.OUTBOX_FULL, ErrorCode.BUSY)
-        reserve = admitted and (op is None or op.specialist != "sys")
-        try:
-            await ctx.remember("sys", "audit", "audit", record, use_reserve=reserve)
-        except OpError as exc:
-            log.error("audit record lost for %s: %s", task.req, exc)
+        error = reply.get("ERROR")
+        record = audit_record(task, peer, reply, round(duration_ms, 3), extra)
+        write = make_write("sys", "audit", "audit", record, suffix=".json")
+        outbox = self.services.outbox
+        if admitted and not sys_op:  # only an admitted op may use the reserve (SPEC O-1)
+            try:
+                await outbox.put(write, owner=peer.connection)
+                return
+            except OpError:
+                pass  # past the reserve too: folded below rather than lost
+        key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
+        await outbox.put_or_fold(write, key, owner=peer.connection)
+
+
+def audit_record(
+    task: Task, peer: Peer, reply: Reply, duration_ms: float, extra: dict[str, Any]
+) -> str:
+    """The audit record's JSON, exactly as ``json_record`` writes it; the common record (no
+    fields added by the op) is formatted directly, as it is built once per frame."""
+    fields: dict[str, Any] = {
+        "time": time.time(),
+        "op": task.req,
+        "domain": task.domain,
+        "uid": peer.uid,
+        "pid": peer.pid,
+        "connection": peer.connection,
+        "id": task.id,
+        "outcome": str(reply.status),
+        "error": reply.get("ERROR"),
+        "duration_ms": duration_ms,
+    }
+    if extra:
+        return json_record(**fields, **extra)
+    return (
+        f'{{"connection":{_text(peer.connection)},"domain":{_text(task.domain)},'
+        f'"duration_ms":{duration_ms!r},"error":{_text(fields["error"])},'
+        f'"id":{_text(task.id)},"op":{_text(task.req)},"outcome":{_text(fields["outcome"])},'
+        f'"pid":{_number(peer.pid)},"time":{fields["time"]!r},"uid":{_number(peer.uid)}}}'
+    )
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+class _Stage:
+    """How far a task got: whether it waits for outbox room, whether it was admitted."""
+
+    __slots__ = ("admitted", "waiting_for_room")
+
+    def __init__(self) -> None:
+        self.waiting_for_room = False
+        self.admitted = False
 
 
 _task_ids = itertools.count(1)

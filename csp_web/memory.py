@@ -11,6 +11,7 @@ import datetime
 import itertools
 import json
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,14 +26,30 @@ _PROCESS_TAG = secrets.token_hex(8)
 _counter = itertools.count(1)
 
 
+_second = -1
+_stamp = _day = ""
+
+
+def _now() -> tuple[str, str, int]:
+    """(``%Y%m%dT%H%M%S``, ``%Y-%m-%d``, microseconds) in UTC, formatted once a second: the
+    audit path calls this once per frame."""
+    global _second, _stamp, _day
+    now = time.time()
+    second = int(now)
+    if second != _second:
+        moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
+        _second, _stamp, _day = second, f"{moment:%Y%m%dT%H%M%S}", f"{moment:%Y-%m-%d}"
+    return _stamp, _day, int((now - second) * 1_000_000)
+
+
 def new_write_id() -> str:
     """A unique idempotency key: a time-ordered prefix, the process tag, a counter."""
-    now = datetime.datetime.now(datetime.UTC)
-    return f"w-{now:%Y%m%dT%H%M%S%f}-{_PROCESS_TAG}-{next(_counter)}"
+    stamp, _, micros = _now()
+    return f"w-{stamp}{micros:06d}-{_PROCESS_TAG}-{next(_counter)}"
 
 
 def today() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    return _now()[1]
 
 
 @dataclass(frozen=True)
@@ -61,12 +78,16 @@ class MemoryWrite:
         )
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 def json_record(**fields: Any) -> str:
     """A compact, key-sorted JSON record for a write's DATA."""
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return _ENCODER.encode(fields)
 
 
 def make_write(source: Source, type_: str, folder: str, data: str, *, suffix: str) -> MemoryWrite:
     """A write with a fresh ID, filed under ``<folder>/<today>/<id><suffix>``."""
-    write_id = new_write_id()
-    return MemoryWrite(source, type_, f"{folder}/{today()}/{write_id}{suffix}", data, write_id)
+    stamp, day, micros = _now()
+    write_id = f"w-{stamp}{micros:06d}-{_PROCESS_TAG}-{next(_counter)}"
+    return MemoryWrite(source, type_, f"{folder}/{day}/{write_id}{suffix}", data, write_id)

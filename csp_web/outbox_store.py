@@ -1,4 +1,5 @@
-"""The outbox's SQLite tables. Blocking: called from a worker thread, one call at a time."""
+"""The outbox's SQLite tables. Blocking: called one call at a time, from the event loop
+(``synchronous: normal``) or a worker thread (``full``)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,15 @@ class OutboxStore:
             )
 
     def oldest(self, limit: int) -> list[tuple[int, MemoryWrite]]:
+        """The first ``limit`` pending writes, oldest first, with their sequence numbers."""
+        return self.after(0, limit)
+
+    def after(self, seq: int, limit: int) -> list[tuple[int, MemoryWrite]]:
+        """Up to ``limit`` pending writes queued after sequence number ``seq``, in order."""
         rows = self._db.execute(
-            "SELECT seq, id, source, type, path, data FROM pending ORDER BY seq LIMIT ?",
-            (limit,),
+            "SELECT seq, id, source, type, path, data FROM pending WHERE seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (seq, limit),
         ).fetchall()
         return [
             (seq, MemoryWrite(src, typ, path, data, wid)) for seq, wid, src, typ, path, data in rows

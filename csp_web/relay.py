@@ -57,7 +57,9 @@ class MemoryRelay:
             async with self._link.open_client(id_prefix=prefix) as client:
                 reply = await client.call(task, timeout_s=self._config.relay_timeout_s)
         except (OSError, ClientClosed, trio.TooSlowError) as exc:
-            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, type(exc).__name__) from exc
+            raise OpError(
+                ErrorCode.MEMORY_UNAVAILABLE, f"{type(exc).__name__} at {self._link.name}"
+            ) from exc
         fields = tuple(f for f in reply.fields if f[0] != "ID")
         if task.id is not None:
             fields = (("ID", task.id), *fields)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 
@@ -86,6 +87,10 @@ async def _rejected_rows(path: str) -> list[tuple[str, str]]:
 def _audit_ids(directory: str) -> set[str]:
     """IDs of the tasks whose audit records reached the sink."""
     return {str(r["id"]) for r in sink_records(directory, "audit") if isinstance(r.get("id"), str)}
+
+
+def _code(reply: Reply) -> str:
+    return (reply.get("ERROR") or "").partition(":")[0]
 
 
 def _ping(task_id: str) -> Task:
@@ -374,9 +379,7 @@ async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_op
         assert outbox.full
         await peer.send(b"TASK REQ:sleep 1 IN:TEST OUT:SLEPT\nID refused\n\n" + _PING_BYTES * 3)
         replies = await peer.replies(4)
-        assert {(r.id, r.get("ERROR")) for r in replies if r.id} == {
-            ("refused", "outbox_full:memory writes are backing up")
-        }
+        assert {(r.id, _code(r)) for r in replies if r.id} == {("refused", "outbox_full")}
         mock_clock.jump(1.5)
         slow = await peer.reply()
         rows = outbox._store.oldest(10)
@@ -384,3 +387,302 @@ async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_op
     assert slow.get("DATA") == "slept:1000"
     audited = [json.loads(w.data).get("id") for _, w in rows if w.type == "audit"]
     assert audited == ["slow"]  # in the reserve; the refused frame's and pings' were not kept
+
+
+# --- Back-pressure, per-peer shares, folding, bounded writes (issue 8) ---------------------
+
+
+def _sleep_task(task_id: str, ms: int = 0, timeout_ms: int | None = None) -> Task:
+    fields: tuple[tuple[str, str], ...] = (("ID", task_id), ("MS", str(ms)))
+    if timeout_ms is not None:
+        fields += (("TIMEOUT_MS", str(timeout_ms)),)
+    return Task("sleep", "TEST", "SLEPT", None, fields)
+
+
+async def _gated_memory(
+    nursery: trio.Nursery, config: Config, state_dir: str
+) -> tuple[trio.Event, list[str]]:
+    """A Memory Specialist that holds every write until the returned event is set."""
+    gate = trio.Event()
+    received: list[str] = []
+
+    async def handler(write_id: str | None, params: Params) -> Result:
+        await gate.wait()
+        received.append(params.text("DATA"))
+        return Result("stored")
+
+    assert config.memory.socket_path is not None
+    await nursery.start(_serve_scripted_memory, config.memory.socket_path, handler, state_dir)
+    return gate, received
+
+
+@asynccontextmanager
+async def _dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
+    from csp_web.daemon import build_dispatcher
+    from tests.harness import TEST_OPS
+
+    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
+        yield build_dispatcher(config, outbox, TEST_OPS)
+
+
+async def test_a_full_outbox_that_drains_makes_an_op_wait_then_run_instead_of_refusing_it(
+    nursery: trio.Nursery, config: Config, tmp_path: os.PathLike[str]
+) -> None:
+    """O-1: at max_pending with a Memory Specialist connected, a new op waits for room (it
+    was refused with outbox_full before); once writes are acknowledged it runs and replies OK."""
+    gate, _ = await _gated_memory(nursery, config, str(tmp_path))
+    config = replace(config, outbox=OutboxConfig(max_pending=2, reserve=1))
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        for n in range(2):
+            await outbox.put(_write(n))
+        await wait_until(lambda: outbox.connected)
+        replies: list[Reply] = []
+
+        async def call() -> None:
+            replies.append(await dispatcher.run(_sleep_task("waits"), Peer("a")))
+
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()
+            assert replies == []  # waiting for room, not refused
+            gate.set()
+        with trio.fail_after(10):
+            await outbox.wait_drained()
+    assert replies == [
+        Reply(Status.OK, (("ID", "waits"), ("SCOPE", "[test]"), ("DATA", "slept:0")))
+    ]
+
+
+async def test_an_op_waiting_for_room_past_its_deadline_gets_outbox_full(
+    nursery: trio.Nursery,
+    config: Config,
+    tmp_path: os.PathLike[str],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """O-1: the wait for room is bounded by the task's deadline: then FAIL outbox_full."""
+    await _gated_memory(nursery, config, str(tmp_path))
+    config = replace(config, outbox=OutboxConfig(max_pending=1, reserve=1))
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        await outbox.put(_write(0))
+        await wait_until(lambda: outbox.connected)
+        reply = await dispatcher.run(_sleep_task("late", timeout_ms=500), Peer("a"))
+        assert (outbox.depth, outbox.folded) == (1, 1)  # not admitted: its audit is folded
+    assert reply.status is Status.FAIL
+    assert _code(reply) == ErrorCode.OUTBOX_FULL
+
+
+@pytest.mark.parametrize("share", [1, 3])
+async def test_one_peer_at_its_share_of_the_outbox_is_refused_while_another_is_served(
+    config: Config, share: int
+) -> None:
+    """O-2: each op's audit record counts against its peer; at N-1 held writes the peer's op
+    runs, at N (its share) the next is refused, and another peer is still served."""
+    limits = OutboxConfig(max_pending=100, max_pending_per_peer=share)
+    config = replace(with_memory(config, None), outbox=limits)
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        for n in range(share):  # the last of these runs at N-1 held writes
+            reply = await dispatcher.run(_sleep_task(f"a{n}"), Peer("a"))
+            assert reply.status is Status.OK
+        assert outbox.peer_full("a")
+        assert not outbox.full
+        refused = await dispatcher.run(_sleep_task("a-over"), Peer("a"))
+        other = await dispatcher.run(_sleep_task("b0"), Peer("b"))
+    assert (refused.id, _code(refused)) == ("a-over", ErrorCode.OUTBOX_FULL)
+    assert other.status is Status.OK
+
+
+async def test_sys_op_audits_past_max_pending_are_folded_into_one_summary_record(
+    config: Config, tmp_path: os.PathLike[str]
+) -> None:
+    """O-3: pings past max_pending are answered and their audit records are counted in one
+    summary written at close (never silently dropped); refused frames fold the same way."""
+    config = replace(with_memory(config, None), outbox=OutboxConfig(max_pending=2, reserve=5))
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        pings = [await dispatcher.run(_ping(f"p{n}"), Peer("a")) for n in range(5)]
+        unknown = await dispatcher.run(Task("nope", "SYS", "X", None, (("ID", "u"),)), Peer("a"))
+        assert (outbox.depth, outbox.folded) == (2, 4)
+    assert all(reply.status is Status.OK for reply in pings)
+    assert _code(unknown) == ErrorCode.UNKNOWN_OP
+    _, pending = await _stored(config.outbox_path)
+    records = [json.loads(w.data) for w in pending]
+    assert [r.get("id") for r in records[:2]] == ["p0", "p1"]
+    assert records[2]["folded"] == {"SYS/nope:unknown_op": 1, "SYS/ping": 3}
+    assert records[2]["total"] == 4
+
+
+async def test_refused_frames_never_take_the_reserve_of_admitted_ops(config: Config) -> None:
+    """O-1 (issue 8.13): unknown_op, wrong_domain and shutting_down frames past max_pending
+    leave the reserve alone (they used to take it: 1,000 shutting_down audits filled it)."""
+    config = replace(with_memory(config, None), outbox=OutboxConfig(max_pending=1, reserve=3))
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        await outbox.put(_write(0))
+        unknown = await dispatcher.run(Task("nope", "TEST", "X", None, (("ID", "u"),)), Peer("a"))
+        wrong = await dispatcher.run(Task("sleep", "WEB", "SLEPT", None, (("ID", "w"),)), Peer("a"))
+        dispatcher.shutting_down = True
+        stopping = await dispatcher.run(_sleep_task("s"), Peer("a"))
+        assert (outbox.depth, outbox.folded) == (1, 3)
+    assert [_code(r) for r in (unknown, wrong, stopping)] == [
+        ErrorCode.UNKNOWN_OP,
+        ErrorCode.WRONG_DOMAIN,
+        ErrorCode.SHUTTING_DOWN,
+    ]
+
+
+@pytest.mark.parametrize(("extra", "cut"), [(0, False), (1, True)])
+async def test_a_write_longer_than_max_write_bytes_keeps_its_head_and_tail(
+    config: Config, extra: int, cut: bool
+) -> None:
+    """O-2: DATA of exactly max_write_bytes is kept whole; one byte more keeps head and tail
+    within the limit, saying how much was cut."""
+    limit = 1000
+    config = replace(with_memory(config, None), outbox=OutboxConfig(max_write_bytes=limit))
+    data = "H" * 400 + "é" * 100 + "T" * (400 + extra)  # é takes two bytes
+    async with _dispatcher(config) as dispatcher:
+        ctx = OpContext(dispatcher.services, Peer("a"), "exec", "t1")
+        write = await ctx.remember("tool", "exec_log", "exec-logs", data, suffix=".log")
+    assert len(write.data.encode("utf-8")) <= limit
+    assert (write.data == data) is not cut
+    assert write.data.startswith("H" * 400)
+    assert write.data.endswith("T" * 400)
+    assert ("bytes cut" in write.data) is cut
+
+
+async def test_flush_at_exit_returns_at_once_when_the_memory_specialist_is_down(
+    config: Config,
+) -> None:
+    """Issue 9.8: with memory.socket_path set and nothing listening, the exit flush ends after
+    the first failed connect instead of waiting out the grace period; writes stay on disk."""
+    async with open_outbox(config.outbox_path, OutboxConfig(), config.memory) as outbox:
+        await outbox.put(_write(0))
+        with trio.fail_after(5):
+            await outbox.wait_flushed()
+        assert (outbox.depth, outbox.connected) == (1, False)
+
+
+async def test_flush_at_exit_waits_for_delivery_while_connected(config: Config, sink: Sink) -> None:
+    """The exit flush delivers what is pending while the Memory Specialist answers."""
+    async with open_outbox(config.outbox_path, OutboxConfig(), config.memory) as outbox:
+        for n in range(20):
+            await outbox.put(_write(n))
+        with trio.fail_after(10):
+            await outbox.wait_flushed()
+        assert (outbox.depth, outbox.delivered) == (0, 20)
+
+
+async def test_pipelined_batches_reach_the_sink_in_put_order(
+    tmp_path: os.PathLike[str], config: Config, sink: Sink
+) -> None:
+    """M-2: with several one-write batches in flight at once, the sink still stores in order."""
+    memory = replace(config.memory, batch_size=1)
+    limits = OutboxConfig(delivery_window=8)
+    async with open_outbox(_outbox_path(tmp_path), limits, memory) as outbox:
+        async with trio.open_nursery() as writers:
+            for n in range(40):
+                writers.start_soon(outbox.put, _write(n))
+                await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(10):
+            await outbox.wait_drained()
+    content = sink_text(sink.directory, "order/log.txt")
+    assert content is not None
+    assert content.splitlines() == [f"line {n}" for n in range(40)]
+
+
+async def test_a_relayed_frame_to_a_memory_specialist_that_is_down_names_its_socket(
+    config: Config,
+) -> None:
+    """Issue 9.8: memory_unavailable says which socket could not be reached."""
+    from csp_web.relay import MemoryRelay
+
+    assert config.memory.socket_path is not None
+    read = Task("read", "MEMORY", "CONTENT", None, (("ID", "r1"), ("PATH", "notes/x")))
+    with pytest.raises(OpError) as down:
+        await MemoryRelay(config.memory).forward(read)
+    assert down.value.code is ErrorCode.MEMORY_UNAVAILABLE
+    assert down.value.detail == f"FileNotFoundError at {config.memory.socket_path}"
+
+
+@pytest.mark.parametrize(
+    ("peer", "reply", "extra"),
+    [
+        (Peer("unix-1", 1000, 42), Reply(Status.OK, (("DATA", "pong"),)), {}),
+        (Peer("stdin"), Reply(Status.FAIL, (("ERROR", 'bad_"é\n:x'),)), {}),
+        (Peer("cron", 0, None), Reply(Status.OK, ()), {"command": "ls", "exit": 0}),
+    ],
+)
+def test_an_audit_record_is_the_json_record_of_its_fields(
+    peer: Peer, reply: Reply, extra: dict[str, object]
+) -> None:
+    """M-1: the directly formatted audit record reads back as the same compact, key-sorted
+    JSON that ``json_record`` writes, whatever the strings hold."""
+    from csp_web.dispatch import audit_record
+    from csp_web.memory import json_record
+
+    task = Task("ping", "SYS", "PONG", None, (("ID", 'i"d\\'),))
+    text = audit_record(task, peer, reply, 0.125, dict(extra))
+    fields = json.loads(text)
+    assert text == json_record(**fields)
+    assert (fields["id"], fields["connection"], fields["uid"], fields["error"]) == (
+        'i"d\\',
+        peer.connection,
+        peer.uid,
+        reply.get("ERROR"),
+    )
+
+
+async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_waiting_its_grace(
+    config: Config,
+) -> None:
+    """Issue 9.8: at EOF with memory.socket_path set and nothing listening, the daemon does
+    not spend its grace period waiting for a delivery that cannot happen (it used to wait the
+    whole grace_period_s on every run); the write stays in the outbox."""
+    from csp_web.daemon import serve_daemon
+
+    grace_s = 600.0  # far past the bound below: waiting it out fails the test
+    config = replace(config, daemon=replace(config.daemon, grace_period_s=grace_s))
+    client, server = trio.testing.memory_stream_pair()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(serve_daemon, config, [], stdio=server, socket_path=None))
+            await client.send_all(_PING_BYTES)
+            await client.send_eof()
+            received = b""
+            while not received.endswith(b"\n\n"):
+                received += await client.receive_some()
+    assert received.startswith(b"STATUS OK")
+    totals, _ = await _stored(config.outbox_path)
+    assert totals[0] == 1
+
+
+async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_frame(
+    nursery: trio.Nursery, config: Config, tmp_path: os.PathLike[str]
+) -> None:
+    """O-3: while a Memory Specialist drains a full outbox, a ping waits for room (it used to
+    be answered at once with its audit record dropped), then is answered and audited as a
+    record of its own, not folded."""
+    gate, received = await _gated_memory(nursery, config, str(tmp_path))
+    config = replace(config, outbox=OutboxConfig(max_pending=2, reserve=1))
+    async with _dispatcher(config) as dispatcher:
+        outbox = dispatcher.services.outbox
+        for n in range(2):
+            await outbox.put(_write(n))
+        await wait_until(lambda: outbox.connected)
+        replies: list[Reply] = []
+
+        async def call() -> None:
+            replies.append(await dispatcher.run(_ping("paced"), Peer("a")))
+
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()
+            assert replies == []  # paced, not answered past the limit
+            gate.set()
+        with trio.fail_after(10):
+            await outbox.wait_drained()
+        assert outbox.folded == 0
+    assert [r.id for r in replies if r.status is Status.OK] == ["paced"]
+    assert [json.loads(data).get("id") for data in received[2:]] == ["paced"]
