@@ -26,6 +26,7 @@ RELOADABLE = (
     "web.apis",  # endpoints, credentials' variable names, rate limits
     "web.summarize",
     "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
+    "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets
 )
 # Under a reloadable path, still fixed for the daemon's life: the sandbox was probed with them.
 RESTART_ONLY = (
