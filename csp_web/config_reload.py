@@ -25,11 +25,16 @@ RELOADABLE = (
     "web.search",  # providers, order, rate limits, result counts
     "web.apis",  # endpoints, credentials' variable names, rate limits
     "web.summarize",
+    "web.guard",  # allow-lists, ports, caps, timeouts: the client and backend read one reference
     "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
     "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets
 )
 # Under a reloadable path, still fixed for the daemon's life: the sandbox was probed with them.
 RESTART_ONLY = (
+    # The robots cache was built for one user agent, TTL and size.
+    "web.guard.user_agent",
+    "web.guard.robots_ttl_s",
+    "web.guard.robots_cache_entries",
     "tool.exec.bwrap_program",
     "tool.exec.require_bwrap",
     "tool.exec.run_as_uid",

@@ -40,6 +40,7 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
         extras["reloaders"] = [
             exec_reloader(extras),
             extras["web"].prepare_reload,
+            lambda new: extras["web"].client.prepare_reload(new.web.guard),
             extras["mcp"].prepare_reload,
         ]
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
