@@ -19,6 +19,7 @@ from .config import Config
 
 # Dotted paths (a path covers everything under it) a reload applies.
 RELOADABLE = (
+    "socket.allowed_uids",  # judged at each accept; connections of a removed uid are closed
     "tasks.default_timeout_ms",
     "tasks.max_timeout_ms",
     "web.fetch",  # caps and its rate limit
