@@ -3,9 +3,11 @@
 A reload never half-applies: the new file is loaded strictly, every service checks its part
 (``Services.extras["reloaders"]``), and only then does anything change. Settings listed in
 ``RELOADABLE`` are read per task (through ``Services.config``) or rebuilt by a service's
-reload hook; every other changed setting is kept at its running value and reported as
-needing a restart: the socket, the state directory and its files, connection budgets and
-specialist slots that running tasks hold, the sandbox the daemon probed at start.
+reload hook (the guard's one ``GuardSettings``, the MCP pool's servers, the socket gate's
+allow-list); every other changed setting is kept at its running value and reported as needing
+a restart: the socket's path and budgets, the state directory and its files, connection
+budgets and specialist slots that running tasks hold, the sandbox the daemon probed at start,
+the robots cache's user agent, TTL and size.
 """
 
 from __future__ import annotations
