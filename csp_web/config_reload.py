@@ -3,9 +3,11 @@
 A reload never half-applies: the new file is loaded strictly, every service checks its part
 (``Services.extras["reloaders"]``), and only then does anything change. Settings listed in
 ``RELOADABLE`` are read per task (through ``Services.config``) or rebuilt by a service's
-reload hook; every other changed setting is kept at its running value and reported as
-needing a restart: the socket, the state directory and its files, connection budgets and
-specialist slots that running tasks hold, the sandbox the daemon probed at start.
+reload hook (the guard's one ``GuardSettings``, the MCP pool's servers, the socket gate's
+allow-list); every other changed setting is kept at its running value and reported as needing
+a restart: the socket's path and budgets, the state directory and its files, connection
+budgets and specialist slots that running tasks hold, the sandbox the daemon probed at start,
+the robots cache's user agent, TTL and size.
 """
 
 from __future__ import annotations
@@ -19,16 +21,23 @@ from .config import Config
 
 # Dotted paths (a path covers everything under it) a reload applies.
 RELOADABLE = (
+    "socket.allowed_uids",  # judged at each accept; connections of a removed uid are closed
     "tasks.default_timeout_ms",
     "tasks.max_timeout_ms",
     "web.fetch",  # caps and its rate limit
     "web.search",  # providers, order, rate limits, result counts
     "web.apis",  # endpoints, credentials' variable names, rate limits
     "web.summarize",
+    "web.guard",  # allow-lists, ports, caps, timeouts: the client and backend read one reference
     "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
+    "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets
 )
 # Under a reloadable path, still fixed for the daemon's life: the sandbox was probed with them.
 RESTART_ONLY = (
+    # The robots cache was built for one user agent, TTL and size.
+    "web.guard.user_agent",
+    "web.guard.robots_ttl_s",
+    "web.guard.robots_cache_entries",
     "tool.exec.bwrap_program",
     "tool.exec.require_bwrap",
     "tool.exec.run_as_uid",

@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -30,7 +31,7 @@ import trio
 from . import __version__
 from .config import Config
 from .config_load import ConfigError
-from .config_reload import ReloadPlan, apply_reload, plan_reload
+from .config_reload import Reloader, ReloadPlan, apply_reload, plan_reload
 from .connection import Shutdown, StreamOptions, serve_stream
 from .context import Peer, Services
 from .dispatch import Dispatcher
@@ -39,9 +40,9 @@ from .memory_link import MemoryLink
 from .outbox import Outbox, open_outbox
 from .registry import Op, Registry
 from .relay import MemoryRelay
-from .stats import Stats
+from .stats import ReloadRecord, Stats
 from .sysops import make_sys_ops
-from .unix import Lease, serve_unix
+from .unix import Gate, Lease, allowed_uids, serve_unix
 
 log = logging.getLogger("csp_web.daemon")
 
@@ -158,10 +159,11 @@ async def serve_daemon(
             lines = dispatcher.services.extras.setdefault("stats_lines", {})
             lines["MEMORY"] = functools.partial(describe, embedded)
         shutdown = Shutdown()
+        reloaders: list[Reloader] = []  # the daemon's own: the socket's allow-list
         async with trio.open_nursery() as root:
             stop_now = trio.CancelScope()  # a second signal: no more grace for anything
             root.start_soon(_watch_signals, shutdown, stop_now)
-            await root.start(_watch_reload, dispatcher, reload)
+            await root.start(_watch_reload, dispatcher, reload, reloaders)
             for serve in dispatcher.services.extras.get("background", []):
                 await root.start(serve, dispatcher)
             with stop_now:
@@ -171,6 +173,7 @@ async def serve_daemon(
                     shutdown,
                     stdio=stdio,
                     path=socket_path,
+                    reloaders=reloaders,
                     task_status=task_status,
                 )
                 with trio.move_on_at(deadline):
@@ -187,6 +190,7 @@ async def _serve_until_stopped(
     *,
     stdio: trio.abc.Stream | None,
     path: str | None,
+    reloaders: list[Reloader],
     task_status: trio.TaskStatus[Dispatcher],
 ) -> float:
     """Serve the transports until shutdown and in-flight work ends (or the grace period does);
@@ -198,7 +202,9 @@ async def _serve_until_stopped(
     deadline = math.inf
     with connections:
         async with trio.open_nursery() as nursery:
-            await _start_transports(nursery, dispatcher, config, shutdown, stdio=stdio, path=path)
+            await _start_transports(
+                nursery, dispatcher, config, shutdown, stdio=stdio, path=path, reloaders=reloaders
+            )
             log.info(
                 "csp-web %s ready (socket %s, stdin %s, outbox %d pending)",
                 __version__,
@@ -236,11 +242,16 @@ async def _start_transports(
     *,
     stdio: trio.abc.Stream | None,
     path: str | None,
+    reloaders: list[Reloader],
 ) -> None:
     conn_config = config.connection
     if path is not None:
         listener_scope = trio.CancelScope()
         options = StreamOptions(conn_config, conn_config.idle_timeout_s)
+        # The running settings' allow-list, the one cron reads too: a reload judges every
+        # later accept, and closes the connections of the uids it removed.
+        gate = Gate(config.socket, lambda: allowed_uids(dispatcher.services.config.socket))
+        reloaders.append(lambda new: functools.partial(gate.revoke, allowed_uids(new.socket)))
 
         async def handle(stream: trio.SocketStream, peer: Peer, lease: Lease) -> None:
             await serve_stream(stream, dispatcher, peer, options, shutdown, lease=lease)
@@ -248,7 +259,12 @@ async def _start_transports(
         async def run_listener(*, task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
             with listener_scope:
                 await serve_unix(
-                    path, config.socket, handle, handler_nursery=nursery, task_status=task_status
+                    path,
+                    config.socket,
+                    handle,
+                    handler_nursery=nursery,
+                    gate=gate,
+                    task_status=task_status,
                 )
 
         await nursery.start(run_listener)
@@ -288,6 +304,7 @@ async def _watch_signals(shutdown: Shutdown, stop_now: trio.CancelScope) -> None
 async def _watch_reload(
     dispatcher: Dispatcher,
     load: Callable[[], Config] | None,
+    reloaders: Sequence[Reloader] = (),
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -295,27 +312,35 @@ async def _watch_reload(
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
-            await reload_settings(dispatcher, load)
+            await reload_settings(dispatcher, load, reloaders)
 
 
 async def reload_settings(
-    dispatcher: Dispatcher, load: Callable[[], Config] | None
+    dispatcher: Dispatcher, load: Callable[[], Config] | None, reloaders: Sequence[Reloader] = ()
 ) -> ReloadPlan | None:
     """Load the configuration again and apply what may change at runtime
     (``csp_web.config_reload``), logging what changed and what needs a restart. A file that
-    does not load, or that a service refuses, changes nothing: logged, returns None."""
+    does not load, or that a service refuses, changes nothing: logged, returns None. Either
+    way ``REQ:stats`` shows the outcome on its ``RELOAD`` line.
+
+    ``reloaders`` are the daemon's own hooks, run after the services' (``extras``)."""
     if load is None:
         log.warning("SIGHUP: started without a configuration to reload; nothing changed")
+        dispatcher.stats.last_reload = ReloadRecord(time.time(), "refused", error="no file")
         return None
     services = dispatcher.services
     try:
         new = await trio.to_thread.run_sync(load)
         plan = plan_reload(services.config, new)
-        apply_reload(plan, services.extras.get("reloaders", []))
+        apply_reload(plan, [*services.extras.get("reloaders", []), *reloaders])
     except (ConfigError, ValueError) as exc:
         log.error("SIGHUP: reload refused, keeping the running settings: %s", exc)
+        dispatcher.stats.last_reload = ReloadRecord(time.time(), "refused", error=str(exc))
         return None
     services.config = plan.config
+    dispatcher.stats.last_reload = ReloadRecord(
+        time.time(), "applied", plan.applied, plan.needs_restart
+    )
     log.info(
         "SIGHUP: settings reloaded; applied: %s; needs a restart (kept): %s",
         ", ".join(plan.applied) or "none",

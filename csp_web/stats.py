@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -22,6 +24,31 @@ class OpStats:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+@dataclass(frozen=True)
+class ReloadRecord:
+    """The last SIGHUP: when (wall clock), ``applied`` or ``refused``, the changed settings
+    applied and kept (needing a restart), or why the file was refused."""
+
+    at: float
+    outcome: str
+    applied: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    error: str = ""
+
+    def line(self) -> str:
+        """The ``RELOAD`` line of ``REQ:stats``: one compact JSON object."""
+        at = datetime.datetime.fromtimestamp(self.at, datetime.UTC)
+        data: dict[str, object] = {
+            "at": at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "outcome": self.outcome,
+        }
+        if self.outcome == "applied":
+            data |= {"applied": list(self.applied), "kept": list(self.kept)}
+        else:
+            data["error"] = self.error
+        return json.dumps(data, separators=(",", ":"))
+
+
 class Stats:
     """What the daemon has seen since it started."""
 
@@ -32,6 +59,7 @@ class Stats:
         self.connections = 0
         self.rejections: Counter[str] = Counter()
         self.ops: dict[str, OpStats] = {}
+        self.last_reload: ReloadRecord | None = None
 
     @property
     def uptime_s(self) -> float:

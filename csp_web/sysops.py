@@ -51,6 +51,8 @@ def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
             )
         for code, count in sorted(stats.rejections.items()):
             fields.append(("REJECTED", f"{code}:{count}"))
+        if stats.last_reload is not None:
+            fields.append(("RELOAD", stats.last_reload.line()))
         # A value is a line or lines, or a callable giving the current one(s) (MCP servers' state).
         for key, value in sorted(ctx.services.extras.get("stats_lines", {}).items()):
             current = value() if callable(value) else value

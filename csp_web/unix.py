@@ -139,18 +139,42 @@ def _unlink_if_ours(path: str, inode: int) -> None:
         pass
 
 
-class Gate:
-    """Who may connect, and how many at once (overall and per uid)."""
+def allowed_uids(config: SocketConfig) -> frozenset[int]:
+    """Who may use the daemon: ``allowed_uids``, else the daemon's own uid. The one rule, read
+    from the running settings by the gate at each accept and by cron before each run."""
+    return frozenset(config.allowed_uids) or frozenset({os.geteuid()})
 
-    def __init__(self, config: SocketConfig) -> None:
+
+class Gate:
+    """Who may connect, and how many at once (overall and per uid).
+
+    ``allowed`` gives the uids that may connect now (default: ``config``'s, fixed); the
+    daemon passes its running settings' so a reload judges every later accept. ``revoke``
+    closes the connections of uids a reload removed."""
+
+    def __init__(
+        self, config: SocketConfig, allowed: Callable[[], frozenset[int]] | None = None
+    ) -> None:
         self.config = config
-        self.allowed = set(config.allowed_uids) or {os.geteuid()}
+        self._allowed = allowed or (lambda: allowed_uids(config))
         self.leases: set[Lease] = set()
         self.per_uid: Counter[int] = Counter()
 
     @property
     def open(self) -> int:
         return len(self.leases)
+
+    @property
+    def allowed(self) -> frozenset[int]:
+        return self._allowed()
+
+    def revoke(self, allowed: frozenset[int]) -> None:
+        """Close the connections of uids not in ``allowed`` as eviction does: no frame is read
+        after this, frames already received are answered, then the connection closes."""
+        for lease in [lease for lease in self.leases if lease.uid not in allowed]:
+            log.warning("closing %s: uid %d may no longer connect", lease.connection, lease.uid)
+            if lease.tenant is not None:
+                lease.tenant.evict()
 
     def admit(self, uid: int, connection: str, number: int) -> Lease | OpError:
         """A lease for a new connection, evicting an idle one at a cap; else the refusal."""
@@ -196,12 +220,14 @@ async def serve_unix(
     handler: ConnectionHandler,
     *,
     handler_nursery: trio.Nursery,
+    gate: Gate | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Accept connections at ``path`` until cancelled, then remove the socket file."""
+    """Accept connections at ``path`` until cancelled, then remove the socket file; ``gate``
+    (default: one over ``config``) admits them."""
     listener = await open_unix_listener(path, backlog=config.backlog)
     inode = os.stat(path).st_ino
-    gate = Gate(config)
+    gate = gate or Gate(config)
     counter = iter(range(1, 1 << 62))
 
     async def accept(stream: trio.SocketStream) -> None:

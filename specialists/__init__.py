@@ -16,6 +16,7 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
     from .tool import tool_ops
     from .tool.ops_cron import open_cron, serve_cron
     from .tool.ops_exec import exec_reloader, open_exec_services
+    from .tool.ops_mcp import open_mcp_host
     from .web import web_ops
     from .web.ops_search import serve_background
     from .web.services import open_web_services
@@ -27,16 +28,21 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             "web": await stack.enter_async_context(open_web_services(config)),
             "exec": await stack.enter_async_context(open_exec_services(config)),
         }
-        if config.tool.mcp.servers:  # the MCP SDK is imported only when a server is configured
-            from .tool.mcp import open_mcp_pool
-
-            extras["mcp"] = await stack.enter_async_context(open_mcp_pool(config.tool.mcp))
+        # The MCP SDK is imported only when a server is configured, at start or by a reload.
+        extras["mcp"] = await stack.enter_async_context(open_mcp_host(config.tool.mcp))
         sandbox = extras["exec"].sandbox
-        extras["stats_lines"] = {"SANDBOX": sandbox.kind, "EXEC_LIMITS": sandbox.limits}
+        extras["stats_lines"] = {
+            "SANDBOX": sandbox.kind,
+            "EXEC_LIMITS": sandbox.limits,
+            "MCP": extras["mcp"].stats_lines,  # read at each REQ:stats
+        }
         # SIGHUP: each checks the new settings, then applies them (csp_web.config_reload).
-        extras["reloaders"] = [exec_reloader(extras), extras["web"].prepare_reload]
-        if "mcp" in extras:
-            extras["stats_lines"]["MCP"] = extras["mcp"].stats_lines  # read at each REQ:stats
+        extras["reloaders"] = [
+            exec_reloader(extras),
+            extras["web"].prepare_reload,
+            lambda new: extras["web"].client.prepare_reload(new.web.guard),
+            extras["mcp"].prepare_reload,
+        ]
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
         extras["background"] = [serve_background(extras["web"]), serve_cron]
         yield [*web_ops(), *tool_ops()], extras

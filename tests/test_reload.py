@@ -7,10 +7,14 @@ a service refuses, keeps the running settings.
 
 from __future__ import annotations
 
+import datetime
+import functools
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +24,17 @@ import trio
 import yaml
 
 from csp_web.client import open_client
-from csp_web.config import Config
+from csp_web.config import Config, SocketConfig
 from csp_web.config_load import config_from_mapping
 from csp_web.config_reload import plan_reload
+from csp_web.errors import OpError
 from csp_web.ratelimit import Rate, RateLimits
-from protocol import Reply, Status, Task
+from csp_web.unix import Gate, Lease, allowed_uids
+from protocol import ErrorCode, Reply, Status, Task, serialize
 from tests.conftest import wait_until
+from tests.net._origin import Origin
 from tests.tool.exec_support import scratch_dir
+from tests.tool.mcp_servers.support import TOY_SERVER
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"
 PROCESS_TIMEOUT_S = 30  # a bound for hangs, far above the second or so a start takes
@@ -49,14 +57,17 @@ class Served:
         self.workspace = workspace
         self.process: trio.Process | None = None
 
-    def write_config(self, programs: list[str], **extra: Any) -> None:
+    def write_config(
+        self, programs: list[str], mcp: dict[str, Any] | None = None, **extra: Any
+    ) -> None:
         data: dict[str, Any] = {
             "daemon": {"state_dir": self.state_dir, "grace_period_s": 5.0},
             "tool": {
                 "exec": {
                     "workspace_roots": [self.workspace],
                     "allowed_programs": [{"program": name} for name in programs],
-                }
+                },
+                "mcp": {"servers": mcp or {}},
             },
             **extra,
         }
@@ -83,16 +94,25 @@ class Served:
         await wait_until(lambda: " ready " in self.log(), timeout_s=PROCESS_TIMEOUT_S)
 
     async def run(self, command: str) -> Reply:
+        return await self.call(
+            Task("exec", "SHELL", "EXEC_RESULT", command, (("NO_CACHE", "true"),))
+        )
+
+    async def call(self, task: Task) -> Reply:
         assert self.process is not None
         assert self.process.poll() is None, self.log()
         async with open_client(self.socket_path) as client:
-            task = Task("exec", "SHELL", "EXEC_RESULT", command, (("NO_CACHE", "true"),))
             return await client.call(task, timeout_s=PROCESS_TIMEOUT_S)
+
+    async def stats(self, key: str) -> list[str]:
+        reply = await self.call(Task("stats", "SYS", "STATS"))
+        return [value for name, value in reply.fields if name == key]
 
     async def hangup_and_wait_for(self, text: str) -> None:
         assert self.process is not None
+        seen = self.log().count(text)
         self.process.send_signal(signal.SIGHUP)
-        await wait_until(lambda: text in self.log(), timeout_s=PROCESS_TIMEOUT_S)
+        await wait_until(lambda: self.log().count(text) > seen, timeout_s=PROCESS_TIMEOUT_S)
 
     async def stop(self) -> int:
         assert self.process is not None
@@ -168,28 +188,42 @@ def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
     running = _config()
     new = _config(
         tasks={"default_timeout_ms": 5000, "specialists": {"web": {"max_running": 2}}},
-        web={"fetch": {"rate": {"per_minute": 1, "burst": 1}}},
-        tool={"exec": {"allow_shell": True, "bwrap_program": "/opt/bwrap"}},
-        socket={"allowed_uids": [1234]},
+        web={
+            "fetch": {"rate": {"per_minute": 1, "burst": 1}},
+            "guard": {"allow_private": ["127.0.0.1"], "user_agent": "other/1"},
+        },
+        tool={
+            "exec": {"allow_shell": True, "bwrap_program": "/opt/bwrap"},
+            "mcp": {"servers": {"fs": {"command": "mcp-fs"}}},
+        },
+        socket={"allowed_uids": [1234], "max_connections": 8},
     )
     plan = plan_reload(running, new)
     assert plan.applied == (
+        "socket.allowed_uids",
         "tasks.default_timeout_ms",
+        "web.guard.allow_private",
         "web.fetch.rate.per_minute",
         "web.fetch.rate.burst",
         "tool.exec.allow_shell",
+        "tool.mcp.servers",
     )
     assert plan.needs_restart == (
-        "socket.allowed_uids",
+        "socket.max_connections",
         "tasks.specialists",
+        "web.guard.user_agent",
         "tool.exec.bwrap_program",
     )
     assert plan.config.tasks.default_timeout_ms == 5000
     assert plan.config.web.fetch.rate.per_minute == 1.0
+    assert plan.config.web.guard.allow_private == ("127.0.0.1",)
+    assert plan.config.web.guard.user_agent == running.web.guard.user_agent
     assert plan.config.tool.exec.allow_shell is True
     assert plan.config.tool.exec.bwrap_program == running.tool.exec.bwrap_program
+    assert plan.config.tool.mcp.servers.keys() == {"fs"}
     assert plan.config.tasks.specialists == running.tasks.specialists
-    assert plan.config.socket == running.socket
+    assert plan.config.socket.allowed_uids == (1234,)
+    assert plan.config.socket.max_connections == running.socket.max_connections
 
 
 def test_an_unchanged_file_plans_nothing() -> None:
@@ -206,3 +240,157 @@ async def test_reloaded_rate_limits_keep_the_buckets_whose_rate_did_not_change()
     assert renewed is not None
     assert renewed is not github
     assert renewed.rate == Rate(1, 1)
+
+
+RELOADED = "SIGHUP: settings reloaded"
+
+
+def _mcp(*fields: tuple[str, str]) -> Task:
+    return Task("mcp", "TOOL", "MCP_RESULT", None, fields)
+
+
+def _toy(**env: str) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(TOY_SERVER)], "env": env}
+
+
+async def test_sighup_adds_changes_and_removes_mcp_servers_the_first_one_opening_the_pool(
+    served: Served,
+) -> None:
+    getenv = _mcp(("SERVER", "toy"), ("TOOL", "getenv"), ("PARAMS", '{"name":"CSP_TOY"}'))
+    before = await served.call(getenv)
+    assert (_error(before), before.get("REASON")) == ("mcp_unavailable", "not_configured")
+    assert await served.stats("MCP") == []
+
+    served.write_config(["echo", "printf"], mcp={"toy": _toy(CSP_TOY="1")})
+    await served.hangup_and_wait_for(f"{RELOADED}; applied: tool.mcp.servers;")
+    assert (await served.call(getenv)).get("DATA") == "1"
+    assert "MCP servers reloaded: added toy" in served.log()
+
+    served.write_config(["echo", "printf"], mcp={"toy": _toy(CSP_TOY="2")})
+    await served.hangup_and_wait_for(f"{RELOADED}; applied: tool.mcp.servers;")
+    assert (await served.call(getenv)).get("DATA") == "2"  # a new process with the new env
+    assert "MCP servers reloaded: restarted (changed) toy" in served.log()
+    [line] = await served.stats("MCP")
+    assert json.loads(line)["state"] == "running"
+
+    served.write_config(["echo", "printf"])
+    await served.hangup_and_wait_for("MCP servers reloaded: removed toy")
+    after = await served.call(getenv)
+    assert (_error(after), after.get("REASON")) == ("mcp_unavailable", "not_configured")
+    assert await served.stats("MCP") == []
+    assert await served.stop() == 0
+
+
+async def test_sighup_widens_then_narrows_allow_private_for_a_real_local_origin(
+    served: Served, nursery: trio.Nursery
+) -> None:
+    origin = Origin("http")
+    await nursery.start(functools.partial(origin.serve, ssl_context=None))
+    guard: dict[str, Any] = {"allow_http": True, "allowed_ports": [origin.port]}
+    fetch = Task("fetch", "WEB", "CONTENT", origin.url("127.0.0.1"), (("NO_CACHE", "true"),))
+
+    served.write_config(["echo"], web={"guard": guard})
+    await served.hangup_and_wait_for(RELOADED)
+    assert _error(await served.call(fetch)) == "ssrf_blocked"
+    assert origin.requests == []
+
+    served.write_config(["echo"], web={"guard": guard | {"allow_private": ["127.0.0.1"]}})
+    await served.hangup_and_wait_for(f"{RELOADED}; applied: web.guard.allow_private;")
+    opened = await served.call(fetch)
+    assert opened.status is Status.OK, opened
+    assert "hello" in (opened.get("DATA") or "")
+
+    served.write_config(["echo"], web={"guard": guard})
+    await served.hangup_and_wait_for(f"{RELOADED}; applied: web.guard.allow_private;")
+    assert _error(await served.call(fetch)) == "ssrf_blocked"
+    assert origin.paths() == ["/robots.txt", "/page"]
+    assert await served.stop() == 0
+
+
+async def test_sighup_narrowing_allowed_uids_closes_a_removed_uids_connection_and_refuses_new_ones(
+    served: Served,
+) -> None:
+    connected = await trio.open_unix_socket(served.socket_path)
+    async with connected:
+        await connected.send_all(serialize(Task("ping", "SYS", "PONG", None, (("ID", "p1"),))))
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            assert (await connected.receive_some(65536)).startswith(b"STATUS OK\n")
+        other_uid = os.geteuid() + 4242
+        served.write_config(["echo", "printf"], socket={"allowed_uids": [other_uid]})
+        await served.hangup_and_wait_for(f"{RELOADED}; applied: socket.allowed_uids;")
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            assert await connected.receive_some(65536) == b""  # closed by the daemon
+    assert f"uid {os.geteuid()} may no longer connect" in served.log()
+    refused = await trio.open_unix_socket(served.socket_path)
+    async with refused:
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            frame = await refused.receive_some(65536)
+    assert frame == (
+        b"STATUS FAIL\nSCOPE []\nDATA none\n"
+        + f"ERROR permission_denied:uid {os.geteuid()} may not connect\n\n".encode()
+    )
+    assert await served.stop() == 0
+
+
+async def test_stats_show_the_last_reload_applied_or_refused(served: Served) -> None:
+    assert await served.stats("RELOAD") == []
+    served.write_config(["printf"], connection={"max_fields": 64})
+    await served.hangup_and_wait_for(RELOADED)
+    [applied] = await served.stats("RELOAD")
+    record = json.loads(applied)
+    assert datetime.datetime.fromisoformat(record.pop("at")).tzinfo is not None
+    assert record == {
+        "outcome": "applied",
+        "applied": ["tool.exec.allowed_programs"],
+        "kept": ["connection.max_fields"],
+    }
+    served.config_path.write_text("tool: [")
+    await served.hangup_and_wait_for("SIGHUP: reload refused")
+    [refused] = await served.stats("RELOAD")
+    record = json.loads(refused)
+    assert record["outcome"] == "refused"
+    assert record["error"].startswith(str(served.config_path))
+    assert await served.stop() == 0
+
+
+class _Tenant:
+    """A connection as the gate sees it (idle since 0)."""
+
+    def __init__(self) -> None:
+        self.evicted = False
+
+    def idle_since(self) -> float | None:
+        return 0.0
+
+    def evict(self) -> None:
+        self.evicted = True
+
+
+def test_the_gate_judges_each_accept_by_the_allow_list_in_force_then() -> None:
+    allowed = frozenset({1000})
+    gate = Gate(SocketConfig(), lambda: allowed)
+    assert isinstance(gate.admit(1000, "unix-1", 1), Lease)
+    allowed = frozenset({2000})
+    refused = gate.admit(1000, "unix-2", 2)
+    assert isinstance(refused, OpError)
+    assert (refused.code, refused.detail) == (
+        ErrorCode.PERMISSION_DENIED,
+        "uid 1000 may not connect",
+    )
+    assert isinstance(gate.admit(2000, "unix-3", 3), Lease)
+
+
+def test_revoking_closes_only_the_connections_of_uids_no_longer_allowed() -> None:
+    gate = Gate(SocketConfig(allowed_uids=(1000, 2000)))
+    kept, removed = _Tenant(), _Tenant()
+    for number, (uid, tenant) in enumerate(((2000, kept), (1000, removed)), 1):
+        lease = gate.admit(uid, f"unix-{number}", number)
+        assert isinstance(lease, Lease)
+        lease.tenant = tenant
+    gate.revoke(frozenset({2000}))
+    assert (kept.evicted, removed.evicted) == (False, True)
+
+
+def test_the_allow_list_defaults_to_the_daemons_own_uid() -> None:
+    assert allowed_uids(SocketConfig()) == {os.geteuid()}
+    assert allowed_uids(SocketConfig(allowed_uids=(7,))) == {7}

@@ -8,7 +8,7 @@
 """
 
 from .client import GuardedClient, open_guarded_client
-from .config import GuardConfig
+from .config import GuardConfig, GuardSettings
 from .denylist import check_address, deny_rule
 from .resolver import Resolver, SystemResolver
 from .result import FetchResult, decode_text
@@ -17,6 +17,7 @@ from .urlgate import ParsedUrl, check_url
 __all__ = [
     "FetchResult",
     "GuardConfig",
+    "GuardSettings",
     "GuardedClient",
     "ParsedUrl",
     "Resolver",

@@ -22,17 +22,23 @@ import trio
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-from .config import GuardConfig
+from .config import GuardConfig, GuardSettings
 from .resolver import Resolver, resolve_checked
 
 
 class PinnedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's trio backend, but every TCP connect goes to a resolved, checked address."""
 
-    def __init__(self, config: GuardConfig, resolver: Resolver) -> None:
-        self._config = config
+    def __init__(self, settings: GuardSettings, resolver: Resolver) -> None:
+        self._settings = settings  # shared with the client: one current reference
         self._resolver = resolver
         self._inner = httpcore.TrioBackend()
+
+    @property
+    def _config(self) -> GuardConfig:
+        # httpcore connects in the task of the request that needs the connection, so this is
+        # that request's operation's settings.
+        return self._settings.in_effect()
 
     async def connect_tcp(
         self,
@@ -97,3 +103,10 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             http2=False,
             network_backend=backend,
         )
+
+    async def close_idle(self) -> None:
+        """Close the pooled connections no request is using, so that the next request to
+        their origin connects, and is checked, anew (after the guard's settings changed)."""
+        for connection in self._pool.connections:
+            if connection.is_idle():
+                await connection.aclose()

@@ -26,7 +26,7 @@ from protocol import ErrorCode
 
 from .backend import GuardedTransport, PinnedBackend
 from .body import ACCEPT_ENCODING, check_header_bytes, read_capped
-from .config import GuardConfig
+from .config import GuardConfig, GuardSettings
 from .redirects import (
     Hop,
     body_headers_dropped,
@@ -74,13 +74,44 @@ class GuardedClient:
     """Fetches URLs through the gate, the pinned resolver and the caps of one GuardConfig.
 
     Made by ``open_guarded_client``, which owns and closes the underlying httpx client.
-    Safe to share between concurrent tasks.
+    Safe to share between concurrent tasks. ``prepare_reload`` changes the settings for the
+    operations that start after it (the robots cache keeps its user agent, TTL and size).
     """
 
-    def __init__(self, http: httpx.AsyncClient, config: GuardConfig) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, settings: GuardSettings, transport: GuardedTransport
+    ) -> None:
         self._http = http
-        self._config = config
-        self._robots = RobotsCache(config, self._fetch_robots)
+        self._settings = settings  # shared with the connection backend: one current reference
+        self._transport = transport
+        self._stale_connections = False
+        self._robots = RobotsCache(settings.current, self._fetch_robots)
+
+    @property
+    def _config(self) -> GuardConfig:
+        return self._settings.in_effect()
+
+    @property
+    def config(self) -> GuardConfig:
+        """The settings the next operation starts with."""
+        return self._settings.current
+
+    def prepare_reload(self, config: GuardConfig) -> Callable[[], None]:
+        """The reload hook for ``web.guard``: the returned commit makes ``config`` current.
+        Pooled connections then idle are closed before the next operation, so none checked
+        under the old allow-lists carries a request made under the new ones."""
+
+        def commit() -> None:
+            if config != self._settings.current:
+                self._settings.current = config
+                self._stale_connections = True
+
+        return commit
+
+    async def _start_operation(self) -> None:
+        if self._stale_connections:
+            self._stale_connections = False
+            await self._transport.close_idle()
 
     async def fetch(
         self,
@@ -110,18 +141,20 @@ class GuardedClient:
         TOO_MANY_REDIRECTS, TOO_LARGE ("max_header_bytes" for any hop's header block, else a
         body cap), FETCH_FAILED ("timeout" when the deadline passes).
         """
-        first = check_url(url, self._config)
-        plan = _Plan(
-            headers=without(httpx.Headers(headers or {}), _OWNED_HEADERS),
-            respect_robots=respect_robots,
-            max_redirects=_at_most(max_redirects, self._config.max_redirects),
-            max_body_bytes=_at_most(max_body_bytes, self._config.max_body_bytes),
-            max_decoded_bytes=_at_most(max_decoded_bytes, self._config.max_decoded_bytes),
-            credentials=credential_names(credentials_headers),
-            follow_with_credentials=follow_with_credentials,
-        )
-        hop = Hop(first, method.upper(), content)
-        return await self._bounded(deadline_s, lambda: self._follow(hop, plan))
+        await self._start_operation()
+        with self._settings.operation():
+            first = check_url(url, self._config)
+            plan = _Plan(
+                headers=without(httpx.Headers(headers or {}), _OWNED_HEADERS),
+                respect_robots=respect_robots,
+                max_redirects=_at_most(max_redirects, self._config.max_redirects),
+                max_body_bytes=_at_most(max_body_bytes, self._config.max_body_bytes),
+                max_decoded_bytes=_at_most(max_decoded_bytes, self._config.max_decoded_bytes),
+                credentials=credential_names(credentials_headers),
+                follow_with_credentials=follow_with_credentials,
+            )
+            hop = Hop(first, method.upper(), content)
+            return await self._bounded(deadline_s, lambda: self._follow(hop, plan))
 
     async def robots_allowed(self, url: str, *, deadline_s: float | None = None) -> bool:
         """Whether robots.txt lets our User-Agent fetch ``url`` (see ``robots`` for the rules).
@@ -129,9 +162,11 @@ class GuardedClient:
         Raises OpError(URL_REJECTED | SSRF_BLOCKED) for a URL the guard refuses, and
         OpError(FETCH_FAILED, "timeout") when ``deadline_s`` passes.
         """
-        parsed = check_url(url, self._config)
-        verdict = await self._bounded(deadline_s, lambda: self._robots.check(parsed))
-        return verdict.allowed
+        await self._start_operation()
+        with self._settings.operation():
+            parsed = check_url(url, self._config)
+            verdict = await self._bounded(deadline_s, lambda: self._robots.check(parsed))
+            return verdict.allowed
 
     async def _bounded(self, deadline_s: float | None, work: Callable[[], Awaitable[T]]) -> T:
         # httpx timeouts bound each read; a server dripping a byte a second never trips them.
@@ -177,7 +212,11 @@ class GuardedClient:
     @asynccontextmanager
     async def _send(self, hop: Hop, headers: httpx.Headers) -> AsyncIterator[httpx.Response]:
         request = self._http.build_request(
-            hop.method, hop.url.url, headers=headers, content=hop.content
+            hop.method,
+            hop.url.url,
+            headers=headers,
+            content=hop.content,
+            timeout=httpx.Timeout(self._config.timeout_s),
         )
         request.headers["accept-encoding"] = ACCEPT_ENCODING
         response = await self._http.send(request, stream=True)
@@ -257,8 +296,9 @@ async def open_guarded_client(
     defaults to httpx's certifi roots (tests pass a trustme CA). Proxy and TLS environment
     variables are ignored: the pinned connect is the only route out.
     """
-    config = config or GuardConfig()
-    backend = PinnedBackend(config, resolver or SystemResolver())
+    settings = GuardSettings(config or GuardConfig())
+    config = settings.current
+    backend = PinnedBackend(settings, resolver or SystemResolver())
     transport = GuardedTransport(backend, ssl_context=ssl_context)
     async with httpx.AsyncClient(
         transport=transport,
@@ -268,4 +308,4 @@ async def open_guarded_client(
         timeout=httpx.Timeout(config.timeout_s),
         headers={"User-Agent": config.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
     ) as client:
-        yield GuardedClient(client, config)
+        yield GuardedClient(client, settings, transport)

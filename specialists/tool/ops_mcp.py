@@ -1,13 +1,23 @@
 """The ``mcp`` op (IN:TOOL, OUT:MCP_RESULT): call a configured MCP server's tool, or list its
-tools with their input schemas (``ACTION list``)."""
+tools with their input schemas (``ACTION list``).
+
+``extras["mcp"]`` is an ``McpHost``: it holds the MCP pool once a server is configured, at
+start or by the first reload that configures one. The SDK costs ~40 MB and half a second to
+import, so a daemon without MCP servers never loads it; the host itself needs only trio.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import trio
 
+from csp_web.config import Config
+from csp_web.config_mcp import McpConfig
 from csp_web.context import OpContext
 from csp_web.deadlines import work_deadline
 from csp_web.errors import OpError
@@ -19,12 +29,78 @@ from protocol import ErrorCode
 if TYPE_CHECKING:
     from .mcp import McpPool
 
+log = logging.getLogger(__name__)
+
+
+class McpHost:
+    """Where the MCP pool lives (``extras["mcp"]``); its sessions run in ``nursery``."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.pool: McpPool | None = None
+        self._nursery = nursery
+
+    def open_pool(self, config: McpConfig) -> None:
+        from .mcp import McpPool  # the SDK loads here, with the first configured server
+
+        self.pool = McpPool(config, self._nursery)
+
+    def prepare_reload(self, config: Config) -> Callable[[], None]:
+        """The reload hook (``csp_web.config_reload``) for ``tool.mcp``: the pool applies it
+        (``McpPool.prepare_reload``); the first configured server opens the pool, the SDK
+        being imported here, before anything changes."""
+        mcp = config.tool.mcp
+        if self.pool is not None:
+            apply = self.pool.prepare_reload(mcp)
+
+            def reload_pool() -> None:
+                apply()
+
+            return reload_pool
+        if not mcp.servers:
+            return lambda: None
+        from .mcp import McpPool
+
+        def commit() -> None:
+            self.pool = McpPool(mcp, self._nursery)
+            log.info("MCP servers reloaded: added %s", ", ".join(mcp.servers))
+
+        return commit
+
+    def stats_lines(self) -> tuple[str, ...]:
+        """The MCP lines of ``REQ:stats``: one per server (none without a pool)."""
+        return () if self.pool is None else self.pool.stats_lines()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+@asynccontextmanager
+async def open_mcp_host(config: McpConfig) -> AsyncIterator[McpHost]:
+    """An ``McpHost``, its pool opened now when ``config`` names a server; on exit (also by
+    cancellation) every session closes and every server process is reaped."""
+    try:
+        async with trio.open_nursery() as nursery:
+            host = McpHost(nursery)
+            if config.servers:
+                host.open_pool(config)
+            try:
+                yield host
+            finally:
+                host.close()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The sessions raise nothing but Cancelled: a group can only wrap the body's error.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
 
 def mcp_pool(ctx: OpContext, server: str) -> McpPool:
-    # The SDK costs ~40 MB and half a second to import: only a configured server loads it.
-    # Without one, every SERVER is unconfigured: the seed's mcp_unavailable:<server>, with
+    # Without a pool, every SERVER is unconfigured: the seed's mcp_unavailable:<server>, with
     # the pool's own REASON (errors.NOT_CONFIGURED, spelt here to keep the SDK unloaded).
-    pool = ctx.services.extras.get("mcp")
+    host = ctx.services.extras.get("mcp")
+    pool = host.pool if isinstance(host, McpHost) else None
     if pool is None:
         raise OpError(
             ErrorCode.MCP_UNAVAILABLE,
@@ -32,7 +108,7 @@ def mcp_pool(ctx: OpContext, server: str) -> McpPool:
             scope=("mcp",),
             fields=(("REASON", "not_configured"),),
         )
-    return pool  # type: ignore[no-any-return]
+    return pool
 
 
 def _time_left_s() -> float | None:

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from csp_web.errors import OpError
-from csp_web.net import GuardConfig, GuardedClient, open_guarded_client
+from csp_web.net import GuardConfig, GuardedClient, GuardSettings, open_guarded_client
 from csp_web.net.backend import PinnedBackend
 from protocol import ErrorCode
 
@@ -132,7 +132,7 @@ async def test_proxy_environment_variables_are_ignored(
 
 
 async def test_the_backend_refuses_unix_sockets(config: GuardConfig, dns: FixedResolver) -> None:
-    backend = PinnedBackend(config, dns)
+    backend = PinnedBackend(GuardSettings(config), dns)
     with pytest.raises(OpError) as caught:
         await backend.connect_unix_socket("/run/docker.sock")
     assert (caught.value.code, caught.value.detail) == (ErrorCode.SSRF_BLOCKED, "unix-socket")

@@ -18,7 +18,8 @@ from csp_web.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists import open_specialists
 from specialists.tool import tool_ops
-from specialists.tool.mcp import StdioServerConfig, open_mcp_pool
+from specialists.tool.mcp import StdioServerConfig
+from specialists.tool.ops_mcp import open_mcp_host
 from tests.tool.mcp_servers.support import toy_config
 
 
@@ -27,9 +28,9 @@ async def dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
     config = replace(config, tool=ToolConfig(mcp=toy_config(call_timeout_s=5.0)))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_mcp_pool(config.tool.mcp) as pool,
+        open_mcp_host(config.tool.mcp) as host,
     ):
-        yield build_dispatcher(config, outbox, tool_ops(), extras={"mcp": pool})
+        yield build_dispatcher(config, outbox, tool_ops(), extras={"mcp": host})
 
 
 async def _run(dispatcher: Dispatcher, *fields: tuple[str, str]) -> Reply:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 import sniffio
 import trio
 import trio.testing
 
+from csp_web.config import Config, ToolConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
-from specialists.tool.mcp import StdioServerConfig, open_mcp_pool
+from specialists.tool.mcp import McpConfig, McpPool, StdioServerConfig, open_mcp_pool
+from specialists.tool.ops_mcp import open_mcp_host
+from tests.conftest import wait_until
 
 from .mcp_servers.support import process_exists, toy_config, toy_stdio
 
@@ -389,3 +394,104 @@ async def test_server_stderr_lines_become_log_records_naming_the_server(
         "MCP server toy stderr: first line",
         "MCP server toy stderr: second {json?",
     ]
+
+
+# Reloads (issue 9.6): the pool's servers change in place, on SIGHUP.
+
+
+async def _pid(pool: McpPool, server: str) -> int:
+    with trio.fail_after(WEDGE_S):
+        return int((await pool.call_tool(server, "pid", {})).data)
+
+
+async def test_a_reload_adds_a_callable_server_and_keeps_the_unchanged_ones_session() -> None:
+    async with open_mcp_pool(toy_config()) as pool:
+        before = await _pid(pool, "toy")
+        summary = pool.prepare_reload(
+            toy_config(servers={"toy": toy_stdio(), "two": toy_stdio()})
+        )()
+        assert (summary.added, summary.removed, summary.changed) == (["two"], [], [])
+        assert pool.servers == ("toy", "two")
+        assert await _pid(pool, "toy") == before
+        two = await _pid(pool, "two")
+    assert two != before
+    assert not process_exists(two)
+
+
+async def test_a_reload_removing_a_server_lets_its_call_in_flight_finish_then_reaps_it(
+    tmp_path: Path,
+) -> None:
+    release = tmp_path / "release"
+    outcome: list[str] = []
+    async with open_mcp_pool(toy_config()) as pool:
+        pid = await _pid(pool, "toy")
+
+        async def in_flight() -> None:
+            result = await pool.call_tool("toy", "wait_for", {"path": str(release)})
+            outcome.append(result.data)
+
+        with trio.fail_after(WEDGE_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(in_flight)
+                await wait_until(lambda: pool.stats()["toy"].in_flight == 1)
+                summary = pool.prepare_reload(toy_config(servers={}))()
+                assert summary.removed == ["toy"]
+                with pytest.raises(OpError) as later:
+                    await pool.call_tool("toy", "pid", {})
+                assert process_exists(pid)  # still serving the call in flight
+                release.touch()
+            await wait_until(lambda: not process_exists(pid))
+    assert outcome == ["released"]
+    assert reason(later.value) == "not_configured"
+    assert pool.servers == ()
+
+
+async def test_a_reload_restarts_a_changed_server_in_a_new_process() -> None:
+    async with open_mcp_pool(toy_config()) as pool:
+        before = await _pid(pool, "toy")
+        changed = dataclasses.replace(toy_stdio(), env={"CSP_TOY": "2"})
+        summary = pool.prepare_reload(toy_config(servers={"toy": changed}))()
+        assert summary.changed == ["toy"]
+        after = await _pid(pool, "toy")
+        value = (await pool.call_tool("toy", "getenv", {"name": "CSP_TOY"})).data
+        with trio.fail_after(WEDGE_S):
+            await wait_until(lambda: not process_exists(before))
+    assert after != before
+    assert value == "2"
+
+
+async def test_a_reload_gives_a_server_given_up_on_a_fresh_start() -> None:
+    missing = StdioServerConfig(command="/nonexistent/mcp-server")
+    config = toy_config(servers={"gone": missing}, max_failures=1)
+    async with open_mcp_pool(config) as pool:
+        with trio.fail_after(WEDGE_S), pytest.raises(OpError):
+            await pool.call_tool("gone", "anything", {}, timeout_s=WEDGE_S)
+        await trio.testing.wait_all_tasks_blocked()
+        assert pool.stats()["gone"].state == "failed"
+        summary = pool.prepare_reload(config)()
+        fresh = pool.stats()["gone"]
+        with trio.fail_after(WEDGE_S), pytest.raises(OpError) as again:
+            await pool.call_tool("gone", "anything", {}, timeout_s=WEDGE_S)
+    assert summary.retried == ["gone"]
+    assert (fresh.state, fresh.calls, fresh.failures) == ("idle", 0, 0)
+    assert reason(again.value).startswith("start_failed:FileNotFoundError: ")
+
+
+async def test_a_reload_that_changes_nothing_keeps_every_session() -> None:
+    async with open_mcp_pool(toy_config()) as pool:
+        before = await _pid(pool, "toy")
+        summary = pool.prepare_reload(toy_config())()
+        assert await _pid(pool, "toy") == before
+    assert str(summary) == "no change"
+
+
+async def test_the_first_server_a_reload_configures_opens_the_pool() -> None:
+    async with open_mcp_host(McpConfig()) as host:
+        assert host.pool is None
+        assert host.stats_lines() == ()
+        host.prepare_reload(Config(tool=ToolConfig(mcp=toy_config())))()
+        assert host.pool is not None
+        pid = await _pid(host.pool, "toy")
+        [line] = host.stats_lines()
+    assert json.loads(line)["state"] == "running"
+    assert not process_exists(pid)

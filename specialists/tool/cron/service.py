@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +39,7 @@ from csp_web.errors import OpError
 from csp_web.fields import validate
 from csp_web.memory import json_record, make_write
 from csp_web.replies import fail_reply
+from csp_web.unix import allowed_uids
 from protocol import ErrorCode, Reply, Status, Task
 
 from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome, task_summary
@@ -303,9 +303,9 @@ class CronService:
         return await dispatcher.run(task, Peer("cron", job.owner_uid))
 
     @staticmethod
-    def _allowed_uids(dispatcher: Dispatcher) -> set[int]:
-        # The socket's rule (csp_web.unix.Gate): the configured uids, else the daemon's own.
-        return set(dispatcher.services.config.socket.allowed_uids) or {os.geteuid()}
+    def _allowed_uids(dispatcher: Dispatcher) -> frozenset[int]:
+        # The socket's own rule, over the running (reloaded) settings: one source of truth.
+        return allowed_uids(dispatcher.services.config.socket)
 
     async def _run(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
         assert self._dispatcher is not None

@@ -1,9 +1,19 @@
-"""Every configured MCP server behind one API; ``open_mcp_pool`` owns all their sessions."""
+"""Every configured MCP server behind one API; ``open_mcp_pool`` owns all their sessions.
+
+A reload (``McpPool.prepare_reload``, on SIGHUP) changes the set of servers in place: an
+added server becomes callable at once (it starts on its first request, as at start-up); a
+removed one takes no new request (``not_configured``), its requests already made finish
+within their own deadlines, then its session closes and its process is reaped; a changed one
+is a removal and an addition under one name (new requests go to the new session at once);
+an unchanged one keeps its session, unless it was given up on (``failed``): a reload gives
+it a fresh start.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
@@ -13,8 +23,15 @@ import trio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, Tool
 
-from .config import McpConfig
-from .errors import NOT_CONFIGURED, describe, is_answer_error, tool_error, unavailable
+from .config import McpConfig, ServerConfig
+from .errors import (
+    NOT_CONFIGURED,
+    describe,
+    is_answer_error,
+    shutting_down,
+    tool_error,
+    unavailable,
+)
 from .render import (
     McpResult,
     ToolList,
@@ -27,6 +44,35 @@ from .session import ServerSession, ServerStats
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ReloadSummary:
+    """What a reload did to the pool's servers, by name."""
+
+    added: list[str] = dataclasses.field(default_factory=list)
+    removed: list[str] = dataclasses.field(default_factory=list)
+    changed: list[str] = dataclasses.field(default_factory=list)  # restarted: spec changed
+    retried: list[str] = dataclasses.field(default_factory=list)  # restarted: was failed
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed or self.retried)
+
+    def __str__(self) -> str:
+        parts = [
+            f"{what} {', '.join(names)}"
+            for what, names in (
+                ("added", self.added),
+                ("removed", self.removed),
+                ("restarted (changed)", self.changed),
+                ("restarted (failed)", self.retried),
+            )
+            if names
+        ]
+        return "; ".join(parts) or "no change"
+
 
 class McpPool:
     """Calls tools on the configured servers; made by ``open_mcp_pool``, valid inside it.
@@ -36,9 +82,57 @@ class McpPool:
     given, else ``config.call_timeout_s``; it covers any wait for the server to start.
     """
 
-    def __init__(self, config: McpConfig, sessions: Mapping[str, ServerSession]) -> None:
+    def __init__(self, config: McpConfig, nursery: trio.Nursery) -> None:
         self._config = config
-        self._sessions = sessions
+        self._nursery = nursery
+        self._sessions: dict[str, ServerSession] = {}
+        self._closed = False
+        for name, spec in config.servers.items():
+            self._start(name, spec)
+
+    def _start(self, name: str, spec: ServerConfig) -> None:
+        session = ServerSession(name, spec, self._config)
+        self._sessions[name] = session
+        self._nursery.start_soon(session.serve)
+
+    def prepare_reload(self, config: McpConfig) -> Callable[[], ReloadSummary]:
+        """The pool's part of a reload: nothing changes until the returned commit runs, which
+        applies ``config`` (see the module's docstring) and says what it did."""
+
+        def commit() -> ReloadSummary:
+            old, self._config = self._config, config
+            summary = ReloadSummary()
+            for name, session in list(self._sessions.items()):
+                spec = config.servers.get(name)
+                if spec is None:
+                    summary.removed.append(name)
+                elif spec != old.servers[name]:
+                    summary.changed.append(name)
+                elif session.stats().state == "failed":
+                    summary.retried.append(name)
+                else:
+                    session.set_budgets(config)
+                    continue
+                del self._sessions[name]
+                self._nursery.start_soon(session.retire)
+            for name, spec in config.servers.items():
+                if name not in self._sessions:
+                    if name not in old.servers:
+                        summary.added.append(name)
+                    self._start(name, spec)
+            # Configuration order, as REQ:stats lists them.
+            self._sessions = {name: self._sessions[name] for name in config.servers}
+            if not summary.empty:
+                logger.info("MCP servers reloaded: %s", summary)
+            return summary
+
+        return commit
+
+    def close(self) -> None:
+        """Refuse every later request (SHUTTING_DOWN) and close every session."""
+        self._closed = True
+        for session in self._sessions.values():
+            session.close()
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -132,6 +226,8 @@ class McpPool:
         return tools
 
     def _session(self, server: str) -> ServerSession:
+        if self._closed:
+            raise shutting_down(server)
         try:
             return self._sessions[server]
         except KeyError:
@@ -161,16 +257,13 @@ async def open_mcp_pool(config: McpConfig) -> AsyncIterator[McpPool]:
     within the SDK's bounded stdio shutdown (stdin closed, 2 s grace, SIGTERM, 2 s, SIGKILL).
     Requests still waiting then fail with SHUTTING_DOWN.
     """
-    sessions = {name: ServerSession(name, spec, config) for name, spec in config.servers.items()}
     try:
         async with trio.open_nursery() as nursery:
-            for session in sessions.values():
-                await nursery.start(session.serve)
+            pool = McpPool(config, nursery)
             try:
-                yield McpPool(config, sessions)
+                yield pool
             finally:
-                for session in sessions.values():
-                    session.close()
+                pool.close()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # The serve tasks raise nothing but Cancelled, so a group can only wrap the body's

@@ -13,6 +13,9 @@ after ``max_failures`` of them in a row the session stops retrying (state ``fail
 systemd's StartLimitBurst) and every request fails at once with the last cause in REASON,
 until the daemon restarts or reloads its MCP servers.
 
+A reload that removes or changes the server ``retire``s its session: the requests already
+made finish within their own deadlines, then the session closes as at the pool's close.
+
 ``ServerSession.serve`` is the only task that enters and exits the SDK's context managers
 (anyio requires both in one task). Callers in other tasks borrow its live client: the SDK
 multiplexes concurrent requests by JSON-RPC id. Each caller's deadline bounds both its wait
@@ -136,6 +139,9 @@ class ServerSession:
         self._last_error = ""
         self._failures = 0
         self._stderr_tail = ""  # the server's last stderr line: often why it failed
+        self._stopped = trio.Event()  # set by close: wakes a backoff or a given-up session
+        self._active = 0  # requests made and not yet answered, waits for a start included
+        self._drained: trio.Event | None = None  # set when _active falls to 0 (retire)
 
     def stats(self) -> ServerStats:
         """This server's counters and state, as of now."""
@@ -153,6 +159,32 @@ class ServerSession:
         self._closed = True
         self._state = "closed"
         self._attempt.end(CONNECTION_LOST)
+        self._wanted.set()
+        self._stopped.set()
+
+    async def retire(self) -> None:
+        """Leave the pool (a reload removed or changed the server): let the requests already
+        made finish, each within its own deadline, then close; ``serve`` then stops the
+        server and returns."""
+        while self._active:
+            self._drained = trio.Event()
+            await self._drained.wait()
+        logger.info("MCP server %s: retired by a reload", self.name)
+        self.close()
+
+    def set_budgets(self, config: McpConfig) -> None:
+        """Reloaded budgets (timeouts, caps, backoff) for a server whose own entry is unchanged."""
+        if (config.backoff_initial_s, config.backoff_max_s, config.backoff_reset_after_s) != (
+            self._config.backoff_initial_s,
+            self._config.backoff_max_s,
+            self._config.backoff_reset_after_s,
+        ):
+            self._backoff = Backoff(
+                initial_s=config.backoff_initial_s,
+                max_s=config.backoff_max_s,
+                reset_after_s=config.backoff_reset_after_s,
+            )
+        self._config = config
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled: start the server when first wanted, restart it after each end.
@@ -181,13 +213,19 @@ class ServerSession:
         out of time or its connection drops; OpError(SHUTTING_DOWN) once the pool closed.
         The server's answer errors (MCPError, ValidationError...) propagate untranslated.
         """
-        attempt = await self._wait_ready(deadline)
-        assert attempt.client is not None
-        self._in_flight += 1
+        self._active += 1
         try:
-            return await self._send(attempt, attempt.client, send, deadline)
+            attempt = await self._wait_ready(deadline)
+            assert attempt.client is not None
+            self._in_flight += 1
+            try:
+                return await self._send(attempt, attempt.client, send, deadline)
+            finally:
+                self._in_flight -= 1
         finally:
-            self._in_flight -= 1
+            self._active -= 1
+            if not self._active and self._drained is not None:
+                self._drained.set()
 
     async def _wait_ready(self, deadline: float) -> _Attempt:
         self._calls += 1
@@ -345,7 +383,7 @@ class ServerSession:
             self._last_error,
             extra={"server": self.name},
         )
-        await trio.sleep_forever()
+        await self._stopped.wait()  # until the pool closes or a reload retires the session
 
     async def _back_off(self, ran_s: float) -> None:
         if self._closed:
@@ -354,4 +392,5 @@ class ServerSession:
         self._restarts += 1
         self._set_state("backoff")
         self._retry_at = trio.current_time() + delay
-        await trio.sleep(delay)
+        with trio.move_on_after(delay):
+            await self._stopped.wait()

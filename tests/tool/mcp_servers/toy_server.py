@@ -3,8 +3,9 @@
 Run as ``python toy_server.py`` it speaks MCP on stdin/stdout; with ``--http`` it serves
 streamable HTTP on 127.0.0.1 at a free port, which it prints as its first stdout line.
 Each tool exists to drive one behaviour of the pool: reuse (``pid``), restarts (``crash``),
-deadlines (``hang``, ``freeze``), error results (``fail``), structured output (``add``),
-caps (``big``), the passing of secrets (``getenv``, ``header``) and stderr (``complain``).
+deadlines (``hang``, ``freeze``), calls in flight (``wait_for``), error results (``fail``),
+structured output (``add``), caps (``big``), the passing of secrets (``getenv``, ``header``)
+and stderr (``complain``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ async def hang() -> str:
     """Never answer (but stay cancellable, as a slow tool would)."""
     await anyio.sleep_forever()
     return "unreachable"
+
+
+@server.tool()
+async def wait_for(path: str) -> str:
+    """Answer "released" once ``path`` exists: a call that stays in flight until the test
+    lets it finish."""
+    while not os.path.exists(path):
+        await anyio.sleep(0.01)
+    return "released"
 
 
 @server.tool()
