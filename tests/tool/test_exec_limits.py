@@ -205,11 +205,13 @@ async def test_every_command_cgroup_is_removed_afterwards_even_after_a_timeout(
 
 
 def _children(directories: tuple[str, ...]) -> list[str]:
+    # Only this process's: other daemons (or test runs) on the machine make their own.
+    ours = f"csp-exec-{os.getpid()}-"
     return [
         os.path.join(d, name)
         for d in directories
         for name in os.listdir(d)
-        if name.startswith("csp-exec-")
+        if name.startswith(ours)
     ]
 
 

@@ -20,9 +20,10 @@ Where the host offers one (probed once, at start-up):
 - cgroup v1 (hybrid hosts, many containers): the daemon's own cgroup in the ``memory`` and
   ``pids`` hierarchies, when it may create children there (normally root only).
 
-Each command gets a fresh child ``csp-exec-<token>`` in each hierarchy. The process enters it
-before anything of the command runs: the argv starts with ``sh -c`` writing ``0`` (itself)
-into each ``cgroup.procs`` and exec'ing the rest, so every later process is born inside.
+Each command gets a fresh child ``csp-exec-<daemon pid>-<token>`` in each hierarchy. The
+process enters it before anything of the command runs: the argv starts with ``sh -c`` writing
+``0`` (itself) into each ``cgroup.procs`` and exec'ing the rest, so every later process is
+born inside.
 After the command, whatever is left in the cgroup is killed and the cgroup removed.
 """
 
@@ -114,7 +115,8 @@ class CommandCgroup:
         made: list[str] = []
         try:
             for parent in host.directories:
-                path = os.path.join(parent, _PREFIX + token)
+                # The daemon's pid in the name tells whose a cgroup is (ps, a leftover).
+                path = os.path.join(parent, f"{_PREFIX}{os.getpid()}-{token}")
                 os.mkdir(path)
                 made.append(path)
             _limit(host, tuple(made), memory_bytes=memory_bytes, max_tasks=max_tasks)
