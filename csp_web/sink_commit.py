@@ -3,11 +3,11 @@
 A write is *staged* as its frame is handled: checked (path, size, a repeated ID) and queued in
 arrival order, so the connection loop reads on without waiting for the disk. One committer task
 commits everything staged so far in one transaction (as the outbox does, and databases batch
-fsyncs), then the next batch. Replies leave through ``CommittedReplies``, a stream whose
-``send_all`` first waits until every write staged before it is committed: an ``OK`` is never
-sent for a write that is not on disk. When a commit fails, each connection open at that moment
-is closed with its replies unsent, so the writer sends the writes again (their IDs make that
-harmless, SPEC M-2).
+fsyncs), then the next batch. A connection sends the replies of what it staged only after
+``wait_settled`` returned for them and its gate is not ``broken``: an ``OK`` is never sent for a
+write that is not on disk. When a commit fails, each connection open at that moment (each gate)
+is marked broken and closed with its replies unsent, so the writer sends the writes again
+(their IDs make that harmless, SPEC M-2).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from typing import Protocol
 
 import trio
 
@@ -29,6 +30,12 @@ log = logging.getLogger("csp_web.memory_sink")
 SWEEP_INTERVAL_S = 60.0
 
 
+class Gate(Protocol):
+    """A connection whose replies wait for commits; ``broken`` once one of them failed."""
+
+    broken: bool
+
+
 class GroupCommit:
     """Stages writes for ``store`` and commits them in groups; run ``serve`` for its lifetime."""
 
@@ -40,7 +47,7 @@ class GroupCommit:
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
-        self.gates: set[CommittedReplies] = set()
+        self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
 
@@ -68,10 +75,19 @@ class GroupCommit:
         self._batch_ready.set()
         return True
 
+    @property
+    def staged(self) -> int:
+        """How many writes were staged so far (a mark for ``wait_settled``)."""
+        return self._staged_count
+
     async def wait_committed(self) -> None:
         """Return once every write staged before this call has been committed (or failed)."""
-        target = self._staged_count
-        while self._settled_count < target:
+        await self.wait_settled(self._staged_count)
+
+    async def wait_settled(self, upto: int) -> None:
+        """Return once the first ``upto`` writes staged have been committed (or failed); at
+        once, without a checkpoint, when they already are."""
+        while self._settled_count < upto:
             await self._progress.wait()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -102,29 +118,3 @@ class GroupCommit:
             self._settled_count = upto
             self._progress.set()
             self._progress = trio.Event()
-
-
-class CommittedReplies(trio.abc.Stream):
-    """``stream`` whose replies wait for the commit of the writes staged before them."""
-
-    def __init__(self, stream: trio.abc.Stream, commits: GroupCommit) -> None:
-        self._stream = stream
-        self._commits = commits
-        self.broken = False
-        commits.gates.add(self)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._commits.wait_committed()
-        if self.broken:
-            raise trio.BrokenResourceError("a commit failed: replies withheld, writes resent")
-        await self._stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._stream.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self._stream.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        self._commits.gates.discard(self)
-        await self._stream.aclose()
