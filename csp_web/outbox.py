@@ -30,7 +30,7 @@ from typing import TypeVar
 
 import trio
 
-from protocol import ErrorCode, Reply, Status
+from protocol import ErrorCode, Reply, Status, serialize
 
 from .client import Client, ClientClosed
 from .config import MemoryConfig, OutboxConfig
@@ -315,12 +315,12 @@ class Outbox:
         task_status: trio.TaskStatus[None],
     ) -> None:
         try:
-            # started() comes right before call_many, which takes the client's FIFO send lock
+            # The batch is one buffer and one waiter (not a Task, bytes and Event per write).
+            ids, data = _batch_frames(rows)
+            # started() comes right before call_batch, which takes the client's FIFO send lock
             # before its first checkpoint: so batches go on the wire in the order started.
             task_status.started()
-            replies = await client.call_many(
-                [write.to_task() for _, write in rows], timeout_s=self._memory.ack_timeout_s
-            )
+            replies = await client.call_batch(ids, data, timeout_s=self._memory.ack_timeout_s)
             acked, rejected, retry = _sort_replies(rows, replies)
             await self._db(self._store.settle, acked, rejected)
             self._settled([w for seq, w in rows if seq not in retry], len(acked), len(rejected))
@@ -410,6 +410,11 @@ _TRANSIENT = frozenset(
         "memory_unavailable",
     }
 )
+
+
+def _batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]:
+    """The IDs of a batch's writes and the bytes of their frames, in order (SPEC M-1)."""
+    return [w.id for _, w in rows], b"".join(serialize(w.to_task()) for _, w in rows)
 
 
 def _sort_replies(

@@ -44,16 +44,21 @@ class _HasFields:
         return self.get("ID")
 
 
-_KNOWN_KEYS: set[str] = set()  # keys already checked: a daemon uses a few dozen, over and over
+KNOWN_KEYS: set[str] = set()  # keys already checked: a daemon uses a few dozen, over and over
+
+
+def remember_key(key: str) -> None:
+    """Note ``key`` (which matched KEY) as checked; the set stays bounded."""
+    if len(KNOWN_KEYS) < 4096:
+        KNOWN_KEYS.add(key)
 
 
 def _check_fields(fields: tuple[Field, ...]) -> None:
     for key, value in fields:
-        if key not in _KNOWN_KEYS:
+        if key not in KNOWN_KEYS:
             if not KEY.fullmatch(key):
                 raise ValueError(f"invalid field key {key!r}")
-            if len(_KNOWN_KEYS) < 4096:
-                _KNOWN_KEYS.add(key)
+            remember_key(key)
         if not isinstance(value, str):
             raise TypeError(f"field {key} value must be str, not {type(value).__name__}")
 
