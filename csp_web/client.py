@@ -10,6 +10,7 @@ The daemon uses the same client to reach the Memory Specialist (outbox delivery 
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -57,6 +58,30 @@ class PendingCall:
         return reply
 
 
+class PendingBatch:
+    """Frames sent and awaiting their replies; made by ``Client.start_batch``."""
+
+    def __init__(self, client: Client, ids: list[str], pending: _Pending) -> None:
+        self._client = client
+        self.ids = ids
+        self._pending = pending
+
+    async def replies(self, *, timeout_s: float = 60.0) -> list[Reply]:
+        """The replies in the order sent; raises ClientClosed when the connection ends first
+        and trio.TooSlowError after ``timeout_s``."""
+        pending = self._pending
+        try:
+            with trio.fail_after(timeout_s):
+                if pending.left:
+                    await pending.event.wait()
+        finally:
+            if pending.left:  # timed out or cancelled
+                self._client._forget(self.ids, pending)
+        if pending.left:
+            raise ClientClosed("connection closed before the reply")
+        return cast(list[Reply], pending.replies)  # every slot is filled once left is 0
+
+
 class Client:
     """Sends tasks and routes each reply to its caller by ID. Made by ``open_client``."""
 
@@ -99,20 +124,23 @@ class Client:
         Raises ValueError when an ID is repeated or already awaited, ClientClosed when the
         connection ends before every reply, trio.TooSlowError after ``timeout_s``.
         """
+        with trio.fail_after(timeout_s):
+            batch = await self.start_batch(ids, data)
+            return await batch.replies(timeout_s=math.inf)
+
+    async def start_batch(self, ids: list[str], data: bytes) -> PendingBatch:
+        """Send ``data`` (frames with IDs ``ids``, as ``call_batch``) now and return the batch
+        awaiting its replies: a caller that must keep batches in order on the wire sends them
+        from one task and collects their replies elsewhere. Raises as ``call_batch``."""
         if len(set(ids)) < len(ids) or any(task_id in self._pending for task_id in ids):
             raise ValueError("an ID is repeated or already awaiting a reply")
         pending = self._register(ids)
         try:
-            with trio.fail_after(timeout_s):
-                await self._send(data)
-                if pending.left:
-                    await pending.event.wait()
-        finally:
-            if pending.left:  # timed out or cancelled
-                self._forget(ids, pending)
-        if pending.left:
-            raise ClientClosed("connection closed before the reply")
-        return cast(list[Reply], pending.replies)  # every slot is filled once left is 0
+            await self._send(data)
+        except BaseException:
+            self._forget(ids, pending)
+            raise
+        return PendingBatch(self, ids, pending)
 
     async def start_call(self, task: Task | Mapping[str, str]) -> PendingCall:
         """Send ``task`` now and return its pending reply, for callers that stream frames

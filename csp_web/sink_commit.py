@@ -1,13 +1,15 @@
 """Group commit for the reference Memory Specialist: many writes, one transaction, replies after.
 
 A write is *staged* as its frame is handled: checked (path, size, a repeated ID) and queued in
-arrival order, so the connection loop reads on without waiting for the disk. One committer task
-commits everything staged so far in one transaction (as the outbox does, and databases batch
-fsyncs), then the next batch. A connection sends the replies of what it staged only after
-``wait_settled`` returned for them and its gate is not ``broken``: an ``OK`` is never sent for a
-write that is not on disk. When a commit fails, each connection open at that moment (each gate)
-is marked broken and closed with its replies unsent, so the writer sends the writes again
-(their IDs make that harmless, SPEC M-2).
+arrival order, so the connection loop reads on without waiting for the disk. One commit at a
+time takes everything staged so far in one transaction (as the outbox does, and databases batch
+fsyncs), then the next batch. The task that first waits for a commit runs it (in a worker
+thread), so a connection's writer commits its own chunks without a hop to a committer task. A
+connection sends the replies of what it staged only after ``wait_settled`` returned for them
+and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
+a commit fails, each connection open at that moment (each gate) is marked broken and closed
+with its replies unsent, so the writer sends the writes again (their IDs make that harmless,
+SPEC M-2).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class Gate(Protocol):
 
 
 class GroupCommit:
-    """Stages writes for ``store`` and commits them in groups; run ``serve`` for its lifetime."""
+    """Stages writes for ``store`` and commits them in groups; run ``serve`` (retention
+    sweeps) for its lifetime."""
 
     def __init__(self, store: SinkStore) -> None:
         self.store = store
@@ -47,6 +50,7 @@ class GroupCommit:
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
+        self._committing = False
         self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
@@ -86,21 +90,32 @@ class GroupCommit:
 
     async def wait_settled(self, upto: int) -> None:
         """Return once the first ``upto`` writes staged have been committed (or failed); at
-        once, without a checkpoint, when they already are."""
+        once, without a checkpoint, when they already are. The first waiter to find no commit
+        under way commits everything staged so far itself: no hop to another task."""
         while self._settled_count < upto:
-            await self._progress.wait()
+            if self._committing:
+                await self._progress.wait()
+            else:
+                await self._commit_staged()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Commit staged writes in groups, and sweep retention, until cancelled."""
+        """Sweep retention every ``SWEEP_INTERVAL_S`` (an idle store still ages out), and
+        commit writes staged but not yet waited for, until cancelled."""
         task_status.started()
         while True:
-            with trio.move_on_after(SWEEP_INTERVAL_S):
+            with trio.move_on_after(SWEEP_INTERVAL_S) as idle:
                 await self._batch_ready.wait()
-            batch, self._batch = self._batch, []
-            self._batch_ready = trio.Event()
-            await self._commit(batch, self._staged_count)
+                await trio.lowlevel.checkpoint()  # a waiter of this tick commits them itself
+            while self._committing:
+                await self._progress.wait()
+            if self._batch or idle.cancelled_caught:
+                await self._commit_staged()
 
-    async def _commit(self, batch: list[Row], upto: int) -> None:
+    async def _commit_staged(self) -> None:
+        batch, self._batch = self._batch, []
+        self._batch_ready = trio.Event()
+        upto = self._staged_count
+        self._committing = True
         try:
             # Not abandoned on cancel: a commit under way finishes before the store closes.
             change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
@@ -115,6 +130,7 @@ class GroupCommit:
         finally:
             for row in batch:
                 self._staged.pop(row.id, None)
+            self._committing = False
             self._settled_count = upto
             self._progress.set()
             self._progress = trio.Event()
