@@ -9,8 +9,8 @@ content is answered ``DATA duplicate`` (SPEC M-2), with other content ``FAIL id_
 Its connection loop is its own, lean one (the daemon's ``serve_stream`` and ``Dispatcher`` cost
 more per frame than the write itself): the sans-IO codec parses what one read from the socket
 brought, every frame is validated (op, ID, fields, sizes: the catalogue's FAIL frames as the
-dispatcher gives them) and every write staged, in order; a reader task goes on reading while
-a writer task waits for the group's commit and sends the chunk's replies in one write. Frames
+dispatcher gives them) and every write staged, in order; then the chunk's writes are committed
+as one group (``sink_commit``) and its replies sent in one write. Frames
 on a connection are handled one at a time, so writes are stored in the order they were sent,
 and a read sees every write sent before it. Outcomes are logged as one INFO line of counts per
 ``LOG_INTERVAL_S``, not one per write.
@@ -55,8 +55,6 @@ log = logging.getLogger("csp_web.memory_sink")
 
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
 RECEIVE_BYTES = 256 * 1024  # one read: up to about a thousand audit writes, one commit
-# Chunks read whose replies wait for their commit; past this the reader stops (back-pressure).
-MAX_CHUNKS_AWAITING_COMMIT = 64
 LOG_INTERVAL_S = 10.0
 _CONNECTION = ConnectionConfig()  # bad-frame, blank-line and slowloris budgets as the daemon's
 
@@ -129,8 +127,8 @@ class MemorySink:
 
 
 class SinkSession:
-    """One connection: a reader that parses, validates and stages; a writer that sends each
-    chunk's replies once its writes are committed."""
+    """One connection: each chunk read is parsed, validated and staged, committed as one
+    group, and answered in one write."""
 
     def __init__(self, sink: MemorySink, stream: trio.abc.Stream, peer: Peer) -> None:
         self.sink = sink
@@ -149,25 +147,18 @@ class SinkSession:
         self.frame_started: float | None = None
 
     async def run(self) -> None:
-        send, receive = trio.open_memory_channel[tuple[int, bytes]](MAX_CHUNKS_AWAITING_COMMIT)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.write_replies, receive, nursery.cancel_scope)
-            async with send:
-                await self.read_frames(send)
-
-    async def read_frames(self, replies: trio.MemorySendChannel[tuple[int, bytes]]) -> None:
         while True:
             data = await self.receive()
             if data is None:  # a started frame stalled past the deadline (slowloris)
                 detail = f"frame not completed within {_CONNECTION.frame_deadline_s:g}s"
                 error = OpError(ErrorCode.FRAME_TIMEOUT, detail)
-                await replies.send((self.sink.commits.staged, serialize(fail_reply(error, None))))
+                await self.send([serialize(fail_reply(error, None))])
                 return
             self.codec.receive_data(data)
             out: list[bytes] = []
             keep_going = await self.answer_frames(out)
-            if out:
-                await replies.send((self.sink.commits.staged, b"".join(out)))
+            if out and not await self.send(out):
+                return
             self.sink.tally.maybe_log()
             if not self.codec.in_frame:
                 self.frame_started = None
@@ -175,6 +166,20 @@ class SinkSession:
                 self.frame_started = trio.current_time()
             if not keep_going or not data:
                 return
+
+    async def send(self, replies: list[bytes]) -> bool:
+        """Commit what was staged, then send ``replies`` in one write; False when the
+        connection must end: a commit failed (the replies are withheld, so the writer sends
+        the writes again, SPEC M-2) or the peer is gone."""
+        await self.sink.commits.wait_committed()
+        if self.broken:
+            log.warning("%s: a commit failed, replies withheld", self.peer.connection)
+            return False
+        try:
+            await self.stream.send_all(b"".join(replies))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
 
     async def receive(self) -> bytes | bytearray | None:
         """The next bytes (``b""`` at EOF), or None when a started frame's deadline passed."""
@@ -257,31 +262,6 @@ class SinkSession:
             raise OpError(ErrorCode.INVALID_FIELD, "no such PATH")
         self.sink.tally.counts["read"] += 1
         return serialize(ok_reply(Result(text, scope=("memory",)), task_id))
-
-    async def write_replies(
-        self, replies: trio.MemoryReceiveChannel[tuple[int, bytes]], scope: trio.CancelScope
-    ) -> None:
-        """Send replies once the writes staged before them are committed, every chunk ready
-        by then in one write. A failed commit or a gone peer ends the connection."""
-        async with replies:
-            async for upto, first in replies:
-                chunks = [first]
-                while True:
-                    try:
-                        upto, more = replies.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    chunks.append(more)
-                await self.sink.commits.wait_settled(upto)
-                if self.broken:
-                    log.warning("%s: a commit failed, replies withheld", self.peer.connection)
-                    scope.cancel()  # the writer sends the writes again (SPEC M-2)
-                    return
-                try:
-                    await self.stream.send_all(b"".join(chunks))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    scope.cancel()
-                    return
 
 
 @asynccontextmanager

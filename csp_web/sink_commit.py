@@ -3,8 +3,9 @@
 A write is *staged* as its frame is handled: checked (path, size, a repeated ID) and queued in
 arrival order, so the connection loop reads on without waiting for the disk. One commit at a
 time takes everything staged so far in one transaction (as the outbox does, and databases batch
-fsyncs), then the next batch. The task that first waits for a commit runs it (in a worker
-thread), so a connection's writer commits its own chunks without a hop to a committer task. A
+fsyncs), then the next batch. The connection that first waits for a commit runs it, on the
+event loop (WAL without an fsync per commit: no hop to a committer task or a thread); only
+retention sweeps of an idle store run in a worker thread, and commits wait for them. A
 connection sends the replies of what it staged only after ``wait_settled`` returned for them
 and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
 a commit fails, each connection open at that moment (each gate) is marked broken and closed
@@ -46,11 +47,10 @@ class GroupCommit:
         self.store = store
         self._staged: dict[str, bytes] = {}  # ID -> content hash, staged or being committed
         self._batch: list[Row] = []
-        self._batch_ready = trio.Event()
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
-        self._committing = False
+        self._sweeping = False
         self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
@@ -76,7 +76,6 @@ class GroupCommit:
         self._staged[write_id] = digest
         self._batch.append(Row(write_id, source, type_, path, data, digest, len(raw), time.time()))
         self._staged_count += 1
-        self._batch_ready.set()
         return True
 
     @property
@@ -90,35 +89,43 @@ class GroupCommit:
 
     async def wait_settled(self, upto: int) -> None:
         """Return once the first ``upto`` writes staged have been committed (or failed); at
-        once, without a checkpoint, when they already are. The first waiter to find no commit
-        under way commits everything staged so far itself: no hop to another task."""
+        once, without a checkpoint, when they already are. The first waiter commits everything
+        staged so far itself, on the event loop: no hop to another task or thread."""
         while self._settled_count < upto:
-            if self._committing:
+            if self._sweeping:
                 await self._progress.wait()
             else:
-                await self._commit_staged()
+                self._commit_staged()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sweep retention every ``SWEEP_INTERVAL_S`` (an idle store still ages out), and
-        commit writes staged but not yet waited for, until cancelled."""
+        """Sweep retention every ``SWEEP_INTERVAL_S`` (an idle store still ages out) until
+        cancelled."""
         task_status.started()
         while True:
-            with trio.move_on_after(SWEEP_INTERVAL_S) as idle:
-                await self._batch_ready.wait()
-                await trio.lowlevel.checkpoint()  # a waiter of this tick commits them itself
-            while self._committing:
-                await self._progress.wait()
-            if self._batch or idle.cancelled_caught:
-                await self._commit_staged()
+            await trio.sleep(SWEEP_INTERVAL_S)
+            await self._sweep()
 
-    async def _commit_staged(self) -> None:
-        batch, self._batch = self._batch, []
-        self._batch_ready = trio.Event()
-        upto = self._staged_count
-        self._committing = True
+    async def _sweep(self) -> None:
+        # In a worker thread: a long-idle store may delete many rows at once. Commits wait.
+        self._sweeping = True
         try:
-            # Not abandoned on cancel: a commit under way finishes before the store closes.
-            change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
+            # Not abandoned on cancel: a sweep under way finishes before the store closes.
+            change = await trio.to_thread.run_sync(self.store.sweep, time.time())
+        except sqlite3.Error:
+            log.exception("memory store retention sweep failed")
+        else:
+            self.store.applied(change)
+        finally:
+            self._sweeping = False
+            self._wake()
+
+    def _commit_staged(self) -> None:
+        # On the loop: WAL without an fsync per commit takes about a millisecond for a group
+        # of writes, less than a round trip to a worker thread on a busy daemon.
+        batch, self._batch = self._batch, []
+        upto = self._staged_count
+        try:
+            change = self.store.commit(batch, time.time())
         except sqlite3.Error:
             log.exception("memory store commit of %d writes failed", len(batch))
             self.failed_commits += 1
@@ -130,7 +137,9 @@ class GroupCommit:
         finally:
             for row in batch:
                 self._staged.pop(row.id, None)
-            self._committing = False
             self._settled_count = upto
-            self._progress.set()
-            self._progress = trio.Event()
+            self._wake()
+
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
