@@ -371,3 +371,32 @@ async def test_writes_are_logged_as_counts_not_one_line_each(
     assert per_write == []
     (line,) = [r.getMessage() for r in caplog.records if r.name == "csp_web.memory_sink"]
     assert line.startswith("memory sink: duplicate 1, stored 50 in ")
+
+
+def _write_with(task_id: str, **values: str) -> Task:
+    fields = {"FROM": "web", "TYPE": "web_op", "PATH": "v.log", "DATA": "x", **values}
+    return Task("write", "MEMORY", "ACK", None, (("ID", task_id), *fields.items()))
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"TYPE": "t" * 64}, None),
+        ({"TYPE": "t" * 65}, "invalid_field:TYPE over 64 chars"),
+        ({"PATH": "p" * 1024}, None),
+        ({"PATH": "p" * 1025}, "invalid_field:PATH over 1024 chars"),
+        ({"DATA": " "}, "invalid_field:DATA is empty"),
+        ({"FROM": "daemon"}, "invalid_field:FROM must be web|tool|sys|client"),
+    ],
+)
+async def test_every_write_is_validated_at_its_limits(
+    tmp_path: os.PathLike[str], values: dict[str, str], error: str | None
+) -> None:
+    """D-3: the sink checks each field of a plain write at N and N+1 (its fast path passes
+    only what the generic validation passes; anything else gets the same FAIL)."""
+    codec = Connection()
+    async with open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink:
+        (reply,) = await _one_chunk(sink, codec.send(_write_with("v-1", **values)), 1)
+        stored = sink.store.count
+    assert reply == (_ok("v-1", "stored") if error is None else _fail("v-1", error))
+    assert stored == (error is None)
