@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 import trio
+import trio.testing
 
 from csp_web.client import Client, ClientClosed, open_client
 from csp_web.config import Config, MemoryConfig
 from csp_web.context import Peer
 from csp_web.memory_sink import LOG_INTERVAL_S, MemorySink, open_memory_sink
-from protocol import NEED_DATA, Connection, ErrorCode, Reply, Status, Task
+from protocol import CLOSED, NEED_DATA, Connection, ErrorCode, Reply, Status, Task
 from tests.conftest import Sink, sink_text, start_sink, wait_until
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"
@@ -400,3 +401,28 @@ async def test_every_write_is_validated_at_its_limits(
         stored = sink.store.count
     assert reply == (_ok("v-1", "stored") if error is None else _fail("v-1", error))
     assert stored == (error is None)
+
+
+async def test_a_frame_left_unfinished_past_the_deadline_is_answered_and_the_connection_closed(
+    tmp_path: os.PathLike[str], autojump_clock: trio.testing.MockClock
+) -> None:
+    """L-5: a started frame not completed within frame_deadline_s is answered frame_timeout
+    and the sink closes the connection (a slowloris cannot hold it)."""
+    codec = Connection()
+    events: list[object] = []
+    ours, theirs = trio.socket.socketpair()
+    async with (
+        open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(sink.serve_connection, trio.SocketStream(theirs), Peer("test"))
+        async with trio.SocketStream(ours) as stream:
+            await stream.send_all(b"TASK REQ:write IN:MEMORY OUT:ACK\nID s-1\n")
+            with trio.fail_after(60):
+                while not events or events[-1] is not CLOSED:
+                    event = codec.next_event()
+                    if event is NEED_DATA:
+                        codec.receive_data(await stream.receive_some(65536))
+                    else:
+                        events.append(event)
+    assert events == [_fail(None, "frame_timeout:frame not completed within 10s"), CLOSED]
