@@ -5,11 +5,19 @@
   (its inverse is the rate one idle core would sustain: stable on a busy machine);
 - daemon RSS idle, and with 1,000 idle socket connections.
 
-Goals (issue 2): p50 <= 0.3 ms; >= 20,000 frames/s; RSS <= 60 MB idle, <= +40 MB for 1,000
-connections. Every op is audited into the durable outbox, as in production (no Memory
-Specialist runs, so writes accumulate). `--no-audit-sys` measures with sys ops not audited.
+- sustained audited load (issue 8.8): 10 connections pipelining pings for ``--seconds``; the
+  reply rate, and over the same window the audit records the outbox delivered to the Memory
+  Specialist per second and the depth left (from ``REQ:stats``' OUTBOX line). Delivery keeps
+  up when delivered/s >= replies/s; with back-pressure (SPEC O-1, O-3) replies slow to what
+  delivery allows and the depth stays within ``outbox.max_pending``. Then the time to drain.
 
-    python bench/daemon.py [--no-audit-sys]
+Goals (issue 2): p50 <= 0.3 ms; >= 20,000 frames/s; RSS <= 60 MB idle, <= +40 MB for 1,000
+connections. Every op is audited into the durable outbox, as in production, and delivered to
+the Memory Specialist: the embedded one by default (it shares the daemon's thread), or with
+``--memory-sink external`` a ``csp-web memory-sink`` process. `--no-audit-sys` measures with
+sys ops not audited.
+
+    python bench/daemon.py [--no-audit-sys] [--memory-sink embedded|external] [--seconds 5]
 """
 
 from __future__ import annotations
@@ -32,18 +40,36 @@ from protocol import CLOSED, NEED_DATA, Connection, Reply
 PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 
 
+def start_memory_sink(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``csp-web memory-sink`` in its own process; its socket once it is listening."""
+    socket_path = os.path.join(workdir, "m", "memory.sock")
+    command = [sys.executable, "-m", "csp_web.cli", "memory-sink"]
+    proc = subprocess.Popen([*command, "--socket", socket_path, "--dir", f"{workdir}/memory"])
+    wait_for_socket(proc, socket_path, "memory-sink")
+    return proc, socket_path
+
+
+def wait_for_socket(proc: subprocess.Popen[bytes], path: str, name: str) -> None:
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit(f"{name} did not start")
+        time.sleep(0.05)
+
+
 def start_daemon(
-    workdir: str, audit_sys: bool, synchronous: str
+    workdir: str, audit_sys: bool, synchronous: str, memory_socket: str | None
 ) -> tuple[subprocess.Popen[bytes], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
+    memory = f"memory: {{socket_path: {memory_socket}}}\n" if memory_socket else ""
     with open(config, "w") as file:
         file.write(
             f"daemon: {{state_dir: {workdir}/state, log_level: warning}}\n"
             "socket: {max_connections: 2000, max_connections_per_uid: 2000}\n"
             "connection: {max_in_flight: 256}\n"
             f"audit: {{sys_ops: {str(audit_sys).lower()}}}\n"
-            f"outbox: {{synchronous: {synchronous}}}\n"
+            f"outbox: {{synchronous: {synchronous}}}\n" + memory
         )
     proc = subprocess.Popen(
         [
@@ -58,11 +84,7 @@ def start_daemon(
             "--no-stdin",
         ],
     )
-    deadline = time.monotonic() + 30
-    while not os.path.exists(socket_path):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise SystemExit("daemon did not start")
-        time.sleep(0.05)
+    wait_for_socket(proc, socket_path, "daemon")
     return proc, socket_path
 
 
@@ -138,7 +160,64 @@ async def idle_connections(path: str, count: int, pid: int) -> float:
     return rss
 
 
-async def run(path: str, pid: int) -> None:
+async def outbox_figures(path: str) -> dict[str, int]:
+    """The daemon's OUTBOX stats line: depth, delivered, rejected, refused."""
+    stream = await trio.open_unix_socket(path)
+    codec = Connection()
+    async with stream:
+        await stream.send_all(b"TASK REQ:stats IN:SYS OUT:STATS\n\n")
+        while not isinstance(event := codec.next_event(), Reply):
+            assert event is NEED_DATA
+            codec.receive_data(await stream.receive_some(1 << 16))
+    line = event.get("OUTBOX") or ""
+    pairs = (item.partition(":") for item in line.split(","))
+    return {key: int(value) for key, _, value in pairs if value.isdigit()}
+
+
+async def pipeline_for(path: str, seconds: float, window: int, counted: list[int]) -> None:
+    """Keep ``window`` pings in flight on one connection until ``seconds`` have passed."""
+    stream = await trio.open_unix_socket(path)
+    codec = Connection()
+    async with stream:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            await stream.send_all(PING * window)
+            await read_replies(stream, codec, window)
+            counted[0] += window
+
+
+async def sustained(path: str, seconds: float) -> None:
+    """Replies/s under 10 pipelining connections, and audit records delivered/s meanwhile."""
+    before = await outbox_figures(path)
+    counted = [0]
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(pipeline_for, path, seconds, 64, counted)
+    elapsed = time.perf_counter() - started
+    after = await outbox_figures(path)
+    delivered = after["delivered"] - before["delivered"]
+    replies_s, delivered_s = counted[0] / elapsed, delivered / elapsed
+    print(
+        f"sustained, 10 connections x 64 pipelined pings, {elapsed:.1f} s: "
+        f"{replies_s:,.0f} replies/s; audits delivered {delivered_s:,.0f}/s; "
+        f"depth {before['depth']} -> {after['depth']}; refused {after['refused']}"
+    )
+    drain_started = time.perf_counter()
+    with trio.move_on_after(120):
+        while (await outbox_figures(path))["depth"] > 0:
+            await trio.sleep(0.05)
+    left = (await outbox_figures(path))["depth"]
+    # Writes in flight at the window's end (delivery_window batches of batch_size: 4 x 256 by
+    # default) are not a backlog; a depth past that is.
+    verdict = "keeps up" if after["depth"] - before["depth"] <= 1024 else "falls behind"
+    print(
+        f"  then drained in {time.perf_counter() - drain_started:.2f} s (depth left {left}): "
+        f"delivery {verdict}"
+    )
+
+
+async def run(path: str, pid: int, seconds: float) -> None:
     await trio.sleep(0.5)
     idle = rss_mb(pid)
     warm: list[float] = []
@@ -159,22 +238,35 @@ async def run(path: str, pid: int) -> None:
     print(f"RSS idle: {idle:.1f} MB")
     loaded = await idle_connections(path, 1000, pid)
     print(f"RSS with 1,000 idle connections: {loaded:.1f} MB (+{loaded - idle:.1f} MB)")
+    await sustained(path, seconds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-audit-sys", action="store_true")
     parser.add_argument("--synchronous", choices=("full", "normal"), default="normal")
+    parser.add_argument("--memory-sink", choices=("embedded", "external"), default="embedded")
+    parser.add_argument("--seconds", type=float, default=5.0, help="sustained load duration")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
-        proc, path = start_daemon(workdir, not args.no_audit_sys, args.synchronous)
+        sink, memory_socket = None, None
+        if args.memory_sink == "external":
+            sink, memory_socket = start_memory_sink(workdir)
+        proc, path = start_daemon(workdir, not args.no_audit_sys, args.synchronous, memory_socket)
         try:
-            trio.run(run, path, proc.pid)
+            print(f"memory sink: {args.memory_sink}, {os.cpu_count()} cpus")
+            trio.run(run, path, proc.pid, args.seconds)
         finally:
             proc.terminate()
             proc.wait(30)
+            if sink is not None:
+                sink.terminate()
+                sink.wait(30)
     flag = " --no-audit-sys" if args.no_audit_sys else ""
-    print(f"reproduce: python bench/daemon.py --synchronous {args.synchronous}{flag}")
+    print(
+        f"reproduce: python bench/daemon.py --synchronous {args.synchronous}{flag} "
+        f"--memory-sink {args.memory_sink} --seconds {args.seconds:g}"
+    )
 
 
 if __name__ == "__main__":

@@ -170,42 +170,36 @@ async def _sustained(
 
 
 async def serve_ack_sink(socket_path: str) -> None:
-    """A Memory Specialist that acknowledges every write without storing it."""
-    from csp_web.config import Config, ConnectionConfig
-    from csp_web.connection import Shutdown, StreamOptions, serve_stream
-    from csp_web.context import OpContext, Peer, Services
-    from csp_web.dispatch import Dispatcher
-    from csp_web.fields import FieldSpec, Params
-    from csp_web.registry import Op, Registry
-    from csp_web.replies import Result
-    from csp_web.stats import Stats
+    """A Memory Specialist that acknowledges every write without storing it, as cheaply as
+    CSP/1 allows (the codec, one reply write per chunk read): what is left is the outbox's
+    own delivery cost."""
+    from csp_web.config import SocketConfig
+    from csp_web.context import Peer
     from csp_web.unix import Lease, serve_unix
+    from protocol import CLOSED, NEED_DATA, Connection
 
-    async def write(params: Params, ctx: OpContext) -> Result:
-        return Result("stored", scope=("memory",))
+    async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        codec = Connection()
+        async with stream:
+            while data := await stream.receive_some(1 << 18):
+                codec.receive_data(data)
+                out = []
+                while isinstance(event := codec.next_event(), Task):
+                    out.append(f"STATUS OK\nID {event.id}\nSCOPE [memory]\nDATA stored\n\n")
+                assert event in (NEED_DATA, CLOSED), event
+                if out:
+                    await stream.send_all("".join(out).encode())
 
-    fields = tuple(FieldSpec(name, required=True) for name in ("FROM", "TYPE", "PATH", "DATA"))
-    registry = Registry([Op("write", "MEMORY", "ACK", "memory", write, fields)])
-    with tempfile.TemporaryDirectory(prefix="csp-ack-") as own:
-        config = Config(outbox=OutboxConfig(path=os.path.join(own, "o.sqlite3")))
-        async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-            dispatcher = Dispatcher(registry, Services(config, outbox), Stats(), audit=False)
-            conn = ConnectionConfig(max_in_flight=1024, max_queued_replies=1024)
-            options = StreamOptions(conn, None, sequential=True)
-            async with trio.open_nursery() as nursery:
-
-                async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
-                    await serve_stream(stream, dispatcher, peer, options, Shutdown())
-
-                await nursery.start(
-                    lambda task_status: serve_unix(
-                        socket_path,
-                        config.socket,
-                        handle,
-                        handler_nursery=nursery,
-                        task_status=task_status,
-                    )
-                )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: serve_unix(
+                socket_path,
+                SocketConfig(),
+                handle,
+                handler_nursery=nursery,
+                task_status=task_status,
+            )
+        )
 
 
 async def _wait_serving(socket_path: str, sink: trio.Process) -> None:

@@ -10,9 +10,11 @@ The daemon uses the same client to reach the Memory Specialist (outbox delivery 
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import cast
 
 import trio
 
@@ -24,9 +26,14 @@ class ClientClosed(Exception):
 
 
 class _Pending:
-    def __init__(self) -> None:
+    """One waiter for a whole batch: its replies in order, set as they arrive."""
+
+    __slots__ = ("event", "left", "replies")
+
+    def __init__(self, size: int) -> None:
         self.event = trio.Event()
-        self.reply: Reply | None = None
+        self.replies: list[Reply | None] = [None] * size
+        self.left = size
 
 
 class PendingCall:
@@ -44,10 +51,35 @@ class PendingCall:
             with trio.fail_after(timeout_s):
                 await self._pending.event.wait()
         finally:
-            self._client._pending.pop(self.id, None)
-        if self._pending.reply is None:
+            self._client._forget([self.id], self._pending)
+        reply = self._pending.replies[0]
+        if reply is None:
             raise ClientClosed("connection closed before the reply")
-        return self._pending.reply
+        return reply
+
+
+class PendingBatch:
+    """Frames sent and awaiting their replies; made by ``Client.start_batch``."""
+
+    def __init__(self, client: Client, ids: list[str], pending: _Pending) -> None:
+        self._client = client
+        self.ids = ids
+        self._pending = pending
+
+    async def replies(self, *, timeout_s: float = 60.0) -> list[Reply]:
+        """The replies in the order sent; raises ClientClosed when the connection ends first
+        and trio.TooSlowError after ``timeout_s``."""
+        pending = self._pending
+        try:
+            with trio.fail_after(timeout_s):
+                if pending.left:
+                    await pending.event.wait()
+        finally:
+            if pending.left:  # timed out or cancelled
+                self._client._forget(self.ids, pending)
+        if pending.left:
+            raise ClientClosed("connection closed before the reply")
+        return cast(list[Reply], pending.replies)  # every slot is filled once left is 0
 
 
 class Client:
@@ -57,7 +89,8 @@ class Client:
         self._stream = stream
         self._codec = Connection(limits)
         self._send_lock = trio.Lock()
-        self._pending: dict[str, _Pending] = {}
+        # ID -> the waiter of the batch it was sent in, and its place there.
+        self._pending: dict[str, tuple[_Pending, int]] = {}
         self._ids = (f"{id_prefix}{n}" for n in itertools.count(1))
         self._closed = False
 
@@ -73,28 +106,41 @@ class Client:
     async def call_many(
         self, tasks: list[Task | Mapping[str, str]], *, timeout_s: float = 60.0
     ) -> list[Reply]:
-        """Send ``tasks`` in order in one write (pipelined) and return their replies in order."""
+        """Send ``tasks`` in order in one write (pipelined) and return their replies in order;
+        an ID is added to each task that has none. Raises as ``call_batch``."""
         frames = [self._with_id(as_task(task)) for task in tasks]
-        ids = [frame.id or "" for frame in frames]
+        data = b"".join(self._codec.send(frame) for frame in frames)
+        return await self.call_batch(
+            [frame.id or "" for frame in frames], data, timeout_s=timeout_s
+        )
+
+    async def call_batch(
+        self, ids: list[str], data: bytes, *, timeout_s: float = 60.0
+    ) -> list[Reply]:
+        """Send ``data``, the serialised frames whose IDs are ``ids`` in order, in one write,
+        and return their replies in that order. One waiter serves the whole batch: it wakes
+        once, when the last reply is in, however many frames the batch holds.
+
+        Raises ValueError when an ID is repeated or already awaited, ClientClosed when the
+        connection ends before every reply, trio.TooSlowError after ``timeout_s``.
+        """
+        with trio.fail_after(timeout_s):
+            batch = await self.start_batch(ids, data)
+            return await batch.replies(timeout_s=math.inf)
+
+    async def start_batch(self, ids: list[str], data: bytes) -> PendingBatch:
+        """Send ``data`` (frames with IDs ``ids``, as ``call_batch``) now and return the batch
+        awaiting its replies: a caller that must keep batches in order on the wire sends them
+        from one task and collects their replies elsewhere. Raises as ``call_batch``."""
         if len(set(ids)) < len(ids) or any(task_id in self._pending for task_id in ids):
             raise ValueError("an ID is repeated or already awaiting a reply")
-        waits = [self._register(task_id) for task_id in ids]
+        pending = self._register(ids)
         try:
-            with trio.fail_after(timeout_s):
-                await self._send(b"".join(self._codec.send(frame) for frame in frames))
-                for pending in waits:
-                    # A set Event still costs a checkpoint (one scheduler pass each): a batch
-                    # of 256 replies took 256 passes, which starved outbox delivery on a busy
-                    # daemon (issue 8.8). Wait only for replies not yet in.
-                    if not pending.event.is_set():
-                        await pending.event.wait()
-        finally:
-            for task_id in ids:
-                self._pending.pop(task_id, None)
-        replies = [pending.reply for pending in waits]
-        if any(reply is None for reply in replies):
-            raise ClientClosed("connection closed before the reply")
-        return [reply for reply in replies if reply is not None]
+            await self._send(data)
+        except BaseException:
+            self._forget(ids, pending)
+            raise
+        return PendingBatch(self, ids, pending)
 
     async def start_call(self, task: Task | Mapping[str, str]) -> PendingCall:
         """Send ``task`` now and return its pending reply, for callers that stream frames
@@ -103,11 +149,11 @@ class Client:
         task_id = frame.id or ""
         if task_id in self._pending:
             raise ValueError(f"ID {task_id} is already awaiting a reply")
-        pending = self._register(task_id)
+        pending = self._register([task_id])
         try:
             await self._send(self._codec.send(frame))
         except BaseException:
-            self._pending.pop(task_id, None)
+            self._forget([task_id], pending)
             raise
         return PendingCall(self, task_id, pending)
 
@@ -132,14 +178,17 @@ class Client:
             if event is CLOSED:
                 return True
             if isinstance(event, Reply):
-                pending = self._pending.get(event.id or "")
-                if pending is not None:
-                    pending.reply = event
-                    pending.event.set()
+                waiter = self._pending.pop(event.id or "", None)
+                if waiter is not None:
+                    pending, index = waiter
+                    pending.replies[index] = event
+                    pending.left -= 1
+                    if not pending.left:
+                        pending.event.set()
 
     def _close_pending(self) -> None:
         self._closed = True
-        for pending in self._pending.values():
+        for pending, _ in self._pending.values():
             pending.event.set()
 
     def _with_id(self, task: Task) -> Task:
@@ -149,11 +198,20 @@ class Client:
             task.req, task.domain, task.out, task.inline, (("ID", next(self._ids)), *task.fields)
         )
 
-    def _register(self, task_id: str) -> _Pending:
+    def _register(self, ids: list[str]) -> _Pending:
         if self._closed:
             raise ClientClosed("connection is closed")
-        pending = self._pending[task_id] = _Pending()
+        pending = _Pending(len(ids))
+        for index, task_id in enumerate(ids):
+            self._pending[task_id] = (pending, index)
         return pending
+
+    def _forget(self, ids: list[str], pending: _Pending) -> None:
+        """Stop waiting for the replies of ``ids`` still awaited by ``pending``."""
+        for task_id in ids:
+            waiter = self._pending.get(task_id)
+            if waiter is not None and waiter[0] is pending:
+                del self._pending[task_id]
 
     async def _send(self, data: bytes) -> None:
         try:

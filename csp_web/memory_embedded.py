@@ -4,8 +4,8 @@ With no ``memory.socket_path`` (the shipped default) the daemon still delivers e
 write as a CSP/1 frame, to this sink, so the outbox drains and a first run never piles writes up
 forever: the store under ``<state_dir>/memory`` is bounded by the retention settings. Each
 connection is an in-process socket pair (no path on disk another process could open) served by
-the same ``serve_stream`` loop as every other transport; delivery and the relay see a
-``MemoryLink`` and nothing else.
+the sink's own lean loop, as ``csp-web memory-sink`` serves its socket; delivery and the relay
+see a ``MemoryLink`` and nothing else.
 """
 
 from __future__ import annotations

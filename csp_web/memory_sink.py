@@ -1,97 +1,143 @@
 """The reference Memory Specialist: ``csp-web memory-sink``, and the daemon's embedded one.
 
-It serves CSP/1 with the daemon's own connection loop. ``REQ:write IN:MEMORY OUT:ACK`` stores
-DATA under its logical PATH in a SQLite store (``csp_web.sink_store``): ID and DATA in one
-transaction, many writes per transaction (``csp_web.sink_commit``), the reply sent only after
-the commit. A repeated ID with the same content is answered ``DATA duplicate`` (SPEC M-2), with
-other content ``FAIL id_conflict`` (M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's
-writes joined in order. Frames on a connection are handled one at a time, so writes are stored
-in the order they were sent.
+``REQ:write IN:MEMORY OUT:ACK`` stores DATA under its logical PATH in a SQLite store
+(``csp_web.sink_store``): ID and DATA in one transaction, many writes per transaction
+(``csp_web.sink_commit``), the reply sent only after the commit. A repeated ID with the same
+content is answered ``DATA duplicate`` (SPEC M-2), with other content ``FAIL id_conflict``
+(M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's writes joined in order.
+
+Its connection loop is its own, lean one (the daemon's ``serve_stream`` and ``Dispatcher`` cost
+more per frame than the write itself): the sans-IO codec parses what one read from the socket
+brought, every frame is validated (op, ID, fields, sizes: the catalogue's FAIL frames as the
+dispatcher gives them) and every write staged, in order; then the chunk's writes are committed
+as one group (``sink_commit``) and its replies sent in one write. Frames
+on a connection are handled one at a time, so writes are stored in the order they were sent,
+and a read sees every write sent before it. Outcomes are logged as one INFO line of counts per
+``LOG_INTERVAL_S``, not one per write.
 """
 
 from __future__ import annotations
 
-import os
+import logging
+import math
+import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
-from protocol import ErrorCode
-
-from .config import (
-    Config,
-    ConnectionConfig,
-    MemoryConfig,
-    OutboxConfig,
-    SpecialistLimits,
-    TasksConfig,
+from protocol import (
+    CLOSED,
+    NEED_DATA,
+    Connection,
+    ErrorCode,
+    Limits,
+    ProtocolError,
+    Reply,
+    Task,
+    serialize,
 )
-from .connection import Shutdown, StreamOptions, serve_stream
-from .context import OpContext, Peer, Services
-from .dispatch import Dispatcher
-from .errors import OpError
-from .fields import FieldSpec, Params
-from .outbox import open_outbox
-from .registry import Op, Registry
-from .replies import Result
-from .sink_commit import CommittedReplies, GroupCommit
+
+from .config import ConnectionConfig, MemoryConfig, SocketConfig, TasksConfig
+from .context import Peer
+from .errors import FieldError, OpError
+from .fields import ID_PATTERN, FieldSpec, Params, parse_timeout_ms, validate
+from .replies import Result, fail_reply, ok_reply
+from .sink_commit import GroupCommit
 from .sink_store import Retention, SinkStore
-from .stats import Stats
 from .unix import Lease, prepare_socket_directory, serve_unix
 
 __all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
 
+log = logging.getLogger("csp_web.memory_sink")
+
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
+RECEIVE_BYTES = 256 * 1024  # one read: up to about a thousand audit writes, one commit
+LOG_INTERVAL_S = 10.0
+_CONNECTION = ConnectionConfig()  # bad-frame, blank-line and slowloris budgets as the daemon's
+
+_WRITE_FIELDS = (
+    FieldSpec("FROM", "choice", True, choices=("web", "tool", "sys", "client")),
+    FieldSpec("TYPE", required=True, max_chars=64),
+    FieldSpec("PATH", required=True, max_chars=1024),
+    FieldSpec("DATA", required=True),
+)
+_READ_FIELDS = (FieldSpec("PATH", required=True),)
+# REQ -> (OUT, fields): the sink's two ops, all IN:MEMORY.
+_OPS = {"write": ("ACK", _WRITE_FIELDS), "read": ("CONTENT", _READ_FIELDS)}
+_MAX_TIMEOUT_MS = TasksConfig().max_timeout_ms
 
 
-def sink_ops(commits: GroupCommit) -> list[Op]:
-    async def write(params: Params, ctx: OpContext) -> Result:
-        if ctx.client_id is None:
-            raise OpError(ErrorCode.MISSING_FIELD, "ID")
-        fresh = commits.stage(
-            params.text("FROM"),
-            params.text("TYPE"),
-            params.text("PATH"),
-            params.text("DATA"),
-            ctx.client_id,
-        )
-        return Result("stored" if fresh else "duplicate", scope=("memory",))
+def _fields_of(task: Task) -> tuple[FieldSpec, ...]:
+    """The fields of the op ``task`` names; raises FieldError as the daemon's registry does."""
+    op = _OPS.get(task.req)
+    if op is None:
+        raise FieldError(ErrorCode.UNKNOWN_OP, task.req)
+    if task.domain != "MEMORY":
+        raise FieldError(ErrorCode.WRONG_DOMAIN, f"{task.req} runs IN:MEMORY")
+    out, fields = op
+    if task.out != out:
+        raise FieldError(ErrorCode.WRONG_OUT, f"{task.req} gives OUT:{out}")
+    return fields
 
-    async def read(params: Params, ctx: OpContext) -> Result:
-        await commits.wait_committed()  # a read sees the writes sent before it
-        text = commits.store.read(params.text("PATH"), MAX_FRAME_BYTES // 2)
-        if text is None:
-            raise OpError(ErrorCode.INVALID_FIELD, "no such PATH")
-        return Result(text, scope=("memory",))
 
-    text = FieldSpec
-    return [
-        Op(
-            "write",
-            "MEMORY",
-            "ACK",
-            "memory",
-            write,
-            (
-                text("FROM", "choice", True, choices=("web", "tool", "sys", "client")),
-                text("TYPE", required=True, max_chars=64),
-                text("PATH", required=True, max_chars=1024),
-                text("DATA", required=True),
-            ),
-            doc="store DATA at PATH once per ID",
-        ),
-        Op(
-            "read",
-            "MEMORY",
-            "CONTENT",
-            "memory",
-            read,
-            (text("PATH", required=True),),
-            doc="return what is stored at PATH",
-        ),
-    ]
+_PLAIN_WRITE_KEYS = frozenset(("ID", "FROM", "TYPE", "PATH", "DATA"))
+_SOURCES = frozenset(("web", "tool", "sys", "client"))
+
+
+def _plain_write(task: Task) -> tuple[str, str, str, str, str] | None:
+    """(ID, FROM, TYPE, PATH, DATA) of a write that ``validate`` would pass as it is: the five
+    fields once each, nothing else, every value within its spec; None for anything else,
+    which then takes the generic path and gets the same FAIL it always did. What the outbox
+    sends, and nearly every frame the sink sees, is such a write: checked here in one pass."""
+    fields = task.fields
+    if len(fields) != 5 or task.req != "write" or task.domain != "MEMORY" or task.out != "ACK":
+        return None
+    given = dict(fields)
+    if given.keys() != _PLAIN_WRITE_KEYS or task.inline is not None:
+        return None
+    task_id, source, type_, path, data = (
+        given["ID"],
+        given["FROM"],
+        given["TYPE"],
+        given["PATH"],
+        given["DATA"],
+    )
+    if (
+        source not in _SOURCES
+        or not ID_PATTERN.fullmatch(task_id)
+        or len(type_) > 64
+        or len(path) > 1024
+        or not (type_.strip() and path.strip() and data.strip())
+    ):
+        return None
+    return task_id, source, type_, path, data
+
+
+def _acknowledged(task_id: str, outcome: str) -> bytes:
+    # ``task_id`` passed ID_PATTERN (SPEC C-1), so it stands raw on its line: the same bytes
+    # as serialize(ok_reply(...)), without building a Reply per write.
+    return f"STATUS OK\nID {task_id}\nSCOPE [memory]\nDATA {outcome}\n\n".encode()
+
+
+@dataclass
+class Tally:
+    """Outcomes since the last log line: ``stored``, ``duplicate`` and FAIL codes."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    since: float = field(default_factory=time.monotonic)
+
+    def maybe_log(self) -> None:
+        now = time.monotonic()
+        if now - self.since < LOG_INTERVAL_S:
+            return
+        if self.counts:
+            outcomes = ", ".join(f"{key} {n}" for key, n in sorted(self.counts.items()))
+            log.info("memory sink: %s in %.0fs", outcomes, now - self.since)
+            self.counts.clear()
+        self.since = now
 
 
 @dataclass
@@ -100,22 +146,160 @@ class MemorySink:
 
     store: SinkStore
     commits: GroupCommit
-    dispatcher: Dispatcher
-    shutdown: Shutdown
+    tally: Tally = field(default_factory=Tally)
 
     async def serve_connection(self, stream: trio.abc.Stream, peer: Peer) -> None:
-        """Serve CSP/1 on ``stream`` until EOF; closes it."""
-        options = StreamOptions(_SINK_CONNECTION, None, sequential=True)
-        gated = CommittedReplies(stream, self.commits)
-        await serve_stream(gated, self.dispatcher, peer, options, self.shutdown)
+        """Serve CSP/1 on ``stream`` until EOF (or a failed commit); closes it."""
+        session = SinkSession(self, stream, peer)
+        self.commits.gates.add(session)
+        try:
+            await session.run()
+        finally:
+            self.commits.gates.discard(session)
+            await trio.aclose_forcefully(stream)
 
 
-_SINK_CONNECTION = ConnectionConfig(
-    max_line_bytes=MAX_FRAME_BYTES,
-    max_frame_bytes=MAX_FRAME_BYTES,
-    max_in_flight=1024,
-    max_queued_replies=1024,  # replies waiting for their commit; more stops the reader
-)
+class SinkSession:
+    """One connection: each chunk read is parsed, validated and staged, committed as one
+    group, and answered in one write."""
+
+    def __init__(self, sink: MemorySink, stream: trio.abc.Stream, peer: Peer) -> None:
+        self.sink = sink
+        self.stream = stream
+        self.peer = peer
+        self.codec = Connection(
+            Limits(
+                MAX_FRAME_BYTES,
+                MAX_FRAME_BYTES,
+                _CONNECTION.max_fields,
+                _CONNECTION.max_blank_lines,
+            )
+        )
+        self.bad_frames = 0
+        self.broken = False  # set by GroupCommit when a commit failed: replies are withheld
+        self.frame_started: float | None = None
+
+    async def run(self) -> None:
+        while True:
+            data = await self.receive()
+            if data is None:  # a started frame stalled past the deadline (slowloris)
+                detail = f"frame not completed within {_CONNECTION.frame_deadline_s:g}s"
+                error = OpError(ErrorCode.FRAME_TIMEOUT, detail)
+                await self.send([serialize(fail_reply(error, None))])
+                return
+            self.codec.receive_data(data)
+            out: list[bytes] = []
+            keep_going = await self.answer_frames(out)
+            if out and not await self.send(out):
+                return
+            self.sink.tally.maybe_log()
+            if not self.codec.in_frame:
+                self.frame_started = None
+            elif self.frame_started is None:
+                self.frame_started = trio.current_time()
+            if not keep_going or not data:
+                return
+
+    async def send(self, replies: list[bytes]) -> bool:
+        """Commit what was staged, then send ``replies`` in one write; False when the
+        connection must end: a commit failed (the replies are withheld, so the writer sends
+        the writes again, SPEC M-2) or the peer is gone."""
+        await self.sink.commits.wait_committed()
+        if self.broken:
+            log.warning("%s: a commit failed, replies withheld", self.peer.connection)
+            return False
+        try:
+            await self.stream.send_all(b"".join(replies))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
+    async def receive(self) -> bytes | bytearray | None:
+        """The next bytes (``b""`` at EOF), or None when a started frame's deadline passed."""
+        deadline = math.inf
+        if self.frame_started is not None:
+            deadline = self.frame_started + _CONNECTION.frame_deadline_s
+        with trio.move_on_at(deadline):
+            try:
+                return await self.stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return b""
+        return None
+
+    async def answer_frames(self, out: list[bytes]) -> bool:
+        """Answer every complete frame buffered, into ``out``; False to stop reading."""
+        while True:
+            try:
+                event = self.codec.next_event()
+            except ProtocolError as exc:
+                if not self.bad_frame(out, exc.code, exc.detail, exc.frame_id):
+                    return False
+                continue
+            if event is NEED_DATA:
+                return True
+            if event is CLOSED:
+                return False
+            if isinstance(event, Reply):
+                if not self.bad_frame(out, ErrorCode.BAD_HEADER, "expected a TASK frame", event.id):
+                    return False
+                continue
+            assert isinstance(event, Task)
+            out.append(await self.answer(event))
+
+    def bad_frame(
+        self, out: list[bytes], code: ErrorCode, detail: str, frame_id: str | None
+    ) -> bool:
+        """Answer a malformed frame; False when the connection must close (SPEC L-6, L-8)."""
+        self.bad_frames += 1
+        self.sink.tally.counts[code] += 1
+        if code is ErrorCode.TOO_MANY_BLANK_LINES:
+            out.append(serialize(fail_reply(OpError(code, detail), None)))
+            return False
+        if self.bad_frames > _CONNECTION.max_bad_frames:
+            error = OpError(ErrorCode.TOO_MANY_BAD_FRAMES, f"over {_CONNECTION.max_bad_frames}")
+            out.append(serialize(fail_reply(error, None)))
+            return False
+        out.append(serialize(fail_reply(OpError(code, detail), frame_id)))
+        return True
+
+    async def answer(self, task: Task) -> bytes:
+        """The reply to one frame; a write is staged, a read waits for earlier writes."""
+        plain = _plain_write(task)
+        if plain is not None:
+            try:
+                return self.stage(*plain)
+            except OpError as exc:
+                self.sink.tally.counts[exc.code] += 1
+                return serialize(fail_reply(exc, task.id))
+        try:
+            params = validate(task, _fields_of(task), None)
+            parse_timeout_ms(task, default_ms=_MAX_TIMEOUT_MS, max_ms=_MAX_TIMEOUT_MS)
+            if task.req == "write":
+                return self.write(params, task.id)
+            return await self.read(params, task.id)
+        except OpError as exc:
+            self.sink.tally.counts[exc.code] += 1
+            return serialize(fail_reply(exc, task.id))
+
+    def write(self, params: Params, task_id: str | None) -> bytes:
+        if task_id is None:
+            raise FieldError(ErrorCode.MISSING_FIELD, "ID")
+        texts = (params.text(name) for name in ("FROM", "TYPE", "PATH", "DATA"))
+        return self.stage(task_id, *texts)
+
+    def stage(self, task_id: str, source: str, type_: str, path: str, data: str) -> bytes:
+        fresh = self.sink.commits.stage(source, type_, path, data, task_id)
+        outcome = "stored" if fresh else "duplicate"
+        self.sink.tally.counts[outcome] += 1
+        return _acknowledged(task_id, outcome)
+
+    async def read(self, params: Params, task_id: str | None) -> bytes:
+        await self.sink.commits.wait_committed()  # a read sees the writes sent before it
+        text = self.sink.store.read(params.text("PATH"), MAX_FRAME_BYTES // 2)
+        if text is None:
+            raise OpError(ErrorCode.INVALID_FIELD, "no such PATH")
+        self.sink.tally.counts["read"] += 1
+        return serialize(ok_reply(Result(text, scope=("memory",)), task_id))
 
 
 @asynccontextmanager
@@ -126,21 +310,9 @@ async def open_memory_sink(directory: str, memory: MemoryConfig) -> AsyncIterato
     store = await trio.to_thread.run_sync(SinkStore, directory, retention)
     try:
         commits = GroupCommit(store)
-        # Frames on one connection run in sequence; this bounds connections, not frames.
-        limits = SpecialistLimits(max_running=1024, max_queued=1024)
-        config = Config(
-            outbox=OutboxConfig(path=os.path.join(directory, ".sink-outbox.sqlite3")),
-            tasks=TasksConfig(specialists={"memory": limits}),
-        )
-        # The dispatcher needs an outbox; the sink's (audit off) never receives a write.
-        async with (
-            open_outbox(config.outbox_path, config.outbox, MemoryConfig()) as outbox,
-            trio.open_nursery() as nursery,
-        ):
+        async with trio.open_nursery() as nursery:
             await nursery.start(commits.serve)
-            services = Services(config, outbox, extras={"sink": store})
-            dispatcher = Dispatcher(Registry(sink_ops(commits)), services, Stats(), audit=False)
-            yield MemorySink(store, commits, dispatcher, Shutdown())
+            yield MemorySink(store, commits)
             nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(store.close)
@@ -166,7 +338,7 @@ async def serve_memory_sink(
         await nursery.start(
             lambda task_status: serve_unix(
                 socket_path,
-                sink.dispatcher.services.config.socket,
+                SocketConfig(),
                 handle,
                 handler_nursery=nursery,
                 task_status=task_status,

@@ -30,9 +30,9 @@ from typing import TypeVar
 
 import trio
 
-from protocol import ErrorCode, Reply, Status
+from protocol import ErrorCode, Reply, Status, serialize
 
-from .client import Client, ClientClosed
+from .client import Client, ClientClosed, PendingBatch
 from .config import MemoryConfig, OutboxConfig
 from .errors import OpError
 from .memory import MemoryWrite, json_record, make_write
@@ -291,12 +291,17 @@ class Outbox:
         self._room = trio.Event()
 
     async def _deliver_forever(self, client: Client) -> None:
-        """Keep up to ``memory.window`` batches in flight on ``client``, oldest first."""
+        """Keep up to ``outbox.delivery_window`` batches in flight on ``client``, oldest first.
+        This loop sends every batch itself (so they go on the wire in order); a task per batch
+        waits for its replies and settles it."""
         self._sent_upto = 0
         window = trio.Semaphore(self._config.delivery_window)
         async with trio.open_nursery() as nursery:
             while True:
-                await window.acquire()
+                try:  # a slot free now costs no scheduler pass
+                    window.acquire_nowait()
+                except trio.WouldBlock:
+                    await window.acquire()
                 rows = await self._db(self._store.after, self._sent_upto, self._memory.batch_size)
                 if not rows:
                     window.release()
@@ -304,23 +309,20 @@ class Outbox:
                     self._new_rows = trio.Event()
                     continue
                 self._sent_upto = rows[-1][0]
-                await nursery.start(self._deliver_batch, client, rows, window)
+                # The batch is one buffer and one waiter (not a Task, bytes and Event per write).
+                ids, data = _batch_frames(rows)
+                try:
+                    batch = await client.start_batch(ids, data)
+                except BaseException:
+                    window.release()
+                    raise
+                nursery.start_soon(self._settle_batch, batch, rows, window)
 
-    async def _deliver_batch(
-        self,
-        client: Client,
-        rows: list[tuple[int, MemoryWrite]],
-        window: trio.Semaphore,
-        *,
-        task_status: trio.TaskStatus[None],
+    async def _settle_batch(
+        self, batch: PendingBatch, rows: list[tuple[int, MemoryWrite]], window: trio.Semaphore
     ) -> None:
         try:
-            # started() comes right before call_many, which takes the client's FIFO send lock
-            # before its first checkpoint: so batches go on the wire in the order started.
-            task_status.started()
-            replies = await client.call_many(
-                [write.to_task() for _, write in rows], timeout_s=self._memory.ack_timeout_s
-            )
+            replies = await batch.replies(timeout_s=self._memory.ack_timeout_s)
             acked, rejected, retry = _sort_replies(rows, replies)
             await self._db(self._store.settle, acked, rejected)
             self._settled([w for seq, w in rows if seq not in retry], len(acked), len(rejected))
@@ -410,6 +412,11 @@ _TRANSIENT = frozenset(
         "memory_unavailable",
     }
 )
+
+
+def _batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]:
+    """The IDs of a batch's writes and the bytes of their frames, in order (SPEC M-1)."""
+    return [w.id for _, w in rows], b"".join(serialize(w.to_task()) for _, w in rows)
 
 
 def _sort_replies(

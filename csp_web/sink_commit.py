@@ -1,13 +1,16 @@
 """Group commit for the reference Memory Specialist: many writes, one transaction, replies after.
 
 A write is *staged* as its frame is handled: checked (path, size, a repeated ID) and queued in
-arrival order, so the connection loop reads on without waiting for the disk. One committer task
-commits everything staged so far in one transaction (as the outbox does, and databases batch
-fsyncs), then the next batch. Replies leave through ``CommittedReplies``, a stream whose
-``send_all`` first waits until every write staged before it is committed: an ``OK`` is never
-sent for a write that is not on disk. When a commit fails, each connection open at that moment
-is closed with its replies unsent, so the writer sends the writes again (their IDs make that
-harmless, SPEC M-2).
+arrival order, so the connection loop reads on without waiting for the disk. One commit at a
+time takes everything staged so far in one transaction (as the outbox does, and databases batch
+fsyncs), then the next batch. The connection that first waits for a commit runs it, on the
+event loop (WAL without an fsync per commit: no hop to a committer task or a thread); only
+retention sweeps of an idle store run in a worker thread, and commits wait for them. A
+connection sends the replies of what it staged only after ``wait_settled`` returned for them
+and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
+a commit fails, each connection open at that moment (each gate) is marked broken and closed
+with its replies unsent, so the writer sends the writes again (their IDs make that harmless,
+SPEC M-2).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from typing import Protocol
 
 import trio
 
@@ -29,18 +33,25 @@ log = logging.getLogger("csp_web.memory_sink")
 SWEEP_INTERVAL_S = 60.0
 
 
+class Gate(Protocol):
+    """A connection whose replies wait for commits; ``broken`` once one of them failed."""
+
+    broken: bool
+
+
 class GroupCommit:
-    """Stages writes for ``store`` and commits them in groups; run ``serve`` for its lifetime."""
+    """Stages writes for ``store`` and commits them in groups; run ``serve`` (retention
+    sweeps) for its lifetime."""
 
     def __init__(self, store: SinkStore) -> None:
         self.store = store
         self._staged: dict[str, bytes] = {}  # ID -> content hash, staged or being committed
         self._batch: list[Row] = []
-        self._batch_ready = trio.Event()
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
-        self.gates: set[CommittedReplies] = set()
+        self._sweeping = False
+        self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
 
@@ -65,29 +76,56 @@ class GroupCommit:
         self._staged[write_id] = digest
         self._batch.append(Row(write_id, source, type_, path, data, digest, len(raw), time.time()))
         self._staged_count += 1
-        self._batch_ready.set()
         return True
+
+    @property
+    def staged(self) -> int:
+        """How many writes were staged so far (a mark for ``wait_settled``)."""
+        return self._staged_count
 
     async def wait_committed(self) -> None:
         """Return once every write staged before this call has been committed (or failed)."""
-        target = self._staged_count
-        while self._settled_count < target:
-            await self._progress.wait()
+        await self.wait_settled(self._staged_count)
+
+    async def wait_settled(self, upto: int) -> None:
+        """Return once the first ``upto`` writes staged have been committed (or failed); at
+        once, without a checkpoint, when they already are. The first waiter commits everything
+        staged so far itself, on the event loop: no hop to another task or thread."""
+        while self._settled_count < upto:
+            if self._sweeping:
+                await self._progress.wait()
+            else:
+                self._commit_staged()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Commit staged writes in groups, and sweep retention, until cancelled."""
+        """Sweep retention every ``SWEEP_INTERVAL_S`` (an idle store still ages out) until
+        cancelled."""
         task_status.started()
         while True:
-            with trio.move_on_after(SWEEP_INTERVAL_S):
-                await self._batch_ready.wait()
-            batch, self._batch = self._batch, []
-            self._batch_ready = trio.Event()
-            await self._commit(batch, self._staged_count)
+            await trio.sleep(SWEEP_INTERVAL_S)
+            await self._sweep()
 
-    async def _commit(self, batch: list[Row], upto: int) -> None:
+    async def _sweep(self) -> None:
+        # In a worker thread: a long-idle store may delete many rows at once. Commits wait.
+        self._sweeping = True
         try:
-            # Not abandoned on cancel: a commit under way finishes before the store closes.
-            change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
+            # Not abandoned on cancel: a sweep under way finishes before the store closes.
+            change = await trio.to_thread.run_sync(self.store.sweep, time.time())
+        except sqlite3.Error:
+            log.exception("memory store retention sweep failed")
+        else:
+            self.store.applied(change)
+        finally:
+            self._sweeping = False
+            self._wake()
+
+    def _commit_staged(self) -> None:
+        # On the loop: WAL without an fsync per commit takes about a millisecond for a group
+        # of writes, less than a round trip to a worker thread on a busy daemon.
+        batch, self._batch = self._batch, []
+        upto = self._staged_count
+        try:
+            change = self.store.commit(batch, time.time())
         except sqlite3.Error:
             log.exception("memory store commit of %d writes failed", len(batch))
             self.failed_commits += 1
@@ -100,31 +138,8 @@ class GroupCommit:
             for row in batch:
                 self._staged.pop(row.id, None)
             self._settled_count = upto
-            self._progress.set()
-            self._progress = trio.Event()
+            self._wake()
 
-
-class CommittedReplies(trio.abc.Stream):
-    """``stream`` whose replies wait for the commit of the writes staged before them."""
-
-    def __init__(self, stream: trio.abc.Stream, commits: GroupCommit) -> None:
-        self._stream = stream
-        self._commits = commits
-        self.broken = False
-        commits.gates.add(self)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._commits.wait_committed()
-        if self.broken:
-            raise trio.BrokenResourceError("a commit failed: replies withheld, writes resent")
-        await self._stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._stream.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self._stream.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        self._commits.gates.discard(self)
-        await self._stream.aclose()
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()

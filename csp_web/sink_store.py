@@ -1,7 +1,8 @@
 """The reference Memory Specialist's SQLite store: one row per write, ID and DATA in one commit.
 
-Blocking. A store has two connections: ``commit`` uses the writer (one call at a time, from a
-worker thread), every other method the reader, on the event loop's thread. WAL lets the reader
+Blocking. A store has two connections: ``commit`` and ``sweep`` use the writer (one call at a
+time: commits on the event loop's thread, sweeps from a worker thread), every other method the
+reader, on the event loop's thread. WAL lets the reader
 run beside a commit and see only what is committed. Each row keeps a hash of the write's
 content, so a repeated ID is told apart: the same content is a duplicate (SPEC M-2), other
 content a conflict (M-5). Retention deletes the oldest rows by age and by total bytes inside

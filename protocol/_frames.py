@@ -44,16 +44,25 @@ class _HasFields:
         return self.get("ID")
 
 
-_KNOWN_KEYS: set[str] = set()  # keys already checked: a daemon uses a few dozen, over and over
+KNOWN_KEYS: set[str] = set()  # keys already checked: a daemon uses a few dozen, over and over
+
+
+# (REQ, IN, OUT) triples already checked, as KNOWN_KEYS: a peer sends a few, over and over.
+_KNOWN_HEADERS: set[tuple[str, str, str]] = set()
+
+
+def remember_key(key: str) -> None:
+    """Note ``key`` (which matched KEY) as checked; the set stays bounded."""
+    if len(KNOWN_KEYS) < 4096:
+        KNOWN_KEYS.add(key)
 
 
 def _check_fields(fields: tuple[Field, ...]) -> None:
     for key, value in fields:
-        if key not in _KNOWN_KEYS:
+        if key not in KNOWN_KEYS:
             if not KEY.fullmatch(key):
                 raise ValueError(f"invalid field key {key!r}")
-            if len(_KNOWN_KEYS) < 4096:
-                _KNOWN_KEYS.add(key)
+            remember_key(key)
         if not isinstance(value, str):
             raise TypeError(f"field {key} value must be str, not {type(value).__name__}")
 
@@ -69,10 +78,14 @@ class Task(_HasFields):
     fields: tuple[Field, ...] = ()
 
     def __post_init__(self) -> None:
-        if not OP_NAME.fullmatch(self.req):
-            raise ValueError(f"invalid op name {self.req!r}")
-        if not (KIND.fullmatch(self.domain) and KIND.fullmatch(self.out)):
-            raise ValueError("IN and OUT must match [A-Z][A-Z0-9_]*")
+        header = (self.req, self.domain, self.out)
+        if header not in _KNOWN_HEADERS:
+            if not OP_NAME.fullmatch(self.req):
+                raise ValueError(f"invalid op name {self.req!r}")
+            if not (KIND.fullmatch(self.domain) and KIND.fullmatch(self.out)):
+                raise ValueError("IN and OUT must match [A-Z][A-Z0-9_]*")
+            if len(_KNOWN_HEADERS) < 4096:
+                _KNOWN_HEADERS.add(header)
         _check_fields(self.fields)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ._errors import ProtocolError
-from ._frames import KEY, KIND, OP_NAME, Field, Frame, Reply, Status, Task
-from ._values import decode_value, has_forbidden_raw
+from ._frames import KEY, KIND, KNOWN_KEYS, OP_NAME, Field, Frame, Reply, Status, Task, remember_key
+from ._values import decode_value, has_forbidden_raw, has_forbidden_raw_in_lines
 from .codes import ErrorCode
 
 _TASK_PREFIX = "TASK REQ:"
@@ -17,8 +17,8 @@ def parse_frame(lines: list[bytes]) -> Frame:
     Raises ProtocolError carrying the frame's ID when that line could be read.
     """
     try:
-        texts = [_decode_line(line) for line in lines]
-        fields = tuple(_parse_field(text) for text in texts[1:])
+        texts = _decode_lines(lines)
+        fields = tuple([_parse_field(text) for text in texts[1:]])
     except ProtocolError as exc:
         exc.frame_id = salvage_id(lines)
         raise
@@ -27,6 +27,18 @@ def parse_frame(lines: list[bytes]) -> Frame:
     except ProtocolError as exc:
         exc.frame_id = _find(fields, "ID")
         raise
+
+
+def _decode_lines(lines: list[bytes]) -> list[str]:
+    # One decode and one scan for the whole frame; when either finds a fault, the line-by-line
+    # path below reports it (the byte offset is the line's own, as always).
+    try:
+        text = b"\n".join(lines).decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or has_forbidden_raw_in_lines(text):
+        return [_decode_line(line) for line in lines]
+    return text.split("\n")
 
 
 def _decode_line(line: bytes) -> str:
@@ -41,9 +53,13 @@ def _decode_line(line: bytes) -> str:
 
 def _parse_field(text: str) -> Field:
     key, sep, raw = text.partition(" ")
-    if not KEY.fullmatch(key):
-        raise ProtocolError(ErrorCode.BAD_FRAME, "field key must match [A-Z][A-Z0-9_]*")
-    return key, decode_value(raw) if sep else ""
+    if key not in KNOWN_KEYS:
+        if not KEY.fullmatch(key):
+            raise ProtocolError(ErrorCode.BAD_FRAME, "field key must match [A-Z][A-Z0-9_]*")
+        remember_key(key)
+    if not sep:
+        return key, ""
+    return key, raw if raw[:1] != '"' else decode_value(raw)
 
 
 def _parse_header(text: str, fields: tuple[Field, ...]) -> Frame:

@@ -10,6 +10,8 @@ from .codes import ErrorCode
 
 # C0 controls but TAB, DEL and the C1 controls may not stand raw on a line (SPEC F-5).
 _FORBIDDEN_RAW = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# The same, save LF: for a frame's lines joined by LF, to scan them all at once.
+_FORBIDDEN_RAW_BUT_LF = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # What json.dumps(ensure_ascii=False) leaves raw but a CSP/1 line may not hold.
 _ESCAPE_AFTER_JSON = re.compile(r"[\x7f-\x9f]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -37,6 +39,12 @@ FREE_TEXT_KEYS = frozenset(
 def has_forbidden_raw(text: str) -> bool:
     """Whether ``text`` holds a character that may not stand raw on a line."""
     return _FORBIDDEN_RAW.search(text) is not None
+
+
+def has_forbidden_raw_in_lines(text: str) -> bool:
+    """Whether one of the LF-joined lines of ``text`` holds a character ``has_forbidden_raw``
+    refuses."""
+    return _FORBIDDEN_RAW_BUT_LF.search(text) is not None
 
 
 def decode_value(raw: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -10,10 +11,13 @@ import subprocess
 
 import pytest
 import trio
+import trio.testing
 
 from csp_web.client import Client, ClientClosed, open_client
-from csp_web.config import Config
-from protocol import NEED_DATA, Connection, ErrorCode, Reply, Status, Task
+from csp_web.config import Config, MemoryConfig
+from csp_web.context import Peer
+from csp_web.memory_sink import LOG_INTERVAL_S, MemorySink, open_memory_sink
+from protocol import CLOSED, NEED_DATA, Connection, ErrorCode, Reply, Status, Task
 from tests.conftest import Sink, sink_text, start_sink, wait_until
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"
@@ -262,3 +266,163 @@ async def test_a_write_resent_after_kill_9_of_the_sink_is_stored_once(
 async def _swallow_closed(client: Client, tasks: list[Task]) -> None:
     with contextlib.suppress(ClientClosed):
         await client.call_many(list(tasks), timeout_s=10)
+
+
+async def _one_chunk(sink: MemorySink, data: bytes, count: int) -> list[Reply]:
+    """Send ``data`` in one write on an in-process connection; read ``count`` replies."""
+    codec = Connection()
+    replies: list[Reply] = []
+    ours, theirs = trio.socket.socketpair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sink.serve_connection, trio.SocketStream(theirs), Peer("test"))
+        async with trio.SocketStream(ours) as stream:
+            await stream.send_all(data)
+            with trio.fail_after(10):
+                while len(replies) < count:
+                    event = codec.next_event()
+                    if isinstance(event, Reply):
+                        replies.append(event)
+                        continue
+                    assert event is NEED_DATA
+                    codec.receive_data(await stream.receive_some(65536))
+    return replies
+
+
+def _ok(task_id: str, data: str) -> Reply:
+    return Reply(Status.OK, (("ID", task_id), ("SCOPE", "[memory]"), ("DATA", data)))
+
+
+def _fail(task_id: str | None, error: str) -> Reply:
+    head = (("ID", task_id),) if task_id is not None else ()
+    return Reply(Status.FAIL, (*head, ("SCOPE", "[]"), ("DATA", "none"), ("ERROR", error)))
+
+
+async def test_a_mixed_pipelined_chunk_is_answered_in_order_with_one_commit(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """M-2, M-5: good writes, a malformed frame, a frame the sink refuses, a duplicate, an
+    id_conflict and a read, sent in one write, get one reply each in the order sent; the
+    chunk's writes share one commit and the read sees the writes sent before it."""
+    codec = Connection()
+    unknown = Task(
+        "write", "MEMORY", "ACK", None, (*_write("m-4", "m.log", "x").fields, ("X", "1"))
+    )
+    chunk = b"".join(
+        [
+            codec.send(_write("m-1", "m.log", "one")),
+            codec.send(_write("m-2", "m.log", "two")),
+            b"TASK REQ:write IN:MEMORY OUT:ACK\nID m-3\nlower case\n\n",
+            codec.send(unknown),
+            codec.send(_write("m-1", "m.log", "one")),
+            codec.send(_write("m-2", "m.log", "changed")),
+            codec.send(Task("write", "MEMORY", "CONTENT", None, (("ID", "m-5"),))),
+            codec.send(_read("m-6", "m.log")),
+        ]
+    )
+    directory = os.path.join(tmp_path, "mem")
+    async with open_memory_sink(directory, MemoryConfig()) as sink:
+        replies = await _one_chunk(sink, chunk, 8)
+        commits = sink.commits.commits
+    assert replies == [
+        _ok("m-1", "stored"),
+        _ok("m-2", "stored"),
+        _fail("m-3", "bad_frame:field key must match [A-Z][A-Z0-9_]*"),
+        _fail("m-4", "unknown_field:X"),
+        _ok("m-1", "duplicate"),
+        _fail("m-2", "id_conflict:ID already stored with other content"),
+        _fail("m-5", "wrong_out:write gives OUT:ACK"),
+        _ok("m-6", "one\ntwo\n"),
+    ]
+    assert commits == 1
+    assert sink_text(directory, "m.log") == "one\ntwo\n"
+
+
+@pytest.mark.parametrize(("bad", "closed"), [(10, False), (11, True)])
+async def test_the_sink_closes_a_connection_past_its_bad_frame_budget(
+    tmp_path: os.PathLike[str], bad: int, closed: bool
+) -> None:
+    """L-6: max_bad_frames malformed frames are each answered; one more is answered
+    too_many_bad_frames and the connection closes (a write after it is not read)."""
+    chunk = b"STATUS OK\nID r\n\n" * bad + Connection().send(_write("after", "a.log", "x"))
+    async with open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink:
+        replies = await _one_chunk(sink, chunk, min(bad, 10) + 1)
+        stored = sink.store.count
+    assert replies[:10] == [_fail("r", "bad_header:expected a TASK frame")] * 10
+    if closed:
+        assert replies[10] == _fail(None, "too_many_bad_frames:over 10")
+        assert stored == 0
+    else:
+        assert replies[10] == _ok("after", "stored")
+        assert stored == 1
+
+
+async def test_writes_are_logged_as_counts_not_one_line_each(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 8.8: the sink logs no INFO line per write; once per LOG_INTERVAL_S it logs one
+    line of counts."""
+    codec = Connection()
+    chunk = b"".join(codec.send(_write(f"l-{n}", "l.log", str(n))) for n in range(50))
+    caplog.set_level(logging.INFO)
+    async with open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink:
+        await _one_chunk(sink, chunk, 50)
+        per_write = [r for r in caplog.records if r.levelno >= logging.INFO]
+        sink.tally.since -= LOG_INTERVAL_S  # the interval has passed
+        await _one_chunk(sink, codec.send(_write("l-0", "l.log", "0")), 1)
+    assert per_write == []
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "csp_web.memory_sink"]
+    assert line.startswith("memory sink: duplicate 1, stored 50 in ")
+
+
+def _write_with(task_id: str, **values: str) -> Task:
+    fields = {"FROM": "web", "TYPE": "web_op", "PATH": "v.log", "DATA": "x", **values}
+    return Task("write", "MEMORY", "ACK", None, (("ID", task_id), *fields.items()))
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"TYPE": "t" * 64}, None),
+        ({"TYPE": "t" * 65}, "invalid_field:TYPE over 64 chars"),
+        ({"PATH": "p" * 1024}, None),
+        ({"PATH": "p" * 1025}, "invalid_field:PATH over 1024 chars"),
+        ({"DATA": " "}, "invalid_field:DATA is empty"),
+        ({"FROM": "daemon"}, "invalid_field:FROM must be web|tool|sys|client"),
+    ],
+)
+async def test_every_write_is_validated_at_its_limits(
+    tmp_path: os.PathLike[str], values: dict[str, str], error: str | None
+) -> None:
+    """D-3: the sink checks each field of a plain write at N and N+1 (its fast path passes
+    only what the generic validation passes; anything else gets the same FAIL)."""
+    codec = Connection()
+    async with open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink:
+        (reply,) = await _one_chunk(sink, codec.send(_write_with("v-1", **values)), 1)
+        stored = sink.store.count
+    assert reply == (_ok("v-1", "stored") if error is None else _fail("v-1", error))
+    assert stored == (error is None)
+
+
+async def test_a_frame_left_unfinished_past_the_deadline_is_answered_and_the_connection_closed(
+    tmp_path: os.PathLike[str], autojump_clock: trio.testing.MockClock
+) -> None:
+    """L-5: a started frame not completed within frame_deadline_s is answered frame_timeout
+    and the sink closes the connection (a slowloris cannot hold it)."""
+    codec = Connection()
+    events: list[object] = []
+    ours, theirs = trio.socket.socketpair()
+    async with (
+        open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(sink.serve_connection, trio.SocketStream(theirs), Peer("test"))
+        async with trio.SocketStream(ours) as stream:
+            await stream.send_all(b"TASK REQ:write IN:MEMORY OUT:ACK\nID s-1\n")
+            with trio.fail_after(60):
+                while not events or events[-1] is not CLOSED:
+                    event = codec.next_event()
+                    if event is NEED_DATA:
+                        codec.receive_data(await stream.receive_some(65536))
+                    else:
+                        events.append(event)
+    assert events == [_fail(None, "frame_timeout:frame not completed within 10s"), CLOSED]
