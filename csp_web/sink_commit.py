@@ -78,11 +78,6 @@ class GroupCommit:
         self._staged_count += 1
         return True
 
-    @property
-    def staged(self) -> int:
-        """How many writes were staged so far (a mark for ``wait_settled``)."""
-        return self._staged_count
-
     async def wait_committed(self) -> None:
         """Return once every write staged before this call has been committed (or failed)."""
         await self.wait_settled(self._staged_count)

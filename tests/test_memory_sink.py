@@ -426,3 +426,41 @@ async def test_a_frame_left_unfinished_past_the_deadline_is_answered_and_the_con
                     else:
                         events.append(event)
     assert events == [_fail(None, "frame_timeout:frame not completed within 10s"), CLOSED]
+
+
+@pytest.mark.parametrize(
+    ("task", "reply"),
+    [
+        (_write_with("g-1", TIMEOUT_MS="5000"), _ok("g-1", "stored")),
+        (_write_with("g-2", TIMEOUT_MS="0"), _fail("g-2", "invalid_field:TIMEOUT_MS below 1")),
+        (
+            Task("write", "WEB", "ACK", None, (("ID", "g-3"),)),
+            _fail("g-3", "wrong_domain:write runs IN:MEMORY"),
+        ),
+        (Task("ping", "MEMORY", "ACK", None, (("ID", "g-4"),)), _fail("g-4", "unknown_op:ping")),
+    ],
+)
+async def test_frames_off_the_plain_write_path_get_the_dispatchers_answers(
+    tmp_path: os.PathLike[str], task: Task, reply: Reply
+) -> None:
+    """D-1 to D-3: a write with TIMEOUT_MS, or a frame naming no sink op, is validated as the
+    daemon's dispatcher would: stored, or the same FAIL frame."""
+    async with open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink:
+        assert await _one_chunk(sink, Connection().send(task), 1) == [reply]
+
+
+@pytest.mark.parametrize(("blank", "closed"), [(32, False), (33, True)])
+async def test_the_sink_closes_a_connection_flooding_empty_lines(
+    tmp_path: os.PathLike[str], blank: int, closed: bool
+) -> None:
+    """L-8: 32 empty lines between frames are skipped; the 33rd is answered
+    too_many_blank_lines and the connection closes."""
+    chunk = b"\n" * blank + Connection().send(_write("n-1", "n.log", "x"))
+    async with open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink:
+        (reply,) = await _one_chunk(sink, chunk, 1)
+        stored = sink.store.count
+    if closed:
+        assert reply == _fail(None, "too_many_blank_lines:over 32 empty lines outside a frame")
+        assert stored == 0
+    else:
+        assert (reply, stored) == (_ok("n-1", "stored"), 1)
