@@ -7,8 +7,9 @@ and measures a fresh client's ping round trip: connect, send one ping, read the 
 - ``baseline``: no adversary;
 - ``busy``: many connections, each keeping ``--depth`` pings in flight and reading replies;
 - ``nonreading``: connections that pipeline pings and never read (the write limit, L-7, must
-  close them); also reports how long each stayed open after the daemon stopped reading it
-  (its replies no longer fitting: a client send blocking over 0.5 s);
+  close them); also reports, per connection, the time from the daemon's last write to it (its
+  unread bytes, FIONREAD, last grew) to the close, and its whole lifetime (the kernel buffers
+  a few hundred replies before a write blocks); connections dropped unserved count apart;
 - ``newlines``: connections flooding bare newlines, reconnecting when closed (L-8);
 - ``hoarders``: as many idle connections as the per-uid cap allows (L-9: evicted for newcomers).
 
@@ -22,12 +23,15 @@ bounded by the options below.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import resource
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 
@@ -93,20 +97,41 @@ async def _busy_loop(path: str, depth: int, stop: float) -> None:
 NONREADING_CAP_S = 40.0  # a non-reader still open after this is reported as never closed
 
 
-async def _nonreading_one(path: str, lifetimes: list[float]) -> None:
-    """Pipeline pings without reading until the daemon closes the connection."""
+def _unread_bytes(stream: trio.SocketStream) -> int:
+    """Reply bytes the daemon has written to us that we have not read (FIONREAD)."""
+    raw = fcntl.ioctl(stream.socket.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return int(struct.unpack("i", raw)[0])
+
+
+async def _nonreading_one(path: str, stalls: list[float], lifetimes: list[float]) -> None:
+    """Pipeline pings without reading until the daemon closes the connection.
+
+    L-7 is measured from our side as the time from the daemon's last write to us (our unread
+    bytes last grew, polled every 10 ms) until it closed the connection (our send fails)."""
     stream = await trio.open_unix_socket(path)
-    blocked_since = None  # when the daemon stopped reading us: its replies no longer fit
-    async with stream:
+    opened = last_write = trio.current_time()
+    unread = 0
+
+    async def watch() -> None:
+        nonlocal unread, last_write
+        while True:
+            now_unread = _unread_bytes(stream)
+            if now_unread > unread:
+                unread, last_write = now_unread, trio.current_time()
+            await trio.sleep(0.01)
+
+    async with stream, trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
         with trio.move_on_after(NONREADING_CAP_S):
             try:
                 while True:
-                    started = trio.current_time()
                     await stream.send_all(PING * 256)
-                    if blocked_since is None and trio.current_time() - started > 0.5:
-                        blocked_since = started
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                lifetimes.append(trio.current_time() - (blocked_since or started))
+                closed = trio.current_time()
+                if unread:  # served, then closed; else dropped at the backlog (counted apart)
+                    stalls.append(closed - last_write)
+                lifetimes.append(closed - opened)
+        nursery.cancel_scope.cancel()
 
 
 async def _flood_one(path: str, stop: float) -> None:
@@ -132,6 +157,7 @@ async def _hoard(path: str, count: int, stop: float) -> None:
 
 async def run_adversary(kind: str, path: str, count: int, depth: int, seconds: float) -> None:
     stop = trio.current_time() + seconds
+    stalls: list[float] = []
     lifetimes: list[float] = []
     with trio.move_on_at(stop + (NONREADING_CAP_S if kind == "nonreading" else 1)):
         async with trio.open_nursery() as nursery:
@@ -141,14 +167,16 @@ async def run_adversary(kind: str, path: str, count: int, depth: int, seconds: f
                 if kind == "busy":
                     nursery.start_soon(_busy_one, path, depth, stop)
                 elif kind == "nonreading":
-                    nursery.start_soon(_nonreading_one, path, lifetimes)
+                    nursery.start_soon(_nonreading_one, path, stalls, lifetimes)
                 else:
                     nursery.start_soon(_flood_one, path, stop)
     if kind == "nonreading":
-        longest = f"{max(lifetimes):.1f}" if lifetimes else "-"
+        stall = f"{max(stalls):.1f}" if stalls else "-"
+        life = f"{max(lifetimes):.1f}" if lifetimes else "-"
         print(
-            f"{len(lifetimes)}/{count} closed by the daemon; longest open after it stopped "
-            f"reading them: {longest} s (write limit 10 s)"
+            f"{len(stalls)}/{count} served and closed within {NONREADING_CAP_S:g} s (plus "
+            f"{len(lifetimes) - len(stalls)} dropped unserved); longest from the daemon's last "
+            f"write to the close: {stall} s (write limit 10 s); longest lifetime {life} s"
         )
 
 

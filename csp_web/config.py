@@ -42,7 +42,7 @@ class SocketConfig:
 
 @dataclass(frozen=True)
 class ConnectionConfig:
-    """Per-connection budgets (SPEC L-1 to L-8)."""
+    """Per-connection budgets (SPEC L-1 to L-8) and the daemon-wide fair queue (L-10)."""
 
     max_line_bytes: int = 256 * 1024
     max_frame_bytes: int = 1024 * 1024
@@ -55,9 +55,13 @@ class ConnectionConfig:
     write_timeout_s: float = 10.0  # from when a reply is queued until it is fully written
     # Empty lines in a row between frames (L-8); RFC 9112 2.2 asks servers to skip at least one.
     max_blank_lines: int = field(default=32, metadata={"zero_ok": True})
-    # Frames a connection starts before yielding to the others (fair turns, as trio's own
-    # serve_listeners accepts one connection per turn).
-    frames_per_turn: int = 16
+    # Frames started per scheduler round, daemon-wide, one per connection per round when they
+    # contend (L-10): a round then costs about this many frames' work, so it stays short.
+    frames_per_round: int = 8
+    # Frames running at once, daemon-wide (L-10): replies that wait for one outbox commit wake
+    # together, and a round must not hold thousands. Above the specialists' slots
+    # (3 x (5 running + 10 queued) = 45), so slow ops alone cannot fill it.
+    max_running_frames: int = 64
 
 
 @dataclass(frozen=True)

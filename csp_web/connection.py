@@ -5,8 +5,9 @@ stdin/stdout and every Unix-socket connection are ``trio.abc.Stream``s served by
 task sends replies in order. Budgets (SPEC L-4 to L-8): tasks in flight per connection
 (back-pressure), a deadline to finish a started frame (slowloris), an idle timeout, a bounded
 reply queue whose oldest reply must be written within the write limit, a malformed-frame budget
-and an empty-line budget. A reader yields after ``frames_per_turn`` frames, so one busy
-connection cannot hold the scheduler while a fresh one waits.
+and an empty-line budget. Every frame start is admitted by the daemon-wide ``FairStarts``
+(SPEC L-10): a bounded number per scheduler round, round-robin across connections, a new
+connection first, so busy connections cannot hold the scheduler while a fresh one waits.
 
 At shutdown every task still gets exactly one reply (SPEC R-1): a frame already received but not
 started (held by the in-flight cap, or still in the codec's buffer) is answered
@@ -42,6 +43,7 @@ from .context import Peer
 from .dispatch import Dispatcher
 from .errors import OpError
 from .replies import fail_reply
+from .turns import FairStarts, Seat
 from .unix import Lease
 
 log = logging.getLogger("csp_web.connection")
@@ -183,13 +185,17 @@ async def serve_stream(
     shutdown: Shutdown,
     *,
     lease: Lease | None = None,
+    starts: FairStarts | None = None,
 ) -> None:
     """Serve frames from ``stream`` until EOF, a budget closes it, or shutdown; closes it.
 
     With a ``lease`` (a Unix-socket connection) the gate may evict the connection while it is
-    idle, to admit a new one past a connection cap.
+    idle, to admit a new one past a connection cap. ``starts`` is the fair queue the daemon's
+    connections share (L-10); without one the connection gets its own.
     """
-    session = _Session(stream, dispatcher, peer, options, shutdown)
+    if starts is None:
+        starts = FairStarts(options.config.frames_per_round, options.config.max_running_frames)
+    session = _Session(stream, dispatcher, peer, options, shutdown, starts)
     if lease is not None:
         lease.tenant = session
     dispatcher.stats.connections += 1
@@ -209,9 +215,12 @@ class _Session:
         peer: Peer,
         options: StreamOptions,
         shutdown: Shutdown,
+        starts: FairStarts,
     ) -> None:
         config = options.config
         self.shutdown = shutdown
+        self.starts = starts
+        self.seat = Seat()
         self.stream = stream
         self.dispatcher = dispatcher
         self.peer = peer
@@ -322,7 +331,6 @@ class _Session:
 
     async def handle_events(self, tasks: trio.Nursery) -> bool:
         """Start a task per complete frame; False when the connection should stop reading."""
-        turn = 0
         while True:
             try:
                 event = self.codec.next_event()
@@ -346,18 +354,19 @@ class _Session:
                 continue
             assert isinstance(event, Task)
             await self.start_task(tasks, event)
-            turn += 1
-            if turn == self.options.config.frames_per_turn:
-                turn = 0
-                await trio.lowlevel.checkpoint()  # fair turns: let other connections read
 
     async def start_task(self, tasks: trio.Nursery, task: Task) -> None:
+        self.held = task  # answered shutting_down if the daemon stops before it starts
         try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
             self.in_flight.acquire_nowait()
         except trio.WouldBlock:
-            self.held = task  # answered shutting_down if the daemon stops meanwhile
             await self.in_flight.acquire()  # back-pressure: stop reading (L-4)
-            self.held = None
+        try:
+            await self.starts.wait_start(self.seat)  # this connection's turn (L-10)
+        except BaseException:
+            self.in_flight.release()
+            raise
+        self.held = None
         slot = self.order.reserve(task.id)
         if self.options.sequential:
             await self.run_task(task, slot)
@@ -410,7 +419,10 @@ class _Session:
 
     async def run_task(self, task: Task, slot: int | None) -> None:
         try:
-            data = await self.work(task)
+            try:
+                data = await self.work(task)
+            finally:
+                self.starts.done()
             await self.send(slot, data)
         finally:
             self.in_flight.release()

@@ -42,6 +42,7 @@ from .registry import Op, Registry
 from .relay import MemoryRelay
 from .stats import ReloadRecord, Stats
 from .sysops import make_sys_ops
+from .turns import FairStarts
 from .unix import Gate, Lease, allowed_uids, serve_unix
 
 log = logging.getLogger("csp_web.daemon")
@@ -245,6 +246,8 @@ async def _start_transports(
     reloaders: list[Reloader],
 ) -> None:
     conn_config = config.connection
+    # One fair queue for every connection (SPEC L-10).
+    starts = FairStarts(conn_config.frames_per_round, conn_config.max_running_frames)
     if path is not None:
         listener_scope = trio.CancelScope()
         options = StreamOptions(conn_config, conn_config.idle_timeout_s)
@@ -254,7 +257,9 @@ async def _start_transports(
         reloaders.append(lambda new: functools.partial(gate.revoke, allowed_uids(new.socket)))
 
         async def handle(stream: trio.SocketStream, peer: Peer, lease: Lease) -> None:
-            await serve_stream(stream, dispatcher, peer, options, shutdown, lease=lease)
+            await serve_stream(
+                stream, dispatcher, peer, options, shutdown, lease=lease, starts=starts
+            )
 
         async def run_listener(*, task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
             with listener_scope:
@@ -270,18 +275,20 @@ async def _start_transports(
         await nursery.start(run_listener)
         nursery.start_soon(_stop_on, shutdown, listener_scope)
     if stdio is not None:
-        nursery.start_soon(
-            _serve_stdio, stdio, dispatcher, StreamOptions(conn_config, None), shutdown
-        )
+        options = StreamOptions(conn_config, None)
+        nursery.start_soon(_serve_stdio, stdio, dispatcher, options, shutdown, starts)
 
 
 async def _serve_stdio(
-    stream: trio.abc.Stream, dispatcher: Dispatcher, options: StreamOptions, shutdown: Shutdown
+    stream: trio.abc.Stream,
+    dispatcher: Dispatcher,
+    options: StreamOptions,
+    shutdown: Shutdown,
+    starts: FairStarts,
 ) -> None:
     # EOF on stdin means the orchestrator is done with us: finish, flush, exit 0.
-    await serve_stream(
-        stream, dispatcher, Peer("stdin", os.getuid(), os.getppid()), options, shutdown
-    )
+    peer = Peer("stdin", os.getuid(), os.getppid())
+    await serve_stream(stream, dispatcher, peer, options, shutdown, starts=starts)
     shutdown.begin()
 
 

@@ -1,0 +1,246 @@
+"""Fair admission of frame starts across connections (SPEC L-10), and L-7 under load."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+import pytest
+import trio
+import trio.testing
+
+from csp_web.config import AuditConfig, Config, ConnectionConfig
+from csp_web.connection import StreamOptions, serve_stream
+from csp_web.context import Peer
+from csp_web.turns import FairStarts, Seat
+from protocol import Connection, Reply
+from tests.harness import Harness, open_harness
+
+PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
+
+
+async def _start(starts: FairStarts, seat: Seat, name: str, log: list[tuple[str, int]]) -> None:
+    await starts.wait_start(seat)
+    log.append((name, starts.rounds))
+
+
+async def _busy_seats(starts: FairStarts, count: int) -> list[Seat]:
+    """Seats that already started a frame this round (so they are not new), with this round's
+    budget spent (so every further start waits for the pump)."""
+    for _ in range(starts.frames_per_round):
+        await starts.wait_start(Seat(next_round=starts.round + 1))  # no waiters: no checkpoint
+        starts.done()
+    assert starts.rounds == 0
+    return [Seat(next_round=starts.round + 1) for _ in range(count)]
+
+
+async def _twice(starts: FairStarts, seat: Seat, name: str, log: list[tuple[str, int]]) -> None:
+    """One connection's reader: a frame, then its next one (one waiting start at a time)."""
+    for tag in ("busy", "again"):
+        await starts.wait_start(seat)
+        log.append((f"{tag}{name}", starts.rounds))
+        starts.done()
+
+
+@pytest.mark.parametrize(("waiting", "rounds"), [(3, 1), (4, 2)])
+async def test_at_most_frames_per_round_start_in_one_scheduler_round(
+    waiting: int, rounds: int
+) -> None:
+    """L-10: with frames_per_round 3 and the budget spent, 3 waiting starts take one scheduler
+    round and a 4th takes a second."""
+    starts = FairStarts(frames_per_round=3, max_running=100)
+    seats = await _busy_seats(starts, 3)  # spends this round's budget
+    log: list[tuple[str, int]] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n in range(waiting):
+                nursery.start_soon(_start, starts, seats[n % 3], f"s{n}", log)
+    assert len(log) == waiting
+    assert starts.rounds == rounds  # the pump's scheduler rounds
+
+
+async def test_a_new_connections_first_frame_starts_in_the_next_round_behind_full_queues() -> None:
+    """L-10: 50 busy connections wait to start frames (each has one more queued behind), two
+    granted per scheduler round; a new connection that asks while ~95 starts wait is granted
+    in the next round or the one after, and the busy ones go round-robin: every first frame
+    before any second one."""
+    starts = FairStarts(frames_per_round=2, max_running=1000)
+    seats = await _busy_seats(starts, 50)
+    log: list[tuple[str, int]] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n, seat in enumerate(seats):
+                nursery.start_soon(_twice, starts, seat, str(n), log)
+            while starts.rounds < 3:
+                await trio.lowlevel.checkpoint()
+            asked_in = starts.rounds
+            await starts.wait_start(Seat())  # the new connection's first frame
+            log.append(("new", starts.rounds))
+    names = [name for name, _ in log]
+    assert len(names) == 101
+    (granted_in,) = [rounds for name, rounds in log if name == "new"]
+    # The pump may run before or after us in the round we ask; it grants us in its next one.
+    assert granted_in <= asked_in + 2
+    assert sum(rounds > granted_in for _, rounds in log) > 85  # ahead of the ~95 waiting
+    # Every busy connection's first frame no later than any busy connection's second.
+    rounds_of = dict(log)
+    assert max(rounds_of[f"busy{n}"] for n in range(50)) <= min(
+        rounds_of[f"again{n}"] for n in range(50)
+    )
+
+
+@pytest.mark.parametrize(("running", "third_waits"), [(2, True), (3, False)])
+async def test_max_running_frames_holds_the_next_start_until_one_is_done(
+    running: int, third_waits: bool
+) -> None:
+    """L-10: with max_running 2 a third start waits for done(); with 3 it starts at once."""
+    starts = FairStarts(frames_per_round=100, max_running=running)
+    log: list[tuple[str, int]] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(_start, starts, Seat(), f"f{n}", log)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(log) == (2 if third_waits else 3)
+            starts.done()
+    assert len(log) == 3
+    assert starts.running == 3 - 1
+
+
+async def test_a_start_cancelled_while_waiting_gives_its_place_up() -> None:
+    """L-10: a cancelled wait starts nothing and does not use a running slot."""
+    starts = FairStarts(frames_per_round=100, max_running=1)
+    await starts.wait_start(Seat())
+    with trio.move_on_after(0) as scope:  # the first holds the only slot
+        await starts.wait_start(Seat())
+    assert scope.cancelled_caught
+    starts.done()
+    with trio.fail_after(5):
+        await starts.wait_start(Seat())
+    assert starts.running == 1
+
+
+# --- the whole connection loop under load
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts task steps: scheduler work, independent of any clock."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+def _serve(harness: Harness, starts: FairStarts, config: ConnectionConfig) -> trio.abc.Stream:
+    client, server = trio.testing.memory_stream_pair()
+    serve = partial(serve_stream, lease=None, starts=starts)
+    options = StreamOptions(config, None)
+    harness.nursery.start_soon(
+        serve, server, harness.dispatcher, Peer("test"), options, harness.shutdown
+    )
+    return client
+
+
+async def _keep_pipeline_full(stream: trio.abc.Stream, depth: int) -> None:
+    codec = Connection()
+    await stream.send_all(PING * depth)
+    while data := await stream.receive_some(65536):
+        codec.receive_data(data)
+        answered = 0
+        while isinstance(codec.next_event(), Reply):
+            answered += 1
+        if answered:
+            await stream.send_all(PING * answered)
+
+
+async def _ping(stream: trio.abc.Stream) -> Reply:
+    codec = Connection()
+    await stream.send_all(PING)
+    while True:
+        event = codec.next_event()
+        if isinstance(event, Reply):
+            return event
+        codec.receive_data(await stream.receive_some(65536))
+
+
+async def test_a_fresh_ping_is_answered_within_bounded_work_behind_40_full_pipelines(
+    config: Config,
+) -> None:
+    """L-10: 40 connections each keep 64 pings in flight. A fresh connection's ping is answered
+    after fewer scheduler steps than one pass over the busy frames (40 x 64): without the fair
+    queue every busy frame started ahead of it in each round."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    conn = config.connection
+    starts = FairStarts(conn.frames_per_round, conn.max_running_frames)
+    counter = _Steps()
+    async with open_harness(config) as harness:
+        busy = [_serve(harness, starts, conn) for _ in range(40)]
+        for stream in busy:
+            harness.nursery.start_soon(_keep_pipeline_full, stream, conn.max_in_flight)
+        for _ in range(200):  # let every pipeline fill and the load settle
+            await trio.lowlevel.checkpoint()
+        fresh = _serve(harness, starts, conn)
+        trio.lowlevel.add_instrument(counter)
+        try:
+            with trio.fail_after(30):
+                reply = await _ping(fresh)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+        assert reply.get("DATA") == "pong"
+        assert starts.waiting > 0  # the busy connections really were contending
+        harness.nursery.cancel_scope.cancel()
+    assert counter.steps < 40 * 64
+
+
+@pytest.mark.parametrize(("read_at_s", "closed"), [(9.9, False), (10.1, True)])
+async def test_a_non_reading_peer_is_closed_at_the_write_limit_while_others_keep_the_daemon_busy(
+    config: Config, autojump_clock: trio.testing.MockClock, read_at_s: float, closed: bool
+) -> None:
+    """L-7 under load: 3 connections keep 5 timed frames each in flight (the web specialist's
+    15 slots: a busy refusal would be answered, and resent, in no virtual time), so the daemon
+    never idles; a peer that never reads its reply is still closed 10 s after it was queued."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    conn = config.connection
+    starts = FairStarts(conn.frames_per_round, conn.max_running_frames)
+    sleeps = b"TASK REQ:sleep 100 IN:TEST OUT:SLEPT\n\n"
+    async with open_harness(config) as harness:
+        answers: list[Reply] = []
+        for _ in range(3):
+            stream = _serve(harness, starts, conn)
+            harness.nursery.start_soon(_keep_pipeline_full_of, stream, sleeps, 5, answers)
+        client, server = trio.testing.lockstep_stream_pair()
+        done = trio.Event()
+
+        async def serve_non_reader() -> None:
+            options = StreamOptions(conn, None)
+            await serve_stream(
+                server, harness.dispatcher, Peer("nr"), options, harness.shutdown, starts=starts
+            )
+            done.set()
+
+        harness.nursery.start_soon(serve_non_reader)
+        sent_at = trio.current_time()
+        await client.send_all(PING)
+        with trio.move_on_at(sent_at + read_at_s):
+            await done.wait()
+        assert done.is_set() is closed
+        assert len(answers) > 400  # 5 running (10 queued) 0.1 s frames all along: ~500 done
+        assert {reply.get("DATA") for reply in answers} == {"slept:100"}
+        harness.nursery.cancel_scope.cancel()
+
+
+async def _keep_pipeline_full_of(
+    stream: trio.abc.Stream, frame: bytes, depth: int, answers: list[Reply]
+) -> None:
+    codec = Connection()
+    await stream.send_all(frame * depth)
+    while data := await stream.receive_some(65536):
+        codec.receive_data(data)
+        answered = 0
+        while isinstance(event := codec.next_event(), Reply):
+            answers.append(event)
+            answered += 1
+        if answered:
+            await stream.send_all(frame * answered)
