@@ -1,0 +1,306 @@
+"""The import layers (docs/composition-plan.md section 6), read from the source with ast.
+
+Layers, lowest first: protocol (0) <- config (1) <- core (2) <- memory, net, infra, cron (3)
+<- specialists (4) <- app, cli (5). A module imports only its own layer or lower ones; the
+packages of layer 3 (and the two specialists) never import each other; specialists see only
+the public part of core; the graph has no cycles; only core's replies module builds a reply
+frame. Every import counts: module level, inside functions, under ``if TYPE_CHECKING``.
+
+``KNOWN`` lists the violations the refactor has yet to remove; the tests also fail when a
+known entry is gone, so the list can only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("protocol", "csp_web", "specialists")
+
+# (module prefix, rank, group): the longest matching prefix wins.
+LAYERS: tuple[tuple[str, int, str], ...] = (
+    ("protocol", 0, "protocol"),
+    ("csp_web", 0, "package"),  # the package itself: its version
+    ("csp_web.config", 1, "config"),
+    ("csp_web.config_exec", 1, "config"),
+    ("csp_web.config_load", 1, "config"),
+    ("csp_web.config_mcp", 1, "config"),
+    ("csp_web.config_reload", 1, "config"),
+    ("csp_web.net.config", 1, "config"),
+    ("csp_web.core", 2, "core"),
+    ("csp_web.memory", 3, "memory"),  # the package; the flat module is core's records
+    ("csp_web.outbox", 3, "memory"),
+    ("csp_web.outbox_store", 3, "memory"),
+    ("csp_web.memory_link", 3, "memory"),
+    ("csp_web.relay", 3, "memory"),
+    ("csp_web.memory_sink", 3, "memory"),
+    ("csp_web.sink_commit", 3, "memory"),
+    ("csp_web.sink_store", 3, "memory"),
+    ("csp_web.memory_embedded", 3, "memory"),
+    ("csp_web.net", 3, "net"),
+    ("csp_web.infra", 3, "infra"),
+    ("csp_web.cache", 3, "infra"),
+    ("csp_web.ratelimit", 3, "infra"),
+    ("csp_web.cron", 3, "cron"),
+    ("specialists.tool.cron", 3, "cron"),
+    ("specialists", 4, "specialists"),
+    ("specialists.web", 4, "specialists.web"),
+    ("specialists.tool", 4, "specialists.tool"),
+    ("specialists.opsdoc", 5, "app"),
+    ("csp_web.app", 5, "app"),
+    ("csp_web.cli", 5, "cli"),
+    ("csp_web.cli_send", 5, "cli"),
+    ("csp_web.replay_runner", 5, "cli"),
+    ("csp_web.transcript", 5, "cli"),
+    ("csp_web.__main__", 5, "cli"),
+)
+# Until the flat csp_web/memory.py moves to core/records.py it is core, not the memory layer.
+FLAT_CORE = frozenset({"csp_web.memory"})
+SIBLINGS = frozenset({"memory", "net", "infra", "cron", "specialists.web", "specialists.tool"})
+PRIVATE_CORE_USERS = frozenset({"specialists", "specialists.web", "specialists.tool", "cron"})
+# What a specialist (or the scheduler) may import from core (by module name after the core/ prefix).
+PUBLIC_CORE = frozenset(
+    {
+        "context",
+        "ops",
+        "specialist",
+        "ports",
+        "errors",
+        "fields",
+        "replies",
+        "deadlines",
+        "records",
+        "logs",
+        # flat names of the same modules, until they move
+        "registry",
+        "memory",
+    }
+)
+
+KNOWN: frozenset[str] = frozenset(
+    {
+        "layer: csp_web.cli -> specialists",
+        "layer: csp_web.replay_runner -> specialists",
+        "layer: csp_web.context -> csp_web.outbox",
+        "layer: csp_web.daemon -> csp_web.memory_embedded",
+        "layer: csp_web.daemon -> csp_web.memory_link",
+        "layer: csp_web.daemon -> csp_web.outbox",
+        "layer: csp_web.daemon -> csp_web.relay",
+        "layer: csp_web.dispatch -> csp_web.relay",
+        "private: specialists.tool.cron.lifecycle -> csp_web.dispatch",
+        "private: specialists.tool.cron.service -> csp_web.dispatch",
+        "private: specialists.tool.cron.service -> csp_web.unix",
+        "cycle: csp_web.config, csp_web.config_exec",
+        "reply: specialists.tool.cron.service builds Reply(",
+        "reply: specialists.tool.cron.service calls fail_reply(",
+        "reply: csp_web.relay builds Reply(",
+        "reply: csp_web.memory_sink calls fail_reply(",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+
+
+@cache
+def modules() -> dict[str, Module]:
+    found: dict[str, Module] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            found[".".join(parts)] = Module(".".join(parts), path, is_package)
+    return found
+
+
+@cache
+def tree(name: str) -> ast.Module:
+    module = modules()[name]
+    return ast.parse(module.path.read_text("utf-8"), str(module.path))
+
+
+def _resolve(importer: Module, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.name.split(".")
+    if not importer.is_package:
+        base.pop()
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _ours(name: str) -> str | None:
+    """The module of ours ``name`` is or lies in (``pkg.mod.attr`` -> ``pkg.mod``)."""
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in modules():
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+@cache
+def edges() -> frozenset[tuple[str, str]]:
+    """Every (importer, imported) pair between our modules, at any depth of the source."""
+    out: set[tuple[str, str]] = set()
+    for name, module in modules().items():
+        for node in ast.walk(tree(name)):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, node)
+                targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
+            for target in targets:
+                ours = _ours(target)
+                if ours is not None and ours != name:
+                    out.add((name, ours))
+    return frozenset(out)
+
+
+def layer(name: str) -> tuple[int, str]:
+    if name in FLAT_CORE:
+        return 2, "core"
+    best: tuple[str, int, str] | None = None
+    for prefix, rank, group in LAYERS:
+        if (name == prefix or name.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best[0])
+        ):
+            best = (prefix, rank, group)
+    assert best is not None, name
+    if best[0] == "csp_web" and name != "csp_web":
+        return 2, "core"  # the flat core modules, until they move into core/
+    return best[1], best[2]
+
+
+def _check(found: set[str], kind: str) -> None:
+    known = {entry for entry in KNOWN if entry.startswith(kind + ":")}
+    assert sorted(found - known) == [], "new violations"
+    assert sorted(known - found) == [], "fixed: remove these from KNOWN"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    found = set()
+    for importer, imported in edges():
+        (rank_from, group_from), (rank_to, group_to) = layer(importer), layer(imported)
+        if rank_to > rank_from or (group_from == "cli" and group_to.startswith("specialists")):
+            found.add(f"layer: {importer} -> {imported}")
+    _check(found, "layer")
+
+
+def test_sibling_packages_on_one_layer_do_not_import_each_other() -> None:
+    found = set()
+    for importer, imported in edges():
+        (rank_from, group_from), (rank_to, group_to) = layer(importer), layer(imported)
+        if rank_from == rank_to and {group_from, group_to} <= SIBLINGS and group_from != group_to:
+            found.add(f"sibling: {importer} -> {imported}")
+    _check(found, "sibling")
+
+
+def test_specialists_use_only_the_public_core() -> None:
+    found = set()
+    for importer, imported in edges():
+        if layer(importer)[1] not in PRIVATE_CORE_USERS or layer(imported)[1] != "core":
+            continue
+        short = imported.removeprefix("csp_web.").removeprefix("core.")
+        if short not in PUBLIC_CORE and imported != "csp_web":
+            found.add(f"private: {importer} -> {imported}")
+    _check(found, "private")
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> Iterator[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(node: str) -> Iterator[list[str]]:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                yield from visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            yield component
+
+    for node in sorted(graph):
+        if node not in index:
+            yield from visit(node)
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    graph: dict[str, set[str]] = {}
+    for importer, imported in edges():
+        # A package's __init__ importing its own submodules is how a package is built, not
+        # a cycle: only imports of a package from outside it count as edges into it.
+        if modules()[imported].is_package and importer.startswith(imported + "."):
+            continue
+        graph.setdefault(importer, set()).add(imported)
+    found = {
+        "cycle: " + ", ".join(sorted(component))
+        for component in _strongly_connected(graph)
+        if len(component) > 1
+    }
+    _check(found, "cycle")
+
+
+def _calls(name: str) -> Iterator[str]:
+    for node in ast.walk(tree(name)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                yield func.id
+            elif isinstance(func, ast.Attribute):
+                yield func.attr
+
+
+def test_only_core_replies_builds_a_reply_frame() -> None:
+    found = set()
+    for name in modules():
+        if name.startswith("protocol"):
+            continue  # the protocol defines Reply and parses replies
+        calls = set(_calls(name))
+        if "Reply" in calls and name not in ("csp_web.replies", "csp_web.core.replies"):
+            found.add(f"reply: {name} builds Reply(")
+        if "fail_reply" in calls and layer(name)[1] != "core":
+            found.add(f"reply: {name} calls fail_reply(")
+    _check(found, "reply")
+
+
+def test_protocol_imports_nothing_outside_protocol() -> None:
+    found = {
+        f"protocol: {importer} -> {imported}"
+        for importer, imported in edges()
+        if importer.startswith("protocol") and not imported.startswith("protocol")
+    }
+    assert found == set()
+
+
+def test_the_scan_sees_lazy_and_type_checking_imports() -> None:
+    # The scan must see imports inside functions and under TYPE_CHECKING, or the rules
+    # above would pass on code that breaks them.
+    lazy = ast.parse("def f():\n    from csp_web import context\nif TYPE_CHECKING:\n    import x\n")
+    names = [n for n in ast.walk(lazy) if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert len(names) == 2
+    assert ("csp_web.daemon", "csp_web.dispatch") in edges()
