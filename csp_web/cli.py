@@ -24,8 +24,8 @@ import trio
 
 from . import __version__
 from .cli_send import SendOptions, leaves, send_main
-from .config import Config
-from .config_load import ConfigError, load_config
+from .config import Config, ConfigError
+from .config.load import load_config
 from .logs import setup_logging
 from .unix import SocketSetupError
 

@@ -29,9 +29,8 @@ from typing import Any
 import trio
 
 from . import __version__
-from .config import Config
-from .config_load import ConfigError
-from .config_reload import Reloader, ReloadPlan, apply_reload, plan_reload
+from .config import Config, ConfigError
+from .config.reload import Reloader, ReloadPlan, apply_reload, plan_reload
 from .connection import Shutdown, StreamOptions, serve_stream
 from .context import Peer, Services
 from .dispatch import Dispatcher
@@ -326,7 +325,7 @@ async def reload_settings(
     dispatcher: Dispatcher, load: Callable[[], Config] | None, reloaders: Sequence[Reloader] = ()
 ) -> ReloadPlan | None:
     """Load the configuration again and apply what may change at runtime
-    (``csp_web.config_reload``), logging what changed and what needs a restart. A file that
+    (``csp_web.config.reload``), logging what changed and what needs a restart. A file that
     does not load, or that a service refuses, changes nothing: logged, returns None. Either
     way ``REQ:stats`` shows the outcome on its ``RELOAD`` line.
 

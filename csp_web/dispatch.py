@@ -18,7 +18,6 @@ import trio
 from protocol import ErrorCode, Reply, Status, Task
 
 from .admission import Slots
-from .config import SpecialistLimits
 from .context import OpContext, Peer, Services
 from .deadlines import task_deadline
 from .errors import OpError
@@ -55,7 +54,7 @@ class Dispatcher:
     def slots(self, specialist: str) -> Slots:
         """The admission pool of ``specialist``, made on first use from configuration."""
         if specialist not in self._slots:
-            limits = self.services.config.tasks.specialists.get(specialist, SpecialistLimits())
+            limits = self.services.config.tasks.specialists.pool(specialist)
             self._slots[specialist] = Slots(
                 specialist, max_running=limits.max_running, max_queued=limits.max_queued
             )

@@ -36,7 +36,7 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             "EXEC_LIMITS": sandbox.limits,
             "MCP": extras["mcp"].stats_lines,  # read at each REQ:stats
         }
-        # SIGHUP: each checks the new settings, then applies them (csp_web.config_reload).
+        # SIGHUP: each checks the new settings, then applies them (csp_web.config.reload).
         extras["reloaders"] = [
             exec_reloader(extras),
             extras["web"].prepare_reload,

@@ -16,7 +16,7 @@ import trio
 from csp_web import __version__
 from csp_web.cli import _parser
 from csp_web.config import Config
-from csp_web.config_load import config_from_mapping
+from csp_web.config.load import config_from_mapping
 from tests.conftest import Sink
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.config import Config
-from csp_web.config_load import ConfigError, config_from_mapping, load_config
+from csp_web.config import Config, ConfigError
+from csp_web.config.load import config_from_mapping, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 

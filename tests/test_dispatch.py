@@ -8,14 +8,14 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.config import Config, SpecialistLimits, TasksConfig
+from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
 from csp_web.daemon import build_op_table
 from csp_web.errors import FieldError, OpError
 from csp_web.fields import MAX_JSON_DEPTH, validate
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.tool import tool_ops
 from specialists.web import web_ops
-from tests.harness import open_harness
+from tests.harness import TEST_OPS, open_harness
 
 
 def _error(reply: Reply) -> str:
@@ -209,7 +209,7 @@ async def test_specialist_admits_running_plus_queued_then_busy(
     config: Config, autojump_clock: trio.testing.MockClock, extra: int, busy: int
 ) -> None:
     """C-3: 2 running + 3 queued are admitted; one more gets busy at once, never a hang."""
-    limits = {"web": SpecialistLimits(max_running=2, max_queued=3)}
+    limits = SlotsConfig(web=SlotLimits(max_running=2, max_queued=3))
     config = replace(config, tasks=TasksConfig(specialists=limits))
     frames = b"".join(
         f"TASK REQ:sleep 1000 IN:TEST OUT:SLEPT\nID s{n}\n\n".encode() for n in range(5 + extra)
@@ -223,11 +223,37 @@ async def test_specialist_admits_running_plus_queued_then_busy(
     assert sum(r.status is Status.OK for r in replies) == 5
 
 
+@pytest.mark.parametrize(("extra", "busy"), [(0, 0), (1, 1)])
+async def test_the_sys_pool_admits_its_configured_running_plus_queued_then_busy(
+    config: Config, autojump_clock: trio.testing.MockClock, extra: int, busy: int
+) -> None:
+    """C-3: IN:SYS ops run in their own pool, limited by tasks.specialists.sys (5 + 10 by
+    default, shown in config.yaml): the 16th at once is busy."""
+    sys_sleep = replace(TEST_OPS[0], req="sys-sleep", domain="SYS", specialist="sys")
+    frames = b"".join(
+        f"TASK REQ:sys-sleep 1000 IN:SYS OUT:SLEPT\nID s{n}\n\n".encode() for n in range(15 + extra)
+    )
+    async with open_harness(config, [sys_sleep]) as harness:
+        peer = harness.connect()
+        await peer.send(frames)
+        replies = await peer.replies(15 + extra)
+    assert config.tasks.specialists.sys == SlotLimits(max_running=5, max_queued=10)
+    assert [_error(r) for r in replies if r.status is Status.FAIL] == ["busy"] * busy
+    assert sum(r.status is Status.OK for r in replies) == 15
+
+
+def test_a_pool_without_limits_is_a_key_error() -> None:
+    with pytest.raises(KeyError):
+        SlotsConfig().pool("browser")
+    with pytest.raises(KeyError):
+        SlotsConfig().pool("__class__")
+
+
 async def test_busy_reply_comes_while_the_admitted_work_still_runs(
     config: Config, mock_clock: trio.testing.MockClock
 ) -> None:
     """C-3: a refused task is answered at once; virtual time stands still until we jump it."""
-    limits = {"web": SpecialistLimits(max_running=1, max_queued=1)}
+    limits = SlotsConfig(web=SlotLimits(max_running=1, max_queued=1))
     config = replace(config, tasks=TasksConfig(specialists=limits))
     frames = b"".join(
         f"TASK REQ:sleep 1000 IN:TEST OUT:SLEPT\nID s{n}\n\n".encode() for n in range(3)

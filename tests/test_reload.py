@@ -25,8 +25,8 @@ import yaml
 
 from csp_web.client import open_client
 from csp_web.config import Config, SocketConfig
-from csp_web.config_load import config_from_mapping
-from csp_web.config_reload import plan_reload
+from csp_web.config.load import config_from_mapping
+from csp_web.config.reload import plan_reload
 from csp_web.errors import OpError
 from csp_web.ratelimit import Rate, RateLimits
 from csp_web.unix import Gate, Lease, allowed_uids

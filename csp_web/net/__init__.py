@@ -7,11 +7,13 @@
 ``check_url`` and ``check_address`` are the gate and the deny table alone, pure and I/O-free.
 """
 
+from csp_web.config.guard import GuardConfig
+
 from .client import GuardedClient, open_guarded_client
-from .config import GuardConfig, GuardSettings
 from .denylist import check_address, deny_rule
 from .resolver import Resolver, SystemResolver
 from .result import FetchResult, decode_text
+from .settings import GuardSettings
 from .urlgate import ParsedUrl, check_url
 
 __all__ = [

@@ -19,11 +19,12 @@ import httpcore
 import httpx
 import trio
 
+from csp_web.config.guard import GuardConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-from .config import GuardConfig, GuardSettings
 from .resolver import Resolver, resolve_checked
+from .settings import GuardSettings
 
 
 class PinnedBackend(httpcore.AsyncNetworkBackend):

@@ -21,12 +21,12 @@ from typing import TypeVar
 import httpx
 import trio
 
+from csp_web.config.guard import GuardConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
 from .backend import GuardedTransport, PinnedBackend
 from .body import ACCEPT_ENCODING, check_header_bytes, read_capped
-from .config import GuardConfig, GuardSettings
 from .redirects import (
     Hop,
     body_headers_dropped,
@@ -39,6 +39,7 @@ from .redirects import (
 from .resolver import Resolver, SystemResolver
 from .result import FetchResult, parse_content_type
 from .robots import RobotsCache
+from .settings import GuardSettings
 from .translate import translate
 from .urlgate import ParsedUrl, check_url
 

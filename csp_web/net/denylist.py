@@ -15,10 +15,9 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from csp_web.config.guard import GuardConfig, Network, split_allow_list
 from csp_web.errors import OpError
 from protocol import ErrorCode
-
-from .config import GuardConfig, Network, split_allow_list
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Unwrap = Callable[[ipaddress.IPv6Address], ipaddress.IPv4Address | None]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from .config import GuardConfig
+from csp_web.config.guard import GuardConfig
+
 from .urlgate import ParsedUrl, check_characters, check_url
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})

@@ -14,10 +14,10 @@ from typing import Protocol
 
 import trio
 
+from csp_web.config.guard import GuardConfig, split_allow_list
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-from .config import GuardConfig, split_allow_list
 from .denylist import IPAddress, check_address
 
 

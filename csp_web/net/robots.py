@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import trio
 from protego import Protego
 
+from csp_web.config.guard import GuardConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-from .config import GuardConfig
 from .result import FetchResult
 from .urlgate import ParsedUrl
 

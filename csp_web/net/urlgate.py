@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import idna
 
+from csp_web.config.guard import HOST_LABEL, GuardConfig, split_allow_list
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
-from .config import HOST_LABEL, GuardConfig, split_allow_list
 from .denylist import IPAddress, check_address
 
 DEFAULT_PORTS = {"https": 443, "http": 80}

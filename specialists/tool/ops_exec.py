@@ -15,8 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from csp_web.cache import Cache, open_cache
-from csp_web.config import Config
-from csp_web.config_exec import daemon_paths
+from csp_web.config import Config, ExecConfig, daemon_paths
 from csp_web.context import OpContext
 from csp_web.deadlines import budget_ms, work_seconds
 from csp_web.errors import OpError
@@ -27,7 +26,6 @@ from csp_web.replies import Result
 from protocol import ErrorCode
 
 from .exec import (
-    ExecConfig,
     ExecRequest,
     ExecResult,
     Sandbox,
@@ -82,7 +80,7 @@ def _effective_config(config: Config) -> ExecConfig:
 
 
 def exec_reloader(extras: dict[str, Any]) -> Callable[[Config], Callable[[], None]]:
-    """The reload hook (``csp_web.config_reload``) for ``extras["exec"]``: commands started
+    """The reload hook (``csp_web.config.reload``) for ``extras["exec"]``: commands started
     after it run under the new policy (running ones keep theirs); the sandbox stays as probed."""
 
     def prepare(config: Config) -> Callable[[], None]:
@@ -102,8 +100,7 @@ async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
     outbox and talk to the daemon's socket.
     """
     exec_config = _effective_config(config)
-    tool = config.tasks.specialists.get("tool")
-    concurrent = tool.max_running if tool is not None else 1
+    concurrent = config.tasks.specialists.tool.max_running
     sandbox = await probe_sandbox(exec_config, private=daemon_paths(config), concurrent=concurrent)
     if sandbox.kind == "none":
         if os.geteuid() != 0 and exec_config.workspace_roots:

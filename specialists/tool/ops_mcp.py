@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from csp_web.config import Config
-from csp_web.config_mcp import McpConfig
+from csp_web.config.mcp import McpConfig
 from csp_web.context import OpContext
 from csp_web.deadlines import work_deadline
 from csp_web.errors import OpError
@@ -45,7 +45,7 @@ class McpHost:
         self.pool = McpPool(config, self._nursery)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
-        """The reload hook (``csp_web.config_reload``) for ``tool.mcp``: the pool applies it
+        """The reload hook (``csp_web.config.reload``) for ``tool.mcp``: the pool applies it
         (``McpPool.prepare_reload``); the first configured server opens the pool, the SDK
         being imported here, before anything changes."""
         mcp = config.tool.mcp

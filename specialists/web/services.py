@@ -35,7 +35,7 @@ class WebServices:
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
-        """The reload hook (``csp_web.config_reload``): new fetch, search, api and summarize
+        """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
         settings and rate limits for the ops that start after it. The guard and the cache
         stay as opened."""
         rates = _rates(config.web)

@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
+from csp_web.config.guard import split_allow_list
 from csp_web.net import GuardConfig
-from csp_web.net.config import split_allow_list
 
 
 def test_defaults_follow_the_seeds() -> None:

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import trio
 
-from specialists.tool.exec import ExecConfig, ProgramRule, Sandbox, probe_sandbox
+from csp_web.config import ExecConfig, ProgramRule
+from specialists.tool.exec import Sandbox, probe_sandbox
 from specialists.tool.exec._access import RunAs
 
 NOBODY = 65534

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import trio
 
+from csp_web.config import ProgramRule
 from specialists.tool.exec import (
     ExecRequest,
     ExecResult,
     Limit,
-    ProgramRule,
     Sandbox,
     probe_sandbox,
     run_command,

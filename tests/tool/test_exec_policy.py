@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from csp_web.config import ExecConfig, ProgramRule
 from csp_web.errors import OpError
 from protocol import ErrorCode
-from specialists.tool.exec import ExecConfig, ExecRequest, ProgramRule, prepare_command
+from specialists.tool.exec import ExecRequest, prepare_command
 from specialists.tool.exec._policy import find_dangerous, split_command
 
 from .exec_support import bare_sandbox, make_config, scratch_dir

@@ -18,10 +18,11 @@ import pytest
 import trio
 import yaml
 
-from csp_web.config_load import config_from_mapping
+from csp_web.config import ExecConfig
+from csp_web.config.load import config_from_mapping
 from csp_web.errors import OpError
 from protocol import ErrorCode
-from specialists.tool.exec import ExecConfig, ExecRequest, ExecResult, run_command
+from specialists.tool.exec import ExecRequest, ExecResult, run_command
 
 from .exec_support import IS_ROOT, NOBODY, probe, scratch_dir
 

@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
+from csp_web.config import ExecConfig, ProgramRule
 from csp_web.errors import OpError
 from protocol import ErrorCode
-from specialists.tool.exec import ExecConfig, ExecRequest, ProgramRule, prepare_command
+from specialists.tool.exec import ExecRequest, prepare_command
 
 from .exec_support import IS_ROOT, bare_sandbox, make_config, scratch_dir
 

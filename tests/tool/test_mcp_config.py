@@ -7,17 +7,13 @@ from typing import Any
 
 import pytest
 
-from specialists.tool.mcp import (
-    ConfigError,
-    HttpServerConfig,
-    McpConfig,
-    StdioServerConfig,
-    mcp_config_from_mapping,
-)
+from csp_web.config import ConfigError, HttpServerConfig, McpConfig, StdioServerConfig
+from csp_web.config.load import load_section
 
 
 def test_mapping_with_command_or_url_builds_the_matching_server_kinds() -> None:
-    config = mcp_config_from_mapping(
+    config = load_section(
+        McpConfig,
         {
             "call_timeout_s": 10,
             "servers": {
@@ -32,7 +28,8 @@ def test_mapping_with_command_or_url_builds_the_matching_server_kinds() -> None:
                     "headers_from_env": {"Authorization": "CSP_SEARCH_AUTH"},
                 },
             },
-        }
+        },
+        "mcp",
     )
     assert config.call_timeout_s == 10
     assert config.servers["filesystem"] == StdioServerConfig(
@@ -51,7 +48,10 @@ def test_mapping_with_command_or_url_builds_the_matching_server_kinds() -> None:
         ({"servers": {"fs": {"command": "x", "agrs": []}}}, "mcp.servers.fs.agrs: unknown key"),
         ({"servers": {"fs": {"command": "x", "url": "http://h"}}}, "mcp.servers.fs: must be"),
         ({"servers": {"fs": {}}}, "mcp.servers.fs: must be"),
-        ({"servers": {"fs": {"command": "x", "args": "-y"}}}, "mcp.servers.fs.args: has the"),
+        (
+            {"servers": {"fs": {"command": "x", "args": "-y"}}},
+            "mcp.servers.fs.args: expected a list",
+        ),
         ({"servers": {"fs": {"url": "ftp://h"}}}, "mcp.servers.fs.url: must be"),
         ({"servers": {"Bad Name": {"command": "x"}}}, "mcp.servers.Bad Name: name must"),
         (
@@ -59,14 +59,14 @@ def test_mapping_with_command_or_url_builds_the_matching_server_kinds() -> None:
             "mcp.servers.fs.env_from.A",
         ),
         ({"start_timeout_s": 0}, "mcp.start_timeout_s: must be positive"),
-        ({"start_timeout_s": "20"}, "mcp.start_timeout_s: must be a number"),
-        ({"servers": []}, "mcp.servers: must be a mapping"),
-        ({"max_text_chars": 2000.5}, "mcp.max_text_chars: must be an integer"),
+        ({"start_timeout_s": "20"}, "mcp.start_timeout_s: expected float"),
+        ({"servers": []}, "mcp.servers: expected a mapping"),
+        ({"max_text_chars": 2000.5}, "mcp.max_text_chars: expected int"),
     ],
 )
 def test_bad_entry_is_an_error_naming_its_path(raw: dict[str, Any], path: str) -> None:
     with pytest.raises(ConfigError, match="^" + re.escape(path)):
-        mcp_config_from_mapping(raw)
+        load_section(McpConfig, raw, "mcp")
 
 
 def test_configs_are_frozen_including_their_mappings() -> None:

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from csp_web.config import HttpServerConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
-from specialists.tool.mcp import HttpServerConfig, open_mcp_pool
+from specialists.tool.mcp import open_mcp_pool
 
 from .mcp_servers.support import TOY_SERVER, toy_config
 

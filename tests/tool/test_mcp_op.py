@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, StdioServerConfig, ToolConfig
 from csp_web.context import Peer
 from csp_web.daemon import build_dispatcher
 from csp_web.dispatch import Dispatcher
@@ -18,7 +18,6 @@ from csp_web.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists import open_specialists
 from specialists.tool import tool_ops
-from specialists.tool.mcp import StdioServerConfig
 from specialists.tool.ops_mcp import open_mcp_host
 from tests.tool.mcp_servers.support import toy_config
 

@@ -13,10 +13,10 @@ import sniffio
 import trio
 import trio.testing
 
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, McpConfig, StdioServerConfig, ToolConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
-from specialists.tool.mcp import McpConfig, McpPool, StdioServerConfig, open_mcp_pool
+from specialists.tool.mcp import McpPool, open_mcp_pool
 from specialists.tool.ops_mcp import open_mcp_host
 from tests.conftest import wait_until
 

@@ -16,9 +16,10 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from csp_web.config import McpConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode, Reply, Status, serialize
-from specialists.tool.mcp import McpConfig, McpResult, parse_params
+from specialists.tool.mcp import McpResult, parse_params
 from specialists.tool.mcp.backoff import Backoff
 from specialists.tool.mcp.render import build_result
 

@@ -13,7 +13,6 @@ uid, rlimits, and a timeout that kills the whole tree.
 
 from ._cache import cache_key, cacheable
 from ._capture import summarize
-from ._config import ExecConfig, ProgramRule
 from ._prepare import PreparedCommand, prepare_command
 from ._request import ExecRequest
 from ._result import ExecResult, Limit
@@ -21,12 +20,10 @@ from ._runner import run_command
 from ._sandbox import Sandbox, SandboxKind, probe_sandbox
 
 __all__ = [
-    "ExecConfig",
     "ExecRequest",
     "ExecResult",
     "Limit",
     "PreparedCommand",
-    "ProgramRule",
     "Sandbox",
     "SandboxKind",
     "cache_key",

@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from ._config import ExecConfig
+from csp_web.config.exec import ExecConfig
 
 
 def cache_key(

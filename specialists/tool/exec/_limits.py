@@ -18,7 +18,7 @@ that budget is ``max_processes`` times the commands that may run at once (``Sand
 
 from __future__ import annotations
 
-from ._config import ExecConfig
+from csp_web.config.exec import ExecConfig
 
 
 def cpu_seconds(timeout_ms: int, cores: int) -> int:

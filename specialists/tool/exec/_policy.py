@@ -17,7 +17,8 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from ._config import ExecConfig, ProgramRule
+from csp_web.config.exec import ExecConfig, ProgramRule
+
 from ._errors import blocked, invalid
 
 

@@ -10,9 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from csp_web.config.exec import ExecConfig, overlaps
 from csp_web.errors import OpError
 
-from ._config import ExecConfig, overlaps
 from ._errors import blocked, denied
 from ._policy import check_args, check_denied, check_patterns, match_rule, split_command
 from ._request import ExecRequest, check_command, check_env, check_timeout, resolve_working_dir

@@ -7,8 +7,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from csp_web.config.exec import ExecConfig
+
 from ._access import RunAs, may_search
-from ._config import ExecConfig
 from ._errors import blocked, denied, invalid, unavailable
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.config.exec import ExecConfig
 from csp_web.errors import OpError
 from protocol import ErrorCode
 
 from ._capture import CappedOutput, drain
 from ._cgroup import CgroupUsage, CommandCgroup
-from ._config import ExecConfig
 from ._errors import SCOPE, unavailable
 from ._limits import cpu_seconds
 from ._prepare import PreparedCommand, prepare_command

@@ -40,9 +40,10 @@ from typing import Literal
 
 import trio
 
+from csp_web.config.exec import ExecConfig
+
 from ._access import RunAs, may_search
 from ._cgroup import CgroupHost, CommandCgroup, find_cgroup_host
-from ._config import ExecConfig
 from ._errors import unavailable
 from ._limits import prlimit_argv
 

@@ -4,35 +4,21 @@
         tools = await pool.list_tools("fs")                     # ToolList
         result = await pool.call_tool("fs", "read_file", parse_params(text))  # McpResult
 
-Failures are ``csp_web.errors.OpError`` with catalogue codes (see ``errors``). Modules:
-``config`` (dataclasses and strict loader), ``transport`` (SDK transports), ``session`` (one
+Failures are ``csp_web.errors.OpError`` with catalogue codes (see ``errors``); the settings
+are ``csp_web.config.McpConfig``. Modules: ``transport`` (SDK transports), ``session`` (one
 server's lifecycle), ``pool`` (all servers), ``render`` (results as reply parts).
 """
 
-from .config import (
-    ConfigError,
-    HttpServerConfig,
-    McpConfig,
-    ServerConfig,
-    StdioServerConfig,
-    mcp_config_from_mapping,
-)
 from .pool import McpPool, open_mcp_pool
 from .render import McpResult, ToolInfo, ToolList, parse_params
 from .session import ServerStats
 
 __all__ = [
-    "ConfigError",
-    "HttpServerConfig",
-    "McpConfig",
     "McpPool",
     "McpResult",
-    "ServerConfig",
     "ServerStats",
-    "StdioServerConfig",
     "ToolInfo",
     "ToolList",
-    "mcp_config_from_mapping",
     "open_mcp_pool",
     "parse_params",
 ]

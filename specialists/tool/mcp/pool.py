@@ -23,7 +23,8 @@ import trio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, Tool
 
-from .config import McpConfig, ServerConfig
+from csp_web.config.mcp import McpConfig, ServerConfig
+
 from .errors import (
     NOT_CONFIGURED,
     describe,

@@ -23,11 +23,11 @@ from mcp.types import (
     Tool,
 )
 
+from csp_web.config.mcp import McpConfig
 from csp_web.errors import OpError
 from csp_web.fields import MAX_JSON_DEPTH, json_depth
 from protocol import ErrorCode
 
-from .config import McpConfig
 from .errors import cap, tool_error
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

@@ -36,8 +36,9 @@ import trio
 from mcp import Client, MCPError
 from mcp.types import Implementation
 
+from csp_web.config.mcp import McpConfig, ServerConfig
+
 from .backoff import Backoff
-from .config import McpConfig, ServerConfig
 from .errors import (
     BACKING_OFF,
     CALL_TIMEOUT,

@@ -29,9 +29,8 @@ from mcp.client._transport import TransportStreams
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
+from csp_web.config.mcp import HttpServerConfig, ServerConfig, StdioServerConfig
 from csp_web.logs import relay_lines
-
-from .config import HttpServerConfig, ServerConfig, StdioServerConfig
 
 T = TypeVar("T")
 

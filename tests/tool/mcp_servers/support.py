@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specialists.tool.mcp import McpConfig, StdioServerConfig
+from csp_web.config import McpConfig, StdioServerConfig
 
 TOY_SERVER = Path(__file__).with_name("toy_server.py")
 

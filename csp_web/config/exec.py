@@ -9,10 +9,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from csp_web.config import Config
+from typing import Literal
 
 MIB = 1024 * 1024
 
@@ -219,17 +216,3 @@ def refuse_private_workspaces(roots: Iterable[str], private: Iterable[str]) -> N
 def overlaps(a: str, b: str) -> bool:
     """True when one of two real paths is the other or lies inside it."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
-
-
-def daemon_paths(config: Config) -> tuple[str, ...]:
-    """The daemon's own directories: state, cache, and those of its sockets, outbox and cron
-    store. No command may see them or work in them."""
-    files = (
-        config.socket.path,
-        config.memory.socket_path,
-        config.outbox_path,
-        config.tool.cron.store_path,
-    )
-    paths = [config.daemon.state_dir, config.cache_dir]
-    paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
-    return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))

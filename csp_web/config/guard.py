@@ -1,17 +1,14 @@
-"""The guarded HTTP client's settings: one frozen dataclass, units in the names.
+"""The guarded HTTP client's settings (``web.guard``): one frozen dataclass, units in the names.
 
-Every default cites where it comes from. ``GuardConfig`` is plain data so the lead can fold it
-into ``csp_web/config.py`` and ``config.yaml`` unchanged; the TLS trust store is not data and is
-passed to ``open_guarded_client`` instead.
+Every default cites where it comes from. The TLS trust store is not data and is passed to
+``csp_web.net.open_guarded_client`` instead; the running settings a reload swaps are
+``csp_web.net.GuardSettings``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import ipaddress
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -77,33 +74,6 @@ class GuardConfig:
     def effective_ports(self) -> frozenset[int]:
         """The ports a URL may name: ``allowed_ports``, plus 80 when plain http is allowed."""
         return frozenset(self.allowed_ports) | ({80} if self.allow_http else set())
-
-
-# The settings of the operation running in this task (GuardSettings.operation).
-_OPERATION: contextvars.ContextVar[GuardConfig] = contextvars.ContextVar("guard_operation")
-
-
-class GuardSettings:
-    """The one current ``GuardConfig`` that the guarded client and its connection backend
-    both read. A reload swaps ``current``; an operation takes the settings current when it
-    starts and keeps them to its end (every hop, connect and cap), so a reload applies to the
-    operations that start after it and never changes one half-way."""
-
-    def __init__(self, config: GuardConfig) -> None:
-        self.current = config
-
-    @contextmanager
-    def operation(self) -> Iterator[GuardConfig]:
-        """Run one operation (in this task) under the settings current now."""
-        token = _OPERATION.set(self.current)
-        try:
-            yield self.current
-        finally:
-            _OPERATION.reset(token)
-
-    def in_effect(self) -> GuardConfig:
-        """The running operation's settings; outside one, the current settings."""
-        return _OPERATION.get(self.current)
 
 
 @lru_cache(maxsize=64)

@@ -1,9 +1,9 @@
 """Configuration of the MCP pool: which servers exist, and the budgets every call runs under.
 
 Frozen dataclasses with units in their names; each default cites its precedent. It is the
-``tool.mcp`` section of ``csp_web.config.Config``; its server kinds (stdio or HTTP) need a
-loader of their own, ``mcp_config_from_mapping``, which ``config_load`` calls (an unknown key
-is an error naming its path, as msgspec's ``forbid_unknown_fields``).
+``tool.mcp`` section of ``csp_web.config.Config``. Its server kinds (stdio or HTTP) are a
+tagged union: each kind's ``TAG`` is the key only it has, and the one loader
+(``csp_web.config.load``) picks the kind by it.
 
 Secrets never stand in the configuration: a server's environment and HTTP headers may name
 the daemon's environment variables (``env_from``, ``headers_from_env``) whose values are read
@@ -16,16 +16,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+from typing import ClassVar
+
+from .errors import ConfigError
 
 # A SERVER field value: one token on a CSP/1 line, safe in logs and in a process title.
 _SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
-
-
-class ConfigError(ValueError):
-    """The MCP configuration is malformed; the message names the offending path."""
 
 
 def _frozen(mapping: Mapping[str, str]) -> Mapping[str, str]:
@@ -40,6 +38,8 @@ class StdioServerConfig:
     the daemon's variables (``{"GITHUB_TOKEN": "CSP_GITHUB_TOKEN"}``). Both are layered over
     the SDK's safe default environment (HOME, PATH, USER...), never the daemon's whole one.
     """
+
+    TAG: ClassVar[str] = "command"
 
     command: str
     args: tuple[str, ...] = ()
@@ -64,6 +64,8 @@ class HttpServerConfig:
     ``headers_from_env`` maps a header to the daemon variable holding its value
     (``{"Authorization": "CSP_SEARCH_AUTH"}``); there are deliberately no literal headers.
     """
+
+    TAG: ClassVar[str] = "url"
 
     url: str
     headers_from_env: Mapping[str, str] = field(default_factory=dict)
@@ -135,60 +137,3 @@ def _check_names(
         name = value if values else key
         if not isinstance(value, str) or not pattern.fullmatch(name):
             raise ConfigError(f"{path}.{key}: {name!r} is not a valid name")
-
-
-def mcp_config_from_mapping(raw: Mapping[str, Any], *, path: str = "mcp") -> McpConfig:
-    """Build an ``McpConfig`` from parsed YAML, refusing unknown keys and wrong types.
-
-    Raises ConfigError naming the path of the first bad entry (``mcp.servers.fs.comand``).
-    """
-    kinds = {f.name: f.type for f in fields(McpConfig)}  # "int" or "float" (PEP 563 strings)
-    _refuse_unknown(raw, set(kinds), path)
-    servers = raw.get("servers", {})
-    if not isinstance(servers, Mapping):
-        raise ConfigError(f"{path}.servers: must be a mapping")
-    built = {
-        name: _server_from_mapping(spec, f"{path}.servers.{name}") for name, spec in servers.items()
-    }
-    options = {key: value for key, value in raw.items() if key != "servers"}
-    for key, value in options.items():
-        wanted = int if kinds[key] == "int" else int | float
-        if isinstance(value, bool) or not isinstance(value, wanted):
-            raise ConfigError(
-                f"{path}.{key}: must be {'an integer' if wanted is int else 'a number'}"
-            )
-    try:
-        return McpConfig(servers=built, **options)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}.{exc}") from None
-
-
-def _server_from_mapping(spec: Any, path: str) -> ServerConfig:
-    if not isinstance(spec, Mapping) or ("command" in spec) == ("url" in spec):
-        raise ConfigError(f"{path}: must be a mapping with exactly one of command or url")
-    kind: type[StdioServerConfig] | type[HttpServerConfig]
-    kind = StdioServerConfig if "command" in spec else HttpServerConfig
-    _refuse_unknown(spec, {f.name for f in fields(kind)}, path)
-    for key, value in spec.items():
-        _check_type(value, key, f"{path}.{key}")
-    try:
-        return kind(**spec)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}.{exc}") from None
-
-
-def _check_type(value: Any, key: str, path: str) -> None:
-    if key == "args":
-        ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
-    elif key in ("env", "env_from", "headers_from_env"):
-        ok = isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
-    else:
-        ok = isinstance(value, str)
-    if not ok:
-        raise ConfigError(f"{path}: has the wrong type")
-
-
-def _refuse_unknown(raw: Mapping[str, Any], known: set[str], path: str) -> None:
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{path}.{key}: unknown key")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Config
+from .root import Config
 
 # Dotted paths (a path covers everything under it) a reload applies.
 RELOADABLE = (
@@ -85,8 +85,10 @@ def apply_reload(plan: ReloadPlan, reloaders: Sequence[Reloader]) -> None:
 
 def changed_paths(old: object, new: object, prefix: str = "") -> list[str]:
     """The dotted paths where two configurations differ, down to single settings (a mapping,
-    such as the search providers, counts as one setting)."""
-    if dataclasses.is_dataclass(old) and type(old) is type(new):
+    such as the search providers, counts as one setting, and so does a section whose class
+    says ``RELOAD_AS_ONE``: the slot pools)."""
+    whole = getattr(type(old), "RELOAD_AS_ONE", False)
+    if dataclasses.is_dataclass(old) and type(old) is type(new) and not whole:
         paths: list[str] = []
         for item in dataclasses.fields(old):
             path = f"{prefix}.{item.name}" if prefix else item.name

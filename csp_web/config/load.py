@@ -1,9 +1,12 @@
-"""Strict loading of configuration files into ``csp_web.config.Config``.
+"""Strict loading of configuration files into ``csp_web.config.Config``: the one loader.
 
 Unknown or misspelt keys are errors that name their dotted path, as msgspec's
 ``forbid_unknown_fields`` does (hypercorn's lenient loader silently ignores a typo, which is how
 a security setting goes unapplied). Types are checked against the dataclass annotations, and
-every scalar number must be positive.
+every scalar number must be positive unless its field says zero means "off".
+
+A union of dataclasses is a tagged union when each member names in ``TAG`` the key only it
+has (the MCP server kinds: ``command`` or ``url``); the value must hold exactly one of them.
 """
 
 from __future__ import annotations
@@ -17,15 +20,11 @@ from typing import Any
 
 import yaml
 
-from .config import Config
-from .config_mcp import ConfigError as McpConfigError
-from .config_mcp import McpConfig, mcp_config_from_mapping
+from .errors import ConfigError
+from .root import Config
 
 ENV_VAR = "CSP_WEB_CONFIG"
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the offending key path."""
+T = typing.TypeVar("T")
 
 
 def load_config(path: str | None = None) -> Config:
@@ -45,7 +44,12 @@ def load_config(path: str | None = None) -> Config:
 
 def config_from_mapping(data: object) -> Config:
     """Build a Config from parsed YAML, raising ConfigError for any unknown or bad key."""
-    return typing.cast(Config, _build(Config, data, ""))
+    return load_section(Config, data, "")
+
+
+def load_section(cls: type[T], data: object, path: str) -> T:
+    """Build the section dataclass ``cls`` that stands at ``path`` from parsed YAML."""
+    return typing.cast(T, _build(cls, data, path))
 
 
 def _build(cls: type, data: object, path: str) -> object:
@@ -63,6 +67,8 @@ def _build(cls: type, data: object, path: str) -> object:
         kwargs[key] = _convert(hints[key], value, key_path, positive=positive)
     try:
         return cls(**kwargs)
+    except ConfigError as exc:  # a section's own check, naming a path inside it
+        raise ConfigError(f"{path}.{exc}" if path else str(exc)) from None
     except (TypeError, ValueError) as exc:  # the root's own checks name their paths
         raise ConfigError(f"{path}: {exc}" if path else str(exc)) from exc
 
@@ -70,20 +76,15 @@ def _build(cls: type, data: object, path: str) -> object:
 def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> object:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if hint is McpConfig:  # its server kinds are told apart by their keys: its own loader
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a mapping")
-        try:
-            return mcp_config_from_mapping(value, path=path)
-        except McpConfigError as exc:
-            raise ConfigError(str(exc)) from exc
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return _build(hint, value, path)
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
             return None
-        (inner,) = [arg for arg in args if arg is not type(None)]
-        return _convert(inner, value, path)
+        members = [arg for arg in args if arg is not type(None)]
+        if len(members) > 1:
+            return _build(_tagged_member(members, value, path), value, path)
+        return _convert(members[0], value, path)
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{path}: expected one of {', '.join(map(str, args))}")
@@ -96,8 +97,26 @@ def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> o
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping")
-        return {str(k): _convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
+        entries = {str(k): _convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
+        return entries if origin is dict else types.MappingProxyType(entries)
     return _scalar(hint, value, path, positive=positive)
+
+
+def _tagged_member(members: list[Any], value: object, path: str) -> type:
+    """The member of a tagged union whose ``TAG`` key ``value`` holds (exactly one must)."""
+    tags = [getattr(member, "TAG", None) for member in members]
+    if not all(isinstance(tag, str) for tag in tags):
+        raise TypeError(f"{path}: a union of several types needs a TAG on each member")
+    present = [
+        m
+        for m, tag in zip(members, tags, strict=True)
+        if isinstance(value, Mapping) and tag in value
+    ]
+    if len(present) != 1:
+        raise ConfigError(
+            f"{path}: must be a mapping with exactly one of {' or '.join(map(str, tags))}"
+        )
+    return typing.cast(type, present[0])
 
 
 def _scalar(hint: Any, value: object, path: str, *, positive: bool) -> object:

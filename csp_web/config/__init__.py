@@ -1,0 +1,64 @@
+"""All of csp-web's settings, one package: each section's frozen dataclasses, the root
+``Config``, the one strict loader (``load``), the one ``ConfigError`` and what a reload may
+change (``reload``). A new specialist adds its section module here, its field on ``Config``
+and its pool on ``SlotsConfig`` (docs/adding-an-op.md)."""
+
+from .core import (
+    AuditConfig,
+    ConnectionConfig,
+    DaemonConfig,
+    MemoryConfig,
+    OutboxConfig,
+    SlotLimits,
+    SlotsConfig,
+    SocketConfig,
+    TasksConfig,
+)
+from .errors import ConfigError
+from .exec import ExecConfig, ProgramRule
+from .guard import GuardConfig
+from .mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from .root import Config, daemon_paths
+from .tool import CronConfig, ToolConfig
+from .web import (
+    ApiConfig,
+    CacheConfig,
+    FetchConfig,
+    RateConfig,
+    SearchConfig,
+    SearchProvider,
+    SummarizeConfig,
+    WebConfig,
+)
+
+__all__ = [
+    "ApiConfig",
+    "AuditConfig",
+    "CacheConfig",
+    "Config",
+    "ConfigError",
+    "ConnectionConfig",
+    "CronConfig",
+    "DaemonConfig",
+    "ExecConfig",
+    "FetchConfig",
+    "GuardConfig",
+    "HttpServerConfig",
+    "McpConfig",
+    "MemoryConfig",
+    "OutboxConfig",
+    "ProgramRule",
+    "RateConfig",
+    "SearchConfig",
+    "SearchProvider",
+    "ServerConfig",
+    "SlotLimits",
+    "SlotsConfig",
+    "SocketConfig",
+    "StdioServerConfig",
+    "SummarizeConfig",
+    "TasksConfig",
+    "ToolConfig",
+    "WebConfig",
+    "daemon_paths",
+]

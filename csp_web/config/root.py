@@ -1,0 +1,67 @@
+"""The root of csp-web's settings: one frozen tree of the sections, and its derived paths.
+
+Units are in the names (``_s``, ``_ms``, ``_bytes``). ``config.yaml`` at the repository root
+documents every setting with its default; ``csp_web.config.load`` reads such a file strictly.
+The embedded default needs no outside service: without a Memory Specialist socket, memory
+writes go to the embedded one, whose store under the state dir is bounded by retention.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .core import (
+    AuditConfig,
+    ConnectionConfig,
+    DaemonConfig,
+    MemoryConfig,
+    OutboxConfig,
+    SocketConfig,
+    TasksConfig,
+)
+from .exec import refuse_private_workspaces
+from .tool import ToolConfig
+from .web import WebConfig
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    socket: SocketConfig = field(default_factory=SocketConfig)
+    connection: ConnectionConfig = field(default_factory=ConnectionConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    web: WebConfig = field(default_factory=WebConfig)
+    tool: ToolConfig = field(default_factory=ToolConfig)
+
+    def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
+        refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))
+
+    @property
+    def outbox_path(self) -> str:
+        return self.outbox.path or os.path.join(self.daemon.state_dir, "outbox.sqlite3")
+
+    @property
+    def memory_dir(self) -> str:
+        return self.memory.directory or os.path.join(self.daemon.state_dir, "memory")
+
+    @property
+    def cache_dir(self) -> str:
+        return self.web.cache.directory or os.path.join(self.daemon.state_dir, "cache")
+
+
+def daemon_paths(config: Config) -> tuple[str, ...]:
+    """The daemon's own directories: state, cache, and those of its sockets, outbox and cron
+    store. No command may see them or work in them."""
+    files = (
+        config.socket.path,
+        config.memory.socket_path,
+        config.outbox_path,
+        config.tool.cron.store_path,
+    )
+    paths = [config.daemon.state_dir, config.cache_dir]
+    paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
+    return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))

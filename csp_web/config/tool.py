@@ -1,0 +1,25 @@
+"""The tool specialist's section (``tool``): exec, cron, MCP."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .exec import ExecConfig
+from .mcp import McpConfig
+
+
+@dataclass(frozen=True)
+class CronConfig:
+    store_path: str | None = None  # default: <state_dir>/cron.json
+    max_jobs: int = 100
+    history: int = 10  # outcomes kept per job and shown by ACTION list
+    # Missed runs while the daemon was down: "skip" them, or "run_once" for all of them.
+    default_missed: Literal["skip", "run_once"] = "skip"
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    cron: CronConfig = field(default_factory=CronConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)

@@ -1,0 +1,110 @@
+"""The web specialist's section (``web``): guard, cache, search, fetch, APIs, summaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .guard import GuardConfig
+
+
+@dataclass(frozen=True)
+class RateConfig:
+    """A token bucket: ``per_minute`` tokens refill continuously up to ``burst``."""
+
+    per_minute: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    directory: str | None = None  # default: <state_dir>/cache
+    size_limit_bytes: int = 256 * 1024 * 1024
+    memory_bytes: int = 32 * 1024 * 1024  # hot entries kept in process, in front of the disk
+    search_ttl_s: float = 3600.0  # seed 000: "Cached results valid for 1h"
+    fetch_ttl_s: float = 86400.0  # seed 000: fetched content, 24 hours
+    api_ttl_s: float = 300.0  # seed 000: API responses, default 5 minutes
+
+
+@dataclass(frozen=True)
+class SearchProvider:
+    """One search backend. Secrets are read from the environment variable ``api_key_env``."""
+
+    kind: Literal["brave", "duckduckgo", "searxng"]
+    base_url: str | None = None  # default per kind; required for searxng
+    api_key_env: str | None = None
+    monthly_quota: int | None = None
+    rate: RateConfig = field(default_factory=lambda: RateConfig(10, 10))  # seed 000: 10/min
+
+
+def _default_providers() -> dict[str, SearchProvider]:
+    return {
+        # seed 000: Brave's free tier, 1,000 requests a month at 10 a minute.
+        "brave": SearchProvider("brave", api_key_env="BRAVE_API_KEY", monthly_quota=1000),
+        "duckduckgo": SearchProvider("duckduckgo"),  # seed 001: no key needed
+    }
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    # Tried in order; a provider whose key is unset is skipped.
+    order: tuple[str, ...] = ("brave", "duckduckgo")
+    providers: dict[str, SearchProvider] = field(default_factory=_default_providers)
+    default_results: int = 5  # seed 000: "Max 5 results per query (configurable)"
+    max_results: int = 10  # seed 003: count max 10
+    breaker_failures: int = 3  # consecutive failures that open a provider's circuit
+    breaker_reset_s: float = 60.0
+    # seed 004 prefetches the top 3 results into the fetch cache; off by default here.
+    prefetch_top: int = field(default=0, metadata={"zero_ok": True})
+
+
+@dataclass(frozen=True)
+class FetchConfig:
+    default_max_chars: int = 8000  # seed 000: "Max 2000 tokens per fetch (~8000 chars)"
+    max_chars_cap: int = 50_000  # seed 001: "Maximum text extraction: 50,000 characters"
+    rate: RateConfig = field(default_factory=lambda: RateConfig(20, 20))  # seed 001: 20/min
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """A configured API for ``REQ:api``; its credential comes from ``auth_env``."""
+
+    base_url: str
+    auth_env: str | None = None
+    auth_header: str = "Authorization"
+    auth_scheme: str = "Bearer"
+    headers: dict[str, str] = field(default_factory=dict)  # fixed, non-secret headers
+    rate: RateConfig = field(default_factory=lambda: RateConfig(60, 10))
+    cache_ttl_s: float = 300.0  # seed 000: "Default TTL: 5 minutes"
+
+
+def _default_apis() -> dict[str, ApiConfig]:
+    return {
+        "github": ApiConfig(
+            "https://api.github.com/",
+            auth_env="GITHUB_TOKEN",
+            headers={"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"},
+        ),
+        "openai": ApiConfig("https://api.openai.com/v1/", auth_env="OPENAI_API_KEY"),
+    }
+
+
+@dataclass(frozen=True)
+class SummarizeConfig:
+    default_bullets: int = 5
+    max_bullets: int = 20
+    max_text_chars: int = 200_000
+    # An OpenAI-compatible chat endpoint; unset means extractive, deterministic summaries.
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key_env: str | None = None
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    fetch: FetchConfig = field(default_factory=FetchConfig)
+    apis: dict[str, ApiConfig] = field(default_factory=_default_apis)
+    summarize: SummarizeConfig = field(default_factory=SummarizeConfig)
