@@ -18,6 +18,9 @@ from .net.config import GuardConfig
 
 
 def _default_state_dir() -> str:
+    # systemd's StateDirectory= sets STATE_DIRECTORY (a colon-separated list: ours is first).
+    if state_directory := os.environ.get("STATE_DIRECTORY", "").split(":")[0]:
+        return state_directory
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return os.path.join(base, "csp-web")
 
