@@ -162,8 +162,11 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     from specialists import open_specialists
 
     from .daemon import StateDirBusy, hold_state_dir, open_stdio_stream, serve_daemon
+    from .systemd import activated_socket_path
 
-    socket_path = args.socket or config.socket.path
+    # Read systemd's variables (and drop them) before any child process starts.
+    activated = activated_socket_path()
+    socket_path = args.socket or config.socket.path or activated
     if args.no_stdin and not socket_path:
         print("csp-web: --no-stdin needs --socket or socket.path", file=sys.stderr)
         return EXIT_USAGE

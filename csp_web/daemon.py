@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from . import __version__
+from . import __version__, systemd
 from .config import Config, ConfigError
 from .config.reload import Reloader, ReloadPlan, apply_reload, plan_reload
 from .connection import Shutdown, StreamOptions, serve_stream
@@ -163,6 +163,7 @@ async def serve_daemon(
         async with trio.open_nursery() as root:
             stop_now = trio.CancelScope()  # a second signal: no more grace for anything
             root.start_soon(_watch_signals, shutdown, stop_now)
+            root.start_soon(systemd.serve_watchdog)
             await root.start(_watch_reload, dispatcher, reload, reloaders)
             for serve in dispatcher.services.extras.get("background", []):
                 await root.start(serve, dispatcher)
@@ -216,7 +217,9 @@ async def _serve_until_stopped(
             # from walking it again on every cycle (measured in bench/fetch.py).
             gc.freeze()
             task_status.started(dispatcher)
+            systemd.notify(f"READY=1\nSTATUS=serving (socket {path}, stdin {stdio is not None})")
             await shutdown.begun.wait()
+            systemd.notify("STOPPING=1\nSTATUS=finishing in-flight work")
             dispatcher.shutting_down = True
             deadline = trio.current_time() + config.daemon.grace_period_s
             shutdown.cut_at(deadline)
@@ -318,7 +321,9 @@ async def _watch_reload(
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
+            systemd.notify_reloading()
             await reload_settings(dispatcher, load, reloaders)
+            systemd.notify("READY=1")
 
 
 async def reload_settings(

@@ -30,6 +30,7 @@ from .config import SocketConfig
 from .context import Peer
 from .errors import OpError
 from .replies import fail_reply
+from .systemd import inherited_unix_listener
 
 log = logging.getLogger("csp_web.unix")
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -224,9 +225,9 @@ async def serve_unix(
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept connections at ``path`` until cancelled, then remove the socket file; ``gate``
-    (default: one over ``config``) admits them."""
-    listener = await open_unix_listener(path, backlog=config.backlog)
-    inode = os.stat(path).st_ino
+    (default: one over ``config``) admits them. A socket systemd passed for ``path`` (socket
+    activation) is served instead of binding one, and its file is left to systemd."""
+    listener, inode = await _listen(path, config)
     gate = gate or Gate(config)
     counter = iter(range(1, 1 << 62))
 
@@ -254,4 +255,26 @@ async def serve_unix(
     finally:
         with trio.CancelScope(shield=True):
             await listener.aclose()
-        _unlink_if_ours(path, inode)
+        if inode is not None:
+            _unlink_if_ours(path, inode)
+
+
+async def _listen(path: str, config: SocketConfig) -> tuple[trio.SocketListener, int | None]:
+    """The listener for ``path`` and the inode to remove at exit (None: systemd's socket)."""
+    inherited = _inherited_listener(path)
+    if inherited is None:
+        listener = await open_unix_listener(path, backlog=config.backlog)
+        return listener, os.stat(path).st_ino
+    return trio.SocketListener(trio.socket.from_stdlib_socket(inherited)), None
+
+
+def _inherited_listener(path: str) -> stdlib_socket.socket | None:
+    """The socket systemd passed, if any; raises SocketSetupError when it is not ``path``."""
+    inherited = inherited_unix_listener()
+    if inherited is None:
+        return None
+    bound = inherited.getsockname()
+    if bound != os.path.abspath(path):
+        raise SocketSetupError(f"systemd passed the socket {bound}, not {path}: set socket.path")
+    log.info("serving the socket systemd passed: %s", bound)
+    return inherited

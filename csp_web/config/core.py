@@ -9,6 +9,9 @@ from typing import ClassVar, Literal
 
 
 def _default_state_dir() -> str:
+    # systemd's StateDirectory= sets STATE_DIRECTORY (a colon-separated list: ours is first).
+    if state_directory := os.environ.get("STATE_DIRECTORY", "").split(":")[0]:
+        return state_directory
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return os.path.join(base, "csp-web")
 
