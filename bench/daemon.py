@@ -43,7 +43,7 @@ PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 def start_memory_sink(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
     """``csp-web memory-sink`` in its own process; its socket once it is listening."""
     socket_path = os.path.join(workdir, "m", "memory.sock")
-    command = [sys.executable, "-m", "csp_web.cli", "memory-sink"]
+    command = [sys.executable, "-m", "csp_web", "memory-sink"]
     proc = subprocess.Popen([*command, "--socket", socket_path, "--dir", f"{workdir}/memory"])
     wait_for_socket(proc, socket_path, "memory-sink")
     return proc, socket_path
@@ -75,7 +75,7 @@ def start_daemon(
         [
             sys.executable,
             "-m",
-            "csp_web.cli",
+            "csp_web",
             "serve",
             "--config",
             config,

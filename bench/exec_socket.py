@@ -25,10 +25,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_socket.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from csp_web.client import open_client  # noqa: E402
 from csp_web.config import Config, DaemonConfig, ToolConfig  # noqa: E402
 from csp_web.config.exec import ExecConfig, ProgramRule  # noqa: E402
-from csp_web.daemon import serve_daemon  # noqa: E402
+from csp_web.core.client import open_client  # noqa: E402
+from csp_web.core.lifecycle import serve_daemon  # noqa: E402
 from protocol import Status, Task  # noqa: E402
 from specialists.tool.ops_exec import OPS, open_exec_services  # noqa: E402
 

@@ -56,7 +56,7 @@ def start_daemon(
             f"socket: {{max_connections: {max_connections}, "
             f"max_connections_per_uid: {per_uid}}}\n"
         )
-    command = [sys.executable, "-m", "csp_web.cli", "serve", "--config", config]
+    command = [sys.executable, "-m", "csp_web", "serve", "--config", config]
     with open(os.path.join(workdir, "daemon.log"), "ab") as log:  # its warnings stay out of ours
         proc = subprocess.Popen([*command, "--socket", socket_path, "--no-stdin"], stderr=log)
     deadline = time.monotonic() + 30

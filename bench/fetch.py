@@ -40,7 +40,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch.py` finds the packa
     sys.path.insert(0, str(REPO_ROOT))
 
 from csp_web.config import Config, DaemonConfig, OutboxConfig, RateConfig, WebConfig  # noqa: E402
-from csp_web.daemon import serve_daemon  # noqa: E402
+from csp_web.core.lifecycle import serve_daemon  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, Task  # noqa: E402
 from specialists.web.ops_fetch import OPS  # noqa: E402

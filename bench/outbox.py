@@ -49,11 +49,11 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/outbox.py` finds the pack
 
 import trio  # noqa: E402
 
-from csp_web.client import open_client  # noqa: E402
 from csp_web.config import MemoryConfig, OutboxConfig  # noqa: E402
-from csp_web.memory import json_record, make_write  # noqa: E402
-from csp_web.outbox import Outbox, open_outbox  # noqa: E402
-from csp_web.sink_store import STORE_FILE  # noqa: E402
+from csp_web.core.client import open_client  # noqa: E402
+from csp_web.core.records import json_record, make_write  # noqa: E402
+from csp_web.memory.outbox import Outbox, open_outbox  # noqa: E402
+from csp_web.memory.sink.store import STORE_FILE  # noqa: E402
 from protocol import Task  # noqa: E402
 
 MAX_WRITES = 200_000  # a bound on the run, far past the default 20k
@@ -174,8 +174,8 @@ async def serve_ack_sink(socket_path: str) -> None:
     CSP/1 allows (the codec, one reply write per chunk read): what is left is the outbox's
     own delivery cost."""
     from csp_web.config import SocketConfig
-    from csp_web.context import Peer
-    from csp_web.unix import Lease, serve_unix
+    from csp_web.core.context import Peer
+    from csp_web.core.unix import Lease, serve_unix
     from protocol import CLOSED, NEED_DATA, Connection
 
     async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
@@ -240,7 +240,7 @@ async def _sink_alone(socket_path: str, writes: int, batch_size: int) -> Figure:
 def _sink_command(kind: str, socket_path: str, sink_dir: str) -> list[str]:
     if kind == "ack":
         return [sys.executable, str(Path(__file__).resolve()), "--serve-ack-sink", socket_path]
-    command = [sys.executable, "-m", "csp_web.cli", "memory-sink"]
+    command = [sys.executable, "-m", "csp_web", "memory-sink"]
     return [*command, "--socket", socket_path, "--dir", sink_dir]
 
 
@@ -279,7 +279,7 @@ async def run(writes: int, writers: int, synchronous: str) -> list[Figure]:
         memory = MemoryConfig(socket_path=socket_path)
         sink_dir = os.path.join(state, "mem")
         persisted = await _persist(os.path.join(state, "a.sqlite3"), config, writes, writers)
-        command = [sys.executable, "-m", "csp_web.cli", "memory-sink"]
+        command = [sys.executable, "-m", "csp_web", "memory-sink"]
         sink = await trio.lowlevel.open_process(
             [*command, "--socket", socket_path, "--dir", sink_dir],
             stdin=subprocess.DEVNULL,

@@ -7,7 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from csp_web.config import Config
-from csp_web.registry import Op
+from csp_web.core.ops import Op
 
 
 @asynccontextmanager

@@ -5,9 +5,9 @@ A test compares docs/ops.md with this output, so the document cannot drift from 
 
 from __future__ import annotations
 
-from csp_web.daemon import build_op_table
-from csp_web.fields import FieldSpec
-from csp_web.registry import Op
+from csp_web.core.fields import FieldSpec
+from csp_web.core.lifecycle import build_op_table
+from csp_web.core.ops import Op
 
 from .tool import tool_ops
 from .web import web_ops

@@ -22,11 +22,11 @@ import trio
 import trustme
 
 from csp_web.config import Config, DaemonConfig, MemoryConfig
-from csp_web.daemon import serve_daemon
-from csp_web.dispatch import Dispatcher
-from csp_web.memory_sink import SinkStore, serve_memory_sink
-from csp_web.registry import Op
-from csp_web.sink_store import STORE_FILE
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import serve_daemon
+from csp_web.core.ops import Op
+from csp_web.memory.sink.server import SinkStore, serve_memory_sink
+from csp_web.memory.sink.store import STORE_FILE
 from specialists import open_specialists
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")

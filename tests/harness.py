@@ -11,14 +11,14 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, ConnectionConfig
-from csp_web.connection import Shutdown, StreamOptions, serve_stream
-from csp_web.context import OpContext, Peer
-from csp_web.daemon import build_dispatcher
-from csp_web.dispatch import Dispatcher
-from csp_web.fields import FieldSpec, Params
-from csp_web.outbox import open_outbox
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.context import OpContext, Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result
+from csp_web.memory.outbox import open_outbox
 from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
 
 

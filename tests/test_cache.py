@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from csp_web.cache import MemoryTier, approximate_size, cache_key, open_cache
+from csp_web.infra.cache import MemoryTier, approximate_size, cache_key, open_cache
 
 
 def test_key_is_a_hash_that_never_holds_the_input() -> None:

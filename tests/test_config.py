@@ -65,7 +65,7 @@ def test_check_config_cli_reports_bad_key_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("memory:\n  socket_pth: /x\n")
     done = subprocess.run(
-        [sys.executable, "-m", "csp_web.cli", "check-config", str(path)],
+        [sys.executable, "-m", "csp_web", "check-config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -78,7 +78,7 @@ def test_check_config_cli_reports_bad_key_with_exit_2(tmp_path: Path) -> None:
 
 def test_check_config_cli_accepts_the_repository_file() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "csp_web.cli", "check-config", str(REPO / "config.yaml")],
+        [sys.executable, "-m", "csp_web", "check-config", str(REPO / "config.yaml")],
         capture_output=True,
         text=True,
         timeout=60,

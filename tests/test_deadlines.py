@@ -12,11 +12,11 @@ import trio.lowlevel
 import trio.testing
 
 from csp_web.config import Config, ToolConfig
-from csp_web.context import Peer
-from csp_web.daemon import build_dispatcher
-from csp_web.deadlines import budget_ms, task_deadline, work_deadline, work_seconds
-from csp_web.dispatch import Dispatcher
-from csp_web.outbox import open_outbox
+from csp_web.core.context import Peer
+from csp_web.core.deadlines import budget_ms, task_deadline, work_deadline, work_seconds
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import tool_ops
 from specialists.tool.ops_exec import open_exec_services

@@ -9,9 +9,9 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
-from csp_web.daemon import build_op_table
-from csp_web.errors import FieldError, OpError
-from csp_web.fields import MAX_JSON_DEPTH, validate
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import MAX_JSON_DEPTH, validate
+from csp_web.core.lifecycle import build_op_table
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.tool import tool_ops
 from specialists.web import web_ops

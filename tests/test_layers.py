@@ -25,26 +25,12 @@ PACKAGES = ("protocol", "csp_web", "specialists")
 LAYERS: tuple[tuple[str, int, str], ...] = (
     ("protocol", 0, "protocol"),
     ("csp_web", 0, "package"),  # the package itself: its version
+    ("csp_web.__main__", 5, "cli"),
     ("csp_web.config", 1, "config"),
-    ("csp_web.config.exec", 1, "config"),
-    ("csp_web.config.load", 1, "config"),
-    ("csp_web.config.mcp", 1, "config"),
-    ("csp_web.config.reload", 1, "config"),
-    ("csp_web.config.guard", 1, "config"),
     ("csp_web.core", 2, "core"),
-    ("csp_web.memory", 3, "memory"),  # the package; the flat module is core's records
-    ("csp_web.outbox", 3, "memory"),
-    ("csp_web.outbox_store", 3, "memory"),
-    ("csp_web.memory_link", 3, "memory"),
-    ("csp_web.relay", 3, "memory"),
-    ("csp_web.memory_sink", 3, "memory"),
-    ("csp_web.sink_commit", 3, "memory"),
-    ("csp_web.sink_store", 3, "memory"),
-    ("csp_web.memory_embedded", 3, "memory"),
+    ("csp_web.memory", 3, "memory"),
     ("csp_web.net", 3, "net"),
     ("csp_web.infra", 3, "infra"),
-    ("csp_web.cache", 3, "infra"),
-    ("csp_web.ratelimit", 3, "infra"),
     ("csp_web.cron", 3, "cron"),
     ("specialists.tool.cron", 3, "cron"),
     ("specialists", 4, "specialists"),
@@ -53,13 +39,7 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     ("specialists.opsdoc", 5, "app"),
     ("csp_web.app", 5, "app"),
     ("csp_web.cli", 5, "cli"),
-    ("csp_web.cli_send", 5, "cli"),
-    ("csp_web.replay_runner", 5, "cli"),
-    ("csp_web.transcript", 5, "cli"),
-    ("csp_web.__main__", 5, "cli"),
 )
-# Until the flat csp_web/memory.py moves to core/records.py it is core, not the memory layer.
-FLAT_CORE = frozenset({"csp_web.memory"})
 SIBLINGS = frozenset({"memory", "net", "infra", "cron", "specialists.web", "specialists.tool"})
 PRIVATE_CORE_USERS = frozenset({"specialists", "specialists.web", "specialists.tool", "cron"})
 # What a specialist (or the scheduler) may import from core (by module name after the core/ prefix).
@@ -75,29 +55,26 @@ PUBLIC_CORE = frozenset(
         "deadlines",
         "records",
         "logs",
-        # flat names of the same modules, until they move
-        "registry",
-        "memory",
     }
 )
 
 KNOWN: frozenset[str] = frozenset(
     {
-        "layer: csp_web.cli -> specialists",
-        "layer: csp_web.replay_runner -> specialists",
-        "layer: csp_web.context -> csp_web.outbox",
-        "layer: csp_web.daemon -> csp_web.memory_embedded",
-        "layer: csp_web.daemon -> csp_web.memory_link",
-        "layer: csp_web.daemon -> csp_web.outbox",
-        "layer: csp_web.daemon -> csp_web.relay",
-        "layer: csp_web.dispatch -> csp_web.relay",
-        "private: specialists.tool.cron.lifecycle -> csp_web.dispatch",
-        "private: specialists.tool.cron.service -> csp_web.dispatch",
-        "private: specialists.tool.cron.service -> csp_web.unix",
+        "layer: csp_web.cli.main -> specialists",
+        "layer: csp_web.cli.replay -> specialists",
+        "layer: csp_web.core.context -> csp_web.memory.outbox",
+        "layer: csp_web.core.lifecycle -> csp_web.memory.embedded",
+        "layer: csp_web.core.lifecycle -> csp_web.memory.link",
+        "layer: csp_web.core.lifecycle -> csp_web.memory.outbox",
+        "layer: csp_web.core.lifecycle -> csp_web.memory.relay",
+        "layer: csp_web.core.dispatch -> csp_web.memory.relay",
+        "private: specialists.tool.cron.lifecycle -> csp_web.core.dispatch",
+        "private: specialists.tool.cron.service -> csp_web.core.dispatch",
+        "private: specialists.tool.cron.service -> csp_web.core.unix",
         "reply: specialists.tool.cron.service builds Reply(",
         "reply: specialists.tool.cron.service calls fail_reply(",
-        "reply: csp_web.relay builds Reply(",
-        "reply: csp_web.memory_sink calls fail_reply(",
+        "reply: csp_web.memory.relay builds Reply(",
+        "reply: csp_web.memory.sink.server calls fail_reply(",
     }
 )
 
@@ -168,8 +145,6 @@ def edges() -> frozenset[tuple[str, str]]:
 
 
 def layer(name: str) -> tuple[int, str]:
-    if name in FLAT_CORE:
-        return 2, "core"
     best: tuple[str, int, str] | None = None
     for prefix, rank, group in LAYERS:
         if (name == prefix or name.startswith(prefix + ".")) and (
@@ -177,8 +152,6 @@ def layer(name: str) -> tuple[int, str]:
         ):
             best = (prefix, rank, group)
     assert best is not None, name
-    if best[0] == "csp_web" and name != "csp_web":
-        return 2, "core"  # the flat core modules, until they move into core/
     return best[1], best[2]
 
 
@@ -211,8 +184,7 @@ def test_specialists_use_only_the_public_core() -> None:
     for importer, imported in edges():
         if layer(importer)[1] not in PRIVATE_CORE_USERS or layer(imported)[1] != "core":
             continue
-        short = imported.removeprefix("csp_web.").removeprefix("core.")
-        if short not in PUBLIC_CORE and imported != "csp_web":
+        if imported.removeprefix("csp_web.core.") not in PUBLIC_CORE:
             found.add(f"private: {importer} -> {imported}")
     _check(found, "private")
 
@@ -280,7 +252,7 @@ def test_only_core_replies_builds_a_reply_frame() -> None:
         if name.startswith("protocol"):
             continue  # the protocol defines Reply and parses replies
         calls = set(_calls(name))
-        if "Reply" in calls and name not in ("csp_web.replies", "csp_web.core.replies"):
+        if "Reply" in calls and name != "csp_web.core.replies":
             found.add(f"reply: {name} builds Reply(")
         if "fail_reply" in calls and layer(name)[1] != "core":
             found.add(f"reply: {name} calls fail_reply(")
@@ -302,4 +274,4 @@ def test_the_scan_sees_lazy_and_type_checking_imports() -> None:
     lazy = ast.parse("def f():\n    from csp_web import context\nif TYPE_CHECKING:\n    import x\n")
     names = [n for n in ast.walk(lazy) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert len(names) == 2
-    assert ("csp_web.daemon", "csp_web.dispatch") in edges()
+    assert ("csp_web.cli.main", "csp_web.config.load") in edges()

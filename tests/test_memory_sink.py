@@ -13,10 +13,10 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.client import Client, ClientClosed, open_client
 from csp_web.config import Config, MemoryConfig
-from csp_web.context import Peer
-from csp_web.memory_sink import LOG_INTERVAL_S, MemorySink, open_memory_sink
+from csp_web.core.client import Client, ClientClosed, open_client
+from csp_web.core.context import Peer
+from csp_web.memory.sink.server import LOG_INTERVAL_S, MemorySink, open_memory_sink
 from protocol import CLOSED, NEED_DATA, Connection, ErrorCode, Reply, Status, Task
 from tests.conftest import Sink, sink_text, start_sink, wait_until
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from csp_web.daemon import build_op_table
+from csp_web.core.lifecycle import build_op_table
 from specialists import opsdoc
 from specialists.tool import tool_ops
 from specialists.web import web_ops

@@ -17,7 +17,6 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.client import open_client
 from csp_web.config import (
     Config,
     ConnectionConfig,
@@ -25,18 +24,19 @@ from csp_web.config import (
     OutboxConfig,
     SocketConfig,
 )
-from csp_web.connection import Shutdown, StreamOptions, serve_stream
-from csp_web.context import OpContext, Peer, Services
-from csp_web.dispatch import Dispatcher
-from csp_web.errors import OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.memory import MemoryWrite
-from csp_web.outbox import Outbox, open_outbox
-from csp_web.outbox_store import OutboxStore
-from csp_web.registry import Op, Registry
-from csp_web.replies import Result
-from csp_web.stats import Stats
-from csp_web.unix import Lease, serve_unix
+from csp_web.core.client import open_client
+from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.context import OpContext, Peer, Services
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op, Registry
+from csp_web.core.records import MemoryWrite
+from csp_web.core.replies import Result
+from csp_web.core.stats import Stats
+from csp_web.core.unix import Lease, serve_unix
+from csp_web.memory.outbox import Outbox, open_outbox
+from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import (
     Sink,
@@ -365,7 +365,7 @@ async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_op
 ) -> None:
     """An op admitted before the outbox filled still gets its audit record written, however
     many refused frames and pings arrive meanwhile (their records may not use the reserve)."""
-    from csp_web.memory import make_write
+    from csp_web.core.records import make_write
     from tests.harness import open_harness
 
     config = replace(config, outbox=OutboxConfig(max_pending=3, reserve=1))
@@ -418,7 +418,7 @@ async def _gated_memory(
 
 @asynccontextmanager
 async def _dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
-    from csp_web.daemon import build_dispatcher
+    from csp_web.core.lifecycle import build_dispatcher
     from tests.harness import TEST_OPS
 
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
@@ -596,7 +596,7 @@ async def test_a_relayed_frame_to_a_memory_specialist_that_is_down_names_its_soc
     config: Config,
 ) -> None:
     """Issue 9.8: memory_unavailable says which socket could not be reached."""
-    from csp_web.relay import MemoryRelay
+    from csp_web.memory.relay import MemoryRelay
 
     assert config.memory.socket_path is not None
     read = Task("read", "MEMORY", "CONTENT", None, (("ID", "r1"), ("PATH", "notes/x")))
@@ -619,8 +619,8 @@ def test_an_audit_record_is_the_json_record_of_its_fields(
 ) -> None:
     """M-1: the directly formatted audit record reads back as the same compact, key-sorted
     JSON that ``json_record`` writes, whatever the strings hold."""
-    from csp_web.dispatch import audit_record
-    from csp_web.memory import json_record
+    from csp_web.core.dispatch import audit_record
+    from csp_web.core.records import json_record
 
     task = Task("ping", "SYS", "PONG", None, (("ID", 'i"d\\'),))
     text = audit_record(task, peer, reply, 0.125, dict(extra))
@@ -640,7 +640,7 @@ async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_wait
     """Issue 9.8: at EOF with memory.socket_path set and nothing listening, the daemon does
     not spend its grace period waiting for a delivery that cannot happen (it used to wait the
     whole grace_period_s on every run); the write stays in the outbox."""
-    from csp_web.daemon import serve_daemon
+    from csp_web.core.lifecycle import serve_daemon
 
     grace_s = 600.0  # far past the bound below: waiting it out fails the test
     config = replace(config, daemon=replace(config.daemon, grace_period_s=grace_s))

@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.errors import OpError
-from csp_web.ratelimit import Bucket, MonthlyQuota, Rate, RateLimits
+from csp_web.core.errors import OpError
+from csp_web.infra.ratelimit import Bucket, MonthlyQuota, Rate, RateLimits
 
 
 async def test_burst_tokens_are_free_then_the_next_waits_for_refill(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from csp_web.errors import OpError
-from csp_web.replies import Result, cite, fail_reply, format_scope, ok_reply
+from csp_web.core.errors import OpError
+from csp_web.core.replies import Result, cite, fail_reply, format_scope, ok_reply
 from protocol import Connection, ErrorCode, Reply, Status, serialize
 
 

@@ -11,11 +11,11 @@ import sqlite3
 import pytest
 import trio
 
-from csp_web.client import ClientClosed, open_stream_client
 from csp_web.config import MemoryConfig
-from csp_web.context import Peer
-from csp_web.memory_sink import MemorySink, open_memory_sink
-from csp_web.sink_store import STORE_FILE, Retention, Row, SinkStore, content_hash
+from csp_web.core.client import ClientClosed, open_stream_client
+from csp_web.core.context import Peer
+from csp_web.memory.sink.server import MemorySink, open_memory_sink
+from csp_web.memory.sink.store import STORE_FILE, Retention, Row, SinkStore, content_hash
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import sink_text
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from csp_web.cli.replay import replay_in_memory, replay_over_socket
+from csp_web.cli.transcript import TranscriptError, line_matches, parse_transcript
 from csp_web.config import Config
-from csp_web.daemon import build_dispatcher
-from csp_web.outbox import open_outbox
-from csp_web.replay_runner import replay_in_memory, replay_over_socket
-from csp_web.transcript import TranscriptError, line_matches, parse_transcript
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.outbox import open_outbox
 from specialists import open_specialists
 from tests.conftest import Daemon, Sink
 
@@ -95,7 +95,7 @@ def test_replay_cli_runs_transcripts_in_process(tmp_path: Path) -> None:
 
     files = [str(p) for p in TRANSCRIPTS]  # memory_relay too: replay brings its own sink
     done = subprocess.run(
-        [sys.executable, "-m", "csp_web.cli", "replay", *files],
+        [sys.executable, "-m", "csp_web", "replay", *files],
         capture_output=True,
         text=True,
         timeout=120,
@@ -112,7 +112,7 @@ def test_replay_cli_exits_1_on_a_difference(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csp"
     bad.write_text("> TASK REQ:ping IN:SYS OUT:PONG\n>\n< STATUS FAIL\n<\n")
     done = subprocess.run(
-        [sys.executable, "-m", "csp_web.cli", "replay", str(bad)],
+        [sys.executable, "-m", "csp_web", "replay", str(bad)],
         capture_output=True,
         text=True,
         timeout=120,

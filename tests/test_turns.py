@@ -10,9 +10,9 @@ import trio
 import trio.testing
 
 from csp_web.config import AuditConfig, Config, ConnectionConfig
-from csp_web.connection import StreamOptions, serve_stream
-from csp_web.context import Peer
-from csp_web.turns import FairStarts, Seat
+from csp_web.core.connection import StreamOptions, serve_stream
+from csp_web.core.context import Peer
+from csp_web.core.turns import FairStarts, Seat
 from protocol import Connection, Reply
 from tests.harness import Harness, open_harness
 

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from csp_web.config import Config, SocketConfig
-from csp_web.unix import SocketSetupError, open_unix_listener
+from csp_web.core.unix import SocketSetupError, open_unix_listener
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status
 from tests.conftest import start_daemon
 

@@ -3,7 +3,7 @@
 change (``reload``). A new specialist adds its section module here, its field on ``Config``
 and its pool on ``SlotsConfig`` (docs/adding-an-op.md)."""
 
-from .core import (
+from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
     DaemonConfig,
@@ -14,13 +14,13 @@ from .core import (
     SocketConfig,
     TasksConfig,
 )
-from .errors import ConfigError
-from .exec import ExecConfig, ProgramRule
-from .guard import GuardConfig
-from .mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
-from .root import Config, daemon_paths
-from .tool import CronConfig, ToolConfig
-from .web import (
+from csp_web.config.errors import ConfigError
+from csp_web.config.exec import ExecConfig, ProgramRule
+from csp_web.config.guard import GuardConfig
+from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from csp_web.config.root import Config, daemon_paths
+from csp_web.config.tool import CronConfig, ToolConfig
+from csp_web.config.web import (
     ApiConfig,
     CacheConfig,
     FetchConfig,

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
-from .root import Config
+from csp_web.config.errors import ConfigError
+from csp_web.config.root import Config
 
 ENV_VAR = "CSP_WEB_CONFIG"
 T = typing.TypeVar("T")

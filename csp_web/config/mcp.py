@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import ClassVar
 
-from .errors import ConfigError
+from csp_web.config.errors import ConfigError
 
 # A SERVER field value: one token on a CSP/1 line, safe in logs and in a process title.
 _SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .root import Config
+from csp_web.config.root import Config
 
 # Dotted paths (a path covers everything under it) a reload applies.
 RELOADABLE = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .core import (
+from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
     DaemonConfig,
@@ -20,9 +20,9 @@ from .core import (
     SocketConfig,
     TasksConfig,
 )
-from .exec import refuse_private_workspaces
-from .tool import ToolConfig
-from .web import WebConfig
+from csp_web.config.exec import refuse_private_workspaces
+from csp_web.config.tool import ToolConfig
+from csp_web.config.web import WebConfig
 
 
 @dataclass(frozen=True)

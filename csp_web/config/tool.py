@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .exec import ExecConfig
-from .mcp import McpConfig
+from csp_web.config.exec import ExecConfig
+from csp_web.config.mcp import McpConfig
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .guard import GuardConfig
+from csp_web.config.guard import GuardConfig
 
 
 @dataclass(frozen=True)

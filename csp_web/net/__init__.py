@@ -8,13 +8,12 @@
 """
 
 from csp_web.config.guard import GuardConfig
-
-from .client import GuardedClient, open_guarded_client
-from .denylist import check_address, deny_rule
-from .resolver import Resolver, SystemResolver
-from .result import FetchResult, decode_text
-from .settings import GuardSettings
-from .urlgate import ParsedUrl, check_url
+from csp_web.net.client import GuardedClient, open_guarded_client
+from csp_web.net.denylist import check_address, deny_rule
+from csp_web.net.resolver import Resolver, SystemResolver
+from csp_web.net.result import FetchResult, decode_text
+from csp_web.net.settings import GuardSettings
+from csp_web.net.urlgate import ParsedUrl, check_url
 
 __all__ = [
     "FetchResult",

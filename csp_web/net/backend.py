@@ -20,11 +20,10 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
+from csp_web.net.resolver import Resolver, resolve_checked
+from csp_web.net.settings import GuardSettings
 from protocol import ErrorCode
-
-from .resolver import Resolver, resolve_checked
-from .settings import GuardSettings
 
 
 class PinnedBackend(httpcore.AsyncNetworkBackend):

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
 ACCEPT_ENCODING = "gzip, deflate"

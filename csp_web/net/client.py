@@ -22,12 +22,10 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
-from csp_web.errors import OpError
-from protocol import ErrorCode
-
-from .backend import GuardedTransport, PinnedBackend
-from .body import ACCEPT_ENCODING, check_header_bytes, read_capped
-from .redirects import (
+from csp_web.core.errors import OpError
+from csp_web.net.backend import GuardedTransport, PinnedBackend
+from csp_web.net.body import ACCEPT_ENCODING, check_header_bytes, read_capped
+from csp_web.net.redirects import (
     Hop,
     body_headers_dropped,
     carries_credentials,
@@ -36,12 +34,13 @@ from .redirects import (
     next_hop,
     without,
 )
-from .resolver import Resolver, SystemResolver
-from .result import FetchResult, parse_content_type
-from .robots import RobotsCache
-from .settings import GuardSettings
-from .translate import translate
-from .urlgate import ParsedUrl, check_url
+from csp_web.net.resolver import Resolver, SystemResolver
+from csp_web.net.result import FetchResult, parse_content_type
+from csp_web.net.robots import RobotsCache
+from csp_web.net.settings import GuardSettings
+from csp_web.net.translate import translate
+from csp_web.net.urlgate import ParsedUrl, check_url
+from protocol import ErrorCode
 
 T = TypeVar("T")
 # The client decides these; a caller's value would break Host pinning or our own decoding.

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import httpx
 
 from csp_web.config.guard import GuardConfig
-
-from .urlgate import ParsedUrl, check_characters, check_url
+from csp_web.net.urlgate import ParsedUrl, check_characters, check_url
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Headers that carry a caller's identity (curl and requests strip the same set cross-origin).

@@ -15,10 +15,9 @@ from typing import Protocol
 import trio
 
 from csp_web.config.guard import GuardConfig, split_allow_list
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
+from csp_web.net.denylist import IPAddress, check_address
 from protocol import ErrorCode
-
-from .denylist import IPAddress, check_address
 
 
 class Resolver(Protocol):

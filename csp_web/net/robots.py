@@ -26,11 +26,10 @@ import trio
 from protego import Protego
 
 from csp_web.config.guard import GuardConfig
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
+from csp_web.net.result import FetchResult
+from csp_web.net.urlgate import ParsedUrl
 from protocol import ErrorCode
-
-from .result import FetchResult
-from .urlgate import ParsedUrl
 
 FetchRobots = Callable[[ParsedUrl], Awaitable[FetchResult]]
 

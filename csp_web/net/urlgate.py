@@ -35,10 +35,9 @@ from dataclasses import dataclass
 import idna
 
 from csp_web.config.guard import HOST_LABEL, GuardConfig, split_allow_list
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
+from csp_web.net.denylist import IPAddress, check_address
 from protocol import ErrorCode
-
-from .denylist import IPAddress, check_address
 
 DEFAULT_PORTS = {"https": 443, "http": 80}
 _PORT = re.compile(r"[0-9]{1,5}")

@@ -31,11 +31,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from csp_web.context import OpContext
-from csp_web.errors import OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.context import OpContext
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result
 from protocol import ErrorCode, Field
 
 from .cron import (

@@ -14,15 +14,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from csp_web.cache import Cache, open_cache
 from csp_web.config import Config, ExecConfig, daemon_paths
-from csp_web.context import OpContext
-from csp_web.deadlines import budget_ms, work_seconds
-from csp_web.errors import OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.memory import json_record
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import budget_ms, work_seconds
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.records import json_record
+from csp_web.core.replies import Result
+from csp_web.infra.cache import Cache, open_cache
 from protocol import ErrorCode
 
 from .exec import (

@@ -18,12 +18,12 @@ import trio
 
 from csp_web.config import Config
 from csp_web.config.mcp import McpConfig
-from csp_web.context import OpContext
-from csp_web.deadlines import work_deadline
-from csp_web.errors import OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import work_deadline
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result
 from protocol import ErrorCode
 
 if TYPE_CHECKING:

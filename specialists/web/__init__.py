@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from csp_web.registry import Op
+from csp_web.core.ops import Op
 
 
 def web_ops() -> list[Op]:

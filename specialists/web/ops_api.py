@@ -38,14 +38,14 @@ import httpx
 import trio
 
 from csp_web.config import ApiConfig, WebConfig
-from csp_web.context import OpContext
-from csp_web.deadlines import work_seconds
-from csp_web.errors import FieldError, OpError
-from csp_web.fields import FieldSpec, Params
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import work_seconds
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result, cite
+from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult
-from csp_web.ratelimit import resume_at
-from csp_web.registry import Op
-from csp_web.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from .services import WebServices, record_web_op, web_services

@@ -37,12 +37,12 @@ from typing import Any
 import trio
 
 from csp_web.config import SearchConfig
-from csp_web.context import OpContext
-from csp_web.deadlines import work_seconds
-from csp_web.errors import FieldError, OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.registry import Op
-from csp_web.replies import Result, cite
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import work_seconds
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from .pages import load_page

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import trio
 
-from csp_web.context import OpContext
-from csp_web.errors import FieldError, OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.registry import Op
-from csp_web.replies import Result, cite
+from csp_web.core.context import OpContext
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from .pages import load_for_op, op_deadline

@@ -14,13 +14,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from csp_web.cache import Cache, open_cache
 from csp_web.config import Config, WebConfig
-from csp_web.context import OpContext
-from csp_web.errors import OpError
-from csp_web.memory import json_record
+from csp_web.core.context import OpContext
+from csp_web.core.errors import OpError
+from csp_web.core.records import json_record
+from csp_web.infra.cache import Cache, open_cache
+from csp_web.infra.ratelimit import Rate, RateLimits
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
-from csp_web.ratelimit import Rate, RateLimits
 
 
 @dataclass

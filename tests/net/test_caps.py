@@ -8,7 +8,7 @@ import zlib
 import pytest
 import trio
 
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from csp_web.net import GuardedClient
 from csp_web.net.body import CappedDecoder
 from protocol import ErrorCode

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from csp_web.net import GuardConfig, check_address, deny_rule
 from csp_web.net.denylist import IPV4_RULES, IPV6_RULES, Rule
 from protocol import ErrorCode

@@ -20,15 +20,15 @@ import trio
 import trio.lowlevel
 
 from csp_web.config import Config, CronConfig, ToolConfig
-from csp_web.context import OpContext, Peer
-from csp_web.daemon import build_dispatcher
-from csp_web.dispatch import Dispatcher
-from csp_web.errors import OpError
-from csp_web.fields import FieldSpec, Params
-from csp_web.memory import MemoryWrite
-from csp_web.outbox import open_outbox
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.context import OpContext, Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.core.ops import Op
+from csp_web.core.records import MemoryWrite
+from csp_web.core.replies import Result
+from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
 from specialists.tool.cron import CronService, open_cron
 from specialists.tool.ops_cron import OPS, cron_extras

@@ -12,9 +12,9 @@ import pytest
 import trio.testing
 
 from csp_web.config import Config, SocketConfig
-from csp_web.context import Peer
-from csp_web.daemon import build_dispatcher
-from csp_web.outbox import open_outbox
+from csp_web.core.context import Peer
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.outbox import open_outbox
 from protocol import Connection, Field, Reply, Status, Task
 from specialists.tool.cron import store_path
 from specialists.tool.ops_cron import OPS

@@ -10,10 +10,10 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.client import open_client
 from csp_web.config import Config
-from csp_web.daemon import serve_daemon
-from csp_web.dispatch import Dispatcher
+from csp_web.core.client import open_client
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import serve_daemon
 from protocol import Reply, Status, Task
 from specialists.tool.cron import open_cron, store_path
 from specialists.tool.ops_cron import OPS, cron_extras

@@ -10,10 +10,10 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
-from csp_web.context import OpContext
-from csp_web.fields import Params
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.context import OpContext
+from csp_web.core.fields import Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result
 from protocol import Reply, Status
 from specialists.tool.cron.jobs import INTERRUPTED
 from tests.tool.cron_support import (

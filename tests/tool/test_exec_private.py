@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
 
@@ -64,7 +64,7 @@ def test_a_config_file_with_such_a_root_exits_2_naming_it(tmp_path: os.PathLike[
             f"daemon: {{state_dir: {state}}}\ntool: {{exec: {{workspace_roots: [{tmp_path}]}}}}\n"
         )
     done = subprocess.run(
-        [sys.executable, "-m", "csp_web.cli", "check-config", path],
+        [sys.executable, "-m", "csp_web", "check-config", path],
         capture_output=True,
         env={**os.environ, "PYTHONPATH": os.getcwd()},
         timeout=60,
@@ -101,9 +101,9 @@ _NON_ROOT_DAEMON = textwrap.dedent(
     import json, os, socket, sys
     import trio
     from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
-    from csp_web.context import Peer
-    from csp_web.daemon import build_dispatcher
-    from csp_web.outbox import open_outbox
+    from csp_web.core.context import Peer
+    from csp_web.core.lifecycle import build_dispatcher
+    from csp_web.memory.outbox import open_outbox
     from protocol import Task
     from specialists.tool import tool_ops
     from specialists.tool.ops_exec import open_exec_services

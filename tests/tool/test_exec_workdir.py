@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from specialists.tool.exec._request import open_working_dir
 from specialists.tool.exec._sandbox import wrap_argv
 from tests.tool.exec_support import bare_sandbox, make_config, scratch_dir

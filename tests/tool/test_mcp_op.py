@@ -11,10 +11,10 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, StdioServerConfig, ToolConfig
-from csp_web.context import Peer
-from csp_web.daemon import build_dispatcher
-from csp_web.dispatch import Dispatcher
-from csp_web.outbox import open_outbox
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists import open_specialists
 from specialists.tool import tool_ops

@@ -13,11 +13,11 @@ import trio
 import trustme
 
 from csp_web.config import Config, DaemonConfig, WebConfig
-from csp_web.daemon import build_dispatcher
-from csp_web.dispatch import Dispatcher
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.core.ops import Op
+from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
-from csp_web.outbox import open_outbox
-from csp_web.registry import Op
 from specialists.web.services import WebServices, open_web_services
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin

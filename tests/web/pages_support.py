@@ -9,8 +9,8 @@ from collections.abc import Callable
 import trio
 import trio.lowlevel
 
-from csp_web.context import Peer
-from csp_web.dispatch import Dispatcher
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
 from protocol import Field, Reply, Task
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply

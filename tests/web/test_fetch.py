@@ -13,8 +13,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from csp_web.connection import Shutdown
-from csp_web.context import Peer
+from csp_web.core.connection import Shutdown
+from csp_web.core.context import Peer
 from protocol import Reply, Status, Task
 from specialists.web.extract import extract_article
 from specialists.web.ops_fetch import OPS

@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.infra.ratelimit import MAX_PAUSE_S, resume_at
 from csp_web.net import FetchResult
-from csp_web.ratelimit import MAX_PAUSE_S, resume_at
 from specialists.web.search import brave, duckduckgo, searxng
 from specialists.web.search.base import BackendFailure, Hit, SearchQuery, clean_text
 from specialists.web.search.chain import Breaker

@@ -142,7 +142,7 @@ async def test_inline_query_text_fills_query(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:
     """D-4: inline text fills QUERY."""
-    from csp_web.context import Peer
+    from csp_web.core.context import Peer
     from protocol import Task
 
     origin.routes["/brave"] = serve("brave_web_search.json")

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from csp_web.context import Peer
-from csp_web.errors import OpError
-from csp_web.fields import Params
-from csp_web.registry import Op
-from csp_web.replies import Result
+from csp_web.core.context import Peer
+from csp_web.core.errors import OpError
+from csp_web.core.fields import Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result
 from protocol import ErrorCode, Status, Task
 from specialists.web.services import WebServices, record_web_op, web_services
 from tests.web.conftest import DispatcherFactory
@@ -20,7 +20,7 @@ async def test_web_op_record_is_queued_for_memory_on_success_and_failure(
     make_dispatcher: DispatcherFactory, web: WebServices
 ) -> None:
     async def good(params: Params, ctx: object) -> Result:
-        from csp_web.context import OpContext
+        from csp_web.core.context import OpContext
 
         assert isinstance(ctx, OpContext)
         assert web_services(ctx) is web
@@ -29,7 +29,7 @@ async def test_web_op_record_is_queued_for_memory_on_success_and_failure(
         return Result("fine")
 
     async def bad(params: Params, ctx: object) -> Result:
-        from csp_web.context import OpContext
+        from csp_web.core.context import OpContext
 
         assert isinstance(ctx, OpContext)
         async with record_web_op(ctx, "probe", "https://origin.test/y"):

@@ -11,9 +11,9 @@ from contextlib import asynccontextmanager
 import pytest
 
 from csp_web.config import Config, SummarizeConfig
-from csp_web.daemon import build_dispatcher
-from csp_web.dispatch import Dispatcher
-from csp_web.outbox import open_outbox
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status
 from specialists.web.ops_summarize import OPS
 from specialists.web.services import WebServices

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from csp_web.config import Config
-from csp_web.dispatch import Dispatcher
+from csp_web.core.dispatch import Dispatcher
 
 from .jobs import Job
 from .service import CronService, WallClock, system_now

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config import CronConfig
-from csp_web.context import Peer
-from csp_web.dispatch import Dispatcher
-from csp_web.errors import OpError
-from csp_web.fields import validate
-from csp_web.memory import json_record, make_write
-from csp_web.replies import fail_reply
-from csp_web.unix import allowed_uids
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.errors import OpError
+from csp_web.core.fields import validate
+from csp_web.core.records import json_record, make_write
+from csp_web.core.replies import fail_reply
+from csp_web.core.unix import allowed_uids
 from protocol import ErrorCode, Reply, Status, Task
 
 from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome, task_summary

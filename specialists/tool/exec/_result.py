@@ -13,7 +13,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
 from ._errors import SCOPE

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config.exec import ExecConfig
-from csp_web.errors import OpError
+from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
 from ._capture import CappedOutput, drain

@@ -24,8 +24,8 @@ from mcp.types import (
 )
 
 from csp_web.config.mcp import McpConfig
-from csp_web.errors import OpError
-from csp_web.fields import MAX_JSON_DEPTH, json_depth
+from csp_web.core.errors import OpError
+from csp_web.core.fields import MAX_JSON_DEPTH, json_depth
 from protocol import ErrorCode
 
 from .errors import cap, tool_error

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import trio
 
 from csp_web.config import SearchConfig, SearchProvider
-from csp_web.errors import OpError
-from csp_web.ratelimit import MonthlyQuota, resume_at
+from csp_web.core.errors import OpError
+from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from specialists.web.services import WebServices, quota_path
 
 from . import brave, duckduckgo, rank, searxng

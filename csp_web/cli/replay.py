@@ -16,14 +16,14 @@ from dataclasses import replace
 import trio
 import trio.testing
 
-from .config import Config
-from .connection import Shutdown, StreamOptions, serve_stream
-from .context import Peer
-from .daemon import build_dispatcher
-from .dispatch import Dispatcher
-from .memory_sink import serve_memory_sink
-from .outbox import open_outbox
-from .transcript import Transcript, TranscriptError, parse_transcript, replay
+from csp_web.cli.transcript import Transcript, TranscriptError, parse_transcript, replay
+from csp_web.config import Config
+from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.outbox import open_outbox
+from csp_web.memory.sink.server import serve_memory_sink
 
 
 async def replay_in_memory(transcript: Transcript, dispatcher: Dispatcher) -> list[str]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from .context import OpContext
-from .fields import Params
-from .registry import Op, Registry
-from .replies import Result
-from .stats import Stats
+from csp_web.core.context import OpContext
+from csp_web.core.fields import Params
+from csp_web.core.ops import Op, Registry
+from csp_web.core.replies import Result
+from csp_web.core.stats import Stats
 
 
 async def ping(params: Params, ctx: OpContext) -> Result:

@@ -10,14 +10,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from csp_web.core.errors import FieldError
+from csp_web.core.fields import FieldSpec, Params
 from protocol import ErrorCode, Task
 
-from .errors import FieldError
-from .fields import FieldSpec, Params
-
 if TYPE_CHECKING:
-    from .context import OpContext
-    from .replies import Result
+    from csp_web.core.context import OpContext
+    from csp_web.core.replies import Result
 
 Handler = Callable[[Params, "OpContext"], Awaitable["Result"]]
 

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.core.client import Client, ClientClosed, PendingCall, open_client
 from protocol import CLOSED, NEED_DATA, Connection, Limits, ProtocolError, Reply, Status, Task
 from protocol import serialize as serialize_frame
-
-from .client import Client, ClientClosed, PendingCall, open_client
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 _LIMITS = Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from .memory import MemoryWrite
+from csp_web.core.records import MemoryWrite
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (

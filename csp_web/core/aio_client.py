@@ -15,9 +15,8 @@ import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 
+from csp_web.core.client import ClientClosed, as_task, new_id_prefix
 from protocol import CLOSED, NEED_DATA, Connection, Limits, ProtocolError, Reply, Task
-
-from .client import ClientClosed, as_task, new_id_prefix
 
 __all__ = ["AsyncioClient", "ClientClosed", "open_asyncio_client"]
 

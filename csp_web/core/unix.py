@@ -24,13 +24,12 @@ from typing import Protocol
 
 import trio
 
+from csp_web.config import SocketConfig
+from csp_web.core.context import Peer
+from csp_web.core.errors import OpError
+from csp_web.core.replies import fail_reply
+from csp_web.core.systemd import inherited_unix_listener
 from protocol import ErrorCode, serialize
-
-from .config import SocketConfig
-from .context import Peer
-from .errors import OpError
-from .replies import fail_reply
-from .systemd import inherited_unix_listener
 
 log = logging.getLogger("csp_web.unix")
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid

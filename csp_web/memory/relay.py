@@ -11,12 +11,11 @@ import secrets
 
 import trio
 
+from csp_web.config import MemoryConfig
+from csp_web.core.client import ClientClosed
+from csp_web.core.errors import OpError
+from csp_web.memory.link import MemoryLink, socket_link
 from protocol import ErrorCode, Reply, Task
-
-from .client import ClientClosed
-from .config import MemoryConfig
-from .errors import OpError
-from .memory_link import MemoryLink, socket_link
 
 # What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4).
 DAEMON_TYPES = frozenset({"audit", "exec_log", "web_op", "cron_run", "cron_due"})

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from csp_web.core.errors import FieldError
 from protocol import ErrorCode, Task
-
-from .errors import FieldError
 
 Kind = Literal["text", "int", "bool", "choice", "json"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Config
-from .memory import MemoryWrite, Source, make_write
-from .outbox import Outbox
+from csp_web.config import Config
+from csp_web.core.records import MemoryWrite, Source, make_write
+from csp_web.memory.outbox import Outbox
 
 
 @dataclass(frozen=True)

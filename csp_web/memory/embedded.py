@@ -16,10 +16,10 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from .config import Config
-from .context import Peer
-from .memory_link import MemoryLink, socket_link
-from .memory_sink import MemorySink, open_memory_sink
+from csp_web.config import Config
+from csp_web.core.context import Peer
+from csp_web.memory.link import MemoryLink, socket_link
+from csp_web.memory.sink.server import MemorySink, open_memory_sink
 
 EMBEDDED = "embedded"
 

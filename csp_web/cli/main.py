@@ -22,12 +22,12 @@ from importlib import resources
 
 import trio
 
-from . import __version__
-from .cli_send import SendOptions, leaves, send_main
-from .config import Config, ConfigError
-from .config.load import load_config
-from .logs import setup_logging
-from .unix import SocketSetupError
+from csp_web import __version__
+from csp_web.cli.send import SendOptions, leaves, send_main
+from csp_web.config import Config, ConfigError
+from csp_web.config.load import load_config
+from csp_web.core.logs import setup_logging
+from csp_web.core.unix import SocketSetupError
 
 log = logging.getLogger("csp_web.cli")
 
@@ -159,10 +159,9 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
+    from csp_web.core.lifecycle import StateDirBusy, hold_state_dir, open_stdio_stream, serve_daemon
+    from csp_web.core.systemd import activated_socket_path
     from specialists import open_specialists
-
-    from .daemon import StateDirBusy, hold_state_dir, open_stdio_stream, serve_daemon
-    from .systemd import activated_socket_path
 
     # Read systemd's variables (and drop them) before any child process starts.
     activated = activated_socket_path()
@@ -212,7 +211,7 @@ def _send(args: argparse.Namespace, config: Config) -> int:
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
-    from .replay_runner import replay_files
+    from csp_web.cli.replay import replay_files
 
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
         # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
@@ -222,7 +221,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
 
 
 def _sink(args: argparse.Namespace, config: Config) -> int:
-    from .memory_sink import serve_memory_sink
+    from csp_web.memory.sink.server import serve_memory_sink
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:

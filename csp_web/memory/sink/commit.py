@@ -22,10 +22,9 @@ from typing import Protocol
 
 import trio
 
+from csp_web.core.errors import OpError
+from csp_web.memory.sink.store import Row, SinkStore, check_path, content_hash
 from protocol import ErrorCode
-
-from .errors import OpError
-from .sink_store import Row, SinkStore, check_path, content_hash
 
 log = logging.getLogger("csp_web.memory_sink")
 

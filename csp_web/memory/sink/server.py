@@ -28,6 +28,14 @@ from dataclasses import dataclass, field
 
 import trio
 
+from csp_web.config import ConnectionConfig, MemoryConfig, SocketConfig, TasksConfig
+from csp_web.core.context import Peer
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import ID_PATTERN, FieldSpec, Params, parse_timeout_ms, validate
+from csp_web.core.replies import Result, fail_reply, ok_reply
+from csp_web.core.unix import Lease, prepare_socket_directory, serve_unix
+from csp_web.memory.sink.commit import GroupCommit
+from csp_web.memory.sink.store import Retention, SinkStore
 from protocol import (
     CLOSED,
     NEED_DATA,
@@ -39,15 +47,6 @@ from protocol import (
     Task,
     serialize,
 )
-
-from .config import ConnectionConfig, MemoryConfig, SocketConfig, TasksConfig
-from .context import Peer
-from .errors import FieldError, OpError
-from .fields import ID_PATTERN, FieldSpec, Params, parse_timeout_ms, validate
-from .replies import Result, fail_reply, ok_reply
-from .sink_commit import GroupCommit
-from .sink_store import Retention, SinkStore
-from .unix import Lease, prepare_socket_directory, serve_unix
 
 __all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
 

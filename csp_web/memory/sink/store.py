@@ -16,9 +16,8 @@ import os
 import sqlite3
 from dataclasses import dataclass
 
+from csp_web.core.errors import OpError
 from protocol import ErrorCode
-
-from .errors import OpError
 
 STORE_FILE = "memory.sqlite3"
 

@@ -6,9 +6,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from csp_web.core.errors import OpError
 from protocol import Field, Reply, Status
-
-from .errors import OpError
 
 
 @dataclass(frozen=True)

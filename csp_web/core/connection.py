@@ -26,6 +26,13 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.config import ConnectionConfig
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.errors import OpError
+from csp_web.core.replies import fail_reply
+from csp_web.core.turns import FairStarts, Seat
+from csp_web.core.unix import Lease
 from protocol import (
     CLOSED,
     NEED_DATA,
@@ -37,14 +44,6 @@ from protocol import (
     Task,
     serialize,
 )
-
-from .config import ConnectionConfig
-from .context import Peer
-from .dispatch import Dispatcher
-from .errors import OpError
-from .replies import fail_reply
-from .turns import FairStarts, Seat
-from .unix import Lease
 
 log = logging.getLogger("csp_web.connection")
 _RECEIVE_BYTES = 65536

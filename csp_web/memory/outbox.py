@@ -30,14 +30,13 @@ from typing import TypeVar
 
 import trio
 
+from csp_web.config import MemoryConfig, OutboxConfig
+from csp_web.core.client import Client, ClientClosed, PendingBatch
+from csp_web.core.errors import OpError
+from csp_web.core.records import MemoryWrite, json_record, make_write
+from csp_web.memory.link import MemoryLink, socket_link
+from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode, Reply, Status, serialize
-
-from .client import Client, ClientClosed, PendingBatch
-from .config import MemoryConfig, OutboxConfig
-from .errors import OpError
-from .memory import MemoryWrite, json_record, make_write
-from .memory_link import MemoryLink, socket_link
-from .outbox_store import OutboxStore
 
 log = logging.getLogger("csp_web.outbox")
 T = TypeVar("T")

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from .client import Client, open_stream_client
-from .config import MemoryConfig
+from csp_web.config import MemoryConfig
+from csp_web.core.client import Client, open_stream_client
 
 Connect = Callable[[], Awaitable[trio.abc.Stream]]
 

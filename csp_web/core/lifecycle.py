@@ -28,21 +28,22 @@ from typing import Any
 
 import trio
 
-from . import __version__, systemd
-from .config import Config, ConfigError
-from .config.reload import Reloader, ReloadPlan, apply_reload, plan_reload
-from .connection import Shutdown, StreamOptions, serve_stream
-from .context import Peer, Services
-from .dispatch import Dispatcher
-from .memory_embedded import describe, open_memory_link
-from .memory_link import MemoryLink
-from .outbox import Outbox, open_outbox
-from .registry import Op, Registry
-from .relay import MemoryRelay
-from .stats import ReloadRecord, Stats
-from .sysops import make_sys_ops
-from .turns import FairStarts
-from .unix import Gate, Lease, allowed_uids, serve_unix
+from csp_web import __version__
+from csp_web.config import Config, ConfigError
+from csp_web.config.reload import Reloader, ReloadPlan, apply_reload, plan_reload
+from csp_web.core import systemd
+from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.context import Peer, Services
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.ops import Op, Registry
+from csp_web.core.stats import ReloadRecord, Stats
+from csp_web.core.sysops import make_sys_ops
+from csp_web.core.turns import FairStarts
+from csp_web.core.unix import Gate, Lease, allowed_uids, serve_unix
+from csp_web.memory.embedded import describe, open_memory_link
+from csp_web.memory.link import MemoryLink
+from csp_web.memory.outbox import Outbox, open_outbox
+from csp_web.memory.relay import MemoryRelay
 
 log = logging.getLogger("csp_web.daemon")
 

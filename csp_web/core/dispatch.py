@@ -15,18 +15,17 @@ from typing import Any
 
 import trio
 
+from csp_web.core.admission import Slots
+from csp_web.core.context import OpContext, Peer, Services
+from csp_web.core.deadlines import task_deadline
+from csp_web.core.errors import OpError
+from csp_web.core.fields import check_id, parse_timeout_ms, validate
+from csp_web.core.ops import Op, Registry
+from csp_web.core.records import json_record, make_write
+from csp_web.core.replies import fail_reply, ok_reply
+from csp_web.core.stats import Stats
+from csp_web.memory.relay import MemoryRelay
 from protocol import ErrorCode, Reply, Status, Task
-
-from .admission import Slots
-from .context import OpContext, Peer, Services
-from .deadlines import task_deadline
-from .errors import OpError
-from .fields import check_id, parse_timeout_ms, validate
-from .memory import json_record, make_write
-from .registry import Op, Registry
-from .relay import MemoryRelay
-from .replies import fail_reply, ok_reply
-from .stats import Stats
 
 log = logging.getLogger("csp_web.dispatch")
 

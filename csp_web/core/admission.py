@@ -11,9 +11,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from csp_web.core.errors import Busy
 from protocol import ErrorCode
-
-from .errors import Busy
 
 
 class Slots:

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.core.errors import OpError
 from protocol import ErrorCode
-
-from .errors import OpError
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The reference Memory Specialist (``csp-web memory-sink``): its ops, store and commits."""
