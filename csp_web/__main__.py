@@ -2,6 +2,6 @@
 
 import sys
 
-from csp_web.cli.main import main
+from csp_web.cli import main
 
 sys.exit(main())

@@ -32,11 +32,9 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     ("csp_web.net", 3, "net"),
     ("csp_web.infra", 3, "infra"),
     ("csp_web.cron", 3, "cron"),
-    ("specialists.tool.cron", 3, "cron"),
     ("specialists", 4, "specialists"),
     ("specialists.web", 4, "specialists.web"),
     ("specialists.tool", 4, "specialists.tool"),
-    ("specialists.opsdoc", 5, "app"),
     ("csp_web.app", 5, "app"),
     ("csp_web.cli", 5, "cli"),
 )
@@ -60,7 +58,7 @@ PUBLIC_CORE = frozenset(
 
 KNOWN: frozenset[str] = frozenset(
     {
-        "layer: csp_web.cli.main -> specialists",
+        "layer: csp_web.cli.commands -> specialists",
         "layer: csp_web.cli.replay -> specialists",
         "layer: csp_web.core.context -> csp_web.memory.outbox",
         "layer: csp_web.core.lifecycle -> csp_web.memory.embedded",
@@ -68,11 +66,11 @@ KNOWN: frozenset[str] = frozenset(
         "layer: csp_web.core.lifecycle -> csp_web.memory.outbox",
         "layer: csp_web.core.lifecycle -> csp_web.memory.relay",
         "layer: csp_web.core.dispatch -> csp_web.memory.relay",
-        "private: specialists.tool.cron.lifecycle -> csp_web.core.dispatch",
-        "private: specialists.tool.cron.service -> csp_web.core.dispatch",
-        "private: specialists.tool.cron.service -> csp_web.core.unix",
-        "reply: specialists.tool.cron.service builds Reply(",
-        "reply: specialists.tool.cron.service calls fail_reply(",
+        "private: csp_web.cron.lifecycle -> csp_web.core.dispatch",
+        "private: csp_web.cron.service -> csp_web.core.dispatch",
+        "private: csp_web.cron.service -> csp_web.core.unix",
+        "reply: csp_web.cron.service builds Reply(",
+        "reply: csp_web.cron.service calls fail_reply(",
         "reply: csp_web.memory.relay builds Reply(",
         "reply: csp_web.memory.sink.server calls fail_reply(",
     }
@@ -274,4 +272,4 @@ def test_the_scan_sees_lazy_and_type_checking_imports() -> None:
     lazy = ast.parse("def f():\n    from csp_web import context\nif TYPE_CHECKING:\n    import x\n")
     names = [n for n in ast.walk(lazy) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert len(names) == 2
-    assert ("csp_web.cli.main", "csp_web.config.load") in edges()
+    assert ("csp_web.cli.commands", "csp_web.config.load") in edges()

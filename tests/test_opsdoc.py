@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from csp_web.app import opsdoc
 from csp_web.core.lifecycle import build_op_table
-from specialists import opsdoc
 from specialists.tool import tool_ops
 from specialists.web import web_ops
 
@@ -13,7 +13,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
 
 
 def test_ops_reference_is_up_to_date() -> None:
-    """D-1: regenerate with `python -m specialists.opsdoc > docs/ops.md`."""
+    """D-1: regenerate with `python -m csp_web.app.opsdoc > docs/ops.md`."""
     assert DOC.read_text("utf-8") == opsdoc.render(build_op_table([*web_ops(), *tool_ops()]))
 
 

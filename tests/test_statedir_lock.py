@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from csp_web.core.client import open_client
-from csp_web.core.lifecycle import LOCK_FILE, StateDirBusy, hold_state_dir
+from csp_web.core.statedir import LOCK_FILE, StateDirBusy, hold_state_dir
 from protocol import Status, Task
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"

@@ -1,2 +1,6 @@
 """The command line: ``serve``, ``send``, ``replay``, ``memory-sink``, ``config``,
-``check-config`` (``csp_web.cli.main``)."""
+``check-config``. ``main`` (in ``commands``) is the ``csp-web`` console script."""
+
+from csp_web.cli.commands import main
+
+__all__ = ["main"]

@@ -7,14 +7,10 @@ to every frame already received but not started; in-flight frames finish and rep
 gives the counts. Then the outbox gets what is left of the grace period to deliver pending
 memory writes (the rest stay on disk for the next start). A second signal cancels at once.
 ``serve_daemon`` returns how many tasks the grace period cut (the CLI exits 4 when any).
-
-One daemon owns a state directory: ``hold_state_dir`` keeps an exclusive lock on it for the
-daemon's life, so two daemons never fire the same cron run or write back each other's jobs.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import gc
 import logging
@@ -22,8 +18,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -46,54 +41,6 @@ from csp_web.memory.outbox import Outbox, open_outbox
 from csp_web.memory.relay import MemoryRelay
 
 log = logging.getLogger("csp_web.daemon")
-
-LOCK_FILE = "daemon.lock"
-
-
-class StateDirBusy(Exception):
-    """Another process holds the state directory's lock (``pid`` None: it wrote none yet)."""
-
-    def __init__(self, state_dir: str, pid: int | None) -> None:
-        super().__init__(state_dir, pid)
-        self.state_dir = state_dir
-        self.pid = pid
-
-    def __str__(self) -> str:
-        holder = f"pid {self.pid}" if self.pid is not None else "a process that wrote no pid"
-        return (
-            f"state dir {self.state_dir} is in use by another csp-web daemon ({holder});"
-            " give each daemon its own daemon.state_dir"
-        )
-
-
-@contextmanager
-def hold_state_dir(state_dir: str) -> Iterator[str]:
-    """Hold an exclusive lock on ``state_dir`` (made 0700 if missing) until the block ends;
-    yields the lock file's path. Raises StateDirBusy naming the holder's pid, OSError when
-    the directory cannot be used.
-
-    The lock is an flock on ``<state_dir>/daemon.lock``, taken without waiting: the kernel
-    drops it when its holder exits however it exits (kill -9 included), so a stale file never
-    blocks a start. The descriptor is close-on-exec: commands and MCP servers never inherit it.
-    """
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    path = os.path.join(state_dir, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StateDirBusy(state_dir, _lock_holder(fd)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield path
-    finally:
-        os.close(fd)
-
-
-def _lock_holder(fd: int) -> int | None:
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
 
 
 def build_dispatcher(
@@ -120,17 +67,6 @@ def build_dispatcher(
 def build_op_table(ops: Sequence[Op]) -> list[Op]:
     """Every op a daemon with ``ops`` serves, sorted by (IN, REQ), for documentation."""
     return list(Registry([*make_sys_ops([], Stats()), *ops]))
-
-
-def open_stdio_stream() -> trio.StapledStream[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
-    """The wire on stdin/stdout. fd 1 is then pointed at stderr and fd 0 at /dev/null, so a
-    stray print or a child process can never write into (or read from) the protocol stream."""
-    wire_out, wire_in = os.dup(1), os.dup(0)
-    os.dup2(2, 1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    return trio.StapledStream(trio.lowlevel.FdStream(wire_out), trio.lowlevel.FdStream(wire_in))
 
 
 async def serve_daemon(

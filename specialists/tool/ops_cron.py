@@ -36,9 +36,7 @@ from csp_web.core.errors import OpError
 from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
-from protocol import ErrorCode, Field
-
-from .cron import (
+from csp_web.cron import (
     MISSED_POLICIES,
     CronService,
     Job,
@@ -51,6 +49,7 @@ from .cron import (
     parse_schedule,
     serve_cron,
 )
+from protocol import ErrorCode, Field
 
 __all__ = ["OPS", "cron_extras", "open_cron", "serve_cron"]
 

@@ -28,9 +28,9 @@ from csp_web.core.lifecycle import build_dispatcher
 from csp_web.core.ops import Op
 from csp_web.core.records import MemoryWrite
 from csp_web.core.replies import Result
+from csp_web.cron import CronService, open_cron
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
-from specialists.tool.cron import CronService, open_cron
 from specialists.tool.ops_cron import OPS, cron_extras
 
 UTC = datetime.UTC

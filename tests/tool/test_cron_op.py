@@ -14,9 +14,9 @@ import trio.testing
 from csp_web.config import Config, SocketConfig
 from csp_web.core.context import Peer
 from csp_web.core.lifecycle import build_dispatcher
+from csp_web.cron import store_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Connection, Field, Reply, Status, Task
-from specialists.tool.cron import store_path
 from specialists.tool.ops_cron import OPS
 from tests.tool.cron_support import TICK, TrioWall, at, code, cron_config, open_rig
 

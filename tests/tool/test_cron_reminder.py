@@ -14,8 +14,8 @@ from csp_web.config import Config
 from csp_web.core.client import open_client
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve_daemon
+from csp_web.cron import open_cron, store_path
 from protocol import Reply, Status, Task
-from specialists.tool.cron import open_cron, store_path
 from specialists.tool.ops_cron import OPS, cron_extras
 from tests.conftest import Daemon, Sink, sink_records, sink_text
 from tests.tool.cron_support import TrioWall, cron_config, open_rig, settle

@@ -6,8 +6,7 @@ import datetime
 
 import pytest
 
-from protocol import Task
-from specialists.tool.cron import (
+from csp_web.cron import (
     JobTaskError,
     ScheduleError,
     iso,
@@ -15,6 +14,7 @@ from specialists.tool.cron import (
     parse_schedule,
     run_key,
 )
+from protocol import Task
 
 UTC = datetime.UTC
 

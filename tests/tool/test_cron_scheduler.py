@@ -14,8 +14,8 @@ from csp_web.core.context import OpContext
 from csp_web.core.fields import Params
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
+from csp_web.cron.jobs import INTERRUPTED
 from protocol import Reply, Status
-from specialists.tool.cron.jobs import INTERRUPTED
 from tests.tool.cron_support import (
     FAIL_TICK,
     TICK,

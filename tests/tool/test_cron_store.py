@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from csp_web.config import Config, CronConfig, ToolConfig
-from specialists.tool.cron import (
+from csp_web.cron import (
     CronStore,
     CronStoreError,
     Job,
@@ -22,8 +22,8 @@ from specialists.tool.cron import (
     parse_schedule,
     store_path,
 )
-from specialists.tool.cron.jobs import DONE_KEYS_KEPT, INTERRUPTED, RUNNING
-from specialists.tool.cron.store import write_atomic
+from csp_web.cron.jobs import DONE_KEYS_KEPT, INTERRUPTED, RUNNING
+from csp_web.cron.store import write_atomic
 
 AT = datetime.datetime(2026, 1, 10, 0, 0, tzinfo=datetime.UTC)
 

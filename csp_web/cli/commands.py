@@ -159,7 +159,9 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
-    from csp_web.core.lifecycle import StateDirBusy, hold_state_dir, open_stdio_stream, serve_daemon
+    from csp_web.core.lifecycle import serve_daemon
+    from csp_web.core.statedir import StateDirBusy, hold_state_dir
+    from csp_web.core.stdio import open_stdio_stream
     from csp_web.core.systemd import activated_socket_path
     from specialists import open_specialists
 
