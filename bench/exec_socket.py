@@ -29,6 +29,7 @@ from csp_web.config import Config, DaemonConfig, ToolConfig  # noqa: E402
 from csp_web.config.exec import ExecConfig, ProgramRule  # noqa: E402
 from csp_web.core.client import open_client  # noqa: E402
 from csp_web.core.lifecycle import serve_daemon  # noqa: E402
+from csp_web.memory.embedded import open_memory_path  # noqa: E402
 from protocol import Status, Task  # noqa: E402
 from specialists.tool.ops_exec import OPS, open_exec_services  # noqa: E402
 
@@ -52,11 +53,16 @@ async def bare(runs: int) -> list[float]:
 
 async def over_socket(config: Config, workdir: str, runs: int) -> tuple[list[float], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
-    async with open_exec_services(config) as services, trio.open_nursery() as nursery:
+    async with (
+        open_exec_services(config) as services,
+        open_memory_path(config) as memory,
+        trio.open_nursery() as nursery,
+    ):
         await nursery.start(
             lambda task_status: serve_daemon(
                 config,
                 OPS,
+                memory=memory,
                 stdio=None,
                 socket_path=socket_path,
                 extras={"exec": services},

@@ -41,6 +41,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch.py` finds the packa
 
 from csp_web.config import Config, DaemonConfig, OutboxConfig, RateConfig, WebConfig  # noqa: E402
 from csp_web.core.lifecycle import serve_daemon  # noqa: E402
+from csp_web.memory.embedded import open_memory_path  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, Task  # noqa: E402
 from specialists.web.ops_fetch import OPS  # noqa: E402
@@ -181,11 +182,18 @@ async def measure(
     pages = corpus_pages()
     async with (
         open_web_services(config, resolver=resolver, ssl_context=trust) as web,
+        open_memory_path(config) as memory,
         trio.open_nursery() as nursery,
     ):
         socket_path = os.path.join(workdir, f"{synchronous}.sock")
         daemon = functools.partial(
-            serve_daemon, config, OPS, stdio=None, socket_path=socket_path, extras={"web": web}
+            serve_daemon,
+            config,
+            OPS,
+            memory=memory,
+            stdio=None,
+            socket_path=socket_path,
+            extras={"web": web},
         )
         await nursery.start(daemon)
         async with await trio.open_unix_socket(socket_path) as stream:

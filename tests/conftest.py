@@ -25,6 +25,7 @@ from csp_web.config import Config, DaemonConfig, MemoryConfig
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve_daemon
 from csp_web.core.ops import Op
+from csp_web.memory.embedded import open_memory_path
 from csp_web.memory.sink.server import SinkStore, serve_memory_sink
 from csp_web.memory.sink.store import STORE_FILE
 from specialists import open_specialists
@@ -122,14 +123,24 @@ async def start_daemon(
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
             if not specialists:
-                await serve_daemon(
-                    config, ops or [], stdio=None, socket_path=socket_path, task_status=task_status
-                )
+                async with open_memory_path(config) as memory:
+                    await serve_daemon(
+                        config,
+                        ops or [],
+                        memory=memory,
+                        stdio=None,
+                        socket_path=socket_path,
+                        task_status=task_status,
+                    )
                 return
-            async with open_specialists(config) as (all_ops, extras):
+            async with (
+                open_specialists(config) as (all_ops, extras),
+                open_memory_path(config) as memory,
+            ):
                 await serve_daemon(
                     config,
                     all_ops,
+                    memory=memory,
                     stdio=None,
                     socket_path=socket_path,
                     extras=extras,

@@ -18,7 +18,8 @@ from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.lifecycle import build_dispatcher
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
-from csp_web.memory.outbox import open_outbox
+from csp_web.memory.embedded import outbox_path
+from csp_web.memory.outbox import Outbox, open_outbox
 from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
 
 
@@ -143,7 +144,15 @@ async def open_harness(
         trio.open_nursery() as nursery,
     ):
         dispatcher = build_dispatcher(
-            config, outbox, TEST_OPS if ops is None else ops, extras=extras
+            config, outbox_path(config, outbox), TEST_OPS if ops is None else ops, extras=extras
         )
         yield Harness(dispatcher, nursery, Shutdown())
         nursery.cancel_scope.cancel()
+
+
+def outbox_of(dispatcher: Dispatcher) -> Outbox:
+    """The dispatcher's outbox as the concrete ``Outbox`` (its durable store is what tests
+    observe); the core sees only the ``Outbound`` port."""
+    outbox = dispatcher.services.outbox
+    assert isinstance(outbox, Outbox)
+    return outbox

@@ -16,6 +16,7 @@ from csp_web.core.context import Peer
 from csp_web.core.deadlines import budget_ms, task_deadline, work_deadline, work_seconds
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import tool_ops
@@ -60,7 +61,9 @@ async def exec_dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
             open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
             open_exec_services(config) as services,
         ):
-            yield build_dispatcher(config, outbox, tool_ops(), extras={"exec": services})
+            yield build_dispatcher(
+                config, outbox_path(config, outbox), tool_ops(), extras={"exec": services}
+            )
 
 
 @pytest.mark.parametrize(

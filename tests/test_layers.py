@@ -60,12 +60,6 @@ KNOWN: frozenset[str] = frozenset(
     {
         "layer: csp_web.cli.commands -> specialists",
         "layer: csp_web.cli.replay -> specialists",
-        "layer: csp_web.core.context -> csp_web.memory.outbox",
-        "layer: csp_web.core.lifecycle -> csp_web.memory.embedded",
-        "layer: csp_web.core.lifecycle -> csp_web.memory.link",
-        "layer: csp_web.core.lifecycle -> csp_web.memory.outbox",
-        "layer: csp_web.core.lifecycle -> csp_web.memory.relay",
-        "layer: csp_web.core.dispatch -> csp_web.memory.relay",
         "private: csp_web.cron.lifecycle -> csp_web.core.dispatch",
         "private: csp_web.cron.service -> csp_web.core.dispatch",
         "private: csp_web.cron.service -> csp_web.core.unix",

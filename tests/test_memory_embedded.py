@@ -11,6 +11,7 @@ from csp_web.config import Config, MemoryConfig
 from csp_web.core.client import open_client
 from protocol import Status, Task
 from tests.conftest import sink_records, start_daemon, wait_until, with_memory
+from tests.harness import outbox_of
 
 
 def _ping(task_id: str) -> Task:
@@ -38,7 +39,7 @@ async def test_without_a_memory_socket_writes_are_delivered_to_the_embedded_stor
     until outbox_full refused all ops."""
     embedded = _embedded(config)
     daemon = await start_daemon(nursery, embedded, os.path.join(sock_dir, "csp.sock"))
-    outbox = daemon.dispatcher.services.outbox
+    outbox = outbox_of(daemon.dispatcher)
     sent = [f"e-{n}" for n in range(20)]
     async with open_client(daemon.socket_path) as client:
         replies = await client.call_many([_ping(i) for i in sent], timeout_s=10)
@@ -60,7 +61,7 @@ async def test_the_embedded_store_stays_within_retention_max_bytes(
     limit = 4096
     embedded = _embedded(config, limit)
     daemon = await start_daemon(nursery, embedded, os.path.join(sock_dir, "csp.sock"))
-    outbox = daemon.dispatcher.services.outbox
+    outbox = outbox_of(daemon.dispatcher)
     sent = [f"r-{n}" for n in range(200)]
     async with open_client(daemon.socket_path) as client:
         await client.call_many([_ping(i) for i in sent], timeout_s=10)

@@ -59,6 +59,18 @@ async def test_write_acknowledges_and_appends_data_under_its_path(
     assert sink_text(sink.directory, "web/2026-11-22/a.log") == "first\nsecond\n"
 
 
+async def test_the_sink_keeps_only_its_store_and_writes_no_outbox_file(
+    config: Config, sink: Sink
+) -> None:
+    """Issue 7: the sink is no daemon: no outbox (it once made a .sink-outbox.sqlite3 it
+    never used); its directory holds its store and nothing else."""
+    reply = await _call(_socket(config), _write("k1", "notes/a.md", "one"))
+    assert reply.status is Status.OK
+    assert all(name.startswith("memory.sqlite3") for name in os.listdir(sink.directory))
+    parent = os.path.dirname(sink.directory)
+    assert not [name for name in os.listdir(parent) if "outbox" in name]
+
+
 async def test_a_repeated_id_with_the_same_content_is_stored_once(
     config: Config, sink: Sink
 ) -> None:

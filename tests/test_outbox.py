@@ -31,6 +31,7 @@ from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
 from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.ops import Op, Registry
+from csp_web.core.ports import MemoryPath
 from csp_web.core.records import MemoryWrite
 from csp_web.core.replies import Result
 from csp_web.core.stats import Stats
@@ -47,6 +48,7 @@ from tests.conftest import (
     wait_until,
     with_memory,
 )
+from tests.harness import outbox_of
 
 PING = Task("ping", "SYS", "PONG")
 _PING_BYTES = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
@@ -165,7 +167,7 @@ async def test_a_memory_specialist_that_is_down_never_fails_a_reply(
     """M-2: with nothing on the memory socket, ops still answer and their writes queue; a
     sink started later receives them all (reconnect with backoff)."""
     daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
-    outbox = daemon.dispatcher.services.outbox
+    outbox = outbox_of(daemon.dispatcher)
     async with open_client(daemon.socket_path) as client:
         replies = await client.call_many([_ping(f"down-{n}") for n in range(5)], timeout_s=10)
     assert [r.status for r in replies] == [Status.OK] * 5
@@ -185,7 +187,7 @@ async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
     memory_dir = os.path.join(tmp_path, "mem")
     sink = await start_sink(nursery, config.memory.socket_path, memory_dir)
     daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
-    outbox = daemon.dispatcher.services.outbox
+    outbox = outbox_of(daemon.dispatcher)
     async with open_client(daemon.socket_path) as client:
         await client.call(_ping("before"))
         await wait_until(lambda: outbox.depth == 0 and outbox.connected)
@@ -247,7 +249,7 @@ async def test_a_web_op_runs_below_max_pending_and_is_refused_at_it(
     silent = with_memory(config, os.path.join(sock_dir, "nobody.sock"))
     limited = replace(silent, outbox=OutboxConfig(max_pending=max_pending, reserve=2))
     daemon = await start_daemon(nursery, limited, os.path.join(sock_dir, "csp.sock"), [NOOP])
-    outbox = daemon.dispatcher.services.outbox
+    outbox = outbox_of(daemon.dispatcher)
     for n in range(max_pending - 1):
         await outbox.put(_write(n))
     noop = partial(Task, "noop", "TEST", "DONE", None)
@@ -282,7 +284,9 @@ async def _serve_scripted_memory(
     registry = Registry([Op("write", "MEMORY", "ACK", "memory", write, fields)])
     own = os.path.join(state_dir, "peer-outbox.sqlite3")
     async with open_outbox(own, OutboxConfig(), MemoryConfig()) as outbox:
-        dispatcher = Dispatcher(registry, Services(Config(), outbox), Stats(), audit=False)
+        dispatcher = Dispatcher(
+            registry, Services(Config(), MemoryPath(outbox, None)), Stats(), audit=False
+        )
         options = StreamOptions(ConnectionConfig(), None, sequential=True)
         async with trio.open_nursery() as nursery:
 
@@ -334,7 +338,7 @@ async def test_stats_reports_outbox_depth_and_deliveries(
 ) -> None:
     """M-2: REQ:stats shows writes pending while the Memory Specialist is away, then delivered."""
     daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"))
-    outbox: Outbox = daemon.dispatcher.services.outbox
+    outbox: Outbox = outbox_of(daemon.dispatcher)
     stats = Task("stats", "SYS", "STATS")
     async with open_client(daemon.socket_path) as client:
         await client.call_many([_ping(f"s{n}") for n in range(3)])
@@ -370,7 +374,7 @@ async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_op
 
     config = replace(config, outbox=OutboxConfig(max_pending=3, reserve=1))
     async with open_harness(config) as harness:
-        outbox = harness.dispatcher.services.outbox
+        outbox = outbox_of(harness.dispatcher)
         peer = harness.connect()
         await peer.send(b"TASK REQ:sleep 1000 IN:TEST OUT:SLEPT\nID slow\n\n")
         await trio.testing.wait_all_tasks_blocked()
@@ -419,10 +423,11 @@ async def _gated_memory(
 @asynccontextmanager
 async def _dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
     from csp_web.core.lifecycle import build_dispatcher
+    from csp_web.memory.embedded import outbox_path
     from tests.harness import TEST_OPS
 
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        yield build_dispatcher(config, outbox, TEST_OPS)
+        yield build_dispatcher(config, outbox_path(config, outbox), TEST_OPS)
 
 
 async def test_a_full_outbox_that_drains_makes_an_op_wait_then_run_instead_of_refusing_it(
@@ -433,7 +438,7 @@ async def test_a_full_outbox_that_drains_makes_an_op_wait_then_run_instead_of_re
     gate, _ = await _gated_memory(nursery, config, str(tmp_path))
     config = replace(config, outbox=OutboxConfig(max_pending=2, reserve=1))
     async with _dispatcher(config) as dispatcher:
-        outbox = dispatcher.services.outbox
+        outbox = outbox_of(dispatcher)
         for n in range(2):
             await outbox.put(_write(n))
         await wait_until(lambda: outbox.connected)
@@ -464,7 +469,7 @@ async def test_an_op_waiting_for_room_past_its_deadline_gets_outbox_full(
     await _gated_memory(nursery, config, str(tmp_path))
     config = replace(config, outbox=OutboxConfig(max_pending=1, reserve=1))
     async with _dispatcher(config) as dispatcher:
-        outbox = dispatcher.services.outbox
+        outbox = outbox_of(dispatcher)
         await outbox.put(_write(0))
         await wait_until(lambda: outbox.connected)
         reply = await dispatcher.run(_sleep_task("late", timeout_ms=500), Peer("a"))
@@ -482,7 +487,7 @@ async def test_one_peer_at_its_share_of_the_outbox_is_refused_while_another_is_s
     limits = OutboxConfig(max_pending=100, max_pending_per_peer=share)
     config = replace(with_memory(config, None), outbox=limits)
     async with _dispatcher(config) as dispatcher:
-        outbox = dispatcher.services.outbox
+        outbox = outbox_of(dispatcher)
         for n in range(share):  # the last of these runs at N-1 held writes
             reply = await dispatcher.run(_sleep_task(f"a{n}"), Peer("a"))
             assert reply.status is Status.OK
@@ -501,7 +506,7 @@ async def test_sys_op_audits_past_max_pending_are_folded_into_one_summary_record
     summary written at close (never silently dropped); refused frames fold the same way."""
     config = replace(with_memory(config, None), outbox=OutboxConfig(max_pending=2, reserve=5))
     async with _dispatcher(config) as dispatcher:
-        outbox = dispatcher.services.outbox
+        outbox = outbox_of(dispatcher)
         pings = [await dispatcher.run(_ping(f"p{n}"), Peer("a")) for n in range(5)]
         unknown = await dispatcher.run(Task("nope", "SYS", "X", None, (("ID", "u"),)), Peer("a"))
         assert (outbox.depth, outbox.folded) == (2, 4)
@@ -519,7 +524,7 @@ async def test_refused_frames_never_take_the_reserve_of_admitted_ops(config: Con
     leave the reserve alone (they used to take it: 1,000 shutting_down audits filled it)."""
     config = replace(with_memory(config, None), outbox=OutboxConfig(max_pending=1, reserve=3))
     async with _dispatcher(config) as dispatcher:
-        outbox = dispatcher.services.outbox
+        outbox = outbox_of(dispatcher)
         await outbox.put(_write(0))
         unknown = await dispatcher.run(Task("nope", "TEST", "X", None, (("ID", "u"),)), Peer("a"))
         wrong = await dispatcher.run(Task("sleep", "WEB", "SLEPT", None, (("ID", "w"),)), Peer("a"))
@@ -641,13 +646,18 @@ async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_wait
     not spend its grace period waiting for a delivery that cannot happen (it used to wait the
     whole grace_period_s on every run); the write stays in the outbox."""
     from csp_web.core.lifecycle import serve_daemon
+    from csp_web.memory.embedded import open_memory_path
+
+    async def serve_with_memory(config: Config, server: trio.abc.Stream) -> None:
+        async with open_memory_path(config) as memory:
+            await serve_daemon(config, [], memory=memory, stdio=server, socket_path=None)
 
     grace_s = 600.0  # far past the bound below: waiting it out fails the test
     config = replace(config, daemon=replace(config.daemon, grace_period_s=grace_s))
     client, server = trio.testing.memory_stream_pair()
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(serve_daemon, config, [], stdio=server, socket_path=None))
+            nursery.start_soon(serve_with_memory, config, server)
             await client.send_all(_PING_BYTES)
             await client.send_eof()
             received = b""
@@ -667,7 +677,7 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
     gate, received = await _gated_memory(nursery, config, str(tmp_path))
     config = replace(config, outbox=OutboxConfig(max_pending=2, reserve=1))
     async with _dispatcher(config) as dispatcher:
-        outbox = dispatcher.services.outbox
+        outbox = outbox_of(dispatcher)
         for n in range(2):
             await outbox.put(_write(n))
         await wait_until(lambda: outbox.connected)

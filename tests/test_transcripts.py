@@ -12,6 +12,7 @@ from csp_web.cli.replay import replay_in_memory, replay_over_socket
 from csp_web.cli.transcript import TranscriptError, line_matches, parse_transcript
 from csp_web.config import Config
 from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from specialists import open_specialists
 from tests.conftest import Daemon, Sink
@@ -41,7 +42,7 @@ async def test_transcript_replays_in_memory(
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_specialists(config) as (ops, extras),
     ):
-        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
+        dispatcher = build_dispatcher(config, outbox_path(config, outbox), ops, extras=extras)
         assert await replay_in_memory(transcript, dispatcher) == []
 
 
@@ -52,7 +53,9 @@ async def test_a_wrong_expectation_is_reported_as_a_difference(
         "> TASK REQ:ping IN:SYS OUT:PONG\n>\n< STATUS OK\n< SCOPE [sys]\n< DATA ping\n<\n"
     )
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        diffs = await replay_in_memory(transcript, build_dispatcher(config, outbox, []))
+        diffs = await replay_in_memory(
+            transcript, build_dispatcher(config, outbox_path(config, outbox), [])
+        )
     assert diffs == [
         f"step 1: {line}"
         for line in (

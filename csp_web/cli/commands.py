@@ -163,6 +163,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     from csp_web.core.statedir import StateDirBusy, hold_state_dir
     from csp_web.core.stdio import open_stdio_stream
     from csp_web.core.systemd import activated_socket_path
+    from csp_web.memory.embedded import open_memory_path
     from specialists import open_specialists
 
     # Read systemd's variables (and drop them) before any child process starts.
@@ -176,10 +177,14 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> int:
         stdio = None if args.no_stdin else open_stdio_stream()
-        async with open_specialists(config) as (ops, extras):
+        async with (
+            open_specialists(config) as (ops, extras),
+            open_memory_path(config) as memory,
+        ):
             cut = await serve_daemon(
                 config,
                 ops,
+                memory=memory,
                 stdio=stdio,
                 socket_path=socket_path,
                 extras=extras,

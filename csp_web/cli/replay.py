@@ -22,6 +22,7 @@ from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from csp_web.memory.sink.server import serve_memory_sink
 
@@ -77,7 +78,7 @@ async def _replay_all(files: Sequence[str], config: Config, socket_path: str | N
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_specialists(config) as (ops, extras),
     ):
-        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
+        dispatcher = build_dispatcher(config, outbox_path(config, outbox), ops, extras=extras)
         for name in files:
             try:
                 text = await trio.Path(name).read_text("utf-8")

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from csp_web.config import Config
+from csp_web.core.ports import MemoryPath, Outbound
 from csp_web.core.records import MemoryWrite, Source, make_write
-from csp_web.memory.outbox import Outbox
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,16 @@ class Services:
     """
 
     config: Config
-    outbox: Outbox
+    memory: MemoryPath | None  # None: no audit, no relay, no remember (a bare op table)
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outbox(self) -> Outbound:
+        """The memory path's outbox; RuntimeError when composed without one (a bug: an op
+        that remembers was composed into a daemon with no memory path)."""
+        if self.memory is None:
+            raise RuntimeError("this daemon was composed without a memory path")
+        return self.memory.outbox
 
 
 @dataclass(frozen=True)

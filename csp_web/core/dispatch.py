@@ -24,29 +24,24 @@ from csp_web.core.ops import Op, Registry
 from csp_web.core.records import json_record, make_write
 from csp_web.core.replies import fail_reply, ok_reply
 from csp_web.core.stats import Stats
-from csp_web.memory.relay import MemoryRelay
 from protocol import ErrorCode, Reply, Status, Task
 
 log = logging.getLogger("csp_web.dispatch")
 
 
 class Dispatcher:
-    """Runs tasks against ``registry``; IN:MEMORY tasks go to ``relay`` when one is given."""
+    """Runs tasks against ``registry``; IN:MEMORY tasks go to the memory path's relay when it
+    has one. Without a memory path (``services.memory`` None) nothing is audited."""
 
     def __init__(
-        self,
-        registry: Registry,
-        services: Services,
-        stats: Stats,
-        *,
-        relay: MemoryRelay | None = None,
-        audit: bool = True,
+        self, registry: Registry, services: Services, stats: Stats, *, audit: bool = True
     ) -> None:
         self.registry = registry
         self.services = services
         self.stats = stats
-        self.relay = relay
-        self.audit = audit and services.config.audit.enabled
+        memory = services.memory
+        self.relay = memory.relay if memory is not None else None
+        self.audit = audit and memory is not None and services.config.audit.enabled
         self.shutting_down = False
         self._slots: dict[str, Slots] = {}
 

@@ -31,28 +31,24 @@ from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
 from csp_web.core.context import Peer, Services
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.ops import Op, Registry
+from csp_web.core.ports import MemoryPath
 from csp_web.core.stats import ReloadRecord, Stats
 from csp_web.core.sysops import make_sys_ops
 from csp_web.core.turns import FairStarts
 from csp_web.core.unix import Gate, Lease, allowed_uids, serve_unix
-from csp_web.memory.embedded import describe, open_memory_link
-from csp_web.memory.link import MemoryLink
-from csp_web.memory.outbox import Outbox, open_outbox
-from csp_web.memory.relay import MemoryRelay
 
 log = logging.getLogger("csp_web.daemon")
 
 
 def build_dispatcher(
     config: Config,
-    outbox: Outbox,
+    memory: MemoryPath | None,
     ops: Sequence[Op],
     *,
     extras: dict[str, Any] | None = None,
-    link: MemoryLink | None = None,
 ) -> Dispatcher:
-    """A dispatcher over the IN:SYS ops plus ``ops``, relaying IN:MEMORY frames over ``link``
-    (by default to ``memory.socket_path``).
+    """A dispatcher over the IN:SYS ops plus ``ops``, writing to and relaying over ``memory``
+    (``csp_web.memory.embedded.open_memory_path``), owned by the caller.
 
     ``extras`` are the specialists' shared services (``Services.extras``), owned by the caller.
     """
@@ -60,8 +56,8 @@ def build_dispatcher(
     registry_ref: list[Registry] = []
     registry = Registry([*make_sys_ops(registry_ref, stats), *ops])
     registry_ref.append(registry)
-    services = Services(config, outbox, extras if extras is not None else {})
-    return Dispatcher(registry, services, stats, relay=MemoryRelay(config.memory, link))
+    services = Services(config, memory, extras if extras is not None else {})
+    return Dispatcher(registry, services, stats)
 
 
 def build_op_table(ops: Sequence[Op]) -> list[Op]:
@@ -73,6 +69,7 @@ async def serve_daemon(
     config: Config,
     ops: Sequence[Op],
     *,
+    memory: MemoryPath,
     stdio: trio.abc.Stream | None,
     socket_path: str | None,
     extras: dict[str, Any] | None = None,
@@ -82,42 +79,37 @@ async def serve_daemon(
     """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it. Returns the
     number of tasks the grace period cut (each was answered ``shutting_down``).
 
-    ``extras`` are the specialists' shared services, opened and closed by the caller.
-    ``reload`` loads the configuration again on SIGHUP (``reload_settings``).
+    ``memory`` (the outbox and relay) and ``extras`` (the specialists' shared services) are
+    opened and closed by the caller. ``reload`` loads the configuration again on SIGHUP
+    (``reload_settings``).
     """
     if stdio is None and socket_path is None:
         raise ValueError("nothing to serve: neither stdin nor a socket")
-    async with (
-        open_memory_link(config) as (link, embedded),
-        open_outbox(config.outbox_path, config.outbox, config.memory, link=link) as outbox,
-    ):
-        dispatcher = build_dispatcher(config, outbox, ops, extras=extras, link=link)
-        if embedded is not None:
-            lines = dispatcher.services.extras.setdefault("stats_lines", {})
-            lines["MEMORY"] = functools.partial(describe, embedded)
-        shutdown = Shutdown()
-        reloaders: list[Reloader] = []  # the daemon's own: the socket's allow-list
-        async with trio.open_nursery() as root:
-            stop_now = trio.CancelScope()  # a second signal: no more grace for anything
-            root.start_soon(_watch_signals, shutdown, stop_now)
-            root.start_soon(systemd.serve_watchdog)
-            await root.start(_watch_reload, dispatcher, reload, reloaders)
-            for serve in dispatcher.services.extras.get("background", []):
-                await root.start(serve, dispatcher)
-            with stop_now:
-                deadline = await _serve_until_stopped(
-                    dispatcher,
-                    config,
-                    shutdown,
-                    stdio=stdio,
-                    path=socket_path,
-                    reloaders=reloaders,
-                    task_status=task_status,
-                )
-                with trio.move_on_at(deadline):
-                    await outbox.wait_flushed()  # not while the specialist is down
-            log.info("stopped; %d memory writes left in the outbox", outbox.depth)
-            root.cancel_scope.cancel()
+    outbox = memory.outbox
+    dispatcher = build_dispatcher(config, memory, ops, extras=extras)
+    shutdown = Shutdown()
+    reloaders: list[Reloader] = []  # the daemon's own: the socket's allow-list
+    async with trio.open_nursery() as root:
+        stop_now = trio.CancelScope()  # a second signal: no more grace for anything
+        root.start_soon(_watch_signals, shutdown, stop_now)
+        root.start_soon(systemd.serve_watchdog)
+        await root.start(_watch_reload, dispatcher, reload, reloaders)
+        for serve in dispatcher.services.extras.get("background", []):
+            await root.start(serve, dispatcher)
+        with stop_now:
+            deadline = await _serve_until_stopped(
+                dispatcher,
+                config,
+                shutdown,
+                stdio=stdio,
+                path=socket_path,
+                reloaders=reloaders,
+                task_status=task_status,
+            )
+            with trio.move_on_at(deadline):
+                await outbox.wait_flushed()  # not while the specialist is down
+        log.info("stopped; %d memory writes left in the outbox", outbox.depth)
+        root.cancel_scope.cancel()
     return shutdown.cut
 
 

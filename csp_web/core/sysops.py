@@ -24,23 +24,27 @@ def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
         return Result(f"ops:{len(entries)}", scope=("sys",), fields=lines)
 
     async def stats_op(params: Params, ctx: OpContext) -> Result:
-        outbox = ctx.services.outbox
+        memory = ctx.services.memory
+        outbox = ctx.services.outbox if memory is not None else None
         data = ",".join(
             [
                 f"uptime_s:{stats.uptime_s:.0f}",
                 f"frames:{stats.frames}",
                 f"in_flight:{stats.in_flight}",
                 f"connections:{stats.connections}",
-                f"outbox_depth:{outbox.depth}",
+                f"outbox_depth:{outbox.depth if outbox is not None else 0}",
             ]
         )
-        fields: list[tuple[str, str]] = [
-            (
-                "OUTBOX",
-                f"depth:{outbox.depth},delivered:{outbox.delivered},rejected:{outbox.rejected},"
-                f"refused:{outbox.refused},connected:{str(outbox.connected).lower()}",
+        fields: list[tuple[str, str]] = []
+        if outbox is not None:
+            fields.append(
+                (
+                    "OUTBOX",
+                    f"depth:{outbox.depth},delivered:{outbox.delivered},"
+                    f"rejected:{outbox.rejected},refused:{outbox.refused},"
+                    f"connected:{str(outbox.connected).lower()}",
+                )
             )
-        ]
         for name, entry in sorted(stats.ops.items()):
             fields.append(
                 (
@@ -54,7 +58,10 @@ def make_sys_ops(registry_ref: list[Registry], stats: Stats) -> list[Op]:
         if stats.last_reload is not None:
             fields.append(("RELOAD", stats.last_reload.line()))
         # A value is a line or lines, or a callable giving the current one(s) (MCP servers' state).
-        for key, value in sorted(ctx.services.extras.get("stats_lines", {}).items()):
+        by_key = dict(ctx.services.extras.get("stats_lines", {}))
+        if memory is not None:
+            by_key.update(memory.stats_lines)
+        for key, value in sorted(by_key.items()):
             current = value() if callable(value) else value
             lines = (current,) if isinstance(current, str) else current
             fields.extend((key, line) for line in lines)

@@ -10,6 +10,7 @@ see a ``MemoryLink`` and nothing else.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,7 +19,10 @@ import trio
 
 from csp_web.config import Config
 from csp_web.core.context import Peer
+from csp_web.core.ports import MemoryPath
 from csp_web.memory.link import MemoryLink, socket_link
+from csp_web.memory.outbox import Outbox, open_outbox
+from csp_web.memory.relay import MemoryRelay
 from csp_web.memory.sink.server import MemorySink, open_memory_sink
 
 EMBEDDED = "embedded"
@@ -58,3 +62,23 @@ def describe(sink: MemorySink) -> str:
         f"max_bytes:{store.retention.max_bytes},max_age_s:{store.retention.max_age_s:g},"
         f"commits:{sink.commits.commits},failed_commits:{sink.commits.failed_commits}"
     )
+
+
+def outbox_path(config: Config, outbox: Outbox, link: MemoryLink | None = None) -> MemoryPath:
+    """``outbox`` as the daemon's memory path, relaying IN:MEMORY frames over ``link`` (by
+    default to ``memory.socket_path``; with neither, they are memory_unavailable)."""
+    return MemoryPath(outbox, MemoryRelay(config.memory, link))
+
+
+@asynccontextmanager
+async def open_memory_path(config: Config) -> AsyncIterator[MemoryPath]:
+    """The configured memory path: the outbox at ``config.outbox_path`` delivering to
+    ``memory.socket_path``, else to the embedded sink (whose figures ``REQ:stats`` shows on a
+    ``MEMORY`` line); IN:MEMORY frames are relayed to the same one. All closed on exit, the
+    outbox before the sink."""
+    async with (
+        open_memory_link(config) as (link, embedded),
+        open_outbox(config.outbox_path, config.outbox, config.memory, link=link) as outbox,
+    ):
+        lines = {} if embedded is None else {"MEMORY": functools.partial(describe, embedded)}
+        yield MemoryPath(outbox, MemoryRelay(config.memory, link), lines)

@@ -29,9 +29,11 @@ from csp_web.core.ops import Op
 from csp_web.core.records import MemoryWrite
 from csp_web.core.replies import Result
 from csp_web.cron import CronService, open_cron
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
 from specialists.tool.ops_cron import OPS, cron_extras
+from tests.harness import outbox_of
 
 UTC = datetime.UTC
 # Winter, so Europe/Paris is UTC+1; 30 s past a whole minute, so occurrences are not "now".
@@ -93,7 +95,7 @@ class Rig:
 
     def writes(self, kind: str) -> list[MemoryWrite]:
         """The outbox's pending writes of type ``kind``, oldest first."""
-        store = self.dispatcher.services.outbox._store  # the durable store is what to observe
+        store = outbox_of(self.dispatcher)._store  # the durable store is what to observe
         return [write for _, write in store.oldest(1_000_000) if write.type == kind]
 
     def history(self, job_id: str) -> list[tuple[str, str]]:
@@ -112,7 +114,9 @@ async def open_rig(
         trio.open_nursery() as nursery,
     ):
         all_ops = [*OPS, tick_op(seen), *(ops or [])]
-        dispatcher = build_dispatcher(config, outbox, all_ops, extras=cron_extras(cron))
+        dispatcher = build_dispatcher(
+            config, outbox_path(config, outbox), all_ops, extras=cron_extras(cron)
+        )
         scope = trio.CancelScope()
 
         async def serve(*, task_status: trio.TaskStatus[None]) -> None:

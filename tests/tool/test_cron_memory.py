@@ -18,9 +18,11 @@ from csp_web.core.client import open_client
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve_daemon
 from csp_web.cron import open_cron
+from csp_web.memory.embedded import open_memory_path
 from protocol import Reply, Status, Task
 from specialists.tool.ops_cron import OPS, cron_extras
 from tests.conftest import Sink, sink_records, sink_text
+from tests.harness import outbox_of
 from tests.tool.cron_support import TrioWall, settle
 
 SWEEP = (
@@ -52,14 +54,16 @@ async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_
 
         async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
             extras = cron_extras(cron)
-            await serve_daemon(
-                config,
-                OPS,
-                stdio=None,
-                socket_path=socket_path,
-                extras=extras,
-                task_status=task_status,
-            )
+            async with open_memory_path(config) as memory:
+                await serve_daemon(
+                    config,
+                    OPS,
+                    memory=memory,
+                    stdio=None,
+                    socket_path=socket_path,
+                    extras=extras,
+                    task_status=task_status,
+                )
 
         dispatcher: Dispatcher = await nursery.start(run_daemon)
         async with open_client(socket_path) as client:
@@ -91,7 +95,7 @@ async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_
 
         # A jump fires every pending deadline: let the outbox deliver first, so no ack wait
         # of its is cut short by the jump.
-        await settle(lambda: dispatcher.services.outbox.depth == 0)
+        await settle(lambda: outbox_of(dispatcher).depth == 0)
         mock_clock.jump(2 * 3600)  # 02:00:30 UTC: 03:00 in Paris has come
         await settle(lambda: SCHEDULED_KEY in sink.store.ids)
         assert _stored(sink, "notes", "sweep.md") == "swept\nswept\n"

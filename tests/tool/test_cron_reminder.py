@@ -15,9 +15,11 @@ from csp_web.core.client import open_client
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve_daemon
 from csp_web.cron import open_cron, store_path
+from csp_web.memory.embedded import open_memory_path
 from protocol import Reply, Status, Task
 from specialists.tool.ops_cron import OPS, cron_extras
 from tests.conftest import Daemon, Sink, sink_records, sink_text
+from tests.harness import outbox_of
 from tests.tool.cron_support import TrioWall, cron_config, open_rig, settle
 
 # The seed's example, field for field (ACTION add of "list|add|remove|enable|disable").
@@ -74,14 +76,16 @@ async def test_each_run_of_a_reminder_is_a_cron_due_record_in_memory(
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
 
         async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-            await serve_daemon(
-                config,
-                OPS,
-                stdio=None,
-                socket_path=socket_path,
-                extras=cron_extras(cron),
-                task_status=task_status,
-            )
+            async with open_memory_path(config) as memory:
+                await serve_daemon(
+                    config,
+                    OPS,
+                    memory=memory,
+                    stdio=None,
+                    socket_path=socket_path,
+                    extras=cron_extras(cron),
+                    task_status=task_status,
+                )
 
         dispatcher: Dispatcher = await nursery.start(run_daemon)
         async with open_client(socket_path) as client:
@@ -91,7 +95,7 @@ async def test_each_run_of_a_reminder_is_a_cron_due_record_in_memory(
         assert ran.get("RUN_KEY") == manual_key
         assert ran.get("RUN_STATUS") == "OK"
         await settle(lambda: len(sink_records(sink.directory, "cron-due")) == 1)
-        await settle(lambda: dispatcher.services.outbox.depth == 0)
+        await settle(lambda: outbox_of(dispatcher).depth == 0)
         mock_clock.jump(3 * 3600)  # 03:00:30 UTC: the daily 03:00 has come
         await settle(lambda: len(sink_records(sink.directory, "cron-due")) == 2)
         records = sorted(sink_records(sink.directory, "cron-due"), key=lambda r: str(r["key"]))

@@ -12,10 +12,12 @@ from csp_web.config import Config, ToolConfig
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import tool_ops
 from specialists.tool.ops_exec import open_exec_services
+from tests.harness import outbox_of
 from tests.tool.exec_support import make_config, scratch_dir
 
 
@@ -33,7 +35,9 @@ async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,
     ):
-        yield build_dispatcher(config, outbox, tool_ops(), extras={"exec": services})
+        yield build_dispatcher(
+            config, outbox_path(config, outbox), tool_ops(), extras={"exec": services}
+        )
 
 
 async def _exec(dispatcher: Dispatcher, command: str, *fields: tuple[str, str]) -> Reply:
@@ -42,7 +46,7 @@ async def _exec(dispatcher: Dispatcher, command: str, *fields: tuple[str, str]) 
 
 
 def _writes(dispatcher: Dispatcher, kind: str) -> list[str]:
-    return [w.data for _, w in dispatcher.services.outbox._store.oldest(1000) if w.type == kind]
+    return [w.data for _, w in outbox_of(dispatcher)._store.oldest(1000) if w.type == kind]
 
 
 async def test_exec_replies_with_seed_fields_and_logs_full_output_to_memory(

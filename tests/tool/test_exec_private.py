@@ -103,6 +103,7 @@ _NON_ROOT_DAEMON = textwrap.dedent(
     from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
     from csp_web.core.context import Peer
     from csp_web.core.lifecycle import build_dispatcher
+    from csp_web.memory.embedded import outbox_path
     from csp_web.memory.outbox import open_outbox
     from protocol import Task
     from specialists.tool import tool_ops
@@ -144,7 +145,8 @@ _NON_ROOT_DAEMON = textwrap.dedent(
             open_exec_services(config) as services,
         ):
             out["sandbox"] = services.sandbox.kind
-            dispatcher = build_dispatcher(config, outbox, tool_ops(), extras={"exec": services})
+            memory = outbox_path(config, outbox)
+            dispatcher = build_dispatcher(config, memory, tool_ops(), extras={"exec": services})
             for name, command in commands.items():
                 reply = await dispatcher.run(
                     Task("exec", "SHELL", "EXEC_RESULT", command, ()), Peer("t", os.getuid(), 1)

@@ -14,11 +14,13 @@ from csp_web.config import Config, StdioServerConfig, ToolConfig
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import build_dispatcher
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists import open_specialists
 from specialists.tool import tool_ops
 from specialists.tool.ops_mcp import open_mcp_host
+from tests.harness import outbox_of
 from tests.tool.mcp_servers.support import toy_config
 
 
@@ -29,7 +31,9 @@ async def dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_mcp_host(config.tool.mcp) as host,
     ):
-        yield build_dispatcher(config, outbox, tool_ops(), extras={"mcp": host})
+        yield build_dispatcher(
+            config, outbox_path(config, outbox), tool_ops(), extras={"mcp": host}
+        )
 
 
 async def _run(dispatcher: Dispatcher, *fields: tuple[str, str]) -> Reply:
@@ -83,7 +87,7 @@ async def test_an_unconfigured_server_is_mcp_unavailable_with_the_seeds_spelling
 ) -> None:
     """Issue 8.17: with no MCP server configured at all, the seed's mcp_unavailable:<server>."""
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        bare = build_dispatcher(config, outbox, tool_ops())
+        bare = build_dispatcher(config, outbox_path(config, outbox), tool_ops())
         reply = await _run(bare, ("SERVER", "playwright-server"), ("TOOL", "click"))
     assert reply == Reply(
         Status.FAIL,
@@ -101,7 +105,7 @@ async def test_mcp_audit_records_name_the_server_the_tool_and_the_action(
 ) -> None:
     await _run(dispatcher, ("ID", "a-1"), ("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", "{}"))
     await _run(dispatcher, ("ID", "a-2"), ("SERVER", "nope"), ("ACTION", "list"))
-    rows = dispatcher.services.outbox._store.oldest(1000)  # the durable store is what to observe
+    rows = outbox_of(dispatcher)._store.oldest(1000)  # the durable store is what to observe
     audits = {r["id"]: r for r in (json.loads(w.data) for _, w in rows if w.type == "audit")}
     assert {k: audits["a-1"][k] for k in ("server", "tool", "action")} == {
         "server": "toy",
@@ -121,7 +125,7 @@ async def test_stats_shows_each_mcp_servers_state_and_cause(config: Config) -> N
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_specialists(config) as (ops, extras),
     ):
-        dispatcher = build_dispatcher(config, outbox, ops, extras=extras)
+        dispatcher = build_dispatcher(config, outbox_path(config, outbox), ops, extras=extras)
         failed = await _run(dispatcher, ("SERVER", "gone"), ("TOOL", "x"))
         await trio.testing.wait_all_tasks_blocked()
         stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))

@@ -16,6 +16,7 @@ from csp_web.config import Config, DaemonConfig, WebConfig
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import build_dispatcher
 from csp_web.core.ops import Op
+from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from specialists.web.services import WebServices, open_web_services
@@ -67,6 +68,8 @@ async def make_dispatcher(web_config: Config, web: WebServices) -> AsyncIterator
     async with open_outbox(web_config.outbox_path, web_config.outbox, web_config.memory) as outbox:
 
         def make(ops: list[Op]) -> Dispatcher:
-            return build_dispatcher(web_config, outbox, ops, extras={"web": web})
+            return build_dispatcher(
+                web_config, outbox_path(web_config, outbox), ops, extras={"web": web}
+            )
 
         yield make

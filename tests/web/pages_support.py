@@ -12,6 +12,7 @@ import trio.lowlevel
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from protocol import Field, Reply, Task
+from tests.harness import outbox_of
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 
@@ -62,7 +63,7 @@ async def fetch(dispatcher: Dispatcher, url: str, *fields: Field) -> Reply:
 
 
 def web_op_records(dispatcher: Dispatcher) -> list[dict[str, object]]:
-    rows = dispatcher.services.outbox._store.oldest(1000)  # the durable store is what to observe
+    rows = outbox_of(dispatcher)._store.oldest(1000)  # the durable store is what to observe
     return [json.loads(write.data) for _, write in rows if write.type == "web_op"]
 
 

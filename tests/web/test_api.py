@@ -18,6 +18,7 @@ import trio.testing
 from csp_web.config import ApiConfig, Config, RateConfig
 from protocol import Status
 from specialists.web.ops_api import OPS
+from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen
 from tests.web.fixtures import load, open_web_dispatcher, run, serve, web_op_records
@@ -363,7 +364,7 @@ async def test_credentials_go_only_to_the_api_host_and_never_to_disk_or_replies(
                     "github:echo",
                 )
             ]
-        writes = [write for _, write in dispatcher.services.outbox._store.oldest(1000)]
+        writes = [write for _, write in outbox_of(dispatcher)._store.oldest(1000)]
     carried = [seen for seen in origin.requests if "authorization" in seen.headers]
     assert carried
     assert all(seen.headers["host"].startswith("api.test:") for seen in carried)

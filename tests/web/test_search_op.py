@@ -19,6 +19,7 @@ from specialists.web.ops_search import BACKGROUND_KEY, OPS, serve_background, st
 from specialists.web.pages import load_page
 from specialists.web.search import Hit, breaker
 from specialists.web.services import quota_path
+from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen
 from tests.web.fixtures import (
@@ -528,7 +529,7 @@ async def test_api_key_is_never_in_the_cache_or_memory_writes(
         with trio.fail_after(WAIT_S):
             await run(dispatcher, "search", "URL_REFS", *search_fields())
             await run(dispatcher, "search", "URL_REFS", *search_fields("q", ("MAX_RESULTS", "10")))
-        writes = [write for _, write in dispatcher.services.outbox._store.oldest(1000)]
+        writes = [write for _, write in outbox_of(dispatcher)._store.oldest(1000)]
     assert writes
     assert not any(BRAVE_KEY in write.data or BRAVE_KEY in write.path for write in writes)
     assert_not_on_disk(Path(config.cache_dir), BRAVE_KEY)

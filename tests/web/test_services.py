@@ -13,6 +13,7 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from protocol import ErrorCode, Status, Task
 from specialists.web.services import WebServices, record_web_op, web_services
+from tests.harness import outbox_of
 from tests.web.conftest import DispatcherFactory
 
 
@@ -42,7 +43,7 @@ async def test_web_op_record_is_queued_for_memory_on_success_and_failure(
     fail = await dispatcher.run(Task("bad", "WEB", "X"), Peer("t"))
     assert ok.status is Status.OK
     assert fail.get("ERROR") == "fetch_failed:timeout"
-    outbox = dispatcher.services.outbox
+    outbox = outbox_of(dispatcher)
     rows = outbox._store.oldest(100)  # the durable store is what to observe
     records = [json.loads(w.data) for _, w in rows if w.type == "web_op"]
     assert [(r["target"], r["outcome"], r["cache_hit"]) for r in records] == [

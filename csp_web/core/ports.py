@@ -1,0 +1,60 @@
+"""What the core needs from the layers above it, as Protocols: the memory path (the outbox
+and the IN:MEMORY relay) and, for background tasks, a port to submit work as a peer.
+
+The core imports none of their implementations (csp_web.memory, csp_web.cron): the
+composition root hands them in, so the import graph runs one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias
+
+from csp_web.core.records import MemoryWrite
+from protocol import Reply, Task
+
+# A REQ:stats line (KEY value): a value, several, or a callable giving the current one(s).
+StatsLine: TypeAlias = str | tuple[str, ...] | Callable[[], str | tuple[str, ...]]
+
+
+class Outbound(Protocol):
+    """The durable outbox as the core uses it (csp_web.memory.outbox.Outbox)."""
+
+    @property
+    def depth(self) -> int: ...
+    @property
+    def delivered(self) -> int: ...
+    @property
+    def rejected(self) -> int: ...
+    @property
+    def refused(self) -> int: ...
+    @property
+    def connected(self) -> bool: ...
+
+    async def put(
+        self, write: MemoryWrite, *, use_reserve: bool = True, owner: str | None = None
+    ) -> None: ...
+    async def put_or_fold(
+        self, write: MemoryWrite, key: str, *, owner: str | None = None
+    ) -> None: ...
+    async def wait_room(self, owner: str) -> None: ...
+    async def wait_paced(self, owner: str) -> bool: ...
+    async def wait_flushed(self) -> None: ...
+
+
+class Relay(Protocol):
+    """Forwards an IN:MEMORY task to the Memory Specialist (csp_web.memory.relay)."""
+
+    async def forward(self, task: Task) -> Reply: ...
+
+
+@dataclass(frozen=True)
+class MemoryPath:
+    """Where memory writes go: the outbox (audit records, ``OpContext.remember``), the relay
+    for IN:MEMORY frames (None: they are looked up in the op table), and the ``REQ:stats``
+    lines the path adds (the embedded store's ``MEMORY``)."""
+
+    outbox: Outbound
+    relay: Relay | None
+    stats_lines: Mapping[str, StatsLine] = field(default_factory=dict)
