@@ -44,5 +44,5 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             extras["mcp"].prepare_reload,
         ]
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
-        extras["background"] = [serve_background(extras["web"]), serve_cron]
+        extras["background"] = [serve_background(extras["web"]), serve_cron(extras["cron"])]
         yield [*web_ops(), *tool_ops()], extras

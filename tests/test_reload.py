@@ -28,7 +28,8 @@ from csp_web.config.load import config_from_mapping
 from csp_web.config.reload import plan_reload
 from csp_web.core.client import open_client
 from csp_web.core.errors import OpError
-from csp_web.core.unix import Gate, Lease, allowed_uids
+from csp_web.core.ports import allowed_uids
+from csp_web.core.unix import Gate, Lease
 from csp_web.infra.ratelimit import Rate, RateLimits
 from protocol import ErrorCode, Reply, Status, Task, serialize
 from tests.conftest import wait_until

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from csp_web.core.errors import OpError
-from csp_web.core.replies import Result, cite, fail_reply, format_scope, ok_reply
+from csp_web.core.replies import Result, cite, fail_reply, format_scope, ok_reply, with_id
 from protocol import Connection, ErrorCode, Reply, Status, serialize
 
 
@@ -67,3 +67,18 @@ def test_cite_lines_name_url_and_quoted_title() -> None:
 def test_scope_uses_the_seed_list_spelling() -> None:
     assert format_scope(["neo4j.com", "github.com"]) == "[neo4j.com,github.com]"
     assert format_scope([]) == "[]"
+
+
+def test_with_id_puts_the_reply_under_the_given_id_whatever_its_status() -> None:
+    """M-3: a relayed reply goes back under the client's ID (or none), its fields kept."""
+    theirs = Reply(Status.FAIL, (("ID", "r-1"), ("SCOPE", "[memory]"), ("ERROR", "x:y")))
+    assert with_id(theirs, "mine") == Reply(
+        Status.FAIL, (("ID", "mine"), ("SCOPE", "[memory]"), ("ERROR", "x:y"))
+    )
+    assert with_id(theirs, None) == Reply(Status.FAIL, (("SCOPE", "[memory]"), ("ERROR", "x:y")))
+
+
+def test_the_error_line_is_spelt_once_by_op_error_wire_text() -> None:
+    error = OpError(ErrorCode.BUSY, "web: 5 running, 10 queued")
+    assert error.wire_text == "busy:web: 5 running, 10 queued"
+    assert fail_reply(error, None).get("ERROR") == error.wire_text

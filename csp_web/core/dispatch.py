@@ -21,7 +21,8 @@ from csp_web.core.deadlines import task_deadline
 from csp_web.core.errors import OpError
 from csp_web.core.fields import check_id, parse_timeout_ms, validate
 from csp_web.core.ops import Op, Registry
-from csp_web.core.records import json_record, make_write
+from csp_web.core.ports import allowed_uids
+from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.core.replies import fail_reply, ok_reply
 from csp_web.core.stats import Stats
 from protocol import ErrorCode, Reply, Status, Task
@@ -157,6 +158,38 @@ class Dispatcher:
                 pass  # past the reserve too: folded below rather than lost
         key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
         await outbox.put_or_fold(write, key, owner=peer.connection)
+
+
+class DispatchPort:
+    """The ``TaskPort`` background tasks get: tasks submitted as peer ``cron``, checked
+    against the running socket rule, and memory writes into the outbox."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    @property
+    def accepting(self) -> bool:
+        return not self._dispatcher.shutting_down
+
+    def check(self, task: Task) -> None:
+        dispatcher = self._dispatcher
+        if task.domain == "MEMORY" and dispatcher.relay is not None:
+            return  # the Memory Specialist validates relayed frames itself
+        op = dispatcher.registry.lookup(task)
+        validate(task, op.fields, op.inline)
+
+    async def submit(self, task: Task, *, uid: int | None) -> Reply:
+        dispatcher = self._dispatcher
+        # The socket's own rule, over the running (reloaded) settings: one source of truth.
+        if uid is not None and uid not in allowed_uids(dispatcher.services.config.socket):
+            error = OpError(
+                ErrorCode.PERMISSION_DENIED, f"uid {uid} may no longer run", scope=("cron",)
+            )
+            return fail_reply(error, task.id)
+        return await dispatcher.run(task, Peer("cron", uid))
+
+    async def remember(self, write: MemoryWrite) -> None:
+        await self._dispatcher.services.outbox.put(write)
 
 
 def audit_record(

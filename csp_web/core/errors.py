@@ -40,6 +40,11 @@ class OpError(Exception):
         self.data = data
         self.fields = tuple(fields)
 
+    @property
+    def wire_text(self) -> str:
+        """The ERROR line's value, ``code:detail``: its one spelling (replies, run outcomes)."""
+        return f"{self.code}:{self.detail}"
+
 
 class FieldError(OpError):
     """A request field failed validation before the handler ran."""

@@ -29,13 +29,13 @@ from csp_web.config.reload import Reloader, ReloadPlan, apply_reload, plan_reloa
 from csp_web.core import systemd
 from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
 from csp_web.core.context import Peer, Services
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.dispatch import Dispatcher, DispatchPort
 from csp_web.core.ops import Op, Registry
-from csp_web.core.ports import MemoryPath
+from csp_web.core.ports import MemoryPath, allowed_uids
 from csp_web.core.stats import ReloadRecord, Stats
 from csp_web.core.sysops import make_sys_ops
 from csp_web.core.turns import FairStarts
-from csp_web.core.unix import Gate, Lease, allowed_uids, serve_unix
+from csp_web.core.unix import Gate, Lease, serve_unix
 
 log = logging.getLogger("csp_web.daemon")
 
@@ -94,8 +94,9 @@ async def serve_daemon(
         root.start_soon(_watch_signals, shutdown, stop_now)
         root.start_soon(systemd.serve_watchdog)
         await root.start(_watch_reload, dispatcher, reload, reloaders)
+        port = DispatchPort(dispatcher)
         for serve in dispatcher.services.extras.get("background", []):
-            await root.start(serve, dispatcher)
+            await root.start(serve, port)
         with stop_now:
             deadline = await _serve_until_stopped(
                 dispatcher,

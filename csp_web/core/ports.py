@@ -7,10 +7,12 @@ composition root hands them in, so the import graph runs one way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
+from csp_web.config import SocketConfig
 from csp_web.core.records import MemoryWrite
 from protocol import Reply, Task
 
@@ -58,3 +60,34 @@ class MemoryPath:
     outbox: Outbound
     relay: Relay | None
     stats_lines: Mapping[str, StatsLine] = field(default_factory=dict)
+
+
+class TaskPort(Protocol):
+    """What a background task (the cron scheduler) may do with the daemon: check a task,
+    submit it as a peer, and queue a memory write. Made by ``core.dispatch.DispatchPort``."""
+
+    @property
+    def accepting(self) -> bool:
+        """False once shutdown began: submit nothing new."""
+        ...
+
+    def check(self, task: Task) -> None:
+        """Raise OpError unless ``task`` names an op and its fields are valid (a relayed
+        IN:MEMORY task is the Memory Specialist's to judge: not checked)."""
+        ...
+
+    async def submit(self, task: Task, *, uid: int | None) -> Reply:
+        """Run ``task`` as peer ``cron`` under ``uid``; a uid the socket no longer allows gets
+        ``FAIL permission_denied`` without running (not audited)."""
+        ...
+
+    async def remember(self, write: MemoryWrite) -> None:
+        """Queue ``write`` in the outbox; raises OpError(outbox_full)."""
+        ...
+
+
+def allowed_uids(config: SocketConfig) -> frozenset[int]:
+    """Who may use the daemon: ``allowed_uids``, else the daemon's own uid. The one rule, read
+    from the running settings by the gate at each accept and by the task port before each
+    submitted task."""
+    return frozenset(config.allowed_uids) or frozenset({os.geteuid()})

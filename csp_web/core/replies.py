@@ -45,7 +45,15 @@ def fail_reply(error: OpError, task_id: str | None) -> Reply:
     fields += [
         ("SCOPE", format_scope(error.scope)),
         ("DATA", error.data),
-        ("ERROR", f"{error.code}:{error.detail}"),
+        ("ERROR", error.wire_text),
         *error.fields,
     ]
     return Reply(Status.FAIL, tuple(fields))
+
+
+def with_id(reply: Reply, task_id: str | None) -> Reply:
+    """``reply`` (any status) under ``task_id`` instead of its own ID (none: no ID line)."""
+    fields = tuple(field for field in reply.fields if field[0] != "ID")
+    if task_id is not None:
+        fields = (("ID", task_id), *fields)
+    return Reply(reply.status, fields)

@@ -27,6 +27,7 @@ import trio
 from csp_web.config import SocketConfig
 from csp_web.core.context import Peer
 from csp_web.core.errors import OpError
+from csp_web.core.ports import allowed_uids
 from csp_web.core.replies import fail_reply
 from csp_web.core.systemd import inherited_unix_listener
 from protocol import ErrorCode, serialize
@@ -137,12 +138,6 @@ def _unlink_if_ours(path: str, inode: int) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def allowed_uids(config: SocketConfig) -> frozenset[int]:
-    """Who may use the daemon: ``allowed_uids``, else the daemon's own uid. The one rule, read
-    from the running settings by the gate at each accept and by cron before each run."""
-    return frozenset(config.allowed_uids) or frozenset({os.geteuid()})
 
 
 class Gate:

@@ -1,7 +1,7 @@
 """Cron jobs for the Tool specialist: CSP/1 tasks run on five-field schedules.
 
     async with open_cron(config) as cron:                      # reads <state_dir>/cron.json
-        extras = {"cron": cron, "background": [serve_cron]}    # the daemon runs serve_cron
+        background = serve_cron(cron)     # the daemon runs it with its TaskPort
         job = await cron.add(NewJob(id, parse_schedule("0 3 * * *", "Europe/Paris"), task, ...))
 
 Modules: ``schedule`` (croniter in a zone, UTC times, run keys), ``jobs`` (a job, its task,
@@ -12,7 +12,7 @@ the op edits and the scheduler that runs it), ``lifecycle`` (opening and serving
 from .jobs import MISSED_POLICIES, Job, JobTaskError, Missed, Outcome, parse_job_task
 from .lifecycle import open_cron, serve_cron, store_path
 from .schedule import Schedule, ScheduleError, iso, parse_schedule, run_key
-from .service import CronService, NewJob, RunHandle, WallClock, system_now
+from .service import CronService, NewJob, RunHandle, RunResult, WallClock, system_now
 from .store import CronStore, CronStoreError
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "NewJob",
     "Outcome",
     "RunHandle",
+    "RunResult",
     "Schedule",
     "ScheduleError",
     "WallClock",

@@ -1,19 +1,18 @@
 """Opening the cron service over its job file, and the daemon's background task that serves it.
 
 async with open_cron(config) as cron:
-    extras = {"cron": cron, "background": [serve_cron]}   # ops_cron.cron_extras(cron)
+    ...   # the daemon runs serve_cron(port) (or cron.serve(port)) as a background task
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
 from csp_web.config import Config
-from csp_web.core.dispatch import Dispatcher
 
 from .jobs import Job
 from .service import CronService, WallClock, system_now
@@ -47,10 +46,6 @@ async def open_cron(
     yield CronService(config.tool.cron, store, jobs, now_wall=now_wall)
 
 
-async def serve_cron(
-    dispatcher: Dispatcher, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    """The daemon's background task: serve the ``extras["cron"]`` service until cancelled."""
-    service = dispatcher.services.extras["cron"]
-    assert isinstance(service, CronService)
-    await service.serve(dispatcher, task_status=task_status)
+def serve_cron(service: CronService) -> Callable[..., Awaitable[None]]:
+    """The daemon's background task for ``service``: its scheduler, served until cancelled."""
+    return service.serve

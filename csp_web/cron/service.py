@@ -1,11 +1,11 @@
 """The cron service: the job table the ``cron`` op edits, and the scheduler that runs it.
 
     async with open_cron(config) as cron:          # loads <state_dir>/cron.json
-        extras = {"cron": cron, "background": [serve_cron]}
-        ...                                         # the daemon starts serve_cron(dispatcher)
+        ...                                         # the daemon starts cron.serve(port)
 
-Each run sends the job's task through ``Dispatcher.run`` as peer ``cron`` (so IN:MEMORY tasks
-take the Memory Specialist relay), with the run key ``<job>@<scheduled time>`` as its ID. Runs
+Each run submits the job's task through the daemon's ``TaskPort`` (csp_web.core.ports) as
+peer ``cron`` (so IN:MEMORY tasks take the Memory Specialist relay), with the run key
+``<job>@<scheduled time>`` as its ID. Runs
 are at most once: the key is persisted before the task is sent. After each run the outcome
 joins the job's history and a ``cron_run`` record goes to memory through the outbox.
 A job without a task is a reminder: each run only writes a ``cron_due`` record (the job, its
@@ -33,13 +33,9 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config import CronConfig
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
-from csp_web.core.fields import validate
+from csp_web.core.ports import TaskPort
 from csp_web.core.records import json_record, make_write
-from csp_web.core.replies import fail_reply
-from csp_web.core.unix import allowed_uids
 from protocol import ErrorCode, Reply, Status, Task
 
 from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome, task_summary
@@ -76,13 +72,27 @@ class NewJob:
     owner_uid: int | None = None
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: the status, DATA and ERROR of its task's reply, or of the reminder's
+    record (cron builds no reply frame of its own)."""
+
+    status: Status
+    data: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, reply: Reply) -> RunResult:
+        return cls(reply.status, reply.get("DATA"), reply.get("ERROR"))
+
+
 @dataclass
 class RunHandle:
-    """A run in flight; ``reply`` is set when ``done`` is."""
+    """A run in flight; ``result`` is set when ``done`` is."""
 
     key: str
     done: trio.Event
-    reply: Reply | None = None
+    result: RunResult | None = None
 
 
 class CronService:
@@ -98,7 +108,7 @@ class CronService:
         self._running: dict[str, RunHandle] = {}
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_RUNS)
         self._changed = trio.Event()
-        self._dispatcher: Dispatcher | None = None
+        self._port: TaskPort | None = None
         self._nursery: trio.Nursery | None = None
 
     # --- the table, as the op sees it -------------------------------------------------------
@@ -196,7 +206,7 @@ class CronService:
 
     async def serve(
         self,
-        dispatcher: Dispatcher,
+        port: TaskPort,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -209,7 +219,7 @@ class CronService:
             raise RuntimeError("the cron scheduler is already serving")
         try:
             async with trio.open_nursery() as nursery:
-                self._dispatcher, self._nursery = dispatcher, nursery
+                self._port, self._nursery = port, nursery
                 self._changed = trio.Event()
                 await self._run_due(grace_s=0.0)  # on start every due occurrence was missed
                 task_status.started()
@@ -219,19 +229,19 @@ class CronService:
                     self._changed = trio.Event()
                     await self._run_due(grace_s=LATE_GRACE_S)
         finally:
-            self._dispatcher = self._nursery = None
+            self._port = self._nursery = None
 
     def _seconds_to_next(self) -> float:
         times = [job.next_at for job in self._jobs.values() if job.next_at is not None]
-        if not times or (self._dispatcher is not None and self._dispatcher.shutting_down):
+        if not times or (self._port is not None and not self._port.accepting):
             return MAX_SLEEP_S
         seconds = (min(times) - self._now()).total_seconds()
         return min(max(seconds, 0.0), MAX_SLEEP_S)
 
     async def _run_due(self, *, grace_s: float) -> None:
         """Claim every due occurrence (run, or pass over as missed), persist, then start."""
-        assert self._dispatcher is not None
-        if self._dispatcher.shutting_down:
+        assert self._port is not None
+        if not self._port.accepting:
             return  # left for the next start, where the missed policy decides
         now = self._now()
         due = [job for job in self.jobs() if job.next_at is not None and job.next_at <= now]
@@ -293,28 +303,14 @@ class CronService:
             del self._running[job_id]
         handle.done.set()
 
-    async def _run_as_owner(self, dispatcher: Dispatcher, job: Job, task: Task) -> Reply:
-        """The job's task run under its author's uid; refused if that uid lost its access."""
-        if job.owner_uid is not None and job.owner_uid not in self._allowed_uids(dispatcher):
-            error = OpError(
-                ErrorCode.PERMISSION_DENIED, f"uid {job.owner_uid} may no longer run", scope=SCOPE
-            )
-            return fail_reply(error, task.id)
-        return await dispatcher.run(task, Peer("cron", job.owner_uid))
-
-    @staticmethod
-    def _allowed_uids(dispatcher: Dispatcher) -> frozenset[int]:
-        # The socket's own rule, over the running (reloaded) settings: one source of truth.
-        return allowed_uids(dispatcher.services.config.socket)
-
     async def _run(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
-        assert self._dispatcher is not None
-        dispatcher = self._dispatcher
+        assert self._port is not None
+        port = self._port
         try:
             task = job.task
             if task is None:
-                reply = await self._remind(dispatcher, job, handle.key, at)
-                self._finish(job, handle, reply, at)
+                result = await self._remind(port, job, handle.key, at)
+                self._finish(job, handle, result, at)
                 await self._save_quietly()
                 return
             task = Task(
@@ -322,37 +318,38 @@ class CronService:
             )
             async with self._limiter:
                 started = trio.current_time()
-                reply = await self._run_as_owner(dispatcher, job, task)
+                # Under its author's uid; refused there if that uid lost its access.
+                result = RunResult.of(await port.submit(task, uid=job.owner_uid))
                 elapsed = trio.current_time() - started
-            outcome = self._finish(job, handle, reply, at)
+            outcome = self._finish(job, handle, result, at)
             await self._save_quietly()
-            await self._remember(dispatcher, job, outcome, reply, elapsed)
+            await self._remember(port, job, outcome, result, elapsed)
         except Exception:  # a bug in bookkeeping must not take the scheduler (and daemon) down
             log.exception("cron run %s: recording its outcome failed", handle.key)
         finally:
             self._release(job.id, handle)
 
-    def _finish(self, job: Job, handle: RunHandle, reply: Reply, at: datetime.datetime) -> Outcome:
-        handle.reply = reply
-        outcome = Outcome(handle.key, iso(at), str(reply.status), _clip(reply.get("ERROR")))
+    def _finish(
+        self, job: Job, handle: RunHandle, result: RunResult, at: datetime.datetime
+    ) -> Outcome:
+        handle.result = result
+        outcome = Outcome(handle.key, iso(at), str(result.status), _clip(result.error))
         job.record(outcome, self.config.history)
         return outcome
 
-    async def _remind(
-        self, dispatcher: Dispatcher, job: Job, key: str, at: datetime.datetime
-    ) -> Reply:
+    async def _remind(self, port: TaskPort, job: Job, key: str, at: datetime.datetime) -> RunResult:
         """A reminder's run: its ``cron_due`` record, queued for the Memory Specialist."""
         record = json_record(job=job.id, key=key, at=iso(at), description=job.description)
         write = make_write("tool", "cron_due", "cron-due", record, suffix=".json")
         try:
-            await dispatcher.services.outbox.put(write)
+            await port.remember(write)
         except OpError as exc:
             log.error("cron_due record of %s lost: %s", key, exc)
-            return fail_reply(exc, key)
-        return Reply(Status.OK, (("ID", key), ("DATA", f"cron_due:{write.id}")))
+            return RunResult(Status.FAIL, exc.data, exc.wire_text)
+        return RunResult(Status.OK, f"cron_due:{write.id}")
 
     async def _remember(
-        self, dispatcher: Dispatcher, job: Job, outcome: Outcome, reply: Reply, seconds: float
+        self, port: TaskPort, job: Job, outcome: Outcome, result: RunResult, seconds: float
     ) -> None:
         record = json_record(
             job=job.id,
@@ -361,28 +358,23 @@ class CronService:
             task=task_summary(job.task),
             status=outcome.status,
             error=outcome.error,
-            data=_clip(reply.get("DATA")),
+            data=_clip(result.data),
             duration_ms=round(seconds * 1000, 3),
         )
         write = make_write("tool", "cron_run", "cron-runs", record, suffix=".json")
         try:
-            await dispatcher.services.outbox.put(write)
+            await port.remember(write)
         except OpError as exc:
             log.error("cron_run record of %s lost: %s", outcome.key, exc)
 
     # --- persistence and time ---------------------------------------------------------------
 
     def _check_task(self, task: Task | None) -> None:
-        dispatcher = self._dispatcher
-        if (
-            task is None
-            or dispatcher is None
-            or (task.domain == "MEMORY" and dispatcher.relay is not None)
-        ):
-            return  # the Memory Specialist validates relayed frames itself
+        port = self._port
+        if task is None or port is None:
+            return
         try:
-            op = dispatcher.registry.lookup(task)
-            validate(task, op.fields, op.inline)
+            port.check(task)
         except OpError as exc:
             detail = f"TASK: {exc.code}:{exc.detail}"
             raise OpError(ErrorCode.INVALID_FIELD, detail, scope=SCOPE) from None

@@ -14,6 +14,7 @@ import trio
 from csp_web.config import MemoryConfig
 from csp_web.core.client import ClientClosed
 from csp_web.core.errors import OpError
+from csp_web.core.replies import with_id
 from csp_web.memory.link import MemoryLink, socket_link
 from protocol import ErrorCode, Reply, Task
 
@@ -59,7 +60,4 @@ class MemoryRelay:
             raise OpError(
                 ErrorCode.MEMORY_UNAVAILABLE, f"{type(exc).__name__} at {self._link.name}"
             ) from exc
-        fields = tuple(f for f in reply.fields if f[0] != "ID")
-        if task.id is not None:
-            fields = (("ID", task.id), *fields)
-        return Reply(reply.status, fields)
+        return with_id(reply, task.id)

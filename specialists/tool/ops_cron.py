@@ -61,7 +61,7 @@ ADD_ONLY = ("SCHEDULE", "TZ", "TASK_DESCRIPTION", "TASK", "MISSED")
 
 def cron_extras(service: CronService) -> dict[str, Any]:
     """The ``Services.extras`` entries cron needs: the service and its background task."""
-    return {"cron": service, "background": [serve_cron]}
+    return {"cron": service, "background": [serve_cron(service)]}
 
 
 def cron_service(ctx: OpContext) -> CronService:
@@ -154,14 +154,14 @@ async def _disable(service: CronService, params: Params) -> Result:
 async def _run(service: CronService, params: Params) -> Result:
     job_id = _required_id(params)
     handle = await service.run_now(job_id)
-    if handle.reply is None:
+    if handle.result is None:
         raise OpError(ErrorCode.CRON_ERROR, f"run {handle.key} was interrupted", scope=SCOPE)
     fields: list[Field] = [
         ("JOB_RUN", job_id),
         ("RUN_KEY", handle.key),
-        ("RUN_STATUS", str(handle.reply.status)),
+        ("RUN_STATUS", str(handle.result.status)),
     ]
-    error = handle.reply.get("ERROR")
+    error = handle.result.error
     if error is not None:
         fields.append(("RUN_ERROR", error))
     return _result(service, *fields)

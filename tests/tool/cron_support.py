@@ -21,7 +21,7 @@ import trio.lowlevel
 
 from csp_web.config import Config, CronConfig, ToolConfig
 from csp_web.core.context import OpContext, Peer
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.dispatch import Dispatcher, DispatchPort
 from csp_web.core.errors import OpError
 from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.lifecycle import build_dispatcher
@@ -122,7 +122,7 @@ async def open_rig(
         async def serve(*, task_status: trio.TaskStatus[None]) -> None:
             (background,) = dispatcher.services.extras["background"]
             with scope:  # as the daemon runs each extras["background"] task
-                await background(dispatcher, task_status=task_status)
+                await background(DispatchPort(dispatcher), task_status=task_status)
 
         await nursery.start(serve)
         yield Rig(dispatcher, cron, seen, scope)
