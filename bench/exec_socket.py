@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,10 +29,30 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_socket.py` finds the
 from csp_web.config import Config, DaemonConfig, ToolConfig  # noqa: E402
 from csp_web.config.exec import ExecConfig, ProgramRule  # noqa: E402
 from csp_web.core.client import open_client  # noqa: E402
-from csp_web.core.lifecycle import serve_daemon  # noqa: E402
+from csp_web.core.compose import open_daemon  # noqa: E402
+from csp_web.core.lifecycle import serve  # noqa: E402
+from csp_web.core.specialist import Specialist  # noqa: E402
 from csp_web.memory.embedded import open_memory_path  # noqa: E402
 from protocol import Status, Task  # noqa: E402
 from specialists.tool.ops_exec import OPS, open_exec_services  # noqa: E402
+from specialists.tool.services import ExecServices, ToolServices  # noqa: E402
+
+
+def _exec_only(services: ExecServices) -> Specialist[ToolConfig, ToolServices]:
+    """The tool specialist with only exec, over ``services`` opened here."""
+    return Specialist(
+        name="tool",
+        ops=tuple(OPS),
+        slots=lambda slots: slots.tool,
+        section=lambda config: config.tool,
+        reloadable=(),
+        restart_only=(),
+        open_services=lambda section, config: nullcontext(ToolServices(services, None, None)),
+        background=lambda _: (),
+        stats_lines=lambda _: {},
+        reload=None,
+    )
+
 
 NOBODY = 65534
 
@@ -55,18 +76,12 @@ async def over_socket(config: Config, workdir: str, runs: int) -> tuple[list[flo
     socket_path = os.path.join(workdir, "s", "csp.sock")
     async with (
         open_exec_services(config) as services,
-        open_memory_path(config) as memory,
+        open_daemon(config, (_exec_only(services),), memory=open_memory_path(config)) as daemon,
         trio.open_nursery() as nursery,
     ):
         await nursery.start(
-            lambda task_status: serve_daemon(
-                config,
-                OPS,
-                memory=memory,
-                stdio=None,
-                socket_path=socket_path,
-                extras={"exec": services},
-                task_status=task_status,
+            lambda task_status: serve(
+                daemon, stdio=None, socket_path=socket_path, task_status=task_status
             )
         )
         samples = []

@@ -11,7 +11,7 @@ Each op is audited and logged (web_op) into the durable outbox as in production;
 Specialist runs, so the writes accumulate. Both outbox sync settings are measured ("normal" is
 the default). The fetch rate limit is raised so it never waits, and the body caps are doubled
 to 2 MB because one corpus page is over the default 1 MB. The daemon freezes its start-up
-objects out of the collector's view itself (serve_daemon calls gc.freeze()).
+objects out of the collector's view itself (serve calls gc.freeze()).
 
     python bench/fetch.py [--rounds N] [--synchronous full|normal|both]
 """
@@ -40,12 +40,12 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch.py` finds the packa
     sys.path.insert(0, str(REPO_ROOT))
 
 from csp_web.config import Config, DaemonConfig, OutboxConfig, RateConfig, WebConfig  # noqa: E402
-from csp_web.core.lifecycle import serve_daemon  # noqa: E402
+from csp_web.core.compose import open_daemon  # noqa: E402
+from csp_web.core.lifecycle import serve  # noqa: E402
 from csp_web.memory.embedded import open_memory_path  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, Task  # noqa: E402
-from specialists.web.ops_fetch import OPS  # noqa: E402
-from specialists.web.services import open_web_services  # noqa: E402
+from specialists.web import make_web  # noqa: E402
 from tests.net._dns import FixedResolver  # noqa: E402
 from tests.net._origin import Origin  # noqa: E402
 from tests.net._origin import Reply as OriginReply  # noqa: E402
@@ -181,21 +181,15 @@ async def measure(
     resolver = FixedResolver({HOST: ["127.0.0.1"]})
     pages = corpus_pages()
     async with (
-        open_web_services(config, resolver=resolver, ssl_context=trust) as web,
-        open_memory_path(config) as memory,
+        open_daemon(
+            config,
+            (make_web(resolver=resolver, ssl_context=trust),),
+            memory=open_memory_path(config),
+        ) as daemon,
         trio.open_nursery() as nursery,
     ):
         socket_path = os.path.join(workdir, f"{synchronous}.sock")
-        daemon = functools.partial(
-            serve_daemon,
-            config,
-            OPS,
-            memory=memory,
-            stdio=None,
-            socket_path=socket_path,
-            extras={"web": web},
-        )
-        await nursery.start(daemon)
+        await nursery.start(functools.partial(serve, daemon, stdio=None, socket_path=socket_path))
         async with await trio.open_unix_socket(socket_path) as stream:
             await report(Client(stream), f"https://{HOST}:{port}", pages, args.rounds, synchronous)
         nursery.cancel_scope.cancel()

@@ -13,7 +13,7 @@ import shutil
 import sqlite3
 import ssl
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,14 +21,17 @@ import pytest
 import trio
 import trustme
 
+from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, DaemonConfig, MemoryConfig
+from csp_web.core.compose import open_daemon
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve_daemon
+from csp_web.core.lifecycle import serve
 from csp_web.core.ops import Op
+from csp_web.core.specialist import Composable
 from csp_web.memory.embedded import open_memory_path
 from csp_web.memory.sink.server import SinkStore, serve_memory_sink
 from csp_web.memory.sink.store import STORE_FILE
-from specialists import open_specialists
+from tests.harness import given
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
@@ -112,7 +115,7 @@ async def start_daemon(
     nursery: trio.Nursery,
     config: Config,
     socket_path: str,
-    ops: list[Op] | None = None,
+    ops: Sequence[Op[Any]] | None = None,
     *,
     specialists: bool = False,
 ) -> Daemon:
@@ -120,32 +123,12 @@ async def start_daemon(
     only, or with every specialist as ``csp-web serve`` runs them."""
     scope = trio.CancelScope()
 
+    chosen: Sequence[Composable] = SPECIALISTS if specialists else (given(None, ops or []),)
+
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
-            if not specialists:
-                async with open_memory_path(config) as memory:
-                    await serve_daemon(
-                        config,
-                        ops or [],
-                        memory=memory,
-                        stdio=None,
-                        socket_path=socket_path,
-                        task_status=task_status,
-                    )
-                return
-            async with (
-                open_specialists(config) as (all_ops, extras),
-                open_memory_path(config) as memory,
-            ):
-                await serve_daemon(
-                    config,
-                    all_ops,
-                    memory=memory,
-                    stdio=None,
-                    socket_path=socket_path,
-                    extras=extras,
-                    task_status=task_status,
-                )
+            async with open_daemon(config, chosen, memory=open_memory_path(config)) as daemon:
+                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
 
     dispatcher = await nursery.start(run)
     return Daemon(socket_path, dispatcher, scope)

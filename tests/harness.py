@@ -2,37 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 import trio.testing
 
 from csp_web.config import Config, ConnectionConfig
+from csp_web.core.compose import compose, op_table
 from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
 from csp_web.core.context import OpContext, Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.lifecycle import build_dispatcher
-from csp_web.core.ops import Op
+from csp_web.core.ops import Op, bind
+from csp_web.core.ports import MemoryPath
 from csp_web.core.replies import Result
+from csp_web.core.specialist import Background, Opened, Specialist
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import Outbox, open_outbox
 from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
 
+S = TypeVar("S")
 
-async def _sleep(params: Params, ctx: OpContext) -> Result:
+
+async def _sleep(params: Params, ctx: OpContext, _: Any) -> Result:
     await trio.sleep(params.integer("MS") / 1000)
     return Result(f"slept:{params.integer('MS')}", scope=("test",))
 
 
-async def _boom(params: Params, ctx: OpContext) -> Result:
+async def _boom(params: Params, ctx: OpContext, _: Any) -> Result:
     raise RuntimeError("a bug in a handler")
 
 
-async def _echo(params: Params, ctx: OpContext) -> Result:
+async def _echo(params: Params, ctx: OpContext, _: Any) -> Result:
     fields = [("TEXT", params.text("TEXT"))]
     if "COUNT" in params:
         fields.append(("COUNT", str(params.integer("COUNT"))))
@@ -44,7 +48,7 @@ async def _echo(params: Params, ctx: OpContext) -> Result:
     return Result("echo", scope=("test",), fields=tuple(fields))
 
 
-TEST_OPS = [
+TEST_OPS: list[Op[Any]] = [
     Op(
         "sleep",
         "TEST",
@@ -132,20 +136,60 @@ class Harness:
         return ClientEnd(client, Connection(Limits(1 << 24, 1 << 24, 10_000)))
 
 
+def given(
+    services: S,
+    ops: Sequence[Op[S]],
+    *,
+    name: str = "test",
+    background: tuple[Background, ...] = (),
+) -> Specialist[None, S]:
+    """A specialist over ``services`` the test already opened (closed by the test): its
+    ops run in the pools they name (``SlotsConfig`` fields); ``background`` as given, no
+    reload."""
+
+    @asynccontextmanager
+    async def opened(section: None, config: Config) -> AsyncIterator[S]:
+        yield services
+
+    return Specialist(
+        name=name,
+        ops=tuple(ops),
+        slots=lambda slots: slots.web,
+        section=lambda config: None,
+        reloadable=(),
+        restart_only=(),
+        open_services=opened,
+        background=lambda _: background,
+        stats_lines=lambda _: {},
+        reload=None,
+    )
+
+
+def build_dispatcher(
+    config: Config, memory: MemoryPath | None, ops: Sequence[Op[S]], services: S
+) -> Dispatcher:
+    """The core's composition (``core.compose.compose``) of ``ops`` bound to ``services``,
+    with the sys ops, over ``memory``: for tests that drive a dispatcher directly."""
+    specialist = given(services, ops)
+    opened = Opened(tuple(bind(op, services) for op in ops), (), {}, None)
+    table = op_table([specialist])
+    return compose(config, [specialist], [opened], table=table, memory=memory).dispatcher
+
+
 @asynccontextmanager
 async def open_harness(
-    config: Config, ops: list[Op] | None = None, *, extras: dict[str, Any] | None = None
+    config: Config, ops: Sequence[Op[Any]] | None = None, services: object = None
 ) -> AsyncIterator[Harness]:
-    """A dispatcher over the sys ops and ``ops`` (default TEST_OPS), with no memory peer;
-    ``extras`` are the specialists' services (``Services.extras``)."""
+    """A dispatcher over the sys ops and ``ops`` (default TEST_OPS) bound to ``services``,
+    with no memory peer."""
     config = replace(config, memory=replace(config.memory, socket_path=None))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         trio.open_nursery() as nursery,
     ):
-        dispatcher = build_dispatcher(
-            config, outbox_path(config, outbox), TEST_OPS if ops is None else ops, extras=extras
-        )
+        memory = outbox_path(config, outbox)
+        chosen: Sequence[Op[Any]] = TEST_OPS if ops is None else ops
+        dispatcher = build_dispatcher(config, memory, chosen, services)
         yield Harness(dispatcher, nursery, Shutdown())
         nursery.cancel_scope.cancel()
 

@@ -15,12 +15,13 @@ from csp_web.config import Config, ToolConfig
 from csp_web.core.context import Peer
 from csp_web.core.deadlines import budget_ms, task_deadline, work_deadline, work_seconds
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
-from specialists.tool import tool_ops
+from specialists.tool import TOOL
 from specialists.tool.ops_exec import open_exec_services
+from specialists.tool.services import ToolServices
+from tests.harness import build_dispatcher
 from tests.tool.exec_support import make_config, scratch_dir
 
 
@@ -62,7 +63,7 @@ async def exec_dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
             open_exec_services(config) as services,
         ):
             yield build_dispatcher(
-                config, outbox_path(config, outbox), tool_ops(), extras={"exec": services}
+                config, outbox_path(config, outbox), TOOL.ops, ToolServices(services, None, None)
             )
 
 

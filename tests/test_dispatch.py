@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
+from csp_web.core.compose import op_table
+from csp_web.core.context import OpContext, Peer
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import MAX_JSON_DEPTH, validate
-from csp_web.core.lifecycle import build_op_table
+from csp_web.core.fields import MAX_JSON_DEPTH, Params, validate
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result
 from protocol import ErrorCode, Reply, Status, Task
-from specialists.tool import tool_ops
-from specialists.web import web_ops
-from tests.harness import TEST_OPS, open_harness
+from tests.harness import TEST_OPS, build_dispatcher, open_harness
 
 
 def _error(reply: Reply) -> str:
@@ -135,7 +138,7 @@ async def test_json_field_nested_200k_deep_replies_invalid_field_not_internal_er
 def test_every_json_field_of_every_op_bounds_its_depth() -> None:
     """Each JSON-typed field the daemon serves (exec ENV, api PAYLOAD...) goes through the
     one bounded parse."""
-    ops = build_op_table([*web_ops(), *tool_ops()])
+    ops = op_table(SPECIALISTS)
     json_fields = [(op, spec) for op in ops for spec in op.fields if spec.kind == "json"]
     assert json_fields
     for op, spec in json_fields:
@@ -306,3 +309,44 @@ async def test_stats_count_frames_rejections_and_latency(config: Config) -> None
     assert "REJECTED" in dict(stats.fields)
     assert "unknown_op:1" in stats.get_all("REJECTED")
     assert any(op.startswith("ping count:1,failed:0,p50_ms:") for op in stats.get_all("OP"))
+
+
+async def test_a_daemon_composed_without_a_memory_path_audits_nothing_and_says_so_in_stats(
+    config: Config,
+) -> None:
+    """Issue 7: ``memory=None`` (a Memory Specialist's own composition): no outbox, no audit;
+    REQ:stats has no OUTBOX line and an outbox depth of 0; ops run as usual."""
+    dispatcher = build_dispatcher(config, None, TEST_OPS, None)
+    echo = await dispatcher.run(Task("echo", "TEST", "ECHO", "hi", ()), Peer("t"))
+    stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
+    assert echo.status is Status.OK
+    assert not dispatcher.audit
+    assert stats.get_all("OUTBOX") == []
+    assert "outbox_depth:0" in (stats.get("DATA") or "")
+
+
+async def test_an_op_that_remembers_in_a_daemon_without_memory_is_an_internal_error(
+    config: Config,
+) -> None:
+    """Composing an op that writes memory into a daemon with no memory path is a bug: its
+    ``ctx.remember`` raises RuntimeError, answered internal_error like any other bug."""
+
+    async def remembers(params: Params, ctx: OpContext, _: Any) -> Result:
+        await ctx.remember("tool", "note", "notes", "x")
+        return Result("kept")
+
+    op: Op[Any] = Op("remember", "TEST", "KEPT", "tool", remembers)
+    dispatcher = build_dispatcher(config, None, [op], None)
+    reply = await dispatcher.run(Task("remember", "TEST", "KEPT", None, ()), Peer("t"))
+    assert _error(reply) == "internal_error"
+
+
+def test_an_op_in_a_pool_without_slot_limits_cannot_be_composed(config: Config) -> None:
+    """Issue 7: forgetting a pool's limits is an error at composition, never a default."""
+
+    async def nothing(params: Params, ctx: OpContext, _: Any) -> Result:
+        return Result("none")
+
+    op: Op[Any] = Op("nothing", "TEST", "NONE", "browser", nothing)
+    with pytest.raises(KeyError, match="browser"):
+        build_dispatcher(config, None, [op], None)

@@ -56,12 +56,7 @@ PUBLIC_CORE = frozenset(
     }
 )
 
-KNOWN: frozenset[str] = frozenset(
-    {
-        "layer: csp_web.cli.commands -> specialists",
-        "layer: csp_web.cli.replay -> specialists",
-    }
-)
+KNOWN: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 import pytest
 import trio
@@ -26,15 +27,13 @@ from csp_web.config import (
 )
 from csp_web.core.client import open_client
 from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
-from csp_web.core.context import OpContext, Peer, Services
+from csp_web.core.context import OpContext, Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
 from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.ops import Op, Registry
-from csp_web.core.ports import MemoryPath
+from csp_web.core.ops import Op
 from csp_web.core.records import MemoryWrite
 from csp_web.core.replies import Result
-from csp_web.core.stats import Stats
 from csp_web.core.unix import Lease, serve_unix
 from csp_web.memory.outbox import Outbox, open_outbox
 from csp_web.memory.outbox_store import OutboxStore
@@ -48,10 +47,12 @@ from tests.conftest import (
     wait_until,
     with_memory,
 )
-from tests.harness import outbox_of
+from tests.harness import build_dispatcher, outbox_of
 
 PING = Task("ping", "SYS", "PONG")
 _PING_BYTES = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
+
+WAIT_S = 10.0  # a bound on waits that end on an event, never a timing assertion
 
 
 def _write(n: int, path: str = "order/log.txt") -> MemoryWrite:
@@ -99,11 +100,13 @@ def _ping(task_id: str) -> Task:
     return Task("ping", "SYS", "PONG", None, (("ID", task_id),))
 
 
-async def _noop(params: Params, ctx: OpContext) -> Result:
+async def _noop(params: Params, ctx: OpContext, _: Any) -> Result:
     return Result("done", scope=("test",))
 
 
-NOOP = Op("noop", "TEST", "DONE", "web", _noop, doc="a web-specialist op that does nothing")
+NOOP: Op[Any] = Op(
+    "noop", "TEST", "DONE", "web", _noop, doc="a web-specialist op that does nothing"
+)
 
 
 async def test_put_is_durable_when_it_returns(tmp_path: os.PathLike[str]) -> None:
@@ -154,7 +157,8 @@ async def test_an_ack_removes_the_write_from_the_store(
     async with open_outbox(path, OutboxConfig(), config.memory) as outbox:
         for n in range(5):
             await outbox.put(_write(n))
-        await wait_until(lambda: outbox.depth == 0)
+        with trio.fail_after(WAIT_S):
+            await outbox.wait_drained()
         assert (outbox.delivered, outbox.rejected, outbox.bytes) == (5, 0, 0)
         totals, pending = await _stored(path)
     assert (totals, pending) == ((0, 0), [])
@@ -175,7 +179,8 @@ async def test_a_memory_specialist_that_is_down_never_fails_a_reply(
     assert not outbox.connected
     assert config.memory.socket_path is not None
     sink = await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
-    await wait_until(lambda: outbox.depth == 0)
+    with trio.fail_after(WAIT_S):
+        await outbox.wait_drained()
     assert {f"down-{n}" for n in range(5)} <= _audit_ids(sink.directory)
 
 
@@ -196,7 +201,8 @@ async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
         reply = await client.call(_ping("while-down"))
     assert reply.status is Status.OK
     await start_sink(nursery, config.memory.socket_path, memory_dir)
-    await wait_until(lambda: outbox.depth == 0)
+    with trio.fail_after(WAIT_S):
+        await outbox.wait_drained()
     assert {"before", "while-down"} <= _audit_ids(memory_dir)
 
 
@@ -277,26 +283,23 @@ async def _serve_scripted_memory(
 ) -> None:
     """A Memory Specialist built from the daemon's own parts with a scripted ``write`` op."""
 
-    async def write(params: Params, ctx: OpContext) -> Result:
+    async def write(params: Params, ctx: OpContext, _: Any) -> Result:
         return await handler(ctx.client_id, params)
 
     fields = tuple(FieldSpec(name, required=True) for name in ("FROM", "TYPE", "PATH", "DATA"))
-    registry = Registry([Op("write", "MEMORY", "ACK", "memory", write, fields)])
-    own = os.path.join(state_dir, "peer-outbox.sqlite3")
-    async with open_outbox(own, OutboxConfig(), MemoryConfig()) as outbox:
-        dispatcher = Dispatcher(
-            registry, Services(Config(), MemoryPath(outbox, None)), Stats(), audit=False
+    write_op: Op[Any] = Op("write", "MEMORY", "ACK", "memory", write, fields)
+    # No memory path: a Memory Specialist audits nothing, keeps no outbox (issue 7).
+    dispatcher = build_dispatcher(Config(), None, [write_op], None)
+    options = StreamOptions(ConnectionConfig(), None, sequential=True)
+    async with trio.open_nursery() as nursery:
+
+        async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+            await serve_stream(stream, dispatcher, peer, options, Shutdown())
+
+        await nursery.start(
+            partial(serve_unix, path, SocketConfig(), handle, handler_nursery=nursery)
         )
-        options = StreamOptions(ConnectionConfig(), None, sequential=True)
-        async with trio.open_nursery() as nursery:
-
-            async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
-                await serve_stream(stream, dispatcher, peer, options, Shutdown())
-
-            await nursery.start(
-                partial(serve_unix, path, SocketConfig(), handle, handler_nursery=nursery)
-            )
-            task_status.started()
+        task_status.started()
 
 
 async def test_a_write_the_memory_specialist_fails_is_set_aside_and_the_queue_goes_on(
@@ -422,12 +425,11 @@ async def _gated_memory(
 
 @asynccontextmanager
 async def _dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
-    from csp_web.core.lifecycle import build_dispatcher
     from csp_web.memory.embedded import outbox_path
-    from tests.harness import TEST_OPS
+    from tests.harness import TEST_OPS, build_dispatcher
 
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        yield build_dispatcher(config, outbox_path(config, outbox), TEST_OPS)
+        yield build_dispatcher(config, outbox_path(config, outbox), TEST_OPS, None)
 
 
 async def test_a_full_outbox_that_drains_makes_an_op_wait_then_run_instead_of_refusing_it(
@@ -645,12 +647,13 @@ async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_wait
     """Issue 9.8: at EOF with memory.socket_path set and nothing listening, the daemon does
     not spend its grace period waiting for a delivery that cannot happen (it used to wait the
     whole grace_period_s on every run); the write stays in the outbox."""
-    from csp_web.core.lifecycle import serve_daemon
+    from csp_web.core.compose import open_daemon
+    from csp_web.core.lifecycle import serve
     from csp_web.memory.embedded import open_memory_path
 
     async def serve_with_memory(config: Config, server: trio.abc.Stream) -> None:
-        async with open_memory_path(config) as memory:
-            await serve_daemon(config, [], memory=memory, stdio=server, socket_path=None)
+        async with open_daemon(config, (), memory=open_memory_path(config)) as daemon:
+            await serve(daemon, stdio=server, socket_path=None)
 
     grace_s = 600.0  # far past the bound below: waiting it out fails the test
     config = replace(config, daemon=replace(config.daemon, grace_period_s=grace_s))

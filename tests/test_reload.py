@@ -23,10 +23,12 @@ import pytest
 import trio
 import yaml
 
+from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, SocketConfig
 from csp_web.config.load import config_from_mapping
 from csp_web.config.reload import plan_reload
 from csp_web.core.client import open_client
+from csp_web.core.compose import reload_paths
 from csp_web.core.errors import OpError
 from csp_web.core.ports import allowed_uids
 from csp_web.core.unix import Gate, Lease
@@ -199,7 +201,7 @@ def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
         },
         socket={"allowed_uids": [1234], "max_connections": 8},
     )
-    plan = plan_reload(running, new)
+    plan = plan_reload(running, new, *reload_paths(SPECIALISTS))
     assert plan.applied == (
         "socket.allowed_uids",
         "tasks.default_timeout_ms",
@@ -228,7 +230,7 @@ def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
 
 
 def test_an_unchanged_file_plans_nothing() -> None:
-    plan = plan_reload(_config(), _config())
+    plan = plan_reload(_config(), _config(), *reload_paths(SPECIALISTS))
     assert (plan.applied, plan.needs_restart) == ((), ())
 
 
@@ -395,3 +397,34 @@ def test_revoking_closes_only_the_connections_of_uids_no_longer_allowed() -> Non
 def test_the_allow_list_defaults_to_the_daemons_own_uid() -> None:
     assert allowed_uids(SocketConfig()) == {os.geteuid()}
     assert allowed_uids(SocketConfig(allowed_uids=(7,))) == {7}
+
+
+async def test_a_reload_reaches_every_specialist_of_the_app_daemon_in_process(
+    config: Config,
+) -> None:
+    """Issue 7: composed by the app's root (WEB, TOOL, the configured memory path), a reload
+    plans with the core's and the specialists' paths, runs each specialist's hook, swaps the
+    one running Config and shows on REQ:stats; a refused reload changes nothing."""
+    from dataclasses import replace
+
+    from csp_web.app.compose import open_app_daemon
+    from csp_web.core.context import Peer
+    from csp_web.core.lifecycle import reload_settings
+
+    fetch = replace(config.web.fetch, default_max_chars=4000)
+    new = replace(config, web=replace(config.web, fetch=fetch))
+    async with open_app_daemon(config) as daemon:
+        dispatcher = daemon.dispatcher
+        plan = await reload_settings(daemon, lambda: new)
+        assert plan is not None
+        assert plan.applied == ("web.fetch.default_max_chars",)
+        assert dispatcher.services.config.web.fetch.default_max_chars == 4000
+        stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
+        assert json.loads(stats.get("RELOAD") or "{}")["outcome"] == "applied"
+        assert stats.get("SANDBOX") is not None  # TOOL's stats lines, merged once
+
+        def refused() -> Config:
+            raise ValueError("not today")
+
+        assert await reload_settings(daemon, refused) is None
+        assert dispatcher.services.config.web.fetch.default_max_chars == 4000

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from csp_web.app.catalog import SPECIALISTS
 from csp_web.cli.replay import replay_in_memory, replay_over_socket
 from csp_web.cli.transcript import TranscriptError, line_matches, parse_transcript
 from csp_web.config import Config
-from csp_web.core.lifecycle import build_dispatcher
+from csp_web.core.compose import open_daemon
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
-from specialists import open_specialists
 from tests.conftest import Daemon, Sink
+from tests.harness import build_dispatcher
 
 TRANSCRIPTS = sorted((Path(__file__).parent / "transcripts").glob("*.csp"))
 
@@ -40,10 +41,9 @@ async def test_transcript_replays_in_memory(
     transcript = parse_transcript(path.read_text("utf-8"), path.name)
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_specialists(config) as (ops, extras),
+        open_daemon(config, SPECIALISTS, memory=outbox_path(config, outbox)) as daemon,
     ):
-        dispatcher = build_dispatcher(config, outbox_path(config, outbox), ops, extras=extras)
-        assert await replay_in_memory(transcript, dispatcher) == []
+        assert await replay_in_memory(transcript, daemon.dispatcher) == []
 
 
 async def test_a_wrong_expectation_is_reported_as_a_difference(
@@ -54,7 +54,7 @@ async def test_a_wrong_expectation_is_reported_as_a_difference(
     )
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
         diffs = await replay_in_memory(
-            transcript, build_dispatcher(config, outbox_path(config, outbox), [])
+            transcript, build_dispatcher(config, outbox_path(config, outbox), [], None)
         )
     assert diffs == [
         f"step 1: {line}"

@@ -5,11 +5,12 @@ A test compares docs/ops.md with this output, so the document cannot drift from 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from csp_web.app.catalog import SPECIALISTS
+from csp_web.core.compose import op_table
 from csp_web.core.fields import FieldSpec
-from csp_web.core.lifecycle import build_op_table
-from csp_web.core.ops import Op
-from specialists.tool import tool_ops
-from specialists.web import web_ops
+from csp_web.core.ops import OpSpec
 
 
 def _field_line(spec: FieldSpec, inline: str | None) -> str:
@@ -35,7 +36,7 @@ def _field_line(spec: FieldSpec, inline: str | None) -> str:
     return f"| `{spec.name}` | {', '.join(notes)} | {doc} |"
 
 
-def render(ops: list[Op]) -> str:
+def render(ops: Iterable[OpSpec]) -> str:
     lines = [
         "# Ops",
         "",
@@ -56,7 +57,7 @@ def render(ops: list[Op]) -> str:
 
 
 def main() -> None:
-    print(render(build_op_table([*web_ops(), *tool_ops()])), end="")
+    print(render(op_table(SPECIALISTS)), end="")
 
 
 if __name__ == "__main__":

@@ -159,12 +159,11 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
-    from csp_web.core.lifecycle import serve_daemon
+    from csp_web.app.compose import open_app_daemon
+    from csp_web.core.lifecycle import serve
     from csp_web.core.statedir import StateDirBusy, hold_state_dir
     from csp_web.core.stdio import open_stdio_stream
     from csp_web.core.systemd import activated_socket_path
-    from csp_web.memory.embedded import open_memory_path
-    from specialists import open_specialists
 
     # Read systemd's variables (and drop them) before any child process starts.
     activated = activated_socket_path()
@@ -177,17 +176,11 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> int:
         stdio = None if args.no_stdin else open_stdio_stream()
-        async with (
-            open_specialists(config) as (ops, extras),
-            open_memory_path(config) as memory,
-        ):
-            cut = await serve_daemon(
-                config,
-                ops,
-                memory=memory,
+        async with open_app_daemon(config) as daemon:
+            cut = await serve(
+                daemon,
                 stdio=stdio,
                 socket_path=socket_path,
-                extras=extras,
                 reload=partial(load_config, args.config),
             )
         return EXIT_CUT if cut else EXIT_OK

@@ -21,9 +21,6 @@ from csp_web.config import Config
 from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import build_dispatcher
-from csp_web.memory.embedded import outbox_path
-from csp_web.memory.outbox import open_outbox
 from csp_web.memory.sink.server import serve_memory_sink
 
 
@@ -71,14 +68,11 @@ async def replay_files(files: Sequence[str], config: Config, socket_path: str | 
 
 
 async def _replay_all(files: Sequence[str], config: Config, socket_path: str | None) -> int:
-    from specialists import open_specialists
+    from csp_web.app.compose import open_app_daemon
 
     failures = 0
-    async with (
-        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_specialists(config) as (ops, extras),
-    ):
-        dispatcher = build_dispatcher(config, outbox_path(config, outbox), ops, extras=extras)
+    async with open_app_daemon(config) as daemon:
+        dispatcher = daemon.dispatcher
         for name in files:
             try:
                 text = await trio.Path(name).read_text("utf-8")

@@ -1,7 +1,7 @@
 """What a running daemon may take from a changed configuration file (SIGHUP), and what not.
 
-A reload never half-applies: the new file is loaded strictly, every service checks its part
-(``Services.extras["reloaders"]``), and only then does anything change. Settings listed in
+A reload never half-applies: the new file is loaded strictly, every specialist checks its
+part (``Specialist.reload``), and only then does anything change. Settings listed in
 ``RELOADABLE`` are read per task (through ``Services.config``) or rebuilt by a service's
 reload hook (the guard's one ``GuardSettings``, the MCP pool's servers, the socket gate's
 allow-list); every other changed setting is kept at its running value and reported as needing
@@ -19,32 +19,15 @@ from typing import Any
 
 from csp_web.config.root import Config
 
-# Dotted paths (a path covers everything under it) a reload applies.
+# Dotted paths (a path covers everything under it) a reload applies: the core's own. Each
+# specialist adds its own (``Specialist.reloadable`` and ``restart_only``: web.*, tool.*).
 RELOADABLE = (
     "socket.allowed_uids",  # judged at each accept; connections of a removed uid are closed
     "tasks.default_timeout_ms",
     "tasks.max_timeout_ms",
-    "web.fetch",  # caps and its rate limit
-    "web.search",  # providers, order, rate limits, result counts
-    "web.apis",  # endpoints, credentials' variable names, rate limits
-    "web.summarize",
-    "web.guard",  # allow-lists, ports, caps, timeouts: the client and backend read one reference
-    "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
-    "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets
 )
-# Under a reloadable path, still fixed for the daemon's life: the sandbox was probed with them.
-RESTART_ONLY = (
-    # The robots cache was built for one user agent, TTL and size.
-    "web.guard.user_agent",
-    "web.guard.robots_ttl_s",
-    "web.guard.robots_cache_entries",
-    "tool.exec.bwrap_program",
-    "tool.exec.require_bwrap",
-    "tool.exec.run_as_uid",
-    "tool.exec.run_as_gid",
-    "tool.exec.masked_paths",
-    "tool.exec.search_path",
-)
+# Under a reloadable path, still fixed for the daemon's life (none of the core's own).
+RESTART_ONLY: tuple[str, ...] = ()
 
 # A service's reload hook: check the new Config (ValueError names what is wrong) and return
 # the function that applies it; nothing may change before every hook has checked.
@@ -61,13 +44,18 @@ class ReloadPlan:
     needs_restart: tuple[str, ...]
 
 
-def plan_reload(running: Config, new: Config) -> ReloadPlan:
-    """Split what differs between ``running`` and ``new`` into what a reload applies and what
-    needs a restart."""
+def plan_reload(
+    running: Config,
+    new: Config,
+    reloadable: tuple[str, ...] = RELOADABLE,
+    restart_only: tuple[str, ...] = RESTART_ONLY,
+) -> ReloadPlan:
+    """Split what differs between ``running`` and ``new`` into what a reload applies (under
+    ``reloadable``, not under ``restart_only``) and what needs a restart."""
     applied, kept = [], []
     config = running
     for path in changed_paths(running, new):
-        if _covered(path, RELOADABLE) and not _covered(path, RESTART_ONLY):
+        if _covered(path, reloadable) and not _covered(path, restart_only):
             config = _with(config, path.split("."), _get(new, path.split(".")))
             applied.append(path)
         else:

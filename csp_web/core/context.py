@@ -21,16 +21,12 @@ class Peer:
 
 @dataclass
 class Services:
-    """Infrastructure the specialists share, built once by the daemon (STYLE: lives once).
-
-    ``extras`` holds what specialists add (guarded HTTP client, caches, pools) by name.
-    ``extras["background"]``, if present, lists ``serve(dispatcher, *, task_status)`` tasks
-    the daemon starts beside its transports and cancels at exit (the cron scheduler).
-    """
+    """What every handler shares through its context: the running configuration (one
+    reference, swapped by a reload) and the memory path. A specialist's own services are
+    its handlers' third argument (core.ops.bind), never looked up here."""
 
     config: Config
     memory: MemoryPath | None  # None: no audit, no relay, no remember (a bare op table)
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def outbox(self) -> Outbound:

@@ -10,17 +10,19 @@ import itertools
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import trio
 
+from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
 from csp_web.core.context import OpContext, Peer, Services
 from csp_web.core.deadlines import task_deadline
 from csp_web.core.errors import OpError
 from csp_web.core.fields import check_id, parse_timeout_ms, validate
-from csp_web.core.ops import Op, Registry
+from csp_web.core.ops import BoundOp, Registry
 from csp_web.core.ports import allowed_uids
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.core.replies import fail_reply, ok_reply
@@ -35,7 +37,13 @@ class Dispatcher:
     has one. Without a memory path (``services.memory`` None) nothing is audited."""
 
     def __init__(
-        self, registry: Registry, services: Services, stats: Stats, *, audit: bool = True
+        self,
+        registry: Registry,
+        services: Services,
+        stats: Stats,
+        *,
+        pools: Mapping[str, SlotLimits],
+        audit: bool = True,
     ) -> None:
         self.registry = registry
         self.services = services
@@ -44,23 +52,22 @@ class Dispatcher:
         self.relay = memory.relay if memory is not None else None
         self.audit = audit and memory is not None and services.config.audit.enabled
         self.shutting_down = False
-        self._slots: dict[str, Slots] = {}
+        # Every pool is built here, at composition: a task never meets a pool with no limits.
+        self.pools = {
+            name: Slots(name, max_running=limits.max_running, max_queued=limits.max_queued)
+            for name, limits in pools.items()
+        }
 
     def slots(self, specialist: str) -> Slots:
-        """The admission pool of ``specialist``, made on first use from configuration."""
-        if specialist not in self._slots:
-            limits = self.services.config.tasks.specialists.pool(specialist)
-            self._slots[specialist] = Slots(
-                specialist, max_running=limits.max_running, max_queued=limits.max_queued
-            )
-        return self._slots[specialist]
+        """The admission pool of ``specialist`` (KeyError: none was composed)."""
+        return self.pools[specialist]
 
     async def run(self, task: Task, peer: Peer) -> Reply:
         """The reply to ``task``; never raises except for cancellation."""
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
-        op: Op | None = None
+        op: BoundOp | None = None
         audit: dict[str, Any] = {}
         stage = _Stage()
         try:
@@ -92,7 +99,7 @@ class Dispatcher:
         await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
         return reply
 
-    def _lookup(self, task: Task) -> Op | None:
+    def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:
             raise OpError(ErrorCode.SHUTTING_DOWN, "daemon is stopping")
         if task.domain == "MEMORY" and self.relay is not None:
@@ -100,16 +107,17 @@ class Dispatcher:
         return self.registry.lookup(task)
 
     async def _run(
-        self, task: Task, op: Op | None, peer: Peer, audit: dict[str, Any], stage: _Stage
+        self, task: Task, op: BoundOp | None, peer: Peer, audit: dict[str, Any], stage: _Stage
     ) -> Reply:
         config = self.services.config.tasks
         if op is None:
             check_id(task)  # the Memory Specialist validates the rest of a relayed frame
-        params = validate(task, op.fields, op.inline) if op else None
+        spec = op.spec if op is not None else None
+        params = validate(task, spec.fields, spec.inline) if spec is not None else None
         timeout_ms = parse_timeout_ms(
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
-        audited = self.audit and (op is None or op.specialist != "sys")
+        audited = self.audit and (spec is None or spec.specialist != "sys")
         deadline = trio.current_time() + timeout_ms / 1000
         if op is not None and not audited and self.audit and self.services.config.audit.sys_ops:
             # IN:SYS ops are never refused for room, but paced while the outbox drains (O-3).
@@ -120,14 +128,14 @@ class Dispatcher:
                 stage.waiting_for_room = True
                 await self.services.outbox.wait_room(peer.connection)
                 stage.waiting_for_room = False
-            async with self.slots(op.specialist if op else "memory").admit():
+            async with self.slots(spec.specialist if spec is not None else "memory").admit():
                 stage.admitted = True
                 if op is None:
                     assert self.relay is not None
                     return await self.relay.forward(task)
                 assert params is not None
                 ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
-                return ok_reply(await op.handler(params, ctx), task.id)
+                return ok_reply(await op.run(params, ctx), task.id)
         assert scope.cancelled_caught
         if stage.waiting_for_room:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
@@ -136,14 +144,14 @@ class Dispatcher:
     async def _audit(
         self,
         task: Task,
-        op: Op | None,
+        op: BoundOp | None,
         peer: Peer,
         reply: Reply,
         duration_ms: float,
         extra: dict[str, Any],
         admitted: bool,
     ) -> None:
-        sys_op = op is not None and op.specialist == "sys"
+        sys_op = op is not None and op.spec.specialist == "sys"
         if not self.audit or (sys_op and not self.services.config.audit.sys_ops):
             return
         error = reply.get("ERROR")
@@ -175,8 +183,8 @@ class DispatchPort:
         dispatcher = self._dispatcher
         if task.domain == "MEMORY" and dispatcher.relay is not None:
             return  # the Memory Specialist validates relayed frames itself
-        op = dispatcher.registry.lookup(task)
-        validate(task, op.fields, op.inline)
+        spec = dispatcher.registry.lookup(task).spec
+        validate(task, spec.fields, spec.inline)
 
     async def submit(self, task: Task, *, uid: int | None) -> Reply:
         dispatcher = self._dispatcher

@@ -19,7 +19,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import trio
 
@@ -27,76 +26,44 @@ from csp_web import __version__
 from csp_web.config import Config, ConfigError
 from csp_web.config.reload import Reloader, ReloadPlan, apply_reload, plan_reload
 from csp_web.core import systemd
+from csp_web.core.compose import Daemon
 from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
-from csp_web.core.context import Peer, Services
-from csp_web.core.dispatch import Dispatcher, DispatchPort
-from csp_web.core.ops import Op, Registry
-from csp_web.core.ports import MemoryPath, allowed_uids
-from csp_web.core.stats import ReloadRecord, Stats
-from csp_web.core.sysops import make_sys_ops
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.ports import allowed_uids
+from csp_web.core.stats import ReloadRecord
 from csp_web.core.turns import FairStarts
 from csp_web.core.unix import Gate, Lease, serve_unix
 
 log = logging.getLogger("csp_web.daemon")
 
 
-def build_dispatcher(
-    config: Config,
-    memory: MemoryPath | None,
-    ops: Sequence[Op],
+async def serve(
+    daemon: Daemon,
     *,
-    extras: dict[str, Any] | None = None,
-) -> Dispatcher:
-    """A dispatcher over the IN:SYS ops plus ``ops``, writing to and relaying over ``memory``
-    (``csp_web.memory.embedded.open_memory_path``), owned by the caller.
-
-    ``extras`` are the specialists' shared services (``Services.extras``), owned by the caller.
-    """
-    stats = Stats()
-    registry_ref: list[Registry] = []
-    registry = Registry([*make_sys_ops(registry_ref, stats), *ops])
-    registry_ref.append(registry)
-    services = Services(config, memory, extras if extras is not None else {})
-    return Dispatcher(registry, services, stats)
-
-
-def build_op_table(ops: Sequence[Op]) -> list[Op]:
-    """Every op a daemon with ``ops`` serves, sorted by (IN, REQ), for documentation."""
-    return list(Registry([*make_sys_ops([], Stats()), *ops]))
-
-
-async def serve_daemon(
-    config: Config,
-    ops: Sequence[Op],
-    *,
-    memory: MemoryPath,
     stdio: trio.abc.Stream | None,
     socket_path: str | None,
-    extras: dict[str, Any] | None = None,
     reload: Callable[[], Config] | None = None,
     task_status: trio.TaskStatus[Dispatcher] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    """Run until shutdown; ``stdio`` is the stdin/stdout stream when serving it. Returns the
-    number of tasks the grace period cut (each was answered ``shutting_down``).
-
-    ``memory`` (the outbox and relay) and ``extras`` (the specialists' shared services) are
-    opened and closed by the caller. ``reload`` loads the configuration again on SIGHUP
-    (``reload_settings``).
-    """
+    """Serve ``daemon`` (core.compose.open_daemon) until shutdown; ``stdio`` is the
+    stdin/stdout stream when serving it. Returns the number of tasks the grace period cut
+    (each was answered ``shutting_down``). ``reload`` loads the configuration again on SIGHUP
+    (``reload_settings``)."""
     if stdio is None and socket_path is None:
         raise ValueError("nothing to serve: neither stdin nor a socket")
-    outbox = memory.outbox
-    dispatcher = build_dispatcher(config, memory, ops, extras=extras)
+    dispatcher = daemon.dispatcher
+    config = dispatcher.services.config
+    memory = dispatcher.services.memory
     shutdown = Shutdown()
     reloaders: list[Reloader] = []  # the daemon's own: the socket's allow-list
     async with trio.open_nursery() as root:
         stop_now = trio.CancelScope()  # a second signal: no more grace for anything
         root.start_soon(_watch_signals, shutdown, stop_now)
         root.start_soon(systemd.serve_watchdog)
-        await root.start(_watch_reload, dispatcher, reload, reloaders)
-        port = DispatchPort(dispatcher)
-        for serve in dispatcher.services.extras.get("background", []):
-            await root.start(serve, port)
+        await root.start(_watch_reload, daemon, reload, reloaders)
+        for background in daemon.background:
+            await root.start(background, daemon.port)
         with stop_now:
             deadline = await _serve_until_stopped(
                 dispatcher,
@@ -107,9 +74,11 @@ async def serve_daemon(
                 reloaders=reloaders,
                 task_status=task_status,
             )
-            with trio.move_on_at(deadline):
-                await outbox.wait_flushed()  # not while the specialist is down
-        log.info("stopped; %d memory writes left in the outbox", outbox.depth)
+            if memory is not None:
+                with trio.move_on_at(deadline):
+                    await memory.outbox.wait_flushed()  # not while the specialist is down
+        if memory is not None:
+            log.info("stopped; %d memory writes left in the outbox", memory.outbox.depth)
         root.cancel_scope.cancel()
     return shutdown.cut
 
@@ -141,7 +110,7 @@ async def _serve_until_stopped(
                 __version__,
                 path,
                 stdio is not None,
-                dispatcher.services.outbox.depth,
+                _outbox_depth(dispatcher),
             )
             # Everything built so far lives as long as the daemon: keep the collector
             # from walking it again on every cycle (measured in bench/fetch.py).
@@ -156,6 +125,11 @@ async def _serve_until_stopped(
             connections.deadline = deadline + config.connection.write_timeout_s
     _log_shutdown(shutdown, config.daemon.grace_period_s)
     return deadline
+
+
+def _outbox_depth(dispatcher: Dispatcher) -> int:
+    memory = dispatcher.services.memory
+    return 0 if memory is None else memory.outbox.depth
 
 
 def _log_shutdown(shutdown: Shutdown, grace_period_s: float) -> None:
@@ -241,7 +215,7 @@ async def _watch_signals(shutdown: Shutdown, stop_now: trio.CancelScope) -> None
 
 
 async def _watch_reload(
-    dispatcher: Dispatcher,
+    daemon: Daemon,
     load: Callable[[], Config] | None,
     reloaders: Sequence[Reloader] = (),
     *,
@@ -252,19 +226,20 @@ async def _watch_reload(
         task_status.started()
         async for _ in signals:
             systemd.notify_reloading()
-            await reload_settings(dispatcher, load, reloaders)
+            await reload_settings(daemon, load, reloaders)
             systemd.notify("READY=1")
 
 
 async def reload_settings(
-    dispatcher: Dispatcher, load: Callable[[], Config] | None, reloaders: Sequence[Reloader] = ()
+    daemon: Daemon, load: Callable[[], Config] | None, reloaders: Sequence[Reloader] = ()
 ) -> ReloadPlan | None:
     """Load the configuration again and apply what may change at runtime
     (``csp_web.config.reload``), logging what changed and what needs a restart. A file that
     does not load, or that a service refuses, changes nothing: logged, returns None. Either
     way ``REQ:stats`` shows the outcome on its ``RELOAD`` line.
 
-    ``reloaders`` are the daemon's own hooks, run after the services' (``extras``)."""
+    ``reloaders`` are the daemon's own hooks, run after the specialists' (in their order)."""
+    dispatcher = daemon.dispatcher
     if load is None:
         log.warning("SIGHUP: started without a configuration to reload; nothing changed")
         dispatcher.stats.last_reload = ReloadRecord(time.time(), "refused", error="no file")
@@ -272,8 +247,8 @@ async def reload_settings(
     services = dispatcher.services
     try:
         new = await trio.to_thread.run_sync(load)
-        plan = plan_reload(services.config, new)
-        apply_reload(plan, [*services.extras.get("reloaders", []), *reloaders])
+        plan = plan_reload(services.config, new, daemon.reloadable, daemon.restart_only)
+        apply_reload(plan, [*daemon.reloaders, *reloaders])
     except (ConfigError, ValueError) as exc:
         log.error("SIGHUP: reload refused, keeping the running settings: %s", exc)
         dispatcher.stats.last_reload = ReloadRecord(time.time(), "refused", error=str(exc))

@@ -1,14 +1,19 @@
 """The op table: one entry per (REQ, IN), with its fields, OUT kind and handler (SPEC D-1, D-2).
 
-Specialists are plain async functions listed here by the code that composes the daemon; there
-is no decorator magic and no dispatch by attribute name.
+An ``Op[S]`` is a static declaration whose handler takes the services ``S`` of its
+specialist; ``bind`` pairs it with the opened services at composition (core.compose), so a
+handler gets its own typed services and nothing else. The ``OpTable`` is the declarations
+alone (what ``REQ:ops``, the ops reference and cron's task check read), known before
+anything opens; the ``Registry`` indexes the bound ops the dispatcher runs.
+
+There is no decorator magic and no dispatch by attribute name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from csp_web.core.errors import FieldError
 from csp_web.core.fields import FieldSpec, Params
@@ -18,11 +23,13 @@ if TYPE_CHECKING:
     from csp_web.core.context import OpContext
     from csp_web.core.replies import Result
 
-Handler = Callable[[Params, "OpContext"], Awaitable["Result"]]
+S = TypeVar("S")
+Handler: TypeAlias = Callable[[Params, "OpContext", S], Awaitable["Result"]]
+Run: TypeAlias = Callable[[Params, "OpContext"], Awaitable["Result"]]
 
 
 @dataclass(frozen=True)
-class Op:
+class Op(Generic[S]):
     """One operation: ``TASK REQ:<req> IN:<domain> OUT:<out>`` runs ``handler``.
 
     ``specialist`` names the slot pool it runs in (web, tool, memory, sys); ``inline`` names
@@ -33,7 +40,7 @@ class Op:
     domain: str
     out: str
     specialist: str
-    handler: Handler
+    handler: Handler[S]
     fields: tuple[FieldSpec, ...] = ()
     inline: str | None = None
     doc: str = ""
@@ -49,33 +56,104 @@ class Op:
         return out
 
 
-class Registry:
-    """Every op the daemon runs, keyed by (REQ, IN)."""
+class OpSpec(Protocol):
+    """An op's declaration without its handler: what the table and the dispatcher read."""
 
-    def __init__(self, ops: Iterable[Op]) -> None:
-        self._ops: dict[tuple[str, str], Op] = {}
+    @property
+    def req(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def out(self) -> str: ...
+    @property
+    def specialist(self) -> str: ...
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]: ...
+    @property
+    def inline(self) -> str | None: ...
+    @property
+    def doc(self) -> str: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BoundOp:
+    """An op bound to its services: ``run(params, ctx)`` is its handler with them."""
+
+    spec: OpSpec
+    run: Run
+
+    @property
+    def req(self) -> str:
+        return self.spec.req
+
+    @property
+    def domain(self) -> str:
+        return self.spec.domain
+
+    @property
+    def out(self) -> str:
+        return self.spec.out
+
+
+def bind(op: Op[S], services: S) -> BoundOp:
+    """``op`` with ``services``: its handler gets them as its third argument."""
+    handler = op.handler
+
+    async def run(params: Params, ctx: OpContext) -> Result:
+        return await handler(params, ctx, services)
+
+    return BoundOp(op, run)
+
+
+class _Keyed(Protocol):
+    @property
+    def req(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def out(self) -> str: ...
+
+
+K = TypeVar("K", bound=_Keyed)
+
+
+class _Index(Generic[K]):
+    """Entries keyed by (REQ, IN); a key given twice raises ValueError."""
+
+    def __init__(self, entries: Iterable[K]) -> None:
+        self._entries: dict[tuple[str, str], K] = {}
         self._domains: dict[str, list[str]] = {}
-        for op in ops:
-            key = (op.req, op.domain)
-            if key in self._ops:
-                raise ValueError(f"op {op.req} IN:{op.domain} registered twice")
-            self._ops[key] = op
-            self._domains.setdefault(op.req, []).append(op.domain)
+        for entry in entries:
+            key = (entry.req, entry.domain)
+            if key in self._entries:
+                raise ValueError(f"op {entry.req} IN:{entry.domain} registered twice")
+            self._entries[key] = entry
+            self._domains.setdefault(entry.req, []).append(entry.domain)
 
-    def __iter__(self) -> Any:
-        return iter(sorted(self._ops.values(), key=lambda op: (op.domain, op.req)))
+    def __iter__(self) -> Iterator[K]:
+        return iter(sorted(self._entries.values(), key=lambda e: (e.domain, e.req)))
 
     def __len__(self) -> int:
-        return len(self._ops)
+        return len(self._entries)
 
-    def lookup(self, task: Task) -> Op:
-        """The op ``task`` names; raises FieldError(unknown_op, wrong_domain, wrong_out)."""
-        op = self._ops.get((task.req, task.domain))
-        if op is None:
+    def lookup(self, task: Task) -> K:
+        """The entry ``task`` names; raises FieldError(unknown_op, wrong_domain, wrong_out)."""
+        entry = self._entries.get((task.req, task.domain))
+        if entry is None:
             domains = self._domains.get(task.req)
             if domains is None:
                 raise FieldError(ErrorCode.UNKNOWN_OP, task.req)
             raise FieldError(ErrorCode.WRONG_DOMAIN, f"{task.req} runs IN:{'|'.join(domains)}")
-        if task.out != op.out:
-            raise FieldError(ErrorCode.WRONG_OUT, f"{task.req} gives OUT:{op.out}")
-        return op
+        if task.out != entry.out:
+            raise FieldError(ErrorCode.WRONG_OUT, f"{task.req} gives OUT:{entry.out}")
+        return entry
+
+
+class OpTable(_Index[OpSpec]):
+    """Every op's declaration, sorted by (IN, REQ): data before anything opens."""
+
+
+class Registry(_Index[BoundOp]):
+    """Every bound op the daemon runs, keyed by (REQ, IN)."""

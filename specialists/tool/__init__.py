@@ -1,12 +1,94 @@
-"""The tool specialist: sandboxed exec, MCP tool calls and cron under IN:SHELL and IN:TOOL."""
+"""The tool specialist: sandboxed exec, MCP tool calls and cron under IN:SHELL and IN:TOOL.
+
+``TOOL`` is the value the composition root (csp_web.app.catalog) lists.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+
+from csp_web.config import Config, ToolConfig
 from csp_web.core.ops import Op
+from csp_web.core.ports import StatsLine
+from csp_web.core.specialist import Background, Commit, Specialist
+from csp_web.cron import WallClock, open_cron, system_now
+
+from . import ops_cron, ops_exec, ops_mcp
+from .ops_exec import open_exec_services, prepare_exec_reload
+from .services import ToolServices, open_mcp_host
+
+OPS: tuple[Op[ToolServices], ...] = (*ops_exec.OPS, *ops_mcp.OPS, *ops_cron.OPS)
 
 
-def tool_ops() -> list[Op]:
-    """The tool specialist's ops."""
-    from . import ops_cron, ops_exec, ops_mcp
+@asynccontextmanager
+async def open_tool_services(
+    section: ToolConfig, config: Config, *, now_wall: WallClock = system_now
+) -> AsyncIterator[ToolServices]:
+    """Open cron, then exec, then MCP; closed in reverse. Cron first: a bad cron.json fails
+    start-up as ``CronStoreError`` itself, before any nursery could wrap it. The MCP SDK is
+    imported only when a server is configured, at start or by a reload."""
+    async with (
+        open_cron(config, now_wall=now_wall) as cron,
+        open_exec_services(config) as exec_services,
+        open_mcp_host(section.mcp) as mcp,
+    ):
+        yield ToolServices(exec_services, mcp, cron)
 
-    return [*ops_exec.OPS, *ops_mcp.OPS, *ops_cron.OPS]
+
+def _reload(tool: ToolServices, section: ToolConfig, config: Config) -> Commit:
+    """Check the new exec policy and MCP servers, then apply both."""
+    commits = [prepare_exec_reload(tool, config)]
+    if tool.mcp is not None:
+        commits.append(tool.mcp.prepare_reload(config))
+
+    def commit() -> None:
+        for each in commits:
+            each()
+
+    return commit
+
+
+def _background(tool: ToolServices) -> tuple[Background, ...]:
+    return () if tool.cron is None else (tool.cron.serve,)
+
+
+def _stats_lines(tool: ToolServices) -> Mapping[str, StatsLine]:
+    lines: dict[str, StatsLine] = {}
+    if tool.exec is not None:
+        sandbox = tool.exec.sandbox
+        lines.update(SANDBOX=sandbox.kind, EXEC_LIMITS=sandbox.limits)
+    if tool.mcp is not None:
+        lines["MCP"] = tool.mcp.stats_lines  # read at each REQ:stats
+    return lines
+
+
+def make_tool(*, now_wall: WallClock = system_now) -> Specialist[ToolConfig, ToolServices]:
+    """The tool specialist; ``now_wall`` is cron's wall clock (tests drive it)."""
+    return Specialist(
+        name="tool",
+        ops=OPS,
+        slots=lambda slots: slots.tool,
+        section=lambda config: config.tool,
+        reloadable=(
+            "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
+            "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets
+        ),
+        # The sandbox was probed with these: fixed for the daemon's life.
+        restart_only=(
+            "tool.exec.bwrap_program",
+            "tool.exec.require_bwrap",
+            "tool.exec.run_as_uid",
+            "tool.exec.run_as_gid",
+            "tool.exec.masked_paths",
+            "tool.exec.search_path",
+        ),
+        open_services=partial(open_tool_services, now_wall=now_wall),
+        background=_background,
+        stats_lines=_stats_lines,
+        reload=_reload,
+    )
+
+
+TOOL = make_tool()

@@ -17,7 +17,7 @@
 Every reply carries the seed's ``DATA jobs:N,active:N,disabled:N`` as it stands after the
 action. ``list`` adds one ``JOB <json>`` line per job; ``run`` adds ``JOB_RUN``, ``RUN_KEY``,
 ``RUN_STATUS`` and, when the job's task failed, ``RUN_ERROR`` (the cron op itself is OK: it
-ran the job). The daemon composes the service with ``cron_extras``.
+ran the job). TOOL opens the service (``ToolServices.cron``) and runs its scheduler.
 
 Without ``TASK`` (the seed's own example) the job is a reminder: each run writes a
 ``cron_due`` record (job, run key, scheduled time, description) to the Memory Specialist.
@@ -29,7 +29,6 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
 
 from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
@@ -51,7 +50,9 @@ from csp_web.cron import (
 )
 from protocol import ErrorCode, Field
 
-__all__ = ["OPS", "cron_extras", "open_cron", "serve_cron"]
+from .services import ToolServices
+
+__all__ = ["OPS", "open_cron", "serve_cron"]
 
 SCOPE = ("cron",)
 JOB_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -59,14 +60,9 @@ ACTIONS = ("list", "add", "remove", "enable", "disable", "run")
 ADD_ONLY = ("SCHEDULE", "TZ", "TASK_DESCRIPTION", "TASK", "MISSED")
 
 
-def cron_extras(service: CronService) -> dict[str, Any]:
-    """The ``Services.extras`` entries cron needs: the service and its background task."""
-    return {"cron": service, "background": [serve_cron(service)]}
-
-
-def cron_service(ctx: OpContext) -> CronService:
-    service = ctx.services.extras.get("cron")
-    if not isinstance(service, CronService):
+def cron_service(tool: ToolServices) -> CronService:
+    service = tool.cron
+    if service is None:
         raise OpError(ErrorCode.NOT_AVAILABLE, "cron is not configured", scope=SCOPE)
     return service
 
@@ -182,8 +178,8 @@ _HANDLERS: dict[str, Callable[[CronService, Params], Awaitable[Result]]] = {
 }
 
 
-async def cron(params: Params, ctx: OpContext) -> Result:
-    service = cron_service(ctx)
+async def cron(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
+    service = cron_service(tool)
     action = params.text("ACTION")
     _check_applies(params, action)
     if action == "add":  # the job will run under its author's uid
@@ -192,7 +188,7 @@ async def cron(params: Params, ctx: OpContext) -> Result:
     return await _HANDLERS[action](service, params)
 
 
-OPS = [
+OPS: list[Op[ToolServices]] = [
     Op(
         "cron",
         "TOOL",

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from csp_web.config import Config, ExecConfig, daemon_paths
@@ -22,29 +22,20 @@ from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
-from csp_web.infra.cache import Cache, open_cache
+from csp_web.infra.cache import open_cache
 from protocol import ErrorCode
 
 from .exec import (
     ExecRequest,
     ExecResult,
-    Sandbox,
     cache_key,
     cacheable,
     probe_sandbox,
     run_command,
 )
+from .services import ExecServices, ToolServices
 
 log = logging.getLogger("csp_web.exec")
-
-
-@dataclass(frozen=True)
-class ExecServices:
-    """The probed sandbox, the effective exec config and the result cache."""
-
-    config: ExecConfig
-    sandbox: Sandbox
-    cache: Cache
 
 
 def _masked_private(private: tuple[str, ...]) -> tuple[str, ...]:
@@ -79,16 +70,19 @@ def _effective_config(config: Config) -> ExecConfig:
     return replace(exec_config, masked_paths=masked)
 
 
-def exec_reloader(extras: dict[str, Any]) -> Callable[[Config], Callable[[], None]]:
-    """The reload hook (``csp_web.config.reload``) for ``extras["exec"]``: commands started
-    after it run under the new policy (running ones keep theirs); the sandbox stays as probed."""
+def prepare_exec_reload(tool: ToolServices, config: Config) -> Callable[[], None]:
+    """The reload hook (``csp_web.config.reload``) for ``tool.exec``: commands started after
+    it run under the new policy (running ones keep theirs: a handler reads ``tool.exec``
+    once); the sandbox stays as probed."""
+    running = tool.exec
+    if running is None:
+        return lambda: None
+    reloaded = ExecServices(_effective_config(config), running.sandbox, running.cache)
 
-    def prepare(config: Config) -> Callable[[], None]:
-        running = extras["exec"]
-        reloaded = ExecServices(_effective_config(config), running.sandbox, running.cache)
-        return lambda: extras.__setitem__("exec", reloaded)
+    def commit() -> None:
+        tool.exec = reloaded
 
-    return prepare
+    return commit
 
 
 @asynccontextmanager
@@ -124,9 +118,9 @@ async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
         yield ExecServices(exec_config, sandbox, cache)
 
 
-def exec_services(ctx: OpContext) -> ExecServices:
-    services = ctx.services.extras.get("exec")
-    if not isinstance(services, ExecServices):
+def exec_services(tool: ToolServices) -> ExecServices:
+    services = tool.exec
+    if services is None:
         raise OpError(ErrorCode.NOT_AVAILABLE, "exec is not configured", scope=("shell",))
     return services
 
@@ -200,8 +194,8 @@ def _cached_result(value: Any) -> Result | None:
     return Result(str(value["data"]), tuple(value["scope"]), fields)
 
 
-async def exec_command(params: Params, ctx: OpContext) -> Result:
-    services = exec_services(ctx)
+async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
+    services = exec_services(tool)
     request, budget = _request(params, services)
     ctx.audit.update(command=request.command, working_dir=request.working_dir)
     key = cache_key(
@@ -234,7 +228,7 @@ async def exec_command(params: Params, ctx: OpContext) -> Result:
     return reply
 
 
-OPS = [
+OPS: list[Op[ToolServices]] = [
     Op(
         "exec",
         "SHELL",

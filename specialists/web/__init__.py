@@ -1,12 +1,82 @@
-"""The web specialist: search, fetch, meta, resolve, api and summarize under IN:WEB."""
+"""The web specialist: search, fetch, meta, resolve, api and summarize under IN:WEB.
+
+``WEB`` is the value the composition root (csp_web.app.catalog) lists; ``make_web`` builds
+it with a test resolver or TLS trust store.
+"""
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Mapping
+
+from csp_web.config import Config, WebConfig
 from csp_web.core.ops import Op
+from csp_web.core.ports import StatsLine
+from csp_web.core.specialist import Background, Commit, Specialist
+from csp_web.net import Resolver
+
+from . import ops_api, ops_fetch, ops_search, ops_summarize
+from .services import WebServices, open_web_services
+
+OPS: tuple[Op[WebServices], ...] = (
+    *ops_fetch.OPS,
+    *ops_summarize.OPS,
+    *ops_search.OPS,
+    *ops_api.OPS,
+)
 
 
-def web_ops() -> list[Op]:
-    """The web specialist's ops."""
-    from . import ops_api, ops_fetch, ops_search, ops_summarize
+def _reload(web: WebServices, section: WebConfig, config: Config) -> Commit:
+    """Check the new fetch, search, api, summarize and guard settings (the guarded client
+    and its backend read one reference), then apply them together."""
+    commit_web = web.prepare_reload(config)
+    commit_guard = web.client.prepare_reload(section.guard)
 
-    return [*ops_fetch.OPS, *ops_summarize.OPS, *ops_search.OPS, *ops_api.OPS]
+    def commit() -> None:
+        commit_web()
+        commit_guard()
+
+    return commit
+
+
+def _background(web: WebServices) -> tuple[Background, ...]:
+    return (web.prefetch.serve,)
+
+
+def _no_stats(web: WebServices) -> Mapping[str, StatsLine]:
+    return {}
+
+
+def make_web(
+    *, resolver: Resolver | None = None, ssl_context: ssl.SSLContext | None = None
+) -> Specialist[WebConfig, WebServices]:
+    """The web specialist; ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a
+    trustme CA)."""
+    return Specialist(
+        name="web",
+        ops=OPS,
+        slots=lambda slots: slots.web,
+        section=lambda config: config.web,
+        reloadable=(
+            "web.fetch",  # caps and its rate limit
+            "web.search",  # providers, order, rate limits, result counts
+            "web.apis",  # endpoints, credentials' variable names, rate limits
+            "web.summarize",
+            "web.guard",  # allow-lists, ports, caps, timeouts
+        ),
+        # The robots cache was built for one user agent, TTL and size.
+        restart_only=(
+            "web.guard.user_agent",
+            "web.guard.robots_ttl_s",
+            "web.guard.robots_cache_entries",
+        ),
+        open_services=lambda section, config: open_web_services(
+            config, resolver=resolver, ssl_context=ssl_context
+        ),
+        background=_background,
+        stats_lines=_no_stats,
+        reload=_reload,
+    )
+
+
+WEB = make_web()

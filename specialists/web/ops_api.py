@@ -48,7 +48,7 @@ from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult
 from protocol import ErrorCode, Field
 
-from .services import WebServices, record_web_op, web_services
+from .services import WebServices, record_web_op
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 DATA_MAX_CHARS = 4000  # seed 003 truncates fetched text to ~4000 chars; a summary, not a dump
@@ -102,10 +102,9 @@ class Answer:
     total_chars: int  # of the whole rendering, before truncation
 
 
-async def api(params: Params, ctx: OpContext) -> Result:
+async def api(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """Make the call; raises OpError (UNKNOWN_API, INVALID_FIELD, API_ERROR, RATE_LIMITED,
     and the guarded client's codes), each with an ENDPOINT field."""
-    services = web_services(ctx)
     endpoint = params.text("ENDPOINT")
     async with record_web_op(ctx, "api", endpoint) as details:
         try:
@@ -362,7 +361,7 @@ def _render(call: ApiCall, answer: Answer, *, cached: bool) -> Result:
     return Result(answer.data, scope=(host,), fields=tuple(fields))
 
 
-OPS: list[Op] = [
+OPS: list[Op[WebServices]] = [
     Op(
         "api",
         "WEB",

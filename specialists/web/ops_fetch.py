@@ -28,7 +28,7 @@ from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from .pages import Page, load_for_op
-from .services import record_web_op, web_services
+from .services import WebServices, record_web_op
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
 # (Page.meta key, reply field) in the order meta's reply lists them.
@@ -43,11 +43,10 @@ META_FIELDS = (
 URL_FIELD = FieldSpec("URL", required=True, doc="an https URL (inline text fills it)")
 
 
-async def fetch(params: Params, ctx: OpContext) -> Result:
+async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """A page's content as text (Markdown), json (compact) or html (a tag-free outline),
     ``MAX_CHARS`` of it from ``START``; PARTIAL with NEXT_START and REMAINING_CHARS when more
     is left (SPEC R-3). Later pages read the same cached snapshot."""
-    services = web_services(ctx)
     limits = services.config.fetch
     max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
     if max_chars > limits.max_chars_cap:
@@ -94,10 +93,9 @@ def _fetch_result(page: Page, content: str, start: int, max_chars: int) -> Resul
     return Result(content[start:end], (page.host,), tuple(fields), status)
 
 
-async def meta(params: Params, ctx: OpContext) -> Result:
+async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """The page's card from its head: OpenGraph, else Twitter cards, else JSON-LD, else
     <title> and the meta description (seed 003's getPageMeta). Only fields found are sent."""
-    services = web_services(ctx)
     url = params.text("URL")
     async with record_web_op(ctx, "meta", url) as details:
         page = await load_for_op(services, url)
@@ -113,10 +111,9 @@ async def meta(params: Params, ctx: OpContext) -> Result:
         return Result(f"url:{page.url}", (page.host,), tuple(fields))
 
 
-async def resolve(params: Params, ctx: OpContext) -> Result:
+async def resolve(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """The URL a link ends at, following HTTP redirects and meta refreshes, every hop through
     the guard and robots.txt; at most ``guard.max_redirects`` hops in all."""
-    services = web_services(ctx)
     url = params.text("URL")
     limit = services.config.guard.max_redirects
     async with record_web_op(ctx, "resolve", url) as details:
@@ -144,7 +141,7 @@ def _too_many(limit: int, url: str) -> OpError:
     return OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{limit}", fields=(("URL", url),))
 
 
-OPS: list[Op] = [
+OPS: list[Op[WebServices]] = [
     Op(
         "fetch",
         "WEB",

@@ -26,11 +26,12 @@ fresh answer still replaces the cached one.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import unicodedata
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,16 +48,13 @@ from protocol import ErrorCode, Field, Status
 
 from .pages import load_page
 from .search import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
-from .services import WebServices, record_web_op, web_services
+from .services import WebServices, record_web_op
 
 log = logging.getLogger("csp_web.search")
 
 NAMESPACE = "search"
 FRESHNESS = ("pd", "pw", "pm", "py")  # past day, week, month, year (seed 000, Brave's spelling)
 QUERY_MAX_CHARS = 400  # Brave's documented cap on ``q``
-# WebServices.extras key of the nursery that runs prefetches after the reply (see
-# ``serve_background``); without one, prefetch is off.
-BACKGROUND_KEY = "background"
 
 FIELDS = (
     FieldSpec("QUERY", required=True, max_chars=QUERY_MAX_CHARS, doc="what to search for"),
@@ -79,10 +77,9 @@ class Answer:
     backends: tuple[str, ...]
 
 
-async def search(params: Params, ctx: OpContext) -> Result:
+async def search(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """Answer from the cache, or run the chain; raises OpError(search_api_error) when no
     backend answers and FieldError when MAX_RESULTS passes the configured cap."""
-    services = web_services(ctx)
     async with record_web_op(ctx, "search", params.text("QUERY")) as details:
         query = _query(params, services.config.search)
         material = cache_material(query)
@@ -173,14 +170,15 @@ def _backend_errors(failures: Sequence[tuple[str, BackendFailure]]) -> list[Fiel
 
 def start_prefetch(services: WebServices, hits: Sequence[Hit]) -> bool:
     """Start loading the top ``search.prefetch_top`` result pages into the fetch cache, in
-    the background nursery, at background priority (seed 004). False when off or no nursery.
+    WEB's background task, at background priority (seed 004). False when off, or when that
+    task is not running.
     """
     top = services.config.search.prefetch_top
-    nursery = services.extras.get(BACKGROUND_KEY)
-    if top <= 0 or not hits or not isinstance(nursery, trio.Nursery):
+    if top <= 0 or not hits:
         return False
-    nursery.start_soon(prefetch, services, [hit.url for hit in hits[:top]])
-    return True
+    return services.prefetch.submit(
+        functools.partial(prefetch, services, [h.url for h in hits[:top]])
+    )
 
 
 async def prefetch(services: WebServices, urls: Sequence[str]) -> None:
@@ -196,27 +194,7 @@ async def prefetch(services: WebServices, urls: Sequence[str]) -> None:
             log.warning("prefetch of %s failed", url, exc_info=True)
 
 
-def serve_background(
-    web: WebServices,
-) -> Callable[..., Awaitable[None]]:
-    """A ``Services.extras["background"]`` task for the daemon: it opens the nursery that
-    prefetches run in, under ``web.extras[BACKGROUND_KEY]``, until the daemon stops."""
-
-    async def serve(
-        dispatcher: object, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        async with trio.open_nursery() as nursery:
-            web.extras[BACKGROUND_KEY] = nursery
-            task_status.started()
-            try:
-                await trio.sleep_forever()
-            finally:
-                web.extras.pop(BACKGROUND_KEY, None)
-
-    return serve
-
-
-OPS: list[Op] = [
+OPS: list[Op[WebServices]] = [
     Op(
         "search",
         "WEB",

@@ -26,14 +26,13 @@ from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from .pages import load_for_op, op_deadline
-from .services import WebServices, record_web_op, web_services
+from .services import WebServices, record_web_op
 from .summarize import summarize as make_summary
 
 
-async def summarize(params: Params, ctx: OpContext) -> Result:
+async def summarize(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """``MAX_BULLETS`` bullets (default summarize.default_bullets, at most max_bullets) of
     TEXT or of the page at URL, exactly one of the two; METHOD says how they were made."""
-    services = web_services(ctx)
     config = services.config.summarize
     text, url = params.opt_text("TEXT"), params.opt_text("URL")
     count = params.opt_integer("MAX_BULLETS") or config.default_bullets
@@ -81,7 +80,7 @@ def _page_text(kind: str, text: str, content_type: str, url: str) -> str:
     return text
 
 
-OPS: list[Op] = [
+OPS: list[Op[WebServices]] = [
     Op(
         "summarize",
         "WEB",

@@ -29,6 +29,7 @@ from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
 
 from .extract import extract_article, outline
+from .flights import Flight, Flights
 from .headmeta import read_head
 from .services import WebServices
 
@@ -36,7 +37,6 @@ Kind = Literal["html", "json", "text", "other"]
 
 CACHE_NAMESPACE = "fetch"
 SNAPSHOT_VERSION = 1  # bump when Page changes shape: older cached snapshots then read as misses
-FLIGHTS_KEY = "fetch_flights"  # WebServices.extras entry holding the in-flight downloads
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
 
@@ -79,16 +79,6 @@ class Page:
         return urllib.parse.urlsplit(self.url).hostname or ""
 
 
-@dataclass
-class _Flight:
-    """One download in progress; followers wait on ``done`` and read its outcome."""
-
-    done: trio.Event = field(default_factory=trio.Event)
-    followers: int = 0  # tasks waiting on ``done`` now
-    page: Page | None = None
-    error: OpError | None = None
-
-
 def normalise_url(url: str, services: WebServices) -> str:
     """The cache and single-flight key of ``url``: the URL gate's canonical spelling (lower-case
     scheme and host, default port dropped, fragment dropped). Raises OpError(URL_REJECTED |
@@ -127,7 +117,7 @@ async def load_page(
             page = await _cached(services, key)
             if page is not None:
                 return page
-        flights: dict[str, _Flight] = services.extras.setdefault(FLIGHTS_KEY, {})
+        flights = services.flights
         flight = flights.get(key)
         if flight is None:
             return await _lead(services, key, flights, deadline=deadline, background=background)
@@ -140,15 +130,16 @@ async def load_page(
 async def _lead(
     services: WebServices,
     key: str,
-    flights: dict[str, _Flight],
+    flights: Flights,
     *,
     deadline: float,
     background: bool,
 ) -> Page:
-    flight = flights[key] = _Flight()
+    flight = flights[key] = Flight()
     try:
-        flight.page = await _download(services, key, deadline=deadline, background=background)
-        return flight.page
+        page = await _download(services, key, deadline=deadline, background=background)
+        flight.page = page
+        return page
     except OpError as exc:
         if not _own_failure(exc):
             flight.error = exc
@@ -166,7 +157,7 @@ def _own_failure(exc: OpError) -> bool:
     return timeout or exc.code is ErrorCode.RATE_LIMITED
 
 
-async def _follow(flight: _Flight, deadline: float) -> Page | None:
+async def _follow(flight: Flight, deadline: float) -> Page | None:
     """The leader's page, its error re-raised, or None when the leader ended without an
     outcome for everyone (cancelled, or stopped by its own deadline or rate token)."""
     flight.followers += 1
@@ -176,7 +167,9 @@ async def _follow(flight: _Flight, deadline: float) -> Page | None:
             if flight.error is not None:
                 error = flight.error  # a fresh exception: one object raised in two tasks is shared
                 raise OpError(error.code, error.detail, fields=error.fields)
-            return flight.page
+            page = flight.page
+            assert page is None or isinstance(page, Page)
+            return page
     finally:
         flight.followers -= 1
     raise OpError(ErrorCode.FETCH_FAILED, "timeout")

@@ -1,7 +1,7 @@
 """What every web op shares: the guarded client, the cache, rate limits, the web_op record.
 
-The daemon opens these once (``open_web_services``) and hands them to handlers through
-``ctx.services.extras["web"]``; a web op never builds its own client or cache.
+The daemon opens these once (``open_web_services``, WEB's ``open_services``) and binds them
+to every web handler as its third argument; a web op never builds its own client or cache.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
 from csp_web.config import Config, WebConfig
 from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
@@ -21,6 +23,10 @@ from csp_web.core.records import json_record
 from csp_web.infra.cache import Cache, open_cache
 from csp_web.infra.ratelimit import Rate, RateLimits
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
+
+from .breaker import Breaker
+from .flights import Flights
+from .prefetch import Prefetcher
 
 
 @dataclass
@@ -32,7 +38,11 @@ class WebServices:
     cache: Cache
     limits: RateLimits
     state_dir: str
-    extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
+    # State the ops keep for the daemon's life, made here, typed (no dicts by name).
+    flights: Flights = field(default_factory=dict)  # downloads in progress, by URL
+    breakers: dict[str, Breaker] = field(default_factory=dict)  # search backends' circuits
+    quota_lock: trio.Lock = field(default_factory=trio.Lock)  # monthly quota file, one writer
+    prefetch: Prefetcher = field(default_factory=Prefetcher)  # search's background loads
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
@@ -45,12 +55,6 @@ class WebServices:
             self.limits.reload(rates)
 
         return commit
-
-
-def web_services(ctx: OpContext) -> WebServices:
-    services = ctx.services.extras["web"]
-    assert isinstance(services, WebServices)
-    return services
 
 
 def _rates(config: WebConfig) -> dict[str, Rate]:

@@ -61,6 +61,7 @@ class Origin:
     sni_names: list[str | None] = field(default_factory=list)
     robots: Reply = field(default_factory=lambda: Reply(404))
     routes: dict[str, Route] = field(default_factory=dict)
+    _requested: dict[str, trio.Event] = field(default_factory=dict)
 
     def url(self, host: str, path: str = "/page") -> str:
         """The URL of ``path`` on this origin under the name ``host``."""
@@ -69,6 +70,12 @@ class Origin:
     def paths(self) -> list[str]:
         """The paths requested so far, in order."""
         return [urllib.parse.urlsplit(seen.target).path for seen in self.requests]
+
+    async def wait_request(self, path: str) -> None:
+        """Return once ``path`` has been requested (at once if it already was); the caller
+        bounds the wait (``trio.fail_after``)."""
+        if path not in self.paths():
+            await self._requested.setdefault(path, trio.Event()).wait()
 
     async def serve(
         self,
@@ -117,6 +124,7 @@ class Origin:
             body,
         )
         self.requests.append(seen)
+        self._requested.setdefault(urllib.parse.urlsplit(seen.target).path, trio.Event()).set()
         reply = self._route(seen)
         if reply.hangup:
             return False

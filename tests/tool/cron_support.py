@@ -24,7 +24,6 @@ from csp_web.core.context import OpContext, Peer
 from csp_web.core.dispatch import Dispatcher, DispatchPort
 from csp_web.core.errors import OpError
 from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.core.ops import Op
 from csp_web.core.records import MemoryWrite
 from csp_web.core.replies import Result
@@ -32,8 +31,9 @@ from csp_web.cron import CronService, open_cron
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
-from specialists.tool.ops_cron import OPS, cron_extras
-from tests.harness import outbox_of
+from specialists.tool.ops_cron import OPS
+from specialists.tool.services import ToolServices
+from tests.harness import build_dispatcher, outbox_of
 
 UTC = datetime.UTC
 # Winter, so Europe/Paris is UTC+1; 30 s past a whole minute, so occurrences are not "now".
@@ -57,10 +57,10 @@ def at(hh: int, mm: int, ss: int = 0) -> datetime.datetime:
     return BASE.replace(hour=hh, minute=mm, second=ss)
 
 
-def tick_op(seen: list[str]) -> Op:
+def tick_op(seen: list[str]) -> Op[Any]:
     """``tick``: records the task's ID (the run key); ``FAIL true`` makes it fail."""
 
-    async def tick(params: Params, ctx: OpContext) -> Result:
+    async def tick(params: Params, ctx: OpContext, _: Any) -> Result:
         seen.append(ctx.task_id)
         if params.flag("FAIL"):
             raise OpError(ErrorCode.COMMAND_FAILED, "told to fail", scope=("test",))
@@ -104,7 +104,7 @@ class Rig:
 
 @asynccontextmanager
 async def open_rig(
-    config: Config, wall: Callable[[], datetime.datetime], ops: list[Op] | None = None
+    config: Config, wall: Callable[[], datetime.datetime], ops: list[Op[Any]] | None = None
 ) -> AsyncIterator[Rig]:
     """A dispatcher with the cron op and ``tick`` (plus ``ops``), its scheduler serving."""
     seen: list[str] = []
@@ -113,16 +113,15 @@ async def open_rig(
         open_cron(config, now_wall=wall) as cron,
         trio.open_nursery() as nursery,
     ):
-        all_ops = [*OPS, tick_op(seen), *(ops or [])]
+        all_ops: list[Op[Any]] = [*OPS, tick_op(seen), *(ops or [])]
         dispatcher = build_dispatcher(
-            config, outbox_path(config, outbox), all_ops, extras=cron_extras(cron)
+            config, outbox_path(config, outbox), all_ops, ToolServices(None, None, cron)
         )
         scope = trio.CancelScope()
 
         async def serve(*, task_status: trio.TaskStatus[None]) -> None:
-            (background,) = dispatcher.services.extras["background"]
-            with scope:  # as the daemon runs each extras["background"] task
-                await background(DispatchPort(dispatcher), task_status=task_status)
+            with scope:  # as the daemon runs TOOL's background task, on its TaskPort
+                await cron.serve(DispatchPort(dispatcher), task_status=task_status)
 
         await nursery.start(serve)
         yield Rig(dispatcher, cron, seen, scope)

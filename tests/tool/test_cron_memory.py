@@ -15,14 +15,16 @@ import trio.testing
 
 from csp_web.config import Config
 from csp_web.core.client import open_client
+from csp_web.core.compose import open_daemon
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve_daemon
+from csp_web.core.lifecycle import serve
 from csp_web.cron import open_cron
 from csp_web.memory.embedded import open_memory_path
 from protocol import Reply, Status, Task
-from specialists.tool.ops_cron import OPS, cron_extras
+from specialists.tool.ops_cron import OPS
+from specialists.tool.services import ToolServices
 from tests.conftest import Sink, sink_records, sink_text
-from tests.harness import outbox_of
+from tests.harness import given, outbox_of
 from tests.tool.cron_support import TrioWall, settle
 
 SWEEP = (
@@ -53,17 +55,10 @@ async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
 
         async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-            extras = cron_extras(cron)
-            async with open_memory_path(config) as memory:
-                await serve_daemon(
-                    config,
-                    OPS,
-                    memory=memory,
-                    stdio=None,
-                    socket_path=socket_path,
-                    extras=extras,
-                    task_status=task_status,
-                )
+            cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
+            memory = open_memory_path(config)
+            async with open_daemon(config, (cron_only,), memory=memory) as daemon:
+                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
 
         dispatcher: Dispatcher = await nursery.start(run_daemon)
         async with open_client(socket_path) as client:

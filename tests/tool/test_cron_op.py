@@ -13,12 +13,13 @@ import trio.testing
 
 from csp_web.config import Config, SocketConfig
 from csp_web.core.context import Peer
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.cron import store_path
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Connection, Field, Reply, Status, Task
 from specialists.tool.ops_cron import OPS
+from specialists.tool.services import ToolServices
+from tests.harness import build_dispatcher
 from tests.tool.cron_support import TICK, TrioWall, at, code, cron_config, open_rig
 
 MockClock = trio.testing.MockClock
@@ -202,7 +203,9 @@ async def test_the_seed_frame_with_a_quoted_task_is_accepted(
 async def test_without_the_cron_service_the_op_is_not_available(config: Config) -> None:
     config = replace(config, memory=replace(config.memory, socket_path=None))
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        dispatcher = build_dispatcher(config, outbox_path(config, outbox), OPS)
+        dispatcher = build_dispatcher(
+            config, outbox_path(config, outbox), OPS, ToolServices(None, None, None)
+        )
         reply = await dispatcher.run(
             Task("cron", "TOOL", "CRON_RESULT", None, (("ACTION", "list"),)), Peer("t")
         )

@@ -12,14 +12,16 @@ import trio.testing
 
 from csp_web.config import Config
 from csp_web.core.client import open_client
+from csp_web.core.compose import open_daemon
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve_daemon
+from csp_web.core.lifecycle import serve
 from csp_web.cron import open_cron, store_path
 from csp_web.memory.embedded import open_memory_path
 from protocol import Reply, Status, Task
-from specialists.tool.ops_cron import OPS, cron_extras
+from specialists.tool.ops_cron import OPS
+from specialists.tool.services import ToolServices
 from tests.conftest import Daemon, Sink, sink_records, sink_text
-from tests.harness import outbox_of
+from tests.harness import given, outbox_of
 from tests.tool.cron_support import TrioWall, cron_config, open_rig, settle
 
 # The seed's example, field for field (ACTION add of "list|add|remove|enable|disable").
@@ -76,16 +78,10 @@ async def test_each_run_of_a_reminder_is_a_cron_due_record_in_memory(
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
 
         async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-            async with open_memory_path(config) as memory:
-                await serve_daemon(
-                    config,
-                    OPS,
-                    memory=memory,
-                    stdio=None,
-                    socket_path=socket_path,
-                    extras=cron_extras(cron),
-                    task_status=task_status,
-                )
+            cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
+            memory = open_memory_path(config)
+            async with open_daemon(config, (cron_only,), memory=memory) as daemon:
+                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
 
         dispatcher: Dispatcher = await nursery.start(run_daemon)
         async with open_client(socket_path) as client:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from typing import Any
 
 import pytest
 import trio
@@ -39,8 +40,8 @@ async def _ran(rig: Rig, count: int, job_id: str = "j") -> None:
     await settle(lambda: len(rig.seen) == count and not rig.cron.is_running(job_id))
 
 
-def hang_op(started: list[str]) -> Op:
-    async def hang(params: Params, ctx: OpContext) -> Result:
+def hang_op(started: list[str]) -> Op[Any]:
+    async def hang(params: Params, ctx: OpContext, _: Any) -> Result:
         started.append(ctx.task_id)
         await trio.sleep_forever()
         raise AssertionError("unreachable")

@@ -127,3 +127,23 @@ def test_store_path_defaults_under_the_state_dir(config: Config) -> None:
     assert store_path(config) == os.path.join(config.daemon.state_dir, "cron.json")
     moved = replace(config, tool=ToolConfig(cron=CronConfig(store_path="/x/jobs.json")))
     assert store_path(moved) == "/x/jobs.json"
+
+
+async def test_a_bad_cron_file_fails_the_daemons_start_as_itself_before_the_outbox(
+    config: Config, tmp_path: Path
+) -> None:
+    """Issue 7: composed as ``serve`` composes it (the app's SPECIALISTS, then the memory
+    path), an unreadable cron.json stops the start as CronStoreError itself, not wrapped in
+    a nursery's group, and before the outbox file is made."""
+    from csp_web.app.catalog import SPECIALISTS
+    from csp_web.core.compose import open_daemon
+    from csp_web.memory.embedded import open_memory_path
+
+    state = tmp_path / "state"
+    state.mkdir()
+    config = replace(config, daemon=replace(config.daemon, state_dir=str(state)))
+    (state / "cron.json").write_text("{")
+    with pytest.raises(CronStoreError, match=r"cron\.json"):
+        async with open_daemon(config, SPECIALISTS, memory=open_memory_path(config)):
+            raise AssertionError("the daemon must not start")
+    assert not os.path.exists(config.outbox_path)

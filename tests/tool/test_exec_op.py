@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import replace
 
 import pytest
@@ -11,13 +12,13 @@ import pytest
 from csp_web.config import Config, ToolConfig
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
-from specialists.tool import tool_ops
+from specialists.tool import TOOL
 from specialists.tool.ops_exec import open_exec_services
-from tests.harness import outbox_of
+from specialists.tool.services import ToolServices
+from tests.harness import build_dispatcher, outbox_of
 from tests.tool.exec_support import make_config, scratch_dir
 
 
@@ -36,7 +37,7 @@ async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher
         open_exec_services(config) as services,
     ):
         yield build_dispatcher(
-            config, outbox_path(config, outbox), tool_ops(), extras={"exec": services}
+            config, outbox_path(config, outbox), TOOL.ops, ToolServices(services, None, None)
         )
 
 
@@ -139,12 +140,12 @@ async def test_reply_says_which_limits_bounded_the_command(dispatcher: Dispatche
 
 
 async def test_stats_says_which_limits_exec_uses(config: Config, workspace: str) -> None:
-    from specialists import open_specialists
+    from specialists.tool import TOOL
 
     for mode, expected in (("auto", {"cgroup1", "cgroup2"}), ("off", {"rlimit"})):
         exec_config = make_config(workspace, cgroup=mode)
         tool = replace(config, tool=ToolConfig(exec=exec_config))
-        async with open_specialists(tool) as (_, extras):
-            lines = extras["stats_lines"]
+        async with AsyncExitStack() as stack:
+            lines = dict((await TOOL.open(tool, stack)).stats_lines)
         assert lines["SANDBOX"] == "bwrap"
         assert lines["EXEC_LIMITS"] in expected

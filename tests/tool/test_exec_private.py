@@ -102,11 +102,12 @@ _NON_ROOT_DAEMON = textwrap.dedent(
     import trio
     from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
     from csp_web.core.context import Peer
-    from csp_web.core.lifecycle import build_dispatcher
+    from tests.harness import build_dispatcher
     from csp_web.memory.embedded import outbox_path
     from csp_web.memory.outbox import open_outbox
     from protocol import Task
-    from specialists.tool import tool_ops
+    from specialists.tool import TOOL
+    from specialists.tool.services import ToolServices
     from specialists.tool.ops_exec import open_exec_services
     from tests.tool.exec_support import make_config
 
@@ -146,7 +147,8 @@ _NON_ROOT_DAEMON = textwrap.dedent(
         ):
             out["sandbox"] = services.sandbox.kind
             memory = outbox_path(config, outbox)
-            dispatcher = build_dispatcher(config, memory, tool_ops(), extras={"exec": services})
+            tool = ToolServices(services, None, None)
+            dispatcher = build_dispatcher(config, memory, TOOL.ops, tool)
             for name, command in commands.items():
                 reply = await dispatcher.run(
                     Task("exec", "SHELL", "EXEC_RESULT", command, ()), Peer("t", os.getuid(), 1)

@@ -10,17 +10,17 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, StdioServerConfig, ToolConfig
+from csp_web.core.compose import open_daemon
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
-from specialists import open_specialists
-from specialists.tool import tool_ops
-from specialists.tool.ops_mcp import open_mcp_host
-from tests.harness import outbox_of
+from specialists.tool import TOOL
+from specialists.tool.services import ToolServices, open_mcp_host
+from tests.harness import build_dispatcher, outbox_of
 from tests.tool.mcp_servers.support import toy_config
 
 
@@ -32,7 +32,7 @@ async def dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
         open_mcp_host(config.tool.mcp) as host,
     ):
         yield build_dispatcher(
-            config, outbox_path(config, outbox), tool_ops(), extras={"mcp": host}
+            config, outbox_path(config, outbox), TOOL.ops, ToolServices(None, host, None)
         )
 
 
@@ -87,7 +87,9 @@ async def test_an_unconfigured_server_is_mcp_unavailable_with_the_seeds_spelling
 ) -> None:
     """Issue 8.17: with no MCP server configured at all, the seed's mcp_unavailable:<server>."""
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
-        bare = build_dispatcher(config, outbox_path(config, outbox), tool_ops())
+        bare = build_dispatcher(
+            config, outbox_path(config, outbox), TOOL.ops, ToolServices(None, None, None)
+        )
         reply = await _run(bare, ("SERVER", "playwright-server"), ("TOOL", "click"))
     assert reply == Reply(
         Status.FAIL,
@@ -117,15 +119,15 @@ async def test_mcp_audit_records_name_the_server_the_tool_and_the_action(
 
 
 async def test_stats_shows_each_mcp_servers_state_and_cause(config: Config) -> None:
-    """Wired as the daemon wires it (open_specialists): one MCP line per server in stats."""
+    """Wired as the daemon wires it (the app's SPECIALISTS): one MCP line per server in stats."""
     missing = StdioServerConfig(command="/nonexistent/mcp-server")
     mcp = toy_config(servers={"gone": missing}, max_failures=1)
     config = replace(config, tool=replace(config.tool, mcp=mcp))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_specialists(config) as (ops, extras),
+        open_daemon(config, SPECIALISTS, memory=outbox_path(config, outbox)) as daemon,
     ):
-        dispatcher = build_dispatcher(config, outbox_path(config, outbox), ops, extras=extras)
+        dispatcher = daemon.dispatcher
         failed = await _run(dispatcher, ("SERVER", "gone"), ("TOOL", "x"))
         await trio.testing.wait_all_tasks_blocked()
         stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))

@@ -17,7 +17,7 @@ from csp_web.config import Config, McpConfig, StdioServerConfig, ToolConfig
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.mcp import McpPool, open_mcp_pool
-from specialists.tool.ops_mcp import open_mcp_host
+from specialists.tool.services import open_mcp_host
 from tests.conftest import wait_until
 
 from .mcp_servers.support import process_exists, toy_config, toy_stdio

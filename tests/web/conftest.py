@@ -14,12 +14,12 @@ import trustme
 
 from csp_web.config import Config, DaemonConfig, WebConfig
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.core.ops import Op
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from specialists.web.services import WebServices, open_web_services
+from tests.harness import build_dispatcher
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
 
@@ -58,7 +58,7 @@ async def web(
         yield services
 
 
-DispatcherFactory = Callable[[list[Op]], Dispatcher]
+DispatcherFactory = Callable[[list[Op[WebServices]]], Dispatcher]
 
 
 @pytest.fixture
@@ -67,9 +67,7 @@ async def make_dispatcher(web_config: Config, web: WebServices) -> AsyncIterator
     ``web``. Run a task with ``await dispatcher.run(task, Peer("test"))``."""
     async with open_outbox(web_config.outbox_path, web_config.outbox, web_config.memory) as outbox:
 
-        def make(ops: list[Op]) -> Dispatcher:
-            return build_dispatcher(
-                web_config, outbox_path(web_config, outbox), ops, extras={"web": web}
-            )
+        def make(ops: list[Op[WebServices]]) -> Dispatcher:
+            return build_dispatcher(web_config, outbox_path(web_config, outbox), ops, web)
 
         yield make

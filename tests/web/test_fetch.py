@@ -18,7 +18,6 @@ from csp_web.core.context import Peer
 from protocol import Reply, Status, Task
 from specialists.web.extract import extract_article
 from specialists.web.ops_fetch import OPS
-from specialists.web.pages import FLIGHTS_KEY
 from specialists.web.services import WebServices
 from tests.harness import Harness
 from tests.net._origin import Origin
@@ -245,7 +244,7 @@ async def test_concurrent_fetches_of_one_url_share_one_download(
     assert bucket is not None
     while bucket.wait_s() == 0:
         await bucket.acquire(deadline=math.inf)  # empty: the leader waits for a token
-    flights = web.extras.setdefault(FLIGHTS_KEY, {})
+    flights = web.flights
     replies: list[Reply] = []
 
     async def one() -> None:

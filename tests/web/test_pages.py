@@ -13,7 +13,6 @@ from csp_web.core.errors import OpError
 from protocol import ErrorCode
 from specialists.web.pages import (
     CACHE_NAMESPACE,
-    FLIGHTS_KEY,
     Page,
     compact_json,
     content_kind,
@@ -131,7 +130,7 @@ async def test_a_follower_takes_over_when_the_leader_is_cancelled(
 ) -> None:
     url = serve(origin, "/tides", ARTICLE)
     await drain(web)
-    flights = web.extras.setdefault(FLIGHTS_KEY, {})
+    flights = web.flights
     pages: list[Page] = []
 
     async def follower() -> None:
@@ -161,7 +160,7 @@ async def test_a_leaders_failure_is_every_followers_failure_from_one_request(
 ) -> None:
     url = origin.url("origin.test", "/status/404")
     await drain(web)
-    flights = web.extras.setdefault(FLIGHTS_KEY, {})
+    flights = web.flights
     errors: list[str] = []
 
     async def one() -> None:
@@ -186,7 +185,7 @@ async def test_a_follower_gives_up_at_its_own_deadline(
 ) -> None:
     url = serve(origin, "/tides", ARTICLE)
     await drain(web)
-    flights = web.extras.setdefault(FLIGHTS_KEY, {})
+    flights = web.flights
     async with trio.open_nursery() as nursery:
         nursery.start_soon(load, web, url)
         await until(lambda: url in flights)
@@ -258,7 +257,7 @@ async def test_a_leader_out_of_time_leaves_its_followers_to_try_again(
     origin.routes["/tides"] = first_slow
     url = origin.url("origin.test", "/tides")
     await drain(web)
-    flights = web.extras.setdefault(FLIGHTS_KEY, {})
+    flights = web.flights
     outcomes: list[str] = []
 
     async def one(budget_s: float) -> None:

@@ -14,8 +14,9 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, RateConfig
+from csp_web.core.dispatch import DispatchPort
 from protocol import Status
-from specialists.web.ops_search import BACKGROUND_KEY, OPS, serve_background, start_prefetch
+from specialists.web.ops_search import OPS, start_prefetch
 from specialists.web.pages import load_page
 from specialists.web.search import Hit, breaker
 from specialists.web.services import quota_path
@@ -695,13 +696,12 @@ async def test_top_results_are_prefetched_in_the_background(
     origin.routes["/brave"] = json_route(brave_json(*pages))
     config = with_search(web_config, origin, order=["brave"], prefetch_top=2)
     async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, web):
-        web.extras["background"] = nursery
+        await nursery.start(web.prefetch.serve, DispatchPort(dispatcher))  # WEB's background
         with trio.fail_after(WAIT_S):
             reply = await run(
                 dispatcher, "search", "URL_REFS", *search_fields("q", ("MAX_RESULTS", "3"))
             )
-            while "/page1" not in origin.paths():
-                await trio.sleep(0.01)
+            await origin.wait_request("/page1")
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
         cached = [await load_page(web, url, deadline=trio.current_time() + 1) for url in pages[:2]]
     assert reply.status is Status.OK
@@ -712,20 +712,20 @@ async def test_top_results_are_prefetched_in_the_background(
     assert [page.cached for page in cached] == [True, True]  # the fetch cache has them
 
 
-async def test_serve_background_keeps_the_prefetch_nursery_while_it_runs(
+async def test_the_prefetcher_runs_loads_only_while_its_background_task_runs(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:
     config = with_search(web_config, origin, order=["brave"], prefetch_top=1)
     async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, web):
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_background(web), dispatcher)
-            assert isinstance(web.extras[BACKGROUND_KEY], trio.Nursery)
+            await nursery.start(web.prefetch.serve, DispatchPort(dispatcher))
+            assert web.prefetch.running
             assert start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")])
             with trio.fail_after(WAIT_S):
-                while "/page" not in origin.paths():
-                    await trio.sleep(0.01)
+                await origin.wait_request("/page")
             nursery.cancel_scope.cancel()
-        assert BACKGROUND_KEY not in web.extras
+        assert not web.prefetch.running
+        assert not start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")])
 
 
 async def test_no_background_nursery_means_no_prefetch(

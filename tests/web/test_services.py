@@ -12,7 +12,7 @@ from csp_web.core.fields import Params
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from protocol import ErrorCode, Status, Task
-from specialists.web.services import WebServices, record_web_op, web_services
+from specialists.web.services import WebServices, record_web_op
 from tests.harness import outbox_of
 from tests.web.conftest import DispatcherFactory
 
@@ -20,16 +20,16 @@ from tests.web.conftest import DispatcherFactory
 async def test_web_op_record_is_queued_for_memory_on_success_and_failure(
     make_dispatcher: DispatcherFactory, web: WebServices
 ) -> None:
-    async def good(params: Params, ctx: object) -> Result:
+    async def good(params: Params, ctx: object, services: WebServices) -> Result:
         from csp_web.core.context import OpContext
 
         assert isinstance(ctx, OpContext)
-        assert web_services(ctx) is web
+        assert services is web  # bound at composition: the handler's own services
         async with record_web_op(ctx, "probe", "https://origin.test/x") as details:
             details["cache_hit"] = True
         return Result("fine")
 
-    async def bad(params: Params, ctx: object) -> Result:
+    async def bad(params: Params, ctx: object, services: WebServices) -> Result:
         from csp_web.core.context import OpContext
 
         assert isinstance(ctx, OpContext)

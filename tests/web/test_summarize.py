@@ -12,7 +12,6 @@ import pytest
 
 from csp_web.config import Config, SummarizeConfig
 from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import build_dispatcher
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status
@@ -25,6 +24,7 @@ from specialists.web.summarize import (
     split_sentences,
     summarize_extractive,
 )
+from tests.harness import build_dispatcher
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory
@@ -228,9 +228,7 @@ async def llm_dispatcher(
     config = dataclasses.replace(web.config, summarize=summarize_config)
     services = dataclasses.replace(web, config=config)
     async with open_outbox(web_config.outbox_path, web_config.outbox, web_config.memory) as box:
-        yield build_dispatcher(
-            web_config, outbox_path(web_config, box), OPS, extras={"web": services}
-        )
+        yield build_dispatcher(web_config, outbox_path(web_config, box), OPS, services)
 
 
 async def test_with_a_model_configured_the_bullets_are_the_models(

@@ -8,8 +8,9 @@ answer (no I/O), ``chain`` sends them with rate limits, quotas and circuit break
 ``rank`` de-duplicates and chooses.
 """
 
+from ..breaker import Breaker
 from .base import BackendFailure, Hit, SearchQuery
-from .chain import Breaker, Outcome, breaker, run_chain
+from .chain import Outcome, breaker, run_chain
 from .rank import clean_url, domain, pick
 
 __all__ = [

@@ -25,6 +25,7 @@ import trio
 from csp_web.config import SearchConfig, SearchProvider
 from csp_web.core.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
+from specialists.web.breaker import Breaker
 from specialists.web.services import WebServices, quota_path
 
 from . import brave, duckduckgo, rank, searxng
@@ -41,53 +42,9 @@ _NOT_TRIED = frozenset({"no_api_key", "not_configured"})
 DEFAULT_PAUSE_S = 60.0
 
 
-class Breaker:
-    """One backend's circuit: closed until ``failures`` consecutive failures, then open for
-    ``reset_s``, then half-open: one probe call goes through, and its outcome closes or
-    re-opens the circuit. Times are trio's, so MockClock drives it in tests."""
-
-    def __init__(self, failures: int, reset_s: float) -> None:
-        self.threshold = failures
-        self.reset_s = reset_s
-        self.failures = 0
-        self.opened_at: float | None = None
-        self.probing = False
-
-    @property
-    def state(self) -> str:
-        """``closed``, ``open`` or ``half_open``."""
-        if self.opened_at is None:
-            return "closed"
-        if self.probing or trio.current_time() >= self.opened_at + self.reset_s:
-            return "half_open"
-        return "open"
-
-    def admit(self) -> bool | None:
-        """None when the call may not go; True when it goes as the half-open probe."""
-        if self.opened_at is None:
-            return False
-        if self.probing or trio.current_time() < self.opened_at + self.reset_s:
-            return None
-        self.probing = True
-        return True
-
-    def settle(self, probe: bool, ok: bool | None) -> None:
-        """Record a call's outcome; ``ok`` None means it ended without a verdict."""
-        if probe:
-            self.probing = False
-        if ok is None:
-            return
-        if ok:
-            self.failures, self.opened_at = 0, None
-            return
-        self.failures += 1
-        if probe or self.failures >= self.threshold:
-            self.opened_at = trio.current_time()
-
-
 def breaker(services: WebServices, name: str) -> Breaker:
-    """Backend ``name``'s breaker, kept in ``services.extras`` for the daemon's lifetime."""
-    breakers: dict[str, Breaker] = services.extras.setdefault("search.breakers", {})
+    """Backend ``name``'s breaker, kept in ``services.breakers`` for the daemon's lifetime."""
+    breakers = services.breakers
     if name not in breakers:
         config = services.config.search
         breakers[name] = Breaker(config.breaker_failures, config.breaker_reset_s)
@@ -249,7 +206,7 @@ async def _take_token(services: WebServices, name: str, until: float) -> None:
 
 async def _take_quota(services: WebServices, name: str, limit: int) -> None:
     # MonthlyQuota reads and rewrites one file; concurrent searches take turns.
-    lock: trio.Lock = services.extras.setdefault("search.quota_lock", trio.Lock())
+    lock = services.quota_lock
     quota = MonthlyQuota(quota_path(services), f"search:{name}", limit)
     month = datetime.datetime.now(datetime.UTC).strftime("%Y-%m")
     async with lock:

@@ -1,0 +1,42 @@
+"""Background page loads after a search reply (seed 004's prefetch), run by WEB's background
+task: ``Prefetcher.submit`` queues a job, ``Prefetcher.serve`` runs each in a nursery it owns
+for the daemon's life (unbounded, as the nursery's ``start_soon`` it replaces)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from csp_web.core.ports import TaskPort
+
+Job = Callable[[], Awaitable[None]]
+
+
+class Prefetcher:
+    """A queue of prefetch jobs and the background task that runs them."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[Job](math.inf)
+        self.running = False
+
+    def submit(self, job: Job) -> bool:
+        """Queue ``job``; False (nothing queued) while ``serve`` is not running."""
+        if not self.running:
+            return False
+        self._send.send_nowait(job)
+        return True
+
+    async def serve(
+        self, port: TaskPort, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run queued jobs until cancelled (the daemon stops): jobs in flight are cancelled."""
+        async with trio.open_nursery() as nursery:
+            self.running = True
+            task_status.started()
+            try:
+                async for job in self._receive:
+                    nursery.start_soon(job)
+            finally:
+                self.running = False
