@@ -5,9 +5,10 @@ tick share one commit (group commit, as databases batch fsyncs): the first write
 commits them all, so a busy daemon pays one transaction per tick, not per write, and a lone
 writer pays no hop to another task. ``serve_delivery`` sends pending writes to the Memory
 Specialist in order, pipelined (``outbox.delivery_window`` batches of ``memory.batch_size`` in
-flight), reconnecting with exponential backoff; a write leaves the store only when its ACK
-(``STATUS OK`` with the same ID) arrives. A ``FAIL`` answer moves the write to a ``rejected``
-table, kept locally and counted, so one bad write cannot block the queue forever.
+flight; while one is, the next goes when it is full: Nagle's rule), reconnecting with
+exponential backoff; a write leaves the store only when its ACK (``STATUS OK`` with the same
+ID) arrives. A ``FAIL`` answer moves the write to a ``rejected`` table, kept locally and
+counted, so one bad write cannot block the queue forever.
 
 Room (SPEC O-1, O-2): an op that will log first waits in ``wait_room`` while the outbox is at
 ``max_pending`` (or ``max_bytes``), or its caller holds its share (``max_pending_per_peer``,
@@ -87,6 +88,7 @@ class Outbox:
         self._folded: Counter[str] = Counter()
         self._folded_since = 0.0
         self._sent_upto = 0  # highest seq sent on the current connection
+        self._in_flight_rows = 0  # writes sent and not yet settled
         self._backoff_s = memory.backoff_initial_s
         self.depth, self.bytes = store.totals()
         self.delivered = 0
@@ -302,6 +304,15 @@ class Outbox:
                     window.acquire_nowait()
                 except trio.WouldBlock:
                     await window.acquire()
+                # Nagle's rule: while a batch is on its way, the next one goes once it is full
+                # (or the one in flight is settled), so under load batches grow instead of one
+                # round trip, transaction and wake-up per scheduler round.
+                while (
+                    self._in_flight_rows
+                    and self.depth - self._in_flight_rows < self._memory.batch_size
+                ):
+                    await self._new_rows.wait()
+                    self._new_rows = trio.Event()
                 rows = await self._db(self._store.after, self._sent_upto, self._memory.batch_size)
                 if not rows:
                     window.release()
@@ -316,6 +327,7 @@ class Outbox:
                 except BaseException:
                     window.release()
                     raise
+                self._in_flight_rows += len(rows)
                 nursery.start_soon(self._settle_batch, batch, rows, window)
 
     async def _settle_batch(
@@ -329,6 +341,8 @@ class Outbox:
             if retry:  # the Memory Specialist is busy or stopping: same writes again later
                 raise ClientClosed(f"{len(retry)} writes refused for now; retrying")
         finally:
+            self._in_flight_rows -= len(rows)
+            self._new_rows.set()  # the delivery loop may be holding a partial batch back
             window.release()
 
     def _settled(self, writes: list[MemoryWrite], acked: int, rejected: int) -> None:
