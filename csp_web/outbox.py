@@ -22,6 +22,7 @@ record (counts per op and error), written as soon as there is room again or at c
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import time
 from collections import Counter
@@ -430,7 +431,25 @@ _TRANSIENT = frozenset(
 
 def _batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]:
     """The IDs of a batch's writes and the bytes of their frames, in order (SPEC M-1)."""
-    return [w.id for _, w in rows], b"".join(serialize(w.to_task()) for _, w in rows)
+    return [w.id for _, w in rows], "".join(map(write_frame, (w for _, w in rows))).encode()
+
+
+# What makes a value unfit to stand raw on a line (``protocol``'s rule, V-3): a control
+# character (tab and LF included), or a quote or space at its start, a space at its end.
+_NOT_RAW = re.compile(r"[\x00-\x1f\x7f-\x9f]|^[\" ]| $")
+
+
+def write_frame(write: MemoryWrite) -> str:
+    """``serialize(write.to_task())`` as text: the frame's constant parts written once, its
+    five values raw when each may stand raw (an audit record always may), else the codec's
+    serialisation (quoting) of the whole frame."""
+    values = (write.id, write.source, write.type, write.path, write.data)
+    if all(values) and not any(_NOT_RAW.search(value) for value in values):
+        return (
+            f"TASK REQ:write IN:MEMORY OUT:ACK\nID {write.id}\nFROM {write.source}\n"
+            f"TYPE {write.type}\nPATH {write.path}\nDATA {write.data}\n\n"
+        )
+    return serialize(write.to_task()).decode("utf-8")
 
 
 def _sort_replies(

@@ -747,3 +747,33 @@ async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
             release()
             await outbox.wait_drained()
     assert received == [f"w-test-{n}" for n in range(6)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"op":"ping","error":null}',
+        "plain text",
+        "tab\there",
+        "line\nbreak",
+        '"leading quote',
+        " leading space",
+        "trailing space ",
+        "trailing tab\t",
+        "",
+        "bell\x07 and c1\x85",
+        "ünïcödé ✓",
+        "x" * 5000,
+    ],
+)
+def test_a_write_frame_is_the_bytes_the_codec_serialises_for_its_task(data: str) -> None:
+    """M-1: the outbox's own write serialiser gives exactly ``serialize(write.to_task())``,
+    values that may stand raw and values that must be quoted alike."""
+    from csp_web.outbox import write_frame
+    from protocol import serialize
+
+    for write in (
+        MemoryWrite("sys", "audit", "audit/2026-01-01/w-1.json", data, "w-1"),
+        MemoryWrite("tool", "exec_log", data or "p", "d", "w-2"),
+    ):
+        assert write_frame(write).encode() == serialize(write.to_task())
