@@ -73,7 +73,10 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
         except _BadRequest as exc:
             await _send_simple(stream, conn, exc.status, exc.reason)
             return
-        except (trio.TooSlowError, trio.BrokenResourceError, h11.RemoteProtocolError):
+        except h11.RemoteProtocolError as exc:
+            await _send_simple(stream, conn, exc.error_status_hint, "bad request")
+            return
+        except (trio.TooSlowError, trio.BrokenResourceError):
             return
         exchange = _Exchange(stream, conn, body)
         async with trio.open_nursery() as nursery:

@@ -27,7 +27,7 @@ from csp_web.net import GuardConfig
 from specialists.web import web_ops
 from specialists.web.services import open_web_services
 from tests.net._dns import FixedResolver
-from tests.net._origin import Origin, start_https_origin
+from tests.net._origin import Origin, Reply, start_https_origin
 
 REPO = Path(__file__).resolve().parent.parent.parent
 WAIT_S = 60.0  # a bound on each test's waits: a cold interpreter and the SDK import take seconds
@@ -62,9 +62,7 @@ async def origin(nursery: trio.Nursery, ca: trustme.CA) -> Origin:
     return served
 
 
-def _page() -> object:
-    from tests.net._origin import Reply
-
+def _page() -> Reply:
     return Reply(200, [("content-type", "text/html; charset=utf-8")], PAGE)
 
 
