@@ -7,6 +7,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import trio
 
@@ -14,6 +15,7 @@ from csp_web.client import Client, open_client
 from csp_web.config import Config
 from csp_web.config_nodes import NodesConfig
 from csp_web.daemon import serve_daemon
+from csp_web.dispatch import Dispatcher
 from protocol import CLOSED, NEED_DATA, Connection, Frame, Limits, Reply, Status, Task, serialize
 from specialists.node import node_ops
 from specialists.node.services import NodeServices, node_background, open_node_services
@@ -29,7 +31,7 @@ class NodeDaemon:
     scope: trio.CancelScope
 
 
-def node_config(config: Config, sock_dir: str, **nodes: object) -> Config:
+def node_config(config: Config, sock_dir: str, **nodes: Any) -> Config:
     settings = replace(NodesConfig(), socket_path=os.path.join(sock_dir, "nodes.sock"), **nodes)
     return replace(config, nodes=settings)
 
@@ -40,7 +42,7 @@ async def start_node_daemon(nursery: trio.Nursery, config: Config, sock_dir: str
     client_path = os.path.join(sock_dir, "csp.sock")
     opened: list[NodeServices] = []
 
-    async def run(*, task_status: trio.TaskStatus[None]) -> None:
+    async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
             async with open_node_services(config.nodes, config) as services:
                 opened.append(services)
