@@ -94,6 +94,7 @@ class NodeHub:
         if pair is None:
             raise OpError(ErrorCode.BUSY, "too many pairings wait for approval")
         link.hello = hello
+        link.pair_expires_at = pair.expires_at
         self.waiting[pair.code] = link
         log.warning(
             "node %s (%s) asks to pair from %s: approve with `csp-web nodes approve %s`",
@@ -125,6 +126,7 @@ class NodeHub:
             record = self.store.nodes.get(link.name)
             if record is not None:
                 record.last_seen = time.time()
+                self.store.save()
             log.info("node %s disconnected", link.name)
         for code in [c for c, waiting in self.waiting.items() if waiting is link]:
             del self.waiting[code]

@@ -66,6 +66,7 @@ class NodeLink:
         self.codec = Connection(Limits())
         self.hello: Hello | None = None
         self.paired = False
+        self.pair_expires_at: float | None = None  # a pairing link ends with its code (N-4)
         self.calls: dict[str, _Call] = {}
         self.ids = (f"d-{n}" for n in itertools.count(1))
         self.send_lock = trio.Lock()
@@ -224,10 +225,12 @@ class NodeLink:
             return await self.hub.on_hello(self, task)
         if task.req == "pair":
             return self.hub.on_pair(self, task)
-        if self.hello is None or not self.paired:
+        if self.hello is None:
             raise OpError(ErrorCode.PERMISSION_DENIED, "say hello first")
-        if task.req == "heartbeat":
+        if task.req == "heartbeat":  # paired, or pairing and waiting for the operator
             return Result("alive", ("node",))
+        if not self.paired:
+            raise OpError(ErrorCode.PERMISSION_DENIED, "not paired yet")
         return self._on_media(task)
 
     def _on_media(self, task: Task) -> Result:
@@ -249,13 +252,16 @@ class NodeLink:
 
     async def _watch_liveness(self) -> None:
         """Cut a link that says nothing for too long: a new one within ``hello_timeout_s``,
-        a paired or pairing one within ``heartbeat_timeout_s`` (N-7)."""
+        a paired or pairing one within ``heartbeat_timeout_s`` (N-7); a pairing one also
+        when its code expires unapproved (N-4)."""
         config = self.hub.config
         while True:
             timeout = config.heartbeat_timeout_s if self.hello else config.hello_timeout_s
             deadline = self.last_heard + timeout
+            if not self.paired and self.pair_expires_at is not None:
+                deadline = min(deadline, self.pair_expires_at)
             if trio.current_time() >= deadline:
-                log.info("node link %s (%s) silent, closing", self.name, self.source)
+                log.info("node link %s (%s) silent or unpaired, closing", self.name, self.source)
                 self.cut()
                 return
             await trio.sleep_until(deadline)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 
 from csp_web.errors import OpError
@@ -150,11 +151,14 @@ def _node_failure(error: str, max_text_chars: int) -> OpError:
 
 
 def save_media(directory: str, name: str, task_id: str, info: MediaInfo, data: bytes) -> str:
-    """Write ``data`` as ``<directory>/<name>-<task_id>.<ext>`` (0600, folder 0700); its path."""
+    """Write ``data`` as ``<directory>/<name>-<task_id>-<random>.<ext>`` (0600, folder 0700);
+    returns its path."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", task_id)
-    path = os.path.join(directory, f"{name}-{safe_id}.{_EXT.get(info.mime, 'bin')}")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # A random tail: a client may reuse an ID, and one capture never replaces another.
+    tail = secrets.token_hex(4)
+    path = os.path.join(directory, f"{name}-{safe_id}-{tail}.{_EXT.get(info.mime, 'bin')}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as file:
         file.write(data)
     return path

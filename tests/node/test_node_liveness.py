@@ -57,3 +57,27 @@ async def test_heartbeats_keep_a_link_and_silence_closes_it(
         assert await node.next() is None
         assert trio.current_time() == last + 30.0
     assert "lab1" not in hub.links
+
+
+async def test_a_pairing_link_may_heartbeat_and_ends_when_its_code_expires(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """N-4, N-7: heartbeats keep a pairing link, media wait for approval, and the code's
+    expiry (pair_code_ttl_s, 300 s) closes it and forgets the code."""
+    hub, _ = _hub(tmp_path)
+    node_end, daemon_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.serve_link, daemon_end, "uid:0")
+        node = ScriptedNode(node_end, timeout_s=1000)
+        reply = await node.call("pair", "PAIR_CODE", *identity("lab2", ("notify",)))
+        code = (reply.get("DATA") or "").removeprefix("code:")
+        assert code in hub.pending.pairs
+        media = await node.call("media", "ACK", ("FOR", "d-1"), ("SEQ", "0"), ("CHUNK", ""))
+        assert media.get("ERROR") == "permission_denied:not paired yet"
+        for _ in range(29):  # 290 s of heartbeats
+            await trio.sleep(10)
+            assert (await node.call("heartbeat", "ACK")).get("DATA") == "alive"
+        assert await node.next() is None
+        assert trio.current_time() == 300.0
+    assert hub.pending.pairs == {}
+    assert hub.waiting == {}
