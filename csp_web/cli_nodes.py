@@ -28,14 +28,18 @@ def add_node_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     nodes.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
     nodes.add_argument("--config", help="YAML configuration file (default: $CSP_WEB_CONFIG)")
     nodes.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
-    actions = nodes.add_subparsers(dest="nodes_action", required=True, metavar="ACTION")
+    actions = nodes.add_subparsers(
+        dest="nodes_action", required=True, metavar="ACTION", help="list, approve or revoke"
+    )
     actions.add_parser("list", help="paired nodes: platform, capabilities, connected, seen")
     approve = actions.add_parser("approve", help="approve a node's pairing code")
     approve.add_argument("code", metavar="CODE")
     revoke = actions.add_parser("revoke", help="forget a node and cut its link now")
     revoke.add_argument("name", metavar="NAME")
     node = sub.add_parser("node", help="run the reference node")
-    run = node.add_subparsers(dest="node_action", required=True, metavar="ACTION")
+    run = node.add_subparsers(
+        dest="node_action", required=True, metavar="ACTION", help="run: serve a daemon's tasks"
+    )
     _node_run_parser(run.add_parser("run", help="connect to a daemon and serve its tasks"))
 
 

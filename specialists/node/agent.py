@@ -17,6 +17,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -90,9 +91,15 @@ class NodeAgent:
     """One link to the daemon, from this node's side."""
 
     def __init__(
-        self, stream: trio.abc.Stream, options: NodeOptions, backends: dict[str, Backend]
+        self,
+        stream: trio.abc.Stream,
+        options: NodeOptions,
+        backends: dict[str, Backend],
+        *,
+        on_code: Callable[[str], None] | None = None,
     ) -> None:
         self.stream = stream
+        self.on_code = on_code or _print_code
         self.options = options
         self.backends = backends
         self.codec = Connection(Limits())
@@ -107,20 +114,23 @@ class NodeAgent:
         return Hello(self.options.name, self.options.platform, tuple(sorted(self.backends)), token)
 
     async def run(self) -> int:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read, nursery)
-            try:
-                code = await self._join()
-                if code == EXIT_OK:
-                    nursery.start_soon(self._beat)
-                    await self.closed.wait()
-                    log.warning("node %s: the daemon closed the link", self.options.name)
+        """Join (hello or pairing) and serve until the link ends; closes the stream."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read, nursery)
+                try:
+                    code = await self._join()
+                    if code == EXIT_OK:
+                        nursery.start_soon(self._beat)
+                        await self.closed.wait()
+                        log.warning("node %s: the daemon closed the link", self.options.name)
+                        code = EXIT_UNREACHABLE
+                except LinkClosed:
+                    log.warning("node %s: the link closed", self.options.name)
                     code = EXIT_UNREACHABLE
-            except LinkClosed:
-                log.warning("node %s: the link closed", self.options.name)
-                code = EXIT_UNREACHABLE
-            nursery.cancel_scope.cancel()
-        await trio.aclose_forcefully(self.stream)
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.aclose_forcefully(self.stream)
         return code
 
     async def _join(self) -> int:
@@ -140,12 +150,7 @@ class NodeAgent:
         if reply.status is not Status.OK:
             log.error("node %s: pairing refused: %s", self.options.name, reply.get("ERROR"))
             return EXIT_REFUSED
-        code = (reply.get("DATA") or "").removeprefix("code:")
-        print(
-            f"pairing code: {code} (approve on the daemon: csp-web nodes approve {code})",
-            file=sys.stderr,
-            flush=True,
-        )
+        self.on_code((reply.get("DATA") or "").removeprefix("code:"))
         expires = float(reply.get("EXPIRES_S") or 300)
         with trio.move_on_after(expires):
             async with trio.open_nursery() as beats:
@@ -271,6 +276,14 @@ class NodeAgent:
 _CODES = {str(code): code for code in ErrorCode}
 
 
+def _print_code(code: str) -> None:
+    print(
+        f"pairing code: {code} (approve on the daemon: csp-web nodes approve {code})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _fail(task_id: str | None, code: ErrorCode | str, detail: str) -> Reply:
     known = code if isinstance(code, ErrorCode) else _CODES.get(code, ErrorCode.NODE_ERROR)
     return fail_reply(OpError(known, detail, scope=("node",)), task_id)
@@ -295,12 +308,13 @@ def write_token(path: str, token: str) -> None:
     os.replace(temporary, path)
 
 
-async def run_node(options: NodeOptions) -> int:
-    """Run the reference node until its link ends; returns its exit code."""
+async def run_node(options: NodeOptions, *, on_code: Callable[[str], None] | None = None) -> int:
+    """Run the reference node until its link ends; returns its exit code. ``on_code`` is
+    given the pairing code (default: print it on stderr for the operator)."""
     backends = detect(options.backends)
     try:
         stream = await open_link(options)
     except (OSError, ValueError) as exc:
         log.error("node %s: cannot connect to %s: %s", options.name, options.connect, exc)
         return EXIT_UNREACHABLE
-    return await NodeAgent(stream, options, backends).run()
+    return await NodeAgent(stream, options, backends, on_code=on_code).run()

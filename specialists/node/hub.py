@@ -49,6 +49,7 @@ class NodeHub:
         self.limiter = AttemptLimiter(config.pair_attempts, config.pair_window_s)
         self.tls_address: str | None = None
         self.fingerprint: str | None = None
+        self._attached = trio.Event()  # set (and renewed) whenever a link goes live
 
     # -- links ------------------------------------------------------------------------------
 
@@ -119,6 +120,14 @@ class NodeHub:
             older.cut()
         self.links[link.name] = link
         log.info("node %s connected from %s (%s)", link.name, link.source, link.capabilities)
+        self._attached.set()
+        self._attached = trio.Event()
+
+    async def wait_link(self, name: str, *, other_than: NodeLink | None = None) -> NodeLink:
+        """The live link of ``name`` once there is one (other than ``other_than``)."""
+        while (link := self.links.get(name)) is None or link is other_than:
+            await self._attached.wait()
+        return link
 
     def detach(self, link: NodeLink) -> None:
         if link.name is not None and self.links.get(link.name) is link:
