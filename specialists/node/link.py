@@ -33,7 +33,7 @@ from protocol import (
 )
 
 from .results import MediaAssembly
-from .wire import ACTIONS, DOMAIN, LINK_OPS, RESULT, Hello, decode_chunk
+from .wire import DOMAIN, LINK_OPS, RESULT, Hello, decode_chunk
 
 if TYPE_CHECKING:
     from .hub import NodeHub
@@ -275,8 +275,3 @@ class NodeLink:
 
 def _unavailable(name: str | None) -> OpError:
     return OpError(ErrorCode.NODE_UNAVAILABLE, name or "?", scope=("node",))
-
-
-def check_action(action: str) -> None:
-    if action not in ACTIONS:
-        raise OpError(ErrorCode.INVALID_FIELD, f"ACTION must be one of {', '.join(ACTIONS)}")

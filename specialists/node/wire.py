@@ -24,7 +24,6 @@ NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")  # a node name: a host-name-like
 PLATFORM = re.compile(r"[A-Za-z0-9._/+ -]{1,64}")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # 32 random bytes, URL-safe base64 without padding
 MEDIA = re.compile(r"sha256:([0-9a-f]{64}),bytes:(\d{1,12}),type:([a-z]+/[a-z0-9.+-]+)")
-MAX_CAPABILITIES = len(ACTIONS)
 
 
 @dataclass(frozen=True)

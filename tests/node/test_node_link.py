@@ -422,3 +422,45 @@ async def test_a_pair_request_with_bad_fields_is_refused(
     async with scripted(nd.node_path) as node:
         reply = await node.call("pair", "PAIR_CODE", *fields)
         assert error(reply).startswith(expected)
+
+
+async def test_the_node_socket_refuses_a_uid_not_allowed(
+    nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str
+) -> None:
+    """N-1: the peer's uid (SO_PEERCRED) must be in nodes.allowed_uids."""
+    other = os.geteuid() + 4242
+    nd = await start_node_daemon(
+        nursery, node_config(config, sock_dir, allowed_uids=(other,)), sock_dir
+    )
+    async with scripted(nd.node_path) as node:
+        assert await node.next() is None
+
+
+@pytest.mark.parametrize(("links", "ok"), [(1, True), (2, False)])
+async def test_node_links_past_max_links_are_closed_at_once(
+    nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str, links: int, ok: bool
+) -> None:
+    """N-1: nodes.max_links at N and N+1."""
+    nd = await start_node_daemon(nursery, node_config(config, sock_dir, max_links=1), sock_dir)
+    first, _ = await pair(nd, "lab1")
+    async with first.stream:
+        if ok:
+            assert (await first.call("heartbeat", "ACK")).get("DATA") == "alive"
+            return
+        async with scripted(nd.node_path) as second:
+            assert await second.next() is None
+
+
+async def test_malformed_frames_past_the_budget_close_the_link(nd: NodeDaemon) -> None:
+    """N-3 with SPEC L-6's budget: 10 malformed frames answered, the 11th closes the link."""
+    async with scripted(nd.node_path) as node:
+        for _ in range(10):
+            await node.stream.send_all(b"HELLO THERE\n\n")
+            reply = await node.next()
+            assert isinstance(reply, Reply)
+            assert error(reply).startswith("bad_header:")
+        await node.stream.send_all(b"HELLO THERE\n\n")
+        last = await node.next()
+        assert isinstance(last, Reply)
+        assert error(last).startswith("too_many_bad_frames:")
+        assert await node.next() is None
