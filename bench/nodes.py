@@ -126,9 +126,8 @@ async def round_trips(client: Client, rounds: int) -> tuple[list[float], list[fl
     return total, work, daemon
 
 
-async def audited_baseline(client: Client, rounds: int) -> list[float]:
-    """The same client's round trip for an audited op that does not leave the daemon."""
-    task = nodes_task(ACTION="list")
+async def baseline(client: Client, rounds: int, task: Task) -> list[float]:
+    """The same client's round trip for an op that does not leave the daemon."""
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
@@ -190,7 +189,8 @@ async def _measure(
             await read_line(node.stderr, "paired; token stored", [])
             await round_trips(client, 50)  # warm-up
             total, work, daemon_ms = await round_trips(client, rounds)
-            baseline = await audited_baseline(client, rounds)
+            audited = await baseline(client, rounds, nodes_task(ACTION="list"))
+            ping = await baseline(client, rounds, Task("ping", "SYS", "PONG"))
         finally:
             node.terminate()
             await node.wait()
@@ -200,10 +200,10 @@ async def _measure(
         print(f"  node's own work     p50 {pct(work, 0.5):.3f} ms")
         print(f"  daemon's EXEC_TIME  p50 {statistics.median(daemon_ms):.0f} ms (whole ms)")
         print(f"  daemon added        p50 {pct(added, 0.5):.3f} ms  p99 {pct(added, 0.99):.3f} ms")
-        print(
-            f"  of which any audited op's own round trip (REQ:nodes list, no node hop)"
-            f" p50 {pct(baseline, 0.5):.3f} ms"
-        )
+        print("  baselines on the same connection, no node hop:")
+        print(f"    REQ:ping (not audited)      p50 {pct(ping, 0.5):.3f} ms")
+        print(f"    REQ:nodes list (audited)    p50 {pct(audited, 0.5):.3f} ms")
+        print(f"  load average during the run: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
         before = rss_mb(daemon.pid)
         for n in range(idle):
             tcp = await trio.open_tcp_stream(host, port)
