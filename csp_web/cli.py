@@ -23,6 +23,7 @@ from importlib import resources
 import trio
 
 from . import __version__
+from .cli_nodes import add_node_commands, node_run_main, nodes_main
 from .cli_send import SendOptions, leaves, send_main
 from .config import Config
 from .config_load import ConfigError, load_config
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-stdin", action="store_true", help="serve the socket only")
     serve.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
     _send_parser(sub)
+    add_node_commands(sub)  # nodes approve|list|revoke, node run (csp_web/cli_nodes.py)
     replay = sub.add_parser("replay", help="replay .csp transcripts and print differences")
     replay.add_argument("files", nargs="+", metavar="FILE", help="transcript files (.csp)")
     replay.add_argument(
@@ -150,15 +152,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level
-    if args.command in ("send", "replay") and level in ("debug", "info"):
+    if args.command in ("send", "replay", "nodes") and level in ("debug", "info"):
         level = "warning"  # client commands print results, not the daemon's op log
     setup_logging(level, as_json=as_json)
-    handlers = {
+    handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
         "serve": _serve,
         "send": _send,
         "replay": _replay,
         "memory-sink": _sink,
         "mcp": _mcp,
+        "nodes": nodes_main,
+        "node": lambda args, config: node_run_main(args),
     }
     try:
         return handlers[args.command](args, config)

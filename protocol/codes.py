@@ -77,6 +77,13 @@ class ErrorCode(enum.StrEnum):
     CRON_ERROR = "cron_error", "the cron action cannot be carried out"
     UNKNOWN_JOB = "unknown_job", "JOB_ID names no cron job"
 
+    # Paired nodes (protocol/NODES.md).
+    NODE_UNKNOWN = "node_unknown", "NODE names no paired node"
+    NODE_UNAVAILABLE = "node_unavailable", "the paired node is not connected or its link broke"
+    NODE_CAPABILITY_MISSING = "node_capability_missing", "the node does not offer this action"
+    NODE_ERROR = "node_error", "the node failed the action or sent a reply that breaks its schema"
+    PAIR_CODE_INVALID = "pair_code_invalid", "the pairing code is unknown, expired or used"
+
 
 def main() -> None:
     """Print the catalogue, one ``code  meaning`` line each."""

@@ -13,6 +13,8 @@ from csp_web.registry import Op
 @asynccontextmanager
 async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict[str, Any]]]:
     """Every specialist op, and the shared services they use (all closed on exit)."""
+    from .node import node_ops
+    from .node.services import node_background, open_node_services
     from .tool import tool_ops
     from .tool.ops_cron import open_cron, serve_cron
     from .tool.ops_exec import exec_reloader, open_exec_services
@@ -45,4 +47,10 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
         ]
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
         extras["background"] = [serve_background(extras["web"]), serve_cron]
-        yield [*web_ops(), *tool_ops()], extras
+        # Paired nodes: the store and registry; their transports run as a background task.
+        nodes = extras["nodes"] = await stack.enter_async_context(
+            open_node_services(config.nodes, config)
+        )
+        extras["stats_lines"]["NODES"] = nodes.stats_line
+        extras["background"].append(node_background(nodes))
+        yield [*web_ops(), *tool_ops(), *node_ops()], extras
