@@ -40,6 +40,9 @@ async def summarize(params: Params, ctx: OpContext) -> Result:
     _check(text, url, count, services)
     target = url if url is not None else f"text:{len(text or '')}"  # never the text itself
     async with record_web_op(ctx, "summarize", target) as details:
+        bucket = services.limits.bucket("summarize")  # seed 001: web_summarize 20/min
+        if bucket is not None:
+            await bucket.acquire(deadline=op_deadline(services))
         fields: list[Field] = []
         scope: tuple[str, ...] = ()
         if url is not None:
