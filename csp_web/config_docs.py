@@ -40,6 +40,7 @@ class ResearchConfig:
     max_bullets: int = 10
     max_jobs: int = 32  # jobs held at once, running or finished
     job_ttl_s: float = 3600.0  # a finished job's result is kept this long
+    job_timeout_s: float = 120.0  # one job's search, fetches and answer
     llm_base_url: str | None = None  # an OpenAI-compatible endpoint; null = heuristic answers
     llm_model: str = "gpt-4o-mini"
     llm_api_key_env: str | None = None

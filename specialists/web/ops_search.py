@@ -88,7 +88,7 @@ class Answer:
 
 
 @dataclass
-class _Asked:
+class Asked:
     """One query of the task and what became of it."""
 
     query: SearchQuery
@@ -109,13 +109,13 @@ async def search(params: Params, ctx: OpContext) -> Result:
         raise FieldError(ErrorCode.INVALID_FIELD, f"more than {docs.max_queries} QUERY fields")
     services.board.turn(ctx.peer, docs.board)
     async with record_web_op(ctx, "search", " | ".join(texts)) as details:
-        asked = [_Asked(_query(text, params, services.config.search)) for text in texts]
+        asked = [Asked(_query(text, params, services.config.search)) for text in texts]
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
         deadline = trio.current_time() + work_seconds(default_s=fallback_s)
         no_cache = params.flag("NO_CACHE")
         async with trio.open_nursery() as nursery:
             for one in asked:
-                nursery.start_soon(_ask, services, one, no_cache, deadline)
+                nursery.start_soon(ask, services, one, no_cache, deadline)
         answered = [one for one in asked if one.answer is not None]
         backends = dict.fromkeys(b for one in answered if one.answer for b in one.answer.backends)
         details.update(
@@ -127,7 +127,7 @@ async def search(params: Params, ctx: OpContext) -> Result:
         return _render_many(asked)
 
 
-async def _ask(services: WebServices, asked: _Asked, no_cache: bool, deadline: float) -> None:
+async def ask(services: WebServices, asked: Asked, no_cache: bool, deadline: float) -> None:
     query = asked.query
     material = cache_material(query)
     if not no_cache:
@@ -203,7 +203,7 @@ def scores(hits: Sequence[Hit]) -> list[float]:
     ]
 
 
-def _render_one(asked: _Asked) -> Result:
+def _render_one(asked: Asked) -> Result:
     if asked.error is not None:
         raise asked.error
     answer, query = asked.answer, asked.query
@@ -240,7 +240,7 @@ def _extras(query: SearchQuery, answer: Answer) -> list[Field]:
     return fields
 
 
-def _render_many(asked: list[_Asked]) -> Result:
+def _render_many(asked: list[Asked]) -> Result:
     """One SEARCH line per query answered (then its HIT, SNIPPET and THUMBNAIL lines), one
     SEARCH_ERROR per query failed, CITE per page; FAIL when every query failed."""
     fields: list[Field] = []
@@ -273,7 +273,7 @@ def _render_many(asked: list[_Asked]) -> Result:
     return Result(data, scope, tuple(fields), Status.PARTIAL if partial else Status.OK)
 
 
-def _query_lines(number: int, one: _Asked, quoted: str) -> list[Field]:
+def _query_lines(number: int, one: Asked, quoted: str) -> list[Field]:
     answer = one.answer
     assert answer is not None
     total = "unknown" if answer.total is None else str(answer.total)

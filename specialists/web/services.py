@@ -23,6 +23,7 @@ from csp_web.net import GuardedClient, Resolver, open_guarded_client
 from csp_web.ratelimit import Rate, RateLimits
 
 from .board import Board
+from .jobs import ResearchJobs
 
 
 @dataclass
@@ -36,6 +37,7 @@ class WebServices:
     state_dir: str
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
+    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config_reload``): new fetch, search, api and summarize
