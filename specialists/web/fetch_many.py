@@ -14,8 +14,9 @@ every snapshot and the announcement board.
     FETCH_ERROR https://b.example/two fetch_failed:http_404
     CITE https://a.example/one "One"
 
-The URLs load concurrently, each through ``pages.load_for_op`` (the guard, robots.txt, the
-cache, single-flight, the fetch bucket) within the task's deadline; each gets its own outcome.
+The URLs load concurrently, each through ``firecrawl.load_for_fetch`` (``pages.load_page``: the
+guard, robots.txt, the cache, single-flight, the fetch bucket; Firecrawl behind it when
+configured) within the task's deadline; each gets its own outcome.
 PARTIAL when any failed or was cut at MAX_CHARS; FAIL (the first failure's code, with every
 FETCH_ERROR line) when none loaded. Paging a cut page goes by its FILE_KEY and START.
 """
@@ -35,7 +36,8 @@ from protocol import ErrorCode, Field, Status
 
 from .board import Entry, file_lines
 from .filekeys import content_of, file_key, hold, token_estimate
-from .pages import Page, load_for_op
+from .firecrawl import load_for_fetch
+from .pages import Page
 from .services import record_web_op, web_services
 
 
@@ -104,7 +106,7 @@ async def fetch_many(params: Params, ctx: OpContext, urls: list[str], max_chars:
 async def _load(params: Params, ctx: OpContext, outcome: _Outcome) -> None:
     services = web_services(ctx)
     try:
-        page = await load_for_op(services, outcome.url, no_cache=params.flag("NO_CACHE"))
+        page = await load_for_fetch(services, outcome.url, no_cache=params.flag("NO_CACHE"))
         page_content(page, params.text("EXTRACT"), outcome.url)  # refuse what has no view
         outcome.page = page
     except OpError as exc:

@@ -29,6 +29,7 @@ from protocol import ErrorCode, Field, Status
 
 from .fetch_many import announce, board_lines, fetch_many, page_content
 from .filekeys import held, token_estimate
+from .firecrawl import load_for_fetch
 from .pages import Page, load_for_op
 from .services import WebServices, record_web_op, web_services
 
@@ -63,7 +64,7 @@ async def fetch(params: Params, ctx: OpContext) -> Result:
         if key is not None:
             page = await held(services, key)
         else:
-            page = await load_for_op(services, urls[0], no_cache=params.flag("NO_CACHE"))
+            page = await load_for_fetch(services, urls[0], no_cache=params.flag("NO_CACHE"))
         details["cache_hit"] = page.cached
         content = page_content(page, params.text("EXTRACT"), target)
         start = params.integer("START")

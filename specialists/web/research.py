@@ -34,8 +34,8 @@ from csp_web.outbox import Outbox
 from protocol import ErrorCode
 
 from .filekeys import content_of
+from .firecrawl import load as load_through_backends
 from .jobs import Job, Step
-from .pages import load_page
 from .research_llm import LlmFailure, Source, write_with_model
 from .search import SearchQuery
 from .services import WebServices
@@ -147,7 +147,7 @@ async def _read_one(
 ) -> None:
     began = time.monotonic()
     try:
-        page = await load_page(services, url, deadline=deadline)
+        page = await load_through_backends(services, url, no_cache=False, deadline=deadline)
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return

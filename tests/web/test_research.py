@@ -67,14 +67,18 @@ def configure(web_config: Config, origin: Origin, **research: Any) -> Config:
 
 @pytest.fixture
 async def research(
-    web_config: Config, web: WebServices, origin: Origin, nursery: trio.Nursery
+    web_config: Config, web: WebServices, origin: Origin
 ) -> AsyncIterator[tuple[Dispatcher, WebServices]]:
     """Every web op, the jobs' nursery running; call ``web.config = ...`` to change settings."""
     config = configure(web_config, origin)
     web.config = config.web
-    await nursery.start(web.jobs.serve, None)
-    async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        trio.open_nursery() as jobs,
+    ):
+        await jobs.start(web.jobs.serve, None)
         yield build_dispatcher(config, outbox, web_ops(), extras={"web": web}), web
+        jobs.cancel_scope.cancel()  # jobs end before the web services close under them
 
 
 async def ask(

@@ -27,13 +27,14 @@ from csp_web.errors import OpError
 from csp_web.ratelimit import MonthlyQuota, resume_at
 from specialists.web.services import WebServices, quota_path
 
-from . import brave, duckduckgo, rank, searxng
+from . import brave, duckduckgo, perplexity, rank, searxng
 from .base import Backend, BackendFailure, Hit, SearchQuery
 
 log = logging.getLogger("csp_web.search")
 
 KINDS: dict[str, Backend] = {
-    backend.kind: backend for backend in (brave.BACKEND, duckduckgo.BACKEND, searxng.BACKEND)
+    backend.kind: backend
+    for backend in (brave.BACKEND, duckduckgo.BACKEND, searxng.BACKEND, perplexity.BACKEND)
 }
 # Skips that are configuration, not failures: they never decide the FAIL reason.
 _NOT_TRIED = frozenset({"no_api_key", "not_configured"})
