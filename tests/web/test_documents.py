@@ -30,6 +30,7 @@ from specialists.web.pages import Page
 from specialists.web.services import WebServices
 from tests.conftest import with_memory
 from tests.net._origin import Origin
+from tests.net._origin import Reply as OriginReply
 from tests.web.pages_support import ARTICLE, MARKDOWN, TITLE, WAIT_S, serve
 
 PEER = Peer("docs", 1000, 7)
@@ -440,3 +441,52 @@ async def test_write_file_without_workspace_roots_is_not_available(
             dispatcher, "write_file", "PATH", ("FILE_KEY", "fk_" + "f" * 16), ("PATH", "/tmp/x")
         )
     assert reply.get("ERROR") == "not_available:write_file: no tool.exec.workspace_roots"
+
+
+# --- the main flow over the daemon's connection loop --------------------------------------
+
+
+async def test_search_fetch_save_read_back_and_write_file_over_one_connection(
+    docs: Dispatcher, origin: Origin, workspace: Path, web: WebServices, nursery: trio.Nursery
+) -> None:
+    """The documents flow as an agent runs it, frame by frame over the connection loop:
+    search finds the page, fetch gives its fileKey (and the board), save keeps it in the
+    Memory Specialist, the fetch cache is emptied, cabinet reads it back, write_file writes it."""
+    from csp_web.connection import Shutdown
+    from tests.harness import Harness
+    from tests.web.fixtures import providers
+
+    url = serve(origin, "/tides", ARTICLE)
+    result = {"url": url, "title": TITLE, "content": "How tides shape the coast.", "score": 1.0}
+    body = json.dumps({"query": "tides", "number_of_results": 1, "results": [result]}).encode()
+    origin.routes["/searx/search"] = lambda _seen: OriginReply(
+        200, [("content-type", "application/json")], body
+    )
+    search = replace(web.config.search, order=("searxng",), providers=providers(origin))
+    web.config = replace(web.config, search=search)
+    client = Harness(docs, nursery, Shutdown()).connect()
+
+    async def exchange(frame: str) -> Reply:
+        await client.send(frame.encode())
+        with trio.fail_after(WAIT_S):
+            reply = await client.reply()
+        assert reply is not None
+        return reply
+
+    found = await exchange("TASK REQ:search tides of the north sea IN:WEB OUT:URL_REFS\n\n")
+    assert found.get("DATA") == f"url:{url}"
+    fetched = await exchange(f"TASK REQ:fetch {url} IN:WEB OUT:CONTENT\nBOARD true\n\n")
+    key = fetched.get("FILE_KEY")
+    assert key == article_key(url)
+    assert (fetched.get("FILE") or "").startswith(f"{key} {url} chars:{len(MARKDOWN)} ")
+    saved = await exchange(f'TASK REQ:save {key} IN:WEB OUT:ACK\nNOTE "north sea"\n\n')
+    assert saved.get("DATA") == f"saved:{key}"
+    await web.cache.invalidate("filekey")  # only the Memory Specialist holds it now
+    back = await exchange(f"TASK REQ:cabinet {key} IN:WEB OUT:CONTENT\n\n")
+    assert (back.status, back.get("DATA"), back.get("NOTE")) == (Status.OK, MARKDOWN, "north sea")
+    target = workspace / "tides.md"
+    wrote = await exchange(
+        f"TASK REQ:write_file IN:WEB OUT:PATH\nFILE_KEY {key}\nPATH {target}\n\n"
+    )
+    assert wrote.get("DATA") == f"path:{os.path.realpath(target)}"
+    assert target.read_text() == MARKDOWN
