@@ -490,3 +490,40 @@ async def test_search_fetch_save_read_back_and_write_file_over_one_connection(
     )
     assert wrote.get("DATA") == f"path:{os.path.realpath(target)}"
     assert target.read_text() == MARKDOWN
+
+
+def test_document_settings_are_applied_by_a_reload() -> None:
+    """SIGHUP: web.docs is read per task, so a reload applies it."""
+    from csp_web.config_reload import plan_reload
+
+    running = Config()
+    docs = replace(running.web.docs, max_urls=2, board=BoardConfig(ttl_turns=3))
+    new = replace(running, web=replace(running.web, docs=docs))
+    plan = plan_reload(running, new)
+    assert set(plan.applied) == {"web.docs.board.ttl_turns", "web.docs.max_urls"}
+    assert plan.needs_restart == ()
+    assert plan.config == new
+
+
+async def test_a_note_is_at_most_2000_chars(docs: Dispatcher, origin: Origin) -> None:
+    url = serve(origin, "/tides", ARTICLE)
+    key = (await ask(docs, "fetch", "CONTENT", ("URL", url))).get("FILE_KEY")
+    assert key is not None
+    at = await ask(docs, "save", "ACK", ("FILE_KEY", key), ("NOTE", "n" * 2000))
+    over = await ask(docs, "save", "ACK", ("FILE_KEY", key), ("NOTE", "n" * 2001))
+    assert at.status is Status.OK
+    assert over.get("ERROR") == "invalid_field:NOTE over 2000 chars"
+
+
+async def test_summarize_reads_a_file_key_instead_of_a_url(
+    docs: Dispatcher, origin: Origin
+) -> None:
+    url = serve(origin, "/tides", ARTICLE)
+    key = (await ask(docs, "fetch", "CONTENT", ("URL", url))).get("FILE_KEY")
+    assert key is not None
+    by_key = await ask(docs, "summarize", "SUMMARY", ("FILE_KEY", key), ("MAX_BULLETS", "2"))
+    by_url = await ask(docs, "summarize", "SUMMARY", ("URL", url), ("MAX_BULLETS", "2"))
+    both = await ask(docs, "summarize", "SUMMARY", ("URL", url), ("FILE_KEY", key))
+    assert by_key.get_all("BULLET") == by_url.get_all("BULLET")
+    assert by_key.get("CITE") == f"{url} {json.dumps(TITLE)}"
+    assert both.get("ERROR") == "invalid_field:give URL or FILE_KEY, not both"

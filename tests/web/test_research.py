@@ -359,3 +359,27 @@ def test_heuristic_answer_is_deterministic_and_takes_turns_between_sources() -> 
     first = heuristic_answer("storm surges", sources, 3)
     assert first == heuristic_answer("storm surges", sources, 3)
     assert [numbers for _, numbers in first] == [(1,), (2,), (1,)]
+
+
+async def test_a_job_past_job_timeout_s_fails_with_timeout(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    dispatcher, web = research
+    origin.routes["/searx/search"] = lambda seen: OriginReply(
+        200, [("content-type", "application/json")], drip=True
+    )
+    research_config = replace(web.config.docs.research, job_timeout_s=0.3)
+    web.config = replace(web.config, docs=replace(web.config.docs, research=research_config))
+    reply = await run_job(dispatcher)
+    assert (reply.get("ERROR"), reply.get("JOB_STATUS")) == ("research_failed:timeout", "failed")
+
+
+async def test_question_and_bullets_are_bounded_at_n_and_n_plus_1(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    dispatcher, _ = research
+    searx_route(origin, [])
+    at = await ask(dispatcher, "research", ("QUESTION", "q" * 400), ("MAX_BULLETS", "10"))
+    over = await ask(dispatcher, "research", ("QUESTION", "q" * 401))
+    assert at.status is Status.OK
+    assert over.get("ERROR") == "invalid_field:QUESTION over 400 chars"
