@@ -527,3 +527,18 @@ async def test_summarize_reads_a_file_key_instead_of_a_url(
     assert by_key.get_all("BULLET") == by_url.get_all("BULLET")
     assert by_key.get("CITE") == f"{url} {json.dumps(TITLE)}"
     assert both.get("ERROR") == "invalid_field:give URL or FILE_KEY, not both"
+
+
+async def test_a_full_size_non_ascii_document_round_trips_through_the_cabinet(
+    docs: Dispatcher, origin: Origin
+) -> None:
+    """cabinet.max_content_chars (200,000) of non-ASCII text: one memory write of about 1.2 MB
+    of JSON escapes, read back whole."""
+    text = "é" * CabinetConfig().max_content_chars
+    url = serve(origin, "/big", text, "text/plain; charset=utf-8")
+    key = (await ask(docs, "fetch", "CONTENT", ("URL", url))).get("FILE_KEY")
+    assert key is not None
+    saved = await ask(docs, "save", "ACK", ("FILE_KEY", key))
+    back = await ask(docs, "cabinet", "CONTENT", ("FILE_KEY", key), ("START", "199990"))
+    assert saved.status is Status.OK
+    assert (back.get("DATA"), back.get("CONTENT_LENGTH")) == ("é" * 10, "200000")

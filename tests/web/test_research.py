@@ -25,6 +25,7 @@ from specialists.web.jobs import Job, ResearchJobs
 from specialists.web.research import heuristic_answer
 from specialists.web.research_llm import Source, parse_answer
 from specialists.web.services import WebServices
+from tests.conftest import Daemon
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.fixtures import with_search
@@ -383,3 +384,19 @@ async def test_question_and_bullets_are_bounded_at_n_and_n_plus_1(
     over = await ask(dispatcher, "research", ("QUESTION", "q" * 401))
     assert at.status is Status.OK
     assert over.get("ERROR") == "invalid_field:QUESTION over 400 chars"
+
+
+async def test_the_daemon_runs_research_jobs_and_its_board(daemon: Daemon) -> None:
+    """csp-web serve composes the jobs' nursery: a research task over the socket starts a
+    job (it is not_available without one) and its peer can ask for it; the board answers."""
+    from csp_web.client import open_client
+
+    async with open_client(daemon.socket_path) as client:
+        with trio.fail_after(WAIT_S):
+            started = await client.call(Task("research", "WEB", "RESEARCH", "what is csp", ()))
+            job_id = started.get("JOB_ID") or ""
+            result = await client.call(Task("result", "WEB", "RESEARCH", job_id, ()))
+            board = await client.call(Task("board", "WEB", "BOARD", None, ()))
+    assert (started.status, started.get("DATA")) == (Status.OK, "status:running")
+    assert result.get("JOB_ID") == job_id
+    assert board.get("DATA") == "files:0"
