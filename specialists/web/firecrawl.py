@@ -10,7 +10,9 @@ cannot read (bot walls, script-built pages).
 ``docs.firecrawl.mode`` ``fallback`` (the default) asks Firecrawl only after a direct load
 failed with ``fetch_failed`` or ``too_large``, and reports the direct failure when Firecrawl
 fails too; ``always`` asks Firecrawl first and loads directly when it fails. Either way the
-target passes the same URL gate and robots.txt as a direct load, the scrape takes a token of
+target passes the same URL gate, address deny table (its robots.txt is fetched through the
+guard, so a name resolving to a denied address is ssrf_blocked: a self-hosted Firecrawl could
+reach it) and robots.txt rules as a direct load, the scrape takes a token of
 the same ``fetch`` bucket, and the Markdown it returns is cached in the same ``fetch``
 namespace (a text snapshot: content type text/markdown). Off while ``base_url`` is null or its
 key variable is unset. The key is sent only to ``base_url``, never on a redirect.
