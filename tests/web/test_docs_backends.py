@@ -315,3 +315,50 @@ async def test_firecrawl_is_off_without_its_key_and_reports_the_page_status(
         s for s in origin.requests if urllib.parse.urlsplit(s.target).path == "/fc/v1/scrape"
     ]
     assert len(scrapes) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (200, b"not json", "fetch_failed:firecrawl_http_200"),
+        (
+            200,
+            b'{"success": false, "error": "Blocked by robots"}',
+            "fetch_failed:firecrawl:blocked_by_robots",
+        ),
+        (
+            429,
+            b'{"success": false, "error": "Rate limit exceeded"}',
+            "fetch_failed:firecrawl_http_429",
+        ),
+        (200, b'{"success": true, "data": {"metadata": {}}}', "fetch_failed:firecrawl:no_markdown"),
+        (
+            200,
+            b'{"success": true, "data": {"markdown": "x", "metadata": {"statusCode": 404}}}',
+            "fetch_failed:http_404",
+        ),
+    ],
+)
+def test_firecrawl_error_answers_are_fetch_failed(status: int, body: bytes, error: str) -> None:
+    from csp_web.errors import OpError
+    from specialists.web.firecrawl import parse
+
+    with pytest.raises(OpError) as failed:
+        parse((status, body), "https://a.example/")
+    assert f"{failed.value.code}:{failed.value.detail}" == error
+
+
+def test_a_firecrawl_page_keeps_the_target_url_unless_it_names_an_https_one() -> None:
+    from specialists.web.firecrawl import parse
+
+    answer = {
+        "success": True,
+        "data": {"markdown": "# T\n\nsome words", "metadata": {"url": "http://x/"}},
+    }
+    page = parse((200, json.dumps(answer).encode()), "https://a.example/")
+    assert (page.url, page.kind, page.content_type, page.word_count) == (
+        "https://a.example/",
+        "text",
+        "text/markdown",
+        3,
+    )

@@ -4,7 +4,7 @@ origin playing a SearXNG instance, the source pages, and an OpenAI-compatible ch
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -400,3 +400,37 @@ async def test_the_daemon_runs_research_jobs_and_its_board(daemon: Daemon) -> No
     assert (started.status, started.get("DATA")) == (Status.OK, "status:running")
     assert result.get("JOB_ID") == job_id
     assert board.get("DATA") == "files:0"
+
+
+@pytest.mark.parametrize(
+    ("route", "key_env", "reason"),
+    [
+        (lambda seen: OriginReply(hangup=True), None, "fetch_failed:"),
+        (
+            lambda seen: OriginReply(200, [("content-type", "application/json")], b"{}"),
+            None,
+            "no_cited_bullets",
+        ),
+        (lambda seen: OriginReply(200, body=b""), "CSP_WEB_TEST_UNSET_KEY", "no_api_key"),
+    ],
+)
+async def test_model_failures_fall_back_with_their_reason(
+    research: tuple[Dispatcher, WebServices],
+    origin: Origin,
+    route: Callable[[Seen], OriginReply],
+    key_env: str | None,
+    reason: str,
+) -> None:
+    dispatcher, web = research
+    serve(origin, "/surges", SURGES)
+    searx_route(origin, ["/surges"])
+    origin.routes["/v1/chat/completions"] = route
+    research_config = replace(
+        web.config.docs.research,
+        llm_base_url=origin.url("api.test", "/v1"),
+        llm_api_key_env=key_env,
+    )
+    web.config = replace(web.config, docs=replace(web.config.docs, research=research_config))
+    reply = await run_job(dispatcher, ("MAX_SOURCES", "1"))
+    assert reply.get("METHOD") == "heuristic"
+    assert (reply.get("MODEL_ERROR") or "").startswith(reason)
