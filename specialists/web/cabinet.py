@@ -92,11 +92,11 @@ async def load(outbox: Outbox, config: CabinetConfig, key: str) -> Saved:
     reply = await outbox.call_memory(task, timeout_s=config.memory_timeout_s)
     if reply.status is Status.FAIL and (reply.get("ERROR") or "").startswith("not_found:"):
         raise _unknown(key, "not in the cabinet")
-    text = _checked(reply)
-    entries = [entry for line in text.splitlines() if (entry := _entry(line, key)) is not None]
-    if not entries:
+    lines = _checked(reply).splitlines()
+    # Newest first: a key saved many times is decided by its last good line.
+    newest = next((e for line in reversed(lines) if (e := _entry(line, key)) is not None), None)
+    if newest is None:
         raise _unknown(key, "not in the cabinet")
-    newest = entries[-1]
     if newest.expires_at <= time.time():
         raise _unknown(key, "expired")
     return newest
