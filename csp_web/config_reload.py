@@ -28,6 +28,7 @@ RELOADABLE = (
     "web.search",  # providers, order, rate limits, result counts
     "web.apis",  # endpoints, credentials' variable names, rate limits
     "web.summarize",
+    "web.docs",  # board, cabinet, research, Firecrawl: read per task (csp_web/config_docs.py)
     "web.guard",  # allow-lists, ports, caps, timeouts: the client and backend read one reference
     "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
     "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets

@@ -339,7 +339,7 @@ class SinkSession:
         await self.sink.commits.wait_committed()  # a read sees the writes sent before it
         text = self.sink.store.read(params.text("PATH"), MAX_FRAME_BYTES // 2)
         if text is None:
-            raise OpError(ErrorCode.INVALID_FIELD, "no such PATH")
+            raise OpError(ErrorCode.NOT_FOUND, "no writes at PATH")  # SPEC M-7
         self.sink.tally.counts["read"] += 1
         return serialize(ok_reply(Result(text, scope=("memory",)), task_id))
 

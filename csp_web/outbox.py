@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import trio
 
-from protocol import ErrorCode, Reply, Status, serialize
+from protocol import ErrorCode, Reply, Status, Task, serialize
 
 from .client import Client, ClientClosed, PendingBatch
 from .config import MemoryConfig, OutboxConfig
@@ -166,6 +166,21 @@ class Outbox:
             self.folded += 1
             return
         await self._persist(write, size, owner)
+
+    async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
+        """The Memory Specialist's reply to one ``task`` (a read, or a write that must be
+        stored before the op answers) on a connection of its own, beside delivery (SPEC M-8).
+        Raises OpError(memory_unavailable) when none is configured or reachable, or no reply
+        comes within ``timeout_s`` (connecting included)."""
+        if self._link is None:
+            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no Memory Specialist configured")
+        try:
+            with trio.fail_after(timeout_s):
+                async with self._link.open_client(id_prefix="c") as client:
+                    return await client.call(task, timeout_s=timeout_s)
+        except (OSError, ClientClosed, trio.TooSlowError) as exc:
+            detail = f"{type(exc).__name__} at {self._link.name}"
+            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, detail) from exc
 
     async def wait_drained(self) -> None:
         """Return once every pending write has been delivered (or rejected)."""

@@ -46,7 +46,12 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             extras["mcp"].prepare_reload,
         ]
         # Search prefetches run in a nursery the daemon owns and cancels at shutdown.
-        extras["background"] = [serve_background(extras["web"]), serve_cron]
+        # Research jobs run in a nursery of their own, cancelled at shutdown too.
+        extras["background"] = [
+            serve_background(extras["web"]),
+            extras["web"].jobs.serve,
+            serve_cron,
+        ]
         # Paired nodes: the store and registry; their transports run as a background task.
         nodes = extras["nodes"] = await stack.enter_async_context(
             open_node_services(config.nodes, config)

@@ -22,6 +22,9 @@ from csp_web.memory import json_record
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
 from csp_web.ratelimit import Rate, RateLimits
 
+from .board import Board
+from .jobs import ResearchJobs
+
 
 @dataclass
 class WebServices:
@@ -33,6 +36,8 @@ class WebServices:
     limits: RateLimits
     state_dir: str
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
+    board: Board = field(default_factory=Board)  # the announcement board (board.py)
+    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config_reload``): new fetch, search, api and summarize
@@ -55,6 +60,7 @@ def web_services(ctx: OpContext) -> WebServices:
 
 def _rates(config: WebConfig) -> dict[str, Rate]:
     rates = {"fetch": Rate(config.fetch.rate.per_minute, config.fetch.rate.burst)}
+    rates["summarize"] = Rate(config.summarize.rate.per_minute, config.summarize.rate.burst)
     for name, provider in config.search.providers.items():
         rates[f"search:{name}"] = Rate(provider.rate.per_minute, provider.rate.burst)
     for name, api in config.apis.items():
