@@ -26,6 +26,8 @@ FREE_TEXT_KEYS = frozenset(
         "STDOUT_SUMMARY",
         "STDERR_SUMMARY",
         "TASK_DESCRIPTION",
+        "QUESTION",
+        "NOTE",
         "SCHEDULE",
         "SUMMARY",
         "DESCRIPTION",

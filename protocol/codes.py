@@ -53,6 +53,7 @@ class ErrorCode(enum.StrEnum):
     MEMORY_UNAVAILABLE = "memory_unavailable", "the Memory Specialist cannot be reached"
     MEMORY_ERROR = "memory_error", "the Memory Specialist answered with a failure"
     ID_CONFLICT = "id_conflict", "the write's ID is already stored with other content"
+    NOT_FOUND = "not_found", "the Memory Specialist holds no write at this PATH"
 
     # Web specialist.
     URL_REJECTED = "url_rejected", "the URL fails the gate: scheme, port, host or syntax"
@@ -67,6 +68,13 @@ class ErrorCode(enum.StrEnum):
     API_ERROR = "api_error", "a configured API answered with an error status"
     UNKNOWN_API = "unknown_api", "ENDPOINT names an API that is not configured"
     SUMMARIZE_FAILED = "summarize_failed", "the summarizer could not produce bullets"
+    UNKNOWN_FILE_KEY = (
+        "unknown_file_key",
+        "FILE_KEY names no content held (expired or never fetched)",
+    )
+    FILE_EXISTS = "file_exists", "the target file exists and OVERWRITE was not asked"
+    UNKNOWN_RESEARCH_JOB = "unknown_research_job", "JOB_ID names no research job held now"
+    RESEARCH_FAILED = "research_failed", "the research found no source it could read"
 
     # Tool specialist.
     COMMAND_FAILED = "command_failed", "the command exited non-zero or was killed"
@@ -76,6 +84,13 @@ class ErrorCode(enum.StrEnum):
     MCP_TOOL_ERROR = "mcp_tool_error", "the MCP tool returned an error result"
     CRON_ERROR = "cron_error", "the cron action cannot be carried out"
     UNKNOWN_JOB = "unknown_job", "JOB_ID names no cron job"
+
+    # Paired nodes (protocol/NODES.md).
+    NODE_UNKNOWN = "node_unknown", "NODE names no paired node"
+    NODE_UNAVAILABLE = "node_unavailable", "the paired node is not connected or its link broke"
+    NODE_CAPABILITY_MISSING = "node_capability_missing", "the node does not offer this action"
+    NODE_ERROR = "node_error", "the node failed the action or sent a reply that breaks its schema"
+    PAIR_CODE_INVALID = "pair_code_invalid", "the pairing code is unknown, expired or used"
 
 
 def main() -> None:

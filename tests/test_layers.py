@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     ("specialists.tool", 4, "specialists.tool"),
     ("csp_web.app", 5, "app"),
     ("csp_web.cli", 5, "cli"),
+    ("csp_web.mcp_face", 5, "app"),  # a front end composing the app's daemon in process
 )
 SIBLINGS = frozenset({"memory", "net", "infra", "cron", "specialists.web", "specialists.tool"})
 PRIVATE_CORE_USERS = frozenset({"specialists", "specialists.web", "specialists.tool", "cron"})
@@ -53,10 +54,19 @@ PUBLIC_CORE = frozenset(
         "deadlines",
         "records",
         "logs",
+        "unix",  # the socket helpers, for a specialist that listens (the node socket)
     }
 )
 
-KNOWN: frozenset[str] = frozenset()
+KNOWN: frozenset[str] = frozenset(
+    {
+        # From main's node work (issue 11), merged after the refactor: the link types its hub
+        # under TYPE_CHECKING, and the node link and reference agent answer frames themselves.
+        "cycle: specialists.node.hub, specialists.node.link",
+        "reply: specialists.node.agent calls fail_reply(",
+        "reply: specialists.node.link calls fail_reply(",
+    }
+)
 
 
 @dataclass(frozen=True)

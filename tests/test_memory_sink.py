@@ -186,10 +186,12 @@ async def test_read_returns_what_is_stored(config: Config, sink: Sink) -> None:
     )
 
 
-async def test_read_of_a_missing_path_is_invalid_field(config: Config, sink: Sink) -> None:
-    """E-1: a read of nothing stored fails with a catalogue code."""
+async def test_read_of_a_missing_path_is_not_found(config: Config, sink: Sink) -> None:
+    """E-1, M-7: a read of nothing stored fails not_found (it was invalid_field, which a
+    reader could not tell from a bad frame)."""
     reply = await _call(_socket(config), _read("r-3", "nothing/here.md"))
-    assert _code(reply) == ErrorCode.INVALID_FIELD
+    assert _code(reply) == ErrorCode.NOT_FOUND
+    assert reply.get("ERROR") == "not_found:no writes at PATH"
 
 
 async def _wait_serving(socket_path: str) -> None:

@@ -6,6 +6,7 @@ Every wait is bounded (``wait_until`` or ``trio.fail_after``); nothing asserts o
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -699,3 +700,93 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
         assert outbox.folded == 0
     assert [r.id for r in replies if r.status is Status.OK] == ["paced"]
     assert [json.loads(data).get("id") for data in received[2:]] == ["paced"]
+
+
+async def _held_acks_memory(
+    nursery: trio.Nursery, path: str
+) -> tuple[list[str], Callable[[], None]]:
+    """A Memory Specialist that records each write's ID as it arrives and holds every ACK
+    until the returned function is called (then acknowledges all, and later ones at once)."""
+    from protocol import CLOSED, NEED_DATA, Connection
+
+    received: list[str] = []
+    released = trio.Event()
+
+    async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        codec = Connection()
+        send_ids, ids = trio.open_memory_channel[str](math.inf)
+
+        async def acknowledge() -> None:
+            await released.wait()
+            async for task_id in ids:
+                await stream.send_all(f"STATUS OK\nID {task_id}\nDATA stored\n\n".encode())
+
+        async with stream, trio.open_nursery() as acks:
+            acks.start_soon(acknowledge)
+            while data := await stream.receive_some(1 << 16):
+                codec.receive_data(data)
+                while isinstance(event := codec.next_event(), Task):
+                    received.append(event.id or "")
+                    send_ids.send_nowait(event.id or "")
+                assert event in (NEED_DATA, CLOSED), event
+            acks.cancel_scope.cancel()
+
+    await nursery.start(partial(serve_unix, path, SocketConfig(), handle, handler_nursery=nursery))
+    return received, released.set
+
+
+async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
+) -> None:
+    """Nagle's rule for delivery (issue 8.8): a write with nothing in flight goes at once;
+    while a batch is unacknowledged, batch_size - 1 new writes wait and the batch_size-th
+    sends them all as one batch; the rest goes once the ACKs are in, in put order."""
+    assert config.memory.socket_path is not None
+    received, release = await _held_acks_memory(nursery, config.memory.socket_path)
+    memory = replace(config.memory, batch_size=4)
+    async with open_outbox(_outbox_path(tmp_path), OutboxConfig(), memory) as outbox:
+        with trio.fail_after(10):
+            await outbox.put(_write(0))
+            await wait_until(lambda: len(received) == 1)
+            for n in range(1, 4):
+                await outbox.put(_write(n))
+            await trio.testing.wait_all_tasks_blocked()
+            assert received == ["w-test-0"]  # three of batch_size 4: held back
+            await outbox.put(_write(4))
+            await wait_until(lambda: len(received) == 5)
+            await outbox.put(_write(5))
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(received) == 5
+            release()
+            await outbox.wait_drained()
+    assert received == [f"w-test-{n}" for n in range(6)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"op":"ping","error":null}',
+        "plain text",
+        "tab\there",
+        "line\nbreak",
+        '"leading quote',
+        " leading space",
+        "trailing space ",
+        "trailing tab\t",
+        "",
+        "bell\x07 and c1\x85",
+        "ünïcödé ✓",
+        "x" * 5000,
+    ],
+)
+def test_a_write_frame_is_the_bytes_the_codec_serialises_for_its_task(data: str) -> None:
+    """M-1: the outbox's own write serialiser gives exactly ``serialize(write.to_task())``,
+    values that may stand raw and values that must be quoted alike."""
+    from csp_web.memory.outbox import write_frame
+    from protocol import serialize
+
+    for write in (
+        MemoryWrite("sys", "audit", "audit/2026-01-01/w-1.json", data, "w-1"),
+        MemoryWrite("tool", "exec_log", data or "p", "d", "w-2"),
+    ):
+        assert write_frame(write).encode() == serialize(write.to_task())

@@ -90,7 +90,7 @@ async def test_relay_without_memory_socket_reaches_the_embedded_memory_specialis
     missing = await _call(daemon, _read("unset-1", "notes/a.md"))
     written = await _call(daemon, _write("unset-2", "notes/a.md", "kept"))
     read = await _call(daemon, _read("unset-3", "notes/a.md"))
-    assert _code(missing) == ErrorCode.INVALID_FIELD
+    assert _code(missing) == ErrorCode.NOT_FOUND
     assert written == Reply(
         Status.OK, (("ID", "unset-2"), ("SCOPE", "[memory]"), ("DATA", "stored"))
     )

@@ -15,7 +15,14 @@ from csp_web.config import MemoryConfig
 from csp_web.core.client import ClientClosed, open_stream_client
 from csp_web.core.context import Peer
 from csp_web.memory.sink.server import MemorySink, open_memory_sink
-from csp_web.memory.sink.store import STORE_FILE, Retention, Row, SinkStore, content_hash
+from csp_web.memory.sink.store import (
+    LOOKUP_IDS,
+    STORE_FILE,
+    Retention,
+    Row,
+    SinkStore,
+    content_hash,
+)
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import sink_text
 
@@ -161,3 +168,19 @@ async def test_data_larger_than_retention_max_bytes_is_too_large(
     assert (reply.status is Status.OK, stored) == (ok, int(ok))
     if not ok:
         assert (reply.get("ERROR") or "").partition(":")[0] == ErrorCode.TOO_LARGE
+
+
+@pytest.mark.parametrize("count", [LOOKUP_IDS, LOOKUP_IDS + 1])
+def test_stored_hashes_finds_every_stored_id_of_a_chunk_in_parts_of_lookup_ids(
+    tmp_path: os.PathLike[str], count: int
+) -> None:
+    """M-2, M-5: a chunk's IDs are looked up together (LOOKUP_IDS per query, at N and N+1);
+    each stored ID maps to its content hash and an ID not stored is absent."""
+    store = _store(tmp_path, max_bytes=1 << 20)
+    try:
+        rows = [_row(f"h-{n}", str(n), 1.0) for n in range(count)]
+        _commit(store, rows, 1.0)
+        found = store.stored_hashes([r.id for r in rows] + ["never"])
+        assert found == {r.id: r.hash for r in rows}
+    finally:
+        store.close()

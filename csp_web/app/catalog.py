@@ -5,7 +5,8 @@ folder (docs/adding-an-op.md)."""
 from __future__ import annotations
 
 from csp_web.core.specialist import Composable
+from specialists.node import NODE
 from specialists.tool import TOOL
 from specialists.web import WEB
 
-SPECIALISTS: tuple[Composable, ...] = (WEB, TOOL)
+SPECIALISTS: tuple[Composable, ...] = (WEB, TOOL, NODE)

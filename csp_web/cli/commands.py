@@ -1,4 +1,4 @@
-"""The csp-web command: serve, send, replay, check-config, config, memory-sink.
+"""The csp-web command: serve, send, replay, check-config, config, memory-sink, mcp.
 
 Exit codes: 0 success; 1 a reply was FAIL (send) or a transcript differed (replay);
 2 bad usage or configuration, including a socket path that cannot be set up safely
@@ -23,6 +23,7 @@ from importlib import resources
 import trio
 
 from csp_web import __version__
+from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError
 from csp_web.config.load import load_config
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-stdin", action="store_true", help="serve the socket only")
     serve.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
     _send_parser(sub)
+    add_node_commands(sub)  # nodes approve|list|revoke, node run (csp_web/app/nodes.py)
     replay = sub.add_parser("replay", help="replay .csp transcripts and print differences")
     replay.add_argument("files", nargs="+", metavar="FILE", help="transcript files (.csp)")
     replay.add_argument(
@@ -72,7 +74,34 @@ def _parser() -> argparse.ArgumentParser:
     sink = sub.add_parser("memory-sink", help="run the reference Memory Specialist")
     sink.add_argument("--socket", required=True, metavar="PATH", help="Unix socket to serve")
     sink.add_argument("--dir", required=True, help="folder the writes are stored in")
+    _mcp_parser(sub)
     return parser
+
+
+def _mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the ops as MCP tools (stdio, or streamable HTTP with --http)",
+        description="Serve csp-web's ops as MCP tools, one per op (web_fetch, web_search, ...), "
+        "each call a CSP/1 task to the daemon core: a running daemon with --socket, else one "
+        "run in this process with --config. See docs/mcp.md.",
+    )
+    mcp.add_argument("--config", help=_CONFIG_HELP)
+    mcp.add_argument("--socket", metavar="PATH", help="use the running daemon at PATH")
+    mcp.add_argument(
+        "--http",
+        metavar="PORT_OR_PATH",
+        help="serve streamable HTTP at /mcp on 127.0.0.1:PORT (0: any free port) or on the "
+        "Unix socket PATH, instead of stdio; the URL is printed on stdout",
+    )
+    mcp.add_argument(
+        "--tool",
+        dest="tools",
+        action="append",
+        metavar="NAME",
+        help="expose only this tool (repeatable; default: every op but IN:SYS, shell_exec "
+        "only when tool.exec.workspace_roots is set)",
+    )
 
 
 def _send_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,10 +152,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level
-    if args.command in ("send", "replay") and level in ("debug", "info"):
+    if args.command in ("send", "replay", "nodes") and level in ("debug", "info"):
         level = "warning"  # client commands print results, not the daemon's op log
     setup_logging(level, as_json=as_json)
-    handlers = {"serve": _serve, "send": _send, "replay": _replay, "memory-sink": _sink}
+    handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
+        "serve": _serve,
+        "send": _send,
+        "replay": _replay,
+        "memory-sink": _sink,
+        "mcp": _mcp,
+        "nodes": nodes_main,
+        "node": lambda args, config: node_run_main(args),
+    }
     try:
         return handlers[args.command](args, config)
     except KeyboardInterrupt:
@@ -232,6 +269,32 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
                     return
 
     return _run_service(run, "memory-sink")
+
+
+def _mcp(args: argparse.Namespace, config: Config) -> int:
+    from csp_web.core.statedir import StateDirBusy, hold_state_dir
+    from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
+    from csp_web.mcp_face.tools import ToolTableError
+
+    options = FaceOptions(args.socket, args.http, tuple(args.tools) if args.tools else None)
+
+    async def run() -> int:
+        code = EXIT_OK
+        try:
+            await serve_mcp_face(config, options)
+        except* ToolTableError as group:
+            print(f"csp-web: mcp: {leaves(group)[0]}", file=sys.stderr)
+            code = EXIT_USAGE
+        return code
+
+    if args.socket:
+        return _run_service(run, "mcp")
+    try:
+        with hold_state_dir(config.daemon.state_dir):  # the in-process daemon's state
+            return _run_service(run, "mcp")
+    except StateDirBusy as exc:
+        print(f"csp-web: {exc}; or pass --socket to use it", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

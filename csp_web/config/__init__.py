@@ -14,10 +14,12 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
+from csp_web.config.docs import DocsConfig
 from csp_web.config.errors import ConfigError
 from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from csp_web.config.nodes import NodesConfig
 from csp_web.config.root import Config, daemon_paths
 from csp_web.config.tool import CronConfig, ToolConfig
 from csp_web.config.web import (
@@ -40,12 +42,14 @@ __all__ = [
     "ConnectionConfig",
     "CronConfig",
     "DaemonConfig",
+    "DocsConfig",
     "ExecConfig",
     "FetchConfig",
     "GuardConfig",
     "HttpServerConfig",
     "McpConfig",
     "MemoryConfig",
+    "NodesConfig",
     "OutboxConfig",
     "ProgramRule",
     "RateConfig",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from csp_web.config.docs import DocsConfig
 from csp_web.config.guard import GuardConfig
 
 
@@ -30,7 +31,7 @@ class CacheConfig:
 class SearchProvider:
     """One search backend. Secrets are read from the environment variable ``api_key_env``."""
 
-    kind: Literal["brave", "duckduckgo", "searxng"]
+    kind: Literal["brave", "duckduckgo", "searxng", "perplexity"]
     base_url: str | None = None  # default per kind; required for searxng
     api_key_env: str | None = None
     monthly_quota: int | None = None
@@ -98,6 +99,7 @@ class SummarizeConfig:
     llm_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_api_key_env: str | None = None
+    rate: RateConfig = field(default_factory=lambda: RateConfig(20, 20))  # seed 001: 20/min
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,4 @@ class WebConfig:
     fetch: FetchConfig = field(default_factory=FetchConfig)
     apis: dict[str, ApiConfig] = field(default_factory=_default_apis)
     summarize: SummarizeConfig = field(default_factory=SummarizeConfig)
+    docs: DocsConfig = field(default_factory=DocsConfig)  # csp_web/config/docs.py

@@ -5,9 +5,10 @@ tick share one commit (group commit, as databases batch fsyncs): the first write
 commits them all, so a busy daemon pays one transaction per tick, not per write, and a lone
 writer pays no hop to another task. ``serve_delivery`` sends pending writes to the Memory
 Specialist in order, pipelined (``outbox.delivery_window`` batches of ``memory.batch_size`` in
-flight), reconnecting with exponential backoff; a write leaves the store only when its ACK
-(``STATUS OK`` with the same ID) arrives. A ``FAIL`` answer moves the write to a ``rejected``
-table, kept locally and counted, so one bad write cannot block the queue forever.
+flight; while one is, the next goes when it is full: Nagle's rule), reconnecting with
+exponential backoff; a write leaves the store only when its ACK (``STATUS OK`` with the same
+ID) arrives. A ``FAIL`` answer moves the write to a ``rejected`` table, kept locally and
+counted, so one bad write cannot block the queue forever.
 
 Room (SPEC O-1, O-2): an op that will log first waits in ``wait_room`` while the outbox is at
 ``max_pending`` (or ``max_bytes``), or its caller holds its share (``max_pending_per_peer``,
@@ -21,6 +22,7 @@ record (counts per op and error), written as soon as there is room again or at c
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import time
 from collections import Counter
@@ -36,7 +38,7 @@ from csp_web.core.errors import OpError
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.memory.link import MemoryLink, socket_link
 from csp_web.memory.outbox_store import OutboxStore
-from protocol import ErrorCode, Reply, Status, serialize
+from protocol import ErrorCode, Reply, Status, Task, serialize
 
 log = logging.getLogger("csp_web.outbox")
 T = TypeVar("T")
@@ -86,6 +88,7 @@ class Outbox:
         self._folded: Counter[str] = Counter()
         self._folded_since = 0.0
         self._sent_upto = 0  # highest seq sent on the current connection
+        self._in_flight_rows = 0  # writes sent and not yet settled
         self._backoff_s = memory.backoff_initial_s
         self.depth, self.bytes = store.totals()
         self.delivered = 0
@@ -162,6 +165,21 @@ class Outbox:
             self.folded += 1
             return
         await self._persist(write, size, owner)
+
+    async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
+        """The Memory Specialist's reply to one ``task`` (a read, or a write that must be
+        stored before the op answers) on a connection of its own, beside delivery (SPEC M-8).
+        Raises OpError(memory_unavailable) when none is configured or reachable, or no reply
+        comes within ``timeout_s`` (connecting included)."""
+        if self._link is None:
+            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no Memory Specialist configured")
+        try:
+            with trio.fail_after(timeout_s):
+                async with self._link.open_client(id_prefix="c") as client:
+                    return await client.call(task, timeout_s=timeout_s)
+        except (OSError, ClientClosed, trio.TooSlowError) as exc:
+            detail = f"{type(exc).__name__} at {self._link.name}"
+            raise OpError(ErrorCode.MEMORY_UNAVAILABLE, detail) from exc
 
     async def wait_drained(self) -> None:
         """Return once every pending write has been delivered (or rejected)."""
@@ -301,6 +319,15 @@ class Outbox:
                     window.acquire_nowait()
                 except trio.WouldBlock:
                     await window.acquire()
+                # Nagle's rule: while a batch is on its way, the next one goes once it is full
+                # (or the one in flight is settled), so under load batches grow instead of one
+                # round trip, transaction and wake-up per scheduler round.
+                while (
+                    self._in_flight_rows
+                    and self.depth - self._in_flight_rows < self._memory.batch_size
+                ):
+                    await self._new_rows.wait()
+                    self._new_rows = trio.Event()
                 rows = await self._db(self._store.after, self._sent_upto, self._memory.batch_size)
                 if not rows:
                     window.release()
@@ -315,6 +342,7 @@ class Outbox:
                 except BaseException:
                     window.release()
                     raise
+                self._in_flight_rows += len(rows)
                 nursery.start_soon(self._settle_batch, batch, rows, window)
 
     async def _settle_batch(
@@ -328,6 +356,8 @@ class Outbox:
             if retry:  # the Memory Specialist is busy or stopping: same writes again later
                 raise ClientClosed(f"{len(retry)} writes refused for now; retrying")
         finally:
+            self._in_flight_rows -= len(rows)
+            self._new_rows.set()  # the delivery loop may be holding a partial batch back
             window.release()
 
     def _settled(self, writes: list[MemoryWrite], acked: int, rejected: int) -> None:
@@ -415,7 +445,25 @@ _TRANSIENT = frozenset(
 
 def _batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]:
     """The IDs of a batch's writes and the bytes of their frames, in order (SPEC M-1)."""
-    return [w.id for _, w in rows], b"".join(serialize(w.to_task()) for _, w in rows)
+    return [w.id for _, w in rows], "".join(map(write_frame, (w for _, w in rows))).encode()
+
+
+# What makes a value unfit to stand raw on a line (``protocol``'s rule, V-3): a control
+# character (tab and LF included), or a quote or space at its start, a space at its end.
+_NOT_RAW = re.compile(r"[\x00-\x1f\x7f-\x9f]|^[\" ]| $")
+
+
+def write_frame(write: MemoryWrite) -> str:
+    """``serialize(write.to_task())`` as text: the frame's constant parts written once, its
+    five values raw when each may stand raw (an audit record always may), else the codec's
+    serialisation (quoting) of the whole frame."""
+    values = (write.id, write.source, write.type, write.path, write.data)
+    if all(values) and not any(_NOT_RAW.search(value) for value in values):
+        return (
+            f"TASK REQ:write IN:MEMORY OUT:ACK\nID {write.id}\nFROM {write.source}\n"
+            f"TYPE {write.type}\nPATH {write.path}\nDATA {write.data}\n\n"
+        )
+    return serialize(write.to_task()).decode("utf-8")
 
 
 def _sort_replies(

@@ -1,4 +1,5 @@
-"""The web specialist: search, fetch, meta, resolve, api and summarize under IN:WEB.
+"""The web specialist under IN:WEB: search, fetch, meta, resolve, api, summarize, the
+document ops (board, save, cabinet, write_file) and research jobs (research, result).
 
 ``WEB`` is the value the composition root (csp_web.app.catalog) lists; ``make_web`` builds
 it with a test resolver or TLS trust store.
@@ -15,7 +16,7 @@ from csp_web.core.ports import StatsLine
 from csp_web.core.specialist import Background, Commit, Specialist
 from csp_web.net import Resolver
 
-from . import ops_api, ops_fetch, ops_search, ops_summarize
+from . import ops_api, ops_docs, ops_fetch, ops_research, ops_search, ops_summarize
 from .services import WebServices, open_web_services
 
 OPS: tuple[Op[WebServices], ...] = (
@@ -23,6 +24,8 @@ OPS: tuple[Op[WebServices], ...] = (
     *ops_summarize.OPS,
     *ops_search.OPS,
     *ops_api.OPS,
+    *ops_docs.OPS,
+    *ops_research.OPS,
 )
 
 
@@ -40,7 +43,8 @@ def _reload(web: WebServices, section: WebConfig, config: Config) -> Commit:
 
 
 def _background(web: WebServices) -> tuple[Background, ...]:
-    return (web.prefetch.serve,)
+    # Search prefetches, and research jobs (each in a nursery of its own, cancelled at exit).
+    return (web.prefetch.serve, web.jobs.serve)
 
 
 def _no_stats(web: WebServices) -> Mapping[str, StatsLine]:
@@ -62,6 +66,7 @@ def make_web(
             "web.search",  # providers, order, rate limits, result counts
             "web.apis",  # endpoints, credentials' variable names, rate limits
             "web.summarize",
+            "web.docs",  # board, cabinet, research, Firecrawl: read per task
             "web.guard",  # allow-lists, ports, caps, timeouts
         ),
         # The robots cache was built for one user agent, TTL and size.

@@ -27,6 +27,9 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
+from .fetch_many import announce, board_lines, fetch_many, page_content
+from .filekeys import held, token_estimate
+from .firecrawl import load_for_fetch
 from .pages import Page, load_for_op
 from .services import WebServices, record_web_op
 
@@ -46,44 +49,64 @@ URL_FIELD = FieldSpec("URL", required=True, doc="an https URL (inline text fills
 async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """A page's content as text (Markdown), json (compact) or html (a tag-free outline),
     ``MAX_CHARS`` of it from ``START``; PARTIAL with NEXT_START and REMAINING_CHARS when more
-    is left (SPEC R-3). Later pages read the same cached snapshot."""
+    is left (SPEC R-3). Later pages read the same snapshot, by URL (the cache) or FILE_KEY.
+    Several URL fields load concurrently (``fetch_many.py``)."""
+    docs = services.config.docs
+    max_chars = _max_chars(params, services)
+    urls, key = params.texts("URL"), params.opt_text("FILE_KEY")
+    _check_sources(urls, key, docs.max_urls, params.integer("START"))
+    services.board.turn(ctx.peer, docs.board)
+    if len(urls) > 1:
+        return await fetch_many(params, ctx, services, urls, max_chars)
+    target = key if key is not None else urls[0]
+    async with record_web_op(ctx, "fetch", target) as details:
+        if key is not None:
+            page = await held(services, key)
+        else:
+            page = await load_for_fetch(services, urls[0], no_cache=params.flag("NO_CACHE"))
+        details["cache_hit"] = page.cached
+        content = page_content(page, params.text("EXTRACT"), target)
+        start = params.integer("START")
+        if start > len(content):
+            raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
+        file_key = await announce(ctx, services, page)
+        result = _fetch_result(page, content, start, max_chars, file_key)
+        if params.flag("BOARD"):
+            board = board_lines(ctx, services)
+            result = Result(result.data, result.scope, (*result.fields, *board), result.status)
+        return result
+
+
+def _max_chars(params: Params, services: WebServices) -> int:
     limits = services.config.fetch
     max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
     if max_chars > limits.max_chars_cap:
         raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_CHARS above {limits.max_chars_cap}")
-    url, start = params.text("URL"), params.integer("START")
-    async with record_web_op(ctx, "fetch", url) as details:
-        page = await load_for_op(services, url, no_cache=params.flag("NO_CACHE"))
-        details["cache_hit"] = page.cached
-        content = page_content(page, params.text("EXTRACT"), url)
-        if start > len(content):
-            raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
-        return _fetch_result(page, content, start, max_chars)
+    return max_chars
 
 
-def page_content(page: Page, extract: str, url: str) -> str:
-    """The view of ``page`` that EXTRACT asks for; raises OpError(UNSUPPORTED_CONTENT) naming
-    the content type when the page has no such view."""
-    if extract == "text" and page.kind == "html":
-        return page.markdown
-    if extract == "text" and page.kind in ("json", "text"):
-        return page.text
-    if extract == "json" and page.json is not None:
-        return page.json
-    if extract == "html" and page.kind == "html":
-        return page.outline
-    kind = page.content_type or "unknown"
-    detail = kind if page.kind == "other" else f"{kind} as {extract}"
-    raise OpError(ErrorCode.UNSUPPORTED_CONTENT, detail, fields=(("URL", url),))
+def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) -> None:
+    if not urls and key is None:
+        raise FieldError(ErrorCode.MISSING_FIELD, "URL or FILE_KEY")
+    if urls and key is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "give URL or FILE_KEY, not both")
+    if len(urls) > max_urls:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"more than {max_urls} URL fields")
+    if len(urls) > 1 and start:
+        raise FieldError(ErrorCode.INVALID_FIELD, "START pages one source: use its FILE_KEY")
 
 
-def _fetch_result(page: Page, content: str, start: int, max_chars: int) -> Result:
+def _fetch_result(page: Page, content: str, start: int, max_chars: int, file_key: str) -> Result:
     end = min(len(content), start + max_chars)
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
     fields += [
         ("WORD_COUNT", str(page.word_count)),
         ("CACHED", "true" if page.cached else "false"),
         ("URL", page.url),
+        ("FILE_KEY", file_key),
+        ("CONTENT_LENGTH", str(len(content))),
+        ("TOKENS", str(token_estimate(content[start:end]))),
+        ("TRUNCATED", "true" if end < len(content) else "false"),
     ]
     status = Status.OK
     if end < len(content):
@@ -149,7 +172,13 @@ OPS: list[Op[WebServices]] = [
         "web",
         fetch,
         (
-            URL_FIELD,
+            FieldSpec(
+                "URL",
+                repeat=True,
+                doc="an https URL (inline text fills it); repeat for several, at most "
+                "docs.max_urls (5), loaded concurrently",
+            ),
+            FieldSpec("FILE_KEY", doc="a fileKey from an earlier fetch, instead of URL"),
             FieldSpec("EXTRACT", "choice", default="text", choices=("text", "json", "html")),
             FieldSpec(
                 "MAX_CHARS",
@@ -159,9 +188,10 @@ OPS: list[Op[WebServices]] = [
             ),
             FieldSpec("START", "int", default=0, minimum=0, doc="character offset to read from"),
             FieldSpec("NO_CACHE", "bool", default=False, doc="download even when cached"),
+            FieldSpec("BOARD", "bool", default=False, doc="add the announcement board (FILE)"),
         ),
         inline="URL",
-        doc="a page's readable content, paged by START/MAX_CHARS",
+        doc="pages' readable content with fileKeys, paged by START/MAX_CHARS",
     ),
     Op("meta", "WEB", "META", "web", meta, (URL_FIELD,), inline="URL", doc="a page's card"),
     Op(

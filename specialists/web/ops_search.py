@@ -57,7 +57,13 @@ FRESHNESS = ("pd", "pw", "pm", "py")  # past day, week, month, year (seed 000, B
 QUERY_MAX_CHARS = 400  # Brave's documented cap on ``q``
 
 FIELDS = (
-    FieldSpec("QUERY", required=True, max_chars=QUERY_MAX_CHARS, doc="what to search for"),
+    FieldSpec(
+        "QUERY",
+        required=True,
+        repeat=True,
+        max_chars=QUERY_MAX_CHARS,
+        doc="what to search for; repeat for several, at most docs.max_queries (5), concurrently",
+    ),
     FieldSpec(
         "MAX_RESULTS",
         "int",
@@ -71,44 +77,81 @@ FIELDS = (
 
 @dataclass(frozen=True)
 class Answer:
-    """The chosen hits and the backends that gave them: what the cache keeps."""
+    """The chosen hits, the backends that gave them and the total one reported: what the
+    cache keeps."""
 
     hits: tuple[Hit, ...]
     backends: tuple[str, ...]
+    total: int | None = None
+
+
+@dataclass
+class Asked:
+    """One query of the task and what became of it."""
+
+    query: SearchQuery
+    answer: Answer | None = None
+    cached: bool = False
+    partial: Outcome | None = None  # the chain's outcome when a backend failure left it short
+    error: OpError | None = None
 
 
 async def search(params: Params, ctx: OpContext, services: WebServices) -> Result:
-    """Answer from the cache, or run the chain; raises OpError(search_api_error) when no
-    backend answers and FieldError when MAX_RESULTS passes the configured cap."""
-    async with record_web_op(ctx, "search", params.text("QUERY")) as details:
-        query = _query(params, services.config.search)
-        material = cache_material(query)
-        if not params.flag("NO_CACHE"):
-            cached = _from_cache(await services.cache.get(NAMESPACE, material))
-            if cached is not None:
-                details.update(cache_hit=True, backend=",".join(cached.backends))
-                return _render(cached, query, cached=True)
+    """Answer each QUERY from the cache, or run the chain; several run concurrently. Raises
+    OpError(search_api_error) when no backend answers (the first query's failure when every
+    query failed) and FieldError when MAX_RESULTS or the QUERY count passes its cap."""
+    texts = params.texts("QUERY")
+    docs = services.config.docs
+    if len(texts) > docs.max_queries:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"more than {docs.max_queries} QUERY fields")
+    services.board.turn(ctx.peer, docs.board)
+    async with record_web_op(ctx, "search", " | ".join(texts)) as details:
+        asked = [Asked(_query(text, params, services.config.search)) for text in texts]
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
         deadline = trio.current_time() + work_seconds(default_s=fallback_s)
-        outcome = await run_chain(services, query, deadline=deadline)
-        details["backend"] = ",".join(outcome.answered) or None
-        if not outcome.answered:
-            raise _failure(outcome)
-        answer = Answer(tuple(pick(outcome.hits, query.count)), tuple(outcome.answered))
-        partial = len(answer.hits) < query.count and bool(outcome.tried_failures)
-        if not partial:
-            ttl_s = services.config.cache.search_ttl_s
-            await services.cache.set(NAMESPACE, material, _to_cache(answer), ttl_s=ttl_s)
-        start_prefetch(services, answer.hits)
-        return _render(answer, query, cached=False, failed=outcome if partial else None)
+        no_cache = params.flag("NO_CACHE")
+        async with trio.open_nursery() as nursery:
+            for one in asked:
+                nursery.start_soon(ask, services, one, no_cache, deadline)
+        answered = [one for one in asked if one.answer is not None]
+        backends = dict.fromkeys(b for one in answered if one.answer for b in one.answer.backends)
+        details.update(
+            cache_hit=bool(answered) and all(one.cached for one in answered),
+            backend=",".join(backends) or None,
+        )
+        if len(asked) == 1:
+            return _render_one(asked[0])
+        return _render_many(asked)
 
 
-def _query(params: Params, config: SearchConfig) -> SearchQuery:
+async def ask(services: WebServices, asked: Asked, no_cache: bool, deadline: float) -> None:
+    query = asked.query
+    material = cache_material(query)
+    if not no_cache:
+        cached = _from_cache(await services.cache.get(NAMESPACE, material))
+        if cached is not None:
+            asked.answer, asked.cached = cached, True
+            return
+    outcome = await run_chain(services, query, deadline=deadline)
+    if not outcome.answered:
+        asked.error = _failure(outcome)
+        return
+    hits = tuple(pick(outcome.hits, query.count))
+    answer = Answer(hits, tuple(outcome.answered), outcome.total)
+    if len(answer.hits) < query.count and outcome.tried_failures:
+        asked.partial = outcome
+    else:
+        ttl_s = services.config.cache.search_ttl_s
+        await services.cache.set(NAMESPACE, material, _to_cache(answer), ttl_s=ttl_s)
+    asked.answer = answer
+    start_prefetch(services, answer.hits)
+
+
+def _query(text: str, params: Params, config: SearchConfig) -> SearchQuery:
     count = params.opt_integer("MAX_RESULTS") or config.default_results
     if count > config.max_results:
         raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_RESULTS above {config.max_results}")
-    text = " ".join(params.text("QUERY").split())
-    return SearchQuery(text, count, params.opt_text("FRESHNESS"))
+    return SearchQuery(" ".join(text.split()), count, params.opt_text("FRESHNESS"))
 
 
 def cache_material(query: SearchQuery) -> dict[str, Any]:
@@ -118,24 +161,50 @@ def cache_material(query: SearchQuery) -> dict[str, Any]:
 
 
 def _to_cache(answer: Answer) -> dict[str, Any]:
-    hits = [[hit.url, hit.title, hit.snippet] for hit in answer.hits]
-    return {"hits": hits, "backends": list(answer.backends)}
+    hits = [[hit.url, hit.title, hit.snippet, hit.score, hit.thumbnail] for hit in answer.hits]
+    return {"hits": hits, "backends": list(answer.backends), "total": answer.total}
 
 
 def _from_cache(value: Any) -> Answer | None:
     """The cached answer, or None for a miss or an entry of another shape."""
     try:
-        hits = tuple(
-            Hit(str(url), str(title), str(snippet)) for url, title, snippet in value["hits"]
+        hits = tuple(_cached_hit(*item) for item in value["hits"])
+        total = value.get("total")
+        return Answer(
+            hits,
+            tuple(str(name) for name in value["backends"]),
+            total if isinstance(total, int) else None,
         )
-        return Answer(hits, tuple(str(name) for name in value["backends"]))
-    except (TypeError, KeyError, ValueError):
+    except (TypeError, KeyError, ValueError, AttributeError):
         return None
 
 
-def _render(
-    answer: Answer, query: SearchQuery, *, cached: bool, failed: Outcome | None = None
-) -> Result:
+def _cached_hit(
+    url: object, title: object, snippet: object, score: object = None, thumbnail: object = None
+) -> Hit:
+    return Hit(
+        str(url),
+        str(title),
+        str(snippet),
+        float(score) if isinstance(score, int | float) else None,
+        str(thumbnail) if thumbnail is not None else None,
+    )
+
+
+def scores(hits: Sequence[Hit]) -> list[float]:
+    """Each hit's relevance: the backend's own score when it gave one, else the reciprocal
+    of its rank (1, 0.5, 0.333, ...)."""
+    return [
+        round(hit.score if hit.score is not None else 1 / (rank + 1), 3)
+        for rank, hit in enumerate(hits)
+    ]
+
+
+def _render_one(asked: Asked) -> Result:
+    if asked.error is not None:
+        raise asked.error
+    answer, query = asked.answer, asked.query
+    assert answer is not None
     hits = answer.hits
     fields: list[Field] = [
         ("SNIPPET", f"{domain(hit.url)}:{json.dumps(hit.snippet, ensure_ascii=False)}")
@@ -143,7 +212,9 @@ def _render(
     ]
     fields += [("TITLE", hit.title) for hit in hits]
     fields += [cite(hit.url, hit.title) for hit in hits]
-    fields += [("BACKEND", ",".join(answer.backends)), ("CACHED", str(cached).lower())]
+    fields += [("BACKEND", ",".join(answer.backends)), ("CACHED", str(asked.cached).lower())]
+    fields += _extras(query, answer)
+    failed = asked.partial
     if failed is not None:
         fields.append(("MISSING_RESULTS", str(query.count - len(hits))))
         fields += _backend_errors(failed.tried_failures)
@@ -151,6 +222,73 @@ def _render(
     data = ",".join(f"url:{hit.url}" for hit in hits) or "none"
     status = Status.OK if failed is None else Status.PARTIAL
     return Result(data, scope=scope, fields=tuple(fields), status=status)
+
+
+def _extras(query: SearchQuery, answer: Answer) -> list[Field]:
+    """QUERY, TOTAL (when a backend reported one), SCORE per hit, THUMBNAIL when given."""
+    fields: list[Field] = [("QUERY", query.text)]
+    if answer.total is not None:
+        fields.append(("TOTAL", str(answer.total)))
+    fields += [
+        ("SCORE", f"{hit.url} {score}")
+        for hit, score in zip(answer.hits, scores(answer.hits), strict=True)
+    ]
+    fields += [("THUMBNAIL", f"{hit.url} {hit.thumbnail}") for hit in answer.hits if hit.thumbnail]
+    return fields
+
+
+def _render_many(asked: list[Asked]) -> Result:
+    """One SEARCH line per query answered (then its HIT, SNIPPET and THUMBNAIL lines), one
+    SEARCH_ERROR per query failed, CITE per page; FAIL when every query failed."""
+    fields: list[Field] = []
+    cites: dict[str, Field] = {}
+    for number, one in enumerate(asked, 1):
+        quoted = json.dumps(one.query.text, ensure_ascii=False)
+        if one.answer is None:
+            assert one.error is not None
+            fields.append(
+                ("SEARCH_ERROR", f"{number} {one.error.code}:{one.error.detail} {quoted}")
+            )
+            fields += [
+                ("BACKEND_ERROR", f"{number} {v}")
+                for k, v in one.error.fields
+                if k == "BACKEND_ERROR"
+            ]
+            continue
+        fields += _query_lines(number, one, quoted)
+        cites.update((hit.url, cite(hit.url, hit.title)) for hit in one.answer.hits)
+    answered = [one for one in asked if one.answer is not None]
+    if not answered:
+        first = asked[0].error
+        assert first is not None
+        raise OpError(first.code, first.detail, fields=fields)
+    fields += cites.values()
+    hits = [hit for one in answered if one.answer for hit in one.answer.hits]
+    scope = tuple(dict.fromkeys(domain(hit.url) for hit in hits))
+    partial = len(answered) < len(asked) or any(one.partial for one in asked)
+    data = f"queries:{len(asked)},answered:{len(answered)},failed:{len(asked) - len(answered)}"
+    return Result(data, scope, tuple(fields), Status.PARTIAL if partial else Status.OK)
+
+
+def _query_lines(number: int, one: Asked, quoted: str) -> list[Field]:
+    answer = one.answer
+    assert answer is not None
+    total = "unknown" if answer.total is None else str(answer.total)
+    head = (
+        f"{number} results:{len(answer.hits)} total:{total} backend:{','.join(answer.backends)} "
+        f"cached:{str(one.cached).lower()}"
+    )
+    if one.partial is not None:
+        head += f" missing:{one.query.count - len(answer.hits)}"
+    fields: list[Field] = [("SEARCH", f"{head} {quoted}")]
+    for hit, score in zip(answer.hits, scores(answer.hits), strict=True):
+        title = json.dumps(hit.title, ensure_ascii=False)
+        fields.append(("HIT", f"{number} {hit.url} score:{score} {title}"))
+        snippet = json.dumps(hit.snippet, ensure_ascii=False)
+        fields.append(("SNIPPET", f"{number} {domain(hit.url)}:{snippet}"))
+        if hit.thumbnail:
+            fields.append(("THUMBNAIL", f"{number} {hit.url} {hit.thumbnail}"))
+    return fields
 
 
 def _failure(outcome: Outcome) -> OpError:

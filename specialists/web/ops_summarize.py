@@ -25,6 +25,7 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
+from .filekeys import held
 from .pages import load_for_op, op_deadline
 from .services import WebServices, record_web_op
 from .summarize import summarize as make_summary
@@ -32,19 +33,26 @@ from .summarize import summarize as make_summary
 
 async def summarize(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """``MAX_BULLETS`` bullets (default summarize.default_bullets, at most max_bullets) of
-    TEXT or of the page at URL, exactly one of the two; METHOD says how they were made."""
+    TEXT, of the page at URL or of the snapshot FILE_KEY names, exactly one of them; METHOD
+    says how they were made."""
     config = services.config.summarize
     text, url = params.opt_text("TEXT"), params.opt_text("URL")
+    key = params.opt_text("FILE_KEY")
     count = params.opt_integer("MAX_BULLETS") or config.default_bullets
-    _check(text, url, count, services)
-    target = url if url is not None else f"text:{len(text or '')}"  # never the text itself
+    _check(text, url if key is None else key, count, services)
+    if key is not None and url is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "give URL or FILE_KEY, not both")
+    target = url or key or f"text:{len(text or '')}"  # never the text itself
     async with record_web_op(ctx, "summarize", target) as details:
+        bucket = services.limits.bucket("summarize")  # seed 001: web_summarize 20/min
+        if bucket is not None:
+            await bucket.acquire(deadline=op_deadline(services))
         fields: list[Field] = []
         scope: tuple[str, ...] = ()
-        if url is not None:
-            page = await load_for_op(services, url)
+        if url is not None or key is not None:
+            page = await held(services, key) if key else await load_for_op(services, url or "")
             details["cache_hit"] = page.cached
-            text = _page_text(page.kind, page.markdown or page.text, page.content_type, url)
+            text = _page_text(page.kind, page.markdown or page.text, page.content_type, target)
             scope, fields = (page.host,), [cite(page.url, page.title)]
         assert text is not None
         text = text[: config.max_text_chars]
@@ -90,6 +98,7 @@ OPS: list[Op[WebServices]] = [
         (
             FieldSpec("TEXT", doc="the text to summarise (inline text fills it); or URL"),
             FieldSpec("URL", doc="a page to load and summarise; or TEXT"),
+            FieldSpec("FILE_KEY", doc="a fetched snapshot (fk_...) to summarise; or TEXT, URL"),
             FieldSpec(
                 "MAX_BULLETS",
                 "int",

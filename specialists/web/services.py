@@ -24,8 +24,10 @@ from csp_web.infra.cache import Cache, open_cache
 from csp_web.infra.ratelimit import Rate, RateLimits
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
 
+from .board import Board
 from .breaker import Breaker
 from .flights import Flights
+from .jobs import ResearchJobs
 from .prefetch import Prefetcher
 
 
@@ -43,6 +45,8 @@ class WebServices:
     breakers: dict[str, Breaker] = field(default_factory=dict)  # search backends' circuits
     quota_lock: trio.Lock = field(default_factory=trio.Lock)  # monthly quota file, one writer
     prefetch: Prefetcher = field(default_factory=Prefetcher)  # search's background loads
+    board: Board = field(default_factory=Board)  # the announcement board (board.py)
+    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
@@ -59,6 +63,7 @@ class WebServices:
 
 def _rates(config: WebConfig) -> dict[str, Rate]:
     rates = {"fetch": Rate(config.fetch.rate.per_minute, config.fetch.rate.burst)}
+    rates["summarize"] = Rate(config.summarize.rate.per_minute, config.summarize.rate.burst)
     for name, provider in config.search.providers.items():
         rates[f"search:{name}"] = Rate(provider.rate.per_minute, provider.rate.burst)
     for name, api in config.apis.items():

@@ -17,7 +17,9 @@ from csp_web.core.connection import Shutdown
 from csp_web.core.context import Peer
 from protocol import Reply, Status, Task
 from specialists.web.extract import extract_article
+from specialists.web.filekeys import file_key
 from specialists.web.ops_fetch import OPS
+from specialists.web.pages import Page
 from specialists.web.services import WebServices
 from tests.harness import Harness
 from tests.net._origin import Origin
@@ -40,9 +42,11 @@ from tests.web.pages_support import (
 async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
-    """R-4: the reply cites the page it read, with its title."""
+    """R-4: the reply cites the page it read, with its title; its fileKey, length, token
+    estimate and truncated flag come before the CITE line."""
     url = serve(origin, "/tides", ARTICLE)
     reply = await fetch(make_dispatcher(OPS), url)
+    key = file_key(Page(url, 200, "text/html", "html", markdown=MARKDOWN))
     assert reply == Reply(
         Status.OK,
         (
@@ -52,6 +56,10 @@ async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
             ("WORD_COUNT", str(extract_article(ARTICLE).word_count)),
             ("CACHED", "false"),
             ("URL", url),
+            ("FILE_KEY", key),
+            ("CONTENT_LENGTH", str(len(MARKDOWN))),
+            ("TOKENS", str(math.ceil(len(MARKDOWN) / 4))),
+            ("TRUNCATED", "false"),
             ("CITE", f'{url} "{TITLE}"'),
         ),
     )
@@ -95,11 +103,16 @@ async def test_partial_reply_lists_paging_fields_before_the_cite_line(
         "WORD_COUNT",
         "CACHED",
         "URL",
+        "FILE_KEY",
+        "CONTENT_LENGTH",
+        "TOKENS",
+        "TRUNCATED",
         "NEXT_START",
         "REMAINING_CHARS",
         "CITE",
     ]
     assert (reply.get("DATA"), reply.get("NEXT_START")) == (MARKDOWN[:10], "10")
+    assert (reply.get("TOKENS"), reply.get("TRUNCATED")) == ("3", "true")
 
 
 async def test_second_fetch_is_cached_and_no_cache_downloads_again(
@@ -339,7 +352,7 @@ async def test_fetch_needs_a_url_and_takes_it_inline_or_as_a_field_not_both(
     missing = await run(dispatcher, "fetch", "CONTENT", None)
     as_field = await run(dispatcher, "fetch", "CONTENT", None, ("URL", url))
     both = await run(dispatcher, "fetch", "CONTENT", url, ("URL", url))
-    assert missing.get("ERROR") == "missing_field:URL"
+    assert missing.get("ERROR") == "missing_field:URL or FILE_KEY"
     assert as_field.status is Status.OK
     assert (both.get("ERROR") or "").startswith("duplicate_field:")
 

@@ -15,6 +15,7 @@ import trio.testing
 
 from csp_web.config import Config, RateConfig
 from csp_web.core.dispatch import DispatchPort
+from protocol import Reply as CspReply
 from protocol import Status
 from specialists.web.ops_search import OPS, start_prefetch
 from specialists.web.pages import load_page
@@ -133,6 +134,12 @@ async def test_brave_answer_is_deduplicated_and_replied_in_the_seed_form(
         ("CITE", 'https://neo4j.com/developer/python/ "Using Neo4j from Python - Getting Started"'),
         ("BACKEND", "brave"),
         ("CACHED", "false"),
+        ("QUERY", "neo4j graph database python"),
+        ("SCORE", "https://neo4j.com/docs/python-manual/current/ 1.0"),
+        ("SCORE", "https://github.com/neo4j/neo4j-python-driver 0.5"),
+        ("SCORE", "https://stackoverflow.com/questions/tagged/neo4j-python-driver 0.333"),
+        ("SCORE", "https://pypi.org/project/py2neo/ 0.25"),
+        ("SCORE", "https://neo4j.com/developer/python/ 0.2"),
     )
     (seen,) = origin.requests
     assert seen.headers["x-subscription-token"] == BRAVE_KEY
@@ -507,7 +514,12 @@ async def test_repeated_query_is_answered_from_the_cache(
             )
         records = [json.loads(data) for data in web_op_records(dispatcher)]
     assert [first.get("CACHED"), second.get("CACHED")] == ["false", "true"]
-    assert second.fields[:-1] == first.fields[:-1]
+
+    def same(reply: CspReply) -> list[tuple[str, str]]:
+        return [(k, v) for k, v in reply.fields if k not in ("CACHED", "QUERY")]
+
+    assert same(second) == same(first)
+    assert [first.get("QUERY"), second.get("QUERY")] == ["Neo4j Python", "neo4j python"]
     assert other_count.get("CACHED") == "false"
     assert forced.get("CACHED") == "false"
     assert len(origin.requests) == 3

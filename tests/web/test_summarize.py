@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from csp_web.config import Config, SummarizeConfig
+from csp_web.config import Config, RateConfig, SummarizeConfig
 from csp_web.core.dispatch import Dispatcher
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
@@ -300,3 +300,16 @@ def test_model_bullets_are_parsed_from_marked_lines_or_else_every_line() -> None
     assert parse_llm_bullets(completion("- " + "y" * 400), 5)[0] == clip("y" * 400)
     assert parse_llm_bullets(b"not json", 5) == ()
     assert parse_llm_bullets(json.dumps({"choices": [{"message": {}}]}).encode(), 5) == ()
+
+
+async def test_summarize_has_its_own_bucket_of_twenty_a_minute(
+    make_dispatcher: DispatcherFactory, web: WebServices
+) -> None:
+    """Seed 001: web_summarize 20/min. N and N+1: twenty summaries in a burst, the 21st is
+    rate_limited with RETRY_AFTER (a token comes in 3 s, past the op's wait for it)."""
+    dispatcher = make_dispatcher(OPS)
+    assert web.config.summarize.rate == RateConfig(20, 20)
+    replies = [await summarize(dispatcher, TEXT, ("TIMEOUT_MS", "2000")) for _ in range(21)]
+    assert [reply.status for reply in replies[:20]] == [Status.OK] * 20
+    assert replies[20].get("ERROR") == "rate_limited:summarize"
+    assert replies[20].get("RETRY_AFTER") == "3"

@@ -3,9 +3,11 @@
 A write is *staged* as its frame is handled: checked (path, size, a repeated ID) and queued in
 arrival order, so the connection loop reads on without waiting for the disk. One commit at a
 time takes everything staged so far in one transaction (as the outbox does, and databases batch
-fsyncs), then the next batch. The connection that first waits for a commit runs it, on the
-event loop (WAL without an fsync per commit: no hop to a committer task or a thread); only
-retention sweeps of an idle store run in a worker thread, and commits wait for them. A
+fsyncs), then the next batch. The connection that first waits for a commit runs it in a worker
+thread (one at a time, so the store's writer connection has one user), off the event loop: the
+SQLite work of an embedded sink then runs on a second core beside the daemon it shares a
+process with (sqlite3 releases the GIL while it steps), and while one commit runs the next
+batch grows. Retention sweeps of an idle store run the same way; commits wait for them. A
 connection sends the replies of what it staged only after ``wait_settled`` returned for them
 and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
 a commit fails, each connection open at that moment (each gate) is marked broken and closed
@@ -49,13 +51,30 @@ class GroupCommit:
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
-        self._sweeping = False
+        self._busy = False  # a commit or sweep holds the writer (in a worker thread)
         self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
 
-    def stage(self, source: str, type_: str, path: str, data: str, write_id: str) -> bool:
+    def stored_hashes(self, ids: list[str]) -> dict[str, bytes]:
+        """The content hashes stored under ``ids`` (absent: not stored), in one query per
+        ``LOOKUP_IDS``: a chunk's writes are looked up together, then staged with ``stored``
+        set to this, before the loop next yields (what is being committed is in ``_staged``,
+        which ``stage`` consults first)."""
+        return self.store.stored_hashes(ids)
+
+    def stage(
+        self,
+        source: str,
+        type_: str,
+        path: str,
+        data: str,
+        write_id: str,
+        stored: dict[str, bytes] | None = None,
+    ) -> bool:
         """Queue a write; False when this exact write is already stored or staged (M-2).
+        ``stored``: the result of ``stored_hashes`` for this write's ID, taken since the loop
+        last yielded; None to look the ID up here.
 
         Raises OpError: invalid_field for a bad PATH, too_large for DATA no retention could
         keep, id_conflict when ``write_id`` is stored with other content (M-5)."""
@@ -67,7 +86,7 @@ class GroupCommit:
         digest = content_hash(source, type_, path, data)
         known = self._staged.get(write_id)
         if known is None:
-            known = self.store.stored_hash(write_id)
+            known = self.store.stored_hash(write_id) if stored is None else stored.get(write_id)
         if known is not None:
             if known != digest:
                 raise OpError(ErrorCode.ID_CONFLICT, "ID already stored with other content")
@@ -84,12 +103,12 @@ class GroupCommit:
     async def wait_settled(self, upto: int) -> None:
         """Return once the first ``upto`` writes staged have been committed (or failed); at
         once, without a checkpoint, when they already are. The first waiter commits everything
-        staged so far itself, on the event loop: no hop to another task or thread."""
+        staged so far itself, in a worker thread; others wait for it."""
         while self._settled_count < upto:
-            if self._sweeping:
+            if self._busy:
                 await self._progress.wait()
             else:
-                self._commit_staged()
+                await self._commit_staged()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sweep retention every ``SWEEP_INTERVAL_S`` (an idle store still ages out) until
@@ -100,8 +119,10 @@ class GroupCommit:
             await self._sweep()
 
     async def _sweep(self) -> None:
-        # In a worker thread: a long-idle store may delete many rows at once. Commits wait.
-        self._sweeping = True
+        # A long-idle store may delete many rows at once. Commits wait.
+        if self._busy:
+            return  # a commit is under way: it applies retention too
+        self._busy = True
         try:
             # Not abandoned on cancel: a sweep under way finishes before the store closes.
             change = await trio.to_thread.run_sync(self.store.sweep, time.time())
@@ -110,16 +131,17 @@ class GroupCommit:
         else:
             self.store.applied(change)
         finally:
-            self._sweeping = False
+            self._busy = False
             self._wake()
 
-    def _commit_staged(self) -> None:
-        # On the loop: WAL without an fsync per commit takes about a millisecond for a group
-        # of writes, less than a round trip to a worker thread on a busy daemon.
+    async def _commit_staged(self) -> None:
         batch, self._batch = self._batch, []
         upto = self._staged_count
+        self._busy = True
         try:
-            change = self.store.commit(batch, time.time())
+            # Not abandoned on cancel: the commit finishes and is accounted before this
+            # returns, so a write is never left half-way between staged and settled.
+            change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
         except sqlite3.Error:
             log.exception("memory store commit of %d writes failed", len(batch))
             self.failed_commits += 1
@@ -132,6 +154,7 @@ class GroupCommit:
             for row in batch:
                 self._staged.pop(row.id, None)
             self._settled_count = upto
+            self._busy = False
             self._wake()
 
     def _wake(self) -> None:

@@ -226,24 +226,47 @@ class SinkSession:
         return None
 
     async def answer_frames(self, out: list[bytes]) -> bool:
-        """Answer every complete frame buffered, into ``out``; False to stop reading."""
+        """Answer every complete frame buffered, into ``out``, in order; False to stop
+        reading. The chunk's frames are parsed first, so that its writes' IDs are looked up
+        in the store together (one query, not one per write)."""
+        events: list[Task | Reply | ProtocolError] = []
+        keep_going = True
+        errors = self.bad_frames
         while True:
             try:
                 event = self.codec.next_event()
             except ProtocolError as exc:
-                if not self.bad_frame(out, exc.code, exc.detail, exc.frame_id):
-                    return False
+                events.append(exc)
+                errors += 1  # past the budget (or a newline flood) the loop below stops
+                if (
+                    exc.code is ErrorCode.TOO_MANY_BLANK_LINES
+                    or errors > _CONNECTION.max_bad_frames
+                ):
+                    break
                 continue
             if event is NEED_DATA:
-                return True
+                break
             if event is CLOSED:
-                return False
-            if isinstance(event, Reply):
-                if not self.bad_frame(out, ErrorCode.BAD_HEADER, "expected a TASK frame", event.id):
+                keep_going = False
+                break
+            assert isinstance(event, Task | Reply)
+            events.append(event)
+        plain = [_plain_write(item) if isinstance(item, Task) else None for item in events]
+        ids = [write[0] for write in plain if write is not None]
+        stored = self.sink.commits.stored_hashes(ids) if ids else None
+        for item, write in zip(events, plain, strict=True):
+            if isinstance(item, ProtocolError):
+                if not self.bad_frame(out, item.code, item.detail, item.frame_id):
                     return False
-                continue
-            assert isinstance(event, Task)
-            out.append(await self.answer(event))
+            elif isinstance(item, Reply):
+                if not self.bad_frame(out, ErrorCode.BAD_HEADER, "expected a TASK frame", item.id):
+                    return False
+            elif write is not None:
+                out.append(self.stage_plain(write, item.id, stored))
+            else:
+                out.append(await self.answer(item))
+                stored = None  # a read may have waited: look IDs up afresh
+        return keep_going
 
     def bad_frame(
         self, out: list[bytes], code: ErrorCode, detail: str, frame_id: str | None
@@ -261,15 +284,25 @@ class SinkSession:
         out.append(serialize(fail_reply(OpError(code, detail), frame_id)))
         return True
 
+    def stage_plain(
+        self,
+        write: tuple[str, str, str, str, str],
+        task_id: str | None,
+        stored: dict[str, bytes] | None,
+    ) -> bytes:
+        """The reply to a plain write (``_plain_write``), staged; ``stored`` as for
+        ``GroupCommit.stage``."""
+        try:
+            return self.stage(*write, stored=stored)
+        except OpError as exc:
+            self.sink.tally.counts[exc.code] += 1
+            return serialize(fail_reply(exc, task_id))
+
     async def answer(self, task: Task) -> bytes:
         """The reply to one frame; a write is staged, a read waits for earlier writes."""
         plain = _plain_write(task)
         if plain is not None:
-            try:
-                return self.stage(*plain)
-            except OpError as exc:
-                self.sink.tally.counts[exc.code] += 1
-                return serialize(fail_reply(exc, task.id))
+            return self.stage_plain(plain, task.id, None)
         try:
             params = validate(task, _fields_of(task), None)
             parse_timeout_ms(task, default_ms=_MAX_TIMEOUT_MS, max_ms=_MAX_TIMEOUT_MS)
@@ -286,8 +319,17 @@ class SinkSession:
         texts = (params.text(name) for name in ("FROM", "TYPE", "PATH", "DATA"))
         return self.stage(task_id, *texts)
 
-    def stage(self, task_id: str, source: str, type_: str, path: str, data: str) -> bytes:
-        fresh = self.sink.commits.stage(source, type_, path, data, task_id)
+    def stage(
+        self,
+        task_id: str,
+        source: str,
+        type_: str,
+        path: str,
+        data: str,
+        *,
+        stored: dict[str, bytes] | None = None,
+    ) -> bytes:
+        fresh = self.sink.commits.stage(source, type_, path, data, task_id, stored)
         outcome = "stored" if fresh else "duplicate"
         self.sink.tally.counts[outcome] += 1
         return _acknowledged(task_id, outcome)
@@ -296,7 +338,7 @@ class SinkSession:
         await self.sink.commits.wait_committed()  # a read sees the writes sent before it
         text = self.sink.store.read(params.text("PATH"), MAX_FRAME_BYTES // 2)
         if text is None:
-            raise OpError(ErrorCode.INVALID_FIELD, "no such PATH")
+            raise OpError(ErrorCode.NOT_FOUND, "no writes at PATH")  # SPEC M-7
         self.sink.tally.counts["read"] += 1
         return serialize(ok_reply(Result(text, scope=("memory",)), task_id))
 

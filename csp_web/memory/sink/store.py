@@ -1,12 +1,11 @@
 """The reference Memory Specialist's SQLite store: one row per write, ID and DATA in one commit.
 
 Blocking. A store has two connections: ``commit`` and ``sweep`` use the writer (one call at a
-time: commits on the event loop's thread, sweeps from a worker thread), every other method the
-reader, on the event loop's thread. WAL lets the reader
-run beside a commit and see only what is committed. Each row keeps a hash of the write's
-content, so a repeated ID is told apart: the same content is a duplicate (SPEC M-2), other
-content a conflict (M-5). Retention deletes the oldest rows by age and by total bytes inside
-the commit that pushed past a limit, a bounded number per commit.
+time, from a worker thread), every other method the reader, on the event loop's thread. WAL
+lets the reader run beside a commit and see only what is committed. Each row keeps a hash of
+the write's content, so a repeated ID is told apart: the same content is a duplicate (SPEC
+M-2), other content a conflict (M-5). Retention deletes the oldest rows by age and by total
+bytes inside the commit that pushed past a limit, a bounded number per commit.
 """
 
 from __future__ import annotations
@@ -34,6 +33,8 @@ CREATE INDEX IF NOT EXISTS writes_stored_at ON writes (stored_at);
 # Rows retention may delete in one commit: a long-idle store catches up over a few commits
 # instead of one transaction that holds the writer for seconds.
 RETENTION_ROWS_PER_COMMIT = 10_000
+# IDs looked up in one query (SQLite allows 32,766 parameters; a chunk holds about a thousand).
+LOOKUP_IDS = 500
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,17 @@ class SinkStore:
         """The content hash stored under ``write_id``, or None when it is not stored."""
         row = self._reader.execute("SELECT hash FROM writes WHERE id = ?", (write_id,)).fetchone()
         return None if row is None else bytes(row[0])
+
+    def stored_hashes(self, ids: list[str]) -> dict[str, bytes]:
+        """The content hashes stored under those of ``ids`` that are stored: one query per
+        ``LOOKUP_IDS`` IDs, not one per write."""
+        found: dict[str, bytes] = {}
+        for first in range(0, len(ids), LOOKUP_IDS):
+            part = ids[first : first + LOOKUP_IDS]
+            marks = ",".join("?" * len(part))
+            query = f"SELECT id, hash FROM writes WHERE id IN ({marks})"
+            found.update((str(i), bytes(h)) for i, h in self._reader.execute(query, part))
+        return found
 
     def read(self, logical: str, max_bytes: int) -> str | None:
         """The writes at ``logical`` joined in the order stored, each ending in a newline;

@@ -1,4 +1,5 @@
-"""Web search behind one fallback chain: Brave's API, DuckDuckGo's HTML page, SearXNG's JSON.
+"""Web search behind one fallback chain: Brave's API, DuckDuckGo's HTML page, SearXNG's JSON,
+Perplexity's search or chat API.
 
     outcome = await run_chain(services, SearchQuery("trio nursery", 5, "pw"), deadline=d)
     results = pick(outcome.hits, 5)

@@ -30,11 +30,14 @@ class SearchQuery:
 
 @dataclass(frozen=True)
 class Hit:
-    """One result as a backend ranked it; ``snippet`` and ``title`` are plain text."""
+    """One result as a backend ranked it; ``snippet`` and ``title`` are plain text;
+    ``score`` and ``thumbnail`` only when the backend gives them."""
 
     url: str
     title: str
     snippet: str
+    score: float | None = None
+    thumbnail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class Backend:
     needs_key: bool
     build: Callable[[SearchQuery, str, str | None], HttpRequest]
     parse: Callable[[FetchResult], list[Hit]]
+    # How many results the backend says it has in all, when it says (SearXNG does).
+    total: Callable[[FetchResult], int | None] | None = None
 
 
 def status_failure(result: FetchResult) -> BackendFailure:

@@ -65,7 +65,14 @@ def parse(result: FetchResult) -> list[Hit]:
 def _hit(item: Any) -> Hit | None:
     if not isinstance(item, dict) or not isinstance(item.get("url"), str):
         return None
-    return Hit(item["url"], clean_text(item.get("title")), clean_text(item.get("description")))
+    thumbnail = item.get("thumbnail")
+    src = thumbnail.get("src") if isinstance(thumbnail, dict) else None
+    return Hit(
+        item["url"],
+        clean_text(item.get("title")),
+        clean_text(item.get("description")),
+        thumbnail=src if isinstance(src, str) and src.startswith("https://") else None,
+    )
 
 
 def _error(result: FetchResult, document: Any) -> BackendFailure:

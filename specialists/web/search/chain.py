@@ -28,13 +28,14 @@ from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from specialists.web.breaker import Breaker
 from specialists.web.services import WebServices, quota_path
 
-from . import brave, duckduckgo, rank, searxng
+from . import brave, duckduckgo, perplexity, rank, searxng
 from .base import Backend, BackendFailure, Hit, SearchQuery
 
 log = logging.getLogger("csp_web.search")
 
 KINDS: dict[str, Backend] = {
-    backend.kind: backend for backend in (brave.BACKEND, duckduckgo.BACKEND, searxng.BACKEND)
+    backend.kind: backend
+    for backend in (brave.BACKEND, duckduckgo.BACKEND, searxng.BACKEND, perplexity.BACKEND)
 }
 # Skips that are configuration, not failures: they never decide the FAIL reason.
 _NOT_TRIED = frozenset({"no_api_key", "not_configured"})
@@ -58,6 +59,7 @@ class Outcome:
     hits: list[Hit] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
     failures: list[tuple[str, BackendFailure]] = field(default_factory=list)
+    total: int | None = None  # the first total a backend reported
 
     @property
     def tried_failures(self) -> list[tuple[str, BackendFailure]]:
@@ -107,7 +109,7 @@ async def run_chain(services: WebServices, query: SearchQuery, *, deadline: floa
             break
         wait = index == len(candidates) - 1 and not outcome.hits
         try:
-            hits = await _attempt(services, candidate, query, deadline=deadline, wait=wait)
+            hits, total = await _attempt(services, candidate, query, deadline=deadline, wait=wait)
         except BackendFailure as failure:
             if candidate.key:
                 failure.hint = failure.hint.replace(candidate.key, "[redacted]")
@@ -118,6 +120,8 @@ async def run_chain(services: WebServices, query: SearchQuery, *, deadline: floa
             continue
         outcome.answered.append(candidate.name)
         outcome.hits.extend(hits)
+        if outcome.total is None:
+            outcome.total = total
     return outcome
 
 
@@ -144,7 +148,7 @@ def _candidates(config: SearchConfig, outcome: Outcome) -> list[_Candidate]:
 
 async def _attempt(
     services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
-) -> list[Hit]:
+) -> tuple[list[Hit], int | None]:
     circuit = breaker(services, candidate.name)
     probe = circuit.admit()
     if probe is None:
@@ -163,7 +167,7 @@ async def _attempt(
 
 async def _call(
     services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
-) -> list[Hit]:
+) -> tuple[list[Hit], int | None]:
     await _take_token(services, candidate.name, deadline if wait else trio.current_time())
     if candidate.provider.monthly_quota is not None:
         await _take_quota(services, candidate.name, candidate.provider.monthly_quota)
@@ -184,7 +188,9 @@ async def _call(
         raise BackendFailure(reason, f"{exc.code}:{exc.detail}") from None
     if result.status_code == 429:
         raise _too_many_requests(services, candidate.name, result.headers)
-    return candidate.backend.parse(result)
+    hits = candidate.backend.parse(result)
+    total = candidate.backend.total(result) if candidate.backend.total is not None else None
+    return hits, total
 
 
 async def _take_token(services: WebServices, name: str, until: float) -> None:

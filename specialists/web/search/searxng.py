@@ -61,9 +61,32 @@ def parse(result: FetchResult) -> list[Hit]:
         raise BackendFailure("engines_unresponsive", _unresponsive(document))
     items.sort(key=_score, reverse=True)  # stable: equal scores keep SearXNG's order
     return [
-        Hit(item["url"], clean_text(item.get("title")), clean_text(item.get("content")))
+        Hit(
+            item["url"],
+            clean_text(item.get("title")),
+            clean_text(item.get("content")),
+            score=_score(item),
+            thumbnail=_thumbnail(item),
+        )
         for item in items
     ]
+
+
+def _thumbnail(item: dict[str, Any]) -> str | None:
+    for key in ("thumbnail", "img_src"):
+        value = item.get(key)
+        if isinstance(value, str) and value.startswith("https://"):
+            return value
+    return None
+
+
+def total(result: FetchResult) -> int | None:
+    """SearXNG's ``number_of_results`` (0 when its engines do not say)."""
+    try:
+        value = json.loads(result.body).get("number_of_results")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _usable(item: Any) -> bool:
@@ -82,4 +105,4 @@ def _unresponsive(document: dict[str, Any]) -> str:
     return clean_text("every engine failed: " + ", ".join(names), markup=False)
 
 
-BACKEND = Backend("searxng", None, needs_key=False, build=build, parse=parse)
+BACKEND = Backend("searxng", None, needs_key=False, build=build, parse=parse, total=total)

@@ -1,0 +1,72 @@
+"""Paired nodes' settings: the ``nodes`` section of ``csp_web.config.Config`` (protocol/NODES.md).
+
+Both node transports are off by default: nodes connect on their own Unix socket
+(``socket_path``) or, for remote machines, a TCP listener with TLS (``tls.enabled``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeTlsConfig:
+    """The TCP+TLS listener for remote nodes. Without ``cert_path`` a self-signed certificate
+    is made at first start under ``<state_dir>/nodes/tls``; nodes pin its SHA-256."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"  # widen to 0.0.0.0 (or an interface's address) on purpose
+    port: int = field(default=7443, metadata={"zero_ok": True})  # 0: any free port (tests)
+    cert_path: str | None = None
+    key_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_path is None) != (self.key_path is None):
+            raise ValueError("nodes.tls: cert_path and key_path go together")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("nodes.tls.port: must be 0 to 65535")
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    """Pairing, liveness and media budgets of the node links (NODES.md N-1 to N-14)."""
+
+    # The nodes' own Unix socket (never the clients' one): None serves none.
+    socket_path: str | None = None
+    # Empty: only the daemon's own uid may connect there (SO_PEERCRED, as socket.allowed_uids).
+    allowed_uids: tuple[int, ...] = ()
+    tls: NodeTlsConfig = field(default_factory=NodeTlsConfig)
+    max_nodes: int = 256  # paired nodes kept in the store
+    max_links: int = 512  # node connections at once (paired, pairing or saying hello)
+    # Pairing codes live as long as Bluetooth's and Matter's commissioning windows (minutes).
+    pair_code_ttl_s: float = 300.0
+    max_pending_pairs: int = 16
+    # Pair requests and refused hellos per source (uid or IP address) in a window: 5 per
+    # minute, the pace of a person typing codes, not of a guesser.
+    pair_attempts: int = 5
+    pair_window_s: float = 60.0
+    hello_timeout_s: float = 10.0  # a new connection must say hello or ask to pair within it
+    heartbeat_interval_s: float = 10.0  # told to the node in the welcome
+    heartbeat_timeout_s: float = 30.0  # a link silent this long is cut (3 missed beats)
+    max_media_bytes: int = 64 * MIB  # one capture, all chunks together
+    max_chunk_bytes: int = 96 * 1024  # raw bytes per chunk: its base64 fits the 256 KiB line
+    media_dir: str | None = None  # default: <state_dir>/media
+    max_reply_text_chars: int = 4096  # a node's DATA or text field in a reply
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError("nodes: heartbeat_timeout_s must exceed heartbeat_interval_s")
+        if self.max_chunk_bytes > 192 * 1024:
+            raise ValueError("nodes.max_chunk_bytes: at most 196608 (its base64 fits a line)")
+
+
+def nodes_dir(state_dir: str) -> str:
+    """Where the pairing store and the generated certificate live (0700)."""
+    return os.path.join(state_dir, "nodes")
+
+
+def media_dir(config: NodesConfig, state_dir: str) -> str:
+    return config.media_dir or os.path.join(state_dir, "media")

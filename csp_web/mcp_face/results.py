@@ -1,0 +1,123 @@
+"""Tool calls as CSP/1 tasks, and CSP/1 replies as tool results (SDK-free).
+
+Arguments are only spelled as fields here; the daemon validates them (SPEC D-3), so a bad
+argument gets the same ``invalid_field`` as on the wire. A reply becomes text (what a model
+reads) plus structured content (the reply's fields). PARTIAL and FAIL say what is missing:
+``isError`` with ``ERROR code:detail`` for FAIL, the next START for a truncated page, the
+wait for a rate limit; never a bare protocol error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from csp_web.mcp_face.tools import ToolSpec, argument_name
+from protocol import ErrorCode, Field, Reply, Status, Task
+
+# Fields the text shows elsewhere (DATA, ERROR) or that mean nothing to a model (ID).
+_NOT_LISTED = frozenset({"ID", "DATA", "ERROR"})
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool result before it becomes the SDK's ``CallToolResult``."""
+
+    text: str
+    structured: dict[str, Any]
+    is_error: bool
+
+
+class ArgumentError(Exception):
+    """An argument cannot be spelled as a field; carries the catalogue code."""
+
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        super().__init__(f"{code}:{detail}")
+        self.code = code
+        self.detail = detail
+
+
+def task_for(tool: ToolSpec, arguments: Mapping[str, Any] | None) -> Task:
+    """The task a call of ``tool`` sends; raises ArgumentError(unknown_field, invalid_field)."""
+    fields: list[Field] = []
+    for name, value in (arguments or {}).items():
+        spec = tool.fields.get(name)
+        if spec is None:
+            raise ArgumentError(ErrorCode.UNKNOWN_FIELD, name)
+        if value is None:
+            continue
+        values = value if spec.get("repeat") and isinstance(value, list) else [value]
+        fields += [(spec["name"], field_value(spec, one)) for one in values]
+    return Task(tool.req, tool.domain, tool.out, None, tuple(fields))
+
+
+def field_value(spec: Mapping[str, Any], value: Any) -> str:
+    """``value`` as the field's wire text: JSON for a JSON field, ``true``/``false`` for a
+    flag, digits for a number. Raises ArgumentError(invalid_field) for a list or object
+    where one value is wanted (the daemon judges every other mismatch)."""
+    if spec.get("type") == "json":
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        raise ArgumentError(
+            ErrorCode.INVALID_FIELD, f"{argument_name(spec['name'])} takes one value"
+        )
+    return str(value)
+
+
+def outcome_of(tool: ToolSpec, reply: Reply) -> ToolOutcome:
+    """The tool result for ``reply``: FAIL is an error result naming its code."""
+    structured = structured_fields(reply)
+    lines = []
+    if reply.status is Status.FAIL:
+        lines.append(f"ERROR {reply.get('ERROR', 'internal_error:no ERROR field')}")
+    data = reply.get("DATA")
+    if data is not None and not (reply.status is Status.FAIL and data == "none"):
+        lines.append(data)
+    listed = [f"{key} {value}" for key, value in reply.fields if key not in _NOT_LISTED]
+    if listed:
+        lines += ["", *listed]
+    lines += missing_notes(tool, reply)
+    return ToolOutcome("\n".join(lines), structured, reply.status is Status.FAIL)
+
+
+def structured_fields(reply: Reply) -> dict[str, Any]:
+    """``{"STATUS": ..., KEY: value}``; a key that repeats (CITE, SNIPPET) holds a list."""
+    out: dict[str, Any] = {"STATUS": str(reply.status)}
+    for key, value in reply.fields:
+        if key == "ID":
+            continue
+        if key in out:
+            previous = out[key]
+            out[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        else:
+            out[key] = [value] if key in ("CITE", "SNIPPET") else value
+    return out
+
+
+def missing_notes(tool: ToolSpec, reply: Reply) -> list[str]:
+    """What a PARTIAL or FAIL leaves out, said as the next call to make."""
+    notes = []
+    next_start = reply.get("NEXT_START")
+    if next_start is not None:
+        remaining = reply.get("REMAINING_CHARS", "some")
+        notes.append(
+            f"TRUNCATED: {remaining} more characters; call {tool.name} again with "
+            f"start={next_start} for the rest."
+        )
+    retry_after = reply.get("RETRY_AFTER")
+    if retry_after is not None:
+        notes.append(f"RATE LIMITED: retry after {retry_after} s.")
+    if reply.status is Status.PARTIAL and not notes:
+        notes.append("PARTIAL: only part of what was asked; the fields above say what is missing.")
+    return ["", *notes] if notes else []
+
+
+def refused(code: ErrorCode, detail: str) -> ToolOutcome:
+    """An error result made by the face itself (a bad argument, the daemon unreachable)."""
+    error = f"{code}:{detail}"
+    structured = {"STATUS": "FAIL", "SCOPE": "mcp", "DATA": "none", "ERROR": error}
+    return ToolOutcome(f"ERROR {error}", structured, True)

@@ -1,0 +1,137 @@
+"""``csp-web mcp``: the MCP face over stdio (default) or streamable HTTP.
+
+HTTP is served on a Unix socket (0600 in a 0700 folder, as the daemon's own) or on a loopback
+port, never another address; the endpoint is ``/mcp``, stateless, JSON responses, with the
+SDK's DNS-rebinding checks on Host and Origin.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from mcp.server import Server
+
+from csp_web.config import Config
+from csp_web.core.client import Client
+from csp_web.core.unix import open_unix_listener
+from csp_web.mcp_face.asgi import App, Message, Receive, Send, serve_asgi
+from csp_web.mcp_face.daemon_link import open_daemon_client
+from csp_web.mcp_face.server import build_server
+from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
+from protocol import Task
+
+log = logging.getLogger("csp_web.mcp_face")
+
+ENDPOINT = "/mcp"
+_OPS = Task("ops", "SYS", "OPS")
+
+
+@dataclass(frozen=True)
+class FaceOptions:
+    """``socket_path``: a running daemon (else one in process); ``http``: a loopback port
+    (digits) or a Unix socket path to serve streamable HTTP on (else stdio); ``tools``: the
+    tool names to expose (else every op but IN:SYS, exec only when configured)."""
+
+    socket_path: str | None = None
+    http: str | None = None
+    tools: tuple[str, ...] | None = None
+
+
+async def serve_mcp_face(
+    config: Config,
+    options: FaceOptions,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until stdin ends (stdio), or a signal; ``task_status`` gets where it listens
+    (``stdio``, a URL or ``unix:<path>``). Raises ToolTableError for an unknown tool name,
+    OSError when the daemon socket does not answer, SocketSetupError for a bad HTTP path."""
+    async with open_daemon_client(config, options.socket_path) as client:
+        tools = await load_tools(client, config, options.tools)
+        server = build_server(client, tools, max_timeout_ms=config.tasks.max_timeout_ms)
+        async with trio.open_nursery() as nursery:
+            if options.socket_path is not None:  # else the in-process daemon watches them
+                nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+            if options.http is None:
+                await _serve_stdio(server, task_status)
+            else:
+                await _serve_http(server, options.http, task_status)
+            nursery.cancel_scope.cancel()
+
+
+async def load_tools(
+    client: Client, config: Config, selected: Sequence[str] | None
+) -> list[ToolSpec]:
+    """The daemon's op table (REQ:ops) as the tools to expose."""
+    entries = parse_op_table(await client.call(_OPS, timeout_s=30.0))
+    return build_tools(
+        entries,
+        selected=selected,
+        exec_configured=bool(config.tool.exec.workspace_roots),
+        max_timeout_ms=config.tasks.max_timeout_ms,
+    )
+
+
+async def _serve_stdio(server: Server[Any], task_status: trio.TaskStatus[str]) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        task_status.started("stdio")
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def _serve_http(server: Server[Any], where: str, task_status: trio.TaskStatus[str]) -> None:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    listeners, url = await _listen(where)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "localhost", "127.0.0.1"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*"],
+    )
+    manager = StreamableHTTPSessionManager(
+        app=server, json_response=True, stateless=True, security_settings=security
+    )
+
+    async def app(scope: Message, receive: Receive, send: Send) -> None:
+        if scope["path"] != ENDPOINT:
+            await _not_found(send)
+            return
+        await manager.handle_request(scope, receive, send)
+
+    routed: App = app
+    async with manager.run(), trio.open_nursery() as nursery:
+        await nursery.start(serve_asgi, routed, listeners)
+        log.info("MCP face serving streamable HTTP at %s", url)
+        print(url, flush=True)  # HTTP mode: stdout is not a wire, and tests read it
+        task_status.started(url)
+
+
+async def _listen(where: str) -> tuple[list[trio.SocketListener], str]:
+    if where.isdigit():
+        listeners = await trio.open_tcp_listeners(int(where), host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        return list(listeners), f"http://127.0.0.1:{port}{ENDPOINT}"
+    listener = await open_unix_listener(where, backlog=128)
+    return [listener], f"unix:{where}"
+
+
+async def _not_found(send: Send) -> None:
+    body = b"not found; the MCP endpoint is " + ENDPOINT.encode() + b"\n"
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("%s: stopping the MCP face", signal.Signals(signum).name)
+            scope.cancel()
+            return

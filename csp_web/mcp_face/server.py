@@ -1,0 +1,97 @@
+"""The MCP server: one tool per op, each call one CSP/1 task to the daemon.
+
+Built on the SDK's low-level ``Server`` with two handlers (tools/list, tools/call), so every
+call goes through the daemon's own guard, cache, limits, audit and memory writes: the face
+adds no behaviour of its own beyond spelling arguments as fields and replies as results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+from mcp.server import Server, ServerRequestContext
+from mcp.types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+)
+
+from csp_web import __version__
+from csp_web.core.client import Client, ClientClosed
+from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
+from csp_web.mcp_face.tools import ToolSpec
+from protocol import ErrorCode
+
+log = logging.getLogger("csp_web.mcp_face")
+
+SERVER_NAME = "csp-web"
+# Past the daemon's own deadline (it answers timeout_exceeded itself), so the client never
+# gives up on a reply the daemon is about to send.
+_REPLY_MARGIN_S = 30.0
+
+
+def build_server(client: Client, tools: Sequence[ToolSpec], *, max_timeout_ms: int) -> Server[Any]:
+    """The MCP server exposing ``tools``, calling the daemon through ``client`` (owned by the
+    caller and open while the server runs)."""
+    by_name = {tool.name: tool for tool in tools}
+    listing = ListToolsResult(tools=[_as_tool(tool) for tool in tools])
+    reply_timeout_s = max_timeout_ms / 1000 + _REPLY_MARGIN_S
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        return listing
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        tool = by_name.get(params.name)
+        if tool is None:
+            return _as_result(refused(ErrorCode.UNKNOWN_OP, params.name))
+        return _as_result(await call(client, tool, params.arguments, reply_timeout_s))
+
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions="csp-web's web and tool ops; each call runs as a CSP/1 task under the "
+        "daemon's guard, cache, rate limits and audit.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def call(
+    client: Client, tool: ToolSpec, arguments: dict[str, Any] | None, timeout_s: float
+) -> ToolOutcome:
+    """Run one tool call as a task; the outcome, never an exception, for anything the daemon
+    or the arguments get wrong."""
+    try:
+        task = task_for(tool, arguments)
+    except ArgumentError as exc:
+        return refused(exc.code, exc.detail)
+    try:
+        reply = await client.call(task, timeout_s=timeout_s)
+    except ClientClosed:
+        log.warning("%s: the daemon connection is closed", tool.name)
+        return refused(ErrorCode.NOT_AVAILABLE, "the csp-web daemon connection is closed")
+    except trio.TooSlowError:
+        return refused(ErrorCode.TIMEOUT_EXCEEDED, f"no reply in {timeout_s:.0f}s")
+    return outcome_of(tool, reply)
+
+
+def _as_tool(tool: ToolSpec) -> Tool:
+    return Tool(name=tool.name, description=tool.description, input_schema=tool.input_schema)
+
+
+def _as_result(outcome: ToolOutcome) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(text=outcome.text)],
+        structured_content=outcome.structured,
+        is_error=outcome.is_error,
+    )

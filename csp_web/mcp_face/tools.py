@@ -1,0 +1,155 @@
+"""MCP tools from a daemon's op table: names, input schemas and the selection exposed.
+
+The table is what ``REQ:ops IN:SYS OUT:OPS`` returns (``Op.describe``, ``FieldSpec.describe``),
+the same source as docs/ops.md, so a tool's schema cannot drift from what the daemon validates.
+Nothing here imports the MCP SDK: a tool is a plain ``ToolSpec``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from protocol import Reply, Status
+
+# IN:SYS ops (ping, ops, stats) are the daemon's own housekeeping, never tools.
+INTERNAL_DOMAINS = frozenset({"SYS"})
+_JSON_TYPES = {"text": "string", "int": "integer", "bool": "boolean", "choice": "string"}
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # the MCP spec's tool-name grammar
+
+
+class ToolTableError(ValueError):
+    """The daemon's op table cannot be read; the message says which entry and why."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One op as an MCP tool: ``name`` (e.g. ``web_fetch``) runs ``TASK REQ:<req> IN:<domain>
+    OUT:<out>``; ``fields`` maps each argument name to its CSP/1 field entry."""
+
+    name: str
+    req: str
+    domain: str
+    out: str
+    description: str
+    input_schema: dict[str, Any]
+    fields: Mapping[str, Mapping[str, Any]]
+
+
+def tool_name(req: str, domain: str) -> str:
+    """``fetch`` IN:WEB is ``web_fetch``."""
+    return f"{domain.lower()}_{req}"
+
+
+def argument_name(field: str) -> str:
+    """The argument a field is given as: ``MAX_CHARS`` is ``max_chars``."""
+    return field.lower()
+
+
+def parse_op_table(reply: Reply) -> list[dict[str, Any]]:
+    """The entries of a ``REQ:ops`` reply; raises ToolTableError when it is not one."""
+    if reply.status is not Status.OK:
+        raise ToolTableError(f"REQ:ops answered {reply.status}: {reply.get('ERROR')}")
+    entries = []
+    for line in reply.get_all("OP"):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            raise ToolTableError(f"an OP line is not JSON: {line[:80]}") from None
+        if not isinstance(entry, dict) or not {"req", "in", "out"} <= entry.keys():
+            raise ToolTableError(f"an OP line lacks req, in or out: {line[:80]}")
+        entries.append(entry)
+    return entries
+
+
+def build_tools(
+    entries: Iterable[Mapping[str, Any]],
+    *,
+    selected: Sequence[str] | None = None,
+    exec_configured: bool,
+    max_timeout_ms: int,
+) -> list[ToolSpec]:
+    """The tools to expose: every op outside IN:SYS, or only those ``selected`` names (an
+    unknown name is a ToolTableError); ``shell_exec`` only when ``exec_configured``."""
+    tools = {}
+    for entry in entries:
+        if entry["in"] in INTERNAL_DOMAINS:
+            continue
+        if entry["in"] == "SHELL" and not exec_configured:
+            continue
+        tool = tool_spec(entry, max_timeout_ms=max_timeout_ms)
+        tools[tool.name] = tool
+    if selected is None:
+        return list(tools.values())
+    unknown = [name for name in selected if name not in tools]
+    if unknown:
+        raise ToolTableError(
+            f"no tool named {', '.join(unknown)} (available: {', '.join(tools) or 'none'})"
+        )
+    return [tools[name] for name in dict.fromkeys(selected)]
+
+
+def tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
+    """One op table entry as a tool; every op also takes ``timeout_ms`` (SPEC C-4)."""
+    name = tool_name(entry["req"], entry["in"])
+    if not _TOOL_NAME.fullmatch(name):
+        raise ToolTableError(f"op {entry['req']} IN:{entry['in']} has no valid tool name")
+    fields = {argument_name(f["name"]): f for f in entry.get("fields", [])}
+    if "timeout_ms" not in fields:
+        fields["timeout_ms"] = {
+            "name": "TIMEOUT_MS",
+            "type": "int",
+            "minimum": 1,
+            "maximum": max_timeout_ms,
+            "doc": "the task's deadline in milliseconds (default: the daemon's)",
+        }
+    doc = entry.get("doc", "")
+    description = f"{doc[:1].upper()}{doc[1:]}. CSP/1: REQ:{entry['req']} IN:{entry['in']}."
+    return ToolSpec(
+        name=name,
+        req=entry["req"],
+        domain=entry["in"],
+        out=entry["out"],
+        description=description.lstrip(". "),
+        input_schema=input_schema(fields),
+        fields=fields,
+    )
+
+
+def input_schema(fields: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A JSON Schema object with one property per field; unknown arguments are refused."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {name: property_schema(spec) for name, spec in fields.items()},
+        "additionalProperties": False,
+    }
+    required = [name for name, spec in fields.items() if spec.get("required")]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def property_schema(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """One field's schema: its type, choices, bounds, default and doc; a repeatable field is
+    an array of them, a JSON field an object."""
+    kind = spec.get("type", "text")
+    one: dict[str, Any] = {"type": "object"} if kind == "json" else {"type": _JSON_TYPES[kind]}
+    if spec.get("choices"):
+        one["enum"] = list(spec["choices"])
+    if "minimum" in spec:
+        one["minimum"] = spec["minimum"]
+    if "maximum" in spec:
+        one["maximum"] = spec["maximum"]
+    if "max_chars" in spec:
+        one["maxLength"] = spec["max_chars"]
+    if kind == "text" and spec.get("required"):
+        one["minLength"] = 1  # the daemon refuses an empty or blank required text
+    schema = {"type": "array", "items": one} if spec.get("repeat") else one
+    if "default" in spec:
+        schema["default"] = spec["default"]
+    if spec.get("doc"):
+        schema["description"] = spec["doc"]
+    return schema

@@ -1,0 +1,50 @@
+"""Paired nodes: devices that join the daemon and run camera, screen, location, notify and
+canvas actions for the ``node`` op (protocol/NODES.md).
+
+- ``wire``: the link's frames (shared with the reference node), ``store``: paired nodes,
+  pairing codes, the attempt limiter; ``results``: media and reply checks; ``link``: one
+  node connection; ``hub``: the registry; ``transports``: Unix socket and TLS listener;
+  ``services``: ``NodeServices`` and ``open_node_services``; ``ops_node``: the ops;
+  ``agent`` and ``backends``: the reference node (``csp-web node run``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from csp_web.config import NodesConfig
+from csp_web.core.ops import Op
+from csp_web.core.ports import StatsLine, TaskPort
+from csp_web.core.specialist import Background, Specialist
+
+from . import ops_node
+from .services import NodeServices, open_node_services, serve_nodes
+
+OPS: tuple[Op[NodeServices], ...] = tuple(ops_node.OPS)
+
+
+def _background(nodes: NodeServices) -> tuple[Background, ...]:
+    async def serve(port: TaskPort, *, task_status: trio.TaskStatus[None]) -> None:
+        await serve_nodes(nodes, task_status=task_status)  # the transports: no use of the port
+
+    return (serve,)
+
+
+def _stats_lines(nodes: NodeServices) -> Mapping[str, StatsLine]:
+    return {"NODES": nodes.stats_line}  # read at each REQ:stats
+
+
+NODE: Specialist[NodesConfig, NodeServices] = Specialist(
+    name="node",
+    ops=OPS,  # they run in the tool pool: pairing and actions are operator acts, audited
+    slots=lambda slots: slots.tool,
+    section=lambda config: config.nodes,
+    reloadable=(),
+    restart_only=(),
+    open_services=open_node_services,
+    background=_background,
+    stats_lines=_stats_lines,
+    reload=None,
+)

@@ -1,0 +1,220 @@
+"""The node registry: paired nodes, their live links, pending pairings, and running an action
+on a node (protocol/NODES.md). Owned by ``NodeServices``; links register here as they say
+hello and leave as they end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from csp_web.config.nodes import NodesConfig
+from csp_web.core.errors import OpError
+from csp_web.core.replies import Result
+from protocol import ErrorCode, Task
+
+from .link import NodeLink
+from .results import Checked, check_reply, save_media
+from .store import AttemptLimiter, NodeStore, PendingPair, PendingPairs
+from .wire import parse_hello
+
+log = logging.getLogger("csp_web.nodes")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a node gave for one action: its checked reply and, for media, the saved path."""
+
+    checked: Checked
+    media_path: str | None
+    media_bytes: int
+
+
+class NodeHub:
+    """Every node the daemon knows: the store, live links by name, pairings by code."""
+
+    def __init__(self, config: NodesConfig, store: NodeStore, media_dir: str) -> None:
+        self.config = config
+        self.store = store
+        self.media_dir = media_dir
+        self.links: dict[str, NodeLink] = {}
+        self.open_links = 0
+        self.pending = PendingPairs(config.pair_code_ttl_s, config.max_pending_pairs)
+        self.waiting: dict[str, NodeLink] = {}  # code -> the link that asked
+        self.limiter = AttemptLimiter(config.pair_attempts, config.pair_window_s)
+        self.tls_address: str | None = None
+        self.fingerprint: str | None = None
+        self._attached = trio.Event()  # set (and renewed) whenever a link goes live
+
+    # -- links ------------------------------------------------------------------------------
+
+    async def serve_link(self, stream: trio.abc.Stream, source: str) -> None:
+        """Serve one node connection until it ends (the transports call this); past
+        ``max_links`` open ones it is closed at once."""
+        if self.open_links >= self.config.max_links:
+            log.warning("node link from %s refused: %d links open", source, self.open_links)
+            await trio.aclose_forcefully(stream)
+            return
+        self.open_links += 1
+        try:
+            await NodeLink(stream, self, source).serve()
+        finally:
+            self.open_links -= 1
+
+    async def on_hello(self, link: NodeLink, task: Task) -> Result:
+        hello = parse_hello(task, token_required=True)
+        assert hello.token is not None
+        record = self.store.check_token(hello.name, hello.token)
+        if record is None:
+            link.closing = True  # a refused token ends the link (N-5)
+            self._count_attempt(link)
+            log.warning("node hello refused: %s from %s", hello.name, link.source)
+            raise OpError(ErrorCode.PERMISSION_DENIED, "token refused", scope=("node",))
+        if link.hello is not None:
+            raise OpError(ErrorCode.INVALID_FIELD, "this link already said hello")
+        self.store.seen(record, hello)
+        link.hello = hello
+        link.paired = True
+        self._attach(link)
+        beat = f"{self.config.heartbeat_interval_s:g}"
+        return Result("welcome", ("node",), (("NODE", hello.name), ("HEARTBEAT_S", beat)))
+
+    def on_pair(self, link: NodeLink, task: Task) -> Result:
+        hello = parse_hello(task, token_required=False)
+        if link.hello is not None:
+            raise OpError(ErrorCode.INVALID_FIELD, "this link already said who it is")
+        self._count_attempt(link)
+        if hello.name in self.store.nodes:
+            raise OpError(ErrorCode.INVALID_FIELD, f"{hello.name} is paired; revoke it first")
+        pair = self.pending.add(hello, link.source, trio.current_time())
+        if pair is None:
+            raise OpError(ErrorCode.BUSY, "too many pairings wait for approval")
+        link.hello = hello
+        link.pair_expires_at = pair.expires_at
+        self.waiting[pair.code] = link
+        log.warning(
+            "node %s (%s) asks to pair from %s: approve with `csp-web nodes approve %s`",
+            hello.name,
+            hello.platform,
+            link.source,
+            pair.code,
+        )
+        ttl = f"{self.config.pair_code_ttl_s:g}"
+        return Result(f"code:{pair.code}", ("node",), (("EXPIRES_S", ttl),))
+
+    def _count_attempt(self, link: NodeLink) -> None:
+        if not self.limiter.allow(link.source, trio.current_time()):
+            link.closing = True  # the answer is the last frame this link gets
+            raise OpError(ErrorCode.RATE_LIMITED, "too many pairing attempts", scope=("node",))
+
+    def _attach(self, link: NodeLink) -> None:
+        assert link.name is not None
+        older = self.links.get(link.name)
+        if older is not None and older is not link:
+            log.info("node %s reconnected; closing its older link", link.name)
+            older.cut()
+        self.links[link.name] = link
+        log.info("node %s connected from %s (%s)", link.name, link.source, link.capabilities)
+        self._attached.set()
+        self._attached = trio.Event()
+
+    async def wait_link(self, name: str, *, other_than: NodeLink | None = None) -> NodeLink:
+        """The live link of ``name`` once there is one (other than ``other_than``)."""
+        while (link := self.links.get(name)) is None or link is other_than:
+            await self._attached.wait()
+        return link
+
+    def detach(self, link: NodeLink) -> None:
+        if link.name is not None and self.links.get(link.name) is link:
+            del self.links[link.name]
+            record = self.store.nodes.get(link.name)
+            if record is not None:
+                record.last_seen = time.time()
+                self.store.save()
+            log.info("node %s disconnected", link.name)
+        for code in [c for c, waiting in self.waiting.items() if waiting is link]:
+            del self.waiting[code]
+            pair = self.pending.pairs.get(code)
+            if pair is not None:
+                self.pending.drop(pair)
+
+    # -- operator ---------------------------------------------------------------------------
+
+    async def approve(self, code: str) -> str:
+        """Pair the node that asked with ``code``; returns its name. Raises OpError
+        pair_code_invalid (unknown, expired, used, or its node left) or node_unavailable."""
+        pair: PendingPair | None = self.pending.take(code, trio.current_time())
+        link = self.waiting.pop(pair.code, None) if pair is not None else None
+        if pair is None or link is None or link.closed:
+            raise OpError(ErrorCode.PAIR_CODE_INVALID, "unknown, expired or used", scope=("node",))
+        if pair.hello.name in self.store.nodes:
+            link.cut()
+            raise OpError(ErrorCode.INVALID_FIELD, f"{pair.hello.name} is already paired")
+        try:
+            token = self.store.add(pair.hello)
+        except ValueError as exc:
+            raise OpError(ErrorCode.BUSY, str(exc), scope=("node",)) from None
+        try:
+            await link.deliver_token(token)
+        except OpError:
+            self.store.remove(pair.hello.name)  # it never got its token: nothing is paired
+            raise
+        self.store.seen(self.store.nodes[pair.hello.name], pair.hello)
+        self._attach(link)
+        return pair.hello.name
+
+    def revoke(self, name: str) -> None:
+        """Forget ``name`` and cut its link now (its running tasks fail node_unavailable);
+        raises OpError node_unknown."""
+        if not self.store.remove(name):
+            raise OpError(ErrorCode.NODE_UNKNOWN, name, scope=("node",))
+        link = self.links.pop(name, None)
+        if link is not None:
+            link.cut()
+        log.warning("node %s revoked", name)
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every paired node: name, platform, capabilities, connected, last seen (N-14)."""
+        entries = []
+        for record in sorted(self.store.nodes.values(), key=lambda r: r.name):
+            link = self.links.get(record.name)
+            connected = link is not None and not link.closed
+            capabilities = link.capabilities if link is not None and connected else ()
+            entries.append(
+                {
+                    "name": record.name,
+                    "platform": record.platform,
+                    "capabilities": list(capabilities or record.capabilities),
+                    "connected": connected,
+                    "last_seen": None if connected else record.last_seen,
+                    "paired_at": record.paired_at,
+                }
+            )
+        return entries
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    async def run(self, name: str, action: str, params: Mapping[str, Any], task_id: str) -> Outcome:
+        """Run ``action`` on node ``name``; raises OpError node_unknown, node_unavailable,
+        node_capability_missing, or what the node's reply stands for (N-8 to N-13)."""
+        if name not in self.store.nodes:
+            raise OpError(ErrorCode.NODE_UNKNOWN, name, scope=("node",))
+        link = self.links.get(name)
+        if link is None or link.closed:
+            raise OpError(ErrorCode.NODE_UNAVAILABLE, name, scope=("node",))
+        if action not in link.capabilities:
+            raise OpError(ErrorCode.NODE_CAPABILITY_MISSING, action, scope=("node",))
+        reply, media = await link.call(action, params)
+        checked = check_reply(action, reply, max_text_chars=self.config.max_reply_text_chars)
+        if checked.media is None:
+            return Outcome(checked, None, 0)
+        data = media.finish(checked.media)
+        path = await trio.to_thread.run_sync(
+            save_media, self.media_dir, name, task_id, checked.media, data
+        )
+        return Outcome(checked, path, len(data))

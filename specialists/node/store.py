@@ -1,0 +1,184 @@
+"""Who is paired: the node store (tokens hashed, 0600 in a 0700 folder), pending pairing codes
+(short, expiring, single use) and the attempt limiter (N-4 to N-6).
+
+Tokens are 32 random bytes: a plain SHA-256 of one cannot be reversed or guessed, so a slow
+password hash would add nothing (as GitHub stores its tokens). The file is rewritten whole
+through a temporary file and ``os.replace``, so a crash leaves the old or the new store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+from .wire import Hello
+
+STORE_FILE = "nodes.json"
+# Crockford's base32 without I, L, O, U: codes are read aloud and typed by an operator.
+_CODE_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+CODE_CHARS = 8  # 40 bits: with 5 attempts a minute a guess takes ~10^11 minutes
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("ascii")).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def new_code() -> str:
+    raw = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(CODE_CHARS))
+    return f"{raw[:4]}-{raw[4:]}"
+
+
+def normal_code(code: str) -> str:
+    """An operator's typing of a code in its stored spelling (case and dash forgiven)."""
+    raw = code.strip().upper().replace("-", "")
+    return f"{raw[:4]}-{raw[4:]}"
+
+
+@dataclass
+class NodeRecord:
+    """One paired node as the store keeps it; ``last_seen`` is a Unix time."""
+
+    name: str
+    platform: str
+    capabilities: list[str]
+    token_sha256: str
+    paired_at: float
+    last_seen: float | None = None
+
+
+class NodeStore:
+    """The paired nodes, persisted at ``<directory>/nodes.json``. Raises OSError when the
+    folder cannot be made private and ValueError when the file is not a store."""
+
+    def __init__(self, directory: str, *, max_nodes: int) -> None:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+        self.path = os.path.join(directory, STORE_FILE)
+        self.max_nodes = max_nodes
+        self.nodes: dict[str, NodeRecord] = {}
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as file:
+                data = json.load(file)
+            if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+                raise ValueError(f"{self.path}: not a node store")
+            for entry in data["nodes"]:
+                record = NodeRecord(**entry)
+                self.nodes[record.name] = record
+
+    def check_token(self, name: str, token: str) -> NodeRecord | None:
+        """The record of ``name`` when ``token`` is its token, else None (constant time)."""
+        record = self.nodes.get(name)
+        digest = hash_token(token)
+        if record is None or not hmac.compare_digest(record.token_sha256, digest):
+            return None
+        return record
+
+    def add(self, hello: Hello) -> str:
+        """Pair ``hello``'s node; returns its new token (shown once, stored hashed)."""
+        if len(self.nodes) >= self.max_nodes and hello.name not in self.nodes:
+            raise ValueError(f"the store holds {self.max_nodes} nodes (nodes.max_nodes)")
+        token = new_token()
+        self.nodes[hello.name] = NodeRecord(
+            hello.name, hello.platform, list(hello.capabilities), hash_token(token), time.time()
+        )
+        self.save()
+        return token
+
+    def remove(self, name: str) -> bool:
+        if self.nodes.pop(name, None) is None:
+            return False
+        self.save()
+        return True
+
+    def seen(self, record: NodeRecord, hello: Hello) -> None:
+        """Note a node's hello: what it offers now and when (saved with the next change)."""
+        record.platform = hello.platform
+        record.capabilities = list(hello.capabilities)
+        record.last_seen = time.time()
+        self.save()
+
+    def save(self) -> None:
+        data = {"nodes": [asdict(r) for r in sorted(self.nodes.values(), key=lambda r: r.name)]}
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=1)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
+
+
+@dataclass
+class PendingPair:
+    """A pair request waiting for an operator: its code, who asked, until when (monotonic)."""
+
+    code: str
+    hello: Hello
+    source: str
+    expires_at: float
+    approved: str | None = None  # the token, once approved (handed to the waiting link)
+
+
+class AttemptLimiter:
+    """At most ``attempts`` events per ``source`` in any ``window_s`` (a sliding log)."""
+
+    def __init__(self, attempts: int, window_s: float) -> None:
+        self.attempts = attempts
+        self.window_s = window_s
+        self._log: dict[str, deque[float]] = {}
+
+    def allow(self, source: str, now: float) -> bool:
+        """Count one attempt by ``source`` at ``now``; False (not counted) past the limit."""
+        log = self._log.setdefault(source, deque())
+        while log and log[0] <= now - self.window_s:
+            log.popleft()
+        if len(log) >= self.attempts:
+            return False
+        log.append(now)
+        if len(self._log) > 4096:  # forget sources whose window has passed
+            self._log = {k: v for k, v in self._log.items() if v and v[-1] > now - self.window_s}
+        return True
+
+
+@dataclass
+class PendingPairs:
+    """Codes waiting for approval; expired ones are dropped when looked at."""
+
+    ttl_s: float
+    max_pending: int
+    pairs: dict[str, PendingPair] = field(default_factory=dict)
+
+    def add(self, hello: Hello, source: str, now: float) -> PendingPair | None:
+        """A new pending pair, or None when ``max_pending`` are waiting."""
+        self.expire(now)
+        if len(self.pairs) >= self.max_pending:
+            return None
+        code = new_code()
+        while code in self.pairs:
+            code = new_code()
+        pair = PendingPair(code, hello, source, now + self.ttl_s)
+        self.pairs[code] = pair
+        return pair
+
+    def take(self, code: str, now: float) -> PendingPair | None:
+        """The live pair with ``code``, removed (single use), or None."""
+        self.expire(now)
+        return self.pairs.pop(normal_code(code), None)
+
+    def drop(self, pair: PendingPair) -> None:
+        if self.pairs.get(pair.code) is pair:
+            del self.pairs[pair.code]
+
+    def expire(self, now: float) -> None:
+        for code in [c for c, p in self.pairs.items() if p.expires_at <= now]:
+            del self.pairs[code]

@@ -1,0 +1,66 @@
+"""fileKeys: a short, stable handle for one fetched content snapshot (seed 004's fetchUrl).
+
+    key = file_key(page)            # "fk_" + 16 base32 characters of SHA-256(url, content)
+    await hold(services, key, page) # the snapshot, under the fetch cache's TTL
+    page = await held(services, key)
+
+The key is derived from the final URL and the page's content, so the same content at the same
+URL always gets the same key, and changed content a new one. The snapshot is kept in the cache
+namespace ``filekey`` as long as fetched pages are (``cache.fetch_ttl_s``), so START paging
+and later ops read exactly what the fetch read, even when the page has changed since.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import re
+
+from csp_web.core.errors import OpError
+from protocol import ErrorCode
+
+from .pages import Page, from_snapshot, to_snapshot
+from .services import WebServices
+
+NAMESPACE = "filekey"
+PATTERN = re.compile(r"fk_[a-z2-7]{16}")
+CHARS_PER_TOKEN = 4  # seed 000: "Max 2000 tokens per fetch (~8000 chars)"
+
+
+def content_of(page: Page) -> str:
+    """The page's main view: Markdown for HTML, the decoded body for JSON and text."""
+    return page.markdown if page.kind == "html" else page.text
+
+
+def file_key(page: Page) -> str:
+    """The fileKey of ``page``'s snapshot: ``fk_`` and 16 lower-case base32 characters."""
+    digest = hashlib.sha256(f"{page.url}\0{content_of(page)}".encode()).digest()
+    return "fk_" + base64.b32encode(digest).decode("ascii")[:16].lower()
+
+
+def token_estimate(text: str) -> int:
+    """About how many model tokens ``text`` is: one per four characters, rounded up."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+async def hold(services: WebServices, key: str, page: Page) -> None:
+    """Keep ``page`` under ``key`` for ``cache.fetch_ttl_s``."""
+    ttl_s = services.config.cache.fetch_ttl_s
+    await services.cache.set(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
+
+
+async def held(services: WebServices, key: str) -> Page:
+    """The snapshot ``key`` names; raises OpError(INVALID_FIELD) for a malformed key and
+    OpError(UNKNOWN_FILE_KEY) for one not held (expired, or never fetched here)."""
+    check(key)
+    page = from_snapshot(await services.cache.get(NAMESPACE, key))
+    if page is None or file_key(page) != key:
+        raise OpError(ErrorCode.UNKNOWN_FILE_KEY, key, fields=(("FILE_KEY", key),))
+    return page
+
+
+def check(key: str) -> None:
+    """Raise OpError(INVALID_FIELD) unless ``key`` has a fileKey's shape."""
+    if not PATTERN.fullmatch(key):
+        raise OpError(ErrorCode.INVALID_FIELD, "FILE_KEY must be fk_ and 16 of [a-z2-7]")

@@ -1,0 +1,170 @@
+"""Firecrawl's scrape API as a fetch backend (seed 004's fetchUrl), for pages the direct load
+cannot read (bot walls, script-built pages).
+
+    POST <base_url>/v1/scrape   {"url", "formats": ["markdown"], "onlyMainContent": true,
+                                 "timeout": <ms>}     Authorization: Bearer <key>
+    -> {"success": true, "data": {"markdown": "...", "metadata": {"title", "description",
+        "sourceURL", "url", "statusCode"}}}
+    -> {"success": false, "error": "..."}   (with a 4xx or 5xx status)
+
+``docs.firecrawl.mode`` ``fallback`` (the default) asks Firecrawl only after a direct load
+failed with ``fetch_failed`` or ``too_large``, and reports the direct failure when Firecrawl
+fails too; ``always`` asks Firecrawl first and loads directly when it fails. Either way the
+target passes the same URL gate, address deny table (its robots.txt is fetched through the
+guard, so a name resolving to a denied address is ssrf_blocked: a self-hosted Firecrawl could
+reach it) and robots.txt rules as a direct load, the scrape takes a token of
+the same ``fetch`` bucket, and the Markdown it returns is cached in the same ``fetch``
+namespace (a text snapshot: content type text/markdown). Off while ``base_url`` is null or its
+key variable is unset. The key is sent only to ``base_url``, never on a redirect.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Any
+
+import trio
+
+from csp_web.core.errors import OpError
+from protocol import ErrorCode
+
+from .pages import (
+    CACHE_NAMESPACE,
+    Page,
+    from_snapshot,
+    load_page,
+    normalise_url,
+    op_deadline,
+    to_snapshot,
+)
+from .services import WebServices
+
+log = logging.getLogger("csp_web.web.firecrawl")
+
+# A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
+FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})
+_WORD = re.compile(r"\w+")
+
+
+async def load(services: WebServices, url: str, *, no_cache: bool, deadline: float) -> Page:
+    """The page at ``url`` through the configured backends (see the module's docstring)."""
+    config = services.config.docs.firecrawl
+    key = os.environ.get(config.api_key_env) if config.base_url is not None else None
+    if not key:
+        return await load_page(services, url, no_cache=no_cache, deadline=deadline)
+    if config.mode == "always":
+        try:
+            return await scrape(services, url, key, no_cache=no_cache, deadline=deadline)
+        except OpError as exc:
+            log.info("firecrawl failed for %s (%s:%s); loading directly", url, exc.code, exc.detail)
+            return await load_page(services, url, no_cache=no_cache, deadline=deadline)
+    try:
+        return await load_page(services, url, no_cache=no_cache, deadline=deadline)
+    except OpError as direct:
+        if direct.code not in FALLBACK_CODES:
+            raise
+        try:
+            return await scrape(services, url, key, no_cache=True, deadline=deadline)
+        except OpError as exc:
+            log.info("firecrawl failed for %s too (%s:%s)", url, exc.code, exc.detail)
+            raise direct from None
+
+
+async def load_for_fetch(services: WebServices, url: str, *, no_cache: bool = False) -> Page:
+    """``load`` under the op's deadline, a failure carrying a ``URL`` field (as fetch's)."""
+    try:
+        return await load(services, url, no_cache=no_cache, deadline=op_deadline(services))
+    except OpError as exc:
+        raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
+
+
+async def scrape(
+    services: WebServices, url: str, key: str, *, no_cache: bool, deadline: float
+) -> Page:
+    """The page as Firecrawl reads it, cached as a direct load would be. Raises OpError:
+    the gate's and robots.txt's refusals, RATE_LIMITED, FETCH_FAILED (``firecrawl_http_<n>``,
+    ``firecrawl:<error>``, ``http_<n>`` for the page's own status, ``timeout``)."""
+    target = normalise_url(url, services)
+    if not no_cache:
+        cached = from_snapshot(await services.cache.get(CACHE_NAMESPACE, target))
+        if cached is not None:
+            return cached
+    allowed = await services.client.robots_allowed(target, deadline_s=_left(deadline))
+    if not allowed:
+        raise OpError(ErrorCode.ROBOTS_DISALLOWED, target)
+    bucket = services.limits.bucket("fetch")
+    if bucket is not None:
+        await bucket.acquire(deadline=deadline)
+    page = parse(await _post(services, target, key, deadline), target)
+    ttl_s = services.config.cache.fetch_ttl_s
+    await services.cache.set(CACHE_NAMESPACE, target, to_snapshot(page), ttl_s=ttl_s)
+    return page
+
+
+async def _post(services: WebServices, target: str, key: str, deadline: float) -> tuple[int, bytes]:
+    config = services.config.docs.firecrawl
+    assert config.base_url is not None
+    body = {
+        "url": target,
+        "formats": ["markdown"],
+        "onlyMainContent": True,
+        "timeout": config.timeout_ms,
+    }
+    result = await services.client.fetch(
+        config.base_url.rstrip("/") + "/v1/scrape",
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+        content=json.dumps(body).encode(),
+        max_redirects=0,
+        deadline_s=_left(deadline),
+    )
+    return result.status_code, result.body
+
+
+def parse(answer: tuple[int, bytes], target: str) -> Page:
+    """The Page of a scrape answer; raises OpError(FETCH_FAILED) for an error answer."""
+    status, body = answer
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    if status != 200 or not isinstance(document, dict) or document.get("success") is not True:
+        error = document.get("error") if isinstance(document, dict) else None
+        if status == 200 and isinstance(error, str):
+            raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl:{_reason(error)}")
+        raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl_http_{status}")
+    data = _mapping(document.get("data"))
+    metadata = _mapping(data.get("metadata"))
+    page_status = metadata.get("statusCode")
+    if isinstance(page_status, int) and page_status >= 400:
+        raise OpError(ErrorCode.FETCH_FAILED, f"http_{page_status}")
+    markdown = data.get("markdown")
+    if not isinstance(markdown, str):
+        raise OpError(ErrorCode.FETCH_FAILED, "firecrawl:no_markdown")
+    title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
+    final = metadata.get("url") or metadata.get("sourceURL") or target
+    return Page(
+        url=final if isinstance(final, str) and final.startswith("https://") else target,
+        status=page_status if isinstance(page_status, int) else 200,
+        content_type="text/markdown",
+        kind="text",
+        title=title or None,
+        text=markdown,
+        word_count=len(_WORD.findall(markdown)),
+        redirect_chain=(target,),
+    )
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - trio.current_time())
+
+
+def _reason(error: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "_", error.lower()).strip("_")[:64] or "error"

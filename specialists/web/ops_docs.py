@@ -1,0 +1,188 @@
+"""Document ops under IN:WEB (seed 004): the announcement board and the File Cabinet.
+
+    TASK REQ:save IN:WEB OUT:ACK
+    FILE_KEY fk_k2n3r5t7v2x4z6b3
+    NOTE "for the tides report"
+
+    STATUS OK
+    SCOPE [memory]
+    DATA saved:fk_k2n3r5t7v2x4z6b3
+    FILE_KEY fk_k2n3r5t7v2x4z6b3
+    PATH cabinet/fk_k2n3r5t7v2x4z6b3.json
+    EXPIRES_AT 2026-12-24T18:00:00Z
+
+``board`` lists the peer's recent fetches (``board.py``), ``save`` stores a held fileKey in the
+cabinet, ``cabinet`` reads one back (paged like fetch), ``write_file`` writes one to a file
+under the exec workspace roots (``workspace.py``). Each task is a turn of the board.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+
+import trio
+
+from csp_web.core.context import OpContext
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result, cite
+from protocol import ErrorCode, Field, Status
+
+from . import cabinet
+from .board import file_lines
+from .fetch_many import announce
+from .filekeys import check, content_of, held, token_estimate
+from .pages import Page
+from .services import WebServices, record_web_op
+from .workspace import check_target
+from .workspace import write_file as write_at
+
+FILE_KEY = FieldSpec("FILE_KEY", required=True, doc="a fileKey from fetch (fk_...)")
+NOTE_MAX_CHARS = 2000
+
+
+async def board(params: Params, ctx: OpContext, services: WebServices) -> Result:
+    """The peer's announcement board: one FILE line per live entry, newest first."""
+    config = services.config.docs.board
+    services.board.turn(ctx.peer, config)
+    listing = services.board.listing(ctx.peer, config)
+    return Result(f"files:{len(listing)}", (), tuple(file_lines(listing)))
+
+
+async def save(params: Params, ctx: OpContext, services: WebServices) -> Result:
+    """Store a held fileKey's content, URL, title and NOTE in the cabinet (30 days)."""
+    key = params.text("FILE_KEY")
+    services.board.turn(ctx.peer, services.config.docs.board)
+    async with record_web_op(ctx, "save", key):
+        page = await held(services, key)
+        config = services.config.docs.cabinet
+        saved = await cabinet.save(ctx.services.outbox, config, page, params.opt_text("NOTE"))
+        fields: list[Field] = [
+            ("FILE_KEY", key),
+            ("PATH", cabinet.path_of(key)),
+            ("SAVED_AT", _iso(saved.saved_at)),
+            ("EXPIRES_AT", _iso(saved.expires_at)),
+            cite(page.url, page.title),
+        ]
+        return Result(f"saved:{key}", ("memory",), tuple(fields))
+
+
+async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) -> Result:
+    """A cabinet entry's content, ``MAX_CHARS`` from ``START`` as fetch pages it; the entry
+    is held and announced again, so fetch FILE_KEY and write_file find it."""
+    key = params.text("FILE_KEY")
+    services.board.turn(ctx.peer, services.config.docs.board)
+    async with record_web_op(ctx, "cabinet", key):
+        saved = await cabinet.load(ctx.services.outbox, services.config.docs.cabinet, key)
+        await announce(ctx, services, saved.page())
+        content, start = saved.content, params.integer("START")
+        if start > len(content):
+            raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
+        end = min(len(content), start + _max_chars(params, services))
+        fields: list[Field] = [("TITLE", saved.title)] if saved.title else []
+        fields += [("URL", saved.url), ("FILE_KEY", key)]
+        fields += [("NOTE", saved.note)] if saved.note else []
+        fields += [
+            ("SAVED_AT", _iso(saved.saved_at)),
+            ("EXPIRES_AT", _iso(saved.expires_at)),
+            ("CONTENT_LENGTH", str(len(content))),
+            ("TOKENS", str(token_estimate(content[start:end]))),
+            ("TRUNCATED", "true" if end < len(content) else "false"),
+        ]
+        status = Status.OK
+        if end < len(content):
+            status = Status.PARTIAL
+            fields += [("NEXT_START", str(end)), ("REMAINING_CHARS", str(len(content) - end))]
+        fields.append(cite(saved.url, saved.title))
+        return Result(content[start:end], ("memory",), tuple(fields), status)
+
+
+async def write_file(params: Params, ctx: OpContext, services: WebServices) -> Result:
+    """Write a fileKey's content (held, else from the cabinet) to PATH under a workspace root."""
+    key, path = params.text("FILE_KEY"), params.text("PATH")
+    check(key)
+    services.board.turn(ctx.peer, services.config.docs.board)
+    async with record_web_op(ctx, "write_file", key):
+        target = check_target(ctx.config.tool.exec.workspace_roots, path)
+        page = await _source(ctx, services, key)
+        data = content_of(page).encode("utf-8")
+        write = functools.partial(
+            write_at,
+            target,
+            data,
+            max_bytes=services.config.docs.cabinet.max_file_bytes,
+            overwrite=params.flag("OVERWRITE"),
+        )
+        real = await trio.to_thread.run_sync(write)
+        fields: list[Field] = [("FILE_KEY", key), ("BYTES", str(len(data)))]
+        fields.append(cite(page.url, page.title))
+        return Result(f"path:{real}", (), tuple(fields))
+
+
+async def _source(ctx: OpContext, services: WebServices, key: str) -> Page:
+    try:
+        return await held(services, key)
+    except OpError as exc:
+        if exc.code is not ErrorCode.UNKNOWN_FILE_KEY:
+            raise
+    config = services.config.docs.cabinet
+    return (await cabinet.load(ctx.services.outbox, config, key)).page()
+
+
+def _max_chars(params: Params, services: WebServices) -> int:
+    limits = services.config.fetch
+    max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
+    if max_chars > limits.max_chars_cap:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_CHARS above {limits.max_chars_cap}")
+    return max_chars
+
+
+def _iso(seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+OPS: list[Op[WebServices]] = [
+    Op("board", "WEB", "BOARD", "web", board, (), doc="the announcement board: recent fetches"),
+    Op(
+        "save",
+        "WEB",
+        "ACK",
+        "web",
+        save,
+        (FILE_KEY, FieldSpec("NOTE", max_chars=NOTE_MAX_CHARS, doc="kept with the entry")),
+        inline="FILE_KEY",
+        doc="keep a fileKey's content in the File Cabinet (Memory Specialist, 30 days)",
+    ),
+    Op(
+        "cabinet",
+        "WEB",
+        "CONTENT",
+        "web",
+        from_cabinet,
+        (
+            FILE_KEY,
+            FieldSpec("MAX_CHARS", "int", minimum=1, doc="as fetch"),
+            FieldSpec("START", "int", default=0, minimum=0, doc="character offset to read from"),
+        ),
+        inline="FILE_KEY",
+        doc="a File Cabinet entry's content, paged by START/MAX_CHARS",
+    ),
+    Op(
+        "write_file",
+        "WEB",
+        "PATH",
+        "web",
+        write_file,
+        (
+            FILE_KEY,
+            FieldSpec(
+                "PATH", required=True, doc="an absolute path under tool.exec.workspace_roots"
+            ),
+            FieldSpec("OVERWRITE", "bool", default=False, doc="replace an existing file"),
+        ),
+        doc="write a fileKey's content to a file in a workspace root",
+    ),
+]

@@ -1,0 +1,176 @@
+"""``REQ:research`` and ``REQ:result`` under IN:WEB: research as a job (seed 001's agent
+run/result; ``research.py`` does the work).
+
+    TASK REQ:research IN:WEB OUT:RESEARCH
+    QUESTION "How do storm surges form?"
+
+    STATUS OK
+    SCOPE []
+    DATA status:running
+    JOB_ID rj_3f9a0c1d2e4b5a6c
+
+    TASK REQ:result IN:WEB OUT:RESEARCH
+    JOB_ID rj_3f9a0c1d2e4b5a6c
+    WAIT_MS 20000
+    INCLUDE_STEPS true
+
+    STATUS OK
+    SCOPE [coast.example,sea.example]
+    DATA status:done,bullets:2,sources:2
+    JOB_ID rj_3f9a0c1d2e4b5a6c
+    QUESTION "How do storm surges form?"
+    METHOD heuristic
+    BULLET "Storm surges add wind-driven water to a spring tide. [1]"
+    BULLET "Low coasts flood when the surge meets high tide. [2]"
+    CITE https://coast.example/surges "Storm surges"
+    CITE https://sea.example/tides "Tides"
+    STEP search "How do storm surges form?" ok ms:41
+    STEP fetch https://coast.example/surges ok ms:120
+
+A bullet's ``[n]`` names the n-th CITE line. ``WAIT_MS`` waits for the job to end within the
+task's deadline; a job still running answers ``DATA status:running``. A failed job answers
+FAIL with its error; a job of another peer, one expired or never made is
+``unknown_research_job``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import work_deadline
+from csp_web.core.errors import FieldError, OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.replies import Result, cite
+from protocol import ErrorCode, Field
+
+from .board import owner
+from .jobs import Job
+from .research import start_job
+from .search import domain
+from .services import WebServices
+
+QUESTION_MAX_CHARS = 400  # a search query's cap (Brave's q)
+
+
+async def research(params: Params, ctx: OpContext, services: WebServices) -> Result:
+    """Start a research job for QUESTION; the reply names it (JOB_ID)."""
+    config = services.config.docs.research
+    sources = params.opt_integer("MAX_SOURCES") or config.default_sources
+    bullets = params.opt_integer("MAX_BULLETS") or config.default_bullets
+    if sources > config.max_sources:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_SOURCES above {config.max_sources}")
+    if bullets > config.max_bullets:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_BULLETS above {config.max_bullets}")
+    services.board.turn(ctx.peer, services.config.docs.board)
+    question = " ".join(params.text("QUESTION").split())
+    job = start_job(
+        services,
+        ctx.services.outbox,
+        owner(ctx.peer),
+        question,
+        sources=sources,
+        bullets=bullets,
+    )
+    return Result("status:running", (), (("JOB_ID", job.job_id),))
+
+
+async def result(params: Params, ctx: OpContext, services: WebServices) -> Result:
+    """The job's status, or its answer once done; FAIL with its error once failed."""
+    services.board.turn(ctx.peer, services.config.docs.board)
+    config = services.config.docs.research
+    job = services.jobs.get(params.text("JOB_ID"), owner(ctx.peer), config)
+    wait_ms = params.integer("WAIT_MS")
+    if wait_ms:
+        with trio.move_on_at(min(trio.current_time() + wait_ms / 1000, work_deadline())):
+            await job.done.wait()
+    steps = _steps(job) if params.flag("INCLUDE_STEPS") else []
+    if job.status == "running":
+        return Result("status:running", (), (("JOB_ID", job.job_id), *steps))
+    if job.error is not None:
+        error = job.error
+        own = error.code is ErrorCode.RESEARCH_FAILED
+        detail = error.detail if own else f"{error.code}:{error.detail}"
+        raise OpError(
+            ErrorCode.RESEARCH_FAILED,
+            detail,
+            fields=(("JOB_ID", job.job_id), ("JOB_STATUS", job.status), *steps),
+        )
+    return _answer(job, steps)
+
+
+def _answer(job: Job, steps: list[Field]) -> Result:
+    fields: list[Field] = [("JOB_ID", job.job_id), ("QUESTION", job.question)]
+    fields.append(("METHOD", job.method))
+    if job.model_error is not None:
+        fields.append(("MODEL_ERROR", job.model_error))
+    for text, numbers in job.answer:
+        fields.append(("BULLET", f"{text} {''.join(f'[{n}]' for n in numbers)}"))
+    fields += [cite(url, title) for url, title in job.citations]
+    scope = tuple(dict.fromkeys(domain(url) for url, _ in job.citations))
+    data = f"status:done,bullets:{len(job.answer)},sources:{len(job.citations)}"
+    return Result(data, scope, (*fields, *steps))
+
+
+def _steps(job: Job) -> list[Field]:
+    """``STEP <kind> <target> <outcome> ms:<n>``; a search's target is its quoted query."""
+    lines: list[Field] = []
+    for step in job.steps:
+        target = (
+            json.dumps(step.target, ensure_ascii=False) if step.kind != "fetch" else step.target
+        )
+        lines.append(("STEP", f"{step.kind} {target} {step.outcome} ms:{step.elapsed_ms}"))
+    return lines
+
+
+OPS: list[Op[WebServices]] = [
+    Op(
+        "research",
+        "WEB",
+        "RESEARCH",
+        "web",
+        research,
+        (
+            FieldSpec(
+                "QUESTION", required=True, max_chars=QUESTION_MAX_CHARS, doc="what to find out"
+            ),
+            FieldSpec(
+                "MAX_SOURCES",
+                "int",
+                minimum=1,
+                doc="pages to read: default research.default_sources (3), at most max_sources (5)",
+            ),
+            FieldSpec(
+                "MAX_BULLETS",
+                "int",
+                minimum=1,
+                doc="default research.default_bullets (5), at most research.max_bullets (10)",
+            ),
+        ),
+        inline="QUESTION",
+        doc="start a research job: search, read the best sources, answer in cited bullets",
+    ),
+    Op(
+        "result",
+        "WEB",
+        "RESEARCH",
+        "web",
+        result,
+        (
+            FieldSpec("JOB_ID", required=True, doc="from research"),
+            FieldSpec("INCLUDE_STEPS", "bool", default=False, doc="add each search and fetch"),
+            FieldSpec(
+                "WAIT_MS",
+                "int",
+                default=0,
+                minimum=0,
+                doc="wait this long for the job to end (within TIMEOUT_MS)",
+            ),
+        ),
+        inline="JOB_ID",
+        doc="a research job's status, or its bullets and citations",
+    ),
+]

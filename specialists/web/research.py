@@ -1,0 +1,209 @@
+"""Research jobs (seed 001's agent run/result): search, read the best sources concurrently,
+answer in bullets that cite them.
+
+    job = jobs.start(services, owner, question, sources=3, bullets=5)   # runs in the background
+    await jobs.wait(job, until)                                          # or read job.status
+
+A job searches (the search cache and backend chain, as ``REQ:search``), loads the top sources
+at once through ``pages.load_page`` (the guard, robots.txt, the fetch cache and bucket), then
+writes bullets: with ``research.llm_base_url`` set, an OpenAI-compatible chat model writes them
+from the sources' text (``max_tokens`` and ``llm_timeout_s`` bound it); without one, or when
+the model fails, they are the sources' most relevant sentences (``heuristic``, as seed 001's
+web_summarize names it). Every bullet ends with the numbers of the sources it rests on, ``[1]``;
+the numbers are the positions in the citation list. Each search and fetch is a step with its
+outcome and time.
+
+Jobs live in the daemon's memory: each for ``research.job_ttl_s`` after it ends, at most
+``research.max_jobs`` at once, each bounded by ``research.job_timeout_s``; at shutdown the
+running ones are cancelled, and each ends with status ``cancelled`` (logged, and its web_op
+record written).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import time
+
+import trio
+
+from csp_web.core.errors import OpError
+from csp_web.core.ports import Outbound
+from csp_web.core.records import json_record, make_write
+from protocol import ErrorCode
+
+from .filekeys import content_of
+from .firecrawl import load as load_through_backends
+from .jobs import Job, Step
+from .research_llm import LlmFailure, Source, write_with_model
+from .search import SearchQuery
+from .services import WebServices
+from .summarize import clip, summarize_extractive
+
+log = logging.getLogger("csp_web.web.research")
+
+_WORD = re.compile(r"\w+")
+
+
+def start_job(
+    services: WebServices,
+    outbox: Outbound,
+    owner: str,
+    question: str,
+    *,
+    sources: int,
+    bullets: int,
+) -> Job:
+    """Start researching ``question`` for ``owner``; see ``ResearchJobs.start`` for errors."""
+    config = services.config.docs.research
+    run = functools.partial(_run, services, outbox)
+    return services.jobs.start(config, owner, question, run, sources=sources, bullets=bullets)
+
+
+async def _run(services: WebServices, outbox: Outbound, job: Job) -> None:
+    config = services.config.docs.research
+    wall = time.monotonic()
+    try:
+        with trio.fail_after(config.job_timeout_s):
+            await _research(services, job, trio.current_time() + config.job_timeout_s)
+        job.status = "done"
+    except trio.TooSlowError:
+        job.status, job.error = "failed", OpError(ErrorCode.RESEARCH_FAILED, "timeout")
+    except OpError as exc:
+        job.status, job.error = "failed", exc
+    except Exception:  # a bug: the job ends failed, the daemon goes on
+        log.exception("research job %s failed", job.job_id)
+        job.status, job.error = "failed", OpError(ErrorCode.INTERNAL_ERROR, job.job_id)
+    except trio.Cancelled:
+        job.status = "cancelled"
+        job.error = OpError(ErrorCode.SHUTTING_DOWN, "research job cancelled")
+        log.info("research job %s cancelled at shutdown", job.job_id)
+        raise
+    finally:
+        job.ended = trio.current_time()
+        job.done.set()
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            await _record(outbox, job, time.monotonic() - wall)
+
+
+async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
+    """The job's web_op record: question, final status, method and source count."""
+    outcome = "OK" if job.error is None else f"FAIL {job.error.code}"
+    record = json_record(
+        op="research",
+        target=job.question,
+        outcome=outcome,
+        status=job.status,
+        job_id=job.job_id,
+        method=job.method,
+        sources=len(job.citations),
+        duration_ms=round(elapsed_s * 1000, 3),
+    )
+    try:
+        await outbox.put(make_write("web", "web_op", "web-ops", record, suffix=".json"))
+    except OpError as exc:
+        log.warning("research job %s: its record was not kept (%s)", job.job_id, exc.code)
+
+
+async def _research(services: WebServices, job: Job, deadline: float) -> None:
+    from .ops_search import Asked, ask  # the op module owns the search cache's shape
+
+    asked = Asked(SearchQuery(job.question, min(job.sources * 2, 10)))
+    began = time.monotonic()
+    await ask(services, asked, False, deadline)
+    outcome = "ok" if asked.error is None else f"{asked.error.code}:{asked.error.detail}"
+    job.steps.append(Step("search", job.question, outcome, _ms(began)))
+    if asked.error is not None:
+        raise OpError(ErrorCode.RESEARCH_FAILED, f"search: {asked.error.detail}")
+    assert asked.answer is not None
+    urls = [hit.url for hit in asked.answer.hits]
+    sources = await _read_sources(services, job, urls, deadline)
+    if not sources:
+        raise OpError(ErrorCode.RESEARCH_FAILED, "no source could be read")
+    job.citations = tuple((source.url, source.title) for source in sources)
+    await _answer(services, job, sources, deadline)
+
+
+async def _read_sources(
+    services: WebServices, job: Job, urls: list[str], deadline: float
+) -> list[Source]:
+    """The first ``job.sources`` URLs that load with text, loaded concurrently; further
+    URLs stand in for ones that fail."""
+    limit = services.config.docs.research.max_source_chars
+    read: dict[str, Source] = {}
+    for start in range(0, len(urls), job.sources):
+        wanted = job.sources - len(read)
+        batch = urls[start : start + wanted]
+        if wanted <= 0 or not batch:
+            break
+        async with trio.open_nursery() as nursery:
+            for url in batch:
+                nursery.start_soon(_read_one, services, job, url, deadline, read, limit)
+    return [read[url] for url in urls if url in read][: job.sources]
+
+
+async def _read_one(
+    services: WebServices,
+    job: Job,
+    url: str,
+    deadline: float,
+    read: dict[str, Source],
+    limit: int,
+) -> None:
+    began = time.monotonic()
+    try:
+        page = await load_through_backends(services, url, no_cache=False, deadline=deadline)
+    except OpError as exc:
+        job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
+        return
+    text = content_of(page) if page.kind in ("html", "text") else ""
+    if not text.strip():
+        job.steps.append(Step("fetch", url, "unsupported_content:no text", _ms(began)))
+        return
+    job.steps.append(Step("fetch", url, "ok", _ms(began)))
+    read[url] = Source(page.url, page.title, text[:limit])
+
+
+async def _answer(services: WebServices, job: Job, sources: list[Source], deadline: float) -> None:
+    config = services.config.docs.research
+    if config.llm_base_url is not None:
+        began = time.monotonic()
+        try:
+            job.answer = await write_with_model(
+                services.client, config, job.question, sources, job.bullets, deadline=deadline
+            )
+            job.method = "llm"
+            job.steps.append(Step("model", config.llm_model, "ok", _ms(began)))
+            return
+        except LlmFailure as failure:
+            job.model_error = failure.reason
+            job.steps.append(Step("model", config.llm_model, failure.reason, _ms(began)))
+    make = functools.partial(heuristic_answer, job.question, sources, job.bullets)
+    job.answer = await trio.to_thread.run_sync(make, abandon_on_cancel=True)
+    job.method = "heuristic"
+
+
+def heuristic_answer(
+    question: str, sources: list[Source], bullets: int
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each source's best sentences (the extractive summariser's), the ones sharing most
+    words with the question first, taken in turn from the sources; deterministic."""
+    terms = {word.lower() for word in _WORD.findall(question) if len(word) > 2}
+    per_source: list[list[str]] = []
+    for source in sources:
+        picked = summarize_extractive(source.text, bullets)
+        ranked = sorted(picked, key=lambda s: -len(terms & {w.lower() for w in _WORD.findall(s)}))
+        per_source.append(ranked)
+    answer: list[tuple[str, tuple[int, ...]]] = []
+    seen: set[str] = set()
+    for depth in range(bullets):
+        for number, ranked in enumerate(per_source, 1):
+            if depth < len(ranked) and len(answer) < bullets and ranked[depth] not in seen:
+                seen.add(ranked[depth])
+                answer.append((clip(ranked[depth]), (number,)))
+    return tuple(answer)
+
+
+def _ms(began: float) -> int:
+    return round((time.monotonic() - began) * 1000)

@@ -1,0 +1,117 @@
+"""Perplexity as a search backend (seed 004's webSearch), keyed by a Bearer token.
+
+Two of its APIs answer, told apart by the configured URL's path:
+
+    POST https://api.perplexity.ai/search   {"query", "max_results"}
+    -> {"id", "results": [{"title", "url", "snippet", "date", "last_updated"}]}
+
+    POST <base>/chat/completions   {"model": "sonar", "messages": [...]}
+    -> {"choices": [...], "search_results": [{"title", "url", "date", "snippet"?}],
+        "citations": ["https://...", ...]}
+
+The Search API's results are the hits, in its order. A chat answer's ``search_results``
+become hits, and its ``citations`` (URLs only) the ones they lack, titled by their host.
+Errors come as ``{"error": {"message", "type", "code"}}``; the type becomes the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from typing import Any
+
+from csp_web.net import FetchResult
+
+from .base import (
+    Backend,
+    BackendFailure,
+    Hit,
+    HttpRequest,
+    SearchQuery,
+    clean_text,
+    reason_code,
+    status_failure,
+)
+
+DEFAULT_BASE_URL = "https://api.perplexity.ai/search"
+CHAT_MODEL = "sonar"
+MAX_RESULTS = 20  # the Search API's max_results cap
+_RECENCY = {"pd": "day", "pw": "week", "pm": "month", "py": "year"}
+
+
+def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
+    """A JSON POST to the Search API, or to chat completions when ``base_url`` ends so."""
+    body: dict[str, Any]
+    if _is_chat(base_url):
+        body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": query.text}]}
+    else:
+        body = {"query": query.text, "max_results": min(MAX_RESULTS, 2 * query.count)}
+    if query.freshness:
+        body["search_recency_filter"] = _RECENCY[query.freshness]
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {key or ''}",
+    }
+    return HttpRequest(
+        base_url,
+        method="POST",
+        headers=headers,
+        content=json.dumps(body).encode(),
+        secret_headers=("Authorization",),
+    )
+
+
+def parse(result: FetchResult) -> list[Hit]:
+    """The hits of a 200 answer; an error answer becomes a BackendFailure."""
+    try:
+        document = json.loads(result.body)
+    except ValueError:
+        if result.status_code == 200:
+            raise BackendFailure("bad_response", "Perplexity answered with no JSON") from None
+        raise status_failure(result) from None
+    if result.status_code != 200:
+        raise _error(result, document)
+    if not isinstance(document, dict):
+        raise BackendFailure("bad_response", "not a Perplexity response")
+    if isinstance(document.get("results"), list):
+        return _hits(document["results"])
+    if "choices" in document:
+        return _chat_hits(document)
+    raise BackendFailure("bad_response", "not a Perplexity search or chat response")
+
+
+def _hits(items: list[Any]) -> list[Hit]:
+    return [
+        Hit(item["url"], clean_text(item.get("title")), clean_text(item.get("snippet")))
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("url"), str)
+    ]
+
+
+def _chat_hits(document: dict[str, Any]) -> list[Hit]:
+    results = document.get("search_results")
+    hits = _hits(results) if isinstance(results, list) else []
+    known = {hit.url for hit in hits}
+    citations = document.get("citations")
+    for url in citations if isinstance(citations, list) else []:
+        if isinstance(url, str) and url not in known:
+            known.add(url)
+            hits.append(Hit(url, urllib.parse.urlsplit(url).hostname or url, ""))
+    return hits
+
+
+def _error(result: FetchResult, document: Any) -> BackendFailure:
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("type"), str):
+        return BackendFailure(
+            reason_code(error["type"]), clean_text(error.get("message"), markup=False)
+        )
+    return status_failure(result)
+
+
+def _is_chat(base_url: str) -> bool:
+    return urllib.parse.urlsplit(base_url).path.rstrip("/").endswith("/chat/completions")
+
+
+BACKEND = Backend("perplexity", DEFAULT_BASE_URL, needs_key=True, build=build, parse=parse)

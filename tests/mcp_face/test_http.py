@@ -1,0 +1,117 @@
+"""The MCP face over streamable HTTP, on a loopback port and on a Unix socket, driven by the
+SDK's own client (``streamable_http_client``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import httpx2
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from csp_web.config import Config
+from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
+
+from .conftest import PAGE_TITLE, WAIT_S, WebDaemon, face_command, face_env
+
+
+@asynccontextmanager
+async def running_face(daemon: WebDaemon, http: str) -> AsyncIterator[str]:
+    """The face, in this process, a client of ``daemon``, serving HTTP at ``http``; yields
+    where it listens."""
+    options = FaceOptions(socket_path=daemon.socket_path, http=http)
+    async with trio.open_nursery() as nursery:
+        where = await nursery.start(serve_mcp_face, Config(), options)
+        yield where
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def http_client(where: str) -> AsyncIterator[Client]:
+    """The SDK's client of the face listening at ``where`` (a URL or ``unix:<path>``)."""
+    async with AsyncExitStack() as stack:
+        if where.startswith("unix:"):
+            transport = httpx2.AsyncHTTPTransport(uds=where.removeprefix("unix:"))
+            http = await stack.enter_async_context(httpx2.AsyncClient(transport=transport))
+            streams = streamable_http_client("http://localhost/mcp", http_client=http)
+        else:
+            streams = streamable_http_client(where)
+        yield await stack.enter_async_context(Client(streams))
+
+
+async def _fetch_title(client: Client, url: str) -> str:
+    result = await client.call_tool("web_fetch", {"url": url})
+    assert isinstance(result, CallToolResult)
+    assert not result.is_error
+    assert result.structured_content is not None
+    title: str = result.structured_content["TITLE"]
+    return title
+
+
+async def test_http_on_a_loopback_port_lists_and_calls_the_tools(web_daemon: WebDaemon) -> None:
+    with trio.fail_after(WAIT_S):
+        async with running_face(web_daemon, "0") as where, http_client(where) as client:
+            listed = await client.list_tools()
+            title = await _fetch_title(client, web_daemon.url())
+    assert where.startswith("http://127.0.0.1:")
+    assert where.endswith("/mcp")
+    assert "web_fetch" in [tool.name for tool in listed.tools]
+    assert title == PAGE_TITLE
+    assert [r["op"] for r in web_daemon.records("web_op")] == ["fetch"]
+
+
+async def test_http_on_a_unix_socket_lists_and_calls_the_tools(
+    web_daemon: WebDaemon, sock_dir: str
+) -> None:
+    path = os.path.join(sock_dir, "mcp", "face.sock")
+    with trio.fail_after(WAIT_S):
+        async with running_face(web_daemon, path) as where, http_client(where) as client:
+            mode = os.stat(path).st_mode & 0o777
+            listed = await client.list_tools()
+            title = await _fetch_title(client, web_daemon.url())
+    assert (where, mode) == (f"unix:{path}", 0o600)
+    assert "web_fetch" in [tool.name for tool in listed.tools]
+    assert title == PAGE_TITLE
+
+
+async def test_http_refuses_other_paths_and_foreign_hosts(web_daemon: WebDaemon) -> None:
+    with trio.fail_after(WAIT_S):
+        async with running_face(web_daemon, "0") as where, httpx2.AsyncClient() as http:
+            other = await http.get(where.removesuffix("/mcp") + "/other")
+            foreign = await http.post(
+                where,
+                headers={"host": "evil.example", "content-type": "application/json"},
+                content=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+            )
+    assert other.status_code == 404
+    assert foreign.status_code == 421  # the SDK's DNS-rebinding check on Host
+
+
+async def test_the_http_face_process_prints_its_url_and_stops_on_sigterm(
+    web_daemon: WebDaemon,
+) -> None:
+    command, argv = face_command("--socket", web_daemon.socket_path, "--http", "0")
+    process = await trio.lowlevel.open_process(
+        [command, *argv], stdout=subprocess.PIPE, env={**os.environ, **face_env()}
+    )
+    assert process.stdout is not None
+    try:
+        with trio.fail_after(WAIT_S):
+            printed = b""
+            while not printed.endswith(b"\n"):
+                printed += await process.stdout.receive_some(256)
+            async with http_client(printed.decode().strip()) as client:
+                listed = await client.list_tools()
+            process.send_signal(signal.SIGTERM)
+            code = await process.wait()
+    finally:
+        process.kill()
+        await process.stdout.aclose()
+    assert len(listed.tools) == 6
+    assert code == 0

@@ -1,0 +1,159 @@
+"""Tool calls as tasks and replies as tool results: PARTIAL and FAIL say what is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from csp_web.core.compose import op_table
+from csp_web.mcp_face.results import (
+    ArgumentError,
+    ToolOutcome,
+    outcome_of,
+    refused,
+    task_for,
+)
+from csp_web.mcp_face.tools import ToolSpec, tool_spec
+from protocol import ErrorCode, Reply, Status, Task
+from specialists.tool import TOOL
+from specialists.web import WEB
+
+
+def tool(req: str) -> ToolSpec:
+    (entry,) = [op.describe() for op in op_table((WEB, TOOL)) if op.req == req]
+    return tool_spec(entry, max_timeout_ms=600_000)
+
+
+def test_arguments_become_fields_spelled_as_on_the_wire() -> None:
+    task = task_for(
+        tool("fetch"),
+        {"url": "https://a.test/x", "max_chars": 50, "no_cache": True, "timeout_ms": 900},
+    )
+    assert task == Task(
+        "fetch",
+        "WEB",
+        "CONTENT",
+        None,
+        (
+            ("URL", "https://a.test/x"),
+            ("MAX_CHARS", "50"),
+            ("NO_CACHE", "true"),
+            ("TIMEOUT_MS", "900"),
+        ),
+    )
+
+
+def test_a_repeatable_argument_repeats_its_field_and_json_travels_compact() -> None:
+    task = task_for(
+        tool("api"),
+        {"endpoint": "x:/y", "headers": ["A:1", "B:2"], "payload": {"k": [1, "é"]}, "method": None},
+    )
+    assert task.fields == (
+        ("ENDPOINT", "x:/y"),
+        ("HEADERS", "A:1"),
+        ("HEADERS", "B:2"),
+        ("PAYLOAD", '{"k":[1,"é"]}'),
+    )
+
+
+def test_an_unknown_argument_is_unknown_field() -> None:
+    with pytest.raises(ArgumentError) as caught:
+        task_for(tool("fetch"), {"url": "https://a.test/", "URL": "https://b.test/"})
+    assert (caught.value.code, caught.value.detail) == (ErrorCode.UNKNOWN_FIELD, "URL")
+
+
+def test_a_list_for_a_single_field_is_invalid_field() -> None:
+    with pytest.raises(ArgumentError) as caught:
+        task_for(tool("fetch"), {"url": ["https://a.test/"]})
+    assert (caught.value.code, caught.value.detail) == (
+        ErrorCode.INVALID_FIELD,
+        "url takes one value",
+    )
+
+
+def test_a_wrongly_typed_scalar_is_passed_on_for_the_daemon_to_judge() -> None:
+    task = task_for(tool("fetch"), {"url": "https://a.test/", "max_chars": "many"})
+    assert task.fields[1] == ("MAX_CHARS", "many")  # the daemon answers invalid_field
+
+
+def test_an_ok_reply_is_its_data_then_its_fields_and_structured_content() -> None:
+    reply = Reply(
+        Status.OK,
+        (
+            ("ID", "c1-1"),
+            ("SCOPE", "[a.test]"),
+            ("DATA", "# Title\n\nBody"),
+            ("TITLE", "Title"),
+            ("CITE", 'https://a.test/ "Title"'),
+        ),
+    )
+    assert outcome_of(tool("fetch"), reply) == ToolOutcome(
+        '# Title\n\nBody\n\nSCOPE [a.test]\nTITLE Title\nCITE https://a.test/ "Title"',
+        {
+            "STATUS": "OK",
+            "SCOPE": "[a.test]",
+            "DATA": "# Title\n\nBody",
+            "TITLE": "Title",
+            "CITE": ['https://a.test/ "Title"'],
+        },
+        False,
+    )
+
+
+def test_a_truncated_fetch_says_the_next_start_to_pass() -> None:
+    reply = Reply(
+        Status.PARTIAL,
+        (("SCOPE", "[a.test]"), ("DATA", "abc"), ("NEXT_START", "3"), ("REMAINING_CHARS", "7")),
+    )
+    outcome = outcome_of(tool("fetch"), reply)
+    assert outcome.text == (
+        "abc\n\nSCOPE [a.test]\nNEXT_START 3\nREMAINING_CHARS 7\n\n"
+        "TRUNCATED: 7 more characters; call web_fetch again with start=3 for the rest."
+    )
+    assert outcome.structured["STATUS"] == "PARTIAL"
+    assert outcome.structured["NEXT_START"] == "3"
+    assert not outcome.is_error
+
+
+def test_a_partial_without_a_next_start_says_part_is_missing() -> None:
+    reply = Reply(Status.PARTIAL, (("SCOPE", "[]"), ("DATA", "url:https://a.test/")))
+    assert outcome_of(tool("search"), reply).text.endswith(
+        "\n\nPARTIAL: only part of what was asked; the fields above say what is missing."
+    )
+
+
+def test_a_fail_is_an_error_result_with_its_code_and_detail() -> None:
+    reply = Reply(
+        Status.FAIL,
+        (("SCOPE", "[a.test]"), ("DATA", "none"), ("ERROR", "fetch_failed:status 503")),
+    )
+    assert outcome_of(tool("fetch"), reply) == ToolOutcome(
+        "ERROR fetch_failed:status 503\n\nSCOPE [a.test]",
+        {"STATUS": "FAIL", "SCOPE": "[a.test]", "DATA": "none", "ERROR": "fetch_failed:status 503"},
+        True,
+    )
+
+
+def test_a_rate_limit_says_when_to_retry() -> None:
+    reply = Reply(
+        Status.FAIL,
+        (
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", "rate_limited:search"),
+            ("RETRY_AFTER", "12"),
+        ),
+    )
+    outcome = outcome_of(tool("search"), reply)
+    assert outcome.is_error
+    assert outcome.text == (
+        "ERROR rate_limited:search\n\nSCOPE []\nRETRY_AFTER 12\n\nRATE LIMITED: retry after 12 s."
+    )
+    assert outcome.structured["RETRY_AFTER"] == "12"
+
+
+def test_a_refusal_by_the_face_reads_as_a_daemon_fail() -> None:
+    assert refused(ErrorCode.UNKNOWN_OP, "web_nope") == ToolOutcome(
+        "ERROR unknown_op:web_nope",
+        {"STATUS": "FAIL", "SCOPE": "mcp", "DATA": "none", "ERROR": "unknown_op:web_nope"},
+        True,
+    )

@@ -1,0 +1,51 @@
+"""The MCP server's own refusals, through the SDK's in-process client: a tool it does not
+have, and a daemon connection that has closed."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+
+from csp_web.core.client import open_stream_client
+from csp_web.core.compose import op_table
+from csp_web.mcp_face.server import build_server
+from csp_web.mcp_face.tools import build_tools
+from specialists.web import WEB
+
+WAIT_S = 10.0
+
+
+async def _call_with_closed_daemon(name: str) -> CallToolResult:
+    tools = build_tools(
+        [op.describe() for op in op_table((WEB,))],
+        exec_configured=False,
+        max_timeout_ms=1000,
+    )
+    ours, theirs = trio.testing.memory_stream_pair()
+    await theirs.aclose()  # the daemon is gone
+    with trio.fail_after(WAIT_S):
+        async with open_stream_client(ours) as daemon:
+            server = build_server(daemon, tools, max_timeout_ms=1000)
+            async with Client(server) as client:
+                result = await client.call_tool(name, {"url": "https://a.test/"})
+    assert isinstance(result, CallToolResult)
+    return result
+
+
+async def test_a_tool_the_face_does_not_have_is_an_unknown_op_error_result() -> None:
+    result = await _call_with_closed_daemon("sys_ping")
+    assert result.is_error
+    assert result.content == [TextContent(text="ERROR unknown_op:sys_ping")]
+
+
+async def test_a_closed_daemon_connection_is_a_not_available_error_result() -> None:
+    result = await _call_with_closed_daemon("web_fetch")
+    assert result.is_error
+    assert result.structured_content == {
+        "STATUS": "FAIL",
+        "SCOPE": "mcp",
+        "DATA": "none",
+        "ERROR": "not_available:the csp-web daemon connection is closed",
+    }

@@ -1,0 +1,145 @@
+"""Tools from the op table: one per op outside IN:SYS, input schemas from the field specs
+(the same ``describe()`` entries REQ:ops prints and docs/ops.md renders)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from csp_web.core.compose import op_table
+from csp_web.mcp_face.tools import ToolTableError, build_tools, parse_op_table, tool_spec
+from protocol import Reply, Status
+from specialists.tool import TOOL
+from specialists.web import WEB
+
+MAX_MS = 600_000
+
+
+def entries() -> list[dict[str, Any]]:
+    return [op.describe() for op in op_table((WEB, TOOL))]
+
+
+def entry(req: str) -> dict[str, Any]:
+    (found,) = [e for e in entries() if e["req"] == req]
+    return found
+
+
+def test_every_op_but_the_sys_ops_and_unconfigured_exec_is_a_tool() -> None:
+    tools = build_tools(entries(), exec_configured=False, max_timeout_ms=MAX_MS)
+    assert [t.name for t in tools] == [
+        "tool_cron",
+        "tool_mcp",
+        "web_api",
+        "web_fetch",
+        "web_meta",
+        "web_resolve",
+        "web_search",
+        "web_summarize",
+    ]
+
+
+def test_exec_is_a_tool_only_when_the_daemon_has_it_configured() -> None:
+    tools = build_tools(entries(), exec_configured=True, max_timeout_ms=MAX_MS)
+    assert "shell_exec" in [t.name for t in tools]
+    with pytest.raises(ToolTableError, match="no tool named shell_exec"):
+        build_tools(
+            entries(), selected=["shell_exec"], exec_configured=False, max_timeout_ms=MAX_MS
+        )
+
+
+def test_selection_exposes_only_the_named_tools_in_the_order_given() -> None:
+    tools = build_tools(
+        entries(), selected=["web_search", "web_fetch"], exec_configured=False, max_timeout_ms=1
+    )
+    assert [t.name for t in tools] == ["web_search", "web_fetch"]
+
+
+def test_selecting_an_unknown_or_internal_tool_is_an_error_naming_it() -> None:
+    with pytest.raises(ToolTableError, match="no tool named sys_ping"):
+        build_tools(entries(), selected=["sys_ping"], exec_configured=True, max_timeout_ms=1)
+
+
+def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
+    tool = tool_spec(entry("fetch"), max_timeout_ms=MAX_MS)
+    assert (tool.req, tool.domain, tool.out) == ("fetch", "WEB", "CONTENT")
+    assert tool.description == (
+        "A page's readable content, paged by START/MAX_CHARS. CSP/1: REQ:fetch IN:WEB."
+    )
+    assert tool.input_schema == {
+        "type": "object",
+        "properties": {
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "description": "an https URL (inline text fills it)",
+            },
+            "extract": {"type": "string", "enum": ["text", "json", "html"], "default": "text"},
+            "max_chars": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "default fetch.default_max_chars (8000), at most "
+                "fetch.max_chars_cap",
+            },
+            "start": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 0,
+                "description": "character offset to read from",
+            },
+            "no_cache": {
+                "type": "boolean",
+                "default": False,
+                "description": "download even when cached",
+            },
+            "timeout_ms": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_MS,
+                "description": "the task's deadline in milliseconds (default: the daemon's)",
+            },
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    }
+
+
+def test_a_repeatable_field_is_an_array_and_a_json_field_an_object() -> None:
+    properties = tool_spec(entry("api"), max_timeout_ms=MAX_MS).input_schema["properties"]
+    assert properties["headers"] == {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "one Name:value per line; no credentials or Host",
+    }
+    assert properties["payload"] == {
+        "type": "object",
+        "description": "JSON request body (not with GET)",
+    }
+    assert properties["endpoint"]["maxLength"] == 2048
+
+
+def test_an_op_declaring_its_own_timeout_keeps_its_bounds() -> None:
+    properties = tool_spec(entry("exec"), max_timeout_ms=5).input_schema["properties"]
+    assert properties["timeout_ms"] == {"type": "integer", "minimum": 1, "maximum": 600_000}
+
+
+def test_the_op_table_is_read_from_an_ops_reply() -> None:
+    reply = Reply(
+        Status.OK,
+        (("SCOPE", "sys"), ("DATA", "ops:1"), ("OP", '{"req":"fetch","in":"WEB","out":"CONTENT"}')),
+    )
+    assert parse_op_table(reply) == [{"req": "fetch", "in": "WEB", "out": "CONTENT"}]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (("ERROR", "busy:web"),),
+        (("OP", "not json"),),
+        (("OP", '{"req":"fetch"}'),),
+    ],
+)
+def test_a_reply_that_is_no_op_table_is_an_error(fields: tuple[tuple[str, str], ...]) -> None:
+    status = Status.FAIL if fields[0][0] == "ERROR" else Status.OK
+    with pytest.raises(ToolTableError):
+        parse_op_table(Reply(status, fields))
