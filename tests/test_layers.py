@@ -58,15 +58,8 @@ PUBLIC_CORE = frozenset(
     }
 )
 
-KNOWN: frozenset[str] = frozenset(
-    {
-        # From main's node work (issue 11), merged after the refactor: the link types its hub
-        # under TYPE_CHECKING, and the node link and reference agent answer frames themselves.
-        "cycle: specialists.node.hub, specialists.node.link",
-        "reply: specialists.node.agent calls fail_reply(",
-        "reply: specialists.node.link calls fail_reply(",
-    }
-)
+KNOWN: frozenset[str] = frozenset()
+OWN_SERVERS = ("csp_web.memory.sink.", "specialists.node.link", "specialists.node.agent")
 
 
 @dataclass(frozen=True)
@@ -244,9 +237,11 @@ def test_only_core_replies_builds_a_reply_frame() -> None:
         calls = set(_calls(name))
         if "Reply" in calls and name != "csp_web.core.replies":
             found.add(f"reply: {name} builds Reply(")
-        # The reference Memory Specialist is a server of its own (not a daemon): its lean
-        # loop is its one exception-to-reply place, with core's fail_reply.
-        own_server = name.startswith("csp_web.memory.sink.")
+        # Endpoints with a connection loop of their own, for other peers than the daemon's
+        # clients: the reference Memory Specialist, a node link (a paired node's frames) and
+        # the reference node. Each loop is its one exception-to-reply place, with core's
+        # fail_reply; the daemon's tasks are answered only by core.dispatch.
+        own_server = name.startswith(OWN_SERVERS)
         if "fail_reply" in calls and layer(name)[1] != "core" and not own_server:
             found.add(f"reply: {name} calls fail_reply(")
     _check(found, "reply")

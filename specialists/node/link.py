@@ -14,10 +14,11 @@ import itertools
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
+from csp_web.config.nodes import NodesConfig
 from csp_web.core.errors import OpError
 from csp_web.core.replies import Result, fail_reply, ok_reply
 from protocol import (
@@ -35,8 +36,18 @@ from protocol import (
 from .results import MediaAssembly
 from .wire import DOMAIN, LINK_OPS, RESULT, Hello, decode_chunk
 
-if TYPE_CHECKING:
-    from .hub import NodeHub
+
+class LinkHub(Protocol):
+    """What a link needs of the hub (``hub.NodeHub``): its settings, and the hand-offs of a
+    link's hello, pairing request and end. A Protocol, so the link does not import the hub
+    that imports it."""
+
+    config: NodesConfig
+
+    async def on_hello(self, link: NodeLink, task: Task) -> Result: ...
+    def on_pair(self, link: NodeLink, task: Task) -> Result: ...
+    def detach(self, link: NodeLink) -> None: ...
+
 
 log = logging.getLogger("csp_web.nodes")
 _RECEIVE_BYTES = 65536
@@ -59,7 +70,7 @@ class NodeLink:
     """One node connection; ``source`` names its peer for the attempt limiter (``uid:N``,
     ``ip:A``). ``name`` and ``hello`` are set once the node is known (hello or approval)."""
 
-    def __init__(self, stream: trio.abc.Stream, hub: NodeHub, source: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, hub: LinkHub, source: str) -> None:
         self.stream = stream
         self.hub = hub
         self.source = source
