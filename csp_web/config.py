@@ -14,6 +14,7 @@ from typing import Literal
 
 from .config_exec import ExecConfig, daemon_paths, refuse_private_workspaces
 from .config_mcp import McpConfig
+from .config_redis import RedisConfig
 from .net.config import GuardConfig
 
 
@@ -261,6 +262,7 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     web: WebConfig = field(default_factory=WebConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
 
     def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
         refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))

@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from csp_web.cache import Cache, open_cache
 from csp_web.config import Config, WebConfig
 from csp_web.context import OpContext
 from csp_web.errors import OpError
 from csp_web.memory import json_record
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
 from csp_web.ratelimit import Rate, RateLimits
+from csp_web.redis_cache import ResponseCache, open_response_cache
+from csp_web.redis_link import RedisLink
 
 
 @dataclass
@@ -29,9 +30,10 @@ class WebServices:
 
     config: WebConfig
     client: GuardedClient
-    cache: Cache
+    cache: ResponseCache
     limits: RateLimits
     state_dir: str
+    redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
@@ -68,6 +70,7 @@ async def open_web_services(
     *,
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    link: RedisLink | None = None,
 ) -> AsyncIterator[WebServices]:
     """Open the guarded client and the cache; both are closed on exit.
 
@@ -76,13 +79,16 @@ async def open_web_services(
     web = config.web
     async with (
         open_guarded_client(web.guard, resolver=resolver, ssl_context=ssl_context) as client,
-        open_cache(
+        open_response_cache(
             config.cache_dir,
             size_limit_bytes=web.cache.size_limit_bytes,
             memory_bytes=web.cache.memory_bytes,
+            link=link,
+            store="web",
         ) as cache,
     ):
-        yield WebServices(web, client, cache, RateLimits(_rates(web)), config.daemon.state_dir)
+        limits = RateLimits(_rates(web))
+        yield WebServices(web, client, cache, limits, config.daemon.state_dir, redis=link)
 
 
 @asynccontextmanager
