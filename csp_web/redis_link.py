@@ -105,6 +105,10 @@ class RedisLink:
         """Whether a call now would be tried (not inside the down window)."""
         return self._down_since is None or time.monotonic() >= self._retry_at
 
+    def seconds_to_retry(self) -> float:
+        """How long calls still fall back at once (0 when up or the window has passed)."""
+        return 0.0 if self._down_since is None else max(0.0, self._retry_at - time.monotonic())
+
     def fallback(self, kind: str) -> None:
         """Count one fallback of ``kind`` (shown by ``REQ:stats``)."""
         self.fallbacks[kind] += 1

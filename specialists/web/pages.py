@@ -205,7 +205,7 @@ async def _take_token(services: WebServices, *, deadline: float, background: boo
         return
     if not background:
         await bucket.acquire(deadline=deadline)
-    elif not bucket.try_acquire_background():
+    elif not await bucket.acquire_background():
         raise OpError(ErrorCode.RATE_LIMITED, "fetch:background")
 
 

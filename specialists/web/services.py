@@ -19,9 +19,10 @@ from csp_web.context import OpContext
 from csp_web.errors import OpError
 from csp_web.memory import json_record
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
-from csp_web.ratelimit import Rate, RateLimits
+from csp_web.ratelimit import Rate
 from csp_web.redis_cache import ResponseCache, open_response_cache
 from csp_web.redis_link import RedisLink
+from csp_web.redis_ratelimit import BucketSource, shared_or_local
 
 
 @dataclass
@@ -31,7 +32,7 @@ class WebServices:
     config: WebConfig
     client: GuardedClient
     cache: ResponseCache
-    limits: RateLimits
+    limits: BucketSource
     state_dir: str
     redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
@@ -87,7 +88,7 @@ async def open_web_services(
             store="web",
         ) as cache,
     ):
-        limits = RateLimits(_rates(web))
+        limits = shared_or_local(link, _rates(web))  # the fleet's on Redis, else local
         yield WebServices(web, client, cache, limits, config.daemon.state_dir, redis=link)
 
 

@@ -43,6 +43,11 @@ async def wait_live(link: RedisLink, live: bool = True) -> None:
             await link.events_changed.wait()
 
 
+async def past_down_window(link: RedisLink) -> None:
+    """Until the link tries Redis again (``redis.retry_s`` after its last failure)."""
+    await trio.sleep(link.seconds_to_retry())
+
+
 @pytest.fixture
 def open_link(redis_config: RedisConfig) -> OpenLink:
     """``async with open_link(**overrides) as link``: one daemon's link, events live."""
