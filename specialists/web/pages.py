@@ -147,7 +147,7 @@ async def _lead(
 ) -> Page:
     flight = flights[key] = _Flight()
     try:
-        flight.page = await _download(services, key, deadline=deadline, background=background)
+        flight.page = await _download_once(services, key, deadline=deadline, background=background)
         return flight.page
     except OpError as exc:
         if not _own_failure(exc):
@@ -180,6 +180,23 @@ async def _follow(flight: _Flight, deadline: float) -> Page | None:
     finally:
         flight.followers -= 1
     raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+
+
+async def _download_once(
+    services: WebServices, key: str, *, deadline: float, background: bool
+) -> Page:
+    """``_download``, or a peer daemon's download of the same URL when one is in flight
+    (``csp_web.redis_flight``, with ``redis.url``)."""
+    download = functools.partial(_download, services, key, deadline=deadline, background=background)
+    if services.flights is None:
+        return await download()
+    return await services.flights.run(
+        key,
+        deadline=deadline,
+        lead=download,
+        reuse=functools.partial(_cached, services, key),
+        shareable=lambda exc: not _own_failure(exc),
+    )
 
 
 async def _download(services: WebServices, key: str, *, deadline: float, background: bool) -> Page:

@@ -21,6 +21,7 @@ from csp_web.memory import json_record
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
 from csp_web.ratelimit import Rate
 from csp_web.redis_cache import ResponseCache, open_response_cache
+from csp_web.redis_flight import SharedFlights
 from csp_web.redis_link import RedisLink
 from csp_web.redis_ratelimit import BucketSource, shared_or_local
 
@@ -35,6 +36,7 @@ class WebServices:
     limits: BucketSource
     state_dir: str
     redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
+    flights: SharedFlights | None = None  # downloads in flight across the fleet
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
@@ -89,7 +91,9 @@ async def open_web_services(
         ) as cache,
     ):
         limits = shared_or_local(link, _rates(web))  # the fleet's on Redis, else local
-        yield WebServices(web, client, cache, limits, config.daemon.state_dir, redis=link)
+        flights = None if link is None else SharedFlights(link)
+        state_dir = config.daemon.state_dir
+        yield WebServices(web, client, cache, limits, state_dir, redis=link, flights=flights)
 
 
 @asynccontextmanager
