@@ -89,6 +89,7 @@ class RedisLink:
         self.events_live = False
         self.events_changed = trio.Event()  # set (and replaced) whenever events_live changes
         self.calls = 0
+        self.in_flight = 0  # calls waiting for a thread or a reply now
         self.failures = 0
         self.round_trips = 0
         self.fallbacks: Counter[str] = Counter()
@@ -126,6 +127,7 @@ class RedisLink:
         self.calls += 1
         self.round_trips += 1
         client = self.client
+        self.in_flight += 1
         try:
             with trio.move_on_after(max(budget, 0.0)) as scope:
                 result = await trio.to_thread.run_sync(
@@ -134,6 +136,8 @@ class RedisLink:
         except redis.RedisError as exc:
             self._failed(f"{what}: {type(exc).__name__}: {exc}")
             raise RedisUnavailable(self.last_error) from None
+        finally:
+            self.in_flight -= 1
         if scope.cancelled_caught:
             self._failed(f"{what}: no reply within {budget:.3f} s")
             raise RedisUnavailable(self.last_error)

@@ -27,7 +27,7 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
         link = await stack.enter_async_context(open_redis_link(config.redis))
         extras: dict[str, Any] = {
             # First: a bad cron.json must fail start-up as itself, not wrapped by a nursery.
-            "cron": await stack.enter_async_context(open_cron(config)),
+            "cron": await stack.enter_async_context(open_cron(config, link=link)),
             "web": await stack.enter_async_context(open_web_services(config, link=link)),
             "exec": await stack.enter_async_context(open_exec_services(config, link=link)),
         }
