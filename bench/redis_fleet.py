@@ -334,6 +334,39 @@ async def limit_section(fleet: Fleet, base: str, limit: int) -> None:
     )
 
 
+async def redis_cost_section(fleet: Fleet) -> None:
+    """Redis's own CPU per command over the whole run (INFO commandstats), and what a cache
+    hit and an uncached fetch cost it: where one Redis becomes the limit."""
+
+    def info() -> dict[str, Any]:
+        import redis
+
+        client = redis.Redis.from_url(fleet.redis_url)
+        try:
+            return dict(client.info("commandstats"))
+        finally:
+            client.close()
+
+    stats = await trio.to_thread.run_sync(info)
+    usec = {name.removeprefix("cmdstat_"): float(v["usec_per_call"]) for name, v in stats.items()}
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    hit = 2 * usec.get("get", 0.0) + usec.get("pttl", 0.0)  # one pipeline: GET, GET, PTTL
+    # An uncached fetch: rate token (script), flight claim (SET NX), two cache writes (the URL
+    # and, after a redirect, the final one; here one) and the flight's end: three scripts.
+    fetch = 3 * usec.get("evalsha", 0.0) + usec.get("set", 0.0)
+    shown = ", ".join(
+        f"{name} {usec[name]:.1f} us x{calls[name]}"
+        for name in ("get", "pttl", "set", "evalsha", "hgetall", "publish")
+        if name in usec
+    )
+    print(f"(f) Redis CPU per command over the run: {shown}")
+    print(
+        f"    a cache hit costs Redis ~{hit:.1f} us, an uncached fetch ~{fetch:.1f} us: one Redis "
+        f"core serves ~{1e6 / max(hit, 0.1):,.0f} hits/s or ~{1e6 / max(fetch, 0.1):,.0f} "
+        "uncached fetches/s before it is the limit"
+    )
+
+
 async def measure(fleet: Fleet, args: argparse.Namespace) -> None:
     base = f"https://{HOST}:{fleet.port}"
     pages = sorted(corpus_pages())
@@ -345,6 +378,7 @@ async def measure(fleet: Fleet, args: argparse.Namespace) -> None:
     await throughput_section(fleet, paths, all_urls, args.concurrency)
     await flight_section(fleet, paths, base)
     await limit_section(fleet, base, args.limit)
+    await redis_cost_section(fleet)
 
 
 def run(args: argparse.Namespace) -> None:
