@@ -14,7 +14,8 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, DaemonConfig
-from csp_web.redis_link import RedisLink
+from csp_web.config_redis import RedisConfig
+from csp_web.redis_link import RedisLink, open_redis_link
 from tests.redis.conftest import (  # noqa: F401  (fixtures)
     OpenLink,
     open_link,
@@ -175,3 +176,34 @@ async def test_a_skip_job_records_a_dead_daemons_run_as_missed_instead(
         assert rig.history("j") == [(KEY, "FAIL")]
         await settle(lambda: (claim_of(redis_server, KEY) or {}).get("state") == "done")
     client.close()
+
+
+async def test_a_daemon_started_while_redis_is_down_adopts_the_jobs_when_it_returns(
+    config: Config,
+    tmp_path: Path,
+    mock_clock: MockClock,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+    redis_config: RedisConfig,  # noqa: F811
+) -> None:
+    first = daemon_config(config, tmp_path, "a")
+    async with open_link() as link, open_rig(first, TrioWall(), link=link) as a:
+        await a.add("j", "*/5 * * * *")
+    redis_server.pause()
+    late_config = dataclasses.replace(
+        redis_config, call_timeout_s=0.2, connect_timeout_s=0.2, retry_s=1e-3
+    )
+    try:
+        async with (
+            open_redis_link(late_config) as late,
+            open_rig(daemon_config(config, tmp_path, "b"), TrioWall(), link=late) as b,
+        ):
+            assert late is not None
+            assert b.cron.jobs() == []  # started all the same, with nothing to fire
+            redis_server.resume()
+            await past_window(late)
+            await quiet(late)
+            mock_clock.jump(60)  # the scheduler's next look
+            await settle(lambda: [job.id for job in b.cron.jobs()] == ["j"])
+    finally:
+        redis_server.resume()

@@ -81,14 +81,17 @@ class SharedCronStore:
         link.on_event("cron", self._on_event)
 
     def load(self) -> list[dict[str, Any]]:
-        """The stored jobs (blocking: a worker thread). Raises OSError when Redis fails, so
-        ``csp-web serve`` reports it at start-up."""
+        """The stored jobs (blocking: a worker thread, bounded by the client's socket timeouts).
+        While Redis is unavailable the daemon starts with none and adopts the table at the
+        scheduler's first look once Redis answers (nothing fires before)."""
         from redis import RedisError
 
         try:
             stored: dict[bytes, bytes] = dict(self._link.client.hgetall(self.path))  # type: ignore[arg-type]
         except RedisError as exc:
-            raise OSError(f"{self.path}: {exc}") from exc
+            log.warning("cron jobs not loaded, redis unavailable (adopted later): %s", exc)
+            self.changed_elsewhere = True
+            return []
         jobs = {k.decode(): v.decode() for k, v in stored.items()}
         self._saved = jobs
         return [json.loads(text) for _, text in sorted(jobs.items())]
