@@ -28,7 +28,7 @@ import trio
 from protocol import ErrorCode
 
 from .errors import OpError
-from .ratelimit import Bucket, Rate, RateLimits
+from .ratelimit import MAX_PAUSE_S, Bucket, Rate, RateLimits
 from .redis_link import RedisLink, RedisUnavailable
 
 # Returns {1, wait_ms}: granted, its slot wait_ms from now; {0, wait_ms}: refused, a token in
@@ -132,7 +132,8 @@ class SharedBucket:
         """Take a token, waiting for one that comes before ``deadline`` (trio time); else
         OpError(rate_limited) with RETRY_AFTER (seconds)."""
         while True:
-            max_wait_ms = (deadline - trio.current_time()) * 1000
+            # Lua reads no "inf": an endless deadline waits at most a month (MAX_PAUSE_S).
+            max_wait_ms = min((deadline - trio.current_time()) * 1000, MAX_PAUSE_S * 1000)
             try:
                 granted, wait_ms = await self._call(max_wait_ms, False)
             except RedisUnavailable:

@@ -3,6 +3,8 @@ falls back to a share of the limit per daemon while Redis is unavailable."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import trio
 
@@ -137,3 +139,16 @@ async def test_a_quota_falls_back_to_a_share_of_its_remainder_and_reports_it_lat
         await quota.take("2026-11")  # the fifth
         with pytest.raises(OpError):
             await quota.take("2026-11")
+
+
+async def test_a_call_without_a_deadline_waits_for_its_slot_on_the_shared_bucket(
+    open_link: OpenLink,
+) -> None:
+    async with open_link() as link:
+        bucket = SharedRateLimits(link, {"fetch": Rate(6000, 1)}).bucket("fetch")
+        assert bucket is not None
+        with trio.fail_after(5):
+            await bucket.acquire(deadline=math.inf)
+            await bucket.acquire(deadline=math.inf)  # reserved 10 ms ahead, not a script error
+        assert link.up
+        assert link.fallbacks["ratelimit_local"] == 0
