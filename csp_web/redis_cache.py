@@ -28,13 +28,15 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import redis
 import trio
 
 from .cache import MemoryTier, cache_key, open_cache
 from .redis_link import RedisLink, RedisUnavailable
+
+if TYPE_CHECKING:
+    import redis
 
 _SET = """
 local gen = redis.call('GET', KEYS[3]) or '0'

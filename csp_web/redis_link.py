@@ -31,14 +31,14 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis
 import trio
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from .config_redis import RedisConfig
+
+if TYPE_CHECKING:  # imported when a link is made: embedded daemons never load redis-py
+    import redis
 
 log = logging.getLogger("csp_web.redis")
 
@@ -55,6 +55,10 @@ class RedisUnavailable(Exception):
 def make_client(config: RedisConfig) -> redis.Redis:
     """The sync client for ``config``: timeouts equal to the call deadline, no retries (the
     link decides), TLS and ACL options, the password read from ``password_env``."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     assert config.url is not None
     password = os.environ.get(config.password_env) if config.password_env else None
     options: dict[str, Any] = {
@@ -78,8 +82,12 @@ class RedisLink:
     """Deadline-bounded calls to Redis with a down state, counters and the event channel."""
 
     def __init__(self, config: RedisConfig, client: redis.Redis) -> None:
+        import redis
+
         self.config = config
         self.client = client
+        # What a failed call raises: redis-py's errors, and OSError from a socket it did not wrap.
+        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
         self.daemon_id = secrets.token_hex(6)  # tells this daemon's own events apart
         self.channel = config.key_prefix + "events"
         self._limiter = trio.CapacityLimiter(config.max_threads)
@@ -133,7 +141,7 @@ class RedisLink:
                 result = await trio.to_thread.run_sync(
                     lambda: fn(client), abandon_on_cancel=True, limiter=self._limiter
                 )
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._failed(f"{what}: {type(exc).__name__}: {exc}")
             raise RedisUnavailable(self.last_error) from None
         finally:
@@ -192,13 +200,13 @@ class RedisLink:
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 await self._listen(pubsub)
-            except (redis.RedisError, OSError) as exc:
+            except self._errors as exc:
                 self.last_error = f"events: {type(exc).__name__}: {exc}"
                 if self.events_live:
                     log.warning("redis events lost, memory tier bypassed: %s", exc)
             finally:
                 self._set_live(False)
-                _close_quietly(pubsub)
+                _close_quietly(pubsub, self._errors)
             await trio.sleep(self.config.retry_s)
 
     async def _listen(self, pubsub: redis.client.PubSub) -> None:
@@ -233,10 +241,10 @@ class RedisLink:
         return json.dumps(data, separators=(",", ":"))
 
 
-def _close_quietly(pubsub: redis.client.PubSub) -> None:
+def _close_quietly(pubsub: redis.client.PubSub, errors: tuple[type[Exception], ...]) -> None:
     # Only closes the socket (no command is sent); a read still blocked on it in an abandoned
     # thread fails there, unseen.
-    with suppress(redis.RedisError, OSError):
+    with suppress(*errors):
         pubsub.close()
 
 
