@@ -16,6 +16,7 @@ from .config_docs import DocsConfig
 from .config_exec import ExecConfig, daemon_paths, refuse_private_workspaces
 from .config_mcp import McpConfig
 from .config_nodes import NodesConfig
+from .config_redis import RedisConfig
 from .net.config import GuardConfig
 
 
@@ -269,6 +270,7 @@ class Config:
     web: WebConfig = field(default_factory=WebConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
 
     def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
         refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))

@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from csp_web.config import Config
+from csp_web.redis_link import open_redis_link
 from csp_web.registry import Op
 
 
@@ -24,11 +25,13 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
     from .web.services import open_web_services
 
     async with AsyncExitStack() as stack:
+        # The fleet's shared state (redis.url), else None: every service stays local.
+        link = await stack.enter_async_context(open_redis_link(config.redis))
         extras: dict[str, Any] = {
             # First: a bad cron.json must fail start-up as itself, not wrapped by a nursery.
-            "cron": await stack.enter_async_context(open_cron(config)),
-            "web": await stack.enter_async_context(open_web_services(config)),
-            "exec": await stack.enter_async_context(open_exec_services(config)),
+            "cron": await stack.enter_async_context(open_cron(config, link=link)),
+            "web": await stack.enter_async_context(open_web_services(config, link=link)),
+            "exec": await stack.enter_async_context(open_exec_services(config, link=link)),
         }
         # The MCP SDK is imported only when a server is configured, at start or by a reload.
         extras["mcp"] = await stack.enter_async_context(open_mcp_host(config.tool.mcp))
@@ -38,6 +41,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             "EXEC_LIMITS": sandbox.limits,
             "MCP": extras["mcp"].stats_lines,  # read at each REQ:stats
         }
+        if link is not None:
+            extras["stats_lines"]["REDIS"] = link.stats_line
         # SIGHUP: each checks the new settings, then applies them (csp_web.config_reload).
         extras["reloaders"] = [
             exec_reloader(extras),
@@ -52,6 +57,8 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
             extras["web"].jobs.serve,
             serve_cron,
         ]
+        if link is not None:  # cross-daemon events: cache invalidation, flights, cron
+            extras["background"].append(link.serve_background)
         # Paired nodes: the store and registry; their transports run as a background task.
         nodes = extras["nodes"] = await stack.enter_async_context(
             open_node_services(config.nodes, config)

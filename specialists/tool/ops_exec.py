@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from csp_web.cache import Cache, open_cache
 from csp_web.config import Config
 from csp_web.config_exec import daemon_paths
 from csp_web.context import OpContext
@@ -22,6 +21,8 @@ from csp_web.deadlines import budget_ms, work_seconds
 from csp_web.errors import OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.memory import json_record
+from csp_web.redis_cache import ResponseCache, open_response_cache
+from csp_web.redis_link import RedisLink
 from csp_web.registry import Op
 from csp_web.replies import Result
 from protocol import ErrorCode
@@ -46,7 +47,7 @@ class ExecServices:
 
     config: ExecConfig
     sandbox: Sandbox
-    cache: Cache
+    cache: ResponseCache
 
 
 def _masked_private(private: tuple[str, ...]) -> tuple[str, ...]:
@@ -94,7 +95,9 @@ def exec_reloader(extras: dict[str, Any]) -> Callable[[Config], Callable[[], Non
 
 
 @asynccontextmanager
-async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
+async def open_exec_services(
+    config: Config, *, link: RedisLink | None = None
+) -> AsyncIterator[ExecServices]:
     """Probe the sandbox once (logged) and open the exec result cache.
 
     Raises ValueError when exec is configured (workspace roots) for a daemon that is not root
@@ -123,7 +126,13 @@ async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
     else:
         log.info("exec limits: %s under %s", sandbox.limits, sandbox.cgroup.memory_dir)
     directory = os.path.join(config.cache_dir, "exec")
-    async with open_cache(directory, size_limit_bytes=64 * 1024 * 1024) as cache:
+    async with open_response_cache(
+        directory,
+        size_limit_bytes=64 * 1024 * 1024,
+        memory_bytes=32 * 1024 * 1024,
+        link=link,  # shared with the fleet when redis.url is set
+        store="exec",
+    ) as cache:
         yield ExecServices(exec_config, sandbox, cache)
 
 

@@ -147,7 +147,7 @@ async def _lead(
 ) -> Page:
     flight = flights[key] = _Flight()
     try:
-        flight.page = await _download(services, key, deadline=deadline, background=background)
+        flight.page = await _download_once(services, key, deadline=deadline, background=background)
         return flight.page
     except OpError as exc:
         if not _own_failure(exc):
@@ -182,6 +182,23 @@ async def _follow(flight: _Flight, deadline: float) -> Page | None:
     raise OpError(ErrorCode.FETCH_FAILED, "timeout")
 
 
+async def _download_once(
+    services: WebServices, key: str, *, deadline: float, background: bool
+) -> Page:
+    """``_download``, or a peer daemon's download of the same URL when one is in flight
+    (``csp_web.redis_flight``, with ``redis.url``)."""
+    download = functools.partial(_download, services, key, deadline=deadline, background=background)
+    if services.flights is None:
+        return await download()
+    return await services.flights.run(
+        key,
+        deadline=deadline,
+        lead=download,
+        reuse=functools.partial(_cached, services, key),
+        shareable=lambda exc: not _own_failure(exc),
+    )
+
+
 async def _download(services: WebServices, key: str, *, deadline: float, background: bool) -> Page:
     await _take_token(services, deadline=deadline, background=background)
     remaining = deadline - trio.current_time()
@@ -205,7 +222,7 @@ async def _take_token(services: WebServices, *, deadline: float, background: boo
         return
     if not background:
         await bucket.acquire(deadline=deadline)
-    elif not bucket.try_acquire_background():
+    elif not await bucket.acquire_background():
         raise OpError(ErrorCode.RATE_LIMITED, "fetch:background")
 
 

@@ -14,13 +14,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from csp_web.cache import Cache, open_cache
 from csp_web.config import Config, WebConfig
 from csp_web.context import OpContext
 from csp_web.errors import OpError
 from csp_web.memory import json_record
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
-from csp_web.ratelimit import Rate, RateLimits
+from csp_web.ratelimit import Rate
+from csp_web.redis_cache import ResponseCache, open_response_cache
+from csp_web.redis_flight import SharedFlights
+from csp_web.redis_link import RedisLink
+from csp_web.redis_ratelimit import BucketSource, shared_or_local
 
 from .board import Board
 from .jobs import ResearchJobs
@@ -32,9 +35,11 @@ class WebServices:
 
     config: WebConfig
     client: GuardedClient
-    cache: Cache
-    limits: RateLimits
+    cache: ResponseCache
+    limits: BucketSource
     state_dir: str
+    redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
+    flights: SharedFlights | None = None  # downloads in flight across the fleet
     extras: dict[str, Any] = field(default_factory=dict)  # per-op state (breakers, flights)
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
     jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
@@ -74,6 +79,7 @@ async def open_web_services(
     *,
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    link: RedisLink | None = None,
 ) -> AsyncIterator[WebServices]:
     """Open the guarded client and the cache; both are closed on exit.
 
@@ -82,13 +88,18 @@ async def open_web_services(
     web = config.web
     async with (
         open_guarded_client(web.guard, resolver=resolver, ssl_context=ssl_context) as client,
-        open_cache(
+        open_response_cache(
             config.cache_dir,
             size_limit_bytes=web.cache.size_limit_bytes,
             memory_bytes=web.cache.memory_bytes,
+            link=link,
+            store="web",
         ) as cache,
     ):
-        yield WebServices(web, client, cache, RateLimits(_rates(web)), config.daemon.state_dir)
+        limits = shared_or_local(link, _rates(web))  # the fleet's on Redis, else local
+        flights = None if link is None else SharedFlights(link)
+        state_dir = config.daemon.state_dir
+        yield WebServices(web, client, cache, limits, state_dir, redis=link, flights=flights)
 
 
 @asynccontextmanager

@@ -27,6 +27,7 @@ from csp_web.errors import OpError
 from csp_web.fields import FieldSpec, Params
 from csp_web.memory import MemoryWrite
 from csp_web.outbox import open_outbox
+from csp_web.redis_link import RedisLink
 from csp_web.registry import Op
 from csp_web.replies import Result
 from protocol import ErrorCode, Field, Reply, Status, Task
@@ -102,13 +103,16 @@ class Rig:
 
 @asynccontextmanager
 async def open_rig(
-    config: Config, wall: Callable[[], datetime.datetime], ops: list[Op] | None = None
+    config: Config,
+    wall: Callable[[], datetime.datetime],
+    ops: list[Op] | None = None,
+    link: RedisLink | None = None,
 ) -> AsyncIterator[Rig]:
     """A dispatcher with the cron op and ``tick`` (plus ``ops``), its scheduler serving."""
     seen: list[str] = []
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_cron(config, now_wall=wall) as cron,
+        open_cron(config, now_wall=wall, link=link) as cron,
         trio.open_nursery() as nursery,
     ):
         all_ops = [*OPS, tick_op(seen), *(ops or [])]
