@@ -16,6 +16,11 @@ from ._prune import drop_chrome
 from ._score import measure, select_content
 
 _INVISIBLE = ("script", "style", "noscript", "template", "svg")
+# A page whose visible body holds less text than this may be a script-rendered shell: its
+# server-rendered copy can sit in a <noscript> (forum engines serve crawlers that way).
+SHELL_MAX_CHARS = 2_000
+# ...and a <noscript> is that copy when it holds this many times the visible text.
+NOSCRIPT_TEXT_RATIO = 3
 _WORD = re.compile(r"\w+")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
@@ -55,17 +60,42 @@ def _extract(html: str, url: str | None) -> Article:
     tree = LexborHTMLParser(defuse_nesting(html))
     title = find_title(tree)
     description = find_description(tree)
-    body = _main_markdown(tree, url, title)
+    body = _main_markdown(_readable_tree(tree), url, title)
+    if description and _shorter(body, description):  # a script-rendered page without a copy
+        body = description
     words = len(_WORD.findall(_LINK_TARGET.sub("]", body)))
     markdown = f"# {title}\n\n{body}" if title and body else body
     return Article(title=title, markdown=markdown, description=description, word_count=words)
+
+
+def _readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
+    """`tree` without invisible elements, or the page inside its <noscript> for a shell page.
+
+    Script-rendered pages show an empty shell to a reader without scripts and keep their
+    server-rendered copy in a <noscript>; a noscript is that copy when the visible body is
+    short and the noscript holds NOSCRIPT_TEXT_RATIO times its text.
+    """
+    copies = [node.text() for node in tree.css("noscript")]
+    tree.strip_tags(list(_INVISIBLE))  # so the page's text length counts readable text only
+    body = tree.body
+    visible = len(body.text()) if body is not None else 0
+    copy = max(copies, key=len, default="")
+    if visible >= SHELL_MAX_CHARS or len(copy) < NOSCRIPT_TEXT_RATIO * max(visible, 100):
+        return tree
+    inner = LexborHTMLParser(defuse_nesting(f"<body>{copy}</body>"))
+    inner.strip_tags(list(_INVISIBLE))
+    return inner
+
+
+def _shorter(body: str, description: str) -> bool:
+    """True when the page's description says more than the content found in its body."""
+    return len(_WORD.findall(_LINK_TARGET.sub("]", body))) < len(_WORD.findall(description))
 
 
 def _main_markdown(tree: LexborHTMLParser, url: str | None, title: str | None) -> str:
     body = tree.body
     if body is None:
         return ""
-    tree.strip_tags(list(_INVISIBLE))  # so the page's text length counts readable text only
     root, order = build_tree(body)
     measure(order)
     order = drop_chrome(order)

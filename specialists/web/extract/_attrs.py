@@ -25,11 +25,16 @@ from ._hints import (
 )
 
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden")
+# React's streaming renderer sends late parts of the page as `<div hidden id="S:0">` and a
+# script moves them into place: hidden in the HTML, shown to every reader with scripts.
+_STREAMED_SEGMENT = re.compile(r"S:\d+")
 
 
 def is_hidden(attrs: dict[str, str | None]) -> bool:
     """True when the attributes hide the element from every reader."""
-    if "hidden" in attrs or attrs.get("aria-hidden") == "true":
+    if "hidden" in attrs and not _STREAMED_SEGMENT.fullmatch(attrs.get("id") or ""):
+        return True
+    if attrs.get("aria-hidden") == "true":
         return True
     style = attrs.get("style")
     return style is not None and _HIDDEN_STYLE.search(style.lower()) is not None
