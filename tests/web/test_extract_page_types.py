@@ -53,3 +53,50 @@ def test_the_description_stands_in_for_a_body_that_says_less() -> None:
     head = f'<meta name="description" content="{POSTS[0]}">'
     html = f"<html><head>{head}</head><body><div id='app'>Loading…</div></body></html>"
     assert extract_article(html).markdown == POSTS[0]
+
+
+def _in_wrapper(cls: str) -> str:
+    """The three prose paragraphs, each in its own element of class `cls`, on a page."""
+    blocks = "".join(f"<div class='{cls}'><p>{text}</p></div>" for text in POSTS)
+    return f"<html><body><nav><a href='/'>Home</a></nav><main>{blocks}</main></body></html>"
+
+
+def test_page_builder_widget_containers_are_content_not_chrome() -> None:
+    markdown = extract_article(_in_wrapper("elementor-widget-container")).markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_a_class_saying_an_item_has_an_author_is_not_an_author_box() -> None:
+    markdown = extract_article(_in_wrapper("summary-item summary-item-has-author")).markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_a_chrome_word_inside_a_longer_word_names_nothing() -> None:
+    markdown = extract_article(_in_wrapper("field-seofootercopy")).markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_an_in_page_jump_link_target_keeps_its_text() -> None:
+    markdown = extract_article(_in_wrapper("jump-link")).markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_script_hook_classes_on_forum_posts_do_not_make_them_comments() -> None:
+    items = "".join(f"<li class='b-post js-comment-entry'><p>{text}</p></li>" for text in POSTS)
+    html = f"<html><body><main><ul class='conversation-list'>{items}</ul></main></body></html>"
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_chrome_words_still_name_chrome_as_whole_pieces_starts_and_ends() -> None:
+    extra = (
+        "<div class='site-footer'><p>Footer words that no reader of the thread wants.</p></div>"
+        "<div class='sharebar'><p>Sharing buttons text for every network going.</p></div>"
+        "<div class='topmenu'><p>Menu entries listed here for the whole website.</p></div>"
+        "<div class='side-bar'><p>Sidebar paragraph about other things entirely.</p></div>"
+    )
+    html = _in_wrapper("post").replace("</main>", f"{extra}</main>")
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    for gone in ("Footer words", "Sharing buttons", "Menu entries", "Sidebar paragraph"):
+        assert gone not in markdown

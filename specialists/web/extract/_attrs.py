@@ -12,11 +12,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._hints import (
+    CHROME_PAIRS,
     CHROME_PIECES,
     CHROME_PREFIXES,
     CHROME_WORDS,
+    CONTENT_HEADS,
     HIDING_CLASSES,
+    HOOK_PIECES,
     LIKELY,
+    MODIFIER_PIECES,
     NEGATIVE,
     NEVER_CHROME,
     POSITIVE,
@@ -76,8 +80,9 @@ def _trie_source(node: dict[str, Any]) -> str:
     return f"(?:{group})?" if "" in node else group
 
 
-_CHROME_SUBSTRING = _trie_pattern(CHROME_WORDS)
-_NAME_PIECE = re.compile(r"[^a-z0-9]+")
+_CHROME_START = _trie_pattern(CHROME_WORDS)
+_CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
+_NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
 
 
 def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
@@ -99,14 +104,35 @@ def _chrome_hint(hint: str) -> bool:
 
 
 def names_chrome(hint: str) -> bool:
-    """True when a lower-cased class/id string names page chrome (see CHROME_WORDS)."""
-    hint = hint.replace("commentary", "")  # an opinion genre, not a comment thread
-    if _CHROME_SUBSTRING.search(hint):
+    """True when a lower-cased class/id string names page chrome (see CHROME_WORDS).
+
+    Each whitespace-separated token is judged on its own, by its pieces: script hooks and
+    states ("js-...", "is-...") name nothing, pieces after a modifier ("has-author") name a
+    feature, and a token ending in a content word ("comment-body") names content.
+    """
+    tokens = hint.split()
+    return _hidden_by_class(tokens) or any(_token_names_chrome(token) for token in tokens)
+
+
+def _token_names_chrome(token: str) -> bool:
+    pieces = [piece for piece in _NAME_PIECE.split(token) if piece]
+    if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
+        return False
+    for end, piece in enumerate(pieces):
+        if piece in MODIFIER_PIECES:
+            pieces = pieces[:end]
+            break
+    if any(f"{a} {b}" in CHROME_PAIRS for a, b in zip(pieces, pieces[1:], strict=False)):
         return True
-    if _hidden_by_class(hint.split()):
+    return any(_piece_names_chrome(piece) for piece in pieces)
+
+
+def _piece_names_chrome(piece: str) -> bool:
+    if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
         return True
-    pieces = _NAME_PIECE.split(hint)
-    return any(p in CHROME_PIECES or p.startswith(CHROME_PREFIXES) for p in pieces)
+    if piece.startswith("commentar"):  # an opinion genre, not a comment thread
+        return False
+    return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 
 
 def _hidden_by_class(words: list[str]) -> bool:
