@@ -100,3 +100,58 @@ def test_chrome_words_still_name_chrome_as_whole_pieces_starts_and_ends() -> Non
     assert all(text in markdown for text in POSTS)
     for gone in ("Footer words", "Sharing buttons", "Menu entries", "Sidebar paragraph"):
         assert gone not in markdown
+
+
+CARDS = [
+    ("Walnut side table", "A small table in oiled walnut with one drawer"),
+    ("Oak bookshelf", "Five shelves of solid oak, fixed to the wall"),
+    ("Pine bench", "A two-seat bench in pine for the hallway"),
+    ("Ash desk", "A writing desk in ash with a cable tray at the back"),
+    ("Beech stool", "A kitchen stool in beech at counter height"),
+    ("Cherry cabinet", "A glass-front cabinet in cherry for display"),
+]
+
+
+def test_a_listing_of_link_cards_keeps_every_card() -> None:
+    cards = "".join(
+        f"<a class='item' href='/p/{n}'><h2>{name}</h2><p>{blurb}</p></a>"
+        for n, (name, blurb) in enumerate(CARDS)
+    )
+    intro = "<p>Furniture made in our own workshop, from wood we buy from local mills.</p>"
+    html = f"<html><body><main>{intro}<div class='grid'>{cards}</div></main></body></html>"
+    markdown = extract_article(html, url="https://shop.example/").markdown
+    for name, blurb in CARDS:
+        assert f"## [{name}](https://shop.example/p/" in markdown or name in markdown
+        assert blurb in markdown
+
+
+REPLIES = [
+    "Same here on two machines, and moving the job later fixed it for me as well, thanks.",
+    "Worth adding a check at the start of the job that fails loudly when the disk is absent.",
+    "Marking this as solved; the scheduler order was the cause for everyone in this thread.",
+]
+
+
+def test_sibling_forum_posts_are_all_kept_not_only_the_longest() -> None:
+    long_post = "".join(f"<p>{text}</p>" for text in POSTS)
+    posts = "".join(
+        f"<div class='post'><div class='author'>user{n}</div><div class='post-text'>{text}</div></div>"
+        for n, text in enumerate([long_post, *(f"<p>{text}</p>" for text in REPLIES)])
+    )
+    html = (
+        "<html><body><div class='header'><a href='/'>Forum</a></div>"
+        f"<div class='thread'>{posts}</div>"
+        "<div class='footer'><a href='/rules'>Rules</a></div></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS + REPLIES)
+
+
+def test_an_article_beside_a_short_card_grid_stays_the_article() -> None:
+    cards = "".join(
+        f"<a class='card' href='/{n}'><h3>{name}</h3></a>" for n, (name, _) in enumerate(CARDS)
+    )
+    prose = "".join(f"<p>{text}</p>" for text in POSTS)
+    html = f"<html><body><article>{prose}</article><div class='more'>{cards}</div></body></html>"
+    markdown = extract_article(html).markdown
+    assert markdown == "\n\n".join(POSTS)

@@ -13,6 +13,7 @@ from ._guard import defuse_nesting
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
+from ._repeat import find_run, widen
 from ._score import measure, select_content
 
 _INVISIBLE = ("script", "style", "noscript", "template", "svg")
@@ -99,8 +100,9 @@ def _main_markdown(tree: LexborHTMLParser, url: str | None, title: str | None) -
     root, order = build_tree(body)
     measure(order)
     order = drop_chrome(order)
-    content = select_content(root, order)
-    blocks = trim_tail(render(content, base_url=url, skip=find_skips(content, title)))
+    content, listing = widen(select_content(root, order), find_run(order))
+    skip = find_skips(content, title, listing=listing)
+    blocks = trim_tail(render(content, base_url=url, skip=skip))
     if not blocks:  # cleaning must never empty an article that has text
         blocks = render(content, base_url=url, skip=frozenset())
     return "\n\n".join(blocks)
