@@ -155,3 +155,18 @@ def test_an_article_beside_a_short_card_grid_stays_the_article() -> None:
     html = f"<html><body><article>{prose}</article><div class='more'>{cards}</div></body></html>"
     markdown = extract_article(html).markdown
     assert markdown == "\n\n".join(POSTS)
+
+
+def test_a_service_page_of_many_sections_keeps_the_sections_beside_the_wordiest() -> None:
+    text = f"<div class='text'><p>{POSTS[0]}</p><p>{POSTS[1]}</p></div>"
+    lead = f"<section class='intro'><h2>Our service</h2>{text}</section>"
+    short = ["Same-day repairs", "Free quotes online", "Ten-year guarantee", "Local engineers"]
+    items = "".join(f"<li>{line}</li>" for line in short)
+    kinds = ["pricing", "support", "warranty", "area", "team", "faq"]  # unlike, so no run
+    features = "".join(
+        f"<section class='{kind}'><h2>Plan {kind}</h2><ul>{items}</ul></section>" for kind in kinds
+    )
+    html = f"<html><body><div class='page'>{lead}{features}</div></body></html>"
+    markdown = extract_article(html).markdown
+    assert POSTS[0] in markdown
+    assert markdown.count("- Same-day repairs") == 6

@@ -14,7 +14,7 @@ from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
 from ._repeat import find_run, widen
-from ._score import measure, select_content
+from ._score import measure, select_content, spread
 
 _INVISIBLE = ("script", "style", "noscript", "template", "svg")
 # A page whose visible body holds less text than this may be a script-rendered shell: its
@@ -101,6 +101,8 @@ def _main_markdown(tree: LexborHTMLParser, url: str | None, title: str | None) -
     measure(order)
     order = drop_chrome(order)
     content, listing = widen(select_content(root, order), find_run(order))
+    if not listing:
+        content = spread(content, root)
     skip = find_skips(content, title, listing=listing)
     blocks = trim_tail(render(content, base_url=url, skip=skip))
     if not blocks:  # cleaning must never empty an article that has text

@@ -106,3 +106,4 @@ def _common_ancestor(elems: list[Elem]) -> Elem | None:
             return node
         node = node.parent
     return None
+

@@ -21,6 +21,14 @@ TOP_CANDIDATES = 5  # Readability's nbTopCandidates
 RIVAL_SHARE = 0.75  # a rival scores at least this share of the top candidate (Readability)
 MIN_RIVALS = 3  # Readability's MINIMUM_TOPCANDIDATES
 
+# A pick holding less than this share of the page's text outside links may be one section
+# of a page made of many (a service page, a product page): it spreads to the highest
+# ancestor that still reads like content (at most SPREAD_LINK_DENSITY of its text in
+# links) and holds SPREAD_GAIN times the pick's text.
+SPREAD_BELOW_SHARE = 0.5
+SPREAD_LINK_DENSITY = 0.2
+SPREAD_GAIN = 1.5
+
 _TAG_BASE = {
     "div": 5.0, "article": 10.0, "main": 5.0, "section": 3.0, "pre": 3.0, "td": 3.0,
     "blockquote": 3.0, "address": -3.0, "ol": -3.0, "ul": -3.0, "dl": -3.0, "dd": -3.0,
@@ -169,3 +177,21 @@ def _joins(sibling: Elem, top: Elem) -> bool:
     if length > 80:
         return density < 0.25
     return length > 0 and density == 0.0 and _SENTENCE_END.search(text_of(sibling)) is not None
+
+
+def spread(content: list[Elem], root: Elem) -> list[Elem]:
+    """`content`, or the highest ancestor that adds prose-like text to a small pick."""
+    picked = sum(_plain_len(elem) for elem in content)
+    if not content or picked >= SPREAD_BELOW_SHARE * _plain_len(root):
+        return content
+    best: Elem | None = None
+    node = content[0].parent
+    while node is not None and link_density(node) <= SPREAD_LINK_DENSITY:
+        if _plain_len(node) >= SPREAD_GAIN * picked:
+            best = node
+        node = node.parent
+    return content if best is None else [best]
+
+
+def _plain_len(elem: Elem) -> int:
+    return elem.text_len - elem.link_len
