@@ -9,6 +9,7 @@
     DATA "# Article Title\\n\\nThe first paragraph..."
     TITLE "Article Title"
     WORD_COUNT 1234
+    PAGE_TYPE article
     CACHED false
     URL https://example.com/article
     NEXT_START 5000
@@ -81,8 +82,10 @@ def page_content(page: Page, extract: str, url: str) -> str:
 def _fetch_result(page: Page, content: str, start: int, max_chars: int) -> Result:
     end = min(len(content), start + max_chars)
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
+    fields.append(("WORD_COUNT", str(page.word_count)))
+    if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
+        fields.append(("PAGE_TYPE", page.page_type))
     fields += [
-        ("WORD_COUNT", str(page.word_count)),
         ("CACHED", "true" if page.cached else "false"),
         ("URL", page.url),
     ]
@@ -164,7 +167,8 @@ OPS: list[Op] = [
             FieldSpec("NO_CACHE", "bool", default=False, doc="download even when cached"),
         ),
         inline="URL",
-        doc="a page's readable content, paged by START/MAX_CHARS",
+        doc="a page's readable content, paged by START/MAX_CHARS; PAGE_TYPE when the extractor"
+        " can tell (article forum docs listing product collection service)",
     ),
     Op("meta", "WEB", "META", "web", meta, (URL_FIELD,), inline="URL", doc="a page's card"),
     Op(

@@ -45,7 +45,8 @@ def test_react_streamed_segments_hidden_until_scripts_move_them_are_kept() -> No
         f"<div hidden id='other'><p>{POSTS[2]}</p></div></body></html>"
     )
     markdown = extract_article(html).markdown
-    assert POSTS[0] in markdown and POSTS[1] in markdown
+    assert POSTS[0] in markdown
+    assert POSTS[1] in markdown
     assert POSTS[2] not in markdown
 
 
@@ -135,7 +136,8 @@ REPLIES = [
 def test_sibling_forum_posts_are_all_kept_not_only_the_longest() -> None:
     long_post = "".join(f"<p>{text}</p>" for text in POSTS)
     posts = "".join(
-        f"<div class='post'><div class='author'>user{n}</div><div class='post-text'>{text}</div></div>"
+        f"<div class='post'><div class='author'>user{n}</div>"
+        f"<div class='post-text'>{text}</div></div>"
         for n, text in enumerate([long_post, *(f"<p>{text}</p>" for text in REPLIES)])
     )
     html = (
@@ -170,3 +172,57 @@ def test_a_service_page_of_many_sections_keeps_the_sections_beside_the_wordiest(
     markdown = extract_article(html).markdown
     assert POSTS[0] in markdown
     assert markdown.count("- Same-day repairs") == 6
+
+
+def _typed(head: str, body: str, url: str) -> str | None:
+    html = f"<html><head>{head}</head><body>{body}</body></html>"
+    return extract_article(html, url=url).page_type
+
+
+ARTICLE_BODY = "<article>" + "".join(f"<p>{text}</p>" for text in POSTS * 3) + "</article>"
+
+
+def test_page_type_says_product_for_a_page_declaring_one_product() -> None:
+    head = '<meta property="og:type" content="product">'
+    assert _typed(head, ARTICLE_BODY, "https://shop.example/p/desk") == "product"
+
+
+def test_page_type_says_forum_for_a_thread_url_on_a_forum_host() -> None:
+    url = "https://forum.example.org/t/backup-stops-after-first-volume/1234"
+    assert _typed("", ARTICLE_BODY, url) == "forum"
+    assert _typed("", ARTICLE_BODY, "https://www.example.org/t/backup/1234") is None
+
+
+def test_page_type_says_forum_for_a_thread_url_with_schema_posts() -> None:
+    posts = "".join(
+        f"<div itemscope itemtype='https://schema.org/Comment'><p>{text}</p></div>"
+        for text in POSTS
+    )
+    assert _typed("", posts, "https://www.example.org/threads/backup.99/") == "forum"
+
+
+def test_page_type_says_docs_under_a_docs_path_or_host() -> None:
+    assert _typed("", ARTICLE_BODY, "https://example.dev/docs/install") == "docs"
+    assert _typed("", ARTICLE_BODY, "https://docs.example.dev/install") == "docs"
+
+
+def test_page_type_says_listing_for_many_link_heavy_items() -> None:
+    cards = "".join(
+        f"<div class='card'><a href='/p/{n}'>{name}: {blurb}</a></div>"
+        for n, (name, blurb) in enumerate(CARDS + CARDS)
+    )
+    assert _typed("", f"<main><div class='grid'>{cards}</div></main>", "https://x.example/") == (
+        "listing"
+    )
+
+
+def test_page_type_says_article_only_for_a_declared_article_at_an_article_url() -> None:
+    head = '<meta property="og:type" content="article">'
+    assert _typed(head, ARTICLE_BODY, "https://news.example/2024/05/backup-story") == "article"
+    assert _typed(head, ARTICLE_BODY, "https://news.example/about-us") is None
+    assert _typed("", ARTICLE_BODY, "https://news.example/2024/05/backup-story") is None
+
+
+def test_page_type_is_absent_on_an_empty_page() -> None:
+    head = '<meta property="og:type" content="product">'
+    assert _typed(head, "", "https://shop.example/p/desk") is None

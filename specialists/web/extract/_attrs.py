@@ -7,6 +7,7 @@ within a page and across the pages of a site.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -122,7 +123,7 @@ def _token_names_chrome(token: str) -> bool:
         if piece in MODIFIER_PIECES:
             pieces = pieces[:end]
             break
-    if any(f"{a} {b}" in CHROME_PAIRS for a, b in zip(pieces, pieces[1:], strict=False)):
+    if any(f"{a} {b}" in CHROME_PAIRS for a, b in itertools.pairwise(pieces)):
         return True
     return any(_piece_names_chrome(piece) for piece in pieces)
 

@@ -65,8 +65,15 @@ def widen(content: list[Elem], run: Elem | None) -> tuple[list[Elem], bool]:
     return [run], True
 
 
+def run_items(run: Elem) -> int:
+    """How many element children with text the run's parent holds."""
+    return sum(1 for kid in run.kids if isinstance(kid, Elem) and kid.text_len)
+
+
 def _is_listing(run: Elem, picked: int) -> bool:
-    return run.text_len >= LISTING_SHARE * picked and run.link_len >= LISTING_LINK_SHARE * run.text_len
+    return (
+        run.text_len >= LISTING_SHARE * picked and run.link_len >= LISTING_LINK_SHARE * run.text_len
+    )
 
 
 def _holds_run(elem: Elem) -> bool:
@@ -106,4 +113,3 @@ def _common_ancestor(elems: list[Elem]) -> Elem | None:
             return node
         node = node.parent
     return None
-
