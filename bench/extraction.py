@@ -138,7 +138,7 @@ class Page:
 
 
 def half_of(page_id: str) -> str:
-    """"a" or "b": the half of the corpus a page id hashes into (crc32, even or odd)."""
+    """The half of the corpus, "a" or "b", that a page id hashes into (crc32, even or odd)."""
     return HALVES[zlib.crc32(page_id.encode()) % 2]
 
 
