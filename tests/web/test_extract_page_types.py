@@ -226,3 +226,14 @@ def test_page_type_says_article_only_for_a_declared_article_at_an_article_url() 
 def test_page_type_is_absent_on_an_empty_page() -> None:
     head = '<meta property="og:type" content="product">'
     assert _typed(head, "", "https://shop.example/p/desk") is None
+
+
+def test_the_parts_of_a_link_card_are_never_dropped_for_their_class_names() -> None:
+    cards = "".join(
+        f"<div class='cell'><a class='box' href='/p/{n}'><div class='caption'>"
+        f"<div class='name'>{name}</div><div class='blurb'>{blurb}</div></div></a></div>"
+        for n, (name, blurb) in enumerate(CARDS)
+    )
+    html = f"<html><body><main><div class='product-list'>{cards}</div></main></body></html>"
+    markdown = extract_article(html, url="https://shop.example/").markdown
+    assert all(blurb in markdown for _, blurb in CARDS)

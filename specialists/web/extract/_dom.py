@@ -21,6 +21,7 @@ MAX_DEPTH = 200
 # which removes half the work (the dev corpus gives the same output from 0.05 to 0.2); an
 # article wrapper misnamed as chrome holds far more and is judged later by `_prune`.
 MIN_CHROME_TEXT_SHARE = 0.1
+LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
 
 
@@ -118,11 +119,27 @@ def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Ele
     if attrs and not _HIDING.isdisjoint(attrs) and is_hidden(attrs):
         return None
     elem = Elem(tag, attrs, parent)
-    if (elem.hint or "role" in attrs) and named_chrome(tag, attrs, elem.hint):
+    if (
+        (elem.hint or "role" in attrs)
+        and not _in_link(parent)
+        and named_chrome(tag, attrs, elem.hint)
+    ):
         if len(node.text()) < chrome_floor:
             return None
         elem.chrome = True
     return elem
+
+
+def _in_link(elem: Elem | None) -> bool:
+    """True when `elem` is, or sits within LINK_CARD_DEPTH levels of, a link: a card's parts
+    (its "caption", its "author") are the card's content, never chrome."""
+    for _ in range(LINK_CARD_DEPTH):
+        if elem is None:
+            return False
+        if elem.tag == "a":
+            return True
+        elem = elem.parent
+    return False
 
 
 def text_of(elem: Elem) -> str:
