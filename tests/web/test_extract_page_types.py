@@ -237,3 +237,24 @@ def test_the_parts_of_a_link_card_are_never_dropped_for_their_class_names() -> N
     html = f"<html><body><main><div class='product-list'>{cards}</div></main></body></html>"
     markdown = extract_article(html, url="https://shop.example/").markdown
     assert all(blurb in markdown for _, blurb in CARDS)
+
+
+def test_content_holding_little_of_the_page_text_gives_way_to_what_holds_most() -> None:
+    specs = ("Made to order", "Hand finished", "Ships in a week", "Ten-year warranty")
+    tile = "".join(f"<div>{spec}</div>" for spec in specs)  # each too short to score as prose
+    groups = "".join(
+        f"<section class='shelf-{kind}'><h2>{kind}</h2>"
+        + "".join(
+            f"<div class='tile'><a href='/p/{kind}/{n}'>{name}, all sizes and finishes</a>"
+            f"{tile}</div>"
+            for n, (name, _) in enumerate(CARDS[:3])
+        )
+        + "</section>"
+        for kind in ("oak", "ash", "elm")
+    )
+    intro = f"<div class='intro'><div class='lead'><p>{POSTS[0]}</p></div></div>"
+    html = f"<html><body><main>{intro}<div class='shelves'>{groups}</div></main></body></html>"
+    markdown = extract_article(html, url="https://shop.example/").markdown
+    assert POSTS[0] in markdown
+    assert markdown.count("Ten-year warranty") == 9
+    assert "[Walnut side table, all sizes and finishes](https://shop.example/p/oak/0)" in markdown

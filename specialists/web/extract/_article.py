@@ -15,7 +15,7 @@ from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
 from ._repeat import find_run, run_items, widen
-from ._score import link_density, measure, select_content, spread
+from ._score import keep_most, link_density, measure, select_content, spread
 
 _INVISIBLE = ("script", "style", "noscript", "template", "svg")
 # A page whose visible body holds less text than this may be a script-rendered shell: its
@@ -116,6 +116,8 @@ def _main_markdown(
     if not listing:
         content = spread(content, root)
     layout = _layout(content, picked, listing, run)
+    content, scattered = keep_most(content, root)
+    listing = listing or scattered
     skip = find_skips(content, title, listing=listing)
     blocks = trim_tail(render(content, base_url=url, skip=skip))
     if not blocks:  # cleaning must never empty an article that has text

@@ -29,6 +29,12 @@ SPREAD_BELOW_SHARE = 0.5
 SPREAD_LINK_DENSITY = 0.2
 SPREAD_GAIN = 1.5
 
+# Content holding less than this share of the page's text outside links misses most of the
+# page (a listing in several parts, a thread the scoring split): the lowest ancestor holding
+# KEEP_REACH of that text is read instead, its links kept.
+KEEP_MIN_SHARE = 0.3
+KEEP_REACH = 0.5
+
 _TAG_BASE = {
     "div": 5.0, "article": 10.0, "main": 5.0, "section": 3.0, "pre": 3.0, "td": 3.0,
     "blockquote": 3.0, "address": -3.0, "ol": -3.0, "ul": -3.0, "dl": -3.0, "dd": -3.0,
@@ -195,3 +201,17 @@ def spread(content: list[Elem], root: Elem) -> list[Elem]:
 
 def _plain_len(elem: Elem) -> int:
     return elem.text_len - elem.link_len
+
+
+def keep_most(content: list[Elem], root: Elem) -> tuple[list[Elem], bool]:
+    """`content`, or the lowest ancestor holding most of the page's text when it holds little.
+
+    Returns True with the ancestor: the page's content is scattered, not one block of prose.
+    """
+    page = _plain_len(root)
+    if not content or sum(_plain_len(elem) for elem in content) >= KEEP_MIN_SHARE * page:
+        return content, False
+    node = content[0].parent
+    while node is not None and _plain_len(node) < KEEP_REACH * page:
+        node = node.parent
+    return [node or root], True
