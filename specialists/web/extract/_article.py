@@ -69,9 +69,9 @@ def _extract(html: str, url: str | None) -> Article:
     description = find_description(tree)
     declared = declared_types(tree)
     body, layout = _main_markdown(_readable_tree(tree), url, title)
-    if description and _shorter(body, description):  # a script-rendered page without a copy
-        body = description
     words = len(_WORD.findall(_LINK_TARGET.sub("]", body)))
+    if description and words < len(_WORD.findall(description)):
+        body, words = description, len(_WORD.findall(description))  # a script-rendered shell
     markdown = f"# {title}\n\n{body}" if title and body else body
     kind = page_type(declared, url, layout) if body else None
     return Article(title, markdown, description, words, kind)
@@ -84,21 +84,17 @@ def _readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
     server-rendered copy in a <noscript>; a noscript is that copy when the visible body is
     short and the noscript holds NOSCRIPT_TEXT_RATIO times its text.
     """
-    copies = [node.text() for node in tree.css("noscript")]
+    copy = max((node.text() for node in tree.css("noscript")), key=len, default="")
     tree.strip_tags(list(_INVISIBLE))  # so the page's text length counts readable text only
+    if len(copy) < NOSCRIPT_TEXT_RATIO * 100:  # most noscripts hold a tracking pixel
+        return tree
     body = tree.body
     visible = len(body.text()) if body is not None else 0
-    copy = max(copies, key=len, default="")
     if visible >= SHELL_MAX_CHARS or len(copy) < NOSCRIPT_TEXT_RATIO * max(visible, 100):
         return tree
     inner = LexborHTMLParser(defuse_nesting(f"<body>{copy}</body>"))
     inner.strip_tags(list(_INVISIBLE))
     return inner
-
-
-def _shorter(body: str, description: str) -> bool:
-    """True when the page's description says more than the content found in its body."""
-    return len(_WORD.findall(_LINK_TARGET.sub("]", body))) < len(_WORD.findall(description))
 
 
 def _main_markdown(

@@ -82,6 +82,11 @@ def _trie_source(node: dict[str, Any]) -> str:
 
 
 _CHROME_START = _trie_pattern(CHROME_WORDS)
+# Any chrome word, short piece, prefix or pair start anywhere in a hint: a cheap first test
+# that rules out most class lists before they are split into tokens and pieces.
+_MAYBE_CHROME = _trie_pattern(
+    {*CHROME_WORDS, *CHROME_PIECES, *CHROME_PREFIXES, *(pair.split()[0] for pair in CHROME_PAIRS)}
+)
 _CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
 _NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
 
@@ -112,7 +117,9 @@ def names_chrome(hint: str) -> bool:
     feature, and a token ending in a content word ("comment-body") names content.
     """
     tokens = hint.split()
-    return _hidden_by_class(tokens) or any(_token_names_chrome(token) for token in tokens)
+    if _hidden_by_class(tokens):
+        return True
+    return _MAYBE_CHROME.search(hint) is not None and any(map(_token_names_chrome, tokens))
 
 
 def _token_names_chrome(token: str) -> bool:
