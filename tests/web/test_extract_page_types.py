@@ -258,3 +258,8 @@ def test_content_holding_little_of_the_page_text_gives_way_to_what_holds_most() 
     assert POSTS[0] in markdown
     assert markdown.count("Ten-year warranty") == 9
     assert "[Walnut side table, all sizes and finishes](https://shop.example/p/oak/0)" in markdown
+
+
+def test_a_utility_class_variant_names_a_condition_not_chrome() -> None:
+    markdown = extract_article(_in_wrapper("max-w-3xl print:break-inside-avoid")).markdown
+    assert all(text in markdown for text in POSTS)

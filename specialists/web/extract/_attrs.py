@@ -123,7 +123,9 @@ def names_chrome(hint: str) -> bool:
 
 
 def _token_names_chrome(token: str) -> bool:
-    pieces = [piece for piece in _NAME_PIECE.split(token) if piece]
+    # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
+    # its last colon ("when printed"), and what the element is after it.
+    pieces = [piece for piece in _NAME_PIECE.split(token.rsplit(":", 1)[-1]) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
     for end, piece in enumerate(pieces):
