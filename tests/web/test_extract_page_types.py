@@ -263,3 +263,14 @@ def test_content_holding_little_of_the_page_text_gives_way_to_what_holds_most() 
 def test_a_utility_class_variant_names_a_condition_not_chrome() -> None:
     markdown = extract_article(_in_wrapper("max-w-3xl print:break-inside-avoid")).markdown
     assert all(text in markdown for text in POSTS)
+
+
+def test_a_hidden_wrapper_holding_most_of_the_page_is_kept_and_a_small_one_dropped() -> None:
+    prose = "".join(f"<p>{text}</p>" for text in POSTS)
+    html = (
+        f"<html><body><div style='display:none'><article>{prose}</article></div>"
+        "<div hidden><p>A hidden dialog that says something short.</p></div></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "hidden dialog" not in markdown

@@ -21,6 +21,9 @@ MAX_DEPTH = 200
 # which removes half the work (the dev corpus gives the same output from 0.05 to 0.2); an
 # article wrapper misnamed as chrome holds far more and is judged later by `_prune`.
 MIN_CHROME_TEXT_SHARE = 0.1
+# A hidden element holding more than this share of the page's text is the page itself, hidden
+# until a script shows it (anti-flicker and loading wrappers): it is kept.
+HIDDEN_PAGE_SHARE = 0.5
 LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
 
@@ -117,7 +120,8 @@ def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Ele
     """The `Elem` for `node`, or None when it is hidden or is small chrome."""
     attrs = node.attributes
     if attrs and not _HIDING.isdisjoint(attrs) and is_hidden(attrs):
-        return None
+        if len(node.text()) <= chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE:
+            return None  # ...but a wrapper hiding most of the page waits for a script to show it
     elem = Elem(tag, attrs, parent)
     if (
         (elem.hint or "role" in attrs)
