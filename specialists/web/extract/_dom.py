@@ -119,9 +119,13 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
 def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Elem | None:
     """The `Elem` for `node`, or None when it is hidden or is small chrome."""
     attrs = node.attributes
-    if attrs and not _HIDING.isdisjoint(attrs) and is_hidden(attrs):
-        if len(node.text()) <= chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE:
-            return None  # ...but a wrapper hiding most of the page waits for a script to show it
+    if (
+        attrs
+        and not _HIDING.isdisjoint(attrs)
+        and is_hidden(attrs)
+        and not _is_page(node, chrome_floor)
+    ):
+        return None
     elem = Elem(tag, attrs, parent)
     if (
         (elem.hint or "role" in attrs)
@@ -132,6 +136,12 @@ def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Ele
             return None
         elem.chrome = True
     return elem
+
+
+def _is_page(node: LexborNode, chrome_floor: float) -> bool:
+    """True when `node` holds over HIDDEN_PAGE_SHARE of the page's text (`chrome_floor` is
+    MIN_CHROME_TEXT_SHARE of it): hidden, it waits for a script to show it."""
+    return len(node.text()) > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE
 
 
 def _in_link(elem: Elem | None) -> bool:
