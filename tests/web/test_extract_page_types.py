@@ -274,3 +274,19 @@ def test_a_hidden_wrapper_holding_most_of_the_page_is_kept_and_a_small_one_dropp
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
     assert "hidden dialog" not in markdown
+
+
+def test_a_legal_disclaimer_list_beside_the_product_text_is_chrome() -> None:
+    legal = "".join(
+        f"<li>{n}. Offer terms apply, see store for details; availability and pricing vary "
+        "by region and may change without notice, taxes and fees not included.</li>"
+        for n in range(2)
+    )
+    prose = "".join(f"<p>{text}</p>" for text in POSTS)
+    html = (
+        f"<html><body><main><section class='product'>{prose}</section>"
+        f"<ol class='common-bottom-disclaimer__list'>{legal}</ol></main></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "Offer terms apply" not in markdown

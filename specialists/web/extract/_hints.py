@@ -50,7 +50,7 @@ CHROME_WORDS = (
     "caption", "credit", "taglist", "keywords", "topics", "toolbar",
     "modal", "popup", "overlay", "newsfeed", "outbrain", "taboola", "readmore",
     "teaser", "sronly", "rollover", "tooltip", "hovercard", "popover",
-    "readtime", "readingtime",
+    "readtime", "readingtime", "disclaimer",
 )  # fmt: skip
 # Names of two pieces that read as one chrome word ("side-bar", "read-more", "sr-only").
 CHROME_PAIRS = frozenset(
