@@ -5,7 +5,12 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
+from selectolax.lexbor import LexborHTMLParser
+
 from specialists.web.extract import extract_article
+from specialists.web.extract._dom import build_tree
+from specialists.web.extract._repeat import find_run
+from specialists.web.extract._score import measure
 
 POSTS = [
     "I have been trying to get the backup job to run every night, but it stops after the "
@@ -290,3 +295,18 @@ def test_a_legal_disclaimer_list_beside_the_product_text_is_chrome() -> None:
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
     assert "Offer terms apply" not in markdown
+
+
+def test_items_differing_only_in_a_later_modifier_class_are_one_run() -> None:
+    modifiers = ["featured", "", "featured", "", "odd", "odd"]
+    cards = "".join(
+        f"<div class='row item {extra}'><a href='/e/{n}'>{name}</a><p>{blurb}</p></div>"
+        for n, ((name, blurb), extra) in enumerate(zip(CARDS, modifiers, strict=True))
+    )
+    body = LexborHTMLParser(f"<html><body><div class='events'>{cards}</div></body></html>").body
+    assert body is not None
+    _, order = build_tree(body)
+    measure(order)
+    run = find_run(order)
+    assert run is not None
+    assert run.hint == "events "

@@ -31,6 +31,9 @@ JOIN_SLACK = 0.25
 ITEM_TAGS = frozenset(
     {"div", "li", "article", "section", "a", "tr", "figure", "dl", "details", "table", "form"}
 )
+# Similar items share their first class names; modifiers come later by convention
+# ("row featured", "post post--pinned", "item odd") and do not split a run.
+SIGNATURE_CLASSES = 2
 _DIGITS = re.compile(r"\d+")
 
 
@@ -92,8 +95,8 @@ def _holds_run(elem: Elem) -> bool:
 
 
 def _signature(elem: Elem) -> str:
-    cls = elem.attrs.get("class") or ""
-    return f"{elem.tag} {_DIGITS.sub('', cls)}"
+    classes = (elem.attrs.get("class") or "").split()[:SIGNATURE_CLASSES]
+    return f"{elem.tag} {_DIGITS.sub('', ' '.join(classes))}"
 
 
 def _inside(elem: Elem, ancestor: Elem) -> bool:
