@@ -310,3 +310,15 @@ def test_items_differing_only_in_a_later_modifier_class_are_one_run() -> None:
     run = find_run(order)
     assert run is not None
     assert run.hint == "events "
+
+
+def test_a_long_paragraph_served_twice_is_written_once_and_short_ones_may_repeat() -> None:
+    long = " ".join(POSTS[:2])  # over REPEAT_MIN_CHARS
+    posts = "".join(
+        f"<div class='post'><p>{text}</p><p>Thanks for reading.</p></div>"
+        for text in (long, POSTS[2], long, POSTS[0])
+    )
+    html = f"<html><body><div class='thread'>{posts}</div></body></html>"
+    markdown = extract_article(html).markdown
+    assert markdown.count(long) == 1
+    assert markdown.count("Thanks for reading.") == 4
