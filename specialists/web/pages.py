@@ -35,7 +35,7 @@ from .services import WebServices
 Kind = Literal["html", "json", "text", "other"]
 
 CACHE_NAMESPACE = "fetch"
-SNAPSHOT_VERSION = 1  # bump when Page changes shape: older cached snapshots then read as misses
+SNAPSHOT_VERSION = 2  # bump when Page changes shape: older cached snapshots then read as misses
 FLIGHTS_KEY = "fetch_flights"  # WebServices.extras entry holding the in-flight downloads
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
@@ -68,6 +68,7 @@ class Page:
     json: str | None = None
     description: str | None = None
     word_count: int = 0
+    page_type: str | None = None
     redirect_chain: tuple[str, ...] = ()
     meta: Mapping[str, str] = field(default_factory=dict)
     refresh: str | None = None
@@ -293,6 +294,7 @@ def _html_page(base: Page, html: str) -> Page:
         outline=outline(html),
         description=article.description or head.meta.get("description"),
         word_count=article.word_count,
+        page_type=article.page_type,
         meta=head.meta,
         refresh=head.refresh,
     )

@@ -70,7 +70,9 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
     tool = tool_spec(entry("fetch"), max_timeout_ms=MAX_MS)
     assert (tool.req, tool.domain, tool.out) == ("fetch", "WEB", "CONTENT")
     assert tool.description == (
-        "Pages' readable content with fileKeys, paged by START/MAX_CHARS. CSP/1: REQ:fetch IN:WEB."
+        "Pages' readable content with fileKeys, paged by START/MAX_CHARS; PAGE_TYPE when the"
+        " extractor can tell (article forum docs listing product collection service)."
+        " CSP/1: REQ:fetch IN:WEB."
     )
     assert tool.input_schema == {
         "type": "object",

@@ -44,7 +44,8 @@ async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     """R-4: the reply cites the page it read, with its title; its fileKey, length, token
-    estimate and truncated flag come before the CITE line."""
+    estimate and truncated flag come before the CITE line. R-7: no PAGE_TYPE when the page
+    does not say what it is."""
     url = serve(origin, "/tides", ARTICLE)
     reply = await fetch(make_dispatcher(OPS), url)
     key = file_key(Page(url, 200, "text/html", "html", markdown=MARKDOWN))
@@ -61,6 +62,28 @@ async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
             ("CONTENT_LENGTH", str(len(MARKDOWN))),
             ("TOKENS", str(math.ceil(len(MARKDOWN) / 4))),
             ("TRUNCATED", "false"),
+            ("CITE", f'{url} "{TITLE}"'),
+        ),
+    )
+
+
+async def test_fetch_of_a_page_that_declares_a_product_replies_its_page_type(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """R-7: PAGE_TYPE follows WORD_COUNT when the extractor can tell the kind of page."""
+    product = ARTICLE.replace("</title>", '</title><meta property="og:type" content="product">')
+    url = serve(origin, "/tide-table", product)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert reply == Reply(
+        Status.OK,
+        (
+            ("SCOPE", "[origin.test]"),
+            ("DATA", MARKDOWN),
+            ("TITLE", TITLE),
+            ("WORD_COUNT", str(extract_article(product).word_count)),
+            ("PAGE_TYPE", "product"),
+            ("CACHED", "false"),
+            ("URL", url),
             ("CITE", f'{url} "{TITLE}"'),
         ),
     )
