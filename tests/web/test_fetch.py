@@ -84,6 +84,10 @@ async def test_fetch_of_a_page_that_declares_a_product_replies_its_page_type(
             ("PAGE_TYPE", "product"),
             ("CACHED", "false"),
             ("URL", url),
+            ("FILE_KEY", file_key(Page(url, 200, "text/html", "html", markdown=MARKDOWN))),
+            ("CONTENT_LENGTH", str(len(MARKDOWN))),
+            ("TOKENS", str(math.ceil(len(MARKDOWN) / 4))),
+            ("TRUNCATED", "false"),
             ("CITE", f'{url} "{TITLE}"'),
         ),
     )
