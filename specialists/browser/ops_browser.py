@@ -169,9 +169,9 @@ async def _extract(services: BrowserServices, ctx: OpContext, params: Params) ->
 
     got = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
     if got.html is not None:
-        from specialists.web.extract import extract_article
-
         import trio
+
+        from specialists.web.extract import extract_article
 
         article = await trio.to_thread.run_sync(
             lambda: extract_article(got.html or "", url=got.url)
