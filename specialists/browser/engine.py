@@ -65,7 +65,9 @@ def launch_args(*, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool)
         "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
         "--webrtc-ip-handling-policy=disable_non_proxied_udp",
         "--dns-prefetch-disable",
-        "--disable-features=NetworkPrediction,DnsOverHttps,AsyncDns",
+        # No --disable-features here: Chromium keeps only the last one, and Playwright's own
+        # (which stops Google background fetches) must stay; what it would add (prediction,
+        # DNS over HTTPS) goes through the proxy anyway.
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-domain-reliability",
@@ -235,6 +237,8 @@ class BrowserEngine:
                 handle_sigint=False,
                 handle_sigterm=False,
                 handle_sighup=False,
+                # Playwright turns the popup blocker off; pages may not open windows at will.
+                ignore_default_args=["--disable-popup-blocking"],
             )
         except Exception as exc:
             self.stats.last_error = str(exc).splitlines()[0][:200]

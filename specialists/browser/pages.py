@@ -7,9 +7,10 @@ what the caller must hear, or Playwright's own errors, which ``translate`` turns
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from csp_web.net import GuardConfig, check_url
@@ -37,7 +38,9 @@ class PageSet:
     context: Any
     handle: BrowserHandle
     page: Any
+    popups_kept: int = 0
     popups_closed: int = 0
+    popup_decided: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def open_pages(
@@ -72,6 +75,9 @@ def _admit_popup(pages: PageSet, popup: Any, guard: GuardConfig, max_pages: int)
     if len(pages.context.pages) > max_pages or not _popup_url_ok(popup.url, guard):
         pages.popups_closed += 1
         _close_soon(popup)
+    else:
+        pages.popups_kept += 1
+    pages.popup_decided.set()
 
 
 def _popup_url_ok(url: str, guard: GuardConfig) -> bool:
@@ -87,8 +93,6 @@ def _popup_url_ok(url: str, guard: GuardConfig) -> bool:
 
 
 def _close_soon(page: Any) -> None:
-    import asyncio
-
     async def close() -> None:
         with contextlib.suppress(Exception):
             await page.close()

@@ -64,6 +64,13 @@ async def origin(nursery: trio.Nursery, issuer: trustme.CA) -> Origin:
 
 
 @pytest.fixture
+async def plain_origin(nursery: trio.Nursery) -> Origin:
+    served = Origin("http")
+    await nursery.start(functools.partial(served.serve, ssl_context=None))
+    return served
+
+
+@pytest.fixture
 async def private(nursery: trio.Nursery) -> Listener:
     listener = Listener("127.0.0.2")
     await nursery.start(listener.serve)
