@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -151,28 +151,39 @@ class BrowserEngine:
             raise BrowserUnavailable("the browser engine is closed")
         return asyncio.run_coroutine_threadsafe(_call(fn, *args, **kwargs), self._loop)
 
-    async def run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn(*args)`` on the engine's loop; its result or exception comes back here.
+    async def run(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on the engine's loop; its result or exception comes
+        back here.
 
         Cancellation of the calling trio task cancels the asyncio task, then waits (shielded,
-        bounded) for it to unwind before re-raising."""
-        future = self.submit(fn, *args, **kwargs)
-        done = trio.Event()
+        bounded) until that task has finished unwinding before re-raising."""
+        if self._closed:
+            raise BrowserUnavailable("the browser engine is closed")
         token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        holder: list[asyncio.Task[T]] = []
 
-        def wake(_: object) -> None:
+        def finished(_task: object) -> None:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(done.set)
 
-        future.add_done_callback(wake)
+        def start() -> None:  # on the engine's loop; runs before any cancel() scheduled later
+            task = self._loop.create_task(fn(*args, **kwargs))
+            task.add_done_callback(finished)
+            holder.append(task)
+
+        def cancel() -> None:
+            holder[0].cancel()
+
+        self._loop.call_soon_threadsafe(start)
         try:
             await done.wait()
         except trio.Cancelled:
-            future.cancel()
+            self._loop.call_soon_threadsafe(cancel)
             with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_WAIT_S):
                 await done.wait()
             raise
-        return future.result()
+        return holder[0].result()
 
     # ---- browsers (engine thread only) -------------------------------------------------
 

@@ -167,10 +167,10 @@ def browser_main_pid(root: int | None = None) -> list[int]:
     for pid in chromium_processes(root):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as cmd:
-                argv = cmd.read().split(b"\0")
+                raw = cmd.read()  # children rewrite theirs as one space-joined string
         except OSError:
             continue
-        if not any(arg.startswith(b"--type=") for arg in argv):
+        if b"--type=" not in raw:
             out.append(pid)
     return out
 
