@@ -120,22 +120,27 @@ async def open_browser_services(
     one. ``guard`` returns the guard settings in effect (default: ``config.web.guard``)."""
     current_guard = guard or (lambda: config.web.guard)
     browser = config.tool.browser
-    async with trio.open_nursery() as nursery:
-        if runtime is None:
-            runtime = await _start_runtime(nursery, browser, current_guard, resolver)
-            owned = True
-        else:
-            owned = False
-        services = _services(config, runtime, current_guard)
-        await nursery.start(services.sessions.serve_reaper, lambda: browser.session_idle_s)
-        try:
-            yield services
-        finally:
-            with trio.CancelScope(shield=True):
-                await _close_services(services)
-                if owned:
-                    await close_runtime(runtime)
-            nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            owned = runtime is None
+            if runtime is None:
+                runtime = await _start_runtime(nursery, browser, current_guard, resolver)
+            services = _services(config, runtime, current_guard)
+            await nursery.start(services.sessions.serve_reaper, lambda: browser.session_idle_s)
+            try:
+                yield services
+            finally:
+                with trio.CancelScope(shield=True):
+                    await _close_services(services)
+                    if owned:
+                        await close_runtime(runtime)
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The proxy and reaper raise nothing but Cancelled: a group can only wrap the body's
+        # error, which must leave as itself (as open_mcp_host does).
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 async def _start_runtime(
