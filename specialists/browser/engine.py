@@ -325,7 +325,7 @@ async def _call(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T
 def _drivers() -> set[int]:
     """This process's Playwright driver children: every Chromium one launches is its
     descendant, which is how the proxy knows its peers (``proxy.owned_by_tree``)."""
-    found = set()
+    found: set[int] = set()
     pid = os.getpid()
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

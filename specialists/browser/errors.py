@@ -39,8 +39,7 @@ def translate(
     if url is not None and net is not None:
         refusal = proxy.refusal_since(since, *host_port(url))
         if refusal is not None and net.group(1) in _PROXY_REFUSALS:
-            code, _, detail = refusal.error.partition(":")
-            return OpError(ErrorCode(code), detail, scope=(scope,))
+            return OpError(refusal.code, refusal.detail, scope=(scope,))
     if net is not None:
         return OpError(ErrorCode.NAVIGATION_FAILED, net.group(1).lower(), scope=(scope,))
     if type(exc).__name__ == "TimeoutError":

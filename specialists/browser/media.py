@@ -7,8 +7,10 @@ names a complete PNG. After each write the folder is trimmed: files older than
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import time
 
 import trio
 
@@ -50,21 +52,13 @@ class MediaStore:
                 stat = entry.stat()
                 entries.append((stat.st_mtime, stat.st_size, entry.path))
         entries.sort()
-        cutoff = (now if now is not None else _now()) - self.max_age_s
+        cutoff = (now if now is not None else time.time()) - self.max_age_s
         total = sum(size for _, size, _ in entries)
         for mtime, size, path in entries:
             if path == keep:
                 continue
             if mtime < cutoff or total > self.max_bytes:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-                except FileNotFoundError:
-                    pass
                 total -= size
                 self.removed += 1
-
-
-def _now() -> float:
-    import time
-
-    return time.time()

@@ -50,8 +50,13 @@ class Refusal:
     """One request the guard refused: where it went and why (code:detail)."""
 
     target: str
-    error: str
+    code: ErrorCode
+    detail: str
     seq: int
+
+    @property
+    def error(self) -> str:
+        return f"{self.code}:{self.detail}"
 
 
 @dataclass
@@ -103,12 +108,13 @@ class GuardProxy:
         recent = [r for r in self.stats.recent if r.seq > seq]
         target = f"{host}:{port}"
         same = [r for r in recent if r.target == target]
-        return (same or recent or [None])[-1]
+        chosen = same or recent
+        return chosen[-1] if chosen else None
 
     def _record(self, target: str, exc: OpError) -> str:
         self.stats.refused += 1
-        error = f"{exc.code}:{exc.detail}"
-        refusal = Refusal(target, error, self.stats.refused)
+        refusal = Refusal(target, exc.code, exc.detail, self.stats.refused)
+        error = refusal.error
         self.stats.recent.append(refusal)
         log.info("proxy refused %s: %s", target, error)
         if self.on_refusal is not None:

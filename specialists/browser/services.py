@@ -72,8 +72,16 @@ def make_proxy(guard: Callable[[], GuardConfig], resolver: Resolver | None) -> G
 
 def bind_engine(proxy: GuardProxy, *engines: BrowserEngine) -> None:
     """Admit only sockets held under the engines' Playwright drivers (their Chromiums)."""
-    checks = [owned_by_tree(lambda engine=engine: engine.driver_pid) for engine in engines]
-    proxy.peer_check = lambda peer, local: any(check(peer, local) for check in checks)
+    checks = [owned_by_tree(_driver_of(engine)) for engine in engines]
+
+    def check(peer: tuple[str, int], local: tuple[str, int]) -> bool:
+        return any(one(peer, local) for one in checks)
+
+    proxy.peer_check = check
+
+
+def _driver_of(engine: BrowserEngine) -> Callable[[], int | None]:
+    return lambda: engine.driver_pid
 
 
 def make_engines(config: BrowserConfig, proxy: GuardProxy) -> Runtime:

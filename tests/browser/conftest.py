@@ -26,8 +26,9 @@ from tests.net._origin import Origin, start_https_origin
 from .support import Listener, Refusals, Settable, spki_hash, start_runtime
 
 CERT_NAMES = ("origin.test", "other.test", "rebind.test")
-PRIVATE_NAMES = ("private.test", "img.private.test", "fetch.private.test", "ws.private.test")
-PRIVATE_NAMES += ("frame.private.test", "popup.private.test")
+PRIVATE_NAMES = tuple(
+    f"{sub}private.test" for sub in ("", "img.", "fetch.", "ws.", "frame.", "popup.")
+)
 
 
 @pytest.fixture(scope="module")

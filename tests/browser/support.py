@@ -86,7 +86,8 @@ class ThreadedProxy:
         assert ready.wait(WAIT_S)
 
     def stop(self) -> None:
-        assert self.token is not None and self.thread is not None
+        assert self.token is not None
+        assert self.thread is not None
         self.token.run_sync_soon(self.scope.cancel)
         self.thread.join(WAIT_S)
 
