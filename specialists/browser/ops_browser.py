@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import trio
+
 from csp_web.context import OpContext
 from csp_web.deadlines import work_seconds
 from csp_web.errors import OpError
@@ -27,6 +29,7 @@ from csp_web.net import check_url
 from csp_web.registry import Op
 from csp_web.replies import Result
 from protocol import ErrorCode
+from specialists.web.extract import extract_article
 
 from . import pages as page_ops
 from .errors import translate
@@ -91,8 +94,6 @@ async def _on_pages(
     try:
         return await step(fresh)
     finally:
-        import trio
-
         with trio.CancelScope(shield=True):
             await engine.run(page_ops.close_pages, engine, fresh)
 
@@ -170,8 +171,6 @@ async def _extract(services: BrowserServices, ctx: OpContext, params: Params) ->
     got = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
     if got.html is not None:
         import trio
-
-        from specialists.web.extract import extract_article
 
         article = await trio.to_thread.run_sync(
             lambda: extract_article(got.html or "", url=got.url)

@@ -140,6 +140,8 @@ class GuardProxy:
                 await self._handle(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return  # either side hung up; nothing to report to anyone
+        except Exception:  # a bug must cost one connection, never the proxy (and the daemon)
+            log.exception("proxy connection failed")
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         head, rest = await _read_head(stream)
