@@ -170,8 +170,6 @@ async def _extract(services: BrowserServices, ctx: OpContext, params: Params) ->
 
     got = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
     if got.html is not None:
-        import trio
-
         article = await trio.to_thread.run_sync(
             lambda: extract_article(got.html or "", url=got.url)
         )
