@@ -15,6 +15,7 @@ from csp_web.config_browser import BrowserConfig
 from csp_web.config_load import ConfigError, config_from_mapping
 from csp_web.context import Peer
 from csp_web.daemon import build_dispatcher
+from csp_web.net import GuardConfig
 from csp_web.outbox import open_outbox
 from protocol import Status, Task
 from specialists import open_specialists
@@ -77,3 +78,27 @@ async def test_the_daemon_lists_both_ops_and_a_browser_stats_line(config: Config
         sandbox = "off(root)" if os.geteuid() == 0 else "on"
         assert line.startswith("browsers:0 launches:0 crashes:0 recycles:0 pages:0")
         assert f"sandbox:{sandbox}" in line
+
+
+def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
+    from playwright.async_api import Error, TimeoutError
+
+    from specialists.browser.errors import translate
+    from specialists.browser.proxy import GuardProxy
+
+    proxy = GuardProxy(GuardConfig)
+
+    def code(exc: Exception, url: str | None = "https://a.test/") -> str:
+        error = translate(exc, scope="browser", proxy=proxy, since=0, url=url)
+        return f"{error.code}:{error.detail}"
+
+    assert code(Error("net::ERR_NAME_NOT_RESOLVED at https://a.test/")) == (
+        "navigation_failed:err_name_not_resolved"
+    )
+    assert code(TimeoutError("Timeout 5ms exceeded.")) == "navigation_failed:timeout"
+    assert code(Error("Target page, context or browser has been closed")) == (
+        "browser_unavailable:closed mid-action"
+    )
+    assert code(Error("Element is not visible")) == "action_failed:Element is not visible"
+    with pytest.raises(KeyError):
+        translate(KeyError("bug"), scope="browser", proxy=proxy, since=0, url=None)
