@@ -6,7 +6,8 @@ A local HTTPS origin (trustme, its own process) serves a small page at 127.0.0.1
 
 - warm navigate+extract and screenshot through the op (dispatcher, guard proxy, engine thread,
   one SESSION) against a plain Playwright script doing the same steps on the same Chromium
-  (the floor: no proxy, no trio, one page); p50 and the ratio (issue 10: <= 1.3x);
+  (the floor: no proxy, no trio, one page), rounds alternating so that the host's load weighs
+  on both alike; p50 and the ratio (issue 10: <= 1.3x);
 - navigate + snapshot through @playwright/mcp (npm, into a temporary directory, pointed at the
   same Chromium) against our navigate + extract; p50;
 - cold start: a fresh daemon's first action, Chromium launch included;
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -146,7 +147,9 @@ def chromium_pss_kib(services: BrowserServices) -> int:
     return total
 
 
-async def bench_ours(config: Config, url: str, rounds: int, actions: int) -> dict[str, Any]:
+async def bench_ours(
+    config: Config, url: str, rounds: int, actions: int, floor: Floor
+) -> dict[str, Any]:
     os.makedirs(config.daemon.state_dir, exist_ok=True)
     out: dict[str, Any] = {}
     async with (
@@ -176,8 +179,12 @@ async def bench_ours(config: Config, url: str, rounds: int, actions: int) -> dic
             await call(dispatcher, "browser", "BROWSER_RESULT", ("ACTION", "screenshot"), session)
 
         await nav_extract()
-        out["nav_extract"] = await timed(rounds, nav_extract)
-        out["screenshot"] = await timed(rounds, shot)
+        await floor.measure("nav_extract")
+        for name, step in (("nav_extract", nav_extract), ("screenshot", shot)):
+            out[name], out[f"floor_{name}"] = [], []
+            for _ in range(rounds):  # alternating: the same load weighs on both
+                out[name] += await timed(1, step)
+                out[f"floor_{name}"].append(await floor.measure(name))
 
         async def present_snapshot() -> None:
             await call(
@@ -210,38 +217,53 @@ async def bench_ours(config: Config, url: str, rounds: int, actions: int) -> dic
 # ---- the floor: plain Playwright, same Chromium ------------------------------------------
 
 
-def bench_floor(
-    executable: str, spki: str, url: str, rounds: int, shots: str
-) -> dict[str, list[float]]:
-    from playwright.async_api import async_playwright
+class Floor:
+    """A plain Playwright script on the same Chromium, on its own thread and asyncio loop;
+    ``step`` runs one of its steps there and returns the time the step took, measured there.
+    Its rounds alternate with ours, so load on the host weighs on both alike."""
 
-    async def main() -> dict[str, list[float]]:
-        async with async_playwright() as p:
-            args = [f"--ignore-certificate-errors-spki-list={spki}"]
-            browser = await p.chromium.launch(
-                executable_path=executable, args=args, chromium_sandbox=sandboxed()
-            )
-            page = await (await browser.new_context()).new_page()
+    def __init__(self, executable: str, spki: str, url: str, shots: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url, self.shot_path = url, os.path.join(shots, "floor.png")
+        self.page: Any = None
+        self._call(self._start(executable, spki))
 
-            async def nav_extract() -> None:
-                await page.goto(url, wait_until="load")
-                await page.title()
-                await page.content()
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-            async def shot() -> None:  # written to a file, as the op does
-                await page.screenshot(type="png", path=os.path.join(shots, "floor.png"))
+    async def _start(self, executable: str, spki: str) -> None:
+        from playwright.async_api import async_playwright
 
-            await nav_extract()
-            out: dict[str, list[float]] = {"nav_extract": [], "screenshot": []}
-            for name, step in (("nav_extract", nav_extract), ("screenshot", shot)):
-                for _ in range(rounds):
-                    start = time.perf_counter()
-                    await step()
-                    out[name].append((time.perf_counter() - start) * 1000)
-            await browser.close()
-            return out
+        self.playwright = await async_playwright().start()
+        args = [f"--ignore-certificate-errors-spki-list={spki}"]
+        self.browser = await self.playwright.chromium.launch(
+            executable_path=executable, args=args, chromium_sandbox=sandboxed()
+        )
+        self.page = await (await self.browser.new_context()).new_page()
 
-    return _in_thread(lambda: asyncio.run(main()))
+    async def _step(self, name: str) -> float:
+        start = time.perf_counter()
+        if name == "nav_extract":
+            await self.page.goto(self.url, wait_until="load")
+            await self.page.title()
+            await self.page.content()
+        else:  # written to a file, as the op does
+            await self.page.screenshot(type="png", path=self.shot_path)
+        return (time.perf_counter() - start) * 1000
+
+    async def measure(self, name: str) -> float:
+        return await trio.to_thread.run_sync(lambda: self._call(self._step(name)))
+
+    def close(self) -> None:
+        async def stop() -> None:
+            await self.browser.close()
+            await self.playwright.stop()
+
+        self._call(stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
 
 
 def _in_thread(fn: Callable[[], T]) -> T:
@@ -352,11 +374,14 @@ def run(
         f"chromium: {executable}  sandbox: {'on' if sandboxed() else 'off (root)'}"
         f"  cpus: {os.cpu_count()}"
     )
-    floor = bench_floor(executable, spki, url, args.rounds, workdir)
+    floor = Floor(executable, spki, url, workdir)
     config = bench_config(os.path.join(workdir, "state"), port, spki, args.recycle)
-    ours = trio.run(bench_ours, config, url, args.rounds, args.actions)
+    try:
+        ours = trio.run(bench_ours, config, url, args.rounds, args.actions, floor)
+    finally:
+        floor.close()
     for name in ("nav_extract", "screenshot"):
-        mine, base = p50(ours[name]), p50(floor[name])
+        mine, base = p50(ours[name]), p50(ours[f"floor_{name}"])
         print(
             f"{name:12s} p50 ours {mine:7.1f} ms  playwright {base:7.1f} ms"
             f"  ratio {mine / base:4.2f}x (target <= 1.3x)"
