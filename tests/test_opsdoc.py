@@ -15,7 +15,9 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
 
 def test_ops_reference_is_up_to_date() -> None:
     """D-1: regenerate with `python -m specialists.opsdoc > docs/ops.md`."""
-    assert DOC.read_text("utf-8") == opsdoc.render(build_op_table([*web_ops(), *tool_ops(), *browser_ops()]))
+    assert DOC.read_text("utf-8") == opsdoc.render(
+        build_op_table([*web_ops(), *tool_ops(), *browser_ops()])
+    )
 
 
 def test_every_op_is_in_the_reference() -> None:
