@@ -313,7 +313,8 @@ def bench_mcp(cli: str, executable: str, workdir: str, url: str, rounds: int) ->
     config_path = os.path.join(workdir, "mcp-config.json")
     with open(config_path, "w") as file:
         json.dump(config, file)
-    params = StdioServerParameters(command="node", args=[cli, "--config", config_path])
+    # cwd: the server writes its .playwright-mcp/ output folder there.
+    params = StdioServerParameters(command="node", args=[cli, "--config", config_path], cwd=workdir)
 
     async def main() -> list[float]:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
