@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .config_browser import BrowserConfig
 from .config_docs import DocsConfig
 from .config_exec import ExecConfig, daemon_paths, refuse_private_workspaces
 from .config_mcp import McpConfig
@@ -256,6 +257,7 @@ class ToolConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from csp_web.registry import Op
 @asynccontextmanager
 async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict[str, Any]]]:
     """Every specialist op, and the shared services they use (all closed on exit)."""
+    from .browser import browser_ops
+    from .browser.services import open_browser_services
     from .node import node_ops
     from .node.services import node_background, open_node_services
     from .tool import tool_ops
@@ -36,7 +38,12 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
         # The MCP SDK is imported only when a server is configured, at start or by a reload.
         extras["mcp"] = await stack.enter_async_context(open_mcp_host(config.tool.mcp))
         sandbox = extras["exec"].sandbox
+        # Chromium starts on first use; its requests pass web.guard as it is now (reloadable).
+        extras["browser"] = await stack.enter_async_context(
+            open_browser_services(config, guard=lambda: extras["web"].client.config)
+        )
         extras["stats_lines"] = {
+            "BROWSER": extras["browser"].stats_line,
             "SANDBOX": sandbox.kind,
             "EXEC_LIMITS": sandbox.limits,
             "MCP": extras["mcp"].stats_lines,  # read at each REQ:stats
@@ -65,4 +72,4 @@ async def open_specialists(config: Config) -> AsyncIterator[tuple[list[Op], dict
         )
         extras["stats_lines"]["NODES"] = nodes.stats_line
         extras["background"].append(node_background(nodes))
-        yield [*web_ops(), *tool_ops(), *node_ops()], extras
+        yield [*web_ops(), *tool_ops(), *browser_ops(), *node_ops()], extras

@@ -9,6 +9,7 @@ from csp_web.daemon import build_op_table
 from csp_web.fields import FieldSpec
 from csp_web.registry import Op
 
+from .browser import browser_ops
 from .node import node_ops
 from .tool import tool_ops
 from .web import web_ops
@@ -58,7 +59,7 @@ def render(ops: list[Op]) -> str:
 
 
 def main() -> None:
-    print(render(build_op_table([*web_ops(), *tool_ops(), *node_ops()])), end="")
+    print(render(build_op_table([*web_ops(), *tool_ops(), *browser_ops(), *node_ops()])), end="")
 
 
 if __name__ == "__main__":
