@@ -158,7 +158,14 @@ async def test_the_in_process_daemon_answers_and_hides_exec_unless_configured(
         async with face("--config", _config_file(tmp_path)) as client:
             listed = await client.list_tools()
             jobs = await call(client, "tool_cron", {"action": "list"})
-    assert [t.name for t in listed.tools] == ["tool_cron", "tool_mcp", "tool_node", *WEB_TOOLS]
+    assert [t.name for t in listed.tools] == [
+        "tool_browser",
+        "tool_canvas",
+        "tool_cron",
+        "tool_mcp",
+        "tool_node",
+        *WEB_TOOLS,
+    ]
     assert not jobs.is_error
     assert jobs.structured_content is not None
     assert (jobs.structured_content["STATUS"], jobs.structured_content["DATA"]) == (
@@ -175,6 +182,8 @@ async def test_exec_is_listed_when_the_daemon_has_a_workspace(tmp_path: Path) ->
             listed = await client.list_tools()
     assert [t.name for t in listed.tools] == [
         "shell_exec",
+        "tool_browser",
+        "tool_canvas",
         "tool_cron",
         "tool_mcp",
         "tool_node",
