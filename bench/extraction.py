@@ -1,8 +1,14 @@
-"""Benchmark of the readable-content extractor on the article-extraction dev corpus.
+"""Benchmark of the readable-content extractor on the extraction dev corpora.
 
 Run from the repository root::
 
-    python bench/extraction.py [--corpus DIR] [--repeat N]
+    python bench/extraction.py [--corpus [DIR ...]] [--half a|b] [--repeat N]
+
+Without DIRs (or without `--corpus`) it runs both dev corpora beside the clone: the Zyte news
+articles (`extraction-dev`) and the seven-type WCXB pages (`extraction-wcxb-dev`), and prints
+a table per corpus: F1, precision and recall overall and per page type, median and p90 ms.
+`--half a` or `--half b` scores only the pages whose id hashes into that half (crc32 of the
+id, even or odd), so a rule tuned on one half can be checked on the other.
 
 The metric is the Zyte article-extraction-benchmark's, as the corpus README states it:
 tokens are ``\\w+`` runs; each text becomes a multiset of 4-token shingles; per document
@@ -21,6 +27,7 @@ import re
 import statistics
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +39,12 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/extraction.py` finds the 
 
 from specialists.web.extract import extract_article  # noqa: E402
 
-DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpus" / "extraction-dev"
+CORPORA_DIR = REPO_ROOT.parent / "shared" / "corpus"
+DEFAULT_CORPUS = CORPORA_DIR / "extraction-dev"
+WCXB_CORPUS = CORPORA_DIR / "extraction-wcxb-dev"
+DEFAULT_CORPORA = (DEFAULT_CORPUS, WCXB_CORPUS)
+DEFAULT_PAGE_TYPE = "article"  # the Zyte corpus holds news articles and names no type
+HALVES = ("a", "b")
 SHINGLE_SIZE = 4  # the benchmark's n-gram size
 
 _TOKEN = re.compile(r"\w+")
@@ -48,6 +60,7 @@ class PageScore:
     """One page's id in the corpus, its shingle overlap, and the extractor's wall and CPU ms."""
 
     page_id: str
+    page_type: str
     true_positive: int
     false_positive: int
     false_negative: int
@@ -82,7 +95,13 @@ class CorpusScore:
     mean_ms: float
     median_ms: float
     median_cpu_ms: float
+    p90_ms: float
     pages: tuple[PageScore, ...]
+
+    def by_type(self) -> dict[str, CorpusScore]:
+        """The same figures for each page type, in name order."""
+        types = sorted({page.page_type for page in self.pages})
+        return {kind: _summarise([p for p in self.pages if p.page_type == kind]) for kind in types}
 
 
 def markdown_to_text(markdown: str) -> str:
@@ -107,14 +126,34 @@ def compare(predicted: str, truth: str) -> tuple[int, int, int]:
     return overlap, sum(got.values()) - overlap, sum(want.values()) - overlap
 
 
-def load_corpus(corpus: Path) -> list[tuple[str, str, str | None, str]]:
-    """(id, html, url, truth) for every page of the corpus, in id order."""
+@dataclass(frozen=True)
+class Page:
+    """One corpus page: its id and type, the HTML as served, its URL and the true main text."""
+
+    page_id: str
+    page_type: str
+    html: str
+    url: str | None
+    truth: str
+
+
+def half_of(page_id: str) -> str:
+    """The half of the corpus, "a" or "b", that a page id hashes into (crc32, even or odd)."""
+    return HALVES[zlib.crc32(page_id.encode()) % 2]
+
+
+def load_corpus(corpus: Path, half: str | None = None) -> list[Page]:
+    """Every page of the corpus (or of one `half`), in id order."""
     truth = json.loads((corpus / "ground-truth.json").read_text(encoding="utf-8"))
     pages = []
     for page_id in sorted(truth):
+        if half is not None and half_of(page_id) != half:
+            continue
         raw = gzip.decompress((corpus / "html" / f"{page_id}.html.gz").read_bytes())
         entry = truth[page_id]
-        pages.append((page_id, raw.decode("utf-8", "replace"), entry["url"], entry["articleBody"]))
+        kind = entry.get("page_type") or DEFAULT_PAGE_TYPE
+        html = raw.decode("utf-8", "replace")
+        pages.append(Page(page_id, kind, html, entry.get("url"), entry["articleBody"]))
     return pages
 
 
@@ -123,7 +162,11 @@ def _extract_markdown(html: str, url: str | None) -> str:
 
 
 def score_corpus(
-    corpus: Path = DEFAULT_CORPUS, extract: Extractor = _extract_markdown, *, repeat: int = 1
+    corpus: Path = DEFAULT_CORPUS,
+    extract: Extractor = _extract_markdown,
+    *,
+    repeat: int = 1,
+    half: str | None = None,
 ) -> CorpusScore:
     """Run `extract` over every page single-threaded and score it with the benchmark's metric.
 
@@ -132,10 +175,10 @@ def score_corpus(
     does, to see through a busy machine; the output scored is the same on every run.
     """
     scores = []
-    for page_id, html, url, truth in load_corpus(corpus):
-        markdown, wall_ms, cpu_ms = _timed(extract, html, url, max(1, repeat))
-        counts = compare(markdown_to_text(markdown), truth)
-        scores.append(PageScore(page_id, *counts, wall_ms, cpu_ms))
+    for page in load_corpus(corpus, half):
+        markdown, wall_ms, cpu_ms = _timed(extract, page.html, page.url, max(1, repeat))
+        counts = compare(markdown_to_text(markdown), page.truth)
+        scores.append(PageScore(page.page_id, page.page_type, *counts, wall_ms, cpu_ms))
     return _summarise(scores)
 
 
@@ -163,27 +206,43 @@ def _summarise(scores: Sequence[PageScore]) -> CorpusScore:
         mean_ms=statistics.fmean(times) if times else 0.0,
         median_ms=statistics.median(times) if times else 0.0,
         median_cpu_ms=statistics.median(s.cpu_ms for s in scores) if scores else 0.0,
+        p90_ms=_percentile(times, 0.9),
         pages=tuple(scores),
     )
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile of `values` (0 when empty)."""
+    if not values:
+        return 0.0
+    ranked = sorted(values)
+    return ranked[min(len(ranked) - 1, max(0, round(share * len(ranked)) - 1))]
 
 
 def _harmonic(a: float, b: float) -> float:
     return 2 * a * b / (a + b) if a + b else 0.0
 
 
-def report(score: CorpusScore, command: str, worst: int = 10) -> str:
-    """The human-readable summary printed by `main`."""
+def report(score: CorpusScore, command: str, worst: int = 10, name: str = "corpus") -> str:
+    """The human-readable summary printed by `main`: a per-type table, then the worst pages."""
     lines = [
-        f"pages {len(score.pages)}  precision {score.precision:.4f}  recall {score.recall:.4f}"
-        f"  F1 {score.f1:.4f}",
+        f"{name}: pages {len(score.pages)}  precision {score.precision:.4f}"
+        f"  recall {score.recall:.4f}  F1 {score.f1:.4f}",
         f"ms/page  mean {score.mean_ms:.2f}  median {score.median_ms:.2f}"
-        f"  (median CPU {score.median_cpu_ms:.2f})",
-        f"worst {worst} pages by F1:",
+        f"  p90 {score.p90_ms:.2f}  (median CPU {score.median_cpu_ms:.2f})",
+        f"  {'type':<14} {'pages':>5} {'F1':>6} {'P':>6} {'R':>6} {'med ms':>7} {'p90 ms':>7}",
     ]
+    rows = [("overall", score), *score.by_type().items()]
+    for kind, part in rows:
+        lines.append(
+            f"  {kind:<14} {len(part.pages):>5} {part.f1:>6.3f} {part.precision:>6.3f}"
+            f" {part.recall:>6.3f} {part.median_ms:>7.2f} {part.p90_ms:>7.2f}"
+        )
+    lines.append(f"worst {worst} pages by F1:")
     for page in sorted(score.pages, key=lambda p: p.f1)[:worst]:
         lines.append(
-            f"  {page.page_id[:16]}  F1 {page.f1:.3f}  P {page.precision or 0:.3f}"
-            f"  R {page.recall or 0:.3f}  {page.elapsed_ms:.1f} ms"
+            f"  {page.page_id[:16]}  {page.page_type:<13}  F1 {page.f1:.3f}"
+            f"  P {page.precision or 0:.3f}  R {page.recall or 0:.3f}  {page.elapsed_ms:.1f} ms"
         )
     lines.append(f"reproduce: {command}")
     return "\n".join(lines)
@@ -192,11 +251,22 @@ def report(score: CorpusScore, command: str, worst: int = 10) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Score the extractor on the corpus and print the summary; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument(
+        "--corpus", type=Path, nargs="*", help="corpus dirs; none given: both dev corpora"
+    )
+    parser.add_argument("--half", choices=HALVES, help="only the pages of this id-hash half")
     parser.add_argument("--repeat", type=int, default=1, help="time each page N times, keep best")
+    parser.add_argument("--worst", type=int, default=10, help="list this many worst pages")
     args = parser.parse_args(argv)
-    command = f"python bench/extraction.py --corpus {args.corpus} --repeat {args.repeat}"
-    print(report(score_corpus(args.corpus, repeat=args.repeat), command))
+    corpora = args.corpus or [c for c in DEFAULT_CORPORA if c.is_dir()]
+    if not corpora:
+        print(f"no corpus found beside the clone ({CORPORA_DIR}); pass --corpus DIR")
+        return 2
+    half = f" --half {args.half}" if args.half else ""
+    for corpus in corpora:
+        command = f"python bench/extraction.py --corpus {corpus}{half} --repeat {args.repeat}"
+        score = score_corpus(corpus, repeat=args.repeat, half=args.half)
+        print(report(score, command, args.worst, name=corpus.name), end="\n\n")
     return 0
 
 

@@ -91,6 +91,16 @@ class ErrorCode(enum.StrEnum):
     NODE_CAPABILITY_MISSING = "node_capability_missing", "the node does not offer this action"
     NODE_ERROR = "node_error", "the node failed the action or sent a reply that breaks its schema"
     PAIR_CODE_INVALID = "pair_code_invalid", "the pairing code is unknown, expired or used"
+    # Browser and canvas (specialists/browser).
+    SELECTOR_NOT_FOUND = "selector_not_found", "the SELECTOR matches no element on the page"
+    BROWSER_UNAVAILABLE = "browser_unavailable", "Chromium cannot be started or died mid-action"
+    NAVIGATION_FAILED = "navigation_failed", "the page did not load (network error or timeout)"
+    ACTION_FAILED = "action_failed", "the element could not be clicked, typed into or read"
+    TOO_MANY_SESSIONS = "too_many_sessions", "a browser session cap (per peer or overall) is met"
+    SESSION_NOT_FOUND = "session_not_found", "SESSION names no open session of this peer"
+    UNKNOWN_NODE = "unknown_node", "NODE names no canvas node"
+    CANVAS_NOT_PRESENTED = "canvas_not_presented", "the canvas shows nothing: present first"
+    EVAL_FAILED = "eval_failed", "the canvas expression threw or its result is not JSON"
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import sqlite3
 import ssl
 import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,8 +22,9 @@ import pytest
 import trio
 import trustme
 
-from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.compose import open_app_daemon
 from csp_web.config import Config, DaemonConfig, MemoryConfig
+from csp_web.core.compose import Daemon as ComposedDaemon
 from csp_web.core.compose import open_daemon
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve
@@ -117,17 +119,22 @@ async def start_daemon(
     socket_path: str,
     ops: Sequence[Op[Any]] | None = None,
     *,
-    specialists: bool = False,
+    specialists: bool | Sequence[Composable] = False,
 ) -> Daemon:
     """A daemon serving ``socket_path`` (no stdin) until its scope is cancelled: with ``ops``
-    only, or with every specialist as ``csp-web serve`` runs them."""
+    only, with the ``specialists`` given, or (True) with every specialist as ``csp-web serve``
+    runs them (the composition root: redis.url shared state included)."""
     scope = trio.CancelScope()
 
-    chosen: Sequence[Composable] = SPECIALISTS if specialists else (given(None, ops or []),)
+    def composed() -> AbstractAsyncContextManager[ComposedDaemon]:
+        if specialists is True:
+            return open_app_daemon(config)
+        chosen = specialists or (given(None, ops or []),)
+        return open_daemon(config, chosen, memory=open_memory_path(config))
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
-            async with open_daemon(config, chosen, memory=open_memory_path(config)) as daemon:
+            async with composed() as daemon:
                 await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
 
     dispatcher = await nursery.start(run)

@@ -25,19 +25,21 @@ PACKAGES = ("protocol", "csp_web", "specialists")
 LAYERS: tuple[tuple[str, int, str], ...] = (
     ("protocol", 0, "protocol"),
     ("csp_web", 0, "package"),  # the package itself: its version
-    ("csp_web.__main__", 5, "cli"),
+    ("csp_web.__main__", 6, "cli"),
     ("csp_web.config", 1, "config"),
     ("csp_web.core", 2, "core"),
     ("csp_web.memory", 3, "memory"),
     ("csp_web.net", 3, "net"),
     ("csp_web.infra", 3, "infra"),
-    ("csp_web.cron", 3, "cron"),
-    ("specialists", 4, "specialists"),
-    ("specialists.web", 4, "specialists.web"),
-    ("specialists.tool", 4, "specialists.tool"),
-    ("csp_web.app", 5, "app"),
-    ("csp_web.cli", 5, "cli"),
-    ("csp_web.mcp_face", 5, "app"),  # a front end composing the app's daemon in process
+    # The scheduler sits above the shared infrastructure: with redis.url its job table and
+    # run claims live on the fleet's link (infra.redis_link).
+    ("csp_web.cron", 4, "cron"),
+    ("specialists", 5, "specialists"),
+    ("specialists.web", 5, "specialists.web"),
+    ("specialists.tool", 5, "specialists.tool"),
+    ("csp_web.app", 6, "app"),
+    ("csp_web.cli", 6, "cli"),
+    ("csp_web.mcp_face", 6, "app"),  # a front end composing the app's daemon in process
 )
 SIBLINGS = frozenset({"memory", "net", "infra", "cron", "specialists.web", "specialists.tool"})
 PRIVATE_CORE_USERS = frozenset({"specialists", "specialists.web", "specialists.tool", "cron"})

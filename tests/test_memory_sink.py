@@ -384,7 +384,7 @@ async def test_writes_are_logged_as_counts_not_one_line_each(
         sink.tally.since -= LOG_INTERVAL_S  # the interval has passed
         await _one_chunk(sink, codec.send(_write("l-0", "l.log", "0")), 1)
     assert per_write == []
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "csp_web.memory_sink"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "csp_web.memory.sink.server"]
     assert line.startswith("memory sink: duplicate 1, stored 50 in ")
 
 

@@ -5,8 +5,18 @@ folder (docs/adding-an-op.md)."""
 from __future__ import annotations
 
 from csp_web.core.specialist import Composable
+from csp_web.infra.redis_link import RedisLink
+from specialists.browser import BROWSER
 from specialists.node import NODE
-from specialists.tool import TOOL
-from specialists.web import WEB
+from specialists.tool import TOOL, make_tool
+from specialists.web import WEB, make_web
 
-SPECIALISTS: tuple[Composable, ...] = (WEB, TOOL, NODE)
+SPECIALISTS: tuple[Composable, ...] = (WEB, TOOL, BROWSER, NODE)
+
+
+def linked(link: RedisLink | None) -> tuple[Composable, ...]:
+    """``SPECIALISTS`` sharing the fleet's state through ``link`` (redis.url), or as they
+    are without one."""
+    if link is None:
+        return SPECIALISTS
+    return (make_web(link=link), make_tool(link=link), BROWSER, NODE)

@@ -3,6 +3,7 @@
 change (``reload``). A new specialist adds its section module here, its field on ``Config``
 and its pool on ``SlotsConfig`` (docs/adding-an-op.md)."""
 
+from csp_web.config.browser import BrowserConfig, CanvasConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -20,6 +21,7 @@ from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
 from csp_web.config.nodes import NodesConfig
+from csp_web.config.redis import RedisConfig
 from csp_web.config.root import Config, daemon_paths
 from csp_web.config.tool import CronConfig, ToolConfig
 from csp_web.config.web import (
@@ -36,7 +38,9 @@ from csp_web.config.web import (
 __all__ = [
     "ApiConfig",
     "AuditConfig",
+    "BrowserConfig",
     "CacheConfig",
+    "CanvasConfig",
     "Config",
     "ConfigError",
     "ConnectionConfig",
@@ -53,6 +57,7 @@ __all__ = [
     "OutboxConfig",
     "ProgramRule",
     "RateConfig",
+    "RedisConfig",
     "SearchConfig",
     "SearchProvider",
     "ServerConfig",

@@ -22,6 +22,7 @@ from csp_web.config.core import (
 )
 from csp_web.config.exec import refuse_private_workspaces
 from csp_web.config.nodes import NodesConfig
+from csp_web.config.redis import RedisConfig
 from csp_web.config.tool import ToolConfig
 from csp_web.config.web import WebConfig
 
@@ -38,6 +39,7 @@ class Config:
     web: WebConfig = field(default_factory=WebConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
 
     def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
         refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))

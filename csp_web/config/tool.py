@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from csp_web.config.browser import BrowserConfig
 from csp_web.config.exec import ExecConfig
 from csp_web.config.mcp import McpConfig
 
@@ -23,3 +24,4 @@ class ToolConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)

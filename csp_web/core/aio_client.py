@@ -3,7 +3,7 @@
     async with open_asyncio_client("/run/csp-web/csp.sock") as client:
         reply = await client.call({"REQ": "ping", "IN": "SYS", "OUT": "PONG"})
 
-The same contract as the trio client (``csp_web.client``): many concurrent calls over one
+The same contract as the trio client (``csp_web.core.client``): many concurrent calls over one
 connection, each reply routed to its caller by ID, automatic IDs with a random per-client
 prefix. Both drive the one sans-IO codec (``protocol.Connection``); only the I/O differs.
 """

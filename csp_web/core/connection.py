@@ -45,7 +45,7 @@ from protocol import (
     serialize,
 )
 
-log = logging.getLogger("csp_web.connection")
+log = logging.getLogger("csp_web.core.connection")
 _RECEIVE_BYTES = 65536
 
 

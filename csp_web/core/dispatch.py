@@ -29,7 +29,7 @@ from csp_web.core.replies import fail_reply, ok_reply
 from csp_web.core.stats import Stats
 from protocol import ErrorCode, Reply, Status, Task
 
-log = logging.getLogger("csp_web.dispatch")
+log = logging.getLogger("csp_web.core.dispatch")
 
 
 class Dispatcher:

@@ -4,7 +4,7 @@
     ├── FieldError          a request field is missing, unknown or malformed (dispatch)
     └── Busy                admission refused the task (specialist slots, outbox)
 
-Handlers raise these; ``csp_web.dispatch`` is the one place that turns them, and any other
+Handlers raise these; ``csp_web.core.dispatch`` is the one place that turns them, and any other
 exception, into a reply frame. Third-party errors (httpx, OSError, trio) are translated into
 ``OpError`` at the seam where they are caught, by a table in the module that owns the seam.
 """

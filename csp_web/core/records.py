@@ -2,7 +2,7 @@
 
 The daemon never reads or writes memory storage itself; each write becomes a
 ``TASK REQ:write IN:MEMORY OUT:ACK`` frame for the external Memory Specialist, queued durably
-in the outbox (``csp_web.outbox``) before the reply that caused it is sent.
+in the outbox (``csp_web.memory.outbox``) before the reply that caused it is sent.
 """
 
 from __future__ import annotations

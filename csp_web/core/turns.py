@@ -90,7 +90,7 @@ class FairStarts:
     def _wake_pump(self) -> None:
         if self._waiting and not self._pumping and self.running < self.max_running:
             self._pumping = True
-            trio.lowlevel.spawn_system_task(self._pump, name="csp_web.turns.pump")
+            trio.lowlevel.spawn_system_task(self._pump, name="csp_web.core.turns.pump")
 
     async def _pump(self) -> None:
         """Each scheduler round: refill the budget and grant the first waiting starts.

@@ -13,7 +13,9 @@ from contextlib import asynccontextmanager
 import trio
 
 from csp_web.config import Config
+from csp_web.infra.redis_link import RedisLink
 
+from .claims import RunClaims, SharedCronStore
 from .jobs import Job
 from .service import CronService, WallClock, system_now
 from .store import CronStore, CronStoreError
@@ -25,14 +27,15 @@ def store_path(config: Config) -> str:
 
 @asynccontextmanager
 async def open_cron(
-    config: Config, *, now_wall: WallClock = system_now
+    config: Config, *, now_wall: WallClock = system_now, link: RedisLink | None = None
 ) -> AsyncIterator[CronService]:
     """The cron service over the job file; raises CronStoreError for an unreadable file.
 
     ``now_wall`` is the wall clock (tests pass one driven by trio's MockClock). The caller
     runs ``serve_cron`` for the scheduler; nothing here needs closing beyond it.
     """
-    store = CronStore(store_path(config))
+    # With a link the fleet shares one job table and claims each run (cron/claims.py).
+    store = CronStore(store_path(config)) if link is None else SharedCronStore(link)
     keep = config.tool.cron.history
     documents = await trio.to_thread.run_sync(store.load)
     jobs: list[Job] = []
@@ -43,7 +46,8 @@ async def open_cron(
             raise CronStoreError(f"{store.path}: bad job {document.get('id')!r}: {exc}") from exc
     if len({job.id for job in jobs}) != len(jobs):
         raise CronStoreError(f"{store.path}: a job id appears twice")
-    yield CronService(config.tool.cron, store, jobs, now_wall=now_wall)
+    claims = None if link is None else RunClaims(link)
+    yield CronService(config.tool.cron, store, jobs, now_wall=now_wall, claims=claims)
 
 
 def serve_cron(service: CronService) -> Callable[..., Awaitable[None]]:

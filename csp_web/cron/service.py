@@ -36,8 +36,10 @@ from csp_web.config import CronConfig
 from csp_web.core.errors import OpError
 from csp_web.core.ports import TaskPort
 from csp_web.core.records import json_record, make_write
+from csp_web.infra.redis_link import RedisUnavailable
 from protocol import ErrorCode, Reply, Status, Task
 
+from .claims import RunClaims, SharedCronStore, Watched
 from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome, task_summary
 from .schedule import UTC, Schedule, iso, run_key
 from .store import CronStore
@@ -99,15 +101,25 @@ class CronService:
     """The job table and its scheduler; made by ``open_cron``, served by ``serve_cron``."""
 
     def __init__(
-        self, config: CronConfig, store: CronStore, jobs: list[Job], *, now_wall: WallClock
+        self,
+        config: CronConfig,
+        store: CronStore | SharedCronStore,
+        jobs: list[Job],
+        *,
+        now_wall: WallClock,
+        claims: RunClaims | None = None,
     ) -> None:
         self.config = config
         self._store = store
+        self._claims = claims  # the fleet's run claims (redis.url): one daemon per run key
+        self._paused = False  # claims unavailable: nothing fires until Redis answers again
         self._jobs = {job.id: job for job in jobs}
         self._now_wall = now_wall
         self._running: dict[str, RunHandle] = {}
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_RUNS)
         self._changed = trio.Event()
+        if isinstance(store, SharedCronStore):  # a peer's change wakes the scheduler
+            store.on_change = lambda: self._changed.set()
         self._port: TaskPort | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -195,6 +207,12 @@ class CronService:
         while key in job.done:  # two manual runs within one clock tick
             at += _TICK
             key = run_key(job.id, at, precise=True)
+        if self._claims is not None:
+            try:
+                await self._claims.claim(job.id, key, at)
+            except RedisUnavailable:
+                detail = "run claims unavailable (redis)"
+                raise OpError(ErrorCode.NOT_AVAILABLE, detail, scope=SCOPE) from None
         handle = self._claim(job, key, at)
         assert handle is not None
         await self._commit(lambda: self._unclaim(job, handle, at))
@@ -232,6 +250,8 @@ class CronService:
             self._port = self._nursery = None
 
     def _seconds_to_next(self) -> float:
+        if self._paused and self._claims is not None:
+            return self._claims.retry_s
         times = [job.next_at for job in self._jobs.values() if job.next_at is not None]
         if not times or (self._port is not None and not self._port.accepting):
             return MAX_SLEEP_S
@@ -243,19 +263,30 @@ class CronService:
         assert self._port is not None
         if not self._port.accepting:
             return  # left for the next start, where the missed policy decides
+        if self._claims is not None and not await self._shared_turn():
+            return  # paused: due runs wait for Redis (never run twice), cursors stay put
         now = self._now()
         due = [job for job in self.jobs() if job.next_at is not None and job.next_at <= now]
         runs: list[tuple[Job, RunHandle, datetime.datetime]] = []
         for job in due:
             assert job.next_at is not None
             latest = max(job.schedule.latest_at_or_before(now) or job.next_at, job.next_at)
-            job.cursor = latest
+            cursor, job.cursor = job.cursor, latest
             job.reschedule()
             key = run_key(job.id, latest)
             on_time = (now - latest).total_seconds() <= grace_s
             if key in job.done:
                 continue
             if on_time or job.missed == "run_once":
+                if self._claims is not None:
+                    try:
+                        if not await self._claims.claim(job.id, key, latest):
+                            continue  # another daemon runs it
+                    except RedisUnavailable:
+                        job.cursor = cursor  # not fired here nor anywhere: due again later
+                        job.reschedule()
+                        self._pause()
+                        break
                 handle = self._claim(job, key, latest)
                 if handle is not None:
                     runs.append((job, handle, latest))
@@ -296,7 +327,75 @@ class CronService:
 
     def _spawn(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(self._run, job, handle, at)
+        self._nursery.start_soon(self._run_claimed, job, handle, at)
+
+    async def _run_claimed(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+        if self._claims is None:
+            await self._run(job, handle, at)
+            return
+        async with self._claims.hold(handle.key):  # renewed while it runs, then marked done
+            await self._run(job, handle, at)
+
+    # --- the fleet (redis.url) ----------------------------------------------------------------
+
+    async def _shared_turn(self) -> bool:
+        """Whether this wake may fire runs: Redis answers; peers' table changes adopted and
+        runs orphaned by a dead daemon taken over first."""
+        assert self._claims is not None
+        if not self._claims.available():
+            self._pause()
+            return False
+        try:
+            if isinstance(self._store, SharedCronStore) and self._store.changed_elsewhere:
+                self.adopt(await self._store.load_async())
+            orphans = await self._claims.orphans()
+        except RedisUnavailable:
+            self._pause()
+            return False
+        if self._paused:
+            log.info("cron firing again: run claims available")
+            self._paused = False
+        for orphan in orphans:
+            await self._take_over(orphan)
+        return True
+
+    def _pause(self) -> None:
+        if not self._paused:
+            log.warning("cron paused: run claims unavailable (redis); nothing fires twice")
+            self._paused = True
+
+    async def _take_over(self, orphan: Watched) -> None:
+        """A run whose daemon died mid-way: the job's missed policy decides, as on a start."""
+        job = self._jobs.get(orphan.job_id)
+        if job is None or orphan.key in job.done:
+            return
+        if job.missed != "run_once" or job.id in self._running:
+            job.done.append(orphan.key)
+            error = "cron_error:its daemon stopped mid-run (missed: skip)"
+            job.record(Outcome(orphan.key, iso(orphan.at), "FAIL", error), self.config.history)
+            await self._save_quietly()
+            assert self._claims is not None
+            async with self._claims.hold(orphan.key):
+                pass  # marked done: no other daemon takes it over again
+            return
+        log.info("cron run %s: taken over from a daemon that stopped", orphan.key)
+        handle = self._claim(job, orphan.key, orphan.at)
+        if handle is not None:
+            await self._save_quietly()
+            self._spawn(job, handle, orphan.at)
+
+    def adopt(self, documents: list[dict[str, object]]) -> None:
+        """Take the job table another daemon saved; a job running here keeps its state."""
+        jobs = {}
+        for document in documents:
+            try:
+                job = Job.from_json(dict(document), self.config.history)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("cron job %r from the shared store ignored: %s", document.get("id"), exc)
+                continue
+            jobs[job.id] = self._jobs[job.id] if job.id in self._running else job
+        self._jobs = jobs
+        self._changed.set()
 
     def _release(self, job_id: str, handle: RunHandle) -> None:
         if self._running.get(job_id) is handle:

@@ -84,6 +84,13 @@ class Bucket:
         """Hold every call until trio time ``when`` (from Retry-After / reset headers)."""
         self._paused_until = max(self._paused_until, when)
 
+    # The shape ops use (``redis_ratelimit.TokenBucket``), which a shared bucket also has.
+    async def acquire_background(self) -> bool:
+        return self.try_acquire_background()
+
+    async def pause(self, when: float) -> None:
+        self.pause_until(when)
+
 
 class MonthlyQuota:
     """A count of calls per calendar month, persisted in a small JSON file (Brave's free

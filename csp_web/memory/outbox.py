@@ -40,7 +40,7 @@ from csp_web.memory.link import MemoryLink, socket_link
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode, Reply, Status, Task, serialize
 
-log = logging.getLogger("csp_web.outbox")
+log = logging.getLogger("csp_web.memory.outbox")
 T = TypeVar("T")
 _MAX_FOLDED_KEYS = 256
 

@@ -14,6 +14,7 @@ from csp_web.core.ops import Op
 from csp_web.core.ports import StatsLine
 from csp_web.core.specialist import Background, Commit, Specialist
 from csp_web.cron import WallClock, open_cron, system_now
+from csp_web.infra.redis_link import RedisLink
 
 from . import ops_cron, ops_exec, ops_mcp
 from .ops_exec import open_exec_services, prepare_exec_reload
@@ -24,14 +25,19 @@ OPS: tuple[Op[ToolServices], ...] = (*ops_exec.OPS, *ops_mcp.OPS, *ops_cron.OPS)
 
 @asynccontextmanager
 async def open_tool_services(
-    section: ToolConfig, config: Config, *, now_wall: WallClock = system_now
+    section: ToolConfig,
+    config: Config,
+    *,
+    now_wall: WallClock = system_now,
+    link: RedisLink | None = None,
 ) -> AsyncIterator[ToolServices]:
     """Open cron, then exec, then MCP; closed in reverse. Cron first: a bad cron.json fails
     start-up as ``CronStoreError`` itself, before any nursery could wrap it. The MCP SDK is
-    imported only when a server is configured, at start or by a reload."""
+    imported only when a server is configured, at start or by a reload. ``link`` (redis.url)
+    shares cron's job table and run claims and the exec result cache with the fleet."""
     async with (
-        open_cron(config, now_wall=now_wall) as cron,
-        open_exec_services(config) as exec_services,
+        open_cron(config, now_wall=now_wall, link=link) as cron,
+        open_exec_services(config, link=link) as exec_services,
         open_mcp_host(section.mcp) as mcp,
     ):
         yield ToolServices(exec_services, mcp, cron)
@@ -64,8 +70,11 @@ def _stats_lines(tool: ToolServices) -> Mapping[str, StatsLine]:
     return lines
 
 
-def make_tool(*, now_wall: WallClock = system_now) -> Specialist[ToolConfig, ToolServices]:
-    """The tool specialist; ``now_wall`` is cron's wall clock (tests drive it)."""
+def make_tool(
+    *, now_wall: WallClock = system_now, link: RedisLink | None = None
+) -> Specialist[ToolConfig, ToolServices]:
+    """The tool specialist; ``now_wall`` is cron's wall clock (tests drive it); ``link`` the
+    fleet's shared state (``csp_web.app.compose`` opens it when redis.url is set)."""
     return Specialist(
         name="tool",
         ops=OPS,
@@ -84,7 +93,7 @@ def make_tool(*, now_wall: WallClock = system_now) -> Specialist[ToolConfig, Too
             "tool.exec.masked_paths",
             "tool.exec.search_path",
         ),
-        open_services=partial(open_tool_services, now_wall=now_wall),
+        open_services=partial(open_tool_services, now_wall=now_wall, link=link),
         background=_background,
         stats_lines=_stats_lines,
         reload=_reload,

@@ -22,7 +22,8 @@ from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
-from csp_web.infra.cache import open_cache
+from csp_web.infra.redis_cache import open_response_cache
+from csp_web.infra.redis_link import RedisLink
 from protocol import ErrorCode
 
 from .exec import (
@@ -86,7 +87,9 @@ def prepare_exec_reload(tool: ToolServices, config: Config) -> Callable[[], None
 
 
 @asynccontextmanager
-async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
+async def open_exec_services(
+    config: Config, *, link: RedisLink | None = None
+) -> AsyncIterator[ExecServices]:
     """Probe the sandbox once (logged) and open the exec result cache.
 
     Raises ValueError when exec is configured (workspace roots) for a daemon that is not root
@@ -114,7 +117,13 @@ async def open_exec_services(config: Config) -> AsyncIterator[ExecServices]:
     else:
         log.info("exec limits: %s under %s", sandbox.limits, sandbox.cgroup.memory_dir)
     directory = os.path.join(config.cache_dir, "exec")
-    async with open_cache(directory, size_limit_bytes=64 * 1024 * 1024) as cache:
+    async with open_response_cache(
+        directory,
+        size_limit_bytes=64 * 1024 * 1024,
+        memory_bytes=32 * 1024 * 1024,
+        link=link,  # shared with the fleet when redis.url is set
+        store="exec",
+    ) as cache:
         yield ExecServices(exec_config, sandbox, cache)
 
 

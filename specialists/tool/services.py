@@ -19,7 +19,7 @@ import trio
 from csp_web.config import Config, ExecConfig
 from csp_web.config.mcp import McpConfig
 from csp_web.cron import CronService
-from csp_web.infra.cache import Cache
+from csp_web.infra.redis_cache import ResponseCache
 
 from .exec import Sandbox
 
@@ -35,7 +35,7 @@ class ExecServices:
 
     config: ExecConfig
     sandbox: Sandbox
-    cache: Cache
+    cache: ResponseCache
 
 
 class McpHost:

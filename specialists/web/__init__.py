@@ -14,6 +14,7 @@ from csp_web.config import Config, WebConfig
 from csp_web.core.ops import Op
 from csp_web.core.ports import StatsLine
 from csp_web.core.specialist import Background, Commit, Specialist
+from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver
 
 from . import ops_api, ops_docs, ops_fetch, ops_research, ops_search, ops_summarize
@@ -43,19 +44,24 @@ def _reload(web: WebServices, section: WebConfig, config: Config) -> Commit:
 
 
 def _background(web: WebServices) -> tuple[Background, ...]:
-    # Search prefetches, and research jobs (each in a nursery of its own, cancelled at exit).
-    return (web.prefetch.serve, web.jobs.serve)
+    # Search prefetches, and research jobs (each in a nursery of its own, cancelled at exit);
+    # with redis.url, the fleet's events (cache invalidation, flights, cron table changes).
+    tasks: tuple[Background, ...] = (web.prefetch.serve, web.jobs.serve)
+    return tasks if web.redis is None else (*tasks, web.redis.serve_background)
 
 
-def _no_stats(web: WebServices) -> Mapping[str, StatsLine]:
-    return {}
+def _stats_lines(web: WebServices) -> Mapping[str, StatsLine]:
+    return {} if web.redis is None else {"REDIS": web.redis.stats_line}  # at each REQ:stats
 
 
 def make_web(
-    *, resolver: Resolver | None = None, ssl_context: ssl.SSLContext | None = None
+    *,
+    resolver: Resolver | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    link: RedisLink | None = None,
 ) -> Specialist[WebConfig, WebServices]:
     """The web specialist; ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a
-    trustme CA)."""
+    trustme CA); ``link`` is the fleet's shared state (redis.url), whose event task it runs."""
     return Specialist(
         name="web",
         ops=OPS,
@@ -76,10 +82,10 @@ def make_web(
             "web.guard.robots_cache_entries",
         ),
         open_services=lambda section, config: open_web_services(
-            config, resolver=resolver, ssl_context=ssl_context
+            config, resolver=resolver, ssl_context=ssl_context, link=link
         ),
         background=_background,
-        stats_lines=_no_stats,
+        stats_lines=_stats_lines,
         reload=_reload,
     )
 

@@ -225,7 +225,7 @@ async def _send_with_retry(
         if resume is None:
             resume = now + DEFAULT_PAUSE_S
         if bucket is not None:
-            bucket.pause_until(resume)
+            await bucket.pause(resume)
         if attempt or resume >= deadline:
             retry = str(max(1, math.ceil(resume - now)))
             raise OpError(ErrorCode.RATE_LIMITED, call.name, fields=(("RETRY_AFTER", retry),))

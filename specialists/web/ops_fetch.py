@@ -9,6 +9,7 @@
     DATA "# Article Title\\n\\nThe first paragraph..."
     TITLE "Article Title"
     WORD_COUNT 1234
+    PAGE_TYPE article
     CACHED false
     URL https://example.com/article
     NEXT_START 5000
@@ -99,8 +100,10 @@ def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) 
 def _fetch_result(page: Page, content: str, start: int, max_chars: int, file_key: str) -> Result:
     end = min(len(content), start + max_chars)
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
+    fields.append(("WORD_COUNT", str(page.word_count)))
+    if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
+        fields.append(("PAGE_TYPE", page.page_type))
     fields += [
-        ("WORD_COUNT", str(page.word_count)),
         ("CACHED", "true" if page.cached else "false"),
         ("URL", page.url),
         ("FILE_KEY", file_key),
@@ -191,7 +194,8 @@ OPS: list[Op[WebServices]] = [
             FieldSpec("BOARD", "bool", default=False, doc="add the announcement board (FILE)"),
         ),
         inline="URL",
-        doc="pages' readable content with fileKeys, paged by START/MAX_CHARS",
+        doc="pages' readable content with fileKeys, paged by START/MAX_CHARS; PAGE_TYPE when"
+        " the extractor can tell (article forum docs listing product collection service)",
     ),
     Op("meta", "WEB", "META", "web", meta, (URL_FIELD,), inline="URL", doc="a page's card"),
     Op(

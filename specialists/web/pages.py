@@ -36,7 +36,7 @@ from .services import WebServices
 Kind = Literal["html", "json", "text", "other"]
 
 CACHE_NAMESPACE = "fetch"
-SNAPSHOT_VERSION = 1  # bump when Page changes shape: older cached snapshots then read as misses
+SNAPSHOT_VERSION = 2  # bump when Page changes shape: older cached snapshots then read as misses
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
 
@@ -68,6 +68,7 @@ class Page:
     json: str | None = None
     description: str | None = None
     word_count: int = 0
+    page_type: str | None = None
     redirect_chain: tuple[str, ...] = ()
     meta: Mapping[str, str] = field(default_factory=dict)
     refresh: str | None = None
@@ -137,7 +138,7 @@ async def _lead(
 ) -> Page:
     flight = flights[key] = Flight()
     try:
-        page = await _download(services, key, deadline=deadline, background=background)
+        page = await _download_once(services, key, deadline=deadline, background=background)
         flight.page = page
         return page
     except OpError as exc:
@@ -175,6 +176,23 @@ async def _follow(flight: Flight, deadline: float) -> Page | None:
     raise OpError(ErrorCode.FETCH_FAILED, "timeout")
 
 
+async def _download_once(
+    services: WebServices, key: str, *, deadline: float, background: bool
+) -> Page:
+    """``_download``, or a peer daemon's download of the same URL when one is in flight
+    (``csp_web.infra.redis_flight``, with ``redis.url``)."""
+    download = functools.partial(_download, services, key, deadline=deadline, background=background)
+    if services.fleet_flights is None:
+        return await download()
+    return await services.fleet_flights.run(
+        key,
+        deadline=deadline,
+        lead=download,
+        reuse=functools.partial(_cached, services, key),
+        shareable=lambda exc: not _own_failure(exc),
+    )
+
+
 async def _download(services: WebServices, key: str, *, deadline: float, background: bool) -> Page:
     await _take_token(services, deadline=deadline, background=background)
     remaining = deadline - trio.current_time()
@@ -198,7 +216,7 @@ async def _take_token(services: WebServices, *, deadline: float, background: boo
         return
     if not background:
         await bucket.acquire(deadline=deadline)
-    elif not bucket.try_acquire_background():
+    elif not await bucket.acquire_background():
         raise OpError(ErrorCode.RATE_LIMITED, "fetch:background")
 
 
@@ -269,6 +287,7 @@ def _html_page(base: Page, html: str) -> Page:
         outline=outline(html),
         description=article.description or head.meta.get("description"),
         word_count=article.word_count,
+        page_type=article.page_type,
         meta=head.meta,
         refresh=head.refresh,
     )

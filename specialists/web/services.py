@@ -20,8 +20,11 @@ from csp_web.config import Config, WebConfig
 from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
 from csp_web.core.records import json_record
-from csp_web.infra.cache import Cache, open_cache
-from csp_web.infra.ratelimit import Rate, RateLimits
+from csp_web.infra.ratelimit import Rate
+from csp_web.infra.redis_cache import ResponseCache, open_response_cache
+from csp_web.infra.redis_flight import SharedFlights
+from csp_web.infra.redis_link import RedisLink
+from csp_web.infra.redis_ratelimit import BucketSource, shared_or_local
 from csp_web.net import GuardedClient, Resolver, open_guarded_client
 
 from .board import Board
@@ -37,14 +40,16 @@ class WebServices:
 
     config: WebConfig
     client: GuardedClient
-    cache: Cache
-    limits: RateLimits
+    cache: ResponseCache
+    limits: BucketSource
     state_dir: str
     # State the ops keep for the daemon's life, made here, typed (no dicts by name).
     flights: Flights = field(default_factory=dict)  # downloads in progress, by URL
     breakers: dict[str, Breaker] = field(default_factory=dict)  # search backends' circuits
     quota_lock: trio.Lock = field(default_factory=trio.Lock)  # monthly quota file, one writer
     prefetch: Prefetcher = field(default_factory=Prefetcher)  # search's background loads
+    redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
+    fleet_flights: SharedFlights | None = None  # downloads in flight across the fleet
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
     jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
 
@@ -77,6 +82,7 @@ async def open_web_services(
     *,
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    link: RedisLink | None = None,
 ) -> AsyncIterator[WebServices]:
     """Open the guarded client and the cache; both are closed on exit.
 
@@ -85,13 +91,18 @@ async def open_web_services(
     web = config.web
     async with (
         open_guarded_client(web.guard, resolver=resolver, ssl_context=ssl_context) as client,
-        open_cache(
+        open_response_cache(
             config.cache_dir,
             size_limit_bytes=web.cache.size_limit_bytes,
             memory_bytes=web.cache.memory_bytes,
+            link=link,
+            store="web",
         ) as cache,
     ):
-        yield WebServices(web, client, cache, RateLimits(_rates(web)), config.daemon.state_dir)
+        limits = shared_or_local(link, _rates(web))  # the fleet's on Redis, else local
+        flights = None if link is None else SharedFlights(link)
+        state_dir = config.daemon.state_dir
+        yield WebServices(web, client, cache, limits, state_dir, redis=link, fleet_flights=flights)
 
 
 @asynccontextmanager

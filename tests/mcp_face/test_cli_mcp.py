@@ -39,8 +39,10 @@ def test_an_unknown_tool_name_exits_2_naming_it_and_the_available_ones(tmp_path:
     done = _mcp("--config", _config(tmp_path), "--tool", "sys_ping")
     assert done.returncode == 2
     assert _error_line(done.stderr) == (
-        "csp-web: mcp: no tool named sys_ping (available: tool_cron, tool_mcp, web_api, "
-        "web_fetch, web_meta, web_resolve, web_search, web_summarize)"
+        "csp-web: mcp: no tool named sys_ping (available: tool_browser, tool_canvas, tool_cron, "
+        "tool_mcp, tool_node, "
+        "web_api, web_board, web_cabinet, web_fetch, web_meta, web_research, web_resolve, "
+        "web_result, web_save, web_search, web_summarize, web_write_file)"
     )
 
 

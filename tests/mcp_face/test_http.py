@@ -113,5 +113,5 @@ async def test_the_http_face_process_prints_its_url_and_stops_on_sigterm(
     finally:
         process.kill()
         await process.stdout.aclose()
-    assert len(listed.tools) == 6
+    assert len(listed.tools) == 12
     assert code == 0

@@ -63,10 +63,10 @@ def test_an_unknown_argument_is_unknown_field() -> None:
 
 def test_a_list_for_a_single_field_is_invalid_field() -> None:
     with pytest.raises(ArgumentError) as caught:
-        task_for(tool("fetch"), {"url": ["https://a.test/"]})
+        task_for(tool("fetch"), {"extract": ["text"]})
     assert (caught.value.code, caught.value.detail) == (
         ErrorCode.INVALID_FIELD,
-        "url takes one value",
+        "extract takes one value",
     )
 
 

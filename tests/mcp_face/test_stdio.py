@@ -18,7 +18,20 @@ from specialists.web import WEB
 
 from .conftest import PAGE_TITLE, WAIT_S, WebDaemon, face_command, face_env
 
-WEB_TOOLS = ["web_api", "web_fetch", "web_meta", "web_resolve", "web_search", "web_summarize"]
+WEB_TOOLS = [
+    "web_api",
+    "web_board",
+    "web_cabinet",
+    "web_fetch",
+    "web_meta",
+    "web_research",
+    "web_resolve",
+    "web_result",
+    "web_save",
+    "web_search",
+    "web_summarize",
+    "web_write_file",
+]
 
 
 def face(*args: str) -> Client:
@@ -145,7 +158,14 @@ async def test_the_in_process_daemon_answers_and_hides_exec_unless_configured(
         async with face("--config", _config_file(tmp_path)) as client:
             listed = await client.list_tools()
             jobs = await call(client, "tool_cron", {"action": "list"})
-    assert [t.name for t in listed.tools] == ["tool_cron", "tool_mcp", *WEB_TOOLS]
+    assert [t.name for t in listed.tools] == [
+        "tool_browser",
+        "tool_canvas",
+        "tool_cron",
+        "tool_mcp",
+        "tool_node",
+        *WEB_TOOLS,
+    ]
     assert not jobs.is_error
     assert jobs.structured_content is not None
     assert (jobs.structured_content["STATUS"], jobs.structured_content["DATA"]) == (
@@ -160,7 +180,15 @@ async def test_exec_is_listed_when_the_daemon_has_a_workspace(tmp_path: Path) ->
     with trio.fail_after(WAIT_S):
         async with face("--config", _config_file(tmp_path, exec_root=str(work))) as client:
             listed = await client.list_tools()
-    assert [t.name for t in listed.tools] == ["shell_exec", "tool_cron", "tool_mcp", *WEB_TOOLS]
+    assert [t.name for t in listed.tools] == [
+        "shell_exec",
+        "tool_browser",
+        "tool_canvas",
+        "tool_cron",
+        "tool_mcp",
+        "tool_node",
+        *WEB_TOOLS,
+    ]
 
 
 @pytest.mark.parametrize("selected", [["web_fetch"], ["web_search", "web_fetch"]])

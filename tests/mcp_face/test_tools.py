@@ -31,11 +31,17 @@ def test_every_op_but_the_sys_ops_and_unconfigured_exec_is_a_tool() -> None:
         "tool_cron",
         "tool_mcp",
         "web_api",
+        "web_board",
+        "web_cabinet",
         "web_fetch",
         "web_meta",
+        "web_research",
         "web_resolve",
+        "web_result",
+        "web_save",
         "web_search",
         "web_summarize",
+        "web_write_file",
     ]
 
 
@@ -64,15 +70,22 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
     tool = tool_spec(entry("fetch"), max_timeout_ms=MAX_MS)
     assert (tool.req, tool.domain, tool.out) == ("fetch", "WEB", "CONTENT")
     assert tool.description == (
-        "A page's readable content, paged by START/MAX_CHARS. CSP/1: REQ:fetch IN:WEB."
+        "Pages' readable content with fileKeys, paged by START/MAX_CHARS; PAGE_TYPE when the"
+        " extractor can tell (article forum docs listing product collection service)."
+        " CSP/1: REQ:fetch IN:WEB."
     )
     assert tool.input_schema == {
         "type": "object",
         "properties": {
             "url": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "an https URL (inline text fills it); repeat for several, at most "
+                "docs.max_urls (5), loaded concurrently",
+            },
+            "file_key": {
                 "type": "string",
-                "minLength": 1,
-                "description": "an https URL (inline text fills it)",
+                "description": "a fileKey from an earlier fetch, instead of URL",
             },
             "extract": {"type": "string", "enum": ["text", "json", "html"], "default": "text"},
             "max_chars": {
@@ -92,6 +105,11 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "default": False,
                 "description": "download even when cached",
             },
+            "board": {
+                "type": "boolean",
+                "default": False,
+                "description": "add the announcement board (FILE)",
+            },
             "timeout_ms": {
                 "type": "integer",
                 "minimum": 1,
@@ -99,7 +117,6 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "description": "the task's deadline in milliseconds (default: the daemon's)",
             },
         },
-        "required": ["url"],
         "additionalProperties": False,
     }
 

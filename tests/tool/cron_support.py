@@ -28,6 +28,7 @@ from csp_web.core.ops import Op
 from csp_web.core.records import MemoryWrite
 from csp_web.core.replies import Result
 from csp_web.cron import CronService, open_cron
+from csp_web.infra.redis_link import RedisLink
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
@@ -104,13 +105,16 @@ class Rig:
 
 @asynccontextmanager
 async def open_rig(
-    config: Config, wall: Callable[[], datetime.datetime], ops: list[Op[Any]] | None = None
+    config: Config,
+    wall: Callable[[], datetime.datetime],
+    ops: list[Op[Any]] | None = None,
+    link: RedisLink | None = None,
 ) -> AsyncIterator[Rig]:
     """A dispatcher with the cron op and ``tick`` (plus ``ops``), its scheduler serving."""
     seen: list[str] = []
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_cron(config, now_wall=wall) as cron,
+        open_cron(config, now_wall=wall, link=link) as cron,
         trio.open_nursery() as nursery,
     ):
         all_ops: list[Op[Any]] = [*OPS, tick_op(seen), *(ops or [])]

@@ -15,6 +15,7 @@ import trio.testing
 
 from csp_web.core.connection import Shutdown
 from csp_web.core.context import Peer
+from csp_web.infra.ratelimit import Bucket
 from protocol import Reply, Status, Task
 from specialists.web.extract import extract_article
 from specialists.web.filekeys import file_key
@@ -43,7 +44,8 @@ async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     """R-4: the reply cites the page it read, with its title; its fileKey, length, token
-    estimate and truncated flag come before the CITE line."""
+    estimate and truncated flag come before the CITE line. R-7: no PAGE_TYPE when the page
+    does not say what it is."""
     url = serve(origin, "/tides", ARTICLE)
     reply = await fetch(make_dispatcher(OPS), url)
     key = file_key(Page(url, 200, "text/html", "html", markdown=MARKDOWN))
@@ -57,6 +59,32 @@ async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
             ("CACHED", "false"),
             ("URL", url),
             ("FILE_KEY", key),
+            ("CONTENT_LENGTH", str(len(MARKDOWN))),
+            ("TOKENS", str(math.ceil(len(MARKDOWN) / 4))),
+            ("TRUNCATED", "false"),
+            ("CITE", f'{url} "{TITLE}"'),
+        ),
+    )
+
+
+async def test_fetch_of_a_page_that_declares_a_product_replies_its_page_type(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """R-7: PAGE_TYPE follows WORD_COUNT when the extractor can tell the kind of page."""
+    product = ARTICLE.replace("</title>", '</title><meta property="og:type" content="product">')
+    url = serve(origin, "/tide-table", product)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert reply == Reply(
+        Status.OK,
+        (
+            ("SCOPE", "[origin.test]"),
+            ("DATA", MARKDOWN),
+            ("TITLE", TITLE),
+            ("WORD_COUNT", str(extract_article(product).word_count)),
+            ("PAGE_TYPE", "product"),
+            ("CACHED", "false"),
+            ("URL", url),
+            ("FILE_KEY", file_key(Page(url, 200, "text/html", "html", markdown=MARKDOWN))),
             ("CONTENT_LENGTH", str(len(MARKDOWN))),
             ("TOKENS", str(math.ceil(len(MARKDOWN) / 4))),
             ("TRUNCATED", "false"),
@@ -254,7 +282,7 @@ async def test_concurrent_fetches_of_one_url_share_one_download(
     dispatcher = make_dispatcher(OPS)
     url = serve(origin, "/tides", ARTICLE)
     bucket = web.limits.bucket("fetch")
-    assert bucket is not None
+    assert isinstance(bucket, Bucket)  # local mode: its wait is readable
     while bucket.wait_s() == 0:
         await bucket.acquire(deadline=math.inf)  # empty: the leader waits for a token
     flights = web.flights

@@ -125,7 +125,7 @@ def parse_params(text: str | None) -> dict[str, Any]:
     """
     if text is None:
         return {}
-    if json_depth(text) > MAX_JSON_DEPTH:  # the bound every JSON field has (csp_web.fields)
+    if json_depth(text) > MAX_JSON_DEPTH:  # the bound every JSON field has (csp_web.core.fields)
         raise _invalid_params()
     try:
         value = json.loads(text, parse_constant=_refuse_constant)

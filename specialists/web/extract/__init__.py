@@ -5,6 +5,7 @@ result, at worst an empty one.
 """
 
 from ._article import Article, extract_article
+from ._kind import PAGE_TYPES
 from ._outline import outline
 
-__all__ = ["Article", "extract_article", "outline"]
+__all__ = ["PAGE_TYPES", "Article", "extract_article", "outline"]

@@ -8,16 +8,26 @@ from dataclasses import dataclass
 from selectolax.lexbor import LexborHTMLParser
 
 from ._clean import find_skips, trim_tail
-from ._dom import build_tree
+from ._dom import Elem, build_tree
 from ._guard import defuse_nesting
+from ._kind import Layout, declared_types, page_type
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
-from ._score import measure, select_content
+from ._repeat import find_run, run_items, widen
+from ._score import keep_most, link_density, measure, select_content, spread
 
 _INVISIBLE = ("script", "style", "noscript", "template", "svg")
+# A page whose visible body holds less text than this may be a script-rendered shell: its
+# server-rendered copy can sit in a <noscript> (forum engines serve crawlers that way).
+SHELL_MAX_CHARS = 2_000
+# ...and a <noscript> is that copy when it holds this many times the visible text.
+NOSCRIPT_TEXT_RATIO = 3
 _WORD = re.compile(r"\w+")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
+
+
+NO_LAYOUT = Layout(listing=False, widened=False, run_items=0, run_link_density=0.0, prose_chars=0)
 
 
 @dataclass(frozen=True)
@@ -25,13 +35,15 @@ class Article:
     """The readable part of a page.
 
     `markdown` starts with a `# Title` line when a title is known, then the main content;
-    `word_count` counts the `\\w+` runs of the content without the title or link targets.
+    `word_count` counts the `\\w+` runs of the content without the title or link targets;
+    `page_type` is one of `PAGE_TYPES` when the page says clearly what it is, else None.
     """
 
     title: str | None
     markdown: str
     description: str | None
     word_count: int
+    page_type: str | None = None
 
 
 EMPTY = Article(title=None, markdown="", description=None, word_count=0)
@@ -55,22 +67,65 @@ def _extract(html: str, url: str | None) -> Article:
     tree = LexborHTMLParser(defuse_nesting(html))
     title = find_title(tree)
     description = find_description(tree)
-    body = _main_markdown(tree, url, title)
+    declared = declared_types(tree)
+    body, layout = _main_markdown(_readable_tree(tree), url, title)
     words = len(_WORD.findall(_LINK_TARGET.sub("]", body)))
+    if description and words < len(_WORD.findall(description)):
+        body, words = description, len(_WORD.findall(description))  # a script-rendered shell
     markdown = f"# {title}\n\n{body}" if title and body else body
-    return Article(title=title, markdown=markdown, description=description, word_count=words)
+    kind = page_type(declared, url, layout) if body else None
+    return Article(title, markdown, description, words, kind)
 
 
-def _main_markdown(tree: LexborHTMLParser, url: str | None, title: str | None) -> str:
+def _readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
+    """`tree` without invisible elements, or the page inside its <noscript> for a shell page.
+
+    Script-rendered pages show an empty shell to a reader without scripts and keep their
+    server-rendered copy in a <noscript>; a noscript is that copy when the visible body is
+    short and the noscript holds NOSCRIPT_TEXT_RATIO times its text.
+    """
+    copy = max((node.text() for node in tree.css("noscript")), key=len, default="")
+    tree.strip_tags(list(_INVISIBLE))  # so the page's text length counts readable text only
+    if len(copy) < NOSCRIPT_TEXT_RATIO * 100:  # most noscripts hold a tracking pixel
+        return tree
+    body = tree.body
+    visible = len(body.text()) if body is not None else 0
+    if visible >= SHELL_MAX_CHARS or len(copy) < NOSCRIPT_TEXT_RATIO * max(visible, 100):
+        return tree
+    inner = LexborHTMLParser(defuse_nesting(f"<body>{copy}</body>"))
+    inner.strip_tags(list(_INVISIBLE))
+    return inner
+
+
+def _main_markdown(
+    tree: LexborHTMLParser, url: str | None, title: str | None
+) -> tuple[str, Layout]:
     body = tree.body
     if body is None:
-        return ""
-    tree.strip_tags(list(_INVISIBLE))  # so the page's text length counts readable text only
+        return "", NO_LAYOUT
     root, order = build_tree(body)
     measure(order)
     order = drop_chrome(order)
-    content = select_content(root, order)
-    blocks = trim_tail(render(content, base_url=url, skip=find_skips(content, title)))
+    run = find_run(order)
+    picked = select_content(root, order)
+    content, listing = widen(picked, run)
+    if not listing:
+        content = spread(content, root)
+    layout = _layout(content, picked, listing, run)
+    content, scattered = keep_most(content, root)
+    listing = listing or scattered
+    skip = find_skips(content, title, listing=listing)
+    blocks = trim_tail(render(content, base_url=url, skip=skip))
     if not blocks:  # cleaning must never empty an article that has text
         blocks = render(content, base_url=url, skip=frozenset())
-    return "\n\n".join(blocks)
+    return "\n\n".join(blocks), layout
+
+
+def _layout(content: list[Elem], picked: list[Elem], listing: bool, run: Elem | None) -> Layout:
+    return Layout(
+        listing=listing,
+        widened=content != picked,
+        run_items=run_items(run) if run is not None else 0,
+        run_link_density=link_density(run) if run is not None else 0.0,
+        prose_chars=sum(elem.text_len - elem.link_len for elem in content),
+    )

@@ -7,16 +7,21 @@ within a page and across the pages of a site.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from ._hints import (
+    CHROME_PAIRS,
     CHROME_PIECES,
     CHROME_PREFIXES,
     CHROME_WORDS,
+    CONTENT_HEADS,
     HIDING_CLASSES,
+    HOOK_PIECES,
     LIKELY,
+    MODIFIER_PIECES,
     NEGATIVE,
     NEVER_CHROME,
     POSITIVE,
@@ -25,11 +30,16 @@ from ._hints import (
 )
 
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden")
+# React's streaming renderer sends late parts of the page as `<div hidden id="S:0">` and a
+# script moves them into place: hidden in the HTML, shown to every reader with scripts.
+_STREAMED_SEGMENT = re.compile(r"S:\d+")
 
 
 def is_hidden(attrs: dict[str, str | None]) -> bool:
     """True when the attributes hide the element from every reader."""
-    if "hidden" in attrs or attrs.get("aria-hidden") == "true":
+    if "hidden" in attrs and not _STREAMED_SEGMENT.fullmatch(attrs.get("id") or ""):
+        return True
+    if attrs.get("aria-hidden") == "true":
         return True
     style = attrs.get("style")
     return style is not None and _HIDDEN_STYLE.search(style.lower()) is not None
@@ -71,8 +81,14 @@ def _trie_source(node: dict[str, Any]) -> str:
     return f"(?:{group})?" if "" in node else group
 
 
-_CHROME_SUBSTRING = _trie_pattern(CHROME_WORDS)
-_NAME_PIECE = re.compile(r"[^a-z0-9]+")
+_CHROME_START = _trie_pattern(CHROME_WORDS)
+# Any chrome word, short piece, prefix or pair start anywhere in a hint: a cheap first test
+# that rules out most class lists before they are split into tokens and pieces.
+_MAYBE_CHROME = _trie_pattern(
+    {*CHROME_WORDS, *CHROME_PIECES, *CHROME_PREFIXES, *(pair.split()[0] for pair in CHROME_PAIRS)}
+)
+_CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
+_NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
 
 
 def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
@@ -94,14 +110,39 @@ def _chrome_hint(hint: str) -> bool:
 
 
 def names_chrome(hint: str) -> bool:
-    """True when a lower-cased class/id string names page chrome (see CHROME_WORDS)."""
-    hint = hint.replace("commentary", "")  # an opinion genre, not a comment thread
-    if _CHROME_SUBSTRING.search(hint):
+    """True when a lower-cased class/id string names page chrome (see CHROME_WORDS).
+
+    Each whitespace-separated token is judged on its own, by its pieces: script hooks and
+    states ("js-...", "is-...") name nothing, pieces after a modifier ("has-author") name a
+    feature, and a token ending in a content word ("comment-body") names content.
+    """
+    tokens = hint.split()
+    if _hidden_by_class(tokens):
         return True
-    if _hidden_by_class(hint.split()):
+    return _MAYBE_CHROME.search(hint) is not None and any(map(_token_names_chrome, tokens))
+
+
+def _token_names_chrome(token: str) -> bool:
+    # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
+    # its last colon ("when printed"), and what the element is after it.
+    pieces = [piece for piece in _NAME_PIECE.split(token.rsplit(":", 1)[-1]) if piece]
+    if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
+        return False
+    for end, piece in enumerate(pieces):
+        if piece in MODIFIER_PIECES:
+            pieces = pieces[:end]
+            break
+    if any(f"{a} {b}" in CHROME_PAIRS for a, b in itertools.pairwise(pieces)):
         return True
-    pieces = _NAME_PIECE.split(hint)
-    return any(p in CHROME_PIECES or p.startswith(CHROME_PREFIXES) for p in pieces)
+    return any(_piece_names_chrome(piece) for piece in pieces)
+
+
+def _piece_names_chrome(piece: str) -> bool:
+    if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
+        return True
+    if piece.startswith("commentar"):  # an opinion genre, not a comment thread
+        return False
+    return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 
 
 def _hidden_by_class(words: list[str]) -> bool:

@@ -26,14 +26,18 @@ _WORD = re.compile(r"\w+")
 _BLOCK_PARAGRAPHS = frozenset({"p", "div", "section", "article"})
 
 
-def find_skips(content: list[Elem], title: str | None) -> frozenset[int]:
-    """id()s of the elements under `content` that the renderer should leave out."""
+def find_skips(content: list[Elem], title: str | None, *, listing: bool = False) -> frozenset[int]:
+    """id()s of the elements under `content` that the renderer should leave out.
+
+    In a `listing` (many similar items, see `_repeat`) links are the content: link-heavy
+    blocks and link cards are kept.
+    """
     title_words = _words(title) if title else ()
     skips: set[int] = set()
     stack = list(content)
     while stack:
         elem = stack.pop()
-        if _skippable(elem, title_words):
+        if _skippable(elem, title_words, listing):
             skips.add(id(elem))
         else:
             stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))
@@ -48,10 +52,12 @@ def trim_tail(blocks: list[str]) -> list[str]:
     return blocks[:end]
 
 
-def _skippable(elem: Elem, title_words: tuple[str, ...]) -> bool:
+def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     tag = elem.tag
     if tag == "header" or (tag == "time" and _is_dateline(elem)):
         return True  # an article's header holds its headline, byline and date
+    if listing:
+        return tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem)
     if tag == "a" and elem.blocky:
         return True  # a link wrapping blocks is a teaser card
     if tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem):

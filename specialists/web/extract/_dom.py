@@ -21,6 +21,10 @@ MAX_DEPTH = 200
 # which removes half the work (the dev corpus gives the same output from 0.05 to 0.2); an
 # article wrapper misnamed as chrome holds far more and is judged later by `_prune`.
 MIN_CHROME_TEXT_SHARE = 0.1
+# A hidden element holding more than this share of the page's text is the page itself, hidden
+# until a script shows it (anti-flicker and loading wrappers): it is kept.
+HIDDEN_PAGE_SHARE = 0.5
+LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
 
 
@@ -115,14 +119,41 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
 def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Elem | None:
     """The `Elem` for `node`, or None when it is hidden or is small chrome."""
     attrs = node.attributes
-    if attrs and not _HIDING.isdisjoint(attrs) and is_hidden(attrs):
+    if (
+        attrs
+        and not _HIDING.isdisjoint(attrs)
+        and is_hidden(attrs)
+        and not _is_page(node, chrome_floor)
+    ):
         return None
     elem = Elem(tag, attrs, parent)
-    if (elem.hint or "role" in attrs) and named_chrome(tag, attrs, elem.hint):
+    if (
+        (elem.hint or "role" in attrs)
+        and not _in_link(parent)
+        and named_chrome(tag, attrs, elem.hint)
+    ):
         if len(node.text()) < chrome_floor:
             return None
         elem.chrome = True
     return elem
+
+
+def _is_page(node: LexborNode, chrome_floor: float) -> bool:
+    """True when `node` holds over HIDDEN_PAGE_SHARE of the page's text (`chrome_floor` is
+    MIN_CHROME_TEXT_SHARE of it): hidden, it waits for a script to show it."""
+    return len(node.text()) > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE
+
+
+def _in_link(elem: Elem | None) -> bool:
+    """True when `elem` is, or sits within LINK_CARD_DEPTH levels of, a link: a card's parts
+    (its "caption", its "author") are the card's content, never chrome."""
+    for _ in range(LINK_CARD_DEPTH):
+        if elem is None:
+            return False
+        if elem.tag == "a":
+            return True
+        elem = elem.parent
+    return False
 
 
 def text_of(elem: Elem) -> str:

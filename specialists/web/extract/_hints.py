@@ -38,22 +38,40 @@ HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 PARAGRAPH_TAGS = frozenset({"p", "pre", "td", "blockquote", "li", "dd"})
 
 # Class/id words of chrome around an article: comments, sharing, promotion, navigation.
-# Matched anywhere in the lower-cased class and id ("sharedaddy", "sidebar1").
+# Matched against the pieces of each class/id token (split at "-", "_" and the like, digits
+# dropped), as the whole piece or its start or end ("comments", "sharebar", "topmenu"), never
+# inside one ("seofootercopy"). See `_attrs.names_chrome` for the context that vetoes a match.
 CHROME_WORDS = (
     "comment", "disqus", "discuss", "respond", "replies", "share", "sharing", "sociable",
-    "related", "recommend", "popular", "trending", "mostread", "most-read", "newsletter",
-    "subscri", "signup", "sign-up", "promo", "sponsor", "advert", "banner", "cookie",
-    "consent", "gdpr", "footer", "sidebar", "side-bar", "widget", "breadcrumb", "pagination",
+    "related", "recommend", "popular", "trending", "mostread", "newsletter",
+    "subscri", "signup", "promo", "sponsor", "advert", "banner", "cookie",
+    "consent", "gdpr", "footer", "sidebar", "breadcrumb", "pagination",
     "pager", "menu", "navbar", "masthead", "byline", "author", "dateline", "timestamp",
-    "caption", "credit", "taglist", "tag-list", "keywords", "topics", "toolbar", "tool-bar",
-    "modal", "popup", "overlay", "newsfeed", "outbrain", "taboola", "readmore", "read-more",
-    "more-stories", "next-post", "prev-post", "post-nav", "teaser", "sr-only",
-    "visually-hidden", "screen-reader", "rollover", "tooltip", "hovercard", "popover",
-    "readtime", "read-time", "readingtime", "reading-time",
+    "caption", "credit", "taglist", "keywords", "topics", "toolbar",
+    "modal", "popup", "overlay", "newsfeed", "outbrain", "taboola", "readmore",
+    "teaser", "sronly", "rollover", "tooltip", "hovercard", "popover",
+    "readtime", "readingtime", "disclaimer",
+)  # fmt: skip
+# Names of two pieces that read as one chrome word ("side-bar", "read-more", "sr-only").
+CHROME_PAIRS = frozenset(
+    {
+        "side bar", "sign up", "most read", "tag list", "tool bar", "read more", "more stories",
+        "next post", "prev post", "post nav", "sr only", "visually hidden", "screen reader",
+        "read time", "reading time",
+    }
 )  # fmt: skip
 # Short words that only count as a whole piece of a name ("ad-slot", not "head").
 CHROME_PIECES = frozenset({"ad", "ads", "nav", "tag", "tags", "meta", "rss"})
-CHROME_PREFIXES = ("print", "skip", "jump")  # at the start of a piece: "printfriendly"
+CHROME_PREFIXES = ("print", "skip")  # at the start of a piece: "printfriendly"
+# Token starts that make a class a script hook or a state, never a name of what it holds
+# ("js-comment-entry" marks posts for a script, "is-sticky" a state).
+HOOK_PIECES = frozenset({"js", "is"})
+# Pieces after which a class names a feature of the element, not the element itself:
+# "summary-item-has-author" is an item that shows its author.
+MODIFIER_PIECES = frozenset({"has", "with", "no", "without"})
+# A class whose last piece names content is the content of the chrome word before it:
+# "comment-body", "forum-post-content", "topic-entry".
+CONTENT_HEADS = frozenset({"body", "content", "entry", "text", "message", "post"})
 HIDING_CLASSES = frozenset({"hidden", "is-hidden", "d-none", "invisible"})
 # ...unless a responsive class shows it on some screens ("d-none d-md-block").
 SHOWING_PREFIXES = ("d-sm-", "d-md-", "d-lg-", "d-xl-", "visible-")

@@ -12,6 +12,7 @@ from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, HEADINGS
 from ._urls import resolve_link
 
+REPEAT_MIN_CHARS = 200  # shorter ones (a greeting, a sign-off, a short quote) may rightly repeat
 _BR = "\x00"  # marks a <br> inside inline text until whitespace is collapsed
 _LIST_TAGS = frozenset({"ul", "ol", "dir", "menu"})
 _SKIPPED_TAGS = frozenset({"figcaption", "hr", "caption"})
@@ -33,6 +34,7 @@ class _Renderer:
     def __init__(self, base_url: str | None, skip: frozenset[int]) -> None:
         self.base_url = base_url
         self.skip = skip
+        self.seen: set[str] = set()  # long paragraphs already written
 
     def blocks(self, elem: Elem) -> list[str]:
         """The Markdown blocks of one element, dispatched on its tag."""
@@ -61,12 +63,24 @@ class _Renderer:
             elif id(kid) in self.skip:
                 continue
             elif kid.tag in BLOCK_TAGS or kid.blocky:
-                _flush(run, out)
+                self._paragraphs(run, out)
                 out.extend(self.blocks(kid))
             else:
                 run.append(self.inline(kid))
-        _flush(run, out)
+        self._paragraphs(run, out)
         return out
+
+    def _paragraphs(self, run: list[str], out: list[str]) -> None:
+        """`_flush` without repeats: a long paragraph written before (a post quoted whole, a
+        block served twice for two screen sizes) is written once."""
+        fresh: list[str] = []
+        _flush(run, fresh)
+        for paragraph in fresh:
+            if len(paragraph) >= REPEAT_MIN_CHARS:
+                if paragraph in self.seen:
+                    continue
+                self.seen.add(paragraph)
+            out.append(paragraph)
 
     def inline(self, elem: Elem) -> str:
         """Inline text of an element: links become `[text](url)`, `<br>` a line break."""

@@ -21,6 +21,20 @@ TOP_CANDIDATES = 5  # Readability's nbTopCandidates
 RIVAL_SHARE = 0.75  # a rival scores at least this share of the top candidate (Readability)
 MIN_RIVALS = 3  # Readability's MINIMUM_TOPCANDIDATES
 
+# A pick holding less than this share of the page's text outside links may be one section
+# of a page made of many (a service page, a product page): it spreads to the highest
+# ancestor that still reads like content (at most SPREAD_LINK_DENSITY of its text in
+# links) and holds SPREAD_GAIN times the pick's text.
+SPREAD_BELOW_SHARE = 0.5
+SPREAD_LINK_DENSITY = 0.2
+SPREAD_GAIN = 1.5
+
+# Content holding less than this share of the page's text outside links misses most of the
+# page (a listing in several parts, a thread the scoring split): the lowest ancestor holding
+# KEEP_REACH of that text is read instead, its links kept.
+KEEP_MIN_SHARE = 0.3
+KEEP_REACH = 0.5
+
 _TAG_BASE = {
     "div": 5.0, "article": 10.0, "main": 5.0, "section": 3.0, "pre": 3.0, "td": 3.0,
     "blockquote": 3.0, "address": -3.0, "ol": -3.0, "ul": -3.0, "dl": -3.0, "dd": -3.0,
@@ -169,3 +183,35 @@ def _joins(sibling: Elem, top: Elem) -> bool:
     if length > 80:
         return density < 0.25
     return length > 0 and density == 0.0 and _SENTENCE_END.search(text_of(sibling)) is not None
+
+
+def spread(content: list[Elem], root: Elem) -> list[Elem]:
+    """`content`, or the highest ancestor that adds prose-like text to a small pick."""
+    picked = sum(_plain_len(elem) for elem in content)
+    if not content or picked >= SPREAD_BELOW_SHARE * _plain_len(root):
+        return content
+    best: Elem | None = None
+    node = content[0].parent
+    while node is not None and link_density(node) <= SPREAD_LINK_DENSITY:
+        if _plain_len(node) >= SPREAD_GAIN * picked:
+            best = node
+        node = node.parent
+    return content if best is None else [best]
+
+
+def _plain_len(elem: Elem) -> int:
+    return elem.text_len - elem.link_len
+
+
+def keep_most(content: list[Elem], root: Elem) -> tuple[list[Elem], bool]:
+    """`content`, or the lowest ancestor holding most of the page's text when it holds little.
+
+    Returns True with the ancestor: the page's content is scattered, not one block of prose.
+    """
+    page = _plain_len(root)
+    if not content or sum(_plain_len(elem) for elem in content) >= KEEP_MIN_SHARE * page:
+        return content, False
+    node = content[0].parent
+    while node is not None and _plain_len(node) < KEEP_REACH * page:
+        node = node.parent
+    return [node or root], True

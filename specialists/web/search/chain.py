@@ -25,6 +25,7 @@ import trio
 from csp_web.config import SearchConfig, SearchProvider
 from csp_web.core.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
+from csp_web.infra.redis_ratelimit import SharedRateLimits
 from specialists.web.breaker import Breaker
 from specialists.web.services import WebServices, quota_path
 
@@ -187,7 +188,7 @@ async def _call(
         reason = "timeout" if exc.detail == "timeout" else str(exc.code)
         raise BackendFailure(reason, f"{exc.code}:{exc.detail}") from None
     if result.status_code == 429:
-        raise _too_many_requests(services, candidate.name, result.headers)
+        raise await _too_many_requests(services, candidate.name, result.headers)
     hits = candidate.backend.parse(result)
     total = candidate.backend.total(result) if candidate.backend.total is not None else None
     return hits, total
@@ -212,9 +213,17 @@ async def _take_token(services: WebServices, name: str, until: float) -> None:
 
 async def _take_quota(services: WebServices, name: str, limit: int) -> None:
     # MonthlyQuota reads and rewrites one file; concurrent searches take turns.
+    month = datetime.datetime.now(datetime.UTC).strftime("%Y-%m")
+    if isinstance(services.limits, SharedRateLimits):  # the fleet's count, on Redis
+        try:
+            await services.limits.quota(f"search:{name}", limit).take(month)
+        except OpError as exc:
+            raise BackendFailure(
+                "rate_limit_exceeded", exc.detail, counts=False, rate=True
+            ) from None
+        return
     lock = services.quota_lock
     quota = MonthlyQuota(quota_path(services), f"search:{name}", limit)
-    month = datetime.datetime.now(datetime.UTC).strftime("%Y-%m")
     async with lock:
         try:
             await trio.to_thread.run_sync(quota.take, month)
@@ -223,7 +232,7 @@ async def _take_quota(services: WebServices, name: str, limit: int) -> None:
             raise BackendFailure("rate_limit_exceeded", hint, counts=False, rate=True) from None
 
 
-def _too_many_requests(
+async def _too_many_requests(
     services: WebServices, name: str, headers: Mapping[str, str]
 ) -> BackendFailure:
     now = trio.current_time()
@@ -232,5 +241,5 @@ def _too_many_requests(
         resume = now + DEFAULT_PAUSE_S
     bucket = services.limits.bucket(f"search:{name}")
     if bucket is not None:
-        bucket.pause_until(resume)
+        await bucket.pause(resume)  # every daemon's, when Redis holds the bucket
     return BackendFailure("rate_limit_exceeded", "HTTP 429", rate=True, retry_after_s=resume - now)

@@ -1,0 +1,67 @@
+"""The browser and canvas ops' settings (``tool.browser``): frozen dataclasses, units in names.
+
+Every default cites where it comes from; ``config.yaml`` repeats them (a test checks it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CanvasConfig:
+    """Node ``main``'s canvas: a Chromium page at WIDTH x HEIGHT on this host."""
+
+    width: int = 1920  # the tool seed's example canvas: WIDTH 1920, HEIGHT 1080
+    height: int = 1080
+    # An X display (":0") shows the canvas in a real window (a wall screen, a kiosk), from a
+    # second, headed Chromium; null keeps it headless in the shared browser.
+    display: str | None = None
+    # eval runs page JavaScript chosen by the caller: off unless the operator turns it on.
+    allow_eval: bool = False
+    eval_timeout_ms: int = 2000  # the seed's canvas target is < 1 s; twice that is a hang
+    max_eval_result_bytes: int = 64 * 1024  # the JSON result, as UTF-8
+
+
+@dataclass(frozen=True)
+class BrowserConfig:
+    """The shared Chromium, its sessions and their caps, and the media it writes."""
+
+    # The Chromium to drive; empty: the first of chromium, chromium-browser on PATH (Debian's
+    # package; Playwright's own browser downloads cannot work offline and are never used).
+    executable: str = ""
+    # Sessions are BrowserContexts: each costs ~10-30 MB in Chromium. 16 overall and 4 per
+    # peer keep a small host (2 cores, 2 GB) responsive.
+    max_sessions: int = 16
+    max_sessions_per_peer: int = 4
+    # A session's own page plus the popups it may keep open.
+    max_pages_per_session: int = 4
+    session_idle_s: float = 300.0  # Playwright MCP closes nothing; 5 min frees a left session
+    viewport_width: int = 1280  # Playwright's default viewport
+    viewport_height: int = 720
+    max_screenshot_bytes: int = 8 * 1024 * 1024  # a full-page PNG of a long page, and no more
+    max_extract_chars: int = 100_000  # as web.fetch's largest MAX_CHARS
+    # A fresh browser process after this many pages: Chromium's memory grows with pages made
+    # and closed, and a recycle keeps it flat (the bench measures RSS after 1,000 actions).
+    recycle_after_pages: int = 200
+    launch_timeout_s: float = 30.0  # Playwright's own default launch timeout
+    # Screenshots and snapshots: <state_dir>/media, oldest removed past either bound.
+    media_max_bytes: int = 256 * 1024 * 1024
+    media_max_age_s: float = 86_400.0
+    # Base64 SHA-256 hashes of certificate public keys (SPKI) whose chains Chromium accepts
+    # though no system root signs them: a test CA, a private one. Never a blanket ignore.
+    trusted_spki: tuple[str, ...] = ()
+    canvas: CanvasConfig = field(default_factory=CanvasConfig)
+
+    def __post_init__(self) -> None:
+        for value in self.trusted_spki:
+            try:
+                raw = base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"trusted_spki: {value!r} is not base64") from exc
+            if len(raw) != 32:
+                raise ValueError(f"trusted_spki: {value!r} is not a SHA-256 hash")
+        if self.max_sessions_per_peer > self.max_sessions:
+            raise ValueError("max_sessions_per_peer must not exceed max_sessions")

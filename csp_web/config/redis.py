@@ -1,0 +1,41 @@
+"""The ``redis:`` section: shared state for a fleet of daemons (issue 13).
+
+Without ``url`` every daemon keeps its state to itself (diskcache, local buckets, the cron
+file), as before. With it, the response cache, rate limits and monthly quotas, download
+single-flight and cron run claims live on one Redis server, so several daemons behave as one.
+Secrets are never in the file: ``password_env`` names the environment variable that holds the
+password (Redis AUTH, or the ACL user's password with ``username``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    # redis://host:port/db, rediss://host:port/db (TLS) or unix:///path/redis.sock; null: embedded
+    url: str | None = None
+    username: str | None = None  # an ACL user (Redis 6+); null: the default user
+    password_env: str | None = None  # the environment variable holding the password
+    tls_ca_file: str | None = None  # rediss:// only: the CA bundle that signs the server
+    tls_cert_file: str | None = None  # rediss:// only: a client certificate, when required
+    tls_key_file: str | None = None
+    key_prefix: str = "csp-web:"  # every key and channel name starts with it
+    # Every Redis call ends within this (a thread's socket timeout is the same), so a slow or
+    # stopped server costs a reply at most this much.
+    call_timeout_s: float = 0.25
+    connect_timeout_s: float = 0.25
+    max_threads: int = 16  # Redis calls in flight at once (worker threads, pool connections)
+    retry_s: float = 1.0  # after a failed call, calls fall back at once for this long
+    # The share of each rate limit (and of a monthly quota's remainder) one daemon uses on its
+    # own while Redis is down: 1 / the number of daemons keeps the fleet within the limit.
+    fallback_share: float = 0.5
+    flight_wait_s: float = 15.0  # how long a daemon waits for a peer's download of the same URL
+    cron_lease_s: float = 60.0  # a run claim outlives its daemon by at most this
+
+    def __post_init__(self) -> None:
+        if self.fallback_share > 1:
+            raise ValueError("fallback_share: must be at most 1")
+        if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("url: expected redis://, rediss:// or unix://")

@@ -1,0 +1,281 @@
+"""The response cache on a shared Redis: what ``csp_web.infra.cache`` does on disk, for a fleet.
+
+Same keys (``cache_key``: namespace + SHA-256), TTLs, namespaces-as-tags and invalidation as
+the diskcache store; values are JSON text, never pickle. The byte-bounded ``MemoryTier`` stays
+in front. Redis keys (``p`` is ``redis.key_prefix``; the namespace is a Cluster hash tag, so a
+namespace's entries, its tag set and its generation share one slot):
+
+    p c:{ns}:<sha256>    the value, with the entry's TTL (PX)
+    p t:{ns}             sorted set of the namespace's value keys, scored by expiry (ms)
+    p g:{ns}             the namespace's generation, bumped by each invalidation
+
+Round trips: a memory hit costs none, or one (the generation) in a *checked* namespace (the
+API ops', whose writes invalidate); a Redis hit costs one (value, generation and PTTL in one
+pipeline); a write and an invalidation one script each, which also publishes an event so the
+other daemons drop their memory copies. A write whose namespace was invalidated after its read
+began is refused by the script (the generation moved), so no stale answer is written back.
+
+Failures fall back (``RedisUnavailable`` from the link): a read is a miss, a write is skipped,
+an invalidation is kept pending and retried before the namespace is used again (its reads miss
+meanwhile). While the event subscription is down, the memory tier is emptied and bypassed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from .cache import MemoryTier, cache_key, open_cache
+from .redis_link import RedisLink, RedisUnavailable
+
+if TYPE_CHECKING:
+    import redis
+
+_SET = """
+local gen = redis.call('GET', KEYS[3]) or '0'
+if gen ~= ARGV[3] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZADD', KEYS[2], now + ttl, KEYS[1])
+if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+redis.call('PUBLISH', ARGV[5], ARGV[4])
+return 1
+"""
+
+_INVALIDATE = """
+local keys = redis.call('ZRANGE', KEYS[1], 0, -1)
+local n = 0
+for i = 1, #keys, 500 do
+  n = n + redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+end
+redis.call('DEL', KEYS[1])
+local gen = redis.call('INCR', KEYS[2])
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+return {n, gen}
+"""
+
+_MISS_GENS = 4096  # generations remembered from misses, for the writes that follow them
+
+
+class ResponseCache(Protocol):
+    """What the ops use of a cache: ``infra.cache.Cache`` and ``RedisCache`` both are one."""
+
+    hits: int
+    misses: int
+
+    async def get(self, namespace: str, material: Any) -> Any | None: ...
+
+    async def set(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None: ...
+
+    async def invalidate(self, namespace: str) -> int: ...
+
+
+class RedisCache:
+    """The shared cache with a memory tier; made by ``open_response_cache`` in Redis mode.
+
+    ``checked`` namespaces (by prefix before ``:``, e.g. ``api``) are invalidated by writes:
+    their memory hits are confirmed against the namespace's generation in Redis, so a write
+    through one daemon is never answered from another's memory."""
+
+    def __init__(
+        self,
+        link: RedisLink,
+        *,
+        memory_bytes: int,
+        store: str = "web",
+        checked: tuple[str, ...] = ("api",),
+    ) -> None:
+        self._link = link
+        self._prefix = link.config.key_prefix
+        self._store = store
+        self._memory_bytes = memory_bytes
+        self._memory = MemoryTier(memory_bytes)
+        self._checked = checked
+        self._gens: dict[str, int] = {}  # the generation each namespace had at its last read
+        self._miss_gens: OrderedDict[str, int] = OrderedDict()
+        self._pending: set[str] = set()  # namespaces whose invalidation waits for Redis
+        self._set_script = link.client.register_script(_SET)
+        self._invalidate_script = link.client.register_script(_INVALIDATE)
+        self.hits = 0
+        self.misses = 0
+        link.on_event(f"cache:{store}", self._on_event)
+
+    # --- keys -------------------------------------------------------------------------------
+
+    def _keys(self, key: str) -> tuple[str, str, str]:
+        namespace, digest = key.rsplit(":", 1)
+        tag = "{" + namespace + "}"
+        p = f"{self._prefix}{self._store}:"
+        return f"{p}c:{tag}:{digest}", f"{p}t:{tag}", f"{p}g:{tag}"
+
+    def _checked_namespace(self, namespace: str) -> bool:
+        return namespace.split(":", 1)[0] in self._checked
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def get(self, namespace: str, material: Any) -> Any | None:
+        """The cached value, or None when absent, expired, or Redis is unavailable."""
+        key = cache_key(namespace, material)
+        value = await self._get(namespace, key)
+        if value is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return value
+
+    async def _get(self, namespace: str, key: str) -> Any | None:
+        if namespace in self._pending and await self._flush_pending(namespace) is None:
+            return None
+        value_key, _, gen_key = self._keys(key)
+        entry = self._memory_entry(key)
+        if entry is not None:
+            gen, value = entry
+            if not self._checked_namespace(namespace):
+                return value
+            try:
+                current = await self._link.call(lambda r: r.get(gen_key), "cache_gen")
+            except RedisUnavailable:
+                self._link.fallback("cache_miss")
+                return None
+            if int(current or 0) == gen:
+                return value
+            self._memory.drop(key)
+        return await self._read(namespace, key, value_key, gen_key)
+
+    def _memory_entry(self, key: str) -> tuple[int, Any] | None:
+        if not self._link.events_live:
+            if self._memory.bytes:
+                self._memory = MemoryTier(self._memory_bytes)  # events may have been missed
+            return None
+        entry = self._memory.get(key)
+        return None if entry is None else (entry[0], entry[1])
+
+    async def _read(self, namespace: str, key: str, value_key: str, gen_key: str) -> Any | None:
+        def read(client: redis.Redis) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            pipe.get(value_key)
+            pipe.get(gen_key)
+            pipe.pttl(value_key)
+            return pipe.execute()
+
+        try:
+            raw, gen_raw, pttl_ms = await self._link.call(read, "cache_get")
+        except RedisUnavailable:
+            self._link.fallback("cache_miss")
+            return None
+        gen = int(gen_raw or 0)
+        self._gens[namespace] = gen
+        if raw is None:
+            self._remember_miss(key, gen)
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if self._link.events_live:
+            expires_at = time.time() + pttl_ms / 1000 if pttl_ms > 0 else math.inf
+            self._memory.put(key, (gen, value), expires_at=expires_at)
+        return value
+
+    def _remember_miss(self, key: str, gen: int) -> None:
+        self._miss_gens[key] = gen
+        self._miss_gens.move_to_end(key)
+        while len(self._miss_gens) > _MISS_GENS:
+            self._miss_gens.popitem(last=False)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    async def set(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None:
+        """Store ``value`` (JSON) for ``ttl_s``; skipped when Redis is unavailable or the
+        namespace was invalidated since this value's read began."""
+        key = cache_key(namespace, material)
+        text = json.dumps(value, separators=(",", ":"))
+        if namespace in self._pending and await self._flush_pending(namespace) is None:
+            return
+        gen = self._miss_gens.pop(key, self._gens.get(namespace))
+        value_key, tag_key, gen_key = self._keys(key)
+        if gen is None:
+            try:
+                raw = await self._link.call(lambda r: r.get(gen_key), "cache_gen")
+            except RedisUnavailable:
+                self._link.fallback("cache_skip")
+                return
+            gen = self._gens[namespace] = int(raw or 0)
+        event = self._link.event(f"cache:{self._store}", key=key)
+        ttl_ms = max(1, math.ceil(ttl_s * 1000))
+        keys = [value_key, tag_key, gen_key]
+        args: list[str | int] = [text, ttl_ms, str(gen), event, self._link.channel]
+        try:
+            stored = await self._link.call(
+                lambda r: self._set_script(keys=keys, args=args, client=r), "cache_set"
+            )
+        except RedisUnavailable:
+            self._link.fallback("cache_skip")
+            return
+        if stored and self._link.events_live:
+            self._memory.put(key, (gen, value), expires_at=time.time() + ttl_s)
+
+    async def invalidate(self, namespace: str) -> int:
+        """Drop every entry of ``namespace`` on every daemon; the count dropped from Redis
+        (0 when the invalidation is left pending for Redis to come back)."""
+        self._memory.drop_namespace(namespace)
+        self._pending.add(namespace)
+        return await self._flush_pending(namespace) or 0
+
+    async def _flush_pending(self, namespace: str) -> int | None:
+        """Run the namespace's invalidation: the count of entries dropped, None on failure."""
+        _, tag_key, gen_key = self._keys(cache_key(namespace, ""))
+        event = self._link.event(f"cache:{self._store}", namespace=namespace)
+        args = [event, self._link.channel]
+        try:
+            dropped, gen = await self._link.call(
+                lambda r: self._invalidate_script(keys=[tag_key, gen_key], args=args, client=r),
+                "cache_invalidate",
+            )
+        except RedisUnavailable:
+            self._link.fallback("cache_invalidate_pending")
+            return None
+        self._pending.discard(namespace)
+        self._gens[namespace] = int(gen)
+        self._memory.drop_namespace(namespace)
+        return int(dropped)
+
+    def _on_event(self, message: dict[str, Any]) -> None:
+        """Another daemon wrote a key or invalidated a namespace: drop the memory copies."""
+        if message.get("from") == self._link.daemon_id:
+            return
+        if isinstance(key := message.get("key"), str):
+            self._memory.drop(key)
+        if isinstance(namespace := message.get("namespace"), str):
+            self._memory.drop_namespace(namespace)
+
+
+@asynccontextmanager
+async def open_response_cache(
+    directory: str,
+    *,
+    size_limit_bytes: int,
+    memory_bytes: int,
+    link: RedisLink | None,
+    store: str,
+) -> AsyncIterator[ResponseCache]:
+    """The diskcache store in ``directory`` without a link (embedded), else the shared
+    ``store`` (``web``, ``exec``) on Redis; both with a ``memory_bytes`` tier in front."""
+    if link is None:
+        async with open_cache(
+            directory, size_limit_bytes=size_limit_bytes, memory_bytes=memory_bytes
+        ) as cache:
+            yield cache
+        return
+    await trio.lowlevel.checkpoint()
+    yield RedisCache(link, memory_bytes=memory_bytes, store=store)

@@ -1,0 +1,262 @@
+"""The daemon's one link to a shared Redis (``redis.url``): deadlines, fallbacks, events.
+
+redis-py's asyncio client does not run under trio, so calls use the sync client in worker
+threads: ``trio.to_thread.run_sync`` under a ``CapacityLimiter`` (``redis.max_threads``) with
+``abandon_on_cancel=True``, inside ``trio.move_on_after(call_timeout_s)``. The client's socket
+timeout is the same deadline, so an abandoned thread (a stopped server) ends by itself soon
+after and gives its limiter token back; a hung Redis never hangs a reply.
+
+    async with open_redis_link(config.redis) as link:     # None when redis.url is null
+        value = await link.call(lambda r: r.get(link.key("x")), "cache_get")
+
+A failed call raises ``RedisUnavailable`` (callers fall back: a cache miss, a skipped write,
+a local bucket, a paused cron) and marks the link down for ``retry_s``: calls in that window
+fall back at once, without a thread or a timeout, and the first call after it tries again,
+so the link recovers without a restart. State changes are logged once each (WARNING down,
+INFO up) and ``REQ:stats`` shows the ``REDIS`` line.
+
+Events: one pub/sub channel, ``<prefix>events``, carries JSON messages between daemons
+(``{"from": <daemon id>, "kind": ..., ...}``); ``on_event(kind, handler)`` registers a
+handler, run on the trio thread. ``events_live`` says whether the subscription is up: while
+it is not, messages may have been missed and the cache's memory tier is bypassed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from csp_web.config.redis import RedisConfig
+
+if TYPE_CHECKING:  # imported when a link is made: embedded daemons never load redis-py
+    import redis
+
+log = logging.getLogger("csp_web.redis")
+
+T = TypeVar("T")
+EventHandler = Callable[[dict[str, Any]], None]
+
+EVENT_POLL_S = 1.0  # the subscriber's longest blocking read (bounds its thread at shutdown)
+
+
+class RedisUnavailable(Exception):
+    """A Redis call failed or ran out of time; the caller falls back."""
+
+
+def make_client(config: RedisConfig) -> redis.Redis:
+    """The sync client for ``config``: timeouts equal to the call deadline, no retries (the
+    link decides), TLS and ACL options, the password read from ``password_env``."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    assert config.url is not None
+    password = os.environ.get(config.password_env) if config.password_env else None
+    options: dict[str, Any] = {
+        "username": config.username,
+        "password": password,
+        "socket_timeout": config.call_timeout_s,
+        "socket_connect_timeout": config.connect_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+        "max_connections": config.max_threads + 2,
+    }
+    if config.url.startswith("rediss://"):
+        options |= {
+            "ssl_ca_certs": config.tls_ca_file,
+            "ssl_certfile": config.tls_cert_file,
+            "ssl_keyfile": config.tls_key_file,
+        }
+    return redis.Redis.from_url(config.url, **options)
+
+
+class RedisLink:
+    """Deadline-bounded calls to Redis with a down state, counters and the event channel."""
+
+    def __init__(self, config: RedisConfig, client: redis.Redis) -> None:
+        import redis
+
+        self.config = config
+        self.client = client
+        # What a failed call raises: redis-py's errors, and OSError from a socket it did not wrap.
+        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        self.daemon_id = secrets.token_hex(6)  # tells this daemon's own events apart
+        self.channel = config.key_prefix + "events"
+        self._limiter = trio.CapacityLimiter(config.max_threads)
+        self._down_since: float | None = None
+        self._retry_at = -1.0
+        self._handlers: dict[str, list[EventHandler]] = {}
+        self.events_live = False
+        self.events_changed = trio.Event()  # set (and replaced) whenever events_live changes
+        self.calls = 0
+        self.in_flight = 0  # calls waiting for a thread or a reply now
+        self.failures = 0
+        self.round_trips = 0
+        self.fallbacks: Counter[str] = Counter()
+        self.last_error = ""
+
+    def key(self, *parts: str) -> str:
+        return self.config.key_prefix + ":".join(parts)
+
+    @property
+    def up(self) -> bool:
+        return self._down_since is None
+
+    def available(self) -> bool:
+        """Whether a call now would be tried (not inside the down window)."""
+        return self._down_since is None or time.monotonic() >= self._retry_at
+
+    def seconds_to_retry(self) -> float:
+        """How long calls still fall back at once (0 when up or the window has passed)."""
+        return 0.0 if self._down_since is None else max(0.0, self._retry_at - time.monotonic())
+
+    def fallback(self, kind: str) -> None:
+        """Count one fallback of ``kind`` (shown by ``REQ:stats``)."""
+        self.fallbacks[kind] += 1
+
+    async def call(
+        self, fn: Callable[[redis.Redis], T], what: str, *, timeout_s: float | None = None
+    ) -> T:
+        """``fn(client)`` in a worker thread, within ``timeout_s`` (at most
+        ``call_timeout_s``); ``fn`` should make one round trip (a pipeline or script counts
+        as one). Raises RedisUnavailable when down, failed or late."""
+        if not self.available():
+            raise RedisUnavailable(f"{what}: down ({self.last_error})")
+        budget = self.config.call_timeout_s if timeout_s is None else timeout_s
+        budget = min(budget, self.config.call_timeout_s)
+        self.calls += 1
+        self.round_trips += 1
+        client = self.client
+        self.in_flight += 1
+        try:
+            with trio.move_on_after(max(budget, 0.0)) as scope:
+                result = await trio.to_thread.run_sync(
+                    lambda: fn(client), abandon_on_cancel=True, limiter=self._limiter
+                )
+        except self._errors as exc:
+            self._failed(f"{what}: {type(exc).__name__}: {exc}")
+            raise RedisUnavailable(self.last_error) from None
+        finally:
+            self.in_flight -= 1
+        if scope.cancelled_caught:
+            self._failed(f"{what}: no reply within {budget:.3f} s")
+            raise RedisUnavailable(self.last_error)
+        if self._down_since is not None:
+            log.info("redis available again after %.1f s", time.monotonic() - self._down_since)
+            self._down_since = None
+        return result
+
+    def _failed(self, error: str) -> None:
+        self.failures += 1
+        self.last_error = error
+        self._retry_at = time.monotonic() + self.config.retry_s
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("redis unavailable, falling back: %s", error)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def on_event(self, kind: str, handler: EventHandler) -> None:
+        self._handlers.setdefault(kind, []).append(handler)
+
+    def event(self, kind: str, **data: Any) -> str:
+        """The JSON text of an event from this daemon (scripts publish it with their write)."""
+        return json.dumps({"from": self.daemon_id, "kind": kind, **data}, separators=(",", ":"))
+
+    def _deliver(self, raw: bytes) -> None:
+        try:
+            message = json.loads(raw)
+            kind = message["kind"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("redis event ignored: not a csp-web event")
+            return
+        for handler in self._handlers.get(kind, ()):
+            handler(message)
+
+    def _set_live(self, live: bool) -> None:
+        if live != self.events_live:
+            self.events_live = live
+            self.events_changed.set()
+            self.events_changed = trio.Event()
+
+    async def serve_background(
+        self, port: object, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The daemon's background task (run by the web specialist: ``Background``)."""
+        task_status.started()
+        await self.serve_events()
+
+    async def serve_events(self) -> None:
+        """Subscribe and deliver events until cancelled; resubscribes after a failure."""
+        while True:
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            try:
+                await self._listen(pubsub)
+            except self._errors as exc:
+                self.last_error = f"events: {type(exc).__name__}: {exc}"
+                if self.events_live:
+                    log.warning("redis events lost, memory tier bypassed: %s", exc)
+            finally:
+                self._set_live(False)
+                _close_quietly(pubsub, self._errors)
+            await trio.sleep(self.config.retry_s)
+
+    async def _listen(self, pubsub: redis.client.PubSub) -> None:
+        limiter = trio.CapacityLimiter(1)
+        await trio.to_thread.run_sync(
+            pubsub.subscribe, self.channel, abandon_on_cancel=True, limiter=limiter
+        )
+        if not self.events_live:
+            log.info("redis events subscribed on %s", self.channel)
+        self._set_live(True)
+        while True:
+            message = await trio.to_thread.run_sync(
+                lambda: pubsub.get_message(timeout=EVENT_POLL_S),
+                abandon_on_cancel=True,
+                limiter=limiter,
+            )
+            if message is not None and message.get("type") == "message":
+                self._deliver(message["data"])
+
+    def stats_line(self) -> str:
+        """The ``REDIS`` line of ``REQ:stats``."""
+        data: dict[str, Any] = {
+            "state": "up" if self.up else "down",
+            "events": "live" if self.events_live else "lost",
+            "calls": self.calls,
+            "failures": self.failures,
+            "round_trips": self.round_trips,
+            "fallbacks": dict(sorted(self.fallbacks.items())),
+        }
+        if not self.up:
+            data["error"] = self.last_error
+        return json.dumps(data, separators=(",", ":"))
+
+
+def _close_quietly(pubsub: redis.client.PubSub, errors: tuple[type[Exception], ...]) -> None:
+    # Only closes the socket (no command is sent); a read still blocked on it in an abandoned
+    # thread fails there, unseen.
+    with suppress(*errors):
+        pubsub.close()
+
+
+@asynccontextmanager
+async def open_redis_link(config: RedisConfig) -> AsyncIterator[RedisLink | None]:
+    """The link when ``config.url`` is set, else None. Its event subscriber is a background
+    task (``serve_events``) the daemon runs, so nothing here wraps a caller's exception."""
+    if config.url is None:
+        yield None
+        return
+    link = RedisLink(config, make_client(config))
+    try:
+        yield link
+    finally:
+        await trio.to_thread.run_sync(link.client.close, abandon_on_cancel=True)

@@ -1,0 +1,254 @@
+"""Rate limits and monthly quotas held by a shared Redis, so a fleet keeps a provider's limit.
+
+Each bucket is GCRA (the generic cell rate algorithm: one "theoretical arrival time" per
+bucket) in one server-side Lua script on Redis's own clock (``TIME``), so daemons on several
+hosts agree without synchronised clocks and a token costs one round trip. A foreground call
+that must wait reserves its slot in the script and sleeps until it (no retry loop, no token
+taken by a later caller first); a call whose wait passes its deadline takes nothing and gets
+``rate_limited`` with RETRY_AFTER, as the local bucket answers. Background calls (prefetch) take
+a token only while at least half the burst is left. An upstream Retry-After pauses the bucket
+for every daemon (a key with that expiry). Monthly quotas are a counter per month.
+
+Redis keys (``p`` is ``redis.key_prefix``): ``p rl:{<name>}`` (the bucket's TAT, ms) and
+``p rp:{<name>}`` (its pause) share the bucket's hash tag; ``p q:{<name>}:<YYYY-MM>``.
+
+When Redis is unavailable each daemon falls back to a local bucket at ``redis.fallback_share``
+of the rate and burst, and to that share of the quota's remainder as last seen (counted
+locally and added to Redis when it returns); with the share at most 1 / the number of daemons
+the fleet stays within the limit. Fallbacks are counted in the ``REDIS`` stats line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import trio
+
+from csp_web.core.errors import OpError
+from protocol import ErrorCode
+
+from .ratelimit import MAX_PAUSE_S, Bucket, Rate, RateLimits
+from .redis_link import RedisLink, RedisUnavailable
+
+# Returns {1, wait_ms}: granted, its slot wait_ms from now; {0, wait_ms}: refused, a token in
+# wait_ms; {0, -1}: refused, background and the bucket under half.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local pause = tonumber(redis.call('GET', KEYS[2]) or '0')
+if pause > now then
+  if ARGV[4] == '1' then return {0, -1} end
+  return {0, math.ceil(pause - now)}
+end
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local new_tat = tat + interval
+local wait = new_tat - burst * interval - now
+if ARGV[4] == '1' and (wait > 0 or burst - (new_tat - now) / interval < burst / 2) then
+  return {0, -1}
+end
+if wait > tonumber(ARGV[3]) then return {0, math.ceil(wait)} end
+redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil(new_tat - now + interval))
+if wait < 0 then wait = 0 end
+return {1, math.ceil(wait)}
+"""
+
+_PAUSE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ms = now + tonumber(ARGV[1])
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if until_ms > current then
+  redis.call('SET', KEYS[1], tostring(until_ms), 'PX', tonumber(ARGV[1]))
+end
+return 1
+"""
+
+# ARGV: limit, uses counted locally while Redis was down. Returns {taken 0/1, used}.
+_QUOTA = """
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local pending = tonumber(ARGV[2])
+if pending > 0 then
+  used = redis.call('INCRBY', KEYS[1], pending)
+  redis.call('EXPIRE', KEYS[1], 3024000)
+end
+if used >= tonumber(ARGV[1]) then return {0, used} end
+used = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], 3024000)
+return {1, used}
+"""
+
+
+class TokenBucket(Protocol):
+    """What an op uses of a bucket: ``ratelimit.Bucket`` and ``SharedBucket`` both are one."""
+
+    name: str
+
+    async def acquire(self, *, deadline: float) -> None: ...
+
+    async def acquire_background(self) -> bool: ...
+
+    async def pause(self, when: float) -> None: ...
+
+
+class BucketSource(Protocol):
+    """``ratelimit.RateLimits`` or ``SharedRateLimits``: buckets by name, reloadable."""
+
+    def bucket(self, name: str) -> TokenBucket | None: ...
+
+    def reload(self, rates: dict[str, Rate]) -> None: ...
+
+
+class SharedBucket:
+    """One bucket on Redis, with a local bucket at ``share`` of its rate as the fallback."""
+
+    def __init__(self, link: RedisLink, name: str, rate: Rate, share: float) -> None:
+        self._link = link
+        self.name = name
+        self.rate = rate
+        self.local = Bucket(name, fallback_rate(rate, share))
+        tag = "{" + name + "}"
+        self._keys = [link.key("rl", tag), link.key("rp", tag)]
+        self._take = link.client.register_script(_TAKE)
+        self._pause = link.client.register_script(_PAUSE)
+
+    async def _call(self, max_wait_ms: float, background: bool) -> tuple[bool, int]:
+        interval_ms = 60_000 / self.rate.per_minute
+        args: list[str | int] = [
+            repr(interval_ms),
+            self.rate.burst,
+            repr(max(0.0, max_wait_ms)),
+            int(background),
+        ]
+        granted, wait_ms = await self._link.call(
+            lambda r: self._take(keys=self._keys, args=args, client=r), "ratelimit"
+        )
+        return bool(granted), int(wait_ms)
+
+    async def acquire(self, *, deadline: float) -> None:
+        """Take a token, waiting for one that comes before ``deadline`` (trio time); else
+        OpError(rate_limited) with RETRY_AFTER (seconds)."""
+        while True:
+            # Lua reads no "inf": an endless deadline waits at most a month (MAX_PAUSE_S).
+            max_wait_ms = min((deadline - trio.current_time()) * 1000, MAX_PAUSE_S * 1000)
+            try:
+                granted, wait_ms = await self._call(max_wait_ms, False)
+            except RedisUnavailable:
+                self._link.fallback("ratelimit_local")
+                await self.local.acquire(deadline=deadline)
+                return
+            if granted:
+                await trio.sleep(wait_ms / 1000)  # the reserved slot
+                return
+            if wait_ms > max_wait_ms:  # a pause or a token past the deadline
+                raise OpError(
+                    ErrorCode.RATE_LIMITED,
+                    self.name,
+                    fields=(("RETRY_AFTER", str(max(1, math.ceil(wait_ms / 1000)))),),
+                )
+            await trio.sleep(wait_ms / 1000)  # a pause ends before the deadline: try again
+
+    async def acquire_background(self) -> bool:
+        """Take a token only while the bucket stays at least half full."""
+        try:
+            granted, _ = await self._call(0, True)
+        except RedisUnavailable:
+            self._link.fallback("ratelimit_local")
+            return self.local.try_acquire_background()
+        return granted
+
+    async def pause(self, when: float) -> None:
+        """Hold every daemon's calls until trio time ``when`` (Retry-After)."""
+        self.local.pause_until(when)
+        delay_ms = math.ceil((when - trio.current_time()) * 1000)
+        if delay_ms <= 0:
+            return
+        try:
+            await self._link.call(
+                lambda r: self._pause(keys=self._keys[1:], args=[delay_ms], client=r), "pause"
+            )
+        except RedisUnavailable:
+            self._link.fallback("pause_local")
+
+
+def fallback_rate(rate: Rate, share: float) -> Rate:
+    """``share`` of ``rate``: what one daemon may spend alone while Redis is down."""
+    return Rate(rate.per_minute * share, max(1, math.floor(rate.burst * share)))
+
+
+class SharedRateLimits:
+    """The daemon's shared buckets by name (``RateLimits`` for a fleet) and its quotas."""
+
+    def __init__(self, link: RedisLink, rates: dict[str, Rate]) -> None:
+        self._link = link
+        self._rates = rates
+        self._buckets: dict[str, SharedBucket] = {}
+        self._quotas: dict[str, SharedQuota] = {}
+
+    def bucket(self, name: str) -> SharedBucket | None:
+        if name not in self._buckets:
+            rate = self._rates.get(name)
+            if rate is None:
+                return None
+            self._buckets[name] = SharedBucket(
+                self._link, name, rate, self._link.config.fallback_share
+            )
+        return self._buckets[name]
+
+    def reload(self, rates: dict[str, Rate]) -> None:
+        """New rates apply at once (a bucket's state in Redis is its TAT, rate-free); local
+        fallback buckets whose rate did not change keep their tokens."""
+        self._buckets = {n: b for n, b in self._buckets.items() if rates.get(n) == b.rate}
+        self._rates = rates
+
+    def quota(self, name: str, limit: int) -> SharedQuota:
+        quota = self._quotas.get(name)
+        if quota is None or quota.limit != limit:
+            quota = self._quotas[name] = SharedQuota(self._link, name, limit)
+        return quota
+
+
+class SharedQuota:
+    """A monthly count on Redis; raises OpError(rate_limited) when the month is spent."""
+
+    def __init__(self, link: RedisLink, name: str, limit: int) -> None:
+        self._link = link
+        self.name = name
+        self.limit = limit
+        self._script = link.client.register_script(_QUOTA)
+        self._last_used: dict[str, int] = {}  # per month, as Redis last said
+        self._pending: dict[str, int] = {}  # per month, taken locally while Redis was down
+
+    async def take(self, month: str) -> None:
+        key = self._link.key("q", "{" + self.name + "}", month)
+        pending = self._pending.get(month, 0)
+        try:
+            taken, used = await self._link.call(
+                lambda r: self._script(keys=[key], args=[self.limit, pending], client=r), "quota"
+            )
+        except RedisUnavailable:
+            self._link.fallback("quota_local")
+            self._take_locally(month)
+            return
+        self._pending.pop(month, None)
+        self._last_used[month] = int(used)
+        if not taken:
+            raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} monthly quota of {self.limit}")
+
+    def _take_locally(self, month: str) -> None:
+        last = self._last_used.get(month)
+        if last is None:  # never heard from Redis this month: nothing is known to be left
+            raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} quota store unavailable")
+        share = self._link.config.fallback_share
+        allowance = math.floor(share * max(0, self.limit - last))
+        if self._pending.get(month, 0) >= allowance:
+            raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} monthly quota of {self.limit}")
+        self._pending[month] = self._pending.get(month, 0) + 1
+
+
+def shared_or_local(link: RedisLink | None, rates: dict[str, Rate]) -> BucketSource:
+    """The fleet's buckets on ``link``, else this daemon's own."""
+    return RateLimits(rates) if link is None else SharedRateLimits(link, rates)

@@ -1,0 +1,261 @@
+"""The ``browser`` op (IN:TOOL, OUT:BROWSER_RESULT): drive a real Chromium page.
+
+    TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT
+    ACTION navigate|click|type|screenshot|extract|close
+    TARGET_URL https://example.com
+    SELECTOR css:.class|xpath://div
+    VALUE <text_to_type>
+    SESSION <name>            (optional: a page kept between tasks)
+
+Without SESSION the action runs on a fresh page closed after it. Every request the page makes
+goes through the guard proxy (``proxy.py``). Each action is audited and sent to memory as a
+``browser_op`` write (URL, action, outcome; VALUE only when SECRET is false).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import trio
+
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import work_seconds
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.records import json_record
+from csp_web.core.replies import Result
+from csp_web.net import check_url
+from protocol import ErrorCode
+from specialists.web.extract import extract_article
+
+from . import pages as page_ops
+from .errors import translate
+from .pages import PageSet
+from .services import BrowserServices
+from .sessions import SESSION_NAME, owner_of
+
+T = TypeVar("T")
+ACTIONS = ("navigate", "click", "type", "screenshot", "extract", "close")
+_SCOPE = ("browser",)
+_DEFAULT_WORK_S = 30.0  # without a task deadline (never in the daemon: it always sets one)
+
+
+def check_selector(selector: str) -> str:
+    """``css:<selector>`` or ``xpath:<expression>``, else invalid_field."""
+    kind, sep, expression = selector.partition(":")
+    if not sep or kind not in ("css", "xpath") or not expression.strip():
+        raise OpError(ErrorCode.INVALID_FIELD, "SELECTOR must be css:<selector> or xpath:<path>")
+    return selector
+
+
+def _require(params: Params, name: str) -> str:
+    value = params.opt_text(name)
+    if value is None:
+        raise OpError(ErrorCode.MISSING_FIELD, name, scope=_SCOPE)
+    return value
+
+
+def _timeout_ms() -> float:
+    return max(1.0, work_seconds(default_s=_DEFAULT_WORK_S) * 1000)
+
+
+async def _on_pages(
+    services: BrowserServices,
+    ctx: OpContext,
+    session: str | None,
+    step: Callable[[PageSet], Awaitable[T]],
+) -> T:
+    """Run ``step`` on the session's page, or on a fresh page closed after it."""
+    config = ctx.config.tool.browser
+    guard = services.guard()
+    if session is not None:
+        owner = owner_of(ctx.peer.uid, ctx.peer.connection)
+        async with services.sessions.use(session, owner, config, guard) as held:
+            return await step(held.pages)
+    engine = services.engine
+    fresh = await engine.run(
+        page_ops.open_pages,
+        engine,
+        guard,
+        max_pages=config.max_pages_per_session,
+        width=config.viewport_width,
+        height=config.viewport_height,
+    )
+    try:
+        return await step(fresh)
+    finally:
+        with trio.CancelScope(shield=True):
+            await engine.run(page_ops.close_pages, engine, fresh)
+
+
+async def _navigate(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
+    url = check_url(_require(params, "TARGET_URL"), services.guard()).url
+    engine = services.engine
+
+    async def step(pages: PageSet) -> page_ops.Navigated:
+        return await engine.run(page_ops.navigate, pages, url, _timeout_ms())
+
+    done = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    _check_landing(done.url, services)
+    fields = [("URL", done.url), ("TITLE", done.title)]
+    if done.status is not None:
+        fields.append(("HTTP_STATUS", str(done.status)))
+    return Result(f"action:navigate,url:{done.url}", _SCOPE, tuple(fields))
+
+
+def _check_landing(url: str, services: BrowserServices) -> None:
+    """The page must end on a URL the gate passes (no file:, chrome: or data: landing)."""
+    if url != "about:blank":
+        check_url(url, services.guard())
+
+
+async def _click_or_type(
+    services: BrowserServices, ctx: OpContext, params: Params, action: str
+) -> Result:
+    selector = check_selector(_require(params, "SELECTOR"))
+    engine = services.engine
+    if action == "click":
+
+        async def step(pages: PageSet) -> str:
+            return await engine.run(page_ops.click, pages, selector, _timeout_ms())
+
+    else:
+        value = _require(params, "VALUE")
+
+        async def step(pages: PageSet) -> str:
+            return await engine.run(page_ops.type_text, pages, selector, value, _timeout_ms())
+
+    url = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    return Result(f"action:{action},url:{url}", _SCOPE, (("URL", url), ("SELECTOR", selector)))
+
+
+async def _screenshot(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
+    engine = services.engine
+    full = params.flag("FULL_PAGE")
+
+    async def step(pages: PageSet) -> tuple[bytes, str]:
+        data = await engine.run(
+            page_ops.screenshot, pages, full_page=full, timeout_ms=_timeout_ms()
+        )
+        return data, str(pages.page.url)
+
+    data, url = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    cap = ctx.config.tool.browser.max_screenshot_bytes
+    if len(data) > cap:
+        raise OpError(ErrorCode.TOO_LARGE, f"screenshot over {cap} bytes", scope=_SCOPE)
+    path = await services.media.save("screenshot", data)
+    fields = (("URL", url), ("SCREENSHOT_BYTES", str(len(data))), ("SCREENSHOT_REF", path))
+    return Result(f"action:screenshot,url:{url}", _SCOPE, fields)
+
+
+async def _extract(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
+    selector = params.opt_text("SELECTOR")
+    if selector is not None:
+        check_selector(selector)
+    attribute = params.opt_text("ATTRIBUTE")
+    engine = services.engine
+
+    async def step(pages: PageSet) -> page_ops.Extracted:
+        return await engine.run(page_ops.extract, pages, selector, attribute, _timeout_ms())
+
+    got = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    if got.html is not None:
+        article = await trio.to_thread.run_sync(
+            lambda: extract_article(got.html or "", url=got.url)
+        )
+        content = article.markdown
+    else:
+        content = got.text or ""
+    limit = params.opt_integer("MAX_CHARS") or ctx.config.tool.browser.max_extract_chars
+    fields = [("URL", got.url), ("TITLE", got.title), ("CONTENT", content[:limit])]
+    if len(content) > limit:
+        fields.append(("REMAINING_CHARS", str(len(content) - limit)))
+    return Result(f"action:extract,url:{got.url}", _SCOPE, tuple(fields))
+
+
+async def _close(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
+    name = _require(params, "SESSION")
+    owner = owner_of(ctx.peer.uid, ctx.peer.connection)
+    if not await services.sessions.close(name, owner):
+        raise OpError(ErrorCode.SESSION_NOT_FOUND, name, scope=_SCOPE)
+    return Result("action:close", _SCOPE, (("SESSION", name),))
+
+
+async def _act(services: BrowserServices, ctx: OpContext, params: Params, action: str) -> Result:
+    if action == "navigate":
+        return await _navigate(services, ctx, params)
+    if action in ("click", "type"):
+        return await _click_or_type(services, ctx, params, action)
+    if action == "screenshot":
+        return await _screenshot(services, ctx, params)
+    if action == "extract":
+        return await _extract(services, ctx, params)
+    return await _close(services, ctx, params)
+
+
+async def _remember(
+    ctx: OpContext, params: Params, action: str, outcome: str, url: str | None
+) -> None:
+    record = {
+        "action": action,
+        "url": url,
+        "session": params.opt_text("SESSION"),
+        "selector": params.opt_text("SELECTOR"),
+        "outcome": outcome,
+    }
+    if params.opt_text("VALUE") is not None:
+        record["value"] = "<secret>" if params.flag("SECRET") else params.opt_text("VALUE")
+    await ctx.remember("tool", "browser_op", "browser-ops", json_record(**record))
+
+
+async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
+    action = params.text("ACTION")
+    session = params.opt_text("SESSION")
+    if session is not None and not SESSION_NAME.fullmatch(session):
+        raise OpError(ErrorCode.INVALID_FIELD, "SESSION must be 1-64 of [A-Za-z0-9._-]")
+    target = params.opt_text("TARGET_URL")
+    ctx.audit.update(action=action, url=target, session=session)
+    started = time.monotonic()
+    since = services.proxy.seq
+    try:
+        result = await _act(services, ctx, params, action)
+    except Exception as exc:
+        error = translate(exc, scope="browser", proxy=services.proxy, since=since, url=target)
+        await _remember(ctx, params, action, f"{error.code}:{error.detail}", target)
+        raise error from exc
+    url = dict(result.fields).get("URL", target)
+    await _remember(ctx, params, action, "ok", url)
+    elapsed = str(int((time.monotonic() - started) * 1000))
+    fields = [*result.fields, ("EXEC_TIME", elapsed)]
+    if session is not None:
+        fields.append(("SESSION", session))
+    return Result(result.data, result.scope, tuple(fields))
+
+
+OPS: list[Op[BrowserServices]] = [
+    Op(
+        "browser",
+        "TOOL",
+        "BROWSER_RESULT",
+        "tool",
+        browser,
+        (
+            FieldSpec("ACTION", "choice", required=True, choices=ACTIONS),
+            FieldSpec("TARGET_URL", max_chars=2048, doc="navigate: the page to load"),
+            FieldSpec("SELECTOR", max_chars=1024, doc="css:<selector> or xpath:<expression>"),
+            FieldSpec("VALUE", max_chars=64 * 1024, doc="type: the text to fill in"),
+            FieldSpec("SECRET", "bool", default=False, doc="VALUE is never logged"),
+            FieldSpec("SESSION", max_chars=64, doc="a page kept between tasks; close ends it"),
+            FieldSpec("FULL_PAGE", "bool", default=False, doc="screenshot: the whole page"),
+            FieldSpec("ATTRIBUTE", max_chars=128, doc="extract: this attribute of SELECTOR"),
+            FieldSpec("MAX_CHARS", "int", minimum=1, maximum=1_000_000, doc="extract: cap"),
+        ),
+        doc=(
+            "drive a Chromium page through the fetch guard: navigate, click, type, screenshot,"
+            " extract (readable Markdown, or SELECTOR's text); SESSION keeps the page"
+        ),
+    )
+]

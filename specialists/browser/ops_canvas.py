@@ -1,0 +1,150 @@
+"""The ``canvas`` op (IN:TOOL, OUT:CANVAS_RESULT): what a node's screen shows.
+
+    TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT
+    ACTION present|hide|navigate|eval|snapshot
+    URL https://dashboard.example.com      (or HTML <inline page> for present)
+    WIDTH 1920
+    HEIGHT 1080
+    NODE main
+
+Node ``main`` is this host's Chromium page (``canvas.LocalCanvas``); its requests pass the
+same guard proxy as the browser's. ``eval`` is off unless ``tool.browser.canvas.allow_eval``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from csp_web.core.context import OpContext
+from csp_web.core.deadlines import work_seconds
+from csp_web.core.errors import OpError
+from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.ops import Op
+from csp_web.core.records import json_record
+from csp_web.core.replies import Result
+from csp_web.net import check_url
+from protocol import ErrorCode
+
+from .canvas import CanvasNode
+from .errors import translate
+from .services import BrowserServices
+
+ACTIONS = ("present", "hide", "navigate", "eval", "snapshot")
+_SCOPE = ("canvas",)
+
+
+def _timeout_ms() -> float:
+    return max(1.0, work_seconds(default_s=30.0) * 1000)
+
+
+def _node(services: BrowserServices, name: str) -> CanvasNode:
+    node = services.canvas.get(name)
+    if node is None:
+        raise OpError(ErrorCode.UNKNOWN_NODE, name, scope=_SCOPE)
+    return node
+
+
+def _url(services: BrowserServices, params: Params) -> str:
+    url = params.opt_text("URL")
+    if url is None:
+        raise OpError(ErrorCode.MISSING_FIELD, "URL", scope=_SCOPE)
+    return check_url(url, services.guard()).url
+
+
+async def _present(
+    services: BrowserServices, node: CanvasNode, params: Params, ctx: OpContext
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    html = params.opt_text("HTML")
+    if (html is None) == (params.opt_text("URL") is None):
+        raise OpError(ErrorCode.INVALID_FIELD, "present takes exactly one of URL or HTML")
+    canvas = ctx.config.tool.browser.canvas
+    width = params.opt_integer("WIDTH") or canvas.width
+    height = params.opt_integer("HEIGHT") or canvas.height
+    url = None if html is not None else _url(services, params)
+    shown = await node.present(
+        url=url, html=html, width=width, height=height, timeout_ms=_timeout_ms()
+    )
+    return shown, (("URL", shown), ("WIDTH", str(width)), ("HEIGHT", str(height)))
+
+
+async def _act(
+    services: BrowserServices, ctx: OpContext, params: Params, action: str, name: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The DATA's detail and the reply's fields."""
+    node = _node(services, name)
+    if action == "present":
+        shown, fields = await _present(services, node, params, ctx)
+        return f"node:{name}", fields
+    if action == "hide":
+        await node.hide()
+        return f"node:{name}", ()
+    if action == "navigate":
+        shown = await node.navigate(_url(services, params), _timeout_ms())
+        return f"node:{name}", (("URL", shown),)
+    if action == "eval":
+        return await _eval(node, params, ctx, name)
+    data = await node.snapshot(_timeout_ms())
+    path = await services.media.save("canvas", data)
+    return f"node:{name}", (("SNAPSHOT_BYTES", str(len(data))), ("SNAPSHOT_REF", path))
+
+
+async def _eval(
+    node: CanvasNode, params: Params, ctx: OpContext, name: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    canvas = ctx.config.tool.browser.canvas
+    if not canvas.allow_eval:
+        raise OpError(ErrorCode.NOT_AVAILABLE, "canvas eval is off (canvas.allow_eval)")
+    expression = params.opt_text("EXPRESSION")
+    if expression is None:
+        raise OpError(ErrorCode.MISSING_FIELD, "EXPRESSION", scope=_SCOPE)
+    timeout_ms = min(float(canvas.eval_timeout_ms), _timeout_ms())
+    value = await node.evaluate(expression, timeout_ms, canvas.max_eval_result_bytes)
+    return f"node:{name}", (("RESULT", value),)
+
+
+async def _remember(ctx: OpContext, params: Params, action: str, node: str, outcome: str) -> None:
+    record = json_record(action=action, node=node, url=params.opt_text("URL"), outcome=outcome)
+    await ctx.remember("tool", "canvas_op", "canvas-ops", record)
+
+
+async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
+    action = params.text("ACTION")
+    name = params.text("NODE")
+    ctx.audit.update(action=action, node=name, url=params.opt_text("URL"))
+    started = time.monotonic()
+    since = services.proxy.seq
+    try:
+        detail, fields = await _act(services, ctx, params, action, name)
+    except Exception as exc:
+        error = translate(
+            exc, scope="canvas", proxy=services.proxy, since=since, url=params.opt_text("URL")
+        )
+        await _remember(ctx, params, action, name, f"{error.code}:{error.detail}")
+        raise error from exc
+    await _remember(ctx, params, action, name, "ok")
+    elapsed = str(int((time.monotonic() - started) * 1000))
+    return Result(f"action:{action},{detail}", _SCOPE, (*fields, ("EXEC_TIME", elapsed)))
+
+
+OPS: list[Op[BrowserServices]] = [
+    Op(
+        "canvas",
+        "TOOL",
+        "CANVAS_RESULT",
+        "tool",
+        canvas,
+        (
+            FieldSpec("ACTION", "choice", required=True, choices=ACTIONS),
+            FieldSpec("URL", max_chars=2048, doc="present, navigate: the page to show"),
+            FieldSpec("HTML", max_chars=512 * 1024, doc="present: an inline page instead of URL"),
+            FieldSpec("WIDTH", "int", minimum=64, maximum=7680, doc="present: pixels"),
+            FieldSpec("HEIGHT", "int", minimum=64, maximum=4320, doc="present: pixels"),
+            FieldSpec("NODE", default="main", max_chars=64, doc="the node whose canvas"),
+            FieldSpec("EXPRESSION", max_chars=64 * 1024, doc="eval: JavaScript, JSON result"),
+        ),
+        doc=(
+            "show a page on a node's canvas (main: this host's Chromium): present, hide,"
+            " navigate, eval (when allowed), snapshot"
+        ),
+    )
+]

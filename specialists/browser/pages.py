@@ -1,0 +1,178 @@
+"""What runs on the engine's asyncio thread: contexts, pages and the five actions.
+
+Every function here takes and returns plain values or Playwright objects, runs on the
+engine's loop (``engine.run(fn, ...)``), and raises ``ActionError`` (a code and detail) for
+what the caller must hear, or Playwright's own errors, which ``translate`` turns into codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+from csp_web.net import GuardConfig, check_url
+from protocol import ErrorCode
+
+from .engine import BrowserEngine, BrowserHandle
+
+# The schemes a popup may show; anything else (file:, chrome:, data:, javascript:) is closed.
+_WEB_SCHEMES = ("https:", "http:", "about:blank")
+
+
+class ActionError(Exception):
+    """A failure with a catalogue code, raised on the engine thread, re-raised on trio's."""
+
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        super().__init__(f"{code}:{detail}")
+        self.code = code
+        self.detail = detail
+
+
+@dataclass
+class PageSet:
+    """One BrowserContext and its main page; popups counted against ``max_pages``."""
+
+    context: Any
+    handle: BrowserHandle
+    page: Any
+    popups_kept: int = 0
+    popups_closed: int = 0
+    popup_decided: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def open_pages(
+    engine: BrowserEngine,
+    guard: GuardConfig,
+    *,
+    max_pages: int,
+    width: int,
+    height: int,
+) -> PageSet:
+    """A fresh context (no shared cookies, storage or cache) with one page."""
+    context, handle = await engine.new_context(
+        viewport={"width": width, "height": height},
+        service_workers="block",
+        accept_downloads=False,
+        java_script_enabled=True,
+    )
+    try:
+        page = await context.new_page()
+    except BaseException:
+        await engine.close_context(context, handle)
+        raise
+    pages = PageSet(context, handle, page)
+    context.on("page", lambda popup: _admit_popup(pages, popup, guard, max_pages))
+    return pages
+
+
+def _admit_popup(pages: PageSet, popup: Any, guard: GuardConfig, max_pages: int) -> None:
+    """Popups: kept while the session is under its page cap and the URL passes the gate."""
+    if popup is pages.page:
+        return
+    if len(pages.context.pages) > max_pages or not _popup_url_ok(popup.url, guard):
+        pages.popups_closed += 1
+        _close_soon(popup)
+    else:
+        pages.popups_kept += 1
+    pages.popup_decided.set()
+
+
+def _popup_url_ok(url: str, guard: GuardConfig) -> bool:
+    if url in ("", "about:blank"):
+        return True
+    if not url.startswith(_WEB_SCHEMES):
+        return False
+    try:
+        check_url(url, guard)
+    except Exception:
+        return False
+    return True
+
+
+def _close_soon(page: Any) -> None:
+    async def close() -> None:
+        with contextlib.suppress(Exception):
+            await page.close()
+
+    asyncio.get_running_loop().create_task(close())
+
+
+async def close_pages(engine: BrowserEngine, pages: PageSet) -> None:
+    await engine.close_context(pages.context, pages.handle)
+
+
+@dataclass(frozen=True)
+class Navigated:
+    url: str
+    title: str
+    status: int | None
+
+
+async def navigate(pages: PageSet, url: str, timeout_ms: float) -> Navigated:
+    """Load ``url`` and wait for its load event; the final URL and title."""
+    response = await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
+    return Navigated(pages.page.url, await pages.page.title(), response and response.status)
+
+
+async def _require(page: Any, selector: str) -> Any:
+    """The first element ``selector`` matches now; none is selector_not_found at once, not
+    a wait for one to appear until the deadline."""
+    locator = page.locator(_engine_selector(selector))
+    if await locator.count() == 0:
+        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, selector)
+    return locator.first
+
+
+def _engine_selector(selector: str) -> str:
+    kind, _, expression = selector.partition(":")
+    return f"{kind}={expression}"
+
+
+async def click(pages: PageSet, selector: str, timeout_ms: float) -> str:
+    locator = await _require(pages.page, selector)
+    await locator.click(timeout=timeout_ms)
+    return str(pages.page.url)
+
+
+async def type_text(pages: PageSet, selector: str, value: str, timeout_ms: float) -> str:
+    locator = await _require(pages.page, selector)
+    await locator.fill(value, timeout=timeout_ms)
+    return str(pages.page.url)
+
+
+async def screenshot(pages: PageSet, *, full_page: bool, timeout_ms: float) -> bytes:
+    data: bytes = await pages.page.screenshot(full_page=full_page, type="png", timeout=timeout_ms)
+    return data
+
+
+@dataclass(frozen=True)
+class Extracted:
+    url: str
+    title: str
+    html: str | None  # the page, for the extractor; None when ``text`` answers a SELECTOR
+    text: str | None
+
+
+async def extract(
+    pages: PageSet, selector: str | None, attribute: str | None, timeout_ms: float
+) -> Extracted:
+    page = pages.page
+    title = await page.title()
+    if selector is None:
+        return Extracted(page.url, title, await page.content(), None)
+    locator = await _require(page, selector)
+    if attribute is not None:
+        value = await locator.get_attribute(attribute, timeout=timeout_ms)
+        if value is None:
+            raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{selector}@{attribute}")
+        return Extracted(page.url, title, None, value)
+    return Extracted(page.url, title, None, await locator.inner_text(timeout=timeout_ms))
+
+
+def host_port(url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    return (parts.hostname or "", parts.port or default)

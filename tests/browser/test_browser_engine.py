@@ -1,0 +1,137 @@
+"""The engine: Chromium restarted after a crash, recycled every N pages, no process left
+after close, and a cancelled trio caller cancels the asyncio side."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import replace
+
+import pytest
+import trio
+
+from csp_web.config.browser import BrowserConfig
+from csp_web.core.dispatch import Dispatcher
+from protocol import Status
+from specialists.browser.engine import BrowserEngine, launch_args
+from specialists.browser.services import BrowserServices, Runtime
+
+from .support import WAIT_S, browser_main_pid, chromium_processes, descendants
+from .test_browser_op import error, run
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _browser_pids(engine: BrowserEngine) -> list[int]:
+    assert engine.driver_pid is not None
+    return browser_main_pid(engine.driver_pid)
+
+
+async def test_a_crashed_browser_is_restarted_by_the_next_action(
+    dispatcher: Dispatcher, services: BrowserServices
+) -> None:
+    assert (
+        await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
+    ).status is Status.OK
+    engine = services.engine
+    (main,) = _browser_pids(engine)
+    crashes, launches = engine.stats.crashes, engine.stats.launches
+    os.kill(main, signal.SIGKILL)
+    reply = await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
+    if reply.status is Status.FAIL:  # the kill raced the action: it says so, and the next works
+        assert error(reply).startswith("browser_unavailable:"), reply
+        reply = await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
+    assert reply.status is Status.OK, reply
+    assert engine.stats.crashes == crashes + 1
+    assert engine.stats.launches == launches + 1
+    assert "crashes:" in services.stats_line()
+
+
+@pytest.fixture
+def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
+    return replace(browser_config, recycle_after_pages=2)
+
+
+async def test_the_browser_is_recycled_every_n_pages(
+    services: BrowserServices, dispatcher: Dispatcher, runtime: Runtime
+) -> None:
+    engine = services.engine
+    engine.config = replace(engine.config, recycle_after_pages=2)
+    launches = engine.stats.launches
+    for _ in range(3):  # each browser serves two pages: at least one recycle in three
+        assert (await run(dispatcher, ("ACTION", "screenshot"))).status is Status.OK
+    assert engine.stats.launches >= launches + 1
+    assert engine.stats.recycles >= 1
+    assert len(_browser_pids(engine)) <= 1  # recycled browsers are gone, not left running
+    engine.config = replace(engine.config, recycle_after_pages=200)
+
+
+async def test_cancelling_the_trio_caller_cancels_the_asyncio_side(
+    services: BrowserServices,
+) -> None:
+    engine = services.engine
+    started, finished = [], []
+
+    async def hang() -> None:
+        started.append(True)
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            finished.append(True)
+
+    with trio.move_on_after(0.2):
+        await engine.run(hang)
+    assert started == [True]
+    assert finished == [True]  # unwound before run() returned
+
+
+async def test_close_leaves_no_chromium_process(browser_config: BrowserConfig) -> None:
+    from .support import Settable, start_runtime
+
+    own, served = start_runtime(browser_config, Settable())
+    try:
+        engine = own.engine
+        pages = await engine.run(_open_and_close_page, engine)
+        assert pages == 1
+        driver = engine.driver_pid
+        assert driver is not None
+        tree = [driver, *descendants(driver)]
+        assert chromium_processes(driver)
+        await engine.aclose()
+        with trio.fail_after(WAIT_S):
+            while any(_alive(pid) for pid in tree):  # the kernel reaps after exit: bounded
+                await trio.sleep(0.05)
+    finally:
+        own.engine.close_sync()
+        served.stop()
+
+
+async def _open_and_close_page(engine: BrowserEngine) -> int:
+    context, handle = await engine.new_context()
+    await context.new_page()
+    await engine.close_context(context, handle)
+    return handle.pages
+
+
+def test_launch_args_shut_the_side_doors_and_keep_the_sandbox_unless_root() -> None:
+    args = launch_args(proxy_url="http://127.0.0.1:9", trusted_spki=(), sandbox=True)
+    for flag in (
+        "--proxy-server=http://127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",
+        "--disable-quic",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--dns-prefetch-disable",
+    ):
+        assert flag in args
+    assert "--no-sandbox" not in args
+    assert not any(a.startswith("--ignore-certificate-errors") for a in args)
+    root = launch_args(proxy_url="http://127.0.0.1:9", trusted_spki=("k",), sandbox=False)
+    assert "--no-sandbox" in root
+    assert "--ignore-certificate-errors-spki-list=k" in root

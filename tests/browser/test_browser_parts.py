@@ -1,0 +1,99 @@
+"""The browser's smaller parts: its config section, media retention, and the daemon's wiring
+(ops table, BROWSER stats line) with every specialist composed as ``csp-web serve`` does."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+
+import pytest
+import trio
+
+from csp_web.app.compose import open_app_daemon
+from csp_web.config import Config, ConfigError
+from csp_web.config.browser import BrowserConfig
+from csp_web.config.load import config_from_mapping
+from csp_web.core.context import Peer
+from csp_web.net import GuardConfig
+from protocol import Status, Task
+from specialists.browser.media import MediaStore
+
+
+def test_trusted_spki_takes_only_base64_sha256_hashes() -> None:
+    good = "A" * 43 + "="
+    assert BrowserConfig(trusted_spki=(good,)).trusted_spki == (good,)
+    for bad in ("not base64!", "AAAA"):
+        with pytest.raises(ValueError, match="trusted_spki"):
+            BrowserConfig(trusted_spki=(bad,))
+
+
+def test_the_browser_section_loads_strictly() -> None:
+    config = config_from_mapping({"tool": {"browser": {"canvas": {"allow_eval": True}}}})
+    assert config.tool.browser.canvas.allow_eval is True
+    with pytest.raises(ConfigError, match=r"tool\.browser\.max_tabs: unknown key"):
+        config_from_mapping({"tool": {"browser": {"max_tabs": 3}}})
+    with pytest.raises(ConfigError, match="max_sessions_per_peer must not exceed"):
+        config_from_mapping({"tool": {"browser": {"max_sessions": 2}}})
+
+
+def test_media_retention_removes_old_then_oldest_past_the_size_bound(tmp_path: str) -> None:
+    folder = os.path.join(tmp_path, "media")
+    store = MediaStore(folder, max_bytes=300, max_age_s=100.0)
+    first = store.save_sync("shot", b"a" * 100)
+    second = store.save_sync("shot", b"b" * 100)
+    now = time.time()
+    os.utime(first, (now - 120, now - 120))
+    os.utime(second, (now - 50, now - 50))
+    store.trim_sync(now=now)  # first is 120 s old: past the age bound
+    assert not os.path.exists(first)
+    assert os.path.exists(second)
+    third = store.save_sync("shot", b"c" * 100)
+    fourth = store.save_sync("shot", b"d" * 100)  # 300 bytes: at N, all kept
+    assert all(os.path.exists(p) for p in (second, third, fourth))
+    fifth = store.save_sync("shot", b"e")  # 301 bytes: the oldest goes
+    assert not os.path.exists(second)
+    assert all(os.path.exists(p) for p in (third, fourth, fifth))
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.path.basename(fifth).startswith("shot-")
+
+
+async def test_the_daemon_lists_both_ops_and_a_browser_stats_line(config: Config) -> None:
+    config = replace(config, memory=replace(config.memory, socket_path=None))
+    async with open_app_daemon(config) as daemon:
+        dispatcher = daemon.dispatcher
+        with trio.fail_after(30):
+            listed = await dispatcher.run(Task("ops", "SYS", "OPS", None, ()), Peer("t"))
+            stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
+        text = "\n".join(value for _, value in listed.fields)
+        assert '"req":"browser"' in text.replace(" ", "")
+        assert '"req":"canvas"' in text.replace(" ", "")
+        assert stats.status is Status.OK
+        (line,) = stats.get_all("BROWSER")
+        sandbox = "off(root)" if os.geteuid() == 0 else "on"
+        assert line.startswith("browsers:0 launches:0 crashes:0 recycles:0 pages:0")
+        assert f"sandbox:{sandbox}" in line
+
+
+def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
+    from playwright.async_api import Error, TimeoutError
+
+    from specialists.browser.errors import translate
+    from specialists.browser.proxy import GuardProxy
+
+    proxy = GuardProxy(GuardConfig)
+
+    def code(exc: Exception, url: str | None = "https://a.test/") -> str:
+        error = translate(exc, scope="browser", proxy=proxy, since=0, url=url)
+        return f"{error.code}:{error.detail}"
+
+    assert code(Error("net::ERR_NAME_NOT_RESOLVED at https://a.test/")) == (
+        "navigation_failed:err_name_not_resolved"
+    )
+    assert code(TimeoutError("Timeout 5ms exceeded.")) == "navigation_failed:timeout"
+    assert code(Error("Target page, context or browser has been closed")) == (
+        "browser_unavailable:closed mid-action"
+    )
+    assert code(Error("Element is not visible")) == "action_failed:Element is not visible"
+    with pytest.raises(KeyError):
+        translate(KeyError("bug"), scope="browser", proxy=proxy, since=0, url=None)

@@ -1,0 +1,122 @@
+"""The canvas op on node main: present (URL or inline HTML), navigate, snapshot, hide, eval
+(off by default, bounded in time and size), its requests through the same guard."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import trio
+
+from csp_web.config.browser import BrowserConfig, CanvasConfig
+from csp_web.core.context import Peer
+from csp_web.core.dispatch import Dispatcher
+from protocol import Reply, Status, Task
+from tests.net._origin import Origin
+
+from .support import WAIT_S, Listener, Refusals
+from .test_browser_op import error, serve, writes
+
+
+@pytest.fixture
+def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
+    canvas = CanvasConfig(allow_eval=True, eval_timeout_ms=2000, max_eval_result_bytes=100)
+    return replace(browser_config, canvas=canvas)
+
+
+async def canvas(dispatcher: Dispatcher, *fields: tuple[str, str]) -> Reply:
+    task = Task("canvas", "TOOL", "CANVAS_RESULT", None, fields)
+    with trio.fail_after(WAIT_S):
+        return await dispatcher.run(task, Peer("t", uid=1000))
+
+
+async def test_present_then_snapshot_then_hide(dispatcher: Dispatcher, origin: Origin) -> None:
+    url = serve(origin, "/dash", b"<title>Dashboard</title><h1>42</h1>")
+    shown = await canvas(
+        dispatcher, ("ACTION", "present"), ("URL", url), ("WIDTH", "640"), ("HEIGHT", "360")
+    )
+    assert shown.status is Status.OK, shown
+    assert shown.get("SCOPE") == "[canvas]"
+    assert shown.get("DATA") == "action:present,node:main"
+    assert (shown.get("URL"), shown.get("WIDTH"), shown.get("HEIGHT")) == (url, "640", "360")
+    snap = await canvas(dispatcher, ("ACTION", "snapshot"))
+    assert snap.get("DATA") == "action:snapshot,node:main", snap
+    with open(snap.get("SNAPSHOT_REF") or "", "rb") as file:
+        png = file.read()
+    assert png.startswith(b"\x89PNG")
+    assert int.from_bytes(png[16:20], "big") == 640  # the IHDR width
+    assert int.from_bytes(png[20:24], "big") == 360
+    hidden = await canvas(dispatcher, ("ACTION", "hide"))
+    assert hidden.get("DATA") == "action:hide,node:main"
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
+    outcomes = [w["outcome"] for w in writes(dispatcher, "canvas_op")]
+    assert outcomes == ["ok", "ok", "ok", "canvas_not_presented:main"]
+
+
+async def test_present_inline_html_then_navigate(dispatcher: Dispatcher, origin: Origin) -> None:
+    shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>inline</title>hi"))
+    assert shown.get("URL") == "inline", shown
+    url = serve(origin, "/next", b"<title>next</title>")
+    moved = await canvas(dispatcher, ("ACTION", "navigate"), ("URL", url))
+    assert moved.get("DATA") == "action:navigate,node:main"
+    assert moved.get("URL") == url
+    await canvas(dispatcher, ("ACTION", "hide"))
+
+
+async def test_eval_replies_json_within_its_bounds(dispatcher: Dispatcher) -> None:
+    await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>t</title>"))
+    value = await canvas(
+        dispatcher, ("ACTION", "eval"), ("EXPRESSION", "({a: 1, t: document.title})")
+    )
+    assert json.loads(value.get("RESULT") or "null") == {"a": 1, "t": "t"}, value
+    fits = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "'x'.repeat(98)"))
+    assert fits.get("RESULT") == '"' + "x" * 98 + '"'  # 100 bytes of JSON: N
+    over = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "'x'.repeat(99)"))
+    assert error(over) == "too_large:eval result over 100 bytes"  # N + 1
+    thrown = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "nope.nope"))
+    assert error(thrown).startswith("eval_failed:")
+    hung = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "new Promise(() => {})"))
+    assert error(hung) == "eval_failed:timeout 2000 ms"
+    again = await canvas(dispatcher, ("ACTION", "snapshot"))
+    assert error(again) == "canvas_not_presented:main"  # a hung page is dropped
+
+
+async def test_canvas_requests_pass_the_same_guard(
+    dispatcher: Dispatcher, origin: Origin, private: Listener, refusals: Refusals
+) -> None:
+    page = f'<title>g</title><img src="https://img.private.test:{private.port}/a.png">'
+    shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", page))
+    assert shown.status is Status.OK, shown
+    await refusals.wait_for([f"img.private.test:{private.port}"])
+    direct = await canvas(
+        dispatcher, ("ACTION", "navigate"), ("URL", f"https://private.test:{private.port}/")
+    )
+    assert error(direct) == "ssrf_blocked:loopback-127/8"
+    assert private.connections == 0
+    await canvas(dispatcher, ("ACTION", "hide"))
+
+
+async def test_canvas_refusals_are_catalogue_failures(dispatcher: Dispatcher) -> None:
+    cases = [
+        ((("ACTION", "present"),), "invalid_field:present takes exactly one of URL or HTML"),
+        ((("ACTION", "navigate"),), "missing_field:URL"),
+        ((("ACTION", "snapshot"), ("NODE", "kitchen")), "unknown_node:kitchen"),
+        ((("ACTION", "eval"),), "missing_field:EXPRESSION"),
+        ((("ACTION", "eval"), ("EXPRESSION", "1")), "canvas_not_presented:main"),
+        ((("ACTION", "present"), ("URL", "file:///etc/passwd")), "url_rejected:scheme-not-allowed"),
+        (
+            (("ACTION", "present"), ("HTML", "x"), ("WIDTH", "63")),
+            "invalid_field:WIDTH below 64",
+        ),
+    ]
+    for fields, expected in cases:
+        assert error(await canvas(dispatcher, *fields)) == expected, fields
+
+
+async def test_eval_is_off_unless_configured(dispatcher: Dispatcher, make_config: object) -> None:
+    config = dispatcher.services.config
+    browser = replace(config.tool.browser, canvas=CanvasConfig())
+    dispatcher.services.config = replace(config, tool=replace(config.tool, browser=browser))
+    reply = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "1"))
+    assert error(reply) == "not_available:canvas eval is off (canvas.allow_eval)"
