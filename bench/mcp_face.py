@@ -109,9 +109,9 @@ async def serve_origin(corpus: Path) -> None:
     """The origin process: every corpus page over HTTP on 127.0.0.1; prints its port."""
     origin = Origin("http")
     headers = [("content-type", "text/html; charset=utf-8")]
-    for page_id, html, _url, _truth in load_corpus(corpus):
-        origin.routes[page_path(page_id)] = functools.partial(
-            lambda data, _seen: OriginReply(200, headers, data), html.encode()
+    for page in load_corpus(corpus):
+        origin.routes[page_path(page.page_id)] = functools.partial(
+            lambda data, _seen: OriginReply(200, headers, data), page.html.encode()
         )
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(origin.serve, ssl_context=None))
@@ -206,14 +206,23 @@ async def measure(server: Server, base: str, corpus: Path) -> list[tuple[PageSco
     pages = load_corpus(corpus)
     scores = []
     async with open_server(server) as client:
-        await fetch_page(client, server, base + page_path(pages[0][0]))  # warm-up, untimed
-        for page_id, _html, _url, truth in pages:
-            got = await fetch_page(client, server, base + page_path(page_id))
+        await fetch_page(client, server, base + page_path(pages[0].page_id))  # warm-up, untimed
+        for page in pages:
+            got = await fetch_page(client, server, base + page_path(page.page_id))
+            kind, truth = page.page_type, page.truth
             content = PageScore(
-                page_id, *compare(markdown_to_text(got.content), truth), got.elapsed_ms, 0.0
+                page.page_id,
+                kind,
+                *compare(markdown_to_text(got.content), truth),
+                got.elapsed_ms,
+                0.0,
             )
             sent = PageScore(
-                page_id, *compare(markdown_to_text(got.as_sent), truth), got.elapsed_ms, 0.0
+                page.page_id,
+                kind,
+                *compare(markdown_to_text(got.as_sent), truth),
+                got.elapsed_ms,
+                0.0,
             )
             scores.append((content, sent))
     return scores
