@@ -15,8 +15,8 @@ import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 
-from csp_web.core.client import ClientClosed, as_task, new_id_prefix
-from protocol import CLOSED, NEED_DATA, Connection, Limits, ProtocolError, Reply, Task
+from csp_web.core.client import ClientClosed, as_task, new_id_prefix, received_replies, with_id
+from protocol import Connection, Limits, ProtocolError, Reply, Task
 
 __all__ = ["AsyncioClient", "ClientClosed", "open_asyncio_client"]
 
@@ -83,16 +83,12 @@ class AsyncioClient:
             self._close_pending()
 
     def _drain(self) -> bool:
-        while True:
-            event = self._codec.next_event()
-            if event is NEED_DATA:
-                return False
-            if event is CLOSED:
-                return True
-            if isinstance(event, Reply):
-                future = self._pending.pop(event.id or "", None)
-                if future is not None and not future.done():
-                    future.set_result(event)
+        replies, closed = received_replies(self._codec)
+        for reply in replies:
+            future = self._pending.pop(reply.id or "", None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+        return closed
 
     def _register(self, ids: list[str]) -> list[asyncio.Future[Reply]]:
         if self._closed:
@@ -112,11 +108,7 @@ class AsyncioClient:
         self._pending.clear()
 
     def _with_id(self, task: Task) -> Task:
-        if task.id is not None:
-            return task
-        return Task(
-            task.req, task.domain, task.out, task.inline, (("ID", next(self._ids)), *task.fields)
-        )
+        return with_id(task, self._ids)
 
     async def _send(self, data: bytes) -> None:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import cast
 
@@ -171,20 +171,16 @@ class Client:
             self._close_pending()
 
     def _drain(self) -> bool:
-        while True:
-            event = self._codec.next_event()
-            if event is NEED_DATA:
-                return False
-            if event is CLOSED:
-                return True
-            if isinstance(event, Reply):
-                waiter = self._pending.pop(event.id or "", None)
-                if waiter is not None:
-                    pending, index = waiter
-                    pending.replies[index] = event
-                    pending.left -= 1
-                    if not pending.left:
-                        pending.event.set()
+        replies, closed = received_replies(self._codec)
+        for reply in replies:
+            waiter = self._pending.pop(reply.id or "", None)
+            if waiter is not None:
+                pending, index = waiter
+                pending.replies[index] = reply
+                pending.left -= 1
+                if not pending.left:
+                    pending.event.set()
+        return closed
 
     def _close_pending(self) -> None:
         self._closed = True
@@ -192,11 +188,7 @@ class Client:
             pending.event.set()
 
     def _with_id(self, task: Task) -> Task:
-        if task.id is not None:
-            return task
-        return Task(
-            task.req, task.domain, task.out, task.inline, (("ID", next(self._ids)), *task.fields)
-        )
+        return with_id(task, self._ids)
 
     def _register(self, ids: list[str]) -> _Pending:
         if self._closed:
@@ -219,6 +211,25 @@ class Client:
                 await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise ClientClosed(str(exc)) from exc
+
+
+def received_replies(codec: Connection) -> tuple[list[Reply], bool]:
+    """The replies ``codec`` holds parsed now, and whether the peer has closed: what both
+    clients (trio and asyncio) route to their callers."""
+    replies: list[Reply] = []
+    while True:
+        event = codec.next_event()
+        if event is NEED_DATA or event is CLOSED:
+            return replies, event is CLOSED
+        if isinstance(event, Reply):
+            replies.append(event)
+
+
+def with_id(task: Task, ids: Iterator[str]) -> Task:
+    """``task`` as sent: with the next automatic ID from ``ids`` when it has none."""
+    if task.id is not None:
+        return task
+    return Task(task.req, task.domain, task.out, task.inline, (("ID", next(ids)), *task.fields))
 
 
 def as_task(task: Task | Mapping[str, str]) -> Task:
