@@ -167,7 +167,9 @@ def _services(
 ) -> BrowserServices:
     browser = config.tool.browser
     media = MediaStore(
-        os.path.join(config.daemon.state_dir, "media"),
+        # A folder of its own: node captures (nodes.media_dir, <state_dir>/media) are not
+        # the browser's to trim.
+        os.path.join(config.daemon.state_dir, "media", "browser"),
         max_bytes=browser.media_max_bytes,
         max_age_s=browser.media_max_age_s,
     )

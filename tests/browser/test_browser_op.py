@@ -191,7 +191,9 @@ async def test_screenshot_writes_a_png_into_the_private_media_folder(
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         assert reply.get("SCREENSHOT_BYTES") == str(len(data))
         folder = os.path.dirname(path)
-        assert folder == os.path.join(dispatcher.services.config.daemon.state_dir, "media")
+        assert folder == os.path.join(
+            dispatcher.services.config.daemon.state_dir, "media", "browser"
+        )
         assert os.stat(folder).st_mode & 0o777 == 0o700
     assert viewport.get("SCREENSHOT_REF") != full.get("SCREENSHOT_REF")
 
