@@ -82,9 +82,11 @@ async def test_a_new_connections_first_frame_starts_in_the_next_round_behind_ful
     # The pump may run before or after us in the round we ask; it grants us in its next one.
     assert granted_in <= asked_in + 2
     assert sum(rounds > granted_in for _, rounds in log) > 85  # ahead of the ~95 waiting
-    # Every busy connection's first frame no later than any busy connection's second.
+    # Every busy connection's first frame no later than any busy connection's second. A task
+    # logs the round it resumes in: trio runs a batch in random order, so the pump may count
+    # one more round before a task granted in the previous one runs (one round of slack).
     rounds_of = dict(log)
-    assert max(rounds_of[f"busy{n}"] for n in range(50)) <= min(
+    assert max(rounds_of[f"busy{n}"] for n in range(50)) <= 1 + min(
         rounds_of[f"again{n}"] for n in range(50)
     )
 
