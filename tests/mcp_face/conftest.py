@@ -20,8 +20,9 @@ import pytest
 import trio
 import trustme
 
+from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config
-from csp_web.core.compose import open_daemon
+from csp_web.core.compose import op_table, open_daemon
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve
 from csp_web.memory.embedded import open_memory_path
@@ -35,6 +36,15 @@ REPO = Path(__file__).resolve().parent.parent.parent
 WAIT_S = 60.0  # a bound on each test's waits: a cold interpreter and the SDK import take seconds
 CERT_NAMES = ("origin.test",)
 PAGE_TITLE = "Tides"
+
+
+def catalogue_tools(*domains: str) -> list[str]:
+    """The tools the face lists for the catalogue's ops under ``domains`` (``<in>_<req>``,
+    sorted by name), from the op table itself: a new op needs no edit to these tests."""
+    table = op_table(SPECIALISTS)
+    return sorted(f"{op.domain.lower()}_{op.req}" for op in table if op.domain in domains)
+
+
 PAGE = (
     f"<!doctype html><html><head><title>{PAGE_TITLE}</title></head><body><article>"
     f"<h1>{PAGE_TITLE}</h1><p>{'The North Sea has two high tides every day. ' * 20}</p>"

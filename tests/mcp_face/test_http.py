@@ -18,7 +18,7 @@ from mcp.types import CallToolResult
 from csp_web.config import Config
 from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
 
-from .conftest import PAGE_TITLE, WAIT_S, WebDaemon, face_command, face_env
+from .conftest import PAGE_TITLE, WAIT_S, WebDaemon, catalogue_tools, face_command, face_env
 
 
 @asynccontextmanager
@@ -113,5 +113,5 @@ async def test_the_http_face_process_prints_its_url_and_stops_on_sigterm(
     finally:
         process.kill()
         await process.stdout.aclose()
-    assert len(listed.tools) == 12
+    assert [tool.name for tool in listed.tools] == catalogue_tools("WEB")
     assert code == 0

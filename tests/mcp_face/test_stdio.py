@@ -16,22 +16,16 @@ from csp_web.core.compose import op_table
 from csp_web.mcp_face.tools import build_tools
 from specialists.web import WEB
 
-from .conftest import PAGE_TITLE, WAIT_S, WebDaemon, face_command, face_env
+from .conftest import (
+    PAGE_TITLE,
+    WAIT_S,
+    WebDaemon,
+    catalogue_tools,
+    face_command,
+    face_env,
+)
 
-WEB_TOOLS = [
-    "web_api",
-    "web_board",
-    "web_cabinet",
-    "web_fetch",
-    "web_meta",
-    "web_research",
-    "web_resolve",
-    "web_result",
-    "web_save",
-    "web_search",
-    "web_summarize",
-    "web_write_file",
-]
+WEB_TOOLS = catalogue_tools("WEB")
 
 
 def face(*args: str) -> Client:
@@ -158,14 +152,7 @@ async def test_the_in_process_daemon_answers_and_hides_exec_unless_configured(
         async with face("--config", _config_file(tmp_path)) as client:
             listed = await client.list_tools()
             jobs = await call(client, "tool_cron", {"action": "list"})
-    assert [t.name for t in listed.tools] == [
-        "tool_browser",
-        "tool_canvas",
-        "tool_cron",
-        "tool_mcp",
-        "tool_node",
-        *WEB_TOOLS,
-    ]
+    assert [t.name for t in listed.tools] == catalogue_tools("TOOL", "WEB")
     assert not jobs.is_error
     assert jobs.structured_content is not None
     assert (jobs.structured_content["STATUS"], jobs.structured_content["DATA"]) == (
@@ -180,15 +167,7 @@ async def test_exec_is_listed_when_the_daemon_has_a_workspace(tmp_path: Path) ->
     with trio.fail_after(WAIT_S):
         async with face("--config", _config_file(tmp_path, exec_root=str(work))) as client:
             listed = await client.list_tools()
-    assert [t.name for t in listed.tools] == [
-        "shell_exec",
-        "tool_browser",
-        "tool_canvas",
-        "tool_cron",
-        "tool_mcp",
-        "tool_node",
-        *WEB_TOOLS,
-    ]
+    assert [t.name for t in listed.tools] == catalogue_tools("SHELL", "TOOL", "WEB")
 
 
 @pytest.mark.parametrize("selected", [["web_fetch"], ["web_search", "web_fetch"]])

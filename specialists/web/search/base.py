@@ -93,6 +93,18 @@ def status_failure(result: FetchResult) -> BackendFailure:
     return BackendFailure(f"http_{result.status_code}", f"HTTP {result.status_code}")
 
 
+def error_failure(
+    result: FetchResult, document: object, *, code_key: str, message_key: str
+) -> BackendFailure:
+    """The failure a JSON API names in ``{"error": {code_key: ..., message_key: ...}}``
+    (Brave: code/detail; Perplexity: type/message), else the HTTP status's."""
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict) and isinstance(error.get(code_key), str):
+        message = clean_text(error.get(message_key), markup=False)
+        return BackendFailure(reason_code(error[code_key]), message)
+    return status_failure(result)
+
+
 def with_query(base_url: str, params: dict[str, str]) -> str:
     """``base_url`` with ``params`` added to whatever query it already has."""
     parts = urllib.parse.urlsplit(base_url)

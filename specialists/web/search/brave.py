@@ -22,8 +22,7 @@ from .base import (
     HttpRequest,
     SearchQuery,
     clean_text,
-    reason_code,
-    status_failure,
+    error_failure,
     with_query,
 )
 
@@ -76,12 +75,7 @@ def _hit(item: Any) -> Hit | None:
 
 
 def _error(result: FetchResult, document: Any) -> BackendFailure:
-    error = document.get("error") if isinstance(document, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("code"), str):
-        return BackendFailure(
-            reason_code(error["code"]), clean_text(error.get("detail"), markup=False)
-        )
-    return status_failure(result)
+    return error_failure(result, document, code_key="code", message_key="detail")
 
 
 def _json(result: FetchResult) -> Any:

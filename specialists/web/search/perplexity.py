@@ -29,7 +29,7 @@ from .base import (
     HttpRequest,
     SearchQuery,
     clean_text,
-    reason_code,
+    error_failure,
     status_failure,
 )
 
@@ -102,12 +102,7 @@ def _chat_hits(document: dict[str, Any]) -> list[Hit]:
 
 
 def _error(result: FetchResult, document: Any) -> BackendFailure:
-    error = document.get("error") if isinstance(document, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("type"), str):
-        return BackendFailure(
-            reason_code(error["type"]), clean_text(error.get("message"), markup=False)
-        )
-    return status_failure(result)
+    return error_failure(result, document, code_key="type", message_key="message")
 
 
 def _is_chat(base_url: str) -> bool:
