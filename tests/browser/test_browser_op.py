@@ -46,6 +46,17 @@ async def run(dispatcher: Dispatcher, *fields: tuple[str, str], uid: int | None 
         return await dispatcher.run(task, Peer("t", uid=uid))
 
 
+async def open_session(
+    dispatcher: Dispatcher, origin: Origin, name: str, path: str = "/form", body: bytes = FORM
+) -> tuple[str, tuple[str, str]]:
+    """Serve ``body`` at ``path``, navigate session ``name`` to it; its URL and SESSION field."""
+    url = serve(origin, path, body)
+    session = ("SESSION", name)
+    navigated = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    assert navigated.status is Status.OK, navigated
+    return url, session
+
+
 def error(reply: Reply) -> str:
     assert reply.status is Status.FAIL, reply
     return reply.get("ERROR") or ""
@@ -80,11 +91,7 @@ async def test_navigate_replies_the_final_url_and_title(
 async def test_click_and_type_act_on_one_session_page(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
-    url = serve(origin, "/form", FORM)
-    session = ("SESSION", "s1")
-    assert (
-        await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
-    ).status is Status.OK
+    url, session = await open_session(dispatcher, origin, "s1")
     typed = await run(
         dispatcher, ("ACTION", "type"), ("SELECTOR", "css:#name"), ("VALUE", "ada"), session
     )
@@ -104,9 +111,7 @@ async def test_click_and_type_act_on_one_session_page(
 async def test_a_typed_secret_value_never_reaches_memory(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
-    url = serve(origin, "/form", FORM)
-    session = ("SESSION", "secret")
-    await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    _, session = await open_session(dispatcher, origin, "secret")
     reply = await run(
         dispatcher,
         ("ACTION", "type"),
@@ -129,9 +134,7 @@ async def test_a_typed_secret_value_never_reaches_memory(
 async def test_extract_gives_markdown_of_a_page_rendered_by_javascript(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
-    url = serve(origin, "/scripted", SCRIPTED)
-    session = ("SESSION", "read")
-    await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    _, session = await open_session(dispatcher, origin, "read", "/scripted", SCRIPTED)
     reply = await run(dispatcher, ("ACTION", "extract"), session)
     assert reply.status is Status.OK, reply
     content = reply.get("CONTENT") or ""
@@ -145,9 +148,7 @@ async def test_extract_gives_markdown_of_a_page_rendered_by_javascript(
 async def test_extract_gives_a_selectors_text_or_attribute(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
-    url = serve(origin, "/form", FORM)
-    session = ("SESSION", "attrs")
-    await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    _, session = await open_session(dispatcher, origin, "attrs")
     text = await run(dispatcher, ("ACTION", "extract"), ("SELECTOR", "css:#head"), session)
     assert text.get("CONTENT") == "Hello form"
     attribute = await run(
@@ -163,9 +164,7 @@ async def test_extract_gives_a_selectors_text_or_attribute(
 async def test_a_selector_matching_nothing_is_selector_not_found_for_every_action(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
-    url = serve(origin, "/form", FORM)
-    session = ("SESSION", "missing")
-    await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    _, session = await open_session(dispatcher, origin, "missing")
     for action, extra in (("click", ()), ("type", (("VALUE", "x"),)), ("extract", ())):
         reply = await run(
             dispatcher, ("ACTION", action), ("SELECTOR", "css:#nope"), *extra, session
@@ -178,9 +177,7 @@ async def test_a_selector_matching_nothing_is_selector_not_found_for_every_actio
 async def test_screenshot_writes_a_png_into_the_private_media_folder(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
-    url = serve(origin, "/form", FORM)
-    session = ("SESSION", "shots")
-    await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    _, session = await open_session(dispatcher, origin, "shots")
     viewport = await run(dispatcher, ("ACTION", "screenshot"), session)
     assert viewport.status is Status.OK, viewport
     full = await run(dispatcher, ("ACTION", "screenshot"), ("FULL_PAGE", "true"), session)
