@@ -18,7 +18,7 @@ import math
 import re
 
 from csp_web.core.errors import OpError
-from protocol import ErrorCode
+from protocol import ErrorCode, Field, Status
 
 from .pages import Page, from_snapshot, to_snapshot
 from .services import WebServices
@@ -42,6 +42,22 @@ def file_key(page: Page) -> str:
 def token_estimate(text: str) -> int:
     """About how many model tokens ``text`` is: one per four characters, rounded up."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def window(content: str, start: int, max_chars: int) -> tuple[str, list[Field], Status]:
+    """``max_chars`` of ``content`` from ``start``, the fields that say where it lies, and OK,
+    or PARTIAL with NEXT_START and REMAINING_CHARS when more follows (fetch and read_file)."""
+    end = min(len(content), start + max_chars)
+    text = content[start:end]
+    fields: list[Field] = [
+        ("CONTENT_LENGTH", str(len(content))),
+        ("TOKENS", str(token_estimate(text))),
+        ("TRUNCATED", "true" if end < len(content) else "false"),
+    ]
+    if end == len(content):
+        return text, fields, Status.OK
+    fields += [("NEXT_START", str(end)), ("REMAINING_CHARS", str(len(content) - end))]
+    return text, fields, Status.PARTIAL
 
 
 async def hold(services: WebServices, key: str, page: Page) -> None:

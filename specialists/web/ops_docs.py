@@ -28,12 +28,12 @@ from csp_web.core.errors import FieldError, OpError
 from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field, Status
+from protocol import ErrorCode, Field
 
 from . import cabinet
 from .board import file_lines
 from .fetch_many import announce
-from .filekeys import check, content_of, held, token_estimate
+from .filekeys import check, content_of, held, window
 from .pages import Page
 from .services import WebServices, record_web_op
 from .workspace import check_target
@@ -80,23 +80,17 @@ async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) ->
         content, start = saved.content, params.integer("START")
         if start > len(content):
             raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
-        end = min(len(content), start + _max_chars(params, services))
+        text, paging, status = window(content, start, _max_chars(params, services))
         fields: list[Field] = [("TITLE", saved.title)] if saved.title else []
         fields += [("URL", saved.url), ("FILE_KEY", key)]
         fields += [("NOTE", saved.note)] if saved.note else []
         fields += [
             ("SAVED_AT", _iso(saved.saved_at)),
             ("EXPIRES_AT", _iso(saved.expires_at)),
-            ("CONTENT_LENGTH", str(len(content))),
-            ("TOKENS", str(token_estimate(content[start:end]))),
-            ("TRUNCATED", "true" if end < len(content) else "false"),
+            *paging,
+            cite(saved.url, saved.title),
         ]
-        status = Status.OK
-        if end < len(content):
-            status = Status.PARTIAL
-            fields += [("NEXT_START", str(end)), ("REMAINING_CHARS", str(len(content) - end))]
-        fields.append(cite(saved.url, saved.title))
-        return Result(content[start:end], ("memory",), tuple(fields), status)
+        return Result(text, ("memory",), tuple(fields), status)
 
 
 async def write_file(params: Params, ctx: OpContext, services: WebServices) -> Result:

@@ -26,10 +26,10 @@ from csp_web.core.errors import FieldError, OpError
 from csp_web.core.fields import FieldSpec, Params
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field, Status
+from protocol import ErrorCode, Field
 
 from .fetch_many import announce, board_lines, fetch_many, page_content
-from .filekeys import held, token_estimate
+from .filekeys import held, window
 from .firecrawl import load_for_fetch
 from .pages import Page, load_for_op
 from .services import WebServices, record_web_op
@@ -98,7 +98,7 @@ def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) 
 
 
 def _fetch_result(page: Page, content: str, start: int, max_chars: int, file_key: str) -> Result:
-    end = min(len(content), start + max_chars)
+    text, paging, status = window(content, start, max_chars)
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
     fields.append(("WORD_COUNT", str(page.word_count)))
     if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
@@ -107,16 +107,10 @@ def _fetch_result(page: Page, content: str, start: int, max_chars: int, file_key
         ("CACHED", "true" if page.cached else "false"),
         ("URL", page.url),
         ("FILE_KEY", file_key),
-        ("CONTENT_LENGTH", str(len(content))),
-        ("TOKENS", str(token_estimate(content[start:end]))),
-        ("TRUNCATED", "true" if end < len(content) else "false"),
+        *paging,
+        cite(page.url, page.title),
     ]
-    status = Status.OK
-    if end < len(content):
-        status = Status.PARTIAL
-        fields += [("NEXT_START", str(end)), ("REMAINING_CHARS", str(len(content) - end))]
-    fields.append(cite(page.url, page.title))
-    return Result(content[start:end], (page.host,), tuple(fields), status)
+    return Result(text, (page.host,), tuple(fields), status)
 
 
 async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
