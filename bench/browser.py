@@ -42,6 +42,7 @@ import trustme
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.processes import start_serving
 from csp_web.config import Config, DaemonConfig, ToolConfig, WebConfig
 from csp_web.config.browser import BrowserConfig
 from csp_web.core.context import Peer
@@ -86,17 +87,7 @@ async def serve_origin(pem_path: str) -> None:
 def start_origin(issuer: trustme.CA, workdir: str) -> tuple[subprocess.Popen[str], int]:
     pem_path = os.path.join(workdir, "origin.pem")
     issuer.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(pem_path)
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--origin", pem_path],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.strip().isdigit():
-        proc.kill()
-        raise SystemExit("the origin process did not start")
-    return proc, int(line)
+    return start_serving(str(Path(__file__).resolve()), "--origin", pem_path)
 
 
 # ---- ours --------------------------------------------------------------------------------

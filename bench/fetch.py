@@ -39,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.processes import start_serving  # noqa: E402
 from csp_web.config import Config, DaemonConfig, OutboxConfig, RateConfig, WebConfig  # noqa: E402
 from csp_web.core.compose import open_daemon  # noqa: E402
 from csp_web.core.lifecycle import serve  # noqa: E402
@@ -105,15 +106,7 @@ def start_origin(ca: trustme.CA, workdir: str) -> tuple[subprocess.Popen[str], i
     pem_path = os.path.join(workdir, "origin.pem")
     ca.issue_cert(HOST).private_key_and_cert_chain_pem.write_to_path(pem_path)
     script = str(Path(__file__).resolve())
-    proc = subprocess.Popen(
-        [sys.executable, script, "--origin", pem_path], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.strip().isdigit():
-        proc.kill()
-        raise SystemExit("the origin process did not start")
-    return proc, int(line)
+    return start_serving(script, "--origin", pem_path)
 
 
 def bench_config(workdir: str, port: int, synchronous: Sync) -> Config:

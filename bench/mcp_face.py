@@ -72,6 +72,7 @@ from bench.extraction import (  # noqa: E402
     load_corpus,
     markdown_to_text,
 )
+from bench.processes import start_serving  # noqa: E402
 from tests.net._origin import Origin  # noqa: E402
 from tests.net._origin import Reply as OriginReply  # noqa: E402
 
@@ -119,18 +120,7 @@ async def serve_origin(corpus: Path) -> None:
 
 
 def start_origin(corpus: Path) -> tuple[subprocess.Popen[str], int]:
-    script = str(Path(__file__).resolve())
-    proc = subprocess.Popen(
-        [sys.executable, script, "--origin", "--corpus", str(corpus)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.strip().isdigit():
-        proc.kill()
-        raise SystemExit("the origin process did not start")
-    return proc, int(line)
+    return start_serving(str(Path(__file__).resolve()), "--origin", "--corpus", str(corpus))
 
 
 def face_config(workdir: str, port: int) -> str:
