@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.parse
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
 from csp_web.config import Config
@@ -54,19 +56,30 @@ def searx(seen: Seen) -> OriginReply:
     return OriginReply(200, [("content-type", "application/json")], json.dumps(body).encode())
 
 
-def configured(web_config: Config, origin: Origin, **docs: Any) -> Config:
-    config = with_search(web_config, origin, order=["searxng"])
-    return replace(config, web=replace(config.web, docs=replace(DocsConfig(), **docs)))
+Ask = Callable[..., Awaitable[list[Reply]]]
 
 
-async def test_one_query_reply_adds_query_total_scores_and_thumbnails(
-    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
-) -> None:
+@pytest.fixture
+def ask(web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext) -> Ask:
+    """``await ask(["alpha"], ["a", "b"], max_queries=3)``: one search per list of queries, in
+    turn, on one daemon searching ``searx`` with ``docs`` settings; their replies."""
     origin.routes["/searx/search"] = searx
-    config = configured(web_config, origin)
-    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
-        with trio.fail_after(WAIT_S):
-            reply = await run(dispatcher, "search", "URL_REFS", ("QUERY", "alpha  beta"))
+
+    async def ask_each(*batches: Sequence[str], **docs: Any) -> list[Reply]:
+        config = with_search(web_config, origin, order=["searxng"])
+        config = replace(config, web=replace(config.web, docs=replace(DocsConfig(), **docs)))
+        async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+            with trio.fail_after(WAIT_S):
+                return [
+                    await run(dispatcher, "search", "URL_REFS", *(("QUERY", q) for q in queries))
+                    for queries in batches
+                ]
+
+    return ask_each
+
+
+async def test_one_query_reply_adds_query_total_scores_and_thumbnails(ask: Ask) -> None:
+    (reply,) = await ask(["alpha  beta"])
     assert reply.fields[-5:] == (
         ("QUERY", "alpha beta"),
         ("TOTAL", "42"),
@@ -76,18 +89,10 @@ async def test_one_query_reply_adds_query_total_scores_and_thumbnails(
     )
 
 
-async def test_several_queries_are_answered_each_with_its_own_status(
-    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
-) -> None:
+async def test_several_queries_are_answered_each_with_its_own_status(ask: Ask) -> None:
     """R-3, R-4: a SEARCH line and its HIT, SNIPPET and THUMBNAIL lines per query answered,
     SEARCH_ERROR and its BACKEND_ERROR lines per query failed, PARTIAL."""
-    origin.routes["/searx/search"] = searx
-    config = configured(web_config, origin)
-    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
-        with trio.fail_after(WAIT_S):
-            reply = await run(
-                dispatcher, "search", "URL_REFS", ("QUERY", "alpha"), ("QUERY", "broken")
-            )
+    (reply,) = await ask(["alpha", "broken"])
     assert reply == Reply(
         Status.PARTIAL,
         (
@@ -107,16 +112,8 @@ async def test_several_queries_are_answered_each_with_its_own_status(
     )
 
 
-async def test_every_query_failing_fails_with_each_search_error(
-    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
-) -> None:
-    origin.routes["/searx/search"] = searx
-    config = configured(web_config, origin)
-    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
-        with trio.fail_after(WAIT_S):
-            reply = await run(
-                dispatcher, "search", "URL_REFS", ("QUERY", "broken"), ("QUERY", "broken")
-            )
+async def test_every_query_failing_fails_with_each_search_error(ask: Ask) -> None:
+    (reply,) = await ask(["broken", "broken"])
     assert reply.status is Status.FAIL
     assert reply.get("ERROR") == "search_api_error:http_500"
     assert reply.get_all("SEARCH_ERROR") == [
@@ -125,30 +122,16 @@ async def test_every_query_failing_fails_with_each_search_error(
     ]
 
 
-async def test_query_count_is_capped_at_max_queries(
-    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
-) -> None:
+async def test_query_count_is_capped_at_max_queries(ask: Ask) -> None:
     """N and N+1: three QUERY fields under max_queries 3 are answered, four are invalid."""
-    origin.routes["/searx/search"] = searx
-    config = configured(web_config, origin, max_queries=3)
     words = ("alpha", "beta", "gamma", "delta")
-    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
-        with trio.fail_after(WAIT_S):
-            three = await run(dispatcher, "search", "URL_REFS", *(("QUERY", w) for w in words[:3]))
-            four = await run(dispatcher, "search", "URL_REFS", *(("QUERY", w) for w in words))
+    three, four = await ask(words[:3], words, max_queries=3)
     assert (three.status, three.get("DATA")) == (Status.OK, "queries:3,answered:3,failed:0")
     assert four.get("ERROR") == "invalid_field:more than 3 QUERY fields"
 
 
-async def test_a_cached_answer_keeps_scores_thumbnails_and_total(
-    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
-) -> None:
-    origin.routes["/searx/search"] = searx
-    config = configured(web_config, origin)
-    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
-        with trio.fail_after(WAIT_S):
-            first = await run(dispatcher, "search", "URL_REFS", ("QUERY", "alpha"))
-            second = await run(dispatcher, "search", "URL_REFS", ("QUERY", "alpha"))
+async def test_a_cached_answer_keeps_scores_thumbnails_and_total(ask: Ask) -> None:
+    first, second = await ask(["alpha"], ["alpha"])
     assert second.get("CACHED") == "true"
     assert [f for f in second.fields if f[0] != "CACHED"] == [
         f for f in first.fields if f[0] != "CACHED"
