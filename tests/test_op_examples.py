@@ -1,0 +1,231 @@
+"""Every op's example in docs/ops.md is what a real daemon answers, and every field a reply
+carries is one its op declares (issue 15).
+
+One daemon, composed as ``csp-web serve`` composes it (web, tool, browser and node
+specialists, the outbox and the reference Memory Specialist), serves a Unix socket; its web
+ops reach a local trustme HTTPS origin under ``*.test`` names, search goes to a SearXNG-shaped
+route there, the API to a GitHub-shaped one, exec runs in bubblewrap in a scratch workspace.
+Each declared example request is sent through the CSP/1 client and its reply, normalised as
+the doc shows it (``opsdoc.normalise``), must equal the declared reply.
+
+Ops declared without an example need what this run does not start (a Chromium page, a paired
+node, an MCP server): ``WITHOUT_EXAMPLE`` names them, so one more missing example fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+from csp_web.app import opsdoc
+from csp_web.app.catalog import SPECIALISTS
+from csp_web.config import Config, SearchProvider
+from csp_web.config.web import ApiConfig
+from csp_web.core.client import Client, open_client
+from csp_web.core.compose import op_table, open_daemon
+from csp_web.core.fields import COMMON_REPLY_FIELDS
+from csp_web.core.lifecycle import serve
+from csp_web.core.ops import OpSpec
+from csp_web.memory.embedded import open_memory_path
+from csp_web.net import GuardConfig
+from protocol import Reply
+from specialists.browser import BROWSER
+from specialists.node import NODE
+from specialists.tool import TOOL
+from specialists.web import make_web
+from tests.conftest import Sink
+from tests.net._dns import FixedResolver
+from tests.net._origin import Origin, start_https_origin
+from tests.net._origin import Reply as OriginReply
+from tests.tool.exec_support import make_config, scratch_dir
+
+REPO = Path(__file__).resolve().parent.parent
+NAMES = ("origin.test", "api.test", "search.test")
+WAIT_S = 60.0
+TOKEN_ENV = "TEST_EXAMPLE_TOKEN"
+# Ops whose example would need a Chromium page, a paired node or an MCP server running.
+WITHOUT_EXAMPLE = frozenset({"browser", "canvas", "node", "mcp"})
+# Examples that use what an earlier one made run after it: a fileKey (fetch), a saved
+# cabinet entry (save), a research job (research).
+FIRST = ("fetch", "save", "research")
+
+PAGE = (
+    b"<!doctype html><html><head><title>Tides</title>"
+    b'<meta property="og:title" content="Tides of the North Sea">'
+    b'<meta property="og:description" content="Two high tides a day.">'
+    b'<meta property="og:site_name" content="Tide Tables">'
+    b"</head><body><article><h1>Tides</h1>"
+    b"<p>The North Sea has two high tides every day, about twelve hours and twenty-five minutes"
+    b" apart. Spring tides follow the new and the full moon; neap tides fall between them.</p>"
+    b"<p>Tide tables give the times of high and low water for each port, and harbour masters"
+    b" publish them a year ahead. The range at Dover is about six metres at springs.</p>"
+    b"</article></body></html>"
+)
+
+
+@dataclass
+class Run:
+    origin: Origin
+    client: Client
+    state_dir: str
+    workspace: str
+    made: dict[str, str]  # placeholder -> the real value an earlier example made
+
+    def placeholders(self) -> dict[str, str]:
+        """Real text -> what the doc shows for it."""
+        return {self.workspace: "<workspace>", self.state_dir: "<state_dir>"}
+
+
+def _routes(origin: Origin) -> None:
+    html = [("content-type", "text/html; charset=utf-8")]
+    origin.routes["/tides"] = lambda _: OriginReply(200, html, PAGE)
+    origin.routes["/moved"] = lambda _: OriginReply(
+        301, [("location", origin.url("origin.test", "/tides"))]
+    )
+    hits = [
+        {"url": origin.url("origin.test", "/tides"), "title": "Tides", "score": 2.0,
+         "content": "The North Sea has two high tides every day."},
+        {"url": origin.url("origin.test", "/moved"), "title": "Tide tables", "score": 1.0,
+         "content": "Times of high and low water for each port."},
+    ]  # fmt: skip
+    searx = json.dumps({"query": "tides", "number_of_results": 2, "results": hits}).encode()
+    origin.routes["/searx/search"] = lambda _: OriginReply(
+        200, [("content-type", "application/json")], searx
+    )
+    repo = json.dumps({"name": "tables", "full_name": "tides/tables", "stargazers_count": 7})
+    origin.routes["/repos/tides/tables"] = lambda _: OriginReply(
+        200, [("content-type", "application/json")], repo.encode()
+    )
+
+
+def _config(config: Config, origin: Origin, workspace: str) -> Config:
+    guard = GuardConfig(allowed_ports=(origin.port,), allow_private=("127.0.0.1",))
+    searx = SearchProvider("searxng", base_url=origin.url("search.test", "/searx/"))
+    search = replace(config.web.search, order=("searxng",), providers={"searxng": searx})
+    apis = {"github": ApiConfig(origin.url("api.test", "/"), auth_env=TOKEN_ENV)}
+    web = replace(config.web, guard=guard, search=search, apis=apis)
+    tool = replace(config.tool, exec=make_config(workspace))
+    return replace(config, web=web, tool=tool)
+
+
+@pytest.fixture
+async def run(
+    nursery: trio.Nursery,
+    config: Config,
+    sink: Sink,
+    ca: trustme.CA,
+    trust: ssl.SSLContext,
+    sock_dir: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    monkeypatch.setenv(TOKEN_ENV, "ghp-example-token")
+    origin = await start_https_origin(nursery, ca, NAMES)
+    _routes(origin)
+    dns = FixedResolver({name: ["127.0.0.1"] for name in NAMES})
+    path = os.path.join(sock_dir, "csp.sock")
+    with scratch_dir() as workspace:
+        composed = _config(config, origin, workspace)
+        specialists = (make_web(resolver=dns, ssl_context=trust), TOOL, BROWSER, NODE)
+        async with (
+            open_daemon(composed, specialists, memory=open_memory_path(composed)) as daemon,
+            trio.open_nursery() as inner,
+        ):
+            await inner.start(partial(serve, daemon, stdio=None, socket_path=path))
+            async with open_client(path) as client:
+                yield Run(origin, client, composed.daemon.state_dir, workspace, {})
+            inner.cancel_scope.cancel()
+
+
+def _ordered(ops: list[OpSpec]) -> list[OpSpec]:
+    first = [op for name in FIRST for op in ops if op.req == name]
+    return first + [op for op in ops if op not in first]
+
+
+async def _exchange(run: Run, op: OpSpec) -> tuple[Reply, str]:
+    assert op.example is not None
+    values = {opsdoc.FILE_KEY: run.made.get(opsdoc.FILE_KEY, opsdoc.FILE_KEY)}
+    values[opsdoc.JOB_ID] = run.made.get(opsdoc.JOB_ID, opsdoc.JOB_ID)
+    values["<workspace>"] = run.workspace
+    task = opsdoc.request_of(op.example, port=run.origin.port, values=values)
+    reply = await run.client.call(task, timeout_s=WAIT_S)
+    for name, placeholder in (("FILE_KEY", opsdoc.FILE_KEY), ("JOB_ID", opsdoc.JOB_ID)):
+        if reply.get(name) and placeholder not in run.made:
+            run.made[placeholder] = reply.get(name) or ""
+    text = opsdoc.normalise(
+        opsdoc.reply_text(reply),
+        port=run.origin.port,
+        replacements=run.placeholders(),
+        volatile=op.example.volatile,
+    )
+    return reply, text
+
+
+async def test_every_example_reply_is_what_the_daemon_answers_and_declares(run: Run) -> None:
+    """Also D-1: each reply field the examples produce is declared by its op."""
+    ops = [op for op in op_table(SPECIALISTS) if op.example is not None]
+    got: dict[str, str] = {}
+    undeclared: dict[str, list[str]] = {}
+    with trio.fail_after(WAIT_S * 2):
+        for op in _ordered(ops):
+            reply, got[op.req] = await _exchange(run, op)
+            if missing := opsdoc.undeclared(op, reply):
+                undeclared[op.req] = missing
+    wanted = {op.req: op.example.reply for op in ops if op.example is not None}
+    if os.environ.get("CSP_WRITE_EXAMPLES"):  # regenerating: see docs/adding-an-op.md
+        Path(os.environ["CSP_WRITE_EXAMPLES"]).write_text(json.dumps(got, indent=1), "utf-8")
+    assert undeclared == {}
+    assert got == wanted
+
+
+def test_every_op_but_the_named_ones_has_an_example() -> None:
+    without = {op.req for op in op_table(SPECIALISTS) if op.example is None}
+    assert without == WITHOUT_EXAMPLE
+
+
+def test_every_declared_reply_field_is_one_the_code_can_send() -> None:
+    """A declared name that no module of its specialist (or the core) spells is stale."""
+    sources = [*(REPO / "csp_web").rglob("*.py"), *(REPO / "specialists").rglob("*.py")]
+    spelt = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', "".join(p.read_text("utf-8") for p in sources)))
+    code = {(op.req, field.name) for op in op_table(SPECIALISTS) for field in op.replies}
+    stale = sorted((req, name) for req, name in code if name not in spelt)
+    assert stale == []
+
+
+def test_no_op_declares_a_field_every_reply_carries() -> None:
+    shared = {
+        (op.req, field.name)
+        for op in op_table(SPECIALISTS)
+        for field in op.replies
+        if field.name in COMMON_REPLY_FIELDS
+    }
+    assert shared == set()
+
+
+def test_normalising_writes_placeholders_for_what_changes_between_runs() -> None:
+    text = (
+        "STATUS OK\nFILE_KEY fk_abcdefghijklmnop\nJOB_ID rj_0123456789abcdef\n"
+        "SAVED_AT 2026-11-24T20:51:29Z\nEXEC_TIME 17\nSTEP fetch https://origin.test:4431/a ok"
+        " ms:12\nPATH /tmp/csp-exec-x/tides.md\n"
+    )
+    assert opsdoc.normalise(text, port=4431, replacements={"/tmp/csp-exec-x": "<workspace>"}) == (
+        f"STATUS OK\nFILE_KEY {opsdoc.FILE_KEY}\nJOB_ID {opsdoc.JOB_ID}\nSAVED_AT {opsdoc.TIME}\n"
+        "EXEC_TIME 0\nSTEP fetch https://origin.test/a ok ms:0\nPATH <workspace>/tides.md\n"
+    )
+
+
+def test_normalising_cuts_long_values_and_counts_long_runs_of_one_field() -> None:
+    text = "STATUS OK\n" + "OP x\n" * 5 + "DATA " + "a" * 200 + "\n"
+    lines = opsdoc.normalise(text).splitlines()
+    assert lines[:4] == ["STATUS OK", "OP x", "OP x", "OP x"]
+    assert lines[4] == "DATA " + "a" * (opsdoc.MAX_VALUE_CHARS - 5) + "…"
+    assert lines[5] == "… 2 more OP"
