@@ -4,12 +4,13 @@ carries is one its op declares (issue 15).
 One daemon, composed as ``csp-web serve`` composes it (web, tool, browser and node
 specialists, the outbox and the reference Memory Specialist), serves a Unix socket; its web
 ops reach a local trustme HTTPS origin under ``*.test`` names, search goes to a SearXNG-shaped
-route there, the API to a GitHub-shaped one, exec runs in bubblewrap in a scratch workspace.
+route there, the API to a GitHub-shaped one, exec runs in bubblewrap in a scratch workspace,
+mcp calls the MCP tests' toy server.
 Each declared example request is sent through the CSP/1 client and its reply, normalised as
 the doc shows it (``opsdoc.normalise``), must equal the declared reply.
 
 Ops declared without an example need what this run does not start (a Chromium page, a paired
-node, an MCP server): ``WITHOUT_EXAMPLE`` names them, so one more missing example fails.
+node): ``WITHOUT_EXAMPLE`` names them, so one more missing example fails.
 """
 
 from __future__ import annotations
@@ -48,13 +49,15 @@ from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
 from tests.net._origin import Reply as OriginReply
 from tests.tool.exec_support import make_config, scratch_dir
+from tests.tool.mcp_servers.support import toy_config
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("origin.test", "api.test", "search.test")
 WAIT_S = 60.0
 TOKEN_ENV = "TEST_EXAMPLE_TOKEN"
-# Ops whose example would need a Chromium page, a paired node or an MCP server running.
-WITHOUT_EXAMPLE = frozenset({"browser", "canvas", "node", "mcp"})
+# Ops whose example would need a Chromium page (with the browser tests' trusted CA) or a
+# paired node running.
+WITHOUT_EXAMPLE = frozenset({"browser", "canvas", "node"})
 # Examples that use what an earlier one made run after it: a fileKey (fetch), a saved
 # cabinet entry (save), a research job (research).
 FIRST = ("fetch", "save", "research")
@@ -114,7 +117,7 @@ def _config(config: Config, origin: Origin, workspace: str) -> Config:
     search = replace(config.web.search, order=("searxng",), providers={"searxng": searx})
     apis = {"github": ApiConfig(origin.url("api.test", "/"), auth_env=TOKEN_ENV)}
     web = replace(config.web, guard=guard, search=search, apis=apis)
-    tool = replace(config.tool, exec=make_config(workspace))
+    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config())
     return replace(config, web=web, tool=tool)
 
 

@@ -17,7 +17,7 @@ import trio
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_deadline
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params, ReplyField
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from protocol import ErrorCode
@@ -82,6 +82,17 @@ MCP_REPLIES = (
     ReplyField("REASON", "FAIL: mcp_unavailable", "why the server is unavailable"),
     ReplyField("ERROR_SUMMARY", "FAIL: the tool reported an error", "its text, capped"),
 )
+MCP_EXAMPLE = Example(
+    ('TASK REQ:mcp IN:TOOL OUT:MCP_RESULT\nID 1\nSERVER toy\nTOOL add\nPARAMS {"a":2,"b":3}\n'),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [toy]\n"
+        'DATA "{\\n  \\"sum\\": 5,\\n  \\"a\\": 2,\\n  \\"b\\": 3\\n}"\n'
+        "EXEC_TIME 0\n"
+        'STRUCTURED {"a":2,"b":3,"sum":5}\n'
+    ),
+)
 
 
 OPS: list[Op[ToolServices]] = [
@@ -98,6 +109,7 @@ OPS: list[Op[ToolServices]] = [
             FieldSpec("ACTION", "choice", choices=("call", "list"), default="call"),
         ),
         replies=MCP_REPLIES,
+        example=MCP_EXAMPLE,
         doc="call an MCP server's tool, or list its tools",
     )
 ]
