@@ -34,7 +34,7 @@ from csp_web.config import Config, SearchProvider
 from csp_web.config.web import ApiConfig
 from csp_web.core.client import Client, open_client
 from csp_web.core.compose import op_table, open_daemon
-from csp_web.core.fields import COMMON_REPLY_FIELDS
+from csp_web.core.fields import COMMON_REPLY_FIELDS, Example
 from csp_web.core.lifecycle import serve
 from csp_web.core.ops import OpSpec
 from csp_web.memory.embedded import open_memory_path
@@ -188,6 +188,69 @@ async def test_every_example_reply_is_what_the_daemon_answers_and_declares(run: 
         Path(os.environ["CSP_WRITE_EXAMPLES"]).write_text(json.dumps(got, indent=1), "utf-8")
     assert undeclared == {}
     assert got == wanted
+
+
+# Further exchanges, not in the doc, for the reply shapes the examples do not show: several
+# URLs and queries, the board, FAIL replies and their fields, the other cron and mcp actions.
+OTHER_EXCHANGES = (
+    "TASK REQ:fetch https://origin.test/tides IN:WEB OUT:CONTENT\n",
+    "TASK REQ:fetch IN:WEB OUT:CONTENT\nURL https://origin.test/tides\n"
+    "URL https://origin.test/missing\nBOARD true\nMAX_CHARS 50\n",
+    f"TASK REQ:fetch IN:WEB OUT:CONTENT\nFILE_KEY {opsdoc.FILE_KEY}\nSTART 300\nBOARD true\n",
+    "TASK REQ:fetch IN:WEB OUT:CONTENT\nFILE_KEY fk_aaaaaaaaaaaaaaaa\n",
+    "TASK REQ:fetch https://origin.test/missing IN:WEB OUT:CONTENT\n",
+    "TASK REQ:meta https://origin.test/missing IN:WEB OUT:META\n",
+    "TASK REQ:resolve https://origin.test/missing IN:WEB OUT:URL\n",
+    "TASK REQ:search IN:WEB OUT:URL_REFS\nQUERY tides\nQUERY moon\n",
+    "TASK REQ:api github:/repos/tides/nothing IN:WEB OUT:API_RESPONSE\n",
+    'TASK REQ:summarize IN:WEB OUT:SUMMARY\nTEXT "Tides rise. Tides fall. The moon pulls."\n',
+    f"TASK REQ:summarize IN:WEB OUT:SUMMARY\nFILE_KEY {opsdoc.FILE_KEY}\n",
+    f"TASK REQ:save {opsdoc.FILE_KEY} IN:WEB OUT:ACK\n",
+    f"TASK REQ:cabinet {opsdoc.FILE_KEY} IN:WEB OUT:CONTENT\n",
+    "TASK REQ:cabinet fk_aaaaaaaaaaaaaaaa IN:WEB OUT:CONTENT\n",
+    f"TASK REQ:write_file IN:WEB OUT:PATH\nFILE_KEY {opsdoc.FILE_KEY}\nPATH <workspace>/a.md\n",
+    f"TASK REQ:write_file IN:WEB OUT:PATH\nFILE_KEY {opsdoc.FILE_KEY}\nPATH <workspace>/a.md\n",
+    "TASK REQ:result rj_0000000000000000 IN:WEB OUT:RESEARCH\n",
+    "TASK REQ:board IN:WEB OUT:BOARD\n",
+    'TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nCOMMAND "echo low >&2; exit 3"\nSHELL true\n',
+    'TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nCOMMAND "rm -rf /"\n',
+    'TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nCOMMAND "echo high tide"\nSHELL true\n',
+    'TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nCOMMAND "echo high tide"\nSHELL true\n',
+    'TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION add\nJOB_ID ping\nSCHEDULE "0 6 * * *"\n'
+    'TASK "TASK REQ:ping IN:SYS OUT:PONG"\n',
+    "TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION list\n",
+    "TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION run\nJOB_ID ping\n",
+    "TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION disable\nJOB_ID ping\n",
+    "TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION enable\nJOB_ID ping\n",
+    "TASK REQ:cron IN:TOOL OUT:CRON_RESULT\nACTION remove\nJOB_ID ping\n",
+    "TASK REQ:mcp IN:TOOL OUT:MCP_RESULT\nSERVER toy\nACTION list\n",
+    'TASK REQ:mcp IN:TOOL OUT:MCP_RESULT\nSERVER toy\nTOOL fail\nPARAMS {"message":"ebb"}\n',
+    "TASK REQ:mcp IN:TOOL OUT:MCP_RESULT\nSERVER nowhere\nACTION list\n",
+    "TASK REQ:nodes IN:SYS OUT:NODES\nACTION approve\nCODE 12345678\n",
+    "TASK REQ:stats IN:SYS OUT:STATS\n",
+)
+
+
+async def test_every_field_other_exchanges_carry_is_declared_by_their_op(run: Run) -> None:
+    """D-1: OK, PARTIAL and FAIL replies of every op with an example, beyond the examples."""
+    table = {(op.req, op.domain): op for op in op_table(SPECIALISTS)}
+    undeclared: dict[str, set[str]] = {}
+    statuses: set[tuple[str, str]] = set()
+    with trio.fail_after(WAIT_S * 2):
+        for request in OTHER_EXCHANGES:
+            values = {"<workspace>": run.workspace, **run.made}
+            task = opsdoc.request_of(Example(request, ""), port=run.origin.port, values=values)
+            reply = await run.client.call(task, timeout_s=WAIT_S)
+            if reply.get("FILE_KEY") and opsdoc.FILE_KEY not in run.made:
+                run.made[opsdoc.FILE_KEY] = reply.get("FILE_KEY") or ""
+            op = table[(task.req, task.domain)]
+            statuses.add((op.req, str(reply.status)))
+            if missing := opsdoc.undeclared(op, reply):
+                undeclared.setdefault(op.req, set()).update(missing)
+    assert undeclared == {}
+    # The exchanges reach the shapes they are here for (not all refused alike).
+    assert {("fetch", "PARTIAL"), ("fetch", "FAIL"), ("search", "OK"), ("exec", "FAIL")} <= statuses
+    assert {("cron", "OK"), ("mcp", "OK"), ("mcp", "FAIL"), ("api", "FAIL")} <= statuses
 
 
 def test_every_op_but_the_named_ones_has_an_example() -> None:
