@@ -5,12 +5,13 @@ One daemon, composed as ``csp-web serve`` composes it (web, tool, browser and no
 specialists, the outbox and the reference Memory Specialist), serves a Unix socket; its web
 ops reach a local trustme HTTPS origin under ``*.test`` names, search goes to a SearXNG-shaped
 route there, the API to a GitHub-shaped one, exec runs in bubblewrap in a scratch workspace,
-mcp calls the MCP tests' toy server.
+mcp calls the MCP tests' toy server, node a scripted node paired as the node tests pair
+theirs.
 Each declared example request is sent through the CSP/1 client and its reply, normalised as
 the doc shows it (``opsdoc.normalise``), must equal the declared reply.
 
-Ops declared without an example need what this run does not start (a Chromium page, a paired
-node): ``WITHOUT_EXAMPLE`` names them, so one more missing example fails.
+Ops declared without an example need what this run does not start (a Chromium page):
+``WITHOUT_EXAMPLE`` names them, so one more missing example fails.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from csp_web.core.lifecycle import serve
 from csp_web.core.ops import OpSpec
 from csp_web.memory.embedded import open_memory_path
 from csp_web.net import GuardConfig
-from protocol import Reply
+from protocol import Reply, Status
 from specialists.browser import BROWSER
 from specialists.node import NODE
 from specialists.tool import TOOL
@@ -48,6 +49,7 @@ from tests.conftest import Sink
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
 from tests.net._origin import Reply as OriginReply
+from tests.node.support import ScriptedNode, identity, nodes_op
 from tests.tool.exec_support import make_config, scratch_dir
 from tests.tool.mcp_servers.support import toy_config
 
@@ -55,9 +57,11 @@ REPO = Path(__file__).resolve().parent.parent
 NAMES = ("origin.test", "api.test", "search.test")
 WAIT_S = 60.0
 TOKEN_ENV = "TEST_EXAMPLE_TOKEN"
-# Ops whose example would need a Chromium page (with the browser tests' trusted CA) or a
-# paired node running.
-WITHOUT_EXAMPLE = frozenset({"browser", "canvas", "node"})
+# Ops whose example would need a Chromium page (with the browser tests' trusted CA and guard
+# proxy) running.
+WITHOUT_EXAMPLE = frozenset({"browser", "canvas"})
+NODE_NAME = "lab1"
+LOCATION = "lat:53.5,lon:8.1"
 # Examples that use what an earlier one made run after it: a fileKey (fetch), a saved
 # cabinet entry (save), a research job (research).
 FIRST = ("fetch", "save", "research")
@@ -83,6 +87,7 @@ class Run:
     state_dir: str
     workspace: str
     made: dict[str, str]  # placeholder -> the real value an earlier example made
+    node: ScriptedNode | None = None  # a paired node (lab1) the node example reaches
 
     def placeholders(self) -> dict[str, str]:
         """Real text -> what the doc shows for it."""
@@ -121,6 +126,25 @@ def _config(config: Config, origin: Origin, workspace: str) -> Config:
     return replace(config, web=web, tool=tool)
 
 
+async def _paired_node(run: Run, node_path: str) -> ScriptedNode:
+    """A scripted node paired as ``lab1`` (protocol/NODES.md), connected."""
+    node = ScriptedNode(await trio.open_unix_socket(node_path))
+    reply = await node.call("pair", "PAIR_CODE", *identity(NODE_NAME, ("location_get",)))
+    code = (reply.get("DATA") or "").removeprefix("code:")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(nodes_op, run.client, "approve", ("CODE", code))
+        paired = await node.next_task()
+        await node.answer(paired, Status.OK, ("SCOPE", "[node]"), ("DATA", "stored"))
+    return node
+
+
+async def _answer_location(node: ScriptedNode) -> None:
+    """Answer the one action the node example asks, as a node with a fixed location would."""
+    task = await node.next_task()
+    fields = (("SOURCE", "fixed"), ("ACCURACY_M", "10"), ("WORK_MS", "2"))
+    await node.answer(task, Status.OK, ("SCOPE", "[node]"), ("DATA", LOCATION), *fields)
+
+
 @pytest.fixture
 async def run(
     nursery: trio.Nursery,
@@ -136,8 +160,9 @@ async def run(
     _routes(origin)
     dns = FixedResolver({name: ["127.0.0.1"] for name in NAMES})
     path = os.path.join(sock_dir, "csp.sock")
+    nodes = replace(config.nodes, socket_path=os.path.join(sock_dir, "nodes.sock"))
     with scratch_dir() as workspace:
-        composed = _config(config, origin, workspace)
+        composed = replace(_config(config, origin, workspace), nodes=nodes)
         specialists = (make_web(resolver=dns, ssl_context=trust), TOOL, BROWSER, NODE)
         async with (
             open_daemon(composed, specialists, memory=open_memory_path(composed)) as daemon,
@@ -145,7 +170,11 @@ async def run(
         ):
             await inner.start(partial(serve, daemon, stdio=None, socket_path=path))
             async with open_client(path) as client:
-                yield Run(origin, client, composed.daemon.state_dir, workspace, {})
+                run = Run(origin, client, composed.daemon.state_dir, workspace, {})
+                assert nodes.socket_path is not None
+                run.node = await _paired_node(run, nodes.socket_path)
+                yield run
+                await run.node.stream.aclose()
             inner.cancel_scope.cancel()
 
 
@@ -160,7 +189,11 @@ async def _exchange(run: Run, op: OpSpec) -> tuple[Reply, str]:
     values[opsdoc.JOB_ID] = run.made.get(opsdoc.JOB_ID, opsdoc.JOB_ID)
     values["<workspace>"] = run.workspace
     task = opsdoc.request_of(op.example, port=run.origin.port, values=values)
-    reply = await run.client.call(task, timeout_s=WAIT_S)
+    async with trio.open_nursery() as nursery:
+        if op.req == "node":
+            assert run.node is not None
+            nursery.start_soon(_answer_location, run.node)
+        reply = await run.client.call(task, timeout_s=WAIT_S)
     for name, placeholder in (("FILE_KEY", opsdoc.FILE_KEY), ("JOB_ID", opsdoc.JOB_ID)):
         if reply.get(name) and placeholder not in run.made:
             run.made[placeholder] = reply.get(name) or ""
@@ -281,11 +314,12 @@ def test_normalising_writes_placeholders_for_what_changes_between_runs() -> None
     text = (
         "STATUS OK\nFILE_KEY fk_abcdefghijklmnop\nJOB_ID rj_0123456789abcdef\n"
         "SAVED_AT 2026-11-24T20:51:29Z\nEXEC_TIME 17\nSTEP fetch https://origin.test:4431/a ok"
-        " ms:12\nPATH /tmp/csp-exec-x/tides.md\n"
+        ' ms:12\nPATH /tmp/csp-exec-x/tides.md\nNODE {"paired_at":1795554115.14}\n'
     )
     assert opsdoc.normalise(text, port=4431, replacements={"/tmp/csp-exec-x": "<workspace>"}) == (
         f"STATUS OK\nFILE_KEY {opsdoc.FILE_KEY}\nJOB_ID {opsdoc.JOB_ID}\nSAVED_AT {opsdoc.TIME}\n"
         "EXEC_TIME 0\nSTEP fetch https://origin.test/a ok ms:0\nPATH <workspace>/tides.md\n"
+        'NODE {"paired_at":0}\n'
     )
 
 

@@ -28,6 +28,7 @@ _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\brj_[0-9a-f]{16}\b"), JOB_ID),
     (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)"), TIME),
     (re.compile(r"((?:\b|_)ms):\d+(?:\.\d+)?"), r"\1:0"),
+    (re.compile(r'("\w+_at"):\d+(?:\.\d+)?'), r"\1:0"),  # a JSON time in epoch seconds
     (re.compile(r"^(" + "|".join(_MS_FIELDS) + r") \d+$", re.M), r"\1 0"),
 )
 MAX_VALUE_CHARS = 160  # a longer value is cut in the doc (and in the comparison)
@@ -162,7 +163,9 @@ def render(ops: Iterable[OpSpec]) -> str:
         "Each example is a request and the reply a daemon gave it in "
         "tests/test_op_examples.py (against local test origins under `*.test`), with what "
         f"changes between runs written as placeholders: fileKeys `{FILE_KEY}`, job ids "
-        f"`{JOB_ID}`, times `{TIME}`, milliseconds 0, the state directory `<state_dir>`; "
+        f"`{JOB_ID}`, times `{TIME}` (in JSON, epoch seconds 0), milliseconds 0, the state "
+        "directory `<state_dir>`, the exec workspace `<workspace>`, values that differ by "
+        "machine `…`; "
         f"values over {MAX_VALUE_CHARS} characters are cut (`…`) and past "
         f"{_MAX_REPEATS} lines of one field the rest are counted.",
     ]

@@ -128,12 +128,12 @@ STATS_EXAMPLE = Example(
         "OUTBOX …\n"
         "OP exec count:1,failed:0,p50_ms:0,p99_ms:0\n"
         "OP fetch count:1,failed:0,p50_ms:0,p99_ms:0\n"
-        "OP nodes count:1,failed:0,p50_ms:0,p99_ms:0\n"
+        "OP nodes count:2,failed:0,p50_ms:0,p99_ms:0\n"
         "BROWSER …\n"
         "EXEC_LIMITS …\n"
         'MCP {"server":"toy","state":"idle","calls":0,"restarts":0,"in_flight'
         '":0,"last_error":"","failures":0}\n'
-        "NODES paired:0,connected:0,links:0,pending_pairs:0\n"
+        "NODES paired:1,connected:1,links:1,pending_pairs:0\n"
         "SANDBOX bwrap\n"
         "… 4 more OP\n"
     ),

@@ -99,6 +99,21 @@ NODE_REPLIES = (
     ReplyField("ACCURACY_M", "location_get, when known", "metres"),
 )
 
+NODE_EXAMPLE = Example(
+    ("TASK REQ:node IN:TOOL OUT:NODE_RESULT\nID 1\nACTION location_get\nNODE lab1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [node]\n"
+        "DATA lat:53.5,lon:8.1\n"
+        "NODE lab1\n"
+        "EXEC_TIME 0\n"
+        "SOURCE fixed\n"
+        "ACCURACY_M 10\n"
+        "NODE_TIME 0\n"
+    ),
+)
+
 NODES_REPLIES = (
     ReplyField(
         "NODE",
@@ -111,7 +126,14 @@ NODES_REPLIES = (
 )
 NODES_EXAMPLE = Example(
     ("TASK REQ:nodes IN:SYS OUT:NODES\nID 1\nACTION list\n"),
-    ("STATUS OK\nID 1\nSCOPE [node]\nDATA nodes:0\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [node]\n"
+        "DATA nodes:1\n"
+        'NODE {"name":"lab1","platform":"Linux/test","capabilities":["location_ge'
+        't"],"connected":true,"last_seen":null,"paired_at":0}\n'
+    ),
 )
 
 
@@ -128,6 +150,7 @@ OPS: list[Op[NodeServices]] = [
             FieldSpec("PARAMS", "json", max_chars=MAX_PARAMS_CHARS, doc="the action's options"),
         ),
         replies=NODE_REPLIES,
+        example=NODE_EXAMPLE,
         doc="run camera_snap, screen_record, location_get, notify or canvas on a paired node",
     ),
     # Audited like a tool op (pool "tool"): pairing and revoking are operator acts on record.
