@@ -6,12 +6,11 @@ specialists, the outbox and the reference Memory Specialist), serves a Unix sock
 ops reach a local trustme HTTPS origin under ``*.test`` names, search goes to a SearXNG-shaped
 route there, the API to a GitHub-shaped one, exec runs in bubblewrap in a scratch workspace,
 mcp calls the MCP tests' toy server, node a scripted node paired as the node tests pair
-theirs.
+theirs, browser and canvas a Chromium behind the guard proxy (trusting the origin's CA as the
+browser tests do).
 Each declared example request is sent through the CSP/1 client and its reply, normalised as
 the doc shows it (``opsdoc.normalise``), must equal the declared reply.
 
-Ops declared without an example need what this run does not start (a Chromium page):
-``WITHOUT_EXAMPLE`` names them, so one more missing example fails.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import os
 import re
 import ssl
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -31,20 +31,23 @@ import trustme
 
 from csp_web.app import opsdoc
 from csp_web.app.catalog import SPECIALISTS
-from csp_web.config import Config, SearchProvider
+from csp_web.config import BrowserConfig, Config, SearchProvider
 from csp_web.config.web import ApiConfig
 from csp_web.core.client import Client, open_client
 from csp_web.core.compose import op_table, open_daemon
 from csp_web.core.fields import COMMON_REPLY_FIELDS, Example
 from csp_web.core.lifecycle import serve
 from csp_web.core.ops import OpSpec
+from csp_web.core.specialist import Composable
 from csp_web.memory.embedded import open_memory_path
 from csp_web.net import GuardConfig
 from protocol import Reply, Status
-from specialists.browser import BROWSER
+from specialists.browser import BROWSER, GuardSetting
+from specialists.browser.services import BrowserServices, open_browser_services
 from specialists.node import NODE
 from specialists.tool import TOOL
 from specialists.web import make_web
+from tests.browser.support import spki_hash
 from tests.conftest import Sink
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
@@ -57,9 +60,6 @@ REPO = Path(__file__).resolve().parent.parent
 NAMES = ("origin.test", "api.test", "search.test")
 WAIT_S = 60.0
 TOKEN_ENV = "TEST_EXAMPLE_TOKEN"
-# Ops whose example would need a Chromium page (with the browser tests' trusted CA and guard
-# proxy) running.
-WITHOUT_EXAMPLE = frozenset({"browser", "canvas"})
 NODE_NAME = "lab1"
 LOCATION = "lat:53.5,lon:8.1"
 # Examples that use what an earlier one made run after it: a fileKey (fetch), a saved
@@ -116,13 +116,26 @@ def _routes(origin: Origin) -> None:
     )
 
 
-def _config(config: Config, origin: Origin, workspace: str) -> Config:
+def _browser(dns: FixedResolver) -> Composable:
+    """The browser specialist, its guard proxy resolving with the test's DNS."""
+
+    @asynccontextmanager
+    async def opened(section: BrowserConfig, config: Config) -> AsyncIterator[BrowserServices]:
+        guard = GuardSetting(config.web.guard)
+        async with open_browser_services(config, guard=guard, resolver=dns) as services:
+            yield services
+
+    return replace(BROWSER, open_services=opened)
+
+
+def _config(config: Config, origin: Origin, workspace: str, issuer: trustme.CA) -> Config:
     guard = GuardConfig(allowed_ports=(origin.port,), allow_private=("127.0.0.1",))
     searx = SearchProvider("searxng", base_url=origin.url("search.test", "/searx/"))
     search = replace(config.web.search, order=("searxng",), providers={"searxng": searx})
     apis = {"github": ApiConfig(origin.url("api.test", "/"), auth_env=TOKEN_ENV)}
     web = replace(config.web, guard=guard, search=search, apis=apis)
-    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config())
+    browser = replace(config.tool.browser, trusted_spki=(spki_hash(issuer),))
+    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config(), browser=browser)
     return replace(config, web=web, tool=tool)
 
 
@@ -156,14 +169,16 @@ async def run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Run]:
     monkeypatch.setenv(TOKEN_ENV, "ghp-example-token")
-    origin = await start_https_origin(nursery, ca, NAMES)
+    issuer = ca.create_child_ca()  # Chromium trusts the key of a presented CA (browser tests)
+    origin = await start_https_origin(nursery, issuer, NAMES)
     _routes(origin)
     dns = FixedResolver({name: ["127.0.0.1"] for name in NAMES})
     path = os.path.join(sock_dir, "csp.sock")
     nodes = replace(config.nodes, socket_path=os.path.join(sock_dir, "nodes.sock"))
     with scratch_dir() as workspace:
-        composed = replace(_config(config, origin, workspace), nodes=nodes)
-        specialists = (make_web(resolver=dns, ssl_context=trust), TOOL, BROWSER, NODE)
+        composed = replace(_config(config, origin, workspace, issuer), nodes=nodes)
+        web = make_web(resolver=dns, ssl_context=trust)
+        specialists = (web, TOOL, _browser(dns), NODE)
         async with (
             open_daemon(composed, specialists, memory=open_memory_path(composed)) as daemon,
             trio.open_nursery() as inner,
@@ -261,6 +276,19 @@ OTHER_EXCHANGES = (
     "TASK REQ:mcp IN:TOOL OUT:MCP_RESULT\nSERVER nowhere\nACTION list\n",
     "TASK REQ:nodes IN:SYS OUT:NODES\nACTION approve\nCODE 12345678\n",
     "TASK REQ:stats IN:SYS OUT:STATS\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION navigate\nSESSION s\n"
+    "TARGET_URL https://origin.test/tides\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION extract\nSESSION s\nMAX_CHARS 20\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION extract\nSESSION s\nSELECTOR css:h1\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION click\nSESSION s\nSELECTOR css:h1\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION click\nSESSION s\nSELECTOR css:nav\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION screenshot\nSESSION s\n",
+    "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\nACTION close\nSESSION s\n",
+    "TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT\nACTION present\nURL https://origin.test/tides\n",
+    "TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT\nACTION snapshot\n",
+    "TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT\nACTION eval\nEXPRESSION 1+1\n",
+    "TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT\nACTION hide\n",
+    "TASK REQ:node IN:TOOL OUT:NODE_RESULT\nACTION notify\nNODE nowhere\n",
 )
 
 
@@ -284,11 +312,12 @@ async def test_every_field_other_exchanges_carry_is_declared_by_their_op(run: Ru
     # The exchanges reach the shapes they are here for (not all refused alike).
     assert {("fetch", "PARTIAL"), ("fetch", "FAIL"), ("search", "OK"), ("exec", "FAIL")} <= statuses
     assert {("cron", "OK"), ("mcp", "OK"), ("mcp", "FAIL"), ("api", "FAIL")} <= statuses
+    assert {("browser", "OK"), ("browser", "FAIL"), ("canvas", "OK")} <= statuses
 
 
-def test_every_op_but_the_named_ones_has_an_example() -> None:
+def test_every_op_has_an_example() -> None:
     without = {op.req for op in op_table(SPECIALISTS) if op.example is None}
-    assert without == WITHOUT_EXAMPLE
+    assert without == set()
 
 
 def test_every_declared_reply_field_is_one_the_code_can_send() -> None:

@@ -18,7 +18,7 @@ import time
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params, ReplyField
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
@@ -136,6 +136,27 @@ CANVAS_REPLIES = (
     ReplyField("EXEC_TIME", "always", "ms the action took"),
 )
 
+CANVAS_EXAMPLE = Example(
+    (
+        "TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT\n"
+        "ID 1\n"
+        "ACTION present\n"
+        'HTML "<h1>High tide</h1>"\n'
+        "WIDTH 640\n"
+        "HEIGHT 360\n"
+    ),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [canvas]\n"
+        "DATA action:present,node:main\n"
+        "URL inline\n"
+        "WIDTH 640\n"
+        "HEIGHT 360\n"
+        "EXEC_TIME 0\n"
+    ),
+)
+
 
 OPS: list[Op[BrowserServices]] = [
     Op(
@@ -154,6 +175,7 @@ OPS: list[Op[BrowserServices]] = [
             FieldSpec("EXPRESSION", max_chars=64 * 1024, doc="eval: JavaScript, JSON result"),
         ),
         replies=CANVAS_REPLIES,
+        example=CANVAS_EXAMPLE,
         doc=(
             "show a page on a node's canvas (main: this host's Chromium): present, hide,"
             " navigate, eval (when allowed), snapshot"
