@@ -264,13 +264,13 @@ EXEC_EXAMPLE = Example(
         "EXEC_TIME 0\n"
         'STDOUT_SUMMARY "high tide"\n'
         'STDERR_SUMMARY ""\n'
-        "CPU_MS 0\n"
-        "PEAK_RSS_KIB 0\n"
+        "CPU_MS …\n"
+        "PEAK_RSS_KIB …\n"
         "SANDBOX bwrap\n"
         "LIMITS …\n"
         "LOG_PATH …\n"
     ),
-    volatile=("LIMITS", "LOG_PATH"),
+    volatile=("CPU_MS", "PEAK_RSS_KIB", "LIMITS", "LOG_PATH"),
 )
 
 
