@@ -122,7 +122,8 @@ def _field_line(spec: FieldSpec, inline: str | None) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")  # a pipe would end the table cell
+    # A pipe would end the table cell; ``<url>`` would be read as an HTML tag and vanish.
+    return text.replace("|", "\\|").replace("<", "&lt;")
 
 
 def _reply_line(field: ReplyField) -> str:
