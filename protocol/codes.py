@@ -48,6 +48,7 @@ class ErrorCode(enum.StrEnum):
     OUTBOX_FULL = "outbox_full", "the memory outbox is full; work that must be logged is refused"
     INTERNAL_ERROR = "internal_error", "a bug: the daemon logged a traceback"
     NOT_AVAILABLE = "not_available", "the feature is not configured or cannot run on this host"
+    DAEMON_UNAVAILABLE = "daemon_unavailable", "the daemon behind csp-web mcp --socket is down"
 
     # Memory Specialist relay.
     MEMORY_UNAVAILABLE = "memory_unavailable", "the Memory Specialist cannot be reached"

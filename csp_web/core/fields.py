@@ -55,6 +55,32 @@ class FieldSpec:
         return out
 
 
+@dataclass(frozen=True)
+class ReplyField:
+    """A field an op's reply can carry besides STATUS, ID, SCOPE, DATA and ERROR (which every
+    reply may carry, SPEC R-1, R-2): its name, when it is sent, and what it means."""
+
+    name: str
+    when: str = "always"
+    doc: str = ""
+
+
+# Every reply may carry these (SPEC R-1, R-2); an op declares only the rest.
+COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR"})
+
+
+@dataclass(frozen=True)
+class Example:
+    """One exchange for the ops reference: ``request`` is a TASK frame's text; ``reply`` the
+    reply frame it gives, normalised (``csp_web.app.opsdoc.normalise``, which writes ``…`` for
+    the values of the ``volatile`` fields); a test runs the request
+    through a real daemon and compares, so the example cannot drift from the behaviour."""
+
+    request: str
+    reply: str
+    volatile: tuple[str, ...] = ()  # reply fields whose values differ by run or machine
+
+
 class Params:
     """A task's validated fields, read through typed accessors."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from csp_web.core.errors import FieldError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from protocol import ErrorCode, Task
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ class Op(Generic[S]):
     """One operation: ``TASK REQ:<req> IN:<domain> OUT:<out>`` runs ``handler``.
 
     ``specialist`` names the slot pool it runs in (web, tool, memory, sys); ``inline`` names
-    the field that inline header text fills (SPEC D-4).
+    the field that inline header text fills (SPEC D-4); ``replies`` the fields its reply
+    can carry beyond the common ones, and ``example`` one exchange (docs/ops.md).
     """
 
     req: str
@@ -44,6 +45,8 @@ class Op(Generic[S]):
     fields: tuple[FieldSpec, ...] = ()
     inline: str | None = None
     doc: str = ""
+    replies: tuple[ReplyField, ...] = ()
+    example: Example | None = None
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able entry ``REQ:ops`` prints for this op."""
@@ -73,6 +76,10 @@ class OpSpec(Protocol):
     def inline(self) -> str | None: ...
     @property
     def doc(self) -> str: ...
+    @property
+    def replies(self) -> tuple[ReplyField, ...]: ...
+    @property
+    def example(self) -> Example | None: ...
 
     def describe(self) -> dict[str, Any]: ...
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from csp_web.core.context import OpContext
-from csp_web.core.fields import Params
+from csp_web.core.fields import Example, Params, ReplyField
 from csp_web.core.ops import Op, OpTable
 from csp_web.core.ports import MemoryPath, StatsLine
 from csp_web.core.replies import Result
@@ -78,8 +78,98 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
     return Result(data, scope=("sys",), fields=tuple(fields))
 
 
+PING_REPLIES = ()
+PING_EXAMPLE = Example(
+    ("TASK REQ:ping IN:SYS OUT:PONG\nID 1\n"),
+    ("STATUS OK\nID 1\nSCOPE [sys]\nDATA pong\n"),
+)
+
+OPS_REPLIES = (ReplyField("OP", "one per op", "the op as JSON: req, in, out, inline, fields, doc"),)
+OPS_EXAMPLE = Example(
+    ("TASK REQ:ops IN:SYS OUT:OPS\nID 1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [sys]\n"
+        "DATA ops:22\n"
+        'OP {"req":"exec","in":"SHELL","out":"EXEC_RESULT","inline":"COMMAND"'
+        ',"fields":[{"name":"COMMAND","type":"text","required":true,"max_char'
+        's":8192},{"name":"TIMEOU…\n'
+        'OP {"req":"nodes","in":"SYS","out":"NODES","fields":[{"name":"AC'
+        'TION","type":"choice","default":"list","choices":["list","approve","'
+        'revoke"]},{"name":"CODE","ty…\n'
+        'OP {"req":"ops","in":"SYS","out":"OPS","fields":[],"doc":"every '
+        'op with its fields and OUT kind"}\n'
+        "… 19 more OP\n"
+    ),
+)
+
+STATS_REPLIES = (
+    ReplyField(
+        "OUTBOX", "a memory path is configured", "depth, delivered, rejected, refused, connected"
+    ),
+    ReplyField("OP", "one per op run since start", "<op> count, failed, p50_ms, p99_ms"),
+    ReplyField("REJECTED", "one per code frames were refused with", "<code>:<count>"),
+    ReplyField("RELOAD", "after a SIGHUP", "the last reload's outcome"),
+    ReplyField("REDIS", "redis.url is set", "the shared state's link (web)"),
+    ReplyField("SANDBOX", "exec is configured", "the sandbox kind (tool)"),
+    ReplyField("EXEC_LIMITS", "exec is configured", "what enforces exec's limits (tool)"),
+    ReplyField("MCP", "MCP servers are configured: one per server", "its state (tool)"),
+    ReplyField("BROWSER", "always", "the browser's state (browser)"),
+    ReplyField("NODES", "always", "paired and connected nodes (node)"),
+)
+STATS_EXAMPLE = Example(
+    ("TASK REQ:stats IN:SYS OUT:STATS\nID 1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [sys]\n"
+        "DATA …\n"
+        "OUTBOX …\n"
+        "OP exec count:1,failed:0,p50_ms:0,p99_ms:0\n"
+        "OP fetch count:1,failed:0,p50_ms:0,p99_ms:0\n"
+        "OP nodes count:2,failed:0,p50_ms:0,p99_ms:0\n"
+        "BROWSER …\n"
+        "EXEC_LIMITS …\n"
+        'MCP {"server":"toy","state":"idle","calls":0,"restarts":0,"in_flight'
+        '":0,"last_error":"","failures":0}\n'
+        "NODES paired:1,connected:1,links:1,pending_pairs:0\n"
+        "SANDBOX bwrap\n"
+        "… 4 more OP\n"
+    ),
+    volatile=("DATA", "OUTBOX", "BROWSER", "EXEC_LIMITS"),
+)
+
+
 SYS_OPS: tuple[Op[SysServices], ...] = (
-    Op("ping", "SYS", "PONG", "sys", ping, doc="liveness check"),
-    Op("ops", "SYS", "OPS", "sys", ops, doc="every op with its fields and OUT kind"),
-    Op("stats", "SYS", "STATS", "sys", stats_op, doc="counters, latencies, outbox depth"),
+    Op(
+        "ping",
+        "SYS",
+        "PONG",
+        "sys",
+        ping,
+        replies=PING_REPLIES,
+        example=PING_EXAMPLE,
+        doc="liveness check",
+    ),
+    Op(
+        "ops",
+        "SYS",
+        "OPS",
+        "sys",
+        ops,
+        replies=OPS_REPLIES,
+        example=OPS_EXAMPLE,
+        doc="every op with its fields and OUT kind",
+    ),
+    Op(
+        "stats",
+        "SYS",
+        "STATS",
+        "sys",
+        stats_op,
+        replies=STATS_REPLIES,
+        example=STATS_EXAMPLE,
+        doc="counters, latencies, outbox depth",
+    ),
 )

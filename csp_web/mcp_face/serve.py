@@ -17,10 +17,9 @@ import trio
 from mcp.server import Server
 
 from csp_web.config import Config
-from csp_web.core.client import Client
 from csp_web.core.unix import open_unix_listener
 from csp_web.mcp_face.asgi import App, Message, Receive, Send, serve_asgi
-from csp_web.mcp_face.daemon_link import open_daemon_client
+from csp_web.mcp_face.daemon_link import DaemonCaller, open_daemon_client
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import Task
@@ -65,7 +64,7 @@ async def serve_mcp_face(
 
 
 async def load_tools(
-    client: Client, config: Config, selected: Sequence[str] | None
+    client: DaemonCaller, config: Config, selected: Sequence[str] | None
 ) -> list[ToolSpec]:
     """The daemon's op table (REQ:ops) as the tools to expose."""
     entries = parse_op_table(await client.call(_OPS, timeout_s=30.0))

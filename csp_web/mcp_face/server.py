@@ -23,7 +23,8 @@ from mcp.types import (
 )
 
 from csp_web import __version__
-from csp_web.core.client import Client, ClientClosed
+from csp_web.core.client import ClientClosed
+from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
 from csp_web.mcp_face.tools import ToolSpec
 from protocol import ErrorCode
@@ -36,7 +37,9 @@ SERVER_NAME = "csp-web"
 _REPLY_MARGIN_S = 30.0
 
 
-def build_server(client: Client, tools: Sequence[ToolSpec], *, max_timeout_ms: int) -> Server[Any]:
+def build_server(
+    client: DaemonCaller, tools: Sequence[ToolSpec], *, max_timeout_ms: int
+) -> Server[Any]:
     """The MCP server exposing ``tools``, calling the daemon through ``client`` (owned by the
     caller and open while the server runs)."""
     by_name = {tool.name: tool for tool in tools}
@@ -67,7 +70,7 @@ def build_server(client: Client, tools: Sequence[ToolSpec], *, max_timeout_ms: i
 
 
 async def call(
-    client: Client, tool: ToolSpec, arguments: dict[str, Any] | None, timeout_s: float
+    client: DaemonCaller, tool: ToolSpec, arguments: dict[str, Any] | None, timeout_s: float
 ) -> ToolOutcome:
     """Run one tool call as a task; the outcome, never an exception, for anything the daemon
     or the arguments get wrong."""
@@ -80,6 +83,9 @@ async def call(
     except ClientClosed:
         log.warning("%s: the daemon connection is closed", tool.name)
         return refused(ErrorCode.NOT_AVAILABLE, "the csp-web daemon connection is closed")
+    except DaemonDown as exc:  # --socket: the daemon is down or restarting
+        log.warning("%s: %s", tool.name, exc)
+        return refused(ErrorCode.DAEMON_UNAVAILABLE, str(exc))
     except trio.TooSlowError:
         return refused(ErrorCode.TIMEOUT_EXCEEDED, f"no reply in {timeout_s:.0f}s")
     return outcome_of(tool, reply)

@@ -23,7 +23,7 @@ import trio
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
@@ -235,6 +235,39 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
     return Result(result.data, result.scope, tuple(fields))
 
 
+BROWSER_REPLIES = (
+    ReplyField("URL", "always but close", "the page's URL after the action"),
+    ReplyField("TITLE", "navigate, extract", "the page's title"),
+    ReplyField("HTTP_STATUS", "navigate, when the page had one", "the HTTP status"),
+    ReplyField("SELECTOR", "click, type", "the element acted on"),
+    ReplyField("SCREENSHOT_BYTES", "screenshot", "the PNG's size"),
+    ReplyField("SCREENSHOT_REF", "screenshot", "the PNG's path under the state dir"),
+    ReplyField("CONTENT", "extract", "the text, capped by MAX_CHARS"),
+    ReplyField("REMAINING_CHARS", "extract, when cut", "what was left out"),
+    ReplyField("EXEC_TIME", "always", "ms the action took"),
+    ReplyField("SESSION", "a SESSION was given (close: always)", "the session"),
+)
+
+BROWSER_EXAMPLE = Example(
+    (
+        "TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT\n"
+        "ID 1\n"
+        "ACTION navigate\n"
+        "TARGET_URL https://origin.test/tides\n"
+    ),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [browser]\n"
+        "DATA action:navigate,url:https://origin.test/tides\n"
+        "URL https://origin.test/tides\n"
+        'TITLE "Tides"\n'
+        "HTTP_STATUS 200\n"
+        "EXEC_TIME 0\n"
+    ),
+)
+
+
 OPS: list[Op[BrowserServices]] = [
     Op(
         "browser",
@@ -253,6 +286,8 @@ OPS: list[Op[BrowserServices]] = [
             FieldSpec("ATTRIBUTE", max_chars=128, doc="extract: this attribute of SELECTOR"),
             FieldSpec("MAX_CHARS", "int", minimum=1, maximum=1_000_000, doc="extract: cap"),
         ),
+        replies=BROWSER_REPLIES,
+        example=BROWSER_EXAMPLE,
         doc=(
             "drive a Chromium page through the fetch guard: navigate, click, type, screenshot,"
             " extract (readable Markdown, or SELECTOR's text); SESSION keeps the page"

@@ -18,7 +18,7 @@ import time
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
@@ -126,6 +126,38 @@ async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> R
     return Result(f"action:{action},{detail}", _SCOPE, (*fields, ("EXEC_TIME", elapsed)))
 
 
+CANVAS_REPLIES = (
+    ReplyField("URL", "present, navigate", "the page shown"),
+    ReplyField("WIDTH", "present on main", "pixels"),
+    ReplyField("HEIGHT", "present on main", "pixels"),
+    ReplyField("SNAPSHOT_BYTES", "snapshot", "the PNG's size"),
+    ReplyField("SNAPSHOT_REF", "snapshot", "the PNG's path under the state dir"),
+    ReplyField("RESULT", "eval", "the expression's value as JSON"),
+    ReplyField("EXEC_TIME", "always", "ms the action took"),
+)
+
+CANVAS_EXAMPLE = Example(
+    (
+        "TASK REQ:canvas IN:TOOL OUT:CANVAS_RESULT\n"
+        "ID 1\n"
+        "ACTION present\n"
+        'HTML "<h1>High tide</h1>"\n'
+        "WIDTH 640\n"
+        "HEIGHT 360\n"
+    ),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [canvas]\n"
+        "DATA action:present,node:main\n"
+        "URL inline\n"
+        "WIDTH 640\n"
+        "HEIGHT 360\n"
+        "EXEC_TIME 0\n"
+    ),
+)
+
+
 OPS: list[Op[BrowserServices]] = [
     Op(
         "canvas",
@@ -142,6 +174,8 @@ OPS: list[Op[BrowserServices]] = [
             FieldSpec("NODE", default="main", max_chars=64, doc="the node whose canvas"),
             FieldSpec("EXPRESSION", max_chars=64 * 1024, doc="eval: JavaScript, JSON result"),
         ),
+        replies=CANVAS_REPLIES,
+        example=CANVAS_EXAMPLE,
         doc=(
             "show a page on a node's canvas (main: this host's Chromium): present, hide,"
             " navigate, eval (when allowed), snapshot"

@@ -12,7 +12,7 @@ import time
 
 from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from protocol import ErrorCode
@@ -88,6 +88,55 @@ async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -
     return Result(f"revoked:{revoked}", ("node",), (("NODE", revoked),))
 
 
+NODE_REPLIES = (
+    ReplyField("NODE", "always", "the node's name"),
+    ReplyField("EXEC_TIME", "always", "ms from sending to the node's reply"),
+    ReplyField("NODE_TIME", "the node reported it", "ms the node worked (its WORK_MS)"),
+    ReplyField(
+        "MEDIA_SHA256", "the reply carried media", "the sha256 of the media file DATA names"
+    ),
+    ReplyField("SOURCE", "location_get", "geoclue or fixed"),
+    ReplyField("ACCURACY_M", "location_get, when known", "metres"),
+)
+
+NODE_EXAMPLE = Example(
+    ("TASK REQ:node IN:TOOL OUT:NODE_RESULT\nID 1\nACTION location_get\nNODE lab1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [node]\n"
+        "DATA lat:53.5,lon:8.1\n"
+        "NODE lab1\n"
+        "EXEC_TIME 0\n"
+        "SOURCE fixed\n"
+        "ACCURACY_M 10\n"
+        "NODE_TIME 0\n"
+    ),
+)
+
+NODES_REPLIES = (
+    ReplyField(
+        "NODE",
+        "list: one per paired node; approve, revoke: always",
+        "list: the node as JSON; approve, revoke: its name",
+    ),
+    ReplyField(
+        "TLS", "list, when the TLS listener is on", "<address> sha256:<certificate fingerprint>"
+    ),
+)
+NODES_EXAMPLE = Example(
+    ("TASK REQ:nodes IN:SYS OUT:NODES\nID 1\nACTION list\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [node]\n"
+        "DATA nodes:1\n"
+        'NODE {"name":"lab1","platform":"Linux/test","capabilities":["location_ge'
+        't"],"connected":true,"last_seen":null,"paired_at":0}\n'
+    ),
+)
+
+
 OPS: list[Op[NodeServices]] = [
     Op(
         "node",
@@ -100,6 +149,8 @@ OPS: list[Op[NodeServices]] = [
             FieldSpec("NODE", required=True, max_chars=64, doc="a paired node's name"),
             FieldSpec("PARAMS", "json", max_chars=MAX_PARAMS_CHARS, doc="the action's options"),
         ),
+        replies=NODE_REPLIES,
+        example=NODE_EXAMPLE,
         doc="run camera_snap, screen_record, location_get, notify or canvas on a paired node",
     ),
     # Audited like a tool op (pool "tool"): pairing and revoking are operator acts on record.
@@ -114,6 +165,8 @@ OPS: list[Op[NodeServices]] = [
             FieldSpec("CODE", max_chars=16, doc="the pairing code (approve)"),
             FieldSpec("NAME", max_chars=64, doc="the node (revoke)"),
         ),
+        replies=NODES_REPLIES,
+        example=NODES_EXAMPLE,
         doc="paired nodes: list them, approve a pairing code, revoke a node",
     ),
 ]

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from csp_web.cron import (
@@ -188,6 +188,38 @@ async def cron(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
     return await _HANDLERS[action](service, params)
 
 
+CRON_REPLIES = (
+    ReplyField("JOB", "list: one per job", "the job as JSON"),
+    ReplyField("JOB_ADDED", "add", "the job's id"),
+    ReplyField("JOB_REMOVED", "remove", "the job's id"),
+    ReplyField("JOB_ENABLED", "enable", "the job's id"),
+    ReplyField("JOB_DISABLED", "disable", "the job's id"),
+    ReplyField("NEXT_RUN", "add, enable: when it has a next run", "its time (ISO 8601, UTC)"),
+    ReplyField("JOB_RUN", "run", "the job's id"),
+    ReplyField("RUN_KEY", "run", "the run's key"),
+    ReplyField("RUN_STATUS", "run", "the status of the task it ran"),
+    ReplyField("RUN_ERROR", "run, when the task failed", "its ERROR"),
+)
+CRON_EXAMPLE = Example(
+    (
+        "TASK REQ:cron IN:TOOL OUT:CRON_RESULT\n"
+        "ID 1\n"
+        "ACTION add\n"
+        "JOB_ID tides\n"
+        'SCHEDULE "0 6 * * *"\n'
+        'TASK_DESCRIPTION "check the tide tables"\n'
+    ),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [cron]\n"
+        "DATA jobs:1,active:1,disabled:0\n"
+        "JOB_ADDED tides\n"
+        "NEXT_RUN 2026-01-01T00:00:00Z\n"
+    ),
+)
+
+
 OPS: list[Op[ToolServices]] = [
     Op(
         "cron",
@@ -211,6 +243,8 @@ OPS: list[Op[ToolServices]] = [
             FieldSpec("MISSED", "choice", choices=MISSED_POLICIES, doc="default from config"),
         ),
         inline="ACTION",
+        replies=CRON_REPLIES,
+        example=CRON_EXAMPLE,
         doc="manage cron jobs that run CSP/1 tasks; list, add, remove, enable, disable, run",
     )
 ]

@@ -18,7 +18,7 @@ from csp_web.config import Config, ExecConfig, daemon_paths
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import budget_ms, work_seconds
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
@@ -237,6 +237,43 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
     return reply
 
 
+EXEC_REPLIES = (
+    ReplyField("EXIT_CODE", "the command ran", "its exit status"),
+    ReplyField("EXEC_TIME", "the command ran", "ms it ran"),
+    ReplyField("STDOUT_SUMMARY", "the command ran; FAIL: command_failed", "its output, capped"),
+    ReplyField(
+        "STDERR_SUMMARY", "the command ran; FAIL: command_failed", "its error output, capped"
+    ),
+    ReplyField("CPU_MS", "measured", "CPU time used"),
+    ReplyField("PEAK_RSS_KIB", "measured", "peak memory"),
+    ReplyField("SIGNAL", "a signal ended it", "the signal's number"),
+    ReplyField("LIMIT", "one per limit it hit", "which (time, memory, output, ...)"),
+    ReplyField("SANDBOX", "the command ran", "bwrap or none"),
+    ReplyField("LIMITS", "the command ran", "what enforced the limits"),
+    ReplyField("CACHED", "a cached result", "true"),
+    ReplyField("COMMAND", "FAIL: the policy refused it", "the command refused"),
+    ReplyField("LOG_PATH", "always but refusals", "the exec log file of this run"),
+)
+EXEC_EXAMPLE = Example(
+    ('TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nID 1\nCOMMAND "echo high tide"\nSHELL true\n'),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [shell]\n"
+        "DATA exit:0\n"
+        "EXEC_TIME 0\n"
+        'STDOUT_SUMMARY "high tide"\n'
+        'STDERR_SUMMARY ""\n'
+        "CPU_MS …\n"
+        "PEAK_RSS_KIB …\n"
+        "SANDBOX bwrap\n"
+        "LIMITS …\n"
+        "LOG_PATH …\n"
+    ),
+    volatile=("CPU_MS", "PEAK_RSS_KIB", "LIMITS", "LOG_PATH"),
+)
+
+
 OPS: list[Op[ToolServices]] = [
     Op(
         "exec",
@@ -253,6 +290,8 @@ OPS: list[Op[ToolServices]] = [
             FieldSpec("NO_CACHE", "bool", default=False),
         ),
         inline="COMMAND",
+        replies=EXEC_REPLIES,
+        example=EXEC_EXAMPLE,
         doc="run a command in the sandbox under time, memory, process and output limits",
     )
 ]

@@ -17,7 +17,7 @@ import trio
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_deadline
 from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from protocol import ErrorCode
@@ -70,6 +70,31 @@ async def mcp(params: Params, ctx: OpContext, tool_services: ToolServices) -> Re
     return Result(result.data, result.scope, result.fields())
 
 
+MCP_REPLIES = (
+    ReplyField("EXEC_TIME", "the server answered", "ms of the call"),
+    ReplyField(
+        "STRUCTURED", "call: the tool gave structured content", "it, as compact JSON (capped)"
+    ),
+    ReplyField("STRUCTURED_CHARS", "call: structured content was cut", "its whole length"),
+    ReplyField("TEXT_CHARS", "call: the text was cut", "its whole length"),
+    ReplyField("TOOL", "list: one per tool", "the tool's name, description and input schema"),
+    ReplyField("TOOLS_LISTED", "list: more tools than shown", "how many the server listed"),
+    ReplyField("REASON", "FAIL: mcp_unavailable", "why the server is unavailable"),
+    ReplyField("ERROR_SUMMARY", "FAIL: the tool reported an error", "its text, capped"),
+)
+MCP_EXAMPLE = Example(
+    ('TASK REQ:mcp IN:TOOL OUT:MCP_RESULT\nID 1\nSERVER toy\nTOOL add\nPARAMS {"a":2,"b":3}\n'),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [toy]\n"
+        'DATA "{\\n  \\"sum\\": 5,\\n  \\"a\\": 2,\\n  \\"b\\": 3\\n}"\n'
+        "EXEC_TIME 0\n"
+        'STRUCTURED {"a":2,"b":3,"sum":5}\n'
+    ),
+)
+
+
 OPS: list[Op[ToolServices]] = [
     Op(
         "mcp",
@@ -83,6 +108,8 @@ OPS: list[Op[ToolServices]] = [
             FieldSpec("PARAMS", max_chars=256 * 1024, doc="a JSON object of arguments"),
             FieldSpec("ACTION", "choice", choices=("call", "list"), default="call"),
         ),
+        replies=MCP_REPLIES,
+        example=MCP_EXAMPLE,
         doc="call an MCP server's tool, or list its tools",
     )
 ]

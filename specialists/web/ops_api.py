@@ -41,7 +41,7 @@ from csp_web.config import ApiConfig, WebConfig
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from csp_web.infra.ratelimit import resume_at
@@ -361,6 +361,29 @@ def _render(call: ApiCall, answer: Answer, *, cached: bool) -> Result:
     return Result(answer.data, scope=(host,), fields=tuple(fields))
 
 
+API_REPLIES = (
+    ReplyField("STATUS_CODE", "the API answered", "its HTTP status"),
+    ReplyField("CACHED", "OK", "whether the answer came from the cache"),
+    ReplyField("TRUNCATED", "DATA was cut", "the answer's whole length in chars"),
+    ReplyField("CITE", "OK", "the URL called and the endpoint (R-4)"),
+    ReplyField("SUMMARY", "FAIL: api_error", "the API's own error message"),
+    ReplyField("ENDPOINT", "FAIL", "the endpoint asked"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+)
+API_EXAMPLE = Example(
+    ("TASK REQ:api IN:WEB OUT:API_RESPONSE\nID 1\nENDPOINT github:/repos/tides/tables\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [api.test]\n"
+        'DATA {"name":"tables","full_name":"tides/tables","stargazers_count":7}\n'
+        "STATUS_CODE 200\n"
+        "CACHED false\n"
+        'CITE https://api.test/repos/tides/tables "github:/repos/tides/tables"\n'
+    ),
+)
+
+
 OPS: list[Op[WebServices]] = [
     Op(
         "api",
@@ -370,6 +393,8 @@ OPS: list[Op[WebServices]] = [
         api,
         fields=FIELDS,
         inline="ENDPOINT",
+        replies=API_REPLIES,
+        example=API_EXAMPLE,
         doc="call a configured API; SCOPE, DATA summary, STATUS_CODE, CACHED, CITE",
     )
 ]

@@ -25,7 +25,7 @@ import trio
 
 from csp_web.core.context import OpContext
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
@@ -138,8 +138,120 @@ def _iso(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+BOARD_REPLIES = (
+    ReplyField(
+        "FILE",
+        "one per page on the board",
+        '<fileKey> <url> chars:<n> tokens:<n> turns_left:<n> "<title>"',
+    ),
+)
+BOARD_EXAMPLE = Example(
+    ("TASK REQ:board IN:WEB OUT:BOARD\nID 1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE []\n"
+        "DATA files:1\n"
+        "FILE fk_xxxxxxxxxxxxxxxx https://origin.test/tides chars:359 tokens:90 "
+        'turns_left:2 "Tides of the North Sea"\n'
+    ),
+)
+
+SAVE_REPLIES = (
+    ReplyField("FILE_KEY", "always", "the key saved"),
+    ReplyField("PATH", "OK", "its path in the Memory Specialist"),
+    ReplyField("SAVED_AT", "OK", "when (ISO 8601, UTC)"),
+    ReplyField("EXPIRES_AT", "OK", "when the cabinet drops it"),
+    ReplyField("CITE", "OK", "the page (R-4)"),
+)
+SAVE_EXAMPLE = Example(
+    ('TASK REQ:save fk_xxxxxxxxxxxxxxxx IN:WEB OUT:ACK\nID 1\nNOTE "tide tables"\n'),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [memory]\n"
+        "DATA saved:fk_xxxxxxxxxxxxxxxx\n"
+        "FILE_KEY fk_xxxxxxxxxxxxxxxx\n"
+        "PATH cabinet/fk_xxxxxxxxxxxxxxxx.json\n"
+        "SAVED_AT 2026-01-01T00:00:00Z\n"
+        "EXPIRES_AT 2026-01-01T00:00:00Z\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+    ),
+)
+
+CABINET_REPLIES = (
+    ReplyField("TITLE", "the page had one", "its title"),
+    ReplyField("URL", "OK", "the page's URL"),
+    ReplyField("FILE_KEY", "always", "the key read"),
+    ReplyField("NOTE", "saved with one", "the NOTE given to save"),
+    ReplyField("SAVED_AT", "OK", "when it was saved"),
+    ReplyField("EXPIRES_AT", "OK", "when the cabinet drops it"),
+    ReplyField("CONTENT_LENGTH", "OK", "the whole content's length in chars"),
+    ReplyField("TOKENS", "OK", "about how many model tokens DATA is"),
+    ReplyField("TRUNCATED", "OK", "whether DATA stops before the end"),
+    ReplyField("NEXT_START", "PARTIAL", "START for the next part"),
+    ReplyField("REMAINING_CHARS", "PARTIAL", "chars after this part"),
+    ReplyField("CITE", "OK", "the page (R-4)"),
+)
+CABINET_EXAMPLE = Example(
+    ("TASK REQ:cabinet fk_xxxxxxxxxxxxxxxx IN:WEB OUT:CONTENT\nID 1\nMAX_CHARS 80\n"),
+    (
+        "STATUS PARTIAL\n"
+        "ID 1\n"
+        "SCOPE [memory]\n"
+        'DATA "# Tides of the North Sea\\n\\nThe North Sea has two high tides '
+        'every day, about twel"\n'
+        'TITLE "Tides of the North Sea"\n'
+        "URL https://origin.test/tides\n"
+        "FILE_KEY fk_xxxxxxxxxxxxxxxx\n"
+        'NOTE "tide tables"\n'
+        "SAVED_AT 2026-01-01T00:00:00Z\n"
+        "EXPIRES_AT 2026-01-01T00:00:00Z\n"
+        "CONTENT_LENGTH 359\n"
+        "TOKENS 20\n"
+        "TRUNCATED true\n"
+        "NEXT_START 80\n"
+        "REMAINING_CHARS 279\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+    ),
+)
+
+WRITE_FILE_REPLIES = (
+    ReplyField("FILE_KEY", "always", "the key written"),
+    ReplyField("BYTES", "OK", "bytes written"),
+    ReplyField("CITE", "OK", "the page (R-4)"),
+)
+WRITE_FILE_EXAMPLE = Example(
+    (
+        "TASK REQ:write_file IN:WEB OUT:PATH\n"
+        "ID 1\n"
+        "FILE_KEY fk_xxxxxxxxxxxxxxxx\n"
+        "PATH <workspace>/tides.md\n"
+    ),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE []\n"
+        "DATA path:<workspace>/tides.md\n"
+        "FILE_KEY fk_xxxxxxxxxxxxxxxx\n"
+        "BYTES 359\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+    ),
+)
+
+
 OPS: list[Op[WebServices]] = [
-    Op("board", "WEB", "BOARD", "web", board, (), doc="the announcement board: recent fetches"),
+    Op(
+        "board",
+        "WEB",
+        "BOARD",
+        "web",
+        board,
+        (),
+        replies=BOARD_REPLIES,
+        example=BOARD_EXAMPLE,
+        doc="the announcement board: recent fetches",
+    ),
     Op(
         "save",
         "WEB",
@@ -148,6 +260,8 @@ OPS: list[Op[WebServices]] = [
         save,
         (FILE_KEY, FieldSpec("NOTE", max_chars=NOTE_MAX_CHARS, doc="kept with the entry")),
         inline="FILE_KEY",
+        replies=SAVE_REPLIES,
+        example=SAVE_EXAMPLE,
         doc="keep a fileKey's content in the File Cabinet (Memory Specialist, 30 days)",
     ),
     Op(
@@ -162,6 +276,8 @@ OPS: list[Op[WebServices]] = [
             FieldSpec("START", "int", default=0, minimum=0, doc="character offset to read from"),
         ),
         inline="FILE_KEY",
+        replies=CABINET_REPLIES,
+        example=CABINET_EXAMPLE,
         doc="a File Cabinet entry's content, paged by START/MAX_CHARS",
     ),
     Op(
@@ -177,6 +293,8 @@ OPS: list[Op[WebServices]] = [
             ),
             FieldSpec("OVERWRITE", "bool", default=False, doc="replace an existing file"),
         ),
+        replies=WRITE_FILE_REPLIES,
+        example=WRITE_FILE_EXAMPLE,
         doc="write a fileKey's content to a file in a workspace root",
     ),
 ]

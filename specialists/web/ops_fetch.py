@@ -23,7 +23,7 @@ import urllib.parse
 
 from csp_web.core.context import OpContext
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
@@ -161,6 +161,99 @@ def _too_many(limit: int, url: str) -> OpError:
     return OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{limit}", fields=(("URL", url),))
 
 
+FETCH_REPLIES = (
+    ReplyField("TITLE", "one page, with a title", "the page's title"),
+    ReplyField("WORD_COUNT", "one page", "words in the readable content"),
+    ReplyField(
+        "PAGE_TYPE",
+        "one HTML page the extractor can tell (R-7)",
+        "article forum docs listing product collection service",
+    ),
+    ReplyField("CACHED", "one page", "whether it came from the cache"),
+    ReplyField("URL", "one page; FAIL: the URL that failed", "the page's final URL"),
+    ReplyField("FILE_KEY", "one page; FAIL: unknown_file_key", "the content's fileKey"),
+    ReplyField("CONTENT_LENGTH", "one page", "the whole content's length in chars"),
+    ReplyField("TOKENS", "one page", "about how many model tokens DATA is"),
+    ReplyField("TRUNCATED", "one page", "whether DATA stops before the end"),
+    ReplyField("NEXT_START", "PARTIAL, one page", "START for the next part"),
+    ReplyField("REMAINING_CHARS", "PARTIAL, one page", "chars after this part"),
+    ReplyField(
+        "FETCH",
+        "several URLs: one per page loaded",
+        '<fileKey> <url> chars tokens truncated cached "<title>"',
+    ),
+    ReplyField(
+        "CONTENT", "several URLs: one per page loaded", "<fileKey>:<content as a JSON string>"
+    ),
+    ReplyField("FETCH_ERROR", "several URLs: one per URL that failed", "<url> <code>:<detail>"),
+    ReplyField("FILE", "BOARD true: one per page on the board", "as board's FILE"),
+    ReplyField("CITE", "per page", "the page (R-4)"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+)
+FETCH_EXAMPLE = Example(
+    ("TASK REQ:fetch https://origin.test/tides IN:WEB OUT:CONTENT\nID 1\nMAX_CHARS 120\n"),
+    (
+        "STATUS PARTIAL\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        'DATA "# Tides of the North Sea\\n\\nThe North Sea has two high tides '
+        'every day, about twelve hours and twenty-five minutes apart. "\n'
+        'TITLE "Tides of the North Sea"\n'
+        "WORD_COUNT 62\n"
+        "CACHED false\n"
+        "URL https://origin.test/tides\n"
+        "FILE_KEY fk_xxxxxxxxxxxxxxxx\n"
+        "CONTENT_LENGTH 359\n"
+        "TOKENS 30\n"
+        "TRUNCATED true\n"
+        "NEXT_START 120\n"
+        "REMAINING_CHARS 239\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+    ),
+)
+
+META_REPLIES = (
+    ReplyField("TITLE", "found", "og:title, twitter:title, JSON-LD name or <title>"),
+    ReplyField("DESCRIPTION", "found", "the page's description"),
+    ReplyField("IMAGE", "found", "its image URL"),
+    ReplyField("SITE_NAME", "found", "the site's name"),
+    ReplyField("TYPE", "found", "og:type"),
+    ReplyField("OG_URL", "found", "the canonical URL it names"),
+    ReplyField("CITE", "OK", "the page (R-4)"),
+    ReplyField("URL", "FAIL", "the URL asked"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+)
+META_EXAMPLE = Example(
+    ("TASK REQ:meta https://origin.test/tides IN:WEB OUT:META\nID 1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        "DATA url:https://origin.test/tides\n"
+        'TITLE "Tides of the North Sea"\n'
+        'DESCRIPTION "Two high tides a day."\n'
+        "SITE_NAME Tide Tables\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+    ),
+)
+
+RESOLVE_REPLIES = (
+    ReplyField("REDIRECT_CHAIN", "OK", "every hop, joined by ' -> '"),
+    ReplyField("URL", "FAIL", "the URL asked"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+)
+RESOLVE_EXAMPLE = Example(
+    ("TASK REQ:resolve https://origin.test/moved IN:WEB OUT:URL\nID 1\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        "DATA url:https://origin.test/tides\n"
+        "REDIRECT_CHAIN https://origin.test/moved→https://origin.test/tides\n"
+    ),
+)
+
+
 OPS: list[Op[WebServices]] = [
     Op(
         "fetch",
@@ -188,10 +281,23 @@ OPS: list[Op[WebServices]] = [
             FieldSpec("BOARD", "bool", default=False, doc="add the announcement board (FILE)"),
         ),
         inline="URL",
+        replies=FETCH_REPLIES,
+        example=FETCH_EXAMPLE,
         doc="pages' readable content with fileKeys, paged by START/MAX_CHARS; PAGE_TYPE when"
         " the extractor can tell (article forum docs listing product collection service)",
     ),
-    Op("meta", "WEB", "META", "web", meta, (URL_FIELD,), inline="URL", doc="a page's card"),
+    Op(
+        "meta",
+        "WEB",
+        "META",
+        "web",
+        meta,
+        (URL_FIELD,),
+        inline="URL",
+        replies=META_REPLIES,
+        example=META_EXAMPLE,
+        doc="a page's card",
+    ),
     Op(
         "resolve",
         "WEB",
@@ -200,6 +306,8 @@ OPS: list[Op[WebServices]] = [
         resolve,
         (URL_FIELD,),
         inline="URL",
+        replies=RESOLVE_REPLIES,
+        example=RESOLVE_EXAMPLE,
         doc="the final URL after redirects and meta refreshes",
     ),
 ]

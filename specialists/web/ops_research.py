@@ -42,7 +42,7 @@ import trio
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_deadline
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
@@ -126,6 +126,53 @@ def _steps(job: Job) -> list[Field]:
     return lines
 
 
+RESEARCH_REPLIES = (ReplyField("JOB_ID", "OK", "the job, for result"),)
+RESEARCH_EXAMPLE = Example(
+    ('TASK REQ:research IN:WEB OUT:RESEARCH\nID 1\nQUESTION "north sea tides"\nMAX_SOURCES 1\n'),
+    ("STATUS OK\nID 1\nSCOPE []\nDATA status:running\nJOB_ID rj_xxxxxxxxxxxxxxxx\n"),
+)
+
+RESULT_REPLIES = (
+    ReplyField("JOB_ID", "always", "the job"),
+    ReplyField("JOB_STATUS", "FAIL", "the job's status"),
+    ReplyField("QUESTION", "done", "the question asked"),
+    ReplyField("METHOD", "done", "how the bullets were made (model or extractive)"),
+    ReplyField("MODEL_ERROR", "done, when the model failed", "why; the bullets are extractive"),
+    ReplyField("BULLET", "done: one per bullet", "a finding and its source numbers [n]"),
+    ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order"),
+    ReplyField(
+        "STEP", "INCLUDE_STEPS: one per search or fetch", "<kind> <target> <outcome> ms:<n>"
+    ),
+)
+RESULT_EXAMPLE = Example(
+    (
+        "TASK REQ:result rj_xxxxxxxxxxxxxxxx IN:WEB OUT:RESEARCH\n"
+        "ID 1\n"
+        "WAIT_MS 20000\n"
+        "INCLUDE_STEPS true\n"
+    ),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        "DATA status:done,bullets:4,sources:1\n"
+        "JOB_ID rj_xxxxxxxxxxxxxxxx\n"
+        'QUESTION "north sea tides"\n'
+        "METHOD heuristic\n"
+        'BULLET "The North Sea has two high tides every day, about twelve hours '
+        'and twenty-five minutes apart. [1]"\n'
+        'BULLET "Spring tides follow the new and the full moon; neap tides fall '
+        'between them. [1]"\n'
+        'BULLET "Tide tables give the times of high and low water for each port, '
+        'and harbour masters publish them a year ahead. [1]"\n'
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+        'STEP search "north sea tides" ok ms:0\n'
+        "STEP fetch https://origin.test/tides ok ms:0\n"
+        "… 1 more BULLET\n"
+    ),
+)
+
+
 OPS: list[Op[WebServices]] = [
     Op(
         "research",
@@ -151,6 +198,8 @@ OPS: list[Op[WebServices]] = [
             ),
         ),
         inline="QUESTION",
+        replies=RESEARCH_REPLIES,
+        example=RESEARCH_EXAMPLE,
         doc="start a research job: search, read the best sources, answer in cited bullets",
     ),
     Op(
@@ -171,6 +220,8 @@ OPS: list[Op[WebServices]] = [
             ),
         ),
         inline="JOB_ID",
+        replies=RESULT_REPLIES,
+        example=RESULT_EXAMPLE,
         doc="a research job's status, or its bullets and citations",
     ),
 ]

@@ -41,7 +41,7 @@ from csp_web.config import SearchConfig
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
@@ -332,6 +332,56 @@ async def prefetch(services: WebServices, urls: Sequence[str]) -> None:
             log.warning("prefetch of %s failed", url, exc_info=True)
 
 
+SEARCH_REPLIES = (
+    ReplyField(
+        "SNIPPET",
+        "one query: one per hit; several: '<n> ...'",
+        "<domain>:<snippet as a JSON string>",
+    ),
+    ReplyField("TITLE", "one query: one per hit", "the hit's title"),
+    ReplyField("CITE", "one per hit", "the hit (R-4)"),
+    ReplyField("BACKEND", "one query", "the backends that answered"),
+    ReplyField("CACHED", "one query", "whether the answer came from the cache"),
+    ReplyField("QUERY", "one query", "the query asked"),
+    ReplyField("TOTAL", "one query, when the backend gave one", "its estimated total"),
+    ReplyField("SCORE", "one query: one per hit", "<url> <relevance>"),
+    ReplyField("THUMBNAIL", "a hit has one", "<url> <thumbnail url> (several: '<n> ...')"),
+    ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked"),
+    ReplyField("BACKEND_ERROR", "a backend failed", "<backend>:<reason> <hint>"),
+    ReplyField(
+        "SEARCH",
+        "several queries: one per query answered",
+        '<n> results total backend cached "<query>"',
+    ),
+    ReplyField("HIT", "several queries: one per hit", '<n> <url> score:<s> "<title>"'),
+    ReplyField(
+        "SEARCH_ERROR", "several queries: one per query failed", '<n> <code>:<detail> "<query>"'
+    ),
+    ReplyField("RETRY_AFTER", "FAIL: rate limited everywhere", "seconds to wait"),
+)
+SEARCH_EXAMPLE = Example(
+    ('TASK REQ:search "north sea tides" IN:WEB OUT:URL_REFS\nID 1\nMAX_RESULTS 2\n'),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        "DATA url:https://origin.test/tides,url:https://origin.test/moved\n"
+        'SNIPPET origin.test:"The North Sea has two high tides every day."\n'
+        'SNIPPET origin.test:"Times of high and low water for each port."\n'
+        'TITLE "Tides"\n'
+        'TITLE "Tide tables"\n'
+        'CITE https://origin.test/tides "Tides"\n'
+        'CITE https://origin.test/moved "Tide tables"\n'
+        "BACKEND searxng\n"
+        "CACHED true\n"
+        'QUERY "north sea tides"\n'
+        "TOTAL 2\n"
+        "SCORE https://origin.test/tides 2.0\n"
+        "SCORE https://origin.test/moved 1.0\n"
+    ),
+)
+
+
 OPS: list[Op[WebServices]] = [
     Op(
         "search",
@@ -341,6 +391,8 @@ OPS: list[Op[WebServices]] = [
         search,
         fields=FIELDS,
         inline="QUERY",
+        replies=SEARCH_REPLIES,
+        example=SEARCH_EXAMPLE,
         doc="web search through the configured backends; SCOPE, DATA urls, SNIPPET, TITLE, CITE",
     )
 ]

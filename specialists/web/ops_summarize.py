@@ -20,7 +20,7 @@ import trio
 
 from csp_web.core.context import OpContext
 from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import FieldSpec, Params
+from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
@@ -88,6 +88,30 @@ def _page_text(kind: str, text: str, content_type: str, url: str) -> str:
     return text
 
 
+SUMMARIZE_REPLIES = (
+    ReplyField("BULLET", "one per bullet", "a sentence of the summary"),
+    ReplyField("METHOD", "OK", "how it was made (model or extractive)"),
+    ReplyField("CITE", "URL or FILE_KEY given", "the page (R-4)"),
+    ReplyField("URL", "FAIL: unsupported_content", "the URL asked"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+)
+SUMMARIZE_EXAMPLE = Example(
+    ("TASK REQ:summarize IN:WEB OUT:SUMMARY\nID 1\nURL https://origin.test/tides\nMAX_BULLETS 2\n"),
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        "DATA bullets:2\n"
+        'BULLET "The North Sea has two high tides every day, about twelve hours '
+        'and twenty-five minutes apart."\n'
+        'BULLET "Spring tides follow the new and the full moon; neap tides fall '
+        'between them."\n'
+        "METHOD extractive\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+    ),
+)
+
+
 OPS: list[Op[WebServices]] = [
     Op(
         "summarize",
@@ -107,6 +131,8 @@ OPS: list[Op[WebServices]] = [
             ),
         ),
         inline="TEXT",
+        replies=SUMMARIZE_REPLIES,
+        example=SUMMARIZE_EXAMPLE,
         doc="bullet points of TEXT or of the page at URL",
     ),
 ]
