@@ -15,8 +15,9 @@ import ipaddress
 import os
 import socket
 import ssl
+import tempfile
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import h11
@@ -55,9 +56,8 @@ class ReplayTLS:
     client: ssl.SSLContext
 
 
-def make_replay_tls(hosts: Iterable[str], folder: str) -> ReplayTLS:
-    """Issue the replay's CA and host certificate; the key files go in ``folder`` (the replay's
-    temporary folder: ``load_cert_chain`` reads files)."""
+def make_replay_tls(hosts: Iterable[str]) -> ReplayTLS:
+    """Issue the replay's CA and its certificate for ``hosts`` (a name or an address each)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key, leaf_key = (
         ec.generate_private_key(ec.SECP256R1()),
@@ -88,17 +88,17 @@ def make_replay_tls(hosts: Iterable[str], folder: str) -> ReplayTLS:
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    key_path = os.path.join(folder, "replay-origin.pem")
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(
-            leaf_key.private_bytes(
-                pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-        file.write(leaf.public_bytes(pem))
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(key_path)
+    with tempfile.TemporaryDirectory(prefix="csp-web-replay-tls-") as folder:
+        key_path = os.path.join(folder, "origin.pem")  # 0700 folder; gone once loaded
+        with open(key_path, "wb") as file:
+            file.write(
+                leaf_key.private_bytes(
+                    pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                )
+            )
+            file.write(leaf.public_bytes(pem))
+        server.load_cert_chain(key_path)
     client = ssl.create_default_context(cadata=ca.public_bytes(pem).decode("ascii"))
     return ReplayTLS(server, client)
 
@@ -142,7 +142,7 @@ class CassetteOrigin:
             nursery.start_soon(trio.serve_listeners, self._handler("https"), tls_listeners)
             task_status.started()
 
-    def _handler(self, scheme: str):  # type: ignore[no-untyped-def]
+    def _handler(self, scheme: str) -> Callable[[trio.abc.Stream], Awaitable[None]]:
         async def handle(stream: trio.abc.Stream) -> None:
             conn = h11.Connection(h11.SERVER)
             try:
@@ -186,7 +186,8 @@ class CassetteOrigin:
             status, headers, body = 404, [(MISS_HEADER, "1")], b""
         else:
             status, headers, body = exchange.status, list(exchange.headers), exchange.body
-        headers.append(("content-length", str(len(body))))
+        if status not in (204, 304):  # RFC 9110 §8.6: these carry no Content-Length of a body
+            headers.append(("content-length", str(len(body))))
         await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
         if body and not head and status not in (204, 304):
             await stream.send_all(conn.send(h11.Data(data=body)) or b"")

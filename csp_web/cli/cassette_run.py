@@ -98,7 +98,7 @@ async def replay_with_cassette(
     hosts = frozenset(httpx.URL(exchange.url).host for exchange in cassette.exchanges)
     with credentials_as_recorded(cassette.credentials, config):
         redactor = Redactor((*secrets_in_environment(config), STAND_IN_CREDENTIAL))
-        tls = make_replay_tls(hosts or {"cassette.invalid"}, config.daemon.state_dir)
+        tls = make_replay_tls(hosts or {"cassette.invalid"})
         origin = CassetteOrigin(cassette.exchanges, redactor)
         async with trio.open_nursery() as nursery:
             await nursery.start(origin.serve, tls.server)

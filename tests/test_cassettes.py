@@ -1,0 +1,359 @@
+"""Recorded upstreams (issue 15): ``csp-web replay --record`` writes a transcript's cassette
+through the real guard and client, secrets redacted; plain replay serves it from a local
+origin, offline, and a request the cassette cannot answer fails the transcript by name."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+from csp_web.cli.cassette import (
+    REDACTED,
+    Cassette,
+    CassetteError,
+    Exchange,
+    Redactor,
+    cassette_path,
+    dump_cassette,
+    load_cassette,
+)
+from csp_web.cli.cassette_run import (
+    STAND_IN_CREDENTIAL,
+    credentials_as_recorded,
+    replay_config,
+    replay_with_cassette,
+)
+from csp_web.cli.replay import own_memory_sink, replay_files, replay_in_memory
+from csp_web.cli.transcript import parse_transcript
+from csp_web.config import Config
+from tests.cassette_examples import (
+    EXAMPLES,
+    FOLDER,
+    SECRETS,
+    recording_config,
+    recording_credentials,
+    start_upstream,
+    upstream_of,
+)
+
+WAIT_S = 60.0  # a whole daemon opens per cassette; far past an honest run on a loaded machine
+FETCH_CASSETTE = cassette_path(str(FOLDER / "web_fetch_article.csp"))
+
+
+def _exchange(url: str, body: bytes, *, status: int = 200, method: str = "GET") -> Exchange:
+    headers = (("content-type", "text/plain; charset=utf-8"),)
+    return Exchange(method, url, (), b"", status, headers if body else (), body)
+
+
+def _fetched(url: str, host: str, data: str) -> str:
+    """The whole OK reply of REQ:fetch for a text/plain page holding ``data``."""
+    return (
+        f"< STATUS OK\n< SCOPE [{host}]\n< DATA {data}\n< WORD_COUNT {len(data.split())}\n"
+        f"< CACHED false\n< URL {url}\n< FILE_KEY {{{{re:fk_[a-z0-9]+}}}}\n"
+        f"< CONTENT_LENGTH {len(data)}\n< TOKENS {math.ceil(len(data) / 4)}\n"
+        f'< TRUNCATED false\n< CITE {url} ""\n<\n'
+    )
+
+
+async def _replay(text: str, cassette: Cassette, config: Config, tmp_path: Path) -> list[str]:
+    """Replay transcript ``text`` with ``cassette`` in process, with its own memory sink."""
+    path = tmp_path / "t.cassette.json"
+    path.write_text(dump_cassette(cassette), "utf-8")
+    with trio.fail_after(WAIT_S):
+        async with own_memory_sink(config) as with_sink:
+            return await replay_with_cassette(
+                parse_transcript(text), str(path), with_sink, replay_in_memory
+            )
+
+
+async def _record_examples(folder: Path, ca: trustme.CA) -> int:
+    """Record the example transcripts copied into ``folder`` against the test's origin."""
+    for name in EXAMPLES:
+        shutil.copy(FOLDER / f"{name}.csp", folder / f"{name}.csp")
+    files = [str(folder / f"{name}.csp") for name in EXAMPLES]
+    with recording_credentials(), trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            origin = await start_upstream(nursery, ca)
+            config = recording_config(str(folder / "state"))
+            upstream = upstream_of(origin, ca)
+            failures = await replay_files(files, config, None, record=True, upstream=upstream)
+            nursery.cancel_scope.cancel()
+    return failures
+
+
+async def test_recording_the_examples_writes_the_committed_cassettes(
+    tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cassettes in tests/transcripts/ are what ``--record`` writes against the test's
+    local origin (tests/cassette_examples.py), and the replies match the transcripts."""
+    assert await _record_examples(tmp_path, ca) == 0, capsys.readouterr().out
+    for name in EXAMPLES:
+        written = (tmp_path / f"{name}.cassette.json").read_text("utf-8")
+        assert written == (FOLDER / f"{name}.cassette.json").read_text("utf-8"), name
+
+
+async def test_no_secret_reaches_a_recorded_cassette(tmp_path: Path, ca: trustme.CA) -> None:
+    """Brave's X-Subscription-Token, GitHub's Authorization and a Set-Cookie are sent and
+    received while recording; the written files hold none of their values."""
+    assert await _record_examples(tmp_path, ca) == 0
+    text = "".join((tmp_path / f"{name}.cassette.json").read_text("utf-8") for name in EXAMPLES)
+    for secret in (*SECRETS.values(), "abc123"):
+        assert secret not in text
+    for header in ("x-subscription-token", "authorization", "set-cookie"):
+        assert f'"{header}: {REDACTED}"' in text
+
+
+async def test_a_secret_echoed_in_a_response_body_is_redacted(
+    tmp_path: Path, ca: trustme.CA, config: Config
+) -> None:
+    """An upstream that echoes the request (headers and all) writes the token into the body;
+    the recorder blanks every occurrence of a configured credential, not only headers."""
+    transcript = tmp_path / "echo.csp"
+    transcript.write_text(
+        "> TASK REQ:api github:echo IN:WEB OUT:API_RESPONSE\n>\n< STATUS OK\n< {{any}}\n<\n"
+    )
+    with recording_credentials(), trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            origin = await start_upstream(nursery, ca)
+            await replay_files(
+                [str(transcript)],
+                recording_config(str(tmp_path / "state")),
+                None,
+                record=True,
+                upstream=upstream_of(origin, ca),
+            )
+            nursery.cancel_scope.cancel()
+        echoed = origin.requests[-1].headers["authorization"]
+    assert echoed == f"Bearer {SECRETS['GITHUB_TOKEN']}"  # the token was really sent
+    text = (tmp_path / "echo.cassette.json").read_text("utf-8")
+    (exchange,) = load_cassette(text).exchanges
+    assert SECRETS["GITHUB_TOKEN"] not in text
+    assert json.loads(exchange.body)["headers"]["authorization"] == f"Bearer {REDACTED}"
+
+
+def test_redactor_blanks_a_secret_in_a_url_as_written_and_percent_encoded() -> None:
+    redactor = Redactor(("k/ey+1 2",))
+    assert redactor.url("https://a.example/s?key=k%2Fey%2B1%202&q=x") == (
+        f"https://a.example/s?key={REDACTED}&q=x"
+    )
+    assert redactor.url("https://a.example/s?key=k%2Fey%2B1+2") == (
+        f"https://a.example/s?key={REDACTED}"
+    )
+    assert redactor.headers([("X-Key", "k/ey+1 2"), ("Cookie", "a=b")]) == (
+        ("X-Key", REDACTED),
+        ("Cookie", REDACTED),
+    )
+    assert redactor.body(b'{"k": "k/ey+1 2"}') == b'{"k": "[REDACTED]"}'
+
+
+async def test_a_request_not_in_the_cassette_fails_naming_method_and_url(
+    config: Config, tmp_path: Path
+) -> None:
+    """A path the cassette lacks is answered as a miss by the origin; a host it lacks is
+    never passed on. Both replies are FAIL fetch_failed:cassette_miss and each request is
+    named in the differences, so the transcript fails whatever it expected."""
+    cassette = load_cassette(Path(FETCH_CASSETTE).read_text("utf-8"))
+    text = (
+        "> TASK REQ:fetch https://news.example.org/other IN:WEB OUT:CONTENT\n>\n"
+        "< STATUS FAIL\n< SCOPE []\n< DATA none\n< ERROR fetch_failed:cassette_miss\n"
+        "< URL https://news.example.org/other\n<\n"
+        "> TASK REQ:fetch https://example.com/ IN:WEB OUT:CONTENT\n>\n"
+        "< STATUS FAIL\n< SCOPE []\n< DATA none\n< ERROR fetch_failed:cassette_miss\n"
+        "< URL https://example.com/\n<\n"
+    )
+    assert await _replay(text, cassette, config, tmp_path) == [
+        "cassette miss: GET https://news.example.org/other"
+        " (not recorded, or its recorded exchanges all used)",
+        "cassette miss: GET https://example.com/robots.txt (host not in the cassette)",
+    ]
+
+
+async def test_identical_requests_take_their_exchanges_in_order_and_one_more_is_a_miss(
+    config: Config, tmp_path: Path
+) -> None:
+    """Two recorded answers for one URL serve the first two fetches (N); the third (N+1)
+    is a miss."""
+    page = "https://news.example.org/live"
+    cassette = Cassette(
+        [
+            _exchange("https://news.example.org/robots.txt", b"", status=404),
+            _exchange(page, b"first answer"),
+            _exchange(page, b"second answer"),
+        ]
+    )
+    ask = f"> TASK REQ:fetch {page} IN:WEB OUT:CONTENT\n> NO_CACHE true\n>\n"
+    text = (
+        f"{ask}{_fetched(page, 'news.example.org', 'first answer')}"
+        f"{ask}{_fetched(page, 'news.example.org', 'second answer')}"
+        f"{ask}< STATUS FAIL\n< SCOPE []\n< DATA none\n< ERROR fetch_failed:cassette_miss\n"
+        f"< URL {page}\n<\n"
+    )
+    diffs = await _replay(text, cassette, config, tmp_path)
+    assert diffs == [
+        f"cassette miss: GET {page} (not recorded, or its recorded exchanges all used)"
+    ]
+
+
+async def test_plain_http_with_an_explicit_port_replays_from_the_plain_listener(
+    config: Config, tmp_path: Path
+) -> None:
+    """An http:// URL on port 8080 is served by the origin's plain port: the replay opens
+    that scheme and port in the gate for the cassette's hosts only."""
+    base = "http://plain.example:8080"
+    cassette = Cassette(
+        [_exchange(f"{base}/robots.txt", b"", status=404), _exchange(f"{base}/p", b"plain")]
+    )
+    text = (
+        f"> TASK REQ:fetch {base}/p IN:WEB OUT:CONTENT\n>\n"
+        f"{_fetched(f'{base}/p', 'plain.example', 'plain')}"
+    )
+    assert await _replay(text, cassette, config, tmp_path) == []
+    guard = replay_config(config, cassette).web.guard
+    assert (guard.allow_http, guard.allowed_ports, guard.allow_private) == (
+        True,
+        (443, 8080),
+        ("plain.example",),
+    )
+
+
+async def test_a_redirect_is_two_exchanges_and_each_hop_is_served_from_the_cassette(
+    config: Config, tmp_path: Path
+) -> None:
+    moved = Exchange(
+        "GET", "https://a.example/old", (), b"", 301, (("location", "https://b.example/new"),), b""
+    )
+    cassette = Cassette(
+        [
+            _exchange("https://a.example/robots.txt", b"", status=404),
+            moved,
+            _exchange("https://b.example/robots.txt", b"", status=404),
+            _exchange("https://b.example/new", b"moved here"),
+        ]
+    )
+    text = (
+        "> TASK REQ:fetch https://a.example/old IN:WEB OUT:CONTENT\n>\n"
+        f"{_fetched('https://b.example/new', 'b.example', 'moved here')}"
+    )
+    assert await _replay(text, cassette, config, tmp_path) == []
+
+
+async def test_a_binary_body_round_trips_as_base64(config: Config, tmp_path: Path) -> None:
+    body = bytes(range(256))
+    cassette = Cassette([_exchange("https://bin.example/b", body)])
+    text = dump_cassette(cassette)
+    assert load_cassette(text).exchanges[0].body == body
+    assert "body_base64" in text
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"version": 2, "exchanges": []}, "c.json: version must be 1"),
+        (
+            {
+                "version": 1,
+                "exchanges": [
+                    {"request": {"method": "GET", "url": "u"}, "response": {"status": 700}}
+                ],
+            },
+            "c.json: exchange 0: status must be an integer from 100 to 599",
+        ),
+        (
+            {
+                "version": 1,
+                "exchanges": [
+                    {
+                        "request": {"method": "GET", "url": "u", "headers": ["no colon"]},
+                        "response": {"status": 200},
+                    }
+                ],
+            },
+            'c.json: exchange 0: headers are "name: value" strings',
+        ),
+        (
+            {
+                "version": 1,
+                "exchanges": [
+                    {
+                        "request": {"method": "GET", "url": "u"},
+                        "response": {"status": 200, "body_base64": "*"},
+                    }
+                ],
+            },
+            "c.json: exchange 0: body_base64 is not base64",
+        ),
+        ({"version": 1}, "c.json: not a cassette: KeyError('exchanges')"),
+    ],
+)
+def test_a_malformed_cassette_is_refused_naming_file_and_exchange(
+    document: object, message: str
+) -> None:
+    with pytest.raises(CassetteError) as caught:
+        load_cassette(json.dumps(document), "c.json")
+    assert str(caught.value) == message
+
+
+async def test_a_transcript_with_a_malformed_cassette_fails(
+    config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transcript = tmp_path / "t.csp"
+    transcript.write_text("> TASK REQ:ping IN:SYS OUT:PONG\n>\n< STATUS OK\n< {{any}}\n<\n")
+    (tmp_path / "t.cassette.json").write_text("{}")
+    config = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "s")))
+    with trio.fail_after(WAIT_S):
+        assert await replay_files([str(transcript)], config, None) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"FAIL   {transcript}",
+        f"{tmp_path}/t.cassette.json: version must be 1",
+    ]
+
+
+async def test_a_cassette_is_not_replayed_against_a_running_daemon(
+    config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its client cannot be pointed at the cassette's origin, so the transcript fails rather
+    than letting the daemon go to the live upstreams."""
+    transcript = tmp_path / "t.csp"
+    transcript.write_text("> TASK REQ:ping IN:SYS OUT:PONG\n>\n< STATUS OK\n< {{any}}\n<\n")
+    (tmp_path / "t.cassette.json").write_text(dump_cassette(Cassette()))
+    with trio.fail_after(WAIT_S):
+        assert await replay_files([str(transcript)], config, str(tmp_path / "none.sock")) == 1
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"{tmp_path}/t.cassette.json: a cassette replays in-process only (without --socket)"
+    )
+
+
+def test_record_with_socket_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "csp_web", "replay", "--record", "--socket", "x.sock", "t.csp"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2
+    assert "--record" in done.stderr
+
+
+def test_replay_stands_in_for_the_recorded_credentials_and_hides_the_others(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So a machine with BRAVE_API_KEY set replays a DuckDuckGo recording through
+    DuckDuckGo, and one without it replays a Brave recording through Brave."""
+    monkeypatch.setenv("GITHUB_TOKEN", "real-token")
+    monkeypatch.delenv("BRAVE_API_KEY", raising=False)
+    with credentials_as_recorded(("BRAVE_API_KEY",), config):
+        assert os.environ.get("BRAVE_API_KEY") == STAND_IN_CREDENTIAL
+        assert "GITHUB_TOKEN" not in os.environ
+    assert os.environ.get("GITHUB_TOKEN") == "real-token"
+    assert "BRAVE_API_KEY" not in os.environ
