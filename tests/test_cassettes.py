@@ -175,6 +175,8 @@ async def test_a_request_not_in_the_cassette_fails_naming_method_and_url(
         "cassette miss: GET https://news.example.org/other"
         " (not recorded, or its recorded exchanges all used)",
         "cassette miss: GET https://example.com/robots.txt (host not in the cassette)",
+        "cassette unused: GET https://news.example.org/tides",
+        "cassette unused: GET https://news.example.org/2024/tides",
     ]
 
 
@@ -202,6 +204,22 @@ async def test_identical_requests_take_their_exchanges_in_order_and_one_more_is_
     assert diffs == [
         f"cassette miss: GET {page} (not recorded, or its recorded exchanges all used)"
     ]
+
+
+async def test_a_recorded_exchange_no_request_takes_fails_the_replay_as_stale(
+    config: Config, tmp_path: Path
+) -> None:
+    page = "https://news.example.org/p"
+    cassette = Cassette(
+        [
+            _exchange("https://news.example.org/robots.txt", b"", status=404),
+            _exchange(page, b"taken"),
+            _exchange(page, b"left over"),
+        ]
+    )
+    ask = f"> TASK REQ:fetch {page} IN:WEB OUT:CONTENT\n>\n"
+    text = ask + _fetched(page, "news.example.org", "taken")
+    assert await _replay(text, cassette, config, tmp_path) == [f"cassette unused: GET {page}"]
 
 
 async def test_plain_http_with_an_explicit_port_replays_from_the_plain_listener(

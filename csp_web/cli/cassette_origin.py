@@ -5,7 +5,8 @@ only those, to it (``CassetteResolver``).
 
 Each request is matched by method, URL (scheme of the port, Host header, target) and body
 digest, redacted as the cassette was; the key's recorded exchanges are served in order, and
-a request with none left is answered with ``MISS_HEADER``.
+a request with none left is answered with ``MISS_HEADER``. What no request took is
+``unused``: the transcript no longer makes a request it made when recorded.
 """
 
 from __future__ import annotations
@@ -124,9 +125,10 @@ class CassetteOrigin:
         for exchange in self.exchanges:
             self._queues.setdefault(exchange.key, deque()).append(exchange)
 
-    def unused(self) -> int:
-        """How many recorded exchanges no request has taken."""
-        return sum(len(queue) for queue in self._queues.values())
+    def unused(self) -> list[Exchange]:
+        """The recorded exchanges no request has taken, in recorded order."""
+        left = {id(exchange) for queue in self._queues.values() for exchange in queue}
+        return [exchange for exchange in self.exchanges if id(exchange) in left]
 
     async def serve(
         self, tls: ssl.SSLContext, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

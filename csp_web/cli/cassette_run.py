@@ -52,11 +52,9 @@ class Upstream:
 def _specialists(
     wrap: TransportWrapper, resolver: Resolver | None, trust: ssl.SSLContext | None
 ) -> tuple[Composable, ...]:
-    from csp_web.app.catalog import SPECIALISTS
-    from specialists.web import WEB, make_web
+    from csp_web.app.catalog import with_web_transport
 
-    web = make_web(resolver=resolver, ssl_context=trust, wrap_transport=wrap)
-    return tuple(web if specialist is WEB else specialist for specialist in SPECIALISTS)
+    return with_web_transport(wrap, resolver=resolver, ssl_context=trust)
 
 
 @asynccontextmanager
@@ -92,8 +90,9 @@ async def replay_with_cassette(
     transcript: Transcript, cassette_file: str, config: Config, play: Play
 ) -> list[str]:
     """Play ``transcript`` offline, its upstream requests answered from ``cassette_file`` by a
-    local origin through the real guard and client; the differences, and a line per request
-    the cassette could not answer (each such request failed FETCH_FAILED cassette_miss)."""
+    local origin through the real guard and client; the differences, a line per request the
+    cassette could not answer (each such request failed FETCH_FAILED cassette_miss) and one
+    per recorded exchange no request took (the cassette is stale: record it again)."""
     cassette = load_cassette(await trio.Path(cassette_file).read_text("utf-8"), cassette_file)
     hosts = frozenset(httpx.URL(exchange.url).host for exchange in cassette.exchanges)
     with credentials_as_recorded(cassette.credentials, config):
@@ -107,7 +106,8 @@ async def replay_with_cassette(
             async with _open_daemon(replay_config(config, cassette), specialists) as daemon:
                 diffs = await play(transcript, daemon.dispatcher)
             nursery.cancel_scope.cancel()
-    return diffs + [f"cassette miss: {miss}" for miss in tap.misses]
+    diffs += [f"cassette miss: {miss}" for miss in tap.misses]
+    return diffs + [f"cassette unused: {left.method} {left.url}" for left in origin.unused()]
 
 
 def replay_config(config: Config, cassette: Cassette) -> Config:
