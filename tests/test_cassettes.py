@@ -141,6 +141,42 @@ async def test_a_secret_echoed_in_a_response_body_is_redacted(
     assert json.loads(exchange.body)["headers"]["authorization"] == f"Bearer {REDACTED}"
 
 
+async def test_a_recorded_post_replays_and_one_with_another_body_is_a_miss(
+    tmp_path: Path, ca: trustme.CA, config: Config
+) -> None:
+    """Record, then replay, a POST: its body is part of the key, so the same call replays
+    from the cassette and a call with another payload is a miss."""
+    posted = tmp_path / "post.csp"
+    call = "> TASK REQ:api github:echo IN:WEB OUT:API_RESPONSE\n> METHOD POST\n"
+    reply = (
+        "< STATUS OK\n< SCOPE [api.github.com]\n< DATA {{any}}\n< STATUS_CODE 200\n"
+        '< CACHED false\n< CITE https://api.github.com/echo "github:echo"\n<\n'
+    )
+    posted.write_text(f'{call}> PAYLOAD {{"n":1}}\n>\n{reply}')
+    with recording_credentials(), trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            origin = await start_upstream(nursery, ca)
+            upstream = upstream_of(origin, ca)
+            state = recording_config(str(tmp_path / "state"))
+            assert (
+                await replay_files([str(posted)], state, None, record=True, upstream=upstream) == 0
+            )
+            nursery.cancel_scope.cancel()
+    cassette = load_cassette((tmp_path / "post.cassette.json").read_text("utf-8"))
+    (exchange,) = cassette.exchanges
+    assert (exchange.method, exchange.url) == ("POST", "https://api.github.com/echo")
+    text = posted.read_text("utf-8")
+    recorded = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "r")))
+    assert await _replay(text, cassette, recorded, tmp_path) == []
+    other = text.replace('{"n":1}', '{"n":2}')
+    missed = await _replay(other, cassette, config, tmp_path)
+    assert [line for line in missed if line.startswith("cassette ")] == [
+        "cassette miss: POST https://api.github.com/echo"
+        " (not recorded, or its recorded exchanges all used)",
+        "cassette unused: POST https://api.github.com/echo",
+    ]
+
+
 def test_redactor_blanks_a_secret_in_a_url_as_written_and_percent_encoded() -> None:
     redactor = Redactor(("k/ey+1 2",))
     assert redactor.url("https://a.example/s?key=k%2Fey%2B1%202&q=x") == (
