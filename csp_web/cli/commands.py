@@ -55,7 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     _send_parser(sub)
     add_node_commands(sub)  # nodes approve|list|revoke, node run (csp_web/app/nodes.py)
     replay = sub.add_parser("replay", help="replay .csp transcripts and print differences")
-    replay.add_argument("files", nargs="+", metavar="FILE", help="transcript files (.csp)")
+    replay.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="transcript files (.csp); one with a cassette beside it replays offline from it",
+    )
     replay.add_argument(
         "--socket", metavar="PATH", help="replay against the daemon at PATH instead"
     )
@@ -64,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         "--record",
         action="store_true",
         help="run against the live upstreams and write each FILE's cassette"
-        " (FILE.cassette.json beside it, secrets redacted); in-process only",
+        " (foo.csp -> foo.cassette.json, secrets redacted); in-process only",
     )
     check = sub.add_parser("check-config", help="load a configuration strictly and report")
     check.add_argument(
