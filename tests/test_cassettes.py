@@ -264,6 +264,12 @@ async def test_plain_http_with_an_explicit_port_replays_from_the_plain_listener(
     """An http:// URL on port 8080 is served by the origin's plain port: the replay opens
     that scheme and port in the gate for the cassette's hosts only."""
     base = "http://plain.example:8080"
+    cache = replace(config.web.cache, directory=str(tmp_path / "operator-cache"))
+    config = replace(
+        config,
+        web=replace(config.web, cache=cache),
+        redis=replace(config.redis, url="redis://127.0.0.1:1/0"),
+    )
     cassette = Cassette(
         [_exchange(f"{base}/robots.txt", b"", status=404), _exchange(f"{base}/p", b"plain")]
     )
@@ -272,7 +278,9 @@ async def test_plain_http_with_an_explicit_port_replays_from_the_plain_listener(
         f"{_fetched(f'{base}/p', 'plain.example', 'plain')}"
     )
     assert await _replay(text, cassette, config, tmp_path) == []
-    guard = replay_config(config, cassette).web.guard
+    opened = replay_config(config, cassette)
+    assert (opened.web.cache.directory, opened.redis.url) == (None, None)
+    guard = opened.web.guard
     assert (guard.allow_http, guard.allowed_ports, guard.allow_private) == (
         True,
         (443, 8080),

@@ -76,7 +76,7 @@ async def record_transcript(
     ``cassette_file`` (redacted), and return the differences from the expected replies."""
     recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
     specialists = _specialists(recorder.wrap, upstream.resolver, upstream.ssl_context)
-    async with _open_daemon(_fresh_cache(config), specialists) as daemon:
+    async with _open_daemon(_isolated(config), specialists) as daemon:
         diffs = await play(transcript, daemon.dispatcher)
     names = credential_variables(config)
     used = tuple(name for name in names if os.environ.get(name, "").strip())
@@ -112,7 +112,8 @@ async def replay_with_cassette(
 
 def replay_config(config: Config, cassette: Cassette) -> Config:
     """``config`` opened for the cassette's origins only: their host names reach the local
-    origin (``allow_private``), their ports and schemes pass the gate; the cache is fresh."""
+    origin (``allow_private``), their ports and schemes pass the gate; the cache is fresh
+    (in the run's state folder, no Redis)."""
     urls = [httpx.URL(exchange.url) for exchange in cassette.exchanges]
     guard = config.web.guard
     guard = replace(
@@ -124,12 +125,14 @@ def replay_config(config: Config, cassette: Cassette) -> Config:
         allow_http=guard.allow_http or any(url.scheme == "http" for url in urls),
     )
     config = replace(config, web=replace(config.web, guard=guard))
-    return _fresh_cache(config)
+    return _isolated(config)
 
 
-def _fresh_cache(config: Config) -> Config:
-    # The cache lives in the run's own state folder, never an operator's cache directory.
-    return replace(config, web=replace(config.web, cache=replace(config.web.cache, directory=None)))
+def _isolated(config: Config) -> Config:
+    # The cache lives in the run's own state folder, never an operator's cache directory nor
+    # a fleet's shared Redis (whose entries another daemon may have written).
+    web = replace(config.web, cache=replace(config.web.cache, directory=None))
+    return replace(config, web=web, redis=replace(config.redis, url=None))
 
 
 @contextmanager
