@@ -309,6 +309,27 @@ async def test_a_redirect_is_two_exchanges_and_each_hop_is_served_from_the_casse
     assert await _replay(text, cassette, config, tmp_path) == []
 
 
+async def test_an_international_host_replays_under_its_idna_name(
+    config: Config, tmp_path: Path
+) -> None:
+    """The recorder writes URLs as sent (IDNA); the request for the Unicode spelling reaches
+    the same recorded host through the resolver and certificate under its wire name."""
+    base = "https://xn--bcher-kva.example"
+    cassette = Cassette(
+        [_exchange(f"{base}/robots.txt", b"", status=404), _exchange(f"{base}/b", b"books")]
+    )
+    text = "> TASK REQ:fetch https://bücher.example/b IN:WEB OUT:CONTENT\n>\n"
+    assert (
+        await _replay(
+            text + _fetched(f"{base}/b", "xn--bcher-kva.example", "books"),
+            cassette,
+            config,
+            tmp_path,
+        )
+        == []
+    )
+
+
 async def test_a_binary_body_round_trips_as_base64(config: Config, tmp_path: Path) -> None:
     body = bytes(range(256))
     cassette = Cassette([_exchange("https://bin.example/b", body)])

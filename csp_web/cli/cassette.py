@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from csp_web.config import Config
 
 CASSETTE_VERSION = 1
@@ -82,6 +84,12 @@ class Cassette:
 
 def request_key(method: str, url: str, body: bytes) -> Key:
     return method.upper(), url, hashlib.sha256(body).hexdigest()
+
+
+def wire_host(url: str | httpx.URL) -> str:
+    """The host of ``url`` as it goes on the wire and to the resolver: IDNA-encoded, lower
+    case, an IPv6 address without brackets."""
+    return httpx.URL(url).raw_host.decode("ascii")
 
 
 def cassette_path(transcript_path: str) -> str:

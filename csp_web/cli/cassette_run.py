@@ -20,6 +20,7 @@ from csp_web.cli.cassette import (
     dump_cassette,
     load_cassette,
     secrets_in_environment,
+    wire_host,
 )
 from csp_web.cli.cassette_origin import CassetteOrigin, CassetteResolver, make_replay_tls
 from csp_web.cli.cassette_tap import Recorder, ReplayTap
@@ -94,7 +95,7 @@ async def replay_with_cassette(
     cassette could not answer (each such request failed FETCH_FAILED cassette_miss) and one
     per recorded exchange no request took (the cassette is stale: record it again)."""
     cassette = load_cassette(await trio.Path(cassette_file).read_text("utf-8"), cassette_file)
-    hosts = frozenset(httpx.URL(exchange.url).host for exchange in cassette.exchanges)
+    hosts = frozenset(wire_host(exchange.url) for exchange in cassette.exchanges)
     with credentials_as_recorded(cassette.credentials, config):
         redactor = Redactor((*secrets_in_environment(config), STAND_IN_CREDENTIAL))
         tls = make_replay_tls(hosts or {"cassette.invalid"})
@@ -118,7 +119,7 @@ def replay_config(config: Config, cassette: Cassette) -> Config:
     guard = config.web.guard
     guard = replace(
         guard,
-        allow_private=tuple(dict.fromkeys((*guard.allow_private, *(url.host for url in urls)))),
+        allow_private=tuple(dict.fromkeys((*guard.allow_private, *map(wire_host, urls)))),
         allowed_ports=tuple(
             dict.fromkeys((*guard.allowed_ports, *(url.port for url in urls if url.port)))
         ),

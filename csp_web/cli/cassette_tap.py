@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from csp_web.cli.cassette import FRAMING_HEADERS, Exchange, Redactor
+from csp_web.cli.cassette import FRAMING_HEADERS, Exchange, Redactor, wire_host
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
@@ -158,10 +158,11 @@ class ReplayTap:
     def port_for(self, url: httpx.URL) -> int | None:
         """The origin's port for ``url``, None for a host the cassette cannot serve (not
         recorded, or an address that is not loopback: the connect would leave the machine)."""
-        if url.host not in self.hosts:
+        host = wire_host(url)
+        if host not in self.hosts:
             return None
         try:
-            if not ipaddress.ip_address(url.host).is_loopback:
+            if not ipaddress.ip_address(host).is_loopback:
                 return None
         except ValueError:
             pass  # a name: the replay's resolver answers it with the origin's address
