@@ -45,6 +45,7 @@ from tests.cassette_examples import (
     start_upstream,
     upstream_of,
 )
+from tests.net._origin import Origin
 
 WAIT_S = 60.0  # a whole daemon opens per cassette; far past an honest run on a loaded machine
 FETCH_CASSETTE = cassette_path(str(FOLDER / "web_fetch_article.csp"))
@@ -74,6 +75,24 @@ async def _replay(text: str, cassette: Cassette, config: Config, tmp_path: Path)
             return await replay_with_cassette(
                 parse_transcript(text), str(path), with_sink, replay_in_memory
             )
+
+
+async def _record(
+    tmp_path: Path, ca: trustme.CA, text: str, config: Config | None = None
+) -> tuple[str, Origin]:
+    """Record transcript ``text`` against the examples' local origin (``config``: the
+    recording one); the cassette's text and the origin, which saw the real requests."""
+    path = tmp_path / "recorded.csp"
+    path.write_text(text, "utf-8")
+    config = config or recording_config(str(tmp_path / "state"))
+    with recording_credentials(), trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            origin = await start_upstream(nursery, ca)
+            upstream = upstream_of(origin, ca)
+            failures = await replay_files([str(path)], config, None, record=True, upstream=upstream)
+            nursery.cancel_scope.cancel()
+    assert failures == 0
+    return (tmp_path / "recorded.cassette.json").read_text("utf-8"), origin
 
 
 async def _record_examples(folder: Path, ca: trustme.CA) -> int:
@@ -118,24 +137,15 @@ async def test_a_secret_echoed_in_a_response_body_is_redacted(
 ) -> None:
     """An upstream that echoes the request (headers and all) writes the token into the body;
     the recorder blanks every occurrence of a configured credential, not only headers."""
-    transcript = tmp_path / "echo.csp"
-    transcript.write_text(
-        "> TASK REQ:api github:echo IN:WEB OUT:API_RESPONSE\n>\n< STATUS OK\n< {{any}}\n<\n"
+    text, origin = await _record(
+        tmp_path,
+        ca,
+        "> TASK REQ:api github:echo IN:WEB OUT:API_RESPONSE\n>\n"
+        "< STATUS OK\n< SCOPE [api.github.com]\n< DATA {{any}}\n< STATUS_CODE 200\n< CACHED false\n"
+        '< CITE https://api.github.com/echo "github:echo"\n<\n',
     )
-    with recording_credentials(), trio.fail_after(WAIT_S):
-        async with trio.open_nursery() as nursery:
-            origin = await start_upstream(nursery, ca)
-            await replay_files(
-                [str(transcript)],
-                recording_config(str(tmp_path / "state")),
-                None,
-                record=True,
-                upstream=upstream_of(origin, ca),
-            )
-            nursery.cancel_scope.cancel()
-        echoed = origin.requests[-1].headers["authorization"]
+    echoed = origin.requests[-1].headers["authorization"]
     assert echoed == f"Bearer {SECRETS['GITHUB_TOKEN']}"  # the token was really sent
-    text = (tmp_path / "echo.cassette.json").read_text("utf-8")
     (exchange,) = load_cassette(text).exchanges
     assert SECRETS["GITHUB_TOKEN"] not in text
     assert json.loads(exchange.body)["headers"]["authorization"] == f"Bearer {REDACTED}"
@@ -146,26 +156,15 @@ async def test_a_recorded_post_replays_and_one_with_another_body_is_a_miss(
 ) -> None:
     """Record, then replay, a POST: its body is part of the key, so the same call replays
     from the cassette and a call with another payload is a miss."""
-    posted = tmp_path / "post.csp"
     call = "> TASK REQ:api github:echo IN:WEB OUT:API_RESPONSE\n> METHOD POST\n"
     reply = (
         "< STATUS OK\n< SCOPE [api.github.com]\n< DATA {{any}}\n< STATUS_CODE 200\n"
         '< CACHED false\n< CITE https://api.github.com/echo "github:echo"\n<\n'
     )
-    posted.write_text(f'{call}> PAYLOAD {{"n":1}}\n>\n{reply}')
-    with recording_credentials(), trio.fail_after(WAIT_S):
-        async with trio.open_nursery() as nursery:
-            origin = await start_upstream(nursery, ca)
-            upstream = upstream_of(origin, ca)
-            state = recording_config(str(tmp_path / "state"))
-            assert (
-                await replay_files([str(posted)], state, None, record=True, upstream=upstream) == 0
-            )
-            nursery.cancel_scope.cancel()
-    cassette = load_cassette((tmp_path / "post.cassette.json").read_text("utf-8"))
+    text = f'{call}> PAYLOAD {{"n":1}}\n>\n{reply}'
+    cassette = load_cassette((await _record(tmp_path, ca, text))[0])
     (exchange,) = cassette.exchanges
     assert (exchange.method, exchange.url) == ("POST", "https://api.github.com/echo")
-    text = posted.read_text("utf-8")
     recorded = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "r")))
     assert await _replay(text, cassette, recorded, tmp_path) == []
     other = text.replace('{"n":1}', '{"n":2}')
@@ -175,6 +174,68 @@ async def test_a_recorded_post_replays_and_one_with_another_body_is_a_miss(
         " (not recorded, or its recorded exchanges all used)",
         "cassette unused: POST https://api.github.com/echo",
     ]
+
+
+def _too_large(url: str) -> str:
+    return (
+        f"> TASK REQ:fetch {url} IN:WEB OUT:CONTENT\n>\n< STATUS FAIL\n< SCOPE []\n"
+        f"< DATA none\n< ERROR too_large:max_body_bytes\n< URL {url}\n<\n"
+    )
+
+
+def _capped(config: Config, max_body_bytes: int) -> Config:
+    guard = replace(config.web.guard, max_body_bytes=max_body_bytes)
+    return replace(config, web=replace(config.web, guard=guard))
+
+
+@pytest.mark.parametrize(
+    ("path", "read"),
+    [("/bytes/2000", range(0, 1)), ("/chunked-bytes/3000", range(1001, 3001))],
+    ids=["declared_length", "chunked"],
+)
+async def test_a_body_cut_short_by_a_cap_replays_the_same_too_large(
+    tmp_path: Path, ca: trustme.CA, config: Config, path: str, read: range
+) -> None:
+    """The client stopped at max_body_bytes (before reading, from Content-Length; or after a
+    chunk passed it): the exchange keeps what was read and its head, and the replay's origin
+    sends that much and hangs up, so the replay fails the same way."""
+    url = f"https://news.example.org{path}"
+    recording = _capped(recording_config(str(tmp_path / "state")), 1000)
+    cassette = load_cassette((await _record(tmp_path, ca, _too_large(url), recording))[0])
+    cut = cassette.exchanges[-1]
+    # Nothing of a body declared too long; of a chunked one, the chunks up to past the cap.
+    assert (cut.url, cut.truncated, len(cut.body) in read) == (url, True, True)
+    assert await _replay(_too_large(url), cassette, _capped(config, 1000), tmp_path) == []
+
+
+async def test_an_encoded_body_cut_short_is_not_kept(tmp_path: Path, ca: trustme.CA) -> None:
+    """Compressed bytes cannot be searched for secrets, and what was read of them cannot be
+    decoded whole: the exchange keeps its head only."""
+    url = "https://news.example.org/bomb"
+    text = (
+        f"> TASK REQ:fetch {url} IN:WEB OUT:CONTENT\n>\n< STATUS FAIL\n< SCOPE []\n"
+        f"< DATA none\n< ERROR too_large:max_decoded_bytes\n< URL {url}\n<\n"
+    )
+    cassette = load_cassette((await _record(tmp_path, ca, text))[0])
+    cut = cassette.exchanges[-1]
+    assert (cut.truncated, cut.body, ("content-encoding", "gzip") in cut.headers) == (
+        True,
+        b"",
+        True,
+    )
+
+
+async def test_a_gzip_body_is_recorded_decoded_and_replays_the_same(
+    tmp_path: Path, ca: trustme.CA, config: Config
+) -> None:
+    url = "https://news.example.org/gzip/40"
+    text = f"> TASK REQ:fetch {url} IN:WEB OUT:CONTENT\n>\n" + _fetched(
+        url, "news.example.org", "a" * 40
+    )
+    cassette = load_cassette((await _record(tmp_path, ca, text))[0])
+    page = cassette.exchanges[-1]
+    assert (page.body, page.headers, page.truncated) == (b"a" * 40, (), False)
+    assert await _replay(text, cassette, config, tmp_path) == []
 
 
 def test_redactor_blanks_a_secret_in_a_url_as_written_and_percent_encoded() -> None:

@@ -42,7 +42,8 @@ SECRET_HEADERS = frozenset(
     }
 )
 # Framing the replay's origin recomputes; a recorded value would contradict the body it serves.
-FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+CONNECTION_HEADERS = frozenset({"transfer-encoding", "connection", "keep-alive"})
+FRAMING_HEADERS = CONNECTION_HEADERS | {"content-length"}
 
 Headers = tuple[tuple[str, str], ...]
 Key = tuple[str, str, str]
@@ -63,6 +64,10 @@ class Exchange:
     status: int
     headers: Headers
     body: bytes
+    # The client stopped reading before the end (a byte cap, a redirect's unread body): the
+    # body is what it had read, the headers keep Content-Length and Content-Encoding, and the
+    # replay's origin sends that much and closes the connection.
+    truncated: bool = False
 
     @property
     def key(self) -> Key:
@@ -160,6 +165,8 @@ def dump_cassette(cassette: Cassette) -> str:
 def _exchange_json(exchange: Exchange) -> dict[str, Any]:
     request = {"method": exchange.method, "url": exchange.url}
     response: dict[str, Any] = {"status": exchange.status}
+    if exchange.truncated:
+        response["truncated"] = True
     return {
         "request": request | _message_json(exchange.request_headers, exchange.request_body),
         "response": response | _message_json(exchange.headers, exchange.body),
@@ -209,6 +216,7 @@ def _exchange(entry: Mapping[str, Any], where: str) -> Exchange:
         status=status,
         headers=_headers(response, where),
         body=_body(response, where),
+        truncated=response.get("truncated", False) is True,
     )
 
 

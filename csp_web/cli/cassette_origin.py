@@ -166,6 +166,9 @@ class CassetteOrigin:
             if isinstance(part, h11.Data):
                 body += part.data
         exchange = self._take(scheme, request, body)
+        if exchange is not None and exchange.truncated:
+            await self._answer_cut(conn, stream, exchange)
+            return False  # the connection closes where the client stopped reading
         await self._answer(conn, stream, exchange, head=request.method == b"HEAD")
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
@@ -175,6 +178,15 @@ class CassetteOrigin:
         key = request_key(request.method.decode(), self.redactor.url(url), self.redactor.body(body))
         queue = self._queues.get(key)
         return queue.popleft() if queue else None
+
+    async def _answer_cut(
+        self, conn: h11.Connection, stream: trio.abc.Stream, exchange: Exchange
+    ) -> None:
+        """The recorded head (its Content-Length too) and the bytes the client had read."""
+        head = h11.Response(status_code=exchange.status, headers=list(exchange.headers))
+        await stream.send_all(conn.send(head) or b"")
+        if exchange.body:
+            await stream.send_all(conn.send(h11.Data(data=exchange.body)) or b"")
 
     async def _answer(
         self,

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from csp_web.cli.cassette import FRAMING_HEADERS, Exchange, Redactor, wire_host
+from csp_web.cli.cassette import (
+    CONNECTION_HEADERS,
+    FRAMING_HEADERS,
+    Exchange,
+    Redactor,
+    wire_host,
+)
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
@@ -63,10 +69,21 @@ class Recorder:
 
         return fill
 
-    def exchange(self, request: httpx.Request, response: httpx.Response, body: bytes) -> Exchange:
-        """The redacted record of one exchange; ``body`` as read from the wire."""
-        headers = [(k, v) for k, v in response.headers.multi_items() if k not in FRAMING_HEADERS]
-        headers, body = _decoded(response.status_code, headers, body)
+    def exchange(
+        self, request: httpx.Request, response: httpx.Response, body: bytes, *, complete: bool
+    ) -> Exchange:
+        """The redacted record of one exchange; ``body`` as read from the wire, to its end
+        when ``complete`` (or when it holds all the bytes its Content-Length declares)."""
+        complete = complete or response.headers.get("content-length") == str(len(body))
+        if complete:
+            kept = [(k, v) for k, v in response.headers.multi_items() if k not in FRAMING_HEADERS]
+            headers, body = _decoded(response.status_code, kept, body)
+        else:
+            headers = [
+                (k, v) for k, v in response.headers.multi_items() if k not in CONNECTION_HEADERS
+            ]
+            if "content-encoding" in response.headers:
+                body = b""  # cut short and still encoded: it cannot be searched for secrets
         return Exchange(
             method=request.method,
             url=self.redactor.url(str(request.url)),
@@ -75,6 +92,7 @@ class Recorder:
             status=response.status_code,
             headers=self.redactor.headers(headers),
             body=self.redactor.body(body),
+            truncated=not complete,
         )
 
 
@@ -82,7 +100,7 @@ def _decoded(
     status: int, headers: list[tuple[str, str]], body: bytes
 ) -> tuple[list[tuple[str, str]], bytes]:
     """The body without its content-encoding (so it reads, and a secret in it is found);
-    as it came when it does not decode (a truncated read)."""
+    as it came when it does not decode."""
     if not any(name == "content-encoding" for name, _ in headers):
         return headers, body
     try:
@@ -103,8 +121,8 @@ class _RecordingTransport(httpx.AsyncBaseTransport):
         port = self._recorder.divert.get(request.url.scheme)
         response = await self._inner.handle_async_request(diverted(request, port))
 
-        def done(body: bytes) -> None:
-            fill(self._recorder.exchange(request, response, body))
+        def done(body: bytes, complete: bool) -> None:
+            fill(self._recorder.exchange(request, response, body, complete=complete))
 
         response.stream = _Tee(response.stream, done)
         return response
@@ -114,26 +132,31 @@ class _RecordingTransport(httpx.AsyncBaseTransport):
 
 
 class _Tee(httpx.AsyncByteStream):
-    """Passes the body on and, when it is closed, hands what was read to ``done``."""
+    """Passes the body on and, when it is closed, hands ``done`` what was read and whether
+    that was all of it."""
 
     def __init__(
-        self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, done: Callable[[bytes], None]
+        self,
+        inner: httpx.SyncByteStream | httpx.AsyncByteStream,
+        done: Callable[[bytes, bool], None],
     ) -> None:
         assert isinstance(inner, httpx.AsyncByteStream)
         self._inner = inner
         self._done = done
         self._chunks: list[bytes] = []
+        self._complete = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
             self._chunks.append(chunk)
             yield chunk
+        self._complete = True
 
     async def aclose(self) -> None:
         try:
             await self._inner.aclose()
         finally:
-            self._done(b"".join(self._chunks))
+            self._done(b"".join(self._chunks), self._complete)
 
 
 @dataclass
