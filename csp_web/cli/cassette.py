@@ -206,8 +206,8 @@ def load_cassette(text: str, name: str = "<cassette>") -> Cassette:
 def _exchange(entry: Mapping[str, Any], where: str) -> Exchange:
     request, response = entry["request"], entry["response"]
     status = response["status"]
-    if not isinstance(status, int) or not 100 <= status <= 599:
-        raise CassetteError(f"{where}: status must be an integer from 100 to 599")
+    if not isinstance(status, int) or not 200 <= status <= 599:  # a final response's
+        raise CassetteError(f"{where}: status must be an integer from 200 to 599")
     return Exchange(
         method=str(request["method"]).upper(),
         url=str(request["url"]),

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from csp_web.cli.cassette import Exchange, Key, Redactor, request_key
+from csp_web.cli.cassette import FRAMING_HEADERS, Exchange, Key, Redactor, request_key
 from csp_web.cli.cassette_tap import MISS_HEADER
 
 _READ_BYTES = 65536
@@ -199,7 +199,9 @@ class CassetteOrigin:
         if exchange is None:
             status, headers, body = 404, [(MISS_HEADER, "1")], b""
         else:
-            status, headers, body = exchange.status, list(exchange.headers), exchange.body
+            status, body = exchange.status, exchange.body
+            # A hand-written cassette may carry framing; the origin frames what it serves.
+            headers = [(k, v) for k, v in exchange.headers if k.lower() not in FRAMING_HEADERS]
         if status not in (204, 304):  # RFC 9110 §8.6: these carry no Content-Length of a body
             headers.append(("content-length", str(len(body))))
         await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
