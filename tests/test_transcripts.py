@@ -1,4 +1,6 @@
-"""Every transcript in tests/transcripts/ replays in memory and over a real Unix socket."""
+"""Every transcript in tests/transcripts/ replays in memory and over a real Unix socket; those
+with a cassette beside them (recorded upstreams) replay in memory, offline, from a local origin
+serving the cassette through the real guard and client."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.cli.cassette import cassette_path
+from csp_web.cli.cassette_run import replay_with_cassette
 from csp_web.cli.replay import replay_in_memory, replay_over_socket
 from csp_web.cli.transcript import TranscriptError, line_matches, parse_transcript
 from csp_web.config import Config
@@ -18,11 +22,15 @@ from csp_web.memory.outbox import open_outbox
 from tests.conftest import Daemon, Sink
 from tests.harness import build_dispatcher
 
-TRANSCRIPTS = sorted((Path(__file__).parent / "transcripts").glob("*.csp"))
+ALL_TRANSCRIPTS = sorted((Path(__file__).parent / "transcripts").glob("*.csp"))
+RECORDED = [path for path in ALL_TRANSCRIPTS if Path(cassette_path(str(path))).exists()]
+# A running daemon's client cannot be pointed at a cassette: those replay in process only.
+TRANSCRIPTS = [path for path in ALL_TRANSCRIPTS if path not in RECORDED]
 
 
 def test_transcript_folder_is_not_empty() -> None:
     assert len(TRANSCRIPTS) >= 3
+    assert {path.stem for path in RECORDED} >= {"web_fetch_article", "web_search_brave"}
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
@@ -44,6 +52,20 @@ async def test_transcript_replays_in_memory(
         open_daemon(config, SPECIALISTS, memory=outbox_path(config, outbox)) as daemon,
     ):
         assert await replay_in_memory(transcript, daemon.dispatcher) == []
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+async def test_recorded_transcript_replays_offline_from_its_cassette(
+    path: Path, config: Config, sink: Sink, tmp_path: Path
+) -> None:
+    """Issue 15's done-when: web_fetch_article replays a fetch (robots.txt, a redirect, the
+    article) with no network: only the cassette's hosts resolve, to its local origin."""
+    config = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "rec")))
+    transcript = parse_transcript(path.read_text("utf-8"), path.name)
+    diffs = await replay_with_cassette(
+        transcript, cassette_path(str(path)), config, replay_in_memory
+    )
+    assert diffs == []
 
 
 async def test_a_wrong_expectation_is_reported_as_a_difference(
@@ -96,7 +118,8 @@ def test_replay_cli_runs_transcripts_in_process(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    files = [str(p) for p in TRANSCRIPTS]  # memory_relay too: replay brings its own sink
+    # memory_relay too: replay brings its own sink; the recorded ones replay from cassettes.
+    files = [str(p) for p in ALL_TRANSCRIPTS]
     done = subprocess.run(
         [sys.executable, "-m", "csp_web", "replay", *files],
         capture_output=True,

@@ -55,11 +55,22 @@ def _parser() -> argparse.ArgumentParser:
     _send_parser(sub)
     add_node_commands(sub)  # nodes approve|list|revoke, node run (csp_web/app/nodes.py)
     replay = sub.add_parser("replay", help="replay .csp transcripts and print differences")
-    replay.add_argument("files", nargs="+", metavar="FILE", help="transcript files (.csp)")
+    replay.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="transcript files (.csp); one with a cassette beside it replays offline from it",
+    )
     replay.add_argument(
         "--socket", metavar="PATH", help="replay against the daemon at PATH instead"
     )
     replay.add_argument("--config", help=_CONFIG_HELP + "; in-process replay only")
+    replay.add_argument(
+        "--record",
+        action="store_true",
+        help="run against the live upstreams and write each FILE's cassette"
+        " (foo.csp -> foo.cassette.json, secrets redacted); in-process only",
+    )
     check = sub.add_parser("check-config", help="load a configuration strictly and report")
     check.add_argument(
         "path", nargs="?", metavar="FILE", help="the file (default: $CSP_WEB_CONFIG)"
@@ -253,7 +264,12 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
         # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
         config = replace(config, daemon=replace(config.daemon, state_dir=state))
-        failures = trio.run(replay_files, args.files, config, args.socket)
+        if args.record and args.socket:
+            print("csp-web replay: --record runs in-process; drop --socket", file=sys.stderr)
+            return EXIT_USAGE
+        failures = trio.run(
+            partial(replay_files, record=args.record), args.files, config, args.socket
+        )
     return EXIT_FAIL if failures else EXIT_OK
 
 

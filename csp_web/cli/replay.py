@@ -2,6 +2,9 @@
 
 In-process replay brings its own reference Memory Specialist, in a temporary folder that lives
 as long as the replay, so transcripts that write and read memory replay the same on every run.
+A transcript with a cassette beside it (``foo.csp`` + ``foo.cassette.json``) replays with its
+upstream exchanges served offline; ``record`` writes that cassette from the live upstreams
+(csp_web.cli.cassette_run).
 """
 
 from __future__ import annotations
@@ -10,14 +13,17 @@ import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 
 import trio
 import trio.testing
 
+from csp_web.cli.cassette import CassetteError, cassette_path
+from csp_web.cli.cassette_run import Upstream, record_transcript, replay_with_cassette
 from csp_web.cli.transcript import Transcript, TranscriptError, parse_transcript, replay
 from csp_web.config import Config
+from csp_web.core.compose import Daemon
 from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
@@ -58,22 +64,36 @@ async def own_memory_sink(config: Config) -> AsyncIterator[Config]:
             nursery.cancel_scope.cancel()
 
 
-async def replay_files(files: Sequence[str], config: Config, socket_path: str | None) -> int:
+async def replay_files(
+    files: Sequence[str],
+    config: Config,
+    socket_path: str | None,
+    *,
+    record: bool = False,
+    upstream: Upstream | None = None,
+) -> int:
     """Replay each file, print its differences; the number of failing files. Without
-    ``socket_path`` the replay is in-process, with its own Memory Specialist."""
+    ``socket_path`` the replay is in-process, with its own Memory Specialist. ``record``
+    (in-process only) writes each file's cassette from ``upstream`` (default: the live
+    internet) and still reports how the replies differ from the transcript."""
+    upstream = upstream or Upstream()
     if socket_path is not None:
-        return await _replay_all(files, config, socket_path)
+        return await _replay_all(files, config, socket_path, record, upstream)
     async with own_memory_sink(config) as with_sink:
-        return await _replay_all(files, with_sink, None)
+        return await _replay_all(files, with_sink, None, record, upstream)
 
 
-async def _replay_all(files: Sequence[str], config: Config, socket_path: str | None) -> int:
-    from csp_web.app.compose import open_app_daemon
-
+async def _replay_all(
+    files: Sequence[str],
+    config: Config,
+    socket_path: str | None,
+    record: bool,
+    upstream: Upstream,
+) -> int:
     failures = 0
-    async with open_app_daemon(config) as daemon:
-        dispatcher = daemon.dispatcher
-        for name in files:
+    async with AsyncExitStack() as stack:
+        shared: Dispatcher | None = None  # one daemon for the transcripts without a cassette
+        for index, name in enumerate(files):
             try:
                 text = await trio.Path(name).read_text("utf-8")
                 transcript = parse_transcript(text, name)
@@ -81,13 +101,55 @@ async def _replay_all(files: Sequence[str], config: Config, socket_path: str | N
                 print(f"FAIL {name}: {exc}")
                 failures += 1
                 continue
-            if socket_path:
+            cassette = cassette_path(name)
+            if record or await trio.Path(cassette).exists():
+                own = _own_state(config, index)
+                diffs = await _with_cassette(
+                    transcript, cassette, own, socket_path, record, upstream
+                )
+            elif socket_path:
                 diffs = await replay_over_socket(transcript, socket_path)
             else:
-                diffs = await replay_in_memory(transcript, dispatcher)
+                if shared is None:
+                    shared = (await stack.enter_async_context(_open_shared(config))).dispatcher
+                diffs = await replay_in_memory(transcript, shared)
             print(f"{'FAIL' if diffs else 'ok'}   {name}")
             for line in diffs:
                 print(line)
             failures += bool(diffs)
         sys.stdout.flush()
     return failures
+
+
+@asynccontextmanager
+async def _open_shared(config: Config) -> AsyncIterator[Daemon]:
+    from csp_web.app.compose import open_app_daemon
+
+    async with open_app_daemon(config) as daemon:
+        yield daemon
+
+
+def _own_state(config: Config, index: int) -> Config:
+    # A cassette's run has its own state and cache: nothing another transcript left is served.
+    state_dir = os.path.join(config.daemon.state_dir, f"cassette-{index}")
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    return replace(config, daemon=replace(config.daemon, state_dir=state_dir))
+
+
+async def _with_cassette(
+    transcript: Transcript,
+    cassette: str,
+    config: Config,
+    socket_path: str | None,
+    record: bool,
+    upstream: Upstream,
+) -> list[str]:
+    if socket_path is not None:
+        # A running daemon's client cannot be pointed at the cassette's origin.
+        return [f"{cassette}: a cassette replays in-process only (without --socket)"]
+    if record:
+        return await record_transcript(transcript, cassette, config, replay_in_memory, upstream)
+    try:
+        return await replay_with_cassette(transcript, cassette, config, replay_in_memory)
+    except (OSError, CassetteError) as exc:
+        return [str(exc)]

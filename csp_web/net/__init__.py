@@ -8,7 +8,7 @@
 """
 
 from csp_web.config.guard import GuardConfig
-from csp_web.net.client import GuardedClient, open_guarded_client
+from csp_web.net.client import GuardedClient, TransportWrapper, open_guarded_client
 from csp_web.net.denylist import check_address, deny_rule
 from csp_web.net.resolver import Resolver, SystemResolver
 from csp_web.net.result import FetchResult, decode_text
@@ -23,6 +23,7 @@ __all__ = [
     "ParsedUrl",
     "Resolver",
     "SystemResolver",
+    "TransportWrapper",
     "check_address",
     "check_url",
     "decode_text",

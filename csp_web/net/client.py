@@ -43,6 +43,10 @@ from csp_web.net.urlgate import ParsedUrl, check_url
 from protocol import ErrorCode
 
 T = TypeVar("T")
+# Wraps the guarded transport: the one seam that sees every request a web op makes (the
+# recorder and the replay of csp_web.cli.cassette). It sits under the URL gate and over the
+# pinned backend, so what it passes on is still resolved, checked and capped.
+TransportWrapper = Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport]
 # The client decides these; a caller's value would break Host pinning or our own decoding.
 _OWNED_HEADERS = ("host", "accept-encoding", "content-length", "transfer-encoding", "connection")
 
@@ -289,19 +293,21 @@ async def open_guarded_client(
     *,
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    wrap_transport: TransportWrapper | None = None,
 ) -> AsyncIterator[GuardedClient]:
     """A GuardedClient for ``config``; its connections close when the block exits.
 
     ``resolver`` defaults to the system's (tests inject fixed answers); ``ssl_context``
-    defaults to httpx's certifi roots (tests pass a trustme CA). Proxy and TLS environment
-    variables are ignored: the pinned connect is the only route out.
+    defaults to httpx's certifi roots (tests pass a trustme CA); ``wrap_transport`` wraps the
+    guarded transport (``csp-web replay`` records and serves cassettes there). Proxy and TLS
+    environment variables are ignored: the pinned connect is the only route out.
     """
     settings = GuardSettings(config or GuardConfig())
     config = settings.current
     backend = PinnedBackend(settings, resolver or SystemResolver())
     transport = GuardedTransport(backend, ssl_context=ssl_context)
     async with httpx.AsyncClient(
-        transport=transport,
+        transport=transport if wrap_transport is None else wrap_transport(transport),
         trust_env=False,
         follow_redirects=False,
         cookies=http.cookiejar.CookieJar(policy=_RefuseCookies()),

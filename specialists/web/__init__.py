@@ -15,7 +15,7 @@ from csp_web.core.ops import Op
 from csp_web.core.ports import StatsLine
 from csp_web.core.specialist import Background, Commit, Specialist
 from csp_web.infra.redis_link import RedisLink
-from csp_web.net import Resolver
+from csp_web.net import Resolver, TransportWrapper
 
 from . import ops_api, ops_docs, ops_fetch, ops_research, ops_search, ops_summarize
 from .services import WebServices, open_web_services
@@ -59,9 +59,11 @@ def make_web(
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
     link: RedisLink | None = None,
+    wrap_transport: TransportWrapper | None = None,
 ) -> Specialist[WebConfig, WebServices]:
     """The web specialist; ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a
-    trustme CA); ``link`` is the fleet's shared state (redis.url), whose event task it runs."""
+    trustme CA); ``link`` is the fleet's shared state (redis.url), whose event task it runs;
+    ``wrap_transport`` wraps its guarded client's transport (``csp-web replay`` cassettes)."""
     return Specialist(
         name="web",
         ops=OPS,
@@ -82,7 +84,11 @@ def make_web(
             "web.guard.robots_cache_entries",
         ),
         open_services=lambda section, config: open_web_services(
-            config, resolver=resolver, ssl_context=ssl_context, link=link
+            config,
+            resolver=resolver,
+            ssl_context=ssl_context,
+            link=link,
+            wrap_transport=wrap_transport,
         ),
         background=_background,
         stats_lines=_stats_lines,

@@ -25,7 +25,7 @@ from csp_web.infra.redis_cache import ResponseCache, open_response_cache
 from csp_web.infra.redis_flight import SharedFlights
 from csp_web.infra.redis_link import RedisLink
 from csp_web.infra.redis_ratelimit import BucketSource, shared_or_local
-from csp_web.net import GuardedClient, Resolver, open_guarded_client
+from csp_web.net import GuardedClient, Resolver, TransportWrapper, open_guarded_client
 
 from .board import Board
 from .breaker import Breaker
@@ -83,14 +83,18 @@ async def open_web_services(
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
     link: RedisLink | None = None,
+    wrap_transport: TransportWrapper | None = None,
 ) -> AsyncIterator[WebServices]:
     """Open the guarded client and the cache; both are closed on exit.
 
-    ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a trustme CA).
+    ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a trustme CA);
+    ``wrap_transport`` for ``csp-web replay`` (recording and serving cassettes).
     """
     web = config.web
     async with (
-        open_guarded_client(web.guard, resolver=resolver, ssl_context=ssl_context) as client,
+        open_guarded_client(
+            web.guard, resolver=resolver, ssl_context=ssl_context, wrap_transport=wrap_transport
+        ) as client,
         open_response_cache(
             config.cache_dir,
             size_limit_bytes=web.cache.size_limit_bytes,

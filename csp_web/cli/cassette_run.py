@@ -1,0 +1,157 @@
+"""Running one transcript with its cassette: recording it against the live upstreams, or
+replaying it offline from a local origin. Each run gets a daemon of its own (fresh state and
+cache), whose web specialist's transport is wrapped at ``csp_web.net.TransportWrapper``."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
+
+import httpx
+import trio
+
+from csp_web.cli.cassette import (
+    Cassette,
+    Redactor,
+    credential_variables,
+    dump_cassette,
+    load_cassette,
+    secrets_in_environment,
+    wire_host,
+)
+from csp_web.cli.cassette_origin import CassetteOrigin, CassetteResolver, make_replay_tls
+from csp_web.cli.cassette_tap import Recorder, ReplayTap
+from csp_web.cli.transcript import Transcript
+from csp_web.config import Config
+from csp_web.core.compose import Daemon
+from csp_web.core.dispatch import Dispatcher
+from csp_web.core.specialist import Composable
+from csp_web.net import Resolver, TransportWrapper
+
+# What a replay puts in a credential variable the recording had set: the op sends it, the
+# cassette origin never sees the real one, and the redactor blanks it like the real one.
+STAND_IN_CREDENTIAL = "cassette-replay-credential"
+
+# Plays a transcript on a dispatcher and returns its differences (replay.replay_in_memory).
+Play = Callable[[Transcript, Dispatcher], Awaitable[list[str]]]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where a recording's requests go: the live internet by default. A test passes its local
+    origin instead: a resolver, a TLS context trusting the origin's CA, and the port standing
+    in for each scheme's (``divert``: the URLs recorded keep their own)."""
+
+    resolver: Resolver | None = None
+    ssl_context: ssl.SSLContext | None = None
+    divert: Mapping[str, int] = field(default_factory=dict)
+
+
+def _specialists(
+    wrap: TransportWrapper, resolver: Resolver | None, trust: ssl.SSLContext | None
+) -> tuple[Composable, ...]:
+    from csp_web.app.catalog import with_web_transport
+
+    return with_web_transport(wrap, resolver=resolver, ssl_context=trust)
+
+
+@asynccontextmanager
+async def _open_daemon(config: Config, specialists: Sequence[Composable]) -> AsyncIterator[Daemon]:
+    from csp_web.app.compose import open_app_daemon
+
+    async with open_app_daemon(config, specialists) as daemon:
+        yield daemon
+
+
+async def record_transcript(
+    transcript: Transcript,
+    cassette_file: str,
+    config: Config,
+    play: Play,
+    upstream: Upstream = Upstream(),
+) -> list[str]:
+    """Play ``transcript`` against the upstreams, write what they answered to
+    ``cassette_file`` (redacted), and return the differences from the expected replies."""
+    recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
+    specialists = _specialists(recorder.wrap, upstream.resolver, upstream.ssl_context)
+    async with _open_daemon(_isolated(config), specialists) as daemon:
+        diffs = await play(transcript, daemon.dispatcher)
+    names = credential_variables(config)
+    used = tuple(name for name in names if os.environ.get(name, "").strip())
+    text = dump_cassette(Cassette(recorder.exchanges, used))
+    await trio.Path(cassette_file + ".tmp").write_text(text, "utf-8")
+    await trio.Path(cassette_file + ".tmp").rename(cassette_file)
+    return diffs
+
+
+async def replay_with_cassette(
+    transcript: Transcript, cassette_file: str, config: Config, play: Play
+) -> list[str]:
+    """Play ``transcript`` offline, its upstream requests answered from ``cassette_file`` by a
+    local origin through the real guard and client; the differences, a line per request the
+    cassette could not answer (each such request failed FETCH_FAILED cassette_miss) and one
+    per recorded exchange no request took (the cassette is stale: record it again)."""
+    cassette = load_cassette(await trio.Path(cassette_file).read_text("utf-8"), cassette_file)
+    hosts = frozenset(wire_host(exchange.url) for exchange in cassette.exchanges)
+    with credentials_as_recorded(cassette.credentials, config):
+        redactor = Redactor((*secrets_in_environment(config), STAND_IN_CREDENTIAL))
+        tls = make_replay_tls(hosts or {"cassette.invalid"})
+        origin = CassetteOrigin(cassette.exchanges, redactor)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(origin.serve, tls.server)
+            tap = ReplayTap(redactor, hosts, origin.ports)
+            specialists = _specialists(tap.wrap, CassetteResolver(hosts), tls.client)
+            async with _open_daemon(replay_config(config, cassette), specialists) as daemon:
+                diffs = await play(transcript, daemon.dispatcher)
+            nursery.cancel_scope.cancel()
+    diffs += [f"cassette miss: {miss}" for miss in tap.misses]
+    return diffs + [f"cassette unused: {left.method} {left.url}" for left in origin.unused()]
+
+
+def replay_config(config: Config, cassette: Cassette) -> Config:
+    """``config`` opened for the cassette's origins only: their host names reach the local
+    origin (``allow_private``), their ports and schemes pass the gate; the cache is fresh
+    (in the run's state folder, no Redis)."""
+    urls = [httpx.URL(exchange.url) for exchange in cassette.exchanges]
+    guard = config.web.guard
+    guard = replace(
+        guard,
+        allow_private=tuple(dict.fromkeys((*guard.allow_private, *map(wire_host, urls)))),
+        allowed_ports=tuple(
+            dict.fromkeys((*guard.allowed_ports, *(url.port for url in urls if url.port)))
+        ),
+        allow_http=guard.allow_http or any(url.scheme == "http" for url in urls),
+    )
+    config = replace(config, web=replace(config.web, guard=guard))
+    return _isolated(config)
+
+
+def _isolated(config: Config) -> Config:
+    # The cache lives in the run's own state folder, never an operator's cache directory nor
+    # a fleet's shared Redis (whose entries another daemon may have written).
+    web = replace(config.web, cache=replace(config.web.cache, directory=None))
+    return replace(config, web=web, redis=replace(config.redis, url=None))
+
+
+@contextmanager
+def credentials_as_recorded(names: Sequence[str], config: Config) -> Iterator[None]:
+    """For the block, each configured credential variable the recording had set holds
+    ``STAND_IN_CREDENTIAL`` and the others are unset, so the ops choose the providers they
+    chose when recording, on any machine; the environment is restored after."""
+    saved = {name: os.environ.get(name) for name in credential_variables(config)}
+    try:
+        for name in saved:
+            if name in names:
+                os.environ[name] = STAND_IN_CREDENTIAL
+            else:
+                os.environ.pop(name, None)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
