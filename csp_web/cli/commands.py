@@ -26,7 +26,7 @@ from csp_web import __version__
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError
-from csp_web.config.load import load_config
+from csp_web.config.load import load_config, serving_socket
 from csp_web.core.logs import setup_logging
 from csp_web.core.unix import SocketSetupError
 
@@ -219,6 +219,14 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     if args.no_stdin and not socket_path:
         print("csp-web: --no-stdin needs --socket or socket.path", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        config = serving_socket(config, socket_path)
+    except ConfigError as exc:
+        print(f"csp-web: config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def reload() -> Config:  # on SIGHUP, as served: a ConfigError keeps the running settings
+        return serving_socket(load_config(args.config), socket_path)
 
     _raise_open_files_limit()
 
@@ -229,7 +237,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
                 daemon,
                 stdio=stdio,
                 socket_path=socket_path,
-                reload=partial(load_config, args.config),
+                reload=reload,
             )
         return EXIT_CUT if cut else EXIT_OK
 

@@ -42,6 +42,18 @@ def load_config(path: str | None = None) -> Config:
     return config_from_mapping(data or {})
 
 
+def serving_socket(config: Config, path: str | None) -> Config:
+    """``config`` with ``path`` (``serve --socket``, or systemd's socket) as ``socket.path``,
+    so the daemon's own paths, and so the exec sandbox's masks and the workspace-root check,
+    cover the socket it really serves; ConfigError when a workspace root overlaps it."""
+    if path is None or path == config.socket.path:
+        return config
+    try:
+        return dataclasses.replace(config, socket=dataclasses.replace(config.socket, path=path))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def config_from_mapping(data: object) -> Config:
     """Build a Config from parsed YAML, raising ConfigError for any unknown or bad key."""
     return load_section(Config, data, "")

@@ -18,7 +18,8 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
+from csp_web.config import Config, ConfigError, DaemonConfig, SocketConfig, ToolConfig, daemon_paths
+from csp_web.config.load import serving_socket
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
@@ -65,6 +66,47 @@ def test_a_config_file_with_such_a_root_exits_2_naming_it(tmp_path: os.PathLike[
         )
     done = subprocess.run(
         [sys.executable, "-m", "csp_web", "check-config", path],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert b"workspace_roots" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_the_socket_serve_is_given_counts_as_the_daemons_own_path() -> None:
+    with scratch_dir() as workspace, scratch_dir() as state, scratch_dir() as elsewhere:
+        config = Config(
+            daemon=DaemonConfig(state_dir=state), tool=ToolConfig(exec=make_config(workspace))
+        )
+        served = serving_socket(config, os.path.join(elsewhere, "csp.sock"))
+        assert elsewhere in daemon_paths(served)  # its folder, as for socket.path
+        assert serving_socket(config, None) is config
+        with pytest.raises(ConfigError, match=r"workspace_roots.*overlaps the daemon's own"):
+            serving_socket(config, os.path.join(workspace, "csp.sock"))
+
+
+def test_serve_with_a_socket_inside_a_workspace_root_exits_2(tmp_path: os.PathLike[str]) -> None:
+    path, workspace = os.path.join(str(tmp_path), "config.yaml"), os.path.join(str(tmp_path), "w")
+    os.mkdir(workspace)
+    with open(path, "w") as f:
+        f.write(
+            f"daemon: {{state_dir: {tmp_path}/state}}\n"
+            f"tool: {{exec: {{workspace_roots: [{workspace}]}}}}\n"
+        )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "csp_web",
+            "serve",
+            "--config",
+            path,
+            "--no-stdin",
+            "--socket",
+            f"{workspace}/csp.sock",
+        ],
         capture_output=True,
         env={**os.environ, "PYTHONPATH": os.getcwd()},
         timeout=60,
