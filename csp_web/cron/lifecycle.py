@@ -17,7 +17,8 @@ from csp_web.infra.redis_link import RedisLink
 
 from .claims import RunClaims, SharedCronStore
 from .jobs import Job
-from .service import CronService, WallClock, system_now
+from .runs import WallClock, system_now
+from .service import CronService
 from .store import CronStore, CronStoreError
 
 
