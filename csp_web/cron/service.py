@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from contextlib import nullcontext
 
 import trio
 
@@ -77,7 +78,8 @@ class CronService(JobTable):
 
         The run belongs to the scheduler: if the caller is cancelled it still completes and
         is recorded. Raises OpError: unknown_job, cron_error (already running, store failed),
-        not_available (the scheduler is not running).
+        not_available (the scheduler is not running; Redis unavailable), busy (with
+        ``redis.url``: a manual run of the job goes on at another daemon).
         """
         job = self.job(job_id)
         if self._nursery is None:
@@ -90,17 +92,35 @@ class CronService(JobTable):
             at += _TICK
             key = run_key(job.id, at, precise=True)
         if self._claims is not None:
-            try:
-                await self._claims.claim(job.id, key, at)
-            except RedisUnavailable:
-                detail = "run claims unavailable (redis)"
-                raise OpError(ErrorCode.NOT_AVAILABLE, detail, scope=SCOPE) from None
+            await self._claim_manual(job.id, key, at)
         handle = self._claim(job, key, at)
         assert handle is not None
-        await self._commit(lambda: self._unclaim(job, handle, at))
-        self._spawn(job, handle, at)
+        try:
+            await self._commit(lambda: self._unclaim(job, handle, at))
+        except OpError:
+            if self._claims is not None:
+                await self._claims.release_manual(job.id)
+            raise
+        self._spawn(job, handle, at, manual=True)
         await handle.done.wait()
         return handle
+
+    async def _claim_manual(self, job_id: str, key: str, at: datetime.datetime) -> None:
+        """Claim the job's fleet-wide manual slot, then its run key; raises OpError busy (a
+        manual run of it goes on at another daemon) or not_available (Redis)."""
+        assert self._claims is not None
+        try:
+            if not await self._claims.claim_manual(job_id):
+                detail = f"job {job_id} is being run by hand on another daemon"
+                raise OpError(ErrorCode.BUSY, detail, scope=SCOPE)
+            try:
+                await self._claims.claim(job_id, key, at)
+            except RedisUnavailable:
+                await self._claims.release_manual(job_id)
+                raise
+        except RedisUnavailable:
+            detail = "run claims unavailable (redis)"
+            raise OpError(ErrorCode.NOT_AVAILABLE, detail, scope=SCOPE) from None
 
     # --- the scheduler ----------------------------------------------------------------------
 
@@ -207,15 +227,21 @@ class CronService(JobTable):
         job.record(Outcome(handle.key, iso(at), "FAIL", error), self.config.history)
         self._release(job.id, handle)
 
-    def _spawn(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+    def _spawn(
+        self, job: Job, handle: RunHandle, at: datetime.datetime, *, manual: bool = False
+    ) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_claimed, job, handle, at)
+        self._nursery.start_soon(self._run_claimed, job, handle, at, manual)
 
-    async def _run_claimed(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+    async def _run_claimed(
+        self, job: Job, handle: RunHandle, at: datetime.datetime, manual: bool
+    ) -> None:
         if self._claims is None:
             await self._run(job, handle, at)
             return
-        async with self._claims.hold(handle.key):  # renewed while it runs, then marked done
+        # Renewed while it runs, then marked done; a manual run also holds its job's slot.
+        manual_slot = self._claims.hold_manual(job.id) if manual else nullcontext()
+        async with self._claims.hold(handle.key), manual_slot:
             await self._run(job, handle, at)
 
     # --- the fleet (redis.url) ----------------------------------------------------------------
