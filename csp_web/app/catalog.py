@@ -7,7 +7,7 @@ from __future__ import annotations
 from csp_web.core.specialist import Composable
 from csp_web.infra.redis_link import RedisLink
 from specialists.browser import BROWSER
-from specialists.node import NODE
+from specialists.node import NODE, make_node
 from specialists.tool import TOOL, make_tool
 from specialists.web import WEB, make_web
 
@@ -19,4 +19,4 @@ def linked(link: RedisLink | None) -> tuple[Composable, ...]:
     are without one."""
     if link is None:
         return SPECIALISTS
-    return (make_web(link=link), make_tool(link=link), BROWSER, NODE)
+    return (make_web(link=link), make_tool(link=link), BROWSER, make_node(link=link))
