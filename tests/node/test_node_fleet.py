@@ -33,10 +33,12 @@ from .procs import child, csp_web
 from .support import (
     NodeDaemon,
     ScriptedNode,
+    identity,
     node_config,
     node_task,
     nodes_op,
     pair,
+    scripted,
     start_node_daemon,
 )
 
@@ -128,6 +130,7 @@ async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon
             await node.wait_for("paired; token stored")
             await wait_registered(fleet.a, "lab1")
             assert link_entry(redis_server, "lab1") == {"daemon": fleet.link_a.daemon_id}
+            assert 0 < lease_left_ms(redis_server, "lab1") <= 30_000  # ends with a dead daemon
 
             location = await ask(fleet.b, "lab1", "location_get")
             assert location.status is Status.OK, location
@@ -159,6 +162,39 @@ async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon
         assert gone.get("ERROR") == "node_unknown:lab1"
         await wait_registered(fleet.a, "lab1", registered=False)
         assert link_entry(redis_server, "lab1") is None
+
+
+def lease_left_ms(server: RedisServer, name: str) -> int:
+    client = redis.Redis(unix_socket_path=server.socket)
+    try:
+        return int(client.pttl(f"csp-web:node:link:{name}"))
+    finally:
+        client.close()
+
+
+async def test_a_node_that_reconnects_to_another_daemon_has_its_older_link_cut(
+    config: Config,
+    sink: Sink,
+    sock_dir: str,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    """N-16, N-13: the newer link, at B, replaces the one at A; tasks asked of A go to B."""
+    async with open_fleet(config, sock_dir, open_link) as fleet:
+        old, token = await pair(fleet.a, "lab1")
+        await wait_registered(fleet.a, "lab1")
+        async with scripted(fleet.b.node_path) as new:
+            welcome = await new.call("hello", "WELCOME", *identity("lab1"), ("TOKEN", token))
+            assert welcome.get("DATA") == "welcome", welcome
+            assert await old.next() is None  # A cut it at B's node_attach
+            await wait_registered(fleet.b, "lab1")
+            assert link_entry(redis_server, "lab1") == {"daemon": fleet.link_b.daemon_id}
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(answer_location, new)
+                reply = await ask(fleet.a, "lab1", "location_get")
+                nursery.cancel_scope.cancel()
+        await old.stream.aclose()
+    assert reply.get("DATA") == "lat:1.5,lon:2.5", reply
 
 
 async def test_with_redis_stopped_a_local_node_still_works_and_a_peers_task_fails_clearly(
