@@ -335,6 +335,7 @@ class NodeFleet:
             )
             return
         self.serving += 1
+        log.info("node task %s from daemon %s: %s", rid, caller, message.get("op"))
         try:
             await self._tell("node_answer", to=caller, rid=rid)  # taken: the caller waits on
             deadline_s = float(message.get("deadline_s", 0.0))

@@ -194,6 +194,8 @@ class NodeHub:
         link = self.links.pop(name, None)
         if link is not None:
             link.cut()
+            if self.fleet is not None:
+                self.fleet.detached(name)
         log.warning("node %s revoked", name)
 
     async def listing(self) -> list[dict[str, Any]]:
