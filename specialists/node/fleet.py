@@ -159,6 +159,7 @@ class NodeFleet:
     async def _sync(self) -> None:
         live = self.hub.live_names
         fresh, gone = set(self._fresh), self._gone - set(live)
+        await self.store.refresh()  # the mirror, for when Redis is next unavailable (N-18)
         lease_ms = max(1, math.ceil(self.link.config.node_lease_s * 1000))
         value = json.dumps({"daemon": self.daemon_id})
         flags = ["1" if name in fresh else "0" for name in live]
