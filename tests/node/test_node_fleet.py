@@ -214,6 +214,8 @@ async def test_with_redis_stopped_a_local_node_still_works_and_a_peers_task_fail
             try:
                 here = await ask(fleet.a, "lab1", "location_get")
                 there = await ask(fleet.b, "lab1", "location_get")
+                async with open_client(fleet.b.client_path) as client:
+                    revoke = await nodes_op(client, "revoke", ("NAME", "lab1"))
             finally:
                 redis_server.resume()
             nursery.cancel_scope.cancel()
@@ -225,6 +227,29 @@ async def test_with_redis_stopped_a_local_node_still_works_and_a_peers_task_fail
         "node_unavailable:lab1: not connected here, and the fleet's events are down",
     )
     assert "route_failures:1" in fleet.b.services.stats_line()
+    assert revoke.get("ERROR") == "not_available:the fleet's node store is unavailable (redis)"
+
+
+async def test_a_forwarded_task_whose_node_does_not_answer_ends_at_its_deadline(
+    config: Config,
+    sink: Sink,
+    sock_dir: str,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    """N-17: the holder took it, its node is silent: the caller's deadline ends the wait."""
+    async with open_fleet(config, sock_dir, open_link) as fleet:
+        node, _ = await pair(fleet.a, "lab1")
+        await wait_registered(fleet.a, "lab1")
+        task = node_task("lab1", "location_get")
+        task = replace(task, fields=(*task.fields, ("TIMEOUT_MS", "300")))
+        async with open_client(fleet.b.client_path) as client:
+            with trio.fail_after(30):
+                reply = await client.call(task, timeout_s=30)
+        held = await node.next_task()  # it did reach the node, through A
+        await node.stream.aclose()
+    assert held.req == "location_get"
+    assert reply.get("ERROR") == "timeout_exceeded:300ms"
 
 
 async def answer_location(node: ScriptedNode) -> None:

@@ -4,6 +4,7 @@ table once (Redis is a real server; the clock is trio's MockClock)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,12 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
+from csp_web.config.redis import RedisConfig
 from csp_web.core.context import OpContext
 from csp_web.core.fields import Params
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
+from csp_web.infra.redis_link import open_redis_link
 from protocol import Reply, Status
 from tests.redis.conftest import (  # noqa: F401  (fixtures)
     OpenLink,
@@ -154,3 +157,28 @@ async def test_two_daemons_importing_the_same_job_id_at_once_store_it_once(
     stored = shared_jobs(redis_server)
     assert list(stored) == ["j"]
     assert stored["j"]["schedule"] in ("0 3 * * *", "0 5 * * *")
+
+
+async def test_a_cron_json_is_left_for_the_next_start_while_redis_is_stopped(
+    config: Config,
+    tmp_path: Path,
+    mock_clock: MockClock,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+    redis_config: RedisConfig,  # noqa: F811
+) -> None:
+    wall = TrioWall()
+    a_config = daemon_config(config, tmp_path, "a")
+    async with open_rig(a_config, wall) as alone:
+        await alone.add("j", "0 3 * * *")
+    late = dataclasses.replace(redis_config, call_timeout_s=0.2, connect_timeout_s=0.2)
+    redis_server.pause()
+    try:
+        async with open_redis_link(late) as link, open_rig(a_config, wall, link=link) as rig:
+            assert rig.cron.jobs() == []
+    finally:
+        redis_server.resume()
+    assert (tmp_path / "a" / "cron.json").exists()  # not renamed: nothing was imported
+    async with open_link() as link, open_rig(a_config, wall, link=link) as again:
+        assert [job.id for job in again.cron.jobs()] == ["j"]
+    assert not (tmp_path / "a" / "cron.json").exists()
