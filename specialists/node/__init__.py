@@ -5,7 +5,8 @@ canvas actions for the ``node`` op (protocol/NODES.md).
   pairing codes, the attempt limiter; ``results``: media and reply checks; ``link``: one
   node connection; ``hub``: the registry; ``transports``: Unix socket and TLS listener;
   ``services``: ``NodeServices`` and ``open_node_services``; ``ops_node``: the ops;
-  ``shared`` and ``fleet``: with redis.url, the fleet's store, link registry and forwarding;
+  ``shared``, ``fleet`` and ``forward_wire``: with redis.url, the fleet's store, link
+  registry and forwarding;
   ``agent`` and ``backends``: the reference node (``csp-web node run``).
 """
 

@@ -23,13 +23,11 @@ the others fail ``node_unavailable`` at once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import secrets
 from collections.abc import Mapping
-from functools import partial
 from typing import Any, Protocol
 
 import trio
@@ -38,16 +36,13 @@ from csp_web.core.errors import OpError
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 from protocol import ErrorCode
 
+from .forward_wire import CODES, checked_task, fetch_media, store_media
 from .results import Checked
 from .shared import SharedNodeStore
-from .wire import ACTIONS, NAME, MediaInfo
+from .wire import MediaInfo
 
 log = logging.getLogger("csp_web.nodes")
 
-MEDIA_CHUNK_BYTES = 1024 * 1024  # one Redis call each: well inside a call's deadline locally
-MEDIA_TTL_S = 60  # a capture left by a caller that gave up is gone after this
-MAX_PARAMS_CHARS = 8192  # as ops_node.MAX_PARAMS_CHARS: a peer's task is checked again here
-_CODES = {str(code): code for code in ErrorCode}
 
 # Register links (ARGV[i+3] "1": a new link, taken over whoever held it) or renew them (only
 # while this daemon holds them); returns the indexes of the renewals another daemon took.
@@ -237,7 +232,7 @@ class NodeFleet:
         )
         if info is None:
             return checked, None
-        return checked, await self._fetch_media(answer["rid"], info)
+        return checked, await fetch_media(self.link, answer["rid"], info)
 
     async def forward_approve(self, code: str) -> str:
         """Approve ``code`` at the daemon its node waits on; raises OpError
@@ -269,7 +264,7 @@ class NodeFleet:
             del self._pending[rid]
         answer = forward.answer
         if not answer.get("ok"):
-            code = _CODES.get(str(answer.get("code")), ErrorCode.NODE_ERROR)
+            code = CODES.get(str(answer.get("code")), ErrorCode.NODE_ERROR)
             raise OpError(code, str(answer.get("detail", ""))[:500], scope=("node",))
         return {**answer, "rid": rid}
 
@@ -292,22 +287,6 @@ class NodeFleet:
         except RedisUnavailable:
             self.counts["route_failures"] += 1
             raise _unavailable(f"{what}: not connected here, and redis is unavailable") from None
-
-    async def _fetch_media(self, rid: str, info: MediaInfo) -> bytes:
-        key = self.link.key("node", "media", rid)
-        parts: list[bytes] = []
-        try:
-            for index in range(math.ceil(info.size / MEDIA_CHUNK_BYTES)):
-                parts.append(await self.link.call(partial(_chunk, key, index), "node_media"))
-            await self.link.call(lambda r: r.delete(key), "node_media_done")
-        except RedisUnavailable:
-            raise OpError(
-                ErrorCode.NODE_UNAVAILABLE, "media lost (redis)", scope=("node",)
-            ) from None
-        data = b"".join(parts)
-        if len(data) != info.size or hashlib.sha256(data).hexdigest() != info.sha256:
-            raise OpError(ErrorCode.NODE_ERROR, "forwarded media incomplete", scope=("node",))
-        return data
 
     def _on_answer(self, message: dict[str, Any]) -> None:
         forward = self._pending.get(str(message.get("rid")))
@@ -353,11 +332,11 @@ class NodeFleet:
         try:
             if message.get("op") == "approve":
                 return {"ok": True, "name": await self.hub.approve_here(str(message["code"]))}
-            name, action, params = _checked_task(message)
+            name, action, params = checked_task(message)
             checked, data = await self.hub.run_here(name, action, params)
             media = None
             if checked.media is not None and data is not None:
-                await self._store_media(rid, data)
+                await store_media(self.link, rid, data)
                 media = [checked.media.sha256, checked.media.size, checked.media.mime]
             fields = [list(field) for field in checked.fields]
             return {
@@ -369,24 +348,6 @@ class NodeFleet:
             }
         except OpError as exc:
             return {"ok": False, "code": str(exc.code), "detail": exc.detail}
-
-    async def _store_media(self, rid: str, data: bytes) -> None:
-        key = self.link.key("node", "media", rid)
-
-        def push(r: Any, *, chunk: bytes) -> Any:
-            pipe = r.pipeline(transaction=False)
-            pipe.rpush(key, chunk)
-            pipe.expire(key, MEDIA_TTL_S)
-            return pipe.execute()
-
-        try:
-            for start in range(0, len(data), MEDIA_CHUNK_BYTES):
-                chunk = data[start : start + MEDIA_CHUNK_BYTES]
-                await self.link.call(partial(push, chunk=chunk), "node_media_put")
-        except RedisUnavailable:
-            raise OpError(
-                ErrorCode.NODE_UNAVAILABLE, "media not handed over (redis)", scope=("node",)
-            ) from None
 
     async def _tell(self, kind: str, **data: Any) -> None:
         message, channel = self.link.event(kind, **data), self.link.channel
@@ -407,19 +368,3 @@ class NodeFleet:
         if name in self.hub.live_names:
             log.warning("node %s revoked at another daemon; closing its link", name)
             self.hub.cut(name)
-
-
-def _chunk(key: str, index: int, r: Any) -> bytes:
-    return bytes(r.lindex(key, index) or b"")
-
-
-def _checked_task(message: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """A peer's node task checked as the ``node`` op checks a client's (raises OpError)."""
-    name, action, params = message.get("name"), message.get("action"), message.get("params")
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise OpError(ErrorCode.NODE_UNKNOWN, str(name)[:64], scope=("node",))
-    if action not in ACTIONS:
-        raise OpError(ErrorCode.INVALID_FIELD, "ACTION", scope=("node",))
-    if not isinstance(params, dict) or len(json.dumps(params)) > MAX_PARAMS_CHARS:
-        raise OpError(ErrorCode.INVALID_FIELD, "PARAMS", scope=("node",))
-    return name, str(action), params
