@@ -318,13 +318,10 @@ class NodeFleet:
         log.info("node task %s from daemon %s: %s", rid, caller, message.get("op"))
         try:
             await self._tell("node_answer", to=caller, rid=rid)  # taken: the caller waits on
-            deadline_s = float(message.get("deadline_s", 0.0))
-            with trio.move_on_after(max(deadline_s, 0.0)):
+            with trio.move_on_after(_deadline_s(message)):
                 answer = await self._carry_out(message, rid)
                 await self._tell("node_answer", to=caller, rid=rid, **answer)
                 self.counts["served"] += 1
-        except (TypeError, ValueError):
-            log.warning("node task from daemon %s ignored: malformed", caller)
         finally:
             self.serving -= 1
 
@@ -348,6 +345,9 @@ class NodeFleet:
             }
         except OpError as exc:
             return {"ok": False, "code": str(exc.code), "detail": exc.detail}
+        except Exception:  # a bug, or a peer's malformed task: an answer, never the fleet's end
+            log.exception("node task %s from a peer daemon failed", rid)
+            return {"ok": False, "code": "internal_error", "detail": "see the holder's log"}
 
     async def _tell(self, kind: str, **data: Any) -> None:
         message, channel = self.link.event(kind, **data), self.link.channel
@@ -368,3 +368,11 @@ class NodeFleet:
         if name in self.hub.live_names:
             log.warning("node %s revoked at another daemon; closing its link", name)
             self.hub.cut(name)
+
+
+def _deadline_s(message: dict[str, Any]) -> float:
+    """The seconds a peer's task has left (0 for a malformed value: it is not run)."""
+    try:
+        return max(float(message.get("deadline_s", 0.0)), 0.0)
+    except (TypeError, ValueError):
+        return 0.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -307,3 +308,48 @@ async def test_forwarded_tasks_run_up_to_max_forwarded_tasks_and_the_next_is_bus
     )
     assert replies[0].status is Status.OK, replies[0]
     assert "forward_refused:1" in fleet.a.services.stats_line()
+
+
+async def test_a_malformed_task_from_a_peer_gets_an_answer_and_the_holder_keeps_serving(
+    config: Config,
+    sink: Sink,
+    sock_dir: str,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+) -> None:
+    """N-17: an approve without its code, a deadline that is no number."""
+    async with open_fleet(config, sock_dir, open_link) as fleet:
+        node, _ = await pair(fleet.a, "lab1")
+        await wait_registered(fleet.a, "lab1")
+        holder = fleet.link_a.daemon_id
+        client = redis.Redis(unix_socket_path=redis_server.socket)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub.subscribe("csp-web:events")
+        for rid, extra in (("r1", {"op": "approve", "deadline_s": 5}), ("r2", {"deadline_s": "x"})):
+            bad = {"from": "peer", "kind": "node_task", "to": holder, "rid": rid, **extra}
+            client.publish("csp-web:events", json.dumps(bad))
+        answers = await trio.to_thread.run_sync(read_answers, pubsub, 3)
+        pubsub.close()
+        client.close()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer_location, node)
+            reply = await ask(fleet.b, "lab1", "location_get")
+            nursery.cancel_scope.cancel()
+        await node.stream.aclose()
+    assert {"rid": "r1", "ok": False, "code": "internal_error"} in answers
+    assert reply.get("DATA") == "lat:1.5,lon:2.5", reply
+
+
+def read_answers(pubsub: redis.client.PubSub, count: int) -> list[dict[str, object]]:
+    """The first ``count`` answers (acceptances and results) on the channel, bounded."""
+    answers: list[dict[str, object]] = []
+    deadline = time.monotonic() + 10
+    while len(answers) < count and time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=1.0)
+        if message is None or message["type"] != "message":
+            continue
+        event = json.loads(message["data"])
+        if event["kind"] == "node_answer":
+            keys = ("rid", "ok", "code")
+            answers.append({k: event[k] for k in keys if k in event})
+    return answers
