@@ -10,7 +10,7 @@ from csp_web.core.specialist import Composable
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 from specialists.browser import BROWSER
-from specialists.node import NODE
+from specialists.node import NODE, make_node
 from specialists.tool import TOOL, make_tool
 from specialists.web import WEB, make_web
 
@@ -22,7 +22,7 @@ def linked(link: RedisLink | None) -> tuple[Composable, ...]:
     are without one."""
     if link is None:
         return SPECIALISTS
-    return (make_web(link=link), make_tool(link=link), BROWSER, NODE)
+    return (make_web(link=link), make_tool(link=link), BROWSER, make_node(link=link))
 
 
 def with_web_transport(

@@ -55,6 +55,9 @@ class NodesConfig:
     max_chunk_bytes: int = 96 * 1024  # raw bytes per chunk: its base64 fits the 256 KiB line
     media_dir: str | None = None  # default: <state_dir>/media
     max_reply_text_chars: int = 4096  # a node's DATA or text field in a reply
+    # Node tasks other daemons forward here at once (redis.url); past it they are busy. As
+    # max_links: a daemon gives its peers no more than it gives its own node links.
+    max_forwarded_tasks: int = 64
 
     def __post_init__(self) -> None:
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:

@@ -33,6 +33,12 @@ class RedisConfig:
     fallback_share: float = 0.5
     flight_wait_s: float = 15.0  # how long a daemon waits for a peer's download of the same URL
     cron_lease_s: float = 60.0  # a run claim outlives its daemon by at most this
+    # Which daemon holds each node's link (p node:link:<name>), renewed every third of this
+    # while connected: a dead daemon's entries end within it.
+    node_lease_s: float = 30.0
+    # A node task forwarded to the daemon holding the link fails node_unavailable when that
+    # daemon does not take it within this (it died, or its events are down).
+    node_ack_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.fallback_share > 1:

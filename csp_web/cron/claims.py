@@ -14,6 +14,15 @@ daemon died mid-run), the next daemon to look claims it and the job's missed pol
 (``run_once`` runs it again, ``skip`` records it as missed). While Redis is unavailable,
 nothing fires: the scheduler pauses (cursors stay put) and looks again every ``retry_s``; the
 occurrences due meanwhile are then on time or missed as on a restart.
+
+Manual runs (``ACTION run``) of one job never overlap across the fleet: the daemon running one
+holds ``p cron:manual:<job>`` (``SET NX`` with the same lease, renewed while the run lasts,
+deleted by its owner after); a manual run asked of another daemon meanwhile is ``busy``.
+
+Import: a daemon's own ``cron.json`` is added to the table once, at its first start with
+``redis.url`` (``import_jobs``: ``HSETNX`` per job in one script, so daemons importing at
+once add each id once and an id already shared keeps the shared job); the file is then
+renamed ``cron.json.imported`` (lifecycle.py).
 """
 
 from __future__ import annotations
@@ -56,6 +65,22 @@ if claim then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
+"""
+
+# Jobs from a daemon's own cron.json, added only where the shared table has no job of that id.
+_IMPORT = """
+local added = {}
+for i = 1, #ARGV - 2, 2 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then table.insert(added, ARGV[i]) end
+end
+if #added > 0 then redis.call('PUBLISH', ARGV[#ARGV - 1], ARGV[#ARGV]) end
+return added
+"""
+
+_RELEASE = """
+local claim = redis.call('GET', KEYS[1])
+if claim and cjson.decode(claim)['owner'] == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 _RENEW = """
@@ -128,6 +153,20 @@ class SharedCronStore:
                 raise OSError(str(exc)) from None
             self._saved = jobs
 
+    async def import_jobs(self, documents: list[dict[str, Any]]) -> list[str]:
+        """Add ``documents`` (a local cron.json's jobs) where the shared table has no job of
+        that id, in one script, so daemons importing at once add each id once; returns the
+        ids added (the others keep the shared job). Raises RedisUnavailable."""
+        args: list[str] = []
+        for job in documents:
+            args += [str(job["id"]), json.dumps(job, sort_keys=True)]
+        args += [self._link.channel, self._link.event("cron", version=VERSION)]
+        script = self._link.client.register_script(_IMPORT)
+        added = await self._link.call(
+            lambda r: script(keys=[self.path], args=args, client=r), "cron_import"
+        )
+        return [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in added]
+
     def _on_event(self, message: dict[str, Any]) -> None:
         if message.get("from") != self._link.daemon_id:
             self.changed_elsewhere = True
@@ -153,6 +192,7 @@ class RunClaims:
         self._watched: dict[str, Watched] = {}
         self._renew = link.client.register_script(_RENEW)
         self._claim = link.client.register_script(_CLAIM)
+        self._release = link.client.register_script(_RELEASE)
         self.claimed = 0
         self.lost = 0
         self.taken_over = 0
@@ -219,8 +259,45 @@ class RunClaims:
         with trio.CancelScope(shield=True), suppress(RedisUnavailable):
             await self._link.call(lambda r: r.set(key, value, ex=DONE_TTL_S), "claim_done")
 
+    async def claim_manual(self, job_id: str) -> bool:
+        """Claim ``job_id``'s manual run slot (``p cron:manual:<job>``) for this daemon, with
+        the run lease; False while another daemon's manual run of it holds it. Raises
+        RedisUnavailable."""
+        key, value, lease_ms = self._manual_key(job_id), self._value("running"), self._lease_ms()
+        won = await self._link.call(
+            lambda r: r.set(key, value, nx=True, px=lease_ms), "claim_manual"
+        )
+        return bool(won)
+
+    async def release_manual(self, job_id: str) -> None:
+        """Give the slot back (only when this daemon holds it); its lease ends it otherwise."""
+        key, owner = self._manual_key(job_id), self._link.daemon_id
+        with trio.CancelScope(shield=True), suppress(RedisUnavailable):
+            await self._link.call(
+                lambda r: self._release(keys=[key], args=[owner], client=r), "release_manual"
+            )
+
+    @asynccontextmanager
+    async def hold_manual(self, job_id: str) -> AsyncIterator[None]:
+        """Renew the claimed manual slot of ``job_id`` while the body runs; release it after."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_key, self._manual_key(job_id), job_id)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            await self.release_manual(job_id)
+
+    def _manual_key(self, job_id: str) -> str:
+        return self._link.key("cron", "manual", job_id)
+
     async def _keep(self, run: str) -> None:
-        key, value = self._key(run), self._value("running")
+        await self._keep_key(self._key(run), run)
+
+    async def _keep_key(self, key: str, run: str) -> None:
+        value = self._value("running")
         owner = self._link.daemon_id
         args: list[str | int] = [owner, value, self._lease_ms()]
         while True:

@@ -6,6 +6,7 @@ async with open_cron(config) as cron:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,12 +14,17 @@ from contextlib import asynccontextmanager
 import trio
 
 from csp_web.config import Config
-from csp_web.infra.redis_link import RedisLink
+from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 
 from .claims import RunClaims, SharedCronStore
 from .jobs import Job
-from .service import CronService, WallClock, system_now
+from .runs import WallClock, system_now
+from .service import CronService
 from .store import CronStore, CronStoreError
+
+log = logging.getLogger("csp_web.cron")
+
+IMPORTED_SUFFIX = ".imported"  # a job file taken into the fleet's table (never read again)
 
 
 def store_path(config: Config) -> str:
@@ -37,6 +43,8 @@ async def open_cron(
     # With a link the fleet shares one job table and claims each run (cron/claims.py).
     store = CronStore(store_path(config)) if link is None else SharedCronStore(link)
     keep = config.tool.cron.history
+    if isinstance(store, SharedCronStore):
+        await import_local_jobs(store, store_path(config), keep)
     documents = await trio.to_thread.run_sync(store.load)
     jobs: list[Job] = []
     for document in documents:
@@ -48,6 +56,33 @@ async def open_cron(
         raise CronStoreError(f"{store.path}: a job id appears twice")
     claims = None if link is None else RunClaims(link)
     yield CronService(config.tool.cron, store, jobs, now_wall=now_wall, claims=claims)
+
+
+async def import_local_jobs(store: SharedCronStore, path: str, keep: int) -> None:
+    """Add the jobs of this daemon's own job file at ``path`` to the fleet's table once, then
+    rename the file ``<path>.imported`` so no later start imports it again. A job whose id
+    the table already has keeps the table's version (logged; the renamed file still holds
+    the local one). While Redis is unavailable the file is left for the next start. Raises
+    CronStoreError for a file that is not a job file (as without Redis)."""
+    documents = await trio.to_thread.run_sync(CronStore(path).load)
+    if not documents:
+        return
+    jobs = []
+    for document in documents:
+        try:
+            jobs.append(Job.from_json(document, keep).to_json())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CronStoreError(f"{path}: bad job {document.get('id')!r}: {exc}") from exc
+    try:
+        added = await store.import_jobs(jobs)
+    except RedisUnavailable as exc:
+        log.warning("cron: %s not imported, redis unavailable (next start): %s", path, exc)
+        return
+    for job in jobs:
+        if job["id"] not in added:
+            log.warning("cron: job %s of %s not imported: the fleet has one", job["id"], path)
+    await trio.to_thread.run_sync(os.replace, path, path + IMPORTED_SUFFIX)
+    log.info("cron: %d jobs of %s imported, file renamed %s", len(added), path, IMPORTED_SUFFIX)
 
 
 def serve_cron(service: CronService) -> Callable[..., Awaitable[None]]:

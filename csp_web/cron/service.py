@@ -27,27 +27,24 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
 
 import trio
 
 from csp_web.config import CronConfig
 from csp_web.core.errors import OpError
 from csp_web.core.ports import TaskPort
-from csp_web.core.records import json_record, make_write
 from csp_web.infra.redis_link import RedisUnavailable
-from protocol import ErrorCode, Reply, Status, Task
+from protocol import ErrorCode, Task
 
 from .claims import RunClaims, SharedCronStore, Watched
-from .jobs import MAX_ERROR_CHARS, RUNNING, Job, Missed, Outcome, task_summary
-from .schedule import UTC, Schedule, iso, run_key
+from .jobs import RUNNING, Job, Outcome
+from .runs import RunHandle, RunResult, WallClock, clip, remember, remind
+from .schedule import iso, run_key
 from .store import CronStore
+from .table import SCOPE, JobTable
 
 log = logging.getLogger("csp_web.cron")
-
-WallClock = Callable[[], datetime.datetime]
-SCOPE = ("cron",)
 
 MAX_CONCURRENT_RUNS = 5  # the tool seed: "Max concurrent: 5"
 # crond looks once a minute, so a run up to a minute late is on time, not missed.
@@ -58,46 +55,7 @@ MAX_SLEEP_S = 60.0
 _TICK = datetime.timedelta(microseconds=1)
 
 
-def system_now() -> datetime.datetime:
-    return datetime.datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """What ``ACTION add`` asks for, already validated field by field."""
-
-    id: str
-    schedule: Schedule
-    task: Task | None  # None: a reminder
-    description: str
-    missed: Missed
-    owner_uid: int | None = None
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How a run ended: the status, DATA and ERROR of its task's reply, or of the reminder's
-    record (cron builds no reply frame of its own)."""
-
-    status: Status
-    data: str | None = None
-    error: str | None = None
-
-    @classmethod
-    def of(cls, reply: Reply) -> RunResult:
-        return cls(reply.status, reply.get("DATA"), reply.get("ERROR"))
-
-
-@dataclass
-class RunHandle:
-    """A run in flight; ``result`` is set when ``done`` is."""
-
-    key: str
-    done: trio.Event
-    result: RunResult | None = None
-
-
-class CronService:
+class CronService(JobTable):
     """The job table and its scheduler; made by ``open_cron``, served by ``serve_cron``."""
 
     def __init__(
@@ -109,93 +67,19 @@ class CronService:
         now_wall: WallClock,
         claims: RunClaims | None = None,
     ) -> None:
-        self.config = config
-        self._store = store
+        super().__init__(config, store, jobs, now_wall=now_wall)
         self._claims = claims  # the fleet's run claims (redis.url): one daemon per run key
         self._paused = False  # claims unavailable: nothing fires until Redis answers again
-        self._jobs = {job.id: job for job in jobs}
-        self._now_wall = now_wall
-        self._running: dict[str, RunHandle] = {}
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_RUNS)
-        self._changed = trio.Event()
-        if isinstance(store, SharedCronStore):  # a peer's change wakes the scheduler
-            store.on_change = lambda: self._changed.set()
-        self._port: TaskPort | None = None
         self._nursery: trio.Nursery | None = None
-
-    # --- the table, as the op sees it -------------------------------------------------------
-
-    def jobs(self) -> list[Job]:
-        """Every job, by id."""
-        return sorted(self._jobs.values(), key=lambda job: job.id)
-
-    def job(self, job_id: str) -> Job:
-        """The job ``job_id``; raises OpError(unknown_job)."""
-        job = self._jobs.get(job_id)
-        if job is None:
-            raise OpError(ErrorCode.UNKNOWN_JOB, job_id, scope=SCOPE)
-        return job
-
-    def counts(self) -> tuple[int, int, int]:
-        """(jobs, enabled, disabled), the seed's ``DATA jobs:5,active:3,disabled:2``."""
-        active = sum(job.enabled for job in self._jobs.values())
-        return len(self._jobs), active, len(self._jobs) - active
-
-    def is_running(self, job_id: str) -> bool:
-        return job_id in self._running
-
-    async def add(self, new: NewJob) -> Job:
-        """Add and persist a job; raises OpError(cron_error) for a duplicate or a full table."""
-        if new.id in self._jobs:
-            raise OpError(ErrorCode.CRON_ERROR, f"job {new.id} exists", scope=SCOPE)
-        if len(self._jobs) >= self.config.max_jobs:
-            raise OpError(ErrorCode.CRON_ERROR, f"{self.config.max_jobs} jobs max", scope=SCOPE)
-        self._check_task(new.task)
-        job = Job(
-            new.id,
-            new.schedule,
-            new.task,
-            new.description,
-            new.missed,
-            self._now(),
-            owner_uid=new.owner_uid,
-        )
-        job.reschedule()
-        self._jobs[job.id] = job
-        await self._commit(lambda: self._jobs.pop(job.id, None))
-        return job
-
-    async def remove(self, job_id: str) -> Job:
-        """Remove a job (a run in flight finishes); raises OpError(unknown_job, cron_error)."""
-        job = self.job(job_id)
-        del self._jobs[job_id]
-        await self._commit(lambda: self._jobs.setdefault(job_id, job))
-        return job
-
-    async def set_enabled(self, job_id: str, enabled: bool) -> Job:
-        """Enable or disable a job. Occurrences while it was disabled are not caught up."""
-        job = self.job(job_id)
-        if job.enabled == enabled:
-            return job
-        cursor = job.cursor
-        job.enabled = enabled
-        if enabled:
-            job.cursor = max(job.cursor, self._now())
-        job.reschedule()
-
-        def undo() -> None:
-            job.enabled, job.cursor = not enabled, cursor
-            job.reschedule()
-
-        await self._commit(undo)
-        return job
 
     async def run_now(self, job_id: str) -> RunHandle:
         """Run a job at once, out of schedule, and wait for its reply.
 
         The run belongs to the scheduler: if the caller is cancelled it still completes and
         is recorded. Raises OpError: unknown_job, cron_error (already running, store failed),
-        not_available (the scheduler is not running).
+        not_available (the scheduler is not running; Redis unavailable), busy (with
+        ``redis.url``: a manual run of the job goes on at another daemon).
         """
         job = self.job(job_id)
         if self._nursery is None:
@@ -208,17 +92,35 @@ class CronService:
             at += _TICK
             key = run_key(job.id, at, precise=True)
         if self._claims is not None:
-            try:
-                await self._claims.claim(job.id, key, at)
-            except RedisUnavailable:
-                detail = "run claims unavailable (redis)"
-                raise OpError(ErrorCode.NOT_AVAILABLE, detail, scope=SCOPE) from None
+            await self._claim_manual(job.id, key, at)
         handle = self._claim(job, key, at)
         assert handle is not None
-        await self._commit(lambda: self._unclaim(job, handle, at))
-        self._spawn(job, handle, at)
+        try:
+            await self._commit(lambda: self._unclaim(job, handle, at))
+        except OpError:
+            if self._claims is not None:
+                await self._claims.release_manual(job.id)
+            raise
+        self._spawn(job, handle, at, manual=True)
         await handle.done.wait()
         return handle
+
+    async def _claim_manual(self, job_id: str, key: str, at: datetime.datetime) -> None:
+        """Claim the job's fleet-wide manual slot, then its run key; raises OpError busy (a
+        manual run of it goes on at another daemon) or not_available (Redis)."""
+        assert self._claims is not None
+        try:
+            if not await self._claims.claim_manual(job_id):
+                detail = f"job {job_id} is being run by hand on another daemon"
+                raise OpError(ErrorCode.BUSY, detail, scope=SCOPE)
+            try:
+                await self._claims.claim(job_id, key, at)
+            except RedisUnavailable:
+                await self._claims.release_manual(job_id)
+                raise
+        except RedisUnavailable:
+            detail = "run claims unavailable (redis)"
+            raise OpError(ErrorCode.NOT_AVAILABLE, detail, scope=SCOPE) from None
 
     # --- the scheduler ----------------------------------------------------------------------
 
@@ -325,15 +227,21 @@ class CronService:
         job.record(Outcome(handle.key, iso(at), "FAIL", error), self.config.history)
         self._release(job.id, handle)
 
-    def _spawn(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+    def _spawn(
+        self, job: Job, handle: RunHandle, at: datetime.datetime, *, manual: bool = False
+    ) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_claimed, job, handle, at)
+        self._nursery.start_soon(self._run_claimed, job, handle, at, manual)
 
-    async def _run_claimed(self, job: Job, handle: RunHandle, at: datetime.datetime) -> None:
+    async def _run_claimed(
+        self, job: Job, handle: RunHandle, at: datetime.datetime, manual: bool
+    ) -> None:
         if self._claims is None:
             await self._run(job, handle, at)
             return
-        async with self._claims.hold(handle.key):  # renewed while it runs, then marked done
+        # Renewed while it runs, then marked done; a manual run also holds its job's slot.
+        manual_slot = self._claims.hold_manual(job.id) if manual else nullcontext()
+        async with self._claims.hold(handle.key), manual_slot:
             await self._run(job, handle, at)
 
     # --- the fleet (redis.url) ----------------------------------------------------------------
@@ -384,19 +292,6 @@ class CronService:
             await self._save_quietly()
             self._spawn(job, handle, orphan.at)
 
-    def adopt(self, documents: list[dict[str, object]]) -> None:
-        """Take the job table another daemon saved; a job running here keeps its state."""
-        jobs = {}
-        for document in documents:
-            try:
-                job = Job.from_json(dict(document), self.config.history)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.error("cron job %r from the shared store ignored: %s", document.get("id"), exc)
-                continue
-            jobs[job.id] = self._jobs[job.id] if job.id in self._running else job
-        self._jobs = jobs
-        self._changed.set()
-
     def _release(self, job_id: str, handle: RunHandle) -> None:
         if self._running.get(job_id) is handle:
             del self._running[job_id]
@@ -408,7 +303,7 @@ class CronService:
         try:
             task = job.task
             if task is None:
-                result = await self._remind(port, job, handle.key, at)
+                result = await remind(port, job, handle.key, at)
                 self._finish(job, handle, result, at)
                 await self._save_quietly()
                 return
@@ -422,7 +317,7 @@ class CronService:
                 elapsed = trio.current_time() - started
             outcome = self._finish(job, handle, result, at)
             await self._save_quietly()
-            await self._remember(port, job, outcome, result, elapsed)
+            await remember(port, job, outcome, result, elapsed)
         except Exception:  # a bug in bookkeeping must not take the scheduler (and daemon) down
             log.exception("cron run %s: recording its outcome failed", handle.key)
         finally:
@@ -432,77 +327,6 @@ class CronService:
         self, job: Job, handle: RunHandle, result: RunResult, at: datetime.datetime
     ) -> Outcome:
         handle.result = result
-        outcome = Outcome(handle.key, iso(at), str(result.status), _clip(result.error))
+        outcome = Outcome(handle.key, iso(at), str(result.status), clip(result.error))
         job.record(outcome, self.config.history)
         return outcome
-
-    async def _remind(self, port: TaskPort, job: Job, key: str, at: datetime.datetime) -> RunResult:
-        """A reminder's run: its ``cron_due`` record, queued for the Memory Specialist."""
-        record = json_record(job=job.id, key=key, at=iso(at), description=job.description)
-        write = make_write("tool", "cron_due", "cron-due", record, suffix=".json")
-        try:
-            await port.remember(write)
-        except OpError as exc:
-            log.error("cron_due record of %s lost: %s", key, exc)
-            return RunResult(Status.FAIL, exc.data, exc.wire_text)
-        return RunResult(Status.OK, f"cron_due:{write.id}")
-
-    async def _remember(
-        self, port: TaskPort, job: Job, outcome: Outcome, result: RunResult, seconds: float
-    ) -> None:
-        record = json_record(
-            job=job.id,
-            key=outcome.key,
-            at=outcome.at,
-            task=task_summary(job.task),
-            status=outcome.status,
-            error=outcome.error,
-            data=_clip(result.data),
-            duration_ms=round(seconds * 1000, 3),
-        )
-        write = make_write("tool", "cron_run", "cron-runs", record, suffix=".json")
-        try:
-            await port.remember(write)
-        except OpError as exc:
-            log.error("cron_run record of %s lost: %s", outcome.key, exc)
-
-    # --- persistence and time ---------------------------------------------------------------
-
-    def _check_task(self, task: Task | None) -> None:
-        port = self._port
-        if task is None or port is None:
-            return
-        try:
-            port.check(task)
-        except OpError as exc:
-            detail = f"TASK: {exc.code}:{exc.detail}"
-            raise OpError(ErrorCode.INVALID_FIELD, detail, scope=SCOPE) from None
-
-    def _snapshot(self) -> list[dict[str, object]]:
-        return [job.to_json() for job in self.jobs()]
-
-    async def _commit(self, undo: Callable[[], object]) -> None:
-        """Persist the table and wake the scheduler; on a failed write, undo and raise."""
-        try:
-            await self._store.save(self._snapshot)
-        except OSError as exc:
-            undo()
-            detail = f"cannot save jobs: {exc.strerror or type(exc).__name__}"
-            raise OpError(ErrorCode.CRON_ERROR, detail, scope=SCOPE) from exc
-        finally:
-            self._changed.set()
-
-    async def _save_quietly(self) -> None:
-        try:
-            await self._store.save(self._snapshot)
-        except OSError as exc:
-            log.error("cron store write failed: %s", exc)
-
-    def _now(self) -> datetime.datetime:
-        return self._now_wall().astimezone(UTC)
-
-
-def _clip(text: str | None) -> str | None:
-    if text is None or len(text) <= MAX_ERROR_CHARS:
-        return text
-    return text[: MAX_ERROR_CHARS - 3] + "..."

@@ -5,12 +5,15 @@ canvas actions for the ``node`` op (protocol/NODES.md).
   pairing codes, the attempt limiter; ``results``: media and reply checks; ``link``: one
   node connection; ``hub``: the registry; ``transports``: Unix socket and TLS listener;
   ``services``: ``NodeServices`` and ``open_node_services``; ``ops_node``: the ops;
+  ``shared``, ``fleet`` and ``forward_wire``: with redis.url, the fleet's store, link
+  registry and forwarding;
   ``agent`` and ``backends``: the reference node (``csp-web node run``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import trio
 
@@ -18,6 +21,7 @@ from csp_web.config import NodesConfig
 from csp_web.core.ops import Op
 from csp_web.core.ports import StatsLine, TaskPort
 from csp_web.core.specialist import Background, Specialist
+from csp_web.infra.redis_link import RedisLink
 
 from . import ops_node
 from .services import NodeServices, open_node_services, serve_nodes
@@ -36,15 +40,21 @@ def _stats_lines(nodes: NodeServices) -> Mapping[str, StatsLine]:
     return {"NODES": nodes.stats_line}  # read at each REQ:stats
 
 
-NODE: Specialist[NodesConfig, NodeServices] = Specialist(
-    name="node",
-    ops=OPS,  # they run in the tool pool: pairing and actions are operator acts, audited
-    slots=lambda slots: slots.tool,
-    section=lambda config: config.nodes,
-    reloadable=(),
-    restart_only=(),
-    open_services=open_node_services,
-    background=_background,
-    stats_lines=_stats_lines,
-    reload=None,
-)
+def make_node(*, link: RedisLink | None = None) -> Specialist[NodesConfig, NodeServices]:
+    """The node specialist; ``link`` (redis.url) shares the paired nodes and the link
+    registry with the fleet and forwards tasks for nodes held elsewhere (``fleet``)."""
+    return Specialist(
+        name="node",
+        ops=OPS,  # they run in the tool pool: pairing and actions are operator acts, audited
+        slots=lambda slots: slots.tool,
+        section=lambda config: config.nodes,
+        reloadable=(),
+        restart_only=(),
+        open_services=partial(open_node_services, link=link),
+        background=_background,
+        stats_lines=_stats_lines,
+        reload=None,
+    )
+
+
+NODE = make_node()

@@ -6,10 +6,9 @@ hello and leave as they end.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -20,8 +19,11 @@ from protocol import ErrorCode, Task
 
 from .link import NodeLink
 from .results import Checked, check_reply, save_media
-from .store import AttemptLimiter, NodeStore, PendingPair, PendingPairs
+from .store import AlreadyPaired, AttemptLimiter, NodeStore, PendingPair, PendingPairs, normal_code
 from .wire import parse_hello
+
+if TYPE_CHECKING:
+    from .fleet import NodeFleet
 
 log = logging.getLogger("csp_web.nodes")
 
@@ -50,6 +52,7 @@ class NodeHub:
         self.tls_address: str | None = None
         self.fingerprint: str | None = None
         self._attached = trio.Event()  # set (and renewed) whenever a link goes live
+        self.fleet: NodeFleet | None = None  # redis.url: the registry and forwarding
 
     # -- links ------------------------------------------------------------------------------
 
@@ -69,7 +72,9 @@ class NodeHub:
     async def on_hello(self, link: NodeLink, task: Task) -> Result:
         hello = parse_hello(task, token_required=True)
         assert hello.token is not None
-        record = self.store.check_token(hello.name, hello.token)
+        record = await self.store.lookup(hello.name)
+        if record is not None and self.store.check_token(hello.name, hello.token) is None:
+            record = None
         if record is None:
             link.closing = True  # a refused token ends the link (N-5)
             self._count_attempt(link)
@@ -77,19 +82,19 @@ class NodeHub:
             raise OpError(ErrorCode.PERMISSION_DENIED, "token refused", scope=("node",))
         if link.hello is not None:
             raise OpError(ErrorCode.INVALID_FIELD, "this link already said hello")
-        self.store.seen(record, hello)
+        await self.store.greet(record, hello)
         link.hello = hello
         link.paired = True
         self._attach(link)
         beat = f"{self.config.heartbeat_interval_s:g}"
         return Result("welcome", ("node",), (("NODE", hello.name), ("HEARTBEAT_S", beat)))
 
-    def on_pair(self, link: NodeLink, task: Task) -> Result:
+    async def on_pair(self, link: NodeLink, task: Task) -> Result:
         hello = parse_hello(task, token_required=False)
         if link.hello is not None:
             raise OpError(ErrorCode.INVALID_FIELD, "this link already said who it is")
         self._count_attempt(link)
-        if hello.name in self.store.nodes:
+        if await self.store.lookup(hello.name) is not None:
             raise OpError(ErrorCode.INVALID_FIELD, f"{hello.name} is paired; revoke it first")
         pair = self.pending.add(hello, link.source, trio.current_time())
         if pair is None:
@@ -97,6 +102,8 @@ class NodeHub:
         link.hello = hello
         link.pair_expires_at = pair.expires_at
         self.waiting[pair.code] = link
+        if self.fleet is not None:  # approvable at any daemon of the fleet
+            await self.fleet.note_pair(pair.code, self.config.pair_code_ttl_s)
         log.warning(
             "node %s (%s) asks to pair from %s: approve with `csp-web nodes approve %s`",
             hello.name,
@@ -119,6 +126,8 @@ class NodeHub:
             log.info("node %s reconnected; closing its older link", link.name)
             older.cut()
         self.links[link.name] = link
+        if self.fleet is not None:
+            self.fleet.attached(link.name)
         log.info("node %s connected from %s (%s)", link.name, link.source, link.capabilities)
         self._attached.set()
         self._attached = trio.Event()
@@ -132,10 +141,9 @@ class NodeHub:
     def detach(self, link: NodeLink) -> None:
         if link.name is not None and self.links.get(link.name) is link:
             del self.links[link.name]
-            record = self.store.nodes.get(link.name)
-            if record is not None:
-                record.last_seen = time.time()
-                self.store.save()
+            self.store.left(link.name)
+            if self.fleet is not None:
+                self.fleet.detached(link.name)
             log.info("node %s disconnected", link.name)
         for code in [c for c, waiting in self.waiting.items() if waiting is link]:
             del self.waiting[code]
@@ -146,45 +154,62 @@ class NodeHub:
     # -- operator ---------------------------------------------------------------------------
 
     async def approve(self, code: str) -> str:
-        """Pair the node that asked with ``code``; returns its name. Raises OpError
-        pair_code_invalid (unknown, expired, used, or its node left) or node_unavailable."""
+        """Pair the node that asked with ``code``, here or (redis.url) at the daemon it waits
+        on; returns its name. Raises OpError pair_code_invalid (unknown, expired, used, or
+        its node left) or node_unavailable."""
+        if self.fleet is not None and normal_code(code) not in self.pending.pairs:
+            return await self.fleet.forward_approve(normal_code(code))
+        return await self.approve_here(code)
+
+    async def approve_here(self, code: str) -> str:
+        """``approve`` for a code waiting at this daemon."""
         pair: PendingPair | None = self.pending.take(code, trio.current_time())
         link = self.waiting.pop(pair.code, None) if pair is not None else None
         if pair is None or link is None or link.closed:
             raise OpError(ErrorCode.PAIR_CODE_INVALID, "unknown, expired or used", scope=("node",))
-        if pair.hello.name in self.store.nodes:
-            link.cut()
-            raise OpError(ErrorCode.INVALID_FIELD, f"{pair.hello.name} is already paired")
         try:
-            token = self.store.add(pair.hello)
+            token = await self.store.pair(pair.hello)
+        except AlreadyPaired:
+            link.cut()
+            raise OpError(ErrorCode.INVALID_FIELD, f"{pair.hello.name} is already paired") from None
         except ValueError as exc:
             raise OpError(ErrorCode.BUSY, str(exc), scope=("node",)) from None
         try:
             await link.deliver_token(token)
         except OpError:
-            self.store.remove(pair.hello.name)  # it never got its token: nothing is paired
+            await self.store.forget(pair.hello.name)  # it never got its token: not paired
             raise
-        self.store.seen(self.store.nodes[pair.hello.name], pair.hello)
+        record = await self.store.lookup(pair.hello.name)
+        if record is not None:
+            await self.store.greet(record, pair.hello)
         self._attach(link)
         return pair.hello.name
 
-    def revoke(self, name: str) -> None:
-        """Forget ``name`` and cut its link now (its running tasks fail node_unavailable);
-        raises OpError node_unknown."""
-        if not self.store.remove(name):
+    async def revoke(self, name: str) -> None:
+        """Forget ``name`` and cut its link now, at whichever daemon holds it (its running
+        tasks fail node_unavailable); raises OpError node_unknown, or not_available when
+        the fleet's store is unavailable."""
+        if not await self.store.forget(name):
             raise OpError(ErrorCode.NODE_UNKNOWN, name, scope=("node",))
         link = self.links.pop(name, None)
         if link is not None:
             link.cut()
+            if self.fleet is not None:
+                self.fleet.detached(name)
         log.warning("node %s revoked", name)
 
-    def listing(self) -> list[dict[str, Any]]:
-        """Every paired node: name, platform, capabilities, connected, last seen (N-14)."""
+    async def listing(self) -> list[dict[str, Any]]:
+        """Every paired node: name, platform, capabilities, connected (to any daemon of the
+        fleet, with redis.url), last seen (N-14)."""
+        await self.store.refresh()
+        names = sorted(self.store.nodes)
+        holders = {} if self.fleet is None else await self.fleet.holders(names)
         entries = []
         for record in sorted(self.store.nodes.values(), key=lambda r: r.name):
             link = self.links.get(record.name)
-            connected = link is not None and not link.closed
-            capabilities = link.capabilities if link is not None and connected else ()
+            here = link is not None and not link.closed
+            connected = here or (holders is not None and record.name in holders)
+            capabilities = link.capabilities if link is not None and here else ()
             entries.append(
                 {
                     "name": record.name,
@@ -200,9 +225,31 @@ class NodeHub:
     # -- tasks ------------------------------------------------------------------------------
 
     async def run(self, name: str, action: str, params: Mapping[str, Any], task_id: str) -> Outcome:
-        """Run ``action`` on node ``name``; raises OpError node_unknown, node_unavailable,
-        node_capability_missing, or what the node's reply stands for (N-8 to N-13)."""
-        if name not in self.store.nodes:
+        """Run ``action`` on node ``name``, through the daemon holding its link when that is
+        not this one (redis.url); media are saved in this daemon's media folder. Raises
+        OpError node_unknown, node_unavailable, node_capability_missing, or what the node's
+        reply stands for (N-8 to N-13, N-16 to N-18)."""
+        link = self.links.get(name)
+        if self.fleet is None or (link is not None and not link.closed):
+            checked, data = await self.run_here(name, action, params)
+        elif (holder := await self.fleet.holder(name)) is not None:
+            checked, data = await self.fleet.forward_run(name, holder, action, params)
+        elif await self.store.lookup(name) is None:
+            raise OpError(ErrorCode.NODE_UNKNOWN, name, scope=("node",))
+        else:
+            raise OpError(ErrorCode.NODE_UNAVAILABLE, name, scope=("node",))
+        if checked.media is None or data is None:
+            return Outcome(checked, None, 0)
+        path = await trio.to_thread.run_sync(
+            save_media, self.media_dir, name, task_id, checked.media, data
+        )
+        return Outcome(checked, path, len(data))
+
+    async def run_here(
+        self, name: str, action: str, params: Mapping[str, Any]
+    ) -> tuple[Checked, bytes | None]:
+        """Run ``action`` on ``name``'s link at this daemon: its checked reply and media."""
+        if await self.store.lookup(name) is None:
             raise OpError(ErrorCode.NODE_UNKNOWN, name, scope=("node",))
         link = self.links.get(name)
         if link is None or link.closed:
@@ -212,9 +259,15 @@ class NodeHub:
         reply, media = await link.call(action, params)
         checked = check_reply(action, reply, max_text_chars=self.config.max_reply_text_chars)
         if checked.media is None:
-            return Outcome(checked, None, 0)
-        data = media.finish(checked.media)
-        path = await trio.to_thread.run_sync(
-            save_media, self.media_dir, name, task_id, checked.media, data
-        )
-        return Outcome(checked, path, len(data))
+            return checked, None
+        return checked, media.finish(checked.media)
+
+    @property
+    def live_names(self) -> list[str]:
+        return sorted(name for name, link in self.links.items() if not link.closed)
+
+    def cut(self, name: str) -> None:
+        """End ``name``'s link here, if there is one (revoked or replaced elsewhere)."""
+        link = self.links.get(name)
+        if link is not None:
+            link.cut()

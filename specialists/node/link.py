@@ -45,7 +45,7 @@ class LinkHub(Protocol):
     config: NodesConfig
 
     async def on_hello(self, link: NodeLink, task: Task) -> Result: ...
-    def on_pair(self, link: NodeLink, task: Task) -> Result: ...
+    async def on_pair(self, link: NodeLink, task: Task) -> Result: ...
     def detach(self, link: NodeLink) -> None: ...
 
 
@@ -235,7 +235,7 @@ class NodeLink:
         if task.req == "hello":
             return await self.hub.on_hello(self, task)
         if task.req == "pair":
-            return self.hub.on_pair(self, task)
+            return await self.hub.on_pair(self, task)
         if self.hello is None:
             raise OpError(ErrorCode.PERMISSION_DENIED, "say hello first")
         if task.req == "heartbeat":  # paired, or pairing and waiting for the operator

@@ -68,7 +68,7 @@ async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -
     action = params.text("ACTION")
     hub = services.hub
     if action == "list":
-        entries = hub.listing()
+        entries = await hub.listing()
         fields = [("NODE", json.dumps(e, separators=(",", ":"))) for e in entries]
         if hub.tls_address is not None:
             fields.append(("TLS", f"{hub.tls_address} sha256:{hub.fingerprint}"))
@@ -83,7 +83,7 @@ async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -
     revoked = params.opt_text("NAME")
     if revoked is None:
         raise OpError(ErrorCode.MISSING_FIELD, "NAME (revoke)")
-    hub.revoke(revoked)
+    await hub.revoke(revoked)
     ctx.audit.update(revoked=revoked)
     return Result(f"revoked:{revoked}", ("node",), (("NODE", revoked),))
 

@@ -15,8 +15,11 @@ import trio
 
 from csp_web.config import Config
 from csp_web.config.nodes import NodesConfig, media_dir, nodes_dir
+from csp_web.infra.redis_link import RedisLink
 
+from .fleet import NodeFleet
 from .hub import NodeHub
+from .shared import SharedNodeStore
 from .store import NodeStore
 from .transports import ensure_certificate, serve_node_tls, serve_node_unix, server_context
 
@@ -30,22 +33,38 @@ class NodeServices:
     config: NodesConfig
     hub: NodeHub
     tls_paths: tuple[str, str] | None  # (cert, key) when the TLS listener is enabled
+    fleet: NodeFleet | None = None  # redis.url: which daemon holds which link, forwarding
 
     def stats_line(self) -> str:
         hub = self.hub
-        return (
+        line = (
             f"paired:{len(hub.store.nodes)},connected:{len(hub.links)},"
             f"links:{hub.open_links},pending_pairs:{len(hub.pending.pairs)}"
         )
+        return line if self.fleet is None else f"{line},{self.fleet.stats()}"
 
 
 @asynccontextmanager
-async def open_node_services(config: NodesConfig, root: Config) -> AsyncIterator[NodeServices]:
-    """Open the pairing store under ``<state_dir>/nodes`` (0700; the file 0600) and, when
-    TLS is on, load or make its certificate. Raises OSError or ValueError (a bad store)."""
+async def open_node_services(
+    config: NodesConfig, root: Config, *, link: RedisLink | None = None
+) -> AsyncIterator[NodeServices]:
+    """Open the pairing store under ``<state_dir>/nodes`` (0700; the file 0600), or with
+    ``link`` (redis.url) the fleet's, and, when TLS is on, load or make its certificate.
+    Raises OSError or ValueError (a bad store)."""
     directory = nodes_dir(root.daemon.state_dir)
-    store = await trio.to_thread.run_sync(lambda: NodeStore(directory, max_nodes=config.max_nodes))
+    store: NodeStore
+    if link is None:
+        store = await trio.to_thread.run_sync(
+            lambda: NodeStore(directory, max_nodes=config.max_nodes)
+        )
+    else:
+        store = SharedNodeStore(link, max_nodes=config.max_nodes)
+        await store.refresh()
     hub = NodeHub(config, store, media_dir(config, root.daemon.state_dir))
+    fleet = None
+    if isinstance(store, SharedNodeStore) and link is not None:
+        fleet = NodeFleet(link, hub, store, max_forwarded=config.max_forwarded_tasks)
+        hub.fleet = fleet
     tls_paths = None
     if config.tls.enabled:
         if config.tls.cert_path is not None and config.tls.key_path is not None:
@@ -53,7 +72,7 @@ async def open_node_services(config: NodesConfig, root: Config) -> AsyncIterator
         else:
             tls_dir = os.path.join(directory, "tls")
             tls_paths = await trio.to_thread.run_sync(ensure_certificate, tls_dir)
-    yield NodeServices(config, hub, tls_paths)
+    yield NodeServices(config, hub, tls_paths, fleet)
 
 
 async def serve_nodes(
@@ -64,6 +83,8 @@ async def serve_nodes(
     config = services.config
     hub = services.hub
     async with trio.open_nursery() as nursery:
+        if services.fleet is not None:
+            await nursery.start(services.fleet.serve)
         if config.socket_path is not None:
             await nursery.start(_serve_unix, config.socket_path, config, hub, nursery)
         if services.tls_paths is not None:

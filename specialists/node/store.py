@@ -25,6 +25,10 @@ _CODE_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 CODE_CHARS = 8  # 40 bits: with 5 attempts a minute a guess takes ~10^11 minutes
 
 
+class AlreadyPaired(ValueError):
+    """A pairing for a name the store already holds (paired meanwhile, maybe by a peer)."""
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("ascii")).hexdigest()
 
@@ -106,6 +110,35 @@ class NodeStore:
         record.capabilities = list(hello.capabilities)
         record.last_seen = time.time()
         self.save()
+
+    # The hub's interface, shared with ``shared.SharedNodeStore`` (redis.url), whose calls
+    # go to Redis; here they are the file's.
+
+    async def lookup(self, name: str) -> NodeRecord | None:
+        """The record of ``name`` as stored now, or None."""
+        return self.nodes.get(name)
+
+    async def pair(self, hello: Hello) -> str:
+        """``add``: raises ValueError when the store is full or ``hello``'s name is paired."""
+        if hello.name in self.nodes:
+            raise AlreadyPaired(hello.name)
+        return self.add(hello)
+
+    async def forget(self, name: str) -> bool:
+        return self.remove(name)
+
+    async def greet(self, record: NodeRecord, hello: Hello) -> None:
+        self.seen(record, hello)
+
+    async def refresh(self) -> None:
+        """Take the other daemons' changes (none: the file is this daemon's alone)."""
+
+    def left(self, name: str) -> None:
+        """Note that ``name``'s link ended now (its ``last_seen``)."""
+        record = self.nodes.get(name)
+        if record is not None:
+            record.last_seen = time.time()
+            self.save()
 
     def save(self) -> None:
         data = {"nodes": [asdict(r) for r in sorted(self.nodes.values(), key=lambda r: r.name)]}

@@ -17,6 +17,7 @@ from csp_web.core.client import Client, open_client
 from csp_web.core.compose import open_daemon
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.lifecycle import serve
+from csp_web.infra.redis_link import RedisLink
 from csp_web.memory.embedded import open_memory_path
 from protocol import CLOSED, NEED_DATA, Connection, Frame, Limits, Reply, Status, Task, serialize
 from specialists.node import NODE
@@ -39,15 +40,18 @@ def node_config(config: Config, sock_dir: str, **nodes: Any) -> Config:
     return replace(config, nodes=settings)
 
 
-async def start_node_daemon(nursery: trio.Nursery, config: Config, sock_dir: str) -> NodeDaemon:
-    """The daemon with the node ops, its node socket and TLS as ``config.nodes`` says."""
+async def start_node_daemon(
+    nursery: trio.Nursery, config: Config, sock_dir: str, *, link: RedisLink | None = None
+) -> NodeDaemon:
+    """The daemon with the node ops, its node socket and TLS as ``config.nodes`` says, in
+    a fleet on ``link`` (redis.url; its events served by the caller) when given."""
     scope = trio.CancelScope()
     client_path = os.path.join(sock_dir, "csp.sock")
     opened: list[NodeServices] = []
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
-            async with open_node_services(config.nodes, config) as services:
+            async with open_node_services(config.nodes, config, link=link) as services:
                 opened.append(services)
                 nodes = given(services, NODE.ops, background=NODE.background(services))
                 memory = open_memory_path(config)

@@ -1,0 +1,179 @@
+"""The cron job table as the ``cron`` op edits it: add, remove, enable, disable, list, and
+the store it is persisted to (the job file, or the fleet's Redis hash with ``redis.url``).
+
+Every change is persisted before it is answered; a failed write is undone and reported as
+``cron_error``. The scheduler (``service.CronService``) extends the table with running it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from csp_web.config import CronConfig
+from csp_web.core.errors import OpError
+from csp_web.core.ports import TaskPort
+from protocol import ErrorCode, Task
+
+from .claims import SharedCronStore
+from .jobs import Job, Missed
+from .runs import RunHandle, WallClock
+from .schedule import UTC, Schedule
+from .store import CronStore
+
+log = logging.getLogger("csp_web.cron")
+
+SCOPE = ("cron",)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What ``ACTION add`` asks for, already validated field by field."""
+
+    id: str
+    schedule: Schedule
+    task: Task | None  # None: a reminder
+    description: str
+    missed: Missed
+    owner_uid: int | None = None
+
+
+class JobTable:
+    """The jobs by id, their store, and the wall clock; ``_changed`` wakes the scheduler."""
+
+    def __init__(
+        self,
+        config: CronConfig,
+        store: CronStore | SharedCronStore,
+        jobs: list[Job],
+        *,
+        now_wall: WallClock,
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._jobs = {job.id: job for job in jobs}
+        self._now_wall = now_wall
+        self._running: dict[str, RunHandle] = {}
+        self._changed = trio.Event()
+        if isinstance(store, SharedCronStore):  # a peer's change wakes the scheduler
+            store.on_change = lambda: self._changed.set()
+        self._port: TaskPort | None = None
+
+    # --- the table, as the op sees it -------------------------------------------------------
+
+    def jobs(self) -> list[Job]:
+        """Every job, by id."""
+        return sorted(self._jobs.values(), key=lambda job: job.id)
+
+    def job(self, job_id: str) -> Job:
+        """The job ``job_id``; raises OpError(unknown_job)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise OpError(ErrorCode.UNKNOWN_JOB, job_id, scope=SCOPE)
+        return job
+
+    def counts(self) -> tuple[int, int, int]:
+        """(jobs, enabled, disabled), the seed's ``DATA jobs:5,active:3,disabled:2``."""
+        active = sum(job.enabled for job in self._jobs.values())
+        return len(self._jobs), active, len(self._jobs) - active
+
+    def is_running(self, job_id: str) -> bool:
+        return job_id in self._running
+
+    async def add(self, new: NewJob) -> Job:
+        """Add and persist a job; raises OpError(cron_error) for a duplicate or a full table."""
+        if new.id in self._jobs:
+            raise OpError(ErrorCode.CRON_ERROR, f"job {new.id} exists", scope=SCOPE)
+        if len(self._jobs) >= self.config.max_jobs:
+            raise OpError(ErrorCode.CRON_ERROR, f"{self.config.max_jobs} jobs max", scope=SCOPE)
+        self._check_task(new.task)
+        job = Job(
+            new.id,
+            new.schedule,
+            new.task,
+            new.description,
+            new.missed,
+            self._now(),
+            owner_uid=new.owner_uid,
+        )
+        job.reschedule()
+        self._jobs[job.id] = job
+        await self._commit(lambda: self._jobs.pop(job.id, None))
+        return job
+
+    async def remove(self, job_id: str) -> Job:
+        """Remove a job (a run in flight finishes); raises OpError(unknown_job, cron_error)."""
+        job = self.job(job_id)
+        del self._jobs[job_id]
+        await self._commit(lambda: self._jobs.setdefault(job_id, job))
+        return job
+
+    async def set_enabled(self, job_id: str, enabled: bool) -> Job:
+        """Enable or disable a job. Occurrences while it was disabled are not caught up."""
+        job = self.job(job_id)
+        if job.enabled == enabled:
+            return job
+        cursor = job.cursor
+        job.enabled = enabled
+        if enabled:
+            job.cursor = max(job.cursor, self._now())
+        job.reschedule()
+
+        def undo() -> None:
+            job.enabled, job.cursor = not enabled, cursor
+            job.reschedule()
+
+        await self._commit(undo)
+        return job
+
+    def adopt(self, documents: list[dict[str, object]]) -> None:
+        """Take the job table another daemon saved; a job running here keeps its state."""
+        jobs = {}
+        for document in documents:
+            try:
+                job = Job.from_json(dict(document), self.config.history)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("cron job %r from the shared store ignored: %s", document.get("id"), exc)
+                continue
+            jobs[job.id] = self._jobs[job.id] if job.id in self._running else job
+        self._jobs = jobs
+        self._changed.set()
+
+    # --- persistence and time ---------------------------------------------------------------
+
+    def _check_task(self, task: Task | None) -> None:
+        port = self._port
+        if task is None or port is None:
+            return
+        try:
+            port.check(task)
+        except OpError as exc:
+            detail = f"TASK: {exc.code}:{exc.detail}"
+            raise OpError(ErrorCode.INVALID_FIELD, detail, scope=SCOPE) from None
+
+    def _snapshot(self) -> list[dict[str, object]]:
+        return [job.to_json() for job in self.jobs()]
+
+    async def _commit(self, undo: Callable[[], object]) -> None:
+        """Persist the table and wake the scheduler; on a failed write, undo and raise."""
+        try:
+            await self._store.save(self._snapshot)
+        except OSError as exc:
+            undo()
+            detail = f"cannot save jobs: {exc.strerror or type(exc).__name__}"
+            raise OpError(ErrorCode.CRON_ERROR, detail, scope=SCOPE) from exc
+        finally:
+            self._changed.set()
+
+    async def _save_quietly(self) -> None:
+        try:
+            await self._store.save(self._snapshot)
+        except OSError as exc:
+            log.error("cron store write failed: %s", exc)
+
+    def _now(self) -> datetime.datetime:
+        return self._now_wall().astimezone(UTC)
