@@ -42,6 +42,7 @@ from .pages import (
     op_deadline,
     to_snapshot,
 )
+from .search.base import redact
 from .services import WebServices
 
 log = logging.getLogger("csp_web.web.firecrawl")
@@ -104,7 +105,7 @@ async def scrape(
     bucket = services.limits.bucket("fetch")
     if bucket is not None:
         await bucket.acquire(deadline=deadline)
-    page = parse(await _post(services, target, key, deadline), target)
+    page = parse(await _post(services, target, key, deadline), target, secret=key)
     await _check_landing(services, page.url, target, deadline)
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(CACHE_NAMESPACE, target, to_snapshot(page), ttl_s=ttl_s)
@@ -144,8 +145,9 @@ async def _check_landing(services: WebServices, landing: str, target: str, deadl
         raise OpError(ErrorCode.ROBOTS_DISALLOWED, landing)
 
 
-def parse(answer: tuple[int, bytes], target: str) -> Page:
-    """The Page of a scrape answer; raises OpError(FETCH_FAILED) for an error answer."""
+def parse(answer: tuple[int, bytes], target: str, *, secret: str = "") -> Page:
+    """The Page of a scrape answer; raises OpError(FETCH_FAILED) for an error answer, whose
+    text loses ``secret`` (the key, should Firecrawl echo it) before it becomes a reason."""
     status, body = answer
     try:
         document = json.loads(body)
@@ -154,7 +156,7 @@ def parse(answer: tuple[int, bytes], target: str) -> Page:
     if status != 200 or not isinstance(document, dict) or document.get("success") is not True:
         error = document.get("error") if isinstance(document, dict) else None
         if status == 200 and isinstance(error, str):
-            raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl:{_reason(error)}")
+            raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl:{_reason(redact(error, secret))}")
         raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl_http_{status}")
     data = _mapping(document.get("data"))
     metadata = _mapping(data.get("metadata"))

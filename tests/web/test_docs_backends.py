@@ -5,6 +5,7 @@ buckets, cache and fallback chain as the other backends."""
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 import urllib.parse
 from collections.abc import Callable
@@ -396,3 +397,32 @@ async def test_a_scrape_that_landed_on_an_address_the_guard_refuses_is_refused_a
         assert (reply.status, reply.get("ERROR"), reply.get("URL")) == (Status.FAIL, error, url)
         assert MARKDOWN not in str(reply.fields)
     assert len(seen) == 2
+
+
+async def test_a_firecrawl_error_echoing_its_key_keeps_the_key_out_of_logs_and_replies(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = origin.url("origin.test", "/walled")
+    origin.routes["/walled"] = lambda seen: OriginReply(403, body=b"no")
+
+    def echo(request: Seen) -> OriginReply:
+        key = request.headers["authorization"].removeprefix("Bearer ")
+        error = f"Unauthorized: invalid token {key.upper()}"
+        return json_reply({"success": False, "error": error})(request)
+
+    origin.routes["/fc/v1/scrape"] = echo
+    config = firecrawl(web_config, origin, mode="always")
+    caplog.set_level(logging.DEBUG)
+    async with open_web_dispatcher(config, list(WEB.ops), dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            reply = await run(dispatcher, "fetch", "CONTENT", ("URL", url))
+    assert reply.get("ERROR") == "fetch_failed:http_403"
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "firecrawl:unauthorized_invalid_token_redacted" in logged
+    for text in (logged, str(reply.fields)):
+        for spelling in (FC_KEY, FC_KEY.lower().replace("-", "_")):
+            assert spelling.lower() not in text.lower()
