@@ -102,3 +102,56 @@ def test_mcp_servers_load_strictly_with_their_path() -> None:
     assert config.tool.mcp.servers["fs"].command == "mcp-fs"  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match=r"^tool\.mcp\.servers\.fs"):
         config_from_mapping({"tool": {"mcp": {"servers": {"fs": {"comand": "x"}}}}})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # A NaN grace period crashed the daemon at shutdown (trio: deadline must not be NaN);
+        # an infinite one would wait forever for work in flight.
+        ("daemon: {grace_period_s: .nan}", "daemon.grace_period_s: must be a finite number"),
+        ("daemon: {grace_period_s: .inf}", "daemon.grace_period_s: must be a finite number"),
+        ("web: {guard: {dns_timeout_s: .inf}}", "web.guard.dns_timeout_s: must be a finite"),
+        ("web: {guard: {allow_private: [.nan]}}", "allow_private"),
+        (f"connection: {{max_line_bytes: {2**63}}}", "max_line_bytes: must be at most"),
+    ],
+)
+def test_a_number_that_is_not_finite_or_not_an_int64_is_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(str(path))
+
+
+def test_the_largest_int64_is_accepted_where_a_number_may_be_large(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"connection: {{max_line_bytes: {2**63 - 1}}}\n")
+    assert load_config(str(path)).connection.max_line_bytes == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "daemon: {grace_period_s: 1}\ndaemon: {grace_period_s: 2}\n",
+        "tool:\n  exec: {allow_shell: false}\n  exec: {workspace_roots: [/srv/w]}\n",
+        "web: {apis: {x: {base_url: 'https://a/'}, x: {base_url: 'https://b/'}}}\n",
+    ],
+)
+def test_a_key_given_twice_in_one_mapping_is_refused_naming_it(tmp_path: Path, text: str) -> None:
+    # PyYAML keeps the last silently: the first exec block's settings would vanish unseen.
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="found duplicate key"):
+        load_config(str(path))
+
+
+def test_a_yaml_merge_key_still_lets_a_mapping_override_what_it_merges(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "tasks:\n  specialists:\n    web: &pool {max_running: 2, max_queued: 3}\n"
+        "    tool: {<<: *pool, max_running: 4}\n"
+    )
+    tool = load_config(str(path)).tasks.specialists.tool
+    assert (tool.max_running, tool.max_queued) == (4, 3)

@@ -17,7 +17,18 @@ MIB = 1024 * 1024
 # request may never set them, whatever ``env_allowed`` says. LD_PRELOAD turns an allowed ``ls``
 # into arbitrary code, which would make the argv allow-list meaningless.
 ENGINE_ENV = frozenset({"PATH", "HOME", "TMPDIR", "CSP_EXEC_ID"})
-_CODE_LOADING_ENV = frozenset({"BASH_ENV", "ENV", "NODE_OPTIONS", "PYTHONSTARTUP", "PERL5OPT"})
+# Each makes an interpreter or the C library load a file the request names: module search
+# paths (PYTHONPATH, NODE_PATH, PERL5LIB, RUBYLIB), option strings that take code or libraries
+# (RUBYOPT, JAVA_TOOL_OPTIONS), glibc's iconv modules (GCONV_PATH) and tunables, and the
+# shell hooks bash runs on its own (PROMPT_COMMAND, PS4 with xtrace, SHELLOPTS).
+_CODE_LOADING_ENV = frozenset(
+    {
+        *("BASH_ENV", "ENV", "NODE_OPTIONS", "PYTHONSTARTUP", "PERL5OPT", "PYTHONPATH"),
+        *("PYTHONHOME", "PYTHONBREAKPOINT", "NODE_PATH", "PERL5LIB", "PERLLIB", "RUBYOPT"),
+        *("RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "GCONV_PATH"),
+        *("GLIBC_TUNABLES", "PROMPT_COMMAND", "PS4", "SHELLOPTS", "BASHOPTS"),
+    }
+)
 _CODE_LOADING_PREFIXES = ("LD_", "GIT_", "DYLD_")
 
 
@@ -185,6 +196,13 @@ def _check_paths(config: ExecConfig) -> None:
             raise ValueError(f"path must be absolute: {path!r}")
     if any(os.path.realpath(root) == "/" for root in config.workspace_roots):
         raise ValueError("a workspace root of / would make the whole filesystem writable")
+    for directory in filter(None, config.search_path.split(os.pathsep)):
+        for root in config.workspace_roots:
+            real, real_root = os.path.realpath(directory), os.path.realpath(root)
+            if real == real_root or real.startswith(real_root.rstrip("/") + "/"):
+                # A program found there is one a request may have written: the allow-list
+                # names programs, so it would allow whatever carries an allowed name.
+                raise ValueError(f"search_path: {directory} lies in workspace root {root}")
 
 
 def _check_env(names: frozenset[str]) -> None:

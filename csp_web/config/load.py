@@ -12,6 +12,7 @@ has (the MCP server kinds: ``command`` or ``url``); the value must hold exactly 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -24,6 +25,7 @@ from csp_web.config.errors import ConfigError
 from csp_web.config.root import Config
 
 ENV_VAR = "CSP_WEB_CONFIG"
+_MAX_INT = 2**63 - 1
 T = typing.TypeVar("T")
 
 
@@ -34,7 +36,7 @@ def load_config(path: str | None = None) -> Config:
         return Config()
     try:
         with open(path, encoding="utf-8") as file:
-            data = yaml.safe_load(file)
+            data = yaml.load(file, Loader=_StrictLoader)  # a SafeLoader: no Python tags
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
@@ -52,6 +54,27 @@ def serving_socket(config: Config, path: str | None) -> Config:
         return dataclasses.replace(config, socket=dataclasses.replace(config.socket, path=path))
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last
+    silently, so a second ``exec:`` block would drop the first one's settings unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def config_from_mapping(data: object) -> Config:
@@ -143,6 +166,10 @@ def _scalar(hint: Any, value: object, path: str, *, positive: bool) -> object:
         ok = isinstance(value, hint)
     if not ok:
         raise ConfigError(f"{path}: expected {getattr(hint, '__name__', hint)}")
+    if isinstance(value, float) and not math.isfinite(value):  # a NaN deadline crashes trio
+        raise ConfigError(f"{path}: must be a finite number")
+    if isinstance(value, int) and abs(value) > _MAX_INT:  # SQLite and the kernel take int64
+        raise ConfigError(f"{path}: must be at most {_MAX_INT}")
     if positive and isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
         raise ConfigError(f"{path}: must be positive")
     return value

@@ -21,7 +21,7 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.exec import refuse_private_workspaces
-from csp_web.config.nodes import NodesConfig
+from csp_web.config.nodes import NodesConfig, media_dir
 from csp_web.config.redis import RedisConfig
 from csp_web.config.tool import ToolConfig
 from csp_web.config.web import WebConfig
@@ -58,14 +58,28 @@ class Config:
 
 
 def daemon_paths(config: Config) -> tuple[str, ...]:
-    """The daemon's own directories: state, cache, and those of its sockets, outbox and cron
-    store. No command may see them or work in them."""
+    """The daemon's own paths: the state, cache, memory store and media directories, those of
+    its sockets (clients', nodes', the Memory Specialist's, a unix:// Redis), outbox and cron
+    store, and its private key files (node TLS, Redis TLS). No command may see them or work in
+    them: a non-root daemon's commands run as its own uid, so only a mask hides them."""
     files = (
         config.socket.path,
         config.memory.socket_path,
         config.outbox_path,
         config.tool.cron.store_path,
+        config.nodes.socket_path,
+        _redis_socket(config.redis.url),
     )
-    paths = [config.daemon.state_dir, config.cache_dir]
+    paths = [config.daemon.state_dir, config.cache_dir, config.memory_dir]
+    paths += [media_dir(config.nodes, config.daemon.state_dir)]
     paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
+    keys = (config.nodes.tls.key_path, config.redis.tls_key_file)
+    paths += [path for path in keys if path]
     return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))
+
+
+def _redis_socket(url: str | None) -> str | None:
+    """The socket file of a ``unix://`` Redis URL (its query, such as ``?db=1``, dropped)."""
+    if url is None or not url.startswith("unix://"):
+        return None
+    return url.removeprefix("unix://").partition("?")[0] or None

@@ -12,7 +12,9 @@ failed with ``fetch_failed`` or ``too_large``, and reports the direct failure wh
 fails too; ``always`` asks Firecrawl first and loads directly when it fails. Either way the
 target passes the same URL gate, address deny table (its robots.txt is fetched through the
 guard, so a name resolving to a denied address is ssrf_blocked: a self-hosted Firecrawl could
-reach it) and robots.txt rules as a direct load, the scrape takes a token of
+reach it) and robots.txt rules as a direct load, and so does the URL Firecrawl says it read
+(it follows redirects itself: a landing the guard refuses fails the scrape, with that code
+even in fallback mode, and nothing is cached); the scrape takes a token of
 the same ``fetch`` bucket, and the Markdown it returns is cached in the same ``fetch``
 namespace (a text snapshot: content type text/markdown). Off while ``base_url`` is null or its
 key variable is unset. The key is sent only to ``base_url``, never on a redirect.
@@ -40,6 +42,7 @@ from .pages import (
     op_deadline,
     to_snapshot,
 )
+from .search.base import redact
 from .services import WebServices
 
 log = logging.getLogger("csp_web.web.firecrawl")
@@ -47,6 +50,8 @@ log = logging.getLogger("csp_web.web.firecrawl")
 # A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
 FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})
 _WORD = re.compile(r"\w+")
+# A scrape refused for where it landed: reported over the direct failure, which says less.
+_GATE_CODES = frozenset({ErrorCode.URL_REJECTED, ErrorCode.SSRF_BLOCKED})
 
 
 async def load(services: WebServices, url: str, *, no_cache: bool, deadline: float) -> Page:
@@ -70,6 +75,8 @@ async def load(services: WebServices, url: str, *, no_cache: bool, deadline: flo
             return await scrape(services, url, key, no_cache=True, deadline=deadline)
         except OpError as exc:
             log.info("firecrawl failed for %s too (%s:%s)", url, exc.code, exc.detail)
+            if exc.code in _GATE_CODES:  # it read the page somewhere the guard refuses
+                raise
             raise direct from None
 
 
@@ -98,7 +105,8 @@ async def scrape(
     bucket = services.limits.bucket("fetch")
     if bucket is not None:
         await bucket.acquire(deadline=deadline)
-    page = parse(await _post(services, target, key, deadline), target)
+    page = parse(await _post(services, target, key, deadline), target, secret=key)
+    await _check_landing(services, page.url, target, deadline)
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(CACHE_NAMESPACE, target, to_snapshot(page), ttl_s=ttl_s)
     return page
@@ -124,8 +132,22 @@ async def _post(services: WebServices, target: str, key: str, deadline: float) -
     return result.status_code, result.body
 
 
-def parse(answer: tuple[int, bytes], target: str) -> Page:
-    """The Page of a scrape answer; raises OpError(FETCH_FAILED) for an error answer."""
+async def _check_landing(services: WebServices, landing: str, target: str, deadline: float) -> None:
+    """Refuse a page Firecrawl read somewhere else than ``target`` unless that place passes
+    the gate as a redirect hop would: Firecrawl follows redirects itself, and a self-hosted
+    one sits where a redirect to an internal address reaches. Raises OpError: the gate's
+    URL_REJECTED or SSRF_BLOCKED (DNS included, through the landing's robots.txt), and
+    ROBOTS_DISALLOWED."""
+    if landing == target:
+        return
+    allowed = await services.client.robots_allowed(landing, deadline_s=_left(deadline))
+    if not allowed:
+        raise OpError(ErrorCode.ROBOTS_DISALLOWED, landing)
+
+
+def parse(answer: tuple[int, bytes], target: str, *, secret: str = "") -> Page:
+    """The Page of a scrape answer; raises OpError(FETCH_FAILED) for an error answer, whose
+    text loses ``secret`` (the key, should Firecrawl echo it) before it becomes a reason."""
     status, body = answer
     try:
         document = json.loads(body)
@@ -134,7 +156,7 @@ def parse(answer: tuple[int, bytes], target: str) -> Page:
     if status != 200 or not isinstance(document, dict) or document.get("success") is not True:
         error = document.get("error") if isinstance(document, dict) else None
         if status == 200 and isinstance(error, str):
-            raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl:{_reason(error)}")
+            raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl:{_reason(redact(error, secret))}")
         raise OpError(ErrorCode.FETCH_FAILED, f"firecrawl_http_{status}")
     data = _mapping(document.get("data"))
     metadata = _mapping(data.get("metadata"))
@@ -147,7 +169,7 @@ def parse(answer: tuple[int, bytes], target: str) -> Page:
     title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
     final = metadata.get("url") or metadata.get("sourceURL") or target
     return Page(
-        url=final if isinstance(final, str) and final.startswith("https://") else target,
+        url=final if isinstance(final, str) else target,  # checked by _check_landing
         status=page_status if isinstance(page_status, int) else 200,
         content_type="text/markdown",
         kind="text",

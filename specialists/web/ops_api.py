@@ -48,6 +48,7 @@ from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult
 from protocol import ErrorCode, Field
 
+from .search.base import redact
 from .services import WebServices, record_web_op
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
@@ -277,7 +278,7 @@ def _summarise(result: FetchResult, token: str | None) -> Answer:
     """The body as DATA: compact JSON, text, or a note for binary; at most DATA_MAX_CHARS."""
     text = _rendering(result)
     if token:
-        text = text.replace(token, "[redacted]")
+        text = redact(text, token)  # in any letter case: a server may echo it upper-cased
     total = len(text)
     if total > DATA_MAX_CHARS:
         text = f"{text[:DATA_MAX_CHARS]}…[truncated: {total} chars]"

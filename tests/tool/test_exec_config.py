@@ -19,10 +19,30 @@ def test_defaults_are_the_seed_numbers() -> None:
     assert (config.summary_max_chars, config.cache_ttl_s, config.allow_shell) == (500, 60, False)
 
 
-@pytest.mark.parametrize("name", ["PATH", "HOME", "LD_PRELOAD", "GIT_SSH_COMMAND", "NODE_OPTIONS"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("PATH", "HOME", "LD_PRELOAD", "GIT_SSH_COMMAND", "NODE_OPTIONS", "PYTHONPATH"),
+        *("PYTHONHOME", "NODE_PATH", "PERL5LIB", "RUBYOPT", "JAVA_TOOL_OPTIONS", "GCONV_PATH"),
+        *("GLIBC_TUNABLES", "PROMPT_COMMAND", "PS4", "SHELLOPTS"),
+    ],
+)
 def test_env_allow_list_may_not_name_engine_or_code_loading_variables(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         ExecConfig(env_allowed=frozenset({name}))
+
+
+@pytest.mark.parametrize("entry", ["/srv/ws", "/srv/ws/bin", "/srv/ws/"])
+def test_a_search_path_entry_at_or_in_a_workspace_root_is_refused(entry: str) -> None:
+    # The allow-list names programs: one found in a workspace may be one a request wrote.
+    with pytest.raises(ValueError, match="search_path"):
+        ExecConfig(workspace_roots=("/srv/ws",), search_path=f"/usr/bin:{entry}")
+
+
+def test_a_search_path_beside_the_workspace_roots_is_accepted() -> None:
+    search_path = "/usr/bin:/srv/wsbin:/srv:/bin"  # /srv holds the root, not its programs
+    config = ExecConfig(workspace_roots=("/srv/ws",), search_path=search_path)
+    assert config.search_path == search_path
 
 
 def test_workspace_root_of_slash_is_refused() -> None:

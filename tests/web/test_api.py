@@ -380,6 +380,25 @@ async def test_credentials_go_only_to_the_api_host_and_never_to_disk_or_replies(
                 assert TOKEN.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.parametrize("status", [200, 401])
+async def test_a_token_echoed_in_another_letter_case_is_redacted_too(
+    status: int, web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
+) -> None:
+    def shout(seen: Seen) -> Reply:
+        said = seen.headers["authorization"].upper()
+        body = json.dumps({"message": f"you sent {said}", "lower": said.lower()}).encode()
+        return Reply(status, [("content-type", "application/json")], body)
+
+    origin.routes["/shout"] = shout
+    config = with_github(web_config, origin)
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            reply = await run(dispatcher, "api", "API_RESPONSE", *api_fields("github:shout"))
+    assert reply.status is (Status.OK if status == 200 else Status.FAIL)
+    assert "[redacted]" in str(reply.fields)
+    assert TOKEN.lower() not in str(reply.fields).lower()
+
+
 async def test_large_response_is_truncated_with_a_note(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:

@@ -5,6 +5,7 @@ buckets, cache and fallback chain as the other backends."""
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 import urllib.parse
 from collections.abc import Callable
@@ -348,7 +349,7 @@ def test_firecrawl_error_answers_are_fetch_failed(status: int, body: bytes, erro
     assert f"{failed.value.code}:{failed.value.detail}" == error
 
 
-def test_a_firecrawl_page_keeps_the_target_url_unless_it_names_an_https_one() -> None:
+def test_a_firecrawl_page_names_where_firecrawl_read_it_even_plain_http() -> None:
     from specialists.web.firecrawl import parse
 
     answer = {
@@ -357,8 +358,71 @@ def test_a_firecrawl_page_keeps_the_target_url_unless_it_names_an_https_one() ->
     }
     page = parse((200, json.dumps(answer).encode()), "https://a.example/")
     assert (page.url, page.kind, page.content_type, page.word_count) == (
-        "https://a.example/",
+        "http://x/",  # scrape refuses it (url_rejected): never silently the target's
         "text",
         "text/markdown",
         3,
     )
+
+
+@pytest.mark.parametrize(
+    ("landing", "error"),
+    [
+        ("https://private.test:{port}/admin", "ssrf_blocked:private-10/8"),
+        ("https://169.254.169.254/latest/meta-data/", "ssrf_blocked:link-local-169.254/16"),
+        ("http://origin.test/walled", "url_rejected:http-not-allowed"),
+    ],
+)
+async def test_a_scrape_that_landed_on_an_address_the_guard_refuses_is_refused_and_not_kept(
+    landing: str,
+    error: str,
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+) -> None:
+    # Firecrawl follows redirects itself: a self-hosted one reaches internal addresses.
+    url = origin.url("origin.test", "/walled")
+    origin.routes["/walled"] = lambda seen: OriginReply(403, body=b"bots go away")
+    seen: list[Seen] = []
+    answer = scrape_answer(url)
+    answer["data"]["metadata"]["url"] = landing.format(port=origin.port)
+    origin.routes["/fc/v1/scrape"] = recording(seen, json_reply(answer))
+    config = firecrawl(web_config, origin)
+    async with open_web_dispatcher(config, list(WEB.ops), dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            first = await run(dispatcher, "fetch", "CONTENT", ("URL", url))
+            second = await run(dispatcher, "fetch", "CONTENT", ("URL", url))
+    for reply in (first, second):  # nothing was cached: the second asks Firecrawl again
+        assert (reply.status, reply.get("ERROR"), reply.get("URL")) == (Status.FAIL, error, url)
+        assert MARKDOWN not in str(reply.fields)
+    assert len(seen) == 2
+
+
+async def test_a_firecrawl_error_echoing_its_key_keeps_the_key_out_of_logs_and_replies(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = origin.url("origin.test", "/walled")
+    origin.routes["/walled"] = lambda seen: OriginReply(403, body=b"no")
+
+    def echo(request: Seen) -> OriginReply:
+        key = request.headers["authorization"].removeprefix("Bearer ")
+        error = f"Unauthorized: invalid token {key.upper()}"
+        return json_reply({"success": False, "error": error})(request)
+
+    origin.routes["/fc/v1/scrape"] = echo
+    config = firecrawl(web_config, origin, mode="always")
+    caplog.set_level(logging.DEBUG)
+    async with open_web_dispatcher(config, list(WEB.ops), dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            reply = await run(dispatcher, "fetch", "CONTENT", ("URL", url))
+    assert reply.get("ERROR") == "fetch_failed:http_403"
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "firecrawl:unauthorized_invalid_token_redacted" in logged
+    for text in (logged, str(reply.fields)):
+        for spelling in (FC_KEY, FC_KEY.lower().replace("-", "_")):
+            assert spelling.lower() not in text.lower()

@@ -66,6 +66,7 @@ class BackendFailure(Exception):
         counts: bool = True,
         rate: bool = False,
         retry_after_s: float | None = None,
+        source: str | None = None,
     ) -> None:
         super().__init__(f"{reason}: {hint}" if hint else reason)
         self.reason = reason
@@ -73,6 +74,24 @@ class BackendFailure(Exception):
         self.counts = counts
         self.rate = rate
         self.retry_after_s = retry_after_s
+        self.source = source  # the backend's own text ``reason`` was made from, if any
+
+    def redact(self, secret: str) -> None:
+        """Take ``secret`` out of ``reason`` and ``hint``, in any letter case. A reason made
+        from the backend's own text is made again from that text redacted, so neither its
+        lower_snake spelling nor the 64-character cut can keep a piece of the secret."""
+        if self.source is not None:
+            self.reason = reason_code(redact(self.source, secret))
+        else:
+            self.reason = self.reason.replace(reason_code(secret), "redacted")
+        self.hint = redact(self.hint, secret)
+
+
+def redact(text: str, secret: str) -> str:
+    """``text`` with every occurrence of ``secret`` (any letter case) as ``[redacted]``."""
+    if not secret:
+        return text
+    return re.sub(re.escape(secret), "[redacted]", text, flags=re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -101,7 +120,8 @@ def error_failure(
     error = document.get("error") if isinstance(document, dict) else None
     if isinstance(error, dict) and isinstance(error.get(code_key), str):
         message = clean_text(error.get(message_key), markup=False)
-        return BackendFailure(reason_code(error[code_key]), message)
+        code = error[code_key]
+        return BackendFailure(reason_code(code), message, source=code)
     return status_failure(result)
 
 

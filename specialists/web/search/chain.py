@@ -113,7 +113,7 @@ async def run_chain(services: WebServices, query: SearchQuery, *, deadline: floa
             hits, total = await _attempt(services, candidate, query, deadline=deadline, wait=wait)
         except BackendFailure as failure:
             if candidate.key:
-                failure.hint = failure.hint.replace(candidate.key, "[redacted]")
+                failure.redact(candidate.key)  # a backend may echo the key it was sent
             log.info(
                 "search backend %s failed: %s %s", candidate.name, failure.reason, failure.hint
             )
