@@ -96,6 +96,26 @@ async def test_integer_bounds_hold_at_n_and_n_plus_1(config: Config, count: str,
     assert (reply.status is Status.OK) is ok
 
 
+@pytest.mark.parametrize(
+    ("count", "error"),
+    [
+        ("9" * 30, "invalid_field:COUNT above 10"),
+        ("-" + "9" * 30, "invalid_field:COUNT below 1"),
+        ("0" * 30 + "7", None),
+        ("1e3", "invalid_field:COUNT must be an integer"),
+    ],
+)
+async def test_an_integer_past_int64_is_out_of_bounds_not_malformed(
+    config: Config, count: str, error: str | None
+) -> None:
+    reply = await _one(
+        config, f"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nCOUNT {count}\n\n".encode()
+    )
+    assert reply.get("ERROR") == error, reply
+    if error is None:
+        assert reply.get("COUNT") == "7"
+
+
 @pytest.mark.parametrize(("text", "ok"), [("x" * 10, True), ("x" * 11, False)])
 async def test_text_length_cap_holds_at_n_and_n_plus_1(config: Config, text: str, ok: bool) -> None:
     reply = await _one(config, f"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT {text}\n\n".encode())

@@ -211,9 +211,16 @@ def json_depth(text: str, *, limit: int = MAX_JSON_DEPTH) -> int:
 
 
 def _integer(spec: FieldSpec, value: str) -> int:
-    if not re.fullmatch(r"-?[0-9]{1,18}", value):
+    match = re.fullmatch(r"(-?)0*([0-9]+)", value)
+    if not match:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} must be an integer")
-    number = int(value)
+    sign, digits = match.groups()
+    if len(digits) > 18:  # past every bound a field has: say which end, never parse it
+        bound = spec.minimum if sign else spec.maximum
+        side = "below" if sign else "above"
+        detail = f"{side} {bound}" if bound is not None else "out of range"
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} {detail}")
+    number = int(sign + digits)
     if spec.minimum is not None and number < spec.minimum:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} below {spec.minimum}")
     if spec.maximum is not None and number > spec.maximum:
