@@ -202,6 +202,7 @@ async def serve_stream(
         await session.run()
     finally:
         dispatcher.stats.connections -= 1
+        dispatcher.connection_closed(peer)
         await trio.aclose_forcefully(stream)
         log.debug("connection %s closed", peer.connection)
 

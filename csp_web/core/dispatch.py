@@ -27,6 +27,7 @@ from csp_web.core.ports import allowed_uids
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.core.replies import fail_reply, ok_reply
 from csp_web.core.stats import Stats
+from csp_web.core.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
 
 log = logging.getLogger("csp_web.core.dispatch")
@@ -52,11 +53,22 @@ class Dispatcher:
         self.relay = memory.relay if memory is not None else None
         self.audit = audit and memory is not None and services.config.audit.enabled
         self.shutting_down = False
+        self.sys_audits = SysAudits(memory.outbox) if memory is not None else None
         # Every pool is built here, at composition: a task never meets a pool with no limits.
         self.pools = {
             name: Slots(name, max_running=limits.max_running, max_queued=limits.max_queued)
             for name, limits in pools.items()
         }
+
+    def connection_closed(self, peer: Peer) -> None:
+        """``peer``'s connection has closed: write its open IN:SYS audit summary (O-4)."""
+        if self.sys_audits is not None:
+            self.sys_audits.close(peer.connection)
+
+    def flush_audits(self) -> None:
+        """Write every open IN:SYS audit summary (at exit, before the outbox's last flush)."""
+        if self.sys_audits is not None:
+            self.sys_audits.flush_all()
 
     def slots(self, specialist: str) -> Slots:
         """The admission pool of ``specialist`` (KeyError: none was composed)."""
@@ -151,14 +163,18 @@ class Dispatcher:
         extra: dict[str, Any],
         admitted: bool,
     ) -> None:
-        sys_op = op is not None and op.spec.specialist == "sys"
-        if not self.audit or (sys_op and not self.services.config.audit.sys_ops):
+        if not self.audit:
+            return
+        if op is not None and op.spec.specialist == "sys":
+            config = self.services.config.audit
+            if config.sys_ops and self.sys_audits is not None:  # summarised (SPEC O-4)
+                await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         error = reply.get("ERROR")
         record = audit_record(task, peer, reply, round(duration_ms, 3), extra)
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         outbox = self.services.outbox
-        if admitted and not sys_op:  # only an admitted op may use the reserve (SPEC O-1)
+        if admitted:  # only an admitted op may use the reserve (SPEC O-1)
             try:
                 await outbox.put(write, owner=peer.connection)
                 return

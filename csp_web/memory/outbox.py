@@ -26,7 +26,7 @@ import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -151,20 +151,44 @@ class Outbox:
             raise OpError(ErrorCode.OUTBOX_FULL, f"{self.depth} writes pending")
         await self._persist(write, size, owner)
 
-    async def put_or_fold(self, write: MemoryWrite, key: str, *, owner: str | None = None) -> None:
+    async def put_or_fold(
+        self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
+    ) -> None:
         """Persist ``write`` while the outbox is below ``max_pending``; past it, count it under
-        ``key`` in one summary record instead (SPEC O-3). Never raises outbox_full."""
+        ``key`` in one summary record instead (SPEC O-3). Never raises outbox_full. ``key`` may
+        be counts per key: what a summary of several frames (SPEC O-4) stands for."""
         size = _size(write)
-        if self.full or self.bytes + size > self._config.max_bytes:
-            if not self._folded:
-                self._folded_since = time.time()
-                log.warning("outbox full: folding audit records of sys ops and refused frames")
-            if key not in self._folded and len(self._folded) >= _MAX_FOLDED_KEYS:
-                key = "other"  # REQ names are the caller's: keep the summary bounded
-            self._folded[key] += 1
-            self.folded += 1
+        if not self._fold(key, size):
+            await self._persist(write, size, owner)
+
+    def put_or_fold_nowait(
+        self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
+    ) -> None:
+        """``put_or_fold`` without waiting for the commit: the write joins the commit being
+        gathered (``synchronous: normal`` commits it at once). For summaries written at a
+        connection's close or by a timer, where no reply waits for them."""
+        size = _size(write)
+        if self._fold(key, size):
             return
-        await self._persist(write, size, owner)
+        commit = self._enqueue(write, size, owner)
+        if self._inline_commits:
+            self._commit(commit)
+        else:
+            self._batch_ready.set()
+
+    def _fold(self, key: str | Mapping[str, int], size: int) -> bool:
+        """Count ``key`` in the folded summary when the outbox has no room; False if it has."""
+        if not (self.full or self.bytes + size > self._config.max_bytes):
+            return False
+        if not self._folded:
+            self._folded_since = time.time()
+            log.warning("outbox full: folding audit records of sys ops and refused frames")
+        for name, count in ({key: 1} if isinstance(key, str) else key).items():
+            if name not in self._folded and len(self._folded) >= _MAX_FOLDED_KEYS:
+                name = "other"  # REQ names are the caller's: keep the summary bounded
+            self._folded[name] += count
+            self.folded += count
+        return True
 
     async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
         """The Memory Specialist's reply to one ``task`` (a read, or a write that must be
@@ -203,7 +227,8 @@ class Outbox:
                 await self.wait_drained()
                 scope.cancel()
 
-    async def _persist(self, write: MemoryWrite, size: int, owner: str | None) -> None:
+    def _enqueue(self, write: MemoryWrite, size: int, owner: str | None) -> _Commit:
+        """Count ``write`` as pending and add it to the commit being gathered."""
         self.depth += 1
         self.bytes += size
         if owner is not None:
@@ -214,6 +239,10 @@ class Outbox:
         if commit is None:
             commit = self._open = _Commit()
         commit.writes.append(write)
+        return commit
+
+    async def _persist(self, write: MemoryWrite, size: int, owner: str | None) -> None:
+        commit = self._enqueue(write, size, owner)
         if self._inline_commits:
             # One pass of the scheduler lets the other writers of this tick join the commit;
             # shielded, so a write counted above is never abandoned half-way.
@@ -396,11 +425,7 @@ class Outbox:
         )
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         self._folded.clear()
-        self.depth += 1
-        self.bytes += _size(write)
-        commit = self._open or _Commit()
-        self._open = commit
-        commit.writes.append(write)
+        commit = self._enqueue(write, _size(write), None)
         if self._inline_commits:
             self._commit(commit)
         else:
