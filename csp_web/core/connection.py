@@ -28,6 +28,7 @@ import trio
 
 from csp_web.config import ConnectionConfig
 from csp_web.core.context import Peer
+from csp_web.core.deadlines import CUT_DETAIL, GracePeriod
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
 from csp_web.core.replies import fail_reply
@@ -46,6 +47,7 @@ from protocol import (
 )
 
 log = logging.getLogger("csp_web.core.connection")
+_CUT = OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL).wire_text  # work the grace period ended
 _RECEIVE_BYTES = 65536
 
 
@@ -53,17 +55,21 @@ class Shutdown:
     """Tells every connection to stop reading; in-flight frames still finish and reply.
 
     ``cut_at(deadline)`` bounds the work still running: at the deadline each task's work is
-    cancelled and the task answered ``shutting_down``. The counters say what happened to the
-    tasks that met the shutdown: ``answered`` finished with their own reply, ``cut`` were
-    cancelled by the grace period, ``refused`` were received but never started.
+    cancelled and the task answered ``shutting_down`` (by the dispatcher, in the task's one
+    cancel scope: ``grace``). The counters say what happened to the tasks that met the
+    shutdown: ``answered`` finished with their own reply, ``cut`` were cancelled by the grace
+    period, ``refused`` were received but never started.
     """
 
     def __init__(self) -> None:
         self.begun = trio.Event()
+        self.grace = GracePeriod()
         self._scopes: set[trio.CancelScope] = set()
-        self._work: set[trio.CancelScope] = set()
-        self._work_deadline = math.inf
-        self.answered = self.cut = self.refused = 0
+        self.answered = self.refused = 0
+
+    @property
+    def cut(self) -> int:
+        return self.grace.cut
 
     def begin(self) -> None:
         self.begun.set()
@@ -72,19 +78,7 @@ class Shutdown:
 
     def cut_at(self, deadline: float) -> None:
         """Cancel every task's work (running or yet to start) at ``deadline``."""
-        self._work_deadline = deadline
-        for scope in self._work:
-            scope.deadline = deadline
-
-    @contextmanager
-    def work_scope(self) -> Iterator[trio.CancelScope]:
-        """The scope one task's work runs in; the grace period's deadline reaches it."""
-        with trio.CancelScope(deadline=self._work_deadline) as scope:
-            self._work.add(scope)
-            try:
-                yield scope
-            finally:
-                self._work.discard(scope)
+        self.grace.cut_at(deadline)
 
     @contextmanager
     def reader_scope(self) -> Iterator[None]:
@@ -430,14 +424,8 @@ class _Session:
     async def work(self, task: Task) -> bytes:
         """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
         shutdown = self.shutdown
-        with shutdown.work_scope() as scope:
-            reply = await self.dispatcher.run(task, self.peer)
-        if scope.cancelled_caught:
-            shutdown.cut += 1
-            self.dispatcher.stats.reject(ErrorCode.SHUTTING_DOWN)
-            error = OpError(ErrorCode.SHUTTING_DOWN, "grace period over, work cancelled")
-            return serialize(fail_reply(error, task.id))
-        if shutdown.begun.is_set():
+        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace)
+        if shutdown.begun.is_set() and reply.get("ERROR") != _CUT:
             shutdown.answered += 1
         try:
             return serialize(reply)

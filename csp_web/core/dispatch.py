@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import secrets
 import time
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ import trio
 from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
 from csp_web.core.context import OpContext, Peer, Services
-from csp_web.core.deadlines import task_deadline
+from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.errors import OpError
 from csp_web.core.fields import check_id, parse_timeout_ms, validate
 from csp_web.core.ops import BoundOp, Registry
@@ -74,8 +75,10 @@ class Dispatcher:
         """The admission pool of ``specialist`` (KeyError: none was composed)."""
         return self.pools[specialist]
 
-    async def run(self, task: Task, peer: Peer) -> Reply:
-        """The reply to ``task``; never raises except for cancellation."""
+    async def run(self, task: Task, peer: Peer, *, grace: GracePeriod | None = None) -> Reply:
+        """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
+        connection's task) the work ends at the grace period's end too, answered
+        ``shutting_down`` (SPEC R-1)."""
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
@@ -84,7 +87,7 @@ class Dispatcher:
         stage = _Stage()
         try:
             op = self._lookup(task)
-            reply = await self._run(task, op, peer, audit, stage)
+            reply = await self._run(task, op, peer, audit, stage, grace)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -119,7 +122,13 @@ class Dispatcher:
         return self.registry.lookup(task)
 
     async def _run(
-        self, task: Task, op: BoundOp | None, peer: Peer, audit: dict[str, Any], stage: _Stage
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        audit: dict[str, Any],
+        stage: _Stage,
+        grace: GracePeriod | None,
     ) -> Reply:
         config = self.services.config.tasks
         if op is None:
@@ -131,11 +140,14 @@ class Dispatcher:
         )
         audited = self.audit and (spec is None or spec.specialist != "sys")
         deadline = trio.current_time() + timeout_ms / 1000
-        if op is not None and not audited and self.audit and self.services.config.audit.sys_ops:
-            # IN:SYS ops are never refused for room, but paced while the outbox drains (O-3).
-            with trio.move_on_at(deadline):
-                await self.services.outbox.wait_paced(peer.connection)
-        with task_deadline(timeout_ms, at=deadline) as scope:
+        paced = op is not None and not audited and self._must_pace(peer)
+        # One cancel scope per task (the task's deadline and the grace period's end); a paced
+        # IN:SYS op gets its deadline once pacing is over: paced past it, it still runs.
+        with task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace) as scope:
+            if paced:  # IN:SYS ops are never refused for room, but paced while it drains (O-3)
+                with trio.move_on_at(deadline):
+                    await self.services.outbox.wait_paced(peer.connection)
+                scope.deadline = min(scope.deadline, deadline)
             if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
                 stage.waiting_for_room = True
                 await self.services.outbox.wait_room(peer.connection)
@@ -149,9 +161,19 @@ class Dispatcher:
                 ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
                 return ok_reply(await op.run(params, ctx), task.id)
         assert scope.cancelled_caught
+        if grace is not None and grace.over:
+            grace.cut += 1
+            raise OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL)
         if stage.waiting_for_room:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
+
+    def _must_pace(self, peer: Peer) -> bool:
+        """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""
+        if not (self.audit and self.services.config.audit.sys_ops):
+            return False
+        outbox = self.services.outbox
+        return outbox.full or outbox.peer_full(peer.connection)
 
     async def _audit(
         self,
