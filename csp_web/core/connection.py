@@ -364,6 +364,8 @@ class _Session:
         slot = self.order.reserve(task.id)
         if self.options.sequential:
             await self.run_task(task, slot)
+        elif self.dispatcher.runs_at_once(task, self.peer):
+            await self.run_at_once(task, slot)
         else:
             tasks.start_soon(self.run_task, task, slot)
 
@@ -420,6 +422,21 @@ class _Session:
             await self.send(slot, data)
         finally:
             self.in_flight.release()
+
+    async def run_at_once(self, task: Task, slot: int | None) -> None:
+        """Run an op that does not wait (``Dispatcher.runs_at_once``: IN:SYS) in the reader:
+        a task of its own would cost more than the op. Shielded, so a shutdown that stops the
+        reader never takes its reply; back-pressure on the reply queue waits outside it."""
+        try:
+            try:
+                with trio.CancelScope(shield=True):
+                    data = await self.work(task)
+            finally:
+                self.starts.done()
+            self.queue(slot, data)
+        finally:
+            self.in_flight.release()
+        await self.replies.wait_room()
 
     async def work(self, task: Task) -> bytes:
         """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""

@@ -114,6 +114,22 @@ class Dispatcher:
         await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
         return reply
 
+    def runs_at_once(self, task: Task, peer: Peer) -> bool:
+        """Whether ``task`` is an IN:SYS op that will not wait (``Op.instant``: it neither
+        sleeps nor does I/O), with a free slot, and not paced now (O-3). Such a task's only
+        wait is its audit summary's commit when it fills one (O-4), so the connection may run
+        it without a task of its own."""
+        if task.domain != "SYS" or self.shutting_down:
+            return False
+        try:
+            op = self.registry.lookup(task)
+        except OpError:
+            return False  # refused: answered (and audited) by a task of its own
+        if not (op.spec.instant and op.spec.specialist == "sys"):
+            return False
+        pool = self.pools["sys"]  # a free slot: admission will not wait either
+        return pool.running < pool.max_running and not self._must_pace(peer)
+
     def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:
             raise OpError(ErrorCode.SHUTTING_DOWN, "daemon is stopping")

@@ -33,7 +33,8 @@ class Op(Generic[S]):
     """One operation: ``TASK REQ:<req> IN:<domain> OUT:<out>`` runs ``handler``.
 
     ``specialist`` names the slot pool it runs in (web, tool, memory, sys); ``inline`` names
-    the field that inline header text fills (SPEC D-4).
+    the field that inline header text fills (SPEC D-4). ``instant``: the handler never
+    waits (no sleep, no I/O), so a connection runs it without a task of its own.
     """
 
     req: str
@@ -44,6 +45,7 @@ class Op(Generic[S]):
     fields: tuple[FieldSpec, ...] = ()
     inline: str | None = None
     doc: str = ""
+    instant: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able entry ``REQ:ops`` prints for this op."""
@@ -73,6 +75,8 @@ class OpSpec(Protocol):
     def inline(self) -> str | None: ...
     @property
     def doc(self) -> str: ...
+    @property
+    def instant(self) -> bool: ...
 
     def describe(self) -> dict[str, Any]: ...
 

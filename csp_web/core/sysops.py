@@ -79,7 +79,15 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
 
 
 SYS_OPS: tuple[Op[SysServices], ...] = (
-    Op("ping", "SYS", "PONG", "sys", ping, doc="liveness check"),
-    Op("ops", "SYS", "OPS", "sys", ops, doc="every op with its fields and OUT kind"),
-    Op("stats", "SYS", "STATS", "sys", stats_op, doc="counters, latencies, outbox depth"),
+    Op("ping", "SYS", "PONG", "sys", ping, doc="liveness check", instant=True),
+    Op("ops", "SYS", "OPS", "sys", ops, doc="every op with its fields and OUT kind", instant=True),
+    Op(
+        "stats",
+        "SYS",
+        "STATS",
+        "sys",
+        stats_op,
+        doc="counters, latencies, outbox depth",
+        instant=True,
+    ),
 )
