@@ -425,12 +425,12 @@ class _Session:
 
     async def run_at_once(self, task: Task, slot: int | None) -> None:
         """Run an op that does not wait (``Dispatcher.runs_at_once``: IN:SYS) in the reader:
-        a task of its own would cost more than the op. Shielded, so a shutdown that stops the
-        reader never takes its reply; back-pressure on the reply queue waits outside it."""
+        a task of its own would cost more than the op. Its one wait, an audit summary's
+        commit (O-4), is shielded, so a shutdown that stops the reader never takes its reply;
+        back-pressure on the reply queue waits after the reply is queued."""
         try:
             try:
-                with trio.CancelScope(shield=True):
-                    data = await self.work(task)
+                data = await self.work(task, at_once=True)
             finally:
                 self.starts.done()
             self.queue(slot, data)
@@ -438,10 +438,10 @@ class _Session:
             self.in_flight.release()
         await self.replies.wait_room()
 
-    async def work(self, task: Task) -> bytes:
+    async def work(self, task: Task, *, at_once: bool = False) -> bytes:
         """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
         shutdown = self.shutdown
-        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace)
+        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace, at_once=at_once)
         if shutdown.begun.is_set() and reply.get("ERROR") != _CUT:
             shutdown.answered += 1
         try:

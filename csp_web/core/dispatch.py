@@ -75,10 +75,13 @@ class Dispatcher:
         """The admission pool of ``specialist`` (KeyError: none was composed)."""
         return self.pools[specialist]
 
-    async def run(self, task: Task, peer: Peer, *, grace: GracePeriod | None = None) -> Reply:
+    async def run(
+        self, task: Task, peer: Peer, *, grace: GracePeriod | None = None, at_once: bool = False
+    ) -> Reply:
         """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
         connection's task) the work ends at the grace period's end too, answered
-        ``shutting_down`` (SPEC R-1)."""
+        ``shutting_down`` (SPEC R-1). ``at_once``: ``runs_at_once(task, peer)`` was True with
+        no checkpoint since, so nothing waits and no deadline scope is needed."""
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
@@ -87,7 +90,10 @@ class Dispatcher:
         stage = _Stage()
         try:
             op = self._lookup(task)
-            reply = await self._run(task, op, peer, audit, stage, grace)
+            if at_once and op is not None:
+                reply = await self._run_at_once(task, op, peer, audit)
+            else:
+                reply = await self._run(task, op, peer, audit, stage, grace)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -183,6 +189,18 @@ class Dispatcher:
         if stage.waiting_for_room:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
+
+    async def _run_at_once(
+        self, task: Task, op: BoundOp, peer: Peer, audit: dict[str, Any]
+    ) -> Reply:
+        """``_run`` for an instant op with a free slot, not paced: it never reaches a
+        checkpoint, so neither its deadline nor the grace period can end it."""
+        config = self.services.config.tasks
+        params = validate(task, op.spec.fields, op.spec.inline)
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        async with self.slots(op.spec.specialist).admit():
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
+            return ok_reply(await op.run(params, ctx), task.id)
 
     def _must_pace(self, peer: Peer) -> bool:
         """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""

@@ -103,7 +103,10 @@ class SysAudits:
         if summary.frames >= config.sys_summary_max_frames:
             del self._open[peer.connection]
             write, counts = _write(summary)
-            await self._outbox.put_or_fold(write, counts, owner=peer.connection)
+            # Shielded: the frame's reply waits for it, and a frame run in a connection's
+            # reader (Dispatcher.runs_at_once) must not lose its reply to a shutdown here.
+            with trio.CancelScope(shield=True):
+                await self._outbox.put_or_fold(write, counts, owner=peer.connection)
 
     def close(self, connection: str) -> None:
         """Write ``connection``'s open summary, if any (it has closed)."""
