@@ -777,7 +777,7 @@ async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
 def test_a_write_frame_is_the_bytes_the_codec_serialises_for_its_task(data: str) -> None:
     """M-1: the outbox's own write serialiser gives exactly ``serialize(write.to_task())``,
     values that may stand raw and values that must be quoted alike."""
-    from csp_web.memory.outbox import write_frame
+    from csp_web.memory.outbox_frames import write_frame
     from protocol import serialize
 
     for write in (

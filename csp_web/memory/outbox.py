@@ -22,7 +22,6 @@ record (counts per op and error), written as soon as there is room again or at c
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import time
 from collections import Counter
@@ -37,8 +36,9 @@ from csp_web.core.client import Client, ClientClosed, PendingBatch
 from csp_web.core.errors import OpError
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.memory.link import MemoryLink, socket_link
+from csp_web.memory.outbox_frames import batch_frames, sort_replies
 from csp_web.memory.outbox_store import OutboxStore
-from protocol import ErrorCode, Reply, Status, Task, serialize
+from protocol import ErrorCode, Reply, Task
 
 log = logging.getLogger("csp_web.memory.outbox")
 T = TypeVar("T")
@@ -365,7 +365,7 @@ class Outbox:
                     continue
                 self._sent_upto = rows[-1][0]
                 # The batch is one buffer and one waiter (not a Task, bytes and Event per write).
-                ids, data = _batch_frames(rows)
+                ids, data = batch_frames(rows)
                 try:
                     batch = await client.start_batch(ids, data)
                 except BaseException:
@@ -379,7 +379,7 @@ class Outbox:
     ) -> None:
         try:
             replies = await batch.replies(timeout_s=self._memory.ack_timeout_s)
-            acked, rejected, retry = _sort_replies(rows, replies)
+            acked, rejected, retry = sort_replies(rows, replies)
             await self._db(self._store.settle, acked, rejected)
             self._settled([w for seq, w in rows if seq not in retry], len(acked), len(rejected))
             if retry:  # the Memory Specialist is busy or stopping: same writes again later
@@ -452,61 +452,6 @@ class Outbox:
             return fn(*args)
         async with self._db_lock:
             return await trio.to_thread.run_sync(fn, *args)
-
-
-# FAIL codes that say "not now" rather than "never": such writes stay pending (SPEC M-2).
-_TRANSIENT = frozenset(
-    {
-        "busy",
-        "shutting_down",
-        "timeout_exceeded",
-        "internal_error",
-        "outbox_full",
-        "rate_limited",
-        "memory_unavailable",
-    }
-)
-
-
-def _batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]:
-    """The IDs of a batch's writes and the bytes of their frames, in order (SPEC M-1)."""
-    return [w.id for _, w in rows], "".join(map(write_frame, (w for _, w in rows))).encode()
-
-
-# What makes a value unfit to stand raw on a line (``protocol``'s rule, V-3): a control
-# character (tab and LF included), or a quote or space at its start, a space at its end.
-_NOT_RAW = re.compile(r"[\x00-\x1f\x7f-\x9f]|^[\" ]| $")
-
-
-def write_frame(write: MemoryWrite) -> str:
-    """``serialize(write.to_task())`` as text: the frame's constant parts written once, its
-    five values raw when each may stand raw (an audit record always may), else the codec's
-    serialisation (quoting) of the whole frame."""
-    values = (write.id, write.source, write.type, write.path, write.data)
-    if all(values) and not any(_NOT_RAW.search(value) for value in values):
-        return (
-            f"TASK REQ:write IN:MEMORY OUT:ACK\nID {write.id}\nFROM {write.source}\n"
-            f"TYPE {write.type}\nPATH {write.path}\nDATA {write.data}\n\n"
-        )
-    return serialize(write.to_task()).decode("utf-8")
-
-
-def _sort_replies(
-    rows: list[tuple[int, MemoryWrite]], replies: list[Reply]
-) -> tuple[list[int], list[tuple[int, str]], set[int]]:
-    """(acknowledged seqs, rejected (seq, error), seqs to retry) for one delivered batch."""
-    acked: list[int] = []
-    rejected: list[tuple[int, str]] = []
-    retry: set[int] = set()
-    for (seq, _), reply in zip(rows, replies, strict=True):
-        error = reply.get("ERROR") or "FAIL"
-        if reply.status is not Status.FAIL:
-            acked.append(seq)
-        elif error.partition(":")[0] in _TRANSIENT:
-            retry.add(seq)
-        else:
-            rejected.append((seq, error))
-    return acked, rejected, retry
 
 
 @asynccontextmanager
