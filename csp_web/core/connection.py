@@ -28,6 +28,7 @@ from csp_web.core.context import Peer
 from csp_web.core.deadlines import CUT_DETAIL
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
+from csp_web.core.ops import BoundOp
 from csp_web.core.replies import fail_reply
 from csp_web.core.reply_queue import ReplyOrder, ReplyQueue
 from csp_web.core.shutdown import Shutdown
@@ -255,8 +256,8 @@ class _Session:
         slot = self.order.reserve(task.id)
         if self.options.sequential:
             await self.run_task(task, slot)
-        elif self.dispatcher.runs_at_once(task, self.peer):
-            await self.run_at_once(task, slot)
+        elif (op := self.dispatcher.instant_op(task, self.peer)) is not None:
+            await self.run_at_once(task, op, slot)
         else:
             tasks.start_soon(self.run_task, task, slot)
 
@@ -314,14 +315,14 @@ class _Session:
         finally:
             self.in_flight.release()
 
-    async def run_at_once(self, task: Task, slot: int | None) -> None:
-        """Run an op that does not wait (``Dispatcher.runs_at_once``: IN:SYS) in the reader:
+    async def run_at_once(self, task: Task, op: BoundOp, slot: int | None) -> None:
+        """Run an op that does not wait (``Dispatcher.instant_op``: IN:SYS) in the reader:
         a task of its own would cost more than the op. Its one wait, an audit summary's
         commit (O-4), is shielded, so a shutdown that stops the reader never takes its reply;
         back-pressure on the reply queue waits after the reply is queued."""
         try:
             try:
-                data = await self.work(task, at_once=True)
+                data = await self.work(task, instant=op)
             finally:
                 self.starts.done()
             self.queue(slot, data)
@@ -329,10 +330,10 @@ class _Session:
             self.in_flight.release()
         await self.replies.wait_room()
 
-    async def work(self, task: Task, *, at_once: bool = False) -> bytes:
+    async def work(self, task: Task, *, instant: BoundOp | None = None) -> bytes:
         """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
         shutdown = self.shutdown
-        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace, at_once=at_once)
+        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace, instant=instant)
         if shutdown.begun.is_set() and reply.get("ERROR") != _CUT:
             shutdown.answered += 1
         try:

@@ -76,11 +76,16 @@ class Dispatcher:
         return self.pools[specialist]
 
     async def run(
-        self, task: Task, peer: Peer, *, grace: GracePeriod | None = None, at_once: bool = False
+        self,
+        task: Task,
+        peer: Peer,
+        *,
+        grace: GracePeriod | None = None,
+        instant: BoundOp | None = None,
     ) -> Reply:
         """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
         connection's task) the work ends at the grace period's end too, answered
-        ``shutting_down`` (SPEC R-1). ``at_once``: ``runs_at_once(task, peer)`` was True with
+        ``shutting_down`` (SPEC R-1). ``instant``: what ``instant_op(task, peer)`` gave with
         no checkpoint since, so nothing waits and no deadline scope is needed."""
         started = time.monotonic()
         self.stats.frames += 1
@@ -89,10 +94,11 @@ class Dispatcher:
         audit: dict[str, Any] = {}
         stage = _Stage()
         try:
-            op = self._lookup(task)
-            if at_once and op is not None:
+            if instant is not None:
+                op = instant
                 reply = await self._run_at_once(task, op, peer, audit)
             else:
+                op = self._lookup(task)
                 reply = await self._run(task, op, peer, audit, stage, grace)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
@@ -120,21 +126,23 @@ class Dispatcher:
         await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
         return reply
 
-    def runs_at_once(self, task: Task, peer: Peer) -> bool:
-        """Whether ``task`` is an IN:SYS op that will not wait (``Op.instant``: it neither
-        sleeps nor does I/O), with a free slot, and not paced now (O-3). Such a task's only
-        wait is its audit summary's commit when it fills one (O-4), so the connection may run
-        it without a task of its own."""
+    def instant_op(self, task: Task, peer: Peer) -> BoundOp | None:
+        """The op of ``task`` when it will not wait: an IN:SYS op that neither sleeps nor does
+        I/O (``Op.instant``), with a free slot, not paced now (O-3). Its only wait is its audit
+        summary's commit when it fills one (O-4), so a connection may run it without a task
+        of its own: ``run(task, peer, instant=op)`` with no checkpoint in between."""
         if task.domain != "SYS" or self.shutting_down:
-            return False
+            return None
         try:
             op = self.registry.lookup(task)
         except OpError:
-            return False  # refused: answered (and audited) by a task of its own
+            return None  # refused: answered (and audited) by a task of its own
         if not (op.spec.instant and op.spec.specialist == "sys"):
-            return False
+            return None
         pool = self.pools["sys"]  # a free slot: admission will not wait either
-        return pool.running < pool.max_running and not self._must_pace(peer)
+        if pool.running >= pool.max_running or self._must_pace(peer):
+            return None
+        return op
 
     def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:
@@ -198,9 +206,14 @@ class Dispatcher:
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
         parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
-        async with self.slots(op.spec.specialist).admit():
+        slots = self.pools[op.spec.specialist]
+        if not slots.take_now():  # instant_op saw a free one, with no checkpoint since
+            raise OpError(ErrorCode.INTERNAL_ERROR, "no free slot for an instant op")
+        try:
             ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
             return ok_reply(await op.run(params, ctx), task.id)
+        finally:
+            slots.release()
 
     def _must_pace(self, peer: Peer) -> bool:
         """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""
