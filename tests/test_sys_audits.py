@@ -156,3 +156,21 @@ async def test_a_summary_past_max_pending_is_folded_with_the_counts_it_stands_fo
     records = _pending(config.outbox_path)
     assert records[0]["ids"] == ["in0", "in1"]
     assert (records[1]["folded"], records[1]["total"]) == ({"SYS/ping": 2}, 2)
+
+
+async def test_summaries_of_connections_closing_together_share_one_commit(
+    config: Config,
+) -> None:
+    """O-4: a burst of closes (an adversary's 256 connections at once) costs one transaction,
+    not one each: nothing is committed until the closing task's next scheduler pass, then
+    every summary is, together."""
+    config = _audit(config)
+    async with _dispatcher(config) as dispatcher:
+        for name in ("a", "b", "c"):
+            await dispatcher.run(_ping(name), Peer(name))
+        for name in ("a", "b", "c"):
+            dispatcher.connection_closed(Peer(name))
+        assert outbox_of(dispatcher).depth == 3
+        assert _pending(config.outbox_path) == []  # gathered, not yet committed
+        await trio.testing.wait_all_tasks_blocked()
+        assert [r["ids"] for r in _pending(config.outbox_path)] == [["a"], ["b"], ["c"]]

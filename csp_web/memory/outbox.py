@@ -48,11 +48,12 @@ _MAX_FOLDED_KEYS = 256
 class _Commit:
     """Writes that will share one transaction; ``done`` is set once it ran (or failed)."""
 
-    __slots__ = ("done", "error", "finished", "writes")
+    __slots__ = ("done", "error", "finished", "scheduled", "writes")
 
     def __init__(self) -> None:
         self.writes: list[MemoryWrite] = []
         self.finished = False
+        self.scheduled = False  # a system task will commit it (put_or_fold_nowait)
         self.error: str | None = None
         self.done = trio.Event()
 
@@ -165,16 +166,23 @@ class Outbox:
         self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
     ) -> None:
         """``put_or_fold`` without waiting for the commit: the write joins the commit being
-        gathered (``synchronous: normal`` commits it at once). For summaries written at a
-        connection's close or by a timer, where no reply waits for them."""
+        gathered, committed after one scheduler pass (``synchronous: normal``) or by the
+        committer, so the summaries of many connections closing at once share one transaction.
+        For summaries written at a connection's close or by a timer: no reply waits for them."""
         size = _size(write)
         if self._fold(key, size):
             return
         commit = self._enqueue(write, size, owner)
-        if self._inline_commits:
-            self._commit(commit)
-        else:
+        if not self._inline_commits:
             self._batch_ready.set()
+        elif not commit.scheduled:
+            commit.scheduled = True
+            trio.lowlevel.spawn_system_task(self._commit_soon, commit, name="outbox.commit_soon")
+
+    async def _commit_soon(self, commit: _Commit) -> None:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        if not commit.finished:
+            self._commit(commit)
 
     def _fold(self, key: str | Mapping[str, int], size: int) -> bool:
         """Count ``key`` in the folded summary when the outbox has no room; False if it has."""
@@ -432,12 +440,15 @@ class Outbox:
             self._batch_ready.set()
 
     def write_folded_now(self) -> None:
-        """At close: store what is still folded (blocking; the outbox is no longer served)."""
+        """At close: store what is still folded, and writes not yet committed (blocking; the
+        outbox is no longer served)."""
         if self._folded:
             self._write_folded()
-            if self._open is not None:  # synchronous: full, and the committer is gone
-                self._store.insert(self._open.writes)
-                self._open = None
+        commit, self._open = self._open, None
+        if commit is not None and not commit.finished:  # the committer is gone
+            self._store.insert(commit.writes)
+            commit.finished = True
+            commit.done.set()
 
     def _forget(self, commit: _Commit, error: str) -> None:
         commit.error = error
