@@ -3,6 +3,7 @@
 Run from the repository root::
 
     python bench/outbox.py [--writes 20000] [--writers 64] [--synchronous full|normal]
+        [--rate daemon|N] [--seconds 5] [--sink reference|ack] [--only-sustained]
 
 Three figures, each over ``--writes`` audit-sized records (about 200 bytes of JSON, one
 logical file each, as the dispatcher's audit writes are):
@@ -18,10 +19,14 @@ backlog    the outbox left by ``persist`` is reopened with the sink running; the
 sink       the sink alone, no outbox: one connection to ``csp-web memory-sink`` sends the
            writes in pipelined batches of ``batch_size`` (as delivery does) and waits for each
            batch's ACKs; the rate is writes acknowledged (committed) per second.
-sustained  writes produced at ``--rate`` per second (default 20,000: the daemon's peak reply
-           rate, bench/daemon.py's goal) for ``--seconds``, against the sink; the line gives
-           the rate produced and the rate delivered over the same window, and the depth left.
-           Delivery keeps up when delivered/s >= produced/s.
+sustained  writes produced at ``--rate`` per second for ``--seconds``, against the sink; the
+           line gives the rate produced and the rate delivered over the same window, and the
+           depth left. Delivery keeps up when delivered/s >= produced/s. ``--rate daemon``
+           (the default) first measures the daemon's own peak reply rate (``csp-web serve``,
+           audited, best of 3 x 20,000 pipelined pings, as bench/daemon.py) and the memory
+           writes it made per reply meanwhile (IN:SYS audits are summarised, SPEC O-4), then
+           runs the phase twice: at the write rate the daemon produced at that peak, and at one
+           write per reply (the worst case: every reply an op audited per frame).
 
 ``--sink ack`` runs a Memory Specialist that acknowledges each write without storing it (the
 outbox's own delivery capacity); ``--sink reference`` (the default) runs ``csp-web
@@ -31,6 +36,7 @@ memory-sink``, which also stores every write.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import sqlite3
@@ -301,12 +307,43 @@ async def run(writes: int, writers: int, synchronous: str) -> list[Figure]:
     return [persisted, both, backlog, alone]
 
 
+def measure_daemon() -> tuple[float, float]:
+    """(the daemon's peak reply rate, memory writes it made per reply meanwhile), measured as
+    bench/daemon.py does: ``csp-web serve`` audited, best of 3 x 20,000 pipelined pings."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_daemon", Path(__file__).with_name("daemon.py")
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    bench_daemon = importlib.util.module_from_spec(spec)  # bench/daemon.py, a sibling script
+    spec.loader.exec_module(bench_daemon)
+
+    with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
+        proc, path = bench_daemon.start_daemon(workdir, True, "normal", None)
+        try:
+
+            async def peak() -> tuple[float, float]:
+                before = await bench_daemon.outbox_figures(path)
+                rates = [await bench_daemon.pipelined(path, 20_000) for _ in range(3)]
+                await trio.sleep(1.5)  # the summaries' interval (audit.sys_summary_interval_s)
+                after = await bench_daemon.outbox_figures(path)
+                made = after["delivered"] + after["depth"] - before["delivered"] - before["depth"]
+                return max(rates), made / 60_000
+
+            return trio.run(peak)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=20_000)
     parser.add_argument("--writers", type=int, default=64)
     parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
-    parser.add_argument("--rate", type=int, default=20_000, help="sustained writes/s")
+    parser.add_argument(
+        "--rate", default="daemon", help="sustained writes/s, or 'daemon': its measured peak"
+    )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--sink", choices=("reference", "ack"), default="reference")
     parser.add_argument("--only-sustained", action="store_true")
@@ -317,20 +354,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not 0 < args.writes <= MAX_WRITES or args.writers <= 0:
         parser.error(f"--writes must be 1..{MAX_WRITES} and --writers positive")
-    if not 0 < args.rate * args.seconds <= MAX_WRITES:
+    rates: list[tuple[int, str]] = []
+    if args.rate == "daemon":
+        peak, per_reply = measure_daemon()
+        rates.append(
+            (
+                max(1, round(peak * per_reply)),
+                f"the daemon's writes at its peak reply rate {peak:,.0f}/s "
+                f"x {per_reply:.4f} writes/reply",
+            )
+        )
+        rates.append(
+            (round(peak), f"one write per reply at the daemon's peak reply rate {peak:,.0f}/s")
+        )
+    elif args.rate.isdigit():
+        rates.append((int(args.rate), "--rate"))
+    else:
+        parser.error("--rate must be a number of writes/s or 'daemon'")
+    if not all(0 < rate * args.seconds <= MAX_WRITES for rate, _ in rates):
         parser.error(f"--rate x --seconds must be 1..{MAX_WRITES}")
 
-    async def bounded() -> tuple[list[Figure], tuple[Figure, Figure, int]]:
+    async def bounded() -> tuple[list[Figure], list[tuple[Figure, Figure, int]]]:
         with trio.fail_after(RUN_TIMEOUT_S):
             figures = (
                 []
                 if args.only_sustained
                 else await run(args.writes, args.writers, args.synchronous)
             )
-            sustained = await run_sustained(args.rate, args.seconds, args.synchronous, args.sink)
+            sustained = [
+                await run_sustained(rate, args.seconds, args.synchronous, args.sink)
+                for rate, _ in rates
+            ]
             return figures, sustained
 
-    figures, (produced, delivered, left) = trio.run(bounded)
+    figures, sustained = trio.run(bounded)
     shown = ["python", "bench/outbox.py", *(argv if argv is not None else sys.argv[1:])]
     print(f"$ {shlex.join(shown)}")
     print(
@@ -340,14 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for figure in figures:
         print(figure.line())
-    print(f"sustained at --rate {args.rate}/s for {args.seconds:g} s, --sink {args.sink}:")
-    print(f"  {produced.line()}")
-    print(f"  {delivered.line()}")
-    # What is still in flight at the window's end (at most delivery_window batches) is not
-    # a backlog; more than that left pending is.
-    in_flight = OutboxConfig().delivery_window * MemoryConfig().batch_size
-    verdict = "keeps up" if left <= in_flight else "falls behind"
-    print(f"  depth left {left} (in flight at most {in_flight}): delivery {verdict}")
+    for (rate, which), (produced, delivered, left) in zip(rates, sustained, strict=True):
+        print(f"sustained at {rate}/s ({which}) for {args.seconds:g} s, --sink {args.sink}:")
+        print(f"  {produced.line()}")
+        print(f"  {delivered.line()}")
+        # What is still in flight at the window's end (at most delivery_window batches) is
+        # not a backlog; more than that left pending is.
+        in_flight = OutboxConfig().delivery_window * MemoryConfig().batch_size
+        verdict = "keeps up" if left <= in_flight else "falls behind"
+        print(f"  depth left {left} (in flight at most {in_flight}): delivery {verdict}")
     return 0
 
 

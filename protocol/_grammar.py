@@ -73,7 +73,25 @@ def _parse_header(text: str, fields: tuple[Field, ...]) -> Frame:
     raise ProtocolError(ErrorCode.BAD_HEADER, "frame must start with TASK or STATUS")
 
 
+# Headers parsed before, by their text after "TASK REQ:": a daemon sees the same few over and
+# over (every ping's is "ping IN:SYS OUT:PONG"). Only valid ones are kept, so a bad header
+# is checked (and refused) every time; the table is bounded by clearing it when full.
+_HEADERS: dict[str, tuple[str, str, str, str | None]] = {}
+MAX_REMEMBERED_HEADERS = 512
+
+
 def _parse_task_header(rest: str, fields: tuple[Field, ...]) -> Task:
+    header = _HEADERS.get(rest)
+    if header is None:
+        header = _task_header(rest)
+        if len(_HEADERS) >= MAX_REMEMBERED_HEADERS:
+            _HEADERS.clear()
+        _HEADERS[rest] = header
+    return Task(*header, fields)
+
+
+def _task_header(rest: str) -> tuple[str, str, str, str | None]:
+    """(REQ, IN, OUT, inline text) of a TASK header after "TASK REQ:"."""
     # Split from the right so inline text may itself contain " IN:" or " OUT:" (SPEC F-3).
     body, sep_out, out = rest.rpartition(" OUT:")
     body, sep_in, domain = body.rpartition(" IN:")
@@ -84,7 +102,7 @@ def _parse_task_header(rest: str, fields: tuple[Field, ...]) -> Task:
         raise ProtocolError(ErrorCode.BAD_HEADER, "REQ must match [a-z][a-z0-9_.-]*")
     if not (KIND.fullmatch(domain) and KIND.fullmatch(out)):
         raise ProtocolError(ErrorCode.BAD_HEADER, "IN and OUT must match [A-Z][A-Z0-9_]*")
-    return Task(req, domain, out, decode_value(inline) if sep_inline else None, fields)
+    return req, domain, out, decode_value(inline) if sep_inline else None
 
 
 def _find(fields: tuple[Field, ...], key: str) -> str | None:

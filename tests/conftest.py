@@ -23,7 +23,7 @@ import trio
 import trustme
 
 from csp_web.app.compose import open_app_daemon
-from csp_web.config import Config, DaemonConfig, MemoryConfig
+from csp_web.config import AuditConfig, Config, DaemonConfig, MemoryConfig
 from csp_web.core.compose import Daemon as ComposedDaemon
 from csp_web.core.compose import open_daemon
 from csp_web.core.dispatch import Dispatcher
@@ -70,9 +70,13 @@ def sock_dir() -> Iterator[str]:
 
 @pytest.fixture
 def config(tmp_path: os.PathLike[str], sock_dir: str) -> Config:
-    """Embedded defaults, with state in tmp_path and the memory sink's socket configured."""
+    """Embedded defaults, with state in tmp_path and the memory sink's socket configured.
+
+    Pings are the tests' cheapest audited op: one IN:SYS frame per audit summary here, so each
+    is written (durable) before its reply, as other ops' records are (SPEC O-4)."""
     return Config(
         daemon=DaemonConfig(state_dir=str(tmp_path), grace_period_s=5.0),
+        audit=AuditConfig(sys_summary_max_frames=1),
         memory=MemoryConfig(
             socket_path=os.path.join(sock_dir, "memory.sock"),
             backoff_initial_s=0.01,
@@ -182,6 +186,19 @@ def sink_records(directory: str, folder: str) -> list[dict[str, Any]]:
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+def audit_ids(directory: str) -> set[str]:
+    """IDs of the tasks whose audit records reached the sink: an op's own record, or an
+    IN:SYS summary listing them (SPEC O-4)."""
+    ids: set[str] = set()
+    for record in sink_records(directory, "audit"):
+        if isinstance(record.get("id"), str):
+            ids.add(record["id"])
+        listed = record.get("ids")
+        if isinstance(listed, list):
+            ids.update(str(task_id) for task_id in listed)
+    return ids
 
 
 def with_memory(config: Config, socket_path: str | None) -> Config:

@@ -370,3 +370,52 @@ def test_an_op_in_a_pool_without_slot_limits_cannot_be_composed(config: Config) 
     op: Op[Any] = Op("nothing", "TEST", "NONE", "browser", nothing)
     with pytest.raises(KeyError, match="browser"):
         build_dispatcher(config, None, [op], None)
+
+
+async def test_only_an_instant_sys_op_with_a_free_slot_is_run_without_a_task(
+    config: Config,
+) -> None:
+    """L-4, C-3: ping, ops and stats never wait, so a connection may run them in its reader;
+    not an IN:SYS op that sleeps, nor an unknown one, nor a ping while the sys pool is full."""
+    sys_sleep = replace(TEST_OPS[0], req="sys-sleep", domain="SYS", specialist="sys")
+    dispatcher = build_dispatcher(config, None, [sys_sleep], None)
+    peer = Peer("a")
+    instant = [
+        dispatcher.instant_op(Task(req, "SYS", out), peer)
+        for req, out in (("ping", "PONG"), ("ops", "OPS"), ("stats", "STATS"))
+    ]
+    assert [op.req if op is not None else None for op in instant] == ["ping", "ops", "stats"]
+    assert dispatcher.instant_op(Task("sys-sleep", "SYS", "SLEPT"), peer) is None
+    assert dispatcher.instant_op(Task("nope", "SYS", "PONG"), peer) is None
+    assert dispatcher.instant_op(Task("ping", "SYS", "WRONG"), peer) is None
+    pool = dispatcher.slots("sys")
+    taken = [pool.take_now() for _ in range(pool.max_running)]
+    assert all(taken)
+    assert dispatcher.instant_op(Task("ping", "SYS", "PONG"), peer) is None  # N of N running
+    pool.release()
+    assert dispatcher.instant_op(Task("ping", "SYS", "PONG"), peer) is not None  # N-1
+
+
+async def test_a_ping_behind_a_full_sys_pool_queues_in_a_task_of_its_own_and_is_answered(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """C-3: with every sys slot held by a sleeping IN:SYS op, a ping is not run in the reader
+    (it would wait there): it queues for a slot like any op and is answered after them."""
+    sys_sleep = replace(TEST_OPS[0], req="sys-sleep", domain="SYS", specialist="sys")
+    frames = b"".join(
+        f"TASK REQ:sys-sleep 1000 IN:SYS OUT:SLEPT\nID s{n}\n\n".encode() for n in range(5)
+    )
+    async with open_harness(config, [sys_sleep]) as harness:
+        peer = harness.connect()
+        await peer.send(frames)
+        await trio.testing.wait_all_tasks_blocked()
+        pool = harness.dispatcher.slots("sys")
+        assert pool.running == pool.max_running == 5
+        started = trio.current_time()
+        await peer.send(b"TASK REQ:ping IN:SYS OUT:PONG\nID p\n\n")
+        (first,) = await peer.replies(1)
+        answered_after_s = trio.current_time() - started  # the mock clock: no real wait
+        replies = [first, *await peer.replies(5)]
+    assert answered_after_s >= 1.0  # it waited for a sleep's slot, not run in the reader
+    assert sorted(r.id or "" for r in replies) == ["p", "s0", "s1", "s2", "s3", "s4"]
+    assert {r.status for r in replies} == {Status.OK}

@@ -36,7 +36,7 @@ from protocol import (
     Task,
     serialize,
 )
-from tests.conftest import Daemon, sink_records, start_sink, wait_until
+from tests.conftest import Daemon, audit_ids, start_sink, wait_until
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"
 REPO_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
@@ -86,10 +86,6 @@ def _replies(data: bytes) -> list[Reply]:
 
 def _ping(task_id: str) -> Task:
     return Task("ping", "SYS", "PONG", None, (("ID", task_id),))
-
-
-def _audit_ids(directory: str) -> set[str]:
-    return {str(r["id"]) for r in sink_records(directory, "audit") if isinstance(r.get("id"), str)}
 
 
 async def _run(
@@ -172,7 +168,7 @@ async def test_eof_on_stdin_finishes_work_flushes_memory_and_exits_zero(
     assert by_id[None].status is Status.OK
     assert by_id["eof-unknown"].status is Status.FAIL
     assert done.stderr.strip()
-    assert {*(f"eof-{n}" for n in range(5)), "eof-unknown", "eof-stats"} <= _audit_ids(
+    assert {*(f"eof-{n}" for n in range(5)), "eof-unknown", "eof-stats"} <= audit_ids(
         sink.directory
     )
 
@@ -305,10 +301,11 @@ async def test_kill_9_loses_no_write_of_an_answered_task(
     nursery: trio.Nursery, tmp_path: os.PathLike[str], sock_dir: str
 ) -> None:
     """M-2: a task's audit write is durable before its reply; after kill -9 a fresh daemon on
-    the same state directory delivers every one to the Memory Specialist."""
+    the same state directory delivers every one to the Memory Specialist. (An IN:SYS frame's
+    audit is durable before its reply when it fills its summary: here every frame, O-4.)"""
     memory_socket = os.path.join(sock_dir, "memory.sock")  # nothing listens yet
     socket_path = os.path.join(sock_dir, "csp.sock")
-    config = _config_file(tmp_path, memory_socket)
+    config = _config_file(tmp_path, memory_socket, audit={"sys_summary_max_frames": 1})
     env = _env(tmp_path)
     first = await _start_serving(config, socket_path, env, os.path.join(tmp_path, "first.log"))
     sent = [f"k9-{n}" for n in range(40)]
@@ -322,7 +319,7 @@ async def test_kill_9_loses_no_write_of_an_answered_task(
     sink = await start_sink(nursery, memory_socket, os.path.join(tmp_path, "mem"))
     second = await _start_serving(config, socket_path, env, os.path.join(tmp_path, "second.log"))
     try:
-        await wait_until(lambda: set(sent) <= _audit_ids(sink.directory), timeout_s=20)
+        await wait_until(lambda: set(sent) <= audit_ids(sink.directory), timeout_s=20)
     finally:
         second.send_signal(signal.SIGTERM)
         assert await _wait_exit(second) == 0

@@ -10,7 +10,7 @@ import trio
 from csp_web.config import Config, MemoryConfig
 from csp_web.core.client import open_client
 from protocol import Status, Task
-from tests.conftest import sink_records, start_daemon, wait_until, with_memory
+from tests.conftest import audit_ids, start_daemon, wait_until, with_memory
 from tests.harness import outbox_of
 
 
@@ -46,8 +46,7 @@ async def test_without_a_memory_socket_writes_are_delivered_to_the_embedded_stor
         await wait_until(lambda: outbox.depth == 0 and outbox.delivered >= len(sent))
         stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=10)
     assert {r.status for r in replies} == {Status.OK}
-    audited = {r.get("id") for r in sink_records(embedded.memory_dir, "audit")}
-    assert set(sent) <= audited
+    assert set(sent) <= audit_ids(embedded.memory_dir)
     figures = _memory_line(stats.fields)
     assert int(figures["count"]) >= len(sent)
     assert figures["max_bytes"] == str(MemoryConfig().retention_max_bytes)
@@ -71,6 +70,6 @@ async def test_the_embedded_store_stays_within_retention_max_bytes(
     assert 0 < int(figures["bytes"]) <= limit
     assert int(figures["count"]) < len(sent)
     assert outbox.rejected == 0
-    kept = {r.get("id") for r in sink_records(embedded.memory_dir, "audit")}
+    kept = audit_ids(embedded.memory_dir)
     assert sent[-1] in kept
     assert sent[0] not in kept

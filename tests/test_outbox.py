@@ -41,7 +41,7 @@ from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import (
     Sink,
-    sink_records,
+    audit_ids,
     sink_text,
     start_daemon,
     start_sink,
@@ -86,11 +86,6 @@ async def _rejected_rows(path: str) -> list[tuple[str, str]]:
             db.close()
 
     return await trio.to_thread.run_sync(read)
-
-
-def _audit_ids(directory: str) -> set[str]:
-    """IDs of the tasks whose audit records reached the sink."""
-    return {str(r["id"]) for r in sink_records(directory, "audit") if isinstance(r.get("id"), str)}
 
 
 def _code(reply: Reply) -> str:
@@ -182,7 +177,7 @@ async def test_a_memory_specialist_that_is_down_never_fails_a_reply(
     sink = await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
     with trio.fail_after(WAIT_S):
         await outbox.wait_drained()
-    assert {f"down-{n}" for n in range(5)} <= _audit_ids(sink.directory)
+    assert {f"down-{n}" for n in range(5)} <= audit_ids(sink.directory)
 
 
 async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
@@ -204,7 +199,7 @@ async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
     await start_sink(nursery, config.memory.socket_path, memory_dir)
     with trio.fail_after(WAIT_S):
         await outbox.wait_drained()
-    assert {"before", "while-down"} <= _audit_ids(memory_dir)
+    assert {"before", "while-down"} <= audit_ids(memory_dir)
 
 
 async def test_a_new_outbox_delivers_what_an_earlier_one_left(
@@ -517,7 +512,7 @@ async def test_sys_op_audits_past_max_pending_are_folded_into_one_summary_record
     assert _code(unknown) == ErrorCode.UNKNOWN_OP
     _, pending = await _stored(config.outbox_path)
     records = [json.loads(w.data) for w in pending]
-    assert [r.get("id") for r in records[:2]] == ["p0", "p1"]
+    assert [r.get("ids") for r in records[:2]] == [["p0"], ["p1"]]
     assert records[2]["folded"] == {"SYS/nope:unknown_op": 1, "SYS/ping": 3}
     assert records[2]["total"] == 4
 
@@ -677,7 +672,7 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
 ) -> None:
     """O-3: while a Memory Specialist drains a full outbox, a ping waits for room (it used to
     be answered at once with its audit record dropped), then is answered and audited as a
-    record of its own, not folded."""
+    record of its own (a summary of one frame here), not folded."""
     gate, received = await _gated_memory(nursery, config, str(tmp_path))
     config = replace(config, outbox=OutboxConfig(max_pending=2, reserve=1))
     async with _dispatcher(config) as dispatcher:
@@ -699,7 +694,7 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
             await outbox.wait_drained()
         assert outbox.folded == 0
     assert [r.id for r in replies if r.status is Status.OK] == ["paced"]
-    assert [json.loads(data).get("id") for data in received[2:]] == ["paced"]
+    assert [json.loads(data).get("ids") for data in received[2:]] == [["paced"]]
 
 
 async def _held_acks_memory(
@@ -782,7 +777,7 @@ async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
 def test_a_write_frame_is_the_bytes_the_codec_serialises_for_its_task(data: str) -> None:
     """M-1: the outbox's own write serialiser gives exactly ``serialize(write.to_task())``,
     values that may stand raw and values that must be quoted alike."""
-    from csp_web.memory.outbox import write_frame
+    from csp_web.memory.outbox_frames import write_frame
     from protocol import serialize
 
     for write in (

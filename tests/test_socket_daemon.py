@@ -23,12 +23,17 @@ async def test_ping_over_socket_answers_pong_and_audits_to_memory(
     async with open_client(daemon.socket_path) as client:
         reply = await client.call(Task("ping", "SYS", "PONG", None, (("ID", "p-1"),)))
     assert reply == Reply(Status.OK, (("ID", "p-1"), ("SCOPE", "[sys]"), ("DATA", "pong")))
-    await wait_until(lambda: any(a.get("id") == "p-1" for a in _audits(sink)))
-    (audit,) = [a for a in _audits(sink) if a.get("id") == "p-1"]
-    assert audit["op"] == "ping"
-    assert audit["outcome"] == "OK"
-    assert audit["uid"] == os.getuid()
-    assert audit["pid"] == os.getpid()
+    await wait_until(lambda: any(a.get("ids") == ["p-1"] for a in _audits(sink)))
+    (audit,) = [a for a in _audits(sink) if a.get("ids") == ["p-1"]]
+    # O-4: an IN:SYS frame's audit is a summary (of one frame, with this test's config).
+    assert {k: audit[k] for k in ("summary", "frames", "failed", "ops", "uid", "pid")} == {
+        "summary": "sys",
+        "frames": 1,
+        "failed": 0,
+        "ops": {"SYS/ping": 1},
+        "uid": os.getuid(),
+        "pid": os.getpid(),
+    }
 
 
 async def test_many_concurrent_calls_share_one_connection(daemon: Daemon) -> None:

@@ -142,3 +142,8 @@ class OutboxConfig:
 class AuditConfig:
     enabled: bool = True
     sys_ops: bool = True  # audit ping/ops/stats too
+    # IN:SYS frames are audited in summaries, one open per connection (SPEC O-4): written when
+    # it holds this many frames (that frame's reply waits for it), this long after its first
+    # frame, and when the connection closes.
+    sys_summary_max_frames: int = 1000
+    sys_summary_interval_s: float = 1.0

@@ -6,9 +6,6 @@ tool seed asks ("Max concurrent: 5, Queue overflow: 10 max").
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 import trio
 
 from csp_web.core.errors import Busy
@@ -33,22 +30,47 @@ class Slots:
     def queued(self) -> int:
         return self._holders - self.running
 
-    @asynccontextmanager
-    async def admit(self) -> AsyncIterator[None]:
-        """Run the body in a slot, waiting in the queue if needed; raises Busy when full."""
-        if self._holders >= self.max_running + self.max_queued:
-            raise Busy(
-                ErrorCode.BUSY, f"{self.name}: {self.max_running} running, {self.max_queued} queued"
-            )
-        self._holders += 1
+    def admit(self) -> _Admission:
+        """``async with slots.admit():`` runs the body in a slot, waiting in the queue if
+        needed; raises Busy when full. (A class, not a generator: it runs once per frame.)"""
+        return _Admission(self)
+
+    def take_now(self) -> bool:
+        """Take a free slot without waiting (then ``release`` it); False when none is free."""
         try:
+            self._semaphore.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        self._holders += 1
+        return True
+
+    def release(self) -> None:
+        self._semaphore.release()
+        self._holders -= 1
+
+
+class _Admission:
+    __slots__ = ("_slots",)
+
+    def __init__(self, slots: Slots) -> None:
+        self._slots = slots
+
+    async def __aenter__(self) -> None:
+        slots = self._slots
+        if slots._holders >= slots.max_running + slots.max_queued:
+            raise Busy(
+                ErrorCode.BUSY,
+                f"{slots.name}: {slots.max_running} running, {slots.max_queued} queued",
+            )
+        slots._holders += 1
+        try:
+            slots._semaphore.acquire_nowait()
+        except trio.WouldBlock:
             try:
-                self._semaphore.acquire_nowait()
-            except trio.WouldBlock:
-                await self._semaphore.acquire()
-            try:
-                yield
-            finally:
-                self._semaphore.release()
-        finally:
-            self._holders -= 1
+                await slots._semaphore.acquire()
+            except BaseException:
+                slots._holders -= 1
+                raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._slots.release()

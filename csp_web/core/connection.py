@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import trio
 
 from csp_web.config import ConnectionConfig
 from csp_web.core.context import Peer
+from csp_web.core.deadlines import CUT_DETAIL
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
+from csp_web.core.ops import BoundOp
 from csp_web.core.replies import fail_reply
+from csp_web.core.reply_queue import ReplyOrder, ReplyQueue
+from csp_web.core.shutdown import Shutdown
 from csp_web.core.turns import FairStarts, Seat
 from csp_web.core.unix import Lease
 from protocol import (
@@ -45,126 +46,11 @@ from protocol import (
     serialize,
 )
 
+__all__ = ["Shutdown", "StreamOptions", "serve_stream"]  # Shutdown: core.shutdown
+
 log = logging.getLogger("csp_web.core.connection")
+_CUT = OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL).wire_text  # work the grace period ended
 _RECEIVE_BYTES = 65536
-
-
-class Shutdown:
-    """Tells every connection to stop reading; in-flight frames still finish and reply.
-
-    ``cut_at(deadline)`` bounds the work still running: at the deadline each task's work is
-    cancelled and the task answered ``shutting_down``. The counters say what happened to the
-    tasks that met the shutdown: ``answered`` finished with their own reply, ``cut`` were
-    cancelled by the grace period, ``refused`` were received but never started.
-    """
-
-    def __init__(self) -> None:
-        self.begun = trio.Event()
-        self._scopes: set[trio.CancelScope] = set()
-        self._work: set[trio.CancelScope] = set()
-        self._work_deadline = math.inf
-        self.answered = self.cut = self.refused = 0
-
-    def begin(self) -> None:
-        self.begun.set()
-        for scope in self._scopes:
-            scope.cancel()
-
-    def cut_at(self, deadline: float) -> None:
-        """Cancel every task's work (running or yet to start) at ``deadline``."""
-        self._work_deadline = deadline
-        for scope in self._work:
-            scope.deadline = deadline
-
-    @contextmanager
-    def work_scope(self) -> Iterator[trio.CancelScope]:
-        """The scope one task's work runs in; the grace period's deadline reaches it."""
-        with trio.CancelScope(deadline=self._work_deadline) as scope:
-            self._work.add(scope)
-            try:
-                yield scope
-            finally:
-                self._work.discard(scope)
-
-    @contextmanager
-    def reader_scope(self) -> Iterator[None]:
-        with trio.CancelScope() as scope:
-            if self.begun.is_set():
-                scope.cancel()
-            self._scopes.add(scope)
-            try:
-                yield
-            finally:
-                self._scopes.discard(scope)
-
-
-class ReplyOrder:
-    """Releases replies of frames without ID in request order (SPEC C-2)."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._head = 0
-        self._done: dict[int, bytes] = {}
-
-    def reserve(self, task_id: str | None) -> int | None:
-        if task_id is not None:
-            return None
-        self._next += 1
-        return self._next - 1
-
-    def complete(self, slot: int | None, data: bytes) -> bytes:
-        """The bytes now sendable: ``data`` itself for ID'd frames, else the ready prefix."""
-        if slot is None:
-            return data
-        self._done[slot] = data
-        ready = []
-        while self._head in self._done:
-            ready.append(self._done.pop(self._head))
-            self._head += 1
-        return b"".join(ready)
-
-
-class ReplyQueue:
-    """Replies waiting for the writer, with the time the oldest was queued (SPEC L-7).
-
-    ``put`` never blocks, so a reply is never lost to a cancellation between being made and
-    being queued; back-pressure is a separate ``wait_room`` that the producer awaits after.
-    """
-
-    def __init__(self, max_chunks: int) -> None:
-        self.max_chunks = max_chunks
-        self._chunks: deque[tuple[float, bytes]] = deque()
-        self._ready = trio.lowlevel.ParkingLot()
-        self._room = trio.lowlevel.ParkingLot()
-        self._closed = False
-
-    def __len__(self) -> int:
-        return len(self._chunks)
-
-    def put(self, data: bytes) -> None:
-        self._chunks.append((trio.current_time(), data))
-        self._ready.unpark_all()
-
-    async def wait_room(self) -> None:
-        while len(self._chunks) >= self.max_chunks:
-            await self._room.park()
-
-    def close(self) -> None:
-        """No more puts: ``take`` returns None once the queue is empty."""
-        self._closed = True
-        self._ready.unpark_all()
-
-    async def take(self) -> tuple[float, bytes] | None:
-        """Everything queued as one write, and when its oldest part was queued."""
-        while not self._chunks:
-            if self._closed:
-                return None
-            await self._ready.park()
-        oldest = self._chunks[0][0]
-        data = b"".join(chunk for _, chunk in self._chunks)
-        self._chunks.clear()
-        self._room.unpark_all()
-        return oldest, data
 
 
 @dataclass(frozen=True)
@@ -202,6 +88,7 @@ async def serve_stream(
         await session.run()
     finally:
         dispatcher.stats.connections -= 1
+        dispatcher.connection_closed(peer)
         await trio.aclose_forcefully(stream)
         log.debug("connection %s closed", peer.connection)
 
@@ -369,6 +256,8 @@ class _Session:
         slot = self.order.reserve(task.id)
         if self.options.sequential:
             await self.run_task(task, slot)
+        elif (op := self.dispatcher.instant_op(task, self.peer)) is not None:
+            await self.run_at_once(task, op, slot)
         else:
             tasks.start_soon(self.run_task, task, slot)
 
@@ -426,17 +315,26 @@ class _Session:
         finally:
             self.in_flight.release()
 
-    async def work(self, task: Task) -> bytes:
+    async def run_at_once(self, task: Task, op: BoundOp, slot: int | None) -> None:
+        """Run an op that does not wait (``Dispatcher.instant_op``: IN:SYS) in the reader:
+        a task of its own would cost more than the op. Its one wait, an audit summary's
+        commit (O-4), is shielded, so a shutdown that stops the reader never takes its reply;
+        back-pressure on the reply queue waits after the reply is queued."""
+        try:
+            try:
+                data = await self.work(task, instant=op)
+            finally:
+                self.starts.done()
+            self.queue(slot, data)
+        finally:
+            self.in_flight.release()
+        await self.replies.wait_room()
+
+    async def work(self, task: Task, *, instant: BoundOp | None = None) -> bytes:
         """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
         shutdown = self.shutdown
-        with shutdown.work_scope() as scope:
-            reply = await self.dispatcher.run(task, self.peer)
-        if scope.cancelled_caught:
-            shutdown.cut += 1
-            self.dispatcher.stats.reject(ErrorCode.SHUTTING_DOWN)
-            error = OpError(ErrorCode.SHUTTING_DOWN, "grace period over, work cancelled")
-            return serialize(fail_reply(error, task.id))
-        if shutdown.begun.is_set():
+        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace, instant=instant)
+        if shutdown.begun.is_set() and reply.get("ERROR") != _CUT:
             shutdown.answered += 1
         try:
             return serialize(reply)

@@ -10,9 +10,8 @@ set (``budget_ms``), never the shortened time the work was given.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
+from types import TracebackType
 
 import trio
 
@@ -23,18 +22,70 @@ RESERVE_FRACTION = 0.2
 MAX_RESERVE_S = 0.25
 
 
-@contextmanager
-def task_deadline(timeout_ms: int, *, at: float | None = None) -> Iterator[trio.CancelScope]:
+CUT_DETAIL = "grace period over, work cancelled"  # shutting_down's detail for work it cut
+
+
+class GracePeriod:
+    """The deadline a shutdown sets for work still running (SPEC R-1): every task deadline
+    opened with it ends at that deadline at the latest, however long its own budget. ``cut``
+    counts the tasks it ended (the dispatcher answers them ``shutting_down``)."""
+
+    def __init__(self) -> None:
+        self.deadline = math.inf
+        self.cut = 0
+        self._scopes: set[trio.CancelScope] = set()
+
+    def cut_at(self, deadline: float) -> None:
+        """End every task's work (running or yet to start) at ``deadline``."""
+        self.deadline = deadline
+        for scope in self._scopes:
+            scope.deadline = min(scope.deadline, deadline)
+
+    @property
+    def over(self) -> bool:
+        return trio.current_time() >= self.deadline
+
+
+class task_deadline:
     """A cancel scope that ends the running task ``timeout_ms`` from now, or at trio time
     ``at`` when the budget started earlier (the caller's budget, its TIMEOUT_MS or the
-    default), which ``budget_ms`` reports to the work inside it."""
-    token = _budget_ms.set(timeout_ms)
-    try:
+    default), which ``budget_ms`` reports to the work inside it; with ``grace``, at the
+    grace period's end too. One scope per task: a class, not a generator, as it runs once
+    per frame."""
+
+    __slots__ = ("_grace", "_scope", "_timeout_ms", "_token")
+
+    def __init__(
+        self, timeout_ms: int, *, at: float | None = None, grace: GracePeriod | None = None
+    ) -> None:
         deadline = trio.current_time() + timeout_ms / 1000 if at is None else at
-        with trio.move_on_at(deadline) as scope:
-            yield scope
-    finally:
-        _budget_ms.reset(token)
+        if grace is not None:
+            deadline = min(deadline, grace.deadline)
+        self._scope = trio.CancelScope(deadline=deadline)
+        self._grace = grace
+        self._timeout_ms = timeout_ms
+        self._token: Token[int | None] | None = None
+
+    def __enter__(self) -> trio.CancelScope:
+        self._token = _budget_ms.set(self._timeout_ms)
+        scope = self._scope.__enter__()
+        if self._grace is not None:
+            self._grace._scopes.add(scope)
+        return scope
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        try:
+            if self._grace is not None:
+                self._grace._scopes.discard(self._scope)
+            return self._scope.__exit__(kind, value, traceback)
+        finally:
+            if self._token is not None:
+                _budget_ms.reset(self._token)
 
 
 def budget_ms() -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import secrets
 import time
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ import trio
 from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
 from csp_web.core.context import OpContext, Peer, Services
-from csp_web.core.deadlines import task_deadline
+from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.errors import OpError
 from csp_web.core.fields import check_id, parse_timeout_ms, validate
 from csp_web.core.ops import BoundOp, Registry
@@ -27,6 +28,7 @@ from csp_web.core.ports import allowed_uids
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.core.replies import fail_reply, ok_reply
 from csp_web.core.stats import Stats
+from csp_web.core.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
 
 log = logging.getLogger("csp_web.core.dispatch")
@@ -52,18 +54,39 @@ class Dispatcher:
         self.relay = memory.relay if memory is not None else None
         self.audit = audit and memory is not None and services.config.audit.enabled
         self.shutting_down = False
+        self.sys_audits = SysAudits(memory.outbox) if memory is not None else None
         # Every pool is built here, at composition: a task never meets a pool with no limits.
         self.pools = {
             name: Slots(name, max_running=limits.max_running, max_queued=limits.max_queued)
             for name, limits in pools.items()
         }
 
+    def connection_closed(self, peer: Peer) -> None:
+        """``peer``'s connection has closed: write its open IN:SYS audit summary (O-4)."""
+        if self.sys_audits is not None:
+            self.sys_audits.close(peer.connection)
+
+    def flush_audits(self) -> None:
+        """Write every open IN:SYS audit summary (at exit, before the outbox's last flush)."""
+        if self.sys_audits is not None:
+            self.sys_audits.flush_all()
+
     def slots(self, specialist: str) -> Slots:
         """The admission pool of ``specialist`` (KeyError: none was composed)."""
         return self.pools[specialist]
 
-    async def run(self, task: Task, peer: Peer) -> Reply:
-        """The reply to ``task``; never raises except for cancellation."""
+    async def run(
+        self,
+        task: Task,
+        peer: Peer,
+        *,
+        grace: GracePeriod | None = None,
+        instant: BoundOp | None = None,
+    ) -> Reply:
+        """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
+        connection's task) the work ends at the grace period's end too, answered
+        ``shutting_down`` (SPEC R-1). ``instant``: what ``instant_op(task, peer)`` gave with
+        no checkpoint since, so nothing waits and no deadline scope is needed."""
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
@@ -71,8 +94,12 @@ class Dispatcher:
         audit: dict[str, Any] = {}
         stage = _Stage()
         try:
-            op = self._lookup(task)
-            reply = await self._run(task, op, peer, audit, stage)
+            if instant is not None:
+                op = instant
+                reply = await self._run_at_once(task, op, peer, audit)
+            else:
+                op = self._lookup(task)
+                reply = await self._run(task, op, peer, audit, stage, grace)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -99,6 +126,24 @@ class Dispatcher:
         await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
         return reply
 
+    def instant_op(self, task: Task, peer: Peer) -> BoundOp | None:
+        """The op of ``task`` when it will not wait: an IN:SYS op that neither sleeps nor does
+        I/O (``Op.instant``), with a free slot, not paced now (O-3). Its only wait is its audit
+        summary's commit when it fills one (O-4), so a connection may run it without a task
+        of its own: ``run(task, peer, instant=op)`` with no checkpoint in between."""
+        if task.domain != "SYS" or self.shutting_down:
+            return None
+        try:
+            op = self.registry.lookup(task)
+        except OpError:
+            return None  # refused: answered (and audited) by a task of its own
+        if not (op.spec.instant and op.spec.specialist == "sys"):
+            return None
+        pool = self.pools["sys"]  # a free slot: admission will not wait either
+        if pool.running >= pool.max_running or self._must_pace(peer):
+            return None
+        return op
+
     def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:
             raise OpError(ErrorCode.SHUTTING_DOWN, "daemon is stopping")
@@ -107,7 +152,13 @@ class Dispatcher:
         return self.registry.lookup(task)
 
     async def _run(
-        self, task: Task, op: BoundOp | None, peer: Peer, audit: dict[str, Any], stage: _Stage
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        audit: dict[str, Any],
+        stage: _Stage,
+        grace: GracePeriod | None,
     ) -> Reply:
         config = self.services.config.tasks
         if op is None:
@@ -119,11 +170,14 @@ class Dispatcher:
         )
         audited = self.audit and (spec is None or spec.specialist != "sys")
         deadline = trio.current_time() + timeout_ms / 1000
-        if op is not None and not audited and self.audit and self.services.config.audit.sys_ops:
-            # IN:SYS ops are never refused for room, but paced while the outbox drains (O-3).
-            with trio.move_on_at(deadline):
-                await self.services.outbox.wait_paced(peer.connection)
-        with task_deadline(timeout_ms, at=deadline) as scope:
+        paced = op is not None and not audited and self._must_pace(peer)
+        # One cancel scope per task (the task's deadline and the grace period's end); a paced
+        # IN:SYS op gets its deadline once pacing is over: paced past it, it still runs.
+        with task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace) as scope:
+            if paced:  # IN:SYS ops are never refused for room, but paced while it drains (O-3)
+                with trio.move_on_at(deadline):
+                    await self.services.outbox.wait_paced(peer.connection)
+                scope.deadline = min(scope.deadline, deadline)
             if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
                 stage.waiting_for_room = True
                 await self.services.outbox.wait_room(peer.connection)
@@ -137,9 +191,36 @@ class Dispatcher:
                 ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
                 return ok_reply(await op.run(params, ctx), task.id)
         assert scope.cancelled_caught
+        if grace is not None and grace.over:
+            grace.cut += 1
+            raise OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL)
         if stage.waiting_for_room:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
+
+    async def _run_at_once(
+        self, task: Task, op: BoundOp, peer: Peer, audit: dict[str, Any]
+    ) -> Reply:
+        """``_run`` for an instant op with a free slot, not paced: it never reaches a
+        checkpoint, so neither its deadline nor the grace period can end it."""
+        config = self.services.config.tasks
+        params = validate(task, op.spec.fields, op.spec.inline)
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        slots = self.pools[op.spec.specialist]
+        if not slots.take_now():  # instant_op saw a free one, with no checkpoint since
+            raise OpError(ErrorCode.INTERNAL_ERROR, "no free slot for an instant op")
+        try:
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
+            return ok_reply(await op.run(params, ctx), task.id)
+        finally:
+            slots.release()
+
+    def _must_pace(self, peer: Peer) -> bool:
+        """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""
+        if not (self.audit and self.services.config.audit.sys_ops):
+            return False
+        outbox = self.services.outbox
+        return outbox.full or outbox.peer_full(peer.connection)
 
     async def _audit(
         self,
@@ -151,14 +232,18 @@ class Dispatcher:
         extra: dict[str, Any],
         admitted: bool,
     ) -> None:
-        sys_op = op is not None and op.spec.specialist == "sys"
-        if not self.audit or (sys_op and not self.services.config.audit.sys_ops):
+        if not self.audit:
+            return
+        if op is not None and op.spec.specialist == "sys":
+            config = self.services.config.audit
+            if config.sys_ops and self.sys_audits is not None:  # summarised (SPEC O-4)
+                await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         error = reply.get("ERROR")
         record = audit_record(task, peer, reply, round(duration_ms, 3), extra)
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         outbox = self.services.outbox
-        if admitted and not sys_op:  # only an admitted op may use the reserve (SPEC O-1)
+        if admitted:  # only an admitted op may use the reserve (SPEC O-1)
             try:
                 await outbox.put(write, owner=peer.connection)
                 return

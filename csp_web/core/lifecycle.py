@@ -74,6 +74,7 @@ async def serve(
                 reloaders=reloaders,
                 task_status=task_status,
             )
+            dispatcher.flush_audits()  # the summaries of IN:SYS frames (SPEC O-4)
             if memory is not None:
                 with trio.move_on_at(deadline):
                     await memory.outbox.wait_flushed()  # not while the specialist is down

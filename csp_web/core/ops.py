@@ -35,6 +35,8 @@ class Op(Generic[S]):
     ``specialist`` names the slot pool it runs in (web, tool, memory, sys); ``inline`` names
     the field that inline header text fills (SPEC D-4); ``replies`` the fields its reply
     can carry beyond the common ones, and ``example`` one exchange (docs/ops.md).
+    ``instant``: the handler never waits (no sleep, no I/O), so a connection runs it
+    without a task of its own.
     """
 
     req: str
@@ -47,6 +49,7 @@ class Op(Generic[S]):
     doc: str = ""
     replies: tuple[ReplyField, ...] = ()
     example: Example | None = None
+    instant: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able entry ``REQ:ops`` prints for this op."""
@@ -80,6 +83,8 @@ class OpSpec(Protocol):
     def replies(self) -> tuple[ReplyField, ...]: ...
     @property
     def example(self) -> Example | None: ...
+    @property
+    def instant(self) -> bool: ...
 
     def describe(self) -> dict[str, Any]: ...
 

@@ -151,6 +151,7 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         replies=PING_REPLIES,
         example=PING_EXAMPLE,
         doc="liveness check",
+        instant=True,
     ),
     Op(
         "ops",
@@ -161,6 +162,7 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         replies=OPS_REPLIES,
         example=OPS_EXAMPLE,
         doc="every op with its fields and OUT kind",
+        instant=True,
     ),
     Op(
         "stats",
@@ -171,5 +173,6 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         replies=STATS_REPLIES,
         example=STATS_EXAMPLE,
         doc="counters, latencies, outbox depth",
+        instant=True,
     ),
 )

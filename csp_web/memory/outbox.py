@@ -22,11 +22,10 @@ record (counts per op and error), written as soon as there is room again or at c
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -37,8 +36,9 @@ from csp_web.core.client import Client, ClientClosed, PendingBatch
 from csp_web.core.errors import OpError
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from csp_web.memory.link import MemoryLink, socket_link
+from csp_web.memory.outbox_frames import batch_frames, sort_replies
 from csp_web.memory.outbox_store import OutboxStore
-from protocol import ErrorCode, Reply, Status, Task, serialize
+from protocol import ErrorCode, Reply, Task
 
 log = logging.getLogger("csp_web.memory.outbox")
 T = TypeVar("T")
@@ -48,11 +48,12 @@ _MAX_FOLDED_KEYS = 256
 class _Commit:
     """Writes that will share one transaction; ``done`` is set once it ran (or failed)."""
 
-    __slots__ = ("done", "error", "finished", "writes")
+    __slots__ = ("done", "error", "finished", "scheduled", "writes")
 
     def __init__(self) -> None:
         self.writes: list[MemoryWrite] = []
         self.finished = False
+        self.scheduled = False  # a system task will commit it (put_or_fold_nowait)
         self.error: str | None = None
         self.done = trio.Event()
 
@@ -151,20 +152,51 @@ class Outbox:
             raise OpError(ErrorCode.OUTBOX_FULL, f"{self.depth} writes pending")
         await self._persist(write, size, owner)
 
-    async def put_or_fold(self, write: MemoryWrite, key: str, *, owner: str | None = None) -> None:
+    async def put_or_fold(
+        self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
+    ) -> None:
         """Persist ``write`` while the outbox is below ``max_pending``; past it, count it under
-        ``key`` in one summary record instead (SPEC O-3). Never raises outbox_full."""
+        ``key`` in one summary record instead (SPEC O-3). Never raises outbox_full. ``key`` may
+        be counts per key: what a summary of several frames (SPEC O-4) stands for."""
         size = _size(write)
-        if self.full or self.bytes + size > self._config.max_bytes:
-            if not self._folded:
-                self._folded_since = time.time()
-                log.warning("outbox full: folding audit records of sys ops and refused frames")
-            if key not in self._folded and len(self._folded) >= _MAX_FOLDED_KEYS:
-                key = "other"  # REQ names are the caller's: keep the summary bounded
-            self._folded[key] += 1
-            self.folded += 1
+        if not self._fold(key, size):
+            await self._persist(write, size, owner)
+
+    def put_or_fold_nowait(
+        self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
+    ) -> None:
+        """``put_or_fold`` without waiting for the commit: the write joins the commit being
+        gathered, committed after one scheduler pass (``synchronous: normal``) or by the
+        committer, so the summaries of many connections closing at once share one transaction.
+        For summaries written at a connection's close or by a timer: no reply waits for them."""
+        size = _size(write)
+        if self._fold(key, size):
             return
-        await self._persist(write, size, owner)
+        commit = self._enqueue(write, size, owner)
+        if not self._inline_commits:
+            self._batch_ready.set()
+        elif not commit.scheduled:
+            commit.scheduled = True
+            trio.lowlevel.spawn_system_task(self._commit_soon, commit, name="outbox.commit_soon")
+
+    async def _commit_soon(self, commit: _Commit) -> None:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        if not commit.finished:
+            self._commit(commit)
+
+    def _fold(self, key: str | Mapping[str, int], size: int) -> bool:
+        """Count ``key`` in the folded summary when the outbox has no room; False if it has."""
+        if not (self.full or self.bytes + size > self._config.max_bytes):
+            return False
+        if not self._folded:
+            self._folded_since = time.time()
+            log.warning("outbox full: folding audit records of sys ops and refused frames")
+        for name, count in ({key: 1} if isinstance(key, str) else key).items():
+            if name not in self._folded and len(self._folded) >= _MAX_FOLDED_KEYS:
+                name = "other"  # REQ names are the caller's: keep the summary bounded
+            self._folded[name] += count
+            self.folded += count
+        return True
 
     async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
         """The Memory Specialist's reply to one ``task`` (a read, or a write that must be
@@ -203,7 +235,8 @@ class Outbox:
                 await self.wait_drained()
                 scope.cancel()
 
-    async def _persist(self, write: MemoryWrite, size: int, owner: str | None) -> None:
+    def _enqueue(self, write: MemoryWrite, size: int, owner: str | None) -> _Commit:
+        """Count ``write`` as pending and add it to the commit being gathered."""
         self.depth += 1
         self.bytes += size
         if owner is not None:
@@ -214,6 +247,10 @@ class Outbox:
         if commit is None:
             commit = self._open = _Commit()
         commit.writes.append(write)
+        return commit
+
+    async def _persist(self, write: MemoryWrite, size: int, owner: str | None) -> None:
+        commit = self._enqueue(write, size, owner)
         if self._inline_commits:
             # One pass of the scheduler lets the other writers of this tick join the commit;
             # shielded, so a write counted above is never abandoned half-way.
@@ -336,7 +373,7 @@ class Outbox:
                     continue
                 self._sent_upto = rows[-1][0]
                 # The batch is one buffer and one waiter (not a Task, bytes and Event per write).
-                ids, data = _batch_frames(rows)
+                ids, data = batch_frames(rows)
                 try:
                     batch = await client.start_batch(ids, data)
                 except BaseException:
@@ -350,7 +387,7 @@ class Outbox:
     ) -> None:
         try:
             replies = await batch.replies(timeout_s=self._memory.ack_timeout_s)
-            acked, rejected, retry = _sort_replies(rows, replies)
+            acked, rejected, retry = sort_replies(rows, replies)
             await self._db(self._store.settle, acked, rejected)
             self._settled([w for seq, w in rows if seq not in retry], len(acked), len(rejected))
             if retry:  # the Memory Specialist is busy or stopping: same writes again later
@@ -396,23 +433,22 @@ class Outbox:
         )
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         self._folded.clear()
-        self.depth += 1
-        self.bytes += _size(write)
-        commit = self._open or _Commit()
-        self._open = commit
-        commit.writes.append(write)
+        commit = self._enqueue(write, _size(write), None)
         if self._inline_commits:
             self._commit(commit)
         else:
             self._batch_ready.set()
 
     def write_folded_now(self) -> None:
-        """At close: store what is still folded (blocking; the outbox is no longer served)."""
+        """At close: store what is still folded, and writes not yet committed (blocking; the
+        outbox is no longer served)."""
         if self._folded:
             self._write_folded()
-            if self._open is not None:  # synchronous: full, and the committer is gone
-                self._store.insert(self._open.writes)
-                self._open = None
+        commit, self._open = self._open, None
+        if commit is not None and not commit.finished:  # the committer is gone
+            self._store.insert(commit.writes)
+            commit.finished = True
+            commit.done.set()
 
     def _forget(self, commit: _Commit, error: str) -> None:
         commit.error = error
@@ -427,61 +463,6 @@ class Outbox:
             return fn(*args)
         async with self._db_lock:
             return await trio.to_thread.run_sync(fn, *args)
-
-
-# FAIL codes that say "not now" rather than "never": such writes stay pending (SPEC M-2).
-_TRANSIENT = frozenset(
-    {
-        "busy",
-        "shutting_down",
-        "timeout_exceeded",
-        "internal_error",
-        "outbox_full",
-        "rate_limited",
-        "memory_unavailable",
-    }
-)
-
-
-def _batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]:
-    """The IDs of a batch's writes and the bytes of their frames, in order (SPEC M-1)."""
-    return [w.id for _, w in rows], "".join(map(write_frame, (w for _, w in rows))).encode()
-
-
-# What makes a value unfit to stand raw on a line (``protocol``'s rule, V-3): a control
-# character (tab and LF included), or a quote or space at its start, a space at its end.
-_NOT_RAW = re.compile(r"[\x00-\x1f\x7f-\x9f]|^[\" ]| $")
-
-
-def write_frame(write: MemoryWrite) -> str:
-    """``serialize(write.to_task())`` as text: the frame's constant parts written once, its
-    five values raw when each may stand raw (an audit record always may), else the codec's
-    serialisation (quoting) of the whole frame."""
-    values = (write.id, write.source, write.type, write.path, write.data)
-    if all(values) and not any(_NOT_RAW.search(value) for value in values):
-        return (
-            f"TASK REQ:write IN:MEMORY OUT:ACK\nID {write.id}\nFROM {write.source}\n"
-            f"TYPE {write.type}\nPATH {write.path}\nDATA {write.data}\n\n"
-        )
-    return serialize(write.to_task()).decode("utf-8")
-
-
-def _sort_replies(
-    rows: list[tuple[int, MemoryWrite]], replies: list[Reply]
-) -> tuple[list[int], list[tuple[int, str]], set[int]]:
-    """(acknowledged seqs, rejected (seq, error), seqs to retry) for one delivered batch."""
-    acked: list[int] = []
-    rejected: list[tuple[int, str]] = []
-    retry: set[int] = set()
-    for (seq, _), reply in zip(rows, replies, strict=True):
-        error = reply.get("ERROR") or "FAIL"
-        if reply.status is not Status.FAIL:
-            acked.append(seq)
-        elif error.partition(":")[0] in _TRANSIENT:
-            retry.add(seq)
-        else:
-            rejected.append((seq, error))
-    return acked, rejected, retry
 
 
 @asynccontextmanager

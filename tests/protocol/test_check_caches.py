@@ -28,3 +28,41 @@ def test_checked_names_are_remembered_up_to_a_bound_and_checks_still_apply_past_
     with pytest.raises(ProtocolError) as bad:
         codec.next_event()
     assert bad.value.code is ErrorCode.BAD_FRAME
+
+
+def test_remembered_task_headers_parse_as_a_fresh_parse_does_and_stay_bounded() -> None:
+    """F-3: a header parsed again comes from the table of parsed headers, equal to a first
+    parse (inline text decoded, fields its own); a bad header is refused every time; the table
+    holds at most MAX_REMEMBERED_HEADERS (N) entries: the N+1-th distinct one starts it anew."""
+    from protocol import _grammar
+
+    wires = [
+        b"TASK REQ:ping IN:SYS OUT:PONG\nID a\n\n",
+        b"TASK REQ:ping IN:SYS OUT:PONG\nID b\n\n",
+        b'TASK REQ:fetch "a IN:B OUT:C" IN:WEB OUT:PAGE\n\n',
+        b'TASK REQ:fetch "a IN:B OUT:C" IN:WEB OUT:PAGE\n\n',
+    ]
+    frames = []
+    for wire in wires:
+        codec = Connection()
+        codec.receive_data(wire)
+        frames.append(codec.next_event())
+    assert frames == [
+        Task("ping", "SYS", "PONG", None, (("ID", "a"),)),
+        Task("ping", "SYS", "PONG", None, (("ID", "b"),)),
+        Task("fetch", "WEB", "PAGE", "a IN:B OUT:C"),
+        Task("fetch", "WEB", "PAGE", "a IN:B OUT:C"),
+    ]
+    for _ in range(2):
+        codec = Connection()
+        codec.receive_data(b"TASK REQ:Ping IN:SYS OUT:PONG\n\n")
+        with pytest.raises(ProtocolError) as bad:
+            codec.next_event()
+        assert bad.value.code is ErrorCode.BAD_HEADER
+    limit = _grammar.MAX_REMEMBERED_HEADERS
+    _grammar._HEADERS.clear()
+    for n in range(limit):
+        _grammar.parse_frame([f"TASK REQ:op{n} IN:SYS OUT:PONG".encode()])
+    assert len(_grammar._HEADERS) == limit  # N
+    _grammar.parse_frame([b"TASK REQ:one-more IN:SYS OUT:PONG"])
+    assert list(_grammar._HEADERS) == ["one-more IN:SYS OUT:PONG"]  # N+1: anew

@@ -1,0 +1,77 @@
+"""A connection's replies on their way to the writer: released in request order for frames
+without ID (SPEC C-2), queued with the time the oldest waits (the write limit, SPEC L-7)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+
+class ReplyOrder:
+    """Releases replies of frames without ID in request order (SPEC C-2)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._head = 0
+        self._done: dict[int, bytes] = {}
+
+    def reserve(self, task_id: str | None) -> int | None:
+        if task_id is not None:
+            return None
+        self._next += 1
+        return self._next - 1
+
+    def complete(self, slot: int | None, data: bytes) -> bytes:
+        """The bytes now sendable: ``data`` itself for ID'd frames, else the ready prefix."""
+        if slot is None:
+            return data
+        self._done[slot] = data
+        ready = []
+        while self._head in self._done:
+            ready.append(self._done.pop(self._head))
+            self._head += 1
+        return b"".join(ready)
+
+
+class ReplyQueue:
+    """Replies waiting for the writer, with the time the oldest was queued (SPEC L-7).
+
+    ``put`` never blocks, so a reply is never lost to a cancellation between being made and
+    being queued; back-pressure is a separate ``wait_room`` that the producer awaits after.
+    """
+
+    def __init__(self, max_chunks: int) -> None:
+        self.max_chunks = max_chunks
+        self._chunks: deque[tuple[float, bytes]] = deque()
+        self._ready = trio.lowlevel.ParkingLot()
+        self._room = trio.lowlevel.ParkingLot()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def put(self, data: bytes) -> None:
+        self._chunks.append((trio.current_time(), data))
+        self._ready.unpark_all()
+
+    async def wait_room(self) -> None:
+        while len(self._chunks) >= self.max_chunks:
+            await self._room.park()
+
+    def close(self) -> None:
+        """No more puts: ``take`` returns None once the queue is empty."""
+        self._closed = True
+        self._ready.unpark_all()
+
+    async def take(self) -> tuple[float, bytes] | None:
+        """Everything queued as one write, and when its oldest part was queued."""
+        while not self._chunks:
+            if self._closed:
+                return None
+            await self._ready.park()
+        oldest = self._chunks[0][0]
+        data = b"".join(chunk for _, chunk in self._chunks)
+        self._chunks.clear()
+        self._room.unpark_all()
+        return oldest, data
