@@ -20,12 +20,14 @@ from ._hints import (
     CONTENT_HEADS,
     HIDING_CLASSES,
     HOOK_PIECES,
+    ITEM_WORDS,
     LIKELY,
     MODIFIER_PIECES,
     NEGATIVE,
     NEVER_CHROME,
     POSITIVE,
     SHOWING_PREFIXES,
+    TAXONOMY_PIECES,
     UNLIKELY_ROLES,
 )
 
@@ -122,6 +124,17 @@ def names_chrome(hint: str) -> bool:
     return _MAYBE_CHROME.search(hint) is not None and any(map(_token_names_chrome, tokens))
 
 
+@functools.lru_cache(maxsize=4096)
+def chrome_tokens(hint: str) -> frozenset[str]:
+    """The class/id tokens of a lower-cased hint that name chrome on their own."""
+    return frozenset(token for token in hint.split() if _token_names_chrome(token))
+
+
+def names_items(token: str) -> bool:
+    """True when a chrome-naming class token can name the items of a page (ITEM_WORDS)."""
+    return any(word in token for word in ITEM_WORDS)
+
+
 def _token_names_chrome(token: str) -> bool:
     # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
     # its last colon ("when printed"), and what the element is after it.
@@ -129,12 +142,20 @@ def _token_names_chrome(token: str) -> bool:
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
     for end, piece in enumerate(pieces):
-        if piece in MODIFIER_PIECES:
+        if piece in MODIFIER_PIECES or _starts_slug(pieces, end):
             pieces = pieces[:end]
             break
     if any(f"{a} {b}" in CHROME_PAIRS for a, b in itertools.pairwise(pieces)):
         return True
     return any(_piece_names_chrome(piece) for piece in pieces)
+
+
+def _starts_slug(pieces: list[str], at: int) -> bool:
+    """True when pieces[at] is a taxonomy word followed by a term's slug ("tag-sidebar"),
+    not by the second half of a chrome name ("tag-list")."""
+    if pieces[at] not in TAXONOMY_PIECES or at + 1 >= len(pieces):
+        return False
+    return f"{pieces[at]} {pieces[at + 1]}" not in CHROME_PAIRS
 
 
 def _piece_names_chrome(piece: str) -> bool:

@@ -13,6 +13,7 @@ from selectolax.lexbor import LexborNode
 
 from ._attrs import is_hidden, named_chrome
 from ._hints import DROP_TAGS
+from ._runs import ContentWords
 
 # Browsers cap the tree at 512 levels (Blink's kMaximumHTMLParserDOMTreeDepth); deeper
 # subtrees are kept as plain text so no later recursion can run out of stack.
@@ -88,6 +89,7 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
     Never raises on odd trees; text deeper than MAX_DEPTH is kept flat.
     """
     chrome_floor = MIN_CHROME_TEXT_SHARE * len(body.text())
+    content_words = ContentWords(body)
     root = Elem("body", {}, None)
     order = [root]
     stack: list[tuple[LexborNode, Elem, int]] = [(body, root, 0)]
@@ -104,7 +106,7 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
                     elem.own_len += len(stripped)
                     elem.own_commas += stripped.count(",")
             elif tag and tag[0] != "-" and tag not in DROP_TAGS:
-                kid = _adopt(child, tag, elem, chrome_floor)
+                kid = _adopt(child, tag, elem, chrome_floor, content_words)
                 if kid is None:
                     continue
                 kids.append(kid)
@@ -116,8 +118,13 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
     return root, order
 
 
-def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Elem | None:
-    """The `Elem` for `node`, or None when it is hidden or is small chrome."""
+def _adopt(
+    node: LexborNode, tag: str, parent: Elem, chrome_floor: float, content_words: ContentWords
+) -> Elem | None:
+    """The `Elem` for `node`, or None when it is hidden or is small chrome.
+
+    Chrome words that name a run of the page's items (`_runs`) name content instead.
+    """
     attrs = node.attributes
     if (
         attrs
@@ -131,6 +138,8 @@ def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Ele
         (elem.hint or "role" in attrs)
         and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
+        and not content_words.name_content(elem.hint)
+        and not content_words.judge_run(node, tag, elem.hint)
     ):
         if len(node.text()) < chrome_floor:
             return None
@@ -140,8 +149,23 @@ def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Ele
 
 def _is_page(node: LexborNode, chrome_floor: float) -> bool:
     """True when `node` holds over HIDDEN_PAGE_SHARE of the page's text (`chrome_floor` is
-    MIN_CHROME_TEXT_SHARE of it): hidden, it waits for a script to show it."""
-    return len(node.text()) > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE
+    MIN_CHROME_TEXT_SHARE of it), or of the <main> around it: hidden, it waits for a script
+    to show it (a page behind a large header menu holds less than half of the body)."""
+    size = len(node.text())
+    if size > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE:
+        return True
+    frame = _main_around(node)
+    return frame is not None and size > HIDDEN_PAGE_SHARE * len(frame.text())
+
+
+def _main_around(node: LexborNode) -> LexborNode | None:
+    """The nearest <main> (or role="main") element holding `node`, if any."""
+    ancestor = node.parent
+    while ancestor is not None:
+        if ancestor.tag == "main" or ancestor.attributes.get("role") == "main":
+            return ancestor
+        ancestor = ancestor.parent
+    return None
 
 
 def _in_link(elem: Elem | None) -> bool:

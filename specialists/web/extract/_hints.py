@@ -52,10 +52,15 @@ CHROME_WORDS = (
     "teaser", "sronly", "rollover", "tooltip", "hovercard", "popover",
     "readtime", "readingtime", "disclaimer",
 )  # fmt: skip
+# Chrome words that can also name a page's own items: the posts of a thread ("comment",
+# "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible"). A
+# run of them holding most of the page is its content (see `_runs`); menus never are.
+ITEM_WORDS = ("comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author")
 # Names of two pieces that read as one chrome word ("side-bar", "read-more", "sr-only").
 CHROME_PAIRS = frozenset(
     {
-        "side bar", "sign up", "most read", "tag list", "tool bar", "read more", "more stories",
+        "side bar", "sign up", "most read", "tag list", "tag cloud", "tags list", "tool bar",
+        "read more", "more stories",
         "next post", "prev post", "post nav", "sr only", "visually hidden", "screen reader",
         "read time", "reading time",
     }
@@ -69,6 +74,10 @@ HOOK_PIECES = frozenset({"js", "is"})
 # Pieces after which a class names a feature of the element, not the element itself:
 # "summary-item-has-author" is an item that shows its author.
 MODIFIER_PIECES = frozenset({"has", "with", "no", "without"})
+# Taxonomy pieces that, followed by more pieces, start a term's slug: WordPress marks a post
+# or product with its terms ("tag-sidebar", "product_tag-reusable-cups", "category-ads"),
+# so what follows names a topic the author chose, never what the element is.
+TAXONOMY_PIECES = frozenset({"tag", "tags", "category", "cat", "term"})
 # A class whose last piece names content is the content of the chrome word before it:
 # "comment-body", "forum-post-content", "topic-entry".
 CONTENT_HEADS = frozenset({"body", "content", "entry", "text", "message", "post"})

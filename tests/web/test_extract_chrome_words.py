@@ -1,0 +1,108 @@
+"""Chrome words in context: class words that name chrome beside an article but name the
+content on other pages (taxonomy slugs, a thread of "comment"s, a grid of product cards),
+and hidden wrappers that hold the page.
+
+Each test is a small hand-made page showing one general page shape (never one site's markup).
+"""
+
+from __future__ import annotations
+
+from specialists.web.extract import extract_article
+from specialists.web.extract._attrs import names_chrome
+
+POSTS = [
+    "I have been trying to get the backup job to run every night, but it stops after the "
+    "first volume and the log says nothing useful about why it gave up.",
+    "Check whether the second volume is mounted when the job starts; the scheduler runs "
+    "before the automounter on some systems, and then the job sees an empty directory.",
+    "That was it, thank you. I moved the job to run ten minutes later and it has worked "
+    "every night since, including the weekly full backup on Sunday.",
+    "Same here on two machines, and moving the job later fixed it for me as well, thanks.",
+]
+REPLY = "A nested reply that agrees with the answer above and adds one more detail about it."
+SIDEBAR = "The rules of this board: be kind, stay on topic and search before you post. " * 3
+
+
+def test_a_taxonomy_class_names_a_topic_of_the_item_not_chrome() -> None:
+    assert not names_chrome("product type-product product_tag-reusable-cups")
+    assert not names_chrome("post tag-sidebar category-advertising")
+    assert all(map(names_chrome, ["tag-list", "post-tags", "tag-cloud"]))
+
+
+def test_product_cards_carrying_a_taxonomy_tag_class_are_all_kept() -> None:
+    cards = "".join(
+        f"<li class='product product_tag-cups'><a href='/p/{n}'><h2>Cup model {n}</h2></a>"
+        f"<p>{text}</p></li>"
+        for n, text in enumerate(POSTS)
+    )
+    html = f"<html><body><main><ul class='products'>{cards}</ul></main></body></html>"
+    markdown = extract_article(html, url="https://shop.example/").markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_a_hidden_wrapper_holding_most_of_the_main_element_is_kept_behind_a_large_menu() -> None:
+    menu = "".join(
+        f"<li><a href='/c/{n}'>Category number {n} of the shop</a></li>" for n in range(60)
+    )
+    prose = "".join(f"<p>{text}</p>" for text in POSTS)
+    html = (
+        f"<html><body><header><div class='drawer'><ul>{menu}</ul></div></header>"
+        f"<main><div style='display:none'>{prose}</div>"
+        "<div hidden><p>A hidden dialog that says something short.</p></div></main></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "hidden dialog" not in markdown
+
+
+def _comment(text: str, inner: str = "") -> str:
+    return f"<div class='thing comment'><div class='entry'><p>{text}</p></div>{inner}</div>"
+
+
+def test_a_thread_of_comment_named_posts_is_the_page_with_its_nested_replies() -> None:
+    nested = f"<div class='child'>{_comment(REPLY)}</div>"
+    posts = _comment(POSTS[0], nested) + "".join(_comment(text) for text in POSTS[1:])
+    html = (
+        f"<html><body><div class='side'><p>{SIDEBAR}</p></div>"
+        f"<div class='commentarea'><div class='sitetable'>{posts}</div></div></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in [*POSTS, REPLY])
+    assert "rules of this board" not in markdown
+
+
+def test_a_comment_section_under_a_longer_article_is_still_dropped() -> None:
+    article = "".join(f"<p>{text} {text}</p>" for text in POSTS)
+    comments = "".join(
+        _comment(f"Comment {n}: nice article, thanks for writing it.") for n in range(4)
+    )
+    html = (
+        f"<html><body><article>{article}</article><div id='comments'>{comments}</div></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "nice article" not in markdown
+
+
+def test_cards_wrapping_a_chrome_named_box_are_kept_when_they_hold_the_page() -> None:
+    cards = "".join(
+        f"<li class='grid-item'><div class='card subscription-eligible'>"
+        f"<a href='/p/{n}'><h3>Coffee blend {n}</h3></a><p>{text}</p></div></li>"
+        for n, text in enumerate(POSTS)
+    )
+    html = (
+        f"<html><body><main><p>All our coffee.</p><ul class='grid'>{cards}</ul></main>"
+        "</body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/").markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_a_run_of_menu_named_blocks_stays_chrome_however_large() -> None:
+    menu = "".join(f"<div class='menu-item'><p>{text}</p></div>" for text in [*POSTS, SIDEBAR])
+    html = (
+        f"<html><body><div class='menus'>{menu}</div>"
+        f"<article><p>{REPLY}</p><p>{REPLY[::-1]}</p></article></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert not any(text in markdown for text in POSTS)
