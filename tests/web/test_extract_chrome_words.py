@@ -106,3 +106,31 @@ def test_a_run_of_menu_named_blocks_stays_chrome_however_large() -> None:
     )
     markdown = extract_article(html).markdown
     assert not any(text in markdown for text in POSTS)
+
+
+def test_a_carousel_under_a_recommendation_heading_is_left_out_with_its_heading() -> None:
+    cards = "".join(
+        f"<li><a href='/p/{n}'>Other shirt number {n} in green and white</a> $9</li>"
+        for n in range(6)
+    )
+    prose = "".join(f"<p>{text}</p>" for text in POSTS)
+    html = (
+        f"<html><body><main><div class='item'>{prose}</div>"
+        "<div class='box'><div><div><h2>People who viewed this item also viewed</h2></div></div>"
+        f"<ul class='carousel'>{cards}</ul></div></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/").markdown
+    assert all(text in markdown for text in POSTS)
+    assert "Other shirt" not in markdown
+    assert "also viewed" not in markdown
+
+
+def test_a_recommendation_heading_over_most_of_the_content_takes_only_itself() -> None:
+    posts = "".join(f"<article class='post'><p>{text}</p></article>" for text in POSTS)
+    html = (
+        "<html><body><main><div class='topic'><h2>Recommended Posts</h2>"
+        f"<form>{posts}</form></div></main></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "Recommended Posts" not in markdown

@@ -13,6 +13,7 @@ import re
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._score import is_paragraph, link_density
+from ._sections import recommendation_sections
 
 # Share of link text above which a paragraph, heading or list is navigation, not prose.
 # Readability drops any list above 0.2 unless its class reads as content, which is too eager
@@ -30,10 +31,11 @@ def find_skips(content: list[Elem], title: str | None, *, listing: bool = False)
     """id()s of the elements under `content` that the renderer should leave out.
 
     In a `listing` (many similar items, see `_repeat`) links are the content: link-heavy
-    blocks and link cards are kept.
+    blocks and link cards are kept. Sections led by a recommendation heading ("Similar
+    items") are left out on every page (`_sections`).
     """
     title_words = _words(title) if title else ()
-    skips: set[int] = set()
+    skips = recommendation_sections(content)
     stack = list(content)
     while stack:
         elem = stack.pop()
