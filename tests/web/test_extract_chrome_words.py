@@ -134,3 +134,14 @@ def test_a_recommendation_heading_over_most_of_the_content_takes_only_itself() -
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
     assert "Recommended Posts" not in markdown
+
+
+def test_one_comment_named_list_holding_most_of_the_page_is_the_thread() -> None:
+    posts = "".join(f"<li><p>{text}</p></li>" for text in POSTS)
+    intro = "<p>Tags: a, b, c, d, e, f, g, h, i, j, k, l, m.</p>" * 6  # few chars, many points
+    html = (
+        f"<html><body><div class='intro'>{intro}</div>"
+        f"<ul class='comment-list'>{posts}</ul></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)

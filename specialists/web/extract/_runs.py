@@ -46,17 +46,20 @@ class ContentWords:
         key = (parent.mem_id, tag, tokens)
         verdict = self._judged.get(key)
         if verdict is None:
-            verdict = self._judged[key] = self._is_item_run(parent, tag, tokens)
+            verdict = self._judged[key] = self._is_item_run(node, tag, tokens)
             if verdict:
                 self.words.update(tokens)
         return verdict
 
-    def _is_item_run(self, parent: LexborNode, tag: str, tokens: frozenset[str]) -> bool:
-        items, chars = _run(parent, tag, tokens)
-        if items < MIN_RUN_ITEMS and parent.parent is not None:
+    def _is_item_run(self, node: LexborNode, tag: str, tokens: frozenset[str]) -> bool:
+        """A run of MIN_RUN_ITEMS matching siblings (or wrapped siblings), or one element
+        (the list of them), holding RUN_PAGE_SHARE of the page's readable text."""
+        parent = node.parent
+        items, chars = _run(parent, tag, tokens) if parent is not None else (0, 0)
+        if items < MIN_RUN_ITEMS and parent is not None:
             items, chars = _wrapped_run(parent, tag, tokens)
         if items < MIN_RUN_ITEMS:
-            return False
+            chars = len(node.text())
         if self.min_run_chars is None:
             self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
         return chars >= self.min_run_chars
