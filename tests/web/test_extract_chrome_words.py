@@ -145,3 +145,18 @@ def test_one_comment_named_list_holding_most_of_the_page_is_the_thread() -> None
     )
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
+
+
+def test_a_consent_dialog_holding_more_prose_than_the_page_is_still_chrome() -> None:
+    purposes = "".join(
+        f"<p>Purpose {n}: store and access information on a device, create profiles, "
+        "measure content, and use limited data to select advertising for 80 partners.</p>"
+        for n in range(8)
+    )
+    html = (
+        f"<html><body><main><p>{POSTS[0]}</p><p>{POSTS[1]}</p></main>"
+        f"<div id='site-consent-sdk' class='show'>{purposes}</div></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert POSTS[0] in markdown
+    assert "Purpose" not in markdown

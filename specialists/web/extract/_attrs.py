@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._hints import (
+    ALWAYS_CHROME_WORDS,
     CHROME_PAIRS,
     CHROME_PIECES,
     CHROME_PREFIXES,
@@ -128,6 +129,11 @@ def names_chrome(hint: str) -> bool:
 def chrome_tokens(hint: str) -> frozenset[str]:
     """The class/id tokens of a lower-cased hint that name chrome on their own."""
     return frozenset(token for token in hint.split() if _token_names_chrome(token))
+
+
+def always_chrome(hint: str) -> bool:
+    """True when a chrome-naming token of `hint` names a consent or cookie dialog."""
+    return any(word in token for token in chrome_tokens(hint) for word in ALWAYS_CHROME_WORDS)
 
 
 def names_items(token: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborNode
 
-from ._attrs import is_hidden, named_chrome
+from ._attrs import always_chrome, is_hidden, named_chrome
 from ._hints import DROP_TAGS
 from ._runs import ContentWords
 
@@ -141,7 +141,7 @@ def _adopt(
         and not content_words.name_content(elem.hint)
         and not content_words.judge_run(node, tag, elem.hint)
     ):
-        if len(node.text()) < chrome_floor:
+        if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
             return None
         elem.chrome = True
     return elem
