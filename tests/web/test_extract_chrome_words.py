@@ -160,3 +160,17 @@ def test_a_consent_dialog_holding_more_prose_than_the_page_is_still_chrome() -> 
     markdown = extract_article(html).markdown
     assert POSTS[0] in markdown
     assert "Purpose" not in markdown
+
+
+def test_a_hero_banner_is_the_lead_section_of_a_landing_page_not_an_ad() -> None:
+    assert not names_chrome("experience-commerce_assets-herobanner")
+    assert not names_chrome("hero-banner")
+    assert names_chrome("ad-banner")
+    assert names_chrome("top-banner")
+    heroes = "".join(
+        f"<div class='region'><div class='hero-banner'><h2>Line {n}</h2><p>{text}</p></div></div>"
+        for n, text in enumerate(POSTS)
+    )
+    html = f"<html><body><main>{heroes}</main></body></html>"
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)

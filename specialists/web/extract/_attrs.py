@@ -147,6 +147,8 @@ def _token_names_chrome(token: str) -> bool:
     pieces = [piece for piece in _NAME_PIECE.split(token.rsplit(":", 1)[-1]) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
+    if "hero" in pieces:  # "hero-banner": the lead section of a landing page, not an ad
+        return False
     for end, piece in enumerate(pieces):
         if piece in MODIFIER_PIECES or _starts_slug(pieces, end):
             pieces = pieces[:end]
@@ -167,7 +169,7 @@ def _starts_slug(pieces: list[str], at: int) -> bool:
 def _piece_names_chrome(piece: str) -> bool:
     if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
         return True
-    if piece.startswith("commentar"):  # an opinion genre, not a comment thread
+    if piece.startswith(("commentar", "hero")):  # an opinion genre; a page's lead section
         return False
     return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 
