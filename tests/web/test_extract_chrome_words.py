@@ -174,3 +174,17 @@ def test_a_hero_banner_is_the_lead_section_of_a_landing_page_not_an_ad() -> None
     html = f"<html><body><main>{heroes}</main></body></html>"
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
+
+
+def test_posts_whose_chrome_named_box_sits_two_levels_inside_each_item_are_kept() -> None:
+    posts = "".join(
+        f"<li class='row'><div class='inner'><div class='board-discussion'><p>{text}</p></div>"
+        "</div></li>"
+        for text in POSTS
+    )
+    html = (
+        f"<html><body><div class='side'><p>{SIDEBAR}</p></div>"
+        f"<ul class='board'>{posts}</ul></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)

@@ -15,6 +15,7 @@ from selectolax.lexbor import LexborNode
 from ._attrs import chrome_tokens, names_items
 
 MIN_RUN_ITEMS = 4  # as `_repeat.MIN_ITEMS`: fewer siblings are a layout, not items
+MAX_WRAP_DEPTH = 3  # a card's chrome-named part ("caption") sits this deep in the item
 # The run's share of the page's readable text (outside nav, aside, header and footer) that
 # makes its chrome words the page's content: a comment section under an article holds less.
 RUN_PAGE_SHARE = 0.5
@@ -28,7 +29,7 @@ class ContentWords:
         self.body = body
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
-        self._judged: dict[tuple[int, str, frozenset[str]], bool] = {}
+        self._runs: dict[tuple[int, int, str, frozenset[str]], int] = {}
 
     def name_content(self, hint: str) -> bool:
         """True when every chrome word of `hint` was found naming the page's items."""
@@ -36,63 +37,60 @@ class ContentWords:
         return bool(tokens) and tokens <= self.words
 
     def judge_run(self, node: LexborNode, tag: str, hint: str) -> bool:
-        """True when `node` and its siblings (or its parent's siblings, for items that wrap
-        it) named chrome by the same item words hold most of the page; those words then name
-        content for the rest of the page."""
+        """True when `node` and its siblings (or the items wrapping them, up to
+        MAX_WRAP_DEPTH levels up), named chrome by the same item words, hold RUN_PAGE_SHARE
+        of the page's readable text, or `node` alone does (the list of them); those words
+        then name content for the rest of the page."""
         tokens = chrome_tokens(hint)
-        parent = node.parent
-        if not tokens or parent is None or not all(map(names_items, tokens)):
+        if not tokens or not all(map(names_items, tokens)):
             return False
-        key = (parent.mem_id, tag, tokens)
-        verdict = self._judged.get(key)
-        if verdict is None:
-            verdict = self._judged[key] = self._is_item_run(node, tag, tokens)
-            if verdict:
-                self.words.update(tokens)
-        return verdict
-
-    def _is_item_run(self, node: LexborNode, tag: str, tokens: frozenset[str]) -> bool:
-        """A run of MIN_RUN_ITEMS matching siblings (or wrapped siblings), or one element
-        (the list of them), holding RUN_PAGE_SHARE of the page's readable text."""
-        parent = node.parent
-        items, chars = _run(parent, tag, tokens) if parent is not None else (0, 0)
-        if items < MIN_RUN_ITEMS and parent is not None:
-            items, chars = _wrapped_run(parent, tag, tokens)
-        if items < MIN_RUN_ITEMS:
-            chars = len(node.text())
+        chars = self._run_chars(node, tag, tokens) or len(node.text())
         if self.min_run_chars is None:
             self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
-        return chars >= self.min_run_chars
+        if chars < self.min_run_chars:
+            return False
+        self.words.update(tokens)
+        return True
+
+    def _run_chars(self, node: LexborNode, tag: str, tokens: frozenset[str]) -> int:
+        """The text of the nearest run holding `node` (0 when there is none)."""
+        wrapper = node
+        for depth in range(MAX_WRAP_DEPTH + 1):
+            group = wrapper.parent
+            if group is None:
+                return 0
+            key = (group.mem_id, depth, tag, tokens)
+            chars = self._runs.get(key)
+            if chars is None:
+                chars = self._runs[key] = _run(group, wrapper.tag, depth, (tag, tokens))
+            if chars:
+                return chars
+            wrapper = group
+        return 0
 
 
-def _matches(node: LexborNode, tag: str, tokens: frozenset[str]) -> bool:
-    if node.tag != tag:
-        return False
-    attrs = node.attributes
-    return chrome_tokens(f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()) == tokens
-
-
-def _run(parent: LexborNode, tag: str, tokens: frozenset[str]) -> tuple[int, int]:
-    """How many children of `parent` match, and their text length."""
+def _run(
+    group: LexborNode, item_tag: str | None, depth: int, match: tuple[str, frozenset[str]]
+) -> int:
+    """The text of the children of `group` tagged `item_tag` that hold a match `depth`
+    levels down, when there are MIN_RUN_ITEMS of them; else 0."""
     items = chars = 0
-    for sibling in parent.iter():
-        if _matches(sibling, tag, tokens):
+    for item in group.iter():
+        if item.tag == item_tag and _holds(item, depth, match):
             items += 1
-            chars += len(sibling.text())
-    return items, chars
+            chars += len(item.text())
+    return chars if items >= MIN_RUN_ITEMS else 0
 
 
-def _wrapped_run(parent: LexborNode, tag: str, tokens: frozenset[str]) -> tuple[int, int]:
-    """The same for items wrapping the match: siblings of `parent` holding a matching child."""
-    items = chars = 0
-    grand = parent.parent
-    if grand is None:
-        return 0, 0
-    for wrapper in grand.iter():
-        if wrapper.tag == parent.tag and any(_matches(kid, tag, tokens) for kid in wrapper.iter()):
-            items += 1
-            chars += len(wrapper.text())
-    return items, chars
+def _holds(node: LexborNode, depth: int, match: tuple[str, frozenset[str]]) -> bool:
+    if depth == 0:
+        tag, tokens = match
+        if node.tag != tag:
+            return False
+        attrs = node.attributes
+        hint = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()
+        return chrome_tokens(hint) == tokens
+    return any(_holds(kid, depth - 1, match) for kid in node.iter())
 
 
 def _readable_chars(body: LexborNode) -> int:
