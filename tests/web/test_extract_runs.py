@@ -46,3 +46,23 @@ def test_an_article_with_much_prose_beside_a_larger_link_directory_stays_the_art
     markdown = extract_article(html).markdown
     assert PROSE.strip() in markdown
     assert "Directory entry" not in markdown
+
+
+def test_a_listing_whose_cards_are_only_headings_keeps_every_card() -> None:
+    names = [f"Conference on topic {n}" for n in range(8)]
+    cards = "".join(
+        f"<div class='row'><h2><a href='/e/{n}'>{name}</a></h2><h3>Tech in Chicago</h3></div>"
+        for n, name in enumerate(names)
+    )
+    html = (
+        f"<html><body><main><p>Upcoming.</p><div class='events'>{cards}</div></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://events.example/").markdown
+    assert all(f"## [{name}](https://events.example/e/" in markdown for name in names)
+
+
+def test_headings_left_at_the_end_of_an_article_are_still_trimmed() -> None:
+    article = "".join(f"<p>{PROSE}{n}</p>" for n in range(3))
+    html = f"<html><body><article>{article}<h2>Share this</h2><h3>More</h3></article></body></html>"
+    markdown = extract_article(html).markdown
+    assert markdown.endswith("2")
