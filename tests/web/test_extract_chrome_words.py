@@ -188,3 +188,19 @@ def test_posts_whose_chrome_named_box_sits_two_levels_inside_each_item_are_kept(
     )
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
+
+
+def test_a_collapsed_aria_hidden_panel_is_kept_and_a_short_aria_hidden_repeat_dropped() -> None:
+    panels = "".join(
+        f"<div class='panel'><h3><button aria-controls='p{n}'>Question {n}</button></h3>"
+        f"<div id='p{n}' aria-hidden='true'><p>{text}</p></div></div>"
+        for n, text in enumerate(POSTS)
+    )
+    html = (
+        f"<html><body><main><p>{REPLY}</p>"
+        "<p aria-hidden='true'>A short pull quote.</p>"
+        f"<div class='faq'>{panels}</div></main></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "pull quote" not in markdown

@@ -39,10 +39,12 @@ _STREAMED_SEGMENT = re.compile(r"S:\d+")
 
 
 def is_hidden(attrs: dict[str, str | None]) -> bool:
-    """True when the attributes hide the element from every reader."""
+    """True when the attributes hide the element from every reader.
+
+    `aria-hidden` is not among them: it hides an element from screen readers only (see
+    `_dom`, which still drops short aria-hidden elements).
+    """
     if "hidden" in attrs and not _STREAMED_SEGMENT.fullmatch(attrs.get("id") or ""):
-        return True
-    if attrs.get("aria-hidden") == "true":
         return True
     style = attrs.get("style")
     return style is not None and _HIDDEN_STYLE.search(style.lower()) is not None

@@ -25,6 +25,8 @@ MIN_CHROME_TEXT_SHARE = 0.1
 # A hidden element holding more than this share of the page's text is the page itself, hidden
 # until a script shows it (anti-flicker and loading wrappers): it is kept.
 HIDDEN_PAGE_SHARE = 0.5
+# aria-hidden elements with at least this much text are collapsed panels, not repeats.
+ARIA_HIDDEN_MAX_CHARS = 150
 LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
 
@@ -129,7 +131,7 @@ def _adopt(
     if (
         attrs
         and not _HIDING.isdisjoint(attrs)
-        and is_hidden(attrs)
+        and _hidden(node, attrs)
         and not _is_page(node, chrome_floor)
     ):
         return None
@@ -145,6 +147,18 @@ def _adopt(
             return None
         elem.chrome = True
     return elem
+
+
+def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
+    """True when `node` is hidden (`is_hidden`) or is a short aria-hidden element.
+
+    aria-hidden takes an element out of what screen readers read, not off the screen: a
+    short one is a decorative repeat (a pull quote, an icon's label), a longer one a
+    collapsed panel or an off-screen carousel slide, which every reader can open.
+    """
+    if is_hidden(attrs):
+        return True
+    return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < ARIA_HIDDEN_MAX_CHARS
 
 
 def _is_page(node: LexborNode, chrome_floor: float) -> bool:
