@@ -193,7 +193,7 @@ def test_posts_whose_chrome_named_box_sits_two_levels_inside_each_item_are_kept(
 def test_a_collapsed_aria_hidden_panel_is_kept_and_a_short_aria_hidden_repeat_dropped() -> None:
     panels = "".join(
         f"<div class='panel'><h3><button aria-controls='p{n}'>Question {n}</button></h3>"
-        f"<div id='p{n}' aria-hidden='true'><p>{text}</p></div></div>"
+        f"<div id='p{n}' aria-hidden='true'><p>{text}</p><p>{REPLY}</p></div></div>"
         for n, text in enumerate(POSTS)
     )
     html = (
