@@ -18,6 +18,7 @@ from ._hints import (
     CHROME_PIECES,
     CHROME_PREFIXES,
     CHROME_WORDS,
+    COLLAPSIBLE,
     CONTENT_HEADS,
     HIDING_CLASSES,
     HOOK_PIECES,
@@ -48,6 +49,14 @@ def is_hidden(attrs: dict[str, str | None]) -> bool:
         return True
     style = attrs.get("style")
     return style is not None and _HIDDEN_STYLE.search(style.lower()) is not None
+
+
+def names_collapsible(attrs: dict[str, str | None]) -> bool:
+    """True when the class, id or role names a collapsible panel (COLLAPSIBLE, tabpanel)."""
+    if attrs.get("role") == "tabpanel":
+        return True
+    hint = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()
+    return COLLAPSIBLE.search(hint) is not None
 
 
 @functools.lru_cache(maxsize=4096)  # class lists repeat across a page and across pages

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborNode
 
-from ._attrs import always_chrome, is_hidden, named_chrome
+from ._attrs import always_chrome, is_hidden, named_chrome, names_collapsible
 from ._hints import DROP_TAGS
 from ._runs import ContentWords
 
@@ -25,8 +25,8 @@ MIN_CHROME_TEXT_SHARE = 0.1
 # A hidden element holding more than this share of the page's text is the page itself, hidden
 # until a script shows it (anti-flicker and loading wrappers): it is kept.
 HIDDEN_PAGE_SHARE = 0.5
-# aria-hidden elements with at least this much text are collapsed panels, not repeats.
-ARIA_HIDDEN_MAX_CHARS = 150
+# aria-hidden or collapsed elements with at least this much text are panels, not repeats.
+SHOWN_PANEL_MIN_CHARS = 150
 LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
 
@@ -150,15 +150,21 @@ def _adopt(
 
 
 def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
-    """True when `node` is hidden (`is_hidden`) or is a short aria-hidden element.
+    """True when `node` is hidden from every reader, or is a short aria-hidden element.
 
     aria-hidden takes an element out of what screen readers read, not off the screen: a
     short one is a decorative repeat (a pull quote, an icon's label), a longer one a
-    collapsed panel or an off-screen carousel slide, which every reader can open.
+    collapsed panel or an off-screen carousel slide, which every reader can open. A panel
+    hidden by its style and named collapsible (`names_collapsible`) opens the same way;
+    the `hidden` attribute is trusted (tab panels of other languages repeat the shown one).
     """
     if is_hidden(attrs):
-        return True
-    return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < ARIA_HIDDEN_MAX_CHARS
+        return (
+            "hidden" in attrs
+            or not names_collapsible(attrs)
+            or len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
+        )
+    return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
 
 
 def _is_page(node: LexborNode, chrome_floor: float) -> bool:

@@ -91,6 +91,12 @@ SHOWING_PREFIXES = ("d-sm-", "d-md-", "d-lg-", "d-xl-", "visible-")
 NEVER_CHROME = frozenset({"html", "body", "main", "article", "a", "tbody", "tr", "td"})
 
 
+# Class/id words of a collapsible panel (an accordion's answer, a tab pane, a "read more"
+# expander): hidden by a style until a reader opens it, it is the page's content.
+COLLAPSIBLE = re.compile(
+    r"accordion|collaps|expand|toggle|tab-?pane|tabpanel|tab-?content|panel|faq|answer"
+)
+
 # Class/id words of the article itself; they veto a chrome name on the same element.
 LIKELY = re.compile(r"article|body|column|content|main|shadow")
 
