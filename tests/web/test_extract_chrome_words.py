@@ -222,3 +222,16 @@ def test_collapsed_answers_hidden_by_style_are_kept_but_hidden_tab_copies_are_no
     assert all(text in markdown for text in POSTS)
     assert "rules of this board" not in markdown
     assert SIDEBAR[::-1].strip()[:40] not in markdown
+
+
+def test_forum_signatures_under_each_post_are_chrome() -> None:
+    posts = "".join(
+        f"<article class='post'><div class='post-body'><p>{text}</p></div>"
+        "<div class='author-signature'><p>Want a better store? I build plugins, themes and "
+        "more at my own site, ask me anything.</p></div></article>"
+        for text in POSTS
+    )
+    html = f"<html><body><main><div class='topic'>{posts}</div></main></body></html>"
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+    assert "I build plugins" not in markdown

@@ -50,7 +50,7 @@ CHROME_WORDS = (
     "caption", "credit", "taglist", "keywords", "topics", "toolbar",
     "modal", "popup", "overlay", "newsfeed", "outbrain", "taboola", "readmore",
     "teaser", "sronly", "rollover", "tooltip", "hovercard", "popover",
-    "readtime", "readingtime", "disclaimer",
+    "readtime", "readingtime", "disclaimer", "signature",
 )  # fmt: skip
 # Chrome words that can also name a page's own items: the posts of a thread ("comment",
 # "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible"). A
