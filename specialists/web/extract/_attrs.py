@@ -148,8 +148,10 @@ def always_chrome(hint: str) -> bool:
 
 
 def names_items(token: str) -> bool:
-    """True when a chrome-naming class token can name the items of a page (ITEM_WORDS)."""
-    return any(word in token for word in ITEM_WORDS)
+    """True when every chrome-naming piece of a class token is an item word (ITEM_WORDS):
+    "comment-item" can name a thread's posts, "author-signature" names chrome."""
+    pieces = [piece for piece in _NAME_PIECE.split(token) if _piece_names_chrome(piece)]
+    return bool(pieces) and all(any(word in piece for word in ITEM_WORDS) for piece in pieces)
 
 
 def _token_names_chrome(token: str) -> bool:
