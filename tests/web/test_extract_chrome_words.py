@@ -235,3 +235,20 @@ def test_forum_signatures_under_each_post_are_chrome() -> None:
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)
     assert "I build plugins" not in markdown
+
+
+def test_references_and_external_links_sections_are_back_matter() -> None:
+    refs = "".join(
+        f"<li>^ Source number {n}, archived from the original, retrieved in March.</li>"
+        for n in range(5)
+    )
+    prose = "".join(f"<p>{text}</p>" for text in POSTS)
+    html = (
+        f"<html><body><main>{prose}<section><h2>References</h2><ol>{refs}</ol></section>"
+        "<h2>External links</h2><ul><li><a href='https://x.example/'>Official site of "
+        "the thing this page is about</a></li></ul></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://wiki.example/").markdown
+    assert all(text in markdown for text in POSTS)
+    assert "Source number" not in markdown
+    assert "Official site" not in markdown

@@ -1,7 +1,8 @@
-"""Recommendation sections: "Similar items", "Customers also bought", "Related posts".
+"""Recommendation and back-matter sections: "Similar items", "Related posts", "References".
 
 Product pages, threads and listings end in carousels of other products or pages under a
-heading that says what they are. The heading is the general signal (the carousel's markup
+heading that says what they are; reference works end in notes, references and external
+links under headings as plain. The heading is the general signal (the carousel's markup
 varies by site): the section it leads is left out with it. English headings only.
 """
 
@@ -13,11 +14,14 @@ from ._dom import Elem, text_of
 from ._hints import HEADINGS
 
 # A heading's whole text (lower-cased words): "related news", "similar items", "people who
-# viewed this item also viewed", "you may also like", "frequently bought together".
+# viewed this item also viewed", "you may also like", "frequently bought together", and the
+# back matter: "references", "notes", "external links", "further reading", "see also".
 RECOMMENDATION = re.compile(
     r"(?:related|similar|recommended|trending|sponsored|popular)(?: \w+){0,2}"
     r"|(?:more from|frequently bought|customers (?:who|also)|people (?:who|also)"
     r"|you (?:may|might) also|explore related|what customers|recently viewed) .*"
+    r"|references|notes|citations|footnotes|external links|further reading|see also"
+    r"|bibliography|notes and references"
 )
 # A section holding more than this share of the content is not a trailing carousel: only
 # its heading and the block right after it go.
