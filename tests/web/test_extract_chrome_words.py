@@ -206,17 +206,20 @@ def test_a_collapsed_aria_hidden_panel_is_kept_and_a_short_aria_hidden_repeat_dr
     assert "pull quote" not in markdown
 
 
-def test_collapsed_answers_hidden_by_style_are_kept_but_hidden_tab_copies_are_not() -> None:
+def test_collapsed_answers_and_tab_panes_are_kept_but_other_hidden_blocks_are_not() -> None:
     answers = "".join(
         f"<div class='faq__item'><h3>Question {n}</h3>"
         f"<div class='faq__answer' style='display: none;'><p>{text}</p><p>{REPLY}</p></div></div>"
-        for n, text in enumerate(POSTS)
+        for n, text in enumerate(POSTS[:2])
     )
-    other_language = f"<div role='tabpanel' hidden><p>{SIDEBAR}</p></div>"
-    hidden_notice = f"<div class='notice' style='display:none'><p>{SIDEBAR[::-1]}</p></div>"
+    panes = "".join(
+        f"<div role='tabpanel' hidden><p>{text}</p><p>{REPLY}</p></div>" for text in POSTS[2:]
+    )
+    hidden_notice = f"<div class='notice' style='display:none'><p>{SIDEBAR}</p></div>"
+    hidden_block = f"<div hidden><p>{SIDEBAR[::-1]}</p></div>"
     html = (
-        f"<html><body><main><p>{REPLY}</p><div class='faq'>{answers}</div>"
-        f"{other_language}{hidden_notice}</main></body></html>"
+        f"<html><body><main><p>{REPLY}</p><div class='faq'>{answers}</div>{panes}"
+        f"{hidden_notice}{hidden_block}</main></body></html>"
     )
     markdown = extract_article(html).markdown
     assert all(text in markdown for text in POSTS)

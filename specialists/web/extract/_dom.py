@@ -154,16 +154,12 @@ def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
 
     aria-hidden takes an element out of what screen readers read, not off the screen: a
     short one is a decorative repeat (a pull quote, an icon's label), a longer one a
-    collapsed panel or an off-screen carousel slide, which every reader can open. A panel
-    hidden by its style and named collapsible (`names_collapsible`) opens the same way;
-    the `hidden` attribute is trusted (tab panels of other languages repeat the shown one).
+    collapsed panel or an off-screen carousel slide, which every reader can open. A hidden
+    panel named collapsible (`names_collapsible`: an accordion's answer, a tab pane, the
+    code sample of another language) opens the same way.
     """
     if is_hidden(attrs):
-        return (
-            "hidden" in attrs
-            or not names_collapsible(attrs)
-            or len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
-        )
+        return not names_collapsible(attrs) or len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
     return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
 
 
