@@ -255,3 +255,31 @@ def test_references_and_external_links_sections_are_back_matter() -> None:
     assert all(text in markdown for text in POSTS)
     assert "Source number" not in markdown
     assert "Official site" not in markdown
+
+
+def test_teaser_items_numbered_in_their_ids_are_one_run() -> None:
+    items = "".join(
+        f"<li id='list-teaser_{n}' class='teaser-item'><p>{text}</p></li>"
+        for n, text in enumerate(POSTS)
+    )
+    html = (
+        f"<html><body><div class='side'><p>{SIDEBAR}</p></div>"
+        f"<ul class='teaser-list'>{items}</ul></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_many_comments_under_a_declared_article_stay_chrome() -> None:
+    comments = "".join(
+        f"<li id='comment-{n}' class='comment'><p>{text} {text}</p></li>"
+        for n, text in enumerate(POSTS * 2)
+    )
+    html = (
+        "<html><head><meta property='og:type' content='article'></head><body>"
+        f"<article><p>{REPLY}</p><p>{SIDEBAR}</p></article>"
+        f"<ol class='comment-list'>{comments}</ol></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert REPLY in markdown
+    assert POSTS[0] not in markdown

@@ -102,6 +102,7 @@ _MAYBE_CHROME = _trie_pattern(
     {*CHROME_WORDS, *CHROME_PIECES, *CHROME_PREFIXES, *(pair.split()[0] for pair in CHROME_PAIRS)}
 )
 _CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
+_DIGITS = re.compile(r"\d+")
 _NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
 
 
@@ -138,8 +139,9 @@ def names_chrome(hint: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def chrome_tokens(hint: str) -> frozenset[str]:
-    """The class/id tokens of a lower-cased hint that name chrome on their own."""
-    return frozenset(token for token in hint.split() if _token_names_chrome(token))
+    """The class/id tokens of a lower-cased hint that name chrome on their own, without their
+    digits (the items of one run differ by number: "teaser_3", "comment-1204")."""
+    return frozenset(_DIGITS.sub("", token) for token in hint.split() if _token_names_chrome(token))
 
 
 def always_chrome(hint: str) -> bool:

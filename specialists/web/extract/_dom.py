@@ -83,15 +83,16 @@ class Elem:
         return f"<{self.tag} {self.hint!r} text={self.text_len}>"
 
 
-def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
+def build_tree(body: LexborNode, *, article: bool = False) -> tuple[Elem, list[Elem]]:
     """Mirror `body` as an `Elem` tree; also return every `Elem` with parents before children.
 
     Elements named like chrome (`named_chrome`) that hold under MIN_CHROME_TEXT_SHARE of the
     page's text are left out; larger ones are mirrored and flagged `chrome` for `_prune`.
-    Never raises on odd trees; text deeper than MAX_DEPTH is kept flat.
+    Never raises on odd trees; text deeper than MAX_DEPTH is kept flat. On a page that
+    declares itself an `article` comments stay chrome however many (`_runs`).
     """
     chrome_floor = MIN_CHROME_TEXT_SHARE * len(body.text())
-    content_words = ContentWords(body)
+    content_words = ContentWords(body, article=article)
     root = Elem("body", {}, None)
     order = [root]
     stack: list[tuple[LexborNode, Elem, int]] = [(body, root, 0)]

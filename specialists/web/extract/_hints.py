@@ -56,6 +56,7 @@ CHROME_WORDS = (
 # "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible"). A
 # run of them holding most of the page is its content (see `_runs`); menus never are.
 ITEM_WORDS = ("comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author")
+THREAD_WORDS = ("comment", "discuss", "repl", "respond")  # ...never on a declared article
 # Chrome words of consent and cookie dialogs: their vendor lists and purposes can hold
 # more prose than the page, so their size never makes them content.
 ALWAYS_CHROME_WORDS = ("cookie", "consent", "gdpr")

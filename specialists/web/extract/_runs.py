@@ -13,6 +13,7 @@ from __future__ import annotations
 from selectolax.lexbor import LexborNode
 
 from ._attrs import chrome_tokens, names_items
+from ._hints import THREAD_WORDS
 
 MIN_RUN_ITEMS = 4  # as `_repeat.MIN_ITEMS`: fewer siblings are a layout, not items
 MAX_WRAP_DEPTH = 3  # a card's chrome-named part ("caption") sits this deep in the item
@@ -25,8 +26,9 @@ _FRAME_TAGS = frozenset({"nav", "aside", "header", "footer"})
 class ContentWords:
     """The chrome words found to name the page's items, and the sibling runs judged so far."""
 
-    def __init__(self, body: LexborNode) -> None:
+    def __init__(self, body: LexborNode, *, article: bool = False) -> None:
         self.body = body
+        self.article = article
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
         self._runs: dict[tuple[int, int, str, frozenset[str]], int] = {}
@@ -44,6 +46,8 @@ class ContentWords:
         tokens = chrome_tokens(hint)
         if not tokens or not all(map(names_items, tokens)):
             return False
+        if self.article and any(word in token for token in tokens for word in THREAD_WORDS):
+            return False  # an article's comments, however many, are not the article
         chars = self._run_chars(node, tag, tokens) or len(node.text())
         if self.min_run_chars is None:
             self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
