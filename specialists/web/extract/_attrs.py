@@ -149,6 +149,7 @@ def always_chrome(hint: str) -> bool:
     return any(word in token for token in chrome_tokens(hint) for word in ALWAYS_CHROME_WORDS)
 
 
+@functools.lru_cache(maxsize=4096)
 def names_items(token: str) -> bool:
     """True when every chrome-naming piece of a class token is an item word (ITEM_WORDS):
     "comment-item" can name a thread's posts, "author-signature" names chrome."""

@@ -36,15 +36,18 @@ def find_skips(content: list[Elem], title: str | None, *, listing: bool = False)
     items") are left out on every page (`_sections`).
     """
     title_words = _words(title) if title else ()
-    skips = recommendation_sections(content)
+    skips: set[int] = set()
+    headings: list[Elem] = []
     stack = list(content)
     while stack:
         elem = stack.pop()
+        if elem.tag in HEADINGS:
+            headings.append(elem)
         if _skippable(elem, title_words, listing):
             skips.add(id(elem))
         else:
             stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))
-    return frozenset(skips)
+    return frozenset(skips | recommendation_sections(headings, content))
 
 
 def trim_tail(blocks: list[str]) -> list[str]:

@@ -35,6 +35,8 @@ class ContentWords:
 
     def name_content(self, hint: str) -> bool:
         """True when every chrome word of `hint` was found naming the page's items."""
+        if not self.words:
+            return False
         tokens = chrome_tokens(hint)
         return bool(tokens) and tokens <= self.words
 

@@ -29,19 +29,15 @@ MAX_SECTION_SHARE = 0.5
 _WORD = re.compile(r"\w+")
 
 
-def recommendation_sections(content: list[Elem]) -> set[int]:
-    """id()s of the recommendation headings under `content` and of the sections they lead."""
+def recommendation_sections(headings: list[Elem], content: list[Elem]) -> set[int]:
+    """id()s of the recommendation `headings` (found under `content`) and of the sections
+    they lead."""
     roots = {id(elem) for elem in content}
     limit = MAX_SECTION_SHARE * sum(elem.text_len for elem in content)
     skips: set[int] = set()
-    stack = list(content)
-    while stack:
-        elem = stack.pop()
-        if elem.tag in HEADINGS:
-            if _is_recommendation(elem):
-                skips.update(map(id, _section(elem, roots, limit)))
-            continue
-        stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))
+    for heading in headings:
+        if _is_recommendation(heading):
+            skips.update(map(id, _section(heading, roots, limit)))
     return skips
 
 
