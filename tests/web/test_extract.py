@@ -266,14 +266,14 @@ def test_dev_corpus_f1_stays_above_the_regression_guard() -> None:
 
 # Floors just under what the extractor reaches on the WCXB dev pages (bench/extraction.py).
 WCXB_FLOORS = {
-    "overall": 0.76,
+    "overall": 0.78,
     "article": 0.95,
-    "collection": 0.58,
-    "documentation": 0.90,
-    "forum": 0.73,
-    "listing": 0.63,
-    "product": 0.61,
-    "service": 0.78,
+    "collection": 0.62,
+    "documentation": 0.905,
+    "forum": 0.755,
+    "listing": 0.695,
+    "product": 0.635,
+    "service": 0.80,
 }
 
 

@@ -13,19 +13,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._hints import (
+    ALWAYS_CHROME_WORDS,
     CHROME_PAIRS,
     CHROME_PIECES,
     CHROME_PREFIXES,
     CHROME_WORDS,
+    COLLAPSIBLE,
     CONTENT_HEADS,
     HIDING_CLASSES,
     HOOK_PIECES,
+    ITEM_WORDS,
     LIKELY,
     MODIFIER_PIECES,
     NEGATIVE,
     NEVER_CHROME,
     POSITIVE,
     SHOWING_PREFIXES,
+    TAXONOMY_PIECES,
     UNLIKELY_ROLES,
 )
 
@@ -36,13 +40,23 @@ _STREAMED_SEGMENT = re.compile(r"S:\d+")
 
 
 def is_hidden(attrs: dict[str, str | None]) -> bool:
-    """True when the attributes hide the element from every reader."""
+    """True when the attributes hide the element from every reader.
+
+    `aria-hidden` is not among them: it hides an element from screen readers only (see
+    `_dom`, which still drops short aria-hidden elements).
+    """
     if "hidden" in attrs and not _STREAMED_SEGMENT.fullmatch(attrs.get("id") or ""):
-        return True
-    if attrs.get("aria-hidden") == "true":
         return True
     style = attrs.get("style")
     return style is not None and _HIDDEN_STYLE.search(style.lower()) is not None
+
+
+def names_collapsible(attrs: dict[str, str | None]) -> bool:
+    """True when the class, id or role names a collapsible panel (COLLAPSIBLE, tabpanel)."""
+    if attrs.get("role") == "tabpanel":
+        return True
+    hint = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()
+    return COLLAPSIBLE.search(hint) is not None
 
 
 @functools.lru_cache(maxsize=4096)  # class lists repeat across a page and across pages
@@ -88,6 +102,7 @@ _MAYBE_CHROME = _trie_pattern(
     {*CHROME_WORDS, *CHROME_PIECES, *CHROME_PREFIXES, *(pair.split()[0] for pair in CHROME_PAIRS)}
 )
 _CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
+_DIGITS = re.compile(r"\d+")
 _NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
 
 
@@ -122,14 +137,36 @@ def names_chrome(hint: str) -> bool:
     return _MAYBE_CHROME.search(hint) is not None and any(map(_token_names_chrome, tokens))
 
 
+@functools.lru_cache(maxsize=4096)
+def chrome_tokens(hint: str) -> frozenset[str]:
+    """The class/id tokens of a lower-cased hint that name chrome on their own, without their
+    digits (the items of one run differ by number: "teaser_3", "comment-1204")."""
+    return frozenset(_DIGITS.sub("", token) for token in hint.split() if _token_names_chrome(token))
+
+
+def always_chrome(hint: str) -> bool:
+    """True when a chrome-naming token of `hint` names a consent or cookie dialog."""
+    return any(word in token for token in chrome_tokens(hint) for word in ALWAYS_CHROME_WORDS)
+
+
+@functools.lru_cache(maxsize=4096)
+def names_items(token: str) -> bool:
+    """True when every chrome-naming piece of a class token is an item word (ITEM_WORDS):
+    "comment-item" can name a thread's posts, "author-signature" names chrome."""
+    pieces = [piece for piece in _NAME_PIECE.split(token) if _piece_names_chrome(piece)]
+    return bool(pieces) and all(any(word in piece for word in ITEM_WORDS) for piece in pieces)
+
+
 def _token_names_chrome(token: str) -> bool:
     # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
     # its last colon ("when printed"), and what the element is after it.
     pieces = [piece for piece in _NAME_PIECE.split(token.rsplit(":", 1)[-1]) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
+    if "hero" in pieces:  # "hero-banner": the lead section of a landing page, not an ad
+        return False
     for end, piece in enumerate(pieces):
-        if piece in MODIFIER_PIECES:
+        if piece in MODIFIER_PIECES or _starts_slug(pieces, end):
             pieces = pieces[:end]
             break
     if any(f"{a} {b}" in CHROME_PAIRS for a, b in itertools.pairwise(pieces)):
@@ -137,10 +174,18 @@ def _token_names_chrome(token: str) -> bool:
     return any(_piece_names_chrome(piece) for piece in pieces)
 
 
+def _starts_slug(pieces: list[str], at: int) -> bool:
+    """True when pieces[at] is a taxonomy word followed by a term's slug ("tag-sidebar"),
+    not by the second half of a chrome name ("tag-list")."""
+    if pieces[at] not in TAXONOMY_PIECES or at + 1 >= len(pieces):
+        return False
+    return f"{pieces[at]} {pieces[at + 1]}" not in CHROME_PAIRS
+
+
 def _piece_names_chrome(piece: str) -> bool:
     if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
         return True
-    if piece.startswith("commentar"):  # an opinion genre, not a comment thread
+    if piece.startswith(("commentar", "hero")):  # an opinion genre; a page's lead section
         return False
     return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 

@@ -13,6 +13,7 @@ import re
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._score import is_paragraph, link_density
+from ._sections import recommendation_sections
 
 # Share of link text above which a paragraph, heading or list is navigation, not prose.
 # Readability drops any list above 0.2 unless its class reads as content, which is too eager
@@ -20,6 +21,7 @@ from ._score import is_paragraph, link_density
 MAX_LINK_DENSITY = 0.7
 MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lines in prose
 DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
+MAX_TAIL_HEADINGS = 4  # as `_repeat.MIN_ITEMS`: a run of titles, not leftover headings
 PROMO_MAX_CHARS = 300  # a sign-up or follow-us line is short; a paragraph mentioning one is not
 
 _WORD = re.compile(r"\w+")
@@ -30,26 +32,40 @@ def find_skips(content: list[Elem], title: str | None, *, listing: bool = False)
     """id()s of the elements under `content` that the renderer should leave out.
 
     In a `listing` (many similar items, see `_repeat`) links are the content: link-heavy
-    blocks and link cards are kept.
+    blocks and link cards are kept. Sections led by a recommendation heading ("Similar
+    items") are left out on every page (`_sections`).
     """
     title_words = _words(title) if title else ()
     skips: set[int] = set()
+    headings: list[Elem] = []
     stack = list(content)
     while stack:
         elem = stack.pop()
+        if elem.tag in HEADINGS:
+            headings.append(elem)
         if _skippable(elem, title_words, listing):
             skips.add(id(elem))
         else:
             stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))
-    return frozenset(skips)
+    return frozenset(skips | recommendation_sections(headings, content))
 
 
 def trim_tail(blocks: list[str]) -> list[str]:
-    """`blocks` without trailing headings (nothing follows them) or sign-up/follow-us lines."""
+    """`blocks` without trailing headings (nothing follows them) or sign-up/follow-us lines.
+
+    MAX_TAIL_HEADINGS or more headings in that tail are a list of titles (a listing whose
+    cards are headings), not headings left without text: only the promo lines after the
+    last of them go.
+    """
     end = len(blocks)
-    while end and (blocks[end - 1].startswith("#") or _is_promo(blocks[end - 1])):
+    while end and _is_promo(blocks[end - 1]):
         end -= 1
-    return blocks[:end]
+    kept = end
+    headings = 0
+    while end and (blocks[end - 1].startswith("#") or _is_promo(blocks[end - 1])):
+        headings += blocks[end - 1].startswith("#")
+        end -= 1
+    return blocks[: kept if headings >= MAX_TAIL_HEADINGS else end]
 
 
 def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:

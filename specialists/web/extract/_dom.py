@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborNode
 
-from ._attrs import is_hidden, named_chrome
+from ._attrs import always_chrome, is_hidden, named_chrome, names_collapsible
 from ._hints import DROP_TAGS
+from ._runs import ContentWords
 
 # Browsers cap the tree at 512 levels (Blink's kMaximumHTMLParserDOMTreeDepth); deeper
 # subtrees are kept as plain text so no later recursion can run out of stack.
@@ -24,6 +25,8 @@ MIN_CHROME_TEXT_SHARE = 0.1
 # A hidden element holding more than this share of the page's text is the page itself, hidden
 # until a script shows it (anti-flicker and loading wrappers): it is kept.
 HIDDEN_PAGE_SHARE = 0.5
+# aria-hidden or collapsed elements with at least this much text are panels, not repeats.
+SHOWN_PANEL_MIN_CHARS = 150
 LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
 
@@ -80,14 +83,16 @@ class Elem:
         return f"<{self.tag} {self.hint!r} text={self.text_len}>"
 
 
-def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
+def build_tree(body: LexborNode, *, article: bool = False) -> tuple[Elem, list[Elem]]:
     """Mirror `body` as an `Elem` tree; also return every `Elem` with parents before children.
 
     Elements named like chrome (`named_chrome`) that hold under MIN_CHROME_TEXT_SHARE of the
     page's text are left out; larger ones are mirrored and flagged `chrome` for `_prune`.
-    Never raises on odd trees; text deeper than MAX_DEPTH is kept flat.
+    Never raises on odd trees; text deeper than MAX_DEPTH is kept flat. On a page that
+    declares itself an `article` comments stay chrome however many (`_runs`).
     """
     chrome_floor = MIN_CHROME_TEXT_SHARE * len(body.text())
+    content_words = ContentWords(body, article=article)
     root = Elem("body", {}, None)
     order = [root]
     stack: list[tuple[LexborNode, Elem, int]] = [(body, root, 0)]
@@ -104,7 +109,7 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
                     elem.own_len += len(stripped)
                     elem.own_commas += stripped.count(",")
             elif tag and tag[0] != "-" and tag not in DROP_TAGS:
-                kid = _adopt(child, tag, elem, chrome_floor)
+                kid = _adopt(child, tag, elem, chrome_floor, content_words)
                 if kid is None:
                     continue
                 kids.append(kid)
@@ -116,13 +121,18 @@ def build_tree(body: LexborNode) -> tuple[Elem, list[Elem]]:
     return root, order
 
 
-def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Elem | None:
-    """The `Elem` for `node`, or None when it is hidden or is small chrome."""
+def _adopt(
+    node: LexborNode, tag: str, parent: Elem, chrome_floor: float, content_words: ContentWords
+) -> Elem | None:
+    """The `Elem` for `node`, or None when it is hidden or is small chrome.
+
+    Chrome words that name a run of the page's items (`_runs`) name content instead.
+    """
     attrs = node.attributes
     if (
         attrs
         and not _HIDING.isdisjoint(attrs)
-        and is_hidden(attrs)
+        and _hidden(node, attrs)
         and not _is_page(node, chrome_floor)
     ):
         return None
@@ -131,17 +141,48 @@ def _adopt(node: LexborNode, tag: str, parent: Elem, chrome_floor: float) -> Ele
         (elem.hint or "role" in attrs)
         and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
+        and not content_words.name_content(elem.hint)
+        and not content_words.judge_run(node, tag, elem.hint)
     ):
-        if len(node.text()) < chrome_floor:
+        if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
             return None
         elem.chrome = True
     return elem
 
 
+def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
+    """True when `node` is hidden from every reader, or is a short aria-hidden element.
+
+    aria-hidden takes an element out of what screen readers read, not off the screen: a
+    short one is a decorative repeat (a pull quote, an icon's label), a longer one a
+    collapsed panel or an off-screen carousel slide, which every reader can open. A hidden
+    panel named collapsible (`names_collapsible`: an accordion's answer, a tab pane, the
+    code sample of another language) opens the same way.
+    """
+    if is_hidden(attrs):
+        return not names_collapsible(attrs) or len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
+    return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
+
+
 def _is_page(node: LexborNode, chrome_floor: float) -> bool:
     """True when `node` holds over HIDDEN_PAGE_SHARE of the page's text (`chrome_floor` is
-    MIN_CHROME_TEXT_SHARE of it): hidden, it waits for a script to show it."""
-    return len(node.text()) > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE
+    MIN_CHROME_TEXT_SHARE of it), or of the <main> around it: hidden, it waits for a script
+    to show it (a page behind a large header menu holds less than half of the body)."""
+    size = len(node.text())
+    if size > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE:
+        return True
+    frame = _main_around(node)
+    return frame is not None and size > HIDDEN_PAGE_SHARE * len(frame.text())
+
+
+def _main_around(node: LexborNode) -> LexborNode | None:
+    """The nearest <main> (or role="main") element holding `node`, if any."""
+    ancestor = node.parent
+    while ancestor is not None:
+        if ancestor.tag == "main" or ancestor.attributes.get("role") == "main":
+            return ancestor
+        ancestor = ancestor.parent
+    return None
 
 
 def _in_link(elem: Elem | None) -> bool:

@@ -50,12 +50,21 @@ CHROME_WORDS = (
     "caption", "credit", "taglist", "keywords", "topics", "toolbar",
     "modal", "popup", "overlay", "newsfeed", "outbrain", "taboola", "readmore",
     "teaser", "sronly", "rollover", "tooltip", "hovercard", "popover",
-    "readtime", "readingtime", "disclaimer",
+    "readtime", "readingtime", "disclaimer", "signature",
 )  # fmt: skip
+# Chrome words that can also name a page's own items: the posts of a thread ("comment",
+# "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible"). A
+# run of them holding most of the page is its content (see `_runs`); menus never are.
+ITEM_WORDS = ("comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author")
+THREAD_WORDS = ("comment", "discuss", "repl", "respond")  # ...never on a declared article
+# Chrome words of consent and cookie dialogs: their vendor lists and purposes can hold
+# more prose than the page, so their size never makes them content.
+ALWAYS_CHROME_WORDS = ("cookie", "consent", "gdpr")
 # Names of two pieces that read as one chrome word ("side-bar", "read-more", "sr-only").
 CHROME_PAIRS = frozenset(
     {
-        "side bar", "sign up", "most read", "tag list", "tool bar", "read more", "more stories",
+        "side bar", "sign up", "most read", "tag list", "tag cloud", "tags list", "tool bar",
+        "read more", "more stories",
         "next post", "prev post", "post nav", "sr only", "visually hidden", "screen reader",
         "read time", "reading time",
     }
@@ -69,6 +78,10 @@ HOOK_PIECES = frozenset({"js", "is"})
 # Pieces after which a class names a feature of the element, not the element itself:
 # "summary-item-has-author" is an item that shows its author.
 MODIFIER_PIECES = frozenset({"has", "with", "no", "without"})
+# Taxonomy pieces that, followed by more pieces, start a term's slug: WordPress marks a post
+# or product with its terms ("tag-sidebar", "product_tag-reusable-cups", "category-ads"),
+# so what follows names a topic the author chose, never what the element is.
+TAXONOMY_PIECES = frozenset({"tag", "tags", "category", "cat", "term"})
 # A class whose last piece names content is the content of the chrome word before it:
 # "comment-body", "forum-post-content", "topic-entry".
 CONTENT_HEADS = frozenset({"body", "content", "entry", "text", "message", "post"})
@@ -78,6 +91,12 @@ SHOWING_PREFIXES = ("d-sm-", "d-md-", "d-lg-", "d-xl-", "visible-")
 # Elements never judged by their class: the page frame, the article, links, table parts.
 NEVER_CHROME = frozenset({"html", "body", "main", "article", "a", "tbody", "tr", "td"})
 
+
+# Class/id words of a collapsible panel (an accordion's answer, a tab pane, a "read more"
+# expander): hidden by a style until a reader opens it, it is the page's content.
+COLLAPSIBLE = re.compile(
+    r"accordion|collaps|expand|toggle|tab-?pane|tabpanel|tab-?content|panel|faq|answer"
+)
 
 # Class/id words of the article itself; they veto a chrome name on the same element.
 LIKELY = re.compile(r"article|body|column|content|main|shadow")

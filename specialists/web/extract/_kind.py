@@ -77,6 +77,11 @@ def declared_types(tree: LexborHTMLParser) -> Declared:
     return Declared(og_type, schema)
 
 
+def declares_article(declared: Declared) -> bool:
+    """True when the page's og:type or schema.org types say it is an article."""
+    return declared.og_type == "article" or not _ARTICLE_SCHEMA.isdisjoint(declared.schema)
+
+
 def page_type(declared: Declared, url: str | None, layout: Layout) -> str | None:
     """One of PAGE_TYPES, or None when the page does not say clearly enough."""
     parts = urlsplit(url or "")
@@ -118,5 +123,4 @@ def _is_forum(schema: Counter[str], host: str, path: str) -> bool:
 def _is_article(declared: Declared, path: str, layout: Layout) -> bool:
     if layout.listing or layout.widened or layout.prose_chars < MIN_ARTICLE_CHARS:
         return False
-    says = declared.og_type == "article" or not _ARTICLE_SCHEMA.isdisjoint(declared.schema)
-    return says and _ARTICLE_PATH.search(path) is not None
+    return declares_article(declared) and _ARTICLE_PATH.search(path) is not None

@@ -24,6 +24,8 @@ LISTING_SHARE = 0.5
 LISTING_LINK_SHARE = 0.3
 # A run elsewhere replaces the pick when it holds this many times the picked text...
 WIDEN_RATIO = 2.0
+# ...unless the pick holds this much text outside links: an article beside a link directory.
+MAX_WIDEN_PROSE = 2_000
 # ...and the smallest element holding both is used when it adds at most this share of text.
 JOIN_SLACK = 0.25
 
@@ -31,9 +33,10 @@ JOIN_SLACK = 0.25
 ITEM_TAGS = frozenset(
     {"div", "li", "article", "section", "a", "tr", "figure", "dl", "details", "table", "form"}
 )
-# Similar items share their first class names; modifiers come later by convention
-# ("row featured", "post post--pinned", "item odd") and do not split a run.
-SIGNATURE_CLASSES = 2
+# Similar items share their first class name; modifiers come later by convention
+# ("row featured", "post post--pinned", "item odd", "cats a" / "cats b") and do not split
+# a run.
+SIGNATURE_CLASSES = 1
 _DIGITS = re.compile(r"\d+")
 
 
@@ -60,12 +63,16 @@ def widen(content: list[Elem], run: Elem | None) -> tuple[list[Elem], bool]:
     picked = sum(elem.text_len for elem in content)
     if any(_inside(run, elem) for elem in content):
         return content, _is_listing(run, picked)
-    if run.text_len < WIDEN_RATIO * picked:
+    if run.text_len < WIDEN_RATIO * picked or _prose(content) >= MAX_WIDEN_PROSE:
         return content, False
     join = _common_ancestor([*content, run])
     if join is not None and join.text_len <= (1 + JOIN_SLACK) * (run.text_len + picked):
         return [join], True
     return [run], True
+
+
+def _prose(content: list[Elem]) -> int:
+    return sum(elem.text_len - elem.link_len for elem in content)
 
 
 def run_items(run: Elem) -> int:

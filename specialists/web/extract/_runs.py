@@ -1,0 +1,111 @@
+"""Chrome words that name the page's own items: a thread of "comment"s, a grid of cards
+"eligible for subscription", a list of "teaser"s.
+
+A class word such as "comment" or "teaser" names chrome beside an article, but on a forum
+thread or a listing the elements it names are the page. They show it by their number and
+size: many siblings of one tag, named chrome by the same words, holding a large share of
+the page's text. Once a run like that is found, its words name content on the whole page
+(the replies nested in a comment carry the same class).
+"""
+
+from __future__ import annotations
+
+from selectolax.lexbor import LexborNode
+
+from ._attrs import chrome_tokens, names_items
+from ._hints import THREAD_WORDS
+
+MIN_RUN_ITEMS = 4  # as `_repeat.MIN_ITEMS`: fewer siblings are a layout, not items
+MAX_WRAP_DEPTH = 3  # a card's chrome-named part ("caption") sits this deep in the item
+# The run's share of the page's readable text (outside nav, aside, header and footer) that
+# makes its chrome words the page's content: a comment section under an article holds less.
+RUN_PAGE_SHARE = 0.5
+_FRAME_TAGS = frozenset({"nav", "aside", "header", "footer"})
+
+
+class ContentWords:
+    """The chrome words found to name the page's items, and the sibling runs judged so far."""
+
+    def __init__(self, body: LexborNode, *, article: bool = False) -> None:
+        self.body = body
+        self.article = article
+        self.min_run_chars: float | None = None  # computed on the first run judged
+        self.words: set[str] = set()
+        self._runs: dict[tuple[int, int, str, frozenset[str]], int] = {}
+
+    def name_content(self, hint: str) -> bool:
+        """True when every chrome word of `hint` was found naming the page's items."""
+        if not self.words:
+            return False
+        tokens = chrome_tokens(hint)
+        return bool(tokens) and tokens <= self.words
+
+    def judge_run(self, node: LexborNode, tag: str, hint: str) -> bool:
+        """True when `node` and its siblings (or the items wrapping them, up to
+        MAX_WRAP_DEPTH levels up), named chrome by the same item words, hold RUN_PAGE_SHARE
+        of the page's readable text, or `node` alone does (the list of them); those words
+        then name content for the rest of the page."""
+        tokens = chrome_tokens(hint)
+        if not tokens or not all(map(names_items, tokens)):
+            return False
+        if self.article and any(word in token for token in tokens for word in THREAD_WORDS):
+            return False  # an article's comments, however many, are not the article
+        chars = self._run_chars(node, tag, tokens) or len(node.text())
+        if self.min_run_chars is None:
+            self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
+        if chars < self.min_run_chars:
+            return False
+        self.words.update(tokens)
+        return True
+
+    def _run_chars(self, node: LexborNode, tag: str, tokens: frozenset[str]) -> int:
+        """The text of the nearest run holding `node` (0 when there is none)."""
+        wrapper = node
+        for depth in range(MAX_WRAP_DEPTH + 1):
+            group = wrapper.parent
+            if group is None:
+                return 0
+            key = (group.mem_id, depth, tag, tokens)
+            chars = self._runs.get(key)
+            if chars is None:
+                chars = self._runs[key] = _run(group, wrapper.tag, depth, (tag, tokens))
+            if chars:
+                return chars
+            wrapper = group
+        return 0
+
+
+def _run(
+    group: LexborNode, item_tag: str | None, depth: int, match: tuple[str, frozenset[str]]
+) -> int:
+    """The text of the children of `group` tagged `item_tag` that hold a match `depth`
+    levels down, when there are MIN_RUN_ITEMS of them; else 0."""
+    items = chars = 0
+    for item in group.iter():
+        if item.tag == item_tag and _holds(item, depth, match):
+            items += 1
+            chars += len(item.text())
+    return chars if items >= MIN_RUN_ITEMS else 0
+
+
+def _holds(node: LexborNode, depth: int, match: tuple[str, frozenset[str]]) -> bool:
+    if depth == 0:
+        tag, tokens = match
+        if node.tag != tag:
+            return False
+        attrs = node.attributes
+        hint = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()
+        return chrome_tokens(hint) == tokens
+    return any(_holds(kid, depth - 1, match) for kid in node.iter())
+
+
+def _readable_chars(body: LexborNode) -> int:
+    """The body's text length outside its outermost nav, aside, header and footer."""
+    frames = 0
+    for node in body.css("nav, aside, header, footer"):
+        ancestor = node.parent
+        while ancestor is not None and ancestor.tag not in _FRAME_TAGS:
+            ancestor = ancestor.parent
+        if ancestor is None:
+            frames += len(node.text())
+    return len(body.text()) - frames
