@@ -11,6 +11,7 @@ are served at once (more wait in the listen backlog).
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Message, Receive, Send], Awaitable[None]]
+
+_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_ACCEPT_RETRY_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -51,16 +55,55 @@ async def serve_asgi(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled."""
-    slots = trio.CapacityLimiter(limits.max_connections)
+    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled.
 
-    async def handle(stream: trio.SocketStream) -> None:
-        async with slots:
-            await serve_connection(stream, app, limits)
-
+    A connection is accepted only when a slot is free: the rest wait in the kernel's listen
+    backlog, holding no descriptor of ours (accepting them all and then waiting for a slot
+    let any local client pile up descriptors without limit or timeout)."""
+    slots = trio.Semaphore(limits.max_connections)
     async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, handle, listeners)
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, app, limits, slots, nursery)
         task_status.started()
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    app: App,
+    limits: HttpLimits,
+    slots: trio.Semaphore,
+    nursery: trio.Nursery,
+) -> None:
+    async with listener:
+        while True:
+            await slots.acquire()
+            try:
+                stream = await _accept(listener)
+            except BaseException:
+                slots.release()
+                raise
+            nursery.start_soon(_serve_in_slot, stream, app, limits, slots)
+
+
+async def _accept(listener: trio.SocketListener) -> trio.SocketStream:
+    # As trio.serve_listeners: out of descriptors or memory, wait and retry, never crash.
+    while True:
+        try:
+            return await listener.accept()
+        except OSError as exc:
+            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                raise
+            log.error("the MCP HTTP face cannot accept a connection (%s); retrying", exc)
+            await trio.sleep(_ACCEPT_RETRY_S)
+
+
+async def _serve_in_slot(
+    stream: trio.SocketStream, app: App, limits: HttpLimits, slots: trio.Semaphore
+) -> None:
+    try:
+        await serve_connection(stream, app, limits)
+    finally:
+        slots.release()
 
 
 async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimits) -> None:
