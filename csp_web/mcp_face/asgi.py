@@ -15,6 +15,7 @@ import errno
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import h11
@@ -26,6 +27,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Message, Receive, Send], Awaitable[None]]
+# A refusal reason for a new connection, or None to serve it (``peers.uid_gate``).
+Admit = Callable[[trio.SocketStream], str | None]
 
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_S = 0.1
@@ -53,9 +56,11 @@ async def serve_asgi(
     listeners: list[trio.SocketListener],
     limits: HttpLimits = HttpLimits(),
     *,
+    admit: Admit | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled.
+    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled; a connection
+    ``admit`` gives a reason to refuse is answered 403 with it, before anything is read.
 
     A connection is accepted only when a slot is free: the rest wait in the kernel's listen
     backlog, holding no descriptor of ours (accepting them all and then waiting for a slot
@@ -63,14 +68,14 @@ async def serve_asgi(
     slots = trio.Semaphore(limits.max_connections)
     async with trio.open_nursery() as nursery:
         for listener in listeners:
-            nursery.start_soon(_accept_loop, listener, app, limits, slots, nursery)
+            serve = partial(_serve_in_slot, app=app, limits=limits, slots=slots, admit=admit)
+            nursery.start_soon(_accept_loop, listener, serve, slots, nursery)
         task_status.started()
 
 
 async def _accept_loop(
     listener: trio.SocketListener,
-    app: App,
-    limits: HttpLimits,
+    serve: Callable[[trio.SocketStream], Awaitable[None]],
     slots: trio.Semaphore,
     nursery: trio.Nursery,
 ) -> None:
@@ -82,7 +87,7 @@ async def _accept_loop(
             except BaseException:
                 slots.release()
                 raise
-            nursery.start_soon(_serve_in_slot, stream, app, limits, slots)
+            nursery.start_soon(serve, stream)
 
 
 async def _accept(listener: trio.SocketListener) -> trio.SocketStream:
@@ -98,10 +103,21 @@ async def _accept(listener: trio.SocketListener) -> trio.SocketStream:
 
 
 async def _serve_in_slot(
-    stream: trio.SocketStream, app: App, limits: HttpLimits, slots: trio.Semaphore
+    stream: trio.SocketStream,
+    *,
+    app: App,
+    limits: HttpLimits,
+    slots: trio.Semaphore,
+    admit: Admit | None,
 ) -> None:
     try:
-        await serve_connection(stream, app, limits)
+        refusal = admit(stream) if admit is not None else None
+        if refusal is None:
+            await serve_connection(stream, app, limits)
+        else:
+            log.warning("MCP HTTP connection refused: %s", refusal)
+            async with stream:
+                await _send_simple(stream, h11.Connection(h11.SERVER), 403, refusal)
     finally:
         slots.release()
 

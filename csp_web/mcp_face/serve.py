@@ -2,7 +2,9 @@
 
 HTTP is served on a Unix socket (0600 in a 0700 folder, as the daemon's own) or on a loopback
 port, never another address; the endpoint is ``/mcp``, stateless, JSON responses, with the
-SDK's DNS-rebinding checks on Host and Origin.
+SDK's DNS-rebinding checks on Host and Origin. Only the uids the daemon's socket admits
+(``socket.allowed_uids``, else our own) are served, on either: the face calls the daemon as
+its own uid, so it applies the daemon's rule itself (``peers``).
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ import logging
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
 from mcp.server import Server
 
 from csp_web.config import Config
+from csp_web.core.ports import allowed_uids
 from csp_web.core.unix import open_unix_listener
-from csp_web.mcp_face.asgi import App, Message, Receive, Send, serve_asgi
+from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
 from csp_web.mcp_face.daemon_link import DaemonCaller, open_daemon_client
+from csp_web.mcp_face.peers import uid_gate
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import Task
@@ -59,7 +64,8 @@ async def serve_mcp_face(
             if options.http is None:
                 await _serve_stdio(server, task_status)
             else:
-                await _serve_http(server, options.http, task_status)
+                gate = uid_gate(lambda: allowed_uids(config.socket))
+                await _serve_http(server, options.http, gate, task_status)
             nursery.cancel_scope.cancel()
 
 
@@ -84,7 +90,9 @@ async def _serve_stdio(server: Server[Any], task_status: trio.TaskStatus[str]) -
         await server.run(read, write, server.create_initialization_options())
 
 
-async def _serve_http(server: Server[Any], where: str, task_status: trio.TaskStatus[str]) -> None:
+async def _serve_http(
+    server: Server[Any], where: str, admit: Admit, task_status: trio.TaskStatus[str]
+) -> None:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -106,7 +114,7 @@ async def _serve_http(server: Server[Any], where: str, task_status: trio.TaskSta
 
     routed: App = app
     async with manager.run(), trio.open_nursery() as nursery:
-        await nursery.start(serve_asgi, routed, listeners)
+        await nursery.start(partial(serve_asgi, routed, listeners, admit=admit))
         log.info("MCP face serving streamable HTTP at %s", url)
         print(url, flush=True)  # HTTP mode: stdout is not a wire, and tests read it
         task_status.started(url)
