@@ -32,6 +32,8 @@ Admit = Callable[[trio.SocketStream], str | None]
 
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_S = 0.1
+_LINGER_S = 1.0
+_LINGER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ async def _serve_in_slot(
             log.warning("MCP HTTP connection refused: %s", refusal)
             async with stream:
                 await _send_simple(stream, h11.Connection(h11.SERVER), 403, refusal)
+                await _linger(stream)
     finally:
         slots.release()
 
@@ -131,9 +134,11 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
                 request, body = await _read_request(stream, conn, limits.max_body_bytes)
         except _BadRequest as exc:
             await _send_simple(stream, conn, exc.status, exc.reason)
+            await _linger(stream)
             return
         except h11.RemoteProtocolError as exc:
             await _send_simple(stream, conn, exc.error_status_hint, "bad request")
+            await _linger(stream)
             return
         except (trio.TooSlowError, trio.BrokenResourceError):
             return
@@ -253,6 +258,20 @@ class _Exchange:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._gone.set()
             raise OSError("the HTTP peer went away") from None
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Half-close, then read (bounded in bytes and time) what the peer had already sent:
+    closing with unread data makes the kernel send RST, which can destroy the answer just
+    written before the peer reads it."""
+    try:
+        await stream.send_eof()
+        with trio.move_on_after(_LINGER_S):
+            left = _LINGER_BYTES
+            while left > 0 and (data := await stream.receive_some(left)):
+                left -= len(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
 
 
 async def _send_simple(
