@@ -24,6 +24,7 @@ from csp_web.core.ports import allowed_uids
 from csp_web.core.unix import open_unix_listener
 from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
 from csp_web.mcp_face.daemon_link import DaemonCaller, open_daemon_client
+from csp_web.mcp_face.drain import serve_draining
 from csp_web.mcp_face.peers import uid_gate
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
@@ -32,6 +33,8 @@ from protocol import Task
 log = logging.getLogger("csp_web.mcp_face")
 
 ENDPOINT = "/mcp"
+# As server._REPLY_MARGIN_S: past the daemon's own deadline, which it answers itself.
+_STDIO_DRAIN_MARGIN_S = 30.0
 _OPS = Task("ops", "SYS", "OPS")
 
 
@@ -62,7 +65,8 @@ async def serve_mcp_face(
             if options.socket_path is not None:  # else the in-process daemon watches them
                 nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
             if options.http is None:
-                await _serve_stdio(server, task_status)
+                drain_s = config.tasks.max_timeout_ms / 1000 + _STDIO_DRAIN_MARGIN_S
+                await _serve_stdio(server, drain_s, task_status)
             else:
                 gate = uid_gate(lambda: allowed_uids(config.socket))
                 await _serve_http(server, options.http, gate, task_status)
@@ -82,12 +86,14 @@ async def load_tools(
     )
 
 
-async def _serve_stdio(server: Server[Any], task_status: trio.TaskStatus[str]) -> None:
+async def _serve_stdio(
+    server: Server[Any], drain_s: float, task_status: trio.TaskStatus[str]
+) -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
         task_status.started("stdio")
-        await server.run(read, write, server.create_initialization_options())
+        await serve_draining(server, read, write, drain_s)
 
 
 async def _serve_http(
