@@ -147,6 +147,17 @@ def test_a_key_given_twice_in_one_mapping_is_refused_naming_it(tmp_path: Path, t
         load_config(str(path))
 
 
+@pytest.mark.parametrize("nesting", ["[" * 5000 + "]" * 5000, "{a: " * 5000 + "1" + "}" * 5000])
+def test_yaml_nested_past_the_stack_is_a_config_error_not_a_recursion_error(
+    tmp_path: Path, nesting: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"daemon: {nesting}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    assert str(caught.value) == f"{path}: not valid YAML: nested too deeply"
+
+
 def test_a_yaml_merge_key_still_lets_a_mapping_override_what_it_merges(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(

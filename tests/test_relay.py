@@ -170,6 +170,9 @@ async def test_relay_leaves_field_validation_to_the_memory_specialist(
         ((("ID", "w-20261122T061500000000-0-1"), ("TYPE", "document"), ("PATH", "n.md")), "ID"),
         ((("ID", "f-1"), ("TYPE", "audit"), ("PATH", "n.md")), "TYPE"),
         ((("ID", "f-2"), ("TYPE", "document"), ("PATH", "exec-logs/x.log")), "PATH"),
+        # A repeated field is judged on every value, not only its first.
+        ((("ID", "f-3"), ("TYPE", "document"), ("TYPE", "audit"), ("PATH", "n.md")), "TYPE"),
+        ((("ID", "f-4"), ("TYPE", "document"), ("PATH", "n.md"), ("PATH", "audit/x")), "PATH"),
     ],
 )
 async def test_a_client_cannot_forge_or_preempt_the_daemons_own_records(

@@ -179,6 +179,13 @@ async def test_a_bad_file_at_sighup_keeps_the_running_settings_and_logs_why(
         f" {served.state_dir} overlaps the daemon's own"
     )
     assert (await served.run("echo hi")).status is Status.OK  # echo is still allowed
+    # YAML nested past Python's stack: once a RecursionError that ended the daemon.
+    served.config_path.write_text("daemon: " + "[" * 5000 + "]" * 5000 + "\n")
+    await served.hangup_and_wait_for(
+        f"SIGHUP: reload refused, keeping the running settings: {served.config_path}:"
+        " not valid YAML: nested too deeply"
+    )
+    assert (await served.run("echo hi")).status is Status.OK
     assert "Traceback" not in served.log()
     assert await served.stop() == 0
 

@@ -41,6 +41,8 @@ def load_config(path: str | None = None) -> Config:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except RecursionError:  # PyYAML composes recursively: "[[[[..." past the stack
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     return config_from_mapping(data or {})
 
 

@@ -172,14 +172,22 @@ class RedisLink:
         return json.dumps({"from": self.daemon_id, "kind": kind, **data}, separators=(",", ":"))
 
     def _deliver(self, raw: bytes) -> None:
+        # Anyone who may publish on the channel is inside the trust boundary (a fleet
+        # daemon), but a malformed message must still cost one warning, never the events
+        # task: a JSON object with a string ``kind``, else ignored; a handler's bug is logged.
         try:
             message = json.loads(raw)
-            kind = message["kind"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError):
+            message = None
+        kind = message.get("kind") if isinstance(message, dict) else None
+        if not isinstance(kind, str):
             log.warning("redis event ignored: not a csp-web event")
             return
         for handler in self._handlers.get(kind, ()):
-            handler(message)
+            try:
+                handler(message)
+            except Exception:
+                log.exception("redis event %s: its handler failed", kind[:64])
 
     def _set_live(self, live: bool) -> None:
         if live != self.events_live:

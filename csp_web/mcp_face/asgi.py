@@ -11,9 +11,11 @@ are served at once (more wait in the listen backlog).
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import h11
@@ -25,6 +27,13 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Message, Receive, Send], Awaitable[None]]
+# A refusal reason for a new connection, or None to serve it (``peers.uid_gate``).
+Admit = Callable[[trio.SocketStream], str | None]
+
+_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_ACCEPT_RETRY_S = 0.1
+_LINGER_S = 1.0
+_LINGER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -49,18 +58,71 @@ async def serve_asgi(
     listeners: list[trio.SocketListener],
     limits: HttpLimits = HttpLimits(),
     *,
+    admit: Admit | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled."""
-    slots = trio.CapacityLimiter(limits.max_connections)
+    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled; a connection
+    ``admit`` gives a reason to refuse is answered 403 with it, before anything is read.
 
-    async def handle(stream: trio.SocketStream) -> None:
-        async with slots:
-            await serve_connection(stream, app, limits)
-
+    A connection is accepted only when a slot is free: the rest wait in the kernel's listen
+    backlog, holding no descriptor of ours (accepting them all and then waiting for a slot
+    let any local client pile up descriptors without limit or timeout)."""
+    slots = trio.Semaphore(limits.max_connections)
     async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, handle, listeners)
+        for listener in listeners:
+            serve = partial(_serve_in_slot, app=app, limits=limits, slots=slots, admit=admit)
+            nursery.start_soon(_accept_loop, listener, serve, slots, nursery)
         task_status.started()
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    serve: Callable[[trio.SocketStream], Awaitable[None]],
+    slots: trio.Semaphore,
+    nursery: trio.Nursery,
+) -> None:
+    async with listener:
+        while True:
+            await slots.acquire()
+            try:
+                stream = await _accept(listener)
+            except BaseException:
+                slots.release()
+                raise
+            nursery.start_soon(serve, stream)
+
+
+async def _accept(listener: trio.SocketListener) -> trio.SocketStream:
+    # As trio.serve_listeners: out of descriptors or memory, wait and retry, never crash.
+    while True:
+        try:
+            return await listener.accept()
+        except OSError as exc:
+            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                raise
+            log.error("the MCP HTTP face cannot accept a connection (%s); retrying", exc)
+            await trio.sleep(_ACCEPT_RETRY_S)
+
+
+async def _serve_in_slot(
+    stream: trio.SocketStream,
+    *,
+    app: App,
+    limits: HttpLimits,
+    slots: trio.Semaphore,
+    admit: Admit | None,
+) -> None:
+    try:
+        refusal = admit(stream) if admit is not None else None
+        if refusal is None:
+            await serve_connection(stream, app, limits)
+        else:
+            log.warning("MCP HTTP connection refused: %s", refusal)
+            async with stream:
+                await _send_simple(stream, h11.Connection(h11.SERVER), 403, refusal)
+                await _linger(stream)
+    finally:
+        slots.release()
 
 
 async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimits) -> None:
@@ -72,9 +134,11 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
                 request, body = await _read_request(stream, conn, limits.max_body_bytes)
         except _BadRequest as exc:
             await _send_simple(stream, conn, exc.status, exc.reason)
+            await _linger(stream)
             return
         except h11.RemoteProtocolError as exc:
             await _send_simple(stream, conn, exc.error_status_hint, "bad request")
+            await _linger(stream)
             return
         except (trio.TooSlowError, trio.BrokenResourceError):
             return
@@ -194,6 +258,20 @@ class _Exchange:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._gone.set()
             raise OSError("the HTTP peer went away") from None
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Half-close, then read (bounded in bytes and time) what the peer had already sent:
+    closing with unread data makes the kernel send RST, which can destroy the answer just
+    written before the peer reads it."""
+    try:
+        await stream.send_eof()
+        with trio.move_on_after(_LINGER_S):
+            left = _LINGER_BYTES
+            while left > 0 and (data := await stream.receive_some(left)):
+                left -= len(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
 
 
 async def _send_simple(

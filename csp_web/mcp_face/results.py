@@ -56,15 +56,29 @@ def task_for(tool: ToolSpec, arguments: Mapping[str, Any] | None) -> Task:
 def field_value(spec: Mapping[str, Any], value: Any) -> str:
     """``value`` as the field's wire text: JSON for a JSON field, ``true``/``false`` for a
     flag, digits for a number. Raises ArgumentError(invalid_field) for a list or object
-    where one value is wanted (the daemon judges every other mismatch)."""
+    where one value is wanted, and for a value no frame can carry (a lone surrogate, which
+    has no UTF-8; a number past Python's digit limit; JSON nested past the recursion limit);
+    the daemon judges every other mismatch."""
+    name = argument_name(spec["name"])
+    if isinstance(value, list | dict) and spec.get("type") != "json":
+        raise ArgumentError(ErrorCode.INVALID_FIELD, f"{name} takes one value")
+    try:
+        text = _spelled(spec, value)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ArgumentError(ErrorCode.INVALID_FIELD, f"{name} holds a lone surrogate") from None
+    except ValueError:  # int -> str past sys.get_int_max_str_digits()
+        raise ArgumentError(ErrorCode.INVALID_FIELD, f"{name} has too many digits") from None
+    except RecursionError:
+        raise ArgumentError(ErrorCode.INVALID_FIELD, f"{name} is nested too deeply") from None
+    return text
+
+
+def _spelled(spec: Mapping[str, Any], value: Any) -> str:
     if spec.get("type") == "json":
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list | dict):
-        raise ArgumentError(
-            ErrorCode.INVALID_FIELD, f"{argument_name(spec['name'])} takes one value"
-        )
     return str(value)
 
 

@@ -2,7 +2,9 @@
 
 HTTP is served on a Unix socket (0600 in a 0700 folder, as the daemon's own) or on a loopback
 port, never another address; the endpoint is ``/mcp``, stateless, JSON responses, with the
-SDK's DNS-rebinding checks on Host and Origin.
+SDK's DNS-rebinding checks on Host and Origin. Only the uids the daemon's socket admits
+(``socket.allowed_uids``, else our own) are served, on either: the face calls the daemon as
+its own uid, so it applies the daemon's rule itself (``peers``).
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ import logging
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
 from mcp.server import Server
 
 from csp_web.config import Config
+from csp_web.core.ports import allowed_uids
 from csp_web.core.unix import open_unix_listener
-from csp_web.mcp_face.asgi import App, Message, Receive, Send, serve_asgi
+from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
 from csp_web.mcp_face.daemon_link import DaemonCaller, open_daemon_client
+from csp_web.mcp_face.drain import serve_draining
+from csp_web.mcp_face.peers import uid_gate
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import Task
@@ -27,6 +33,8 @@ from protocol import Task
 log = logging.getLogger("csp_web.mcp_face")
 
 ENDPOINT = "/mcp"
+# As server._REPLY_MARGIN_S: past the daemon's own deadline, which it answers itself.
+_STDIO_DRAIN_MARGIN_S = 30.0
 _OPS = Task("ops", "SYS", "OPS")
 
 
@@ -57,9 +65,11 @@ async def serve_mcp_face(
             if options.socket_path is not None:  # else the in-process daemon watches them
                 nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
             if options.http is None:
-                await _serve_stdio(server, task_status)
+                drain_s = config.tasks.max_timeout_ms / 1000 + _STDIO_DRAIN_MARGIN_S
+                await _serve_stdio(server, drain_s, task_status)
             else:
-                await _serve_http(server, options.http, task_status)
+                gate = uid_gate(lambda: allowed_uids(config.socket))
+                await _serve_http(server, options.http, gate, task_status)
             nursery.cancel_scope.cancel()
 
 
@@ -76,15 +86,19 @@ async def load_tools(
     )
 
 
-async def _serve_stdio(server: Server[Any], task_status: trio.TaskStatus[str]) -> None:
+async def _serve_stdio(
+    server: Server[Any], drain_s: float, task_status: trio.TaskStatus[str]
+) -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
         task_status.started("stdio")
-        await server.run(read, write, server.create_initialization_options())
+        await serve_draining(server, read, write, drain_s)
 
 
-async def _serve_http(server: Server[Any], where: str, task_status: trio.TaskStatus[str]) -> None:
+async def _serve_http(
+    server: Server[Any], where: str, admit: Admit, task_status: trio.TaskStatus[str]
+) -> None:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -106,7 +120,7 @@ async def _serve_http(server: Server[Any], where: str, task_status: trio.TaskSta
 
     routed: App = app
     async with manager.run(), trio.open_nursery() as nursery:
-        await nursery.start(serve_asgi, routed, listeners)
+        await nursery.start(partial(serve_asgi, routed, listeners, admit=admit))
         log.info("MCP face serving streamable HTTP at %s", url)
         print(url, flush=True)  # HTTP mode: stdout is not a wire, and tests read it
         task_status.started(url)

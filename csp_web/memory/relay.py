@@ -27,11 +27,14 @@ DAEMON_ID_PREFIX = "w-"
 def client_write(task: Task) -> Task:
     """``task`` as a client's write: FROM is ``client`` whatever was sent; the daemon's record
     types, folders and ID space are refused, so audit trails cannot be forged or suppressed."""
-    if (task.id or "").startswith(DAEMON_ID_PREFIX):
+    # Every value is judged, not the first: a Memory Specialist that kept the last of a
+    # repeated field would otherwise store a forged record behind an innocent first one.
+    if any(value.startswith(DAEMON_ID_PREFIX) for value in task.get_all("ID")):
         raise OpError(ErrorCode.INVALID_FIELD, "ID prefix w- is the daemon's")
-    if task.get("TYPE") in DAEMON_TYPES:
-        raise OpError(ErrorCode.INVALID_FIELD, f"TYPE {task.get('TYPE')} is the daemon's")
-    if (task.get("PATH") or "").lstrip("/").startswith(DAEMON_FOLDERS):
+    for type_ in task.get_all("TYPE"):
+        if type_ in DAEMON_TYPES:
+            raise OpError(ErrorCode.INVALID_FIELD, f"TYPE {type_} is the daemon's")
+    if any(path.lstrip("/").startswith(DAEMON_FOLDERS) for path in task.get_all("PATH")):
         raise OpError(ErrorCode.INVALID_FIELD, "PATH is under a folder the daemon writes")
     fields = (*(f for f in task.fields if f[0] != "FROM"), ("FROM", "client"))
     return Task(task.req, task.domain, task.out, task.inline, fields)

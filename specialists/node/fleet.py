@@ -371,8 +371,10 @@ class NodeFleet:
 
 
 def _deadline_s(message: dict[str, Any]) -> float:
-    """The seconds a peer's task has left (0 for a malformed value: it is not run)."""
+    """The seconds a peer's task has left (0 for a malformed value: it is not run).
+    NaN and infinity are malformed: move_on_after raises on NaN, and no task runs forever."""
     try:
-        return max(float(message.get("deadline_s", 0.0)), 0.0)
-    except (TypeError, ValueError):
+        seconds = float(message.get("deadline_s", 0.0))
+    except (TypeError, ValueError, OverflowError):
         return 0.0
+    return max(seconds, 0.0) if math.isfinite(seconds) else 0.0

@@ -4,6 +4,7 @@ head, connections served at once."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from functools import partial
 
@@ -116,3 +117,37 @@ async def test_connections_past_max_connections_wait_for_a_free_slot(
         nursery.cancel_scope.cancel()
     assert status_of(first_answer) == status_of(third_answer) == 200
     assert third_answer.endswith(b"3")
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_connections_past_max_connections_are_left_in_the_backlog_not_accepted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Before: every connection was accepted at once and then waited for a slot with no
+    # timeout, so a local client could hold any number of the face's descriptors.
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=64)
+    port = listeners[0].socket.getsockname()[1]
+    limits = HttpLimits(max_connections=2, head_timeout_s=100.0)
+    extra = 20
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_asgi, echo, list(listeners), limits))
+        holders = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+        await trio.sleep(1.0)  # both accepted and holding their slots
+        before = _open_descriptors()
+        waiting = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(extra)]
+        await trio.sleep(1.0)
+        grown = _open_descriptors() - before
+        await holders[0].send_all(request(b"1"))  # frees a slot: one waiting is accepted
+        served = await _read_all(holders[0])
+        await trio.sleep(1.0)
+        after_one = _open_descriptors() - before
+        for stream in [*holders[1:], *waiting]:
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+    assert grown == extra  # our client ends only: none of the 20 was accepted
+    assert status_of(served) == 200
+    # The served connection's two ends are closed and one waiting connection is accepted.
+    assert after_one == extra - 2 + 1

@@ -22,12 +22,14 @@ from .conftest import PAGE_TITLE, WAIT_S, WebDaemon, catalogue_tools, face_comma
 
 
 @asynccontextmanager
-async def running_face(daemon: WebDaemon, http: str) -> AsyncIterator[str]:
+async def running_face(
+    daemon: WebDaemon, http: str, config: Config | None = None
+) -> AsyncIterator[str]:
     """The face, in this process, a client of ``daemon``, serving HTTP at ``http``; yields
     where it listens."""
     options = FaceOptions(socket_path=daemon.socket_path, http=http)
     async with trio.open_nursery() as nursery:
-        where = await nursery.start(serve_mcp_face, Config(), options)
+        where = await nursery.start(serve_mcp_face, config or Config(), options)
         yield where
         nursery.cancel_scope.cancel()
 

@@ -3,6 +3,7 @@ have, and a daemon connection that has closed."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 from mcp import Client
@@ -48,4 +49,55 @@ async def test_a_closed_daemon_connection_is_a_not_available_error_result() -> N
         "SCOPE": "mcp",
         "DATA": "none",
         "ERROR": "not_available:the csp-web daemon connection is closed",
+    }
+
+
+async def _call_with_open_daemon(name: str, arguments: dict[str, object]) -> CallToolResult:
+    tools = build_tools(
+        [op.describe() for op in op_table((WEB,))],
+        exec_configured=False,
+        max_timeout_ms=1000,
+    )
+    ours, _theirs = trio.testing.memory_stream_pair()
+    with trio.fail_after(WAIT_S):
+        async with open_stream_client(ours) as daemon:
+            server = build_server(daemon, tools, max_timeout_ms=1000)
+            async with Client(server) as client:
+                result = await client.call_tool(name, arguments)
+    assert isinstance(result, CallToolResult)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"url": "https://a.test/\ud800"}, "invalid_field:url holds a lone surrogate"),
+        (
+            {"url": "https://a.test/", "max_chars": 10**5000},
+            "invalid_field:max_chars has too many digits",
+        ),
+        (
+            {"endpoint": "https://a.test/", "payload": {"n": 10**5000}},
+            "invalid_field:payload has too many digits",
+        ),
+        (
+            {"endpoint": "https://a.test/", "payload": {"k": "\udfff"}},
+            "invalid_field:payload holds a lone surrogate",
+        ),
+    ],
+)
+async def test_an_argument_no_frame_can_carry_is_an_invalid_field_result_not_an_internal_error(
+    arguments: dict[str, object], error: str
+) -> None:
+    # Before: the face raised UnicodeEncodeError / ValueError inside the SDK's handler, which
+    # answered "Internal server error" and logged a traceback; the daemon is never reached.
+    tool = "web_api" if "payload" in arguments else "web_fetch"
+    result = await _call_with_open_daemon(tool, arguments)
+    assert result.is_error
+    assert result.content == [TextContent(text=f"ERROR {error}")]
+    assert result.structured_content == {
+        "STATUS": "FAIL",
+        "SCOPE": "mcp",
+        "DATA": "none",
+        "ERROR": error,
     }

@@ -317,7 +317,8 @@ async def test_a_malformed_task_from_a_peer_gets_an_answer_and_the_holder_keeps_
     open_link: OpenLink,  # noqa: F811
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
-    """N-17: an approve without its code, a deadline that is no number."""
+    """N-17: an approve without its code, a deadline that is no number, or NaN (which
+    once raised ValueError out of move_on_after and ended the holder's node services)."""
     async with open_fleet(config, sock_dir, open_link) as fleet:
         node, _ = await pair(fleet.a, "lab1")
         await wait_registered(fleet.a, "lab1")
@@ -325,10 +326,16 @@ async def test_a_malformed_task_from_a_peer_gets_an_answer_and_the_holder_keeps_
         client = redis.Redis(unix_socket_path=redis_server.socket)
         pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         pubsub.subscribe("csp-web:events")
-        for rid, extra in (("r1", {"op": "approve", "deadline_s": 5}), ("r2", {"deadline_s": "x"})):
+        malformed: tuple[tuple[str, dict[str, object]], ...] = (
+            ("r1", {"op": "approve", "deadline_s": 5}),
+            ("r2", {"deadline_s": "x"}),
+            ("r3", {"deadline_s": "nan"}),
+            ("r4", {"deadline_s": float("nan")}),
+        )
+        for rid, extra in malformed:
             bad = {"from": "peer", "kind": "node_task", "to": holder, "rid": rid, **extra}
             client.publish("csp-web:events", json.dumps(bad))
-        answers = await trio.to_thread.run_sync(read_answers, pubsub, 3)
+        answers = await trio.to_thread.run_sync(read_answers, pubsub, 5)
         pubsub.close()
         client.close()
         async with trio.open_nursery() as nursery:

@@ -39,3 +39,36 @@ async def test_calls_beyond_max_threads_end_at_their_deadline_on_a_stopped_serve
                 await trio.sleep(link.seconds_to_retry())
             assert await link.call(lambda r: r.ping(), "ping")
         assert link.up
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        b'{"kind": ["flight"]}',  # unhashable kind
+        b'{"kind": {"a": 1}}',
+        b"[" * 100_000 + b"]" * 100_000,  # past json's recursion limit
+        b'{"kind": "ping", "n": 1' + b"0" * 5000 + b"}",  # past the int digit limit
+        b"\xff\xfe not utf-8",
+        b'"just a string"',
+    ],
+)
+async def test_a_malformed_event_on_the_channel_is_ignored_and_the_next_one_delivered(
+    open_link: OpenLink, forged: bytes
+) -> None:
+    # Before: an unhashable kind (TypeError) or deep nesting (RecursionError) escaped
+    # _deliver and ended serve_events, and with it the daemon's background tasks.
+    async with open_link() as link:
+        seen: list[dict[str, object]] = []
+        arrived = trio.Event()
+
+        def handler(message: dict[str, object]) -> None:
+            seen.append(message)
+            arrived.set()
+
+        link.on_event("ping", handler)
+        await link.call(lambda r: r.publish(link.channel, forged), "publish")
+        await link.call(lambda r: r.publish(link.channel, link.event("ping")), "publish")
+        with trio.fail_after(10):
+            await arrived.wait()
+        assert seen == [{"from": link.daemon_id, "kind": "ping"}]
+        assert link.events_live

@@ -1,0 +1,50 @@
+"""Stdin's EOF ends the stdio face only after every request read before it is answered.
+
+Before, the SDK's loop ended at EOF and dropped the calls still in flight: a client that
+wrote its last calls and closed stdin got some of them answered, some ``Connection closed``
+and some never."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import trio
+
+from .conftest import WAIT_S, face_command, face_env
+from .test_stdio import _config_file
+
+CALLS = 20
+
+
+def _line(message: dict[str, object]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+async def test_every_call_written_before_stdin_closes_is_answered(tmp_path: Path) -> None:
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    data = _line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+    data += _line({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    for n in range(1, CALLS + 1):
+        params = {"name": "tool_cron", "arguments": {"action": "list"}}
+        data += _line({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params})
+    command, argv = face_command("--config", _config_file(tmp_path))
+    with trio.fail_after(WAIT_S * 3):
+        done = await trio.run_process(
+            [command, *argv],
+            stdin=data,
+            capture_stdout=True,
+            capture_stderr=True,
+            env=face_env(),
+            check=False,
+        )
+    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert sorted(answer["id"] for answer in answers) == list(range(CALLS + 1))
+    calls = [answer for answer in answers if answer["id"] != 0]
+    assert all(answer["result"]["structuredContent"]["STATUS"] == "OK" for answer in calls)
+    assert b"Traceback" not in done.stderr
