@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -435,3 +435,13 @@ async def test_a_reload_reaches_every_specialist_of_the_app_daemon_in_process(
 
         assert await reload_settings(daemon, refused) is None
         assert dispatcher.services.config.web.fetch.default_max_chars == 4000
+
+        def broken(_new: Config) -> Callable[[], None]:  # a hook with a bug in its check
+            raise RuntimeError("bug")
+
+        wider = replace(fetch, default_max_chars=5000)
+        again = replace(config, web=replace(config.web, fetch=wider))
+        assert await reload_settings(daemon, lambda: again, [broken]) is None
+        assert dispatcher.services.config.web.fetch.default_max_chars == 4000
+        stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
+        assert json.loads(stats.get("RELOAD") or "{}")["error"] == "internal_error:RuntimeError"

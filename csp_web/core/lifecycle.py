@@ -247,12 +247,18 @@ async def reload_settings(
         return None
     services = dispatcher.services
     try:
-        new = await trio.to_thread.run_sync(load)
+        # abandon_on_cancel: a file that never ends (a FIFO) must not hold up shutdown.
+        new = await trio.to_thread.run_sync(load, abandon_on_cancel=True)
         plan = plan_reload(services.config, new, daemon.reloadable, daemon.restart_only)
         apply_reload(plan, [*daemon.reloaders, *reloaders])
     except (ConfigError, ValueError) as exc:
         log.error("SIGHUP: reload refused, keeping the running settings: %s", exc)
         dispatcher.stats.last_reload = ReloadRecord(time.time(), "refused", error=str(exc))
+        return None
+    except Exception as exc:  # a bug in a hook: logged in full, never the end of the daemon
+        log.exception("SIGHUP: reload failed; the running settings are kept")
+        error = f"internal_error:{type(exc).__name__}"
+        dispatcher.stats.last_reload = ReloadRecord(time.time(), "refused", error=error)
         return None
     services.config = plan.config
     dispatcher.stats.last_reload = ReloadRecord(
