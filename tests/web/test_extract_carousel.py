@@ -64,3 +64,37 @@ def test_prices_are_a_currency_sign_before_or_a_currency_code_after_an_amount() 
         assert PRICE.search(text), text
     for text in ("99 bottles", "USD", "model 3", "2024"):
         assert not PRICE.search(text), text
+
+
+def test_a_section_under_a_featured_heading_is_left_out_with_its_heading() -> None:
+    others = "".join(
+        f"<div><p>Camp cup model {n}, a steel cup for the trail that nests over a bottle.</p></div>"
+        for n in range(3)
+    )
+    prose = "".join(f"<p>{text}</p>" for text in DESCRIPTION)
+    html = (
+        f"<html><body><main><div class='product'>{prose}"
+        f"<section><h2>Featured products</h2>{others}</section>"
+        f"<p>{DESCRIPTION[0][::-1]}</p></div></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/p/mug").markdown
+    assert all(text in markdown for text in DESCRIPTION)
+    assert "Featured products" not in markdown
+    assert "Camp cup" not in markdown
+
+
+def test_review_widget_labels_are_interface_not_content() -> None:
+    review = "Holds heat all morning on my commute and has never leaked in my bag, great buy."
+    labels = "".join(
+        f"<div>{label}</div>"
+        for label in ("Write a review", "Verified Buyer", "Skip to product information")
+    )
+    prose = "".join(f"<p>{text}</p>" for text in DESCRIPTION)
+    html = (
+        f"<html><body><main><div class='product'>{prose}{labels}"
+        f"<p>{review}</p></div></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/p/mug").markdown
+    assert all(text in markdown for text in [*DESCRIPTION, review])
+    for label in ("Write a review", "Verified Buyer", "Skip to product"):
+        assert label not in markdown
