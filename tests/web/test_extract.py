@@ -272,7 +272,7 @@ WCXB_FLOORS = {
     "documentation": 0.905,
     "forum": 0.755,
     "listing": 0.695,
-    "product": 0.635,
+    "product": 0.64,
     "service": 0.80,
 }
 

@@ -10,7 +10,7 @@ from selectolax.lexbor import LexborHTMLParser
 from ._clean import find_skips, trim_tail
 from ._dom import Elem, build_tree
 from ._guard import defuse_nesting
-from ._kind import Layout, declared_types, declares_article, page_type
+from ._kind import Declared, Layout, declared_types, declares_article, declares_product, page_type
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
@@ -68,7 +68,7 @@ def _extract(html: str, url: str | None) -> Article:
     title = find_title(tree)
     description = find_description(tree)
     declared = declared_types(tree)
-    body, layout = _main_markdown(_readable_tree(tree), url, title, declares_article(declared))
+    body, layout = _main_markdown(_readable_tree(tree), url, title, declared)
     words = len(_WORD.findall(_LINK_TARGET.sub("]", body)))
     if description and words < len(_WORD.findall(description)):
         body, words = description, len(_WORD.findall(description))  # a script-rendered shell
@@ -98,12 +98,12 @@ def _readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
 
 
 def _main_markdown(
-    tree: LexborHTMLParser, url: str | None, title: str | None, article: bool
+    tree: LexborHTMLParser, url: str | None, title: str | None, declared: Declared
 ) -> tuple[str, Layout]:
     body = tree.body
     if body is None:
         return "", NO_LAYOUT
-    root, order = build_tree(body, article=article)
+    root, order = build_tree(body, article=declares_article(declared))
     measure(order)
     order = drop_chrome(order)
     run = find_run(order)
@@ -114,7 +114,7 @@ def _main_markdown(
     layout = _layout(content, picked, listing, run)
     content, scattered = keep_most(content, root)
     listing = listing or scattered
-    skip = find_skips(content, title, listing=listing)
+    skip = find_skips(content, title, listing=listing, product=declares_product(declared))
     blocks = trim_tail(render(content, base_url=url, skip=skip))
     if not blocks:  # cleaning must never empty an article that has text
         blocks = render(content, base_url=url, skip=frozenset())

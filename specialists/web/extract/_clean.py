@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._score import is_paragraph, link_density
@@ -28,12 +29,15 @@ _WORD = re.compile(r"\w+")
 _BLOCK_PARAGRAPHS = frozenset({"p", "div", "section", "article"})
 
 
-def find_skips(content: list[Elem], title: str | None, *, listing: bool = False) -> frozenset[int]:
+def find_skips(
+    content: list[Elem], title: str | None, *, listing: bool = False, product: bool = False
+) -> frozenset[int]:
     """id()s of the elements under `content` that the renderer should leave out.
 
     In a `listing` (many similar items, see `_repeat`) links are the content: link-heavy
     blocks and link cards are kept. Sections led by a recommendation heading ("Similar
-    items") are left out on every page (`_sections`).
+    items") are left out on every page (`_sections`); on a `product` page, so are carousels
+    of other products (`_carousel`).
     """
     title_words = _words(title) if title else ()
     skips: set[int] = set()
@@ -43,7 +47,9 @@ def find_skips(content: list[Elem], title: str | None, *, listing: bool = False)
         elem = stack.pop()
         if elem.tag in HEADINGS:
             headings.append(elem)
-        if _skippable(elem, title_words, listing):
+        if _skippable(elem, title_words, listing) or (
+            product and not listing and is_carousel(elem)
+        ):
             skips.add(id(elem))
         else:
             stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))

@@ -134,6 +134,7 @@ BOILERPLATE = frozenset(
         "enlarge image", "enlarge this image", "toggle caption", "hide caption",
         "image", "photo", "video", "loading", "play video", "watch", "skip ad", "close",
         "tags", "topics", "see also", "sign up", "subscribe", "newsletter",
+        "write a review", "verified buyer", "skip to product information",
     }
 )  # fmt: skip
 BOILERPLATE_MAX_CHARS = max(map(len, BOILERPLATE)) + 4  # the longest label, with its punctuation

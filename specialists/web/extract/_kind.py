@@ -82,6 +82,11 @@ def declares_article(declared: Declared) -> bool:
     return declared.og_type == "article" or not _ARTICLE_SCHEMA.isdisjoint(declared.schema)
 
 
+def declares_product(declared: Declared) -> bool:
+    """True when the page's og:type or schema.org types say it sells one product."""
+    return _is_product(declared.og_type, declared.schema)
+
+
 def page_type(declared: Declared, url: str | None, layout: Layout) -> str | None:
     """One of PAGE_TYPES, or None when the page does not say clearly enough."""
     parts = urlsplit(url or "")

@@ -93,15 +93,15 @@ def _holds_run(elem: Elem) -> bool:
     kids = [kid for kid in kids if kid.tag in ITEM_TAGS]
     if len(kids) < MIN_ITEMS:
         return False
-    signatures = Counter(_signature(kid) for kid in kids)
-    signature, count = signatures.most_common(1)[0]
+    signatures = Counter(signature(kid) for kid in kids)
+    name, count = signatures.most_common(1)[0]
     if count < MIN_ITEMS:
         return False
-    text = sum(kid.text_len for kid in kids if _signature(kid) == signature)
+    text = sum(kid.text_len for kid in kids if signature(kid) == name)
     return text >= MIN_ITEMS_SHARE * elem.text_len and text >= count * MIN_ITEM_CHARS
 
 
-def _signature(elem: Elem) -> str:
+def signature(elem: Elem) -> str:
     classes = (elem.attrs.get("class") or "").split()[:SIGNATURE_CLASSES]
     return f"{elem.tag} {_DIGITS.sub('', ' '.join(classes))}"
 

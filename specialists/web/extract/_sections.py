@@ -13,11 +13,12 @@ import re
 from ._dom import Elem, text_of
 from ._hints import HEADINGS
 
-# A heading's whole text (lower-cased words): "related news", "similar items", "people who
-# viewed this item also viewed", "you may also like", "frequently bought together", and the
-# back matter: "references", "notes", "external links", "further reading", "see also".
+# A heading's whole text (lower-cased words): "related news", "similar items", "featured
+# products", "people who viewed this item also viewed", "you may also like", "frequently
+# bought together", and the back matter: "references", "notes", "external links", "further
+# reading", "see also".
 RECOMMENDATION = re.compile(
-    r"(?:related|similar|recommended|trending|sponsored|popular)(?: \w+){0,2}"
+    r"(?:related|similar|recommended|trending|sponsored|popular|featured)(?: \w+){0,2}"
     r"|(?:more from|frequently bought|customers (?:who|also)|people (?:who|also)"
     r"|you (?:may|might) also|explore related|what customers|recently viewed) .*"
     r"|references|notes|citations|footnotes|external links|further reading|see also"
