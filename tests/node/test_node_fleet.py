@@ -5,14 +5,16 @@ node speaks the link's frames by hand where a test must hold a task open."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 
+import pytest
 import redis
 import trio
 
@@ -87,6 +89,29 @@ async def open_fleet(
         nursery.cancel_scope.cancel()
 
 
+OpenFleet = Callable[..., AbstractAsyncContextManager[Fleet]]
+
+
+@pytest.fixture
+def two_daemons(
+    config: Config,
+    sink: Sink,
+    sock_dir: str,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+) -> OpenFleet:
+    """``async with two_daemons(redis=..., **nodes) as fleet``: ``open_fleet`` on the test's
+    Redis, Memory Specialist and socket folder."""
+    return functools.partial(open_fleet, config, sock_dir, open_link)
+
+
+async def paired_at_a(fleet: Fleet, name: str = "lab1") -> ScriptedNode:
+    """A scripted node paired and connected at daemon A, its link registered fleet-wide."""
+    node, _ = await pair(fleet.a, name)
+    await wait_registered(fleet.a, name)
+    return node
+
+
 async def wait_registered(daemon: NodeDaemon, name: str, registered: bool = True) -> None:
     """Until ``daemon``'s registry entry for ``name`` is written (or removed), bounded."""
     fleet = fleet_of(daemon)
@@ -110,14 +135,12 @@ def link_entry(server: RedisServer, name: str) -> dict[str, str] | None:
 
 
 async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon_b(
-    config: Config,
-    sink: Sink,
+    two_daemons: OpenFleet,
     sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
     """N-16, N-17, N-18: approved at B, registered by A, tasks and media through B."""
-    async with open_fleet(config, sock_dir, open_link) as fleet:
+    async with two_daemons() as fleet:
         token_file = os.path.join(sock_dir, "lab1.token")
         argv = csp_web(
             "node", "run", "--connect", fleet.a.node_path, "--name", "lab1",
@@ -174,14 +197,11 @@ def lease_left_ms(server: RedisServer, name: str) -> int:
 
 
 async def test_a_node_that_reconnects_to_another_daemon_has_its_older_link_cut(
-    config: Config,
-    sink: Sink,
-    sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
+    two_daemons: OpenFleet,
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
     """N-16, N-13: the newer link, at B, replaces the one at A; tasks asked of A go to B."""
-    async with open_fleet(config, sock_dir, open_link) as fleet:
+    async with two_daemons() as fleet:
         old, token = await pair(fleet.a, "lab1")
         await wait_registered(fleet.a, "lab1")
         async with scripted(fleet.b.node_path) as new:
@@ -199,16 +219,12 @@ async def test_a_node_that_reconnects_to_another_daemon_has_its_older_link_cut(
 
 
 async def test_with_redis_stopped_a_local_node_still_works_and_a_peers_task_fails_clearly(
-    config: Config,
-    sink: Sink,
-    sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
+    two_daemons: OpenFleet,
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
     """N-18: no hang; the refusal is counted in B's NODES stats line."""
-    async with open_fleet(config, sock_dir, open_link) as fleet:
-        node, _ = await pair(fleet.a, "lab1")
-        await wait_registered(fleet.a, "lab1")
+    async with two_daemons() as fleet:
+        node = await paired_at_a(fleet)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(answer_location, node)
             redis_server.pause()
@@ -232,16 +248,11 @@ async def test_with_redis_stopped_a_local_node_still_works_and_a_peers_task_fail
 
 
 async def test_a_forwarded_task_whose_node_does_not_answer_ends_at_its_deadline(
-    config: Config,
-    sink: Sink,
-    sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
-    redis_server: RedisServer,  # noqa: F811
+    two_daemons: OpenFleet,
 ) -> None:
     """N-17: the holder took it, its node is silent: the caller's deadline ends the wait."""
-    async with open_fleet(config, sock_dir, open_link) as fleet:
-        node, _ = await pair(fleet.a, "lab1")
-        await wait_registered(fleet.a, "lab1")
+    async with two_daemons() as fleet:
+        node = await paired_at_a(fleet)
         task = node_task("lab1", "location_get")
         task = replace(task, fields=(*task.fields, ("TIMEOUT_MS", "300")))
         async with open_client(fleet.b.client_path) as client:
@@ -260,14 +271,11 @@ async def answer_location(node: ScriptedNode) -> None:
 
 
 async def test_a_holder_that_does_not_answer_fails_the_task_node_unavailable_after_node_ack_s(
-    config: Config,
-    sink: Sink,
-    sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
+    two_daemons: OpenFleet,
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
     """N-17: a daemon that died still has its lease for a while; the caller does not hang."""
-    async with open_fleet(config, sock_dir, open_link, redis={"node_ack_s": 0.3}) as fleet:
+    async with two_daemons(redis={"node_ack_s": 0.3}) as fleet:
         node, _ = await pair(fleet.a, "lab1")
         await node.stream.aclose()
         await wait_registered(fleet.a, "lab1", registered=False)
@@ -282,16 +290,11 @@ async def test_a_holder_that_does_not_answer_fails_the_task_node_unavailable_aft
 
 
 async def test_forwarded_tasks_run_up_to_max_forwarded_tasks_and_the_next_is_busy(
-    config: Config,
-    sink: Sink,
-    sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
-    redis_server: RedisServer,  # noqa: F811
+    two_daemons: OpenFleet,
 ) -> None:
     """N-17: the holder's limit holds for its peers' tasks (N = 1 taken, N + 1 busy)."""
-    async with open_fleet(config, sock_dir, open_link, max_forwarded_tasks=1) as fleet:
-        node, _ = await pair(fleet.a, "lab1")
-        await wait_registered(fleet.a, "lab1")
+    async with two_daemons(max_forwarded_tasks=1) as fleet:
+        node = await paired_at_a(fleet)
         replies: list[Reply] = []
         async with trio.open_nursery() as nursery:
 
@@ -311,17 +314,13 @@ async def test_forwarded_tasks_run_up_to_max_forwarded_tasks_and_the_next_is_bus
 
 
 async def test_a_malformed_task_from_a_peer_gets_an_answer_and_the_holder_keeps_serving(
-    config: Config,
-    sink: Sink,
-    sock_dir: str,
-    open_link: OpenLink,  # noqa: F811
+    two_daemons: OpenFleet,
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
     """N-17: an approve without its code, a deadline that is no number, or NaN (which
     once raised ValueError out of move_on_after and ended the holder's node services)."""
-    async with open_fleet(config, sock_dir, open_link) as fleet:
-        node, _ = await pair(fleet.a, "lab1")
-        await wait_registered(fleet.a, "lab1")
+    async with two_daemons() as fleet:
+        node = await paired_at_a(fleet)
         holder = fleet.link_a.daemon_id
         client = redis.Redis(unix_socket_path=redis_server.socket)
         pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
