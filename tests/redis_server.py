@@ -7,12 +7,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import threading
-from typing import IO
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+import redis
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -75,6 +80,21 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    @contextmanager
+    def client(self) -> Iterator[redis.Redis]:
+        """A plain redis-py client of the server for the block: what a test reads or plants."""
+        client = redis.Redis(unix_socket_path=self.socket)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def json_at(self, key: str) -> Any:
+        """The JSON value stored at ``key``, or None when there is none."""
+        with self.client() as client:
+            raw = client.get(key)
+        return None if raw is None else json.loads(raw)
 
 
 def _drain(stream: IO[bytes]) -> None:

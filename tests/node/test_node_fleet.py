@@ -126,12 +126,7 @@ async def ask(daemon: NodeDaemon, task_name: str, action: str, params: str | Non
 
 
 def link_entry(server: RedisServer, name: str) -> dict[str, str] | None:
-    client = redis.Redis(unix_socket_path=server.socket)
-    try:
-        raw = client.get(f"csp-web:node:link:{name}")
-    finally:
-        client.close()
-    return None if raw is None else dict(json.loads(raw))
+    return server.json_at(f"csp-web:node:link:{name}")  # type: ignore[no-any-return]
 
 
 async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon_b(
@@ -189,11 +184,8 @@ async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon
 
 
 def lease_left_ms(server: RedisServer, name: str) -> int:
-    client = redis.Redis(unix_socket_path=server.socket)
-    try:
+    with server.client() as client:
         return int(client.pttl(f"csp-web:node:link:{name}"))
-    finally:
-        client.close()
 
 
 async def test_a_node_that_reconnects_to_another_daemon_has_its_older_link_cut(
@@ -279,9 +271,8 @@ async def test_a_holder_that_does_not_answer_fails_the_task_node_unavailable_aft
         node, _ = await pair(fleet.a, "lab1")
         await node.stream.aclose()
         await wait_registered(fleet.a, "lab1", registered=False)
-        client = redis.Redis(unix_socket_path=redis_server.socket)
-        client.set("csp-web:node:link:lab1", json.dumps({"daemon": "a-dead-daemon"}), px=60_000)
-        client.close()
+        with redis_server.client() as client:
+            client.set("csp-web:node:link:lab1", json.dumps({"daemon": "a-dead-daemon"}), px=60_000)
         with trio.fail_after(30):
             reply = await ask(fleet.b, "lab1", "location_get")
     ack_s = fleet.link_b.config.node_ack_s

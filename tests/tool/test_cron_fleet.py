@@ -35,12 +35,7 @@ def daemon_config(config: Config, tmp_path: Path, name: str, **cron: object) -> 
 
 
 def claim_of(server: RedisServer, run: str) -> dict[str, str] | None:
-    client = redis.Redis(unix_socket_path=server.socket)
-    try:
-        raw = client.get(f"csp-web:cron:run:{run}")
-    finally:
-        client.close()
-    return None if raw is None else dict(json.loads(raw))
+    return server.json_at(f"csp-web:cron:run:{run}")  # type: ignore[no-any-return]
 
 
 async def test_a_job_added_on_one_daemon_runs_once_per_occurrence_across_two(

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import redis
 import trio
 import trio.testing
 
@@ -47,11 +46,8 @@ def hold_op(started: trio.Event, release: trio.Event) -> Op[Any]:
 
 
 def shared_jobs(server: RedisServer) -> dict[str, dict[str, Any]]:
-    client = redis.Redis(unix_socket_path=server.socket)
-    try:
+    with server.client() as client:
         stored = client.hgetall("csp-web:cron:jobs")
-    finally:
-        client.close()
     return {k.decode(): json.loads(v) for k, v in stored.items()}  # type: ignore[union-attr]
 
 
