@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import secrets
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import cast
 
@@ -278,17 +278,23 @@ async def open_stream_client(
         limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),
         id_prefix=id_prefix if id_prefix is not None else new_id_prefix(),
     )
-    async with stream:
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(client.serve_replies)
-                try:
-                    yield client
-                finally:
-                    nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # serve_replies never raises, so a group holds the caller's own exception:
-            # hand it back unwrapped so callers can catch ClientClosed, OSError, TooSlowError.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+    async with stream, running_beside(client.serve_replies):
+        yield client
+
+
+@asynccontextmanager
+async def running_beside(task: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Run ``task``, which never raises, for as long as the block; cancelled at its end. The
+    block's own exception comes back unwrapped (ClientClosed, OSError, TooSlowError), not
+    inside the nursery's exception group, so callers can catch it as they expect."""
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(task)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

@@ -8,6 +8,7 @@ a bounded backoff, and a call made while it is down waits a bounded time for it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,7 +19,13 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
-from csp_web.core.client import Client, ClientClosed, new_id_prefix, open_stream_client
+from csp_web.core.client import (
+    Client,
+    ClientClosed,
+    new_id_prefix,
+    open_stream_client,
+    running_beside,
+)
 from protocol import Limits, Reply, Task
 
 log = logging.getLogger("csp_web.mcp_face")
@@ -139,19 +146,8 @@ async def open_daemon_link(path: str, policy: Reconnect | None = None) -> AsyncI
     Raises OSError or trio.TooSlowError when the socket does not answer at first."""
     link = DaemonLink(path, policy or Reconnect())
     stream = await link.connect()
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(link.keep, stream)
-            try:
-                yield link
-            finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # keep never raises, so a group holds the caller's own exception: hand it back
-        # unwrapped (ToolTableError, OSError) as open_stream_client does.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
+    async with running_beside(functools.partial(link.keep, stream)):
+        yield link
 
 
 @asynccontextmanager
