@@ -20,6 +20,7 @@ thread), or with ``--memory-sink external`` a ``csp-web memory-sink`` process.
 `--no-audit-sys` measures with sys ops not audited.
 
     python bench/daemon.py [--no-audit-sys] [--memory-sink embedded|external] [--seconds 5]
+        [--quick]  # only the 1-client ping and the pipelined figures (A/B runs)
 """
 
 from __future__ import annotations
@@ -219,7 +220,15 @@ async def sustained(path: str, seconds: float) -> None:
     )
 
 
-async def run(path: str, pid: int, seconds: float) -> None:
+async def pipelined_figures(path: str, pid: int) -> None:
+    cpu_before = cpu_s(pid)
+    rates = [await pipelined(path, 20_000) for _ in range(3)]
+    cpu_us = (cpu_s(pid) - cpu_before) / 60_000 * 1e6
+    print(f"pipelined on one connection: {max(rates):,.0f} frames/s (best of 3 x 20,000)")
+    print(f"daemon CPU per pipelined frame: {cpu_us:.1f} us (= {1e6 / cpu_us:,.0f} frames/s/core)")
+
+
+async def run(path: str, pid: int, seconds: float, quick: bool) -> None:
     await trio.sleep(0.5)
     idle = rss_mb(pid)
     warm: list[float] = []
@@ -227,16 +236,15 @@ async def run(path: str, pid: int, seconds: float) -> None:
     one: list[float] = []
     await ping_loop(path, 5000, one)
     print(f"ping, 1 client:    {percentiles(one)}")
+    if quick:
+        await pipelined_figures(path, pid)
+        return
     many: list[float] = []
     async with trio.open_nursery() as nursery:
         for _ in range(64):
             nursery.start_soon(ping_loop, path, 200, many)
     print(f"ping, 64 clients:  {percentiles(many)}")
-    cpu_before = cpu_s(pid)
-    rates = [await pipelined(path, 20_000) for _ in range(3)]
-    cpu_us = (cpu_s(pid) - cpu_before) / 60_000 * 1e6
-    print(f"pipelined on one connection: {max(rates):,.0f} frames/s (best of 3 x 20,000)")
-    print(f"daemon CPU per pipelined frame: {cpu_us:.1f} us (= {1e6 / cpu_us:,.0f} frames/s/core)")
+    await pipelined_figures(path, pid)
     print(f"RSS idle: {idle:.1f} MB")
     loaded = await idle_connections(path, 1000, pid)
     print(f"RSS with 1,000 idle connections: {loaded:.1f} MB (+{loaded - idle:.1f} MB)")
@@ -249,6 +257,9 @@ def main() -> None:
     parser.add_argument("--synchronous", choices=("full", "normal"), default="normal")
     parser.add_argument("--memory-sink", choices=("embedded", "external"), default="embedded")
     parser.add_argument("--seconds", type=float, default=5.0, help="sustained load duration")
+    parser.add_argument(
+        "--quick", action="store_true", help="only the 1-client ping and the pipelined figures"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
         sink, memory_socket = None, None
@@ -257,7 +268,7 @@ def main() -> None:
         proc, path = start_daemon(workdir, not args.no_audit_sys, args.synchronous, memory_socket)
         try:
             print(f"memory sink: {args.memory_sink}, {os.cpu_count()} cpus")
-            trio.run(run, path, proc.pid, args.seconds)
+            trio.run(run, path, proc.pid, args.seconds, args.quick)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -265,6 +276,7 @@ def main() -> None:
                 sink.terminate()
                 sink.wait(30)
     flag = " --no-audit-sys" if args.no_audit_sys else ""
+    flag += " --quick" if args.quick else ""
     print(
         f"reproduce: python bench/daemon.py --synchronous {args.synchronous}{flag} "
         f"--memory-sink {args.memory_sink} --seconds {args.seconds:g}"

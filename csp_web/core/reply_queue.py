@@ -3,8 +3,6 @@ without ID (SPEC C-2), queued with the time the oldest waits (the write limit, S
 
 from __future__ import annotations
 
-from collections import deque
-
 import trio
 
 
@@ -43,7 +41,8 @@ class ReplyQueue:
 
     def __init__(self, max_chunks: int) -> None:
         self.max_chunks = max_chunks
-        self._chunks: deque[tuple[float, bytes]] = deque()
+        self._chunks: list[bytes] = []
+        self._oldest = 0.0  # when the first chunk now queued was queued (take drains them all)
         self._ready = trio.lowlevel.ParkingLot()
         self._room = trio.lowlevel.ParkingLot()
         self._closed = False
@@ -52,8 +51,12 @@ class ReplyQueue:
         return len(self._chunks)
 
     def put(self, data: bytes) -> None:
-        self._chunks.append((trio.current_time(), data))
-        self._ready.unpark_all()
+        """Queue ``data``; only the first chunk of a batch wakes the writer and reads the
+        clock: ``take`` drains everything queued, so later ones join the same write."""
+        if not self._chunks:
+            self._oldest = trio.current_time()
+            self._ready.unpark_all()
+        self._chunks.append(data)
 
     async def wait_room(self) -> None:
         while len(self._chunks) >= self.max_chunks:
@@ -70,8 +73,8 @@ class ReplyQueue:
             if self._closed:
                 return None
             await self._ready.park()
-        oldest = self._chunks[0][0]
-        data = b"".join(chunk for _, chunk in self._chunks)
+        data = b"".join(self._chunks)
         self._chunks.clear()
-        self._room.unpark_all()
-        return oldest, data
+        if self._room:
+            self._room.unpark_all()
+        return self._oldest, data

@@ -1,0 +1,76 @@
+"""The reply queue between a connection's producers and its writer (SPEC C-2, L-7)."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from csp_web.core.reply_queue import ReplyOrder, ReplyQueue
+
+
+async def test_replies_queued_while_the_writer_waits_go_out_as_one_write_dated_by_the_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    queue = ReplyQueue(max_chunks=8)
+    taken: list[tuple[float, bytes] | None] = []
+
+    async def writer() -> None:
+        taken.append(await queue.take())
+
+    with trio.fail_after(1):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            await trio.testing.wait_all_tasks_blocked()
+            first = trio.current_time()
+            queue.put(b"OK 1\n\n")
+            autojump_clock.jump(2.0)
+            queue.put(b"OK 2\n\n")
+            queue.put(b"OK 3\n\n")
+    assert taken == [(first, b"OK 1\n\nOK 2\n\nOK 3\n\n")]
+    assert len(queue) == 0
+
+
+async def test_a_reply_queued_after_a_take_starts_a_new_batch_with_its_own_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    queue = ReplyQueue(max_chunks=8)
+    queue.put(b"a")
+    with trio.fail_after(1):
+        assert await queue.take() == (trio.current_time(), b"a")
+        autojump_clock.jump(5.0)
+        queue.put(b"b")
+        assert await queue.take() == (trio.current_time(), b"b")
+        queue.close()
+        assert await queue.take() is None
+
+
+async def test_a_producer_waits_for_room_at_max_chunks_and_goes_on_after_a_take(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    queue = ReplyQueue(max_chunks=2)
+    queued_at = trio.current_time()
+    queue.put(b"a")
+    with trio.fail_after(1):
+        await queue.wait_room()  # N-1 queued: room
+        queue.put(b"b")  # N queued: no room until the writer takes them
+        waited = trio.Event()
+
+        async def producer() -> None:
+            await queue.wait_room()
+            waited.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not waited.is_set()
+            assert await queue.take() == (queued_at, b"ab")
+    assert waited.is_set()
+
+
+def test_replies_of_frames_without_id_are_released_in_request_order() -> None:
+    order = ReplyOrder()
+    first, second = order.reserve(None), order.reserve(None)
+    assert order.reserve("x") is None
+    assert order.complete(second, b"2") == b""
+    assert order.complete(None, b"x") == b"x"
+    assert order.complete(first, b"1") == b"12"
