@@ -122,6 +122,41 @@ async def test_a_start_cancelled_while_waiting_gives_its_place_up() -> None:
     assert starts.running == 1
 
 
+class _Spawns(trio.abc.Instrument):
+    """Counts the tasks spawned under one name, and scheduler rounds (one I/O check each)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.spawned = 0
+        self.rounds = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += task.name == self.name
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.rounds += 1
+
+
+async def test_a_reader_spending_the_budget_round_after_round_keeps_one_pump() -> None:
+    """L-10 at the cost of one pump task: a connection that starts frames_per_round frames
+    each round (the budget spent, its next start waiting) is granted by the same pump task
+    round after round, not by a task spawned per budget's worth of frames."""
+    starts = FairStarts(frames_per_round=2, max_running=100)
+    spawns = _Spawns("csp_web.core.turns.pump")
+    seat = Seat()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        with trio.fail_after(5):
+            for _ in range(40):
+                await starts.wait_start(seat)
+                starts.done()
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
+    assert starts.running == 0
+    assert spawns.rounds >= 40 // 2 - 1  # still at most 2 starts per scheduler round
+    assert spawns.spawned == 1
+
+
 # --- the whole connection loop under load
 
 

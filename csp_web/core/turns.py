@@ -12,7 +12,8 @@ So each frame start is admitted here first:
   front: its first frame starts in the next scheduler round however many others wait.
 
 Without contention a start costs no checkpoint: the budget is only refilled, and the waiting
-starts granted, by a pump task that runs while anyone waits.
+starts granted, by a pump task that runs while anyone waits, and stays while frames keep
+starting (one round with no start and nobody waiting ends it).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class FairStarts:
         self.max_running = max_running
         self.running = 0  # frames started and not yet done
         self.round = 0  # the virtual round being granted
-        self.rounds = 0  # scheduler rounds the pump has run (observability, tests)
+        self.rounds = 0  # scheduler rounds in which the pump granted (observability, tests)
         self._budget = frames_per_round
         self._waiting: list[_Ticket] = []
         self._arrivals = itertools.count()
@@ -94,9 +95,18 @@ class FairStarts:
 
     async def _pump(self) -> None:
         """Each scheduler round: refill the budget and grant the first waiting starts.
-        Stops when nobody waits or ``max_running`` frames run; ``done`` starts it again."""
+        Stops when ``max_running`` frames run (``done`` starts it again) or after a round in
+        which nobody waited and nothing started. While frames start without waiting it stays
+        (refilling, granting nothing): a pipelining reader that spends the budget is granted
+        in the pump's next run, with no task spawned per budget's worth of frames."""
         try:
-            while self._waiting and self.running < self.max_running:
+            while self.running < self.max_running:
+                if not self._waiting:
+                    if self._budget == self.frames_per_round:
+                        return  # a round with no start and nobody waiting: idle
+                    self._budget = self.frames_per_round
+                    await trio.lowlevel.checkpoint()
+                    continue
                 self._budget = self.frames_per_round
                 while self._budget and self._waiting and self.running < self.max_running:
                     ticket = heapq.heappop(self._waiting)
