@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
@@ -74,3 +75,41 @@ def test_replies_of_frames_without_id_are_released_in_request_order() -> None:
     assert order.complete(second, b"2") == b""
     assert order.complete(None, b"x") == b"x"
     assert order.complete(first, b"1") == b"12"
+
+
+class _Yields(trio.abc.Instrument):
+    """Counts the times one task is scheduled again (each wait it made)."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.yields = 0
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        self.yields += task is self.task
+
+
+@pytest.mark.parametrize(("more_coming", "yields"), [(False, 0), (True, 1)])
+async def test_the_writer_waits_one_round_for_more_replies_only_while_more_are_coming(
+    more_coming: bool, yields: int
+) -> None:
+    """A pipelining connection (a frame waiting for its start) lets the writer wait one
+    scheduler round so the coming replies join its write; otherwise it writes at once."""
+    queue = ReplyQueue(max_chunks=8)
+    asked: list[bool] = []
+
+    def linger() -> bool:
+        asked.append(more_coming)
+        return more_coming
+
+    queue.put(b"a")
+    counter = _Yields(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(counter)
+    try:
+        with trio.fail_after(1):
+            taken = await queue.take(linger=linger)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert taken is not None
+    assert taken[1] == b"a"
+    assert asked == [more_coming]
+    assert counter.yields == yields

@@ -353,12 +353,18 @@ class _Session:
         self.queue(slot, data)
         await self.replies.wait_room()  # back-pressure; the reply itself is already queued
 
+    def pipelining(self) -> bool:
+        """Whether a received frame waits for its start: its reply will soon join the queue."""
+        return self.held is not None
+
     async def write_replies(self, connection_scope: trio.CancelScope) -> None:
-        """Send queued replies, batching what is ready. A reply not written within
-        ``write_timeout_s`` of being queued disconnects the peer (L-7): the deadline runs from
-        the queueing, so neither load nor a trickling reader can postpone it."""
+        """Send queued replies, batching what is ready (while the reader holds a frame waiting
+        for its start, one scheduler round longer, so its next replies join the write). A
+        reply not written within ``write_timeout_s`` of being queued disconnects the peer
+        (L-7): the deadline runs from the queueing, so neither load nor a trickling reader
+        can postpone it."""
         limit = self.options.config.write_timeout_s
-        while (batch := await self.replies.take()) is not None:
+        while (batch := await self.replies.take(linger=self.pipelining)) is not None:
             queued_at, data = batch
             self.writing = True
             try:

@@ -3,6 +3,8 @@ without ID (SPEC C-2), queued with the time the oldest waits (the write limit, S
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 
@@ -67,12 +69,16 @@ class ReplyQueue:
         self._closed = True
         self._ready.unpark_all()
 
-    async def take(self) -> tuple[float, bytes] | None:
-        """Everything queued as one write, and when its oldest part was queued."""
+    async def take(self, linger: Callable[[], bool] | None = None) -> tuple[float, bytes] | None:
+        """Everything queued as one write, and when its oldest part was queued. When
+        ``linger()`` says more replies are coming, wait one scheduler round for them first
+        (once: the write limit still runs from the oldest's queueing)."""
         while not self._chunks:
             if self._closed:
                 return None
             await self._ready.park()
+        if linger is not None and not self._closed and linger():
+            await trio.lowlevel.checkpoint()
         data = b"".join(self._chunks)
         self._chunks.clear()
         if self._room:
