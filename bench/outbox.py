@@ -57,7 +57,8 @@ import trio  # noqa: E402
 
 from csp_web.config import MemoryConfig, OutboxConfig  # noqa: E402
 from csp_web.core.client import open_client  # noqa: E402
-from csp_web.core.records import json_record, make_write  # noqa: E402
+from csp_web.core.errors import OpError  # noqa: E402
+from csp_web.core.records import MemoryWrite, json_record, make_write  # noqa: E402
 from csp_web.memory.outbox import Outbox, open_outbox  # noqa: E402
 from csp_web.memory.sink.store import STORE_FILE  # noqa: E402
 from protocol import Task  # noqa: E402
@@ -149,9 +150,19 @@ async def _backlog(path: str, config: OutboxConfig, memory: MemoryConfig, writes
 
 async def _sustained(
     path: str, config: OutboxConfig, memory: MemoryConfig, rate: int, seconds: float
-) -> tuple[Figure, Figure, int]:
-    """Produce ``rate`` writes/s for ``seconds``; (produced, delivered, depth left)."""
+) -> tuple[Figure, Figure, int, int]:
+    """Produce ``rate`` writes/s for ``seconds``; (produced, delivered, depth left, refused:
+    writes the outbox turned away full, as it would an op's)."""
     tick_s = 0.01
+    refused = 0
+
+    async def put(write: MemoryWrite) -> None:
+        nonlocal refused
+        try:
+            await outbox.put(write)
+        except OpError:  # outbox_full: delivery fell max_pending behind
+            refused += 1
+
     async with open_outbox(path, config, memory) as outbox, trio.open_nursery() as nursery:
         delivered_before = outbox.delivered
         produced = 0
@@ -161,7 +172,7 @@ async def _sustained(
             due = int((now - started) * rate) - produced
             for _ in range(due):
                 write = make_write("sys", "audit", "bench", _record(produced), suffix=".json")
-                nursery.start_soon(outbox.put, write)
+                nursery.start_soon(put, write)
                 produced += 1
             await trio.sleep(tick_s)
         elapsed = trio.current_time() - started
@@ -172,6 +183,7 @@ async def _sustained(
         Figure("produced", produced, elapsed),
         Figure("delivered", delivered, elapsed),
         left,
+        refused,
     )
 
 
@@ -252,7 +264,7 @@ def _sink_command(kind: str, socket_path: str, sink_dir: str) -> list[str]:
 
 async def run_sustained(
     rate: int, seconds: float, synchronous: str, sink_kind: str
-) -> tuple[Figure, Figure, int]:
+) -> tuple[Figure, Figure, int, int]:
     config = OutboxConfig(synchronous="full" if synchronous == "full" else "normal")
     with (
         tempfile.TemporaryDirectory(prefix="csp-bench-") as state,
@@ -374,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not all(0 < rate * args.seconds <= MAX_WRITES for rate, _ in rates):
         parser.error(f"--rate x --seconds must be 1..{MAX_WRITES}")
 
-    async def bounded() -> tuple[list[Figure], list[tuple[Figure, Figure, int]]]:
+    async def bounded() -> tuple[list[Figure], list[tuple[Figure, Figure, int, int]]]:
         with trio.fail_after(RUN_TIMEOUT_S):
             figures = (
                 []
@@ -397,15 +409,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for figure in figures:
         print(figure.line())
-    for (rate, which), (produced, delivered, left) in zip(rates, sustained, strict=True):
+    for (rate, which), (produced, delivered, left, refused) in zip(rates, sustained, strict=True):
         print(f"sustained at {rate}/s ({which}) for {args.seconds:g} s, --sink {args.sink}:")
         print(f"  {produced.line()}")
         print(f"  {delivered.line()}")
         # What is still in flight at the window's end (at most delivery_window batches) is
         # not a backlog; more than that left pending is.
         in_flight = OutboxConfig().delivery_window * MemoryConfig().batch_size
-        verdict = "keeps up" if left <= in_flight else "falls behind"
-        print(f"  depth left {left} (in flight at most {in_flight}): delivery {verdict}")
+        verdict = "keeps up" if left <= in_flight and not refused else "falls behind"
+        print(
+            f"  depth left {left} (in flight at most {in_flight}), refused full {refused}: "
+            f"delivery {verdict}"
+        )
     return 0
 
 

@@ -6,6 +6,7 @@ Every wait is bounded (``wait_until`` or ``trio.fail_after``); nothing asserts o
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -239,6 +240,23 @@ async def test_puts_succeed_up_to_max_pending_plus_reserve_then_outbox_full(
         assert (outbox.depth, outbox.refused) == (max_pending + reserve, 1)
     totals, _ = await _stored(_outbox_path(tmp_path))
     assert totals[0] == max_pending + reserve
+
+
+async def test_a_flood_of_refused_writes_logs_one_warning_with_the_count(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full outbox may refuse thousands of writes a second: one line, not one each."""
+    limits = OutboxConfig(max_pending=1, reserve=0)
+    async with open_outbox(_outbox_path(tmp_path), limits, MemoryConfig()) as outbox:
+        await outbox.put(_write(0))
+        with caplog.at_level(logging.WARNING, logger="csp_web.memory.outbox"):
+            for n in range(1, 1001):
+                with pytest.raises(OpError):
+                    await outbox.put(_write(n))
+        assert outbox.refused == 1000
+    warnings = [r.getMessage() for r in caplog.records if "outbox full" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "1 refused since start" in warnings[0]
 
 
 async def test_a_web_op_runs_below_max_pending_and_is_refused_at_it(

@@ -43,6 +43,7 @@ from protocol import ErrorCode, Reply, Task
 log = logging.getLogger("csp_web.memory.outbox")
 T = TypeVar("T")
 _MAX_FOLDED_KEYS = 256
+_REFUSALS_LOGGED_EVERY_S = 10.0  # a full outbox may refuse thousands of writes a second
 
 
 class _Commit:
@@ -95,6 +96,7 @@ class Outbox:
         self.delivered = 0
         self.rejected = 0
         self.refused = 0
+        self._refusal_logged_at: float | None = None
         self.folded = 0
         self.connected = False
         # Without fsync a WAL commit of a batch takes tens of microseconds: less than the
@@ -148,9 +150,24 @@ class Outbox:
         hard_cap = self._config.max_pending + (self._config.reserve if use_reserve else 0)
         if self.depth >= hard_cap or self.bytes + size > self._config.max_bytes:
             self.refused += 1
-            log.warning("outbox full: refused write %s (%s pending)", write.id, self.depth)
+            self._log_refusal(write.id)
             raise OpError(ErrorCode.OUTBOX_FULL, f"{self.depth} writes pending")
         await self._persist(write, size, owner)
+
+    def _log_refusal(self, write_id: str) -> None:
+        """One warning per ``_REFUSALS_LOGGED_EVERY_S`` at most, with the running count (stats
+        show it too): a line per refused write would flood the log under the very load that
+        fills the outbox."""
+        now = time.monotonic()
+        last = self._refusal_logged_at
+        if last is None or now - last >= _REFUSALS_LOGGED_EVERY_S:
+            self._refusal_logged_at = now
+            log.warning(
+                "outbox full: refused write %s (%s pending; %s refused since start)",
+                write_id,
+                self.depth,
+                self.refused,
+            )
 
     async def put_or_fold(
         self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
