@@ -195,9 +195,8 @@ class Outbox:
     def write_folded_now(self) -> None:
         """At close: store what is still folded, and writes not yet committed (blocking; the
         outbox is no longer served)."""
-        if self._room.has_folded:
-            folded = self._room.take_folded()
-            self._commits.add_now(folded, write_size(folded))
+        if summary := self._room.take_folded():
+            self._commits.add_now(summary)
         self._commits.commit_rest()
 
 

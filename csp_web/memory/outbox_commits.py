@@ -16,7 +16,7 @@ import trio
 
 from csp_web.core.errors import OpError
 from csp_web.core.records import MemoryWrite
-from csp_web.memory.outbox_room import OutboxRoom
+from csp_web.memory.outbox_room import OutboxRoom, write_size
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode
 
@@ -68,11 +68,7 @@ class GroupCommit:
         """Return once ``write`` is committed; OpError(outbox_full) when the commit failed."""
         commit = self._enqueue(write, size, owner)
         if self._inline:
-            # One pass of the scheduler lets the other writers of this tick join the commit;
-            # shielded, so a write counted above is never abandoned half-way.
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            if not commit.finished:
-                self._commit(commit)
+            await self._commit_after_a_pass(commit)
         else:
             self._batch_ready.set()
             await commit.done.wait()
@@ -86,18 +82,23 @@ class GroupCommit:
             self._batch_ready.set()
         elif not commit.scheduled:
             commit.scheduled = True
-            trio.lowlevel.spawn_system_task(self._commit_soon, commit, name="outbox.commit_soon")
+            trio.lowlevel.spawn_system_task(
+                self._commit_after_a_pass, commit, name="outbox.commit_soon"
+            )
 
-    def add_now(self, write: MemoryWrite, size: int) -> None:
+    def add_now(self, write: MemoryWrite) -> None:
         """Join the commit being gathered and commit it now on the event loop (``normal``)
-        or hand it to ``serve`` (``full``); nothing waits for it."""
-        commit = self._enqueue(write, size, None)
+        or hand it to ``serve`` (``full``); nothing waits for it (a summary of folded records,
+        past any limit: it takes far less room than the records it stands for)."""
+        commit = self._enqueue(write, write_size(write), None)
         if self._inline:
             self._commit(commit)
         else:
             self._batch_ready.set()
 
-    async def _commit_soon(self, commit: _Commit) -> None:
+    async def _commit_after_a_pass(self, commit: _Commit) -> None:
+        """One pass of the scheduler lets the other writers of this tick join ``commit``, then
+        the first to resume commits it; shielded, so a counted write is never abandoned."""
         await trio.lowlevel.cancel_shielded_checkpoint()
         if not commit.finished:
             self._commit(commit)
@@ -129,7 +130,7 @@ class GroupCommit:
 
     def _forget(self, commit: _Commit, error: str) -> None:
         commit.error = error
-        self._room.remove(commit.writes, len(commit.writes))
+        self._room.remove(commit.writes)
 
     async def serve(self) -> None:
         """Commit queued writes in a worker thread until cancelled (``synchronous: full``)."""

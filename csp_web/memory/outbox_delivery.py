@@ -20,7 +20,7 @@ from csp_web.core.records import MemoryWrite
 from csp_web.memory.link import MemoryLink
 from csp_web.memory.outbox_commits import GroupCommit
 from csp_web.memory.outbox_frames import batch_frames, sort_replies
-from csp_web.memory.outbox_room import OutboxRoom, write_size
+from csp_web.memory.outbox_room import OutboxRoom
 from csp_web.memory.outbox_store import OutboxStore
 
 log = logging.getLogger("csp_web.memory.outbox")
@@ -139,12 +139,11 @@ class Delivery:
             window.release()
 
     def _settled(self, writes: list[MemoryWrite], acked: int, rejected: int) -> None:
-        self._room.remove(writes, acked + rejected)
+        self._room.remove(writes)  # every write not to retry was acked or rejected
         self.delivered += acked
         self.rejected += rejected
         if rejected:
             log.error("memory specialist rejected %d writes; kept in outbox.rejected", rejected)
-        if self._room.has_folded and not self._room.full:
-            folded = self._room.take_folded()
-            self._commits.add_now(folded, write_size(folded))
+        if not self._room.full and (summary := self._room.take_folded()):
+            self._commits.add_now(summary)
         self._room.wake()

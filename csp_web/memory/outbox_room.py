@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import trio
 
@@ -127,24 +127,21 @@ class OutboxRoom:
         if self.drained.is_set():
             self.drained = trio.Event()
 
-    def remove(self, writes: Iterable[MemoryWrite], count: int) -> None:
-        """Stop counting ``writes`` (their bytes and shares) and ``count`` pending writes."""
+    def remove(self, writes: list[MemoryWrite]) -> None:
+        """Stop counting ``writes`` (settled, or never stored) and their owners' shares."""
         for write in writes:
-            self._release(write)
-        self.depth -= count
+            size = write_size(write)
+            self.bytes -= size
+            owner = self._owner_of.pop(write.id, None)
+            if owner is not None:
+                held = self._owners[owner]
+                held[0] -= 1
+                held[1] -= size
+                if held[0] == 0:
+                    del self._owners[owner]
+        self.depth -= len(writes)
         if self.depth == 0:
             self.drained.set()
-
-    def _release(self, write: MemoryWrite) -> None:
-        size = write_size(write)
-        self.bytes -= size
-        owner = self._owner_of.pop(write.id, None)
-        if owner is not None:
-            held = self._owners[owner]
-            held[0] -= 1
-            held[1] -= size
-            if held[0] == 0:
-                del self._owners[owner]
 
     def fold(self, key: str | Mapping[str, int], size: int) -> bool:
         """Count ``key`` in the folded summary when the outbox has no room; False if it has."""
@@ -160,12 +157,11 @@ class OutboxRoom:
             self.folded += count
         return True
 
-    @property
-    def has_folded(self) -> bool:
-        return bool(self._folded)
-
-    def take_folded(self) -> MemoryWrite:
-        """The summary of folded audit records as one write; the counts start again."""
+    def take_folded(self) -> MemoryWrite | None:
+        """The summary of folded audit records as one write (None if there are none); the
+        counts start again."""
+        if not self._folded:
+            return None
         record = json_record(
             folded=dict(sorted(self._folded.items())),
             since=self._folded_since,
