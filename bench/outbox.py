@@ -352,7 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=20_000)
     parser.add_argument("--writers", type=int, default=64)
-    parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
+    parser.add_argument(  # the daemon's own setting unless asked (config.yaml: normal)
+        "--synchronous", choices=("full", "normal"), default=OutboxConfig().synchronous
+    )
     parser.add_argument(
         "--rate", default="daemon", help="sustained writes/s, or 'daemon': its measured peak"
     )
