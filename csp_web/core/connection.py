@@ -3,12 +3,13 @@
 stdin/stdout and every Unix-socket connection are ``trio.abc.Stream``s served by
 ``serve_stream``: a reader task feeds the sans-IO codec and starts one task per frame, a writer
 task sends replies in order (before waiting for bytes the reader sends what is queued itself
-when no send is in progress: a lone reply skips a scheduler round). Budgets (SPEC L-4 to L-8): tasks in flight per connection
-(back-pressure), a deadline to finish a started frame (slowloris), an idle timeout, a bounded
-reply queue whose oldest reply must be written within the write limit, a malformed-frame budget
-and an empty-line budget. Every frame start is admitted by the daemon-wide ``FairStarts``
-(SPEC L-10): a bounded number per scheduler round, round-robin across connections, a new
-connection first, so busy connections cannot hold the scheduler while a fresh one waits.
+when no send is in progress: a lone reply skips a scheduler round). Budgets (SPEC L-4 to
+L-8): tasks in flight per connection (back-pressure), a deadline to finish a started frame
+(slowloris), an idle timeout, a bounded reply queue whose oldest reply must be written within
+the write limit, a malformed-frame budget and an empty-line budget. Every frame start is
+admitted by the daemon-wide ``FairStarts`` (SPEC L-10): a bounded number per scheduler round,
+round-robin across connections, a new connection first, so busy connections cannot hold the
+scheduler while a fresh one waits.
 
 At shutdown every task still gets exactly one reply (SPEC R-1): a frame already received but not
 started (held by the in-flight cap, or still in the codec's buffer) is answered
