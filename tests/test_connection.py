@@ -394,3 +394,52 @@ async def test_empty_lines_do_not_keep_an_idle_connection_open(
         mock_clock.jump(wait_s - 10 * int(wait_s // 10))
         await trio.testing.wait_all_tasks_blocked()
         assert harness.dispatcher.stats.connections == (0 if closed else 1)
+
+
+async def test_an_instant_reply_waits_behind_an_earlier_id_less_reply(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """C-2: the reader sends an instant op's reply itself only when nothing is queued before
+    it; an ID-less ping behind a slow ID-less frame is still answered second."""
+    frames = b"TASK REQ:sleep 300 IN:TEST OUT:SLEPT\n\n" + PING
+    async with open_harness(config) as harness:
+        peer = harness.connect()
+        await peer.send(frames)
+        replies = await peer.replies(2)
+    assert [r.get("DATA") for r in replies] == ["slept:300", "pong"]
+
+
+async def test_a_ping_arriving_while_the_writer_is_blocked_is_sent_after_its_batch(
+    config: Config, mock_clock: trio.testing.MockClock
+) -> None:
+    """The reader never writes while the writer's send is in progress (two writers on one
+    stream): a ping whose reply is ready while the writer is blocked on a peer not reading
+    is queued, and both replies arrive whole, in the order they were ready."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    async with open_harness(config) as harness:
+        peer = harness.connect(lockstep=True)
+        await peer.send(_sleeps(["a"], 0))
+        await trio.testing.wait_all_tasks_blocked()  # the writer is blocked sending a
+        await peer.send(b"TASK REQ:ping IN:SYS OUT:PONG\nID p\n\n")
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(1):
+            replies = await peer.replies(2)
+    assert [(r.id, r.status) for r in replies] == [("a", Status.OK), ("p", Status.OK)]
+    assert replies[1].get("DATA") == "pong"
+
+
+@pytest.mark.parametrize(("wait_s", "closed"), [(9.0, False), (11.0, True)])
+async def test_a_reader_sending_to_a_peer_that_does_not_read_is_cut_after_write_timeout(
+    config: Config, mock_clock: trio.testing.MockClock, wait_s: float, closed: bool
+) -> None:
+    """L-7 for the reader's own send: a lone ping's reply is written by the reader; blocked
+    on a peer that never reads, it is cut at write_timeout_s (10 s), not before, and the
+    blocked reader does not keep the connection from closing when the harness stops."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    async with open_harness(config) as harness:
+        peer = harness.connect(lockstep=True)
+        await peer.send(b"TASK REQ:ping IN:SYS OUT:PONG\nID p\n\n")
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(wait_s)
+        await trio.testing.wait_all_tasks_blocked()
+        assert harness.dispatcher.stats.connections == (0 if closed else 1)

@@ -113,3 +113,26 @@ async def test_the_writer_waits_one_round_for_more_replies_only_while_more_are_c
     assert taken[1] == b"a"
     assert asked == [more_coming]
     assert counter.yields == yields
+
+
+async def test_a_lingering_take_keeps_waiting_when_its_chunks_were_taken_at_once_meanwhile(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The reader may send queued replies itself (``take_now``) while the writer lingers a
+    round; the writer's take then waits for the next reply instead of writing b""."""
+    queue = ReplyQueue(max_chunks=8)
+    taken: list[tuple[float, bytes] | None] = []
+
+    async def writer() -> None:
+        taken.append(await queue.take(linger=lambda: True))
+
+    with trio.fail_after(1):
+        async with trio.open_nursery() as nursery:
+            queue.put(b"a")
+            nursery.start_soon(writer)
+            await trio.lowlevel.checkpoint()  # the writer runs and lingers one round
+            assert queue.take_now() == (trio.current_time(), b"a")
+            await trio.testing.wait_all_tasks_blocked()
+            assert taken == []
+            queue.put(b"b")
+    assert taken == [(trio.current_time(), b"b")]

@@ -73,12 +73,18 @@ class ReplyQueue:
         """Everything queued as one write, and when its oldest part was queued. When
         ``linger()`` says more replies are coming, wait one scheduler round for them first
         (once: the write limit still runs from the oldest's queueing)."""
-        while not self._chunks:
-            if self._closed:
-                return None
-            await self._ready.park()
-        if linger is not None and not self._closed and linger():
-            await trio.lowlevel.checkpoint()
+        while True:
+            while not self._chunks:
+                if self._closed:
+                    return None
+                await self._ready.park()
+            if linger is not None and not self._closed and linger():
+                await trio.lowlevel.checkpoint()
+            if self._chunks:  # else the reader sent them itself meanwhile (``take_now``)
+                return self.take_now()
+
+    def take_now(self) -> tuple[float, bytes]:
+        """Everything queued as one write, without waiting (the queue must not be empty)."""
         data = b"".join(self._chunks)
         self._chunks.clear()
         if self._room:
