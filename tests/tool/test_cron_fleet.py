@@ -9,7 +9,6 @@ import functools
 import json
 from pathlib import Path
 
-import redis
 import trio
 import trio.testing
 
@@ -36,6 +35,19 @@ def daemon_config(config: Config, tmp_path: Path, name: str, **cron: object) -> 
 
 def claim_of(server: RedisServer, run: str) -> dict[str, str] | None:
     return server.json_at(f"csp-web:cron:run:{run}")  # type: ignore[no-any-return]
+
+
+def plant_dead_claim(server: RedisServer, run: str) -> None:
+    """``run`` claimed by a daemon that died mid-run: its lease stands, nobody renews it."""
+    dead = json.dumps({"owner": "a-daemon-that-died", "state": "running"})
+    with server.client() as client:
+        client.set(f"csp-web:cron:run:{run}", dead, px=600_000)
+
+
+def end_lease(server: RedisServer, run: str) -> None:
+    """The dead daemon's lease on ``run`` runs out without "done"."""
+    with server.client() as client:
+        client.delete(f"csp-web:cron:run:{run}")
 
 
 async def test_a_job_added_on_one_daemon_runs_once_per_occurrence_across_two(
@@ -126,23 +138,20 @@ async def test_a_run_whose_daemon_died_is_taken_over_when_its_lease_ends(
     open_link: OpenLink,  # noqa: F811
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
-    client = redis.Redis(unix_socket_path=redis_server.socket)
-    dead = json.dumps({"owner": "a-daemon-that-died", "state": "running"})
     run_once = daemon_config(config, tmp_path, "b", default_missed="run_once")
     async with open_link() as link, open_rig(run_once, TrioWall(), link=link) as rig:
         await rig.add("j", "*/5 * * * *")
-        client.set(f"csp-web:cron:run:{KEY}", dead, px=600_000)  # claimed, mid-run, elsewhere
+        plant_dead_claim(redis_server, KEY)  # claimed, mid-run, elsewhere
         await quiet(link)
         mock_clock.jump(300)
         await settle(lambda: KEY in {w.key for w in rig.cron._claims._watched.values()})  # type: ignore[union-attr]
         assert rig.seen == []
-        client.delete(f"csp-web:cron:run:{KEY}")  # its lease ran out without "done"
+        end_lease(redis_server, KEY)
         await quiet(link)
         mock_clock.jump(60)  # the scheduler's next look
         await settle(lambda: rig.seen == [KEY] and not rig.cron.is_running("j"))
         await quiet(link)
         assert claim_of(redis_server, KEY)["state"] == "done"  # type: ignore[index]
-    client.close()
 
 
 async def test_a_skip_job_records_a_dead_daemons_run_as_missed_instead(
@@ -152,25 +161,22 @@ async def test_a_skip_job_records_a_dead_daemons_run_as_missed_instead(
     open_link: OpenLink,  # noqa: F811
     redis_server: RedisServer,  # noqa: F811
 ) -> None:
-    client = redis.Redis(unix_socket_path=redis_server.socket)
-    dead = json.dumps({"owner": "a-daemon-that-died", "state": "running"})
     async with (
         open_link() as link,
         open_rig(daemon_config(config, tmp_path, "b"), TrioWall(), link=link) as rig,
     ):
         await rig.add("j", "*/5 * * * *")
-        client.set(f"csp-web:cron:run:{KEY}", dead, px=600_000)
+        plant_dead_claim(redis_server, KEY)
         await quiet(link)
         mock_clock.jump(300)
         await settle(lambda: bool(rig.cron._claims._watched))  # type: ignore[union-attr]
-        client.delete(f"csp-web:cron:run:{KEY}")
+        end_lease(redis_server, KEY)
         await quiet(link)
         mock_clock.jump(60)
         await settle(lambda: bool(rig.history("j")))
         assert rig.seen == []
         assert rig.history("j") == [(KEY, "FAIL")]
         await settle(lambda: (claim_of(redis_server, KEY) or {}).get("state") == "done")
-    client.close()
 
 
 async def test_a_daemon_started_while_redis_is_down_adopts_the_jobs_when_it_returns(
