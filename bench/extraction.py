@@ -6,7 +6,8 @@ Run from the repository root::
 
 Without DIRs (or without `--corpus`) it runs both dev corpora beside the clone: the Zyte news
 articles (`extraction-dev`) and the seven-type WCXB pages (`extraction-wcxb-dev`), and prints
-a table per corpus: F1, precision and recall overall and per page type, median and p90 ms.
+a table per corpus: F1, precision and recall overall and per page type, median and p90 ms,
+and how many of the extractor's PAGE_TYPE hints were right out of those given.
 `--half a` or `--half b` scores only the pages whose id hashes into that half (crc32 of the
 id, even or odd), so a rule tuned on one half can be checked on the other.
 
@@ -37,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/extraction.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from specialists.web.extract import extract_article  # noqa: E402
+from specialists.web.extract import Article, extract_article  # noqa: E402
 
 CORPORA_DIR = REPO_ROOT.parent / "shared" / "corpus"
 DEFAULT_CORPUS = CORPORA_DIR / "extraction-dev"
@@ -52,7 +53,9 @@ _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _LEADING_TITLE = re.compile(r"\A\s*# [^\n]*\n?")
 
-Extractor = Callable[[str, str | None], str]
+Extractor = Callable[[str, str | None], Article]
+# The corpora's type names that the extractor's PAGE_TYPE hint spells otherwise.
+_HINT_NAMES = {"documentation": "docs"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,14 @@ class PageScore:
     false_negative: int
     elapsed_ms: float
     cpu_ms: float
+    hint: str | None = None
+
+    @property
+    def hint_is_right(self) -> bool | None:
+        """Whether the extractor's PAGE_TYPE hint names the page's type (None: no hint)."""
+        if self.hint is None:
+            return None
+        return self.hint == _HINT_NAMES.get(self.page_type, self.page_type)
 
     @property
     def precision(self) -> float | None:
@@ -98,10 +109,16 @@ class CorpusScore:
     p90_ms: float
     pages: tuple[PageScore, ...]
 
+    @property
+    def hints(self) -> tuple[int, int]:
+        """(right, given): how many PAGE_TYPE hints were given, and how many named the type."""
+        verdicts = [page.hint_is_right for page in self.pages if page.hint is not None]
+        return sum(1 for right in verdicts if right), len(verdicts)
+
     def by_type(self) -> dict[str, CorpusScore]:
         """The same figures for each page type, in name order."""
         types = sorted({page.page_type for page in self.pages})
-        return {kind: _summarise([p for p in self.pages if p.page_type == kind]) for kind in types}
+        return {kind: summarise([p for p in self.pages if p.page_type == kind]) for kind in types}
 
 
 def markdown_to_text(markdown: str) -> str:
@@ -157,13 +174,13 @@ def load_corpus(corpus: Path, half: str | None = None) -> list[Page]:
     return pages
 
 
-def _extract_markdown(html: str, url: str | None) -> str:
-    return extract_article(html, url=url).markdown
+def _extract(html: str, url: str | None) -> Article:
+    return extract_article(html, url=url)
 
 
 def score_corpus(
     corpus: Path = DEFAULT_CORPUS,
-    extract: Extractor = _extract_markdown,
+    extract: Extractor = _extract,
     *,
     repeat: int = 1,
     half: str | None = None,
@@ -176,24 +193,30 @@ def score_corpus(
     """
     scores = []
     for page in load_corpus(corpus, half):
-        markdown, wall_ms, cpu_ms = _timed(extract, page.html, page.url, max(1, repeat))
-        counts = compare(markdown_to_text(markdown), page.truth)
-        scores.append(PageScore(page.page_id, page.page_type, *counts, wall_ms, cpu_ms))
-    return _summarise(scores)
+        article, wall_ms, cpu_ms = _timed(extract, page.html, page.url, max(1, repeat))
+        counts = compare(markdown_to_text(article.markdown), page.truth)
+        scores.append(
+            PageScore(page.page_id, page.page_type, *counts, wall_ms, cpu_ms, article.page_type)
+        )
+    return summarise(scores)
 
 
-def _timed(extract: Extractor, html: str, url: str | None, repeat: int) -> tuple[str, float, float]:
+def _timed(
+    extract: Extractor, html: str, url: str | None, repeat: int
+) -> tuple[Article, float, float]:
     best_wall = best_cpu = float("inf")
-    markdown = ""
+    article = None
     for _ in range(repeat):
         wall, cpu = time.perf_counter(), time.thread_time()
-        markdown = extract(html, url)
+        article = extract(html, url)
         best_cpu = min(best_cpu, (time.thread_time() - cpu) * 1000)
         best_wall = min(best_wall, (time.perf_counter() - wall) * 1000)
-    return markdown, best_wall, best_cpu
+    assert article is not None  # repeat >= 1
+    return article, best_wall, best_cpu
 
 
-def _summarise(scores: Sequence[PageScore]) -> CorpusScore:
+def summarise(scores: Sequence[PageScore]) -> CorpusScore:
+    """The corpus-level figures of `scores`: mean precision and recall, their F1, timings."""
     precisions = [s.precision for s in scores if s.precision is not None]
     recalls = [s.recall for s in scores if s.recall is not None]
     precision = statistics.fmean(precisions) if precisions else 0.0
@@ -230,13 +253,15 @@ def report(score: CorpusScore, command: str, worst: int = 10, name: str = "corpu
         f"  recall {score.recall:.4f}  F1 {score.f1:.4f}",
         f"ms/page  mean {score.mean_ms:.2f}  median {score.median_ms:.2f}"
         f"  p90 {score.p90_ms:.2f}  (median CPU {score.median_cpu_ms:.2f})",
-        f"  {'type':<14} {'pages':>5} {'F1':>6} {'P':>6} {'R':>6} {'med ms':>7} {'p90 ms':>7}",
+        f"  {'type':<14} {'pages':>5} {'F1':>6} {'P':>6} {'R':>6} {'med ms':>7} {'p90 ms':>7}"
+        "  hints right/given",
     ]
     rows = [("overall", score), *score.by_type().items()]
     for kind, part in rows:
+        right, given = part.hints
         lines.append(
             f"  {kind:<14} {len(part.pages):>5} {part.f1:>6.3f} {part.precision:>6.3f}"
-            f" {part.recall:>6.3f} {part.median_ms:>7.2f} {part.p90_ms:>7.2f}"
+            f" {part.recall:>6.3f} {part.median_ms:>7.2f} {part.p90_ms:>7.2f}  {right:>5}/{given}"
         )
     lines.append(f"worst {worst} pages by F1:")
     for page in sorted(score.pages, key=lambda p: p.f1)[:worst]:

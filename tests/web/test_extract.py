@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 from bench.extraction import (
     DEFAULT_CORPUS,
     WCXB_CORPUS,
+    CorpusScore,
+    PageScore,
     half_of,
     markdown_to_text,
     score_corpus,
     shingles,
+    summarise,
 )
 from specialists.web.extract import Article, extract_article, outline
 
@@ -262,6 +265,8 @@ def test_dev_corpus_f1_stays_above_the_regression_guard() -> None:
     score = score_corpus(DEFAULT_CORPUS)
     assert len(score.pages) == 88
     assert score.f1 >= 0.98
+    right, given = score.hints
+    assert right == given  # a hint on a news article says "article"
 
 
 # Floors just under what the extractor reaches on the WCXB dev pages (bench/extraction.py).
@@ -277,17 +282,49 @@ WCXB_FLOORS = {
 }
 
 
+# PAGE_TYPE is a hint an agent acts on: given only when the extractor can tell, so it must be
+# right nearly always; and it should be given on a fair share of pages to be worth having.
+MIN_HINT_PRECISION = 0.9
+MIN_HINT_SHARE = 0.4
+
+
+@pytest.fixture(scope="module")
+def wcxb_score() -> CorpusScore:
+    if not WCXB_CORPUS.is_dir():
+        pytest.skip(
+            f"the WCXB evaluation corpus {WCXB_CORPUS} is not beside this clone (CI has it)"
+        )
+    return score_corpus(WCXB_CORPUS)
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not WCXB_CORPUS.is_dir(),
-    reason=f"the WCXB evaluation corpus {WCXB_CORPUS} is not beside this clone (CI provides it)",
-)
-def test_wcxb_dev_corpus_f1_overall_and_per_page_type_stays_above_the_floors() -> None:
-    score = score_corpus(WCXB_CORPUS)
+def test_wcxb_dev_corpus_f1_overall_and_per_page_type_stays_above_the_floors(
+    wcxb_score: CorpusScore,
+) -> None:
+    score = wcxb_score
     assert len(score.pages) == 600
     figures = {"overall": score.f1} | {kind: part.f1 for kind, part in score.by_type().items()}
     below = {kind: round(f1, 4) for kind, f1 in figures.items() if f1 < WCXB_FLOORS[kind]}
     assert below == {}
+
+
+@pytest.mark.slow
+def test_page_type_hints_on_the_wcxb_pages_are_nearly_always_right(
+    wcxb_score: CorpusScore,
+) -> None:
+    right, given = wcxb_score.hints
+    assert given >= MIN_HINT_SHARE * len(wcxb_score.pages)
+    assert right >= MIN_HINT_PRECISION * given
+
+
+def test_a_page_type_hint_is_judged_against_the_corpus_type_names() -> None:
+    def page(kind: str, hint: str | None) -> PageScore:
+        return PageScore("0001", kind, 1, 0, 0, 1.0, 1.0, hint)
+
+    assert page("documentation", "docs").hint_is_right is True
+    assert page("listing", "collection").hint_is_right is False
+    assert page("service", None).hint_is_right is None
+    assert summarise([page("forum", "forum"), page("forum", "article")]).hints == (1, 2)
 
 
 def test_corpus_halves_split_by_id_hash_are_stable_and_both_used() -> None:
