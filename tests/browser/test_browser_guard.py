@@ -35,7 +35,11 @@ new WebSocket("wss://ws.private.test:{port}/socket");
 
 
 async def test_image_fetch_websocket_and_iframe_to_a_private_host_are_each_refused(
-    dispatcher: Dispatcher, origin: Origin, private: Listener, refusals: Refusals
+    dispatcher: Dispatcher,
+    services: BrowserServices,
+    origin: Origin,
+    private: Listener,
+    refusals: Refusals,
 ) -> None:
     url = serve(origin, "/sub", subresources_page(private.port))
     reply = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), ("SESSION", "sub"))
@@ -43,6 +47,10 @@ async def test_image_fetch_websocket_and_iframe_to_a_private_host_are_each_refus
     hosts = ("img", "frame", "fetch", "ws")
     await refusals.wait_for(f"{host}.private.test:{private.port}" for host in hosts)
     by_target = {r.target: r.error for r in refusals.seen}
+    # All came through the page's context's lane; the main port carries only the browser's
+    # own background requests (an update check), which no action ever reads.
+    (lane,) = {r.lane for r in refusals.seen if r.target.endswith(f"private.test:{private.port}")}
+    assert lane != services.proxy.main.number
     for host in hosts:
         assert by_target[f"{host}.private.test:{private.port}"] == "ssrf_blocked:loopback-127/8"
     assert private.connections == 0
@@ -238,6 +246,7 @@ async def test_each_lane_keeps_only_the_refusals_of_requests_that_came_through_i
 ) -> None:
     proxy = GuardProxy(lambda: guard, resolver=dns)
     answers: dict[str, bytes] = {}
+    kept_on_answer: dict[str, list[str]] = {}
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as nursery:
             await nursery.start(proxy.serve)
@@ -246,6 +255,9 @@ async def test_each_lane_keeps_only_the_refusals_of_requests_that_came_through_i
 
             async def ask(name: str, lane: Lane, target: str) -> None:
                 answers[name] = await _connect_through(lane.port, target)
+                # What the lane holds the moment the answer is in: a refusal is kept before
+                # a byte of its answer goes out, so reading it needs no wait.
+                kept_on_answer[name] = [r.error for r in lane.refusals_since(0)]
 
             async with trio.open_nursery() as both:  # at the same time
                 both.start_soon(ask, "refused", refused, f"private.test:{private.port}")
@@ -261,6 +273,7 @@ async def test_each_lane_keeps_only_the_refusals_of_requests_that_came_through_i
         b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: ssrf_blocked:loopback-127/8\r\n"
     )
     assert answers["allowed"] == b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert kept_on_answer == {"refused": ["ssrf_blocked:loopback-127/8"], "allowed": []}
     assert [(r.lane, r.target, r.error) for r in refused.refusals_since(0)] == [
         (refused.number, f"private.test:{private.port}", "ssrf_blocked:loopback-127/8")
     ]
@@ -306,7 +319,10 @@ async def test_two_contexts_at_once_each_hear_only_their_own_refusal(
         (refused.number, f"private.test:{private.port}", "ssrf_blocked:loopback-127/8")
     }
     assert allowed.refusals_since(0) == []
-    assert {r.lane for r in refusals.seen} == {refused.number}  # none came by the main port
+    # Besides the browser's own background requests (the main port's, read by no action),
+    # every refusal of the moment came through the refused context's lane.
+    main = services.proxy.main.number
+    assert {r.lane for r in refusals.seen if r.lane != main} == {refused.number}
     assert private.connections == 0
 
 
