@@ -217,10 +217,12 @@ class GuardProxy:
                 token.run_sync_soon(lane.scope.cancel)
 
     def _start_lane(self, lane: Lane, sock: socket.socket) -> None:
-        if self._nursery is None:
+        try:
+            if self._nursery is None:
+                raise RuntimeError("the proxy stopped")
+            self._nursery.start_soon(self._serve_lane, lane, sock)
+        except RuntimeError:  # stopped, or its nursery closing: the lane never serves
             sock.close()
-            return
-        self._nursery.start_soon(self._serve_lane, lane, sock)
 
     async def _serve_lane(self, lane: Lane, sock: socket.socket) -> None:
         try:

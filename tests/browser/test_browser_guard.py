@@ -268,6 +268,17 @@ async def test_each_lane_keeps_only_the_refusals_of_requests_that_came_through_i
             # A closed lane stops listening: its port refuses the connection.
             with pytest.raises(OSError, match="all attempts to connect"):
                 await _connect_through(refused.port, f"origin.test:{origin.port}")
+            # Closing a lane (its context closed) also ends the tunnels still open through it.
+            tunnel = await trio.open_tcp_stream("127.0.0.1", allowed.port)
+            async with tunnel:
+                await tunnel.send_all(
+                    f"CONNECT origin.test:{origin.port} HTTP/1.1\r\n\r\n".encode()
+                )
+                assert await tunnel.receive_some(65536) == (
+                    b"HTTP/1.1 200 Connection established\r\n\r\n"
+                )
+                proxy.close_lane(allowed)
+                assert await tunnel.receive_some(65536) == b""
             nursery.cancel_scope.cancel()
     assert answers["refused"].startswith(
         b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: ssrf_blocked:loopback-127/8\r\n"
@@ -279,7 +290,7 @@ async def test_each_lane_keeps_only_the_refusals_of_requests_that_came_through_i
     ]
     assert allowed.refusals_since(0) == []
     assert proxy.main.refusals_since(0) == []
-    assert (proxy.stats.lanes_opened, proxy.stats.lanes_open) == (2, 1)
+    assert (proxy.stats.lanes_opened, proxy.stats.lanes_open) == (2, 0)
     assert private.connections == 0
 
 
