@@ -17,6 +17,7 @@ from csp_web.net import GuardConfig
 from protocol import ErrorCode
 
 from .engine import BrowserEngine
+from .errors import refusals_on
 from .pages import PageSet, close_pages, open_pages
 
 
@@ -60,7 +61,8 @@ class LocalCanvas:
                 self.shown = "inline"
             else:
                 assert url is not None
-                self.shown = await self.engine.run(_goto, pages, url, timeout_ms)
+                with refusals_on(pages.lane, scope="canvas", url=url):
+                    self.shown = await self.engine.run(_goto, pages, url, timeout_ms)
             return self.shown
 
     async def _open(self, width: int, height: int) -> PageSet:
@@ -93,7 +95,8 @@ class LocalCanvas:
     async def navigate(self, url: str, timeout_ms: float) -> str:
         async with self._lock:
             pages = self._require()
-            self.shown = await self.engine.run(_goto, pages, url, timeout_ms)
+            with refusals_on(pages.lane, scope="canvas", url=url):
+                self.shown = await self.engine.run(_goto, pages, url, timeout_ms)
             return self.shown
 
     async def evaluate(self, expression: str, timeout_ms: float, max_bytes: int) -> str:

@@ -30,6 +30,8 @@ import trio
 
 from csp_web.config.browser import BrowserConfig
 
+from .proxy import GuardProxy, Lane
+
 log = logging.getLogger("csp_web.browser")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -102,6 +104,15 @@ class BrowserHandle:
     connected: bool = True
 
 
+@dataclass(frozen=True)
+class Opened:
+    """One BrowserContext, the browser it is on, and its own lane into the guard proxy."""
+
+    context: Any
+    handle: BrowserHandle
+    lane: Lane
+
+
 @dataclass
 class EngineStats:
     """What ``REQ:stats`` shows of the engine."""
@@ -121,12 +132,12 @@ class BrowserEngine:
         self,
         config: BrowserConfig,
         *,
-        proxy_url: str,
+        proxy: GuardProxy,
         headless: bool = True,
         env: dict[str, str] | None = None,
     ) -> None:
         self.config = config
-        self.proxy_url = proxy_url
+        self.proxy = proxy
         self.headless = headless
         self.env = env
         self.sandbox = sandboxed()
@@ -187,18 +198,28 @@ class BrowserEngine:
 
     # ---- browsers (engine thread only) -------------------------------------------------
 
-    async def new_context(self, **options: Any) -> tuple[Any, BrowserHandle]:
-        """A fresh BrowserContext on the current browser (launched or recycled as needed)."""
+    async def new_context(self, **options: Any) -> Opened:
+        """A fresh BrowserContext on the current browser (launched or recycled as needed),
+        whose every request goes through a lane of the guard proxy of its own: its refusals
+        are kept where only this context's actions read them."""
         handle = await self._browser()
         try:
-            context = await handle.browser.new_context(**options)
-        except Exception as exc:
-            if not handle.browser.is_connected():
+            lane = self.proxy.open_lane()
+        except OSError as exc:
+            raise BrowserUnavailable(f"no guard proxy lane: {exc.strerror or exc}") from exc
+        # The bypass list is explicit: loopback must go through the lane too, whatever
+        # Playwright's environment says (PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK).
+        proxy = {"server": lane.url, "bypass": "<-loopback>"}
+        try:
+            context = await handle.browser.new_context(proxy=proxy, **options)
+        except BaseException as exc:
+            self.proxy.close_lane(lane)
+            if isinstance(exc, Exception) and not handle.browser.is_connected():
                 raise BrowserUnavailable("the browser closed") from exc
             raise
         handle.contexts += 1
         context.on("page", lambda _page: self._count_page(handle))
-        return context, handle
+        return Opened(context, handle, lane)
 
     def _count_page(self, handle: BrowserHandle) -> None:
         handle.pages += 1
@@ -209,10 +230,15 @@ class BrowserEngine:
             if self._current is handle:
                 self._current = None
 
-    async def close_context(self, context: Any, handle: BrowserHandle) -> None:
-        """Close ``context``; the last context of a retired browser closes the browser too."""
-        with contextlib.suppress(Exception):
-            await context.close()
+    async def close_context(self, opened: Opened) -> None:
+        """Close the context, then its lane; the last context of a retired browser closes
+        the browser too."""
+        handle = opened.handle
+        try:
+            with contextlib.suppress(Exception):
+                await opened.context.close()
+        finally:
+            self.proxy.close_lane(opened.lane)
         handle.contexts -= 1
         if handle.retired and handle.contexts <= 0:
             await self._close_handle(handle)
@@ -235,7 +261,7 @@ class BrowserEngine:
             self.driver_pid = max(_drivers() - before, default=None)
         executable = find_executable(self.config)
         args = launch_args(
-            proxy_url=self.proxy_url, trusted_spki=self.config.trusted_spki, sandbox=self.sandbox
+            proxy_url=self.proxy.url, trusted_spki=self.config.trusted_spki, sandbox=self.sandbox
         )
         try:
             browser = await self._playwright.chromium.launch(
@@ -324,7 +350,7 @@ async def _call(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T
 
 def _drivers() -> set[int]:
     """This process's Playwright driver children: every Chromium one launches is its
-    descendant, which is how the proxy knows its peers (``proxy.owned_by_tree``)."""
+    descendant, which is how the proxy knows its peers (``peers.owned_by_tree``)."""
     found: set[int] = set()
     pid = os.getpid()
     try:

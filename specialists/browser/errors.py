@@ -1,15 +1,24 @@
-"""Playwright's and the engine's failures as catalogue codes: the one translation seam."""
+"""Playwright's and the engine's failures as catalogue codes: the one translation seam.
+
+A navigation that fails because the guard proxy refused one of its requests is answered with
+the guard's own code. Which refusal: one kept on the lane of the context that ran the action
+(never another context's), made since the action began. The proxy keeps a refusal before it
+writes a byte of its answer, so when Chromium reports the failure the record is already on
+the lane: there is nothing to wait for, and nothing later can change the answer.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
 from .engine import BrowserUnavailable
 from .pages import ActionError, host_port
-from .proxy import GuardProxy
+from .proxy import Lane
 
 _NET_ERROR = re.compile(r"net::(ERR_[A-Z_]+)")
 # Chromium's answers to a proxy that refused a tunnel or a request: the guard said no.
@@ -18,10 +27,16 @@ _CLOSED = ("has been closed", "Target closed", "Browser closed", "crashed")
 
 
 def translate(
-    exc: Exception, *, scope: str, proxy: GuardProxy, since: int, url: str | None
+    exc: Exception,
+    *,
+    scope: str,
+    lane: Lane | None = None,
+    since: int = 0,
+    url: str | None = None,
 ) -> OpError:
-    """``exc`` as an OpError: the guard's own refusal when the proxy refused ``url``'s host.
-    Anything that is neither ours nor Playwright's is a bug: re-raised (internal_error)."""
+    """``exc`` as an OpError: the guard's own refusal when ``lane`` (the acting context's)
+    holds one made since ``since`` (preferring one of ``url``'s host). Anything that is
+    neither ours nor Playwright's is a bug: re-raised (internal_error)."""
     from playwright.async_api import Error as PlaywrightError
 
     if isinstance(exc, OpError):
@@ -36,9 +51,10 @@ def translate(
     if any(text in message for text in _CLOSED):
         return OpError(ErrorCode.BROWSER_UNAVAILABLE, "closed mid-action", scope=(scope,))
     net = _NET_ERROR.search(message)
-    if url is not None and net is not None:
-        refusal = proxy.refusal_since(since, *host_port(url))
-        if refusal is not None and net.group(1) in _PROXY_REFUSALS:
+    if lane is not None and net is not None and net.group(1) in _PROXY_REFUSALS:
+        host, port = host_port(url) if url is not None else ("", 0)
+        refusal = lane.refusal_since(since, host, port)
+        if refusal is not None:
             return OpError(refusal.code, refusal.detail, scope=(scope,))
     if net is not None:
         return OpError(ErrorCode.NAVIGATION_FAILED, net.group(1).lower(), scope=(scope,))
@@ -46,3 +62,17 @@ def translate(
         return OpError(ErrorCode.NAVIGATION_FAILED, "timeout", scope=(scope,))
     first = message.splitlines()[0][:200] if message else type(exc).__name__
     return OpError(ErrorCode.ACTION_FAILED, first, scope=(scope,))
+
+
+@contextmanager
+def refusals_on(lane: Lane, *, scope: str, url: str | None) -> Iterator[None]:
+    """Around one action on a context: what it raises leaves translated, a guard refusal read
+    from the context's own ``lane`` (made since the block began), never another's."""
+    since = lane.mark()
+    try:
+        yield
+    except Exception as exc:
+        error = translate(exc, scope=scope, lane=lane, since=since, url=url)
+        if error is exc:
+            raise
+        raise error from exc

@@ -32,7 +32,7 @@ from protocol import ErrorCode
 from specialists.web.extract import extract_article
 
 from . import pages as page_ops
-from .errors import translate
+from .errors import refusals_on, translate
 from .pages import PageSet
 from .services import BrowserServices
 from .sessions import SESSION_NAME, owner_of
@@ -67,14 +67,17 @@ async def _on_pages(
     ctx: OpContext,
     session: str | None,
     step: Callable[[PageSet], Awaitable[T]],
+    url: str | None = None,
 ) -> T:
-    """Run ``step`` on the session's page, or on a fresh page closed after it."""
+    """Run ``step`` on the session's page, or on a fresh page closed after it; a guard
+    refusal it meets (loading ``url`` or anything after) is read from that context's lane."""
     config = ctx.config.tool.browser
     guard = services.guard()
     if session is not None:
         owner = owner_of(ctx.peer.uid, ctx.peer.connection)
         async with services.sessions.use(session, owner, config, guard) as held:
-            return await step(held.pages)
+            with refusals_on(held.pages.lane, scope="browser", url=url):
+                return await step(held.pages)
     engine = services.engine
     fresh = await engine.run(
         page_ops.open_pages,
@@ -85,7 +88,8 @@ async def _on_pages(
         height=config.viewport_height,
     )
     try:
-        return await step(fresh)
+        with refusals_on(fresh.lane, scope="browser", url=url):
+            return await step(fresh)
     finally:
         with trio.CancelScope(shield=True):
             await engine.run(page_ops.close_pages, engine, fresh)
@@ -98,7 +102,7 @@ async def _navigate(services: BrowserServices, ctx: OpContext, params: Params) -
     async def step(pages: PageSet) -> page_ops.Navigated:
         return await engine.run(page_ops.navigate, pages, url, _timeout_ms())
 
-    done = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    done = await _on_pages(services, ctx, params.opt_text("SESSION"), step, url)
     _check_landing(done.url, services)
     fields = [("URL", done.url), ("TITLE", done.title)]
     if done.status is not None:
@@ -219,11 +223,10 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
     target = params.opt_text("TARGET_URL")
     ctx.audit.update(action=action, url=target, session=session)
     started = time.monotonic()
-    since = services.proxy.seq
     try:
         result = await _act(services, ctx, params, action)
     except Exception as exc:
-        error = translate(exc, scope="browser", proxy=services.proxy, since=since, url=target)
+        error = translate(exc, scope="browser", url=target)
         await _remember(ctx, params, action, f"{error.code}:{error.detail}", target)
         raise error from exc
     url = dict(result.fields).get("URL", target)

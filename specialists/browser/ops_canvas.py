@@ -112,13 +112,10 @@ async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> R
     name = params.text("NODE")
     ctx.audit.update(action=action, node=name, url=params.opt_text("URL"))
     started = time.monotonic()
-    since = services.proxy.seq
     try:
         detail, fields = await _act(services, ctx, params, action, name)
     except Exception as exc:
-        error = translate(
-            exc, scope="canvas", proxy=services.proxy, since=since, url=params.opt_text("URL")
-        )
+        error = translate(exc, scope="canvas", url=params.opt_text("URL"))
         await _remember(ctx, params, action, name, f"{error.code}:{error.detail}")
         raise error from exc
     await _remember(ctx, params, action, name, "ok")

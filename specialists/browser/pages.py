@@ -16,7 +16,8 @@ from typing import Any
 from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
 
-from .engine import BrowserEngine, BrowserHandle
+from .engine import BrowserEngine, BrowserHandle, Opened
+from .proxy import Lane
 
 # The schemes a popup may show; anything else (file:, chrome:, data:, javascript:) is closed.
 _WEB_SCHEMES = ("https:", "http:", "about:blank")
@@ -33,14 +34,26 @@ class ActionError(Exception):
 
 @dataclass
 class PageSet:
-    """One BrowserContext and its main page; popups counted against ``max_pages``."""
+    """One BrowserContext, its lane into the guard proxy and its main page; popups
+    counted against ``max_pages``."""
 
-    context: Any
-    handle: BrowserHandle
+    opened: Opened
     page: Any
     popups_kept: int = 0
     popups_closed: int = 0
     popup_decided: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def context(self) -> Any:
+        return self.opened.context
+
+    @property
+    def handle(self) -> BrowserHandle:
+        return self.opened.handle
+
+    @property
+    def lane(self) -> Lane:
+        return self.opened.lane
 
 
 async def open_pages(
@@ -52,19 +65,19 @@ async def open_pages(
     height: int,
 ) -> PageSet:
     """A fresh context (no shared cookies, storage or cache) with one page."""
-    context, handle = await engine.new_context(
+    opened = await engine.new_context(
         viewport={"width": width, "height": height},
         service_workers="block",
         accept_downloads=False,
         java_script_enabled=True,
     )
     try:
-        page = await context.new_page()
+        page = await opened.context.new_page()
     except BaseException:
-        await engine.close_context(context, handle)
+        await engine.close_context(opened)
         raise
-    pages = PageSet(context, handle, page)
-    context.on("page", lambda popup: _admit_popup(pages, popup, guard, max_pages))
+    pages = PageSet(opened, page)
+    opened.context.on("page", lambda popup: _admit_popup(pages, popup, guard, max_pages))
     return pages
 
 
@@ -101,7 +114,7 @@ def _close_soon(page: Any) -> None:
 
 
 async def close_pages(engine: BrowserEngine, pages: PageSet) -> None:
-    await engine.close_context(pages.context, pages.handle)
+    await engine.close_context(pages.opened)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """The forward proxy every Chromium request goes through, applying the same guard as fetch.
 
 Chromium is launched with ``--proxy-server`` pointing here (127.0.0.1, port 0) and its
-loopback bypass removed, so every HTTP request and every tunnel (https, wss) arrives as one
-proxy request. Each is judged exactly as ``web.fetch`` judges a URL:
+loopback bypass removed, and every BrowserContext the engine makes is given a proxy of its
+own: a **lane**, another listener of this proxy on 127.0.0.1 port 0 whose port only that
+context is told of. So every HTTP request and every tunnel (https, wss) arrives as one proxy
+request, and the port it arrived on says which context made it. Each is judged exactly as
+``web.fetch`` judges a URL:
 
 - ``CONNECT host:port``: the URL gate on ``https://host:port/`` (scheme, port, host syntax,
   blocked names, IP literals through the deny table), then ``resolve_checked`` (every answer
@@ -13,21 +16,27 @@ proxy request. Each is judged exactly as ``web.fetch`` judges a URL:
 - ``GET http://...`` (only when ``allow_http``): the same, then the request is forwarded
   in origin form with ``Connection: close``.
 
-A refusal answers ``403`` with ``X-Csp-Guard: <code>:<detail>``, is counted, and is kept in a
-short list so an op can name the guard's code instead of Chromium's net error. Only sockets
-held by processes under the Playwright driver (Chromium) may use the proxy: a peer found
-elsewhere (another local process) is closed without a byte. Owns its listener; ``serve``
-runs until cancelled.
+A refusal answers ``403`` with ``X-Csp-Guard: <code>:<detail>``, is counted, and is kept on
+the lane it came through, so an action can name the guard's code instead of Chromium's net
+error, and no other context can see it. It is kept before a byte of the answer is written:
+when Chromium reports the failure, the record is already there. Requests on the main port
+(the browser's own, outside any context) are judged alike and their refusals kept on no
+context's lane. Only sockets held by processes under the Playwright driver (Chromium) may use
+the proxy (``peers.py``): a peer found elsewhere (another local process) is closed without a
+byte. Owns its listeners; ``serve`` runs until cancelled.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
+import itertools
 import logging
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -36,27 +45,78 @@ from csp_web.net import GuardConfig, Resolver, SystemResolver, check_url
 from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
+from .peers import PeerCheck
+
 log = logging.getLogger("csp_web.browser.proxy")
 MAX_HEAD_BYTES = 16 * 1024  # a proxy request head; Chromium's are well under 2 KiB
+MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
+_LANE_BACKLOG = 128
 _CHUNK = 65536
 _HOP_HEADERS = frozenset(
     {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te", b"upgrade"}
 )
 _TLS_HANDSHAKE = 0x16  # the first byte of a TLS record carrying a ClientHello (RFC 8446 §5.1)
+# A plain http request's method, absolute URL, headers and the bytes read past its head.
+_Request = tuple[bytes, str, list[tuple[bytes, bytes]], bytes]
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """One request the guard refused: where it went and why (code:detail)."""
+    """One request the guard refused: which lane it came through, where it went, why."""
 
+    lane: int  # 0: the main port (the browser's own requests, no context's)
     target: str
     code: ErrorCode
     detail: str
-    seq: int
+    seq: int  # its number on its lane, from 1
 
     @property
     def error(self) -> str:
         return f"{self.code}:{self.detail}"
+
+
+class Lane:
+    """One context's own listener on the proxy and the refusals of what came through it.
+
+    Thread-safe: the proxy's trio thread records, the action reading it runs on another."""
+
+    def __init__(self, number: int, port: int) -> None:
+        self.number = number
+        self.port = port
+        self.closed = False
+        self._lock = threading.Lock()
+        self._count = 0
+        self._kept: collections.deque[Refusal] = collections.deque(maxlen=MAX_LANE_REFUSALS)
+        self.scope = trio.CancelScope()  # its listener's and connections': entered by the proxy
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def mark(self) -> int:
+        """How many refusals so far: an action notes it before it starts."""
+        with self._lock:
+            return self._count
+
+    def record(self, target: str, code: ErrorCode, detail: str) -> Refusal:
+        with self._lock:
+            self._count += 1
+            refusal = Refusal(self.number, target, code, detail, self._count)
+            self._kept.append(refusal)
+        return refusal
+
+    def refusals_since(self, mark: int) -> list[Refusal]:
+        with self._lock:
+            return [r for r in self._kept if r.seq > mark]
+
+    def refusal_since(self, mark: int, host: str, port: int) -> Refusal | None:
+        """The refusal on this lane that explains an action's net error: of ``host:port``
+        (the URL it loaded), else the latest since ``mark`` (a redirect's hop)."""
+        recent = self.refusals_since(mark)
+        target = f"{host}:{port}"
+        same = [r for r in recent if r.target == target]
+        chosen = same or recent
+        return chosen[-1] if chosen else None
 
 
 @dataclass
@@ -65,10 +125,8 @@ class ProxyStats:
     forwarded: int = 0
     refused: int = 0
     foreign_peers: int = 0
-    recent: collections.deque[Refusal] = field(default_factory=lambda: collections.deque(maxlen=64))
-
-
-PeerCheck = Callable[[tuple[str, int], tuple[str, int]], bool]
+    lanes_opened: int = 0
+    lanes_open: int = 0
 
 
 class GuardProxy:
@@ -90,45 +148,97 @@ class GuardProxy:
         self.peer_check = peer_check
         self.port = 0
         self.stats = ProxyStats()
+        self.main = Lane(0, 0)  # the main port's refusals: read by no action
         # Called with each refusal as it is made (logs, tests waiting for one); must not block.
         self.on_refusal: Callable[[Refusal], None] | None = None
+        self._numbers = itertools.count(1)
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def seq(self) -> int:
-        """How many refusals so far: an action notes it before it starts."""
-        return self.stats.refused
-
-    def refusal_since(self, seq: int, host: str, port: int) -> Refusal | None:
-        """The refusal that explains an action's net error: of ``host:port`` (the URL it
-        loaded), else the latest made since ``seq`` (a redirect's or a subresource's hop)."""
-        recent = [r for r in self.stats.recent if r.seq > seq]
-        target = f"{host}:{port}"
-        same = [r for r in recent if r.target == target]
-        chosen = same or recent
-        return chosen[-1] if chosen else None
-
-    def _record(self, target: str, exc: OpError) -> str:
+    def _record(self, lane: Lane, target: str, exc: OpError) -> str:
         self.stats.refused += 1
-        refusal = Refusal(target, exc.code, exc.detail, self.stats.refused)
-        error = refusal.error
-        self.stats.recent.append(refusal)
-        log.info("proxy refused %s: %s", target, error)
+        refusal = lane.record(target, exc.code, exc.detail)
+        log.info("proxy refused %s (lane %d): %s", target, lane.number, refusal.error)
         if self.on_refusal is not None:
             self.on_refusal(refusal)
-        return error
+        return refusal.error
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen on 127.0.0.1 port 0 and serve until cancelled."""
+        """Listen on 127.0.0.1 port 0 and serve it and every lane until cancelled."""
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._serve_one, listeners)
+        self.main.port = self.port
+        try:
+            async with trio.open_nursery() as nursery:
+                self._token, self._nursery = trio.lowlevel.current_trio_token(), nursery
+                task_status.started()
+                await trio.serve_listeners(self._serving(self.main), listeners)
+        finally:
+            self._token = self._nursery = None
 
-    async def _serve_one(self, stream: trio.SocketStream) -> None:
+    # ---- lanes: one per context (callable from any thread) ------------------------------
+
+    def open_lane(self) -> Lane:
+        """A new listener on 127.0.0.1 port 0 for one context, served by ``serve``'s loop.
+        It listens on return (a connection made at once waits in its backlog). Raises
+        OSError when the proxy is not serving or no socket can be had."""
+        token = self._token
+        if token is None:
+            raise OSError(errno.ENOTCONN, "the guard proxy is not serving")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(_LANE_BACKLOG)
+            lane = Lane(next(self._numbers), sock.getsockname()[1])
+            token.run_sync_soon(self._start_lane, lane, sock)
+        except trio.RunFinishedError as exc:
+            sock.close()
+            raise OSError(errno.ENOTCONN, "the guard proxy is not serving") from exc
+        except BaseException:
+            sock.close()
+            raise
+        self.stats.lanes_opened += 1
+        self.stats.lanes_open += 1
+        return lane
+
+    def close_lane(self, lane: Lane) -> None:
+        """Stop ``lane``'s listener and end every connection that came through it."""
+        if lane.closed:
+            return
+        lane.closed = True
+        self.stats.lanes_open -= 1
+        token = self._token
+        if token is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # its listener is closed then
+                token.run_sync_soon(lane.scope.cancel)
+
+    def _start_lane(self, lane: Lane, sock: socket.socket) -> None:
+        try:
+            if self._nursery is None:
+                raise RuntimeError("the proxy stopped")
+            self._nursery.start_soon(self._serve_lane, lane, sock)
+        except RuntimeError:  # stopped, or its nursery closing: the lane never serves
+            sock.close()
+
+    async def _serve_lane(self, lane: Lane, sock: socket.socket) -> None:
+        try:
+            with lane.scope:
+                listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+                await trio.serve_listeners(self._serving(lane), [listener])
+        finally:
+            sock.close()
+
+    def _serving(self, lane: Lane) -> Callable[[trio.SocketStream], Awaitable[None]]:
+        async def serve_one(stream: trio.SocketStream) -> None:
+            await self._serve_one(stream, lane)
+
+        return serve_one
+
+    async def _serve_one(self, stream: trio.SocketStream, lane: Lane) -> None:
         try:
             async with stream:
                 if self.peer_check is not None:
@@ -137,22 +247,23 @@ class GuardProxy:
                     if not self.peer_check(peer, local):
                         self.stats.foreign_peers += 1
                         return
-                await self._handle(stream)
+                await self._handle(stream, lane)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return  # either side hung up; nothing to report to anyone
         except Exception:  # a bug must cost one connection, never the proxy (and the daemon)
             log.exception("proxy connection failed")
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.SocketStream, lane: Lane) -> None:
         head, rest = await _read_head(stream)
         if head is None:
             return
         method, target, headers = head
         config = self.guard()
         if method == b"CONNECT":
-            await self._tunnel(stream, target.decode("latin-1"), rest, config)
+            await self._tunnel(stream, lane, target.decode("latin-1"), rest, config)
         else:
-            await self._forward(stream, method, target.decode("latin-1"), headers, rest, config)
+            request = (method, target.decode("latin-1"), headers, rest)
+            await self._forward(stream, lane, request, config)
 
     async def _open_checked(self, url: str, config: GuardConfig) -> tuple[trio.SocketStream, str]:
         """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop."""
@@ -168,8 +279,10 @@ class GuardProxy:
                 error = exc if isinstance(exc, OSError) else OSError(errno.ETIMEDOUT, "timeout")
         raise OpError(ErrorCode.FETCH_FAILED, "connect") from error
 
-    async def _refuse(self, stream: trio.SocketStream, target: str, exc: OpError) -> None:
-        error = self._record(target, exc)
+    async def _refuse(
+        self, stream: trio.SocketStream, lane: Lane, target: str, exc: OpError
+    ) -> None:
+        error = self._record(lane, target, exc)  # kept before a byte of the answer is sent
         body = f"refused by the guard: {error}\n".encode()
         await stream.send_all(
             b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: " + error.encode() + b"\r\n"
@@ -178,13 +291,13 @@ class GuardProxy:
         )
 
     async def _tunnel(
-        self, stream: trio.SocketStream, target: str, rest: bytes, config: GuardConfig
+        self, stream: trio.SocketStream, lane: Lane, target: str, rest: bytes, config: GuardConfig
     ) -> None:
         host, port = _split_authority(target)
         try:
             upstream, _name = await self._open_checked(f"https://{target}/", config)
         except OpError as exc:
-            await self._refuse(stream, f"{host}:{port}", exc)
+            await self._refuse(stream, lane, f"{host}:{port}", exc)
             return
         async with upstream:
             self.stats.tunnels += 1
@@ -193,24 +306,20 @@ class GuardProxy:
             if not first:
                 return
             if not config.allow_http and first[0] != _TLS_HANDSHAKE:
-                self._record(f"{host}:{port}", OpError(ErrorCode.URL_REJECTED, "http-not-allowed"))
+                cut = OpError(ErrorCode.URL_REJECTED, "http-not-allowed")
+                self._record(lane, f"{host}:{port}", cut)
                 return
             await upstream.send_all(first)
             await _splice(stream, upstream)
 
     async def _forward(
-        self,
-        stream: trio.SocketStream,
-        method: bytes,
-        url: str,
-        headers: list[tuple[bytes, bytes]],
-        rest: bytes,
-        config: GuardConfig,
+        self, stream: trio.SocketStream, lane: Lane, request: _Request, config: GuardConfig
     ) -> None:
+        method, url, headers, rest = request
         try:
             upstream, _name = await self._open_checked(url, config)
         except OpError as exc:
-            await self._refuse(stream, _target_of(url), exc)
+            await self._refuse(stream, lane, _target_of(url), exc)
             return
         async with upstream:
             self.stats.forwarded += 1
@@ -276,70 +385,3 @@ async def _splice(a: trio.SocketStream, b: trio.SocketStream) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pump, a, b)
         nursery.start_soon(pump, b, a)
-
-
-# ---- who may use the proxy ---------------------------------------------------------------
-
-
-def owned_by_tree(root_pid: Callable[[], int | None]) -> PeerCheck:
-    """A peer check: the connecting socket must be held by ``root_pid()`` or a descendant
-    (the Playwright driver and the Chromium processes it launched). Linux /proc only."""
-
-    def check(peer: tuple[str, int], local: tuple[str, int]) -> bool:
-        root = root_pid()
-        if root is None:
-            return False
-        inode = _socket_inode(peer, local)
-        if inode is None:
-            return False
-        return any(_holds(pid, inode) for pid in _tree(root))
-
-    return check
-
-
-def _hex_endpoint(address: tuple[str, int]) -> str:
-    octets = [int(part) for part in address[0].split(".")]
-    return f"{octets[3]:02X}{octets[2]:02X}{octets[1]:02X}{octets[0]:02X}:{address[1]:04X}"
-
-
-def _socket_inode(peer: tuple[str, int], local: tuple[str, int]) -> str | None:
-    """The inode of the client's end: the socket whose local end is our peer."""
-    want_local, want_remote = _hex_endpoint(peer), _hex_endpoint(local)
-    try:
-        with open("/proc/net/tcp", encoding="ascii") as table:
-            for line in table:
-                cols = line.split()
-                if len(cols) > 9 and cols[1] == want_local and cols[2] == want_remote:
-                    return cols[9]
-    except OSError:
-        return None
-    return None
-
-
-def _tree(root: int) -> list[int]:
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as children:
-                    todo += [int(child) for child in children.read().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _holds(pid: int, inode: str) -> bool:
-    want = f"socket:[{inode}]"
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == want:
-                return True
-        except OSError:
-            continue
-    return False

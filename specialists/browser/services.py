@@ -23,7 +23,8 @@ from csp_web.net import GuardConfig, Resolver
 from .canvas import CanvasNode, LocalCanvas
 from .engine import BrowserEngine
 from .media import MediaStore
-from .proxy import GuardProxy, owned_by_tree
+from .peers import owned_by_tree
+from .proxy import GuardProxy
 from .sessions import SessionTable
 
 
@@ -85,11 +86,11 @@ def _driver_of(engine: BrowserEngine) -> Callable[[], int | None]:
 
 
 def make_engines(config: BrowserConfig, proxy: GuardProxy) -> Runtime:
-    engine = BrowserEngine(config, proxy_url=proxy.url)
+    engine = BrowserEngine(config, proxy=proxy)
     canvas_engine = None
     if config.canvas.display is not None:
         env = {**os.environ, "DISPLAY": config.canvas.display}
-        canvas_engine = BrowserEngine(config, proxy_url=proxy.url, headless=False, env=env)
+        canvas_engine = BrowserEngine(config, proxy=proxy, headless=False, env=env)
     bind_engine(proxy, *(e for e in (engine, canvas_engine) if e is not None))
     return Runtime(engine, proxy, canvas_engine)
 

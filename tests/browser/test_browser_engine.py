@@ -114,10 +114,10 @@ async def test_close_leaves_no_chromium_process(browser_config: BrowserConfig) -
 
 
 async def _open_and_close_page(engine: BrowserEngine) -> int:
-    context, handle = await engine.new_context()
-    await context.new_page()
-    await engine.close_context(context, handle)
-    return handle.pages
+    opened = await engine.new_context()
+    await opened.context.new_page()
+    await engine.close_context(opened)
+    return opened.handle.pages
 
 
 def test_launch_args_shut_the_side_doors_and_keep_the_sandbox_unless_root() -> None:

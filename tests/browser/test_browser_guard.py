@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import pytest
 import trio
+import trio.testing
 
 from csp_web.core.dispatch import Dispatcher
 from csp_web.net import GuardConfig
-from protocol import Status
+from protocol import ErrorCode, Reply, Status
+from specialists.browser.errors import translate
 from specialists.browser.pages import PageSet
-from specialists.browser.proxy import GuardProxy
+from specialists.browser.proxy import GuardProxy, Lane
 from specialists.browser.services import BrowserServices
 from tests.net._dns import FixedResolver, RebindingResolver
 from tests.net._origin import Origin
@@ -32,7 +35,11 @@ new WebSocket("wss://ws.private.test:{port}/socket");
 
 
 async def test_image_fetch_websocket_and_iframe_to_a_private_host_are_each_refused(
-    dispatcher: Dispatcher, origin: Origin, private: Listener, refusals: Refusals
+    dispatcher: Dispatcher,
+    services: BrowserServices,
+    origin: Origin,
+    private: Listener,
+    refusals: Refusals,
 ) -> None:
     url = serve(origin, "/sub", subresources_page(private.port))
     reply = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), ("SESSION", "sub"))
@@ -40,6 +47,10 @@ async def test_image_fetch_websocket_and_iframe_to_a_private_host_are_each_refus
     hosts = ("img", "frame", "fetch", "ws")
     await refusals.wait_for(f"{host}.private.test:{private.port}" for host in hosts)
     by_target = {r.target: r.error for r in refusals.seen}
+    # All came through the page's context's lane; the main port carries only the browser's
+    # own background requests (an update check), which no action ever reads.
+    (lane,) = {r.lane for r in refusals.seen if r.target.endswith(f"private.test:{private.port}")}
+    assert lane != services.proxy.main.number
     for host in hosts:
         assert by_target[f"{host}.private.test:{private.port}"] == "ssrf_blocked:loopback-127/8"
     assert private.connections == 0
@@ -143,7 +154,7 @@ async def test_a_cleartext_tunnel_is_cut_when_plain_http_is_off(
     request = f"CONNECT origin.test:{origin.port} HTTP/1.1\r\n\r\n".encode()
     answer = await _proxy_exchange(proxy, request, b"GET /socket HTTP/1.1\r\n\r\n")
     assert answer == b"HTTP/1.1 200 Connection established\r\n\r\n"
-    assert [r.error for r in proxy.stats.recent] == ["url_rejected:http-not-allowed"]
+    assert [r.error for r in proxy.main.refusals_since(0)] == ["url_rejected:http-not-allowed"]
     assert origin.requests == []
 
 
@@ -183,3 +194,179 @@ async def test_a_popup_to_a_private_address_never_reaches_it(
 
 async def wait_popup(pages: PageSet) -> None:
     await asyncio.wait_for(pages.popup_decided.wait(), WAIT_S)
+
+
+# ---- refusals belong to the context whose lane they came through ---------------------------
+
+TUNNEL_FAILED = "net::ERR_TUNNEL_CONNECTION_FAILED at https://origin.test/redirect"
+
+
+def _code(failure: Exception, lane: Lane, since: int, url: str | None) -> str:
+    error = translate(failure, scope="browser", lane=lane, since=since, url=url)
+    return f"{error.code}:{error.detail}"
+
+
+def test_a_refusal_explains_failures_only_on_its_own_lane_and_only_since_the_action_began() -> None:
+    from playwright.async_api import Error
+
+    mine, other = Lane(1, 0), Lane(2, 0)
+    before_mine, before_other = mine.mark(), other.mark()
+    mine.record("private.test:443", ErrorCode.SSRF_BLOCKED, "loopback-127/8")
+    failure = Error(TUNNEL_FAILED)
+    assert _code(failure, mine, before_mine, None) == "ssrf_blocked:loopback-127/8"
+    # The other context failed at the same moment: it never hears this one's reason.
+    assert _code(failure, other, before_other, None) == (
+        "navigation_failed:err_tunnel_connection_failed"
+    )
+    # A refusal made before an action began explains nothing of it.
+    assert _code(failure, mine, mine.mark(), None) == (
+        "navigation_failed:err_tunnel_connection_failed"
+    )
+    # The URL's own host wins over a later refusal on the lane (a subresource's).
+    since = mine.mark()
+    mine.record("origin.test:443", ErrorCode.URL_REJECTED, "port-not-allowed")
+    mine.record("img.private.test:443", ErrorCode.SSRF_BLOCKED, "loopback-127/8")
+    assert _code(failure, mine, since, "https://origin.test/") == "url_rejected:port-not-allowed"
+    assert _code(failure, mine, since, None) == "ssrf_blocked:loopback-127/8"
+
+
+async def _connect_through(port: int, target: str) -> bytes:
+    """A CONNECT to ``target`` sent to the proxy listening on ``port``; its answer head."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer and (data := await stream.receive_some(65536)):
+            answer += data
+        return answer
+
+
+async def test_each_lane_keeps_only_the_refusals_of_requests_that_came_through_it(
+    guard: GuardConfig, dns: FixedResolver, origin: Origin, private: Listener
+) -> None:
+    proxy = GuardProxy(lambda: guard, resolver=dns)
+    answers: dict[str, bytes] = {}
+    kept_on_answer: dict[str, list[str]] = {}
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            refused, allowed = proxy.open_lane(), proxy.open_lane()
+            assert len({proxy.port, refused.port, allowed.port}) == 3
+
+            async def ask(name: str, lane: Lane, target: str) -> None:
+                answers[name] = await _connect_through(lane.port, target)
+                # What the lane holds the moment the answer is in: a refusal is kept before
+                # a byte of its answer goes out, so reading it needs no wait.
+                kept_on_answer[name] = [r.error for r in lane.refusals_since(0)]
+
+            async with trio.open_nursery() as both:  # at the same time
+                both.start_soon(ask, "refused", refused, f"private.test:{private.port}")
+                both.start_soon(ask, "allowed", allowed, f"origin.test:{origin.port}")
+            proxy.close_lane(refused)
+            proxy.close_lane(refused)  # closing twice is closing once
+            await trio.testing.wait_all_tasks_blocked()  # the close ran on the proxy's loop
+            # A closed lane stops listening: its port refuses the connection.
+            with pytest.raises(OSError, match="all attempts to connect"):
+                await _connect_through(refused.port, f"origin.test:{origin.port}")
+            # Closing a lane (its context closed) also ends the tunnels still open through it.
+            tunnel = await trio.open_tcp_stream("127.0.0.1", allowed.port)
+            async with tunnel:
+                await tunnel.send_all(
+                    f"CONNECT origin.test:{origin.port} HTTP/1.1\r\n\r\n".encode()
+                )
+                assert await tunnel.receive_some(65536) == (
+                    b"HTTP/1.1 200 Connection established\r\n\r\n"
+                )
+                proxy.close_lane(allowed)
+                assert await tunnel.receive_some(65536) == b""
+            nursery.cancel_scope.cancel()
+    assert answers["refused"].startswith(
+        b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: ssrf_blocked:loopback-127/8\r\n"
+    )
+    assert answers["allowed"] == b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert kept_on_answer == {"refused": ["ssrf_blocked:loopback-127/8"], "allowed": []}
+    assert [(r.lane, r.target, r.error) for r in refused.refusals_since(0)] == [
+        (refused.number, f"private.test:{private.port}", "ssrf_blocked:loopback-127/8")
+    ]
+    assert allowed.refusals_since(0) == []
+    assert proxy.main.refusals_since(0) == []
+    assert (proxy.stats.lanes_opened, proxy.stats.lanes_open) == (2, 0)
+    assert private.connections == 0
+
+
+async def test_a_lane_cannot_be_opened_while_the_proxy_is_not_serving(
+    guard: GuardConfig,
+) -> None:
+    proxy = GuardProxy(lambda: guard)
+    with pytest.raises(OSError, match="not serving"):
+        proxy.open_lane()
+
+
+async def test_two_contexts_at_once_each_hear_only_their_own_refusal(
+    dispatcher: Dispatcher,
+    services: BrowserServices,
+    origin: Origin,
+    private: Listener,
+    refusals: Refusals,
+) -> None:
+    allowed_url = serve(origin, "/allowed", b"<title>Allowed</title>")
+    replies: dict[str, Reply] = {}
+
+    async def navigate(name: str, url: str) -> None:
+        fields = (("ACTION", "navigate"), ("TARGET_URL", url), ("SESSION", name))
+        replies[name] = await run(dispatcher, *fields)
+
+    async with trio.open_nursery() as both:
+        both.start_soon(navigate, "refused", f"https://private.test:{private.port}/")
+        both.start_soon(navigate, "allowed", allowed_url)
+    assert error(replies["refused"]) == "ssrf_blocked:loopback-127/8"
+    assert replies["allowed"].status is Status.OK, replies["allowed"]
+    assert replies["allowed"].get("TITLE") == "Allowed"
+    refused, allowed = (services.sessions.sessions[n].pages.lane for n in ("refused", "allowed"))
+    assert refused.number != allowed.number
+    kept = refused.refusals_since(0)
+    assert kept  # Chromium may try a refused tunnel twice; each is kept, all of them its own
+    assert {(r.lane, r.target, r.error) for r in kept} == {
+        (refused.number, f"private.test:{private.port}", "ssrf_blocked:loopback-127/8")
+    }
+    assert allowed.refusals_since(0) == []
+    # Besides the browser's own background requests (the main port's, read by no action),
+    # every refusal of the moment came through the refused context's lane.
+    main = services.proxy.main.number
+    assert {r.lane for r in refusals.seen if r.lane != main} == {refused.number}
+    assert private.connections == 0
+
+
+def noisy_page() -> bytes:
+    """A page refused by the guard over and over (a port outside allowed_ports) while open."""
+    return b"""<title>Noisy</title><script>
+setInterval(() => fetch("https://origin.test:8443/x").catch(() => {}), 10);
+</script>"""
+
+
+async def test_a_redirect_refusal_is_read_from_its_own_context_while_another_is_refused_nonstop(
+    dispatcher: Dispatcher,
+    services: BrowserServices,
+    origin: Origin,
+    private: Listener,
+    refusals: Refusals,
+) -> None:
+    # The redirect's hop is not the URL's own host, so no host match picks it: before lanes,
+    # "the latest refusal since the action began" was as likely the noisy context's.
+    noisy_url = serve(origin, "/noisy", noisy_page())
+    session = ("SESSION", "noisy")
+    noisy = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", noisy_url), session)
+    assert noisy.status is Status.OK, noisy
+    await refusals.wait_for(["origin.test:8443"])  # the noisy page is being refused now
+    target = f"https://private.test:{private.port}/inside"
+    start = origin.url("origin.test", f"/redirect?to={target}")
+    for _ in range(3):  # each time while the noisy page keeps being refused
+        reply = await run(
+            dispatcher, ("ACTION", "navigate"), ("TARGET_URL", start), ("SESSION", "quiet")
+        )
+        assert error(reply) == "ssrf_blocked:loopback-127/8"
+    lanes = services.sessions.sessions
+    quiet, loud = lanes["quiet"].pages.lane, lanes["noisy"].pages.lane
+    assert {r.target for r in quiet.refusals_since(0)} == {f"private.test:{private.port}"}
+    assert {r.error for r in loud.refusals_since(0)} == {"url_rejected:port-not-allowed"}
+    assert private.connections == 0

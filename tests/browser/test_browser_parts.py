@@ -15,7 +15,6 @@ from csp_web.config import Config, ConfigError
 from csp_web.config.browser import BrowserConfig
 from csp_web.config.load import config_from_mapping
 from csp_web.core.context import Peer
-from csp_web.net import GuardConfig
 from protocol import Status, Task
 from specialists.browser.media import MediaStore
 
@@ -79,12 +78,12 @@ def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
     from playwright.async_api import Error, TimeoutError
 
     from specialists.browser.errors import translate
-    from specialists.browser.proxy import GuardProxy
+    from specialists.browser.proxy import Lane
 
-    proxy = GuardProxy(GuardConfig)
+    lane = Lane(1, 0)
 
     def code(exc: Exception, url: str | None = "https://a.test/") -> str:
-        error = translate(exc, scope="browser", proxy=proxy, since=0, url=url)
+        error = translate(exc, scope="browser", lane=lane, since=0, url=url)
         return f"{error.code}:{error.detail}"
 
     assert code(Error("net::ERR_NAME_NOT_RESOLVED at https://a.test/")) == (
@@ -96,4 +95,4 @@ def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
     )
     assert code(Error("Element is not visible")) == "action_failed:Element is not visible"
     with pytest.raises(KeyError):
-        translate(KeyError("bug"), scope="browser", proxy=proxy, since=0, url=None)
+        translate(KeyError("bug"), scope="browser", lane=lane, since=0, url=None)
