@@ -92,7 +92,12 @@ async def call(
 
 
 def _as_tool(tool: ToolSpec) -> Tool:
-    return Tool(name=tool.name, description=tool.description, input_schema=tool.input_schema)
+    return Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema,
+        output_schema=tool.output_schema,
+    )
 
 
 def _as_result(outcome: ToolOutcome) -> CallToolResult:
