@@ -2,14 +2,14 @@
 
 stdin/stdout and every Unix-socket connection are ``trio.abc.Stream``s served by
 ``serve_stream``: a reader task feeds the sans-IO codec and starts one task per frame, a writer
-task sends replies in order (before waiting for bytes the reader sends what is queued itself
-when no send is in progress: a lone reply skips a scheduler round). Budgets (SPEC L-4 to
-L-8): tasks in flight per connection (back-pressure), a deadline to finish a started frame
-(slowloris), an idle timeout, a bounded reply queue whose oldest reply must be written within
-the write limit, a malformed-frame budget and an empty-line budget. Every frame start is
-admitted by the daemon-wide ``FairStarts`` (SPEC L-10): a bounded number per scheduler round,
-round-robin across connections, a new connection first, so busy connections cannot hold the
-scheduler while a fresh one waits.
+task sends replies in order (``reply_writer``: before waiting for bytes the reader sends what
+is queued itself when no send is in progress: a lone reply skips a scheduler round). Budgets
+(SPEC L-4 to L-8): tasks in flight per connection (back-pressure), a deadline to finish a
+started frame (slowloris), an idle timeout, a bounded reply queue whose oldest reply must be
+written within the write limit, a malformed-frame budget and an empty-line budget. Every
+frame start is admitted by the daemon-wide ``FairStarts`` (SPEC L-10): a bounded number per
+scheduler round, round-robin across connections, a new connection first, so busy connections
+cannot hold the scheduler while a fresh one waits.
 
 At shutdown every task still gets exactly one reply (SPEC R-1): a frame already received but not
 started (held by the in-flight cap, or still in the codec's buffer) is answered
@@ -32,7 +32,7 @@ from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
 from csp_web.core.ops import BoundOp
 from csp_web.core.replies import fail_reply
-from csp_web.core.reply_queue import ReplyOrder, ReplyQueue
+from csp_web.core.reply_writer import ReplyWriter
 from csp_web.core.shutdown import Shutdown
 from csp_web.core.turns import FairStarts, Seat
 from csp_web.core.unix import Lease
@@ -121,27 +121,27 @@ class _Session:
                 config.max_blank_lines,
             )
         )
-        self.replies = ReplyQueue(config.max_queued_replies)
-        self.order = ReplyOrder()
+        self.writer = ReplyWriter(
+            stream,
+            config,
+            peer.connection,
+            pipelining=self.pipelining,
+            on_written=self.touch,
+        )
         self.in_flight = trio.Semaphore(config.max_in_flight)
         self.bad_frames = 0
         self.frame_started: float | None = None
         self.last_activity = trio.current_time()
         self.held: Task | None = None  # parsed, waiting for an in-flight slot
         self.receive_scope: trio.CancelScope | None = None  # set while waiting for bytes
-        self.writing = False  # a send is in progress (the writer's or the reader's)
-        self.writer_batch = False  # the writer holds a batch taken from the queue, unsent
-        self.send_done = trio.lowlevel.ParkingLot()  # the writer waits here for the reader's send
-        self.connection_scope: trio.CancelScope | None = None
-        self.send_scope: trio.CancelScope | None = None  # the reader's own send, shielded
         self.evicted = False
 
     def idle_since(self) -> float | None:
         """When the connection last did anything, or None while it has anything to do."""
         idle = (
             self.receive_scope is not None
-            and not self.writing
-            and not len(self.replies)
+            and not self.writer.writing
+            and not len(self.writer.replies)
             and self.in_flight.value == self.options.config.max_in_flight
             and not self.codec.in_frame
         )
@@ -155,14 +155,14 @@ class _Session:
 
     async def run(self) -> None:
         async with trio.open_nursery() as outer:
-            self.connection_scope = outer.cancel_scope
-            outer.start_soon(self.write_replies)
+            self.writer.connection_scope = outer.cancel_scope
+            outer.start_soon(self.writer.write_replies)
             async with trio.open_nursery() as tasks:
                 with self.shutdown.reader_scope():
                     await self.read_frames(tasks)
                 if self.shutdown.begun.is_set():
                     self.refuse_received()
-            self.replies.close()
+            self.writer.replies.close()
 
     async def read_frames(self, tasks: trio.Nursery) -> None:
         while True:
@@ -235,7 +235,7 @@ class _Session:
             if event is NEED_DATA:
                 if self.codec.in_frame:
                     self.last_activity = trio.current_time()
-                return await self.send_at_once()
+                return await self.writer.send_at_once()
             if event is CLOSED:
                 return False
             self.frame_started = None  # a frame ended: the next one's clock starts afresh
@@ -260,7 +260,7 @@ class _Session:
             self.in_flight.release()
             raise
         self.held = None
-        slot = self.order.reserve(task.id)
+        slot = self.writer.order.reserve(task.id)
         if self.options.sequential:
             await self.run_task(task, slot)
         elif (op := self.dispatcher.instant_op(task, self.peer)) is not None:
@@ -306,11 +306,11 @@ class _Session:
     def queue_error(self, code: ErrorCode, detail: str, frame_id: str | None) -> None:
         self.dispatcher.stats.reject(code)
         reply = fail_reply(OpError(code, detail), frame_id)
-        self.queue(self.order.reserve(frame_id), serialize(reply))
+        self.writer.queue(self.writer.order.reserve(frame_id), serialize(reply))
 
     async def emit_error(self, code: ErrorCode, detail: str, frame_id: str | None) -> None:
         reply = fail_reply(OpError(code, detail), frame_id)
-        await self.send(self.order.reserve(frame_id), serialize(reply))
+        await self.writer.send(self.writer.order.reserve(frame_id), serialize(reply))
 
     async def run_task(self, task: Task, slot: int | None) -> None:
         try:
@@ -318,7 +318,7 @@ class _Session:
                 data = await self.work(task)
             finally:
                 self.starts.done()
-            await self.send(slot, data)
+            await self.writer.send(slot, data)
         finally:
             self.in_flight.release()
 
@@ -332,10 +332,10 @@ class _Session:
                 data = await self.work(task, instant=op)
             finally:
                 self.starts.done()
-            self.queue(slot, data)
+            self.writer.queue(slot, data)
         finally:
             self.in_flight.release()
-        await self.replies.wait_room()
+        await self.writer.replies.wait_room()
 
     async def work(self, task: Task, *, instant: BoundOp | None = None) -> bytes:
         """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
@@ -350,69 +350,10 @@ class _Session:
             error = OpError(ErrorCode.INTERNAL_ERROR, "reply not serializable")
             return serialize(fail_reply(error, task.id))
 
-    def queue(self, slot: int | None, data: bytes) -> None:
-        # One queue entry per completion keeps ordered chunks from interleaving.
-        ready = self.order.complete(slot, data)
-        if ready:
-            self.replies.put(ready)
-
-    async def send(self, slot: int | None, data: bytes) -> None:
-        self.queue(slot, data)
-        await self.replies.wait_room()  # back-pressure; the reply itself is already queued
-
-    async def send_at_once(self) -> bool:
-        """Before waiting for bytes, the reader writes what is queued itself when no send is
-        in progress or taken (a lone instant reply then skips the writer's scheduler round);
-        False when the write limit (L-7) cut the connection. The send is shielded from the
-        reader's own cancellation (a half-written frame would corrupt the stream) and bounded
-        by the same write limit as the writer's; a cancellation of the whole connection still
-        ends it (the writer, cancelled with it, cancels ``send_scope``)."""
-        if not len(self.replies) or self.writing or self.writer_batch:
-            return True
-        queued_at, data = self.replies.take_now()
-        sent = False
-        with trio.CancelScope(shield=True) as self.send_scope:
-            sent = await self.write(queued_at, data)
-        self.send_scope = None
-        self.send_done.unpark_all()
-        return sent
-
-    async def write(self, queued_at: float, data: bytes) -> bool:
-        """Send ``data`` by ``queued_at`` + the write limit (L-7), else cut the connection."""
-        self.writing = True
-        try:
-            with trio.fail_at(queued_at + self.options.config.write_timeout_s):
-                await self.stream.send_all(data)
-        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
-            log.warning("connection %s: peer not reading, closing", self.peer.connection)
-            assert self.connection_scope is not None
-            self.connection_scope.cancel()
-            return False
-        finally:
-            self.writing = False
+    def touch(self) -> None:
+        """A reply was written: the connection is active (the idle timeout counts from here)."""
         self.last_activity = trio.current_time()
-        return True
 
     def pipelining(self) -> bool:
         """Whether a received frame waits for its start: its reply will soon join the queue."""
         return self.held is not None
-
-    async def write_replies(self) -> None:
-        """Send queued replies, batching what is ready (while the reader holds a frame waiting
-        for its start, one scheduler round longer, so its next replies join the write). A
-        reply not written within ``write_timeout_s`` of being queued disconnects the peer
-        (L-7): the deadline runs from the queueing, so neither load nor a trickling reader
-        can postpone it. A batch taken while the reader is sending waits for that send."""
-        try:
-            while (batch := await self.replies.take(linger=self.pipelining)) is not None:
-                self.writer_batch = True
-                try:
-                    while self.writing:
-                        await self.send_done.park()
-                    if not await self.write(*batch):
-                        return
-                finally:
-                    self.writer_batch = False
-        finally:
-            if self.send_scope is not None:  # the connection is ending: so does the reader's send
-                self.send_scope.cancel()

@@ -64,6 +64,16 @@ class ReplyField:
     when: str = "always"
     doc: str = ""
 
+    def describe(self) -> dict[str, Any]:
+        """The JSON-able description ``REQ:ops`` prints: ``name``, ``always`` (whether every
+        reply carries it), ``when`` (the condition, when not always) and ``doc``."""
+        out: dict[str, Any] = {"name": self.name, "always": self.when == "always"}
+        if self.when != "always":
+            out["when"] = self.when
+        if self.doc:
+            out["doc"] = self.doc
+        return out
+
 
 # Every reply may carry these (SPEC R-1, R-2); an op declares only the rest.
 COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR"})

@@ -57,6 +57,7 @@ class Op(Generic[S]):
         if self.inline:
             out["inline"] = self.inline
         out["fields"] = [spec.describe() for spec in self.fields]
+        out["replies"] = [field.describe() for field in self.replies]
         if self.doc:
             out["doc"] = self.doc
         return out

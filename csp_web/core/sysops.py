@@ -84,7 +84,9 @@ PING_EXAMPLE = Example(
     ("STATUS OK\nID 1\nSCOPE [sys]\nDATA pong\n"),
 )
 
-OPS_REPLIES = (ReplyField("OP", "one per op", "the op as JSON: req, in, out, inline, fields, doc"),)
+OPS_REPLIES = (
+    ReplyField("OP", "one per op", "the op as JSON: req, in, out, inline, fields, replies, doc"),
+)
 OPS_EXAMPLE = Example(
     ("TASK REQ:ops IN:SYS OUT:OPS\nID 1\n"),
     (
@@ -98,8 +100,9 @@ OPS_EXAMPLE = Example(
         'OP {"req":"nodes","in":"SYS","out":"NODES","fields":[{"name":"AC'
         'TION","type":"choice","default":"list","choices":["list","approve","'
         'revoke"]},{"name":"CODE","ty…\n'
-        'OP {"req":"ops","in":"SYS","out":"OPS","fields":[],"doc":"every '
-        'op with its fields and OUT kind"}\n'
+        'OP {"req":"ops","in":"SYS","out":"OPS","fields":[],"replies":[{"n'
+        'ame":"OP","always":false,"when":"one per op","doc":"the op as JSON: '
+        "req, in, out, inline, field…\n"
         "… 19 more OP\n"
     ),
 )
@@ -161,7 +164,7 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         ops,
         replies=OPS_REPLIES,
         example=OPS_EXAMPLE,
-        doc="every op with its fields and OUT kind",
+        doc="every op with its fields, reply fields and OUT kind",
         instant=True,
     ),
     Op(

@@ -27,8 +27,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Message, Receive, Send], Awaitable[None]]
-# A refusal reason for a new connection, or None to serve it (``peers.uid_gate``).
-Admit = Callable[[trio.SocketStream], str | None]
+# A refusal reason for a new connection, or None to serve it (``peers.uid_gate``); awaited
+# in the connection's own task, so a slow answer holds up only that connection.
+Admit = Callable[[trio.SocketStream], Awaitable[str | None]]
 
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_S = 0.1
@@ -113,7 +114,7 @@ async def _serve_in_slot(
     admit: Admit | None,
 ) -> None:
     try:
-        refusal = admit(stream) if admit is not None else None
+        refusal = await admit(stream) if admit is not None else None
         if refusal is None:
             await serve_connection(stream, app, limits)
         else:

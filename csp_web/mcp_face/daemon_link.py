@@ -73,11 +73,19 @@ class DaemonLink:
         self._client: Client | None = None
         self._up = trio.Event()
         self._gone = trio.Event()  # set when the current connection ends
+        self._connected = trio.Event()  # set (then replaced) at each new connection
         self._why = "not connected yet"
 
     @property
     def connected(self) -> bool:
         return self._client is not None
+
+    async def wait_connection(self, after: int) -> int:
+        """Until a connection later than the ``after``-th is up (``connects`` counts them);
+        returns its number."""
+        while self.connects <= after:
+            await self._connected.wait()
+        return self.connects
 
     async def wait_gone(self) -> None:
         """Until the connection held now (if any) has ended."""
@@ -133,6 +141,8 @@ class DaemonLink:
             self._client, self._gone = client, trio.Event()
             self.connects += 1
             self._up.set()
+            self._connected.set()
+            self._connected = trio.Event()
             await client.serve_replies()  # returns when the daemon closes or goes
         self._client, self._up = None, trio.Event()
         self._gone.set()

@@ -5,7 +5,8 @@ a client that writes its last requests and closes stdin lost their replies (CSP/
 stdio answers every task read before EOF, SPEC's one reply per task). ``serve_draining``
 stands between the stdio streams and the server: it passes messages both ways, notes each
 request's ID until its response or error goes out, and shows the server EOF only once none
-is left, or after ``drain_s``.
+is left, or after ``drain_s``. A ``subscriptions/listen`` request is a stream the client holds
+open, not a call awaiting its answer: it is not waited for.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 
 import trio
 from mcp.server import Server
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 log = logging.getLogger("csp_web.mcp_face")
+_LISTEN = "subscriptions/listen"
 
 
 class _InFlight:
@@ -38,9 +41,11 @@ async def serve_draining(
     read: Any,  # the SDK's MemoryObjectReceiveStream[SessionMessage | Exception]
     write: Any,  # and MemoryObjectSendStream[SessionMessage]
     drain_s: float,
+    notifications: NotificationOptions | None = None,
 ) -> None:
     """``server.run`` on ``read``/``write``, its EOF held back until every request read has
-    been answered or ``drain_s`` has passed."""
+    been answered or ``drain_s`` has passed; ``notifications`` are the change notifications
+    the server declares (the handshake era's ``listChanged``)."""
     # The SDK's own context-carrying streams, as stdio_server makes them.
     to_server, server_reads = create_context_streams[SessionMessage | Exception](0)
     server_writes, from_server = create_context_streams[SessionMessage](0)
@@ -49,8 +54,10 @@ async def serve_draining(
     async def pass_in() -> None:
         async with to_server:
             async for message in read:
-                if isinstance(message, SessionMessage) and isinstance(
-                    message.message, JSONRPCRequest
+                if (
+                    isinstance(message, SessionMessage)
+                    and isinstance(message.message, JSONRPCRequest)
+                    and message.message.method != _LISTEN
                 ):
                     in_flight.ids.add(message.message.id)
                 await to_server.send(message)
@@ -78,5 +85,6 @@ async def serve_draining(
         nursery.start_soon(read_until_done)
         nursery.start_soon(pass_out)  # ends once the server's writes are all passed on
         async with server_writes:
-            await server.run(server_reads, server_writes, server.create_initialization_options())
+            options = server.create_initialization_options(notifications)
+            await server.run(server_reads, server_writes, options)
         reading.cancel()  # if the server ended before stdin did

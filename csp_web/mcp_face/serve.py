@@ -23,10 +23,11 @@ from csp_web.config import Config
 from csp_web.core.ports import allowed_uids
 from csp_web.core.unix import open_unix_listener
 from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
-from csp_web.mcp_face.daemon_link import DaemonCaller, open_daemon_client
+from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonLink, open_daemon_client
 from csp_web.mcp_face.drain import serve_draining
 from csp_web.mcp_face.peers import uid_gate
-from csp_web.mcp_face.server import build_server
+from csp_web.mcp_face.refresh import REREAD_S, ToolSet, keep_tools_fresh, reconnects
+from csp_web.mcp_face.server import ListChanged, build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import Task
 
@@ -42,11 +43,14 @@ _OPS = Task("ops", "SYS", "OPS")
 class FaceOptions:
     """``socket_path``: a running daemon (else one in process); ``http``: a loopback port
     (digits) or a Unix socket path to serve streamable HTTP on (else stdio); ``tools``: the
-    tool names to expose (else every op but IN:SYS, exec only when configured)."""
+    tool names to expose (else every op but IN:SYS, exec only when configured);
+    ``tools_reread_s``: the longest the tool list goes without reading the daemon's op table
+    again (it is also read at each reconnect)."""
 
     socket_path: str | None = None
     http: str | None = None
     tools: tuple[str, ...] | None = None
+    tools_reread_s: float = REREAD_S
 
 
 async def serve_mcp_face(
@@ -59,17 +63,35 @@ async def serve_mcp_face(
     (``stdio``, a URL or ``unix:<path>``). Raises ToolTableError for an unknown tool name,
     OSError when the daemon socket does not answer, SocketSetupError for a bad HTTP path."""
     async with open_daemon_client(config, options.socket_path) as client:
-        tools = await load_tools(client, config, options.tools)
-        server = build_server(client, tools, max_timeout_ms=config.tasks.max_timeout_ms)
+        # Made before the first read, so a reconnect during it is not missed.
+        wait_reconnect = reconnects(client) if isinstance(client, DaemonLink) else None
+        load = partial(load_tools, client, config, options.tools)
+        toolset = ToolSet(await load())
+        # Streamable HTTP here is stateless, JSON responses: no stream to notify on; each
+        # tools/list there reads the tools served now.
+        changed = ListChanged() if options.http is None else None
+        server = build_server(
+            client, toolset, max_timeout_ms=config.tasks.max_timeout_ms, list_changed=changed
+        )
         async with trio.open_nursery() as nursery:
             if options.socket_path is not None:  # else the in-process daemon watches them
                 nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
-            if options.http is None:
-                drain_s = config.tasks.max_timeout_ms / 1000 + _STDIO_DRAIN_MARGIN_S
-                await _serve_stdio(server, drain_s, task_status)
-            else:
+            nursery.start_soon(
+                partial(
+                    keep_tools_fresh,
+                    toolset,
+                    load,
+                    changed.send if changed is not None else _nobody,
+                    reread_s=options.tools_reread_s,
+                    wait_reconnect=wait_reconnect,
+                )
+            )
+            if changed is None:
                 gate = uid_gate(lambda: allowed_uids(config.socket))
-                await _serve_http(server, options.http, gate, task_status)
+                await _serve_http(server, str(options.http), gate, task_status)
+            else:
+                drain_s = config.tasks.max_timeout_ms / 1000 + _STDIO_DRAIN_MARGIN_S
+                await _serve_stdio(server, drain_s, changed, task_status)
             nursery.cancel_scope.cancel()
 
 
@@ -87,13 +109,17 @@ async def load_tools(
 
 
 async def _serve_stdio(
-    server: Server[Any], drain_s: float, task_status: trio.TaskStatus[str]
+    server: Server[Any], drain_s: float, changed: ListChanged, task_status: trio.TaskStatus[str]
 ) -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
         task_status.started("stdio")
-        await serve_draining(server, read, write, drain_s)
+        await serve_draining(server, read, write, drain_s, changed.options)
+
+
+async def _nobody() -> None:
+    """No client to tell (stateless HTTP reads the current tools at each request)."""
 
 
 async def _serve_http(

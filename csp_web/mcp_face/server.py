@@ -3,16 +3,20 @@
 Built on the SDK's low-level ``Server`` with two handlers (tools/list, tools/call), so every
 call goes through the daemon's own guard, cache, limits, audit and memory writes: the face
 adds no behaviour of its own beyond spelling arguments as fields and replies as results.
+Both read the ``ToolSet`` served now; with a ``ListChanged`` the server also tells its
+clients when that set changes (``refresh``), in either era of the protocol.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import trio
 from mcp.server import Server, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -21,10 +25,12 @@ from mcp.types import (
     TextContent,
     Tool,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from csp_web import __version__
 from csp_web.core.client import ClientClosed
 from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
+from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
 from csp_web.mcp_face.tools import ToolSpec
 from protocol import ErrorCode
@@ -37,24 +43,58 @@ SERVER_NAME = "csp-web"
 _REPLY_MARGIN_S = 30.0
 
 
+class ListChanged:
+    """Tells the client of a one-connection server (stdio) that its tool list changed: on a
+    handshake-era connection that has listed the tools, ``notifications/tools/list_changed``;
+    on a 2026-era one, the event on each ``subscriptions/listen`` stream it opened (that era
+    sends change notifications on no other channel). Both eras see ``listChanged``."""
+
+    def __init__(self) -> None:
+        self.bus = InMemorySubscriptionBus()
+        self.options = NotificationOptions(tools_changed=True)
+        self._session: ServerSession | None = None  # the connection's, as of its last tools/list
+
+    def listed(self, session: ServerSession) -> None:
+        if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self._session = session
+
+    async def send(self) -> None:
+        await self.bus.publish(ToolsListChanged())
+        if self._session is not None:
+            try:
+                await self._session.send_tool_list_changed()  # on the connection's channel
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                log.info("tools/list_changed not sent: the client has gone")
+
+
 def build_server(
-    client: DaemonCaller, tools: Sequence[ToolSpec], *, max_timeout_ms: int
+    client: DaemonCaller,
+    toolset: ToolSet,
+    *,
+    max_timeout_ms: int,
+    list_changed: ListChanged | None = None,
 ) -> Server[Any]:
-    """The MCP server exposing ``tools``, calling the daemon through ``client`` (owned by the
-    caller and open while the server runs)."""
-    by_name = {tool.name: tool for tool in tools}
-    listing = ListToolsResult(tools=[_as_tool(tool) for tool in tools])
+    """The MCP server exposing the tools of ``toolset`` (read at each request), calling the
+    daemon through ``client`` (owned by the caller and open while the server runs); with
+    ``list_changed`` it serves ``subscriptions/listen`` and declares ``listChanged``."""
+    listing = (-1, ListToolsResult(tools=[]))
     reply_timeout_s = max_timeout_ms / 1000 + _REPLY_MARGIN_S
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        return listing
+        nonlocal listing
+        if list_changed is not None:
+            list_changed.listed(ctx.session)
+        if listing[0] != toolset.version:
+            tools = [_as_tool(tool) for tool in toolset.tools]
+            listing = (toolset.version, ListToolsResult(tools=tools))
+        return listing[1]
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: CallToolRequestParams
     ) -> CallToolResult:
-        tool = by_name.get(params.name)
+        tool = toolset.by_name.get(params.name)
         if tool is None:
             return _as_result(refused(ErrorCode.UNKNOWN_OP, params.name))
         return _as_result(await call(client, tool, params.arguments, reply_timeout_s))
@@ -66,6 +106,7 @@ def build_server(
         "daemon's guard, cache, rate limits and audit.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(list_changed.bus) if list_changed else None,
     )
 
 
@@ -92,7 +133,12 @@ async def call(
 
 
 def _as_tool(tool: ToolSpec) -> Tool:
-    return Tool(name=tool.name, description=tool.description, input_schema=tool.input_schema)
+    return Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema,
+        output_schema=tool.output_schema,
+    )
 
 
 def _as_result(outcome: ToolOutcome) -> CallToolResult:

@@ -37,6 +37,7 @@ class ToolSpec:
     description: str
     input_schema: dict[str, Any]
     fields: Mapping[str, Mapping[str, Any]]
+    output_schema: dict[str, Any] | None = None
 
 
 def tool_name(req: str, domain: str) -> str:
@@ -116,6 +117,7 @@ def tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
         description=description.lstrip(". "),
         input_schema=input_schema(fields),
         fields=fields,
+        output_schema=output_schema(entry.get("replies", [])),
     )
 
 
@@ -152,4 +154,39 @@ def property_schema(spec: Mapping[str, Any]) -> dict[str, Any]:
         schema["default"] = spec["default"]
     if spec.get("doc"):
         schema["description"] = spec["doc"]
+    return schema
+
+
+# What every reply's structured content may hold (SPEC R-1, R-2; results.structured_fields).
+_COMMON_OUTPUT = {
+    "STATUS": {"type": "string", "enum": ["OK", "PARTIAL", "FAIL"]},
+    "SCOPE": {"type": "string", "description": "the sources the reply covers"},
+    "DATA": {"type": "string", "description": "the content"},
+    "ERROR": {"type": "string", "description": "FAIL: code:detail, the code from the catalogue"},
+}
+_ALWAYS_LISTS = frozenset({"CITE", "SNIPPET"})  # as results.structured_fields makes them
+
+
+def output_schema(replies: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The schema of a tool's structured content: STATUS, SCOPE, DATA, ERROR and the op's
+    reply fields from its ``REQ:ops`` entry, each with its doc and when it is sent. Only
+    STATUS is required and other keys are allowed, so a client that validates results
+    against it (the SDK's does) never rejects a reply the daemon sent."""
+    properties: dict[str, Any] = dict(_COMMON_OUTPUT)
+    for field in replies:
+        properties[field["name"]] = reply_property(field)
+    return {"type": "object", "properties": properties, "required": ["STATUS"]}
+
+
+def reply_property(field: Mapping[str, Any]) -> dict[str, Any]:
+    """One reply field's schema: a string, or a list of them when it repeats (CITE and
+    SNIPPET always are lists)."""
+    one = {"type": "string"}
+    if field["name"] in _ALWAYS_LISTS:
+        schema: dict[str, Any] = {"type": "array", "items": one}
+    else:
+        schema = {"type": ["string", "array"], "items": one}
+    when = "always" if field.get("always") else f"when: {field.get('when', 'sometimes')}"
+    doc = field.get("doc", "")
+    schema["description"] = f"{doc} ({when})" if doc else when
     return schema

@@ -11,6 +11,7 @@ from mcp.types import CallToolResult, TextContent
 
 from csp_web.core.client import open_stream_client
 from csp_web.core.compose import op_table
+from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import build_tools
 from specialists.web import WEB
@@ -28,7 +29,7 @@ async def _call_with_closed_daemon(name: str) -> CallToolResult:
     await theirs.aclose()  # the daemon is gone
     with trio.fail_after(WAIT_S):
         async with open_stream_client(ours) as daemon:
-            server = build_server(daemon, tools, max_timeout_ms=1000)
+            server = build_server(daemon, ToolSet(tools), max_timeout_ms=1000)
             async with Client(server) as client:
                 result = await client.call_tool(name, {"url": "https://a.test/"})
     assert isinstance(result, CallToolResult)
@@ -61,7 +62,7 @@ async def _call_with_open_daemon(name: str, arguments: dict[str, object]) -> Cal
     ours, _theirs = trio.testing.memory_stream_pair()
     with trio.fail_after(WAIT_S):
         async with open_stream_client(ours) as daemon:
-            server = build_server(daemon, tools, max_timeout_ms=1000)
+            server = build_server(daemon, ToolSet(tools), max_timeout_ms=1000)
             async with Client(server) as client:
                 result = await client.call_tool(name, arguments)
     assert isinstance(result, CallToolResult)

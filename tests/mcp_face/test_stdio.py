@@ -63,6 +63,9 @@ async def test_a_running_daemons_ops_are_listed_with_the_schemas_of_its_registry
     assert {t.name: t.description for t in listed.tools} == {
         t.name: t.description for t in expected
     }
+    assert {t.name: t.output_schema for t in listed.tools} == {
+        t.name: t.output_schema for t in expected
+    }
 
 
 async def test_a_fetch_through_the_face_is_a_daemon_task_audited_and_logged(

@@ -48,3 +48,37 @@ async def test_every_call_written_before_stdin_closes_is_answered(tmp_path: Path
     calls = [answer for answer in answers if answer["id"] != 0]
     assert all(answer["result"]["structuredContent"]["STATUS"] == "OK" for answer in calls)
     assert b"Traceback" not in done.stderr
+
+
+async def test_an_open_listen_stream_does_not_hold_the_face_past_stdin_eof(
+    tmp_path: Path,
+) -> None:
+    """A ``subscriptions/listen`` stream is held open by the client, never answered as a
+    call is: at EOF the face ends without waiting the drain period for it (630 s here), and
+    the call read before EOF is still answered."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    listen = {"notifications": {"toolsListChanged": True}, "_meta": meta}
+    call = {"name": "tool_cron", "arguments": {"action": "list"}, "_meta": meta}
+    data = _line({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": listen})
+    data += _line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    command, argv = face_command("--config", _config_file(tmp_path))
+    with trio.fail_after(WAIT_S * 3):
+        done = await trio.run_process(
+            [command, *argv],
+            stdin=data,
+            capture_stdout=True,
+            capture_stderr=True,
+            env=face_env(),
+            check=False,
+        )
+    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    (called,) = [answer for answer in answers if answer.get("id") == 2]
+    assert called["result"]["structuredContent"]["STATUS"] == "OK"
+    acknowledged = [
+        a for a in answers if a.get("method") == "notifications/subscriptions/acknowledged"
+    ]
+    assert len(acknowledged) == 1

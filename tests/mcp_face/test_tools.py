@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+import trio
 
 from csp_web.core.compose import op_table
+from csp_web.mcp_face.daemon_link import open_daemon_link
 from csp_web.mcp_face.tools import ToolTableError, build_tools, parse_op_table, tool_spec
-from protocol import Reply, Status
+from protocol import Reply, Status, Task
 from specialists.tool import TOOL
 from specialists.web import WEB
+
+from .conftest import WAIT_S, WebDaemon
 
 MAX_MS = 600_000
 
@@ -150,3 +155,71 @@ def test_a_reply_that_is_no_op_table_is_an_error(fields: tuple[tuple[str, str], 
     status = Status.FAIL if fields[0][0] == "ERROR" else Status.OK
     with pytest.raises(ToolTableError):
         parse_op_table(Reply(status, fields))
+
+
+async def test_the_op_table_on_the_wire_lists_each_ops_reply_fields(web_daemon: WebDaemon) -> None:
+    """D-5: an OP line carries the op's reply fields: name, whether every reply carries it,
+    when it is sent otherwise, and what it means (fetch's PAGE_TYPE, CITE, RETRY_AFTER)."""
+    with trio.fail_after(WAIT_S):
+        async with open_daemon_link(web_daemon.socket_path) as link:
+            reply = await link.call(Task("ops", "SYS", "OPS"))
+    assert reply.status is Status.OK
+    (fetch,) = [json.loads(line) for line in reply.get_all("OP") if '"req":"fetch"' in line]
+    replies = {field["name"]: field for field in fetch["replies"]}
+    assert replies["PAGE_TYPE"] == {
+        "name": "PAGE_TYPE",
+        "always": False,
+        "when": "one HTML page the extractor can tell (R-7)",
+        "doc": "article forum docs listing product collection service",
+    }
+    assert replies["CITE"] == {
+        "name": "CITE",
+        "always": False,
+        "when": "per page",
+        "doc": "the page (R-4)",
+    }
+    assert {"TITLE", "WORD_COUNT", "NEXT_START", "RETRY_AFTER"} <= replies.keys()
+    assert not {"STATUS", "ID", "SCOPE", "DATA", "ERROR"} & replies.keys()
+    (ops,) = [json.loads(line) for line in reply.get_all("OP") if '"req":"ops"' in line]
+    assert ops["replies"] == [
+        {
+            "name": "OP",
+            "always": False,
+            "when": "one per op",
+            "doc": "the op as JSON: req, in, out, inline, fields, replies, doc",
+        }
+    ]
+
+
+def test_an_always_sent_reply_field_says_so_without_a_condition() -> None:
+    """D-5: ``always`` true and no ``when``; a conditional field has ``when``."""
+    assert entry("save")["replies"][:2] == [
+        {"name": "FILE_KEY", "always": True, "doc": "the key saved"},
+        {"name": "PATH", "always": False, "when": "OK", "doc": "its path in the Memory Specialist"},
+    ]
+    schema = tool_spec(entry("save"), max_timeout_ms=MAX_MS).output_schema
+    assert schema is not None
+    assert schema["properties"]["FILE_KEY"]["description"] == "the key saved (always)"
+
+
+def test_a_tools_output_schema_lists_its_ops_reply_fields_with_their_docs() -> None:
+    schema = tool_spec(entry("fetch"), max_timeout_ms=MAX_MS).output_schema
+    assert schema is not None
+    properties = schema["properties"]
+    assert schema["required"] == ["STATUS"]
+    assert "additionalProperties" not in schema  # a field added later never fails a client
+    assert properties["STATUS"] == {"type": "string", "enum": ["OK", "PARTIAL", "FAIL"]}
+    assert properties["PAGE_TYPE"] == {
+        "type": ["string", "array"],
+        "items": {"type": "string"},
+        "description": "article forum docs listing product collection service "
+        "(when: one HTML page the extractor can tell (R-7))",
+    }
+    assert properties["CITE"] == {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "the page (R-4) (when: per page)",
+    }
+    assert set(properties) == {"STATUS", "SCOPE", "DATA", "ERROR"} | {
+        field["name"] for field in entry("fetch")["replies"]
+    }
