@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -249,3 +250,40 @@ async def test_an_op_whose_turn_does_not_come_before_its_deadline_gets_outbox_fu
     assert reply == Reply(
         Status.FAIL, (("ID", "late"), ("SCOPE", "[]"), ("DATA", "none"), ("ERROR", error))
     )
+
+
+async def test_with_synchronous_full_delivery_reads_and_sends_while_a_commit_is_in_progress(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
+) -> None:
+    """Delivery reads on a connection of its own, beside the writer (WAL): with
+    ``synchronous: full`` a commit in progress in the committer's thread (here held by another
+    process's write lock) does not hold delivery back from sending what is committed. Before,
+    every store call of delivery waited for the commit in progress."""
+    assert config.memory.socket_path is not None
+    outbox_config = OutboxConfig(synchronous="full", delivery_window=WINDOW)
+    memory = replace(config.memory, batch_size=BATCH_SIZE)
+    path = os.path.join(tmp_path, "outbox.sqlite3")
+    async with open_outbox(path, outbox_config, memory) as outbox:
+        with trio.fail_after(WAIT_S):
+            await _put_in_one_commit(outbox, range(2 * BATCH_SIZE))  # no sink yet: unsent
+            assert not outbox.connected
+            holder = sqlite3.connect(path, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")  # a commit now waits for this write lock
+            committed = trio.Event()
+
+            async def put_last() -> None:
+                await outbox.put(_write(2 * BATCH_SIZE))
+                committed.set()
+
+            nursery.start_soon(put_last)
+            await trio.testing.wait_all_tasks_blocked()
+            received, ack = await _acks_on_demand(nursery, config.memory.socket_path)
+            while len(received) < 2 * BATCH_SIZE:  # a window of batches sent ...
+                await trio.testing.wait_all_tasks_blocked()
+            assert not committed.is_set()  # ... while the commit was still in progress
+            holder.execute("ROLLBACK")
+            holder.close()
+            await committed.wait()
+            ack(1_000_000)
+            await outbox.wait_drained()
+    assert sorted(received) == sorted(f"w-flood-{n}" for n in range(2 * BATCH_SIZE + 1))

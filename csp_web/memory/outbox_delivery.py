@@ -104,9 +104,9 @@ class Delivery:
                     and self._room.depth - self._room.in_flight < self._memory.batch_size
                 ):
                     await self._commits.wait_new_rows()
-                rows = await self._commits.db(
-                    self._store.after, self._sent_upto, self._memory.batch_size
-                )
+                # On the reader connection, on the event loop: beside the producers' commits
+                # (WAL), never behind their fsyncs, no thread hop (outbox_store.py).
+                rows = self._store.after(self._sent_upto, self._memory.batch_size)
                 if not rows:
                     window.release()
                     await self._commits.wait_new_rows()
@@ -129,7 +129,7 @@ class Delivery:
         try:
             replies = await batch.replies(timeout_s=self._memory.ack_timeout_s)
             acked, rejected, retry = sort_replies(rows, replies)
-            await self._commits.db(self._store.settle, acked, rejected)
+            await self._commits.db_nowait(self._store.settle, acked, rejected)
             settled = [w for seq, w in rows if seq not in retry]
             unsettled -= len(settled)
             self._settled(settled, len(acked), len(rejected))
