@@ -265,7 +265,8 @@ async def _sustained(
             await trio.sleep(tick_s)
         elapsed = trio.current_time() - started
         delivered = outbox.delivered - delivered_before
-        samples.append(Sample(elapsed, admitted, delivered, outbox.depth))
+        if not samples or elapsed - samples[-1].at_s >= sample_s / 10:  # the window's end
+            samples.append(Sample(elapsed, admitted, delivered, outbox.depth))
         result = Sustained(
             Figure("offered", offered, elapsed),
             Figure("admitted", admitted, elapsed),
