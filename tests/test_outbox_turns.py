@@ -287,3 +287,47 @@ async def test_with_synchronous_full_delivery_reads_and_sends_while_a_commit_is_
             ack(1_000_000)
             await outbox.wait_drained()
     assert sorted(received) == sorted(f"w-flood-{n}" for n in range(2 * BATCH_SIZE + 1))
+
+
+async def test_a_batch_partly_refused_for_now_is_settled_in_part_and_the_rest_sent_again(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
+) -> None:
+    """M-2 with O-5's count of writes in flight: a batch whose first write is answered
+    ``FAIL busy`` (not now) settles the rest; the busy write is sent again on the next
+    connection; and the count of writes in flight returns to nothing, so a lone write later
+    goes at once (a count left over would hold it back as part of a batch forever)."""
+    assert config.memory.socket_path is not None
+    received: list[str] = []
+
+    async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        codec = Connection()
+        async with stream:
+            while data := await stream.receive_some(1 << 16):
+                codec.receive_data(data)
+                replies = []
+                while isinstance(event := codec.next_event(), Task):
+                    received.append(event.id or "")
+                    if len(received) == 1:
+                        replies.append(f"STATUS FAIL\nID {event.id}\nERROR busy:not now\n\n")
+                    else:
+                        replies.append(f"STATUS OK\nID {event.id}\nDATA stored\n\n")
+                assert event in (NEED_DATA, CLOSED), event
+                await stream.send_all("".join(replies).encode())
+
+    socket_path = config.memory.socket_path
+    await nursery.start(
+        partial(serve_unix, socket_path, SocketConfig(), handle, handler_nursery=nursery)
+    )
+    config = _small_window(config)
+    path = os.path.join(tmp_path, "outbox.sqlite3")
+    async with open_outbox(path, config.outbox, config.memory) as outbox:
+        with trio.fail_after(WAIT_S):
+            await _put_in_one_commit(outbox, range(2))
+            await outbox.wait_drained()
+            assert len(received) == 3
+            assert received[2] == received[0]  # the busy one, again
+            assert sorted(received[:2]) == ["w-flood-0", "w-flood-1"]
+            await outbox.put(_write(2))
+            await outbox.wait_drained()
+        assert (outbox.delivered, outbox.rejected) == (3, 0)
+    assert received[3:] == ["w-flood-2"]
