@@ -7,7 +7,9 @@ fsyncs: ``insert`` commits on the writer connection (``synchronous`` as configur
 seeing every committed write), at any time; ``settle`` runs on a third at
 ``synchronous=NORMAL``, one write transaction at a time with ``insert`` (the caller serialises
 them). A settle lost to a power failure only delivers its writes again, which their IDs make
-harmless (SPEC M-2), so it need not wait for an fsync, nor delivery for a thread.
+harmless (SPEC M-2), so it need not wait for an fsync, nor delivery for a thread. With
+``full`` the settler leaves WAL checkpoints (which fsync) to the writer's commits, in the
+committer's thread.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class OutboxStore:
         self._db.executescript(_SCHEMA)
         self._reader = self._open(path, "PRAGMA query_only=1")
         self._settler = self._open(path, "PRAGMA synchronous=NORMAL")
+        if synchronous == "full":  # settles run on the event loop: checkpoints (fsyncs) stay
+            self._settler.execute("PRAGMA wal_autocheckpoint=0")  # with the committer's thread
 
     @staticmethod
     def _open(path: str, pragma: str) -> sqlite3.Connection:
