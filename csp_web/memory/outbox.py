@@ -18,6 +18,10 @@ room. Writes of ops already admitted may use ``reserve`` more. Audit records of 
 of refused frames never use the reserve: past ``max_pending`` they are folded into one summary
 record (counts per op and error), written as soon as there is room again or at close.
 
+Turns (SPEC O-5): delivery shares the event loop with the ops that write. While a whole window
+of writes waits unsent, ``wait_room`` first takes a turn, one per write delivery settled, so
+a flood of ops runs at the rate its writes are delivered instead of starving delivery.
+
 ``Outbox`` is a facade over ``outbox_room`` (limits, shares, folding), ``outbox_commits``
 (group commit) and ``outbox_delivery`` (connect, window, backoff, ACKs).
 """
@@ -58,7 +62,8 @@ class Outbox:
     ) -> None:
         self._store = store
         self._link = link
-        self._room = OutboxRoom(config, *store.totals())
+        turn_at = config.delivery_window * memory.batch_size  # a whole window unsent (O-5)
+        self._room = OutboxRoom(config, *store.totals(), turn_at=turn_at)
         self._commits = GroupCommit(store, self._room, inline=config.synchronous == "normal")
         self._delivery = Delivery(store, self._room, self._commits, config, memory)
 
@@ -101,10 +106,11 @@ class Outbox:
         return self._room.peer_full(owner)
 
     async def wait_room(self, owner: str) -> None:
-        """Return once an op of ``owner`` may start: the outbox is below its limits and
-        ``owner`` below its share. Waits while delivery is connected (back-pressure; the
-        caller bounds the wait with its deadline); raises OpError(outbox_full) at once when no
-        Memory Specialist is connected, as then nothing would make room."""
+        """Return once an op of ``owner`` may start: it has had its turn while delivery is
+        behind (SPEC O-5), the outbox is below its limits and ``owner`` below its share.
+        Waits while delivery is connected (back-pressure; the caller bounds the wait with its
+        deadline); raises OpError(outbox_full) at once when no Memory Specialist is connected,
+        as then nothing would make room."""
         await self._room.wait_room(owner)
 
     async def wait_paced(self, owner: str) -> bool:

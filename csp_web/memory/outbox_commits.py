@@ -56,6 +56,16 @@ class GroupCommit:
         async with self._db_lock:
             return await trio.to_thread.run_sync(fn, *args)
 
+    async def db_nowait(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a store call that never waits for an fsync (delivery's read, or its settle at
+        ``synchronous=NORMAL``: outbox_store.py) on the event loop, no thread hop; with the
+        committer in a thread (fsync), once the commit in progress is done, so that one write
+        transaction runs at a time."""
+        if self._inline:
+            return fn(*args)
+        async with self._db_lock:
+            return fn(*args)
+
     def note_new_rows(self) -> None:
         """Wake delivery: rows were committed or a batch was settled."""
         self._new_rows.set()

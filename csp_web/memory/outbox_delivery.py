@@ -46,7 +46,6 @@ class Delivery:
         self.delivered = 0
         self.rejected = 0
         self._sent_upto = 0  # highest seq sent on the current connection
-        self._in_flight_rows = 0  # writes sent and not yet settled
         self._backoff_s = memory.backoff_initial_s
 
     async def serve(self, link: MemoryLink | None) -> None:
@@ -101,13 +100,13 @@ class Delivery:
                 # (or the one in flight is settled), so under load batches grow instead of one
                 # round trip, transaction and wake-up per scheduler round.
                 while (
-                    self._in_flight_rows
-                    and self._room.depth - self._in_flight_rows < self._memory.batch_size
+                    self._room.in_flight
+                    and self._room.depth - self._room.in_flight < self._memory.batch_size
                 ):
                     await self._commits.wait_new_rows()
-                rows = await self._commits.db(
-                    self._store.after, self._sent_upto, self._memory.batch_size
-                )
+                # On the reader connection, on the event loop: beside the producers' commits
+                # (WAL), never behind their fsyncs, no thread hop (outbox_store.py).
+                rows = self._store.after(self._sent_upto, self._memory.batch_size)
                 if not rows:
                     window.release()
                     await self._commits.wait_new_rows()
@@ -120,26 +119,31 @@ class Delivery:
                 except BaseException:
                     window.release()
                     raise
-                self._in_flight_rows += len(rows)
+                self._room.in_flight += len(rows)
                 nursery.start_soon(self._settle_batch, batch, rows, window)
 
     async def _settle_batch(
         self, batch: PendingBatch, rows: list[tuple[int, MemoryWrite]], window: trio.Semaphore
     ) -> None:
+        unsettled = len(rows)
         try:
             replies = await batch.replies(timeout_s=self._memory.ack_timeout_s)
             acked, rejected, retry = sort_replies(rows, replies)
-            await self._commits.db(self._store.settle, acked, rejected)
-            self._settled([w for seq, w in rows if seq not in retry], len(acked), len(rejected))
+            await self._commits.db_nowait(self._store.settle, acked, rejected)
+            settled = [w for seq, w in rows if seq not in retry]
+            unsettled -= len(settled)
+            self._settled(settled, len(acked), len(rejected))
             if retry:  # the Memory Specialist is busy or stopping: same writes again later
                 raise ClientClosed(f"{len(retry)} writes refused for now; retrying")
         finally:
-            self._in_flight_rows -= len(rows)
+            self._room.in_flight -= unsettled
             self._commits.note_new_rows()  # the delivery loop may be holding a partial batch back
             window.release()
 
     def _settled(self, writes: list[MemoryWrite], acked: int, rejected: int) -> None:
         self._room.remove(writes)  # every write not to retry was acked or rejected
+        self._room.in_flight -= len(writes)
+        self._room.grant(len(writes))  # as many ops waiting for a turn may start (SPEC O-5)
         self.delivered += acked
         self.rejected += rejected
         if rejected:

@@ -5,6 +5,14 @@ will log waits for room (back-pressure) while a Memory Specialist drains the out
 refused with ``outbox_full`` when nothing does. Audit records of IN:SYS ops and of refused
 frames never wait: past ``max_pending`` they are folded into counts, written as one summary
 record once there is room again (or at close).
+
+Delivery shares the event loop with the ops that write: a flood of them would take nearly
+every turn of the loop, and writes would pile up unsent (up to ``max_pending``) while the
+Memory Specialist idles. So while delivery is *behind* (connected, and a whole window of
+writes, ``delivery_window`` x ``batch_size``, waits unsent) an op that will log takes a turn
+first (SPEC O-5): one of the admissions that settled writes grant, one per write, or it waits
+(FIFO) for the next batch to settle. Ops are then admitted at the rate writes are delivered,
+and the backlog stays where it was when delivery fell behind.
 """
 
 from __future__ import annotations
@@ -34,9 +42,13 @@ def write_size(write: MemoryWrite) -> int:
 class OutboxRoom:
     """Pending writes counted against the outbox's limits and each peer's share."""
 
-    def __init__(self, config: OutboxConfig, depth: int, bytes_: int) -> None:
+    def __init__(self, config: OutboxConfig, depth: int, bytes_: int, *, turn_at: int) -> None:
         self._config = config
         self.depth = depth
+        self.in_flight = 0  # writes sent to the Memory Specialist and not yet settled
+        self._turn_at = turn_at  # writes unsent at which delivery is behind (SPEC O-5)
+        self._turns = trio.lowlevel.ParkingLot()  # ops waiting for a turn, FIFO
+        self._granted = 0  # admissions granted by settled writes and not yet taken
         self.bytes = bytes_
         self.refused = 0
         self.folded = 0
@@ -64,8 +76,40 @@ class OutboxRoom:
             or held[1] >= self._config.max_bytes_per_peer
         )
 
+    @property
+    def behind(self) -> bool:
+        """Whether delivery is connected and a whole window of writes waits unsent (O-5)."""
+        return self.connected and self.depth - self.in_flight >= self._turn_at
+
+    @property
+    def waiting_turns(self) -> int:
+        """Ops waiting for a turn (SPEC O-5)."""
+        return len(self._turns)
+
+    async def wait_turn(self) -> None:
+        """While delivery is behind, take one admission granted by a settled write, or wait
+        (FIFO) for the next batch to settle (SPEC O-5); at once otherwise."""
+        if not self.behind:
+            return
+        if self._granted:
+            self._granted -= 1
+            return
+        await self._turns.park()
+
+    def grant(self, settled: int) -> None:
+        """``settled`` writes left the outbox: as many ops waiting for a turn may start, or
+        all of them once delivery is no longer behind."""
+        if not self.behind:
+            self._granted = 0
+            self._turns.unpark_all()
+            return
+        woken = len(self._turns.unpark(count=settled))
+        self._granted = min(self._granted + settled - woken, self._turn_at)
+
     async def wait_room(self, owner: str) -> None:
-        """Return once an op of ``owner`` may start; OpError(outbox_full) when nothing drains."""
+        """Return once an op of ``owner`` may start (after its turn, SPEC O-5);
+        OpError(outbox_full) when nothing drains."""
+        await self.wait_turn()
         if not await self.wait_paced(owner):
             self.refused += 1
             which = "outbox" if self.full else "this peer's share of the outbox"
@@ -90,6 +134,8 @@ class OutboxRoom:
 
     def set_connected(self, connected: bool) -> None:
         self.connected = connected
+        if not connected:  # nothing to take turns with: room alone decides (O-1)
+            self.grant(0)
         self.wake()  # waiters re-check: refused at once while nothing drains
 
     def admit(self, write: MemoryWrite, size: int, *, use_reserve: bool) -> None:

@@ -1,5 +1,16 @@
-"""The outbox's SQLite tables. Blocking: called one call at a time, from the event loop
-(``synchronous: normal``) or a worker thread (``full``)."""
+"""The outbox's SQLite tables. Blocking: called from the event loop, commits (``insert``)
+from a worker thread with ``synchronous: full``.
+
+Three connections to one WAL-mode database, so that delivery never waits for the producers'
+fsyncs: ``insert`` commits on the writer connection (``synchronous`` as configured);
+``after``/``oldest`` read on a connection of their own (WAL lets a reader beside the writer,
+seeing every committed write), at any time; ``settle`` runs on a third at
+``synchronous=NORMAL``, one write transaction at a time with ``insert`` (the caller serialises
+them). A settle lost to a power failure only delivers its writes again, which their IDs make
+harmless (SPEC M-2), so it need not wait for an fsync, nor delivery for a thread. With
+``full`` the settler leaves WAL checkpoints (which fsync) to the writer's commits, in the
+committer's thread.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,8 @@ import os
 import sqlite3
 
 from csp_web.core.records import MemoryWrite
+
+_BUSY_TIMEOUT_MS = 5000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (
@@ -31,6 +44,17 @@ class OutboxStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'full' else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
+        self._reader = self._open(path, "PRAGMA query_only=1")
+        self._settler = self._open(path, "PRAGMA synchronous=NORMAL")
+        if synchronous == "full":  # settles run on the event loop: checkpoints (fsyncs) stay
+            self._settler.execute("PRAGMA wal_autocheckpoint=0")  # with the committer's thread
+
+    @staticmethod
+    def _open(path: str, pragma: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")  # a safety net: never contended
+        db.execute(pragma)
+        return db
 
     def totals(self) -> tuple[int, int]:
         """(number of pending writes, their data+path characters)."""
@@ -53,8 +77,9 @@ class OutboxStore:
         return self.after(0, limit)
 
     def after(self, seq: int, limit: int) -> list[tuple[int, MemoryWrite]]:
-        """Up to ``limit`` pending writes queued after sequence number ``seq``, in order."""
-        rows = self._db.execute(
+        """Up to ``limit`` pending writes queued after sequence number ``seq``, in order; on
+        the reader connection, so it may run while a commit does."""
+        rows = self._reader.execute(
             "SELECT seq, id, source, type, path, data FROM pending WHERE seq > ? "
             "ORDER BY seq LIMIT ?",
             (seq, limit),
@@ -64,18 +89,21 @@ class OutboxStore:
         ]
 
     def settle(self, acked: list[int], rejected: list[tuple[int, str]]) -> None:
-        """Drop acknowledged writes and move rejected ones aside, in one transaction."""
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.executemany(
+        """Drop acknowledged writes and move rejected ones aside, in one transaction (never at
+        the same time as ``insert``)."""
+        with self._settler:
+            self._settler.execute("BEGIN")
+            self._settler.executemany(
                 "INSERT INTO rejected SELECT seq, id, source, type, path, data, ? FROM pending "
                 "WHERE seq = ?",
                 [(error, seq) for seq, error in rejected],
             )
-            self._db.executemany(
+            self._settler.executemany(
                 "DELETE FROM pending WHERE seq = ?",
                 [(seq,) for seq in acked + [seq for seq, _ in rejected]],
             )
 
     def close(self) -> None:
+        self._reader.close()
+        self._settler.close()
         self._db.close()
