@@ -67,10 +67,10 @@ from mcp.types import CallToolResult  # noqa: E402
 from bench.extraction import (  # noqa: E402
     DEFAULT_CORPUS,
     PageScore,
-    _summarise,
     compare,
     load_corpus,
     markdown_to_text,
+    summarise,
 )
 from bench.processes import start_serving  # noqa: E402
 from tests.net._origin import Origin  # noqa: E402
@@ -219,8 +219,8 @@ async def measure(server: Server, base: str, corpus: Path) -> list[tuple[PageSco
 
 
 def row(label: str, scores: Sequence[tuple[PageScore, PageScore]]) -> str:
-    content = _summarise([c for c, _ in scores])
-    sent = _summarise([s for _, s in scores])
+    content = summarise([c for c, _ in scores])
+    sent = summarise([s for _, s in scores])
     times = sorted(c.elapsed_ms for c, _ in scores)
     p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
     return (
