@@ -141,8 +141,7 @@ def _adopt(
         (elem.hint or "role" in attrs)
         and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
-        and not content_words.name_content(elem.hint)
-        and not content_words.judge_run(node, tag, elem.hint)
+        and not content_words.names_content(node, tag, elem)
     ):
         if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
             return None

@@ -5,10 +5,14 @@ A class word such as "comment" or "teaser" names chrome beside an article, but o
 thread or a listing the elements it names are the page. They show it by their number and
 size: many siblings of one tag, named chrome by the same words, holding a large share of
 the page's text. Once a run like that is found, its words name content on the whole page
-(the replies nested in a comment carry the same class).
+(the replies nested in a comment carry the same class), and inside an element holding that
+share itself (the thread, the list), every run of siblings named chrome only by item words
+is its items (the posts of a thread in "comment comment-container" blocks).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from selectolax.lexbor import LexborNode
 
@@ -23,6 +27,16 @@ RUN_PAGE_SHARE = 0.5
 _FRAME_TAGS = frozenset({"nav", "aside", "header", "footer"})
 
 
+class _Mirrored(Protocol):
+    """What this module reads of a mirrored element (`_dom.Elem`): its class/id and parent."""
+
+    @property
+    def hint(self) -> str: ...
+
+    @property
+    def parent(self) -> _Mirrored | None: ...
+
+
 class ContentWords:
     """The chrome words found to name the page's items, and the sibling runs judged so far."""
 
@@ -32,6 +46,35 @@ class ContentWords:
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
         self._runs: dict[tuple[int, int, str, frozenset[str]], int] = {}
+        self._holders: set[int] = set()  # id()s of the mirrored elements found holding items
+
+    def names_content(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
+        """True when the chrome words of `elem` (mirroring `node`) name the page's items
+        (`name_content`, `judge_run`), or name only items' parts and `elem` sits inside an
+        element found holding the items."""
+        if self.name_content(elem.hint) or self.judge_run(node, tag, elem.hint):
+            if len(node.text()) >= self._min_run_chars():
+                self._holders.add(id(elem))  # the thread or list itself, not one of its items
+            return True
+        return bool(self._holders) and self._item_of_holder(node, tag, elem)
+
+    def _item_of_holder(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
+        """True when `elem` is one of a run of items named by item words, inside a holder."""
+        tokens = chrome_tokens(elem.hint)
+        if not tokens or not all(map(names_items, tokens)) or self._vetoed(tokens):
+            return False
+        if not self._run_chars(node, tag, tokens):
+            return False
+        ancestor = elem.parent
+        while ancestor is not None:
+            if id(ancestor) in self._holders:
+                return True
+            ancestor = ancestor.parent
+        return False
+
+    def _vetoed(self, tokens: frozenset[str]) -> bool:
+        """An article's comments, however many, are not the article."""
+        return self.article and any(word in token for token in tokens for word in THREAD_WORDS)
 
     def name_content(self, hint: str) -> bool:
         """True when every chrome word of `hint` was found naming the page's items."""
@@ -48,15 +91,18 @@ class ContentWords:
         tokens = chrome_tokens(hint)
         if not tokens or not all(map(names_items, tokens)):
             return False
-        if self.article and any(word in token for token in tokens for word in THREAD_WORDS):
-            return False  # an article's comments, however many, are not the article
+        if self._vetoed(tokens):
+            return False
         chars = self._run_chars(node, tag, tokens) or len(node.text())
-        if self.min_run_chars is None:
-            self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
-        if chars < self.min_run_chars:
+        if chars < self._min_run_chars():
             return False
         self.words.update(tokens)
         return True
+
+    def _min_run_chars(self) -> float:
+        if self.min_run_chars is None:
+            self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
+        return self.min_run_chars
 
     def _run_chars(self, node: LexborNode, tag: str, tokens: frozenset[str]) -> int:
         """The text of the nearest run holding `node` (0 when there is none)."""

@@ -1,0 +1,55 @@
+"""Pages made of many similar items (threads, listings, category grids): the items are the
+content even where their class words name chrome beside an article.
+
+Each test is a small hand-made page showing one general page shape (never one site's markup).
+"""
+
+from __future__ import annotations
+
+from specialists.web.extract import extract_article
+
+POSTS = [
+    f"Post number {n} of the thread: the backup job stops after the first volume on this "
+    f"machine too, and moving it ten minutes later in the schedule fixed it for case {n}."
+    for n in range(16)
+]
+SIDEBAR = "The rules of this board: be kind, stay on topic and search before you post. " * 2
+
+
+def _page_of_posts(posts: list[str]) -> str:
+    return (
+        "<div class='page'>"
+        + "".join(
+            f"<div class='comment comment-container'><p class='user'>user{n}</p><p>{text}</p></div>"
+            for n, text in enumerate(posts)
+        )
+        + "</div>"
+    )
+
+
+def test_posts_named_comment_inside_a_thread_holding_most_of_the_page_are_all_kept() -> None:
+    # Four pages of four posts: no one run holds half of the page's text, the thread does.
+    thread = "".join(_page_of_posts(POSTS[start : start + 4]) for start in range(0, 16, 4))
+    html = (
+        "<html><body><h1>Backup job stops after the first volume</h1>"
+        f"<div class='rules'><p>{SIDEBAR}</p></div>"
+        f"<section class='comment-wrapper'>{thread}</section></body></html>"
+    )
+    markdown = extract_article(html, url="https://forum.example/t/1").markdown
+    assert all(text in markdown for text in POSTS)
+
+
+def test_comment_runs_under_an_article_stay_chrome() -> None:
+    prose = (
+        "The council voted on Tuesday to extend the library's opening hours, after a year in "
+        "which visits rose by a third and the reading rooms were full most evenings. "
+    )
+    article = "".join(f"<p>{prose}{n}</p>" for n in range(12))
+    comments = "".join(_page_of_posts(POSTS[start : start + 4]) for start in range(0, 8, 4))
+    html = (
+        "<html><body><article class='story'>"
+        f"{article}</article><section class='comment-wrapper'>{comments}</section></body></html>"
+    )
+    markdown = extract_article(html).markdown
+    assert prose.strip() in markdown
+    assert POSTS[0] not in markdown
