@@ -28,7 +28,7 @@ def _page_of_posts(posts: list[str]) -> str:
 
 
 def test_posts_named_comment_inside_a_thread_holding_most_of_the_page_are_all_kept() -> None:
-    # Four pages of four posts: no one run holds half of the page's text, the thread does.
+    # Four pages of four posts: no one run holds 40% of the page's text, the thread does.
     thread = "".join(_page_of_posts(POSTS[start : start + 4]) for start in range(0, 16, 4))
     html = (
         "<html><body><h1>Backup job stops after the first volume</h1>"
@@ -53,3 +53,16 @@ def test_comment_runs_under_an_article_stay_chrome() -> None:
     markdown = extract_article(html).markdown
     assert prose.strip() in markdown
     assert POSTS[0] not in markdown
+
+
+def _menu(links: int) -> str:
+    items = "".join(f"<li><a href='/c/{n}'>Board section number {n}</a></li>" for n in range(links))
+    return f"<div class='drawer'><ul>{items}</ul></div>"
+
+
+def test_posts_named_comment_holding_under_half_of_the_page_beside_a_large_menu_are_kept() -> None:
+    # The posts hold about 45% of the readable text, a menu outside <nav> the rest.
+    posts = "".join(f"<div class='comment'><p>{text}</p></div>" for text in POSTS[:8])
+    html = f"<html><body>{_menu(70)}<div class='thread'>{posts}</div></body></html>"
+    markdown = extract_article(html, url="https://forum.example/t/2").markdown
+    assert all(text in markdown for text in POSTS[:8])

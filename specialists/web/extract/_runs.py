@@ -4,10 +4,10 @@
 A class word such as "comment" or "teaser" names chrome beside an article, but on a forum
 thread or a listing the elements it names are the page. They show it by their number and
 size: many siblings of one tag, named chrome by the same words, holding a large share of
-the page's text. Once a run like that is found, its words name content on the whole page
-(the replies nested in a comment carry the same class), and inside an element holding that
-share itself (the thread, the list), every run of siblings named chrome only by item words
-is its items (the posts of a thread in "comment comment-container" blocks).
+the page's text (RUN_PAGE_SHARE). Once a run like that is found, its words name content on
+the whole page (the replies nested in a comment carry the same class), and inside an element
+holding that share itself (the thread, the list), every run of siblings named chrome only
+by item words is its items (the posts of a thread in "comment comment-container" blocks).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ MIN_RUN_ITEMS = 4  # as `_repeat.MIN_ITEMS`: fewer siblings are a layout, not it
 MAX_WRAP_DEPTH = 3  # a card's chrome-named part ("caption") sits this deep in the item
 # The run's share of the page's readable text (outside nav, aside, header and footer) that
 # makes its chrome words the page's content: a comment section under an article holds less.
-RUN_PAGE_SHARE = 0.5
+# Not a half: a grid of cards shares its page with filters, sorting and menus outside <nav>.
+RUN_PAGE_SHARE = 0.4
 _FRAME_TAGS = frozenset({"nav", "aside", "header", "footer"})
 
 
