@@ -66,3 +66,17 @@ def test_posts_named_comment_holding_under_half_of_the_page_beside_a_large_menu_
     html = f"<html><body>{_menu(70)}<div class='thread'>{posts}</div></body></html>"
     markdown = extract_article(html, url="https://forum.example/t/2").markdown
     assert all(text in markdown for text in POSTS[:8])
+
+
+def test_product_cards_whose_text_sits_in_a_caption_are_all_kept() -> None:
+    names = [f"Waterproof gear bag for the car, model {n}" for n in range(12)]
+    cards = "".join(
+        f"<li class='product'><div class='product-block'><div class='product-caption'>"
+        f"<h3><a href='/p/{n}'>{name}</a></h3><p>A strong bag for the car, size {n}.</p>"
+        f"<span>$2{n}.00</span></div></div></li>"
+        for n, name in enumerate(names)
+    )
+    html = f"<html><body>{_menu(40)}<main><ul class='products'>{cards}</ul></main></body></html>"
+    markdown = extract_article(html, url="https://shop.example/c/bags").markdown
+    assert all(f"[{name}](https://shop.example/p/{n})" in markdown for n, name in enumerate(names))
+    assert "A strong bag for the car, size 11." in markdown

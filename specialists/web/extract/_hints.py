@@ -53,9 +53,12 @@ CHROME_WORDS = (
     "readtime", "readingtime", "disclaimer", "signature",
 )  # fmt: skip
 # Chrome words that can also name a page's own items: the posts of a thread ("comment",
-# "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible"). A
-# run of them holding most of the page is its content (see `_runs`); menus never are.
-ITEM_WORDS = ("comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author")
+# "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible", a
+# card's "caption" under its picture). A run of them holding most of the page is its content
+# (see `_runs`); menus never are.
+ITEM_WORDS = (
+    "comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author", "caption",
+)  # fmt: skip
 THREAD_WORDS = ("comment", "discuss", "repl", "respond")  # ...never on a declared article
 # Chrome words of consent and cookie dialogs: their vendor lists and purposes can hold
 # more prose than the page, so their size never makes them content.
