@@ -7,6 +7,7 @@ Each test is a small hand-made page showing one general page shape (never one si
 from __future__ import annotations
 
 from specialists.web.extract import extract_article
+from specialists.web.extract._attrs import names_chrome
 
 POSTS = [
     f"Post number {n} of the thread: the backup job stops after the first volume on this "
@@ -80,3 +81,25 @@ def test_product_cards_whose_text_sits_in_a_caption_are_all_kept() -> None:
     markdown = extract_article(html, url="https://shop.example/c/bags").markdown
     assert all(f"[{name}](https://shop.example/p/{n})" in markdown for n, name in enumerate(names))
     assert "A strong bag for the car, size 11." in markdown
+
+
+def test_teasers_under_section_headings_in_a_block_that_hides_an_ad_are_kept() -> None:
+    sections = "".join(
+        f"<div class='row'><h2>Section {s}</h2><div class='grid-items hide-read-more-ad'>"
+        + "".join(
+            f"<div class='item'><h3><a href='/story/{s}{n}'>Story {n} of section {s}</a></h3>"
+            f"<p>The summary of story {n} in section {s}, in one sentence of plain text.</p></div>"
+            for n in range(3)
+        )
+        + "</div></div>"
+        for s in "ABCDEFGH"
+    )
+    html = f"<html><body><main>{sections}</main></body></html>"
+    markdown = extract_article(html, url="https://news.example/science/").markdown
+    for s in "ABCDEFGH":
+        assert f"The summary of story 2 in section {s}, in one sentence of plain text." in markdown
+
+
+def test_a_class_hiding_chrome_names_a_feature_of_the_element_not_chrome() -> None:
+    assert not names_chrome("grid-items hide-read-more-ad")
+    assert names_chrome("read-more-ad")

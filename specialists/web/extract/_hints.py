@@ -79,8 +79,9 @@ CHROME_PREFIXES = ("print", "skip")  # at the start of a piece: "printfriendly"
 # ("js-comment-entry" marks posts for a script, "is-sticky" a state).
 HOOK_PIECES = frozenset({"js", "is"})
 # Pieces after which a class names a feature of the element, not the element itself:
-# "summary-item-has-author" is an item that shows its author.
-MODIFIER_PIECES = frozenset({"has", "with", "no", "without"})
+# "summary-item-has-author" is an item that shows its author; "hide-read-more-ad" a block
+# that hides an ad (a utility class, as "hide-for-small"), not an ad.
+MODIFIER_PIECES = frozenset({"has", "with", "no", "without", "hide"})
 # Taxonomy pieces that, followed by more pieces, start a term's slug: WordPress marks a post
 # or product with its terms ("tag-sidebar", "product_tag-reusable-cups", "category-ads"),
 # so what follows names a topic the author chose, never what the element is.
