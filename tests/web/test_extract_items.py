@@ -40,6 +40,18 @@ def test_posts_named_comment_inside_a_thread_holding_most_of_the_page_are_all_ke
     assert all(text in markdown for text in POSTS)
 
 
+def test_posts_in_runs_of_two_or_three_inside_a_thread_holding_most_of_the_page_are_kept() -> None:
+    # Three pages of three posts: fewer than the four siblings that make a run elsewhere.
+    thread = "".join(_page_of_posts(POSTS[start : start + 3]) for start in range(0, 9, 3))
+    html = (
+        "<html><body><h1>Backup job stops after the first volume</h1>"
+        f"<div class='rules'><p>{SIDEBAR}</p></div>"
+        f"<section class='comment-wrapper'>{thread}</section></body></html>"
+    )
+    markdown = extract_article(html, url="https://forum.example/t/3").markdown
+    assert all(text in markdown for text in POSTS[:9])
+
+
 def test_comment_runs_under_an_article_stay_chrome() -> None:
     prose = (
         "The council voted on Tuesday to extend the library's opening hours, after a year in "

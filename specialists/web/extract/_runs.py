@@ -20,6 +20,9 @@ from ._attrs import chrome_tokens, names_items
 from ._hints import THREAD_WORDS
 
 MIN_RUN_ITEMS = 4  # as `_repeat.MIN_ITEMS`: fewer siblings are a layout, not items
+# Inside a thread found holding the page's items, this many siblings named by item words are
+# its posts (a short thread has two or three).
+MIN_THREAD_ITEMS = 2
 MAX_WRAP_DEPTH = 3  # a card's chrome-named part ("caption") sits this deep in the item
 # The run's share of the page's readable text (outside nav, aside, header and footer) that
 # makes its chrome words the page's content: a comment section under an article holds less.
@@ -46,7 +49,7 @@ class ContentWords:
         self.article = article
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
-        self._runs: dict[tuple[int, int, str, frozenset[str]], int] = {}
+        self._runs: dict[tuple[int, int, str, frozenset[str]], tuple[int, int]] = {}
         self._holders: set[int] = set()  # id()s of the mirrored elements found holding items
 
     def names_content(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
@@ -64,7 +67,7 @@ class ContentWords:
         tokens = chrome_tokens(elem.hint)
         if not tokens or not all(map(names_items, tokens)) or self._vetoed(tokens):
             return False
-        if not self._run_chars(node, tag, tokens):
+        if not self._run_chars(node, tag, tokens, MIN_THREAD_ITEMS):
             return False
         ancestor = elem.parent
         while ancestor is not None:
@@ -105,34 +108,36 @@ class ContentWords:
             self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
         return self.min_run_chars
 
-    def _run_chars(self, node: LexborNode, tag: str, tokens: frozenset[str]) -> int:
-        """The text of the nearest run holding `node` (0 when there is none)."""
+    def _run_chars(
+        self, node: LexborNode, tag: str, tokens: frozenset[str], min_items: int = MIN_RUN_ITEMS
+    ) -> int:
+        """The text of the nearest run of `min_items` holding `node` (0 when there is none)."""
         wrapper = node
         for depth in range(MAX_WRAP_DEPTH + 1):
             group = wrapper.parent
             if group is None:
                 return 0
             key = (group.mem_id, depth, tag, tokens)
-            chars = self._runs.get(key)
-            if chars is None:
-                chars = self._runs[key] = _run(group, wrapper.tag, depth, (tag, tokens))
-            if chars:
-                return chars
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = _run(group, wrapper.tag, depth, (tag, tokens))
+            if run[0] >= min_items:
+                return run[1]
             wrapper = group
         return 0
 
 
 def _run(
     group: LexborNode, item_tag: str | None, depth: int, match: tuple[str, frozenset[str]]
-) -> int:
-    """The text of the children of `group` tagged `item_tag` that hold a match `depth`
-    levels down, when there are MIN_RUN_ITEMS of them; else 0."""
+) -> tuple[int, int]:
+    """How many children of `group` tagged `item_tag` hold a match `depth` levels down, and
+    their text length."""
     items = chars = 0
     for item in group.iter():
         if item.tag == item_tag and _holds(item, depth, match):
             items += 1
             chars += len(item.text())
-    return chars if items >= MIN_RUN_ITEMS else 0
+    return items, chars
 
 
 def _holds(node: LexborNode, depth: int, match: tuple[str, frozenset[str]]) -> bool:
