@@ -115,3 +115,28 @@ def test_teasers_under_section_headings_in_a_block_that_hides_an_ad_are_kept() -
 def test_a_class_hiding_chrome_names_a_feature_of_the_element_not_chrome() -> None:
     assert not names_chrome("grid-items hide-read-more-ad")
     assert names_chrome("read-more-ad")
+
+
+def test_a_link_posted_for_discussion_declared_an_article_keeps_its_thread() -> None:
+    comments = "".join(
+        f"<li class='comments_subtree'><div class='comment'><p>{text}</p></div></li>"
+        for text in POSTS[:8]
+    )
+    html = (
+        "<html><head><meta property='og:type' content='article'></head><body>"
+        "<h1><a href='https://example.org/goals'>Project goals for this year</a></h1>"
+        f"<ol class='comments'>{comments}</ol></body></html>"
+    )
+    markdown = extract_article(html, url="https://links.example/s/abc").markdown
+    assert all(text in markdown for text in POSTS[:8])
+
+
+def test_a_thread_marked_up_as_one_article_keeps_its_posts() -> None:
+    posts = "".join(f"<div class='comment'><p>{text}</p></div>" for text in POSTS[:8])
+    html = (
+        "<html><head><meta property='og:type' content='article'></head><body>"
+        f"<article class='thread'><h1>Backup job stops early</h1>{posts}</article>"
+        "</body></html>"
+    )
+    markdown = extract_article(html, url="https://forum.example/t/4").markdown
+    assert all(text in markdown for text in POSTS[:8])

@@ -28,6 +28,11 @@ MAX_WRAP_DEPTH = 3  # a card's chrome-named part ("caption") sits this deep in t
 # makes its chrome words the page's content: a comment section under an article holds less.
 # Not a half: a grid of cards shares its page with filters, sorting and menus outside <nav>.
 RUN_PAGE_SHARE = 0.4
+# On a page declaring itself an article, comments name content only when they hold this
+# share and sit inside its <article> element or the page has none: a link posted for
+# discussion, the thread below it. A news article's comments hold less, or follow the
+# <article> element, or are not in the page at all.
+ARTICLE_THREAD_SHARE = 0.8
 _FRAME_TAGS = frozenset({"nav", "aside", "header", "footer"})
 
 
@@ -50,6 +55,7 @@ class ContentWords:
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
         self._runs: dict[tuple[int, int, str, frozenset[str]], tuple[int, int]] = {}
+        self._has_article: bool | None = None  # whether the body has an <article> element
         self._holders: set[int] = set()  # id()s of the mirrored elements found holding items
 
     def names_content(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
@@ -65,7 +71,7 @@ class ContentWords:
     def _item_of_holder(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
         """True when `elem` is one of a run of items named by item words, inside a holder."""
         tokens = chrome_tokens(elem.hint)
-        if not tokens or not all(map(names_items, tokens)) or self._vetoed(tokens):
+        if not tokens or not all(map(names_items, tokens)):
             return False
         if not self._run_chars(node, tag, tokens, MIN_THREAD_ITEMS):
             return False
@@ -76,8 +82,22 @@ class ContentWords:
             ancestor = ancestor.parent
         return False
 
+    def _article_beside(self, node: LexborNode) -> bool:
+        """True when the page has an <article> element and `node` is not inside one: the
+        comments follow an article marked up as one."""
+        if self._has_article is None:
+            self._has_article = self.body.css_first("article") is not None
+        if not self._has_article:
+            return False
+        ancestor = node.parent
+        while ancestor is not None:
+            if ancestor.tag == "article":
+                return False
+            ancestor = ancestor.parent
+        return True
+
     def _vetoed(self, tokens: frozenset[str]) -> bool:
-        """An article's comments, however many, are not the article."""
+        """An article's comments are not the article (unless they are nearly all the page)."""
         return self.article and any(word in token for token in tokens for word in THREAD_WORDS)
 
     def name_content(self, hint: str) -> bool:
@@ -95,10 +115,13 @@ class ContentWords:
         tokens = chrome_tokens(hint)
         if not tokens or not all(map(names_items, tokens)):
             return False
-        if self._vetoed(tokens):
-            return False
         chars = self._run_chars(node, tag, tokens) or len(node.text())
-        if chars < self._min_run_chars():
+        floor = self._min_run_chars()
+        if self._vetoed(tokens):
+            if self._article_beside(node):
+                return False
+            floor *= ARTICLE_THREAD_SHARE / RUN_PAGE_SHARE
+        if chars < floor:
             return False
         self.words.update(tokens)
         return True
