@@ -140,3 +140,21 @@ def test_a_thread_marked_up_as_one_article_keeps_its_posts() -> None:
     )
     markdown = extract_article(html, url="https://forum.example/t/4").markdown
     assert all(text in markdown for text in POSTS[:8])
+
+
+def test_a_declared_thread_whose_first_post_is_long_keeps_the_replies_beside_it() -> None:
+    first = "".join(f"<p>{text}</p>" for text in POSTS[:8])
+    replies = "".join(
+        f"<li class='item itemcomment'><div class='comment'><p>{text}</p></div></li>"
+        for text in POSTS[8:14]
+    )
+    html = (
+        "<html><head><meta property='og:type' content='article'>"
+        '<script type="application/ld+json">{"@type": "DiscussionForumPosting"}</script>'
+        "</head><body><main><div class='discussion'><h1>Backup job stops early</h1>"
+        f"<div class='message'>{first}</div></div>"
+        f"<div class='commentswrap'><h2>Comments</h2><ul class='comments'>{replies}</ul></div>"
+        "</main></body></html>"
+    )
+    markdown = extract_article(html, url="https://forum.example/discussion/5").markdown
+    assert all(text in markdown for text in POSTS[:14])

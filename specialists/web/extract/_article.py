@@ -10,7 +10,16 @@ from selectolax.lexbor import LexborHTMLParser
 from ._clean import find_skips, trim_tail
 from ._dom import Elem, build_tree
 from ._guard import defuse_nesting
-from ._kind import Declared, Layout, declared_types, declares_article, declares_product, page_type
+from ._join import join_items
+from ._kind import (
+    Declared,
+    Layout,
+    declared_types,
+    declares_article,
+    declares_product,
+    declares_thread,
+    page_type,
+)
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
@@ -103,7 +112,9 @@ def _main_markdown(
     body = tree.body
     if body is None:
         return "", NO_LAYOUT
-    root, order = build_tree(body, article=declares_article(declared))
+    thread = declares_thread(declared)
+    article = declares_article(declared) and not thread
+    root, order = build_tree(body, article=article)
     measure(order)
     order = drop_chrome(order)
     run = find_run(order)
@@ -111,6 +122,8 @@ def _main_markdown(
     content, listing = widen(picked, run)
     if not listing:
         content = spread(content, root)
+    if thread:
+        content = join_items(content, order)
     layout = _layout(content, picked, listing, run)
     content, scattered = keep_most(content, root)
     listing = listing or scattered

@@ -45,6 +45,7 @@ class Elem:
         "commas",
         "dropped",
         "hint",
+        "holds_items",
         "kids",
         "link_len",
         "own_commas",
@@ -78,6 +79,7 @@ class Elem:
         self.score = 0.0
         self.blocky = False
         self.chrome = False
+        self.holds_items = False  # the thread or list of the page's items (see `_runs`)
 
     def __repr__(self) -> str:
         return f"<{self.tag} {self.hint!r} text={self.text_len}>"

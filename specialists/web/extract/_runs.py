@@ -45,6 +45,8 @@ class _Mirrored(Protocol):
     @property
     def parent(self) -> _Mirrored | None: ...
 
+    holds_items: bool
+
 
 class ContentWords:
     """The chrome words found to name the page's items, and the sibling runs judged so far."""
@@ -56,7 +58,7 @@ class ContentWords:
         self.words: set[str] = set()
         self._runs: dict[tuple[int, int, str, frozenset[str]], tuple[int, int]] = {}
         self._has_article: bool | None = None  # whether the body has an <article> element
-        self._holders: set[int] = set()  # id()s of the mirrored elements found holding items
+        self._holders = False  # whether an element was found holding the items
 
     def names_content(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
         """True when the chrome words of `elem` (mirroring `node`) name the page's items
@@ -64,9 +66,9 @@ class ContentWords:
         element found holding the items."""
         if self.name_content(elem.hint) or self.judge_run(node, tag, elem.hint):
             if len(node.text()) >= self._min_run_chars():
-                self._holders.add(id(elem))  # the thread or list itself, not one of its items
+                elem.holds_items = self._holders = True  # the thread or list, not one item
             return True
-        return bool(self._holders) and self._item_of_holder(node, tag, elem)
+        return self._holders and self._item_of_holder(node, tag, elem)
 
     def _item_of_holder(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
         """True when `elem` is one of a run of items named by item words, inside a holder."""
@@ -77,7 +79,7 @@ class ContentWords:
             return False
         ancestor = elem.parent
         while ancestor is not None:
-            if id(ancestor) in self._holders:
+            if ancestor.holds_items:
                 return True
             ancestor = ancestor.parent
         return False
