@@ -158,3 +158,35 @@ def test_a_declared_thread_whose_first_post_is_long_keeps_the_replies_beside_it(
     )
     markdown = extract_article(html, url="https://forum.example/discussion/5").markdown
     assert all(text in markdown for text in POSTS[:14])
+
+
+def test_a_pick_inside_one_post_of_a_thread_widens_to_the_whole_thread() -> None:
+    first = "".join(f"<p>{text}</p>" for text in POSTS[:6])
+    replies = "".join(
+        f"<div class='topic-post'><span class='creator'>user{n}</span>"
+        f"<div class='post'><p>{text}</p></div></div>"
+        for n, text in enumerate(POSTS[6:10])
+    )
+    html = (
+        "<html><body><h1>Backup job stops early</h1><div class='thread'>"
+        "<div class='topic-post'><span class='creator'>asker</span>"
+        f"<div class='post'>{first}</div></div>{replies}</div></body></html>"
+    )
+    markdown = extract_article(html, url="https://forum.example/t/6").markdown
+    assert all(text in markdown for text in POSTS[:10])
+
+
+def test_a_pick_inside_one_section_of_a_declared_article_stays_the_pick() -> None:
+    body = "".join(f"<p>{text}</p>" for text in POSTS[:6])
+    boxes = "".join(
+        f"<div class='block'><p>Promotional box {n} with a short line of text about "
+        "our other products and services.</p></div>"
+        for n in range(4)
+    )
+    html = (
+        "<html><head><meta property='og:type' content='article'></head><body><main>"
+        f"<div class='block'><div class='story'>{body}</div></div>{boxes}</main></body></html>"
+    )
+    markdown = extract_article(html, url="https://news.example/2026/01/story").markdown
+    assert POSTS[5] in markdown
+    assert "Promotional box" not in markdown

@@ -128,7 +128,7 @@ def _main_markdown(
     order = drop_chrome(order)
     run = find_run(order)
     picked = select_content(root, order)
-    content, listing = widen(picked, run)
+    content, listing = widen(picked, run, article=article)
     if not listing:
         content = spread(content, root)
     if thread:
