@@ -190,3 +190,17 @@ def test_a_pick_inside_one_section_of_a_declared_article_stays_the_pick() -> Non
     markdown = extract_article(html, url="https://news.example/2026/01/story").markdown
     assert POSTS[5] in markdown
     assert "Promotional box" not in markdown
+
+
+def test_cards_with_a_linked_title_over_a_longer_description_are_a_listing_keeping_titles() -> None:
+    cards = "".join(
+        f"<div class='card'><h3><a href='/p/{n}'>Bamboo dog bowl, large, {n}</a></h3>"
+        f"<p>Three colours and two sizes, washable, with a non-slip base, item {n}.</p></div>"
+        for n in range(6)
+    )
+    html = f"<html><body><main><div class='grid'>{cards}</div></main></body></html>"
+    markdown = extract_article(html, url="https://shop.example/c/bowls").markdown
+    assert all(
+        f"### [Bamboo dog bowl, large, {n}](https://shop.example/p/{n})" in markdown
+        for n in range(6)
+    )

@@ -19,9 +19,10 @@ MIN_ITEM_CHARS = 25  # mean text per item: below it the run is a menu or a tag c
 MIN_ITEMS_SHARE = 0.5  # the similar items hold at least this share of their parent's text
 # A run inside the pick holding this share of its text, with this share of it in links,
 # makes the pick a listing (the links are the content); an article's run of paragraph
-# blocks links less.
+# blocks links less. A card with a linked title over a description three times as long is
+# a listing's item.
 LISTING_SHARE = 0.5
-LISTING_LINK_SHARE = 0.3
+LISTING_LINK_SHARE = 0.2
 # A run elsewhere replaces the pick when it holds this many times the picked text...
 WIDEN_RATIO = 2.0
 # ...unless the pick holds this much text outside links: an article beside a link directory.
