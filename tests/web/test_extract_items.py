@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from specialists.web.extract import extract_article
 from specialists.web.extract._attrs import names_chrome
+from specialists.web.extract._members import is_member_stats
 
 POSTS = [
     f"Post number {n} of the thread: the backup job stops after the first volume on this "
@@ -204,3 +205,25 @@ def test_cards_with_a_linked_title_over_a_longer_description_are_a_listing_keepi
         f"### [Bamboo dog bowl, large, {n}](https://shop.example/p/{n})" in markdown
         for n in range(6)
     )
+
+
+def test_member_statistics_beside_each_post_are_left_out() -> None:
+    posts = "".join(
+        f"<div class='post'><dl class='postprofile'><dt><a href='/u/{n}'>user{n}</a></dt>"
+        f"<dd><strong>Posts:</strong> <a href='/s/{n}'>1,07{n}</a></dd>"
+        f"<dd><strong>Joined:</strong> Mon Jul 24, 2017 9:2{n} am</dd></dl>"
+        f"<div class='content'><p>{text}</p></div></div>"
+        for n, text in enumerate(POSTS[:6])
+    )
+    html = f"<html><body><main><div class='topic'>{posts}</div></main></body></html>"
+    markdown = extract_article(html, url="https://forum.example/viewtopic.php?t=7").markdown
+    assert all(text in markdown for text in POSTS[:6])
+    assert "Posts:" not in markdown
+    assert "Joined:" not in markdown
+
+
+def test_a_line_about_posts_inside_prose_is_kept() -> None:
+    assert not is_member_stats(
+        "Posts: these are the rules for new members of the board, read them."
+    )
+    assert is_member_stats("Join Date: Aug 2008 Posts: 1,077")

@@ -13,6 +13,8 @@ import re
 from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
+from ._members import MAX_CHARS as MEMBER_STATS_CHARS
+from ._members import is_member_stats
 from ._score import is_paragraph, link_density
 from ._sections import recommendation_sections
 
@@ -78,6 +80,8 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     tag = elem.tag
     if tag == "header" or (tag == "time" and _is_dateline(elem)):
         return True  # an article's header holds its headline, byline and date
+    if tag in BLOCK_TAGS and _is_member_stats(elem):
+        return True  # a forum member's post count and join date
     if listing:
         return tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem)
     if tag == "a" and elem.blocky:
@@ -91,6 +95,10 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
         return _is_link_heavy(elem)
     return False
+
+
+def _is_member_stats(elem: Elem) -> bool:
+    return 0 < elem.text_len <= MEMBER_STATS_CHARS and is_member_stats(text_of(elem))
 
 
 def _is_link_heavy(elem: Elem) -> bool:
