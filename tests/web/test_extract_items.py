@@ -227,3 +227,19 @@ def test_a_line_about_posts_inside_prose_is_kept() -> None:
         "Posts: these are the rules for new members of the board, read them."
     )
     assert is_member_stats("Join Date: Aug 2008 Posts: 1,077")
+
+
+def test_member_statistics_printed_as_term_pairs_without_colons_are_left_out() -> None:
+    posts = "".join(
+        f"<article class='message'><div class='user'><h4><a href='/u/{n}'>user{n}</a></h4>"
+        f"<dl class='pairs'><dt>Joined</dt><dd>Mar {n + 1}, 2020</dd></dl>"
+        f"<dl class='pairs'><dt>Messages</dt><dd>1,23{n}</dd></dl>"
+        f"<dl class='pairs'><dt>Reaction score</dt><dd>45{n}</dd></dl></div>"
+        f"<div class='content'><p>{text}</p></div></article>"
+        for n, text in enumerate(POSTS[:6])
+    )
+    html = f"<html><body><main><div class='thread'>{posts}</div></main></body></html>"
+    markdown = extract_article(html, url="https://forum.example/threads/8").markdown
+    assert all(text in markdown for text in POSTS[:6])
+    assert "Reaction score" not in markdown
+    assert "Mar 3, 2020" not in markdown

@@ -14,7 +14,7 @@ from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._members import MAX_CHARS as MEMBER_STATS_CHARS
-from ._members import is_member_stats
+from ._members import is_member_pairs, is_member_stats
 from ._score import is_paragraph, link_density
 from ._sections import recommendation_sections
 
@@ -98,7 +98,13 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
 
 
 def _is_member_stats(elem: Elem) -> bool:
-    return 0 < elem.text_len <= MEMBER_STATS_CHARS and is_member_stats(text_of(elem))
+    if not 0 < elem.text_len <= MEMBER_STATS_CHARS:
+        return False
+    if elem.tag == "dl":
+        terms = [text_of(kid) for kid in elem.kids if isinstance(kid, Elem) and kid.tag == "dt"]
+        if is_member_pairs(terms):
+            return True
+    return is_member_stats(text_of(elem))
 
 
 def _is_link_heavy(elem: Elem) -> bool:

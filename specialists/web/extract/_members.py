@@ -2,7 +2,8 @@
 
 Forum engines print the author's standing beside every post (phpBB's profile list,
 vBulletin's user info, XenForo's message counts). They describe the member, not the
-thread, and repeat on every post; a block holding only such label-value pairs is left out.
+thread, and repeat on every post; a block holding only such label-value pairs, or a <dl>
+whose terms are all such labels ("Joined", "Messages"), is left out.
 English labels only.
 """
 
@@ -14,9 +15,17 @@ MAX_CHARS = 120  # a block of member statistics is short
 MAX_VALUE_CHARS = 40  # "1,077", "Mon Jul 24, 2017 9:28 am"
 _LABEL = re.compile(
     r"(?:posts|joined|join date|reputation|reaction score|messages|karma|member since"
-    r"|likes received|thanks received)\s*:",
+    r"|likes received|thanks received|points)\s*:",
     re.IGNORECASE,
 )
+
+
+def is_member_pairs(labels: list[str]) -> bool:
+    """True when every label of a list of pairs (a <dl>'s terms) is a member statistic:
+    "Joined", "Messages", "Reaction score" printed without colons."""
+    return bool(labels) and all(
+        _LABEL.fullmatch(f"{label.strip().rstrip(':')}:") for label in labels
+    )
 
 
 def is_member_stats(text: str) -> bool:
