@@ -243,3 +243,17 @@ def test_member_statistics_printed_as_term_pairs_without_colons_are_left_out() -
     assert all(text in markdown for text in POSTS[:6])
     assert "Reaction score" not in markdown
     assert "Mar 3, 2020" not in markdown
+
+
+def test_forum_interface_labels_between_posts_are_left_out() -> None:
+    posts = "".join(
+        f"<div class='post'><div class='content'><p>{text}</p></div>"
+        "<div class='actions'><span>Top</span></div>"
+        "<div class='buttons'><span>Reply With Quote</span></div></div>"
+        for text in POSTS[:6]
+    )
+    html = f"<html><body><main><div class='thread'>{posts}</div></main></body></html>"
+    markdown = extract_article(html, url="https://forum.example/showthread.php?t=9").markdown
+    assert all(text in markdown for text in POSTS[:6])
+    assert "Top" not in markdown
+    assert "Reply With Quote" not in markdown

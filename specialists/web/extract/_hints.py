@@ -139,6 +139,7 @@ BOILERPLATE = frozenset(
         "image", "photo", "video", "loading", "play video", "watch", "skip ad", "close",
         "tags", "topics", "see also", "sign up", "subscribe", "newsletter",
         "write a review", "verified buyer", "skip to product information",
+        "reply with quote", "report post", "permalink", "top", "back to top",
     }
 )  # fmt: skip
 BOILERPLATE_MAX_CHARS = max(map(len, BOILERPLATE)) + 4  # the longest label, with its punctuation
