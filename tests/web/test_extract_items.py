@@ -257,3 +257,17 @@ def test_forum_interface_labels_between_posts_are_left_out() -> None:
     assert all(text in markdown for text in POSTS[:6])
     assert "Top" not in markdown
     assert "Reply With Quote" not in markdown
+
+
+def test_a_card_line_rendered_twice_in_a_row_reads_once() -> None:
+    cards = "".join(
+        f"<div class='card'><h2><a href='/p/{n}'>Scaling storage at the company, part {n}</a></h2>"
+        "<p class='mobile'>Engineering Blog</p><p class='desktop'>Engineering Blog</p>"
+        f"<p>{POSTS[n]}</p></div>"
+        for n in range(5)
+    )
+    html = f"<html><body><main><div class='feed'>{cards}</div></main></body></html>"
+    markdown = extract_article(html, url="https://blog.example/").markdown
+    assert "Engineering Blog\n\nEngineering Blog" not in markdown
+    assert markdown.count("Engineering Blog") == 5
+    assert all(text in markdown for text in POSTS[:5])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
 
-from ._clean import find_skips, trim_tail
+from ._clean import drop_repeats, find_skips, trim_tail
 from ._dom import Elem, build_tree
 from ._guard import defuse_nesting
 from ._join import join_items
@@ -137,7 +137,7 @@ def _main_markdown(
     content, scattered = keep_most(content, root)
     listing = listing or scattered
     skip = find_skips(content, title, listing=listing, product=declares_product(declared))
-    blocks = trim_tail(render(content, base_url=url, skip=skip))
+    blocks = trim_tail(drop_repeats(render(content, base_url=url, skip=skip)))
     if not blocks:  # cleaning must never empty an article that has text
         blocks = render(content, base_url=url, skip=frozenset())
     return "\n\n".join(blocks), layout
