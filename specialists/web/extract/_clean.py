@@ -14,7 +14,7 @@ from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._members import MAX_CHARS as MEMBER_STATS_CHARS
-from ._members import is_member_pairs, is_member_stats
+from ._members import is_edit_note, is_member_pairs, is_member_stats
 from ._score import is_paragraph, link_density
 from ._sections import recommendation_sections
 
@@ -116,7 +116,8 @@ def _is_member_stats(elem: Elem) -> bool:
         terms = [text_of(kid) for kid in elem.kids if isinstance(kid, Elem) and kid.tag == "dt"]
         if is_member_pairs(terms):
             return True
-    return is_member_stats(text_of(elem))
+    text = text_of(elem)
+    return is_member_stats(text) or is_edit_note(text)
 
 
 def _is_link_heavy(elem: Elem) -> bool:

@@ -3,7 +3,8 @@
 Forum engines print the author's standing beside every post (phpBB's profile list,
 vBulletin's user info, XenForo's message counts). They describe the member, not the
 thread, and repeat on every post; a block holding only such label-value pairs, or a <dl>
-whose terms are all such labels ("Joined", "Messages"), is left out.
+whose terms are all such labels ("Joined", "Messages"), is left out, as is a post's edit
+note ("Last edited by ann on 12 Sep 2024").
 English labels only.
 """
 
@@ -19,6 +20,10 @@ _LABEL = re.compile(
     re.IGNORECASE,
 )
 
+# A post's edit note: who edited it and when, never what it says.
+# ("Edited by" alone also credits a book's editors.)
+_EDIT_NOTE = re.compile(r"last edited(?: by \S+| ?:)", re.IGNORECASE)
+
 
 def is_member_pairs(labels: list[str]) -> bool:
     """True when every label of a list of pairs (a <dl>'s terms) is a member statistic:
@@ -26,6 +31,13 @@ def is_member_pairs(labels: list[str]) -> bool:
     return bool(labels) and all(
         _LABEL.fullmatch(f"{label.strip().rstrip(':')}:") for label in labels
     )
+
+
+def is_edit_note(text: str) -> bool:
+    """True when `text` is a post's edit note: "Last edited by ann on 12 Sep 2024, edited 4
+    times in total.", "Last edited: Mar 3, 2024"."""
+    text = " ".join(text.split())
+    return len(text) <= MAX_CHARS and _EDIT_NOTE.match(text) is not None
 
 
 def is_member_stats(text: str) -> bool:
