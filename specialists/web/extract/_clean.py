@@ -14,7 +14,7 @@ from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._members import MAX_CHARS as MEMBER_STATS_CHARS
-from ._members import is_edit_note, is_member_pairs, is_member_stats
+from ._members import is_edit_note, is_member_pairs, is_member_stats, starts_stats
 from ._score import is_paragraph, link_density
 from ._sections import recommendation_sections
 
@@ -110,7 +110,7 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
 
 
 def _is_member_stats(elem: Elem) -> bool:
-    if not 0 < elem.text_len <= MEMBER_STATS_CHARS:
+    if not 0 < elem.text_len <= MEMBER_STATS_CHARS or not starts_stats(_first_text(elem)):
         return False
     if elem.tag == "dl":
         terms = [text_of(kid) for kid in elem.kids if isinstance(kid, Elem) and kid.tag == "dt"]
@@ -118,6 +118,17 @@ def _is_member_stats(elem: Elem) -> bool:
             return True
     text = text_of(elem)
     return is_member_stats(text) or is_edit_note(text)
+
+
+def _first_text(elem: Elem) -> str:
+    """The first non-blank text string under `elem` (cheap: one path down the tree)."""
+    for kid in elem.kids:
+        if isinstance(kid, str):
+            if kid.strip():
+                return kid
+        elif kid.text_len:
+            return _first_text(kid)
+    return ""
 
 
 def _is_link_heavy(elem: Elem) -> bool:

@@ -20,9 +20,20 @@ _LABEL = re.compile(
     re.IGNORECASE,
 )
 
+_START = re.compile(
+    r"posts|joined|join date|reputation|reaction score|messages|karma|member since"
+    r"|likes received|thanks received|points|last edited",
+    re.IGNORECASE,
+)
 # A post's edit note: who edited it and when, never what it says.
 # ("Edited by" alone also credits a book's editors.)
 _EDIT_NOTE = re.compile(r"last edited(?: by \S+| ?:)", re.IGNORECASE)
+
+
+def starts_stats(text: str) -> bool:
+    """True when `text` starts like a member statistic or an edit note (a cheap first test
+    on the first text of a block, before its whole text is read)."""
+    return _START.match(text.lstrip()) is not None
 
 
 def is_member_pairs(labels: list[str]) -> bool:

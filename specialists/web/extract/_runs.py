@@ -57,6 +57,7 @@ class ContentWords:
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
         self._runs: dict[tuple[int, int, str, frozenset[str]], tuple[int, int]] = {}
+        self._short_threads: set[frozenset[str]] = set()  # an article's comments, judged
         self._has_article: bool | None = None  # whether the body has an <article> element
         self._holders = False  # whether an element was found holding the items
 
@@ -117,13 +118,14 @@ class ContentWords:
         tokens = chrome_tokens(hint)
         if not tokens or not all(map(names_items, tokens)):
             return False
+        vetoed = self._vetoed(tokens)
+        if vetoed and (tokens in self._short_threads or self._article_beside(node)):
+            return False
         chars = self._run_chars(node, tag, tokens) or len(node.text())
         floor = self._min_run_chars()
-        if self._vetoed(tokens):
-            if self._article_beside(node):
-                return False
-            floor *= ARTICLE_THREAD_SHARE / RUN_PAGE_SHARE
-        if chars < floor:
+        if chars < (floor * ARTICLE_THREAD_SHARE / RUN_PAGE_SHARE if vetoed else floor):
+            if vetoed:  # the first comment judged sits in the largest run: the others in less
+                self._short_threads.add(tokens)
             return False
         self.words.update(tokens)
         return True
