@@ -26,6 +26,7 @@ MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lin
 DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
 MAX_TAIL_HEADINGS = 4  # as `_repeat.MIN_ITEMS`: a run of titles, not leftover headings
 REPEAT_MAX_CHARS = 60  # a label, a heading or a byline; longer repeats are left as written
+_SENTENCE_ENDS = (".", "!", "?", ":", ";")
 PROMO_MAX_CHARS = 300  # a sign-up or follow-us line is short; a paragraph mentioning one is not
 
 _WORD = re.compile(r"\w+")
@@ -60,14 +61,19 @@ def find_skips(
 
 
 def drop_repeats(blocks: list[str]) -> list[str]:
-    """`blocks` without a short block equal to the one right before it: a heading or a card
-    line rendered once per screen size ("Latest" over each column, a byline for mobile and
-    for desktop) reads once. Sentences may rightly repeat (a summary, then its section)."""
+    """`blocks` without a short label equal to the block right before it: a heading or a
+    card line rendered once per screen size ("Latest" over each column, a byline for mobile
+    and for desktop) reads once. Sentences may rightly repeat (two posts signed off alike, a
+    summary and then its section)."""
     return [
         block
         for n, block in enumerate(blocks)
-        if n == 0 or block != blocks[n - 1] or len(block) > REPEAT_MAX_CHARS
+        if n == 0 or block != blocks[n - 1] or not _is_short_label(block)
     ]
+
+
+def _is_short_label(block: str) -> bool:
+    return len(block) <= REPEAT_MAX_CHARS and not block.rstrip().endswith(_SENTENCE_ENDS)
 
 
 def trim_tail(blocks: list[str]) -> list[str]:
