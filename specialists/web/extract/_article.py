@@ -7,10 +7,19 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
 
-from ._clean import find_skips, trim_tail
+from ._clean import drop_repeats, find_skips, trim_tail
 from ._dom import Elem, build_tree
 from ._guard import defuse_nesting
-from ._kind import Declared, Layout, declared_types, declares_article, declares_product, page_type
+from ._join import join_items
+from ._kind import (
+    Declared,
+    Layout,
+    declared_types,
+    declares_article,
+    declares_product,
+    declares_thread,
+    page_type,
+)
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._prune import drop_chrome
@@ -23,6 +32,9 @@ _INVISIBLE = ("script", "style", "noscript", "template", "svg")
 SHELL_MAX_CHARS = 2_000
 # ...and a <noscript> is that copy when it holds this many times the visible text.
 NOSCRIPT_TEXT_RATIO = 3
+# Elements whose content the parser keeps as raw text: an unclosed <iframe> in a noscript
+# holds the rest of the page as text, which is then the markup to read.
+_RAW_TEXT = frozenset({"iframe", "noembed", "noframes", "xmp", "textarea", "title", "style"})
 _WORD = re.compile(r"\w+")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
@@ -82,9 +94,15 @@ def _readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
 
     Script-rendered pages show an empty shell to a reader without scripts and keep their
     server-rendered copy in a <noscript>; a noscript is that copy when the visible body is
-    short and the noscript holds NOSCRIPT_TEXT_RATIO times its text.
+    short and the noscript holds NOSCRIPT_TEXT_RATIO times its text. The copy is read as
+    markup: the noscript's elements when the parser built them (its headings, posts and
+    links), else its text, which is then the markup itself.
     """
-    copy = max((node.text() for node in tree.css("noscript")), key=len, default="")
+    noscript = max(tree.css("noscript"), key=lambda node: len(node.text()), default=None)
+    copy = noscript.text() if noscript is not None else ""
+    markup = copy
+    if noscript is not None and any(kid.tag not in _RAW_TEXT for kid in noscript.iter()):
+        markup = noscript.inner_html or copy
     tree.strip_tags(list(_INVISIBLE))  # so the page's text length counts readable text only
     if len(copy) < NOSCRIPT_TEXT_RATIO * 100:  # most noscripts hold a tracking pixel
         return tree
@@ -92,7 +110,7 @@ def _readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
     visible = len(body.text()) if body is not None else 0
     if visible >= SHELL_MAX_CHARS or len(copy) < NOSCRIPT_TEXT_RATIO * max(visible, 100):
         return tree
-    inner = LexborHTMLParser(defuse_nesting(f"<body>{copy}</body>"))
+    inner = LexborHTMLParser(defuse_nesting(f"<body>{markup}</body>"))
     inner.strip_tags(list(_INVISIBLE))
     return inner
 
@@ -103,19 +121,23 @@ def _main_markdown(
     body = tree.body
     if body is None:
         return "", NO_LAYOUT
-    root, order = build_tree(body, article=declares_article(declared))
+    thread = declares_thread(declared)
+    article = declares_article(declared) and not thread
+    root, order = build_tree(body, article=article)
     measure(order)
     order = drop_chrome(order)
     run = find_run(order)
     picked = select_content(root, order)
-    content, listing = widen(picked, run)
+    content, listing = widen(picked, run, article=article)
     if not listing:
         content = spread(content, root)
+    if thread:
+        content = join_items(content, order)
     layout = _layout(content, picked, listing, run)
     content, scattered = keep_most(content, root)
     listing = listing or scattered
     skip = find_skips(content, title, listing=listing, product=declares_product(declared))
-    blocks = trim_tail(render(content, base_url=url, skip=skip))
+    blocks = trim_tail(drop_repeats(render(content, base_url=url, skip=skip)))
     if not blocks:  # cleaning must never empty an article that has text
         blocks = render(content, base_url=url, skip=frozenset())
     return "\n\n".join(blocks), layout

@@ -13,6 +13,8 @@ import re
 from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
+from ._members import MAX_CHARS as MEMBER_STATS_CHARS
+from ._members import is_edit_note, is_member_pairs, is_member_stats, starts_stats
 from ._score import is_paragraph, link_density
 from ._sections import recommendation_sections
 
@@ -23,6 +25,8 @@ MAX_LINK_DENSITY = 0.7
 MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lines in prose
 DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
 MAX_TAIL_HEADINGS = 4  # as `_repeat.MIN_ITEMS`: a run of titles, not leftover headings
+REPEAT_MAX_CHARS = 60  # a label, a heading or a byline; longer repeats are left as written
+_SENTENCE_ENDS = (".", "!", "?", ":", ";")
 PROMO_MAX_CHARS = 300  # a sign-up or follow-us line is short; a paragraph mentioning one is not
 
 _WORD = re.compile(r"\w+")
@@ -56,6 +60,22 @@ def find_skips(
     return frozenset(skips | recommendation_sections(headings, content))
 
 
+def drop_repeats(blocks: list[str]) -> list[str]:
+    """`blocks` without a short label equal to the block right before it: a heading or a
+    card line rendered once per screen size ("Latest" over each column, a byline for mobile
+    and for desktop) reads once. Sentences may rightly repeat (two posts signed off alike, a
+    summary and then its section)."""
+    return [
+        block
+        for n, block in enumerate(blocks)
+        if n == 0 or block != blocks[n - 1] or not _is_short_label(block)
+    ]
+
+
+def _is_short_label(block: str) -> bool:
+    return len(block) <= REPEAT_MAX_CHARS and not block.rstrip().endswith(_SENTENCE_ENDS)
+
+
 def trim_tail(blocks: list[str]) -> list[str]:
     """`blocks` without trailing headings (nothing follows them) or sign-up/follow-us lines.
 
@@ -78,6 +98,8 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     tag = elem.tag
     if tag == "header" or (tag == "time" and _is_dateline(elem)):
         return True  # an article's header holds its headline, byline and date
+    if tag in BLOCK_TAGS and _is_member_stats(elem):
+        return True  # a forum member's post count and join date
     if listing:
         return tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem)
     if tag == "a" and elem.blocky:
@@ -91,6 +113,28 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
         return _is_link_heavy(elem)
     return False
+
+
+def _is_member_stats(elem: Elem) -> bool:
+    if not 0 < elem.text_len <= MEMBER_STATS_CHARS or not starts_stats(_first_text(elem)):
+        return False
+    if elem.tag == "dl":
+        terms = [text_of(kid) for kid in elem.kids if isinstance(kid, Elem) and kid.tag == "dt"]
+        if is_member_pairs(terms):
+            return True
+    text = text_of(elem)
+    return is_member_stats(text) or is_edit_note(text)
+
+
+def _first_text(elem: Elem) -> str:
+    """The first non-blank text string under `elem` (cheap: one path down the tree)."""
+    for kid in elem.kids:
+        if isinstance(kid, str):
+            if kid.strip():
+                return kid
+        elif kid.text_len:
+            return _first_text(kid)
+    return ""
 
 
 def _is_link_heavy(elem: Elem) -> bool:

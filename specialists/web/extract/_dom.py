@@ -45,6 +45,7 @@ class Elem:
         "commas",
         "dropped",
         "hint",
+        "holds_items",
         "kids",
         "link_len",
         "own_commas",
@@ -78,6 +79,7 @@ class Elem:
         self.score = 0.0
         self.blocky = False
         self.chrome = False
+        self.holds_items = False  # the thread or list of the page's items (see `_runs`)
 
     def __repr__(self) -> str:
         return f"<{self.tag} {self.hint!r} text={self.text_len}>"
@@ -141,8 +143,7 @@ def _adopt(
         (elem.hint or "role" in attrs)
         and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
-        and not content_words.name_content(elem.hint)
-        and not content_words.judge_run(node, tag, elem.hint)
+        and not content_words.names_content(node, tag, elem)
     ):
         if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
             return None

@@ -53,9 +53,12 @@ CHROME_WORDS = (
     "readtime", "readingtime", "disclaimer", "signature",
 )  # fmt: skip
 # Chrome words that can also name a page's own items: the posts of a thread ("comment",
-# "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible"). A
-# run of them holding most of the page is its content (see `_runs`); menus never are.
-ITEM_WORDS = ("comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author")
+# "replies", "discussion"), the cards of a listing ("teaser", "subscription-eligible", a
+# card's "caption" under its picture). A run of them holding most of the page is its content
+# (see `_runs`); menus never are.
+ITEM_WORDS = (
+    "comment", "discuss", "repl", "respond", "teaser", "subscri", "related", "author", "caption",
+)  # fmt: skip
 THREAD_WORDS = ("comment", "discuss", "repl", "respond")  # ...never on a declared article
 # Chrome words of consent and cookie dialogs: their vendor lists and purposes can hold
 # more prose than the page, so their size never makes them content.
@@ -76,8 +79,9 @@ CHROME_PREFIXES = ("print", "skip")  # at the start of a piece: "printfriendly"
 # ("js-comment-entry" marks posts for a script, "is-sticky" a state).
 HOOK_PIECES = frozenset({"js", "is"})
 # Pieces after which a class names a feature of the element, not the element itself:
-# "summary-item-has-author" is an item that shows its author.
-MODIFIER_PIECES = frozenset({"has", "with", "no", "without"})
+# "summary-item-has-author" is an item that shows its author; "hide-read-more-ad" a block
+# that hides an ad (a utility class, as "hide-for-small"), not an ad.
+MODIFIER_PIECES = frozenset({"has", "with", "no", "without", "hide"})
 # Taxonomy pieces that, followed by more pieces, start a term's slug: WordPress marks a post
 # or product with its terms ("tag-sidebar", "product_tag-reusable-cups", "category-ads"),
 # so what follows names a topic the author chose, never what the element is.
@@ -135,6 +139,7 @@ BOILERPLATE = frozenset(
         "image", "photo", "video", "loading", "play video", "watch", "skip ad", "close",
         "tags", "topics", "see also", "sign up", "subscribe", "newsletter",
         "write a review", "verified buyer", "skip to product information",
+        "reply with quote", "report post", "permalink", "top", "back to top",
     }
 )  # fmt: skip
 BOILERPLATE_MAX_CHARS = max(map(len, BOILERPLATE)) + 4  # the longest label, with its punctuation

@@ -27,6 +27,8 @@ MIN_ARTICLE_CHARS = 1_000  # an article's prose outside links
 _FORUM_SCHEMA = frozenset(
     {"comment", "answer", "question", "qapage", "discussionforumposting", "usercomments"}
 )
+# schema.org types only a discussion declares: its page is the thread, whatever og:type says.
+_THREAD_SCHEMA = frozenset({"discussionforumposting", "qapage", "question"})
 _ARTICLE_SCHEMA = frozenset(
     {"article", "newsarticle", "blogposting", "reportagenewsarticle", "analysisnewsarticle"}
 )
@@ -80,6 +82,12 @@ def declared_types(tree: LexborHTMLParser) -> Declared:
 def declares_article(declared: Declared) -> bool:
     """True when the page's og:type or schema.org types say it is an article."""
     return declared.og_type == "article" or not _ARTICLE_SCHEMA.isdisjoint(declared.schema)
+
+
+def declares_thread(declared: Declared) -> bool:
+    """True when the page's schema.org types say it is a discussion (a forum thread, a
+    question and its answers); forum engines often give such a page og:type article."""
+    return not _THREAD_SCHEMA.isdisjoint(declared.schema)
 
 
 def declares_product(declared: Declared) -> bool:

@@ -4,7 +4,7 @@ Readability picks the one element with the most prose, which on a news page is t
 On a forum thread, a listing or a category page the content is many similar sibling blocks
 (same tag, same class), each short, often mostly links; the best single block is one post or
 an intro paragraph. Here the largest run of similar siblings is found, and it replaces the
-Readability pick when it holds several times more text.
+Readability pick when it holds several times more text, or when the pick is one of its items.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ MIN_ITEM_CHARS = 25  # mean text per item: below it the run is a menu or a tag c
 MIN_ITEMS_SHARE = 0.5  # the similar items hold at least this share of their parent's text
 # A run inside the pick holding this share of its text, with this share of it in links,
 # makes the pick a listing (the links are the content); an article's run of paragraph
-# blocks links less.
+# blocks links less. A card with a linked title over a description three times as long is
+# a listing's item.
 LISTING_SHARE = 0.5
-LISTING_LINK_SHARE = 0.3
+LISTING_LINK_SHARE = 0.2
 # A run elsewhere replaces the pick when it holds this many times the picked text...
 WIDEN_RATIO = 2.0
 # ...unless the pick holds this much text outside links: an article beside a link directory.
@@ -53,16 +54,23 @@ def find_run(order: list[Elem]) -> Elem | None:
     return best
 
 
-def widen(content: list[Elem], run: Elem | None) -> tuple[list[Elem], bool]:
+def widen(
+    content: list[Elem], run: Elem | None, *, article: bool = False
+) -> tuple[list[Elem], bool]:
     """`content`, or what holds the `run` when it says much more; True for a listing.
 
-    A listing is content made mostly of the run's items: its links are content.
+    A pick inside one of the run's items (the long first post of a thread, one card) is
+    one of many: the run replaces it, except on a page declaring itself an `article`,
+    whose sections a page builder may wrap alike. A listing is content made mostly of the
+    run's items: its links are content.
     """
     if run is None:
         return content, False
     picked = sum(elem.text_len for elem in content)
     if any(_inside(run, elem) for elem in content):
         return content, _is_listing(run, picked)
+    if not article and all(_inside(elem, run) for elem in content):
+        return [run], _is_listing(run, run.text_len)
     if run.text_len < WIDEN_RATIO * picked or _prose(content) >= MAX_WIDEN_PROSE:
         return content, False
     join = _common_ancestor([*content, run])
