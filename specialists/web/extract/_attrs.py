@@ -104,6 +104,9 @@ _MAYBE_CHROME = _trie_pattern(
 _CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
 _DIGITS = re.compile(r"\d+")
 _NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
+# Letters right after a digit are the tail of a generated name ("jxk9ad", "css-1ad3f"), not
+# a word: they name nothing.
+_GENERATED_TAIL = re.compile(r"\d[a-z]+")
 
 
 def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
@@ -160,7 +163,8 @@ def names_items(token: str) -> bool:
 def _token_names_chrome(token: str) -> bool:
     # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
     # its last colon ("when printed"), and what the element is after it.
-    pieces = [piece for piece in _NAME_PIECE.split(token.rsplit(":", 1)[-1]) if piece]
+    name = _GENERATED_TAIL.sub("-", token.rsplit(":", 1)[-1])
+    pieces = [piece for piece in _NAME_PIECE.split(name) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
     if "hero" in pieces:  # "hero-banner": the lead section of a landing page, not an ad
