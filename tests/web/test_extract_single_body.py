@@ -37,3 +37,19 @@ def test_sections_in_generated_class_names_are_all_kept() -> None:
     html = f"<html><body><div class='page'>{body}</div></body></html>"
     markdown = extract_article(html, url="https://service.example/").markdown
     assert all(text in markdown for text in SECTIONS)
+
+
+def test_a_node_marked_promoted_is_the_article_not_a_promotion() -> None:
+    assert not names_chrome("node node--type-recipe node--promoted node--view-mode-full")
+    assert all(map(names_chrome, ["promo-box", "promotion", "sidebar-promo"]))
+
+
+def test_an_article_marked_promoted_is_kept_beside_a_large_menu() -> None:
+    menu = "".join(f"<li><a href='/c/{n}'>Recipe category number {n}</a></li>" for n in range(300))
+    prose = "".join(f"<p>{text}</p>" for text in SECTIONS)
+    html = (
+        f"<html><body><nav><ul>{menu}</ul></nav><main>"
+        f"<div class='node node--promoted'>{prose}</div></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://recipes.example/r/1").markdown
+    assert all(text in markdown for text in SECTIONS)

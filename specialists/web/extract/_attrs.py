@@ -29,6 +29,7 @@ from ._hints import (
     NEVER_CHROME,
     POSITIVE,
     SHOWING_PREFIXES,
+    STATE_PIECES,
     TAXONOMY_PIECES,
     UNLIKELY_ROLES,
 )
@@ -190,6 +191,8 @@ def _piece_names_chrome(piece: str) -> bool:
     if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
         return True
     if piece.startswith(("commentar", "hero")):  # an opinion genre; a page's lead section
+        return False
+    if piece in STATE_PIECES:  # "node--promoted": a state, not a promotion
         return False
     return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 

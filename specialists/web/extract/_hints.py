@@ -78,6 +78,9 @@ HOOK_PIECES = frozenset({"js", "is"})
 # Pieces after which a class names a feature of the element, not the element itself:
 # "summary-item-has-author" is an item that shows its author.
 MODIFIER_PIECES = frozenset({"has", "with", "no", "without"})
+# Pieces that start like a chrome word but name a state of the element: a CMS marks an
+# article promoted to its front page "node--promoted"; the element is the article itself.
+STATE_PIECES = frozenset({"promoted"})
 # Taxonomy pieces that, followed by more pieces, start a term's slug: WordPress marks a post
 # or product with its terms ("tag-sidebar", "product_tag-reusable-cups", "category-ads"),
 # so what follows names a topic the author chose, never what the element is.
