@@ -53,3 +53,46 @@ def test_an_article_marked_promoted_is_kept_beside_a_large_menu() -> None:
     )
     markdown = extract_article(html, url="https://recipes.example/r/1").markdown
     assert all(text in markdown for text in SECTIONS)
+
+
+DESCRIPTION = (
+    "A wheel-thrown stoneware mug with a matte speckled glaze, made by hand in small "
+    "batches; each one differs a little in its colour and in the shape of its handle."
+)
+CARE = (
+    "Safe in the dishwasher and the microwave; avoid sudden changes of temperature, and "
+    "take care when stacking it with other ceramics, which can chip the unglazed foot."
+)
+SIGN_UP = (
+    "Join our list and take ten percent off your first order, plus early access to new "
+    "collections and the odd invitation to our studio sales throughout the year."
+)
+
+
+def _product_page(panels: str, *, declared: bool = True) -> str:
+    meta = "<meta property='og:type' content='product'>" if declared else ""
+    return (
+        f"<html><head>{meta}</head><body><main><h1>Speckle mug</h1><p>$60.00</p>"
+        f"<button>Description</button>{panels}</main></body></html>"
+    )
+
+
+def test_a_product_description_in_a_drawer_or_modal_is_the_product_text() -> None:
+    panels = (
+        f"<aside class='sheet'><h2>Description</h2><p>{DESCRIPTION}</p></aside>"
+        "<div class='product-details-modal'><div class='product-details-modal__container'>"
+        f"<p class='product-details-modal__paragraph'>{CARE}</p></div></div>"
+        f"<div role='dialog' class='newsletter-popup'><p>{SIGN_UP}</p></div>"
+    )
+    markdown = extract_article(_product_page(panels), url="https://shop.example/p/1").markdown
+    assert DESCRIPTION in markdown
+    assert CARE in markdown
+    assert "ten percent" not in markdown
+
+
+def test_a_drawer_on_a_page_not_declaring_a_product_stays_out() -> None:
+    panels = f"<aside class='sheet'><h2>Description</h2><p>{DESCRIPTION}</p></aside>"
+    html = _product_page(panels, declared=False).replace("$60.00", SECTIONS[0])
+    markdown = extract_article(html, url="https://shop.example/p/1").markdown
+    assert SECTIONS[0] in markdown
+    assert DESCRIPTION not in markdown

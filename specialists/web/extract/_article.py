@@ -103,7 +103,9 @@ def _main_markdown(
     body = tree.body
     if body is None:
         return "", NO_LAYOUT
-    root, order = build_tree(body, article=declares_article(declared))
+    root, order = build_tree(
+        body, article=declares_article(declared), product=declares_product(declared)
+    )
     measure(order)
     order = drop_chrome(order)
     run = find_run(order)
