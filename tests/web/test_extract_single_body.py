@@ -96,3 +96,20 @@ def test_a_drawer_on_a_page_not_declaring_a_product_stays_out() -> None:
     markdown = extract_article(html, url="https://shop.example/p/1").markdown
     assert SECTIONS[0] in markdown
     assert DESCRIPTION not in markdown
+
+
+def test_a_utility_class_arbitrary_value_is_css_not_a_chrome_name() -> None:
+    assert not names_chrome("stack lg:first:pt-[calc(var(--banner-min-height))]")
+    assert not names_chrome("lg:first:has-[>[data-slot=banner]]:pt-0")
+    assert all(map(names_chrome, ["md:sidebar-open", "banner-ad", "pt-[2px] sidebar"]))
+
+
+def test_sections_styled_by_arbitrary_value_classes_are_kept() -> None:
+    body = "".join(
+        f"<section class='grid pt-[calc(var(--banner-height))]'><h2>Part {n}</h2><p>{text}</p>"
+        "</section>"
+        for n, text in enumerate(SECTIONS)
+    )
+    html = f"<html><body><main>{body}</main></body></html>"
+    markdown = extract_article(html, url="https://service.example/").markdown
+    assert all(text in markdown for text in SECTIONS)

@@ -108,6 +108,8 @@ _NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
 # Letters right after a digit are the tail of a generated name ("jxk9ad", "css-1ad3f"), not
 # a word: they name nothing.
 _GENERATED_TAIL = re.compile(r"\d[a-z]+")
+# A utility class's arbitrary value ("pt-[calc(var(--banner-height))]") is CSS, not a name.
+_ARBITRARY_VALUE = re.compile(r"\[[^\]]*\]?")
 
 
 def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
@@ -164,7 +166,7 @@ def names_items(token: str) -> bool:
 def _token_names_chrome(token: str) -> bool:
     # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
     # its last colon ("when printed"), and what the element is after it.
-    name = _GENERATED_TAIL.sub("-", token.rsplit(":", 1)[-1])
+    name = _GENERATED_TAIL.sub("-", _ARBITRARY_VALUE.sub("-", token).rsplit(":", 1)[-1])
     pieces = [piece for piece in _NAME_PIECE.split(name) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
