@@ -113,3 +113,20 @@ def test_sections_styled_by_arbitrary_value_classes_are_kept() -> None:
     html = f"<html><body><main>{body}</main></body></html>"
     markdown = extract_article(html, url="https://service.example/").markdown
     assert all(text in markdown for text in SECTIONS)
+
+
+def test_an_accordion_marked_as_a_multiselectable_tablist_is_content() -> None:
+    panels = "".join(
+        f"<div class='panel'><h3 role='tab'>Question {n}</h3>"
+        f"<div role='tabpanel'><p>{text}</p></div></div>"
+        for n, text in enumerate(SECTIONS[3:])
+    )
+    intro = "".join(f"<p>{text}</p>" for text in SECTIONS[:3])
+    html = (
+        f"<html><body><main>{intro}<div role='tablist' aria-multiselectable='true'>{panels}"
+        "</div><ul role='tablist'><li role='tab'>Overview</li><li role='tab'>Prices</li></ul>"
+        "</main></body></html>"
+    )
+    markdown = extract_article(html, url="https://service.example/").markdown
+    assert all(text in markdown for text in SECTIONS)
+    assert "Prices" not in markdown

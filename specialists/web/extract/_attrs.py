@@ -117,9 +117,15 @@ def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
     if tag in NEVER_CHROME:
         return False
     role = attrs.get("role")
-    if role and role in UNLIKELY_ROLES:
+    if role and role in UNLIKELY_ROLES and not _is_accordion(role, attrs):
         return True
     return bool(hint) and _chrome_hint(hint)
+
+
+def _is_accordion(role: str, attrs: dict[str, str | None]) -> bool:
+    """True for a tablist whose tabs open together (aria-multiselectable): an accordion,
+    which holds its panels of text, where a tablist holds only the tabs' labels."""
+    return role == "tablist" and attrs.get("aria-multiselectable") == "true"
 
 
 @functools.lru_cache(maxsize=8192)  # class lists repeat within and across pages of a site
