@@ -130,3 +130,31 @@ def test_an_accordion_marked_as_a_multiselectable_tablist_is_content() -> None:
     markdown = extract_article(html, url="https://service.example/").markdown
     assert all(text in markdown for text in SECTIONS)
     assert "Prices" not in markdown
+
+
+STORY = [
+    "The council met on Tuesday, after a week of delays, to vote on the new budget, which "
+    "cuts road repairs, raises parking fees, and funds two more buses for the east side.",
+    "Residents who spoke, most of them from the east side, welcomed the buses, but several "
+    "asked why the repairs, promised last year, had been pushed back again, and by how long.",
+]
+ABOUT = [
+    "The Town Gazette is published by a small team of volunteers who live in the town and "
+    "have reported on its council meetings and its schools for more than twenty years now.",
+    "Our office is open on weekday mornings in the old library building on the main square "
+    "where readers can drop off letters and notices for the weekly print edition of the paper.",
+    "We rely on readers for support and accept no advertising from political parties or any "
+    "groups that campaign in local elections, and we publish our accounts every single year.",
+]
+
+
+def test_a_small_pick_inside_main_does_not_spread_past_main() -> None:
+    about = "".join(f"<p>{text}</p>" for text in ABOUT)
+    story = "".join(f"<p>{text}</p>" for text in STORY)
+    html = (
+        f"<html><body><div class='site-intro'>{about}</div>"
+        f"<main><div class='story'>{story}</div></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://gazette.example/council").markdown
+    assert all(text in markdown for text in STORY)
+    assert not any(text in markdown for text in ABOUT)
