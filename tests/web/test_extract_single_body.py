@@ -158,3 +158,19 @@ def test_a_small_pick_inside_main_does_not_spread_past_main() -> None:
     markdown = extract_article(html, url="https://gazette.example/council").markdown
     assert all(text in markdown for text in STORY)
     assert not any(text in markdown for text in ABOUT)
+
+
+def test_a_tablist_holding_its_tab_panels_is_content() -> None:
+    panels = "".join(
+        f"<button role='tab'>Tab {n}</button><div role='tabpanel'><p>{text}</p></div>"
+        for n, text in enumerate(SECTIONS[3:])
+    )
+    intro = "".join(f"<p>{text}</p>" for text in SECTIONS[:3])
+    html = (
+        f"<html><body><main>{intro}<div class='tabs' role='tablist'>{panels}</div>"
+        "<ul role='tablist'><li role='tab'>Overview</li><li role='tab'>Prices</li></ul>"
+        "</main></body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/p/2").markdown
+    assert all(text in markdown for text in SECTIONS)
+    assert "Prices" not in markdown

@@ -167,11 +167,18 @@ def _adopt(
         and named_chrome(tag, attrs, elem.hint)
         and not content_words.name_content(elem.hint)
         and not content_words.judge_run(node, tag, elem.hint)
+        and not _holds_tab_panels(node, attrs)
     ):
         if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
             return None
         elem.chrome = True
     return elem
+
+
+def _holds_tab_panels(node: LexborNode, attrs: dict[str, str | None]) -> bool:
+    """True for a tablist holding tab panels: a tablist holds only its tabs' labels, so one
+    holding the panels is the widget itself (tabs or an accordion), text and all."""
+    return attrs.get("role") == "tablist" and node.css_first('[role="tabpanel"]') is not None
 
 
 def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
