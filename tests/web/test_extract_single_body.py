@@ -174,3 +174,20 @@ def test_a_tablist_holding_its_tab_panels_is_content() -> None:
     markdown = extract_article(html, url="https://shop.example/p/2").markdown
     assert all(text in markdown for text in SECTIONS)
     assert "Prices" not in markdown
+
+
+def test_a_linked_heading_over_its_own_description_is_a_card_title_and_kept() -> None:
+    cards = "".join(
+        f"<div class='card'><h2><a href='/docs/part-{n}'>Part {n} of the guide</a></h2>"
+        f"<div class='lead'><p>{text}</p></div></div>"
+        for n, text in enumerate(SECTIONS)
+    )
+    more = "".join(f"<li><a href='/news/{n}'>Another story number {n}</a></li>" for n in range(4))
+    html = (
+        f"<html><body><main><p>{STORY[0]}</p>{cards}"
+        f"<h3><a href='/news'>More news from the site</a></h3><ul>{more}</ul></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://docs.example/guide").markdown
+    assert all(f"[Part {n} of the guide]" in markdown for n in range(len(SECTIONS)))
+    assert all(text in markdown for text in SECTIONS)
+    assert "More news" not in markdown

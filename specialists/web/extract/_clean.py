@@ -20,6 +20,8 @@ from ._sections import recommendation_sections
 # Readability drops any list above 0.2 unless its class reads as content, which is too eager
 # for lists of sources inside articles; 0.6 to 0.8 score alike on the dev corpus.
 MAX_LINK_DENSITY = 0.7
+# A linked heading over a block with less than this share of links is a card's title.
+CARD_TEXT_MAX_LINK_DENSITY = 0.5
 MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lines in prose
 DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
 MAX_TAIL_HEADINGS = 4  # as `_repeat.MIN_ITEMS`: a run of titles, not leftover headings
@@ -85,11 +87,33 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     if tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem):
         return True
     if tag in HEADINGS:  # an <h1> is the headline, which the `# Title` line already gives
-        return tag == "h1" or _is_link_heavy(elem) or _repeats_title(elem, title_words)
+        return (
+            tag == "h1"
+            or (_is_link_heavy(elem) and not _leads_prose(elem))
+            or _repeats_title(elem, title_words)
+        )
     if tag in ("ul", "ol"):
         return _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
         return _is_link_heavy(elem)
+    return False
+
+
+def _leads_prose(heading: Elem) -> bool:
+    """True when the next sibling with text is a paragraph or holds prose, mostly outside
+    links: a linked heading over its own description is a card's title (the pages of a docs
+    index, the offers of a service page), not a link to elsewhere."""
+    parent = heading.parent
+    if parent is None:
+        return False
+    kids = parent.kids
+    for kid in kids[kids.index(heading) + 1 :]:
+        if isinstance(kid, str):
+            if kid.strip():
+                return False
+        elif kid.text_len:
+            prose = kid.prose > 0 or is_paragraph(kid)
+            return prose and link_density(kid) < CARD_TEXT_MAX_LINK_DENSITY
     return False
 
 
