@@ -191,3 +191,16 @@ def test_a_linked_heading_over_its_own_description_is_a_card_title_and_kept() ->
     assert all(f"[Part {n} of the guide]" in markdown for n in range(len(SECTIONS)))
     assert all(text in markdown for text in SECTIONS)
     assert "More news" not in markdown
+
+
+def test_shop_interface_labels_between_a_products_paragraphs_are_left_out() -> None:
+    labels = ["In stock", "Add to cart", "Quantity", "Select a size", "Add to wishlist"]
+    buttons = "".join(f"<div class='buy'>{label}</div>" for label in labels)
+    html = (
+        "<html><head><meta property='og:type' content='product'></head><body><main>"
+        f"<h1>Speckle mug</h1><p>{DESCRIPTION}</p>{buttons}<p>{CARE}</p></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/p/1").markdown
+    assert DESCRIPTION in markdown
+    assert CARE in markdown
+    assert not any(label in markdown for label in labels)

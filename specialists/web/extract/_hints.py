@@ -138,6 +138,9 @@ BOILERPLATE = frozenset(
         "image", "photo", "video", "loading", "play video", "watch", "skip ad", "close",
         "tags", "topics", "see also", "sign up", "subscribe", "newsletter",
         "write a review", "verified buyer", "skip to product information",
+        "in stock", "add to cart", "add to bag", "add to basket", "add to wishlist",
+        "add to wish list", "buy now", "quantity", "calculate shipping", "select a size",
+        "select size", "size guide",
     }
 )  # fmt: skip
 BOILERPLATE_MAX_CHARS = max(map(len, BOILERPLATE)) + 4  # the longest label, with its punctuation
