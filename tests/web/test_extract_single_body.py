@@ -204,3 +204,23 @@ def test_shop_interface_labels_between_a_products_paragraphs_are_left_out() -> N
     assert DESCRIPTION in markdown
     assert CARE in markdown
     assert not any(label in markdown for label in labels)
+
+
+def test_numbered_sections_beside_the_picked_one_join_it() -> None:
+    intro = (
+        "Physical activity has a long history as a remedy, and this short opening section "
+        "says why the review was written and what it covers"
+    )
+    body = "".join(
+        f"<p>{text} It was measured, compared, and checked again, in {n} trials.</p>"
+        for n, text in enumerate(SECTIONS + STORY)
+    )
+    html = (
+        "<html><body><div class='paper'>"
+        f"<section class='sec1'><h2>Introduction</h2><p>{intro}</p></section>"
+        f"<section class='sec2'><h2>Review</h2>{body}</section>"
+        "</div></body></html>"
+    )
+    markdown = extract_article(html, url="https://journal.example/a/1").markdown
+    assert intro in markdown
+    assert all(text in markdown for text in SECTIONS)

@@ -42,6 +42,7 @@ _TAG_BASE = {
     "h5": -5.0, "h6": -5.0, "th": -5.0,
 }  # fmt: skip
 _SENTENCE_END = re.compile(r"\.( |$)")  # Readability's test for a short paragraph that joins
+_DIGITS = re.compile(r"\d+")
 _PROSE_CONTAINERS = frozenset({"div", "section", "article", "span", "font", "main"})
 
 
@@ -174,7 +175,7 @@ def _joins(sibling: Elem, top: Elem) -> bool:
     if sibling is top:
         return True
     threshold = max(10.0, top.score * 0.2)
-    bonus = 0.2 * top.score if sibling.hint and sibling.hint == top.hint else 0.0
+    bonus = 0.2 * top.score if sibling.hint and _same_kind(sibling.hint, top.hint) else 0.0
     if sibling.score + bonus >= threshold:
         return True
     if not is_paragraph(sibling):
@@ -183,6 +184,11 @@ def _joins(sibling: Elem, top: Elem) -> bool:
     if length > 80:
         return density < 0.25
     return length > 0 and density == 0.0 and _SENTENCE_END.search(text_of(sibling)) is not None
+
+
+def _same_kind(hint: str, other: str) -> bool:
+    """True when two class/id strings are equal but for their numbers ("sec1", "sec2")."""
+    return hint == other or _DIGITS.sub("", hint) == _DIGITS.sub("", other)
 
 
 def spread(content: list[Elem], root: Elem) -> list[Elem]:
