@@ -224,3 +224,16 @@ def test_numbered_sections_beside_the_picked_one_join_it() -> None:
     markdown = extract_article(html, url="https://journal.example/a/1").markdown
     assert intro in markdown
     assert all(text in markdown for text in SECTIONS)
+
+
+def test_a_link_list_introduced_by_a_colon_is_part_of_the_text() -> None:
+    tools = "".join(f"<li><a href='/tools/{n}'>Planning tool number {n}</a></li>" for n in range(4))
+    more = "".join(f"<li><a href='/news/{n}'>Another story number {n}</a></li>" for n in range(4))
+    html = (
+        f"<html><body><main><p>{STORY[0]}</p><p>{STORY[1]}</p>"
+        f"<p>The council published the tools it used:</p><ul>{tools}</ul>"
+        f"<p>{SECTIONS[0]}</p><ul>{more}</ul></main></body></html>"
+    )
+    markdown = extract_article(html, url="https://gazette.example/council").markdown
+    assert all(f"Planning tool number {n}" in markdown for n in range(4))
+    assert "Another story" not in markdown

@@ -20,7 +20,8 @@ from ._sections import recommendation_sections
 # Readability drops any list above 0.2 unless its class reads as content, which is too eager
 # for lists of sources inside articles; 0.6 to 0.8 score alike on the dev corpus.
 MAX_LINK_DENSITY = 0.7
-# A linked heading over a block with less than this share of links is a card's title.
+# A linked heading over a block with less than this share of links is a card's title; a
+# link list after such a block ending in a colon is what that block announces.
 CARD_TEXT_MAX_LINK_DENSITY = 0.5
 MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lines in prose
 DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
@@ -93,7 +94,9 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
             or _repeats_title(elem, title_words)
         )
     if tag in ("ul", "ol"):
-        return _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS
+        return (
+            _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS and not _introduced(elem)
+        )
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
         return _is_link_heavy(elem)
     return False
@@ -114,6 +117,23 @@ def _leads_prose(heading: Elem) -> bool:
         elif kid.text_len:
             prose = kid.prose > 0 or is_paragraph(kid)
             return prose and link_density(kid) < CARD_TEXT_MAX_LINK_DENSITY
+    return False
+
+
+def _introduced(list_elem: Elem) -> bool:
+    """True when the previous sibling with text is prose ending in a colon ("Our tools:"):
+    the list is what the text announces, not a list of links to elsewhere."""
+    parent = list_elem.parent
+    if parent is None:
+        return False
+    kids = parent.kids
+    for kid in reversed(kids[: kids.index(list_elem)]):
+        if isinstance(kid, str):
+            if kid.strip():
+                return kid.strip().endswith(":")
+        elif kid.text_len:
+            prose = link_density(kid) < CARD_TEXT_MAX_LINK_DENSITY
+            return prose and text_of(kid).strip().endswith(":")
     return False
 
 
