@@ -237,3 +237,8 @@ def test_a_link_list_introduced_by_a_colon_is_part_of_the_text() -> None:
     markdown = extract_article(html, url="https://gazette.example/council").markdown
     assert all(f"Planning tool number {n}" in markdown for n in range(4))
     assert "Another story" not in markdown
+
+
+def test_a_hero_word_inside_a_run_together_class_name_vetoes_its_banner() -> None:
+    assert not names_chrome("pageherobanner")
+    assert names_chrome("pagebanner")

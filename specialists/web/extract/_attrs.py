@@ -176,7 +176,8 @@ def _token_names_chrome(token: str) -> bool:
     pieces = [piece for piece in _NAME_PIECE.split(name) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
-    if "hero" in pieces:  # "hero-banner": the lead section of a landing page, not an ad
+    # "hero-banner", "pageherobanner": the lead section of a landing page, not an ad
+    if any("hero" in piece for piece in pieces):
         return False
     for end, piece in enumerate(pieces):
         if piece in MODIFIER_PIECES or _starts_slug(pieces, end):
