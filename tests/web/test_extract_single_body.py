@@ -242,3 +242,9 @@ def test_a_link_list_introduced_by_a_colon_is_part_of_the_text() -> None:
 def test_a_hero_word_inside_a_run_together_class_name_vetoes_its_banner() -> None:
     assert not names_chrome("pageherobanner")
     assert names_chrome("pagebanner")
+
+
+def test_a_drawer_named_for_the_description_by_its_class_is_the_product_text() -> None:
+    panels = f"<aside class='description-drawer'><p>{DESCRIPTION}</p></aside>"
+    markdown = extract_article(_product_page(panels), url="https://shop.example/p/1").markdown
+    assert DESCRIPTION in markdown

@@ -54,10 +54,14 @@ class DetailsPanels:
         return False
 
 
-def is_details_panel(node: LexborNode, tag: str, hint: str) -> bool:
+def is_details_panel(node: LexborNode, tag: str, hint: str | None = None) -> bool:
     """True when `node` is a panel (PANEL_TAGS, role="dialog", PANEL_WORDS in its class/id)
     that says it holds the product's details (DETAILS_WORDS) and holds PANEL_MIN_CHARS of
-    text, at most PANEL_MAX_LINK_DENSITY of it in links; never a consent dialog."""
+    text, at most PANEL_MAX_LINK_DENSITY of it in links; never a consent dialog. `hint` is
+    the lower-cased class and id, read from `node` when not given."""
+    if hint is None:
+        attrs = node.attributes
+        hint = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()
     if always_chrome(hint) or not (
         tag in PANEL_TAGS
         or node.attributes.get("role") == "dialog"
