@@ -248,3 +248,34 @@ def test_a_drawer_named_for_the_description_by_its_class_is_the_product_text() -
     panels = f"<aside class='description-drawer'><p>{DESCRIPTION}</p></aside>"
     markdown = extract_article(_product_page(panels), url="https://shop.example/p/1").markdown
     assert DESCRIPTION in markdown
+
+
+def test_a_pick_in_one_of_several_similar_page_sections_widens_to_all_of_them() -> None:
+    long_part = "".join(f"<p>{text}</p>" for text in [*STORY, *SECTIONS[:2]])
+    parts = [("intro", long_part)] + [
+        (name, f"<p>{text}</p>")
+        for name, text in zip(("offer", "pricing", "visit"), SECTIONS[2:], strict=True)
+    ]
+    body = "".join(
+        f"<section class='block {name}'><div class='row'><div class='column'>"
+        f"<h2>{name.title()}</h2><div class='module'>{inner}</div></div></div></section>"
+        for name, inner in parts
+    )
+    html = f"<html><body><div class='layout'>{body}</div></body></html>"
+    markdown = extract_article(html, url="https://service.example/").markdown
+    assert all(text in markdown for text in [*STORY, *SECTIONS])
+
+
+def test_a_pick_naming_itself_the_article_stays_among_similar_sections() -> None:
+    story = "".join(f"<p>{text}</p>" for text in [*STORY, *SECTIONS[:2]])
+    others = "".join(
+        f"<section class='block'><h2>Shop {n}</h2><p>{text}</p></section>"
+        for n, text in enumerate(SECTIONS[2:])
+    )
+    html = (
+        "<html><body><div class='page'><section class='block'>"
+        f"<div class='article-content'>{story}</div></section>{others}</div></body></html>"
+    )
+    markdown = extract_article(html, url="https://shop.example/blog/1").markdown
+    assert all(text in markdown for text in STORY)
+    assert not any(text in markdown for text in SECTIONS[2:])

@@ -13,6 +13,7 @@ from ._guard import defuse_nesting
 from ._kind import Declared, Layout, declared_types, declares_article, declares_product, page_type
 from ._markdown import render
 from ._meta import find_description, find_title
+from ._page_sections import join_sections
 from ._prune import drop_chrome
 from ._repeat import find_run, run_items, widen
 from ._score import keep_most, link_density, measure, select_content, spread
@@ -112,7 +113,7 @@ def _main_markdown(
     picked = select_content(root, order)
     content, listing = widen(picked, run)
     if not listing:
-        content = spread(content, root)
+        content = join_sections(spread(content, root))
     layout = _layout(content, picked, listing, run)
     content, scattered = keep_most(content, root)
     listing = listing or scattered
