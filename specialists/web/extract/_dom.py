@@ -118,7 +118,11 @@ def build_tree(
                 and tag[0] != "-"
                 and (
                     tag not in DROP_TAGS
-                    or (panels is not None and tag in PANEL_TAGS and is_details_panel(child, tag))
+                    or (
+                        panels is not None
+                        and tag in PANEL_TAGS
+                        and is_details_panel(child, tag, child.attributes)
+                    )
                 )
             ):
                 kid = _adopt(child, tag, elem, chrome_floor, content_words, panels)

@@ -35,6 +35,9 @@ class _Mirrored(Protocol):
     @property
     def parent(self) -> _Mirrored | None: ...
 
+    @property
+    def attrs(self) -> dict[str, str | None]: ...
+
 
 class DetailsPanels:
     """The details panels of a product page found while mirroring it, and all they hold."""
@@ -47,34 +50,33 @@ class DetailsPanels:
         kept whatever its class names (a panel's "modal__container" is its content)."""
         parent = elem.parent
         if (parent is not None and id(parent) in self._kept) or is_details_panel(
-            node, tag, elem.hint
+            node, tag, elem.attrs, elem.hint
         ):
             self._kept.add(id(elem))
             return True
         return False
 
 
-def is_details_panel(node: LexborNode, tag: str, hint: str | None = None) -> bool:
-    """True when `node` is a panel (PANEL_TAGS, role="dialog", PANEL_WORDS in its class/id)
-    that says it holds the product's details (DETAILS_WORDS) and holds PANEL_MIN_CHARS of
-    text, at most PANEL_MAX_LINK_DENSITY of it in links; never a consent dialog. `hint` is
-    the lower-cased class and id, read from `node` when not given."""
+def is_details_panel(
+    node: LexborNode, tag: str, attrs: dict[str, str | None], hint: str | None = None
+) -> bool:
+    """True when `node` (with `attrs`) is a panel (PANEL_TAGS, role="dialog", PANEL_WORDS in
+    its class/id) that says it holds the product's details (DETAILS_WORDS) and holds
+    PANEL_MIN_CHARS of text, at most PANEL_MAX_LINK_DENSITY of it in links; never a consent
+    dialog. `hint` is the lower-cased class and id, read from `attrs` when not given."""
     if hint is None:
-        attrs = node.attributes
         hint = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower()
-    if always_chrome(hint) or not (
-        tag in PANEL_TAGS
-        or node.attributes.get("role") == "dialog"
-        or PANEL_WORDS.search(hint) is not None
-    ):
+    if not (
+        tag in PANEL_TAGS or attrs.get("role") == "dialog" or PANEL_WORDS.search(hint) is not None
+    ) or always_chrome(hint):
         return False
     size = len(node.text().strip())
-    if size < PANEL_MIN_CHARS or not _names_details(node, hint):
+    if size < PANEL_MIN_CHARS or not _names_details(node, attrs, hint):
         return False
     links = sum(len(link.text()) for link in node.css("a"))
     return links <= PANEL_MAX_LINK_DENSITY * size
 
 
-def _names_details(node: LexborNode, hint: str) -> bool:
-    label = f"{hint} {node.attributes.get('aria-label') or ''} {node.text()[:LABEL_CHARS]}"
+def _names_details(node: LexborNode, attrs: dict[str, str | None], hint: str) -> bool:
+    label = f"{hint} {attrs.get('aria-label') or ''} {node.text()[:LABEL_CHARS]}"
     return DETAILS_WORDS.search(label) is not None
