@@ -6,6 +6,8 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
+import pytest
+
 from specialists.web.extract import extract_article
 from specialists.web.extract._attrs import names_chrome
 
@@ -148,12 +150,13 @@ ABOUT = [
 ]
 
 
-def test_a_small_pick_inside_main_does_not_spread_past_main() -> None:
+@pytest.mark.parametrize("frame", ["main", "article"])
+def test_a_small_pick_inside_main_or_article_does_not_spread_past_it(frame: str) -> None:
     about = "".join(f"<p>{text}</p>" for text in ABOUT)
     story = "".join(f"<p>{text}</p>" for text in STORY)
     html = (
         f"<html><body><div class='site-intro'>{about}</div>"
-        f"<main><div class='story'>{story}</div></main></body></html>"
+        f"<{frame}><div class='story'>{story}</div></{frame}></body></html>"
     )
     markdown = extract_article(html, url="https://gazette.example/council").markdown
     assert all(text in markdown for text in STORY)

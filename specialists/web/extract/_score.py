@@ -24,7 +24,8 @@ MIN_RIVALS = 3  # Readability's MINIMUM_TOPCANDIDATES
 # A pick holding less than this share of the page's text outside links may be one section
 # of a page made of many (a service page, a product page): it spreads to the highest
 # ancestor that still reads like content (at most SPREAD_LINK_DENSITY of its text in
-# links) and holds SPREAD_GAIN times the pick's text, never past a <main> holding the pick.
+# links) and holds SPREAD_GAIN times the pick's text, never past a <main> or <article>
+# holding the pick.
 SPREAD_BELOW_SHARE = 0.5
 SPREAD_LINK_DENSITY = 0.2
 SPREAD_GAIN = 1.5
@@ -201,7 +202,7 @@ def spread(content: list[Elem], root: Elem) -> list[Elem]:
     while node is not None and link_density(node) <= SPREAD_LINK_DENSITY:
         if _plain_len(node) >= SPREAD_GAIN * picked:
             best = node
-        if node.tag == "main":  # the page's own mark of its main content
+        if node.tag in ("main", "article"):  # the page's own mark of its main content
             break
         node = node.parent
     return content if best is None else [best]
