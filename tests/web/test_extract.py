@@ -271,14 +271,14 @@ def test_dev_corpus_f1_stays_above_the_regression_guard() -> None:
 
 # Floors just under what the extractor reaches on the WCXB dev pages (bench/extraction.py).
 WCXB_FLOORS = {
-    "overall": 0.80,
-    "article": 0.953,
+    "overall": 0.805,
+    "article": 0.955,
     "collection": 0.658,
-    "documentation": 0.913,
+    "documentation": 0.915,
     "forum": 0.797,
-    "listing": 0.718,
-    "product": 0.65,
-    "service": 0.81,
+    "listing": 0.72,
+    "product": 0.665,
+    "service": 0.835,
 }
 
 

@@ -22,6 +22,7 @@ from ._kind import (
 )
 from ._markdown import render
 from ._meta import find_description, find_title
+from ._page_sections import join_sections, names_content
 from ._prune import drop_chrome
 from ._repeat import find_run, run_items, widen
 from ._score import keep_most, link_density, measure, select_content, spread
@@ -123,14 +124,14 @@ def _main_markdown(
         return "", NO_LAYOUT
     thread = declares_thread(declared)
     article = declares_article(declared) and not thread
-    root, order = build_tree(body, article=article)
+    root, order = build_tree(body, article=article, product=declares_product(declared))
     measure(order)
     order = drop_chrome(order)
     run = find_run(order)
     picked = select_content(root, order)
-    content, listing = widen(picked, run, article=article)
+    content, listing = widen(picked, run, keep_pick=article or names_content(picked))
     if not listing:
-        content = spread(content, root)
+        content = join_sections(spread(content, root), article=article)
     if thread:
         content = join_items(content, order)
     layout = _layout(content, picked, listing, run)

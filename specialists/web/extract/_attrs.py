@@ -29,6 +29,7 @@ from ._hints import (
     NEVER_CHROME,
     POSITIVE,
     SHOWING_PREFIXES,
+    STATE_PIECES,
     TAXONOMY_PIECES,
     UNLIKELY_ROLES,
 )
@@ -104,6 +105,11 @@ _MAYBE_CHROME = _trie_pattern(
 _CHROME_END = _trie_pattern(word[::-1] for word in CHROME_WORDS)  # matched on piece[::-1]
 _DIGITS = re.compile(r"\d+")
 _NAME_PIECE = re.compile(r"[^a-z]+")  # digits split too: "sidebar1", "col-2"
+# Letters right after a digit are the tail of a generated name ("jxk9ad", "css-1ad3f"), not
+# a word: they name nothing.
+_GENERATED_TAIL = re.compile(r"\d[a-z]+")
+# A utility class's arbitrary value ("pt-[calc(var(--banner-height))]") is CSS, not a name.
+_ARBITRARY_VALUE = re.compile(r"\[[^\]]*\]?")
 
 
 def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
@@ -111,9 +117,15 @@ def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
     if tag in NEVER_CHROME:
         return False
     role = attrs.get("role")
-    if role and role in UNLIKELY_ROLES:
+    if role and role in UNLIKELY_ROLES and not _is_accordion(role, attrs):
         return True
     return bool(hint) and _chrome_hint(hint)
+
+
+def _is_accordion(role: str, attrs: dict[str, str | None]) -> bool:
+    """True for a tablist whose tabs open together (aria-multiselectable): an accordion,
+    which holds its panels of text, where a tablist holds only the tabs' labels."""
+    return role == "tablist" and attrs.get("aria-multiselectable") == "true"
 
 
 @functools.lru_cache(maxsize=8192)  # class lists repeat within and across pages of a site
@@ -160,10 +172,12 @@ def names_items(token: str) -> bool:
 def _token_names_chrome(token: str) -> bool:
     # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
     # its last colon ("when printed"), and what the element is after it.
-    pieces = [piece for piece in _NAME_PIECE.split(token.rsplit(":", 1)[-1]) if piece]
+    name = _GENERATED_TAIL.sub("-", _ARBITRARY_VALUE.sub("-", token).rsplit(":", 1)[-1])
+    pieces = [piece for piece in _NAME_PIECE.split(name) if piece]
     if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
         return False
-    if "hero" in pieces:  # "hero-banner": the lead section of a landing page, not an ad
+    # "hero-banner", "pageherobanner": the lead section of a landing page, not an ad
+    if any("hero" in piece for piece in pieces):
         return False
     for end, piece in enumerate(pieces):
         if piece in MODIFIER_PIECES or _starts_slug(pieces, end):
@@ -186,6 +200,8 @@ def _piece_names_chrome(piece: str) -> bool:
     if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
         return True
     if piece.startswith(("commentar", "hero")):  # an opinion genre; a page's lead section
+        return False
+    if piece in STATE_PIECES:  # "node--promoted": a state, not a promotion
         return False
     return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 

@@ -22,6 +22,9 @@ from ._sections import recommendation_sections
 # Readability drops any list above 0.2 unless its class reads as content, which is too eager
 # for lists of sources inside articles; 0.6 to 0.8 score alike on the dev corpus.
 MAX_LINK_DENSITY = 0.7
+# A linked heading over a block with less than this share of links is a card's title; a
+# link list after such a block ending in a colon is what that block announces.
+CARD_TEXT_MAX_LINK_DENSITY = 0.5
 MIN_LINK_LIST_ITEMS = 3  # one or two linked items are usually "buy it here" lines in prose
 DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a dateline
 MAX_TAIL_HEADINGS = 4  # as `_repeat.MIN_ITEMS`: a run of titles, not leftover headings
@@ -107,9 +110,15 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     if tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem):
         return True
     if tag in HEADINGS:  # an <h1> is the headline, which the `# Title` line already gives
-        return tag == "h1" or _is_link_heavy(elem) or _repeats_title(elem, title_words)
+        return (
+            tag == "h1"
+            or (_is_link_heavy(elem) and not _leads_prose(elem))
+            or _repeats_title(elem, title_words)
+        )
     if tag in ("ul", "ol"):
-        return _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS
+        return (
+            _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS and not _introduced(elem)
+        )
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
         return _is_link_heavy(elem)
     return False
@@ -135,6 +144,41 @@ def _first_text(elem: Elem) -> str:
         elif kid.text_len:
             return _first_text(kid)
     return ""
+
+
+def _leads_prose(heading: Elem) -> bool:
+    """True when the next sibling with text is a paragraph or holds prose, mostly outside
+    links: a linked heading over its own description is a card's title (the pages of a docs
+    index, the offers of a service page), not a link to elsewhere."""
+    parent = heading.parent
+    if parent is None:
+        return False
+    kids = parent.kids
+    for kid in kids[kids.index(heading) + 1 :]:
+        if isinstance(kid, str):
+            if kid.strip():
+                return False
+        elif kid.text_len:
+            prose = kid.prose > 0 or is_paragraph(kid)
+            return prose and link_density(kid) < CARD_TEXT_MAX_LINK_DENSITY
+    return False
+
+
+def _introduced(list_elem: Elem) -> bool:
+    """True when the previous sibling with text is prose ending in a colon ("Our tools:"):
+    the list is what the text announces, not a list of links to elsewhere."""
+    parent = list_elem.parent
+    if parent is None:
+        return False
+    kids = parent.kids
+    for kid in reversed(kids[: kids.index(list_elem)]):
+        if isinstance(kid, str):
+            if kid.strip():
+                return kid.strip().endswith(":")
+        elif kid.text_len:
+            prose = link_density(kid) < CARD_TEXT_MAX_LINK_DENSITY
+            return prose and text_of(kid).strip().endswith(":")
+    return False
 
 
 def _is_link_heavy(elem: Elem) -> bool:

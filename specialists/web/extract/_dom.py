@@ -13,6 +13,7 @@ from selectolax.lexbor import LexborNode
 
 from ._attrs import always_chrome, is_hidden, named_chrome, names_collapsible
 from ._hints import DROP_TAGS
+from ._panels import PANEL_TAGS, DetailsPanels, is_details_panel
 from ._runs import ContentWords
 
 # Browsers cap the tree at 512 levels (Blink's kMaximumHTMLParserDOMTreeDepth); deeper
@@ -85,16 +86,20 @@ class Elem:
         return f"<{self.tag} {self.hint!r} text={self.text_len}>"
 
 
-def build_tree(body: LexborNode, *, article: bool = False) -> tuple[Elem, list[Elem]]:
+def build_tree(
+    body: LexborNode, *, article: bool = False, product: bool = False
+) -> tuple[Elem, list[Elem]]:
     """Mirror `body` as an `Elem` tree; also return every `Elem` with parents before children.
 
     Elements named like chrome (`named_chrome`) that hold under MIN_CHROME_TEXT_SHARE of the
     page's text are left out; larger ones are mirrored and flagged `chrome` for `_prune`.
     Never raises on odd trees; text deeper than MAX_DEPTH is kept flat. On a page that
-    declares itself an `article` comments stay chrome however many (`_runs`).
+    declares itself an `article` comments stay chrome however many (`_runs`). On a page
+    declaring one `product`, panels of prose (drawers, sheets, modals) are kept (`_panels`).
     """
     chrome_floor = MIN_CHROME_TEXT_SHARE * len(body.text())
     content_words = ContentWords(body, article=article)
+    panels = DetailsPanels() if product else None
     root = Elem("body", {}, None)
     order = [root]
     stack: list[tuple[LexborNode, Elem, int]] = [(body, root, 0)]
@@ -110,8 +115,19 @@ def build_tree(body: LexborNode, *, article: bool = False) -> tuple[Elem, list[E
                     stripped = text.strip()
                     elem.own_len += len(stripped)
                     elem.own_commas += stripped.count(",")
-            elif tag and tag[0] != "-" and tag not in DROP_TAGS:
-                kid = _adopt(child, tag, elem, chrome_floor, content_words)
+            elif (
+                tag
+                and tag[0] != "-"
+                and (
+                    tag not in DROP_TAGS
+                    or (
+                        panels is not None
+                        and tag in PANEL_TAGS
+                        and is_details_panel(child, tag, child.attributes)
+                    )
+                )
+            ):
+                kid = _adopt(child, tag, elem, chrome_floor, content_words, panels)
                 if kid is None:
                     continue
                 kids.append(kid)
@@ -124,11 +140,17 @@ def build_tree(body: LexborNode, *, article: bool = False) -> tuple[Elem, list[E
 
 
 def _adopt(
-    node: LexborNode, tag: str, parent: Elem, chrome_floor: float, content_words: ContentWords
+    node: LexborNode,
+    tag: str,
+    parent: Elem,
+    chrome_floor: float,
+    content_words: ContentWords,
+    panels: DetailsPanels | None,
 ) -> Elem | None:
     """The `Elem` for `node`, or None when it is hidden or is small chrome.
 
-    Chrome words that name a run of the page's items (`_runs`) name content instead.
+    Chrome words that name a run of the page's items (`_runs`) name content instead, and
+    nothing in a product's details panel is chrome (`_panels`).
     """
     attrs = node.attributes
     if (
@@ -139,16 +161,25 @@ def _adopt(
     ):
         return None
     elem = Elem(tag, attrs, parent)
+    if panels is not None and panels.keeps(node, tag, elem):
+        return elem
     if (
         (elem.hint or "role" in attrs)
         and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
         and not content_words.names_content(node, tag, elem)
+        and not _holds_tab_panels(node, attrs)
     ):
         if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
             return None
         elem.chrome = True
     return elem
+
+
+def _holds_tab_panels(node: LexborNode, attrs: dict[str, str | None]) -> bool:
+    """True for a tablist holding tab panels: a tablist holds only its tabs' labels, so one
+    holding the panels is the widget itself (tabs or an accordion), text and all."""
+    return attrs.get("role") == "tablist" and node.css_first('[role="tabpanel"]') is not None
 
 
 def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:

@@ -82,6 +82,9 @@ HOOK_PIECES = frozenset({"js", "is"})
 # "summary-item-has-author" is an item that shows its author; "hide-read-more-ad" a block
 # that hides an ad (a utility class, as "hide-for-small"), not an ad.
 MODIFIER_PIECES = frozenset({"has", "with", "no", "without", "hide"})
+# Pieces that start like a chrome word but name a state of the element: a CMS marks an
+# article promoted to its front page "node--promoted"; the element is the article itself.
+STATE_PIECES = frozenset({"promoted"})
 # Taxonomy pieces that, followed by more pieces, start a term's slug: WordPress marks a post
 # or product with its terms ("tag-sidebar", "product_tag-reusable-cups", "category-ads"),
 # so what follows names a topic the author chose, never what the element is.
@@ -140,6 +143,9 @@ BOILERPLATE = frozenset(
         "tags", "topics", "see also", "sign up", "subscribe", "newsletter",
         "write a review", "verified buyer", "skip to product information",
         "reply with quote", "report post", "permalink", "top", "back to top",
+        "in stock", "add to cart", "add to bag", "add to basket", "add to wishlist",
+        "add to wish list", "buy now", "quantity", "calculate shipping", "select a size",
+        "select size", "size guide",
     }
 )  # fmt: skip
 BOILERPLATE_MAX_CHARS = max(map(len, BOILERPLATE)) + 4  # the longest label, with its punctuation

@@ -55,21 +55,21 @@ def find_run(order: list[Elem]) -> Elem | None:
 
 
 def widen(
-    content: list[Elem], run: Elem | None, *, article: bool = False
+    content: list[Elem], run: Elem | None, *, keep_pick: bool = False
 ) -> tuple[list[Elem], bool]:
     """`content`, or what holds the `run` when it says much more; True for a listing.
 
     A pick inside one of the run's items (the long first post of a thread, one card) is
-    one of many: the run replaces it, except on a page declaring itself an `article`,
-    whose sections a page builder may wrap alike. A listing is content made mostly of the
-    run's items: its links are content.
+    one of many: the run replaces it, unless `keep_pick` (a page declaring itself an
+    article, whose sections a page builder may wrap alike, or a pick whose class names it
+    content). A listing is content made mostly of the run's items: its links are content.
     """
     if run is None:
         return content, False
     picked = sum(elem.text_len for elem in content)
     if any(_inside(run, elem) for elem in content):
         return content, _is_listing(run, picked)
-    if not article and all(_inside(elem, run) for elem in content):
+    if not keep_pick and all(_inside(elem, run) for elem in content):
         return [run], _is_listing(run, run.text_len)
     if run.text_len < WIDEN_RATIO * picked or _prose(content) >= MAX_WIDEN_PROSE:
         return content, False

@@ -24,7 +24,8 @@ MIN_RIVALS = 3  # Readability's MINIMUM_TOPCANDIDATES
 # A pick holding less than this share of the page's text outside links may be one section
 # of a page made of many (a service page, a product page): it spreads to the highest
 # ancestor that still reads like content (at most SPREAD_LINK_DENSITY of its text in
-# links) and holds SPREAD_GAIN times the pick's text.
+# links) and holds SPREAD_GAIN times the pick's text, never past a <main> or <article>
+# holding the pick.
 SPREAD_BELOW_SHARE = 0.5
 SPREAD_LINK_DENSITY = 0.2
 SPREAD_GAIN = 1.5
@@ -42,6 +43,7 @@ _TAG_BASE = {
     "h5": -5.0, "h6": -5.0, "th": -5.0,
 }  # fmt: skip
 _SENTENCE_END = re.compile(r"\.( |$)")  # Readability's test for a short paragraph that joins
+_DIGITS = re.compile(r"\d+")
 _PROSE_CONTAINERS = frozenset({"div", "section", "article", "span", "font", "main"})
 
 
@@ -174,7 +176,7 @@ def _joins(sibling: Elem, top: Elem) -> bool:
     if sibling is top:
         return True
     threshold = max(10.0, top.score * 0.2)
-    bonus = 0.2 * top.score if sibling.hint and sibling.hint == top.hint else 0.0
+    bonus = 0.2 * top.score if sibling.hint and _same_kind(sibling.hint, top.hint) else 0.0
     if sibling.score + bonus >= threshold:
         return True
     if not is_paragraph(sibling):
@@ -183,6 +185,11 @@ def _joins(sibling: Elem, top: Elem) -> bool:
     if length > 80:
         return density < 0.25
     return length > 0 and density == 0.0 and _SENTENCE_END.search(text_of(sibling)) is not None
+
+
+def _same_kind(hint: str, other: str) -> bool:
+    """True when two class/id strings are equal but for their numbers ("sec1", "sec2")."""
+    return hint == other or _DIGITS.sub("", hint) == _DIGITS.sub("", other)
 
 
 def spread(content: list[Elem], root: Elem) -> list[Elem]:
@@ -195,6 +202,8 @@ def spread(content: list[Elem], root: Elem) -> list[Elem]:
     while node is not None and link_density(node) <= SPREAD_LINK_DENSITY:
         if _plain_len(node) >= SPREAD_GAIN * picked:
             best = node
+        if node.tag in ("main", "article"):  # the page's own mark of its main content
+            break
         node = node.parent
     return content if best is None else [best]
 
