@@ -86,7 +86,7 @@ def _extract(html: str, url: str | None) -> Article:
     if description and words < len(_WORD.findall(description)):
         body, words = description, len(_WORD.findall(description))  # a script-rendered shell
     markdown = f"# {title}\n\n{body}" if title and body else body
-    kind = page_type(declared, url, layout) if body else None
+    kind = page_type(declared, url, layout, body) if body else None
     return Article(title, markdown, description, words, kind)
 
 

@@ -3,8 +3,9 @@
 Only general signals count: what the page declares about itself (its OpenGraph type and
 schema.org types), web-wide URL conventions (a forum thread under /t/ or /threads/ on a
 forum host, documentation under /docs/), and the layout the extractor found (a run of
-link-heavy items is a listing). When the signals are weak or disagree the hint is None:
-a wrong hint misleads an agent more than a missing one.
+link-heavy items is a listing; one whose items show a price each is a shop's collection).
+When the signals are weak or disagree the hint is None: a wrong hint misleads an agent more
+than a missing one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ MIN_FORUM_POSTS = 2  # schema.org posts (Comment, Answer...) that make a thread
 MIN_COLLECTION_PRODUCTS = 4  # schema.org Products in a listing: a category grid
 MIN_LISTING_ITEMS = 8  # items of a link-heavy run that make the page a listing
 MIN_LISTING_LINK_DENSITY = 0.5
+MIN_COLLECTION_PRICES = 4  # prices in a listing's text, and at least one per item of its run
 MIN_ARTICLE_CHARS = 1_000  # an article's prose outside links
 
 _FORUM_SCHEMA = frozenset(
@@ -41,6 +43,10 @@ _FORUM_HOST = re.compile(r"(?:^|\.)(?:forums?|community|discuss|discussions|bbs|
 _DOCS_PATH = re.compile(r"/(?:docs?|documentation|reference|manual|handbook|api)(?:/|$)")
 _DOCS_HOST = re.compile(r"^(?:docs?|developers?|devdocs|wiki)\.")
 _ARTICLE_PATH = re.compile(r"/(?:blogs?|news|articles?|posts?|stories|\d{4}/\d{2})(?:/|$)")
+# A price: a currency sign before its amount, or a currency code or sign after it.
+_PRICE = re.compile(
+    r"[$€£¥₹]\s?\d|\d(?:[\d.,]*\d)?\s?(?:€|kr\b|zł|Kč|(?:USD|EUR|GBP|CHF|CAD|AUD|JPY)\b)"
+)
 _LD_TYPE = re.compile(r'"@type"\s*:\s*\[?\s*"(?:https?://schema\.org/)?(\w+)"', re.IGNORECASE)
 
 
@@ -95,8 +101,12 @@ def declares_product(declared: Declared) -> bool:
     return _is_product(declared.og_type, declared.schema)
 
 
-def page_type(declared: Declared, url: str | None, layout: Layout) -> str | None:
-    """One of PAGE_TYPES, or None when the page does not say clearly enough."""
+def page_type(declared: Declared, url: str | None, layout: Layout, text: str) -> str | None:
+    """One of PAGE_TYPES, or None when the page does not say clearly enough.
+
+    `text` is the content read (Markdown): a listing's items that show prices make it a
+    collection.
+    """
     parts = urlsplit(url or "")
     host, path = (parts.hostname or "").lower(), parts.path.lower()
     schema, og_type = declared.schema, declared.og_type
@@ -113,10 +123,16 @@ def page_type(declared: Declared, url: str | None, layout: Layout) -> str | None
     if layout.run_items >= MIN_LISTING_ITEMS and (
         layout.listing and layout.run_link_density >= MIN_LISTING_LINK_DENSITY
     ):
-        return "listing"
+        return "collection" if _priced(text, layout.run_items) else "listing"
     if _is_article(declared, path, layout):
         return "article"
     return None
+
+
+def _priced(text: str, items: int) -> bool:
+    """True when `text` shows MIN_COLLECTION_PRICES prices or more, and one per item."""
+    prices = sum(1 for _ in _PRICE.finditer(text))
+    return prices >= max(MIN_COLLECTION_PRICES, items)
 
 
 def _is_product(og_type: str, schema: Counter[str]) -> bool:
