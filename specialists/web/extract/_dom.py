@@ -86,6 +86,26 @@ class Elem:
         return f"<{self.tag} {self.hint!r} text={self.text_len}>"
 
 
+def inside(elem: Elem, ancestor: Elem) -> bool:
+    """True when `ancestor` is `elem` or holds it."""
+    node: Elem | None = elem
+    while node is not None:
+        if node is ancestor:
+            return True
+        node = node.parent
+    return False
+
+
+def common_ancestor(elems: list[Elem]) -> Elem | None:
+    """The nearest element that is or holds every one of `elems` (None: no such element)."""
+    node: Elem | None = elems[0]
+    while node is not None:
+        if all(inside(elem, node) for elem in elems):
+            return node
+        node = node.parent
+    return None
+
+
 def build_tree(
     body: LexborNode, *, article: bool = False, product: bool = False
 ) -> tuple[Elem, list[Elem]]:

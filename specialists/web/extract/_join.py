@@ -12,7 +12,7 @@ section, which the pick rightly leaves out.
 from __future__ import annotations
 
 from ._attrs import chrome_tokens
-from ._dom import Elem
+from ._dom import Elem, common_ancestor, inside
 from ._hints import THREAD_WORDS
 
 # The block holding pick and items may hold this share more text than the two together.
@@ -26,7 +26,7 @@ def join_items(content: list[Elem], order: list[Elem]) -> list[Elem]:
     holder = _largest_holder(order, content)
     if holder is None:
         return content
-    join = _common_ancestor([*content, holder])
+    join = common_ancestor([*content, holder])
     picked = sum(elem.text_len for elem in content)
     if join is None or join.text_len > (1 + JOIN_SLACK) * (picked + holder.text_len):
         return content
@@ -41,7 +41,7 @@ def _largest_holder(order: list[Elem], content: list[Elem]) -> Elem | None:
         if elem.holds_items and not elem.dropped and _names_thread(elem.hint):
             if best is not None and elem.text_len <= best.text_len:
                 continue
-            if not any(_inside(elem, part) or _inside(part, elem) for part in content):
+            if not any(inside(elem, part) or inside(part, elem) for part in content):
                 best = elem
     return best
 
@@ -50,21 +50,3 @@ def _names_thread(hint: str) -> bool:
     """True when a chrome word of `hint` names a thread's posts ("comments", "replies"): a
     list of related teasers beside an article is not joined to it."""
     return any(word in token for token in chrome_tokens(hint) for word in THREAD_WORDS)
-
-
-def _inside(elem: Elem, ancestor: Elem) -> bool:
-    node: Elem | None = elem
-    while node is not None:
-        if node is ancestor:
-            return True
-        node = node.parent
-    return False
-
-
-def _common_ancestor(elems: list[Elem]) -> Elem | None:
-    node: Elem | None = elems[0]
-    while node is not None:
-        if all(_inside(elem, node) for elem in elems):
-            return node
-        node = node.parent
-    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ._dom import Elem
+from ._dom import Elem, common_ancestor, inside
 
 MIN_ITEMS = 4  # fewer similar siblings are a layout (two columns), not a list of items
 MIN_ITEM_CHARS = 25  # mean text per item: below it the run is a menu or a tag cloud
@@ -67,13 +67,13 @@ def widen(
     if run is None:
         return content, False
     picked = sum(elem.text_len for elem in content)
-    if any(_inside(run, elem) for elem in content):
+    if any(inside(run, elem) for elem in content):
         return content, _is_listing(run, picked)
-    if not keep_pick and all(_inside(elem, run) for elem in content):
+    if not keep_pick and all(inside(elem, run) for elem in content):
         return [run], _is_listing(run, run.text_len)
     if run.text_len < WIDEN_RATIO * picked or _prose(content) >= MAX_WIDEN_PROSE:
         return content, False
-    join = _common_ancestor([*content, run])
+    join = common_ancestor([*content, run])
     if join is not None and join.text_len <= (1 + JOIN_SLACK) * (run.text_len + picked):
         return [join], True
     return [run], True
@@ -112,22 +112,3 @@ def _holds_run(elem: Elem) -> bool:
 def signature(elem: Elem) -> str:
     classes = (elem.attrs.get("class") or "").split()[:SIGNATURE_CLASSES]
     return f"{elem.tag} {_DIGITS.sub('', ' '.join(classes))}"
-
-
-def _inside(elem: Elem, ancestor: Elem) -> bool:
-    node: Elem | None = elem
-    while node is not None:
-        if node is ancestor:
-            return True
-        node = node.parent
-    return False
-
-
-def _common_ancestor(elems: list[Elem]) -> Elem | None:
-    first = elems[0]
-    node: Elem | None = first
-    while node is not None:
-        if all(_inside(elem, node) for elem in elems):
-            return node
-        node = node.parent
-    return None

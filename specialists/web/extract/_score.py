@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ._attrs import class_weight
-from ._dom import Elem, text_of
+from ._dom import Elem, inside, text_of
 from ._hints import BLOCK_TAGS, PARAGRAPH_TAGS
 
 MIN_PARAGRAPH_CHARS = 25  # Readability: shorter "paragraphs" are not scored
@@ -142,19 +142,13 @@ def _best(candidates: list[Elem], root: Elem) -> Elem:
         return top
     ancestor = top.parent
     while ancestor is not None and ancestor is not root:
-        if sum(1 for r in rivals if _inside(r, ancestor)) >= MIN_RIVALS:
+        if (
+            sum(1 for r in rivals if r.parent is not None and inside(r.parent, ancestor))
+            >= MIN_RIVALS
+        ):
             return ancestor
         ancestor = ancestor.parent
     return top
-
-
-def _inside(elem: Elem, ancestor: Elem) -> bool:
-    node = elem.parent
-    while node is not None:
-        if node is ancestor:
-            return True
-        node = node.parent
-    return False
 
 
 def _climb(top: Elem, scored: set[int]) -> Elem:
