@@ -20,10 +20,12 @@ A refusal answers ``403`` with ``X-Csp-Guard: <code>:<detail>``, is counted, and
 the lane it came through, so an action can name the guard's code instead of Chromium's net
 error, and no other context can see it. It is kept before a byte of the answer is written:
 when Chromium reports the failure, the record is already there. Requests on the main port
-(the browser's own, outside any context) are judged alike and their refusals kept on no
-context's lane. Only sockets held by processes under the Playwright driver (Chromium) may use
-the proxy (``peers.py``): a peer found elsewhere (another local process) is closed without a
-byte. Owns its listeners; ``serve`` runs until cancelled.
+are the browser's own, made outside any context (update checks, sign-in and safe-browsing
+pings): no client asked for them, so every one is refused (``url_rejected:outside-context``)
+and kept on no context's lane; nothing leaves the machine that no op asked for. Only
+sockets held by processes under the Playwright driver (Chromium) may use the proxy
+(``peers.py``): a peer found elsewhere (another local process) is closed without a byte.
+Owns its listeners; ``serve`` runs until cancelled.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .peers import PeerCheck
 
 log = logging.getLogger("csp_web.browser.proxy")
 MAX_HEAD_BYTES = 16 * 1024  # a proxy request head; Chromium's are well under 2 KiB
+OUTSIDE_CONTEXT = "outside-context"  # the refusal of every request on the main port
 MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
 _LANE_BACKLOG = 128
 _CHUNK = 65536
@@ -258,6 +261,10 @@ class GuardProxy:
         if head is None:
             return
         method, target, headers = head
+        if lane is self.main:  # the browser's own request: no op asked for it
+            refusal = OpError(ErrorCode.URL_REJECTED, OUTSIDE_CONTEXT)
+            await self._refuse(stream, lane, target.decode("latin-1"), refusal)
+            return
         config = self.guard()
         if method == b"CONNECT":
             await self._tunnel(stream, lane, target.decode("latin-1"), rest, config)

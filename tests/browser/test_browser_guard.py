@@ -127,13 +127,17 @@ async def test_a_process_other_than_chromium_cannot_use_the_proxy(
     assert origin.connections == 0
 
 
-async def _proxy_exchange(proxy: GuardProxy, request: bytes, then: bytes = b"") -> bytes:
-    """Send ``request`` (and ``then`` after the proxy's answer) as a client; all it answers."""
+async def _proxy_exchange(
+    proxy: GuardProxy, request: bytes, then: bytes = b"", *, lane: bool = True
+) -> tuple[bytes, Lane]:
+    """Send ``request`` (and ``then`` after the proxy's answer) as a client, through a new
+    lane (a context's) or else the main port; all the proxy answers, and the lane used."""
     received = b""
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as nursery:
             await nursery.start(proxy.serve)
-            stream = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+            used = proxy.open_lane() if lane else proxy.main
+            stream = await trio.open_tcp_stream("127.0.0.1", used.port)
             async with stream:
                 await stream.send_all(request)
                 received = await stream.receive_some(65536)
@@ -142,7 +146,7 @@ async def _proxy_exchange(proxy: GuardProxy, request: bytes, then: bytes = b"") 
                 while data := await stream.receive_some(65536):
                     received += data
             nursery.cancel_scope.cancel()
-    return received
+    return received, used
 
 
 async def test_a_cleartext_tunnel_is_cut_when_plain_http_is_off(
@@ -152,10 +156,28 @@ async def test_a_cleartext_tunnel_is_cut_when_plain_http_is_off(
     # count on it: a tunnel whose first byte starts no TLS handshake is closed unforwarded.
     proxy = GuardProxy(lambda: guard, resolver=dns)
     request = f"CONNECT origin.test:{origin.port} HTTP/1.1\r\n\r\n".encode()
-    answer = await _proxy_exchange(proxy, request, b"GET /socket HTTP/1.1\r\n\r\n")
+    answer, lane = await _proxy_exchange(proxy, request, b"GET /socket HTTP/1.1\r\n\r\n")
     assert answer == b"HTTP/1.1 200 Connection established\r\n\r\n"
-    assert [r.error for r in proxy.main.refusals_since(0)] == ["url_rejected:http-not-allowed"]
+    assert [r.error for r in lane.refusals_since(0)] == ["url_rejected:http-not-allowed"]
     assert origin.requests == []
+
+
+async def test_the_browsers_own_requests_outside_any_context_are_all_refused(
+    guard: GuardConfig, dns: FixedResolver, origin: Origin
+) -> None:
+    # Update checks and sign-in pings come through the main port; no op asked for them, so
+    # none leaves, not even to a host the guard would allow a context.
+    proxy = GuardProxy(lambda: guard, resolver=dns)
+    request = f"CONNECT origin.test:{origin.port} HTTP/1.1\r\n\r\n".encode()
+    answer, main = await _proxy_exchange(proxy, request, lane=False)
+    assert answer.startswith(
+        b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: url_rejected:outside-context\r\n"
+    )
+    assert main is proxy.main
+    assert [(r.lane, r.target) for r in main.refusals_since(0)] == [
+        (0, f"origin.test:{origin.port}")
+    ]
+    assert origin.connections == 0  # through a lane it is let through (the lane test above)
 
 
 async def test_plain_http_through_the_proxy_is_guarded_and_forwarded_when_allowed(
@@ -164,16 +186,16 @@ async def test_plain_http_through_the_proxy_is_guarded_and_forwarded_when_allowe
     allowed = replace(guard, allow_http=True, allowed_ports=(plain_origin.port, private.port))
     proxy = GuardProxy(lambda: allowed, resolver=dns)
     url = plain_origin.url("origin.test", "/page")
-    answer = await _proxy_exchange(proxy, f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    answer, _ = await _proxy_exchange(proxy, f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.1 200")
     assert b"<title>Hello</title>" in answer
     assert plain_origin.paths() == ["/page"]
     private_url = f"http://private.test:{private.port}/"
-    refused = await _proxy_exchange(proxy, f"GET {private_url} HTTP/1.1\r\n\r\n".encode())
+    refused, _ = await _proxy_exchange(proxy, f"GET {private_url} HTTP/1.1\r\n\r\n".encode())
     assert refused.startswith(b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: ssrf_blocked:loopback-127/8")
     assert private.connections == 0
     closed = GuardProxy(lambda: guard, resolver=dns)
-    denied = await _proxy_exchange(closed, f"GET {url} HTTP/1.1\r\n\r\n".encode())
+    denied, _ = await _proxy_exchange(closed, f"GET {url} HTTP/1.1\r\n\r\n".encode())
     assert b"X-Csp-Guard: url_rejected:http-not-allowed" in denied
 
 
