@@ -370,6 +370,7 @@ async def test_stats_reports_outbox_depth_and_deliveries(
         "rejected": "0",
         "refused": "0",
         "connected": "false",
+        "waiting": "0",
     }
     assert "outbox_depth:3" in (waiting.get("DATA") or "").split(",")
     assert _outbox_stats(delivered) == {
@@ -378,6 +379,7 @@ async def test_stats_reports_outbox_depth_and_deliveries(
         "rejected": "0",
         "refused": "0",
         "connected": "true",
+        "waiting": "0",
     }
 
 

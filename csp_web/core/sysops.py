@@ -55,7 +55,7 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
                 "OUTBOX",
                 f"depth:{outbox.depth},delivered:{outbox.delivered},"
                 f"rejected:{outbox.rejected},refused:{outbox.refused},"
-                f"connected:{str(outbox.connected).lower()}",
+                f"connected:{str(outbox.connected).lower()},waiting:{outbox.waiting}",
             )
         )
     for name, entry in sorted(stats.ops.items()):
@@ -109,7 +109,9 @@ OPS_EXAMPLE = Example(
 
 STATS_REPLIES = (
     ReplyField(
-        "OUTBOX", "a memory path is configured", "depth, delivered, rejected, refused, connected"
+        "OUTBOX",
+        "a memory path is configured",
+        "depth, delivered, rejected, refused, connected, waiting (ops waiting for a turn, O-5)",
     ),
     ReplyField("OP", "one per op run since start", "<op> count, failed, p50_ms, p99_ms"),
     ReplyField("REJECTED", "one per code frames were refused with", "<code>:<count>"),

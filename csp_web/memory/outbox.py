@@ -89,6 +89,11 @@ class Outbox:
         return self._room.connected
 
     @property
+    def waiting(self) -> int:
+        """Ops waiting for their turn while delivery is behind (SPEC O-5)."""
+        return self._room.waiting_turns
+
+    @property
     def delivered(self) -> int:
         return self._delivery.delivered
 

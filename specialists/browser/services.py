@@ -62,6 +62,7 @@ class BrowserServices:
             f"{self.engine.status()} sessions:{len(self.sessions.sessions)}"
             f" idle_closed:{self.sessions.closed_idle} proxied:{proxy.tunnels + proxy.forwarded}"
             f" refused:{proxy.refused} foreign_peers:{proxy.foreign_peers}"
+            f" lanes:{proxy.lanes_open}"
         )
 
 

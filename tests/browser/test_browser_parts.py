@@ -72,6 +72,7 @@ async def test_the_daemon_lists_both_ops_and_a_browser_stats_line(config: Config
         sandbox = "off(root)" if os.geteuid() == 0 else "on"
         assert line.startswith("browsers:0 launches:0 crashes:0 recycles:0 pages:0")
         assert f"sandbox:{sandbox}" in line
+        assert line.endswith(" lanes:0")  # one lane per open context: none
 
 
 def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
