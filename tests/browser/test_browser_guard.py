@@ -4,6 +4,7 @@ rebinding DNS, popups, plain http, and peers other than Chromium."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 
 import pytest
@@ -392,3 +393,54 @@ async def test_a_redirect_refusal_is_read_from_its_own_context_while_another_is_
     assert {r.target for r in quiet.refusals_since(0)} == {f"private.test:{private.port}"}
     assert {r.error for r in loud.refusals_since(0)} == {"url_rejected:port-not-allowed"}
     assert private.connections == 0
+
+
+class _HeldFirstCheck:
+    """A peer check that holds the first connection's check (in whatever thread it runs)
+    until ``release`` is set, and admits every peer; ``released`` says how each hold ended."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.released: list[bool] = []
+
+    def __call__(self, peer: tuple[str, int], local: tuple[str, int]) -> bool:
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1
+        if first:
+            self.holding.set()
+            self.released.append(self.release.wait(WAIT_S))
+        return True
+
+
+async def test_the_peer_check_runs_off_the_event_loop_so_a_slow_one_holds_up_only_its_peer(
+    guard: GuardConfig,
+) -> None:
+    """The peer check walks /proc (the socket table, every fd of every Chromium process) for
+    each connection Chromium makes. Before, it ran on the event loop, which is the daemon's:
+    while it ran, nothing else did. Now a check in progress holds up only its own peer."""
+    proxy = GuardProxy(lambda: guard)
+    check = _HeldFirstCheck()
+    proxy.peer_check = check
+    request = b"CONNECT origin.test:443 HTTP/1.1\r\n\r\n"
+    refused = b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: url_rejected:outside-context\r\n"
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            first = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+            await trio.to_thread.run_sync(check.holding.wait, WAIT_S)
+            second = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+            async with second:
+                await second.send_all(request)
+                answer = await second.receive_some(65536)
+            check.release.set()  # only once the second peer was answered
+            async with first:
+                await first.send_all(request)
+                first_answer = await first.receive_some(65536)
+            nursery.cancel_scope.cancel()
+    assert check.released == [True]  # the test released it: the loop ran meanwhile
+    assert answer.startswith(refused)
+    assert first_answer.startswith(refused)
