@@ -4,6 +4,7 @@ rebinding DNS, popups, plain http, and peers other than Chromium."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from dataclasses import replace
 
@@ -444,3 +445,31 @@ async def test_the_peer_check_runs_off_the_event_loop_so_a_slow_one_holds_up_onl
     assert check.released == [True]  # the test released it: the loop ran meanwhile
     assert answer.startswith(refused)
     assert first_answer.startswith(refused)
+
+
+async def test_a_host_answering_with_many_silent_addresses_cannot_stretch_the_connect(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A hostile name may resolve to many addresses that never answer a SYN. The proxy's
+    connect (no op deadline above it) is bounded by ``timeout_s`` in all, not per address:
+    before, eight silent addresses held the tunnel eight times as long (and a name can carry
+    dozens)."""
+    with socket.socket() as silent:  # its one-slot backlog full: later SYNs go unanswered
+        silent.bind(("0.0.0.0", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            addresses = [f"127.0.0.{n}" for n in range(2, 10)]
+            dns = FixedResolver({"silent.test": addresses})
+            guard = GuardConfig(
+                allowed_ports=(port,), allow_private=("127.0.0.0/8",), timeout_s=5.0
+            )
+            proxy = GuardProxy(lambda: guard, resolver=dns)
+            start = trio.current_time()
+            answer, lane = await _proxy_exchange(
+                proxy, f"CONNECT silent.test:{port} HTTP/1.1\r\n\r\n".encode()
+            )
+            took_s = trio.current_time() - start  # the mock clock's: no real time passes
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: fetch_failed:connect\r\n")
+    assert [r.error for r in lane.refusals_since(0)] == ["fetch_failed:connect"]
+    assert took_s <= guard.timeout_s
