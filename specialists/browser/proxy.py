@@ -375,7 +375,8 @@ async def _read_head(
 
 def _split_authority(target: str) -> tuple[str, int]:
     host, _, port = target.rpartition(":")
-    return host.strip("[]"), int(port) if port.isdigit() else 0
+    number = port.isascii() and port.isdigit() and len(port) <= 5  # not "\xb2", nor 5000 digits
+    return host.strip("[]"), int(port) if number else 0
 
 
 def _target_of(url: str) -> str:

@@ -473,3 +473,22 @@ async def test_a_host_answering_with_many_silent_addresses_cannot_stretch_the_co
     assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: fetch_failed:connect\r\n")
     assert [r.error for r in lane.refusals_since(0)] == ["fetch_failed:connect"]
     assert took_s <= guard.timeout_s
+
+
+@pytest.mark.parametrize("port", [b"\xb2", b"9" * 5000])
+async def test_a_connect_whose_port_is_no_port_number_is_refused_with_the_guards_code(
+    guard: GuardConfig, dns: FixedResolver, port: bytes
+) -> None:
+    """``\\xb2`` (superscript two, a "digit" to str.isdigit) and 5000 digits (past int()'s
+    limit) are no port numbers. Before, the proxy's int() raised ValueError on them: the
+    connection was dropped with a traceback in the log and no refusal kept on the lane."""
+    proxy = GuardProxy(lambda: guard, resolver=dns)
+    answer, lane = await _proxy_exchange(
+        proxy, b"CONNECT origin.test:" + port + b" HTTP/1.1\r\n\r\n"
+    )
+    (refusal,) = lane.refusals_since(0)
+    assert answer.startswith(
+        b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: " + refusal.error.encode() + b"\r\n"
+    )
+    assert refusal.code is ErrorCode.URL_REJECTED
+    assert refusal.target == "origin.test:0"
