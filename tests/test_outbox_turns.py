@@ -331,3 +331,37 @@ async def test_a_batch_partly_refused_for_now_is_settled_in_part_and_the_rest_se
             await outbox.wait_drained()
         assert (outbox.delivered, outbox.rejected) == (3, 0)
     assert received[3:] == ["w-flood-2"]
+
+
+async def test_ops_waiting_for_a_turn_start_when_the_commit_that_put_delivery_behind_fails(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
+) -> None:
+    """O-5: the writes that put delivery behind may never be stored (their commit fails:
+    here one write SQLite cannot encode, as a full disk would). They leave the outbox, so
+    delivery is no longer behind and the ops waiting for a turn start. Before, nothing woke
+    them (no write would ever settle), and each waited out its deadline to get outbox_full
+    from an empty outbox."""
+    assert config.memory.socket_path is not None
+    _received, _ack = await _acks_on_demand(nursery, config.memory.socket_path)
+    config = _small_window(config)
+    path = os.path.join(tmp_path, "outbox.sqlite3")
+    async with open_outbox(path, config.outbox, config.memory) as outbox:
+        started: list[int] = []
+
+        async def op(n: int) -> None:
+            await outbox.wait_room("peer")
+            started.append(n)
+
+        with trio.fail_after(WAIT_S):
+            while not outbox.connected:
+                await trio.testing.wait_all_tasks_blocked()
+            bad = MemoryWrite("web", "web_op", "flood/log.txt", "\ud800", "w-unencodable")
+            outbox.put_or_fold_nowait(bad, "bad")  # one commit gathers them all, after a pass
+            for n in range(TURN_AT - 1):
+                outbox.put_or_fold_nowait(_write(n), "flood")
+            assert outbox.depth == TURN_AT  # counted, not committed: behind
+            async with trio.open_nursery() as ops:
+                for n in range(3):
+                    ops.start_soon(op, n)  # each parks for a turn before the commit runs
+            assert outbox.depth == 0
+    assert sorted(started) == [0, 1, 2]

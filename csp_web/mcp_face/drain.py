@@ -6,7 +6,8 @@ stdio answers every task read before EOF, SPEC's one reply per task). ``serve_dr
 stands between the stdio streams and the server: it passes messages both ways, notes each
 request's ID until its response or error goes out, and shows the server EOF only once none
 is left, or after ``drain_s``. A ``subscriptions/listen`` request is a stream the client holds
-open, not a call awaiting its answer: it is not waited for.
+open, not a call awaiting its answer: it is not waited for; nor is a call the client
+cancelled (``notifications/cancelled``), which is never answered.
 """
 
 from __future__ import annotations
@@ -19,10 +20,22 @@ from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
-from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 log = logging.getLogger("csp_web.mcp_face")
 _LISTEN = "subscriptions/listen"
+_CANCELLED = "notifications/cancelled"
+
+
+def _cancelled_id(message: SessionMessage | Exception) -> str | int | None:
+    """The request a ``notifications/cancelled`` names, else None."""
+    if not isinstance(message, SessionMessage):
+        return None
+    note = message.message
+    if not isinstance(note, JSONRPCNotification) or note.method != _CANCELLED:
+        return None
+    request_id = (note.params or {}).get("requestId")
+    return request_id if isinstance(request_id, str | int) else None
 
 
 class _InFlight:
@@ -61,6 +74,8 @@ async def serve_draining(
                 ):
                     in_flight.ids.add(message.message.id)
                 await to_server.send(message)
+                if (cancelled := _cancelled_id(message)) is not None:
+                    in_flight.answered(cancelled)  # never answered: the SDK drops it (MCP)
             with trio.move_on_after(drain_s):
                 while in_flight.ids:
                     await in_flight.changed.wait()
@@ -70,10 +85,11 @@ async def serve_draining(
                 )
 
     async def pass_out() -> None:
-        async for message in from_server:
-            await write.send(message)
-            if isinstance(message.message, JSONRPCResponse | JSONRPCError):
-                in_flight.answered(message.message.id)
+        async with from_server:
+            async for message in from_server:
+                await write.send(message)
+                if isinstance(message.message, JSONRPCResponse | JSONRPCError):
+                    in_flight.answered(message.message.id)
 
     reading = trio.CancelScope()
 

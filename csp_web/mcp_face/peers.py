@@ -77,7 +77,10 @@ async def peer_uid(
         return peer_credentials(sock)[1]
     if sock.family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    wanted = client_rows(sock.getsockname(), sock.getpeername())
+    try:
+        wanted = client_rows(sock.getsockname(), sock.getpeername())
+    except OSError:  # reset before the gate ran (ENOTCONN): no peer left to name
+        return None
     return await trio.to_thread.run_sync(
         read_tables or read_uid, wanted, limiter=limiter, abandon_on_cancel=True
     )

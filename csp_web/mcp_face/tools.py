@@ -94,7 +94,22 @@ def build_tools(
 
 
 def tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
-    """One op table entry as a tool; every op also takes ``timeout_ms`` (SPEC C-4)."""
+    """One op table entry as a tool; every op also takes ``timeout_ms`` (SPEC C-4). Raises
+    ToolTableError for an entry this face cannot read (a daemon of another version may
+    describe an op with a field type it has no schema for): never a KeyError or TypeError,
+    which at a refresh would end the face."""
+    try:
+        return _tool_spec(entry, max_timeout_ms=max_timeout_ms)
+    except ToolTableError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"{type(exc).__name__}: {exc}"[:120]
+        raise ToolTableError(
+            f"op {entry.get('req')} IN:{entry.get('in')} cannot be read ({what})"
+        ) from exc
+
+
+def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
     name = tool_name(entry["req"], entry["in"])
     if not _TOOL_NAME.fullmatch(name):
         raise ToolTableError(f"op {entry['req']} IN:{entry['in']} has no valid tool name")

@@ -141,6 +141,10 @@ class GroupCommit:
     def _forget(self, commit: _Commit, error: str) -> None:
         commit.error = error
         self._room.remove(commit.writes)
+        # Room was freed and delivery may be behind no more: no settle will say so for writes
+        # never stored, so wake the ops waiting for room or for a turn (SPEC O-5) now.
+        self._room.grant(0)
+        self._room.wake()
 
     async def serve(self) -> None:
         """Commit queued writes in a worker thread until cancelled (``synchronous: full``)."""

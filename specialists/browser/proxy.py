@@ -54,6 +54,7 @@ MAX_HEAD_BYTES = 16 * 1024  # a proxy request head; Chromium's are well under 2 
 OUTSIDE_CONTEXT = "outside-context"  # the refusal of every request on the main port
 MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
 _LANE_BACKLOG = 128
+_PEER_CHECK_THREADS = 2  # peer checks (peers.py) in worker threads at once
 _CHUNK = 65536
 _HOP_HEADERS = frozenset(
     {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te", b"upgrade"}
@@ -157,6 +158,7 @@ class GuardProxy:
         self._numbers = itertools.count(1)
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
+        self._checks = trio.CapacityLimiter(_PEER_CHECK_THREADS)
 
     @property
     def url(self) -> str:
@@ -244,17 +246,23 @@ class GuardProxy:
     async def _serve_one(self, stream: trio.SocketStream, lane: Lane) -> None:
         try:
             async with stream:
-                if self.peer_check is not None:
-                    peer = stream.socket.getpeername()
-                    local = stream.socket.getsockname()
-                    if not self.peer_check(peer, local):
-                        self.stats.foreign_peers += 1
-                        return
+                if self.peer_check is not None and not await self._peer_allowed(stream):
+                    self.stats.foreign_peers += 1
+                    return
                 await self._handle(stream, lane)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return  # either side hung up; nothing to report to anyone
         except Exception:  # a bug must cost one connection, never the proxy (and the daemon)
             log.exception("proxy connection failed")
+
+    async def _peer_allowed(self, stream: trio.SocketStream) -> bool:
+        """``peer_check`` in a worker thread: its walk of /proc (peers.py) must not stall
+        the event loop, the daemon's."""
+        assert self.peer_check is not None
+        peer, local = stream.socket.getpeername(), stream.socket.getsockname()
+        return await trio.to_thread.run_sync(
+            self.peer_check, peer, local, limiter=self._checks, abandon_on_cancel=True
+        )
 
     async def _handle(self, stream: trio.SocketStream, lane: Lane) -> None:
         head, rest = await _read_head(stream)
@@ -273,17 +281,19 @@ class GuardProxy:
             await self._forward(stream, lane, request, config)
 
     async def _open_checked(self, url: str, config: GuardConfig) -> tuple[trio.SocketStream, str]:
-        """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop."""
+        """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop.
+        The connect is bounded by ``timeout_s`` in all (no op deadline is above it here), so
+        a name answering with many silent addresses cannot stretch it."""
         parsed = check_url(url, config)
         addresses = await resolve_checked(self.resolver, parsed.host, parsed.port, config)
-        error: OSError | None = None
-        for address in addresses:
-            try:
-                with trio.fail_after(config.timeout_s):
+        error: OSError = OSError(errno.ETIMEDOUT, "timeout")
+        with trio.move_on_after(config.timeout_s):
+            for address in addresses:
+                try:
                     upstream = await trio.open_tcp_stream(str(address), parsed.port)
-                return upstream, f"{parsed.host}:{parsed.port}"
-            except (OSError, trio.TooSlowError) as exc:
-                error = exc if isinstance(exc, OSError) else OSError(errno.ETIMEDOUT, "timeout")
+                    return upstream, f"{parsed.host}:{parsed.port}"
+                except OSError as exc:
+                    error = exc
         raise OpError(ErrorCode.FETCH_FAILED, "connect") from error
 
     async def _refuse(
@@ -365,7 +375,8 @@ async def _read_head(
 
 def _split_authority(target: str) -> tuple[str, int]:
     host, _, port = target.rpartition(":")
-    return host.strip("[]"), int(port) if port.isdigit() else 0
+    number = port.isascii() and port.isdigit() and len(port) <= 5  # not "\xb2", nor 5000 digits
+    return host.strip("[]"), int(port) if number else 0
 
 
 def _target_of(url: str) -> str:

@@ -4,6 +4,8 @@ rebinding DNS, popups, plain http, and peers other than Chromium."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 from dataclasses import replace
 
 import pytest
@@ -392,3 +394,101 @@ async def test_a_redirect_refusal_is_read_from_its_own_context_while_another_is_
     assert {r.target for r in quiet.refusals_since(0)} == {f"private.test:{private.port}"}
     assert {r.error for r in loud.refusals_since(0)} == {"url_rejected:port-not-allowed"}
     assert private.connections == 0
+
+
+class _HeldFirstCheck:
+    """A peer check that holds the first connection's check (in whatever thread it runs)
+    until ``release`` is set, and admits every peer; ``released`` says how each hold ended."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.released: list[bool] = []
+
+    def __call__(self, peer: tuple[str, int], local: tuple[str, int]) -> bool:
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1
+        if first:
+            self.holding.set()
+            self.released.append(self.release.wait(WAIT_S))
+        return True
+
+
+async def test_the_peer_check_runs_off_the_event_loop_so_a_slow_one_holds_up_only_its_peer(
+    guard: GuardConfig,
+) -> None:
+    """The peer check walks /proc (the socket table, every fd of every Chromium process) for
+    each connection Chromium makes. Before, it ran on the event loop, which is the daemon's:
+    while it ran, nothing else did. Now a check in progress holds up only its own peer."""
+    proxy = GuardProxy(lambda: guard)
+    check = _HeldFirstCheck()
+    proxy.peer_check = check
+    request = b"CONNECT origin.test:443 HTTP/1.1\r\n\r\n"
+    refused = b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: url_rejected:outside-context\r\n"
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            first = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+            await trio.to_thread.run_sync(check.holding.wait, WAIT_S)
+            second = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+            async with second:
+                await second.send_all(request)
+                answer = await second.receive_some(65536)
+            check.release.set()  # only once the second peer was answered
+            async with first:
+                await first.send_all(request)
+                first_answer = await first.receive_some(65536)
+            nursery.cancel_scope.cancel()
+    assert check.released == [True]  # the test released it: the loop ran meanwhile
+    assert answer.startswith(refused)
+    assert first_answer.startswith(refused)
+
+
+async def test_a_host_answering_with_many_silent_addresses_cannot_stretch_the_connect(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A hostile name may resolve to many addresses that never answer a SYN. The proxy's
+    connect (no op deadline above it) is bounded by ``timeout_s`` in all, not per address:
+    before, eight silent addresses held the tunnel eight times as long (and a name can carry
+    dozens)."""
+    with socket.socket() as silent:  # its one-slot backlog full: later SYNs go unanswered
+        silent.bind(("0.0.0.0", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            addresses = [f"127.0.0.{n}" for n in range(2, 10)]
+            dns = FixedResolver({"silent.test": addresses})
+            guard = GuardConfig(
+                allowed_ports=(port,), allow_private=("127.0.0.0/8",), timeout_s=5.0
+            )
+            proxy = GuardProxy(lambda: guard, resolver=dns)
+            start = trio.current_time()
+            answer, lane = await _proxy_exchange(
+                proxy, f"CONNECT silent.test:{port} HTTP/1.1\r\n\r\n".encode()
+            )
+            took_s = trio.current_time() - start  # the mock clock's: no real time passes
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: fetch_failed:connect\r\n")
+    assert [r.error for r in lane.refusals_since(0)] == ["fetch_failed:connect"]
+    assert took_s <= guard.timeout_s
+
+
+@pytest.mark.parametrize("port", [b"\xb2", b"9" * 5000])
+async def test_a_connect_whose_port_is_no_port_number_is_refused_with_the_guards_code(
+    guard: GuardConfig, dns: FixedResolver, port: bytes
+) -> None:
+    """``\\xb2`` (superscript two, a "digit" to str.isdigit) and 5000 digits (past int()'s
+    limit) are no port numbers. Before, the proxy's int() raised ValueError on them: the
+    connection was dropped with a traceback in the log and no refusal kept on the lane."""
+    proxy = GuardProxy(lambda: guard, resolver=dns)
+    answer, lane = await _proxy_exchange(
+        proxy, b"CONNECT origin.test:" + port + b" HTTP/1.1\r\n\r\n"
+    )
+    (refusal,) = lane.refusals_since(0)
+    assert answer.startswith(
+        b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: " + refusal.error.encode() + b"\r\n"
+    )
+    assert refusal.code is ErrorCode.URL_REJECTED
+    assert refusal.target == "origin.test:0"

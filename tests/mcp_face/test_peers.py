@@ -304,3 +304,56 @@ async def test_an_ipv4_peer_of_our_ipv6_socket_bound_mapped_is_known() -> None:
     async with client, server, listener:
         assert server.socket.family == socket.AF_INET6
         assert await peer_uid(server.socket) == ME
+
+
+async def _accepted_after_reset() -> trio.SocketStream:
+    """A connection whose client reset it (SO_LINGER 0) before we accepted it: the kernel
+    still hands it to ``accept``, and it no longer has a peer name."""
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    client.close()  # an RST, not a FIN
+    with trio.fail_after(WAIT_S):
+        server = await listener.accept()
+    await listener.aclose()
+    return server
+
+
+async def test_a_peer_that_reset_its_connection_before_the_gate_has_no_uid() -> None:
+    server = await _accepted_after_reset()
+    async with server:
+        assert await peer_uid(server.socket) is None
+
+
+async def test_a_peer_that_reset_its_connection_before_the_gate_is_refused_not_raised() -> None:
+    admit = uid_gate(lambda: frozenset({ME}))
+    server = await _accepted_after_reset()
+    async with server:
+        assert await admit(server) == "the peer's uid cannot be known"
+
+
+async def test_the_face_keeps_serving_after_a_peer_reset_its_connection_before_the_gate() -> None:
+    """Before, the gate's OSError (no peer name) left the connection's task and took the
+    face's whole server down with it."""
+    gate = uid_gate(lambda: frozenset({ME}))
+    reset = trio.Event()
+
+    async def admit_once_reset(stream: trio.SocketStream) -> str | None:
+        await reset.wait()  # the gate runs after the client is gone, deterministically
+        return await gate(stream)
+
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve_asgi, echo, [listener], admit=admit_once_reset))
+            client = socket.create_connection(("127.0.0.1", port))
+            client.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+            client.close()  # an RST: accepted before or after it, the peer has no name
+            reset.set()
+            answer = await _gated_answer(port)
+            nursery.cancel_scope.cancel()
+    assert status_of(answer) == 200

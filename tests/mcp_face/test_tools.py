@@ -223,3 +223,24 @@ def test_a_tools_output_schema_lists_its_ops_reply_fields_with_their_docs() -> N
     assert set(properties) == {"STATUS", "SCOPE", "DATA", "ERROR"} | {
         field["name"] for field in entry("fetch")["replies"]
     }
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"req": "fetch", "in": "WEB", "out": "X", "fields": [{"name": "U", "type": "float"}]},
+        {"req": "fetch", "in": "WEB", "out": "X", "fields": [{"type": "text"}]},
+        {"req": "fetch", "in": "WEB", "out": "X", "fields": "URL"},
+        {"req": "fetch", "in": 7, "out": "X"},
+        {"req": "fetch", "in": "WEB", "out": "X", "replies": [{"doc": "no name"}]},
+    ],
+)
+def test_an_op_entry_this_face_cannot_read_is_a_tool_table_error_naming_the_op(
+    entry: dict[str, object],
+) -> None:
+    """A daemon of another version may describe an op in a way this face does not know (a
+    field type it has no schema for, say). Before, that was a KeyError, TypeError or
+    AttributeError: a traceback at start, and at a refresh the face's end (refresh.py)."""
+    with pytest.raises(ToolTableError) as raised:
+        build_tools([entry], exec_configured=False, max_timeout_ms=1000)
+    assert str(raised.value).startswith(f"op fetch IN:{entry['in']} cannot be read (")

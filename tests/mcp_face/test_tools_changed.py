@@ -206,3 +206,24 @@ async def test_a_table_that_cannot_be_read_keeps_the_tools_served() -> None:
 
     assert await refresh(toolset, load, changed) is False
     assert (toolset.tools, toolset.version) == (before, 0)
+
+
+async def test_a_table_with_an_op_this_face_cannot_read_keeps_the_tools_served() -> None:
+    """A daemon back as another version describing an op with a field type this face has no
+    schema for: the tools served stay, nobody is told, the face goes on. Before, the
+    KeyError left ``refresh`` and ended the face."""
+    toolset = ToolSet(
+        build_tools(parse_op_table(_table("a")), exec_configured=False, max_timeout_ms=1)
+    )
+    before = toolset.tools
+    entry = {"req": "b", "in": "TEST", "out": "X", "fields": [{"name": "N", "type": "float"}]}
+    newer = Reply(Status.OK, (("SCOPE", "[sys]"), ("DATA", "ops:1"), ("OP", json.dumps(entry))))
+
+    async def load() -> list[Any]:
+        return build_tools(parse_op_table(newer), exec_configured=False, max_timeout_ms=1)
+
+    async def changed() -> None:
+        raise AssertionError("nothing changed")
+
+    assert await refresh(toolset, load, changed) is False
+    assert (toolset.tools, toolset.version) == (before, 0)
