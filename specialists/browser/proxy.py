@@ -48,14 +48,13 @@ from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
 from .peers import PeerCheck
+from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
 log = logging.getLogger("csp_web.browser.proxy")
-MAX_HEAD_BYTES = 16 * 1024  # a proxy request head; Chromium's are well under 2 KiB
 OUTSIDE_CONTEXT = "outside-context"  # the refusal of every request on the main port
 MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
 _LANE_BACKLOG = 128
 _PEER_CHECK_THREADS = 2  # peer checks (peers.py) in worker threads at once
-_CHUNK = 65536
 _HOP_HEADERS = frozenset(
     {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te", b"upgrade"}
 )
@@ -265,7 +264,7 @@ class GuardProxy:
         )
 
     async def _handle(self, stream: trio.SocketStream, lane: Lane) -> None:
-        head, rest = await _read_head(stream)
+        head, rest = await read_head(stream)
         if head is None:
             return
         method, target, headers = head
@@ -310,7 +309,7 @@ class GuardProxy:
     async def _tunnel(
         self, stream: trio.SocketStream, lane: Lane, target: str, rest: bytes, config: GuardConfig
     ) -> None:
-        host, port = _split_authority(target)
+        host, port = split_authority(target)
         try:
             upstream, _name = await self._open_checked(f"https://{target}/", config)
         except OpError as exc:
@@ -319,7 +318,7 @@ class GuardProxy:
         async with upstream:
             self.stats.tunnels += 1
             await stream.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            first = rest or await stream.receive_some(_CHUNK)
+            first = rest or await stream.receive_some(CHUNK_BYTES)
             if not first:
                 return
             if not config.allow_http and first[0] != _TLS_HANDSHAKE:
@@ -327,7 +326,7 @@ class GuardProxy:
                 self._record(lane, f"{host}:{port}", cut)
                 return
             await upstream.send_all(first)
-            await _splice(stream, upstream)
+            await splice(stream, upstream)
 
     async def _forward(
         self, stream: trio.SocketStream, lane: Lane, request: _Request, config: GuardConfig
@@ -336,7 +335,7 @@ class GuardProxy:
         try:
             upstream, _name = await self._open_checked(url, config)
         except OpError as exc:
-            await self._refuse(stream, lane, _target_of(url), exc)
+            await self._refuse(stream, lane, target_of(url), exc)
             return
         async with upstream:
             self.stats.forwarded += 1
@@ -345,61 +344,4 @@ class GuardProxy:
             lines += [k + b": " + v for k, v in headers if k.lower() not in _HOP_HEADERS]
             lines.append(b"Connection: close")
             await upstream.send_all(b"\r\n".join(lines) + b"\r\n\r\n" + rest)
-            await _splice(stream, upstream)
-
-
-async def _read_head(
-    stream: trio.SocketStream,
-) -> tuple[tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None, bytes]:
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        if len(buffer) > MAX_HEAD_BYTES:
-            await stream.send_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\n\r\n")
-            return None, b""
-        data = await stream.receive_some(_CHUNK)
-        if not data:
-            return None, b""
-        buffer += data
-    head, _, rest = buffer.partition(b"\r\n\r\n")
-    request_line, *header_lines = head.split(b"\r\n")
-    parts = request_line.split(b" ")
-    if len(parts) != 3:
-        await stream.send_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-        return None, b""
-    headers = []
-    for line in header_lines:
-        name, _, value = line.partition(b":")
-        headers.append((name.strip(), value.strip()))
-    return (parts[0], parts[1], headers), rest
-
-
-def _split_authority(target: str) -> tuple[str, int]:
-    host, _, port = target.rpartition(":")
-    number = port.isascii() and port.isdigit() and len(port) <= 5  # not "\xb2", nor 5000 digits
-    return host.strip("[]"), int(port) if number else 0
-
-
-def _target_of(url: str) -> str:
-    import urllib.parse
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-        return f"{parts.hostname}:{parts.port or 80}"
-    except ValueError:
-        return url[:100]
-
-
-async def _splice(a: trio.SocketStream, b: trio.SocketStream) -> None:
-    """Copy both ways until either side ends, then end both."""
-
-    async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-        try:
-            while data := await source.receive_some(_CHUNK):
-                await sink.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        nursery.cancel_scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(pump, a, b)
-        nursery.start_soon(pump, b, a)
+            await splice(stream, upstream)
