@@ -187,8 +187,8 @@ def _adopt(
         return elem
     if (
         (elem.hint or "role" in attrs)
-        and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
+        and not _in_link(parent)
         and not content_words.names_content(node, tag, elem)
         and not _holds_tab_panels(node, attrs)
     ):

@@ -73,6 +73,8 @@ class _Renderer:
     def _paragraphs(self, run: list[str], out: list[str]) -> None:
         """`_flush` without repeats: a long paragraph written before (a post quoted whole, a
         block served twice for two screen sizes) is written once."""
+        if not run:  # between two blocks
+            return
         fresh: list[str] = []
         _flush(run, fresh)
         for paragraph in fresh:
