@@ -117,8 +117,9 @@ def build_tree(
     declares itself an `article` comments stay chrome however many (`_runs`). On a page
     declaring one `product`, panels of prose (drawers, sheets, modals) are kept (`_panels`).
     """
-    chrome_floor = MIN_CHROME_TEXT_SHARE * len(body.text())
-    content_words = ContentWords(body, article=article)
+    body_chars = len(body.text())
+    chrome_floor = MIN_CHROME_TEXT_SHARE * body_chars
+    content_words = ContentWords(body, body_chars, article=article)
     panels = DetailsPanels() if product else None
     main_chars: dict[int, int] = {}  # each <main>'s text length by mem_id, for `_is_page`
     root = Elem("body", {}, None)
