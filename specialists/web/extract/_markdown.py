@@ -105,8 +105,10 @@ class _Renderer:
 
     def _link(self, elem: Elem, text: str) -> str:
         label = " ".join(text.replace(_BR, " ").split())
+        if not label:  # an icon or image link: nothing to write a target for
+            return text
         target = resolve_link(elem.attrs.get("href"), self.base_url)
-        if not label or target is None:
+        if target is None:
             return text
         label = label.replace("[", "(").replace("]", ")")
         return _around(text, f"[{label}]({target})", replace=True)
