@@ -117,9 +117,11 @@ def build_tree(
     declares itself an `article` comments stay chrome however many (`_runs`). On a page
     declaring one `product`, panels of prose (drawers, sheets, modals) are kept (`_panels`).
     """
-    chrome_floor = MIN_CHROME_TEXT_SHARE * len(body.text())
-    content_words = ContentWords(body, article=article)
+    body_chars = len(body.text())
+    chrome_floor = MIN_CHROME_TEXT_SHARE * body_chars
+    content_words = ContentWords(body, body_chars, article=article)
     panels = DetailsPanels() if product else None
+    main_chars: dict[int, int] = {}  # each <main>'s text length by mem_id, for `_is_page`
     root = Elem("body", {}, None)
     order = [root]
     stack: list[tuple[LexborNode, Elem, int]] = [(body, root, 0)]
@@ -147,7 +149,7 @@ def build_tree(
                     )
                 )
             ):
-                kid = _adopt(child, tag, elem, chrome_floor, content_words, panels)
+                kid = _adopt(child, tag, elem, chrome_floor, content_words, panels, main_chars)
                 if kid is None:
                     continue
                 kids.append(kid)
@@ -166,6 +168,7 @@ def _adopt(
     chrome_floor: float,
     content_words: ContentWords,
     panels: DetailsPanels | None,
+    main_chars: dict[int, int],
 ) -> Elem | None:
     """The `Elem` for `node`, or None when it is hidden or is small chrome.
 
@@ -177,7 +180,7 @@ def _adopt(
         attrs
         and not _HIDING.isdisjoint(attrs)
         and _hidden(node, attrs)
-        and not _is_page(node, chrome_floor)
+        and not _is_page(node, chrome_floor, main_chars)
     ):
         return None
     elem = Elem(tag, attrs, parent)
@@ -185,8 +188,8 @@ def _adopt(
         return elem
     if (
         (elem.hint or "role" in attrs)
-        and not _in_link(parent)
         and named_chrome(tag, attrs, elem.hint)
+        and not _in_link(parent)
         and not content_words.names_content(node, tag, elem)
         and not _holds_tab_panels(node, attrs)
     ):
@@ -216,15 +219,26 @@ def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
     return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
 
 
-def _is_page(node: LexborNode, chrome_floor: float) -> bool:
+def _is_page(node: LexborNode, chrome_floor: float, main_chars: dict[int, int]) -> bool:
     """True when `node` holds over HIDDEN_PAGE_SHARE of the page's text (`chrome_floor` is
     MIN_CHROME_TEXT_SHARE of it), or of the <main> around it: hidden, it waits for a script
-    to show it (a page behind a large header menu holds less than half of the body)."""
+    to show it (a page behind a large header menu holds less than half of the body).
+
+    `main_chars` keeps each <main>'s text length once measured: a page hides many elements
+    (menus, dialogs, icons) inside its one main.
+    """
     size = len(node.text())
     if size > chrome_floor * HIDDEN_PAGE_SHARE / MIN_CHROME_TEXT_SHARE:
         return True
+    if size == 0:  # holds nothing, so no share of anything
+        return False
     frame = _main_around(node)
-    return frame is not None and size > HIDDEN_PAGE_SHARE * len(frame.text())
+    if frame is None:
+        return False
+    frame_chars = main_chars.get(frame.mem_id)
+    if frame_chars is None:
+        frame_chars = main_chars[frame.mem_id] = len(frame.text())
+    return size > HIDDEN_PAGE_SHARE * frame_chars
 
 
 def _main_around(node: LexborNode) -> LexborNode | None:

@@ -73,6 +73,8 @@ class _Renderer:
     def _paragraphs(self, run: list[str], out: list[str]) -> None:
         """`_flush` without repeats: a long paragraph written before (a post quoted whole, a
         block served twice for two screen sizes) is written once."""
+        if not run:  # between two blocks
+            return
         fresh: list[str] = []
         _flush(run, fresh)
         for paragraph in fresh:
@@ -103,8 +105,10 @@ class _Renderer:
 
     def _link(self, elem: Elem, text: str) -> str:
         label = " ".join(text.replace(_BR, " ").split())
+        if not label:  # an icon or image link: nothing to write a target for
+            return text
         target = resolve_link(elem.attrs.get("href"), self.base_url)
-        if not label or target is None:
+        if target is None:
             return text
         label = label.replace("[", "(").replace("]", ")")
         return _around(text, f"[{label}]({target})", replace=True)

@@ -51,8 +51,9 @@ class _Mirrored(Protocol):
 class ContentWords:
     """The chrome words found to name the page's items, and the sibling runs judged so far."""
 
-    def __init__(self, body: LexborNode, *, article: bool = False) -> None:
+    def __init__(self, body: LexborNode, body_chars: int, *, article: bool = False) -> None:
         self.body = body
+        self.body_chars = body_chars  # len(body.text()), which the caller has read already
         self.article = article
         self.min_run_chars: float | None = None  # computed on the first run judged
         self.words: set[str] = set()
@@ -132,7 +133,7 @@ class ContentWords:
 
     def _min_run_chars(self) -> float:
         if self.min_run_chars is None:
-            self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body)
+            self.min_run_chars = RUN_PAGE_SHARE * _readable_chars(self.body, self.body_chars)
         return self.min_run_chars
 
     def _run_chars(
@@ -178,8 +179,9 @@ def _holds(node: LexborNode, depth: int, match: tuple[str, frozenset[str]]) -> b
     return any(_holds(kid, depth - 1, match) for kid in node.iter())
 
 
-def _readable_chars(body: LexborNode) -> int:
-    """The body's text length outside its outermost nav, aside, header and footer."""
+def _readable_chars(body: LexborNode, body_chars: int) -> int:
+    """The body's text length (`body_chars`) outside its outermost nav, aside, header and
+    footer."""
     frames = 0
     for node in body.css("nav, aside, header, footer"):
         ancestor = node.parent
@@ -187,4 +189,4 @@ def _readable_chars(body: LexborNode) -> int:
             ancestor = ancestor.parent
         if ancestor is None:
             frames += len(node.text())
-    return len(body.text()) - frames
+    return body_chars - frames
