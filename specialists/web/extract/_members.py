@@ -14,17 +14,12 @@ import re
 
 MAX_CHARS = 120  # a block of member statistics is short
 MAX_VALUE_CHARS = 40  # "1,077", "Mon Jul 24, 2017 9:28 am"
-_LABEL = re.compile(
-    r"(?:posts|joined|join date|reputation|reaction score|messages|karma|member since"
-    r"|likes received|thanks received|points)\s*:",
-    re.IGNORECASE,
-)
-
-_START = re.compile(
+_LABELS = (
     r"posts|joined|join date|reputation|reaction score|messages|karma|member since"
-    r"|likes received|thanks received|points|last edited",
-    re.IGNORECASE,
+    r"|likes received|thanks received|points"
 )
+_LABEL = re.compile(rf"(?:{_LABELS})\s*:", re.IGNORECASE)
+_START = re.compile(rf"{_LABELS}|last edited", re.IGNORECASE)
 # A post's edit note: who edited it and when, never what it says.
 # ("Edited by" alone also credits a book's editors.)
 _EDIT_NOTE = re.compile(r"last edited(?: by \S+| ?:)", re.IGNORECASE)
