@@ -7,7 +7,7 @@ Each test is a small hand-made page showing one general page shape (never one si
 from __future__ import annotations
 
 from specialists.web.extract import extract_article
-from specialists.web.extract._carousel import PRICE
+from specialists.web.extract._hints import PRICE
 from specialists.web.extract._repeat import MIN_ITEMS
 
 DESCRIPTION = [
@@ -60,9 +60,11 @@ def test_a_card_without_a_price_is_not_a_product_card() -> None:
 
 
 def test_prices_are_a_currency_sign_before_or_a_currency_code_after_an_amount() -> None:
-    for text in ("$99", "€ 1.299,00", "76 USD", "£5", "1,299.00 EUR", "12 €"):
+    signs = ("$99", "€ 1.299,00", "£5", "12 €", "₹40", "¥800", "99 kr", "10 zł", "250 Kč")
+    codes = ("76 USD", "1,299.00 EUR", "10 CHF", "500 JPY")
+    for text in signs + codes:
         assert PRICE.search(text), text
-    for text in ("99 bottles", "USD", "model 3", "2024"):
+    for text in ("99 bottles", "USD", "USD 5", "model 3", "2024", "3 kraken", "5 eurovision"):
         assert not PRICE.search(text), text
 
 

@@ -5,12 +5,10 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
-import pytest
 from selectolax.lexbor import LexborHTMLParser
 
 from specialists.web.extract import extract_article
 from specialists.web.extract._dom import build_tree
-from specialists.web.extract._kind import _PRICE
 from specialists.web.extract._repeat import find_run
 from specialists.web.extract._score import measure
 
@@ -238,21 +236,6 @@ def test_page_type_says_collection_for_a_listing_whose_items_each_show_a_price()
     items = len(CARDS + CARDS)
     assert _typed("", _priced_grid(items), "https://x.example/") == "collection"
     assert _typed("", _priced_grid(items - 1), "https://x.example/") == "listing"
-
-
-@pytest.mark.parametrize(
-    ("text", "prices"),
-    [
-        ("$12.99 and £5 and € 3 and ¥800 and ₹40", 5),
-        ("12,50 € or 99 kr or 10 zł or 250 Kč", 4),
-        ("19.99 USD, 5 EUR, 3 GBP, 10 CHF", 4),
-        ("20 users, 3 kraken, 5 eurovision entries, $ signs, USD 5", 0),
-    ],
-)
-def test_prices_are_a_currency_sign_before_an_amount_or_a_currency_after_it(
-    text: str, prices: int
-) -> None:
-    assert len(_PRICE.findall(text)) == prices
 
 
 def test_page_type_says_article_only_for_a_declared_article_at_an_article_url() -> None:

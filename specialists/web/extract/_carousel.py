@@ -8,15 +8,11 @@ rule is only applied to a page declaring itself a product.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from ._dom import Elem, text_of
+from ._hints import PRICE
 from ._repeat import MIN_ITEMS, signature
-
-# A price: a currency sign before or a currency code after an amount ("$99", "€ 1.299,00",
-# "76 USD").
-PRICE = re.compile(r"[$€£¥]\s?\d|\d(?:[\d,.]*\d)?\s?(?:[€£]|(?:USD|EUR|GBP|CAD|AUD)\b)")
 
 
 def is_carousel(elem: Elem) -> bool:

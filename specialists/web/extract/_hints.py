@@ -156,3 +156,9 @@ PROMO = re.compile(
     r"click here|share it|let us know|all rights reserved)\b",
     re.IGNORECASE,
 )
+
+# A price: a currency sign before an amount, or a currency sign or code after it ("$99",
+# "€ 1.299,00", "76 USD", "99 kr"). Product cards show one; so does each item of a shop's grid.
+PRICE = re.compile(
+    r"[$€£¥₹]\s?\d|\d(?:[\d,.]*\d)?\s?(?:[€£]|kr\b|zł|Kč|(?:USD|EUR|GBP|CHF|CAD|AUD|JPY)\b)"
+)

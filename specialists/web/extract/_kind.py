@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
+from ._hints import PRICE
+
 PAGE_TYPES = ("article", "forum", "docs", "listing", "product", "collection", "service")
 
 MIN_FORUM_POSTS = 2  # schema.org posts (Comment, Answer...) that make a thread
@@ -43,10 +45,6 @@ _FORUM_HOST = re.compile(r"(?:^|\.)(?:forums?|community|discuss|discussions|bbs|
 _DOCS_PATH = re.compile(r"/(?:docs?|documentation|reference|manual|handbook|api)(?:/|$)")
 _DOCS_HOST = re.compile(r"^(?:docs?|developers?|devdocs|wiki)\.")
 _ARTICLE_PATH = re.compile(r"/(?:blogs?|news|articles?|posts?|stories|\d{4}/\d{2})(?:/|$)")
-# A price: a currency sign before its amount, or a currency code or sign after it.
-_PRICE = re.compile(
-    r"[$€£¥₹]\s?\d|\d(?:[\d.,]*\d)?\s?(?:€|kr\b|zł|Kč|(?:USD|EUR|GBP|CHF|CAD|AUD|JPY)\b)"
-)
 _LD_TYPE = re.compile(r'"@type"\s*:\s*\[?\s*"(?:https?://schema\.org/)?(\w+)"', re.IGNORECASE)
 
 
@@ -131,7 +129,7 @@ def page_type(declared: Declared, url: str | None, layout: Layout, text: str) ->
 
 def _priced(text: str, items: int) -> bool:
     """True when `text` shows MIN_COLLECTION_PRICES prices or more, and one per item."""
-    prices = sum(1 for _ in _PRICE.finditer(text))
+    prices = sum(1 for _ in PRICE.finditer(text))
     return prices >= max(MIN_COLLECTION_PRICES, items)
 
 
