@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -15,6 +16,23 @@ from .conftest import WAIT_S, face_command, face_env
 from .test_stdio import _config_file
 
 CALLS = 20
+
+
+async def _run_face(tmp_path: Path, data: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """Run ``csp-web mcp`` with ``data`` on stdin to its EOF: its answers and its stderr,
+    once it has exited 0."""
+    command, argv = face_command("--config", _config_file(tmp_path))
+    with trio.fail_after(WAIT_S * 3):
+        done = await trio.run_process(
+            [command, *argv],
+            stdin=data,
+            capture_stdout=True,
+            capture_stderr=True,
+            env=face_env(),
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return [json.loads(line) for line in done.stdout.decode().splitlines()], done.stderr
 
 
 def _line(message: dict[str, object]) -> bytes:
@@ -32,22 +50,11 @@ async def test_every_call_written_before_stdin_closes_is_answered(tmp_path: Path
     for n in range(1, CALLS + 1):
         params = {"name": "tool_cron", "arguments": {"action": "list"}}
         data += _line({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params})
-    command, argv = face_command("--config", _config_file(tmp_path))
-    with trio.fail_after(WAIT_S * 3):
-        done = await trio.run_process(
-            [command, *argv],
-            stdin=data,
-            capture_stdout=True,
-            capture_stderr=True,
-            env=face_env(),
-            check=False,
-        )
-    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers, stderr = await _run_face(tmp_path, data)
     assert sorted(answer["id"] for answer in answers) == list(range(CALLS + 1))
     calls = [answer for answer in answers if answer["id"] != 0]
     assert all(answer["result"]["structuredContent"]["STATUS"] == "OK" for answer in calls)
-    assert b"Traceback" not in done.stderr
+    assert b"Traceback" not in stderr
 
 
 async def test_an_open_listen_stream_does_not_hold_the_face_past_stdin_eof(
@@ -64,18 +71,7 @@ async def test_an_open_listen_stream_does_not_hold_the_face_past_stdin_eof(
     call = {"name": "tool_cron", "arguments": {"action": "list"}, "_meta": meta}
     data = _line({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": listen})
     data += _line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
-    command, argv = face_command("--config", _config_file(tmp_path))
-    with trio.fail_after(WAIT_S * 3):
-        done = await trio.run_process(
-            [command, *argv],
-            stdin=data,
-            capture_stdout=True,
-            capture_stderr=True,
-            env=face_env(),
-            check=False,
-        )
-    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers, _ = await _run_face(tmp_path, data)
     (called,) = [answer for answer in answers if answer.get("id") == 2]
     assert called["result"]["structuredContent"]["STATUS"] == "OK"
     acknowledged = [
