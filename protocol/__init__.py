@@ -9,6 +9,7 @@ from ._connection import CLOSED, NEED_DATA, Connection, Sentinel
 from ._errors import ProtocolError
 from ._frames import Field, Frame, Reply, Status, Task
 from ._limits import Limits
+from ._numbers import NumberError, parse_decimal, parse_int, parse_uint
 from ._serialize import serialize
 from ._values import FREE_TEXT_KEYS
 from .codes import ErrorCode
@@ -22,10 +23,14 @@ __all__ = [
     "Field",
     "Frame",
     "Limits",
+    "NumberError",
     "ProtocolError",
     "Reply",
     "Sentinel",
     "Status",
     "Task",
+    "parse_decimal",
+    "parse_int",
+    "parse_uint",
     "serialize",
 ]

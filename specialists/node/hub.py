@@ -66,6 +66,10 @@ class NodeHub:
         self.open_links += 1
         try:
             await NodeLink(stream, self, source).serve()
+        except* Exception:
+            # The links share the transports' nursery: a link's bug must end that link only,
+            # never the node listeners or the daemon they run in.
+            log.exception("node link from %s failed; it is closed", source)
         finally:
             self.open_links -= 1
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from csp_web.core.errors import OpError
-from protocol import ErrorCode, Task
+from protocol import ErrorCode, NumberError, Task, parse_uint
 
 DOMAIN = "NODE"
 RESULT = "NODE_RESULT"
@@ -23,7 +23,9 @@ LINK_OPS = ("hello", "pair", "heartbeat", "media")  # what a node may send (N-3)
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")  # a node name: a host-name-like label
 PLATFORM = re.compile(r"[A-Za-z0-9._/+ -]{1,64}")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # 32 random bytes, URL-safe base64 without padding
-MEDIA = re.compile(r"sha256:([0-9a-f]{64}),bytes:(\d{1,12}),type:([a-z]+/[a-z0-9.+-]+)")
+MEDIA = re.compile(r"sha256:([0-9a-f]{64}),bytes:([0-9]{1,12}),type:([a-z]+/[a-z0-9.+-]+)")
+# A capture is at most max_media_bytes in chunks of at least a byte: 9 digits is ample.
+MAX_SEQ_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def parse_media(value: str) -> MediaInfo:
     match = MEDIA.fullmatch(value)
     if match is None:
         raise _invalid("MEDIA must be sha256:<64 hex>,bytes:<n>,type:<mime>")
-    return MediaInfo(match[1], int(match[2]), match[3])
+    return MediaInfo(match[1], parse_uint(match[2]), match[3])
 
 
 def media_line(info: MediaInfo) -> str:
@@ -104,12 +106,17 @@ def chunk_task(for_id: str, seq: int, chunk: bytes) -> Task:
 
 
 def decode_chunk(task: Task) -> tuple[str, int, bytes]:
-    """(FOR, SEQ, bytes) of a media frame; raises OpError(invalid_field)."""
+    """(FOR, SEQ, bytes) of a media frame; raises OpError(invalid_field), or NumberError
+    for a SEQ that is not ASCII digits (a node that cannot write a number is cut)."""
     for_id, seq, chunk = task.get("FOR"), task.get("SEQ"), task.get("CHUNK")
-    if for_id is None or seq is None or chunk is None or not seq.isdigit():
+    if for_id is None or seq is None or chunk is None:
         raise _invalid("a media frame needs FOR, SEQ and CHUNK")
+    try:
+        number = parse_uint(seq, max_digits=MAX_SEQ_DIGITS)
+    except NumberError as exc:
+        raise NumberError(f"SEQ {exc.detail}") from None
     try:
         data = base64.b64decode(chunk, validate=True)
     except (binascii.Error, ValueError):
         raise _invalid("CHUNK is not base64") from None
-    return for_id, int(seq), data
+    return for_id, number, data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -81,3 +82,44 @@ async def test_a_pairing_link_may_heartbeat_and_ends_when_its_code_expires(
         assert trio.current_time() == 300.0
     assert hub.pending.pairs == {}
     assert hub.waiting == {}
+
+
+async def test_refused_frames_do_not_move_the_hello_deadline(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """N-7: a link that sends frames every 4 s but never a valid hello is closed 10 s after
+    it was accepted (each refused frame used to restart the clock, so such links filled
+    max_links for good)."""
+    hub, _ = _hub(tmp_path)
+    node_end, daemon_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.serve_link, daemon_end, "uid:0")
+        node = ScriptedNode(node_end, timeout_s=100)
+        for at in (0.0, 4.0, 8.0):
+            await trio.sleep_until(at)
+            refused = await node.call("heartbeat", "ACK")
+            assert refused.get("ERROR") == "permission_denied:say hello first"
+        assert await node.next() is None
+        assert trio.current_time() == 10.0
+
+
+@pytest.mark.parametrize(("delay_s", "ok"), [(9.999, True), (10.0, False)])
+async def test_a_hello_is_taken_until_the_hello_deadline_and_not_at_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, delay_s: float, ok: bool
+) -> None:
+    """N-7: hello_timeout_s at N (just before) and N+1 (at it)."""
+    hub, token = _hub(tmp_path)
+    node_end, daemon_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.serve_link, daemon_end, "uid:0")
+        node = ScriptedNode(node_end, timeout_s=100)
+        await trio.sleep(delay_s)
+        if ok:
+            hello = await node.call(
+                "hello", "WELCOME", *identity("lab1", ("notify",)), ("TOKEN", token)
+            )
+            assert hello.status is Status.OK
+            assert "lab1" in hub.links
+            nursery.cancel_scope.cancel()
+        else:
+            assert await node.next() is None

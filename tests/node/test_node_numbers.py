@@ -1,0 +1,114 @@
+"""A node that writes a bad number, or trips a bug in its link, loses that link only: the
+daemon answers, logs the reason and keeps serving every other node and client."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from csp_web.config import Config
+from csp_web.config.nodes import NodesConfig
+from csp_web.core.client import open_client
+from protocol import Reply, Status
+from specialists.node.hub import NodeHub
+from specialists.node.store import NodeRecord, NodeStore
+
+from ..conftest import Sink
+from .support import (
+    NodeDaemon,
+    ScriptedNode,
+    identity,
+    node_config,
+    node_task,
+    pair,
+    start_node_daemon,
+)
+
+
+@pytest.fixture
+async def nd(nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str) -> NodeDaemon:
+    return await start_node_daemon(nursery, node_config(config, sock_dir), sock_dir)
+
+
+@pytest.mark.parametrize("seq", ["²", "١", "+0", " 0", "0" * 10])
+async def test_a_media_seq_that_is_not_ascii_digits_cuts_that_link_and_nothing_else(
+    nd: NodeDaemon, seq: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """N-3: "²" passes str.isdigit() and made int() raise out of the link, ending the
+    daemon; now the frame is invalid_field, the link is cut with a logged reason, the
+    waiting task fails node_unavailable and a second node still pairs and serves."""
+    node, _ = await pair(nd, "lab1")
+    async with node.stream, open_client(nd.client_path) as client, trio.open_nursery() as n:
+        results: list[Reply] = []
+
+        async def run() -> None:
+            results.append(await client.call(node_task("lab1", "camera_snap"), timeout_s=5))
+
+        n.start_soon(run)
+        task = await node.next_task()
+        ack = await node.call("media", "ACK", ("FOR", task.id or ""), ("SEQ", seq), ("CHUNK", ""))
+        assert ack.get("ERROR", "").startswith("invalid_field:SEQ ")
+        assert await node.next() is None
+    assert results[0].get("ERROR") == "node_unavailable:lab1"
+    assert any("bad number" in r.getMessage() for r in caplog.records)
+    other, _ = await pair(nd, "lab2")
+    async with other.stream:
+        assert (await other.call("heartbeat", "ACK")).get("DATA") == "alive"
+
+
+@pytest.mark.parametrize(("seq", "ok"), [("0" * 9, True), ("0" * 10, False)])
+async def test_a_media_seq_is_read_up_to_nine_digits_and_not_ten(
+    nd: NodeDaemon, seq: str, ok: bool
+) -> None:
+    """N-10: SEQ at its bound of 9 digits is read (and is chunk 0), 10 digits is refused."""
+    node, _ = await pair(nd, "lab1")
+    async with node.stream, open_client(nd.client_path) as client, trio.open_nursery() as n:
+        n.start_soon(client.call, node_task("lab1", "camera_snap"))
+        task = await node.next_task()
+        ack = await node.call(
+            "media", "ACK", ("FOR", task.id or ""), ("SEQ", seq), ("CHUNK", "eHl6")
+        )
+        if ok:
+            assert ack.get("DATA") == "bytes:3"
+        else:
+            assert ack.get("ERROR") == "invalid_field:SEQ more than 9 digits"
+            assert await node.next() is None
+        n.cancel_scope.cancel()
+
+
+class _BrokenStore(NodeStore):
+    """A store whose lookup fails as a bug would: an exception no link expects."""
+
+    async def lookup(self, name: str) -> NodeRecord | None:
+        raise RuntimeError("a bug in the store")
+
+
+async def test_an_unexpected_exception_in_one_link_ends_that_link_only(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The links share the transports' nursery: one link's exception used to escape it and
+    end the daemon. Now it is logged with its traceback, that link is closed, and the
+    nursery (with a second link in it) goes on."""
+    store = _BrokenStore(str(tmp_path / "nodes"), max_nodes=4)
+    hub = NodeHub(NodesConfig(), store, str(tmp_path / "media"))
+    first_end, first_daemon = trio.testing.memory_stream_pair()
+    second_end, second_daemon = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.serve_link, first_daemon, "uid:0")
+        nursery.start_soon(hub.serve_link, second_daemon, "uid:1")
+        first, second = ScriptedNode(first_end), ScriptedNode(second_end)
+        await first.task("pair", "PAIR_CODE", *identity("lab1"))
+        assert await first.next() is None
+        await trio.testing.wait_all_tasks_blocked()
+        assert hub.open_links == 1
+        refused = await second.call("heartbeat", "ACK")
+        assert refused.status is Status.FAIL
+        nursery.cancel_scope.cancel()
+    assert hub.open_links == 0
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in failed] == ["node link from uid:0 failed; it is closed"]
+    assert failed[0].exc_info is not None
