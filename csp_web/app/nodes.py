@@ -116,6 +116,20 @@ async def _call(path: str, task: Task) -> Reply:
         return await client.call(task, timeout_s=60.0)
 
 
+def _pending_table(values: list[str]) -> list[str]:
+    """The pairings waiting for ``csp-web nodes approve``, when there are any."""
+    rows = [json.loads(value) for value in values if value.startswith("{")]
+    if not rows:
+        return []
+    lines = ["", f"{'PENDING CODE':<13} {'NAME':<20} {'PLATFORM':<18} {'SOURCE':<24} EXPIRES IN"]
+    for row in rows:
+        lines.append(
+            f"{row['code']:<13} {row['name']:<20} {row['platform']:<18} {row['source']:<24} "
+            f"{row['expires_in_s']} s"
+        )
+    return lines
+
+
 def render(reply: Reply) -> str:
     """The reply for a person: a table for ``list``, else its DATA (or ERROR)."""
     if reply.status is not Status.OK:
@@ -131,6 +145,7 @@ def render(reply: Reply) -> str:
         connected = "yes" if row["connected"] else "no"
         caps = ",".join(row["capabilities"]) or "-"
         lines.append(f"{row['name']:<20} {row['platform']:<18} {connected:<9} {when:<19} {caps}")
+    lines += _pending_table(reply.get_all("PENDING"))
     tls = reply.get("TLS")
     if tls is not None:
         address, _, fingerprint = tls.partition(" ")

@@ -44,6 +44,9 @@ class NodesConfig:
     # Pairing codes live as long as Bluetooth's and Matter's commissioning windows (minutes).
     pair_code_ttl_s: float = 300.0
     max_pending_pairs: int = 16
+    # Codes one source (uid or IP address) may hold at once: a node and its retry. Without
+    # it one source pacing requests under pair_attempts held all 16 for good (issue 22).
+    max_pending_per_source: int = 2
     # Pair requests and refused hellos per source (uid or IP address) in a window: 5 per
     # minute, the pace of a person typing codes, not of a guesser.
     pair_attempts: int = 5
@@ -62,6 +65,8 @@ class NodesConfig:
     def __post_init__(self) -> None:
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError("nodes: heartbeat_timeout_s must exceed heartbeat_interval_s")
+        if self.max_pending_per_source > self.max_pending_pairs:
+            raise ValueError("nodes: max_pending_per_source cannot exceed max_pending_pairs")
         if self.max_chunk_bytes > 192 * 1024:
             raise ValueError("nodes.max_chunk_bytes: at most 196608 (its base64 fits a line)")
 

@@ -19,7 +19,15 @@ from protocol import ErrorCode, Task
 
 from .link import NodeLink
 from .results import Checked, check_reply, save_media
-from .store import AlreadyPaired, AttemptLimiter, NodeStore, PendingPair, PendingPairs, normal_code
+from .store import (
+    AlreadyPaired,
+    AttemptLimiter,
+    NodeStore,
+    PairsFull,
+    PendingPair,
+    PendingPairs,
+    normal_code,
+)
 from .wire import parse_hello
 
 if TYPE_CHECKING:
@@ -46,7 +54,9 @@ class NodeHub:
         self.media_dir = media_dir
         self.links: dict[str, NodeLink] = {}
         self.open_links = 0
-        self.pending = PendingPairs(config.pair_code_ttl_s, config.max_pending_pairs)
+        self.pending = PendingPairs(
+            config.pair_code_ttl_s, config.max_pending_pairs, config.max_pending_per_source
+        )
         self.waiting: dict[str, NodeLink] = {}  # code -> the link that asked
         self.limiter = AttemptLimiter(config.pair_attempts, config.pair_window_s)
         self.tls_address: str | None = None
@@ -100,9 +110,10 @@ class NodeHub:
         self._count_attempt(link)
         if await self.store.lookup(hello.name) is not None:
             raise OpError(ErrorCode.INVALID_FIELD, f"{hello.name} is paired; revoke it first")
-        pair = self.pending.add(hello, link.source, trio.current_time())
-        if pair is None:
-            raise OpError(ErrorCode.BUSY, "too many pairings wait for approval")
+        try:
+            pair = self.pending.add(hello, link.source, trio.current_time())
+        except PairsFull as exc:
+            raise OpError(ErrorCode.BUSY, str(exc), scope=("node",)) from None
         link.hello = hello
         link.pair_expires_at = pair.expires_at
         self.waiting[pair.code] = link
@@ -201,6 +212,21 @@ class NodeHub:
             if self.fleet is not None:
                 self.fleet.detached(name)
         log.warning("node %s revoked", name)
+
+    def pending_listing(self) -> list[dict[str, Any]]:
+        """The pairings waiting for approval at this daemon: code, name, platform, source
+        and seconds left (N-4)."""
+        now = trio.current_time()
+        return [
+            {
+                "code": pair.code,
+                "name": pair.hello.name,
+                "platform": pair.hello.platform,
+                "source": pair.source,
+                "expires_in_s": max(0, round(pair.expires_at - now)),
+            }
+            for pair in self.pending.waiting(now)
+        ]
 
     async def listing(self) -> list[dict[str, Any]]:
         """Every paired node: name, platform, capabilities, connected (to any daemon of the

@@ -27,6 +27,7 @@ from protocol import (
     Connection,
     ErrorCode,
     Limits,
+    NumberError,
     ProtocolError,
     Reply,
     Task,
@@ -82,7 +83,7 @@ class NodeLink:
         self.ids = (f"d-{n}" for n in itertools.count(1))
         self.send_lock = trio.Lock()
         self.scope = trio.CancelScope()
-        self.last_heard = trio.current_time()
+        self.accepted_at = self.last_heard = trio.current_time()
         self.bad_frames = 0
         self.closing = False  # set by a refusal: the link ends once its answer is written
         self.closed = False
@@ -220,6 +221,10 @@ class NodeLink:
             reply = ok_reply(await self._link_op(task), task.id)
         except OpError as exc:
             reply = fail_reply(exc, task.id)
+        except NumberError as exc:  # no node of ours writes a bad number: this one is cut
+            log.warning("node link %s (%s) cut: bad number, %s", self.name, self.source, exc)
+            self.closing = True
+            reply = fail_reply(OpError(ErrorCode.INVALID_FIELD, exc.detail), task.id)
         await self._reply(reply)
         if self.closing:
             self.cut()
@@ -262,13 +267,16 @@ class NodeLink:
         return Result(f"bytes:{call.media.size}", ("node",))
 
     async def _watch_liveness(self) -> None:
-        """Cut a link that says nothing for too long: a new one within ``hello_timeout_s``,
-        a paired or pairing one within ``heartbeat_timeout_s`` (N-7); a pairing one also
-        when its code expires unapproved (N-4)."""
+        """Cut a link that has not said a valid hello or pair ``hello_timeout_s`` after it
+        was accepted, whatever else it sent (refused frames do not buy time); a paired or
+        pairing one silent for ``heartbeat_timeout_s`` (N-7); a pairing one also when its
+        code expires unapproved (N-4)."""
         config = self.hub.config
         while True:
-            timeout = config.heartbeat_timeout_s if self.hello else config.hello_timeout_s
-            deadline = self.last_heard + timeout
+            if self.hello is None:
+                deadline = self.accepted_at + config.hello_timeout_s
+            else:
+                deadline = self.last_heard + config.heartbeat_timeout_s
             if not self.paired and self.pair_expires_at is not None:
                 deadline = min(deadline, self.pair_expires_at)
             if trio.current_time() >= deadline:

@@ -70,6 +70,7 @@ async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -
     if action == "list":
         entries = await hub.listing()
         fields = [("NODE", json.dumps(e, separators=(",", ":"))) for e in entries]
+        fields += [("PENDING", json.dumps(p, separators=(",", ":"))) for p in hub.pending_listing()]
         if hub.tls_address is not None:
             fields.append(("TLS", f"{hub.tls_address} sha256:{hub.fingerprint}"))
         return Result(f"nodes:{len(entries)}", ("node",), tuple(fields))
@@ -119,6 +120,11 @@ NODES_REPLIES = (
         "NODE",
         "list: one per paired node; approve, revoke: always",
         "list: the node as JSON; approve, revoke: its name",
+    ),
+    ReplyField(
+        "PENDING",
+        "list: one per pairing waiting at this daemon",
+        "the pairing as JSON: code, name, platform, source, expires_in_s",
     ),
     ReplyField(
         "TLS", "list, when the TLS listener is on", "<address> sha256:<certificate fingerprint>"

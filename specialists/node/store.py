@@ -183,25 +183,42 @@ class AttemptLimiter:
         return True
 
 
+class PairsFull(Exception):
+    """A pair request past a cap; the message names which one."""
+
+
 @dataclass
 class PendingPairs:
-    """Codes waiting for approval; expired ones are dropped when looked at."""
+    """Codes waiting for approval; expired ones are dropped when looked at. A code lives
+    ``ttl_s`` from its request, whatever its link sends meanwhile."""
 
     ttl_s: float
     max_pending: int
+    # One source may hold only a few codes, so that one source pacing its requests under the
+    # attempt limit cannot keep every slot taken and lock other nodes out (issue 22).
+    max_per_source: int = 2
     pairs: dict[str, PendingPair] = field(default_factory=dict)
 
-    def add(self, hello: Hello, source: str, now: float) -> PendingPair | None:
-        """A new pending pair, or None when ``max_pending`` are waiting."""
+    def add(self, hello: Hello, source: str, now: float) -> PendingPair:
+        """A new pending pair; raises PairsFull when ``source`` already has
+        ``max_per_source`` waiting, or ``max_pending`` wait in all."""
         self.expire(now)
+        mine = sum(1 for pair in self.pairs.values() if pair.source == source)
+        if mine >= self.max_per_source:
+            raise PairsFull(f"{mine} pairings from this source wait for approval")
         if len(self.pairs) >= self.max_pending:
-            return None
+            raise PairsFull("too many pairings wait for approval")
         code = new_code()
         while code in self.pairs:
             code = new_code()
         pair = PendingPair(code, hello, source, now + self.ttl_s)
         self.pairs[code] = pair
         return pair
+
+    def waiting(self, now: float) -> list[PendingPair]:
+        """The live pairs, soonest to expire first."""
+        self.expire(now)
+        return sorted(self.pairs.values(), key=lambda pair: pair.expires_at)
 
     def take(self, code: str, now: float) -> PendingPair | None:
         """The live pair with ``code``, removed (single use), or None."""

@@ -16,6 +16,7 @@ from specialists.node.results import MediaAssembly, check_reply
 from specialists.node.store import (
     AttemptLimiter,
     NodeStore,
+    PairsFull,
     PendingPairs,
     hash_token,
     normal_code,
@@ -30,8 +31,6 @@ def test_a_pairing_code_is_single_use_and_expires_after_its_ttl() -> None:
     pairs = PendingPairs(ttl_s=300.0, max_pending=16)
     first = pairs.add(HELLO, "uid:0", now=0.0)
     second = pairs.add(HELLO, "uid:0", now=0.0)
-    assert first is not None
-    assert second is not None
     assert pairs.take(first.code.lower(), now=299.9) is first
     assert pairs.take(first.code, now=299.9) is None
     assert pairs.take(second.code, now=300.0) is None
@@ -39,16 +38,29 @@ def test_a_pairing_code_is_single_use_and_expires_after_its_ttl() -> None:
 
 def test_pending_pairings_are_capped_at_max_pending() -> None:
     """N-4: max_pending_pairs at N and N+1."""
-    pairs = PendingPairs(ttl_s=300.0, max_pending=2)
-    assert pairs.add(HELLO, "a", 0.0) is not None
-    assert pairs.add(HELLO, "a", 0.0) is not None
-    assert pairs.add(HELLO, "a", 0.0) is None
-    assert pairs.add(HELLO, "a", 300.0) is not None  # the first two expired
+    pairs = PendingPairs(ttl_s=300.0, max_pending=2, max_per_source=2)
+    pairs.add(HELLO, "a", 0.0)
+    pairs.add(HELLO, "b", 0.0)
+    with pytest.raises(PairsFull, match="too many pairings wait"):
+        pairs.add(HELLO, "c", 0.0)
+    assert pairs.add(HELLO, "c", 300.0).source == "c"  # the first two expired
+
+
+def test_pending_pairings_are_capped_per_source_at_n_and_n_plus_one() -> None:
+    """N-4: max_pending_per_source (2) from one source, others unaffected; a code expires
+    at its ttl and frees its source's slot."""
+    pairs = PendingPairs(ttl_s=300.0, max_pending=16, max_per_source=2)
+    pairs.add(HELLO, "ip:10.0.0.1", 0.0)
+    pairs.add(HELLO, "ip:10.0.0.1", 100.0)
+    with pytest.raises(PairsFull, match="2 pairings from this source wait"):
+        pairs.add(HELLO, "ip:10.0.0.1", 299.9)
+    assert pairs.add(HELLO, "ip:10.0.0.2", 299.9).source == "ip:10.0.0.2"
+    assert pairs.add(HELLO, "ip:10.0.0.1", 300.0).source == "ip:10.0.0.1"
+    assert [p.expires_at for p in pairs.waiting(300.0)] == [400.0, 599.9, 600.0]
 
 
 def test_codes_are_eight_crockford_characters_typed_in_any_case() -> None:
-    pair = PendingPairs(1.0, 1).add(HELLO, "a", 0.0)
-    assert pair is not None
+    pair = PendingPairs(1.0, 1, 1).add(HELLO, "a", 0.0)
     assert len(pair.code) == 9
     assert pair.code[4] == "-"
     assert not set(pair.code) & set("ILOU")
