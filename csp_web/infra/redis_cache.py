@@ -144,10 +144,11 @@ class RedisCache:
                 return value
             try:
                 current = await self._link.call(lambda r: r.get(gen_key), "cache_gen")
+                current_gen = self._link.integer(current or 0, "cache_gen")
             except RedisUnavailable:
                 self._link.fallback("cache_miss")
                 return None
-            if int(current or 0) == gen:
+            if current_gen == gen:
                 return value
             self._memory.drop(key)
         return await self._read(namespace, key, value_key, gen_key)
@@ -170,10 +171,10 @@ class RedisCache:
 
         try:
             raw, gen_raw, pttl_ms = await self._link.call(read, "cache_get")
+            gen = self._link.integer(gen_raw or 0, "cache_get")
         except RedisUnavailable:
             self._link.fallback("cache_miss")
             return None
-        gen = int(gen_raw or 0)
         self._gens[namespace] = gen
         if raw is None:
             self._remember_miss(key, gen)
@@ -207,10 +208,10 @@ class RedisCache:
         if gen is None:
             try:
                 raw = await self._link.call(lambda r: r.get(gen_key), "cache_gen")
+                gen = self._gens[namespace] = self._link.integer(raw or 0, "cache_gen")
             except RedisUnavailable:
                 self._link.fallback("cache_skip")
                 return
-            gen = self._gens[namespace] = int(raw or 0)
         event = self._link.event(f"cache:{self._store}", key=key)
         ttl_ms = max(1, math.ceil(ttl_s * 1000))
         keys = [value_key, tag_key, gen_key]
@@ -242,13 +243,14 @@ class RedisCache:
                 lambda r: self._invalidate_script(keys=[tag_key, gen_key], args=args, client=r),
                 "cache_invalidate",
             )
+            count = self._link.integer(dropped, "cache_invalidate")
+            self._gens[namespace] = self._link.integer(gen, "cache_invalidate")
         except RedisUnavailable:
             self._link.fallback("cache_invalidate_pending")
             return None
         self._pending.discard(namespace)
-        self._gens[namespace] = int(gen)
         self._memory.drop_namespace(namespace)
-        return int(dropped)
+        return count
 
     def _on_event(self, message: dict[str, Any]) -> None:
         """Another daemon wrote a key or invalidated a namespace: drop the memory copies."""

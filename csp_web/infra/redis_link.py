@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from csp_web.config.redis import RedisConfig
+from protocol import NumberError, parse_int
 
 if TYPE_CHECKING:  # imported when a link is made: embedded daemons never load redis-py
     import redis
@@ -117,6 +118,20 @@ class RedisLink:
     def seconds_to_retry(self) -> float:
         """How long calls still fall back at once (0 when up or the window has passed)."""
         return 0.0 if self._down_since is None else max(0.0, self._retry_at - time.monotonic())
+
+    def integer(self, value: object, what: str) -> int:
+        """An integer Redis replied: an int, or ASCII digits (one leading minus) as bytes or
+        text, as GET returns a counter. Anything else (a key another client overwrote) is a
+        call that failed: logged, and RedisUnavailable, so the caller falls back as usual."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            if not isinstance(value, bytes | str):
+                raise NumberError(f"a {type(value).__name__}")
+            return parse_int(value)
+        except NumberError as exc:
+            log.warning("redis %s: not an integer reply (%s)", what, exc.detail)
+            raise RedisUnavailable(f"{what}: not an integer reply") from None
 
     def fallback(self, kind: str) -> None:
         """Count one fallback of ``kind`` (shown by ``REQ:stats``)."""

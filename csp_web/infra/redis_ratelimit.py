@@ -126,7 +126,7 @@ class SharedBucket:
         granted, wait_ms = await self._link.call(
             lambda r: self._take(keys=self._keys, args=args, client=r), "ratelimit"
         )
-        return bool(granted), int(wait_ms)
+        return bool(granted), self._link.integer(wait_ms, "ratelimit")
 
     async def acquire(self, *, deadline: float) -> None:
         """Take a token, waiting for one that comes before ``deadline`` (trio time); else
@@ -229,12 +229,13 @@ class SharedQuota:
             taken, used = await self._link.call(
                 lambda r: self._script(keys=[key], args=[self.limit, pending], client=r), "quota"
             )
+            used_count = self._link.integer(used, "quota")
         except RedisUnavailable:
             self._link.fallback("quota_local")
             self._take_locally(month)
             return
         self._pending.pop(month, None)
-        self._last_used[month] = int(used)
+        self._last_used[month] = used_count
         if not taken:
             raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} monthly quota of {self.limit}")
 
