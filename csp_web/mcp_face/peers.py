@@ -18,11 +18,13 @@ import ipaddress
 import socket
 import sys
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 
 import trio
 
 from csp_web.core.unix import peer_credentials
 from csp_web.mcp_face.asgi import Admit
+from protocol import NumberError, parse_uint
 
 # The two rows a connection's client end may be listed as: (table, (local, remote)).
 Wanted = tuple[tuple[str, tuple[str, str]], ...]
@@ -125,7 +127,8 @@ def uid_in_table(rows: Iterable[str], wanted: tuple[str, str]) -> int | None:
     for row in rows:
         parts = row.split()
         if len(parts) > 7 and (parts[1], parts[2]) == wanted:
-            return int(parts[7])
+            with suppress(NumberError):  # a row we cannot read names no uid
+                return parse_uint(parts[7], max_digits=10)
     return None
 
 

@@ -29,7 +29,7 @@ from csp_web.mcp_face.peers import uid_gate
 from csp_web.mcp_face.refresh import REREAD_S, ToolSet, keep_tools_fresh, reconnects
 from csp_web.mcp_face.server import ListChanged, build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
-from protocol import Task
+from protocol import NumberError, Task, parse_uint
 
 log = logging.getLogger("csp_web.mcp_face")
 
@@ -153,8 +153,8 @@ async def _serve_http(
 
 
 async def _listen(where: str) -> tuple[list[trio.SocketListener], str]:
-    if where.isdigit():
-        listeners = await trio.open_tcp_listeners(int(where), host="127.0.0.1")
+    if (port := _tcp_port(where)) is not None:
+        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
         port = listeners[0].socket.getsockname()[1]
         return list(listeners), f"http://127.0.0.1:{port}{ENDPOINT}"
     listener = await open_unix_listener(where, backlog=128)
@@ -174,3 +174,12 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             log.info("%s: stopping the MCP face", signal.Signals(signum).name)
             scope.cancel()
             return
+
+
+def _tcp_port(where: str) -> int | None:
+    """The TCP port ``where`` names (ASCII digits, at most 65535), else None: a socket path.
+    ``str.isdigit`` took "²", and int() then raised."""
+    try:
+        return parse_uint(where, max_digits=5, maximum=65535)
+    except NumberError:
+        return None

@@ -6,6 +6,8 @@ import urllib.parse
 
 import trio
 
+from protocol import NumberError, parse_uint
+
 MAX_HEAD_BYTES = 16 * 1024  # a proxy request head; Chromium's are well under 2 KiB
 CHUNK_BYTES = 65536
 
@@ -40,8 +42,11 @@ async def read_head(
 def split_authority(target: str) -> tuple[str, int]:
     """A CONNECT target's host and port (0, which the guard refuses, when it is no port)."""
     host, _, port = target.rpartition(":")
-    number = port.isascii() and port.isdigit() and len(port) <= 5  # not "\xb2", nor 5000 digits
-    return host.strip("[]"), int(port) if number else 0
+    try:
+        number = parse_uint(port, max_digits=5)  # not "\xb2", nor 5000 digits
+    except NumberError:
+        number = 0
+    return host.strip("[]"), number
 
 
 def target_of(url: str) -> str:

@@ -30,9 +30,12 @@ from protocol import (
     Connection,
     ErrorCode,
     Limits,
+    NumberError,
     Reply,
     Status,
     Task,
+    parse_decimal,
+    parse_uint,
     serialize,
 )
 
@@ -61,7 +64,25 @@ class NodeOptions:
 
 def is_tcp_address(connect: str) -> bool:
     host, sep, port = connect.rpartition(":")
-    return bool(sep and host and port.isdigit() and "/" not in connect)
+    return bool(sep and host and _port(port) is not None and "/" not in connect)
+
+
+def _port(text: str) -> int | None:
+    """The TCP port ``text`` names in ASCII digits (1 to 65535), else None."""
+    try:
+        return parse_uint(text, max_digits=5, maximum=65535) or None
+    except NumberError:
+        return None
+
+
+def seconds(text: str | None, default: float) -> float:
+    """A duration the daemon sent (HEARTBEAT_S, EXPIRES_S): an ASCII decimal above zero,
+    else ``default`` (NaN made trio's sleep raise, "inf" made the node never beat)."""
+    try:
+        value = parse_decimal(text or "", max_chars=12)
+    except NumberError:
+        return default
+    return value if value > 0 else default
 
 
 async def open_link(options: NodeOptions) -> trio.abc.Stream:
@@ -72,7 +93,7 @@ async def open_link(options: NodeOptions) -> trio.abc.Stream:
     if not options.fingerprint:
         raise ValueError("a host:port needs --fingerprint (from `csp-web nodes list`)")
     host, _, port = options.connect.rpartition(":")
-    tcp = await trio.open_tcp_stream(host.strip("[]"), int(port))
+    tcp = await trio.open_tcp_stream(host.strip("[]"), _port(port) or 0)
     stream = trio.SSLStream(tcp, pinned_client_context(), server_hostname=None)
     try:
         await stream.do_handshake()
@@ -142,7 +163,7 @@ class NodeAgent:
             if reply.status is not Status.OK:
                 log.error("node %s: hello refused: %s", self.options.name, reply.get("ERROR"))
                 return EXIT_REFUSED
-            self.heartbeat_s = float(reply.get("HEARTBEAT_S") or self.heartbeat_s)
+            self.heartbeat_s = seconds(reply.get("HEARTBEAT_S"), self.heartbeat_s)
             log.info("node %s: connected", self.options.name)
             return EXIT_OK
         pair = Task("pair", DOMAIN, "PAIR_CODE", None, hello_fields(self.hello(None)))
@@ -151,7 +172,7 @@ class NodeAgent:
             log.error("node %s: pairing refused: %s", self.options.name, reply.get("ERROR"))
             return EXIT_REFUSED
         self.on_code((reply.get("DATA") or "").removeprefix("code:"))
-        expires = float(reply.get("EXPIRES_S") or 300)
+        expires = seconds(reply.get("EXPIRES_S"), 300.0)
         with trio.move_on_after(expires):
             async with trio.open_nursery() as beats:
                 beats.start_soon(self._beat)
@@ -228,7 +249,7 @@ class NodeAgent:
     async def _store_token(self, task: Task) -> None:
         token = task.get("TOKEN") or ""
         write_token(self.options.token_file, token)
-        self.heartbeat_s = float(task.get("HEARTBEAT_S") or self.heartbeat_s)
+        self.heartbeat_s = seconds(task.get("HEARTBEAT_S"), self.heartbeat_s)
         await self.send(ok_reply(Result("stored", ("node",)), task.id))
         log.info("node %s: paired; token stored in %s", self.options.name, self.options.token_file)
         self.paired.set()

@@ -32,6 +32,10 @@ from protocol import ErrorCode
 log = logging.getLogger("csp_web.node")
 WHERE_AM_I = "/usr/libexec/geoclue-2.0/demos/where-am-i"
 _STDERR_CHARS = 300
+# ASCII digits only ([0-9], not \d), one optional point: what float() reads and nothing more.
+_GEOCLUE = re.compile(
+    r"(Latitude|Longitude|Accuracy):\s*(-?[0-9]{1,9}(?:\.[0-9]{1,12})?)(?![0-9.])"
+)
 
 
 class BackendError(Exception):
@@ -182,6 +186,12 @@ async def fixed_location(fixed: tuple[float, float, float]) -> Capture:
     return _location(*fixed, "fixed")
 
 
+def geoclue_values(text: str) -> dict[str, float]:
+    """Latitude, Longitude and Accuracy as where-am-i printed them (the last of each wins);
+    a value that is not an ASCII decimal is left out, never raised."""
+    return {key: float(value) for key, value in _GEOCLUE.findall(text)}
+
+
 async def geoclue_location() -> Capture:
     """GeoClue's demo agent prints Latitude/Longitude/Accuracy lines; the first fix wins."""
     with trio.move_on_after(30):
@@ -189,10 +199,7 @@ async def geoclue_location() -> Capture:
             [WHERE_AM_I, "-t", "20"], check=False, capture_stdout=True, capture_stderr=True
         )
         text = done.stdout.decode("utf-8", "replace")
-        values = {
-            key: float(value)
-            for key, value in re.findall(r"(Latitude|Longitude|Accuracy):\s*(-?[\d.]+)", text)
-        }
+        values = geoclue_values(text)
         if "Latitude" in values and "Longitude" in values:
             accuracy = values.get("Accuracy", 0.0)
             return _location(values["Latitude"], values["Longitude"], accuracy, "geoclue")

@@ -28,8 +28,9 @@ class Schema:
     fields: dict[str, re.Pattern[str]] = field(default_factory=dict)
 
 
-_NUMBER = re.compile(r"-?\d{1,9}(?:\.\d{1,9})?")
-_LOCATION = re.compile(r"lat:(-?\d{1,2}(?:\.\d{1,9})?),lon:(-?\d{1,3}(?:\.\d{1,9})?)")
+# [0-9], not \d: \d takes every script's digits, which no client reads back as a number.
+_NUMBER = re.compile(r"-?[0-9]{1,9}(?:\.[0-9]{1,9})?")
+_LOCATION = re.compile(r"lat:(-?[0-9]{1,2}(?:\.[0-9]{1,9})?),lon:(-?[0-9]{1,3}(?:\.[0-9]{1,9})?)")
 SCHEMAS = {
     "camera_snap": Schema(("image/jpeg", "image/png"), True),
     "screen_record": Schema(("video/mp4", "image/png"), True),

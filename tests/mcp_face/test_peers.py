@@ -30,6 +30,7 @@ from csp_web.mcp_face.peers import (
     uid_gate,
     uid_in_table,
 )
+from csp_web.mcp_face.serve import _tcp_port
 
 from .conftest import WAIT_S, WebDaemon
 from .test_asgi import _read_all, echo, request, status_of
@@ -85,6 +86,24 @@ def test_a_peer_gone_from_the_kernels_table_has_no_uid() -> None:
     ]
     assert uid_in_table(rows, ("0100007F:A000", "0100007F:1F90")) == 1000
     assert uid_in_table(rows, ("0100007F:A001", "0100007F:1F90")) is None
+
+
+@pytest.mark.parametrize("uid", ["²", "١", "-1", "99999999999"])
+def test_a_table_row_whose_uid_is_not_ascii_digits_names_no_uid(uid: str) -> None:
+    row = (
+        f"   0: 0100007F:A000 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  {uid} 0 1\n"
+    )
+    assert uid_in_table([row], ("0100007F:A000", "0100007F:1F90")) is None
+
+
+@pytest.mark.parametrize(
+    ("where", "port"),
+    [("8080", 8080), ("65535", 65535), ("65536", None), ("²", None), ("/run/f.sock", None)],
+)
+def test_only_ascii_digits_up_to_65535_name_a_tcp_port_for_the_face(
+    where: str, port: int | None
+) -> None:
+    assert _tcp_port(where) == port
 
 
 async def _ask_gated(allowed: frozenset[int]) -> bytes:

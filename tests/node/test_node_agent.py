@@ -20,8 +20,9 @@ from specialists.node.agent import (
     NodeOptions,
     is_tcp_address,
     run_node,
+    seconds,
 )
-from specialists.node.backends import BackendOptions, detect
+from specialists.node.backends import BackendOptions, detect, geoclue_values
 
 from ..conftest import Sink
 from .support import NodeDaemon, node_config, node_task, nodes_op, start_node_daemon
@@ -148,6 +149,40 @@ def test_a_host_and_port_is_tcp_and_a_path_is_a_socket() -> None:
     assert is_tcp_address("[::1]:7443")
     assert not is_tcp_address("/run/csp/nodes.sock")
     assert not is_tcp_address("nodes.sock")
+
+
+@pytest.mark.parametrize("port", ["²", "١", "0", "65536", "+1", " 1", "9" * 5000])
+def test_a_port_that_is_not_ascii_digits_from_1_to_65535_is_no_tcp_address(port: str) -> None:
+    """ "²" passed str.isdigit() here and then made open_link's int() raise."""
+    assert is_tcp_address("daemon.lan:65535")
+    assert not is_tcp_address(f"daemon.lan:{port}")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("10", 10.0),
+        ("2.5", 2.5),
+        (None, 7.0),
+        ("0", 7.0),
+        ("nan", 7.0),
+        ("inf", 7.0),
+        ("1e3", 7.0),
+        ("-1", 7.0),
+        ("²", 7.0),
+        ("1" * 13, 7.0),
+    ],
+)
+def test_a_duration_from_the_daemon_is_an_ascii_decimal_above_zero_or_the_default(
+    text: str | None, value: float
+) -> None:
+    """HEARTBEAT_S and EXPIRES_S: NaN made the node's sleep raise, inf stopped its beats."""
+    assert seconds(text, 7.0) == value
+
+
+def test_geoclue_values_are_ascii_decimals_and_anything_else_is_left_out() -> None:
+    text = "Latitude: 53.5\nLongitude: -8.25\nAccuracy: 1.2.3\nAltitude: ²\nLatitude: ١٢\n"
+    assert geoclue_values(text) == {"Latitude": 53.5, "Longitude": -8.25}
 
 
 def test_render_prints_a_failure_and_plain_data() -> None:

@@ -171,6 +171,8 @@ def _reply(*fields: tuple[str, str]) -> Reply:
         ("canvas", (("DATA", "x" * 4097),), False),
         ("location_get", (("DATA", "lat:1,lon:2"), ("WORK_MS", "1.5")), True),
         ("location_get", (("DATA", "lat:1,lon:2"), ("WORK_MS", "soon")), False),
+        ("location_get", (("DATA", "lat:١,lon:2"),), False),  # \d took every script's digits
+        ("location_get", (("DATA", "lat:1,lon:2"), ("WORK_MS", "١٢")), False),
     ],
 )
 def test_each_action_has_its_reply_schema(
