@@ -180,6 +180,8 @@ def test_without_systemd_every_call_is_a_no_op(fresh_environment: pytest.MonkeyP
         ("2000000", "1", None),  # another process's watchdog
         ("0", None, None),
         ("soon", None, None),
+        ("２000000", "self", None),  # int() reads fullwidth digits; the wire parser does not
+        ("-2000000", "self", None),
     ],
 )
 def test_the_watchdog_interval_is_half_the_period_set_for_this_process(
@@ -192,7 +194,8 @@ def test_the_watchdog_interval_is_half_the_period_set_for_this_process(
 
 
 @pytest.mark.parametrize(
-    ("listen_pid", "listen_fds"), [("1", "1"), ("self", "0"), ("self", "many"), (None, "1")]
+    ("listen_pid", "listen_fds"),
+    [("1", "1"), ("self", "0"), ("self", "many"), ("self", "１"), (None, "1")],
 )
 def test_sockets_meant_for_another_process_or_none_are_not_taken(
     fresh_environment: pytest.MonkeyPatch, listen_pid: str | None, listen_fds: str

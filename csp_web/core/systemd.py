@@ -27,6 +27,8 @@ import time
 
 import trio
 
+from protocol import NumberError, parse_uint
+
 log = logging.getLogger("csp_web.systemd")
 
 LISTEN_FDS_START = 3  # SD_LISTEN_FDS_START
@@ -61,8 +63,8 @@ def inherited_unix_listener() -> socket.socket | None:
     if "LISTEN_FDS" not in env or env.get("LISTEN_PID") != str(os.getpid()):
         return None
     try:
-        count = int(env["LISTEN_FDS"])
-    except ValueError:
+        count = parse_uint(env["LISTEN_FDS"], max_digits=4)
+    except NumberError:
         log.warning("ignoring LISTEN_FDS=%r: not a number", env["LISTEN_FDS"])
         return None
     if count < 1:
@@ -123,8 +125,8 @@ def watchdog_interval_s() -> float | None:
     if usec is None or not _meant_for_us("WATCHDOG_PID"):
         return None
     try:
-        period_us = int(usec)
-    except ValueError:
+        period_us = parse_uint(usec)
+    except NumberError:
         log.warning("ignoring WATCHDOG_USEC=%r: not a number", usec)
         return None
     return period_us / 2e6 if period_us > 0 else None

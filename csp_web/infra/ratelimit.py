@@ -9,6 +9,7 @@ budget that foreground calls need.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import math
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.core.errors import OpError
-from protocol import ErrorCode
+from protocol import ErrorCode, NumberError, parse_decimal, parse_uint
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,8 @@ def _retry_after_s(value: str | None, wall: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    with contextlib.suppress(NumberError):  # "²" passed isdigit() and float() raised
+        return float(parse_uint(value))
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -201,7 +202,6 @@ def _numbers(value: str | None) -> list[float]:
     if not value:
         return []
     try:
-        numbers = [float(part) for part in value.split(",")]
-    except ValueError:
+        return [parse_decimal(part.strip()) for part in value.split(",")]
+    except NumberError:  # NaN, inf, signs, other scripts' digits
         return []
-    return numbers if all(math.isfinite(number) for number in numbers) else []

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from csp_web.core.errors import OpError
-from protocol import ErrorCode
+from protocol import ErrorCode, NumberError, parse_uint
 
 ACCEPT_ENCODING = "gzip, deflate"
 _NO_BODY_STATUSES = frozenset({204, 304})  # RFC 9110 §6.4.1
@@ -115,7 +115,7 @@ async def read_capped(
     if response.request.method == "HEAD" or response.status_code in _NO_BODY_STATUSES:
         return b""  # their Content-Length and Content-Encoding describe a body never sent
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_body_bytes:
+    if _length(declared) > max_body_bytes:
         raise OpError(ErrorCode.TOO_LARGE, "max_body_bytes")
     coding = response.headers.get("content-encoding", "")
     decoder = CappedDecoder(coding, max_bytes=max_decoded_bytes)
@@ -146,3 +146,12 @@ async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> No
     with contextlib.suppress(httpx.HTTPError):
         async for _ in chunks:
             pass
+
+
+def _length(declared: str) -> int:
+    """A Content-Length in ASCII digits, else 0 (the body's own size is still counted).
+    "²" passed str.isdigit() and made int() raise."""
+    try:
+        return parse_uint(declared)
+    except NumberError:
+        return 0

@@ -10,7 +10,7 @@ import trio
 
 from csp_web.core.errors import OpError
 from csp_web.net import GuardedClient
-from csp_web.net.body import CappedDecoder
+from csp_web.net.body import CappedDecoder, _length
 from protocol import ErrorCode
 
 from ._origin import BOMB_DECODED_BYTES, WAIT_S, Origin, Reply, Seen, gzip_bomb
@@ -129,3 +129,11 @@ async def test_the_deadline_covers_every_hop_of_a_redirect_chain(
         await client.fetch(origin.url("origin.test", "/to-drip"), deadline_s=0.5)
     assert caught.value.detail == "timeout"
     assert origin.paths() == ["/to-drip", "/drip"]
+
+
+@pytest.mark.parametrize(
+    ("declared", "length"), [("12", 12), ("", 0), ("²", 0), ("٣", 0), ("1_0", 0)]
+)
+def test_a_declared_length_counts_only_when_it_is_ascii_digits(declared: str, length: int) -> None:
+    """A Content-Length such as "²" passed str.isdigit() and made int() raise."""
+    assert _length(declared) == length

@@ -363,7 +363,15 @@ def test_resume_at_reads_retry_after_and_rate_limit_reset(
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"retry-after": "soon"}, {"x-ratelimit-reset": "nan"}, {"x-ratelimit-reset": "x"}],
+    [
+        {},
+        {"retry-after": "soon"},
+        {"retry-after": "²".encode()},  # isdigit() took it and float() raised out of resume_at
+        {"x-ratelimit-reset": "nan"},
+        {"x-ratelimit-reset": "x"},
+        {"x-ratelimit-reset": "١٢".encode()},  # float() reads other scripts' digits
+        {"x-ratelimit-reset": "1_0"},
+    ],
 )
-def test_resume_at_without_a_usable_header_is_none(headers: dict[str, str]) -> None:
+def test_resume_at_without_a_usable_header_is_none(headers: dict[str, str | bytes]) -> None:
     assert resume_at(httpx.Headers(headers), now=0.0, wall=0.0) is None
