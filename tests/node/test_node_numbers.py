@@ -4,6 +4,8 @@ daemon answers, logs the reason and keeps serving every other node and client.""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from specialists.node.hub import NodeHub
 from specialists.node.store import NodeRecord, NodeStore
 
 from ..conftest import Sink
+from .procs import WAIT_S, daemon_process, run_cli, write_config
 from .support import (
     NodeDaemon,
     ScriptedNode,
@@ -112,3 +115,53 @@ async def test_an_unexpected_exception_in_one_link_ends_that_link_only(
     failed = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in failed] == ["node link from uid:0 failed; it is closed"]
     assert failed[0].exc_info is not None
+
+
+@pytest.mark.slow
+async def test_a_real_daemon_process_outlives_a_paired_node_sending_seq_superscript_two(
+    sock_dir: str,
+) -> None:
+    """Issue 22, end to end: ``SEQ ²`` from a paired node ended ``csp-web serve`` with exit 1.
+    Now that link alone is cut (logged), the waiting task fails node_unavailable and the
+    daemon answers the operator's next command."""
+    config = write_config(sock_dir, {})
+    client_path = os.path.join(sock_dir, "run", "csp.sock")
+    async with daemon_process(config) as daemon:
+        stream = await trio.open_unix_socket(os.path.join(sock_dir, "run", "nodes.sock"))
+        async with stream:
+            node = ScriptedNode(stream, timeout_s=WAIT_S)
+            await _pair_by_cli(node, config)
+            async with open_client(client_path) as client, trio.open_nursery() as n:
+                results: list[Reply] = []
+
+                async def run() -> None:
+                    task = node_task("lab1", "camera_snap")
+                    results.append(await client.call(task, timeout_s=WAIT_S))
+
+                n.start_soon(run)
+                task = await node.next_task()
+                fields = (("FOR", task.id or ""), ("SEQ", "²"), ("CHUNK", ""))
+                ack = await node.call("media", "ACK", *fields)
+                assert ack.get("ERROR") == "invalid_field:SEQ not ASCII digits: '\\xb2'"
+                assert await node.next() is None
+        assert results[0].get("ERROR") == "node_unavailable:lab1"
+        await daemon.wait_for("node link lab1 .* cut: bad number")
+        listed = await run_cli("nodes", "--config", config, "list")
+        assert listed.returncode == 0, listed.stderr
+        assert daemon.process.returncode is None
+
+
+async def _pair_by_cli(node: ScriptedNode, config: str) -> None:
+    """Ask to pair as lab1 and have ``csp-web nodes approve`` approve it."""
+    asked = await node.call("pair", "PAIR_CODE", *identity("lab1"))
+    code = (asked.get("DATA") or "").removeprefix("code:")
+    async with trio.open_nursery() as nursery:
+        approved: list[subprocess.CompletedProcess[bytes]] = []
+
+        async def approve() -> None:
+            approved.append(await run_cli("nodes", "--config", config, "approve", code))
+
+        nursery.start_soon(approve)
+        paired = await node.next_task()
+        await node.answer(paired, Status.OK, ("SCOPE", "[node]"), ("DATA", "stored"))
+    assert approved[0].returncode == 0, approved[0].stderr
