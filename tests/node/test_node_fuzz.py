@@ -126,10 +126,8 @@ async def _run_link(chunks: list[bytes]) -> None:
 
 def _issue_case() -> list[bytes]:
     """Issue 22's case outright: a valid hello, then media with ``SEQ ²``, cut in two."""
-    hello, media = _templates(_TOKEN)[0], _templates(_TOKEN)[3]
-    bad = Task(
-        media.req, media.domain, media.out, None, (("FOR", "d-1"), ("SEQ", "²"), ("CHUNK", ""))
-    )
+    hello = _templates(_TOKEN)[0]
+    bad = Task("media", "NODE", "ACK", None, (("FOR", "d-1"), ("SEQ", "²"), ("CHUNK", "")))
     wire = serialize(hello) + serialize(bad)
     return [wire[:7], wire[7:]]
 

@@ -54,7 +54,7 @@ async def test_a_media_seq_that_is_not_ascii_digits_cuts_that_link_and_nothing_e
         n.start_soon(run)
         task = await node.next_task()
         ack = await node.call("media", "ACK", ("FOR", task.id or ""), ("SEQ", seq), ("CHUNK", ""))
-        assert ack.get("ERROR", "").startswith("invalid_field:SEQ ")
+        assert (ack.get("ERROR") or "").startswith("invalid_field:SEQ ")
         assert await node.next() is None
     assert results[0].get("ERROR") == "node_unavailable:lab1"
     assert any("bad number" in r.getMessage() for r in caplog.records)

@@ -374,4 +374,5 @@ def test_resume_at_reads_retry_after_and_rate_limit_reset(
     ],
 )
 def test_resume_at_without_a_usable_header_is_none(headers: dict[str, str | bytes]) -> None:
-    assert resume_at(httpx.Headers(headers), now=0.0, wall=0.0) is None
+    raw = [(k.encode(), v if isinstance(v, bytes) else v.encode()) for k, v in headers.items()]
+    assert resume_at(httpx.Headers(raw), now=0.0, wall=0.0) is None
