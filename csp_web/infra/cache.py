@@ -6,14 +6,21 @@ values without secrets: auth headers and tokens are never part of what is cached
 "Sensitive data stripped before caching"). Entries are tagged by namespace so an API's write
 can invalidate its cached reads at once. diskcache is blocking (SQLite), so every call runs in
 a worker thread.
+
+Rows are read with ``SafeJSONDisk`` (cache_disk.py), which never unpickles: a planted pickle
+row is a logged miss and is dropped. The cache is an optimisation: when its disk is full a
+``set`` is skipped (logged once per spell, shown by ``storage_full``), never failing the op
+whose answer it would have kept (docs/architecture.md, "A full disk").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -22,6 +29,11 @@ from typing import Any
 
 import diskcache
 import trio
+
+from csp_web.core.storage import is_storage_full
+from csp_web.infra.cache_disk import SafeJSONDisk, UnsafeCacheRow
+
+log = logging.getLogger(__name__)
 
 
 def cache_key(namespace: str, material: Any) -> str:
@@ -100,6 +112,8 @@ class Cache:
         self._generation: dict[str, int] = {}
         self.hits = 0
         self.misses = 0
+        self.storage_full = False  # the last write found the disk full (REQ:stats)
+        self.unsafe_rows = 0  # planted rows dropped (SafeJSONDisk)
 
     async def get(self, namespace: str, material: Any) -> Any | None:
         """The cached value, or None when absent or expired."""
@@ -107,9 +121,7 @@ class Cache:
         value = self._memory.get(key)
         if value is None:
             generation = self._generation.get(namespace, 0)
-            value, expires_at = await trio.to_thread.run_sync(
-                lambda: self._store.get(key, expire_time=True)
-            )
+            value, expires_at = await trio.to_thread.run_sync(self._read, key)
             if value is not None and generation == self._generation.get(namespace, 0):
                 self._memory.put(key, value, expires_at=expires_at or math.inf)
         if value is None:
@@ -118,12 +130,23 @@ class Cache:
             self.hits += 1
         return value
 
+    def _read(self, key: str) -> tuple[Any, float | None]:
+        """(value, expiry) of ``key`` on disk, (None, None) when absent; a row this cache
+        never writes (a pickle: CVE-2025-69872) is logged, dropped and read as absent."""
+        try:
+            return self._store.get(key, expire_time=True)  # type: ignore[no-any-return]
+        except UnsafeCacheRow as exc:
+            self.unsafe_rows += 1
+            log.warning("cache: dropped a planted row (%s); the op goes to the network", exc)
+            self._store.delete(key)
+            return None, None
+
     async def set(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None:
+        """Keep ``value`` for ``ttl_s``; on a full disk only in memory (the cache is an
+        optimisation: the op that made ``value`` still answers)."""
         key = cache_key(namespace, material)
         generation = self._generation.get(namespace, 0)
-        await trio.to_thread.run_sync(
-            lambda: self._store.set(key, value, expire=ttl_s, tag=namespace)
-        )
+        await trio.to_thread.run_sync(self._write, key, value, ttl_s, namespace)
         if generation == self._generation.get(namespace, 0):
             self._memory.put(key, value, expires_at=time.time() + ttl_s)
 
@@ -138,6 +161,18 @@ class Cache:
             # that window and finished before it ended may have refilled memory: drop again.
             self._bump(namespace)
             self._memory.drop_namespace(namespace)
+
+    def _write(self, key: str, value: Any, ttl_s: float, namespace: str) -> None:
+        try:
+            self._store.set(key, value, expire=ttl_s, tag=namespace)
+        except (OSError, sqlite3.Error) as exc:
+            if not is_storage_full(exc):
+                raise
+            if not self.storage_full:
+                log.warning("cache: disk full, answers are not cached until space returns")
+            self.storage_full = True
+        else:
+            self.storage_full = False
 
     def _bump(self, namespace: str) -> None:
         self._generation[namespace] = self._generation.get(namespace, 0) + 1
@@ -155,9 +190,9 @@ async def open_cache(
 
     def make() -> diskcache.Cache:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        # JSON, never pickle: a cache file that someone managed to rewrite must not be able
-        # to run code when the daemon reads it back.
-        store = diskcache.Cache(directory, size_limit=size_limit_bytes, disk=diskcache.JSONDisk)
+        # JSON, never pickle, written and read: a cache file that someone managed to rewrite
+        # must not be able to run code when the daemon reads it back (cache_disk.py).
+        store = diskcache.Cache(directory, size_limit=size_limit_bytes, disk=SafeJSONDisk)
         store.create_tag_index()
         return store
 
