@@ -106,6 +106,11 @@ class Outbox:
         """Whether new ops must wait for room (SPEC O-1)."""
         return self._room.full
 
+    @property
+    def storage_full(self) -> bool:
+        """Whether the outbox's disk was full at its last commit (SPEC O-6)."""
+        return self._room.storage_full
+
     def peer_full(self, owner: str) -> bool:
         """Whether ``owner`` holds its whole share of pending writes (SPEC O-2)."""
         return self._room.peer_full(owner)
@@ -115,7 +120,12 @@ class Outbox:
         behind (SPEC O-5), the outbox is below its limits and ``owner`` below its share.
         Waits while delivery is connected (back-pressure; the caller bounds the wait with its
         deadline); raises OpError(outbox_full) at once when no Memory Specialist is connected,
-        as then nothing would make room."""
+        as then nothing would make room. Raises StorageFull("outbox") while the disk is full
+        (SPEC O-6): its space is probed, so the first op after it returned runs."""
+        if self._room.storage_full:
+            if not self._store.has_room():
+                raise self._room.refuse_storage_full()
+            self._room.set_storage_full(False)
         await self._room.wait_room(owner)
 
     async def wait_paced(self, owner: str) -> bool:
@@ -127,7 +137,8 @@ class Outbox:
     async def put(
         self, write: MemoryWrite, *, use_reserve: bool = True, owner: str | None = None
     ) -> None:
-        """Persist ``write``; returns once it is committed. Raises OpError(outbox_full).
+        """Persist ``write``; returns once it is committed. Raises OpError(outbox_full), or
+        StorageFull("outbox") when the disk is full (nothing of ``write`` kept).
 
         Only writes of ops already admitted may use the reserve past ``max_pending``; audit
         records of refused frames and of IN:SYS ops go through ``put_or_fold`` instead.
@@ -142,10 +153,14 @@ class Outbox:
     ) -> None:
         """Persist ``write`` while the outbox is below ``max_pending``; past it, count it under
         ``key`` in one summary record instead (SPEC O-3). Never raises outbox_full. ``key`` may
-        be counts per key: what a summary of several frames (SPEC O-4) stands for."""
+        be counts per key: what a summary of several frames (SPEC O-4) stands for. A write
+        whose commit fails (a full disk: SPEC O-6) is folded too: this never raises."""
         size = write_size(write)
         if not self._room.fold(key, size):
-            await self._commits.persist(write, size, owner)
+            try:
+                await self._commits.persist(write, size, owner)
+            except OpError:
+                self._room.count_folded(key)
 
     def put_or_fold_nowait(
         self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None

@@ -148,6 +148,8 @@ class Delivery:
         self.rejected += rejected
         if rejected:
             log.error("memory specialist rejected %d writes; kept in outbox.rejected", rejected)
-        if not self._room.full and (summary := self._room.take_folded()):
+        if not (self._room.full or self._room.storage_full) and (
+            summary := self._room.take_folded()
+        ):
             self._commits.add_now(summary)
         self._room.wake()

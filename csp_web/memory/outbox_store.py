@@ -14,12 +14,17 @@ committer's thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 
 from csp_web.core.records import MemoryWrite
+from csp_web.core.storage import storage_seam
 
 _BUSY_TIMEOUT_MS = 5000
+# Free space a full outbox must find again before it admits audited ops: a group commit of
+# a few hundred audit records is some dozen 4 KiB pages in the WAL.
+PROBE_BYTES = 256 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (
@@ -38,6 +43,7 @@ class OutboxStore:
     """Pending writes in insertion order, in a WAL-mode database private to the daemon."""
 
     def __init__(self, path: str, synchronous: str) -> None:
+        self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         os.chmod(path, 0o600)  # writes may hold command output: owner only
@@ -64,13 +70,34 @@ class OutboxStore:
         return int(row[0]), int(row[1])
 
     def insert(self, writes: list[MemoryWrite]) -> None:
-        """Append ``writes`` in one transaction: durable when this returns."""
-        with self._db:
+        """Append ``writes`` in one transaction: durable when this returns. Raises
+        StorageFull("outbox") when the disk is full, nothing of ``writes`` kept."""
+        with storage_seam("outbox"), self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
                 "INSERT INTO pending (id, source, type, path, data) VALUES (?, ?, ?, ?, ?)",
                 [(w.id, w.source, w.type, w.path, w.data) for w in writes],
             )
+
+    def has_room(self) -> bool:
+        """Whether ``PROBE_BYTES`` can be written beside the store now (a full disk's space
+        returned): a file is written, synced and removed."""
+        probe = f"{self.path}.probe"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                left = memoryview(bytes(PROBE_BYTES))
+                while left:  # a nearly full disk takes a short write, then ENOSPC
+                    left = left[os.write(fd, left) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+        return True
 
     def oldest(self, limit: int) -> list[tuple[int, MemoryWrite]]:
         """The first ``limit`` pending writes, oldest first, with their sequence numbers."""

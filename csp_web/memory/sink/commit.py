@@ -24,7 +24,7 @@ from typing import Protocol
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.memory.sink.store import Row, SinkStore, check_path, content_hash
 from protocol import ErrorCode
 
@@ -35,9 +35,11 @@ SWEEP_INTERVAL_S = 60.0
 
 
 class Gate(Protocol):
-    """A connection whose replies wait for commits; ``broken`` once one of them failed."""
+    """A connection whose replies wait for commits; ``broken`` once one of them failed,
+    ``unstored`` the IDs of its writes a full disk kept out (answered storage_full)."""
 
     broken: bool
+    unstored: set[str]
 
 
 class GroupCommit:
@@ -48,6 +50,7 @@ class GroupCommit:
         self.store = store
         self._staged: dict[str, bytes] = {}  # ID -> content hash, staged or being committed
         self._batch: list[Row] = []
+        self._gates: list[Gate | None] = []  # the connection that staged each row of _batch
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
@@ -55,6 +58,7 @@ class GroupCommit:
         self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
+        self.storage_full = False  # the last commit found the disk full (SPEC O-6)
 
     def stored_hashes(self, ids: list[str]) -> dict[str, bytes]:
         """The content hashes stored under ``ids`` (absent: not stored), in one query per
@@ -71,10 +75,12 @@ class GroupCommit:
         data: str,
         write_id: str,
         stored: dict[str, bytes] | None = None,
+        gate: Gate | None = None,
     ) -> bool:
         """Queue a write; False when this exact write is already stored or staged (M-2).
         ``stored``: the result of ``stored_hashes`` for this write's ID, taken since the loop
-        last yielded; None to look the ID up here.
+        last yielded; None to look the ID up here. ``gate``: the connection told when a full
+        disk keeps the write out.
 
         Raises OpError: invalid_field for a bad PATH, too_large for DATA no retention could
         keep, id_conflict when ``write_id`` is stored with other content (M-5)."""
@@ -93,6 +99,7 @@ class GroupCommit:
             return False
         self._staged[write_id] = digest
         self._batch.append(Row(write_id, source, type_, path, data, digest, len(raw), time.time()))
+        self._gates.append(gate)
         self._staged_count += 1
         return True
 
@@ -126,6 +133,8 @@ class GroupCommit:
         try:
             # Not abandoned on cancel: a sweep under way finishes before the store closes.
             change = await trio.to_thread.run_sync(self.store.sweep, time.time())
+        except StorageFull:
+            log.warning("memory store: disk full, retention sweep skipped")
         except sqlite3.Error:
             log.exception("memory store retention sweep failed")
         else:
@@ -136,12 +145,23 @@ class GroupCommit:
 
     async def _commit_staged(self) -> None:
         batch, self._batch = self._batch, []
+        gates, self._gates = self._gates, []
         upto = self._staged_count
         self._busy = True
         try:
             # Not abandoned on cancel: the commit finishes and is accounted before this
             # returns, so a write is never left half-way between staged and settled.
             change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
+        except StorageFull:
+            # A condition, not a fault: each write is answered storage_full:memory, which its
+            # writer retries (the outbox keeps it pending), and the connections stay open.
+            if not self.storage_full:
+                log.error("memory store: disk full, writes refused until space returns")
+            self.storage_full = True
+            self.failed_commits += 1
+            for row, gate in zip(batch, gates, strict=True):
+                if gate is not None:
+                    gate.unstored.add(row.id)
         except sqlite3.Error:
             log.exception("memory store commit of %d writes failed", len(batch))
             self.failed_commits += 1
@@ -150,6 +170,7 @@ class GroupCommit:
         else:
             self.store.applied(change)
             self.commits += 1
+            self.storage_full = False
         finally:
             for row in batch:
                 self._staged.pop(row.id, None)

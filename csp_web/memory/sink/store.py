@@ -16,6 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from csp_web.core.errors import OpError
+from csp_web.core.storage import storage_seam
 from protocol import ErrorCode
 
 STORE_FILE = "memory.sqlite3"
@@ -147,8 +148,9 @@ class SinkStore:
     def commit(self, rows: list[Row], now: float) -> Committed:
         """Insert ``rows`` and apply retention in one transaction: durable when this returns
         (kill -9 safe; WAL with synchronous NORMAL). An ID and its DATA land together or not
-        at all. Raises sqlite3.Error, leaving nothing of the batch behind."""
-        with self._writer:
+        at all. Raises StorageFull("memory") when the disk is full, sqlite3.Error otherwise,
+        leaving nothing of the batch behind."""
+        with storage_seam("memory"), self._writer:
             self._writer.execute("BEGIN IMMEDIATE")
             self._writer.executemany(
                 "INSERT INTO writes (id, source, type, path, hash, data, size, stored_at) "
