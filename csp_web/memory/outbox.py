@@ -64,6 +64,7 @@ class Outbox:
         self._link = link
         turn_at = config.delivery_window * memory.batch_size  # a whole window unsent (O-5)
         self._room = OutboxRoom(config, *store.totals(), turn_at=turn_at)
+        self._room.set_storage_full(not store.ready)  # opened on a full disk (SPEC O-6)
         self._commits = GroupCommit(store, self._room, inline=config.synchronous == "normal")
         self._delivery = Delivery(store, self._room, self._commits, config, memory)
 

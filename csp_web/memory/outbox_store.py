@@ -18,6 +18,7 @@ import contextlib
 import os
 import sqlite3
 
+from csp_web.core.errors import StorageFull
 from csp_web.core.records import MemoryWrite
 from csp_web.core.storage import storage_seam
 
@@ -40,20 +41,32 @@ CREATE TABLE IF NOT EXISTS rejected (
 
 
 class OutboxStore:
-    """Pending writes in insertion order, in a WAL-mode database private to the daemon."""
+    """Pending writes in insertion order, in a WAL-mode database private to the daemon.
+
+    Opened on a full disk (SPEC O-6), a new database cannot be set up: the store is then
+    empty and ``insert`` raises StorageFull until ``setup`` succeeds (it retries)."""
 
     def __init__(self, path: str, synchronous: str) -> None:
         self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         os.chmod(path, 0o600)  # writes may hold command output: owner only
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'full' else 'NORMAL'}")
-        self._db.executescript(_SCHEMA)
         self._reader = self._open(path, "PRAGMA query_only=1")
         self._settler = self._open(path, "PRAGMA synchronous=NORMAL")
         if synchronous == "full":  # settles run on the event loop: checkpoints (fsyncs) stay
             self._settler.execute("PRAGMA wal_autocheckpoint=0")  # with the committer's thread
+        self.ready = False
+        with contextlib.suppress(StorageFull):
+            self.setup()
+
+    def setup(self) -> None:
+        """Make the database WAL and its tables (once). Raises StorageFull("outbox")."""
+        if not self.ready:
+            with storage_seam("outbox"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(_SCHEMA)
+            self.ready = True
 
     @staticmethod
     def _open(path: str, pragma: str) -> sqlite3.Connection:
@@ -64,6 +77,8 @@ class OutboxStore:
 
     def totals(self) -> tuple[int, int]:
         """(number of pending writes, their data+path characters)."""
+        if not self.ready:
+            return 0, 0
         row = self._db.execute(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(data) + LENGTH(path)), 0) FROM pending"
         ).fetchone()
@@ -72,6 +87,7 @@ class OutboxStore:
     def insert(self, writes: list[MemoryWrite]) -> None:
         """Append ``writes`` in one transaction: durable when this returns. Raises
         StorageFull("outbox") when the disk is full, nothing of ``writes`` kept."""
+        self.setup()
         with storage_seam("outbox"), self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
@@ -106,6 +122,8 @@ class OutboxStore:
     def after(self, seq: int, limit: int) -> list[tuple[int, MemoryWrite]]:
         """Up to ``limit`` pending writes queued after sequence number ``seq``, in order; on
         the reader connection, so it may run while a commit does."""
+        if not self.ready:
+            return []
         rows = self._reader.execute(
             "SELECT seq, id, source, type, path, data FROM pending WHERE seq > ? "
             "ORDER BY seq LIMIT ?",

@@ -58,7 +58,7 @@ class GroupCommit:
         self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
-        self.storage_full = False  # the last commit found the disk full (SPEC O-6)
+        self.storage_full = not store.ready  # the last commit (or the open) found it full
 
     def stored_hashes(self, ids: list[str]) -> dict[str, bytes]:
         """The content hashes stored under ``ids`` (absent: not stored), in one query per
