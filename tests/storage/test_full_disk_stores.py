@@ -35,7 +35,7 @@ async def _send(sink: MemorySink, tasks: list[Task]) -> list[Reply]:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sink.serve_connection, trio.SocketStream(theirs), Peer("test"))
         async with open_stream_client(trio.SocketStream(ours)) as client:
-            return await client.call_many(tasks, timeout_s=10)
+            return await client.call_many(list(tasks), timeout_s=10)
 
 
 async def test_the_memory_sink_on_a_full_disk_answers_storage_full_then_stores_the_retry(
