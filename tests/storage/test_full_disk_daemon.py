@@ -48,6 +48,10 @@ def _config(tmpfs: Tmpfs, config: Config) -> Config:
 async def test_a_full_disk_under_the_state_dir_refuses_with_storage_full_and_recovers(
     nursery: trio.Nursery, config: Config, tmpfs: Tmpfs, sock_dir: str
 ) -> None:
+    """O-6, issue 21: 64 audited tasks at a time on a full disk are each answered (OK while
+    the WAL's pages last, then storage_full:outbox), ping and stats keep working, and once
+    the filler is deleted ops succeed again and every acknowledged op's audit reaches the
+    memory store."""
     config = _config(tmpfs, config)
     daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "d.sock"), TEST_OPS)
     acknowledged: set[str] = set()
