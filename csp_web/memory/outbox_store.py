@@ -100,7 +100,8 @@ class OutboxStore:
         returned): a file is written, synced and removed."""
         probe = f"{self.path}.probe"
         try:
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(probe, flags, 0o600)
             try:
                 left = memoryview(bytes(PROBE_BYTES))
                 while left:  # a nearly full disk takes a short write, then ENOSPC

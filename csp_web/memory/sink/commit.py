@@ -12,7 +12,8 @@ connection sends the replies of what it staged only after ``wait_settled`` retur
 and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
 a commit fails, each connection open at that moment (each gate) is marked broken and closed
 with its replies unsent, so the writer sends the writes again (their IDs make that harmless,
-SPEC M-2).
+SPEC M-2). A commit a full disk refuses is a condition, not a fault: each of its writes is
+answered ``FAIL storage_full:memory`` (``unstored``) and the connections stay open (O-6).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ class GroupCommit:
         self.store = store
         self._staged: dict[str, bytes] = {}  # ID -> content hash, staged or being committed
         self._batch: list[Row] = []
-        self._gates: list[Gate | None] = []  # the connection that staged each row of _batch
         self._progress = trio.Event()
         self._staged_count = 0
         self._settled_count = 0  # staged writes whose commit ended, committed or failed
@@ -75,12 +75,10 @@ class GroupCommit:
         data: str,
         write_id: str,
         stored: dict[str, bytes] | None = None,
-        gate: Gate | None = None,
     ) -> bool:
         """Queue a write; False when this exact write is already stored or staged (M-2).
         ``stored``: the result of ``stored_hashes`` for this write's ID, taken since the loop
-        last yielded; None to look the ID up here. ``gate``: the connection told when a full
-        disk keeps the write out.
+        last yielded; None to look the ID up here.
 
         Raises OpError: invalid_field for a bad PATH, too_large for DATA no retention could
         keep, id_conflict when ``write_id`` is stored with other content (M-5)."""
@@ -99,7 +97,6 @@ class GroupCommit:
             return False
         self._staged[write_id] = digest
         self._batch.append(Row(write_id, source, type_, path, data, digest, len(raw), time.time()))
-        self._gates.append(gate)
         self._staged_count += 1
         return True
 
@@ -145,7 +142,6 @@ class GroupCommit:
 
     async def _commit_staged(self) -> None:
         batch, self._batch = self._batch, []
-        gates, self._gates = self._gates, []
         upto = self._staged_count
         self._busy = True
         try:
@@ -159,9 +155,10 @@ class GroupCommit:
                 log.error("memory store: disk full, writes refused until space returns")
             self.storage_full = True
             self.failed_commits += 1
-            for row, gate in zip(batch, gates, strict=True):
-                if gate is not None:
-                    gate.unstored.add(row.id)
+            # Every connection: one that was told "duplicate" for a write staged here by
+            # another must not keep that answer either.
+            for gate in self.gates:
+                gate.unstored.update(row.id for row in batch)
         except sqlite3.Error:
             log.exception("memory store commit of %d writes failed", len(batch))
             self.failed_commits += 1

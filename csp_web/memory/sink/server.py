@@ -220,13 +220,14 @@ class SinkSession:
         """``replies`` with the acknowledgement of each write a full disk kept out replaced
         by ``FAIL storage_full:memory`` (SPEC O-6); ``unstored`` is emptied."""
         refused: dict[bytes, bytes] = {}
-        self.sink.tally.counts[ErrorCode.STORAGE_FULL] += len(self.unstored)
         for task_id in self.unstored:
             fail = serialize(fail_reply(StorageFull("memory"), task_id))
             for outcome in ("stored", "duplicate"):  # a repeat in the same chunk too
                 refused[_acknowledged(task_id, outcome)] = fail
         self.unstored.clear()
-        return [refused.get(reply, reply) for reply in replies]
+        answered = [refused.get(reply, reply) for reply in replies]
+        self.sink.tally.counts[ErrorCode.STORAGE_FULL] += sum(r in refused for r in replies)
+        return answered
 
     async def receive(self) -> bytes | bytearray | None:
         """The next bytes (``b""`` at EOF), or None when a started frame's deadline passed."""
@@ -344,7 +345,7 @@ class SinkSession:
         *,
         stored: dict[str, bytes] | None = None,
     ) -> bytes:
-        fresh = self.sink.commits.stage(source, type_, path, data, task_id, stored, self)
+        fresh = self.sink.commits.stage(source, type_, path, data, task_id, stored)
         outcome = "stored" if fresh else "duplicate"
         self.sink.tally.counts[outcome] += 1
         return _acknowledged(task_id, outcome)
