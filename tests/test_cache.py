@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -157,3 +158,26 @@ async def test_a_row_naming_a_file_outside_the_cache_is_neither_read_nor_removed
         assert cache.unsafe_rows == 1
         assert list(cache._store) == []
     assert secret.read_text() == '"the secret"'
+
+
+def test_every_diskcache_store_in_the_repository_reads_with_the_safe_disk() -> None:
+    """CVE-2025-69872: a diskcache store built with any other Disk unpickles planted rows;
+    every construction (Cache, FanoutCache, Index, Deque) passes ``disk=SafeJSONDisk``."""
+    root = Path(__file__).resolve().parent.parent
+    built = re.compile(r"\bdiskcache\.(Cache|FanoutCache|Index|Deque)\(")
+    found = []
+    for folder in ("csp_web", "specialists", "bench", "scripts"):
+        for path in sorted((root / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if "diskcache" not in text:
+                continue
+            assert "from diskcache import" not in text, path  # constructions stay findable
+            for match in built.finditer(text):
+                call = text[match.start() : text.find("\n", match.start())]
+                found.append((path.name, call.strip()))
+    assert found == [
+        (
+            "cache.py",
+            "diskcache.Cache(directory, size_limit=size_limit_bytes, disk=SafeJSONDisk)",
+        )
+    ]
