@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,12 +52,14 @@ def _error(reply: Reply) -> tuple[Status, str | None]:
     return reply.status, reply.get("ERROR")
 
 
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
 async def test_an_op_whose_audit_finds_the_outbox_full_answers_storage_full_not_a_crash(
-    config: Config,
+    config: Config, synchronous: str
 ) -> None:
     """O-6, issue 21: the audit write's SQLITE_FULL escaped the dispatcher and ended the
     daemon. Now the op whose record could not be kept answers storage_full:outbox (not
     acknowledged), IN:SYS ops keep working, and once there is room ops are OK again."""
+    config = replace(config, outbox=replace(config.outbox, synchronous=synchronous))
     async with open_harness(config) as harness:
         dispatcher = harness.dispatcher
         db = outbox_of(dispatcher)._store._db
