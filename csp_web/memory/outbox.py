@@ -123,10 +123,8 @@ class Outbox:
         deadline); raises OpError(outbox_full) at once when no Memory Specialist is connected,
         as then nothing would make room. Raises StorageFull("outbox") while the disk is full
         (SPEC O-6): its space is probed, so the first op after it returned runs."""
-        if self._room.storage_full:
-            if not self._store.has_room():
-                raise self._room.refuse_storage_full()
-            self._room.set_storage_full(False)
+        if not self._space_returned():
+            raise self._room.refuse_storage_full()
         await self._room.wait_room(owner)
 
     async def wait_paced(self, owner: str) -> bool:
@@ -157,6 +155,7 @@ class Outbox:
         be counts per key: what a summary of several frames (SPEC O-4) stands for. A write
         whose commit fails (a full disk: SPEC O-6) is folded too: this never raises."""
         size = write_size(write)
+        self._space_returned()
         if not self._room.fold(key, size):
             try:
                 await self._commits.persist(write, size, owner)
@@ -171,8 +170,16 @@ class Outbox:
         committer, so the summaries of many connections closing at once share one transaction.
         For summaries written at a connection's close or by a timer: no reply waits for them."""
         size = write_size(write)
+        self._space_returned()
         if not self._room.fold(key, size):
             self._commits.add_nowait(write, size, owner)
+
+    def _space_returned(self) -> bool:
+        """False while the outbox's disk is full; while it is marked so, its space is probed
+        (a small write beside the store: SPEC O-6), and found again clears the mark."""
+        if self._room.storage_full and self._store.has_room():
+            self._room.set_storage_full(False)
+        return not self._room.storage_full
 
     async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
         """The Memory Specialist's reply to one ``task`` (a read, or a write that must be
