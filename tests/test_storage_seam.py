@@ -7,6 +7,7 @@ import errno
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -54,7 +55,7 @@ def _error(reply: Reply) -> tuple[Status, str | None]:
 
 @pytest.mark.parametrize("synchronous", ["normal", "full"])
 async def test_an_op_whose_audit_finds_the_outbox_full_answers_storage_full_not_a_crash(
-    config: Config, synchronous: str
+    config: Config, synchronous: Literal["normal", "full"]
 ) -> None:
     """O-6, issue 21: the audit write's SQLITE_FULL escaped the dispatcher and ended the
     daemon. Now the op whose record could not be kept answers storage_full:outbox (not
