@@ -50,6 +50,7 @@ def _exec_only(services: ExecServices) -> Specialist[ToolConfig, ToolServices]:
         open_services=lambda section, config: nullcontext(ToolServices(services, None, None)),
         background=lambda _: (),
         stats_lines=lambda _: {},
+        storage=lambda _: {},
         reload=None,
     )
 

@@ -46,6 +46,10 @@ class ErrorCode(enum.StrEnum):
     RATE_LIMITED = "rate_limited", "a rate limit has no token within the task's deadline"
     SHUTTING_DOWN = "shutting_down", "the daemon is stopping and takes no new work"
     OUTBOX_FULL = "outbox_full", "the memory outbox is full; work that must be logged is refused"
+    STORAGE_FULL = (
+        "storage_full",
+        "a disk the daemon writes to (outbox, cache, memory, media, state) is full: nothing kept",
+    )
     INTERNAL_ERROR = "internal_error", "a bug: the daemon logged a traceback"
     NOT_AVAILABLE = "not_available", "the feature is not configured or cannot run on this host"
     DAEMON_UNAVAILABLE = "daemon_unavailable", "the daemon behind csp-web mcp --socket is down"

@@ -161,6 +161,7 @@ def given(
         open_services=opened,
         background=lambda _: background,
         stats_lines=lambda _: {},
+        storage=lambda _: {},
         reload=None,
     )
 

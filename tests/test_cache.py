@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from csp_web.infra.cache import MemoryTier, approximate_size, cache_key, open_cache
+from csp_web.infra.cache_disk import UnsafeCacheRow
 
 
 def test_key_is_a_hash_that_never_holds_the_input() -> None:
@@ -113,3 +117,67 @@ async def test_a_read_racing_an_invalidation_does_not_bring_the_old_value_back(
             nursery.start_soon(cache.get, "api:x", "k")  # its disk read runs in a thread...
             await cache.invalidate("api:x")  # ...while the API's write empties the namespace
         assert await cache.get("api:x", "k") is None
+
+
+class _Payload:
+    """What a planted pickle would run on load: it creates the file at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+async def test_a_planted_pickle_key_is_never_unpickled(tmp_path: Path) -> None:
+    """CVE-2025-69872, keys: a row whose key is stored as a pickle (``raw = 0``) is refused
+    by anything that reads keys back, and its payload never runs."""
+    directory, ran = str(tmp_path / "c"), tmp_path / "payload-ran"
+    async with open_cache(directory, size_limit_bytes=1 << 20) as cache:
+        await cache.set("fetch", "u", "page", ttl_s=60)
+        with sqlite3.connect(os.path.join(directory, "cache.db")) as db:
+            db.execute("UPDATE Cache SET raw = 0, key = ?", (pickle.dumps(_Payload(str(ran))),))
+        with pytest.raises(UnsafeCacheRow):
+            list(cache._store)
+    assert not ran.exists()
+
+
+async def test_a_row_naming_a_file_outside_the_cache_is_neither_read_nor_removed(
+    tmp_path: Path,
+) -> None:
+    """A planted row whose file is elsewhere (``/…`` or ``..``) would put that file's bytes in
+    a reply, and its eviction would delete it: it is a miss, dropped, and the file stays."""
+    directory, secret = str(tmp_path / "c"), tmp_path / "secret"
+    secret.write_text('"the secret"')
+    async with open_cache(directory, size_limit_bytes=1 << 20) as cache:
+        await cache.set("fetch", "u", "page", ttl_s=60)
+        cache._memory.drop_namespace("fetch")
+        with sqlite3.connect(os.path.join(directory, "cache.db")) as db:
+            db.execute("UPDATE Cache SET mode = 3, filename = ?, value = NULL", (str(secret),))
+        assert await cache.get("fetch", "u") is None
+        assert cache.unsafe_rows == 1
+        assert list(cache._store) == []
+    assert secret.read_text() == '"the secret"'
+
+
+def test_every_diskcache_store_in_the_repository_reads_with_the_safe_disk() -> None:
+    """CVE-2025-69872: a diskcache store built with any other Disk unpickles planted rows;
+    every construction (Cache, FanoutCache, Index, Deque) passes ``disk=SafeJSONDisk``."""
+    root = Path(__file__).resolve().parent.parent
+    built = re.compile(r"\bdiskcache\.(Cache|FanoutCache|Index|Deque)\(")
+    found = []
+    for folder in ("csp_web", "specialists", "bench", "scripts"):
+        for path in sorted((root / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if "diskcache" not in text:
+                continue
+            assert "from diskcache import" not in text, path  # constructions stay findable
+            for match in built.finditer(text):
+                call = text[match.start() : text.find("\n", match.start())]
+                found.append((path.name, call.strip()))
+    assert found == [
+        (
+            "cache.py",
+            "diskcache.Cache(directory, size_limit=size_limit_bytes, disk=SafeJSONDisk)",
+        )
+    ]

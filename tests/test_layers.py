@@ -57,6 +57,7 @@ PUBLIC_CORE = frozenset(
         "records",
         "logs",
         "unix",  # the socket helpers, for a specialist that listens (the node socket)
+        "storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
     }
 )
 

@@ -184,3 +184,28 @@ def test_stored_hashes_finds_every_stored_id_of_a_chunk_in_parts_of_lookup_ids(
         assert found == {r.id: r.hash for r in rows}
     finally:
         store.close()
+
+
+def test_retention_max_bytes_bounds_the_store_file_on_disk(tmp_path: os.PathLike[str]) -> None:
+    """Issue 21 §5: the store used about 3x its DATA on disk (hash, indexes, free pages kept).
+    Filled far past retention_max_bytes, its file (checkpointed) stays within the bound plus
+    the empty store's schema pages, and the newest writes are the ones kept."""
+    limit = 256 * 1024
+    store = _store(tmp_path, max_bytes=limit)
+    record = '{"op":"fetch","outcome":"OK","duration_ms":12.5,"id":"%06d"}' + " " * 240
+    try:
+        for batch in range(40):  # ~3 MiB of records, twelve times the bound
+            rows = [_row(f"w-{batch}-{n}", record % n, float(batch)) for n in range(100)]
+            _commit(store, rows, float(batch))
+    finally:
+        store.close()
+    path = os.path.join(tmp_path, "mem", STORE_FILE)
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        # The empty store's pages: sqlite_master, a root per table and index, a pointer map.
+        fixed_pages = db.execute("SELECT COUNT(*) + 2 FROM sqlite_master WHERE rootpage > 0")
+        fixed_pages = fixed_pages.fetchone()[0]
+        newest = db.execute("SELECT id FROM writes ORDER BY seq DESC LIMIT 1").fetchone()
+    assert os.path.getsize(path) <= limit + fixed_pages * page_size
+    assert newest == ("w-39-99",)

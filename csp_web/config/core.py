@@ -105,6 +105,8 @@ class MemoryConfig:
     socket_path: str | None = None
     directory: str | None = None  # default: <state_dir>/memory
     # journald's SystemMaxUse caps a host's whole journal at 4 GiB; one daemon keeps a quarter.
+    # The store's file on disk (rows, hashes, indexes), not only its DATA: free pages are
+    # returned to the file system (issue 21: it grew to 3x its DATA).
     retention_max_bytes: int = 1024 * 1024 * 1024
     # logrotate's stock policy (weekly, rotate 4) keeps four weeks of logs.
     retention_max_age_s: float = 28 * 86400.0

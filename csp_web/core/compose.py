@@ -93,9 +93,11 @@ def compose(
     lines: dict[str, StatsLine] = {}
     for each in opened:
         lines.update(each.stats_lines)
+    storage = [check for each in opened for check in each.storage.items()]
     if memory is not None:
         lines.update(memory.stats_lines)
-    sys_services = SysServices(table, stats, memory, lines)
+        storage += [("outbox", lambda: memory.outbox.storage_full), *memory.storage.items()]
+    sys_services = SysServices(table, stats, memory, lines, tuple(storage))
     bound: list[BoundOp] = [bind(op, sys_services) for op in SYS_OPS]
     bound += [op for each in opened for op in each.ops]
     pools = slot_pools(config, specialists)

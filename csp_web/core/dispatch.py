@@ -21,7 +21,7 @@ from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
 from csp_web.core.context import OpContext, Peer, Services
 from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.fields import check_id, parse_timeout_ms, validate
 from csp_web.core.ops import BoundOp, Registry
 from csp_web.core.ports import allowed_uids
@@ -123,7 +123,10 @@ class Dispatcher:
             self.stats.record(op.req, duration_ms, code)
         elif code is not None:
             self.stats.reject(code)
-        await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
+        try:
+            await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
+        except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
+            return fail_reply(exc, task.id)
         return reply
 
     def instant_op(self, task: Task, peer: Peer) -> BoundOp | None:
@@ -232,6 +235,8 @@ class Dispatcher:
         extra: dict[str, Any],
         admitted: bool,
     ) -> None:
+        """Write the task's audit record (folded when there is no room); raises StorageFull
+        when an admitted op's record could not be stored (SPEC O-6)."""
         if not self.audit:
             return
         if op is not None and op.spec.specialist == "sys":
@@ -243,13 +248,17 @@ class Dispatcher:
         record = audit_record(task, peer, reply, round(duration_ms, 3), extra)
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         outbox = self.services.outbox
+        key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
         if admitted:  # only an admitted op may use the reserve (SPEC O-1)
             try:
                 await outbox.put(write, owner=peer.connection)
                 return
+            except StorageFull:  # counted, and the op answers storage_full (SPEC O-6)
+                key = f"{task.domain}/{task.req}:storage_full"
+                await outbox.put_or_fold(write, key, owner=peer.connection)
+                raise
             except OpError:
                 pass  # past the reserve too: folded below rather than lost
-        key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
         await outbox.put_or_fold(write, key, owner=peer.connection)
 
 

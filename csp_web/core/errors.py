@@ -2,7 +2,8 @@
 
     OpError                 any failure a handler wants to report; carries its catalogue code
     ├── FieldError          a request field is missing, unknown or malformed (dispatch)
-    └── Busy                admission refused the task (specialist slots, outbox)
+    ├── Busy                admission refused the task (specialist slots, outbox)
+    └── StorageFull         a disk the daemon writes to is full (``csp_web.core.storage``)
 
 Handlers raise these; ``csp_web.core.dispatch`` is the one place that turns them, and any other
 exception, into a reply frame. Third-party errors (httpx, OSError, trio) are translated into
@@ -52,3 +53,12 @@ class FieldError(OpError):
 
 class Busy(OpError):
     """Admission refused the task at once rather than let it wait without bound."""
+
+
+class StorageFull(OpError):
+    """A write to one of the daemon's stores failed for want of space: ``which`` is
+    ``outbox``, ``cache``, ``memory``, ``media`` or ``state``, the ERROR line's detail."""
+
+    def __init__(self, which: str) -> None:
+        super().__init__(ErrorCode.STORAGE_FULL, which)
+        self.which = which

@@ -18,6 +18,8 @@ from protocol import Reply, Task
 
 # A REQ:stats line (KEY value): a value, several, or a callable giving the current one(s).
 StatsLine: TypeAlias = str | tuple[str, ...] | Callable[[], str | tuple[str, ...]]
+# Whether a store's disk is full now (SPEC O-6), by the store's name on REQ:stats' STORAGE line.
+StorageChecks: TypeAlias = Mapping[str, Callable[[], bool]]
 
 
 class Outbound(Protocol):
@@ -37,6 +39,8 @@ class Outbound(Protocol):
     def waiting(self) -> int: ...
     @property
     def full(self) -> bool: ...
+    @property
+    def storage_full(self) -> bool: ...
     def peer_full(self, owner: str) -> bool: ...
 
     async def put(
@@ -64,11 +68,13 @@ class Relay(Protocol):
 class MemoryPath:
     """Where memory writes go: the outbox (audit records, ``OpContext.remember``), the relay
     for IN:MEMORY frames (None: they are looked up in the op table), and the ``REQ:stats``
-    lines the path adds (the embedded store's ``MEMORY``)."""
+    lines the path adds (the embedded store's ``MEMORY``) and its stores' full-disk checks
+    besides the outbox's (the embedded store's ``memory``)."""
 
     outbox: Outbound
     relay: Relay | None
     stats_lines: Mapping[str, StatsLine] = field(default_factory=dict)
+    storage: StorageChecks = field(default_factory=dict)
 
 
 class TaskPort(Protocol):

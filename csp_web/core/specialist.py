@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeAlias, TypeVar
 
 import trio
 
 from csp_web.config import Config, SlotLimits, SlotsConfig
 from csp_web.core.ops import BoundOp, Op, OpSpec, bind
-from csp_web.core.ports import StatsLine, TaskPort
+from csp_web.core.ports import StatsLine, StorageChecks, TaskPort
 
 C = TypeVar("C")
 S = TypeVar("S")
@@ -44,6 +44,7 @@ class Opened:
     background: tuple[Background, ...]
     stats_lines: Mapping[str, StatsLine]
     reload: Reloader | None
+    storage: StorageChecks = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +61,7 @@ class Specialist(Generic[C, S]):
     open_services: Callable[[C, Config], AbstractAsyncContextManager[S]]
     background: Callable[[S], tuple[Background, ...]]
     stats_lines: Callable[[S], Mapping[str, StatsLine]]
+    storage: Callable[[S], StorageChecks]  # its stores' full-disk checks (SPEC O-6)
     reload: Callable[[S, C, Config], Commit] | None  # checks (ValueError), returns its commit
 
     @property
@@ -74,6 +76,7 @@ class Specialist(Generic[C, S]):
             self.background(services),
             self.stats_lines(services),
             self._reloader(services),
+            self.storage(services),
         )
 
     def _reloader(self, services: S) -> Reloader | None:

@@ -4,9 +4,14 @@ daemon's life, so two daemons never fire the same cron run or write back each ot
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from csp_web.core.storage import is_storage_full
+
+log = logging.getLogger(__name__)
 
 LOCK_FILE = "daemon.lock"
 
@@ -45,11 +50,22 @@ def hold_state_dir(state_dir: str) -> Iterator[str]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StateDirBusy(state_dir, _lock_holder(fd)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _write_pid(fd, state_dir)
         yield path
     finally:
         os.close(fd)
+
+
+def _write_pid(fd: int, state_dir: str) -> None:
+    """Write our pid into the held lock file: it only names the holder in StateDirBusy, so a
+    full disk (SPEC O-6) leaves it empty rather than stopping the start."""
+    os.ftruncate(fd, 0)
+    try:
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        if not is_storage_full(exc):
+            raise
+        log.warning("state dir %s: disk full, the lock file names no pid", state_dir)
 
 
 def _lock_holder(fd: int) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from csp_web.core.context import OpContext
@@ -23,6 +23,7 @@ class SysServices:
     stats: Stats
     memory: MemoryPath | None
     lines: Mapping[str, StatsLine]
+    storage: tuple[tuple[str, Callable[[], bool]], ...] = ()  # (store, is its disk full)
 
 
 async def ping(params: Params, ctx: OpContext, services: SysServices) -> Result:
@@ -58,6 +59,8 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
                 f"connected:{str(outbox.connected).lower()},waiting:{outbox.waiting}",
             )
         )
+    full = sorted({which for which, is_full in services.storage if is_full()})
+    fields.append(("STORAGE", f"full:{','.join(full) or 'none'}"))  # SPEC O-6
     for name, entry in sorted(stats.ops.items()):
         fields.append(
             (
@@ -113,6 +116,11 @@ STATS_REPLIES = (
         "a memory path is configured",
         "depth, delivered, rejected, refused, connected, waiting (ops waiting for a turn, O-5)",
     ),
+    ReplyField(
+        "STORAGE",
+        "always",
+        "full:<stores whose disk is full now> (outbox, cache, memory, media, state) or none",
+    ),
     ReplyField("OP", "one per op run since start", "<op> count, failed, p50_ms, p99_ms"),
     ReplyField("REJECTED", "one per code frames were refused with", "<code>:<count>"),
     ReplyField("RELOAD", "after a SIGHUP", "the last reload's outcome"),
@@ -131,6 +139,7 @@ STATS_EXAMPLE = Example(
         "SCOPE [sys]\n"
         "DATA …\n"
         "OUTBOX …\n"
+        "STORAGE full:none\n"
         "OP exec count:1,failed:0,p50_ms:0,p99_ms:0\n"
         "OP fetch count:1,failed:0,p50_ms:0,p99_ms:0\n"
         "OP nodes count:2,failed:0,p50_ms:0,p99_ms:0\n"

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config import CronConfig
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.ports import TaskPort
+from csp_web.core.storage import is_storage_full
 from protocol import ErrorCode, Task
 
 from .claims import SharedCronStore
@@ -164,6 +165,8 @@ class JobTable:
             await self._store.save(self._snapshot)
         except OSError as exc:
             undo()
+            if is_storage_full(exc):  # SPEC O-6: the job file's disk is full
+                raise StorageFull("state") from exc
             detail = f"cannot save jobs: {exc.strerror or type(exc).__name__}"
             raise OpError(ErrorCode.CRON_ERROR, detail, scope=SCOPE) from exc
         finally:

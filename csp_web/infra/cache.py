@@ -6,22 +6,36 @@ values without secrets: auth headers and tokens are never part of what is cached
 "Sensitive data stripped before caching"). Entries are tagged by namespace so an API's write
 can invalidate its cached reads at once. diskcache is blocking (SQLite), so every call runs in
 a worker thread.
+
+Rows are read with ``SafeJSONDisk`` (cache_disk.py), which never unpickles: a planted pickle
+row is a logged miss and is dropped. The cache is an optimisation: when its disk is full a
+``set`` is skipped (logged once per spell, shown by ``storage_full``), never failing the op
+whose answer it would have kept (docs/architecture.md, "A full disk").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
+import sqlite3
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import diskcache
 import trio
+
+from csp_web.core.errors import StorageFull
+from csp_web.core.storage import is_storage_full, storage_seam
+from csp_web.infra.cache_disk import SafeJSONDisk, UnsafeCacheRow
+
+log = logging.getLogger(__name__)
 
 
 def cache_key(namespace: str, material: Any) -> str:
@@ -90,16 +104,23 @@ class MemoryTier:
 
 
 class Cache:
-    """Bounded, expiring entries on disk with a memory tier; made by ``open_cache``."""
+    """Bounded, expiring entries on disk with a memory tier; made by ``open_cache``.
 
-    def __init__(self, store: diskcache.Cache, *, memory_bytes: int) -> None:
-        self._store = store
+    The disk store is opened by ``open_disk``; when a full disk stops that (SPEC O-6), the
+    cache runs on its memory tier and each ``set`` tries again."""
+
+    def __init__(self, open_disk: Callable[[], diskcache.Cache], *, memory_bytes: int) -> None:
+        self._open_disk = open_disk
+        self._disk: diskcache.Cache | None = None
+        self._opening = threading.Lock()  # set() runs in worker threads: one opener
         self._memory = MemoryTier(memory_bytes)
         # Bumped by invalidate(): a read or write that began before it must not bring an old
         # value back into memory after the namespace was emptied.
         self._generation: dict[str, int] = {}
         self.hits = 0
         self.misses = 0
+        self.storage_full = False  # the last write found the disk full (REQ:stats)
+        self.unsafe_rows = 0  # planted rows dropped (SafeJSONDisk)
 
     async def get(self, namespace: str, material: Any) -> Any | None:
         """The cached value, or None when absent or expired."""
@@ -107,9 +128,7 @@ class Cache:
         value = self._memory.get(key)
         if value is None:
             generation = self._generation.get(namespace, 0)
-            value, expires_at = await trio.to_thread.run_sync(
-                lambda: self._store.get(key, expire_time=True)
-            )
+            value, expires_at = await trio.to_thread.run_sync(self._read, key)
             if value is not None and generation == self._generation.get(namespace, 0):
                 self._memory.put(key, value, expires_at=expires_at or math.inf)
         if value is None:
@@ -118,12 +137,41 @@ class Cache:
             self.hits += 1
         return value
 
+    @property
+    def _store(self) -> diskcache.Cache:
+        """The disk store, opened now if it was not; raises StorageFull("cache") when a full
+        disk stops that. Blocking: call from a worker thread."""
+        with self._opening:
+            if self._disk is None:
+                with storage_seam("cache"):
+                    self._disk = self._open_disk()
+            return self._disk
+
+    def close(self) -> None:
+        """Close the disk store (blocking)."""
+        if self._disk is not None:
+            self._disk.close()
+
+    def _read(self, key: str) -> tuple[Any, float | None]:
+        """(value, expiry) of ``key`` on disk, (None, None) when absent (or no disk store
+        could be opened); a row this cache never writes (a pickle: CVE-2025-69872) is
+        logged, dropped and read as absent."""
+        if self._disk is None:
+            return None, None
+        try:
+            return self._store.get(key, expire_time=True)  # type: ignore[no-any-return]
+        except UnsafeCacheRow as exc:
+            self.unsafe_rows += 1
+            log.warning("cache: dropped a planted row (%s); the op goes to the network", exc)
+            self._store.delete(key)
+            return None, None
+
     async def set(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None:
+        """Keep ``value`` for ``ttl_s``; on a full disk only in memory (the cache is an
+        optimisation: the op that made ``value`` still answers)."""
         key = cache_key(namespace, material)
         generation = self._generation.get(namespace, 0)
-        await trio.to_thread.run_sync(
-            lambda: self._store.set(key, value, expire=ttl_s, tag=namespace)
-        )
+        await trio.to_thread.run_sync(self._write, key, value, ttl_s, namespace)
         if generation == self._generation.get(namespace, 0):
             self._memory.put(key, value, expires_at=time.time() + ttl_s)
 
@@ -132,18 +180,33 @@ class Cache:
         self._bump(namespace)  # reads already under way must not refill memory...
         self._memory.drop_namespace(namespace)
         try:
-            return int(await trio.to_thread.run_sync(self._store.evict, namespace))
+            return int(await trio.to_thread.run_sync(self._evict, namespace))
         finally:
             # ...nor those that started while the disk was emptied; and a read that began in
             # that window and finished before it ended may have refilled memory: drop again.
             self._bump(namespace)
             self._memory.drop_namespace(namespace)
 
+    def _evict(self, namespace: str) -> int:
+        return 0 if self._disk is None else int(self._disk.evict(namespace))
+
+    def _write(self, key: str, value: Any, ttl_s: float, namespace: str) -> None:
+        try:
+            self._store.set(key, value, expire=ttl_s, tag=namespace)
+        except (OSError, sqlite3.Error, StorageFull) as exc:
+            if not is_storage_full(exc):
+                raise
+            if not self.storage_full:
+                log.warning("cache: disk full, answers are not cached until space returns")
+            self.storage_full = True
+        else:
+            self.storage_full = False
+
     def _bump(self, namespace: str) -> None:
         self._generation[namespace] = self._generation.get(namespace, 0) + 1
 
     def volume_bytes(self) -> int:
-        return int(self._store.volume())
+        return 0 if self._disk is None else int(self._disk.volume())
 
 
 @asynccontextmanager
@@ -151,18 +214,23 @@ async def open_cache(
     directory: str, *, size_limit_bytes: int, memory_bytes: int = 32 * 1024 * 1024
 ) -> AsyncIterator[Cache]:
     """Open the cache in ``directory`` (created 0700) with a ``memory_bytes`` LRU in front;
-    closed on exit."""
+    closed on exit. On a full disk it opens on its memory tier alone (``Cache``)."""
 
     def make() -> diskcache.Cache:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        # JSON, never pickle: a cache file that someone managed to rewrite must not be able
-        # to run code when the daemon reads it back.
-        store = diskcache.Cache(directory, size_limit=size_limit_bytes, disk=diskcache.JSONDisk)
+        # JSON, never pickle, written and read: a cache file that someone managed to rewrite
+        # must not be able to run code when the daemon reads it back (cache_disk.py).
+        store = diskcache.Cache(directory, size_limit=size_limit_bytes, disk=SafeJSONDisk)
         store.create_tag_index()
         return store
 
-    store = await trio.to_thread.run_sync(make)
+    cache = Cache(make, memory_bytes=memory_bytes)
     try:
-        yield Cache(store, memory_bytes=memory_bytes)
+        await trio.to_thread.run_sync(lambda: cache._store)
+    except StorageFull:
+        log.warning("cache: disk full at start, answers are kept in memory only for now")
+        cache.storage_full = True
+    try:
+        yield cache
     finally:
-        await trio.to_thread.run_sync(store.close)
+        await trio.to_thread.run_sync(cache.close)

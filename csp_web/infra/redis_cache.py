@@ -72,6 +72,7 @@ class ResponseCache(Protocol):
 
     hits: int
     misses: int
+    storage_full: bool  # its last write found the disk full (SPEC O-6; never, on Redis)
 
     async def get(self, namespace: str, material: Any) -> Any | None: ...
 
@@ -100,6 +101,7 @@ class RedisCache:
         self._store = store
         self._memory_bytes = memory_bytes
         self._memory = MemoryTier(memory_bytes)
+        self.storage_full = False  # Redis holds it: no disk of this daemon's
         self._checked = checked
         self._gens: dict[str, int] = {}  # the generation each namespace had at its last read
         self._miss_gens: OrderedDict[str, int] = OrderedDict()

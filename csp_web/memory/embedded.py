@@ -80,5 +80,9 @@ async def open_memory_path(config: Config) -> AsyncIterator[MemoryPath]:
         open_memory_link(config) as (link, embedded),
         open_outbox(config.outbox_path, config.outbox, config.memory, link=link) as outbox,
     ):
-        lines = {} if embedded is None else {"MEMORY": functools.partial(describe, embedded)}
-        yield MemoryPath(outbox, MemoryRelay(config.memory, link), lines)
+        if embedded is None:
+            yield MemoryPath(outbox, MemoryRelay(config.memory, link))
+            return
+        lines = {"MEMORY": functools.partial(describe, embedded)}
+        storage = {"memory": lambda: embedded.commits.storage_full}
+        yield MemoryPath(outbox, MemoryRelay(config.memory, link), lines, storage)

@@ -64,6 +64,7 @@ class Outbox:
         self._link = link
         turn_at = config.delivery_window * memory.batch_size  # a whole window unsent (O-5)
         self._room = OutboxRoom(config, *store.totals(), turn_at=turn_at)
+        self._room.set_storage_full(not store.ready)  # opened on a full disk (SPEC O-6)
         self._commits = GroupCommit(store, self._room, inline=config.synchronous == "normal")
         self._delivery = Delivery(store, self._room, self._commits, config, memory)
 
@@ -106,6 +107,11 @@ class Outbox:
         """Whether new ops must wait for room (SPEC O-1)."""
         return self._room.full
 
+    @property
+    def storage_full(self) -> bool:
+        """Whether the outbox's disk was full at its last commit (SPEC O-6)."""
+        return self._room.storage_full
+
     def peer_full(self, owner: str) -> bool:
         """Whether ``owner`` holds its whole share of pending writes (SPEC O-2)."""
         return self._room.peer_full(owner)
@@ -115,7 +121,10 @@ class Outbox:
         behind (SPEC O-5), the outbox is below its limits and ``owner`` below its share.
         Waits while delivery is connected (back-pressure; the caller bounds the wait with its
         deadline); raises OpError(outbox_full) at once when no Memory Specialist is connected,
-        as then nothing would make room."""
+        as then nothing would make room. Raises StorageFull("outbox") while the disk is full
+        (SPEC O-6): its space is probed, so the first op after it returned runs."""
+        if not self._space_returned():
+            raise self._room.refuse_storage_full()
         await self._room.wait_room(owner)
 
     async def wait_paced(self, owner: str) -> bool:
@@ -127,7 +136,8 @@ class Outbox:
     async def put(
         self, write: MemoryWrite, *, use_reserve: bool = True, owner: str | None = None
     ) -> None:
-        """Persist ``write``; returns once it is committed. Raises OpError(outbox_full).
+        """Persist ``write``; returns once it is committed. Raises OpError(outbox_full), or
+        StorageFull("outbox") when the disk is full (nothing of ``write`` kept).
 
         Only writes of ops already admitted may use the reserve past ``max_pending``; audit
         records of refused frames and of IN:SYS ops go through ``put_or_fold`` instead.
@@ -142,10 +152,15 @@ class Outbox:
     ) -> None:
         """Persist ``write`` while the outbox is below ``max_pending``; past it, count it under
         ``key`` in one summary record instead (SPEC O-3). Never raises outbox_full. ``key`` may
-        be counts per key: what a summary of several frames (SPEC O-4) stands for."""
+        be counts per key: what a summary of several frames (SPEC O-4) stands for. A write
+        whose commit fails (a full disk: SPEC O-6) is folded too: this never raises."""
         size = write_size(write)
+        self._space_returned()
         if not self._room.fold(key, size):
-            await self._commits.persist(write, size, owner)
+            try:
+                await self._commits.persist(write, size, owner)
+            except OpError:
+                self._room.count_folded(key)
 
     def put_or_fold_nowait(
         self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
@@ -155,8 +170,16 @@ class Outbox:
         committer, so the summaries of many connections closing at once share one transaction.
         For summaries written at a connection's close or by a timer: no reply waits for them."""
         size = write_size(write)
+        self._space_returned()
         if not self._room.fold(key, size):
             self._commits.add_nowait(write, size, owner)
+
+    def _space_returned(self) -> bool:
+        """False while the outbox's disk is full; while it is marked so, its space is probed
+        (a small write beside the store: SPEC O-6), and found again clears the mark."""
+        if self._room.storage_full and self._store.has_room():
+            self._room.set_storage_full(False)
+        return not self._room.storage_full
 
     async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
         """The Memory Specialist's reply to one ``task`` (a read, or a write that must be

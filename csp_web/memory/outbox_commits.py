@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.records import MemoryWrite
 from csp_web.memory.outbox_room import OutboxRoom, write_size
 from csp_web.memory.outbox_store import OutboxStore
@@ -27,13 +27,14 @@ T = TypeVar("T")
 class _Commit:
     """Writes that will share one transaction; ``done`` is set once it ran (or failed)."""
 
-    __slots__ = ("done", "error", "finished", "scheduled", "writes")
+    __slots__ = ("done", "error", "finished", "scheduled", "unattended", "writes")
 
     def __init__(self) -> None:
         self.writes: list[MemoryWrite] = []
         self.finished = False
         self.scheduled = False  # a system task will commit it (add_nowait)
-        self.error: str | None = None
+        self.unattended = 0  # writes no caller waits for (add_nowait, add_now)
+        self.error: Exception | None = None
         self.done = trio.Event()
 
 
@@ -75,19 +76,23 @@ class GroupCommit:
         self._new_rows = trio.Event()
 
     async def persist(self, write: MemoryWrite, size: int, owner: str | None) -> None:
-        """Return once ``write`` is committed; OpError(outbox_full) when the commit failed."""
+        """Return once ``write`` is committed. Raises StorageFull("outbox") when the disk was
+        full, OpError(outbox_full) when the commit failed otherwise."""
         commit = self._enqueue(write, size, owner)
         if self._inline:
             await self._commit_after_a_pass(commit)
         else:
             self._batch_ready.set()
             await commit.done.wait()
+        if isinstance(commit.error, StorageFull):
+            raise StorageFull("outbox")
         if commit.error is not None:
             raise OpError(ErrorCode.OUTBOX_FULL, f"not persisted: {commit.error}")
 
     def add_nowait(self, write: MemoryWrite, size: int, owner: str | None) -> None:
         """Join the commit being gathered, committed after one scheduler pass or by ``serve``."""
         commit = self._enqueue(write, size, owner)
+        commit.unattended += 1
         if not self._inline:
             self._batch_ready.set()
         elif not commit.scheduled:
@@ -101,6 +106,7 @@ class GroupCommit:
         or hand it to ``serve`` (``full``); nothing waits for it (a summary of folded records,
         past any limit: it takes far less room than the records it stands for)."""
         commit = self._enqueue(write, write_size(write), None)
+        commit.unattended += 1
         if self._inline:
             self._commit(commit)
         else:
@@ -129,8 +135,9 @@ class GroupCommit:
         try:
             self._store.insert(commit.writes)
         except Exception as exc:
-            log.exception("outbox commit failed")
-            self._forget(commit, str(exc))
+            self._failed(commit, exc)
+        else:
+            self._room.set_storage_full(False)
         self._finish(commit)
 
     def _finish(self, commit: _Commit) -> None:
@@ -138,7 +145,20 @@ class GroupCommit:
         commit.done.set()
         self._new_rows.set()
 
-    def _forget(self, commit: _Commit, error: str) -> None:
+    def _failed(self, commit: _Commit, error: Exception) -> None:
+        """``commit`` was not stored: its writers get the error, its writes stop counting.
+        A full disk is a condition (logged once, until a commit succeeds), not a bug."""
+        if isinstance(error, StorageFull):
+            if not self._room.storage_full:
+                log.error("outbox: disk full, audited ops get storage_full until space returns")
+            self._room.set_storage_full(True)
+            if commit.unattended:  # summaries nobody waits for: counted, not dropped unseen
+                self._room.count_folded({"unstored": commit.unattended})
+        else:
+            log.error("outbox commit failed", exc_info=error)
+        self._forget(commit, error)
+
+    def _forget(self, commit: _Commit, error: Exception) -> None:
         commit.error = error
         self._room.remove(commit.writes)
         # Room was freed and delivery may be behind no more: no settle will say so for writes
@@ -159,14 +179,18 @@ class GroupCommit:
             try:
                 await self.db(self._store.insert, commit.writes)
             except Exception as exc:
-                log.exception("outbox commit failed")
-                self._forget(commit, str(exc))
+                self._failed(commit, exc)
+            else:
+                self._room.set_storage_full(False)
             self._finish(commit)
 
     def commit_rest(self) -> None:
         """At close: commit writes not yet committed (blocking; nothing serves commits)."""
         commit, self._open = self._open, None
         if commit is not None and not commit.finished:  # the committer is gone
-            self._store.insert(commit.writes)
+            try:
+                self._store.insert(commit.writes)
+            except StorageFull:
+                log.error("outbox: disk full at exit, %d writes not stored", len(commit.writes))
             commit.finished = True
             commit.done.set()

@@ -17,6 +17,7 @@ import trio
 from csp_web.config import MemoryConfig, OutboxConfig
 from csp_web.core.client import Client, ClientClosed, PendingBatch
 from csp_web.core.records import MemoryWrite
+from csp_web.core.storage import is_storage_full
 from csp_web.memory.link import MemoryLink
 from csp_web.memory.outbox_commits import GroupCommit
 from csp_web.memory.outbox_frames import batch_frames, sort_replies
@@ -64,10 +65,13 @@ class Delivery:
                     "; ".join(map(str, group.exceptions)),
                     self._backoff_s,
                 )
-            except* sqlite3.Error:
+            except* sqlite3.Error as group:
                 # Disk full or locked: unsettled writes are simply sent again later (their IDs
                 # make that harmless, SPEC M-2); the daemon must not go down with delivery.
-                log.exception("outbox store error during delivery; retry in %.1fs", self._backoff_s)
+                if all(map(is_storage_full, group.exceptions)):  # a condition: no traceback
+                    log.warning("outbox: disk full while settling; retry in %.1fs", self._backoff_s)
+                else:
+                    log.exception("outbox store error in delivery; retry in %.1fs", self._backoff_s)
             await trio.sleep(self._backoff_s)
             self._backoff_s = min(self._backoff_s * 2, self._memory.backoff_max_s)
 
@@ -148,6 +152,8 @@ class Delivery:
         self.rejected += rejected
         if rejected:
             log.error("memory specialist rejected %d writes; kept in outbox.rejected", rejected)
-        if not self._room.full and (summary := self._room.take_folded()):
+        if not (self._room.full or self._room.storage_full) and (
+            summary := self._room.take_folded()
+        ):
             self._commits.add_now(summary)
         self._room.wake()

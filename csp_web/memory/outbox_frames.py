@@ -18,6 +18,7 @@ _TRANSIENT = frozenset(
         "outbox_full",
         "rate_limited",
         "memory_unavailable",
+        "storage_full",  # the Memory Specialist's disk is full: kept, sent again (SPEC O-6)
     }
 )
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import trio
 
 from csp_web.config import OutboxConfig
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from protocol import ErrorCode
 
@@ -53,6 +53,7 @@ class OutboxRoom:
         self.refused = 0
         self.folded = 0
         self.connected = False  # whether delivery is connected, so waiting makes room
+        self.storage_full = False  # the last commit found the disk full (until one succeeds)
         self.drained = trio.Event()  # set while nothing is pending
         if depth == 0:
             self.drained.set()
@@ -138,6 +139,16 @@ class OutboxRoom:
             self.grant(0)
         self.wake()  # waiters re-check: refused at once while nothing drains
 
+    def set_storage_full(self, full: bool) -> None:
+        """Note whether the outbox's disk is full; once space returns, write the summary of
+        what was folded meanwhile at the next settle (``take_folded``)."""
+        self.storage_full = full
+
+    def refuse_storage_full(self) -> StorageFull:
+        """Count a refusal for want of disk space (an op that would log)."""
+        self.refused += 1
+        return StorageFull("outbox")
+
     def admit(self, write: MemoryWrite, size: int, *, use_reserve: bool) -> None:
         """Raise OpError(outbox_full) unless ``write`` fits below the hard cap."""
         hard_cap = self._config.max_pending + (self._config.reserve if use_reserve else 0)
@@ -191,17 +202,22 @@ class OutboxRoom:
 
     def fold(self, key: str | Mapping[str, int], size: int) -> bool:
         """Count ``key`` in the folded summary when the outbox has no room; False if it has."""
-        if not (self.full or self.bytes + size > self._config.max_bytes):
+        if not (self.storage_full or self.full or self.bytes + size > self._config.max_bytes):
             return False
+        self.count_folded(key)
+        return True
+
+    def count_folded(self, key: str | Mapping[str, int]) -> None:
+        """Count ``key`` in the folded summary (a write that cannot be stored now)."""
         if not self._folded:
             self._folded_since = time.time()
-            log.warning("outbox full: folding audit records of sys ops and refused frames")
+            why = "disk" if self.storage_full else "outbox"
+            log.warning("%s full: folding audit records of sys ops and refused frames", why)
         for name, count in ({key: 1} if isinstance(key, str) else key).items():
             if name not in self._folded and len(self._folded) >= _MAX_FOLDED_KEYS:
                 name = "other"  # REQ names are the caller's: keep the summary bounded
             self._folded[name] += count
             self.folded += count
-        return True
 
     def take_folded(self) -> MemoryWrite | None:
         """The summary of folded audit records as one write (None if there are none); the

@@ -62,6 +62,7 @@ BROWSER: Specialist[BrowserConfig, BrowserServices] = Specialist(
     open_services=_open,
     background=lambda services: (),
     stats_lines=_stats_lines,
+    storage=lambda services: {"media": lambda: services.media.storage_full},
     reload=_reload,
 )
 

@@ -14,6 +14,9 @@ import time
 
 import trio
 
+from csp_web.core.errors import StorageFull
+from csp_web.core.storage import storage_seam
+
 
 class MediaStore:
     """The media folder; made (0700) on first use."""
@@ -23,21 +26,31 @@ class MediaStore:
         self.max_bytes = max_bytes
         self.max_age_s = max_age_s
         self.removed = 0
+        self.storage_full = False  # the last save found the disk full (SPEC O-6)
 
     def _ensure(self) -> None:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
 
     def save_sync(self, prefix: str, data: bytes) -> str:
-        """Write ``data`` as ``<prefix>-<random>.png``; returns its absolute path."""
-        self._ensure()
+        """Write ``data`` as ``<prefix>-<random>.png``; returns its absolute path. Raises
+        StorageFull("media") when the disk is full, leaving no partial file behind."""
         name = f"{prefix}-{secrets.token_hex(12)}.png"
         path = os.path.join(os.path.abspath(self.directory), name)
         tmp = f"{path}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(tmp, path)
+        try:
+            with storage_seam("media"):
+                self._ensure()
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+                os.replace(tmp, path)
+        except StorageFull:
+            self.storage_full = True
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self.storage_full = False
         self.trim_sync(keep=path)
         return path
 

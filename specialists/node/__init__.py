@@ -53,6 +53,10 @@ def make_node(*, link: RedisLink | None = None) -> Specialist[NodesConfig, NodeS
         open_services=partial(open_node_services, link=link),
         background=_background,
         stats_lines=_stats_lines,
+        storage=lambda nodes: {
+            "media": lambda: nodes.hub.media_full,
+            "state": lambda: nodes.hub.store.storage_full,
+        },
         reload=None,
     )
 

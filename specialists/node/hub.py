@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from csp_web.config.nodes import NodesConfig
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.replies import Result
 from protocol import ErrorCode, Task
 
@@ -52,6 +52,7 @@ class NodeHub:
         self.config = config
         self.store = store
         self.media_dir = media_dir
+        self.media_full = False  # the last capture found the disk full (SPEC O-6)
         self.links: dict[str, NodeLink] = {}
         self.open_links = 0
         self.pending = PendingPairs(
@@ -270,9 +271,14 @@ class NodeHub:
             raise OpError(ErrorCode.NODE_UNAVAILABLE, name, scope=("node",))
         if checked.media is None or data is None:
             return Outcome(checked, None, 0)
-        path = await trio.to_thread.run_sync(
-            save_media, self.media_dir, name, task_id, checked.media, data
-        )
+        try:
+            path = await trio.to_thread.run_sync(
+                save_media, self.media_dir, name, task_id, checked.media, data
+            )
+        except StorageFull:
+            self.media_full = True
+            raise
+        self.media_full = False
         return Outcome(checked, path, len(data))
 
     async def run_here(

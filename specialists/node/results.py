@@ -4,13 +4,15 @@ its checksum (N-9, N-10), replies checked against a schema per action (N-11).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import secrets
 from dataclasses import dataclass, field
 
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
+from csp_web.core.storage import storage_seam
 from protocol import ErrorCode, Reply, Status
 
 from .wire import MediaInfo, parse_media
@@ -153,13 +155,20 @@ def _node_failure(error: str, max_text_chars: int) -> OpError:
 
 def save_media(directory: str, name: str, task_id: str, info: MediaInfo, data: bytes) -> str:
     """Write ``data`` as ``<directory>/<name>-<task_id>-<random>.<ext>`` (0600, folder 0700);
-    returns its path."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    returns its path. Raises StorageFull("media") when the disk is full, leaving no partial
+    file behind."""
     safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", task_id)
     # A random tail: a client may reuse an ID, and one capture never replaces another.
     tail = secrets.token_hex(4)
     path = os.path.join(directory, f"{name}-{safe_id}-{tail}.{_EXT.get(info.mime, 'bin')}")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
+    try:
+        with storage_seam("media"):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+    except StorageFull:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
     return path

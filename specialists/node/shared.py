@@ -63,6 +63,7 @@ class SharedNodeStore(NodeStore):
         self._link = link
         self.path = link.key("nodes", "paired")  # named in errors, like the file's path
         self.max_nodes = max_nodes
+        self.storage_full = False  # Redis holds it: no disk of this daemon's
         self.nodes: dict[str, NodeRecord] = {}
         self._pair = link.client.register_script(_PAIR)
         self._update = link.client.register_script(_UPDATE)

@@ -8,16 +8,23 @@ through a temporary file and ``os.replace``, so a crash leaves the old or the ne
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from csp_web.core.errors import StorageFull
+from csp_web.core.storage import storage_seam
+
 from .wire import Hello
+
+log = logging.getLogger(__name__)
 
 STORE_FILE = "nodes.json"
 # Crockford's base32 without I, L, O, U: codes are read aloud and typed by an operator.
@@ -70,6 +77,7 @@ class NodeStore:
         self.path = os.path.join(directory, STORE_FILE)
         self.max_nodes = max_nodes
         self.nodes: dict[str, NodeRecord] = {}
+        self.storage_full = False  # the last save found the disk full (SPEC O-6)
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as file:
                 data = json.load(file)
@@ -92,24 +100,41 @@ class NodeStore:
         if len(self.nodes) >= self.max_nodes and hello.name not in self.nodes:
             raise ValueError(f"the store holds {self.max_nodes} nodes (nodes.max_nodes)")
         token = new_token()
+        before = self.nodes.get(hello.name)
         self.nodes[hello.name] = NodeRecord(
             hello.name, hello.platform, list(hello.capabilities), hash_token(token), time.time()
         )
-        self.save()
+        try:
+            self.save()
+        except StorageFull:  # not paired: what is held must stay what the file says
+            self._restore(hello.name, before)
+            raise
         return token
 
     def remove(self, name: str) -> bool:
-        if self.nodes.pop(name, None) is None:
+        """Unpair ``name``; False when it is not paired. Raises StorageFull("state")."""
+        before = self.nodes.pop(name, None)
+        if before is None:
             return False
-        self.save()
+        try:
+            self.save()
+        except StorageFull:
+            self._restore(name, before)
+            raise
         return True
+
+    def _restore(self, name: str, record: NodeRecord | None) -> None:
+        if record is None:
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = record
 
     def seen(self, record: NodeRecord, hello: Hello) -> None:
         """Note a node's hello: what it offers now and when (saved with the next change)."""
         record.platform = hello.platform
         record.capabilities = list(hello.capabilities)
         record.last_seen = time.time()
-        self.save()
+        self.save_soon()
 
     # The hub's interface, shared with ``shared.SharedNodeStore`` (redis.url), whose calls
     # go to Redis; here they are the file's.
@@ -138,17 +163,35 @@ class NodeStore:
         record = self.nodes.get(name)
         if record is not None:
             record.last_seen = time.time()
+            self.save_soon()
+
+    def save_soon(self) -> None:
+        """``save`` a change nothing waits on (when a node was last seen): on a full disk it
+        is kept in memory and written with the next save."""
+        try:
             self.save()
+        except StorageFull:
+            log.warning("nodes: disk full, last-seen times not saved yet")
 
     def save(self) -> None:
+        """Write the store whole (a temporary file renamed over it). Raises
+        StorageFull("state") when the disk is full, the file left as it was."""
         data = {"nodes": [asdict(r) for r in sorted(self.nodes.values(), key=lambda r: r.name)]}
         temporary = f"{self.path}.{os.getpid()}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.path)
+        try:
+            with storage_seam("state"):
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as file:
+                    json.dump(data, file, indent=1)
+                    file.flush()
+                    os.fsync(file.fileno())
+                os.replace(temporary, self.path)
+        except StorageFull:
+            self.storage_full = True
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
+        self.storage_full = False
 
 
 @dataclass

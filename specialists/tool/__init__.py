@@ -11,7 +11,7 @@ from functools import partial
 
 from csp_web.config import Config, ToolConfig
 from csp_web.core.ops import Op
-from csp_web.core.ports import StatsLine
+from csp_web.core.ports import StatsLine, StorageChecks
 from csp_web.core.specialist import Background, Commit, Specialist
 from csp_web.cron import WallClock, open_cron, system_now
 from csp_web.infra.redis_link import RedisLink
@@ -70,6 +70,13 @@ def _stats_lines(tool: ToolServices) -> Mapping[str, StatsLine]:
     return lines
 
 
+def _storage(tool: ToolServices) -> StorageChecks:
+    def cache_full() -> bool:  # exec is swapped whole by a reload: read it at each check
+        return tool.exec is not None and tool.exec.cache.storage_full
+
+    return {"cache": cache_full}
+
+
 def make_tool(
     *, now_wall: WallClock = system_now, link: RedisLink | None = None
 ) -> Specialist[ToolConfig, ToolServices]:
@@ -96,6 +103,7 @@ def make_tool(
         open_services=partial(open_tool_services, now_wall=now_wall, link=link),
         background=_background,
         stats_lines=_stats_lines,
+        storage=_storage,
         reload=_reload,
     )
 

@@ -92,6 +92,7 @@ def make_web(
         ),
         background=_background,
         stats_lines=_stats_lines,
+        storage=lambda web: {"cache": lambda: web.cache.storage_full},
         reload=_reload,
     )
 

@@ -7,12 +7,17 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import pickle
+import sqlite3
+from pathlib import Path
 
 import pytest
 import trio
 import trio.lowlevel
 import trio.testing
 
+from csp_web.config import Config
 from csp_web.core.connection import Shutdown
 from csp_web.core.context import Peer
 from csp_web.infra.ratelimit import Bucket
@@ -408,3 +413,45 @@ def test_every_page_op_is_exported_once_under_web() -> None:
         ("meta", "WEB", "META", "URL"),
         ("resolve", "WEB", "URL", "URL"),
     ]
+
+
+class _Payload:
+    """What a planted pickle would run on load: it creates the file at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+async def test_a_pickle_planted_in_the_cache_never_runs_and_the_fetch_goes_to_the_network(
+    make_dispatcher: DispatcherFactory,
+    origin: Origin,
+    web: WebServices,
+    web_config: Config,
+    tmp_path: Path,
+) -> None:
+    """CVE-2025-69872: diskcache unpickles a row set to mode 4 (MODE_PICKLE). An attacker who
+    can write the cache's database rewrites the fetch's row; the next fetch of that URL must
+    not run it: the row is dropped and the page is downloaded again."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    first = await fetch(dispatcher, url)
+    assert first.get("CACHED") == "false"
+    ran = tmp_path / "payload-ran"
+    database = os.path.join(web_config.cache_dir, "cache.db")
+    with sqlite3.connect(database) as db:
+        planted = db.execute(
+            "UPDATE Cache SET mode = 4, filename = NULL, value = ?",
+            (pickle.dumps(_Payload(str(ran))),),
+        ).rowcount
+    assert planted >= 1
+    web.cache._memory.drop_namespace("fetch")  # type: ignore[attr-defined]  # as after a restart
+    again = await fetch(dispatcher, url)
+    assert (again.status, again.get("CACHED")) == (Status.OK, "false")
+    assert again.get("DATA") == first.get("DATA")
+    assert not ran.exists()
+    assert hits(origin, "/tides") == 2
+    with sqlite3.connect(database) as db:
+        assert db.execute("SELECT COUNT(*) FROM Cache WHERE mode = 4").fetchone() == (0,)

@@ -12,7 +12,8 @@ connection sends the replies of what it staged only after ``wait_settled`` retur
 and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
 a commit fails, each connection open at that moment (each gate) is marked broken and closed
 with its replies unsent, so the writer sends the writes again (their IDs make that harmless,
-SPEC M-2).
+SPEC M-2). A commit a full disk refuses is a condition, not a fault: each of its writes is
+answered ``FAIL storage_full:memory`` (``unstored``) and the connections stay open (O-6).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Protocol
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
 from csp_web.memory.sink.store import Row, SinkStore, check_path, content_hash
 from protocol import ErrorCode
 
@@ -35,9 +36,11 @@ SWEEP_INTERVAL_S = 60.0
 
 
 class Gate(Protocol):
-    """A connection whose replies wait for commits; ``broken`` once one of them failed."""
+    """A connection whose replies wait for commits; ``broken`` once one of them failed,
+    ``unstored`` the IDs of its writes a full disk kept out (answered storage_full)."""
 
     broken: bool
+    unstored: set[str]
 
 
 class GroupCommit:
@@ -55,6 +58,7 @@ class GroupCommit:
         self.gates: set[Gate] = set()
         self.commits = 0
         self.failed_commits = 0
+        self.storage_full = not store.ready  # the last commit (or the open) found it full
 
     def stored_hashes(self, ids: list[str]) -> dict[str, bytes]:
         """The content hashes stored under ``ids`` (absent: not stored), in one query per
@@ -126,6 +130,8 @@ class GroupCommit:
         try:
             # Not abandoned on cancel: a sweep under way finishes before the store closes.
             change = await trio.to_thread.run_sync(self.store.sweep, time.time())
+        except StorageFull:
+            log.warning("memory store: disk full, retention sweep skipped")
         except sqlite3.Error:
             log.exception("memory store retention sweep failed")
         else:
@@ -142,6 +148,17 @@ class GroupCommit:
             # Not abandoned on cancel: the commit finishes and is accounted before this
             # returns, so a write is never left half-way between staged and settled.
             change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
+        except StorageFull:
+            # A condition, not a fault: each write is answered storage_full:memory, which its
+            # writer retries (the outbox keeps it pending), and the connections stay open.
+            if not self.storage_full:
+                log.error("memory store: disk full, writes refused until space returns")
+            self.storage_full = True
+            self.failed_commits += 1
+            # Every connection: one that was told "duplicate" for a write staged here by
+            # another must not keep that answer either.
+            for gate in self.gates:
+                gate.unstored.update(row.id for row in batch)
         except sqlite3.Error:
             log.exception("memory store commit of %d writes failed", len(batch))
             self.failed_commits += 1
@@ -150,6 +167,7 @@ class GroupCommit:
         else:
             self.store.applied(change)
             self.commits += 1
+            self.storage_full = False
         finally:
             for row in batch:
                 self._staged.pop(row.id, None)

@@ -30,7 +30,7 @@ import trio
 
 from csp_web.config import ConnectionConfig, MemoryConfig, SocketConfig, TasksConfig
 from csp_web.core.context import Peer
-from csp_web.core.errors import FieldError, OpError
+from csp_web.core.errors import FieldError, OpError, StorageFull
 from csp_web.core.fields import ID_PATTERN, FieldSpec, Params, parse_timeout_ms, validate
 from csp_web.core.replies import Result, fail_reply, ok_reply
 from csp_web.core.unix import Lease, prepare_socket_directory, serve_unix
@@ -176,6 +176,7 @@ class SinkSession:
         )
         self.bad_frames = 0
         self.broken = False  # set by GroupCommit when a commit failed: replies are withheld
+        self.unstored: set[str] = set()  # IDs a full disk kept out (set by GroupCommit)
         self.frame_started: float | None = None
 
     async def run(self) -> None:
@@ -207,11 +208,26 @@ class SinkSession:
         if self.broken:
             log.warning("%s: a commit failed, replies withheld", self.peer.connection)
             return False
+        if self.unstored:
+            replies = self.refuse_unstored(replies)
         try:
             await self.stream.send_all(b"".join(replies))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False
         return True
+
+    def refuse_unstored(self, replies: list[bytes]) -> list[bytes]:
+        """``replies`` with the acknowledgement of each write a full disk kept out replaced
+        by ``FAIL storage_full:memory`` (SPEC O-6); ``unstored`` is emptied."""
+        refused: dict[bytes, bytes] = {}
+        for task_id in self.unstored:
+            fail = serialize(fail_reply(StorageFull("memory"), task_id))
+            for outcome in ("stored", "duplicate"):  # a repeat in the same chunk too
+                refused[_acknowledged(task_id, outcome)] = fail
+        self.unstored.clear()
+        answered = [refused.get(reply, reply) for reply in replies]
+        self.sink.tally.counts[ErrorCode.STORAGE_FULL] += sum(r in refused for r in replies)
+        return answered
 
     async def receive(self) -> bytes | bytearray | None:
         """The next bytes (``b""`` at EOF), or None when a started frame's deadline passed."""

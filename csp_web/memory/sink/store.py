@@ -6,16 +6,29 @@ lets the reader run beside a commit and see only what is committed. Each row kee
 the write's content, so a repeated ID is told apart: the same content is a duplicate (SPEC
 M-2), other content a conflict (M-5). Retention deletes the oldest rows by age and by total
 bytes inside the commit that pushed past a limit, a bounded number per commit.
+
+``retention.max_bytes`` bounds the database file on disk, not only the DATA it holds: a row
+costs its hash, its index entries and page slack besides (about 3x its DATA for audit
+records), so retention deletes the oldest rows until the pages they take fit (the empty
+store's handful of schema pages, some 28 KiB, come on top), and returns the freed pages to
+the file system (``auto_vacuum=INCREMENTAL``, ``incremental_vacuum`` right after the
+commit); checkpoints then shrink the file, and ``journal_size_limit`` the WAL.
+
+Opened on a full disk (SPEC O-6), a new database cannot be set up: the store is then empty
+and ``commit`` raises StorageFull until ``setup`` succeeds (each commit retries it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import sqlite3
 from dataclasses import dataclass
 
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, StorageFull
+from csp_web.core.storage import storage_seam
 from protocol import ErrorCode
 
 STORE_FILE = "memory.sqlite3"
@@ -35,6 +48,14 @@ CREATE INDEX IF NOT EXISTS writes_stored_at ON writes (stored_at);
 RETENTION_ROWS_PER_COMMIT = 10_000
 # IDs looked up in one query (SQLite allows 32,766 parameters; a chunk holds about a thousand).
 LOOKUP_IDS = 500
+# Rounds of "delete the oldest, measure the pages in use" per commit: each deletes what the
+# store's bytes-on-disk per DATA byte says is enough, so one or two normally do.
+DISK_ROUNDS = 4
+# The WAL is truncated to this after a checkpoint (SQLite's default keeps it at its peak).
+WAL_LIMIT_BYTES = 4 * 1024 * 1024
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -97,19 +118,50 @@ class SinkStore:
         # Opened and closed in worker threads: the rule above, not sqlite3's check, keeps
         # each connection to one user at a time.
         self._writer = _connect(path)
-        self._writer.executescript(_SCHEMA)
         os.chmod(path, 0o600)  # writes hold command output and audit trails: owner only
         self._reader = _connect(path)
+        self.ready = False
+        self._fixed_pages = 0
+        with contextlib.suppress(StorageFull):
+            self.setup()
         self.count, self.bytes = self.totals()
         self.writes = 0  # rows this store added since it was opened
 
+    def setup(self) -> None:
+        """Make the database (once): WAL, pages returned to the file system as rows go, and
+        the tables. A store made before auto_vacuum is vacuumed once to turn it on. Raises
+        StorageFull("memory")."""
+        if self.ready:
+            return
+        db = self._writer
+        with storage_seam("memory"):
+            db.execute(f"PRAGMA auto_vacuum={_INCREMENTAL}")  # a new file: before its tables
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            db.executescript(_SCHEMA)
+        # The empty store's pages (sqlite_master, a root per table and index, the pointer
+        # map) are the file's floor: the bound is on the pages rows take beyond them.
+        roots = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE rootpage > 0").fetchone()
+        self._fixed_pages = int(roots[0]) + 2
+        self.ready = True
+        if db.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+            try:  # a store made before: only a VACUUM turns it on (it needs the file's size free)
+                with storage_seam("memory"):
+                    db.execute("VACUUM")
+            except StorageFull:
+                log.warning("memory store: disk full, free pages not returned until a restart")
+
     def totals(self) -> tuple[int, int]:
         """(rows stored, their DATA bytes), as committed."""
+        if not self.ready:
+            return 0, 0
         row = self._reader.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM writes").fetchone()
         return int(row[0]), int(row[1])
 
     def stored_hash(self, write_id: str) -> bytes | None:
         """The content hash stored under ``write_id``, or None when it is not stored."""
+        if not self.ready:
+            return None
         row = self._reader.execute("SELECT hash FROM writes WHERE id = ?", (write_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
@@ -117,6 +169,8 @@ class SinkStore:
         """The content hashes stored under those of ``ids`` that are stored: one query per
         ``LOOKUP_IDS`` IDs, not one per write."""
         found: dict[str, bytes] = {}
+        if not self.ready:
+            return found
         for first in range(0, len(ids), LOOKUP_IDS):
             part = ids[first : first + LOOKUP_IDS]
             marks = ",".join("?" * len(part))
@@ -127,6 +181,8 @@ class SinkStore:
     def read(self, logical: str, max_bytes: int) -> str | None:
         """The writes at ``logical`` joined in the order stored, each ending in a newline;
         None when none is. Raises OpError(too_large) past ``max_bytes``."""
+        if not self.ready:
+            return None
         size = self._reader.execute(
             "SELECT COALESCE(SUM(size), 0), COUNT(*) FROM writes WHERE path = ?", (logical,)
         ).fetchone()
@@ -142,13 +198,17 @@ class SinkStore:
     @property
     def ids(self) -> set[str]:
         """Every stored ID (for tests and tools: it reads the whole table)."""
+        if not self.ready:
+            return set()
         return {str(i) for (i,) in self._reader.execute("SELECT id FROM writes")}
 
     def commit(self, rows: list[Row], now: float) -> Committed:
         """Insert ``rows`` and apply retention in one transaction: durable when this returns
         (kill -9 safe; WAL with synchronous NORMAL). An ID and its DATA land together or not
-        at all. Raises sqlite3.Error, leaving nothing of the batch behind."""
-        with self._writer:
+        at all. Raises StorageFull("memory") when the disk is full, sqlite3.Error otherwise,
+        leaving nothing of the batch behind."""
+        self.setup()
+        with storage_seam("memory"), self._writer:
             self._writer.execute("BEGIN IMMEDIATE")
             self._writer.executemany(
                 "INSERT INTO writes (id, source, type, path, hash, data, size, stored_at) "
@@ -160,6 +220,12 @@ class SinkStore:
             )
             added_bytes = sum(r.size for r in rows)
             removed, removed_bytes = self._retain(self.bytes + added_bytes, now)
+        if removed:
+            # The pages freed leave the file, in a transaction of its own: sqlite3's execute
+            # takes one step of this pragma (one page), executescript runs it to the end.
+            # The batch is committed: a full disk here only leaves the pages for the next one.
+            with contextlib.suppress(StorageFull), storage_seam("memory"):
+                self._writer.executescript("PRAGMA incremental_vacuum")
         return Committed(len(rows), added_bytes, removed, removed_bytes)
 
     def sweep(self, now: float) -> Committed:
@@ -173,6 +239,9 @@ class SinkStore:
         self.bytes += change.added_bytes - change.removed_bytes
 
     def _retain(self, total_bytes: int, now: float) -> tuple[int, int]:
+        """Delete rows past the age bound, then the oldest while the DATA or the pages in use
+        pass ``max_bytes`` (their pages go back to the file system after the commit). (rows,
+        DATA bytes) deleted, at most ``RETENTION_ROWS_PER_COMMIT`` rows."""
         budget = RETENTION_ROWS_PER_COMMIT
         old = self._writer.execute(
             "DELETE FROM writes WHERE seq IN (SELECT seq FROM writes WHERE stored_at < ? "
@@ -180,21 +249,42 @@ class SinkStore:
             (now - self.retention.max_age_s, budget),
         ).fetchall()
         removed, removed_bytes = len(old), sum(s for (s,) in old)
-        excess = total_bytes - removed_bytes - self.retention.max_bytes
-        if excess <= 0 or removed >= budget:
-            return removed, removed_bytes
+        for _ in range(DISK_ROUNDS):
+            left = total_bytes - removed_bytes
+            excess = max(left - self.retention.max_bytes, self._excess_on_disk(left))
+            if excess <= 0 or removed >= budget:
+                break
+            gone, freed = self._delete_oldest(excess, budget - removed)
+            removed, removed_bytes = removed + gone, removed_bytes + freed
+        return removed, removed_bytes
+
+    def _excess_on_disk(self, data_bytes: int) -> int:
+        """The DATA bytes to delete so that the pages rows use fit ``max_bytes`` (0: they do),
+        by the store's own ratio of pages to DATA."""
+        page_size, pages, free = (
+            int(self._writer.execute(f"PRAGMA {name}").fetchone()[0])
+            for name in ("page_size", "page_count", "freelist_count")
+        )
+        used = (pages - free - self._fixed_pages) * page_size
+        over = used - self.retention.max_bytes
+        if over <= 0 or used <= 0:
+            return 0
+        return max(1, over * max(data_bytes, 1) // used)
+
+    def _delete_oldest(self, data_bytes: int, rows: int) -> tuple[int, int]:
+        """Delete the oldest rows holding at least ``data_bytes`` of DATA (at most ``rows``)."""
         oldest = self._writer.execute(
-            "SELECT seq, size FROM writes ORDER BY seq LIMIT ?", (budget - removed,)
+            "SELECT seq, size FROM writes ORDER BY seq LIMIT ?", (rows,)
         ).fetchall()
         last, freed = None, 0
         for seq, size in oldest:
-            if freed >= excess:
+            if freed >= data_bytes:
                 break
             last, freed = seq, freed + size
-        if last is not None:
-            gone = self._writer.execute("DELETE FROM writes WHERE seq <= ?", (last,)).rowcount
-            removed, removed_bytes = removed + gone, removed_bytes + freed
-        return removed, removed_bytes
+        if last is None:
+            return 0, 0
+        gone = self._writer.execute("DELETE FROM writes WHERE seq <= ?", (last,)).rowcount
+        return int(gone), freed
 
     def close(self) -> None:
         self._reader.close()
@@ -203,7 +293,6 @@ class SinkStore:
 
 def _connect(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA synchronous=NORMAL")  # WAL: set by setup, kept in the file
     db.execute("PRAGMA busy_timeout=5000")
     return db

@@ -1,0 +1,144 @@
+"""Each store the daemon writes, on a full disk: the Memory Specialist answers
+``storage_full:memory`` (and stores the same writes once space returns), the cache keeps
+answering from memory, a media file or the node store is refused with ``storage_full`` and
+leaves nothing half-written behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from csp_web.config import MemoryConfig
+from csp_web.core.client import open_stream_client
+from csp_web.core.context import Peer
+from csp_web.core.errors import StorageFull
+from csp_web.infra.cache import open_cache
+from csp_web.memory.sink.server import MemorySink, open_memory_sink
+from protocol import Reply, Status, Task
+from specialists.browser.media import MediaStore
+from specialists.node.results import save_media
+from specialists.node.store import NodeStore
+from specialists.node.wire import Hello, MediaInfo
+from tests.storage.conftest import Tmpfs
+
+
+def _write(task_id: str) -> Task:
+    fields = (("ID", task_id), ("FROM", "web"), ("TYPE", "web_op"), ("PATH", "p.log"))
+    return Task("write", "MEMORY", "ACK", None, (*fields, ("DATA", "x" * 2000)))
+
+
+async def _send(sink: MemorySink, tasks: list[Task]) -> list[Reply]:
+    ours, theirs = trio.socket.socketpair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sink.serve_connection, trio.SocketStream(theirs), Peer("test"))
+        async with open_stream_client(trio.SocketStream(ours)) as client:
+            return await client.call_many(list(tasks), timeout_s=10)
+
+
+async def test_the_memory_sink_on_a_full_disk_answers_storage_full_then_stores_the_retry(
+    tmpfs: Tmpfs,
+) -> None:
+    """SPEC O-6: each write a full disk keeps out is answered FAIL storage_full:memory (a
+    code the outbox retries), never OK; the connection stays open; the same writes sent
+    again once space returns are stored."""
+    async with open_memory_sink(os.path.join(tmpfs.path, "mem"), MemoryConfig()) as sink:
+        assert [r.status for r in await _send(sink, [_write("first")])] == [Status.OK]
+        tmpfs.fill()
+        writes = [_write(f"w{n}") for n in range(200)]
+        refused = await _send(sink, writes)
+        assert {(r.status, r.get("ERROR")) for r in refused} == {
+            (Status.FAIL, "storage_full:memory")
+        }
+        assert sink.commits.storage_full
+        assert sink.store.ids == {"first"}
+        tmpfs.free()
+        stored = await _send(sink, writes)
+        assert {(r.status, r.get("DATA")) for r in stored} == {(Status.OK, "stored")}
+        assert not sink.commits.storage_full
+        assert sink.store.ids == {"first"} | {f"w{n}" for n in range(200)}
+
+
+async def test_a_cache_on_a_full_disk_keeps_answering_from_memory_and_writes_again_later(
+    tmpfs: Tmpfs,
+) -> None:
+    """The cache is an optimisation: a write that finds the disk full is skipped (no
+    error for the op that made the value), the value still served from the memory tier."""
+    directory = os.path.join(tmpfs.path, "cache")
+    async with open_cache(directory, size_limit_bytes=1 << 30) as cache:
+        tmpfs.fill()
+        big = "y" * 300_000  # past diskcache's inline size: a file of its own
+        for n in range(20):
+            await cache.set(
+                "fetch", n, {"page": n, "body": big if n == 0 else "z" * 4000}, ttl_s=60
+            )
+        assert cache.storage_full
+        assert await cache.get("fetch", 19) == {"page": 19, "body": "z" * 4000}
+        tmpfs.free()
+        await cache.set("fetch", "after", "v", ttl_s=60)
+        assert not cache.storage_full
+        cache._memory.drop_namespace("fetch")
+        assert await cache.get("fetch", "after") == "v"
+
+
+async def test_a_cache_opened_on_a_full_disk_runs_on_memory_until_space_returns(
+    tmpfs: Tmpfs,
+) -> None:
+    tmpfs.fill()
+    async with open_cache(os.path.join(tmpfs.path, "cache"), size_limit_bytes=1 << 30) as cache:
+        assert cache.storage_full
+        await cache.set("fetch", "u", "page", ttl_s=60)
+        assert await cache.get("fetch", "u") == "page"
+        tmpfs.free()
+        await cache.set("fetch", "v", "page", ttl_s=60)
+        cache._memory.drop_namespace("fetch")
+        assert await cache.get("fetch", "v") == "page"
+        assert not cache.storage_full
+
+
+def test_a_screenshot_on_a_full_disk_is_storage_full_and_leaves_no_file(tmpfs: Tmpfs) -> None:
+    folder = os.path.join(tmpfs.path, "media", "browser")
+    media = MediaStore(folder, max_bytes=1 << 30, max_age_s=3600.0)
+    media.save_sync("shot", b"png")
+    tmpfs.fill()
+    with pytest.raises(StorageFull) as raised:
+        media.save_sync("shot", b"\x89PNG" * 100_000)
+    assert (raised.value.wire_text, media.storage_full) == ("storage_full:media", True)
+    assert [name for name in os.listdir(folder) if name.endswith(".tmp")] == []
+    tmpfs.free()
+    assert os.path.exists(media.save_sync("shot", b"png"))
+    assert not media.storage_full
+
+
+def test_a_node_capture_on_a_full_disk_is_storage_full_and_leaves_no_file(tmpfs: Tmpfs) -> None:
+    folder = os.path.join(tmpfs.path, "media")
+    info = MediaInfo("0" * 64, 400_000, "image/png")
+    tmpfs.fill()
+    with pytest.raises(StorageFull) as raised:
+        save_media(folder, "lab1", "t-1", info, b"\x89PNG" * 100_000)
+    assert raised.value.wire_text == "storage_full:media"
+    assert os.listdir(folder) == []
+
+
+def test_pairing_on_a_full_disk_is_storage_full_and_pairs_nothing(tmpfs: Tmpfs) -> None:
+    """The node store (state) is written whole: a full disk refuses the change, the file
+    and what the daemon holds stay as they were."""
+    folder = os.path.join(tmpfs.path, "nodes")
+    store = NodeStore(folder, max_nodes=4)
+    store.add(Hello("lab1", "linux", ("screen",)))
+    path = Path(folder, "nodes.json")
+    before = path.read_text()
+    tmpfs.fill()
+    with pytest.raises(StorageFull) as raised:
+        store.add(Hello("lab2", "linux", ("screen",)))
+    with pytest.raises(StorageFull):
+        store.remove("lab1")
+    assert raised.value.wire_text == "storage_full:state"
+    assert (sorted(store.nodes), store.storage_full) == (["lab1"], True)
+    assert path.read_text() == before
+    assert [name for name in os.listdir(folder) if name.endswith(".tmp")] == []
+    tmpfs.free()
+    store.add(Hello("lab2", "linux", ("screen",)))
+    assert sorted(NodeStore(folder, max_nodes=4).nodes) == ["lab1", "lab2"]
