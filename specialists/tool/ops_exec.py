@@ -163,6 +163,7 @@ def _request(params: Params, services: ExecServices) -> tuple[ExecRequest, int]:
 
 def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
     fields = [
+        ("EXIT_CODE", str(result.exit_code)),
         ("EXEC_TIME", str(result.duration_ms)),
         ("STDOUT_SUMMARY", result.stdout_summary),
         ("STDERR_SUMMARY", result.stderr_summary),
@@ -238,9 +239,13 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
 
 
 EXEC_REPLIES = (
-    ReplyField("EXIT_CODE", "the command ran", "its exit status"),
+    ReplyField("EXIT_CODE", "the command ran and exited (not at a timeout)", "its exit status"),
     ReplyField("EXEC_TIME", "the command ran", "ms it ran"),
-    ReplyField("STDOUT_SUMMARY", "the command ran; FAIL: command_failed", "its output, capped"),
+    ReplyField(
+        "STDOUT_SUMMARY",
+        "the command ran; FAIL: command_failed when it wrote to stdout",
+        "its output, capped",
+    ),
     ReplyField(
         "STDERR_SUMMARY", "the command ran; FAIL: command_failed", "its error output, capped"
     ),
@@ -261,6 +266,7 @@ EXEC_EXAMPLE = Example(
         "ID 1\n"
         "SCOPE [shell]\n"
         "DATA exit:0\n"
+        "EXIT_CODE 0\n"
         "EXEC_TIME 0\n"
         'STDOUT_SUMMARY "high tide"\n'
         'STDERR_SUMMARY ""\n'
