@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -33,7 +34,7 @@ from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
 
-from .exec_support import IS_ROOT, NOBODY, live_pids, make_config, scratch_dir, wait_for_pid
+from .exec_support import IS_ROOT, NOBODY, live_pids, make_config, scratch_dir
 from .test_exec_policy_npm import documented_policy
 
 pytestmark = pytest.mark.slow
@@ -155,39 +156,78 @@ async def test_a_command_cut_by_the_grace_period_after_12_s_is_answered_shutting
     )
 
 
-async def test_killing_the_daemon_with_sigkill_leaves_no_sandboxed_process() -> None:
+def _tree_marker() -> tuple[str, str]:
+    """A unique sleep length, and a shell command running a child and a setsid'd grandchild
+    inside the sandbox, each a ``sleep <marker>`` (the shell's own line holds only halves)."""
     marker = f"{900 + secrets.randbelow(99)}.{secrets.randbelow(10**6):06d}"
     whole, fraction = marker.split(".")
-    # A child and a setsid'd grandchild inside the sandbox, each a ``sleep <marker>``.
-    command = f'm={whole}; sleep "$m.{fraction}" & setsid sleep "$m.{fraction}" & wait'
+    return marker, f'm={whole}; sleep "$m.{fraction}" & setsid sleep "$m.{fraction}" & wait'
+
+
+@asynccontextmanager
+async def _serving(*, grace_period_s: float = 10.0) -> AsyncIterator[tuple[trio.Process, str]]:
+    """The real ``csp-web serve`` on stdin/stdout (stderr dropped) with exec under bubblewrap
+    and the shell allowed; yields the process and its workspace, and kills it at the end."""
     with scratch_dir() as workspace, scratch_dir(owner=None, mode=0o700) as base:
         config_path = os.path.join(base, "config.yaml")
         with open(config_path, "w") as f:
             f.write(
-                f"daemon: {{state_dir: {base}/state}}\n"
+                f"daemon: {{state_dir: {base}/state, grace_period_s: {grace_period_s}}}\n"
                 f"tool: {{exec: {{workspace_roots: [{workspace}], require_bwrap: true,"
                 " allow_shell: true}}\n"
             )
-        frame = (
-            f"TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nSHELL true\nCOMMAND {json.dumps(command)}\n\n"
-        )
         daemon = await trio.lowlevel.open_process(
             [sys.executable, "-m", "csp_web", "serve", "--config", config_path],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
         try:
-            assert daemon.stdin is not None
-            await daemon.stdin.send_all(frame.encode())
-            with trio.fail_after(30):
-                await wait_for_pid(marker, timeout_s=30)
-                while len(live_pids(marker)) < 2:
-                    await trio.sleep(0.01)
+            yield daemon, workspace
         finally:
-            daemon.kill()  # SIGKILL: nothing of the daemon's own clean-up runs
+            daemon.kill()
             with trio.fail_after(10):
                 await daemon.wait()
-        with trio.fail_after(10):
-            while live_pids(marker):
-                await trio.sleep(0.01)
+
+
+async def _send_tree(daemon: trio.Process, command: str, marker: str) -> None:
+    """Send the exec of ``command`` (ID t1) and return once both of its sleeps run."""
+    assert daemon.stdin is not None
+    frame = "TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nID t1\nTIMEOUT_MS 60000\nSHELL true\n"
+    await daemon.stdin.send_all(f"{frame}COMMAND {json.dumps(command)}\n\n".encode())
+    with trio.fail_after(30):
+        while len(live_pids(marker)) < 2:
+            await trio.sleep(0.01)
+
+
+async def _no_process_left(marker: str) -> None:
+    with trio.fail_after(10):
+        while live_pids(marker):
+            await trio.sleep(0.01)
+
+
+async def test_killing_the_daemon_with_sigkill_leaves_no_sandboxed_process() -> None:
+    marker, command = _tree_marker()
+    async with _serving() as (daemon, _):
+        await _send_tree(daemon, command, marker)
+        daemon.kill()  # SIGKILL: nothing of the daemon's own clean-up runs
+    await _no_process_left(marker)
+
+
+async def test_sigterm_cuts_a_command_running_past_10_s_as_shutting_down() -> None:
+    """Issue 21 §3: at SIGTERM running commands answered ``command_failed`` (the thread
+    retirement killed them 10 s in, inside the grace period)."""
+    marker, command = _tree_marker()
+    replies = b""
+    async with _serving(grace_period_s=12.0) as (daemon, _):
+        await _send_tree(daemon, command, marker)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.stdout is not None
+        with trio.fail_after(60):
+            async for chunk in daemon.stdout:
+                replies += chunk
+            assert await daemon.wait() == 4  # the grace period cut work
+    await _no_process_left(marker)
+    assert replies.decode() == (
+        f"STATUS FAIL\nID t1\nSCOPE []\nDATA none\nERROR shutting_down:{CUT_DETAIL}\n\n"
+    )
