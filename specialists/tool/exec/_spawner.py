@@ -8,7 +8,7 @@ on a quiet daemon (issue 21 §1). These threads never retire: they end only with
 which is when the sandboxes must die (``kill -9`` included).
 
 A few threads rather than one, so that one ``exec`` stuck in the kernel (a binary on a hung
-mount) does not hold up every later spawn; the spawns themselves take about a millisecond.
+mount) does not hold up every later spawn; a spawn takes a few ms (bench/exec_spawn.py).
 """
 
 from __future__ import annotations
