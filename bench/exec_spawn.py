@@ -4,12 +4,13 @@ Run from the repository root (as root, the engine also switches to nobody)::
 
     python bench/exec_spawn.py [--runs 200]
 
-Three series are timed in the same process, interleaved so drift hits all alike: a bare
-``trio.run_process(["/bin/true"])``; ``run_command`` without the sandbox (prlimit, setpriv,
-GNU time, the /proc sweep for leftovers); and ``run_command`` inside bubblewrap, with and
-without GNU time (the price of the CPU and RSS figures) and without its cgroup. Each prints
-p50 and p99 in ms, and the p50 overhead over the bare spawn. The goal is <= 10 ms for the
-sandbox.
+Series are timed in the same process, interleaved so drift hits all alike: a bare
+``trio.run_process(["/bin/true"])``; a Popen of /bin/true (reaped at once) on one of trio's
+worker threads and on the engine's spawner threads (what the spawner costs or saves);
+``run_command`` without the sandbox (prlimit, setpriv, GNU time, the /proc sweep for
+leftovers); and ``run_command`` inside bubblewrap, with and without GNU time (the price of the
+CPU and RSS figures) and without its cgroup. Each prints p50 and p99 in ms, and the p50
+overhead over the bare spawn. The goal is <= 10 ms for the sandbox.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +40,7 @@ from specialists.tool.exec import (  # noqa: E402
     probe_sandbox,
     run_command,
 )
+from specialists.tool.exec._spawner import run_in_spawner  # noqa: E402
 
 WARMUP = 10
 NOBODY = 65534
@@ -82,6 +85,20 @@ async def bare_step() -> object:
     return await trio.run_process(["/bin/true"])
 
 
+def _popen_true() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["/bin/true"], stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+async def worker_thread_step() -> object:
+    """A Popen on one of trio's worker threads (what the engine did before the spawner)."""
+    return (await trio.to_thread.run_sync(_popen_true)).wait()
+
+
+async def spawner_thread_step() -> object:
+    """The same Popen on the engine's long-lived spawner threads."""
+    return (await run_in_spawner(_popen_true)).wait()
+
+
 async def main(runs: int) -> None:
     workspace = tempfile.mkdtemp(prefix="csp-exec-bench-", dir="/tmp")
     os.chmod(workspace, 0o755)
@@ -97,6 +114,8 @@ async def main(runs: int) -> None:
         bare = await probe_sandbox(loose)
         steps = {
             "bare trio.run_process": bare_step,
+            "Popen, trio worker thread": worker_thread_step,
+            "Popen, spawner thread": spawner_thread_step,
             "run_command, no sandbox": command_step(loose, bare),
         }
         if bwrap.kind == "bwrap":

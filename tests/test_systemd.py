@@ -248,6 +248,7 @@ def test_the_shipped_units_and_config_agree() -> None:
     assert config.daemon.state_dir == "/var/lib/" + service["StateDirectory"]
     assert service["Type"] == "notify-reload"
     assert service["SuccessExitStatus"] == "4"
+    assert service["KillMode"] == "mixed"  # SIGTERM for the daemon, not its exec commands
     _, *argv = service["ExecStart"].split()
     args = _parser().parse_args(argv)
     assert (args.command, args.no_stdin, args.config) == ("serve", True, "/etc/csp-web/config.yaml")

@@ -37,6 +37,12 @@ class StdioServerConfig:
     ``env`` holds plain additions; ``env_from`` maps a child variable to the name of one of
     the daemon's variables (``{"GITHUB_TOKEN": "CSP_GITHUB_TOKEN"}``). Both are layered over
     the SDK's safe default environment (HOME, PATH, USER...), never the daemon's whole one.
+
+    ``command`` must not ask for a parent-death signal (``bwrap --die-with-parent``,
+    ``setpriv --pdeathsig``): the SDK forks the server from one of trio's worker threads, the
+    signal fires when that *thread* exits, and trio retires an idle one after 10 s (checked:
+    ``setpriv --pdeathsig KILL -- sleep 15`` started that way dies at 10.0 s). The pool closes
+    the server itself (stdin, then its process group) when it stops.
     """
 
     TAG: ClassVar[str] = "command"

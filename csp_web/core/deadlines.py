@@ -16,6 +16,7 @@ from types import TracebackType
 import trio
 
 _budget_ms: ContextVar[int | None] = ContextVar("csp_web_task_budget_ms", default=None)
+_task: ContextVar[task_deadline | None] = ContextVar("csp_web_task_deadline", default=None)
 
 # Kept back from the task's deadline: a fifth of what is left, at most a quarter second.
 RESERVE_FRACTION = 0.2
@@ -53,7 +54,7 @@ class task_deadline:
     grace period's end too. One scope per task: a class, not a generator, as it runs once
     per frame."""
 
-    __slots__ = ("_grace", "_scope", "_timeout_ms", "_token")
+    __slots__ = ("_grace", "_scope", "_task_token", "_timeout_ms", "_token")
 
     def __init__(
         self, timeout_ms: int, *, at: float | None = None, grace: GracePeriod | None = None
@@ -65,9 +66,17 @@ class task_deadline:
         self._grace = grace
         self._timeout_ms = timeout_ms
         self._token: Token[int | None] | None = None
+        self._task_token: Token[task_deadline | None] | None = None
+
+    @property
+    def cut_by_grace(self) -> bool:
+        """Whether the grace period's end, not the task's own budget, ends this scope."""
+        grace = self._grace
+        return grace is not None and grace.deadline <= self._scope.deadline
 
     def __enter__(self) -> trio.CancelScope:
         self._token = _budget_ms.set(self._timeout_ms)
+        self._task_token = _task.set(self)
         scope = self._scope.__enter__()
         if self._grace is not None:
             self._grace._scopes.add(scope)
@@ -86,11 +95,22 @@ class task_deadline:
         finally:
             if self._token is not None:
                 _budget_ms.reset(self._token)
+            if self._task_token is not None:
+                _task.reset(self._task_token)
 
 
 def budget_ms() -> int | None:
     """The running task's budget in ms as the caller set it; None outside a task."""
     return _budget_ms.get()
+
+
+def cut_by_shutdown() -> bool:
+    """Whether a shutdown's grace period, not the running task's own budget, is what ends its
+    work. Work that stopped at ``work_deadline`` to report its own timeout checks this first:
+    if so the stop was the shutdown's, and the task must be answered ``shutting_down`` (by the
+    dispatcher, when the grace period's cut arrives), not time out."""
+    task = _task.get()
+    return task is not None and task.cut_by_grace
 
 
 def work_deadline() -> float:

@@ -14,9 +14,11 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+import trio
+
 from csp_web.config import Config, ExecConfig, daemon_paths
 from csp_web.core.context import OpContext
-from csp_web.core.deadlines import budget_ms, work_seconds
+from csp_web.core.deadlines import budget_ms, cut_by_shutdown, work_seconds
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
@@ -29,6 +31,7 @@ from protocol import ErrorCode
 from .exec import (
     ExecRequest,
     ExecResult,
+    Limit,
     cache_key,
     cacheable,
     probe_sandbox,
@@ -163,6 +166,7 @@ def _request(params: Params, services: ExecServices) -> tuple[ExecRequest, int]:
 
 def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
     fields = [
+        ("EXIT_CODE", str(result.exit_code)),
         ("EXEC_TIME", str(result.duration_ms)),
         ("STDOUT_SUMMARY", result.stdout_summary),
         ("STDERR_SUMMARY", result.stderr_summary),
@@ -203,6 +207,16 @@ def _cached_result(value: Any) -> Result | None:
     return Result(str(value["data"]), tuple(value["scope"]), fields)
 
 
+async def _yield_to_shutdown(result: ExecResult, request: ExecRequest, budget: int) -> None:
+    """A timeout that came from the work deadline a shutdown's grace period set (a command
+    started during the grace period) is the shutdown's, not the command's: wait for the
+    grace period's cut (at most the deadline's reserve away), which the dispatcher answers
+    ``shutting_down``, rather than reply ``timeout_exceeded`` with the caller's budget."""
+    shortened = (request.timeout_ms or budget) < budget
+    if Limit.TIMEOUT in result.limits and shortened and cut_by_shutdown():
+        await trio.sleep_until(trio.current_effective_deadline())
+
+
 async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
     services = exec_services(tool)
     request, budget = _request(params, services)
@@ -217,6 +231,7 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
     result = replace(result, timeout_ms=budget)
     log_path = await _log_output(ctx, result)
     ctx.audit.update(exit=result.exit_code, limits=sorted(result.limits), log=log_path)
+    await _yield_to_shutdown(result, request, budget)
     error = result.failure()
     if error is not None:
         raise OpError(
@@ -238,9 +253,13 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
 
 
 EXEC_REPLIES = (
-    ReplyField("EXIT_CODE", "the command ran", "its exit status"),
+    ReplyField("EXIT_CODE", "the command ran and exited (not at a timeout)", "its exit status"),
     ReplyField("EXEC_TIME", "the command ran", "ms it ran"),
-    ReplyField("STDOUT_SUMMARY", "the command ran; FAIL: command_failed", "its output, capped"),
+    ReplyField(
+        "STDOUT_SUMMARY",
+        "the command ran; FAIL: command_failed when it wrote to stdout",
+        "its output, capped",
+    ),
     ReplyField(
         "STDERR_SUMMARY", "the command ran; FAIL: command_failed", "its error output, capped"
     ),
@@ -261,6 +280,7 @@ EXEC_EXAMPLE = Example(
         "ID 1\n"
         "SCOPE [shell]\n"
         "DATA exit:0\n"
+        "EXIT_CODE 0\n"
         "EXEC_TIME 0\n"
         'STDOUT_SUMMARY "high tide"\n'
         'STDERR_SUMMARY ""\n'

@@ -81,6 +81,33 @@ async def test_nonzero_exit_is_command_failed_with_stderr_summary(dispatcher: Di
     assert len(_writes(dispatcher, "exec_log")) == 1
 
 
+async def test_failing_command_reply_carries_its_exit_code_and_stdout_summary(
+    dispatcher: Dispatcher,
+) -> None:
+    """Issue 21 §3: the report pytest prints on stdout was dropped, EXIT_CODE never sent."""
+    script = "import sys; print('1 failed, 19 passed'); sys.exit(3)"
+    reply = await _exec(dispatcher, f'python3 -c "{script}"', ("ID", "f1"))
+    assert reply == Reply(
+        Status.FAIL,
+        (
+            ("ID", "f1"),
+            ("SCOPE", "[shell]"),
+            ("DATA", "exit:3"),
+            ("ERROR", f'command_failed:python3 -c "{script}"'),
+            ("EXIT_CODE", "3"),
+            ("STDOUT_SUMMARY", "1 failed, 19 passed"),
+            ("STDERR_SUMMARY", ""),
+            ("LOG_PATH", reply.get("LOG_PATH") or "missing"),
+        ),
+    )
+
+
+async def test_successful_command_reply_carries_exit_code_zero(dispatcher: Dispatcher) -> None:
+    reply = await _exec(dispatcher, "true")
+    assert reply.status is Status.OK, reply
+    assert (reply.get("DATA"), reply.get("EXIT_CODE")) == ("exit:0", "0")
+
+
 async def test_timeout_kills_and_replies_timeout_exceeded_with_exit_null(
     dispatcher: Dispatcher,
 ) -> None:

@@ -77,8 +77,26 @@ async def test_non_zero_exit_is_returned_and_fails_as_the_seed_shows(
         ("shell",),
         "exit:2",
     )
-    assert error.fields == (("STDERR_SUMMARY", result.stderr_summary),)
+    # Nothing on stdout: no STDOUT_SUMMARY; the exit status as EXIT_CODE too.
+    assert error.fields == (("EXIT_CODE", "2"), ("STDERR_SUMMARY", result.stderr_summary))
     assert "No such file" in result.stderr_summary
+
+
+async def test_a_failing_command_that_wrote_to_stdout_fails_with_its_stdout_summary(
+    workspace: str, kind: str
+) -> None:
+    """Issue 21 §3: pytest and npm print their failure report on stdout, which the reply
+    dropped."""
+    script = "import sys; print('1 failed, 19 passed'); sys.exit(1)"
+    result = await run(workspace, kind, f'python3 -c "{script}"')
+    error = result.failure()
+    assert error is not None
+    assert (error.code, error.data) == (ErrorCode.COMMAND_FAILED, "exit:1")
+    assert error.fields == (
+        ("EXIT_CODE", "1"),
+        ("STDOUT_SUMMARY", "1 failed, 19 passed"),
+        ("STDERR_SUMMARY", ""),
+    )
 
 
 async def test_timeout_kills_and_fails_with_exit_null(workspace: str, kind: str) -> None:

@@ -1,6 +1,7 @@
 """Spawning a wrapped command and owning its process until it is reaped.
 
-``subprocess.Popen`` runs in a worker thread and a pidfd is waited on, as inside
+``subprocess.Popen`` runs on a spawner thread (``_spawner``: one that lives as long as the
+daemon, as bwrap's ``--die-with-parent`` needs) and a pidfd is waited on, as inside
 ``trio.lowlevel.open_process``; the engine owns the reap itself so that it can kill the tree
 at the right moment (after exit, before the reap, while the zombie still pins the pid and
 the process group). Popen is kept over ``os.posix_spawn`` for ``close_fds``: posix_spawn in
@@ -24,6 +25,7 @@ from functools import partial
 
 import trio
 
+from ._spawner import run_in_spawner
 from ._tree import kill_tree
 
 
@@ -152,7 +154,7 @@ async def spawn_child(
     if cwd_fd is not None:
         cwd = f"/proc/self/fd/{cwd_fd}"
     try:
-        popen = await trio.to_thread.run_sync(_popen, argv, env, cwd, pipes, cwd_fd)
+        popen = await run_in_spawner(partial(_popen, argv, env, cwd, pipes, cwd_fd))
     except BaseException:
         pipes.close_read_ends()
         raise

@@ -79,7 +79,8 @@ class ExecResult:
 
         Timeout: ``ERROR timeout_exceeded:<ms>ms``, ``DATA exit:null``, ``COMMAND``. Otherwise
         ``ERROR command_failed:<command>``, ``DATA exit:<code>`` (plus ``limit:<name>`` for each
-        limit that fired), ``STDERR_SUMMARY``.
+        limit that fired), ``EXIT_CODE``, ``STDOUT_SUMMARY`` when the command wrote to stdout
+        (pytest and npm print their failure report there), ``STDERR_SUMMARY``.
         """
         if Limit.TIMEOUT in self.limits:
             return OpError(
@@ -97,7 +98,11 @@ class ExecResult:
             self.command,
             scope=SCOPE,
             data=data,
-            fields=[("STDERR_SUMMARY", self.stderr_summary)],
+            fields=[
+                ("EXIT_CODE", str(self.exit_code)),
+                *([("STDOUT_SUMMARY", self.stdout_summary)] if self.stdout_bytes else []),
+                ("STDERR_SUMMARY", self.stderr_summary),
+            ],
         )
 
 

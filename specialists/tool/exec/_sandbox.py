@@ -215,7 +215,9 @@ def _bwrap(
     args += ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc"]
     args += ["--unshare-uts", "--unshare-cgroup-try"]
     # --die-with-parent: SIGKILL to bwrap kills the namespace's init, and with it every
-    # process in the PID namespace, setsid'd or not. --new-session: no TIOCSTI into a tty.
+    # process in the PID namespace, setsid'd or not. It fires when the thread that forked bwrap
+    # exits, so the engine forks from threads that live as long as the daemon (_spawner.py).
+    # --new-session: no TIOCSTI into a tty.
     args += ["--die-with-parent", "--new-session", "--chdir", working_dir or "/"]
     if "--disable-userns" in sandbox.bwrap_options:
         args.append("--disable-userns")  # no nested namespaces to attack the kernel through
