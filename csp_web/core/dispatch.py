@@ -46,11 +46,11 @@ class Dispatcher:
         stats: Stats,
         *,
         pools: Mapping[str, SlotLimits],
+        cancels: Cancels,
         audit: bool = True,
-        cancels: Cancels | None = None,
     ) -> None:
         self.registry = registry
-        self.cancels = cancels if cancels is not None else Cancels()
+        self.cancels = cancels  # the tickets REQ:cancel (a sys op over the same) cancels
         self.services = services
         self.stats = stats
         memory = services.memory
