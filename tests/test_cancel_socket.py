@@ -45,6 +45,11 @@ async def _in_flight(dispatcher: Dispatcher, count: int) -> None:
     await wait_until(lambda: dispatcher.stats.in_flight == count, timeout_s=WAIT_S)
 
 
+async def _audited(dispatcher: Dispatcher, *ids: str) -> None:
+    """Until each task is audited (after it leaves the in-flight count)."""
+    await wait_until(lambda: all(_audits(dispatcher, i) for i in ids), timeout_s=WAIT_S)
+
+
 async def _serve(nursery: trio.Nursery, config: Config, sock_dir: str) -> Daemon:
     """The test ops on a socket; no Memory Specialist listens, so audits stay in the outbox."""
     return await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"), TEST_OPS)
@@ -58,9 +63,27 @@ async def test_a_client_that_hangs_up_has_its_unfinished_tasks_cancelled_and_aud
     await stream.send_all(_sleep("h1", 600_000) + _sleep("h2", 600_000))
     await _in_flight(daemon.dispatcher, 2)
     await stream.aclose()
-    await _in_flight(daemon.dispatcher, 0)
+    await _audited(daemon.dispatcher, "h1", "h2")
     cancelled = [("FAIL", "cancelled:the client hung up")]
     assert _outcomes(daemon.dispatcher, "h1", "h2") == [cancelled, cancelled]
+
+
+async def test_a_hang_up_is_heard_while_the_connection_waits_at_its_in_flight_cap(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """L-4, C-6: with 2 in flight the reader stops reading, so it would not see EOF until a
+    task ended (here ten minutes). The hang-up cancels the two running, the one held at
+    the cap and the one still buffered: each is audited cancelled, none runs on."""
+    connection = replace(config.connection, max_in_flight=2)
+    daemon = await _serve(nursery, replace(config, connection=connection), sock_dir)
+    stream = await trio.open_unix_socket(daemon.socket_path)
+    ids = ["c1", "c2", "c3", "c4"]
+    await stream.send_all(b"".join(_sleep(i, 600_000) for i in ids))
+    await _in_flight(daemon.dispatcher, 2)
+    await stream.aclose()
+    await _audited(daemon.dispatcher, *ids)
+    cancelled = [("FAIL", "cancelled:the client hung up")]
+    assert _outcomes(daemon.dispatcher, *ids) == [cancelled] * 4
 
 
 async def test_with_cancel_on_disconnect_false_a_hung_up_clients_tasks_run_to_their_end(
@@ -74,7 +97,7 @@ async def test_with_cancel_on_disconnect_false_a_hung_up_clients_tasks_run_to_th
     await stream.send_all(_sleep("k1", 200) + _sleep("k2", 600))
     await _in_flight(daemon.dispatcher, 2)
     await stream.aclose()
-    await _in_flight(daemon.dispatcher, 0)
+    await _audited(daemon.dispatcher, "k1", "k2")
     assert _outcomes(daemon.dispatcher, "k1", "k2") == [[("OK", None)], [("OK", None)]]
 
 
@@ -142,7 +165,7 @@ async def test_a_cancelled_exec_leaves_no_process(
         await other.aclose()
     else:
         stream.socket.shutdown(socket.SHUT_RDWR)
-        await _in_flight(daemon.dispatcher, 0)
+        await _audited(daemon.dispatcher, "e1")
         assert _outcomes(daemon.dispatcher, "e1") == [[("FAIL", "cancelled:the client hung up")]]
     await stream.aclose()
     assert live_pids(marker) == []

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config import ConnectionConfig
-from csp_web.core.cancels import Ticket
+from csp_web.core.cancels import BY_HANGUP, Ticket
 from csp_web.core.context import Peer
 from csp_web.core.deadlines import CUT_DETAIL
 from csp_web.core.dispatch import Dispatcher
@@ -143,6 +143,7 @@ class _Session:
         self.held: Task | None = None  # parsed, waiting for an in-flight slot
         self.receive_scope: trio.CancelScope | None = None  # set while waiting for bytes
         self.evicted = False
+        self.hangup_cancels = False  # the peer hung up: frames read from now on are cancelled
 
     def idle_since(self) -> float | None:
         """When the connection last did anything, or None while it has anything to do."""
@@ -264,11 +265,13 @@ class _Session:
         # IN:SYS ops never wait for work, so there is nothing to cancel (and a REQ:cancel
         # naming its own ID cannot cancel itself).
         ticket = self.dispatcher.cancels.open(self.peer, task.id) if task.domain != "SYS" else None
+        if ticket is not None and self.hangup_cancels:  # sent before the hang-up, read after
+            ticket.cancel(BY_HANGUP)
         try:
             try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
                 self.in_flight.acquire_nowait()
             except trio.WouldBlock:
-                await self.in_flight.acquire()  # back-pressure: stop reading (L-4)
+                await self.wait_slot()  # back-pressure: stop reading (L-4)
             try:
                 await self.starts.wait_start(self.seat)  # this connection's turn (L-10)
             except BaseException:
@@ -374,14 +377,31 @@ class _Session:
             error = OpError(ErrorCode.INTERNAL_ERROR, "reply not serializable")
             return serialize(fail_reply(error, task.id))
 
+    async def wait_slot(self) -> None:
+        """Wait for an in-flight slot (L-4). The reader reads nothing meanwhile, so it would
+        not see the peer hang up: on a socket, a watch for that runs beside the wait."""
+        if not isinstance(self.stream, trio.SocketStream) or self.writer.peer_gone:
+            await self.in_flight.acquire()
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch_hangup, self.stream)
+            await self.in_flight.acquire()
+            nursery.cancel_scope.cancel()
+
+    async def watch_hangup(self, stream: trio.SocketStream) -> None:
+        await _wait_hangup(stream)
+        self.hung_up()
+
     def hung_up(self) -> None:
         """The peer has gone (SPEC C-6): its replies are dropped from now on and, unless
-        ``tasks.cancel_on_disconnect`` is false, its unfinished tasks are cancelled."""
+        ``tasks.cancel_on_disconnect`` is false, its unfinished tasks are cancelled, and so
+        is every task read after this (it was sent before the hang-up)."""
         if self.writer.peer_gone:
             return
         self.writer.peer_gone = True
         if not self.dispatcher.services.config.tasks.cancel_on_disconnect:
             return
+        self.hangup_cancels = True
         cancelled = self.dispatcher.cancels.cancel_connection(self.peer.connection)
         if cancelled:
             log.info("connection %s hung up: %d tasks cancelled", self.peer.connection, cancelled)
@@ -404,3 +424,17 @@ def _peer_closed(stream: trio.abc.Stream) -> bool:
     poller = select.poll()
     poller.register(stream.socket.fileno(), 0)  # POLLHUP is reported whatever is asked
     return any(events & select.POLLHUP for _, events in poller.poll(0))
+
+
+async def _wait_hangup(stream: trio.SocketStream) -> None:
+    """Return once the peer has closed ``stream``'s socket both ways. An epoll set of its own
+    watches the socket for that alone (EPOLLHUP and EPOLLERR are reported whatever is
+    asked), so bytes waiting unread do not wake it, as they would trio's ``wait_readable``
+    on the socket itself; the set's own descriptor is what trio waits on."""
+    watch = select.epoll()
+    try:
+        watch.register(stream.socket.fileno(), 0)
+        await trio.lowlevel.wait_readable(watch)
+    finally:
+        trio.lowlevel.notify_closing(watch)
+        watch.close()

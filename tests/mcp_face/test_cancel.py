@@ -49,7 +49,7 @@ async def test_a_call_the_mcp_client_cancels_is_cancelled_in_the_daemon(
                 calls.start_soon(client.call_tool, "test_sleep", arguments)
                 await wait_until(lambda: in_flight.in_flight == 1, timeout_s=WAIT_S)
                 calls.cancel_scope.cancel()  # the SDK sends notifications/cancelled
-            await wait_until(lambda: in_flight.in_flight == 0, timeout_s=WAIT_S)
+            await wait_until(lambda: _sleep_audits(daemon.dispatcher), timeout_s=WAIT_S)
     (audit,) = _sleep_audits(daemon.dispatcher)
     assert (audit["outcome"], audit["error"]) == ("FAIL", "cancelled:by REQ:cancel")
     assert str(audit["id"]).startswith("mcp-")
