@@ -6,6 +6,7 @@ tests/test_cancel_socket.py.)"""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import trio
@@ -15,6 +16,7 @@ from csp_web.config import Config
 from csp_web.core.connection import StreamOptions, serve_stream
 from csp_web.core.context import OpContext, Peer
 from csp_web.core.deadlines import CUT_DETAIL, work_deadline
+from csp_web.core.dispatch import DispatchPort
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Params
 from csp_web.core.ops import Op
@@ -215,3 +217,26 @@ async def test_a_task_admitted_from_the_queue_during_the_grace_period_is_cut_as_
         assert [r.get("ERROR") for r in replies if r.id is None] == [
             f"{ErrorCode.SHUTTING_DOWN}:{CUT_DETAIL}"
         ]
+
+
+async def test_a_cron_run_belongs_to_no_connection_and_no_cancel_reaches_it(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """C-6: a task cron submits (through the dispatcher's port) has no ticket: REQ:cancel
+    with its ID from the same uid finds nothing, and it runs to its end."""
+    async with open_harness(config) as harness:
+        port = DispatchPort(harness.dispatcher)
+        replies: list[Reply] = []
+        fields = (("ID", "nightly"), ("TIMEOUT_MS", str(LONG_MS)))
+
+        async def cron_run() -> None:
+            task = Task("sleep", "TEST", "SLEPT", "3000", fields)
+            replies.append(await port.submit(task, uid=os.getuid()))
+
+        harness.nursery.start_soon(cron_run)
+        await _in_flight(harness, 1)
+        end = _connect(harness, Peer("a", os.getuid()))  # the uid cron ran it as
+        await end.send(_cancel("k", "nightly"))
+        assert await _frames(end, 1) == [_unknown("k", "nightly")]
+        await wait_until(lambda: replies, timeout_s=WAIT_S)
+        assert [serialize(r) for r in replies] == [_slept("nightly", 3000)]
