@@ -75,6 +75,11 @@ class task_deadline:
         self._own_token: Token[tuple[float, GracePeriod | None] | None] | None = None
         self._own = deadline
 
+    @property
+    def cancel_called(self) -> bool:
+        """Whether the scope's cancel was called (its deadline passed, or a cancel)."""
+        return self._scope.cancel_called
+
     def __enter__(self) -> trio.CancelScope:
         self._token = _budget_ms.set(self._timeout_ms)
         self._own_token = _own.set((self._own, self._grace))

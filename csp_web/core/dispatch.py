@@ -186,20 +186,21 @@ class Dispatcher:
         # One cancel scope per task (the task's deadline, the grace period's end and a
         # cancel); a paced IN:SYS op gets its deadline once pacing is over: paced past it,
         # it still runs.
-        with task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace) as scope:
-            if ticket is not None:
-                ticket.bind(scope)
-            try:
+        scope = task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace)
+        try:
+            with scope as cancel_scope:
+                if ticket is not None:
+                    ticket.bind(cancel_scope)
                 if paced:  # IN:SYS ops are never refused for room, but paced while it drains
                     with trio.move_on_at(deadline):
                         await self.services.outbox.wait_paced(peer.connection)
-                    scope.deadline = min(scope.deadline, deadline)
+                    cancel_scope.deadline = min(cancel_scope.deadline, deadline)
                 outcome = await self._admitted(task, op, params, peer, audit, stage, audited)
-            except Exception as exc:  # judged below, once the scope says why the work ended
-                outcome = exc
+        except Exception as exc:  # judged below (also a group the scope left its cancel out of)
+            outcome = exc
         if ticket is not None:
             ticket.close()  # the work has ended: a later cancel does not count it
-        return self._outcome(outcome, scope, stage, grace, ticket, timeout_ms)
+        return self._outcome(outcome, scope.cancel_called, stage, grace, ticket, timeout_ms)
 
     async def _admitted(
         self,
@@ -229,20 +230,21 @@ class Dispatcher:
     @staticmethod
     def _outcome(
         outcome: Reply | Exception | None,
-        scope: trio.CancelScope,
+        cancel_called: bool,
         stage: _Stage,
         grace: GracePeriod | None,
         ticket: Ticket | None,
         timeout_ms: int,
     ) -> Reply:
-        """The reply of work that ended with ``outcome`` in ``scope``. A cancelled task
+        """The reply of work that ended with ``outcome``, its scope's cancel called or not
+        (its deadline, the grace period's end or a cancel). A cancelled task
         answers ``cancelled`` whatever its work did (SPEC C-6: the cancel counted it); work
         the grace period cut answers ``shutting_down`` (C-5), whatever failure the op made
         of its cancellation; else the op's own outcome, or the deadline's refusal."""
         if ticket is not None and ticket.cancelled:
             raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
         failed = not isinstance(outcome, Reply) or outcome.status is Status.FAIL
-        if scope.cancel_called and grace is not None and grace.over and failed:
+        if cancel_called and grace is not None and grace.over and failed:
             grace.cut += 1
             raise OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL)
         if isinstance(outcome, Exception):
