@@ -107,6 +107,10 @@ class ErrorCode(enum.StrEnum):
     CANVAS_NOT_PRESENTED = "canvas_not_presented", "the canvas shows nothing: present first"
     EVAL_FAILED = "eval_failed", "the canvas expression threw or its result is not JSON"
 
+    # Cancellation (SPEC C-6).
+    CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"
+    UNKNOWN_TASK = "unknown_task", "TARGET names no unfinished task of this uid"
+
 
 def main() -> None:
     """Print the catalogue, one ``code  meaning`` line each."""

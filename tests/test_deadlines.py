@@ -16,7 +16,6 @@ from csp_web.core.context import Peer
 from csp_web.core.deadlines import (
     GracePeriod,
     budget_ms,
-    cut_by_shutdown,
     task_deadline,
     work_deadline,
     work_seconds,
@@ -58,23 +57,6 @@ async def test_budget_is_what_the_caller_set_inside_the_task_and_none_outside(
         assert budget_ms() == 1000
         assert work_seconds(default_s=7.0) == pytest.approx(0.8)  # the reserve stays internal
     assert budget_ms() is None
-
-
-async def test_work_is_cut_by_shutdown_only_when_the_grace_period_ends_before_its_budget(
-    mock_clock: trio.testing.MockClock,
-) -> None:
-    assert not cut_by_shutdown()  # outside a task
-    grace = GracePeriod()
-    with task_deadline(1000, grace=grace):
-        assert not cut_by_shutdown()  # no shutdown yet
-        grace.cut_at(trio.current_time() + 5.0)
-        assert not cut_by_shutdown()  # the task's own budget ends first
-        grace.cut_at(trio.current_time() + 0.5)
-        assert cut_by_shutdown()
-    assert not cut_by_shutdown()
-    grace.cut_at(trio.current_time() + 0.5)
-    with task_deadline(1000, grace=grace):  # started during the grace period
-        assert cut_by_shutdown()
 
 
 @pytest.fixture

@@ -307,6 +307,7 @@ async def test_sys_ops_list_every_op_with_fields(config: Config) -> None:
         '"req":"echo"' in op and '"inline":"TEXT"' in op and '"max_chars":10' in op for op in ops
     )
     assert {op.split('"req":"')[1].split('"')[0] for op in ops} == {
+        "cancel",
         "ping",
         "ops",
         "stats",

@@ -404,3 +404,120 @@ async def test_sigterm_answers_every_task_and_exits_4_when_the_grace_period_cuts
     assert "0 in-flight tasks answered, 2 cut by the 1s grace period, 3 refused" in (
         Path(log_path).read_text()
     )
+
+
+async def _silent_memory(nursery: trio.Nursery, socket_path: str) -> trio.Semaphore:
+    """A Memory Specialist at ``socket_path`` that reads and never answers; the semaphore is
+    released once per relayed write (``PATH notes/``) that reaches it."""
+    relayed = trio.Semaphore(0)
+
+    async def never_answer(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        if b"PATH notes/" in await stream.receive_some(65536):
+            relayed.release()
+        await trio.sleep_forever()
+
+    await nursery.start(
+        partial(serve_unix, socket_path, SocketConfig(), never_answer, handler_nursery=nursery)
+    )
+    return relayed
+
+
+async def _wait_logged(log_path: str, text: str) -> None:
+    with trio.fail_after(PROCESS_TIMEOUT_S):
+        while text not in Path(log_path).read_text():
+            await trio.sleep(0.02)
+
+
+async def _read_to_eof(stream: trio.SocketStream) -> bytes:
+    received = b""
+    with trio.fail_after(PROCESS_TIMEOUT_S):
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+    return received
+
+
+async def test_a_second_signal_cuts_running_work_answers_it_logs_the_counts_and_exits_4(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], sock_dir: str
+) -> None:
+    """C-5: with a 600 s grace period and a relayed write the Memory Specialist never
+    answers, the second SIGTERM ends the grace period at once: the write is answered
+    shutting_down (before, it was dropped unanswered and the daemon exited 0)."""
+    memory_socket = os.path.join(sock_dir, "silent.sock")
+    relayed = await _silent_memory(nursery, memory_socket)
+    config = _config_file(
+        tmp_path,
+        memory_socket,
+        daemon={"state_dir": os.path.join(tmp_path, "state"), "grace_period_s": 600.0},
+        tasks={"default_timeout_ms": 600_000},
+    )
+    with open(config, encoding="utf-8") as file:
+        data = yaml.safe_load(file)
+    data["memory"]["relay_timeout_s"] = 600.0
+    with open(config, "w", encoding="utf-8") as file:
+        yaml.safe_dump(data, file)
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    log_path = os.path.join(tmp_path, "serve.log")
+    process = await _start_serving(config, socket_path, _env(tmp_path), log_path)
+    stream = await trio.open_unix_socket(socket_path)
+    async with stream:
+        await stream.send_all(_relayed_write("w0"))
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            await relayed.acquire()
+        process.send_signal(signal.SIGTERM)
+        await _wait_logged(log_path, "SIGTERM: finishing in-flight work")  # not coalesced
+        process.send_signal(signal.SIGTERM)
+        received = await _read_to_eof(stream)
+    assert await _wait_exit(process) == 4, Path(log_path).read_text()
+    (reply,) = _replies(received)
+    assert serialize(reply) == (
+        b"STATUS FAIL\nID w0\nSCOPE []\nDATA none\n"
+        b"ERROR shutting_down:grace period over, work cancelled\n\n"
+    )
+    assert "0 in-flight tasks answered, 1 cut by the 600s grace period, 0 refused" in (
+        Path(log_path).read_text()
+    )
+
+
+def _exec_frame(task_id: str, command: str) -> bytes:
+    return serialize(Task("exec", "SHELL", "EXEC_RESULT", command, (("ID", task_id),)))
+
+
+@pytest.mark.slow
+async def test_sigterm_answers_shutting_down_for_exec_running_and_queued_when_the_grace_ends(
+    tmp_path: os.PathLike[str], sock_dir: str
+) -> None:
+    """C-5, the issue's case: the tool pool runs 2 execs. ``sleep 1`` finishes in the
+    4 s grace period and a queued ``sleep 30`` starts in its place; at the grace period's
+    end it and the other running ``sleep 30`` are cut. Both answer shutting_down (the queued
+    one answered timeout_exceeded:30000ms before, its exec taking the grace period for its
+    own deadline), and no sleep is left running."""
+    from tests.tool.exec_support import live_pids, scratch_dir, wait_for_pid
+
+    marker = f"30.{os.getpid()}"
+    with scratch_dir() as workspace:
+        config = _config_file(
+            tmp_path,
+            daemon={"state_dir": os.path.join(tmp_path, "state"), "grace_period_s": 4.0},
+            tasks={"specialists": {"tool": {"max_running": 2, "max_queued": 10}}},
+            tool={
+                "exec": {"workspace_roots": [workspace], "allowed_programs": [{"program": "sleep"}]}
+            },
+        )
+        socket_path = os.path.join(sock_dir, "csp.sock")
+        log_path = os.path.join(tmp_path, "serve.log")
+        process = await _start_serving(config, socket_path, _env(tmp_path), log_path)
+        stream = await trio.open_unix_socket(socket_path)
+        async with stream:
+            await stream.send_all(
+                _exec_frame("short", "sleep 1") + _exec_frame("long", f"sleep {marker}1")
+            )
+            await wait_for_pid(f"sleep {marker}1", timeout_s=PROCESS_TIMEOUT_S)
+            await stream.send_all(_exec_frame("queued", f"sleep {marker}2"))
+            process.send_signal(signal.SIGTERM)
+            received = await _read_to_eof(stream)
+        assert await _wait_exit(process) == 4, Path(log_path).read_text()
+    replies = {reply.id: reply for reply in _replies(received)}
+    assert replies["short"].status is Status.OK
+    cut = "shutting_down:grace period over, work cancelled"
+    assert (replies["long"].get("ERROR"), replies["queued"].get("ERROR")) == (cut, cut)
+    assert live_pids(marker) == []

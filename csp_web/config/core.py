@@ -91,6 +91,9 @@ class TasksConfig:
     default_timeout_ms: int = 30_000  # the tool seed's default exec timeout
     max_timeout_ms: int = 600_000
     specialists: SlotsConfig = field(default_factory=SlotsConfig)
+    # A peer that hung up reads no reply: its work is cancelled (SPEC C-6), as an HTTP/2
+    # server resets the streams of a closed connection. False: it runs to its deadline.
+    cancel_on_disconnect: bool = True
 
 
 @dataclass(frozen=True)

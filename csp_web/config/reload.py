@@ -25,6 +25,7 @@ RELOADABLE = (
     "socket.allowed_uids",  # judged at each accept; connections of a removed uid are closed
     "tasks.default_timeout_ms",
     "tasks.max_timeout_ms",
+    "tasks.cancel_on_disconnect",  # read at each hang-up
 )
 # Under a reloadable path, still fixed for the daemon's life (none of the core's own).
 RESTART_ONLY: tuple[str, ...] = ()

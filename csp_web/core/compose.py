@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from csp_web.config import Config, SlotLimits, SlotsConfig
 from csp_web.config.reload import RELOADABLE, RESTART_ONLY
+from csp_web.core.cancels import Cancels
 from csp_web.core.context import Services
 from csp_web.core.dispatch import Dispatcher, DispatchPort
 from csp_web.core.ops import BoundOp, OpTable, Registry, bind
@@ -97,14 +98,17 @@ def compose(
     if memory is not None:
         lines.update(memory.stats_lines)
         storage += [("outbox", lambda: memory.outbox.storage_full), *memory.storage.items()]
-    sys_services = SysServices(table, stats, memory, lines, tuple(storage))
+    cancels = Cancels()
+    sys_services = SysServices(table, stats, memory, lines, cancels, tuple(storage))
     bound: list[BoundOp] = [bind(op, sys_services) for op in SYS_OPS]
     bound += [op for each in opened for op in each.ops]
     pools = slot_pools(config, specialists)
     for spec in table:  # an op in a pool of no specialist: its SlotsConfig field, or KeyError
         if spec.specialist not in pools:
             pools[spec.specialist] = config.tasks.specialists.pool(spec.specialist)
-    dispatcher = Dispatcher(Registry(bound), Services(config, memory), stats, pools=pools)
+    dispatcher = Dispatcher(
+        Registry(bound), Services(config, memory), stats, pools=pools, cancels=cancels
+    )
     reloadable, restart_only = reload_paths(specialists)
     return Daemon(
         dispatcher,

@@ -15,17 +15,24 @@ At shutdown every task still gets exactly one reply (SPEC R-1): a frame already 
 started (held by the in-flight cap, or still in the codec's buffer) is answered
 ``shutting_down`` at once; one still running when the grace period ends is cancelled and
 answered ``shutting_down``; then the connection closes.
+
+Each task the connection receives holds a ticket (``core.cancels``) from its frame until its
+work ends, so ``REQ:cancel`` can end it; when the peer hangs up (EOF with the socket closed
+both ways, or a reply that cannot be written), its unfinished tasks are cancelled
+(``tasks.cancel_on_disconnect``) and their replies, audited as any other, are dropped.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import select
 from dataclasses import dataclass
 
 import trio
 
 from csp_web.config import ConnectionConfig
+from csp_web.core.cancels import BY_HANGUP, Ticket
 from csp_web.core.context import Peer
 from csp_web.core.deadlines import CUT_DETAIL
 from csp_web.core.dispatch import Dispatcher
@@ -127,6 +134,7 @@ class _Session:
             peer.connection,
             pipelining=self.pipelining,
             on_written=self.touch,
+            on_hangup=self.hung_up,
         )
         self.in_flight = trio.Semaphore(config.max_in_flight)
         self.bad_frames = 0
@@ -135,6 +143,7 @@ class _Session:
         self.held: Task | None = None  # parsed, waiting for an in-flight slot
         self.receive_scope: trio.CancelScope | None = None  # set while waiting for bytes
         self.evicted = False
+        self.hangup_cancels = False  # the peer hung up: frames read from now on are cancelled
 
     def idle_since(self) -> float | None:
         """When the connection last did anything, or None while it has anything to do."""
@@ -169,6 +178,8 @@ class _Session:
             data = await self.receive()
             if data is None:
                 return
+            if not data and _peer_closed(self.stream):
+                self.hung_up()
             self.codec.receive_data(data)
             keep_going = await self.handle_events(tasks)
             # The slowloris clock runs from when the frame now pending began to arrive: a frame
@@ -190,6 +201,7 @@ class _Session:
                 try:
                     data = await self.stream.receive_some(_RECEIVE_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.hung_up()  # reset by the peer: nobody reads the replies either
                     return b""
                 finally:
                     self.receive_scope = None
@@ -250,23 +262,33 @@ class _Session:
 
     async def start_task(self, tasks: trio.Nursery, task: Task) -> None:
         self.held = task  # answered shutting_down if the daemon stops before it starts
-        try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
-            self.in_flight.acquire_nowait()
-        except trio.WouldBlock:
-            await self.in_flight.acquire()  # back-pressure: stop reading (L-4)
+        # IN:SYS ops never wait for work, so there is nothing to cancel (and a REQ:cancel
+        # naming its own ID cannot cancel itself).
+        ticket = self.dispatcher.cancels.open(self.peer, task.id) if task.domain != "SYS" else None
+        if ticket is not None and self.hangup_cancels:  # sent before the hang-up, read after
+            ticket.cancel(BY_HANGUP)
         try:
-            await self.starts.wait_start(self.seat)  # this connection's turn (L-10)
+            try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
+                self.in_flight.acquire_nowait()
+            except trio.WouldBlock:
+                await self.wait_slot()  # back-pressure: stop reading (L-4)
+            try:
+                await self.starts.wait_start(self.seat)  # this connection's turn (L-10)
+            except BaseException:
+                self.in_flight.release()
+                raise
         except BaseException:
-            self.in_flight.release()
+            if ticket is not None:
+                ticket.close()
             raise
         self.held = None
         slot = self.writer.order.reserve(task.id)
         if self.options.sequential:
-            await self.run_task(task, slot)
-        elif (op := self.dispatcher.instant_op(task, self.peer)) is not None:
+            await self.run_task(task, slot, ticket)
+        elif ticket is None and (op := self.dispatcher.instant_op(task, self.peer)) is not None:
             await self.run_at_once(task, op, slot)
         else:
-            tasks.start_soon(self.run_task, task, slot)
+            tasks.start_soon(self.run_task, task, slot, ticket)
 
     def refuse_received(self) -> None:
         """Answer ``shutting_down`` to every task received but not started (SPEC R-1)."""
@@ -312,10 +334,10 @@ class _Session:
         reply = fail_reply(OpError(code, detail), frame_id)
         await self.writer.send(self.writer.order.reserve(frame_id), serialize(reply))
 
-    async def run_task(self, task: Task, slot: int | None) -> None:
+    async def run_task(self, task: Task, slot: int | None, ticket: Ticket | None) -> None:
         try:
             try:
-                data = await self.work(task)
+                data = await self.work(task, ticket=ticket)
             finally:
                 self.starts.done()
             await self.writer.send(slot, data)
@@ -337,10 +359,15 @@ class _Session:
             self.in_flight.release()
         await self.writer.replies.wait_room()
 
-    async def work(self, task: Task, *, instant: BoundOp | None = None) -> bytes:
-        """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it."""
+    async def work(
+        self, task: Task, *, instant: BoundOp | None = None, ticket: Ticket | None = None
+    ) -> bytes:
+        """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it,
+        ``cancelled`` if ``ticket`` was cancelled."""
         shutdown = self.shutdown
-        reply = await self.dispatcher.run(task, self.peer, grace=shutdown.grace, instant=instant)
+        reply = await self.dispatcher.run(
+            task, self.peer, grace=shutdown.grace, instant=instant, ticket=ticket
+        )
         if shutdown.begun.is_set() and reply.get("ERROR") != _CUT:
             shutdown.answered += 1
         try:
@@ -350,6 +377,35 @@ class _Session:
             error = OpError(ErrorCode.INTERNAL_ERROR, "reply not serializable")
             return serialize(fail_reply(error, task.id))
 
+    async def wait_slot(self) -> None:
+        """Wait for an in-flight slot (L-4). The reader reads nothing meanwhile, so it would
+        not see the peer hang up: on a socket, a watch for that runs beside the wait."""
+        if not isinstance(self.stream, trio.SocketStream) or self.writer.peer_gone:
+            await self.in_flight.acquire()
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch_hangup, self.stream)
+            await self.in_flight.acquire()
+            nursery.cancel_scope.cancel()
+
+    async def watch_hangup(self, stream: trio.SocketStream) -> None:
+        await _wait_hangup(stream)
+        self.hung_up()
+
+    def hung_up(self) -> None:
+        """The peer has gone (SPEC C-6): its replies are dropped from now on and, unless
+        ``tasks.cancel_on_disconnect`` is false, its unfinished tasks are cancelled, and so
+        is every task read after this (it was sent before the hang-up)."""
+        if self.writer.peer_gone:
+            return
+        self.writer.peer_gone = True
+        if not self.dispatcher.services.config.tasks.cancel_on_disconnect:
+            return
+        self.hangup_cancels = True
+        cancelled = self.dispatcher.cancels.cancel_connection(self.peer.connection)
+        if cancelled:
+            log.info("connection %s hung up: %d tasks cancelled", self.peer.connection, cancelled)
+
     def touch(self) -> None:
         """A reply was written: the connection is active (the idle timeout counts from here)."""
         self.last_activity = trio.current_time()
@@ -357,3 +413,28 @@ class _Session:
     def pipelining(self) -> bool:
         """Whether a received frame waits for its start: its reply will soon join the queue."""
         return self.held is not None
+
+
+def _peer_closed(stream: trio.abc.Stream) -> bool:
+    """At EOF: whether the peer closed the socket both ways (POLLHUP on a Unix socket), not
+    just its sending side (``shutdown(SHUT_WR)``, after which it still reads its replies).
+    A stream that is not a socket (stdin) never hangs up this way: its EOF ends the input."""
+    if not isinstance(stream, trio.SocketStream):
+        return False
+    poller = select.poll()
+    poller.register(stream.socket.fileno(), 0)  # POLLHUP is reported whatever is asked
+    return any(events & select.POLLHUP for _, events in poller.poll(0))
+
+
+async def _wait_hangup(stream: trio.SocketStream) -> None:
+    """Return once the peer has closed ``stream``'s socket both ways. An epoll set of its own
+    watches the socket for that alone (EPOLLHUP and EPOLLERR are reported whatever is
+    asked), so bytes waiting unread do not wake it, as they would trio's ``wait_readable``
+    on the socket itself; the set's own descriptor is what trio waits on."""
+    watch = select.epoll()
+    try:
+        watch.register(stream.socket.fileno(), 0)
+        await trio.lowlevel.wait_readable(watch)
+    finally:
+        trio.lowlevel.notify_closing(watch)
+        watch.close()

@@ -4,7 +4,9 @@ The dispatcher cancels a task at its TIMEOUT_MS with ``timeout_exceeded``. An op
 network or process work stops a little earlier, so its own FAIL, naming the real cause
 (``fetch_failed:timeout``, ``mcp_unavailable``, the exec ``COMMAND`` that ran too long), goes
 out instead. That reserve is internal: a ``timeout_exceeded`` reply names the budget the caller
-set (``budget_ms``), never the shortened time the work was given.
+set (``budget_ms``), never the shortened time the work was given. The grace period of a
+shutdown is not such a deadline: work it bounds runs on until the dispatcher cuts it and
+answers ``shutting_down`` (SPEC C-5), so no op names a failure of its own for being cut.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from types import TracebackType
 import trio
 
 _budget_ms: ContextVar[int | None] = ContextVar("csp_web_task_budget_ms", default=None)
-_task: ContextVar[task_deadline | None] = ContextVar("csp_web_task_deadline", default=None)
+# The running task's own deadline (its budget's end) and the grace period bounding it.
+_own: ContextVar[tuple[float, GracePeriod | None] | None] = ContextVar(
+    "csp_web_task_own_deadline", default=None
+)
 
 # Kept back from the task's deadline: a fifth of what is left, at most a quarter second.
 RESERVE_FRACTION = 0.2
@@ -37,8 +42,9 @@ class GracePeriod:
         self._scopes: set[trio.CancelScope] = set()
 
     def cut_at(self, deadline: float) -> None:
-        """End every task's work (running or yet to start) at ``deadline``."""
-        self.deadline = deadline
+        """End every task's work (running or yet to start) at ``deadline``, or earlier if an
+        earlier call said so (a second signal's cut stands)."""
+        self.deadline = deadline = min(self.deadline, deadline)
         for scope in self._scopes:
             scope.deadline = min(scope.deadline, deadline)
 
@@ -54,29 +60,29 @@ class task_deadline:
     grace period's end too. One scope per task: a class, not a generator, as it runs once
     per frame."""
 
-    __slots__ = ("_grace", "_scope", "_task_token", "_timeout_ms", "_token")
+    __slots__ = ("_grace", "_own", "_own_token", "_scope", "_timeout_ms", "_token")
 
     def __init__(
         self, timeout_ms: int, *, at: float | None = None, grace: GracePeriod | None = None
     ) -> None:
         deadline = trio.current_time() + timeout_ms / 1000 if at is None else at
-        if grace is not None:
-            deadline = min(deadline, grace.deadline)
         self._scope = trio.CancelScope(deadline=deadline)
+        if grace is not None:
+            self._scope.deadline = min(deadline, grace.deadline)
         self._grace = grace
         self._timeout_ms = timeout_ms
         self._token: Token[int | None] | None = None
-        self._task_token: Token[task_deadline | None] | None = None
+        self._own_token: Token[tuple[float, GracePeriod | None] | None] | None = None
+        self._own = deadline
 
     @property
-    def cut_by_grace(self) -> bool:
-        """Whether the grace period's end, not the task's own budget, ends this scope."""
-        grace = self._grace
-        return grace is not None and grace.deadline <= self._scope.deadline
+    def cancel_called(self) -> bool:
+        """Whether the scope's cancel was called (its deadline passed, or a cancel)."""
+        return self._scope.cancel_called
 
     def __enter__(self) -> trio.CancelScope:
         self._token = _budget_ms.set(self._timeout_ms)
-        self._task_token = _task.set(self)
+        self._own_token = _own.set((self._own, self._grace))
         scope = self._scope.__enter__()
         if self._grace is not None:
             self._grace._scopes.add(scope)
@@ -95,8 +101,8 @@ class task_deadline:
         finally:
             if self._token is not None:
                 _budget_ms.reset(self._token)
-            if self._task_token is not None:
-                _task.reset(self._task_token)
+            if self._own_token is not None:
+                _own.reset(self._own_token)
 
 
 def budget_ms() -> int | None:
@@ -104,20 +110,17 @@ def budget_ms() -> int | None:
     return _budget_ms.get()
 
 
-def cut_by_shutdown() -> bool:
-    """Whether a shutdown's grace period, not the running task's own budget, is what ends its
-    work. Work that stopped at ``work_deadline`` to report its own timeout checks this first:
-    if so the stop was the shutdown's, and the task must be answered ``shutting_down`` (by the
-    dispatcher, when the grace period's cut arrives), not time out."""
-    task = _task.get()
-    return task is not None and task.cut_by_grace
-
-
 def work_deadline() -> float:
     """The trio time by which the running task's own work should end: the enclosing deadline
-    (the dispatcher's cancel scope) minus the reserve; ``math.inf`` when there is none."""
+    (the dispatcher's cancel scope) minus the reserve; ``math.inf`` when there is none. When
+    the grace period is what ends the task first, the task's own deadline stands instead:
+    the cut is the dispatcher's to answer."""
     now = trio.current_time()
-    left = trio.current_effective_deadline() - now
+    deadline = trio.current_effective_deadline()
+    own = _own.get()
+    if own is not None and own[1] is not None and deadline >= own[1].deadline:
+        deadline = own[0]  # the grace period ends it first (an inner scope would end earlier)
+    left = deadline - now
     if math.isinf(left):
         return math.inf
     return now + left - min(MAX_RESERVE_S, max(left, 0.0) * RESERVE_FRACTION)

@@ -19,10 +19,11 @@ import trio
 
 from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
+from csp_web.core.cancels import Cancels, Ticket
 from csp_web.core.context import OpContext, Peer, Services
 from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.errors import OpError, StorageFull
-from csp_web.core.fields import check_id, parse_timeout_ms, validate
+from csp_web.core.fields import Params, check_id, parse_timeout_ms, validate
 from csp_web.core.ops import BoundOp, Registry
 from csp_web.core.ports import allowed_uids
 from csp_web.core.records import MemoryWrite, json_record, make_write
@@ -45,9 +46,11 @@ class Dispatcher:
         stats: Stats,
         *,
         pools: Mapping[str, SlotLimits],
+        cancels: Cancels,
         audit: bool = True,
     ) -> None:
         self.registry = registry
+        self.cancels = cancels  # the tickets REQ:cancel (a sys op over the same) cancels
         self.services = services
         self.stats = stats
         memory = services.memory
@@ -82,11 +85,14 @@ class Dispatcher:
         *,
         grace: GracePeriod | None = None,
         instant: BoundOp | None = None,
+        ticket: Ticket | None = None,
     ) -> Reply:
         """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
         connection's task) the work ends at the grace period's end too, answered
         ``shutting_down`` (SPEC R-1). ``instant``: what ``instant_op(task, peer)`` gave with
-        no checkpoint since, so nothing waits and no deadline scope is needed."""
+        no checkpoint since, so nothing waits and no deadline scope is needed. ``ticket``
+        (a connection's task, ``Cancels.open``): a cancel ends the work, answered
+        ``cancelled`` (SPEC C-6); it is closed once the work ends."""
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
@@ -99,11 +105,13 @@ class Dispatcher:
                 reply = await self._run_at_once(task, op, peer, audit)
             else:
                 op = self._lookup(task)
-                reply = await self._run(task, op, peer, audit, stage, grace)
+                reply = await self._run(task, op, peer, audit, stage, grace, ticket)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
             self.stats.in_flight -= 1
+            if ticket is not None:
+                ticket.close()
         duration_ms = (time.monotonic() - started) * 1000
         code = _error_code(reply)
         if log.isEnabledFor(logging.INFO):
@@ -162,6 +170,7 @@ class Dispatcher:
         audit: dict[str, Any],
         stage: _Stage,
         grace: GracePeriod | None,
+        ticket: Ticket | None,
     ) -> Reply:
         config = self.services.config.tasks
         if op is None:
@@ -171,32 +180,80 @@ class Dispatcher:
         timeout_ms = parse_timeout_ms(
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
+        if ticket is not None and ticket.cancelled:  # cancelled while it waited to start
+            raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
         audited = self.audit and (spec is None or spec.specialist != "sys")
         deadline = trio.current_time() + timeout_ms / 1000
         paced = op is not None and not audited and self._must_pace(peer)
-        # One cancel scope per task (the task's deadline and the grace period's end); a paced
-        # IN:SYS op gets its deadline once pacing is over: paced past it, it still runs.
-        with task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace) as scope:
-            if paced:  # IN:SYS ops are never refused for room, but paced while it drains (O-3)
-                with trio.move_on_at(deadline):
-                    await self.services.outbox.wait_paced(peer.connection)
-                scope.deadline = min(scope.deadline, deadline)
-            if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
-                stage.waiting_for_room = True
-                await self.services.outbox.wait_room(peer.connection)
-                stage.waiting_for_room = False
-            async with self.slots(spec.specialist if spec is not None else "memory").admit():
-                stage.admitted = True
-                if op is None:
-                    assert self.relay is not None
-                    return await self.relay.forward(task)
-                assert params is not None
-                ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
-                return ok_reply(await op.run(params, ctx), task.id)
-        assert scope.cancelled_caught
-        if grace is not None and grace.over:
+        outcome: Reply | Exception | None = None  # None: its scope cancelled the work
+        # One cancel scope per task (the task's deadline, the grace period's end and a
+        # cancel); a paced IN:SYS op gets its deadline once pacing is over: paced past it,
+        # it still runs.
+        scope = task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace)
+        try:
+            with scope as cancel_scope:
+                if ticket is not None:
+                    ticket.bind(cancel_scope)
+                if paced:  # IN:SYS ops are never refused for room, but paced while it drains
+                    with trio.move_on_at(deadline):
+                        await self.services.outbox.wait_paced(peer.connection)
+                    cancel_scope.deadline = min(cancel_scope.deadline, deadline)
+                outcome = await self._admitted(task, op, params, peer, audit, stage, audited)
+        except Exception as exc:  # judged below (also a group the scope left its cancel out of)
+            outcome = exc
+        if ticket is not None:
+            ticket.close()  # the work has ended: a later cancel does not count it
+        return self._outcome(outcome, scope.cancel_called, stage, grace, ticket, timeout_ms)
+
+    async def _admitted(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        params: Params | None,
+        peer: Peer,
+        audit: dict[str, Any],
+        stage: _Stage,
+        audited: bool,
+    ) -> Reply:
+        """The work of ``_run`` inside the task's scope: room (O-1, O-2), a slot, the op."""
+        if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
+            stage.waiting_for_room = True
+            await self.services.outbox.wait_room(peer.connection)
+            stage.waiting_for_room = False
+        spec = op.spec if op is not None else None
+        async with self.slots(spec.specialist if spec is not None else "memory").admit():
+            stage.admitted = True
+            if op is None:
+                assert self.relay is not None
+                return await self.relay.forward(task)
+            assert params is not None
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
+            return ok_reply(await op.run(params, ctx), task.id)
+
+    @staticmethod
+    def _outcome(
+        outcome: Reply | Exception | None,
+        cancel_called: bool,
+        stage: _Stage,
+        grace: GracePeriod | None,
+        ticket: Ticket | None,
+        timeout_ms: int,
+    ) -> Reply:
+        """The reply of work that ended with ``outcome``, its scope's cancel called or not
+        (its deadline, the grace period's end or a cancel). A cancelled task
+        answers ``cancelled`` whatever its work did (SPEC C-6: the cancel counted it); work
+        the grace period cut answers ``shutting_down`` (C-5), whatever failure the op made
+        of its cancellation; else the op's own outcome, or the deadline's refusal."""
+        if ticket is not None and ticket.cancelled:
+            raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
+        failed = not isinstance(outcome, Reply) or outcome.status is Status.FAIL
+        if cancel_called and grace is not None and grace.over and failed:
             grace.cut += 1
             raise OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL)
+        if isinstance(outcome, Exception):
+            raise outcome
+        if outcome is not None:
+            return outcome
         if stage.waiting_for_room:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")

@@ -5,8 +5,9 @@ to every frame already received but not started; in-flight frames finish and rep
 ``grace_period_s``. Work the grace period cuts is cancelled and answered ``shutting_down`` too
 (SPEC R-1), written within one write limit (``connection.write_timeout_s``), and one log line
 gives the counts. Then the outbox gets what is left of the grace period to deliver pending
-memory writes (the rest stay on disk for the next start). A second signal cancels at once.
-``serve_daemon`` returns how many tasks the grace period cut (the CLI exits 4 when any).
+memory writes (the rest stay on disk for the next start). A second signal ends the grace
+period at once: the work still running is cut (answered ``shutting_down``, counted) and the
+outbox flush is skipped. ``serve`` returns how many tasks were cut (the CLI exits 4 when any).
 """
 
 from __future__ import annotations
@@ -58,23 +59,23 @@ async def serve(
     shutdown = Shutdown()
     reloaders: list[Reloader] = []  # the daemon's own: the socket's allow-list
     async with trio.open_nursery() as root:
-        stop_now = trio.CancelScope()  # a second signal: no more grace for anything
+        stop_now = trio.CancelScope()  # a second signal: no flush of the outbox
         root.start_soon(_watch_signals, shutdown, stop_now)
         root.start_soon(systemd.serve_watchdog)
         await root.start(_watch_reload, daemon, reload, reloaders)
         for background in daemon.background:
             await root.start(background, daemon.port)
+        deadline = await _serve_until_stopped(
+            dispatcher,
+            config,
+            shutdown,
+            stdio=stdio,
+            path=socket_path,
+            reloaders=reloaders,
+            task_status=task_status,
+        )
+        dispatcher.flush_audits()  # the summaries of IN:SYS frames (SPEC O-4)
         with stop_now:
-            deadline = await _serve_until_stopped(
-                dispatcher,
-                config,
-                shutdown,
-                stdio=stdio,
-                path=socket_path,
-                reloaders=reloaders,
-                task_status=task_status,
-            )
-            dispatcher.flush_audits()  # the summaries of IN:SYS frames (SPEC O-4)
             if memory is not None:
                 with trio.move_on_at(deadline):
                     await memory.outbox.wait_flushed()  # not while the specialist is down
@@ -121,9 +122,9 @@ async def _serve_until_stopped(
             await shutdown.begun.wait()
             systemd.notify("STOPPING=1\nSTATUS=finishing in-flight work")
             dispatcher.shutting_down = True
-            deadline = trio.current_time() + config.daemon.grace_period_s
-            shutdown.cut_at(deadline)
-            connections.deadline = deadline + config.connection.write_timeout_s
+            shutdown.close_after(connections, config.connection.write_timeout_s)
+            shutdown.cut_at(trio.current_time() + config.daemon.grace_period_s)
+            deadline = shutdown.grace.deadline  # earlier when a second signal came first
     _log_shutdown(shutdown, config.daemon.grace_period_s)
     return deadline
 
@@ -208,7 +209,8 @@ async def _watch_signals(shutdown: Shutdown, stop_now: trio.CancelScope) -> None
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             if shutdown.begun.is_set():
-                log.warning("second signal: cancelling in-flight work and the outbox flush")
+                log.warning("second signal: cutting in-flight work, skipping the outbox flush")
+                shutdown.stop_now()
                 stop_now.cancel()
                 continue
             log.info("%s: finishing in-flight work", signal.Signals(signum).name)

@@ -3,7 +3,10 @@ writer task in batches, or by the reader itself when it finds one queued and no 
 (a lone reply then skips the writer's scheduler round), each within the write limit (SPEC L-7).
 
 A reply not written within ``write_timeout_s`` of being queued cuts the connection: the
-deadline runs from the queueing, so neither load nor a trickling reader can postpone it.
+deadline runs from the queueing, so neither load nor a trickling reader can postpone it. A
+peer that has gone (a write finds the socket broken) cuts nothing: the connection hears of
+it (``on_hangup``) and the replies still to come are dropped, so the tasks in flight end as
+the connection decides (SPEC C-6), each still audited.
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ class ReplyWriter:
         *,
         pipelining: Callable[[], bool],
         on_written: Callable[[], None],
+        on_hangup: Callable[[], None],
     ) -> None:
         self.stream = stream
         self.connection = connection
         self.write_timeout_s = config.write_timeout_s
         self.pipelining = pipelining
         self.on_written = on_written
+        self.on_hangup = on_hangup
+        self.peer_gone = False  # set by the connection: nobody reads, replies are dropped
         self.replies = ReplyQueue(config.max_queued_replies)
         self.order = ReplyOrder()
         self.writing = False  # a send is in progress (the writer's or the reader's)
@@ -75,12 +81,19 @@ class ReplyWriter:
         return sent
 
     async def write(self, queued_at: float, data: bytes) -> bool:
-        """Send ``data`` by ``queued_at`` + the write limit (L-7), else cut the connection."""
+        """Send ``data`` by ``queued_at`` + the write limit (L-7), else cut the connection;
+        drop it when the peer has gone."""
+        if self.peer_gone:
+            return True
         self.writing = True
         try:
             with trio.fail_at(queued_at + self.write_timeout_s):
                 await self.stream.send_all(data)
-        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.info("connection %s: the peer has gone; replies dropped", self.connection)
+            self.on_hangup()
+            return True
+        except trio.TooSlowError:
             log.warning("connection %s: peer not reading, closing", self.connection)
             assert self.connection_scope is not None
             self.connection_scope.cancel()

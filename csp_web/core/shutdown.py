@@ -18,7 +18,8 @@ class Shutdown:
     cancelled and the task answered ``shutting_down`` (by the dispatcher, in the task's one
     cancel scope: ``grace``). The counters say what happened to the tasks that met the
     shutdown: ``answered`` finished with their own reply, ``cut`` were cancelled by the grace
-    period, ``refused`` were received but never started.
+    period, ``refused`` were received but never started. ``stop_now`` (a second signal) ends
+    the grace period at once.
     """
 
     def __init__(self) -> None:
@@ -26,6 +27,7 @@ class Shutdown:
         self.grace = GracePeriod()
         self._scopes: set[trio.CancelScope] = set()
         self.answered = self.refused = 0
+        self._closing: tuple[trio.CancelScope, float] | None = None
 
     @property
     def cut(self) -> int:
@@ -37,8 +39,23 @@ class Shutdown:
             scope.cancel()
 
     def cut_at(self, deadline: float) -> None:
-        """Cancel every task's work (running or yet to start) at ``deadline``."""
+        """Cancel every task's work (running or yet to start) at ``deadline`` (or earlier,
+        if an earlier call said so), and end the connections ``close_after`` gave one write
+        limit later, to send the replies of that work."""
         self.grace.cut_at(deadline)
+        if self._closing is not None:
+            scope, after_s = self._closing
+            scope.deadline = min(scope.deadline, self.grace.deadline + after_s)
+
+    def close_after(self, connections: trio.CancelScope, write_timeout_s: float) -> None:
+        """``connections`` ends ``write_timeout_s`` after the grace period does."""
+        self._closing = (connections, write_timeout_s)
+
+    def stop_now(self) -> None:
+        """A second signal: the grace period is over now; the work it cuts is answered
+        ``shutting_down`` and counted as any cut (the daemon exits 4)."""
+        self.begin()
+        self.cut_at(trio.current_time())
 
     @contextmanager
     def reader_scope(self) -> Iterator[None]:

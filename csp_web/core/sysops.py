@@ -1,4 +1,4 @@
-"""The daemon's own ops under IN:SYS: ping, ops and stats, over ``SysServices``."""
+"""The daemon's own ops under IN:SYS: ping, ops, stats and cancel, over ``SysServices``."""
 
 from __future__ import annotations
 
@@ -6,23 +6,28 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from csp_web.core.cancels import Cancels
 from csp_web.core.context import OpContext
-from csp_web.core.fields import Example, Params, ReplyField
+from csp_web.core.errors import OpError
+from csp_web.core.fields import ID_PATTERN, Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op, OpTable
 from csp_web.core.ports import MemoryPath, StatsLine
 from csp_web.core.replies import Result
 from csp_web.core.stats import Stats
+from protocol import ErrorCode
 
 
 @dataclass(frozen=True)
 class SysServices:
     """What the sys ops read: the op table (plain data, complete before anything is bound),
-    the counters, the memory path, and the specialists' ``REQ:stats`` lines."""
+    the counters, the memory path, the specialists' ``REQ:stats`` lines, and the tickets of
+    the tasks in flight (what ``REQ:cancel`` cancels)."""
 
     table: OpTable
     stats: Stats
     memory: MemoryPath | None
     lines: Mapping[str, StatsLine]
+    cancels: Cancels
     storage: tuple[tuple[str, Callable[[], bool]], ...] = ()  # (store, is its disk full)
 
 
@@ -81,6 +86,33 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
     return Result(data, scope=("sys",), fields=tuple(fields))
 
 
+async def cancel(params: Params, ctx: OpContext, services: SysServices) -> Result:
+    """Cancel the unfinished tasks the caller's uid sent with ID ``TARGET`` (SPEC C-6): each
+    answers ``cancelled``. None (or only another uid's) is ``unknown_task``, which tells a
+    caller nothing of other uids' tasks."""
+    target = params.text("TARGET")
+    if not ID_PATTERN.fullmatch(target):
+        raise OpError(ErrorCode.INVALID_FIELD, "TARGET must be a task ID (SPEC C-1)")
+    count = services.cancels.cancel(ctx.peer.uid, target)
+    if not count:
+        raise OpError(ErrorCode.UNKNOWN_TASK, target, scope=("sys",))
+    return Result("cancelled", scope=("sys",), fields=(("CANCELLED", str(count)),))
+
+
+CANCEL_FIELDS = (
+    FieldSpec(
+        "TARGET",
+        required=True,
+        max_chars=128,
+        doc="the ID of the tasks to cancel (this uid's, on any of its connections)",
+    ),
+)
+CANCEL_REPLIES = (ReplyField("CANCELLED", "OK", "how many unfinished tasks were cancelled"),)
+CANCEL_EXAMPLE = Example(
+    ("TASK REQ:cancel IN:SYS OUT:ACK\nID 1\nTARGET job-7\n"),
+    ("STATUS FAIL\nID 1\nSCOPE [sys]\nDATA none\nERROR unknown_task:job-7\n"),
+)
+
 PING_REPLIES = ()
 PING_EXAMPLE = Example(
     ("TASK REQ:ping IN:SYS OUT:PONG\nID 1\n"),
@@ -96,17 +128,17 @@ OPS_EXAMPLE = Example(
         "STATUS OK\n"
         "ID 1\n"
         "SCOPE [sys]\n"
-        "DATA ops:22\n"
+        "DATA ops:23\n"
         'OP {"req":"exec","in":"SHELL","out":"EXEC_RESULT","inline":"COMMAND"'
         ',"fields":[{"name":"COMMAND","type":"text","required":true,"max_char'
         's":8192},{"name":"TIMEOU…\n'
+        'OP {"req":"cancel","in":"SYS","out":"ACK","fields":[{"name":"TARGET"'
+        ',"type":"text","required":true,"max_chars":128,"doc":"the ID of the '
+        "tasks to cancel (this ui…\n"
         'OP {"req":"nodes","in":"SYS","out":"NODES","fields":[{"name":"AC'
         'TION","type":"choice","default":"list","choices":["list","approve","'
         'revoke"]},{"name":"CODE","ty…\n'
-        'OP {"req":"ops","in":"SYS","out":"OPS","fields":[],"replies":[{"n'
-        'ame":"OP","always":false,"when":"one per op","doc":"the op as JSON: '
-        "req, in, out, inline, field…\n"
-        "… 19 more OP\n"
+        "… 20 more OP\n"
     ),
 )
 
@@ -140,22 +172,35 @@ STATS_EXAMPLE = Example(
         "DATA …\n"
         "OUTBOX …\n"
         "STORAGE full:none\n"
+        "OP cancel count:1,failed:1,p50_ms:0,p99_ms:0\n"
         "OP exec count:1,failed:0,p50_ms:0,p99_ms:0\n"
         "OP fetch count:1,failed:0,p50_ms:0,p99_ms:0\n"
-        "OP nodes count:2,failed:0,p50_ms:0,p99_ms:0\n"
+        "REJECTED unknown_task:1\n"
         "BROWSER …\n"
         "EXEC_LIMITS …\n"
         'MCP {"server":"toy","state":"idle","calls":0,"restarts":0,"in_flight'
         '":0,"last_error":"","failures":0}\n'
         "NODES paired:1,connected:1,links:1,pending_pairs:0\n"
         "SANDBOX bwrap\n"
-        "… 4 more OP\n"
+        "… 5 more OP\n"
     ),
     volatile=("DATA", "OUTBOX", "BROWSER", "EXEC_LIMITS"),
 )
 
 
 SYS_OPS: tuple[Op[SysServices], ...] = (
+    Op(
+        "cancel",
+        "SYS",
+        "ACK",
+        "sys",
+        cancel,
+        CANCEL_FIELDS,
+        replies=CANCEL_REPLIES,
+        example=CANCEL_EXAMPLE,
+        doc="cancel this uid's unfinished tasks with ID TARGET; each answers FAIL cancelled",
+        instant=True,
+    ),
     Op(
         "ping",
         "SYS",

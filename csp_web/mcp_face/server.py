@@ -4,12 +4,17 @@ Built on the SDK's low-level ``Server`` with two handlers (tools/list, tools/cal
 call goes through the daemon's own guard, cache, limits, audit and memory writes: the face
 adds no behaviour of its own beyond spelling arguments as fields and replies as results.
 Both read the ``ToolSet`` served now; with a ``ListChanged`` the server also tells its
-clients when that set changes (``refresh``), in either era of the protocol.
+clients when that set changes (``refresh``), in either era of the protocol. A call the client
+cancels (``notifications/cancelled``: the SDK cancels its handler) or the face gives up on is
+cancelled in the daemon too, by ``REQ:cancel`` naming the task's ID (SPEC C-6), so an exec
+the client no longer wants leaves no process behind.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 from typing import Any
 
 import trio
@@ -33,7 +38,7 @@ from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
 from csp_web.mcp_face.tools import ToolSpec
-from protocol import ErrorCode
+from protocol import ErrorCode, Task
 
 log = logging.getLogger("csp_web.mcp_face")
 
@@ -41,6 +46,11 @@ SERVER_NAME = "csp-web"
 # Past the daemon's own deadline (it answers timeout_exceeded itself), so the client never
 # gives up on a reply the daemon is about to send.
 _REPLY_MARGIN_S = 30.0
+# REQ:cancel is an instant op; this bounds only a daemon that has stopped answering.
+_CANCEL_WAIT_S = 5.0
+# The IDs of the face's calls: REQ:cancel names one, and cancels every task of the uid with
+# that ID, so they must not repeat across faces and runs (random prefix, as core.client's).
+_call_ids = (f"mcp-{secrets.token_hex(6)}-{n}" for n in itertools.count(1))
 
 
 class ListChanged:
@@ -119,8 +129,12 @@ async def call(
         task = task_for(tool, arguments)
     except ArgumentError as exc:
         return refused(exc.code, exc.detail)
+    task_id = next(_call_ids)
+    task = Task(task.req, task.domain, task.out, task.inline, (("ID", task_id), *task.fields))
+    answered = False
     try:
         reply = await client.call(task, timeout_s=timeout_s)
+        answered = True
     except ClientClosed:
         log.warning("%s: the daemon connection is closed", tool.name)
         return refused(ErrorCode.NOT_AVAILABLE, "the csp-web daemon connection is closed")
@@ -129,7 +143,24 @@ async def call(
         return refused(ErrorCode.DAEMON_UNAVAILABLE, str(exc))
     except trio.TooSlowError:
         return refused(ErrorCode.TIMEOUT_EXCEEDED, f"no reply in {timeout_s:.0f}s")
+    finally:
+        if not answered:  # cancelled by the client, or given up: nobody wants the work
+            await cancel_in_daemon(client, task_id)
     return outcome_of(tool, reply)
+
+
+async def cancel_in_daemon(client: DaemonCaller, task_id: str) -> None:
+    """Cancel the daemon's task ``task_id`` (``REQ:cancel``), shielded from the caller's own
+    cancellation and bounded; a daemon that is gone has dropped the task already, and one
+    that finished it answers ``unknown_task``: either is only logged."""
+    cancel = Task("cancel", "SYS", "ACK", None, (("TARGET", task_id),))
+    with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_WAIT_S):
+        try:
+            reply = await client.call(cancel, timeout_s=_CANCEL_WAIT_S)
+        except (ClientClosed, DaemonDown, trio.TooSlowError) as exc:
+            log.info("task %s not cancelled in the daemon: %s", task_id, exc)
+            return
+        log.info("task %s cancelled in the daemon: %s", task_id, reply.get("ERROR") or "ok")
 
 
 def _as_tool(tool: ToolSpec) -> Tool:

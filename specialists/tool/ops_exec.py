@@ -14,11 +14,10 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-import trio
 
 from csp_web.config import Config, ExecConfig, daemon_paths
 from csp_web.core.context import OpContext
-from csp_web.core.deadlines import budget_ms, cut_by_shutdown, work_seconds
+from csp_web.core.deadlines import budget_ms, work_seconds
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
@@ -207,16 +206,6 @@ def _cached_result(value: Any) -> Result | None:
     return Result(str(value["data"]), tuple(value["scope"]), fields)
 
 
-async def _yield_to_shutdown(result: ExecResult, request: ExecRequest, budget: int) -> None:
-    """A timeout that came from the work deadline a shutdown's grace period set (a command
-    started during the grace period) is the shutdown's, not the command's: wait for the
-    grace period's cut (at most the deadline's reserve away), which the dispatcher answers
-    ``shutting_down``, rather than reply ``timeout_exceeded`` with the caller's budget."""
-    shortened = (request.timeout_ms or budget) < budget
-    if Limit.TIMEOUT in result.limits and shortened and cut_by_shutdown():
-        await trio.sleep_until(trio.current_effective_deadline())
-
-
 async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
     services = exec_services(tool)
     request, budget = _request(params, services)
@@ -231,7 +220,6 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
     result = replace(result, timeout_ms=budget)
     log_path = await _log_output(ctx, result)
     ctx.audit.update(exit=result.exit_code, limits=sorted(result.limits), log=log_path)
-    await _yield_to_shutdown(result, request, budget)
     error = result.failure()
     if error is not None:
         raise OpError(
