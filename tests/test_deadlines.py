@@ -14,7 +14,6 @@ import trio.testing
 from csp_web.config import Config, ToolConfig
 from csp_web.core.context import Peer
 from csp_web.core.deadlines import (
-    GracePeriod,
     budget_ms,
     task_deadline,
     work_deadline,

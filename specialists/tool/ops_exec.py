@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-
 from csp_web.config import Config, ExecConfig, daemon_paths
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import budget_ms, work_seconds
@@ -30,7 +29,6 @@ from protocol import ErrorCode
 from .exec import (
     ExecRequest,
     ExecResult,
-    Limit,
     cache_key,
     cacheable,
     probe_sandbox,
