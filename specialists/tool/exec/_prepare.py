@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from csp_web.config.exec import ExecConfig, overlaps
+from csp_web.config.exec import ExecConfig, expand_protected, overlaps
 from csp_web.core.errors import OpError
 
 from ._errors import blocked, denied
 from ._policy import check_args, check_denied, check_patterns, match_rule, split_command
+from ._protect import Layout, plan_layout
 from ._request import ExecRequest, check_command, check_env, check_timeout, resolve_working_dir
 from ._resolve import resolve_program
 from ._sandbox import Sandbox
@@ -31,6 +32,7 @@ class PreparedCommand:
     env: Mapping[str, str]
     timeout_ms: int
     shell: bool
+    layout: Layout = field(default_factory=Layout)  # protected paths inside it (_protect.py)
 
 
 def prepare_command(
@@ -41,8 +43,9 @@ def prepare_command(
     Raises OpError: INVALID_FIELD (command, timeout, env name, working dir malformed),
     COMMAND_BLOCKED (shell not allowed, dangerous pattern, program not allowed or denied,
     argument refused, env name not allowed), PERMISSION_DENIED (working dir outside the roots
-    or at, in or around one of the daemon's own paths; executable not executable by the
-    sandbox user; DATA exit:126), COMMAND_FAILED (no such program; DATA exit:127),
+    or at, in or around one of the daemon's own paths, holding a protected path without
+    bubblewrap or a symlink on the way to one; executable not executable by the sandbox
+    user; DATA exit:126), COMMAND_FAILED (no such program; DATA exit:127),
     NOT_AVAILABLE (no workspace root configured).
     """
     check_command(request.command)
@@ -52,6 +55,7 @@ def prepare_command(
     working_dir = resolve_working_dir(request.working_dir, config, sandbox.run_as)
     if any(overlaps(working_dir, path) for path in sandbox.private):
         raise denied(request.working_dir or working_dir)  # the daemon's own state or socket
+    layout = _protection(working_dir, config, sandbox)
     if request.shell:
         program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
     else:
@@ -65,7 +69,19 @@ def prepare_command(
         env=_environment(working_dir, extra_env, config),
         timeout_ms=timeout_ms,
         shell=request.shell,
+        layout=layout,
     )
+
+
+def _protection(working_dir: str, config: ExecConfig, sandbox: Sandbox) -> Layout:
+    """The layout keeping the protected paths in ``working_dir`` unchanged; PERMISSION_DENIED
+    naming a protected path there when the sandbox cannot mount (no bubblewrap), or a
+    symlink on the way to one (see ``plan_layout``)."""
+    masked = [os.path.realpath(path) for path in (*config.masked_paths, *sandbox.private)]
+    layout = plan_layout(working_dir, expand_protected(config.protected_paths), masked)
+    if sandbox.kind != "bwrap" and (layout.readonly or layout.working_dir_readonly):
+        raise denied(layout.readonly[0] if layout.readonly else working_dir)
+    return layout
 
 
 def _screen(request: ExecRequest, config: ExecConfig) -> list[str]:
