@@ -56,11 +56,14 @@ def prepare_command(
     if any(overlaps(working_dir, path) for path in sandbox.private):
         raise denied(request.working_dir or working_dir)  # the daemon's own state or socket
     layout = _protection(working_dir, config, sandbox)
-    if request.shell:
-        program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
-    else:
-        program = os.path.basename(argv[0])
-        resolved = _program_argv(argv, config, sandbox, working_dir)
+    try:
+        if request.shell:
+            program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
+        else:
+            program = os.path.basename(argv[0])
+            resolved = _program_argv(argv, config, sandbox, working_dir)
+    except OSError:  # a link the daemon may not read on the way (/proc/1/root/usr/bin/ls)
+        raise denied(config.shell_program if request.shell else argv[0]) from None
     return PreparedCommand(
         command=request.command,
         argv=tuple(resolved),

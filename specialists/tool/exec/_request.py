@@ -78,7 +78,10 @@ def resolve_working_dir(requested: str | None, config: ExecConfig, run_as: RunAs
     given = roots[0] if requested is None else requested
     if not os.path.isabs(given) or "\0" in given:
         raise invalid("WORKING_DIR")
-    path = os.path.realpath(given)
+    try:
+        path = os.path.realpath(given)
+    except OSError:  # a link the daemon may not read (/proc/1/root): not a way in
+        raise denied(given) from None
     if not any(_within(path, root) for root in roots):
         raise denied(given)
     if not os.path.isdir(path):
