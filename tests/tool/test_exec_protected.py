@@ -144,31 +144,38 @@ async def test_a_protected_file_survives_the_rename_of_its_writable_parents(home
     assert sorted(os.listdir(home)) == ["proj"]
 
 
-async def test_a_placeholder_outlives_a_second_command_that_shares_it(home: str) -> None:
+async def test_a_placeholder_outlives_the_command_that_made_it_while_another_holds_it(
+    home: str,
+) -> None:
     config = make_config(home)
     sandbox = await probe(config, "bwrap")
-    go = os.path.join(home, "go")
-    # The first command waits (bounded by fail_after) until the second has ended, then tries.
-    first = (
-        "touch started; while [ ! -e go ]; do sleep 0.01; done;"
-        " echo evil > .bashrc; mkdir .ssh; true"
-    )
-    async with trio.open_nursery() as nursery:
-        results: list[ExecResult] = []
+    results: dict[str, ExecResult] = {}
 
-        async def run_first() -> None:
-            results.append(await _run(first, config, sandbox, home))
+    def waiting(name: str, then: str) -> str:  # bounded by the test's fail_after
+        return f"touch {name}.up; while [ ! -e {name}.go ]; do sleep 0.01; done; {then}"
 
-        nursery.start_soon(run_first)
+    async def run(name: str, command: str) -> None:
+        results[name] = await _run(command, config, sandbox, home)
+
+    async def wait_for(path: str) -> None:
         with trio.fail_after(30):
-            while not os.path.exists(os.path.join(home, "started")):
+            while not os.path.exists(os.path.join(home, path)):
                 await trio.sleep(0.01)
-        assert (await _run("true", config, sandbox, home)).exit_code == 0
-        assert os.path.isfile(os.path.join(home, ".bashrc"))  # still held by the first
-        with open(go, "w"):
-            pass
-    assert "Read-only file system" in results[0].stderr
-    assert sorted(os.listdir(home)) == ["go", "started"]  # every placeholder gone
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "maker", waiting("maker", "true"))
+        await wait_for("maker.up")  # its placeholders are in place
+        nursery.start_soon(run, "holder", waiting("holder", "echo evil > .bashrc; mkdir .ssh"))
+        await wait_for("holder.up")
+        open(os.path.join(home, "maker.go"), "w").close()
+        await wait_for(".bashrc")  # present while the holder runs...
+        while "maker" not in results:
+            await trio.sleep(0.01)
+        assert os.path.isfile(os.path.join(home, ".bashrc"))  # ...and after the maker ended
+        open(os.path.join(home, "holder.go"), "w").close()
+    assert "Read-only file system" in results["holder"].stderr
+    assert results["holder"].exit_code != 0
+    assert sorted(os.listdir(home)) == ["holder.go", "holder.up", "maker.go", "maker.up"]
 
 
 async def test_a_placeholder_parent_with_the_commands_files_in_it_is_kept(home: str) -> None:
