@@ -128,6 +128,8 @@ def _program_argv(
 ) -> list[str]:
     name = argv[0]
     requested = os.path.normpath(os.path.join(working_dir, name)) if os.sep in name else name
+    if overlaps(requested, "/proc"):  # other processes' roots: as for WORKING_DIR
+        raise denied(name)
     rule = match_rule(requested, config)
     check_args(rule, argv[1:])
     path = resolve_program(
