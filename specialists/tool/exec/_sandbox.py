@@ -11,6 +11,10 @@ and without it as ``[sh -c ENTER ...] prlimit <limits> -- setpriv [--reuid ...]
 host has one to give (see _cgroup.py); the limits then bound memory and tasks there, and
 prlimit keeps only the per-process rlimits that a cgroup does not replace.
 
+The working directory is the one writable host directory. The protected paths in it are
+bound read-only onto themselves and the directories on the way to them onto themselves
+(mount points cannot be renamed): see _protect.py.
+
 Every tmpfs is bounded: /tmp and /dev/shm hold ``tmp_size_bytes`` each, and the masks (empty
 tmpfs over /run, /home, the daemon's state...) and /dev itself are remounted read-only, so no
 write into them can take host memory.
