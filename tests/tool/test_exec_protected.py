@@ -235,3 +235,20 @@ async def test_without_bubblewrap_a_working_dir_holding_a_protected_path_is_refu
     assert caught.value.detail == os.path.join(home, ".bashrc")
     os.mkdir(os.path.join(home, "proj"))
     assert (await _run("true", config, sandbox, os.path.join(home, "proj"))).exit_code == 0
+
+
+async def test_a_file_where_a_protected_directorys_parent_should_be_is_anchored(
+    home: str,
+) -> None:
+    with open(os.path.join(home, ".local"), "w") as f:  # a file, not the folder of ~/.local/bin
+        f.write("original\n")
+    _chown_tree(home)
+    config = make_config(home)
+    sandbox = await probe(config, "bwrap")
+    command = "rm .local; mv .local .l2; mkdir -p .local/bin; echo evil > .local; true"
+    result = await _run(command, config, sandbox, home)
+    assert result.exit_code == 0
+    assert "Device or resource busy" in result.stderr
+    with open(os.path.join(home, ".local")) as f:
+        assert f.read() == "evil\n"  # its content is the command's to change, its place not
+    assert sorted(os.listdir(home)) == [".local"]

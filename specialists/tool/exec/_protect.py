@@ -72,6 +72,9 @@ class _Walk:
     passed: list[str]
     missing: list[str]  # the tail of ``passed`` that does not exist yet
     resolved: str
+    # A file stands where a directory on the way should be: nothing below it can exist
+    # while it stays, so it is anchored (a mount point cannot be swapped for a directory).
+    blocked: bool = False
 
 
 def plan_layout(working_dir: str, protected: Sequence[str], masked: Sequence[str] = ()) -> Layout:
@@ -90,6 +93,9 @@ def plan_layout(working_dir: str, protected: Sequence[str], masked: Sequence[str
         directory = entry.endswith("/")
         walk = _walk(entry.rstrip("/") or "/", working_dir)
         if walk is None:
+            continue
+        if walk.blocked:
+            anchors.update(dict.fromkeys(walk.passed))
             continue
         if _inside(working_dir, walk.resolved):
             working_dir_readonly = True
@@ -172,6 +178,8 @@ def _walk(path: str, working_dir: str) -> _Walk | None:
         elif missing:
             missing.pop()  # outside the working directory: the read-only host keeps it absent
         current = following
+        if pending and not missing and not os.path.isdir(following):
+            return _Walk(passed, [], current, blocked=True)
     return _Walk(passed, [p for p in missing if p in passed], current)
 
 
