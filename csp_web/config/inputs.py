@@ -31,14 +31,18 @@ _USER_UNITS = "~/.config/systemd/user/"
 
 def daemon_inputs(config: Config) -> tuple[str, ...]:
     """The absolute paths of what the daemon reads as configuration or runs: its config file
-    and the folder it is read from, TLS certificates, keys and CA files, the commands (and the
-    scripts and folders they name) of its MCP servers, its systemd user units, and its own
-    code (interpreter, packages, site-packages). A trailing slash marks a directory."""
+    and the folder it is read from, TLS certificates, keys and CA files, the programs it
+    starts (Chromium, the exec shell, bwrap, each MCP server's command and the scripts and
+    folder it names), its systemd user units, and its own code (interpreter, packages,
+    site-packages). A trailing slash marks a directory."""
     paths: list[str | None] = []
     if config.source is not None:
         paths += [config.source, os.path.dirname(os.path.abspath(config.source)) + "/"]
     paths += [config.nodes.tls.cert_path, config.nodes.tls.key_path]
     paths += [config.redis.tls_ca_file, config.redis.tls_cert_file, config.redis.tls_key_file]
+    paths += [_program(config.tool.browser.executable), config.tool.exec.shell_program]
+    if config.tool.exec.bwrap_program is not None:
+        paths.append(_program(config.tool.exec.bwrap_program))
     for server in config.tool.mcp.servers.values():
         if isinstance(server, StdioServerConfig):
             paths += _server_files(server)
@@ -66,6 +70,13 @@ def workspace_overlaps(config: Config) -> list[tuple[str, str]]:
 def _absolute(path: str) -> str:
     full = os.path.abspath(os.path.expanduser(path))
     return full + "/" if path.endswith("/") and full != "/" else full
+
+
+def _program(name: str) -> str | None:
+    """Where the daemon's PATH finds ``name`` (a path is kept as it is); None if nowhere."""
+    if not name or os.sep in name:
+        return name or None
+    return shutil.which(name)
 
 
 def _server_files(server: StdioServerConfig) -> list[str | None]:

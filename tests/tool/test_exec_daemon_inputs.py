@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,9 @@ import trio
 import yaml
 
 from csp_web.config import (
+    BrowserConfig,
     Config,
+    ExecConfig,
     McpConfig,
     NodesConfig,
     RedisConfig,
@@ -61,13 +64,15 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
             tls_key_file=f"{base}/c.key",
         ),
         tool=ToolConfig(
+            browser=BrowserConfig(executable=f"{base}/chrome"),
+            exec=ExecConfig(shell_program=f"{base}/sh"),
             mcp=McpConfig(
                 servers={
                     "toy": StdioServerConfig(
                         command=f"{base}/bin/run", args=("server.py", "-v"), cwd=f"{base}/srv"
                     )
                 }
-            )
+            ),
         ),
         source=f"{base}/conf/config.yaml",
     )
@@ -83,6 +88,9 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
         f"{base}/c.pem",
         f"{base}/c.key",
         f"{base}/bin/run",
+        f"{base}/chrome",
+        f"{base}/sh",
+        shutil.which("bwrap"),
         f"{base}/srv/",
         f"{base}/srv/server.py",
         os.path.expanduser("~/.config/systemd/user/"),
