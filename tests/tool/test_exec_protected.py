@@ -252,3 +252,29 @@ async def test_a_file_where_a_protected_directorys_parent_should_be_is_anchored(
     with open(os.path.join(home, ".local")) as f:
         assert f.read() == "evil\n"  # its content is the command's to change, its place not
     assert sorted(os.listdir(home)) == [".local"]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs a folder the sandbox user (nobody) cannot search")
+async def test_a_protected_path_the_sandbox_user_cannot_reach_leaves_commands_running(
+    home: str,
+) -> None:
+    secret = os.path.join(home, "secret")
+    os.mkdir(secret, 0o700)  # root's: nobody can neither search it nor bind what lies in it
+    with open(os.path.join(secret, "conf"), "w") as f:
+        f.write("original\n")
+    config = replace(make_config(home), protected_paths=(os.path.join(secret, "conf"),))
+    sandbox = await probe(config, "bwrap")
+    result = await _run("mv secret s2", config, sandbox, home)
+    assert "Device or resource busy" in result.stderr  # anchored: it cannot be moved aside
+    assert (await _run("touch free", config, sandbox, home)).exit_code == 0
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root daemon makes the placeholders")
+async def test_a_made_parent_is_owned_as_its_folder_so_it_grants_no_write() -> None:
+    with scratch_dir(owner=None) as home:  # root's, 0755: nobody may write nothing here
+        config = replace(make_config(home), protected_paths=(f"{home}/.local/bin/",))
+        sandbox = await probe(config, "bwrap")
+        result = await _run("touch .local/mine", config, sandbox, home)
+        assert result.exit_code != 0
+        assert "Permission denied" in result.stderr
+        assert os.listdir(home) == []

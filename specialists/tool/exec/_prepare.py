@@ -81,7 +81,8 @@ def _protection(working_dir: str, config: ExecConfig, sandbox: Sandbox) -> Layou
     naming a protected path there when the sandbox cannot mount (no bubblewrap), or a
     symlink on the way to one (see ``plan_layout``)."""
     masked = [os.path.realpath(path) for path in (*config.masked_paths, *sandbox.private)]
-    layout = plan_layout(working_dir, expand_protected(config.protected_paths), masked)
+    protected = expand_protected(config.protected_paths)
+    layout = plan_layout(working_dir, protected, masked, run_as=sandbox.run_as)
     if sandbox.kind != "bwrap" and (layout.readonly or layout.working_dir_readonly):
         raise denied(layout.readonly[0] if layout.readonly else working_dir)
     return layout

@@ -25,7 +25,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ._access import RunAs
+from ._access import RunAs, may_search
 from ._errors import denied
 
 _MAX_LINKS = 40  # Linux's MAXSYMLINKS: past it the path does not resolve at all
@@ -77,7 +77,13 @@ class _Walk:
     blocked: bool = False
 
 
-def plan_layout(working_dir: str, protected: Sequence[str], masked: Sequence[str] = ()) -> Layout:
+def plan_layout(
+    working_dir: str,
+    protected: Sequence[str],
+    masked: Sequence[str] = (),
+    *,
+    run_as: RunAs | None = None,
+) -> Layout:
     """The layout protecting ``protected`` (absolute; a trailing slash names a directory)
     inside ``working_dir`` (a realpath); the directories on the way to each ``masked`` path
     are anchored too, so a mask cannot be renamed out from under its path.
@@ -91,7 +97,7 @@ def plan_layout(working_dir: str, protected: Sequence[str], masked: Sequence[str
     working_dir_readonly = False
     for entry in protected:
         directory = entry.endswith("/")
-        walk = _walk(entry.rstrip("/") or "/", working_dir)
+        walk = _walk(entry.rstrip("/") or "/", working_dir, run_as)
         if walk is None:
             continue
         if walk.blocked:
@@ -111,7 +117,7 @@ def plan_layout(working_dir: str, protected: Sequence[str], masked: Sequence[str
         for path in walk.missing:
             placeholders[path] = directory or path != final
     for entry in masked:
-        walk = _walk(entry, working_dir)
+        walk = _walk(entry, working_dir, run_as)
         if walk is not None:
             anchors.update(dict.fromkeys(p for p in walk.passed[:-1] if p not in walk.missing))
     return _layout(anchors, readonly, placeholders, working_dir_readonly)
@@ -142,9 +148,11 @@ def _layout(
     )
 
 
-def _walk(path: str, working_dir: str) -> _Walk | None:
+def _walk(path: str, working_dir: str, run_as: RunAs | None) -> _Walk | None:
     """Resolve ``path`` as the kernel would, noting each entry inside ``working_dir`` it
-    passes. None when it does not resolve (a loop, an unreadable link outside)."""
+    passes. None when it does not resolve (a loop, an unreadable link outside). It stops,
+    ``blocked``, at a folder ``run_as`` may not search: the command cannot reach below it,
+    and bubblewrap (running as that uid) could not mount there."""
     pending = [part for part in path.split("/") if part]
     current, links = "/", 0
     passed: list[str] = []
@@ -158,6 +166,8 @@ def _walk(path: str, working_dir: str) -> _Walk | None:
             continue
         following = os.path.join(current, part)
         inside = _strictly_inside(following, working_dir)
+        if inside and not missing and not may_search(current, run_as):
+            return _Walk(passed, [], current, blocked=True)
         if missing or not os.path.lexists(following) or is_held(following):
             missing.append(following)
         elif os.path.islink(following):
@@ -203,17 +213,18 @@ def is_held(path: str) -> bool:
 
 
 @contextlib.contextmanager
-def hold_placeholders(layout: Layout, owner: RunAs | None) -> Iterator[None]:
-    """Make each missing placeholder of ``layout`` (owned by ``owner`` when the daemon is
-    root, so a writable anchor stays writable to the command), and on exit remove each one
-    no other command holds, if it is still the one made and still empty.
+def hold_placeholders(layout: Layout, *, chown: bool) -> Iterator[None]:
+    """Make each missing placeholder of ``layout`` (with ``chown``, a root daemon's, owned as
+    its folder is: a made parent is as writable to the command as its own parent, no more),
+    and on exit remove each one no other command holds, if it is still the one made and
+    still empty.
 
     Raises PERMISSION_DENIED naming a placeholder's path that became a symlink meanwhile.
     """
     taken: list[str] = []
     try:
         for placeholder in layout.placeholders:
-            if _take(placeholder, owner):
+            if _take(placeholder, chown=chown):
                 taken.append(placeholder.path)
         yield
     finally:
@@ -221,7 +232,7 @@ def hold_placeholders(layout: Layout, owner: RunAs | None) -> Iterator[None]:
             _release(path)
 
 
-def _take(placeholder: Placeholder, owner: RunAs | None) -> bool:
+def _take(placeholder: Placeholder, *, chown: bool) -> bool:
     """True when the placeholder is now held (made, or shared); False when a real entry
     appeared at its path since the plan (it is then bound as it is)."""
     path = placeholder.path
@@ -239,8 +250,9 @@ def _take(placeholder: Placeholder, owner: RunAs | None) -> bool:
         else:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             os.close(os.open(path, flags, 0o644))
-        if owner is not None:
-            os.lchown(path, owner.uid, owner.gid)
+        if chown:
+            folder = os.stat(os.path.dirname(path))
+            os.lchown(path, folder.st_uid, folder.st_gid)
     except OSError:
         raise denied(path) from None
     made = _identity(path)

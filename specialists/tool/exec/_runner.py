@@ -60,7 +60,7 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     try:
         started = time.monotonic()
         # Held until the sandbox is reaped: a placeholder removed earlier frees its name.
-        with hold_placeholders(plan.layout, sandbox.run_as):
+        with hold_placeholders(plan.layout, chown=sandbox.run_as is not None):
             run = await _run(plan, config, sandbox, env, token, group)
         duration_ms = round((time.monotonic() - started) * 1000)
         usage = group.usage() if group is not None else None
