@@ -39,7 +39,7 @@ from csp_web.core.client import open_client
 from protocol import Status, Task
 from tests.conftest import wait_until
 
-from .exec_support import scratch_dir
+from .exec_support import IS_ROOT, NOBODY, scratch_dir
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -129,48 +129,82 @@ def test_check_config_names_each_protected_path_a_workspace_root_holds(
     assert len(notes) == len(workspace_overlaps(load_config(path)))
 
 
-def _config_text(home: str, state: str) -> str:
+def _config_text(home: str, state: str, *, clients: tuple[int, ...] = ()) -> str:
     exec_section = {"workspace_roots": [home], "allow_shell": True}
-    return yaml.safe_dump({"daemon": {"state_dir": state}, "tool": {"exec": exec_section}})
+    data = {"daemon": {"state_dir": state}, "tool": {"exec": exec_section}}
+    if clients:
+        data["socket"] = {"allowed_uids": list(clients)}
+    return yaml.safe_dump(data)
 
 
+def _daemon_argv(config_path: str, socket_path: str, as_nobody: bool) -> list[str]:
+    """``csp-web serve``, as nobody when asked (with /usr/bin/python3 and the venv's packages:
+    the venv's own interpreter may live where nobody cannot reach, /root/.pyenv)."""
+    serve = ["-m", "csp_web", "serve", "--config", config_path, "--socket", socket_path]
+    if not as_nobody:
+        return [sys.executable, *serve, "--no-stdin"]
+    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+    return [*drop, "/usr/bin/python3", *serve, "--no-stdin"]
+
+
+@pytest.mark.parametrize(
+    "as_nobody",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(not IS_ROOT, reason="switches uid to run a non-root daemon"),
+        ),
+    ],
+    ids=["root-daemon", "non-root-daemon"],
+)
 async def test_a_command_in_a_home_workspace_cannot_rewrite_the_config_a_sighup_reads(
-    home: str, tmp_path: Path, sock_dir: str
+    home: str, as_nobody: bool
 ) -> None:
-    config_dir = os.path.join(home, ".config", "csp-web")
-    os.makedirs(config_dir)
-    config_path = os.path.join(config_dir, "config.yaml")
-    text = _config_text(home, str(tmp_path / "state"))
-    Path(config_path).write_text(text)
-    log_path, socket_path = tmp_path / "daemon.log", os.path.join(sock_dir, "csp.sock")
-    argv = [sys.executable, "-m", "csp_web", "serve", "--config", config_path]
-    argv += ["--socket", socket_path, "--no-stdin"]
-    env = {**os.environ, "PYTHONPATH": str(_REPO), "HOME": home}
-    env.pop("CSP_WEB_CONFIG", None)
-    with open(log_path, "wb") as log:
-        process = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
-        )
-    try:
-        await wait_until(lambda: " ready " in log_path.read_text(), timeout_s=30)
-        attack = (
-            "echo 'web: {guard: {allow_private: [127.0.0.0/8]}}' >> .config/csp-web/config.yaml;"
-            " echo evil >> .bashrc; mv .config .c; true"
-        )
-        async with open_client(socket_path) as client:
-            reply = await client.call(
-                Task("exec", "SHELL", "EXEC_RESULT", attack, (("SHELL", "true"),)), timeout_s=30
+    # The non-root daemon is the report's: its commands run as its own uid, which owns the
+    # config. /var/tmp, not /tmp: the sandbox's private /tmp would hide it for another reason.
+    with scratch_dir(parent="/var/tmp") as base:
+        config_dir = os.path.join(home, ".config", "csp-web")
+        os.makedirs(config_dir)
+        config_path = os.path.join(config_dir, "config.yaml")
+        clients = (os.getuid(),) if as_nobody else ()  # this test, which is not nobody
+        text = _config_text(home, os.path.join(base, "state"), clients=clients)
+        Path(config_path).write_text(text)
+        if IS_ROOT:
+            for path in (f"{home}/.config", config_dir, config_path):
+                os.chown(path, NOBODY, NOBODY)
+        sock_dir = os.path.join(base, "sock")
+        os.mkdir(sock_dir, 0o700)  # the daemon's own: 0700, as it insists
+        if as_nobody:
+            os.chown(sock_dir, NOBODY, NOBODY)
+        log_path, socket_path = Path(base) / "daemon.log", os.path.join(sock_dir, "csp.sock")
+        site = next(p for p in sys.path if p.endswith("site-packages"))
+        env = {**os.environ, "PYTHONPATH": f"{_REPO}:{site}", "HOME": home}
+        env.pop("CSP_WEB_CONFIG", None)
+        argv = _daemon_argv(config_path, socket_path, as_nobody)
+        with open(log_path, "wb") as log:
+            process = await trio.lowlevel.open_process(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=base
             )
-            assert reply.status is Status.OK, reply
-            stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=30)
-        process.send_signal(signal.SIGHUP)
-        await wait_until(lambda: "SIGHUP: settings " in log_path.read_text(), timeout_s=30)
-        line = "SIGHUP: settings reloaded; applied: none; needs a restart (kept): none"
-        assert line in log_path.read_text()
-    finally:
-        process.terminate()
-        with trio.fail_after(30):
-            await process.wait()
+        try:
+            await wait_until(lambda: " ready " in log_path.read_text(), timeout_s=60)
+            attack = (
+                "echo 'web: {guard: {allow_private: [127.0.0.0/8]}}'"
+                " >> .config/csp-web/config.yaml; echo evil >> .bashrc; mv .config .c; true"
+            )
+            async with open_client(socket_path) as client:
+                task = Task("exec", "SHELL", "EXEC_RESULT", attack, (("SHELL", "true"),))
+                reply = await client.call(task, timeout_s=30)
+                assert reply.status is Status.OK, reply
+                stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=30)
+            process.send_signal(signal.SIGHUP)
+            await wait_until(lambda: "SIGHUP: settings " in log_path.read_text(), timeout_s=30)
+            line = "SIGHUP: settings reloaded; applied: none; needs a restart (kept): none"
+            assert line in log_path.read_text()
+        finally:
+            process.terminate()
+            with trio.fail_after(30):
+                await process.wait()
     assert Path(config_path).read_text() == text
     assert sorted(os.listdir(home)) == [".config"]  # no .bashrc, no .c
     protected = json.loads(stats.get("EXEC_PROTECTED") or "[]")
