@@ -103,3 +103,26 @@ def test_a_program_through_proc_is_permission_denied_not_internal_error(program:
         with pytest.raises(OpError) as info:
             prepare_command(ExecRequest(program), config, sandbox=bare_sandbox())
         assert (info.value.code, info.value.detail) == (ErrorCode.PERMISSION_DENIED, program)
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("out", ErrorCode.PERMISSION_DENIED),  # a symlink to /etc
+        ("loop", ErrorCode.INVALID_FIELD),  # a symlink to itself: not a directory
+        ("../../etc", ErrorCode.PERMISSION_DENIED),
+        ("file", ErrorCode.INVALID_FIELD),
+        ("missing", ErrorCode.INVALID_FIELD),
+    ],
+)
+def test_a_working_dir_that_leads_nowhere_usable_gets_a_catalogue_code(
+    name: str, code: ErrorCode
+) -> None:
+    with scratch_dir() as workspace:
+        os.symlink("/etc", os.path.join(workspace, "out"))
+        os.symlink("loop", os.path.join(workspace, "loop"))
+        open(os.path.join(workspace, "file"), "w").close()
+        request = ExecRequest("true", working_dir=os.path.join(workspace, name))
+        with pytest.raises(OpError) as info:
+            prepare_command(request, make_config(workspace), sandbox=bare_sandbox())
+        assert info.value.code == code
