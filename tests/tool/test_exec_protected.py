@@ -278,3 +278,10 @@ async def test_a_made_parent_is_owned_as_its_folder_so_it_grants_no_write() -> N
         assert result.exit_code != 0
         assert "Permission denied" in result.stderr
         assert os.listdir(home) == []
+
+
+@pytest.mark.parametrize("entry", ["relative/.bashrc", "~", "~root/.bashrc", "/a\0b"])
+def test_a_protected_path_must_be_absolute_or_under_the_home(entry: str) -> None:
+    with pytest.raises(ValueError, match="protected_paths"):
+        ExecConfig(protected_paths=(entry,))
+    ExecConfig(protected_paths=("~/.x", "/srv/conf/", "/"))
