@@ -72,8 +72,9 @@ class _Walk:
     passed: list[str]
     missing: list[str]  # the tail of ``passed`` that does not exist yet
     resolved: str
-    # A file stands where a directory on the way should be: nothing below it can exist
-    # while it stays, so it is anchored (a mount point cannot be swapped for a directory).
+    # The walk stopped early: at a file where a directory on the way should be (nothing
+    # below it can exist while it stays, so what was passed is anchored: a mount point
+    # cannot be swapped for a directory), or at a folder the sandbox user cannot search.
     blocked: bool = False
 
 
