@@ -5,9 +5,10 @@ Run from the repository root (as root, the engine also switches to nobody)::
     python bench/exec_protected.py [--runs 40]
 
 Three series of ``run_command("true")`` in bubblewrap, interleaved (each first in turn) so
-drift hits all alike: a working directory holding no protected path; a scratch $HOME holding every default one
-(each bound read-only onto itself); and an empty scratch $HOME, where each is a placeholder
-made before and removed after the command. Each prints p50 in ms and its ratio to the first.
+drift hits all alike: a working directory holding no protected path; a scratch $HOME holding
+every default one (each bound read-only onto itself); and an empty scratch $HOME, where each
+is a placeholder made before and removed after the command. Each prints p50 in ms and its
+ratio to the first.
 """
 
 from __future__ import annotations
