@@ -25,7 +25,7 @@ import trio
 from csp_web import __version__
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
-from csp_web.config import Config, ConfigError
+from csp_web.config import Config, ConfigError, workspace_overlaps
 from csp_web.config.load import load_config, serving_socket
 from csp_web.core.logs import setup_logging
 from csp_web.core.unix import SocketSetupError
@@ -160,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.command == "check-config":
         print(f"ok: {args.path or os.environ.get('CSP_WEB_CONFIG') or 'built-in defaults'}")
+        for root, path in workspace_overlaps(config):
+            print(f"note: tool.exec.workspace_roots: {root} overlaps {path}: read-only there")
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level

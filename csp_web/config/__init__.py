@@ -19,6 +19,7 @@ from csp_web.config.docs import DocsConfig
 from csp_web.config.errors import ConfigError
 from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
+from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
 from csp_web.config.nodes import NodesConfig
 from csp_web.config.redis import RedisConfig
@@ -69,5 +70,8 @@ __all__ = [
     "TasksConfig",
     "ToolConfig",
     "WebConfig",
+    "daemon_inputs",
     "daemon_paths",
+    "protected_paths",
+    "workspace_overlaps",
 ]

@@ -89,6 +89,20 @@ DEFAULT_ENV_ALLOWED = frozenset({
     "CI", "TZ", "LANG", "LC_ALL", "TERM", "NO_COLOR", "FORCE_COLOR", "NODE_ENV",
     "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
 })
+
+# Host paths a command may never change or create, even inside its working directory: the
+# daemon user's shell start-up files (each runs on the next login: ~/.bashrc was appended to in
+# issue 22), its keys, its per-user configuration (the daemon's own config.yaml, systemd user
+# units, git's global config) and ~/.local/bin, early on Debian's login PATH. The precedent is
+# Codex's protected paths inside writable roots. ``~`` is the daemon user's home on the host.
+# A trailing slash names a directory: a missing one is held absent by an empty directory, a
+# missing file by an empty file. .git is left writable on purpose (git init, clone, hooks).
+DEFAULT_PROTECTED = (
+    "~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.profile",
+    "~/.zshrc", "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.zlogout", "~/.kshrc",
+    "~/.mkshrc", "~/.cshrc", "~/.tcshrc", "~/.login", "~/.logout", "~/.inputrc",
+    "~/.ssh/", "~/.gnupg/", "~/.config/", "~/.local/bin/",
+)
 # fmt: on
 
 # The seed's DANGEROUS_PATTERNS, named. Two changes, both deliberate: the seed's
@@ -128,6 +142,9 @@ class ExecConfig:
     # /run holds host Unix sockets (D-Bus, docker, databases) that a network namespace does
     # not cover: a command must not connect() to them.
     masked_paths: tuple[str, ...] = ("/run", "/var/run", "/root", "/home")
+    # Read-only (or held absent) wherever a working directory contains them; the lead adds
+    # every file the daemon reads as configuration or runs (csp_web.config.daemon_inputs).
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED
     tmp_size_bytes: int = 64 * MIB  # Docker's default /dev/shm size for a private tmpfs
     # The tool seed: "Max memory: 512MB per process". With a cgroup (below) it bounds the
     # command's total memory, tmpfs included; without one it is each process's RLIMIT_AS.
@@ -194,6 +211,9 @@ def _check_paths(config: ExecConfig) -> None:
     for path in (*paths, *filter(None, [config.cgroup_parent])):
         if not os.path.isabs(path):
             raise ValueError(f"path must be absolute: {path!r}")
+    for path in config.protected_paths:
+        if not (os.path.isabs(path) or path.startswith("~/")) or "\0" in path:
+            raise ValueError(f"protected_paths: {path!r} must be absolute or start with ~/")
     if any(os.path.realpath(root) == "/" for root in config.workspace_roots):
         raise ValueError("a workspace root of / would make the whole filesystem writable")
     for directory in filter(None, config.search_path.split(os.pathsep)):
@@ -215,6 +235,16 @@ def _check_env(names: frozenset[str]) -> None:
             raise ValueError(
                 f"env_allowed may not list {name}: the engine owns it or it loads code"
             )
+
+
+def expand_protected(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` with ``~/`` made the daemon user's home on the host ($HOME, else its passwd
+    entry), each normalised; a trailing slash (a directory) is kept."""
+    expanded = []
+    for path in paths:
+        full = os.path.normpath(os.path.expanduser(path))
+        expanded.append(full + "/" if path.endswith("/") and full != "/" else full)
+    return tuple(dict.fromkeys(expanded))
 
 
 def refuse_private_workspaces(roots: Iterable[str], private: Iterable[str]) -> None:

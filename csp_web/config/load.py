@@ -30,7 +30,8 @@ T = typing.TypeVar("T")
 
 
 def load_config(path: str | None = None) -> Config:
-    """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults."""
+    """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults;
+    the result's ``source`` names the file read."""
     path = path or os.environ.get(ENV_VAR)
     if not path:
         return Config()
@@ -43,7 +44,7 @@ def load_config(path: str | None = None) -> Config:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     except RecursionError:  # PyYAML composes recursively: "[[[[..." past the stack
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
-    return config_from_mapping(data or {})
+    return dataclasses.replace(config_from_mapping(data or {}), source=os.path.abspath(path))
 
 
 def serving_socket(config: Config, path: str | None) -> Config:
@@ -97,7 +98,7 @@ def _build(cls: type, data: object, path: str) -> object:
     kwargs: dict[str, object] = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)
-        if key not in fields:
+        if key not in fields or fields[key].metadata.get("internal", False):
             raise ConfigError(f"{key_path}: unknown key")
         # A number must be positive unless its field says zero means "off" (metadata).
         positive = not fields[key].metadata.get("zero_ok", False)

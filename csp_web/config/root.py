@@ -40,6 +40,9 @@ class Config:
     tool: ToolConfig = field(default_factory=ToolConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
+    # The file these settings were read from (set by the loader, never a key in it): the
+    # daemon reads it again on SIGHUP, so commands may not change it (daemon_inputs).
+    source: str | None = field(default=None, compare=False, metadata={"internal": True})
 
     def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
         refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))

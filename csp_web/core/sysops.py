@@ -159,6 +159,12 @@ STATS_REPLIES = (
     ReplyField("REDIS", "redis.url is set", "the shared state's link (web)"),
     ReplyField("SANDBOX", "exec is configured", "the sandbox kind (tool)"),
     ReplyField("EXEC_LIMITS", "exec is configured", "what enforces exec's limits (tool)"),
+    ReplyField(
+        "EXEC_PROTECTED",
+        "exec is configured",
+        "JSON list of the paths commands may not change or create, even in their working"
+        " dir (tool)",
+    ),
     ReplyField("MCP", "MCP servers are configured: one per server", "its state (tool)"),
     ReplyField("BROWSER", "always", "the browser's state (browser)"),
     ReplyField("NODES", "always", "paired and connected nodes (node)"),
@@ -178,13 +184,14 @@ STATS_EXAMPLE = Example(
         "REJECTED unknown_task:1\n"
         "BROWSER …\n"
         "EXEC_LIMITS …\n"
+        "EXEC_PROTECTED …\n"
         'MCP {"server":"toy","state":"idle","calls":0,"restarts":0,"in_flight'
         '":0,"last_error":"","failures":0}\n'
         "NODES paired:1,connected:1,links:1,pending_pairs:0\n"
         "SANDBOX bwrap\n"
         "… 5 more OP\n"
     ),
-    volatile=("DATA", "OUTBOX", "BROWSER", "EXEC_LIMITS"),
+    volatile=("DATA", "OUTBOX", "BROWSER", "EXEC_LIMITS", "EXEC_PROTECTED"),
 )
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
@@ -65,6 +66,7 @@ def _stats_lines(tool: ToolServices) -> Mapping[str, StatsLine]:
     if tool.exec is not None:
         sandbox = tool.exec.sandbox
         lines.update(SANDBOX=sandbox.kind, EXEC_LIMITS=sandbox.limits)
+        lines["EXEC_PROTECTED"] = partial(_protected, tool)  # read at each REQ:stats (reload)
     if tool.mcp is not None:
         lines["MCP"] = tool.mcp.stats_lines  # read at each REQ:stats
     return lines
@@ -75,6 +77,13 @@ def _storage(tool: ToolServices) -> StorageChecks:
         return tool.exec is not None and tool.exec.cache.storage_full
 
     return {"cache": cache_full}
+
+
+def _protected(tool: ToolServices) -> str:
+    """The paths commands may not change or create, as the running exec policy has them:
+    one JSON list (a line each would bury the rest of the reply under thirty)."""
+    paths = () if tool.exec is None else tool.exec.config.protected_paths
+    return json.dumps(list(paths), separators=(",", ":"))
 
 
 def make_tool(

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-from csp_web.config import Config, ExecConfig, daemon_paths
+from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import budget_ms, work_seconds
 from csp_web.core.errors import OpError
@@ -63,12 +63,14 @@ def _others_can_reach(path: str) -> bool:
 
 
 def _effective_config(config: Config) -> ExecConfig:
-    """The exec policy with the daemon's own paths masked. A workspace root among them never
-    gets here: building the Config refuses it (``config_exec.refuse_private_workspaces``)."""
+    """The exec policy with the daemon's own paths masked, and its protected paths expanded
+    (``~`` is the daemon user's home) and joined by every file the daemon reads as config or
+    runs (``daemon_inputs``). A workspace root among the daemon's paths never gets here:
+    building the Config refuses it (``config_exec.refuse_private_workspaces``)."""
     exec_config = config.tool.exec
     private = _masked_private(daemon_paths(config))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *private)))
-    return replace(exec_config, masked_paths=masked)
+    return replace(exec_config, masked_paths=masked, protected_paths=protected_paths(config))
 
 
 def prepare_exec_reload(tool: ToolServices, config: Config) -> Callable[[], None]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from csp_web.config.exec import ExecConfig, overlaps
+from csp_web.config.exec import ExecConfig, expand_protected, overlaps
 from csp_web.core.errors import OpError
 
 from ._errors import blocked, denied
 from ._policy import check_args, check_denied, check_patterns, match_rule, split_command
+from ._protect import Layout, plan_layout
 from ._request import ExecRequest, check_command, check_env, check_timeout, resolve_working_dir
 from ._resolve import resolve_program
 from ._sandbox import Sandbox
@@ -31,6 +32,7 @@ class PreparedCommand:
     env: Mapping[str, str]
     timeout_ms: int
     shell: bool
+    layout: Layout = field(default_factory=Layout)  # protected paths inside it (_protect.py)
 
 
 def prepare_command(
@@ -41,8 +43,9 @@ def prepare_command(
     Raises OpError: INVALID_FIELD (command, timeout, env name, working dir malformed),
     COMMAND_BLOCKED (shell not allowed, dangerous pattern, program not allowed or denied,
     argument refused, env name not allowed), PERMISSION_DENIED (working dir outside the roots
-    or at, in or around one of the daemon's own paths; executable not executable by the
-    sandbox user; DATA exit:126), COMMAND_FAILED (no such program; DATA exit:127),
+    or at, in or around one of the daemon's own paths, holding a protected path without
+    bubblewrap or a symlink on the way to one; executable not executable by the sandbox
+    user; DATA exit:126), COMMAND_FAILED (no such program; DATA exit:127),
     NOT_AVAILABLE (no workspace root configured).
     """
     check_command(request.command)
@@ -52,11 +55,15 @@ def prepare_command(
     working_dir = resolve_working_dir(request.working_dir, config, sandbox.run_as)
     if any(overlaps(working_dir, path) for path in sandbox.private):
         raise denied(request.working_dir or working_dir)  # the daemon's own state or socket
-    if request.shell:
-        program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
-    else:
-        program = os.path.basename(argv[0])
-        resolved = _program_argv(argv, config, sandbox, working_dir)
+    layout = _protection(working_dir, config, sandbox)
+    try:
+        if request.shell:
+            program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
+        else:
+            program = os.path.basename(argv[0])
+            resolved = _program_argv(argv, config, sandbox, working_dir)
+    except OSError:  # a link the daemon may not read on the way (/proc/1/root/usr/bin/ls)
+        raise denied(config.shell_program if request.shell else argv[0]) from None
     return PreparedCommand(
         command=request.command,
         argv=tuple(resolved),
@@ -65,7 +72,20 @@ def prepare_command(
         env=_environment(working_dir, extra_env, config),
         timeout_ms=timeout_ms,
         shell=request.shell,
+        layout=layout,
     )
+
+
+def _protection(working_dir: str, config: ExecConfig, sandbox: Sandbox) -> Layout:
+    """The layout keeping the protected paths in ``working_dir`` unchanged; PERMISSION_DENIED
+    naming a protected path there when the sandbox cannot mount (no bubblewrap), or a
+    symlink on the way to one (see ``plan_layout``)."""
+    masked = [os.path.realpath(path) for path in (*config.masked_paths, *sandbox.private)]
+    protected = expand_protected(config.protected_paths)
+    layout = plan_layout(working_dir, protected, masked, run_as=sandbox.run_as)
+    if sandbox.kind != "bwrap" and (layout.readonly or layout.working_dir_readonly):
+        raise denied(layout.readonly[0] if layout.readonly else working_dir)
+    return layout
 
 
 def _screen(request: ExecRequest, config: ExecConfig) -> list[str]:
@@ -109,6 +129,8 @@ def _program_argv(
 ) -> list[str]:
     name = argv[0]
     requested = os.path.normpath(os.path.join(working_dir, name)) if os.sep in name else name
+    if overlaps(requested, "/proc"):  # other processes' roots: as for WORKING_DIR
+        raise denied(name)
     rule = match_rule(requested, config)
     check_args(rule, argv[1:])
     path = resolve_program(

@@ -69,8 +69,9 @@ def resolve_working_dir(requested: str | None, config: ExecConfig, run_as: RunAs
     """The realpath of the working directory, inside a workspace root and enterable.
 
     Raises NOT_AVAILABLE when no root is configured, INVALID_FIELD for a relative path or one
-    that is not a directory, PERMISSION_DENIED (naming the path as given) for one that resolves
-    outside every root, checked before existence so the answer leaks nothing about the host.
+    that is not a directory, PERMISSION_DENIED (naming the path as given) for one under /proc,
+    through a link the daemon cannot read, or that resolves outside every root, checked before
+    existence so the answer leaks nothing about the host.
     """
     roots = [os.path.realpath(root) for root in config.workspace_roots]
     if not roots:
@@ -78,7 +79,14 @@ def resolve_working_dir(requested: str | None, config: ExecConfig, run_as: RunAs
     given = roots[0] if requested is None else requested
     if not os.path.isabs(given) or "\0" in given:
         raise invalid("WORKING_DIR")
-    path = os.path.realpath(given)
+    if _within(os.path.normpath(given), "/proc"):
+        # Its links name other processes' roots and cwds, readable or not depending on who
+        # asks: no workspace is reached through them, whatever they resolve to.
+        raise denied(given)
+    try:
+        path = os.path.realpath(given)
+    except OSError:  # a link the daemon may not read on the way: not a way in
+        raise denied(given) from None
     if not any(_within(path, root) for root in roots):
         raise denied(given)
     if not os.path.isdir(path):

@@ -20,6 +20,7 @@ from ._errors import SCOPE, unavailable
 from ._limits import cpu_seconds
 from ._prepare import PreparedCommand, prepare_command
 from ._process import Child, Exit, Pipes, spawn_child
+from ._protect import hold_placeholders
 from ._request import ExecRequest, open_working_dir
 from ._result import ExecResult, Limit, describe_status, limits_from_signal, parse_time_report
 from ._sandbox import Sandbox, wrap_argv
@@ -58,7 +59,9 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     group = _open_cgroup(sandbox, config)
     try:
         started = time.monotonic()
-        run = await _run(plan, config, sandbox, env, token, group)
+        # Held until the sandbox is reaped: a placeholder removed earlier frees its name.
+        with hold_placeholders(plan.layout, chown=sandbox.run_as is not None):
+            run = await _run(plan, config, sandbox, env, token, group)
         duration_ms = round((time.monotonic() - started) * 1000)
         usage = group.usage() if group is not None else None
     finally:
@@ -114,6 +117,7 @@ async def _run(
             report_fd=pipes.report_fd,
             working_dir_fd=working_dir_fd,
             cgroup=group,
+            layout=plan.layout,
         )
         child = await _spawn(argv, env, pipes, plan, token, working_dir_fd)
     finally:

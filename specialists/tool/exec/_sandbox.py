@@ -11,6 +11,10 @@ and without it as ``[sh -c ENTER ...] prlimit <limits> -- setpriv [--reuid ...]
 host has one to give (see _cgroup.py); the limits then bound memory and tasks there, and
 prlimit keeps only the per-process rlimits that a cgroup does not replace.
 
+The working directory is the one writable host directory. The protected paths in it are
+bound read-only onto themselves and the directories on the way to them onto themselves
+(mount points cannot be renamed): see _protect.py.
+
 Every tmpfs is bounded: /tmp and /dev/shm hold ``tmp_size_bytes`` each, and the masks (empty
 tmpfs over /run, /home, the daemon's state...) and /dev itself are remounted read-only, so no
 write into them can take host memory.
@@ -46,6 +50,7 @@ from ._access import RunAs, may_search
 from ._cgroup import CgroupHost, CommandCgroup, find_cgroup_host
 from ._errors import unavailable
 from ._limits import prlimit_argv
+from ._protect import Layout
 
 SandboxKind = Literal["bwrap", "none"]
 
@@ -142,6 +147,7 @@ def wrap_argv(
     report_fd: int | None = None,
     working_dir_fd: int | None = None,
     cgroup: CommandCgroup | None = None,
+    layout: Layout | None = None,
 ) -> list[str]:
     """The full argv that runs ``argv`` (an absolute executable first) under ``sandbox``.
 
@@ -153,6 +159,9 @@ def wrap_argv(
 
     With ``cgroup`` the chain starts by entering it, and prlimit leaves memory and processes
     to it; without, RLIMIT_AS and RLIMIT_NPROC (``sandbox.nproc``) stand in.
+
+    ``layout`` (see _protect.py) says which paths inside the working directory bubblewrap
+    binds onto themselves, read-only or as anchors, and whether the directory is read-only.
     """
     nproc = None if cgroup is not None else sandbox.nproc
     limits = prlimit_argv(sandbox.prlimit, config, timeout_ms=timeout_ms, nproc=nproc)
@@ -160,7 +169,7 @@ def wrap_argv(
     enter = cgroup.enter_argv() if cgroup is not None else []
     if sandbox.kind == "bwrap":
         drop = _setpriv(sandbox, no_new_privs=False) if sandbox.run_as else []
-        sandboxed = _bwrap(sandbox, config, working_dir, working_dir_fd)
+        sandboxed = _bwrap(sandbox, config, working_dir, working_dir_fd, layout or Layout())
         return [*enter, *drop, *sandboxed, *limits, *measure, *argv]
     return [*enter, *limits, *_setpriv(sandbox, no_new_privs=True), *measure, *argv]
 
@@ -188,7 +197,11 @@ def _time(sandbox: Sandbox, report_fd: int | None) -> list[str]:
 
 
 def _bwrap(
-    sandbox: Sandbox, config: ExecConfig, working_dir: str | None, working_dir_fd: int | None
+    sandbox: Sandbox,
+    config: ExecConfig,
+    working_dir: str | None,
+    working_dir_fd: int | None,
+    layout: Layout,
 ) -> list[str]:
     assert sandbox.bwrap is not None
     sized = "--size" in sandbox.bwrap_options
@@ -199,10 +212,13 @@ def _bwrap(
         args += _mask(path, sized=sized, empty=empty)
     args += _sized_tmpfs("/tmp", config, sized)
     if working_dir is not None:  # after the masks and /tmp, so it shows through both
+        ro = "ro-" if layout.working_dir_readonly else ""
         if working_dir_fd is not None:
-            args += ["--bind-fd", str(working_dir_fd), working_dir]
+            args += [f"--{ro}bind-fd", str(working_dir_fd), working_dir]
         else:
-            args += ["--bind", working_dir, working_dir]
+            args += [f"--{ro}bind", working_dir, working_dir]
+        for option, path in layout.mounts():  # before the masks: they may lie inside
+            args += [option, path, path]
         # ...and the daemon's paths and masks again: one under the working dir (placed there
         # after the checks) would otherwise lay the real directory back, writable.
         for path in [*masks, *sandbox.private]:
