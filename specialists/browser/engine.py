@@ -57,8 +57,12 @@ def find_executable(config: BrowserConfig) -> str:
     raise BrowserUnavailable(f"no Chromium: {' or '.join(names)} not found")
 
 
-def launch_args(*, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool) -> list[str]:
-    """Chromium's command line: every request through the guard's proxy, side doors shut."""
+def launch_args(
+    *, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool, js_heap_mb: int
+) -> list[str]:
+    """Chromium's command line: every request through the guard's proxy, side doors shut,
+    each renderer's JavaScript heap capped at ``js_heap_mb`` (past it the renderer crashes
+    alone: the page's action answers page_crashed, the browser and other pages stay up)."""
     args = [
         f"--proxy-server={proxy_url}",
         # Chromium sends localhost and loopback directly unless told otherwise.
@@ -78,6 +82,7 @@ def launch_args(*, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool)
         "--no-pings",
         "--no-first-run",
         "--disable-file-system",
+        f"--js-flags=--max-old-space-size={js_heap_mb}",
     ]
     if trusted_spki:
         args.append(f"--ignore-certificate-errors-spki-list={','.join(trusted_spki)}")
@@ -261,7 +266,10 @@ class BrowserEngine:
             self.driver_pid = max(_drivers() - before, default=None)
         executable = find_executable(self.config)
         args = launch_args(
-            proxy_url=self.proxy.url, trusted_spki=self.config.trusted_spki, sandbox=self.sandbox
+            proxy_url=self.proxy.url,
+            trusted_spki=self.config.trusted_spki,
+            sandbox=self.sandbox,
+            js_heap_mb=self.config.max_js_heap_mb,
         )
         try:
             browser = await self._playwright.chromium.launch(

@@ -121,17 +121,22 @@ async def _open_and_close_page(engine: BrowserEngine) -> int:
 
 
 def test_launch_args_shut_the_side_doors_and_keep_the_sandbox_unless_root() -> None:
-    args = launch_args(proxy_url="http://127.0.0.1:9", trusted_spki=(), sandbox=True)
+    args = launch_args(
+        proxy_url="http://127.0.0.1:9", trusted_spki=(), sandbox=True, js_heap_mb=512
+    )
     for flag in (
         "--proxy-server=http://127.0.0.1:9",
         "--proxy-bypass-list=<-loopback>",
         "--disable-quic",
         "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
         "--dns-prefetch-disable",
+        "--js-flags=--max-old-space-size=512",
     ):
         assert flag in args
     assert "--no-sandbox" not in args
     assert not any(a.startswith("--ignore-certificate-errors") for a in args)
-    root = launch_args(proxy_url="http://127.0.0.1:9", trusted_spki=("k",), sandbox=False)
+    root = launch_args(
+        proxy_url="http://127.0.0.1:9", trusted_spki=("k",), sandbox=False, js_heap_mb=512
+    )
     assert "--no-sandbox" in root
     assert "--ignore-certificate-errors-spki-list=k" in root
