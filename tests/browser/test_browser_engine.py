@@ -17,8 +17,8 @@ from protocol import Status
 from specialists.browser.engine import BrowserEngine, launch_args
 from specialists.browser.services import BrowserServices, Runtime
 
-from .support import WAIT_S, browser_main_pid, chromium_processes, descendants
-from .test_browser_op import error, run
+from .support import WAIT_S, browser_main_pid, chromium_processes, descendants, wait_gone
+from .test_browser_op import error, run, session_pages
 
 
 def _alive(pid: int) -> bool:
@@ -34,21 +34,21 @@ def _browser_pids(engine: BrowserEngine) -> list[int]:
     return browser_main_pid(engine.driver_pid)
 
 
-async def test_a_crashed_browser_is_restarted_by_the_next_action(
+async def test_a_killed_browser_loses_its_sessions_and_the_next_action_restarts_it(
     dispatcher: Dispatcher, services: BrowserServices
 ) -> None:
-    assert (
-        await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
-    ).status is Status.OK
+    doomed = ("SESSION", "doomed")
+    assert (await run(dispatcher, ("ACTION", "screenshot"), doomed)).status is Status.OK
     engine = services.engine
+    pages = session_pages(services, "doomed")
     (main,) = _browser_pids(engine)
     crashes, launches = engine.stats.crashes, engine.stats.launches
     os.kill(main, signal.SIGKILL)
-    reply = await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
-    if reply.status is Status.FAIL:  # the kill raced the action: it says so, and the next works
-        assert error(reply).startswith("browser_unavailable:"), reply
-        reply = await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
-    assert reply.status is Status.OK, reply
+    await engine.run(wait_gone, pages)
+    lost = await run(dispatcher, ("ACTION", "extract"), doomed)
+    assert error(lost) == "session_lost:doomed"  # not an empty about:blank page
+    reply = await run(dispatcher, ("ACTION", "screenshot"), doomed)
+    assert reply.status is Status.OK, reply  # the name is free: a new session, a new browser
     assert engine.stats.crashes == crashes + 1
     assert engine.stats.launches == launches + 1
     assert "crashes:" in services.stats_line()
