@@ -35,9 +35,19 @@ def browser_config(browser_config: BrowserConfig) -> BrowserConfig:
 
 async def _crash_renderer(pages: PageSet) -> None:
     cdp = await pages.context.new_cdp_session(pages.page)
-    # Page.crash never answers (its target is gone): sent, not awaited.
+    # Page.crash never answers (its target is gone): sent, not awaited (wait_gone waits).
     crash = asyncio.get_running_loop().create_task(cdp.send("Page.crash"))
-    await asyncio.wait({crash}, timeout=0.1)
+    _SENT.add(crash)
+    crash.add_done_callback(_retrieve)
+
+
+_SENT: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references to tasks
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    _SENT.discard(task)
+    if not task.cancelled():
+        task.exception()  # the target closed under it: expected, and read
 
 
 async def _close_page(pages: PageSet) -> None:
