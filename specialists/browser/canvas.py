@@ -122,20 +122,21 @@ class LocalCanvas:
         timeout_ms: float,
         script: bool,
     ) -> str:
+        until = trio.current_time() + timeout_ms / 1000
         async with self._lock, self._dropping_when_hung():
             if html is not None:
                 await self._drop()  # no earlier page's origin, cookies or storage
                 pages = await self._open(width, height, script=script)
                 self._inline = True
-                await self.engine.run(_set_content, pages, html, timeout_ms)
+                await self.engine.run(_set_content, pages, html, _left_ms(until))
                 self.shown = "inline"
                 return self.shown
             assert url is not None
-            return await self._goto(await self._open_for_urls(width, height), url, timeout_ms)
+            return await self._goto(await self._open_for_urls(width, height), url, until)
 
-    async def _goto(self, pages: PageSet, url: str, timeout_ms: float) -> str:
+    async def _goto(self, pages: PageSet, url: str, until: float) -> str:
         with refusals_on(pages.lane, scope="canvas", url=url):
-            self.shown = await self.engine.run(_goto, pages, url, timeout_ms)
+            self.shown = await self.engine.run(_goto, pages, url, _left_ms(until))
         return self.shown
 
     async def _open_for_urls(self, width: int, height: int) -> PageSet:
@@ -189,12 +190,13 @@ class LocalCanvas:
             await self._drop()
 
     async def navigate(self, url: str, timeout_ms: float) -> str:
+        until = trio.current_time() + timeout_ms / 1000
         async with self._lock, self._dropping_when_hung():
             pages = await self._require()
             if self._inline:
                 assert self._size is not None  # set whenever pages are
                 pages = await self._open_for_urls(*self._size)
-            return await self._goto(pages, url, timeout_ms)
+            return await self._goto(pages, url, until)
 
     async def evaluate(self, expression: str, timeout_ms: float, max_bytes: int) -> str:
         async with self._lock:
@@ -223,6 +225,12 @@ class LocalCanvas:
 
     async def aclose(self) -> None:
         await self.hide()
+
+
+def _left_ms(until: float) -> float:
+    """Milliseconds from now to trio time ``until`` (at least 1): what the time spent
+    opening a context leaves a page load, so that its own timeout comes first."""
+    return max(1.0, (until - trio.current_time()) * 1000)
 
 
 async def _set_content(pages: PageSet, html: str, timeout_ms: float) -> None:

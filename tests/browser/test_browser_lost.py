@@ -1,6 +1,7 @@
 """Pages lost between actions (renderer crashed, page or context closed) are told
 once as session_lost; a page that allocates without bound crashes alone at the JS heap cap;
-a page that spins times out and its session's next action works on a fresh page."""
+a page that spins times out and its session's next action works on a fresh page; the canvas
+drops a spinning or crashed page."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import pytest
 from csp_web.config.browser import BrowserConfig
 from csp_web.core.dispatch import Dispatcher
 from protocol import Status
+from specialists.browser.canvas import LocalCanvas
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
 from tests.net._origin import Origin
 
 from .support import wait_gone
 from .test_browser_op import FORM, error, open_session, run, serve, session_pages
+from .test_canvas_op import canvas
 
 # Each push is 8 MB of doubles, kept: the heap only grows until V8's cap stops it.
 HOG = b"<title>hog</title><script>const a = []; while (true) a.push(new Array(1e6).fill(1.5))"
@@ -102,3 +105,29 @@ async def test_a_spinning_page_times_out_and_its_session_next_action_works(
     form = serve(origin, "/form", FORM)
     after = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", form), session)
     assert (after.status, after.get("TITLE")) == (Status.OK, "Form"), after
+
+
+@pytest.mark.slow
+async def test_a_spinning_canvas_page_is_dropped_at_its_timeout(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    url = serve(origin, "/spin", SPIN)
+    hung = await canvas(dispatcher, ("ACTION", "present"), ("URL", url), ("TIMEOUT_MS", "3000"))
+    assert error(hung) == "navigation_failed:timeout"
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
+    shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>calm</title>"))
+    assert shown.status is Status.OK, shown
+
+
+async def test_a_crashed_canvas_page_is_not_presented(
+    dispatcher: Dispatcher, services: BrowserServices
+) -> None:
+    shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>t</title>"))
+    assert shown.status is Status.OK, shown
+    node = services.canvas["main"]
+    assert isinstance(node, LocalCanvas)
+    assert node._pages is not None
+    pages = node._pages
+    await services.engine.run(_crash_renderer, pages)
+    await services.engine.run(wait_gone, pages)
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
