@@ -46,6 +46,16 @@ class BrowserUnavailable(Exception):
         self.reason = reason
 
 
+class _BrowserGone(BrowserUnavailable):
+    """The browser a context was asked of had already closed."""
+
+
+def _closed(exc: Exception, handle: BrowserHandle) -> bool:
+    """Whether ``exc`` from ``handle``'s browser says that browser is gone: Playwright may
+    report the target closed before it flags the browser disconnected."""
+    return not handle.browser.is_connected() or type(exc).__name__ == "TargetClosedError"
+
+
 def find_executable(config: BrowserConfig) -> str:
     """The configured Chromium, else the first of chromium, chromium-browser on PATH.
     Raises BrowserUnavailable naming what was looked for."""
@@ -206,8 +216,17 @@ class BrowserEngine:
     async def new_context(self, **options: Any) -> Opened:
         """A fresh BrowserContext on the current browser (launched or recycled as needed),
         whose every request goes through a lane of the guard proxy of its own: its refusals
-        are kept where only this context's actions read them."""
+        are kept where only this context's actions read them. A browser that turns out dead
+        only here (it died before its disconnect reached us) is counted as crashed and a
+        new one launched for this context, once; raises BrowserUnavailable past that."""
         handle = await self._browser()
+        try:
+            return await self._new_context_on(handle, options)
+        except _BrowserGone:
+            self._disconnected(handle)
+        return await self._new_context_on(await self._browser(), options)
+
+    async def _new_context_on(self, handle: BrowserHandle, options: dict[str, Any]) -> Opened:
         try:
             lane = self.proxy.open_lane()
         except OSError as exc:
@@ -219,8 +238,8 @@ class BrowserEngine:
             context = await handle.browser.new_context(proxy=proxy, **options)
         except BaseException as exc:
             self.proxy.close_lane(lane)
-            if isinstance(exc, Exception) and not handle.browser.is_connected():
-                raise BrowserUnavailable("the browser closed") from exc
+            if isinstance(exc, Exception) and _closed(exc, handle):
+                raise _BrowserGone("the browser closed") from exc
             raise
         handle.contexts += 1
         context.on("page", lambda _page: self._count_page(handle))

@@ -54,6 +54,24 @@ async def test_a_killed_browser_loses_its_sessions_and_the_next_action_restarts_
     assert "crashes:" in services.stats_line()
 
 
+async def test_a_browser_dead_before_its_disconnect_is_heard_is_replaced_for_a_new_context(
+    dispatcher: Dispatcher, services: BrowserServices
+) -> None:
+    assert (await run(dispatcher, ("ACTION", "screenshot"))).status is Status.OK
+    engine = services.engine
+    (main,) = _browser_pids(engine)
+    crashes, launches = engine.stats.crashes, engine.stats.launches
+
+    async def kill_then_open() -> int:
+        os.kill(main, signal.SIGKILL)  # no await between: the engine has heard nothing yet
+        opened = await engine.new_context()
+        await engine.close_context(opened)
+        return opened.handle.generation
+
+    assert await engine.run(kill_then_open) == launches + 1
+    assert (engine.stats.crashes, engine.stats.launches) == (crashes + 1, launches + 1)
+
+
 @pytest.fixture
 def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
     return replace(browser_config, recycle_after_pages=2)
