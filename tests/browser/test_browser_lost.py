@@ -28,6 +28,9 @@ from .test_canvas_op import canvas
 HOG = b"<title>hog</title><script>const a = []; while (true) a.push(new Array(1e6).fill(1.5))"
 HOG += b"</script>"
 SPIN = b"<title>spin</title><script>while (true) {}</script>"
+# Which timer ends a 3 s action first, Playwright's (its own code) or the task's (0.25 s later),
+# is a race the engine's round trip decides on a loaded host: either is the right answer.
+TIMED_OUT = {"navigation_failed:timeout", "timeout_exceeded:3000ms"}
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +104,7 @@ async def test_a_spinning_page_times_out_and_its_session_next_action_works(
     hung = await run(
         dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session, ("TIMEOUT_MS", "3000")
     )
-    assert error(hung) == "navigation_failed:timeout"
+    assert error(hung) in TIMED_OUT
     form = serve(origin, "/form", FORM)
     after = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", form), session)
     assert (after.status, after.get("TITLE")) == (Status.OK, "Form"), after
@@ -113,7 +116,7 @@ async def test_a_spinning_canvas_page_is_dropped_at_its_timeout(
 ) -> None:
     url = serve(origin, "/spin", SPIN)
     hung = await canvas(dispatcher, ("ACTION", "present"), ("URL", url), ("TIMEOUT_MS", "3000"))
-    assert error(hung) == "navigation_failed:timeout"
+    assert error(hung) in TIMED_OUT
     assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
     shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>calm</title>"))
     assert shown.status is Status.OK, shown
