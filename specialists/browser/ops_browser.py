@@ -91,6 +91,7 @@ async def _on_fresh_pages(
     step: Callable[[PageSet], Awaitable[T]],
     url: str | None,
 ) -> T:
+    """Run ``step`` on a context of its own, closed after it whatever happens."""
     engine = services.engine
     fresh = await engine.run(
         page_ops.open_pages,
