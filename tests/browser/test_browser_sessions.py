@@ -13,6 +13,7 @@ import trio
 from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
 from csp_web.core.dispatch import Dispatcher
+from csp_web.core.errors import OpError
 from protocol import Status
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
@@ -107,6 +108,13 @@ async def test_idle_sessions_close_after_the_idle_timeout(
     await table.reap_idle(300.0)
     assert table.sessions == {}
     assert table.closed_idle == 1
+    with pytest.raises(OpError) as lost:  # told once, not reopened on about:blank unannounced
+        async with table.use("idle", "uid:1", config, guard):
+            pass
+    assert (lost.value.code, lost.value.detail) == ("session_lost", "idle")
+    async with table.use("idle", "uid:1", config, guard):
+        pass  # the name is free again
+    await table.aclose()
 
 
 async def test_a_session_keeps_popups_up_to_its_page_cap(
