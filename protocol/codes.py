@@ -106,6 +106,8 @@ class ErrorCode(enum.StrEnum):
     UNKNOWN_NODE = "unknown_node", "NODE names no canvas node"
     CANVAS_NOT_PRESENTED = "canvas_not_presented", "the canvas shows nothing: present first"
     EVAL_FAILED = "eval_failed", "the canvas expression threw or its result is not JSON"
+    SESSION_LOST = "session_lost", "the session's page was lost between actions; the name is free"
+    PAGE_CRASHED = "page_crashed", "the page's renderer crashed mid-action (out of memory, killed)"
 
     # Cancellation (SPEC C-6).
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"

@@ -39,6 +39,16 @@ class BrowserConfig:
     # A session's own page plus the popups it may keep open.
     max_pages_per_session: int = 4
     session_idle_s: float = 300.0  # Playwright MCP closes nothing; 5 min frees a left session
+    # Actions without SESSION each hold a context while they run: a cap of their own, apart
+    # from the sessions', so a peer with its sessions open can still run one (issue 22).
+    max_oneshot_per_peer: int = 4
+    # The canvas belongs to the uid that presented it until it hides it or leaves it unused
+    # this long (as session_idle_s); then another uid may take it over (issue 22).
+    canvas_idle_s: float = 300.0
+    # V8's old-space cap per renderer (--js-flags=--max-old-space-size): a page that
+    # allocates without bound crashes its own renderer there instead of growing Chromium
+    # without bound (832 MB to 2.4 GB on one page, issue 22). 512 MB holds any real page.
+    max_js_heap_mb: int = 512
     viewport_width: int = 1280  # Playwright's default viewport
     viewport_height: int = 720
     max_screenshot_bytes: int = 8 * 1024 * 1024  # a full-page PNG of a long page, and no more
@@ -63,5 +73,8 @@ class BrowserConfig:
                 raise ValueError(f"trusted_spki: {value!r} is not base64") from exc
             if len(raw) != 32:
                 raise ValueError(f"trusted_spki: {value!r} is not a SHA-256 hash")
+        for name in ("max_oneshot_per_peer", "max_js_heap_mb"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         if self.max_sessions_per_peer > self.max_sessions:
             raise ValueError("max_sessions_per_peer must not exceed max_sessions")

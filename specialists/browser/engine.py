@@ -46,6 +46,16 @@ class BrowserUnavailable(Exception):
         self.reason = reason
 
 
+class _BrowserGone(BrowserUnavailable):
+    """The browser a context was asked of had already closed."""
+
+
+def _closed(exc: Exception, handle: BrowserHandle) -> bool:
+    """Whether ``exc`` from ``handle``'s browser says that browser is gone: Playwright may
+    report the target closed before it flags the browser disconnected."""
+    return not handle.browser.is_connected() or type(exc).__name__ == "TargetClosedError"
+
+
 def find_executable(config: BrowserConfig) -> str:
     """The configured Chromium, else the first of chromium, chromium-browser on PATH.
     Raises BrowserUnavailable naming what was looked for."""
@@ -57,8 +67,12 @@ def find_executable(config: BrowserConfig) -> str:
     raise BrowserUnavailable(f"no Chromium: {' or '.join(names)} not found")
 
 
-def launch_args(*, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool) -> list[str]:
-    """Chromium's command line: every request through the guard's proxy, side doors shut."""
+def launch_args(
+    *, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool, js_heap_mb: int
+) -> list[str]:
+    """Chromium's command line: every request through the guard's proxy, side doors shut,
+    each renderer's JavaScript heap capped at ``js_heap_mb`` (past it the renderer crashes
+    alone: the page's action answers page_crashed, the browser and other pages stay up)."""
     args = [
         f"--proxy-server={proxy_url}",
         # Chromium sends localhost and loopback directly unless told otherwise.
@@ -78,6 +92,7 @@ def launch_args(*, proxy_url: str, trusted_spki: tuple[str, ...], sandbox: bool)
         "--no-pings",
         "--no-first-run",
         "--disable-file-system",
+        f"--js-flags=--max-old-space-size={js_heap_mb}",
     ]
     if trusted_spki:
         args.append(f"--ignore-certificate-errors-spki-list={','.join(trusted_spki)}")
@@ -201,8 +216,17 @@ class BrowserEngine:
     async def new_context(self, **options: Any) -> Opened:
         """A fresh BrowserContext on the current browser (launched or recycled as needed),
         whose every request goes through a lane of the guard proxy of its own: its refusals
-        are kept where only this context's actions read them."""
+        are kept where only this context's actions read them. A browser that turns out dead
+        only here (it died before its disconnect reached us) is counted as crashed and a
+        new one launched for this context, once; raises BrowserUnavailable past that."""
         handle = await self._browser()
+        try:
+            return await self._new_context_on(handle, options)
+        except _BrowserGone:
+            self._disconnected(handle)
+        return await self._new_context_on(await self._browser(), options)
+
+    async def _new_context_on(self, handle: BrowserHandle, options: dict[str, Any]) -> Opened:
         try:
             lane = self.proxy.open_lane()
         except OSError as exc:
@@ -214,8 +238,8 @@ class BrowserEngine:
             context = await handle.browser.new_context(proxy=proxy, **options)
         except BaseException as exc:
             self.proxy.close_lane(lane)
-            if isinstance(exc, Exception) and not handle.browser.is_connected():
-                raise BrowserUnavailable("the browser closed") from exc
+            if isinstance(exc, Exception) and _closed(exc, handle):
+                raise _BrowserGone("the browser closed") from exc
             raise
         handle.contexts += 1
         context.on("page", lambda _page: self._count_page(handle))
@@ -261,7 +285,10 @@ class BrowserEngine:
             self.driver_pid = max(_drivers() - before, default=None)
         executable = find_executable(self.config)
         args = launch_args(
-            proxy_url=self.proxy.url, trusted_spki=self.config.trusted_spki, sandbox=self.sandbox
+            proxy_url=self.proxy.url,
+            trusted_spki=self.config.trusted_spki,
+            sandbox=self.sandbox,
+            js_heap_mb=self.config.max_js_heap_mb,
         )
         try:
             browser = await self._playwright.chromium.launch(

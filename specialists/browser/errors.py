@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import trio
+
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
@@ -23,6 +25,7 @@ from .proxy import Lane
 _NET_ERROR = re.compile(r"net::(ERR_[A-Z_]+)")
 # Chromium's answers to a proxy that refused a tunnel or a request: the guard said no.
 _PROXY_REFUSALS = ("ERR_TUNNEL_CONNECTION_FAILED", "ERR_HTTP_RESPONSE_CODE_FAILURE")
+_CRASHED = ("Page crashed", "Target crashed", "page crashed")
 _CLOSED = ("has been closed", "Target closed", "Browser closed", "crashed")
 
 
@@ -48,6 +51,8 @@ def translate(
     if not isinstance(exc, PlaywrightError):
         raise exc
     message = str(exc)
+    if any(text in message for text in _CRASHED):
+        return OpError(ErrorCode.PAGE_CRASHED, "renderer crashed", scope=(scope,))
     if any(text in message for text in _CLOSED):
         return OpError(ErrorCode.BROWSER_UNAVAILABLE, "closed mid-action", scope=(scope,))
     net = _NET_ERROR.search(message)
@@ -62,6 +67,21 @@ def translate(
         return OpError(ErrorCode.NAVIGATION_FAILED, "timeout", scope=(scope,))
     first = message.splitlines()[0][:200] if message else type(exc).__name__
     return OpError(ErrorCode.ACTION_FAILED, first, scope=(scope,))
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` ended an action by time: a Playwright timeout (however translated
+    since) or the task's cancellation. The page it ran on may still be spinning."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    if isinstance(exc, trio.Cancelled):
+        return True
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, PlaywrightTimeout):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 @contextmanager

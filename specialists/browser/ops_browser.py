@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import trio
 
+from csp_web.config.browser import BrowserConfig
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import OpError
@@ -27,7 +28,7 @@ from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
 from csp_web.core.replies import Result
-from csp_web.net import check_url
+from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
 from specialists.web.extract import extract_article
 
@@ -69,15 +70,28 @@ async def _on_pages(
     step: Callable[[PageSet], Awaitable[T]],
     url: str | None = None,
 ) -> T:
-    """Run ``step`` on the session's page, or on a fresh page closed after it; a guard
-    refusal it meets (loading ``url`` or anything after) is read from that context's lane."""
+    """Run ``step`` on the session's page, or on a fresh page closed after it (one of the
+    peer's ``max_oneshot_per_peer``); a guard refusal it meets (loading ``url`` or anything
+    after) is read from that context's lane."""
     config = ctx.config.tool.browser
     guard = services.guard()
+    owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     if session is not None:
-        owner = owner_of(ctx.peer.uid, ctx.peer.connection)
         async with services.sessions.use(session, owner, config, guard) as held:
             with refusals_on(held.pages.lane, scope="browser", url=url):
                 return await step(held.pages)
+    with services.oneshots.hold(owner, config.max_oneshot_per_peer):
+        return await _on_fresh_pages(services, config, guard, step, url)
+
+
+async def _on_fresh_pages(
+    services: BrowserServices,
+    config: BrowserConfig,
+    guard: GuardConfig,
+    step: Callable[[PageSet], Awaitable[T]],
+    url: str | None,
+) -> T:
+    """Run ``step`` on a context of its own, closed after it whatever happens."""
     engine = services.engine
     fresh = await engine.run(
         page_ops.open_pages,

@@ -28,6 +28,7 @@ from protocol import ErrorCode
 from .canvas import CanvasNode
 from .errors import translate
 from .services import BrowserServices
+from .sessions import owner_of
 
 ACTIONS = ("present", "hide", "navigate", "eval", "snapshot")
 _SCOPE = ("canvas",)
@@ -62,7 +63,12 @@ async def _present(
     height = params.opt_integer("HEIGHT") or canvas.height
     url = None if html is not None else _url(services, params)
     shown = await node.present(
-        url=url, html=html, width=width, height=height, timeout_ms=_timeout_ms()
+        url=url,
+        html=html,
+        width=width,
+        height=height,
+        timeout_ms=_timeout_ms(),
+        script=canvas.allow_eval,  # inline HTML is caller script too: eval's rule holds
     )
     return shown, (("URL", shown), ("WIDTH", str(width)), ("HEIGHT", str(height)))
 
@@ -70,8 +76,23 @@ async def _present(
 async def _act(
     services: BrowserServices, ctx: OpContext, params: Params, action: str, name: str
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """The DATA's detail and the reply's fields."""
+    """The DATA's detail and the reply's fields; the node is held for ``ctx``'s peer
+    (``CanvasClaims``: another peer's canvas in use is permission_denied)."""
     node = _node(services, name)
+    owner = owner_of(ctx.peer.uid, ctx.peer.connection)
+    idle_s = ctx.config.tool.browser.canvas_idle_s
+    async with services.canvas_claims.acting(name, node, owner, idle_s):
+        return await _act_on(services, ctx, params, action, name, node)
+
+
+async def _act_on(
+    services: BrowserServices,
+    ctx: OpContext,
+    params: Params,
+    action: str,
+    name: str,
+    node: CanvasNode,
+) -> tuple[str, tuple[tuple[str, str], ...]]:
     if action == "present":
         shown, fields = await _present(services, node, params, ctx)
         return f"node:{name}", fields

@@ -35,13 +35,17 @@ class ActionError(Exception):
 @dataclass
 class PageSet:
     """One BrowserContext, its lane into the guard proxy and its main page; popups
-    counted against ``max_pages``."""
+    counted against ``max_pages``. ``lost`` says why the page is gone when something other
+    than ``close_pages`` took it (its renderer crashed, it closed itself, its context or
+    browser closed); ``gone`` is set then (engine thread)."""
 
     opened: Opened
     page: Any
     popups_kept: int = 0
     popups_closed: int = 0
     popup_decided: asyncio.Event = field(default_factory=asyncio.Event)
+    lost: str | None = None
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def context(self) -> Any:
@@ -55,6 +59,18 @@ class PageSet:
     def lane(self) -> Lane:
         return self.opened.lane
 
+    def lost_reason(self) -> str | None:
+        """Why the page is gone, or None while it can still act (read from any thread)."""
+        if self.lost is None and not self.handle.connected:
+            return "browser closed"
+        return self.lost
+
+    def mark_lost(self, reason: str) -> None:
+        """Keep the first reason the page went (engine thread: its event handlers)."""
+        if self.lost is None:
+            self.lost = reason
+        self.gone.set()
+
 
 async def open_pages(
     engine: BrowserEngine,
@@ -63,13 +79,15 @@ async def open_pages(
     max_pages: int,
     width: int,
     height: int,
+    script: bool = True,
 ) -> PageSet:
-    """A fresh context (no shared cookies, storage or cache) with one page."""
+    """A fresh context (no shared cookies, storage or cache) with one page; its pages run
+    no script unless ``script``."""
     opened = await engine.new_context(
         viewport={"width": width, "height": height},
         service_workers="block",
         accept_downloads=False,
-        java_script_enabled=True,
+        java_script_enabled=script,
     )
     try:
         page = await opened.context.new_page()
@@ -78,6 +96,9 @@ async def open_pages(
         raise
     pages = PageSet(opened, page)
     opened.context.on("page", lambda popup: _admit_popup(pages, popup, guard, max_pages))
+    page.on("crash", lambda _page: pages.mark_lost("renderer crashed"))
+    page.on("close", lambda _page: pages.mark_lost("page closed"))
+    opened.context.on("close", lambda _context: pages.mark_lost("context closed"))
     return pages
 
 

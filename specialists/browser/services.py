@@ -20,12 +20,12 @@ from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
 from csp_web.net import GuardConfig, Resolver
 
-from .canvas import CanvasNode, LocalCanvas
+from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
 from .media import MediaStore
 from .peers import owned_by_tree
 from .proxy import GuardProxy
-from .sessions import SessionTable
+from .sessions import OneShots, SessionTable
 
 
 @dataclass
@@ -46,6 +46,8 @@ class BrowserServices:
     media: MediaStore
     guard: Callable[[], GuardConfig]
     canvas: dict[str, CanvasNode] = field(default_factory=dict)
+    oneshots: OneShots = field(default_factory=OneShots)
+    canvas_claims: CanvasClaims = field(default_factory=CanvasClaims)
 
     @property
     def engine(self) -> BrowserEngine:

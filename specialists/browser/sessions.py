@@ -3,15 +3,20 @@
 The table lives on the trio side; its pages live on the engine thread. A session is one
 BrowserContext (no cookies, storage or cache shared with any other), created by the first
 action that names it, used by one action at a time, closed by ``ACTION close``, by an idle
-timeout (``reap_idle``, run by ``serve_reaper``), when its browser died, or at shutdown.
-Caps: ``max_sessions`` overall and ``max_sessions_per_peer``, checked before any page opens.
+timeout (``reap_idle``, run by ``serve_reaper``), by an action that ran out of time on it,
+or at shutdown. Names are per owner: two uids naming ``s`` hold two sessions, and neither can
+learn the other's exists. A page lost between actions (its browser died, its renderer
+crashed, it closed itself, or the session was closed idle) is told once, as ``session_lost``,
+by the next action naming it; the session is dropped then and the name is free.
+Caps: ``max_sessions`` overall and ``max_sessions_per_peer``, checked before any page opens;
+actions without SESSION have their own per-peer cap (``OneShots``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -23,10 +28,16 @@ from csp_web.net import GuardConfig
 from protocol import ErrorCode
 
 from .engine import BrowserEngine
+from .errors import timed_out
 from .pages import PageSet, close_pages, open_pages
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _REAP_FLOOR_S = 1.0  # the reaper never wakes more often than this
+_SCOPE = ("browser",)
+# Names of idle-closed sessions kept to tell their next action: 64 times the default overall
+# cap of sessions; past it the oldest is forgotten (and its name simply opens afresh).
+_REAPED_KEPT = 1024
+Key = tuple[str, str]  # (owner, name): names are per owner
 
 
 @dataclass
@@ -43,73 +54,90 @@ def owner_of(uid: int | None, connection: str) -> str:
     return f"uid:{uid}" if uid is not None else f"conn:{connection}"
 
 
+class OneShots:
+    """Actions without SESSION running now, per owner, each holding a context of its own."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, owner: str, cap: int) -> Iterator[None]:
+        """Count one action of ``owner`` in for the block; busy when ``cap`` already run."""
+        held = self.running.get(owner, 0)
+        if held >= cap:
+            raise OpError(ErrorCode.BUSY, f"{cap} one-shot actions per peer", scope=_SCOPE)
+        self.running[owner] = held + 1
+        try:
+            yield
+        finally:
+            self.running[owner] -= 1
+            if not self.running[owner]:
+                del self.running[owner]
+
+
 class SessionTable:
-    """Sessions by name. ``clock`` is trio's by default; tests inject their own."""
+    """Sessions by (owner, name). ``clock`` is trio's by default; tests inject their own."""
 
     def __init__(self, engine: BrowserEngine, clock: Callable[[], float] | None = None) -> None:
         self.engine = engine
         self.clock = clock or trio.current_time
-        self.sessions: dict[str, Session] = {}
-        self._opening: dict[str, str] = {}  # name -> owner, while its context opens
+        self.sessions: dict[Key, Session] = {}
+        self._opening: set[Key] = set()  # while their contexts open
+        self._reaped: dict[Key, None] = {}  # idle-closed, not yet told (insertion order)
         self.closed_idle = 0
         self.changed = trio.Event()  # set when a session opens: the reaper recomputes its sleep
 
     def count(self, owner: str | None = None) -> int:
-        names = [*self.sessions.values()]
-        taken = sum(1 for s in names if owner is None or s.owner == owner)
-        return taken + sum(1 for o in self._opening.values() if owner is None or o == owner)
+        keys = [*self.sessions, *self._opening]
+        return sum(1 for key in keys if owner is None or key[0] == owner)
 
     def _check_caps(self, owner: str, config: BrowserConfig) -> None:
         if self.count(owner) >= config.max_sessions_per_peer:
             raise OpError(
                 ErrorCode.TOO_MANY_SESSIONS,
                 f"{config.max_sessions_per_peer} per peer",
-                scope=("browser",),
+                scope=_SCOPE,
             )
         if self.count() >= config.max_sessions:
             raise OpError(
-                ErrorCode.TOO_MANY_SESSIONS, f"{config.max_sessions} overall", scope=("browser",)
+                ErrorCode.TOO_MANY_SESSIONS, f"{config.max_sessions} overall", scope=_SCOPE
             )
 
     @asynccontextmanager
     async def use(
         self, name: str, owner: str, config: BrowserConfig, guard: GuardConfig
     ) -> AsyncIterator[Session]:
-        """The session ``name`` (made now if new), locked for one action.
+        """``owner``'s session ``name`` (made now if new), locked for one action.
 
-        Raises OpError(permission_denied) when another peer owns it, OpError(too_many_sessions)
-        past a cap, BrowserUnavailable when Chromium cannot start."""
-        session = self.sessions.get(name)
-        if session is not None and not session.pages.handle.connected:
-            await self.close(name)  # its browser died: the name starts afresh
-            session = None
-        if session is None:
-            session = await self._open(name, owner, config, guard)
-        if session.owner != owner:
-            raise OpError(
-                ErrorCode.PERMISSION_DENIED,
-                f"session {name} belongs to another peer",
-                scope=("browser",),
-            )
+        Raises OpError(session_lost) once when its page went since its last action, or it
+        was closed idle (the session is dropped: the next action under the name makes a new
+        one),
+        OpError(too_many_sessions) past a cap, BrowserUnavailable when Chromium cannot
+        start. An action that runs out of time or is cancelled closes the session, since its
+        page may still spin; one that fails otherwise leaves it as it is."""
+        key = (owner, name)
+        if key in self._reaped and key not in self.sessions:
+            del self._reaped[key]
+            raise OpError(ErrorCode.SESSION_LOST, name, scope=_SCOPE)
+        session = self.sessions.get(key) or await self._open(key, config, guard)
         async with session.lock:
+            if self.sessions.get(key) is not session or session.pages.lost_reason():
+                await self._discard(key, session)
+                raise OpError(ErrorCode.SESSION_LOST, name, scope=_SCOPE)
             try:
                 yield session
+            except BaseException as exc:
+                if timed_out(exc):
+                    await self._discard(key, session)
+                raise
             finally:
                 session.last_used = self.clock()
 
-    async def _open(
-        self, name: str, owner: str, config: BrowserConfig, guard: GuardConfig
-    ) -> Session:
-        if name in self._opening:
-            if self._opening[name] != owner:
-                raise OpError(
-                    ErrorCode.PERMISSION_DENIED,
-                    f"session {name} belongs to another peer",
-                    scope=("browser",),
-                )
-            raise OpError(ErrorCode.BUSY, f"session {name} is opening", scope=("browser",))
-        self._check_caps(owner, config)
-        self._opening[name] = owner
+    async def _open(self, key: Key, config: BrowserConfig, guard: GuardConfig) -> Session:
+        if key in self._opening:
+            raise OpError(ErrorCode.BUSY, f"session {key[1]} is opening", scope=_SCOPE)
+        self._check_caps(key[0], config)
+        self._opening.add(key)
         try:
             pages = await self.engine.run(
                 open_pages,
@@ -120,18 +148,23 @@ class SessionTable:
                 height=config.viewport_height,
             )
         finally:
-            del self._opening[name]
-        session = Session(name, owner, pages, self.clock())
-        self.sessions[name] = session
+            self._opening.discard(key)
+        session = Session(key[1], key[0], pages, self.clock())
+        self.sessions[key] = session
         self.changed.set()
         return session
 
-    async def close(self, name: str, owner: str | None = None) -> bool:
-        """Close ``name``; False when there is no such session (of ``owner``, if given)."""
-        session = self.sessions.get(name)
-        if session is None or (owner is not None and session.owner != owner):
+    async def close(self, name: str, owner: str) -> bool:
+        """Close ``owner``'s session ``name``; False when it has none of that name."""
+        key = (owner, name)
+        session = self.sessions.get(key)
+        return session is not None and await self._discard(key, session)
+
+    async def _discard(self, key: Key, session: Session) -> bool:
+        """Drop ``session`` from the table and close its context, once (shielded)."""
+        if self.sessions.get(key) is not session:
             return False
-        del self.sessions[name]
+        del self.sessions[key]
         with trio.CancelScope(shield=True):
             await self.engine.run(close_pages, self.engine, session.pages)
         return True
@@ -140,16 +173,22 @@ class SessionTable:
         """Close sessions idle for ``idle_s`` or more; seconds until the next one would be."""
         now = self.clock()
         next_s = idle_s
-        for name, session in list(self.sessions.items()):
+        for key, session in list(self.sessions.items()):
             if session.lock.locked():
                 continue
             left = session.last_used + idle_s - now
             if left <= 0:
-                if await self.close(name):
+                if await self._discard(key, session):
                     self.closed_idle += 1
+                    self._remember_reaped(key)
             else:
                 next_s = min(next_s, left)
         return next_s
+
+    def _remember_reaped(self, key: Key) -> None:
+        self._reaped[key] = None
+        while len(self._reaped) > _REAPED_KEPT:
+            del self._reaped[next(iter(self._reaped))]
 
     async def serve_reaper(
         self,
@@ -167,6 +206,6 @@ class SessionTable:
 
     async def aclose(self) -> None:
         """Close every session (at shutdown)."""
-        for name in list(self.sessions):
+        for key, session in list(self.sessions.items()):
             with contextlib.suppress(Exception):
-                await self.close(name)
+                await self._discard(key, session)

@@ -4,6 +4,7 @@ for Chromium's trust, a raw TCP listener standing for a private host, and /proc 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
@@ -18,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 
 from csp_web.config.browser import BrowserConfig
 from csp_web.net import GuardConfig, Resolver
+from specialists.browser.pages import PageSet
 from specialists.browser.proxy import GuardProxy, Refusal
 from specialists.browser.services import Runtime, make_engines
 
@@ -127,6 +129,11 @@ class Listener:
     async def _count(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         await stream.aclose()
+
+
+async def wait_gone(pages: PageSet) -> None:
+    """Return once the engine has seen the page go (bounded); runs on the engine's loop."""
+    await asyncio.wait_for(pages.gone.wait(), WAIT_S)
 
 
 def descendants(root: int) -> list[int]:

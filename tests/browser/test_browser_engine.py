@@ -17,8 +17,8 @@ from protocol import Status
 from specialists.browser.engine import BrowserEngine, launch_args
 from specialists.browser.services import BrowserServices, Runtime
 
-from .support import WAIT_S, browser_main_pid, chromium_processes, descendants
-from .test_browser_op import error, run
+from .support import WAIT_S, browser_main_pid, chromium_processes, descendants, wait_gone
+from .test_browser_op import error, run, session_pages
 
 
 def _alive(pid: int) -> bool:
@@ -34,24 +34,42 @@ def _browser_pids(engine: BrowserEngine) -> list[int]:
     return browser_main_pid(engine.driver_pid)
 
 
-async def test_a_crashed_browser_is_restarted_by_the_next_action(
+async def test_a_killed_browser_loses_its_sessions_and_the_next_action_restarts_it(
     dispatcher: Dispatcher, services: BrowserServices
 ) -> None:
-    assert (
-        await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
-    ).status is Status.OK
+    doomed = ("SESSION", "doomed")
+    assert (await run(dispatcher, ("ACTION", "screenshot"), doomed)).status is Status.OK
     engine = services.engine
+    pages = session_pages(services, "doomed")
     (main,) = _browser_pids(engine)
     crashes, launches = engine.stats.crashes, engine.stats.launches
     os.kill(main, signal.SIGKILL)
-    reply = await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
-    if reply.status is Status.FAIL:  # the kill raced the action: it says so, and the next works
-        assert error(reply).startswith("browser_unavailable:"), reply
-        reply = await run(dispatcher, ("ACTION", "screenshot"), ("SESSION", "doomed"))
-    assert reply.status is Status.OK, reply
+    await engine.run(wait_gone, pages)
+    lost = await run(dispatcher, ("ACTION", "extract"), doomed)
+    assert error(lost) == "session_lost:doomed"  # not an empty about:blank page
+    reply = await run(dispatcher, ("ACTION", "screenshot"), doomed)
+    assert reply.status is Status.OK, reply  # the name is free: a new session, a new browser
     assert engine.stats.crashes == crashes + 1
     assert engine.stats.launches == launches + 1
     assert "crashes:" in services.stats_line()
+
+
+async def test_a_browser_dead_before_its_disconnect_is_heard_is_replaced_for_a_new_context(
+    dispatcher: Dispatcher, services: BrowserServices
+) -> None:
+    assert (await run(dispatcher, ("ACTION", "screenshot"))).status is Status.OK
+    engine = services.engine
+    (main,) = _browser_pids(engine)
+    crashes, launches = engine.stats.crashes, engine.stats.launches
+
+    async def kill_then_open() -> int:
+        os.kill(main, signal.SIGKILL)  # no await between: the engine has heard nothing yet
+        opened = await engine.new_context()
+        await engine.close_context(opened)
+        return opened.handle.generation
+
+    assert await engine.run(kill_then_open) == launches + 1
+    assert (engine.stats.crashes, engine.stats.launches) == (crashes + 1, launches + 1)
 
 
 @pytest.fixture
@@ -121,17 +139,22 @@ async def _open_and_close_page(engine: BrowserEngine) -> int:
 
 
 def test_launch_args_shut_the_side_doors_and_keep_the_sandbox_unless_root() -> None:
-    args = launch_args(proxy_url="http://127.0.0.1:9", trusted_spki=(), sandbox=True)
+    args = launch_args(
+        proxy_url="http://127.0.0.1:9", trusted_spki=(), sandbox=True, js_heap_mb=512
+    )
     for flag in (
         "--proxy-server=http://127.0.0.1:9",
         "--proxy-bypass-list=<-loopback>",
         "--disable-quic",
         "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
         "--dns-prefetch-disable",
+        "--js-flags=--max-old-space-size=512",
     ):
         assert flag in args
     assert "--no-sandbox" not in args
     assert not any(a.startswith("--ignore-certificate-errors") for a in args)
-    root = launch_args(proxy_url="http://127.0.0.1:9", trusted_spki=("k",), sandbox=False)
+    root = launch_args(
+        proxy_url="http://127.0.0.1:9", trusted_spki=("k",), sandbox=False, js_heap_mb=512
+    )
     assert "--no-sandbox" in root
     assert "--ignore-certificate-errors-spki-list=k" in root

@@ -23,7 +23,7 @@ from tests.net._dns import FixedResolver, RebindingResolver
 from tests.net._origin import Origin
 
 from .support import WAIT_S, Listener, Refusals
-from .test_browser_op import error, run, serve
+from .test_browser_op import error, run, serve, session_pages
 
 
 def subresources_page(port: int) -> bytes:
@@ -210,7 +210,7 @@ async def test_a_popup_to_a_private_address_never_reaches_it(
     session = ("SESSION", "popup")
     await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
     await run(dispatcher, ("ACTION", "click"), ("SELECTOR", "css:#open"), session)
-    pages = services.sessions.sessions["popup"].pages
+    pages = session_pages(services, "popup")
     await services.engine.run(wait_popup, pages)
     assert pages.popups_kept + pages.popups_closed == 1
     assert private.connections == 0
@@ -346,7 +346,7 @@ async def test_two_contexts_at_once_each_hear_only_their_own_refusal(
     assert error(replies["refused"]) == "ssrf_blocked:loopback-127/8"
     assert replies["allowed"].status is Status.OK, replies["allowed"]
     assert replies["allowed"].get("TITLE") == "Allowed"
-    refused, allowed = (services.sessions.sessions[n].pages.lane for n in ("refused", "allowed"))
+    refused, allowed = (session_pages(services, n).lane for n in ("refused", "allowed"))
     assert refused.number != allowed.number
     kept = refused.refusals_since(0)
     assert kept  # Chromium may try a refused tunnel twice; each is kept, all of them its own
@@ -389,8 +389,7 @@ async def test_a_redirect_refusal_is_read_from_its_own_context_while_another_is_
             dispatcher, ("ACTION", "navigate"), ("TARGET_URL", start), ("SESSION", "quiet")
         )
         assert error(reply) == "ssrf_blocked:loopback-127/8"
-    lanes = services.sessions.sessions
-    quiet, loud = lanes["quiet"].pages.lane, lanes["noisy"].pages.lane
+    quiet, loud = session_pages(services, "quiet").lane, session_pages(services, "noisy").lane
     assert {r.target for r in quiet.refusals_since(0)} == {f"private.test:{private.port}"}
     assert {r.error for r in loud.refusals_since(0)} == {"url_rejected:port-not-allowed"}
     assert private.connections == 0

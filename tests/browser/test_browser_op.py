@@ -11,6 +11,8 @@ import trio
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from protocol import Reply, Status, Task
+from specialists.browser.pages import PageSet
+from specialists.browser.services import BrowserServices
 from tests.harness import outbox_of
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
@@ -55,6 +57,11 @@ async def open_session(
     navigated = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
     assert navigated.status is Status.OK, navigated
     return url, session
+
+
+def session_pages(services: BrowserServices, name: str, uid: int = 1000) -> PageSet:
+    """The pages of ``uid``'s session ``name`` (``run``'s default peer is uid 1000)."""
+    return services.sessions.sessions[(f"uid:{uid}", name)].pages
 
 
 def error(reply: Reply) -> str:

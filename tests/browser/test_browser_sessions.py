@@ -1,4 +1,4 @@
-"""Sessions: owned by their peer's uid, capped per peer and overall (N and N+1), closed when
+"""Sessions: named per uid, capped per peer and overall (N and N+1), closed when
 idle, isolated from each other; pages per session and bytes per screenshot capped."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ import functools
 from dataclasses import replace
 
 import pytest
+import trio
 
 from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
 from csp_web.core.dispatch import Dispatcher
+from csp_web.core.errors import OpError
 from protocol import Status
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
@@ -20,9 +22,11 @@ from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 
 from .support import WAIT_S
-from .test_browser_op import FORM, error, run, serve
+from .test_browser_op import FORM, error, run, serve, session_pages
 
-SMALL = BrowserConfig(max_sessions=3, max_sessions_per_peer=2, max_pages_per_session=2)
+SMALL = BrowserConfig(
+    max_sessions=3, max_sessions_per_peer=2, max_pages_per_session=2, max_oneshot_per_peer=2
+)
 
 
 @pytest.fixture
@@ -52,13 +56,23 @@ async def test_sessions_overall_are_capped_at_n(dispatcher: Dispatcher) -> None:
     assert await _open(dispatcher, "b4", uid=2) == "ok"
 
 
-async def test_a_session_belongs_to_the_uid_that_made_it(dispatcher: Dispatcher) -> None:
-    assert await _open(dispatcher, "mine", uid=1) == "ok"
-    taken = await _open(dispatcher, "mine", uid=2)
-    assert taken == "permission_denied:session mine belongs to another peer"
-    close = await run(dispatcher, ("ACTION", "close"), ("SESSION", "mine"), uid=2)
-    assert error(close) == "session_not_found:mine"
-    assert await _open(dispatcher, "mine", uid=1) == "ok"
+async def test_session_names_are_per_uid(dispatcher: Dispatcher, origin: Origin) -> None:
+    url = serve(origin, "/form", FORM)
+    mine = ("SESSION", "mine")
+    first = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), mine, uid=1)
+    assert first.status is Status.OK, first
+    other = await run(dispatcher, ("ACTION", "extract"), mine, uid=2)  # a session of its own
+    assert (other.status, other.get("URL")) == (Status.OK, "about:blank"), other
+    assert error(await run(dispatcher, ("ACTION", "close"), ("SESSION", "nope"), uid=2)) == (
+        "session_not_found:nope"
+    )
+    closed = await run(dispatcher, ("ACTION", "close"), mine, uid=2)
+    assert closed.status is Status.OK, closed  # uid 2's own, not uid 1's
+    assert error(await run(dispatcher, ("ACTION", "close"), mine, uid=2)) == (
+        "session_not_found:mine"
+    )
+    kept = await run(dispatcher, ("ACTION", "extract"), mine, uid=1)
+    assert (kept.status, kept.get("URL")) == (Status.OK, url), kept
 
 
 async def test_sessions_share_no_cookies(dispatcher: Dispatcher, origin: Origin) -> None:
@@ -89,11 +103,18 @@ async def test_idle_sessions_close_after_the_idle_timeout(
         pass
     now[0] += 299.0
     assert await table.reap_idle(300.0) == pytest.approx(1.0)
-    assert list(table.sessions) == ["idle"]  # at N - 1 s still open
+    assert list(table.sessions) == [("uid:1", "idle")]  # at N - 1 s still open
     now[0] += 1.0
     await table.reap_idle(300.0)
     assert table.sessions == {}
     assert table.closed_idle == 1
+    with pytest.raises(OpError) as lost:  # told once, not reopened on about:blank unannounced
+        async with table.use("idle", "uid:1", config, guard):
+            pass
+    assert (lost.value.code, lost.value.detail) == ("session_lost", "idle")
+    async with table.use("idle", "uid:1", config, guard):
+        pass  # the name is free again
+    await table.aclose()
 
 
 async def test_a_session_keeps_popups_up_to_its_page_cap(
@@ -105,7 +126,7 @@ async def test_a_session_keeps_popups_up_to_its_page_cap(
     url = serve(origin, "/opener", page)
     session = ("SESSION", "pop")
     await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
-    pages = services.sessions.sessions["pop"].pages
+    pages = session_pages(services, "pop")
     await run(dispatcher, ("ACTION", "click"), ("SELECTOR", "css:#one"), session)
     await services.engine.run(_wait_decided, pages)
     assert (pages.popups_kept, pages.popups_closed) == (1, 0)  # N = 2 pages
@@ -135,3 +156,30 @@ async def test_screenshots_are_capped_in_bytes_at_n(
         reply = await run(dispatcher, ("ACTION", "screenshot"), session)
         assert reply.status is expected, (cap, reply)
     assert error(reply) == f"too_large:screenshot over {size - 1} bytes"
+
+
+async def test_one_shot_actions_are_capped_per_peer_apart_from_sessions(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    assert await _open(dispatcher, "full1", uid=1) == "ok"
+    assert await _open(dispatcher, "full2", uid=1) == "ok"  # uid 1's sessions are all open
+
+    async def hang(path: str) -> None:
+        origin.routes[path] = lambda _s: OriginReply(
+            headers=[("content-type", "text/html")], body=b"<title>slow", drip=True
+        )
+        url = origin.url("origin.test", path)
+        await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), uid=1)
+
+    async with trio.open_nursery() as hanging:
+        for path in ("/hang1", "/hang2"):
+            hanging.start_soon(hang, path)
+        with trio.fail_after(WAIT_S):
+            await origin.wait_request("/hang1")
+            await origin.wait_request("/hang2")  # N = 2 one-shot actions of uid 1 running
+        over = await run(dispatcher, ("ACTION", "screenshot"), uid=1)  # N + 1
+        assert error(over) == "busy:2 one-shot actions per peer"
+        assert (await run(dispatcher, ("ACTION", "screenshot"), uid=2)).status is Status.OK
+        assert await _open(dispatcher, "full1", uid=1) == "ok"  # sessions are not one-shots
+        hanging.cancel_scope.cancel()
+    assert (await run(dispatcher, ("ACTION", "screenshot"), uid=1)).status is Status.OK

@@ -25,10 +25,10 @@ def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
     return replace(browser_config, canvas=canvas)
 
 
-async def canvas(dispatcher: Dispatcher, *fields: tuple[str, str]) -> Reply:
+async def canvas(dispatcher: Dispatcher, *fields: tuple[str, str], uid: int = 1000) -> Reply:
     task = Task("canvas", "TOOL", "CANVAS_RESULT", None, fields)
     with trio.fail_after(WAIT_S):
-        return await dispatcher.run(task, Peer("t", uid=1000))
+        return await dispatcher.run(task, Peer("t", uid=uid))
 
 
 async def test_present_then_snapshot_then_hide(dispatcher: Dispatcher, origin: Origin) -> None:
