@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from protocol import ErrorCode
 from specialists.tool.exec import ExecResult, Limit
 from specialists.tool.exec._result import describe_status, limits_from_signal, parse_time_report
@@ -70,3 +72,12 @@ def test_failure_data_names_each_limit_after_the_exit_code() -> None:
         ErrorCode.COMMAND_FAILED,
         "exit:153,limit:file_size,limit:output",
     )
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["0.00 0.00 " + "9" * 5000 + "\n", "0.00 0.00 ١٢\n", "0.00 0.00 99999999999999999999\n"],
+)
+def test_a_time_report_line_no_gnu_time_writes_gives_no_figures(forged: str) -> None:
+    # The command inherits the report's file: its own line must not raise, nor count.
+    assert parse_time_report(forged) == (None, None)

@@ -14,11 +14,11 @@ import signal
 from dataclasses import dataclass
 
 from csp_web.core.errors import OpError
-from protocol import ErrorCode
+from protocol import ErrorCode, NumberError, parse_decimal, parse_uint
 
 from ._errors import SCOPE
 
-_REPORT_LINE = re.compile(r"^(\d+\.\d+) (\d+\.\d+) (\d+)$", re.MULTILINE)
+_REPORT_LINE = re.compile(r"^([0-9]+\.[0-9]+) ([0-9]+\.[0-9]+) ([0-9]+)$", re.MULTILINE)
 
 
 class Limit(enum.StrEnum):
@@ -108,12 +108,18 @@ class ExecResult:
 
 def parse_time_report(text: str) -> tuple[int | None, int | None]:
     """(CPU ms, peak RSS KiB) from GNU time's last ``user sys maxrss`` line, or (None, None)
-    when there is none (the tree was killed first, or GNU time is not installed)."""
+    when there is none (the tree was killed first, or GNU time is not installed), or when the
+    last line is not numbers GNU time could write: the command inherits the report's file and
+    may write its own line there (thousands of digits made ``int()`` raise)."""
     found = _REPORT_LINE.findall(text)
     if not found:
         return None, None
     user, system, rss = found[-1]
-    return round((float(user) + float(system)) * 1000), int(rss)
+    try:
+        cpu_s = parse_decimal(user) + parse_decimal(system)
+        return round(cpu_s * 1000), parse_uint(rss)
+    except NumberError:
+        return None, None
 
 
 def describe_status(status: int) -> tuple[int, int | None]:
