@@ -30,6 +30,7 @@ from csp_web.net.redirects import (
     body_headers_dropped,
     carries_credentials,
     credential_names,
+    hold_location,
     is_redirect,
     next_hop,
     without,
@@ -313,5 +314,6 @@ async def open_guarded_client(
         cookies=http.cookiejar.CookieJar(policy=_RefuseCookies()),
         timeout=httpx.Timeout(config.timeout_s),
         headers={"User-Agent": config.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
+        event_hooks={"request": [], "response": [hold_location]},
     ) as client:
         yield GuardedClient(client, settings, transport)

@@ -118,6 +118,14 @@ IPV4_RULES: tuple[Rule, ...] = (
     _v4("multicast-224/4", "224.0.0.0/4"),  # RFC 5771
     _v4("broadcast-255.255.255.255", "255.255.255.255/32"),  # RFC 919; before 240/4 to name it
     _v4("reserved-240/4", "240.0.0.0/4"),  # RFC 1112
+    # Cloud host agents at public-range addresses. Azure, "What is IP address 168.63.129.16?":
+    # the WireServer (VM agent, extension and certificate channel) and Azure DNS. The other
+    # documented metadata services sit in rows above: 169.254.169.254 (AWS, Azure, GCE,
+    # Oracle, DigitalOcean, Hetzner, OpenStack), 169.254.170.2 (AWS ECS task metadata),
+    # 169.254.0.23 (Tencent), 169.254.42.42 (Scaleway), 100.100.100.200 (Alibaba, in CGNAT),
+    # 192.0.0.192 (Oracle's older endpoint); fd00:ec2::254 (AWS) and fd20:ce::254 (GCE)
+    # are ULA below.
+    _v4("azure-wireserver-168.63.129.16", "168.63.129.16/32"),
 )
 
 IPV6_RULES: tuple[Rule, ...] = (

@@ -45,7 +45,7 @@ from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from csp_web.infra.ratelimit import resume_at
-from csp_web.net import FetchResult
+from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
 
 from .search.base import redact
@@ -136,14 +136,17 @@ def prepare(params: Params, config: WebConfig) -> ApiCall:
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         if not any(key.lower() == "content-type" for key, _ in headers):
             headers += (("Content-Type", "application/json"),)
-    url = join_under(api_config.base_url, path)
+    url = join_under(api_config.base_url, path, config.guard)
     return ApiCall(endpoint, name, api_config, url, method, headers, body)
 
 
-def join_under(base_url: str, path: str) -> str:
-    """``path`` appended to ``base_url``; raises FieldError unless the result stays under it:
-    no ``.``/``..`` segments (also percent-encoded), no scheme-relative ``//``, backslash,
-    fragment, whitespace or control character."""
+def join_under(base_url: str, path: str, guard: GuardConfig) -> str:
+    """``path`` appended to ``base_url``, both through the URL gate before anything else
+    parses them. Raises OpError(URL_REJECTED | SSRF_BLOCKED) for a URL the gate refuses, and
+    FieldError unless the result stays under the base: no ``.``/``..`` segments (also
+    percent-encoded), no scheme-relative ``//``, backslash, fragment, whitespace or control
+    character."""
+    base = check_url(base_url, guard)
     path = path.removeprefix("/")
     route = path.partition("?")[0]
     decoded = urllib.parse.unquote(route)
@@ -154,14 +157,13 @@ def join_under(base_url: str, path: str) -> str:
         or any(segment.partition(";")[0] in (".", "..") for segment in decoded.split("/"))
     ):
         raise FieldError(ErrorCode.INVALID_FIELD, "ENDPOINT path must stay under the API's URL")
-    base = base_url if base_url.endswith("/") else base_url + "/"
-    url = base + path
-    joined, root = urllib.parse.urlsplit(url), urllib.parse.urlsplit(base)
-    if (joined.scheme, joined.netloc) != (root.scheme, root.netloc) or not joined.path.startswith(
-        root.path
+    root = base.url if base.url.endswith("/") else base.url + "/"
+    joined = check_url(root + path, guard)
+    if joined.origin != base.origin or not joined.target.startswith(
+        urllib.parse.urlsplit(root).path
     ):
         raise FieldError(ErrorCode.INVALID_FIELD, "ENDPOINT path must stay under the API's URL")
-    return url
+    return joined.url
 
 
 def _headers(lines: list[str], api_config: ApiConfig) -> tuple[tuple[str, str], ...]:
