@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import ApiConfig, Config, SearchConfig, SearchProvider
+from csp_web.config import ApiConfig, Config, RateConfig, SearchConfig, SearchProvider
 from csp_web.core.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode, Reply, Status
@@ -60,6 +60,21 @@ METADATA_TARGETS = METADATA_ADDRESSES + METADATA_NAMES
 
 PAGE_OPS = [("fetch", "CONTENT"), ("meta", "META"), ("resolve", "URL"), ("summarize", "SUMMARY")]
 WEB_OPS = [*ops_fetch.OPS, *ops_summarize.OPS, *ops_api.OPS, *ops_search.OPS]
+
+
+@pytest.fixture
+def web_config(web_config: Config) -> Config:
+    """The web tests' config with room in the op rate limits for a table of URLs a test."""
+    roomy = RateConfig(per_minute=10_000, burst=1_000)
+    web = web_config.web
+    return replace(
+        web_config,
+        web=replace(
+            web,
+            fetch=replace(web.fetch, rate=roomy),
+            summarize=replace(web.summarize, rate=roomy),
+        ),
+    )
 
 
 @pytest.fixture
