@@ -9,12 +9,14 @@ import pytest
 from csp_web.core.dispatch import Dispatcher
 from specialists.browser.services import BrowserServices
 from tests.net._dns import FixedResolver
+from tests.net._hostile_urls import assert_catalogued_failure, malformed
 from tests.net._metadata import METADATA_NAMES, METADATA_TARGETS
 from tests.net._origin import Origin
 
 from .conftest import CERT_NAMES
 from .support import Refusals
 from .test_browser_op import error, run, serve
+from .test_canvas_op import canvas
 
 # Chromium keeps a name's case and final dot to itself; the proxy sees the lower-case name.
 PAGE_TARGETS = [(host, rule) for host, rule in METADATA_TARGETS if host == host.lower()]
@@ -57,4 +59,15 @@ async def test_navigating_to_cloud_metadata_is_refused_by_rule(
     target = f"https://{host}:{origin.port}/latest/meta-data/"
     reply = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", target))
     assert error(reply) == rule
+    assert origin.requests == []
+
+
+async def test_navigate_and_canvas_answer_every_malformed_url_with_a_catalogue_code(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    for url in malformed(origin):
+        navigated = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url))
+        presented = await canvas(dispatcher, ("ACTION", "present"), ("URL", url))
+        for reply in (navigated, presented):
+            assert_catalogued_failure(reply)
     assert origin.requests == []

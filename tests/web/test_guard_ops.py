@@ -6,6 +6,7 @@ internal_error: each runs the one URL gate before anything else parses the URL."
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -13,11 +14,12 @@ import pytest
 from csp_web.config import ApiConfig, Config, RateConfig, SearchConfig, SearchProvider
 from csp_web.core.errors import OpError
 from csp_web.net import GuardConfig
-from protocol import ErrorCode, Reply, Status
+from protocol import ErrorCode, Status
 from specialists.web import ops_api, ops_fetch, ops_search, ops_summarize
 from tests.net._dns import FixedResolver
+from tests.net._hostile_urls import assert_catalogued_failure, malformed
 from tests.net._metadata import METADATA_NAMES, METADATA_TARGETS
-from tests.net._origin import Origin
+from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import CERT_NAMES, DispatcherFactory
 from tests.web.fixtures import open_web_dispatcher
@@ -49,19 +51,6 @@ def dns() -> FixedResolver:
     answers = {name: ["127.0.0.1"] for name in CERT_NAMES}
     answers.update({name.lower().rstrip("."): ["127.0.0.1"] for name, _ in METADATA_NAMES})
     return FixedResolver(answers)
-
-
-def error_code(reply: Reply) -> str:
-    """The code part of ERROR, after checking the reply is a FAIL with one."""
-    assert reply.status is Status.FAIL, reply
-    error = reply.get("ERROR") or ""
-    return error.partition(":")[0]
-
-
-def assert_catalogued_failure(reply: Reply) -> None:
-    code = error_code(reply)
-    assert code in {member.value for member in ErrorCode}, reply
-    assert code != ErrorCode.INTERNAL_ERROR.value, reply
 
 
 @pytest.mark.parametrize(("req", "out"), PAGE_OPS)
@@ -111,47 +100,6 @@ async def test_the_api_op_refuses_an_api_configured_at_cloud_metadata(
     assert origin.requests == []
 
 
-# Malformed URLs of every kind the gate names: bad IPv6 literals, bad ports, IDNA errors,
-# controls and look-alikes, userinfo. {port} is the origin's, so a port alone never decides.
-MALFORMED_URLS = [
-    "https://[::1/",
-    "https://[::1]x/",
-    "https://[zz]/",
-    "https://[:::1]/",
-    "https://[::1]]/",
-    "https://]::1[/",
-    "https://[fe80::1%25eth0]/",
-    "https://[127.0.0.1]/",
-    "https://[v1.fe80::a]/",
-    "https://[::ffff:127.1]/",
-    "https://[::1]:/",
-    "https://[::1]:99999/",
-    "https://origin.test:99999/",
-    "https://origin.test:-1/",
-    "https://origin.test:0x1bb/",
-    "https://origin.test:{port}:{port}/",
-    "https://origin.test:\uff14\uff14\uff13/",
-    "https://xn--zz.example/",
-    "https://xn--.example/",
-    "https://\u2100.example/",
-    "https://exa\ufe56mple.com/",
-    "https://a..b/",
-    "https://exa\u00admple.com/",
-    "https://exa\x01mple.com/",
-    "https://origin.test:{port}/\x7f",
-    "https://user:pw@origin.test:{port}/",
-    "https://@origin.test:{port}/",
-    "https://a@b@origin.test:{port}/",
-    "https:origin.test",
-    "https://",
-    "//origin.test/",
-]
-
-
-def malformed(origin: Origin) -> list[str]:
-    return [url.replace("{port}", str(origin.port)) for url in MALFORMED_URLS]
-
-
 @pytest.mark.parametrize(("req", "out"), PAGE_OPS)
 async def test_each_page_op_answers_every_malformed_url_with_a_catalogue_code(
     make_dispatcher: DispatcherFactory, origin: Origin, req: str, out: str
@@ -160,6 +108,11 @@ async def test_each_page_op_answers_every_malformed_url_with_a_catalogue_code(
     for url in malformed(origin):
         assert_catalogued_failure(await run(dispatcher, req, out, None, ("URL", url)))
     assert origin.requests == []
+
+
+def replying(reply: OriginReply) -> Callable[[Seen], OriginReply]:
+    """A route that answers ``reply`` to every request."""
+    return lambda _seen: reply
 
 
 async def test_a_malformed_location_or_meta_refresh_is_a_catalogue_failure(
@@ -171,17 +124,14 @@ async def test_a_malformed_location_or_meta_refresh_is_a_catalogue_failure(
     refresh_ok = 0
     for number, target in enumerate(malformed(origin)):
         if target.isascii() and target.isprintable():  # what h11 lets the origin send
-            origin.routes[f"/r{number}"] = lambda _seen, t=target: OriginReply(
-                302, [("location", t)], b""
-            )
+            origin.routes[f"/r{number}"] = replying(OriginReply(302, [("location", target)]))
             redirected = await run(
                 dispatcher, "fetch", "CONTENT", origin.url("origin.test", f"/r{number}")
             )
             assert_catalogued_failure(redirected)
         page = f'<html><head><meta http-equiv="refresh" content="0; url={target}"></head></html>'
-        origin.routes[f"/m{number}"] = lambda _seen, p=page: OriginReply(
-            200, [("content-type", "text/html")], p.encode()
-        )
+        refresh = OriginReply(200, [("content-type", "text/html")], page.encode())
+        origin.routes[f"/m{number}"] = replying(refresh)
         resolved = await run(dispatcher, "resolve", "URL", origin.url("origin.test", f"/m{number}"))
         if resolved.status is Status.OK:
             refresh_ok += 1
