@@ -35,21 +35,31 @@ class Rule:
 
     A row with ``unwrap`` denies only when an IPv4 address it extracts is denied. Otherwise a
     ``final`` row passes the address (what it reaches is that IPv4 address, now judged), and
-    any other row leaves the IPv6 address itself to the later rows.
+    any other row leaves the IPv6 address itself to the later rows. A ``tunnel`` row's IPv4
+    address is a relay or endpoint on the way to another host, not the host itself, so
+    ``allow_private`` naming it does not open the IPv6 address.
     """
 
     name: str
     network: Network
     unwrap: Unwrap | None = None
     final: bool = False
+    tunnel: bool = False
 
 
 def _v4(name: str, cidr: str) -> Rule:
     return Rule(name, ipaddress.IPv4Network(cidr))
 
 
-def _v6(name: str, cidr: str, unwrap: Unwrap | None = None, *, final: bool = False) -> Rule:
-    return Rule(name, ipaddress.IPv6Network(cidr), unwrap, final)
+def _v6(
+    name: str,
+    cidr: str,
+    unwrap: Unwrap | None = None,
+    *,
+    final: bool = False,
+    tunnel: bool = False,
+) -> Rule:
+    return Rule(name, ipaddress.IPv6Network(cidr), unwrap, final, tunnel)
 
 
 def _low32(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
@@ -139,8 +149,9 @@ IPV6_RULES: tuple[Rule, ...] = (
     _v6("nat64-local", "64:ff9b:1::/48", _local_nat64),  # RFC 8215
     # IANA special-purpose registry: the local-use prefix is not globally reachable.
     _v6("nat64-local-64:ff9b:1::/48", "64:ff9b:1::/48"),
-    _v6("6to4", "2002::/16", _sixtofour),  # RFC 3056
-    _v6("teredo", "2001::/32", _teredo),  # RFC 4380; 2001::/23 below denies it anyway
+    _v6("6to4", "2002::/16", _sixtofour, tunnel=True),  # RFC 3056
+    # RFC 4380; 2001::/23 below denies it anyway.
+    _v6("teredo", "2001::/32", _teredo, tunnel=True),
     _v6("ietf-2001::/23", "2001::/23"),  # RFC 2928
     _v6("discard-100::/64", "100::/64"),  # RFC 6666
     _v6("documentation-2001:db8::/32", "2001:db8::/32"),  # RFC 3849
@@ -151,7 +162,7 @@ IPV6_RULES: tuple[Rule, ...] = (
     _v6("site-local-fec0::/10", "fec0::/10"),  # RFC 3879, deprecated but still routed inside
     _v6("multicast-ff00::/8", "ff00::/8"),  # RFC 4291
     # Any prefix may carry an ISATAP interface ID, whose router tunnels to the IPv4 inside.
-    _v6("isatap", "::/0", _isatap),  # RFC 5214
+    _v6("isatap", "::/0", _isatap, tunnel=True),  # RFC 5214
     # IANA IPv6 address space: only 2000::/3 is global unicast; the rest is reserved by the
     # IETF or named above, and no Internet host lives there.
     _v6("reserved-::/3", "::/3"),
@@ -179,13 +190,14 @@ def deny_rule(ip: IPAddress) -> str | None:
 
 
 def embedded_ipv4s(ip: IPAddress) -> tuple[ipaddress.IPv4Address, ...]:
-    """Every IPv4 address the IPv6 wrapper rows ``ip`` falls in read from it."""
+    """Every IPv4 host ``ip`` may stand for: the readings of the wrapper rows it falls in,
+    tunnel rows left out (their IPv4 address is not the host)."""
     if isinstance(ip, ipaddress.IPv4Address):
         return ()
     found = (
         inner
         for rule in IPV6_RULES
-        if rule.unwrap and ip in rule.network
+        if rule.unwrap is not None and not rule.tunnel and ip in rule.network
         for inner in rule.unwrap(ip)
     )
     return tuple(dict.fromkeys(found))

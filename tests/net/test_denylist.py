@@ -266,3 +266,22 @@ def test_allow_list_opens_a_wrapped_address_only_when_it_names_every_reading() -
         with pytest.raises(OpError):
             check_address(address, GuardConfig(allow_private=(allowed,)))
     check_address(address, GuardConfig(allow_private=("64:ff9b:1::/48",)))
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("fd00::5efe:7f00:1", "ula-fc00::/7"),
+        ("2606:4700::5efe:7f00:1", "loopback-127/8-via-isatap"),
+        ("2002:7f00:1::1", "loopback-127/8-via-6to4"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback-127/8-via-teredo"),
+    ],
+)
+def test_opening_an_ipv4_address_does_not_open_a_host_tunnelled_through_it(
+    address: str, rule: str
+) -> None:
+    """A 6to4, Teredo or ISATAP address is another host behind the IPv4 endpoint: opening
+    127.0.0.1 (as the tests' origins need) must not open fd00::5efe:7f00:1, a ULA host."""
+    with pytest.raises(OpError) as caught:
+        check_address(ipaddress.ip_address(address), GuardConfig(allow_private=("127.0.0.1",)))
+    assert caught.value.detail == rule
