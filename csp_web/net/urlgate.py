@@ -20,8 +20,8 @@ refuses is ``SSRF_BLOCKED`` with the table's rule name. The rules, in the order 
     port-not-allowed          a port outside ``allowed_ports`` (80 joins with ``allow_http``)
 
 ``check_url`` runs before anything else parses a URL; ``check_reference`` is the one way a
-reference (a Location, a configured path) is joined to a URL the gate passed, so a join that
-urllib cannot do is a rule too, never a ValueError.
+reference (a Location header) is joined to a URL the gate passed, so a join that urllib
+cannot do is a rule too, never a ValueError.
 
 ``allow_private`` lets a host name through the blocked-name rows (and, in ``resolver``, to
 whatever it resolves to) and an address through the deny table; it never relaxes the syntax

@@ -14,13 +14,14 @@
 ENDPOINT is ``<api>:<path>``: the API must be configured (else ``unknown_api``), and the path is
 appended to its ``base_url`` and must stay under it; the base and the joined URL pass the URL
 gate before anything else parses them (a malformed ``base_url`` is ``url_rejected``). The
-credential comes from the API's ``auth_env`` and rides only in its ``auth_header``; it is
-never logged, cached, echoed or sent through a redirect (with it attached, a redirect is
-``api_error:redirect_refused``). Each API has its bucket ``api:<name>``; a 429 (or GitHub's 403 with ``x-ratelimit-remaining: 0``)
-pauses it, and the call is retried once when the pause ends before the task's deadline, else
-``rate_limited`` with RETRY_AFTER. GET answers of 2xx are cached per API (``api:<name>``,
-``cache_ttl_s``); any other method empties that API's cache. An error status is
-``api_error:<status>_<reason>`` with ENDPOINT, STATUS_CODE and the API's message as SUMMARY.
+credential comes from the API's ``auth_env`` and rides only in its ``auth_header``; it is never
+logged, cached, echoed or sent through a redirect (with it attached, a redirect is
+``api_error:redirect_refused``). Each API has its bucket ``api:<name>``; a 429 (or GitHub's 403
+with ``x-ratelimit-remaining: 0``) pauses it, and the call is retried once when the pause ends
+before the task's deadline, else ``rate_limited`` with RETRY_AFTER. GET answers of 2xx are
+cached per API (``api:<name>``, ``cache_ttl_s``); any other method empties that API's cache. An
+error status is ``api_error:<status>_<reason>`` with ENDPOINT, STATUS_CODE and the API's message
+as SUMMARY.
 """
 
 from __future__ import annotations
