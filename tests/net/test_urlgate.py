@@ -115,6 +115,10 @@ HOSTILE_URLS = [
     ("https://017700000001/", REJECTED, "numeric-host"),
     ("https://0x7f.0.0.1/", REJECTED, "numeric-host"),
     ("https://0.0.0.0/", BLOCKED, "this-network-0/8"),
+    # A host whose NFKC form holds a URL delimiter ("\u2100" is "a/c"): urllib will not split
+    # it, and it is no bracketed literal.
+    ("https://\u2100.example/", REJECTED, "bad-host"),
+    ("https://exa\ufe56mple.com/", REJECTED, "bad-host"),
 ]
 
 
