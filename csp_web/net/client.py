@@ -33,6 +33,7 @@ from csp_web.net.redirects import (
     hold_location,
     is_redirect,
     next_hop,
+    restore_location,
     without,
 )
 from csp_web.net.resolver import Resolver, SystemResolver
@@ -225,6 +226,7 @@ class GuardedClient:
         )
         request.headers["accept-encoding"] = ACCEPT_ENCODING
         response = await self._http.send(request, stream=True)
+        restore_location(response)
         try:
             check_header_bytes(response, self._config.max_header_bytes)
             yield response

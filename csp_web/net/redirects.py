@@ -41,6 +41,14 @@ async def hold_location(response: httpx.Response) -> None:
         del response.headers["location"]
 
 
+def restore_location(response: httpx.Response) -> None:
+    """Put back the Location ``hold_location`` took, once httpx has returned ``response``:
+    its reader (the caller, the cassette tap) sees the headers the upstream sent."""
+    location = response.extensions.get(_LOCATION)
+    if location is not None:
+        response.headers["location"] = location
+
+
 def is_redirect(response: httpx.Response) -> bool:
     """Whether ``response`` sends us on: a redirect status with a Location."""
     return _LOCATION in response.extensions
