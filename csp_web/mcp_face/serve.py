@@ -129,10 +129,11 @@ async def _serve_http(
     from mcp.server.transport_security import TransportSecuritySettings
 
     listeners, url = await _listen(where)
+    hosts = _own_hosts(listeners[0])
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "localhost", "127.0.0.1"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*"],
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{host}" for host in hosts],
     )
     manager = StreamableHTTPSessionManager(
         app=server, json_response=True, stateless=True, security_settings=security
@@ -159,6 +160,20 @@ async def _listen(where: str) -> tuple[list[trio.SocketListener], str]:
         return list(listeners), f"http://127.0.0.1:{port}{ENDPOINT}"
     listener = await open_unix_listener(where, backlog=128)
     return [listener], f"unix:{where}"
+
+
+def _own_hosts(listener: trio.SocketListener) -> list[str]:
+    """The Host values that name this listener, each also an Origin (``http://<host>``).
+
+    Whole values, never the SDK's ``host:*`` patterns: those let any other loopback port's
+    page (another local web app, a dev server) pass the Origin check, since a page's origin
+    is its scheme, host and port together (RFC 6454 §4). A Unix socket has no port, and a
+    client names it ``localhost`` by convention."""
+    address = listener.socket.getsockname()
+    if isinstance(address, tuple):
+        port = address[1]
+        return [f"127.0.0.1:{port}", f"localhost:{port}"]
+    return ["localhost", "127.0.0.1"]
 
 
 async def _not_found(send: Send) -> None:

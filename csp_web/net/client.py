@@ -30,8 +30,10 @@ from csp_web.net.redirects import (
     body_headers_dropped,
     carries_credentials,
     credential_names,
+    hold_location,
     is_redirect,
     next_hop,
+    restore_location,
     without,
 )
 from csp_web.net.resolver import Resolver, SystemResolver
@@ -224,6 +226,7 @@ class GuardedClient:
         )
         request.headers["accept-encoding"] = ACCEPT_ENCODING
         response = await self._http.send(request, stream=True)
+        restore_location(response)
         try:
             check_header_bytes(response, self._config.max_header_bytes)
             yield response
@@ -313,5 +316,6 @@ async def open_guarded_client(
         cookies=http.cookiejar.CookieJar(policy=_RefuseCookies()),
         timeout=httpx.Timeout(config.timeout_s),
         headers={"User-Agent": config.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
+        event_hooks={"request": [], "response": [hold_location]},
     ) as client:
         yield GuardedClient(client, settings, transport)

@@ -6,20 +6,20 @@ passes the same gate and resolver as the first request.
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import httpx
 
 from csp_web.config.guard import GuardConfig
-from csp_web.net.urlgate import ParsedUrl, check_characters, check_url
+from csp_web.net.urlgate import ParsedUrl, check_reference
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Headers that carry a caller's identity (curl and requests strip the same set cross-origin).
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 # Headers of a request body, dropped when a redirect turns the method into GET.
 _BODY_HEADERS = ("content-type", "content-length", "content-encoding", "transfer-encoding")
+_LOCATION = "csp_web.location"  # where ``hold_location`` keeps a redirect's Location
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,27 @@ class Hop:
     content: bytes | None
 
 
+async def hold_location(response: httpx.Response) -> None:
+    """Take a redirect's Location out of ``response``'s headers into its extensions, before
+    httpx sees it (a response event hook: it runs first). httpx parses every Location to build
+    the request it would follow, even with ``follow_redirects`` off, and raises IDNAError or
+    RemoteProtocolError on a malformed one before our gate could refuse it by rule."""
+    if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
+        response.extensions[_LOCATION] = response.headers["location"]
+        del response.headers["location"]
+
+
+def restore_location(response: httpx.Response) -> None:
+    """Put back the Location ``hold_location`` took, once httpx has returned ``response``:
+    its reader (the caller, the cassette tap) sees the headers the upstream sent."""
+    location = response.extensions.get(_LOCATION)
+    if location is not None:
+        response.headers["location"] = location
+
+
 def is_redirect(response: httpx.Response) -> bool:
     """Whether ``response`` sends us on: a redirect status with a Location."""
-    return response.status_code in REDIRECT_STATUSES and "location" in response.headers
+    return _LOCATION in response.extensions
 
 
 def next_hop(
@@ -50,9 +68,7 @@ def next_hop(
     header is checked for whitespace, controls and backslashes before it is joined, since
     joining would percent-encode them out of sight.
     """
-    location = response.headers["location"]
-    check_characters(location, max_chars=config.max_url_chars)
-    url = check_url(urllib.parse.urljoin(current.url, location), config)
+    url = check_reference(current, response.extensions[_LOCATION], config)
     # RFC 9110 §15.4: 303 turns any method but HEAD into GET; browsers and httpx do the same
     # for a POST answered by 301 or 302. 307 and 308 repeat the request as it was.
     status = response.status_code

@@ -15,9 +15,13 @@ refuses is ``SSRF_BLOCKED`` with the table's rule name. The rules, in the order 
     bad-ipv6-literal          a bracketed host that is not a plain IPv6 address (no zone id)
     bad-idna                  a host IDNA (UTS #46) cannot encode, or a broken xn-- label
     numeric-host              a host ending in a number that is not a canonical dotted quad
-    blocked-name-<row>        localhost, *.localhost, *.local, *.internal and friends
+    blocked-name-<row>        localhost, *.localhost, *.local, *.internal, cloud metadata names
     bad-port                  a port that is empty, not decimal, 0 or above 65535
     port-not-allowed          a port outside ``allowed_ports`` (80 joins with ``allow_http``)
+
+``check_url`` runs before anything else parses a URL; ``check_reference`` is the one way a
+reference (a Location header) is joined to a URL the gate passed, so a join that urllib
+cannot do is a rule too, never a ValueError.
 
 ``allow_private`` lets a host name through the blocked-name rows (and, in ``resolver``, to
 whatever it resolves to) and an address through the deny table; it never relaxes the syntax
@@ -49,11 +53,35 @@ _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
 _MAX_HOST_CHARS = 253  # RFC 1035 §2.3.4: 255 octets on the wire, 253 as text
 
 # (rule, name, matches sub-domains too); seed 001 names localhost and localhost.localdomain,
-# RFC 6761 §6.3 reserves .localhost, RFC 6762 .local (mDNS), ICANN 2024 .internal.
+# RFC 6761 §6.3 reserves .localhost, RFC 6762 .local (mDNS), ICANN 2024 .internal. The cloud
+# metadata rows hold the names providers document for their instance metadata services; each
+# resolves to a denied address inside its cloud, but a name is refused before any resolver
+# (another network's DNS, a search domain, an allow-listed range) is trusted with it.
 BLOCKED_NAMES: tuple[tuple[str, str, bool], ...] = (
     ("blocked-name-localhost", "localhost", True),
     ("blocked-name-localhost-localdomain", "localhost.localdomain", False),
+    # Google Compute Engine, "About VM metadata": metadata.google.internal, and metadata.goog
+    # (the name GKE's and Cloud Run's metadata servers also answer); bare "metadata" reaches
+    # it through the google.internal search domain GCE puts in resolv.conf.
     ("blocked-name-gce-metadata", "metadata.google.internal", False),
+    ("blocked-name-gce-metadata", "metadata.goog", True),
+    ("blocked-name-gce-metadata", "metadata", False),
+    # AWS EC2 instance metadata: instance-data (via the ec2.internal / compute.internal
+    # search domain) and instance-data.ec2.internal; the regional names end in .internal.
+    ("blocked-name-aws-instance-data", "instance-data", False),
+    ("blocked-name-aws-instance-data", "instance-data.ec2.internal", False),
+    # Tencent Cloud CVM, "Querying Instance Metadata": http://metadata.tencentyun.com/latest/
+    ("blocked-name-tencent-metadata", "metadata.tencentyun.com", False),
+    # IBM Cloud VPC, "About the metadata service": http://api.metadata.cloud.ibm.com
+    ("blocked-name-ibm-metadata", "api.metadata.cloud.ibm.com", False),
+    # Equinix Metal (formerly Packet), "Metadata": served at public addresses under these.
+    ("blocked-name-equinix-metadata", "metadata.platformequinix.com", False),
+    ("blocked-name-equinix-metadata", "metadata.packet.net", False),
+    # Kubernetes, "Accessing the Kubernetes API from a Pod": kubernetes.default.svc; any
+    # <service>.<namespace>.svc name is a cluster service, reached through its search domains.
+    ("blocked-name-kubernetes", "kubernetes", False),
+    ("blocked-name-kubernetes", "kubernetes.default", False),
+    ("blocked-name-kubernetes", "svc", True),
     ("blocked-name-local", "local", True),
     ("blocked-name-internal", "internal", True),
 )
@@ -99,8 +127,8 @@ def check_url(url: str, config: GuardConfig) -> ParsedUrl:
     check_characters(url, max_chars=config.max_url_chars)
     try:
         parts = urllib.parse.urlsplit(url)
-    except ValueError as exc:  # an unbalanced "[" in the authority
-        raise _reject("bad-ipv6-literal") from exc
+    except ValueError as exc:
+        raise _reject(_unsplittable_rule(url)) from exc
     scheme = _check_scheme(parts.scheme, config)
     if "@" in parts.netloc:
         raise _reject("userinfo")
@@ -109,6 +137,25 @@ def check_url(url: str, config: GuardConfig) -> ParsedUrl:
     port = _check_port(port_text, scheme, config)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return ParsedUrl(scheme, host, port, target)
+
+
+def check_reference(base: ParsedUrl, reference: str, config: GuardConfig) -> ParsedUrl:
+    """``reference`` (a Location header, a link) resolved against ``base``, through the whole
+    gate: the raw text first (joining would percent-encode whitespace and controls out of
+    sight), then the join, then the joined URL. Raises as ``check_url``."""
+    check_characters(reference, max_chars=config.max_url_chars)
+    try:
+        joined = urllib.parse.urljoin(base.url, reference)
+    except ValueError as exc:
+        raise _reject(_unsplittable_rule(reference)) from exc
+    return check_url(joined, config)
+
+
+def _unsplittable_rule(url: str) -> str:
+    """The rule for a URL urllib cannot split: an unbalanced or invalid bracketed host, else
+    an authority whose NFKC form holds URL delimiters (urllib's check against spoofing)."""
+    authority = url.partition("//")[2].split("/", 1)[0]
+    return "bad-ipv6-literal" if "[" in authority or "]" in authority else "bad-host"
 
 
 def check_characters(text: str, *, max_chars: int) -> None:

@@ -117,9 +117,15 @@ def refresh_target(content: str, base_url: str) -> str | None:
 
 
 def absolute_url(value: str, base_url: str) -> str | None:
-    """``value`` joined to ``base_url``, or None unless the result is http(s)."""
-    joined = urllib.parse.urljoin(base_url, value.strip())
-    return joined if urllib.parse.urlsplit(joined).scheme in ("http", "https") else None
+    """``value`` joined to ``base_url``, or None unless the result is an http(s) URL urllib
+    can split (WHATWG: a refresh or link that fails to parse is ignored). The caller still
+    passes the result through the URL gate."""
+    try:
+        joined = urllib.parse.urljoin(base_url, value.strip())
+        scheme = urllib.parse.urlsplit(joined).scheme
+    except ValueError:  # a malformed IPv6 literal or port in the page's markup
+        return None
+    return joined if scheme in ("http", "https") else None
 
 
 def _json_ld(tree: LexborHTMLParser) -> dict[str, str]:

@@ -12,14 +12,16 @@
     CITE https://api.github.com/repos/python-trio/trio "github:repos/python-trio/trio"
 
 ENDPOINT is ``<api>:<path>``: the API must be configured (else ``unknown_api``), and the path is
-appended to its ``base_url`` and must stay under it. The credential comes from the API's
-``auth_env`` and rides only in its ``auth_header``; it is never logged, cached, echoed or sent
-through a redirect (with it attached, a redirect is ``api_error:redirect_refused``). Each API
-has its bucket ``api:<name>``; a 429 (or GitHub's 403 with ``x-ratelimit-remaining: 0``)
-pauses it, and the call is retried once when the pause ends before the task's deadline, else
-``rate_limited`` with RETRY_AFTER. GET answers of 2xx are cached per API (``api:<name>``,
-``cache_ttl_s``); any other method empties that API's cache. An error status is
-``api_error:<status>_<reason>`` with ENDPOINT, STATUS_CODE and the API's message as SUMMARY.
+appended to its ``base_url`` and must stay under it; the base and the joined URL pass the URL
+gate before anything else parses them (a malformed ``base_url`` is ``url_rejected``). The
+credential comes from the API's ``auth_env`` and rides only in its ``auth_header``; it is never
+logged, cached, echoed or sent through a redirect (with it attached, a redirect is
+``api_error:redirect_refused``). Each API has its bucket ``api:<name>``; a 429 (or GitHub's 403
+with ``x-ratelimit-remaining: 0``) pauses it, and the call is retried once when the pause ends
+before the task's deadline, else ``rate_limited`` with RETRY_AFTER. GET answers of 2xx are
+cached per API (``api:<name>``, ``cache_ttl_s``); any other method empties that API's cache. An
+error status is ``api_error:<status>_<reason>`` with ENDPOINT, STATUS_CODE and the API's message
+as SUMMARY.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from csp_web.infra.ratelimit import resume_at
-from csp_web.net import FetchResult
+from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
 
 from .search.base import redact
@@ -136,14 +138,17 @@ def prepare(params: Params, config: WebConfig) -> ApiCall:
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         if not any(key.lower() == "content-type" for key, _ in headers):
             headers += (("Content-Type", "application/json"),)
-    url = join_under(api_config.base_url, path)
+    url = join_under(api_config.base_url, path, config.guard)
     return ApiCall(endpoint, name, api_config, url, method, headers, body)
 
 
-def join_under(base_url: str, path: str) -> str:
-    """``path`` appended to ``base_url``; raises FieldError unless the result stays under it:
-    no ``.``/``..`` segments (also percent-encoded), no scheme-relative ``//``, backslash,
-    fragment, whitespace or control character."""
+def join_under(base_url: str, path: str, guard: GuardConfig) -> str:
+    """``path`` appended to ``base_url``, both through the URL gate before anything else
+    parses them. Raises OpError(URL_REJECTED | SSRF_BLOCKED) for a URL the gate refuses, and
+    FieldError unless the result stays under the base: no ``.``/``..`` segments (also
+    percent-encoded), no scheme-relative ``//``, backslash, fragment, whitespace or control
+    character."""
+    base = check_url(base_url, guard)
     path = path.removeprefix("/")
     route = path.partition("?")[0]
     decoded = urllib.parse.unquote(route)
@@ -154,14 +159,13 @@ def join_under(base_url: str, path: str) -> str:
         or any(segment.partition(";")[0] in (".", "..") for segment in decoded.split("/"))
     ):
         raise FieldError(ErrorCode.INVALID_FIELD, "ENDPOINT path must stay under the API's URL")
-    base = base_url if base_url.endswith("/") else base_url + "/"
-    url = base + path
-    joined, root = urllib.parse.urlsplit(url), urllib.parse.urlsplit(base)
-    if (joined.scheme, joined.netloc) != (root.scheme, root.netloc) or not joined.path.startswith(
-        root.path
+    root = base.url if base.url.endswith("/") else base.url + "/"
+    joined = check_url(root + path, guard)
+    if joined.origin != base.origin or not joined.target.startswith(
+        urllib.parse.urlsplit(root).path
     ):
         raise FieldError(ErrorCode.INVALID_FIELD, "ENDPOINT path must stay under the API's URL")
-    return url
+    return joined.url
 
 
 def _headers(lines: list[str], api_config: ApiConfig) -> tuple[tuple[str, str], ...]:

@@ -117,3 +117,58 @@ async def test_the_http_face_process_prints_its_url_and_stops_on_sigterm(
         await process.stdout.aclose()
     assert [tool.name for tool in listed.tools] == catalogue_tools("WEB")
     assert code == 0
+
+
+async def _post_tools_list(http: httpx2.AsyncClient, where: str, **headers: str) -> int:
+    sent = {"content-type": "application/json", "accept": "application/json", **headers}
+    answer = await http.post(
+        where, headers=sent, content=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    )
+    return answer.status_code
+
+
+async def test_http_admits_only_its_own_origin_and_host_not_another_loopback_port(
+    web_daemon: WebDaemon,
+) -> None:
+    """Issue 22: ``Origin: http://127.0.0.1:<any port>`` passed, so a page served by any other
+    local web app could call the tools; an origin is scheme, host and port together."""
+    with trio.fail_after(WAIT_S):
+        async with running_face(web_daemon, "0") as where, httpx2.AsyncClient() as http:
+            port = int(where.removeprefix("http://127.0.0.1:").removesuffix("/mcp"))
+            other = port + 1 if port < 65535 else port - 1
+            statuses = {
+                name: await _post_tools_list(http, where, **headers)
+                for name, headers in {
+                    "own": {"origin": f"http://127.0.0.1:{port}"},
+                    "own-localhost": {"origin": f"http://localhost:{port}"},
+                    "none": {},
+                    "other-port": {"origin": f"http://127.0.0.1:{other}"},
+                    "other-port-localhost": {"origin": f"http://localhost:{other}"},
+                    "https": {"origin": f"https://127.0.0.1:{port}"},
+                    "suffix": {"origin": f"http://127.0.0.1:{port}.evil.example"},
+                    "host-other-port": {"host": f"127.0.0.1:{other}"},
+                }.items()
+            }
+    assert statuses == {
+        "own": 200,
+        "own-localhost": 200,
+        "none": 200,
+        "other-port": 403,
+        "other-port-localhost": 403,
+        "https": 403,
+        "suffix": 403,
+        "host-other-port": 421,
+    }
+
+
+async def test_http_on_a_unix_socket_refuses_a_loopback_port_origin(
+    web_daemon: WebDaemon, sock_dir: str
+) -> None:
+    path = os.path.join(sock_dir, "mcp", "face.sock")
+    transport = httpx2.AsyncHTTPTransport(uds=path)
+    with trio.fail_after(WAIT_S):
+        async with running_face(web_daemon, path), httpx2.AsyncClient(transport=transport) as http:
+            url = "http://localhost/mcp"
+            own = await _post_tools_list(http, url, origin="http://localhost")
+            port = await _post_tools_list(http, url, origin="http://localhost:8080")
+    assert (own, port) == (200, 403)

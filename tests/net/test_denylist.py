@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from csp_web.core.errors import OpError
 from csp_web.net import GuardConfig, check_address, deny_rule
-from csp_web.net.denylist import IPV4_RULES, IPV6_RULES, Rule
+from csp_web.net.denylist import IPV4_RULES, IPV6_RULES, Rule, rfc6052_ipv4
 from protocol import ErrorCode
 
 # One address inside every row, and the rule that must name it.
@@ -65,6 +65,31 @@ HOSTILE_ADDRESSES = [
     ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private-10/8-via-teredo"),
     # Teredo with a public client (8.8.8.8, inverted f7f7:f7f7): 2001::/23 refuses it still.
     ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "ietf-2001::/23"),
+    # Issue 22: the local-use NAT64 prefix (RFC 8215) in each RFC 6052 layout that fits in it,
+    # each embedding 127.0.0.1; the issue's own address reads 8.8.8.8 as /96, 127.0.0.1 as /48.
+    ("64:ff9b:1:7f00:0:100:808:808", "loopback-127/8-via-nat64-local"),
+    ("64:ff9b:1:7f00:0:100::", "loopback-127/8-via-nat64-local"),  # /48
+    ("64:ff9b:1:7f:0:1::", "loopback-127/8-via-nat64-local"),  # /56
+    ("64:ff9b:1::7f:0:100:0", "loopback-127/8-via-nat64-local"),  # /64
+    ("64:ff9b:1::7f00:1", "loopback-127/8-via-nat64-local"),  # /96
+    ("64:ff9b:1:a9:fe:a9fe::", "link-local-169.254/16-via-nat64-local"),  # /56 IMDS
+    # ...and the prefix itself is not globally reachable (IANA special-purpose registry).
+    ("64:ff9b:1:808:8:808:808:808", "nat64-local-64:ff9b:1::/48"),  # 8.8.8.8 in every layout
+    # Teredo's server address (bits 32-63) is judged as well as its client.
+    ("2001:0:7f00:1:8000:63bf:f7f7:f7f7", "loopback-127/8-via-teredo"),
+    # ISATAP (RFC 5214) under a public prefix tunnels to the IPv4 in its interface ID.
+    ("2606:4700::5efe:7f00:1", "loopback-127/8-via-isatap"),
+    ("2606:4700::200:5efe:a9fe:a9fe", "link-local-169.254/16-via-isatap"),
+    ("2606:4700::100:5efe:a00:1", "private-10/8-via-isatap"),
+    # Outside 2000::/3 nothing is global unicast: a compatible address of a public IPv4
+    # address, the NAT64 /32 beyond its /96, and the reserved blocks.
+    ("::8.8.8.8", "reserved-::/3"),
+    ("64:ff9b:0:0:1::808:808", "reserved-::/3"),
+    ("64:ff9b:7f00:1::", "reserved-::/3"),
+    ("400::1", "reserved-::/3"),
+    ("4000::1", "reserved-4000::/2"),
+    ("8000::1", "reserved-8000::/1"),
+    ("e000::1", "reserved-8000::/1"),
 ]
 
 PUBLIC_ADDRESSES = [
@@ -79,6 +104,8 @@ PUBLIC_ADDRESSES = [
     "::ffff:8.8.8.8",
     "64:ff9b::8.8.8.8",
     "2002:808:808::1",
+    "2606:4700::5efe:808:808",
+    "2606:4700::200:5efe:808:808",
 ]
 
 
@@ -175,3 +202,86 @@ def test_allow_list_leaves_neighbouring_private_addresses_refused() -> None:
         with pytest.raises(OpError) as caught:
             check_address(ipaddress.ip_address(address), config)
         assert caught.value.detail == rule
+
+
+# RFC 6052 §2.4's table: 192.0.2.33 under 2001:db8:122:344::/96 and its shorter prefixes.
+RFC6052_EXAMPLES = [
+    ("2001:db8:c000:221::", 32),
+    ("2001:db8:1c0:2:21::", 40),
+    ("2001:db8:122:c000:2:2100::", 48),
+    ("2001:db8:122:3c0:0:221::", 56),
+    ("2001:db8:122:344:c0:2:2100:0", 64),
+    ("2001:db8:122:344::192.0.2.33", 96),
+]
+
+
+@pytest.mark.parametrize(("address", "bits"), RFC6052_EXAMPLES)
+def test_rfc6052_decoding_reads_the_rfc_s_own_examples(address: str, bits: int) -> None:
+    decoded = rfc6052_ipv4(ipaddress.IPv6Address(address), bits)
+    assert decoded == ipaddress.IPv4Address("192.0.2.33")
+
+
+def _local_nat64(v4: ipaddress.IPv4Address, bits: int) -> ipaddress.IPv6Address:
+    """``v4`` in the RFC 6052 layout of a ``bits`` prefix under 64:ff9b:1::/48."""
+    prefix = 0x0064_FF9B_0001 << 80
+    value = int(v4)
+    if bits == 96:
+        return ipaddress.IPv6Address(prefix | value)
+    before_u = 64 - bits  # IPv4 bits that fit between the prefix and the u octet
+    high, low = value >> (32 - before_u), value & ((1 << (32 - before_u)) - 1)
+    return ipaddress.IPv6Address(prefix | (high << 64) | (low << (56 - (32 - before_u))))
+
+
+@pytest.mark.parametrize("bits", [48, 56, 64, 96])
+@given(v4=ipv4s)
+def test_local_use_nat64_is_refused_and_names_a_denied_ipv4_in_any_layout(
+    bits: int, v4: ipaddress.IPv4Address
+) -> None:
+    address = _local_nat64(v4, bits)
+    assert rfc6052_ipv4(address, bits) == v4
+    inner = deny_rule(v4)
+    verdict = deny_rule(address)
+    assert verdict is not None
+    if inner is not None:
+        assert verdict == f"{inner}-via-nat64-local"
+
+
+@given(v4=ipv4s)
+def test_an_isatap_interface_id_gets_the_verdict_of_its_ipv4_address(
+    v4: ipaddress.IPv4Address,
+) -> None:
+    inner = deny_rule(v4)
+    for u_bit in (0, 0x0200):
+        isatap = ipaddress.IPv6Address(
+            (0x2606_4700 << 96) | ((u_bit << 48) | (0x5EFE << 32)) | int(v4)
+        )
+        assert deny_rule(isatap) == (None if inner is None else f"{inner}-via-isatap")
+
+
+def test_allow_list_opens_a_wrapped_address_only_when_it_names_every_reading() -> None:
+    """64:ff9b:1:7f00:0:100:808:808 reads 8.8.8.8 as /96 and 127.0.0.1 as /48: opening
+    8.8.8.8 (or 127.0.0.1) alone must not open it."""
+    address = ipaddress.ip_address("64:ff9b:1:7f00:0:100:808:808")
+    for allowed in ("8.8.8.8", "127.0.0.0/8"):
+        with pytest.raises(OpError):
+            check_address(address, GuardConfig(allow_private=(allowed,)))
+    check_address(address, GuardConfig(allow_private=("64:ff9b:1::/48",)))
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("fd00::5efe:7f00:1", "ula-fc00::/7"),
+        ("2606:4700::5efe:7f00:1", "loopback-127/8-via-isatap"),
+        ("2002:7f00:1::1", "loopback-127/8-via-6to4"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback-127/8-via-teredo"),
+    ],
+)
+def test_opening_an_ipv4_address_does_not_open_a_host_tunnelled_through_it(
+    address: str, rule: str
+) -> None:
+    """A 6to4, Teredo or ISATAP address is another host behind the IPv4 endpoint: opening
+    127.0.0.1 (as the tests' origins need) must not open fd00::5efe:7f00:1, a ULA host."""
+    with pytest.raises(OpError) as caught:
+        check_address(ipaddress.ip_address(address), GuardConfig(allow_private=("127.0.0.1",)))
+    assert caught.value.detail == rule

@@ -100,6 +100,25 @@ HOSTILE_URLS = [
     ("https://[::ffff:7f00:1]:443/", BLOCKED, "loopback-127/8-via-ipv4-mapped"),
     ("https://[fd00::1]/", BLOCKED, "ula-fc00::/7"),
     ("https://[64:ff9b::10.0.0.1]/", BLOCKED, "private-10/8-via-nat64"),
+    # Issue 22: IPv4 hidden in IPv6 is judged in every encoding, and spelled only canonically.
+    ("https://[64:ff9b:1:7f00:0:100:808:808]/", BLOCKED, "loopback-127/8-via-nat64-local"),
+    ("https://[64:FF9B:1::A9FE:A9FE]/", BLOCKED, "link-local-169.254/16-via-nat64-local"),
+    ("https://[2606:4700::5efe:7f00:1]/", BLOCKED, "loopback-127/8-via-isatap"),
+    ("https://[2002:a9fe:a9fe::1]/", BLOCKED, "link-local-169.254/16-via-6to4"),
+    ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", BLOCKED, "loopback-127/8-via-teredo"),
+    ("https://[::ffff:0:a9fe:a9fe]/", BLOCKED, "link-local-169.254/16-via-ipv4-translated"),
+    ("https://[::169.254.169.254]/", BLOCKED, "link-local-169.254/16-via-ipv4-compatible"),
+    ("https://[::ffff:0177.0.0.1]/", REJECTED, "bad-ipv6-literal"),
+    ("https://[::ffff:127.1]/", REJECTED, "bad-ipv6-literal"),
+    ("https://[::ffff:0x7f.0.0.1]/", REJECTED, "bad-ipv6-literal"),
+    ("https://[::ffff:2130706433]/", REJECTED, "bad-ipv6-literal"),
+    ("https://017700000001/", REJECTED, "numeric-host"),
+    ("https://0x7f.0.0.1/", REJECTED, "numeric-host"),
+    ("https://0.0.0.0/", BLOCKED, "this-network-0/8"),
+    # A host whose NFKC form holds a URL delimiter ("\u2100" is "a/c"): urllib will not split
+    # it, and it is no bracketed literal.
+    ("https://\u2100.example/", REJECTED, "bad-host"),
+    ("https://exa\ufe56mple.com/", REJECTED, "bad-host"),
 ]
 
 

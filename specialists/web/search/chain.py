@@ -26,6 +26,7 @@ from csp_web.config import SearchConfig, SearchProvider
 from csp_web.core.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from csp_web.infra.redis_ratelimit import SharedRateLimits
+from csp_web.net import GuardConfig, check_url
 from specialists.web.breaker import Breaker
 from specialists.web.services import WebServices, quota_path
 
@@ -169,6 +170,7 @@ async def _attempt(
 async def _call(
     services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
 ) -> tuple[list[Hit], int | None]:
+    _check_base_url(candidate.base_url, services.config.guard)
     await _take_token(services, candidate.name, deadline if wait else trio.current_time())
     if candidate.provider.monthly_quota is not None:
         await _take_quota(services, candidate.name, candidate.provider.monthly_quota)
@@ -192,6 +194,15 @@ async def _call(
     hits = candidate.backend.parse(result)
     total = candidate.backend.total(result) if candidate.backend.total is not None else None
     return hits, total
+
+
+def _check_base_url(base_url: str, guard: GuardConfig) -> None:
+    """The configured URL through the gate before a backend's ``build`` parses it; a refusal
+    is our own configuration's fault, so it does not count against the backend's circuit."""
+    try:
+        check_url(base_url, guard)
+    except OpError as exc:
+        raise BackendFailure(str(exc.code), f"{exc.code}:{exc.detail}", counts=False) from None
 
 
 async def _take_token(services: WebServices, name: str, until: float) -> None:
