@@ -171,3 +171,31 @@ async def test_connection_cap_refuses_n_plus_1_busy_when_no_connection_is_idle(
             if reply is not None and reply.status is Status.OK:
                 break
             await trio.sleep(0.01)
+
+
+@pytest.mark.slow
+async def test_a_burst_of_1000_connects_loses_none_at_the_default_backlog(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """L-9: with socket.backlog null (the kernel's somaxconn), 1,000 connects made while the
+    daemon cannot accept (no checkpoint between them) all succeed and each is answered; at
+    the old default of 128 the 129th failed with EAGAIN."""
+    path = os.path.join(sock_dir, "csp.sock")
+    caps = replace(config.socket, max_connections=1100, max_connections_per_uid=1100)
+    assert caps.backlog is None
+    await start_daemon(nursery, replace(config, socket=caps), path)
+    burst = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(1000)]
+    try:
+        for sock in burst:
+            sock.setblocking(False)
+        errors = [sock.connect_ex(path) for sock in burst]  # no checkpoint: nothing accepted
+        assert [os.strerror(error) for error in errors if error] == []
+        streams = [trio.SocketStream(trio.socket.from_stdlib_socket(sock)) for sock in burst]
+        with trio.fail_after(60):
+            for stream in streams:
+                await stream.send_all(PING)
+            for stream in streams:
+                assert b"DATA pong" in await stream.receive_some(4096)
+    finally:
+        for sock in burst:
+            sock.close()

@@ -33,6 +33,9 @@ from csp_web.core.systemd import inherited_unix_listener
 from protocol import ErrorCode, serialize
 
 log = logging.getLogger("csp_web.core.unix")
+# listen() clamps to net.core.somaxconn, so asking for the most a backlog can be gets the
+# kernel's limit, whatever the host set it to (trio's open_tcp_listeners does the same).
+_KERNEL_BACKLOG = 0xFFFF
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -109,9 +112,10 @@ def prepare_socket_directory(path: str) -> None:
         raise SocketSetupError(f"cannot create the folder of {path}: {exc.strerror}") from exc
 
 
-async def open_unix_listener(path: str, *, backlog: int) -> trio.SocketListener:
-    """Bind a private listening socket at ``path``; raises SocketSetupError, whose message is
-    one line naming the path and the cause."""
+async def open_unix_listener(path: str, *, backlog: int | None) -> trio.SocketListener:
+    """Bind a private listening socket at ``path``, holding up to ``backlog`` pending connects
+    (None: the kernel's limit); raises SocketSetupError, whose message is one line naming the
+    path and the cause."""
     prepare_socket_directory(path)
     try:
         await _remove_stale(path)
@@ -121,7 +125,7 @@ async def open_unix_listener(path: str, *, backlog: int) -> trio.SocketListener:
     try:
         await sock.bind(path)
         os.chmod(path, 0o600)
-        sock.listen(backlog)
+        sock.listen(_KERNEL_BACKLOG if backlog is None else backlog)
     except OSError as exc:
         sock.close()
         raise SocketSetupError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
