@@ -295,7 +295,17 @@ async def _accept_forever(
                 await trio.sleep(0.1)
                 break
             stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
-            nursery.start_soon(handle, stream)
+            nursery.start_soon(_run_handler, handle, stream)
+
+
+async def _run_handler(
+    handle: Callable[[trio.SocketStream], Awaitable[None]], stream: trio.SocketStream
+) -> None:
+    """``handle(stream)``, then close the stream whatever happened (as serve_listeners)."""
+    try:
+        await handle(stream)
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 async def _listen(path: str, config: SocketConfig) -> tuple[stdlib_socket.socket, int | None]:
