@@ -4,7 +4,7 @@ Two daemons on one redis-server (the default ``redis.call_timeout_s`` and ``retr
 with its own process, the HTTPS origin in another; C connections in all fetch the corpus
 pages round-robin for a fixed time, cache on (after one warm pass, mostly hits). Then
 redis-server is stopped and the same load runs again: the daemons must run on their local
-fallbacks. Prints both rates, their ratio (goal >= 0.5) and the worst reply of each.
+fallbacks (``--pause``: SIGSTOP instead, a server that accepts and never answers). Prints both rates, their ratio (goal >= 0.5) and the worst reply of each.
 
     python bench/redis_down.py [--seconds S] [--concurrency C] [--pages N]
 """
@@ -71,7 +71,10 @@ async def measure(fleet: Fleet, server: RedisServer, args: argparse.Namespace) -
         for url in urls:
             await client.call(fetch_task(url))
     up, up_worst = await load(paths, urls, args.seconds, args.concurrency)
-    server.stop()
+    if args.pause:
+        server.pause()  # SIGSTOP: connects are queued by the kernel, replies never come
+    else:
+        server.stop()
     down, down_worst = await load(paths, urls, args.seconds, args.concurrency)
     fallbacks = (await redis_stats(await connect(paths[0])))["fallbacks"]
     print(f"daemon 1's fallbacks with Redis stopped: {fallbacks}")
@@ -111,6 +114,7 @@ def run(args: argparse.Namespace) -> None:
     print(
         f"reproduce: python bench/redis_down.py --seconds {args.seconds:g} "
         f"--concurrency {args.concurrency} --pages {args.pages}"
+        + (" --pause" if args.pause else "")
     )
 
 
@@ -119,6 +123,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="each measurement's length")
     parser.add_argument("--concurrency", type=int, default=8, help="connections in all")
     parser.add_argument("--pages", type=int, default=50, help="corpus pages fetched in turn")
+    parser.add_argument("--pause", action="store_true", help="SIGSTOP redis-server, not kill it")
     run(parser.parse_args())
 
 
