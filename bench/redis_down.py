@@ -3,10 +3,12 @@
 Two daemons on one redis-server (the default ``redis.call_timeout_s`` and ``retry_s``), each
 with its own process, the HTTPS origin in another; C connections in all fetch the corpus
 pages round-robin for a fixed time, cache on (after one warm pass, mostly hits). Then
-redis-server is stopped and the same load runs again: the daemons must run on their local
-fallbacks (``--pause``: SIGSTOP instead, a server that accepts and never answers). Prints both rates, their ratio (goal >= 0.5) and the worst reply of each.
+redis-server is stopped (``--pause``: SIGSTOP, a server that accepts and never answers) and
+the same load runs again: the daemons must run on their local fallbacks. Prints both rates,
+their ratio (goal >= 0.5) and the worst reply of each. With more pages than a daemon's memory
+tier holds (``web.cache.memory_bytes``), every read with Redis down is a download.
 
-    python bench/redis_down.py [--seconds S] [--concurrency C] [--pages N]
+    python bench/redis_down.py [--seconds S] [--concurrency C] [--pages N] [--pause]
 """
 
 from __future__ import annotations
