@@ -6,6 +6,8 @@ and measures a fresh client's ping round trip: connect, send one ping, read the 
 
 - ``baseline``: no adversary;
 - ``busy``: many connections, each keeping ``--depth`` pings in flight and reading replies;
+- ``busy-asyncio``: the review's shape (issue 21): asyncio clients, ``--busy`` connections each
+  keeping ``--asyncio-depth`` (100) pings pipelined, answered pings sent again at once;
 - ``nonreading``: connections that pipeline pings and never read (the write limit, L-7, must
   close them); also reports, per connection, the time from the daemon's last write to it (its
   unread bytes, FIONREAD, last grew) to the close, and its whole lifetime (the kernel buffers
@@ -13,16 +15,18 @@ and measures a fresh client's ping round trip: connect, send one ping, read the 
 - ``newlines``: connections flooding bare newlines, reconnecting when closed (L-8);
 - ``hoarders``: as many idle connections as the per-uid cap allows (L-9: evicted for newcomers).
 
-Goal (issue 8 item 10): fresh ping p99 <= 50 ms in every scenario. Every count and duration is
-bounded by the options below.
+Goal (issue 8 item 10, issue 21): fresh ping p99 <= 50 ms in every scenario; each p99 is also
+printed as a ratio to the baseline's, measured in the same run (the host is shared and noisy).
+Every count and duration is bounded by the options below.
 
     python bench/fairness.py [--busy 1000] [--nonreading 200] [--floods 4] [--hoarders 256]
-                             [--seconds 8] [--samples 100]
+                             [--seconds 8] [--samples 100] [--only busy-asyncio]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import resource
@@ -92,6 +96,41 @@ async def _busy_loop(path: str, depth: int, stop: float) -> None:
                 answered += 1
             if answered:
                 await stream.send_all(PING * answered)
+
+
+async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> None:
+    """``count`` asyncio connections, each keeping ``depth`` pings in flight until ``seconds``
+    pass: the review's harness (issue 21), whose clients reconnect nothing and read greedily."""
+    import asyncio
+
+    stop = time.monotonic() + seconds
+
+    async def one() -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+        except OSError:  # refused at the backlog: drop out, as _busy_one does
+            return
+        codec = Connection()
+        writer.write(PING * depth)
+        try:
+            while time.monotonic() < stop:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                codec.receive_data(data)
+                answered = 0
+                while isinstance(codec.next_event(), Reply):
+                    answered += 1
+                if answered:
+                    writer.write(PING * answered)
+                    await writer.drain()
+        except OSError:
+            return
+        finally:
+            writer.close()
+
+    with contextlib.suppress(TimeoutError):  # a read still waiting at the end: cancelled
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), seconds + 5)
 
 
 NONREADING_CAP_S = 40.0  # a non-reader still open after this is reported as never closed
@@ -218,7 +257,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def scenario(path: str, kind: str, count: int, args: argparse.Namespace) -> str:
+def scenario(
+    path: str, kind: str, count: int, args: argparse.Namespace, anchor: list[float]
+) -> str:
+    """One scenario's line; the baseline's p99 is kept in ``anchor`` for the others' ratio."""
     adversary = None
     if kind != "baseline":
         adversary = subprocess.Popen(
@@ -228,7 +270,7 @@ def scenario(path: str, kind: str, count: int, args: argparse.Namespace) -> str:
                     "--count",
                     str(count),
                     "--depth",
-                    str(args.depth),
+                    str(args.asyncio_depth if kind == "busy-asyncio" else args.depth),
                     "--seconds",
                     str(args.seconds),
                 ),
@@ -244,11 +286,14 @@ def scenario(path: str, kind: str, count: int, args: argparse.Namespace) -> str:
             out, _ = adversary.communicate(timeout=args.seconds + NONREADING_CAP_S + 30)
             note = out.decode().strip()
     p50, p99 = percentile(times, 0.5) * 1000, percentile(times, 0.99) * 1000
+    if kind == "baseline":
+        anchor.append(p99)
+    ratio = f"  p99 x{p99 / anchor[0]:.1f} baseline" if anchor else ""
     verdict = "ok" if p99 <= 50 else "OVER 50 ms"
     return (
-        f"{kind:<11} x{count:<5} fresh ping p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
+        f"{kind:<12} x{count:<5} fresh ping p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
         f"max {max(times) * 1000:7.2f} ms  mean {statistics.mean(times) * 1000:6.2f} ms  "
-        f"({len(times)} samples)  {verdict}" + (f"\n            {note}" if note else "")
+        f"({len(times)} samples)  {verdict}{ratio}" + (f"\n            {note}" if note else "")
     )
 
 
@@ -259,6 +304,9 @@ def main() -> None:
     parser.add_argument("--floods", type=int, default=4)
     parser.add_argument("--hoarders", type=int, default=256)
     parser.add_argument("--depth", type=int, default=8, help="pings in flight per busy client")
+    parser.add_argument(
+        "--asyncio-depth", type=int, default=100, help="pings in flight per busy-asyncio client"
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="per scenario")
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--only", help="run one scenario")
@@ -268,18 +316,25 @@ def main() -> None:
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.adversary == "busy-asyncio":
+        import asyncio
+
+        asyncio.run(_asyncio_busy(args.socket, args.count, args.depth, args.seconds))
+        return
     if args.adversary:
         trio.run(run_adversary, args.adversary, args.socket, args.count, args.depth, args.seconds)
         return
     plan = [
         ("baseline", 0),
         ("busy", args.busy),
+        ("busy-asyncio", args.busy),
         ("nonreading", args.nonreading),
         ("newlines", args.floods),
         ("hoarders", args.hoarders),
     ]
+    anchor: list[float] = []  # the baseline's p99, always measured first
     for kind, count in plan:
-        if args.only not in (None, kind):
+        if args.only not in (None, kind) and kind != "baseline":
             continue
         # A fresh daemon each; the hoarders fill exactly the per-uid cap (L-9), the others
         # must not meet any cap.
@@ -287,7 +342,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="csp-fair-") as workdir:
             proc, path = start_daemon(workdir, cap, count if kind == "hoarders" else cap)
             try:
-                print(scenario(path, kind, count, args), flush=True)
+                print(scenario(path, kind, count, args, anchor), flush=True)
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)

@@ -115,6 +115,9 @@ class Connection:
         if self._buffer.pending() > allowed:
             self._buffer.clear()
             self._skip_line = True
+            # The dropped bytes began a line, so the blank run has ended here too, as it does
+            # when the same line arrives whole (SPEC L-8 must not depend on chunking).
+            self._blank_run = 0
             if not self._skip_frame:  # one error per frame
                 raise self._oversize(f"line over {self.limits.max_line_bytes} bytes")
         if not self._eof:

@@ -284,9 +284,10 @@ async def test_frames_held_by_the_in_flight_cap_are_answered_shutting_down_at_sh
 async def test_ordered_replies_still_come_in_request_order_when_shutdown_refuses_the_rest(
     config: Config, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """C-2, C-5: frames without ID: the refused ones wait behind the running one's reply."""
+    """C-2, C-5: frames without ID: the refused ones wait behind the running one's reply.
+    (Sleeps, not pings: an instant op never waits for an in-flight place.)"""
     conn = replace(config.connection, max_in_flight=1)
-    frames = b"TASK REQ:sleep 500 IN:TEST OUT:SLEPT\n\n" + PING * 2
+    frames = b"TASK REQ:sleep 500 IN:TEST OUT:SLEPT\n\n" * 3
     async with open_harness(config) as harness:
         peer = harness.connect(connection=conn)
         await peer.send(frames)

@@ -281,3 +281,23 @@ async def _keep_pipeline_full_of(
             answered += 1
         if answered:
             await stream.send_all(frame * answered)
+
+
+async def test_an_instant_start_is_granted_while_max_running_frames_run() -> None:
+    """L-10: an instant frame needs a turn but no running place: with max_running 1 held, it
+    starts (and needs no ``done``), while an ordinary frame waits for the place."""
+    starts = FairStarts(frames_per_round=100, max_running=1)
+    await starts.wait_start(Seat())
+    with trio.fail_after(5):
+        await starts.wait_start(Seat(), instant=True)  # the fast path
+    assert starts.running == 1
+    log: list[tuple[str, int]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_start, starts, Seat(), "ordinary", log)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(5):
+            await starts.wait_start(Seat(), instant=True)  # granted by the pump
+        assert log == []
+        starts.done()
+    assert [name for name, _ in log] == ["ordinary"]
+    assert starts.running == 1

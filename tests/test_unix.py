@@ -7,12 +7,14 @@ import os
 import socket
 import stat
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import trio
 
 from csp_web.config import Config, SocketConfig
-from csp_web.core.unix import SocketSetupError, open_unix_listener
+from csp_web.core.context import Peer
+from csp_web.core.unix import Lease, SocketSetupError, open_unix_listener, serve_unix
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status
 from tests.conftest import start_daemon
 
@@ -171,3 +173,62 @@ async def test_connection_cap_refuses_n_plus_1_busy_when_no_connection_is_idle(
             if reply is not None and reply.status is Status.OK:
                 break
             await trio.sleep(0.01)
+
+
+@pytest.mark.slow
+async def test_a_burst_of_1000_connects_loses_none_at_the_default_backlog(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """L-9: with socket.backlog null (the kernel's somaxconn), 1,000 connects made while the
+    daemon cannot accept (no checkpoint between them) all succeed and each is answered; at
+    the old default of 128 the 129th failed with EAGAIN."""
+    path = os.path.join(sock_dir, "csp.sock")
+    caps = replace(config.socket, max_connections=1100, max_connections_per_uid=1100)
+    assert caps.backlog is None
+    await start_daemon(nursery, replace(config, socket=caps), path)
+    burst = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(1000)]
+    try:
+        for sock in burst:
+            sock.setblocking(False)
+        errors = [sock.connect_ex(path) for sock in burst]  # no checkpoint: nothing accepted
+        assert [os.strerror(error) for error in errors if error] == []
+        streams = [trio.SocketStream(trio.socket.from_stdlib_socket(sock)) for sock in burst]
+        with trio.fail_after(60):
+            for stream in streams:
+                await stream.send_all(PING)
+            for stream in streams:
+                assert b"DATA pong" in await stream.receive_some(4096)
+    finally:
+        for sock in burst:
+            sock.close()
+
+
+async def test_a_burst_of_connects_is_accepted_in_a_few_scheduler_rounds_not_one_per_connect(
+    nursery: trio.Nursery, sock_dir: str
+) -> None:
+    """L-9, L-10: 200 pending connects are all handed to the handler within a few scheduler
+    rounds (64 accepts per round): trio's one accept per round made a fresh client's connect
+    wait behind a whole burst, each round long under load (bench/fairness.py, issue 21)."""
+    path = os.path.join(sock_dir, "csp.sock")
+    accepted: list[trio.SocketStream] = []
+
+    async def handle(stream: trio.SocketStream, peer: Peer, lease: Lease) -> None:
+        accepted.append(stream)
+        async with stream:
+            await trio.sleep_forever()
+
+    caps = SocketConfig(max_connections=300, max_connections_per_uid=300)
+    await nursery.start(partial(serve_unix, path, caps, handle, handler_nursery=nursery))
+    burst = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(200)]
+    try:
+        for sock in burst:
+            sock.connect(path)  # blocking, but the backlog holds them: no checkpoint
+        rounds = 0
+        with trio.fail_after(30):
+            while len(accepted) < len(burst):
+                await trio.lowlevel.checkpoint()  # one scheduler round each
+                rounds += 1
+        assert rounds <= 200 // 64 + 4
+    finally:
+        for sock in burst:
+            sock.close()

@@ -262,6 +262,13 @@ class _Session:
 
     async def start_task(self, tasks: trio.Nursery, task: Task) -> None:
         self.held = task  # answered shutting_down if the daemon stops before it starts
+        if not self.options.sequential and self.dispatcher.is_instant(task):
+            await self.starts.wait_start(self.seat, instant=True)  # a turn, no running place
+            if (op := self.dispatcher.instant_op(task, self.peer)) is not None:
+                self.held = None
+                await self.run_at_once(task, op, self.writer.order.reserve(task.id))
+                return
+            # The sys pool filled or pacing began meanwhile: it waits like any frame.
         # IN:SYS ops never wait for work, so there is nothing to cancel (and a REQ:cancel
         # naming its own ID cannot cancel itself).
         ticket = self.dispatcher.cancels.open(self.peer, task.id) if task.domain != "SYS" else None
@@ -285,8 +292,6 @@ class _Session:
         slot = self.writer.order.reserve(task.id)
         if self.options.sequential:
             await self.run_task(task, slot, ticket)
-        elif ticket is None and (op := self.dispatcher.instant_op(task, self.peer)) is not None:
-            await self.run_at_once(task, op, slot)
         else:
             tasks.start_soon(self.run_task, task, slot, ticket)
 
@@ -346,17 +351,11 @@ class _Session:
 
     async def run_at_once(self, task: Task, op: BoundOp, slot: int | None) -> None:
         """Run an op that does not wait (``Dispatcher.instant_op``: IN:SYS) in the reader:
-        a task of its own would cost more than the op. Its one wait, an audit summary's
-        commit (O-4), is shielded, so a shutdown that stops the reader never takes its reply;
-        back-pressure on the reply queue waits after the reply is queued."""
-        try:
-            try:
-                data = await self.work(task, instant=op)
-            finally:
-                self.starts.done()
-            self.writer.queue(slot, data)
-        finally:
-            self.in_flight.release()
+        a task of its own would cost more than the op, and it holds neither an in-flight
+        place nor a running one, so slow work filling both never holds it back. Its one wait,
+        an audit summary's commit (O-4), is shielded, so a shutdown that stops the reader
+        never takes its reply; back-pressure on the reply queue waits after it is queued."""
+        self.writer.queue(slot, await self.work(task, instant=op))
         await self.writer.replies.wait_room()
 
     async def work(

@@ -142,18 +142,25 @@ class Dispatcher:
         I/O (``Op.instant``), with a free slot, not paced now (O-3). Its only wait is its audit
         summary's commit when it fills one (O-4), so a connection may run it without a task
         of its own: ``run(task, peer, instant=op)`` with no checkpoint in between."""
+        op = self._instant_kind(task)
+        pool = self.pools["sys"]  # a free slot: admission will not wait either
+        if op is None or pool.running >= pool.max_running or self._must_pace(peer):
+            return None
+        return op
+
+    def is_instant(self, task: Task) -> bool:
+        """Whether ``task`` names an op that never waits (``Op.instant``, IN:SYS), whatever
+        the pools' state: a connection gives it a turn without a running place (L-10)."""
+        return self._instant_kind(task) is not None
+
+    def _instant_kind(self, task: Task) -> BoundOp | None:
         if task.domain != "SYS" or self.shutting_down:
             return None
         try:
             op = self.registry.lookup(task)
         except OpError:
             return None  # refused: answered (and audited) by a task of its own
-        if not (op.spec.instant and op.spec.specialist == "sys"):
-            return None
-        pool = self.pools["sys"]  # a free slot: admission will not wait either
-        if pool.running >= pool.max_running or self._must_pace(peer):
-            return None
-        return op
+        return op if op.spec.instant and op.spec.specialist == "sys" else None
 
     def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from hypothesis import strategies as st
 
-from protocol import FREE_TEXT_KEYS, Field, Frame, Reply, Status, Task
+from protocol import FREE_TEXT_KEYS, Field, Frame, Reply, Status, Task, serialize
 
 # Characters that stress the value encoding: the quote, escapes, spaces, TAB, line ends, C0,
 # DEL, C1, the first non-C1 Latin-1 character, line separators and an astral character.
@@ -142,3 +142,34 @@ def written_frames(draw: st.DrawFn) -> bytes:
         lines.append(key if draw(st.booleans()) else f"{key} {draw(_FIELD_VALUE_TEXT)}")
     eol = draw(st.sampled_from(["\n", "\r\n"]))
     return "".join(line + eol for line in lines).encode() + eol.encode()
+
+
+# Pieces that put a stream next to every limit of ``Limits(32, 80, 3, 3)``: runs of empty
+# lines around the blank-line budget, lines around the line budget, and whole frames.
+_BLANKS = st.builds(operator.mul, st.sampled_from([b"\n", b"\r\n"]), st.integers(1, 6))
+_LONG = st.builds(operator.mul, st.sampled_from([b"A", b"\xc3\xa9", b" "]), st.integers(14, 90))
+_LIMIT_PIECES: st.SearchStrategy[bytes] = st.one_of(
+    _BLANKS,
+    _LONG,
+    # A line between two blank runs: both runs count toward L-8 only if the line is empty.
+    st.builds(lambda before, line, after: before + line + after, _BLANKS, _LONG, _BLANKS),
+    st.sampled_from([b"TASK REQ:ping IN:SYS OUT:SYS\n\n", b"ID t-1\n", b"\n", b"\r"]),
+)
+
+
+@st.composite
+def mutated_streams(draw: st.DrawFn) -> bytes:
+    """Frames and limit-probing pieces, joined, then cut, duplicated or spliced at random."""
+    # Mostly limit pieces, so runs of them (blanks, a long line, blanks) are common.
+    frame = written_frames() | frames().map(serialize)
+    pieces = draw(st.lists(st.one_of(*[_LIMIT_PIECES] * 5, frame), max_size=10))
+    stream = b"".join(pieces)
+    for _ in range(draw(st.integers(0, 3))):
+        if not stream:
+            break
+        start = draw(st.integers(0, len(stream)))
+        end = draw(st.integers(start, min(len(stream), start + 40)))
+        # Drop the slice, repeat it, or put a line end in its place.
+        insert = draw(st.sampled_from([b"", stream[start:end] * 2, b"\n", b"\n\n", b"\r"]))
+        stream = stream[:start] + insert + stream[end:]
+    return stream

@@ -377,6 +377,17 @@ def test_a_cr_at_the_end_of_a_blank_run_waits_for_its_lf() -> None:
     assert conn.next_event() == GOOD_FRAME
 
 
+def test_an_over_long_line_dropped_before_its_newline_ends_the_blank_run() -> None:
+    """L-8, L-1: 30 newlines, a 400 kB line, 5 newlines and a ping give the same two events
+    fed whole and in 64 KiB chunks (the line is dropped mid-way only in the second case)."""
+    ping = b"TASK REQ:ping IN:SYS OUT:SYS\n\n"
+    wire = b"\n" * 30 + b"A" * 400_000 + b"\n" * 5 + ping
+    chunks = [wire[at : at + 64 * 1024] for at in range(0, len(wire), 64 * 1024)]
+    expected = run([wire])
+    assert expected == [TOO_LARGE, Task("ping", "SYS", "SYS")]
+    assert run(chunks) == expected
+
+
 def test_max_blank_lines_may_be_zero_but_not_negative() -> None:
     assert run([GOOD + GOOD], limits=Limits(max_blank_lines=0)) == [GOOD_FRAME] * 2
     with pytest.raises(ValueError, match="max_blank_lines"):

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from protocol import FREE_TEXT_KEYS, ErrorCode, Frame, Limits, Reply, Status, Task, serialize
 
 from .helpers import Failed, byte_by_byte, run
-from .strategies import chunkings, frames, keys, streams, values, written_frames
+from .strategies import (
+    chunkings,
+    frames,
+    keys,
+    mutated_streams,
+    streams,
+    values,
+    written_frames,
+)
 
 # On a failure Hypothesis imports libcst to print the falsifying example as a patch, and
 # libcst's import warns (mypy_extensions.TypedDict is deprecated); with filterwarnings=error
@@ -161,3 +169,18 @@ def test_outcomes_do_not_depend_on_chunking(stream: bytes, data: st.DataObject) 
 def test_outcomes_under_tight_limits_do_not_depend_on_chunking(stream: bytes) -> None:
     """L-1, L-2, L-3, R-6: a limit is passed or not whatever the chunk boundaries."""
     assert run(byte_by_byte(stream), limits=TIGHT) == run([stream], limits=TIGHT)
+
+
+# Every budget small, the blank-line one included, so short streams cross each of them.
+TIGHTEST = Limits(max_line_bytes=32, max_frame_bytes=80, max_fields=3, max_blank_lines=3)
+
+
+@QUICK
+@given(mutated_streams(), st.data())
+def test_mutated_frames_give_the_same_events_whole_in_chunks_and_byte_by_byte(
+    stream: bytes, data: st.DataObject
+) -> None:
+    """L-1 to L-3, L-8, R-6: no limit's verdict depends on where the chunks were cut."""
+    once = run([stream], limits=TIGHTEST)
+    assert run(data.draw(chunkings(stream)), limits=TIGHTEST) == once
+    assert run(byte_by_byte(stream), limits=TIGHTEST) == once

@@ -11,7 +11,7 @@ import trio
 from csp_web.infra.cache import cache_key
 from csp_web.infra.redis_cache import RedisCache
 from csp_web.infra.redis_link import RedisLink
-from tests.redis.conftest import OpenLink, wait_live
+from tests.redis.conftest import OpenLink, past_down_window, wait_live
 from tests.redis_server import RedisServer
 
 MEMORY = 1 << 20
@@ -98,27 +98,50 @@ async def test_a_peers_new_value_replaces_the_memory_copy_once_its_event_arrives
         assert await b.get("fetch", "u") == "v2"
 
 
-async def test_a_stopped_redis_is_a_miss_and_a_skipped_write_until_it_returns(
+async def test_a_stopped_redis_leaves_the_memory_tier_as_the_local_cache_until_it_returns(
     open_link: OpenLink, redis_server: RedisServer
 ) -> None:
+    """Issue 21: with Redis stopped the memory tier stands in for it (a copy made before, and
+    a write skipped in Redis, are both hits), as the embedded store's would; a checked
+    namespace still misses; once Redis and its events are back the local copies are gone."""
     async with open_link() as link:
         cache = RedisCache(link, memory_bytes=MEMORY)
         await cache.set("fetch", "u", "v", ttl_s=60)
+        await cache.set("api:x", "u", "v", ttl_s=60)
         redis_server.stop()
         await wait_live(link, False)
         with trio.fail_after(5):
-            assert await cache.get("fetch", "u") is None  # memory bypassed: events were lost
+            assert await cache.get("fetch", "u") == "v"  # its copy, once Redis did not answer
             await cache.set("fetch", "w", "x", ttl_s=60)
+            assert await cache.get("fetch", "w") == "x"
+            assert await cache.get("api:x", "u") is None  # checked: never answered alone
         assert not link.up
-        assert link.fallbacks["cache_miss"] == 1
+        assert link.fallbacks["cache_local"] == 1
         assert link.fallbacks["cache_skip"] == 1
         assert json.loads(link.stats_line())["state"] == "down"
         redis_server.start()  # empty: no persistence
         await wait_live(link)
-        await cache.set("fetch", "w", "x", ttl_s=60)
-        assert await cache.get("fetch", "w") == "x"
+        await past_down_window(link)
+        assert await cache.get("fetch", "w") is None  # made alone: dropped, Redis asked
+        await cache.set("fetch", "w", "y", ttl_s=60)
+        assert await cache.get("fetch", "w") == "y"
         assert link.up
         assert json.loads(link.stats_line())["state"] == "up"
+
+
+async def test_a_memory_copy_is_dropped_when_redis_answers_but_its_events_were_lost(
+    open_link: OpenLink, redis_server: RedisServer
+) -> None:
+    """Events lost while Redis still answers: a peer's write may have gone unheard, so the
+    memory tier is emptied and Redis's value is the answer."""
+    async with open_link() as link:
+        cache = RedisCache(link, memory_bytes=MEMORY)
+        await cache.set("fetch", "u", "v", ttl_s=60)
+        link._set_live(False)  # the subscription dropped; Redis itself is up
+        with raw_client(redis_server) as raw:
+            raw.flushall()
+        assert await cache.get("fetch", "u") is None
+        assert link.up
 
 
 async def test_a_paused_redis_costs_a_read_at_most_its_call_deadline_then_nothing(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
-from csp_web.infra.redis_link import RedisUnavailable
-from tests.redis.conftest import OpenLink
+from csp_web.infra.redis_link import RedisLink, RedisUnavailable
+from tests.redis.conftest import OpenLink, past_down_window
 from tests.redis_server import RedisServer
 
 
@@ -72,3 +73,30 @@ async def test_a_malformed_event_on_the_channel_is_ignored_and_the_next_one_deli
             await arrived.wait()
         assert seen == [{"from": link.daemon_id, "kind": "ping"}]
         assert link.events_live
+
+
+async def test_after_the_down_window_one_call_tries_redis_and_the_others_fall_back_at_once(
+    open_link: OpenLink, redis_server: RedisServer
+) -> None:
+    """Issue 21: when the down window ends, one call (the probe) tries the server; calls made
+    while it waits fall back at once, with no thread and no deadline of their own."""
+    async with open_link(call_timeout_s=0.5, retry_s=1e-3) as link:
+        redis_server.pause()
+        try:
+            with trio.fail_after(5), pytest.raises(RedisUnavailable):
+                await link.call(lambda r: r.ping(), "ping")  # the link goes down
+            await past_down_window(link)
+            calls = link.calls
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_fails, link)  # the probe, stuck until its deadline
+                await trio.testing.wait_all_tasks_blocked()
+                with trio.fail_after(5), pytest.raises(RedisUnavailable, match="down"):
+                    await link.call(lambda r: r.ping(), "ping")
+                assert link.calls == calls + 1  # only the probe was tried
+        finally:
+            redis_server.resume()
+
+
+async def _fails(link: RedisLink) -> None:
+    with trio.fail_after(5), pytest.raises(RedisUnavailable):
+        await link.call(lambda r: r.ping(), "ping")
