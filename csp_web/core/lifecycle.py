@@ -35,7 +35,7 @@ from csp_web.core.stats import ReloadRecord
 from csp_web.core.turns import FairStarts
 from csp_web.core.unix import Gate, Lease, serve_unix
 
-log = logging.getLogger("csp_web.daemon")
+log = logging.getLogger(__name__)
 
 
 async def serve(

@@ -32,7 +32,7 @@ from csp_web.core.replies import fail_reply
 from csp_web.core.systemd import inherited_unix_listener
 from protocol import ErrorCode, serialize
 
-log = logging.getLogger("csp_web.core.unix")
+log = logging.getLogger(__name__)
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 

@@ -26,7 +26,7 @@ from .exec import Sandbox
 if TYPE_CHECKING:
     from .mcp import McpPool
 
-log = logging.getLogger("specialists.tool.ops_mcp")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from protocol import (
 
 __all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
 
-log = logging.getLogger("csp_web.memory.sink.server")
+log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
 RECEIVE_BYTES = 256 * 1024  # one read: up to about a thousand audit writes, one commit
