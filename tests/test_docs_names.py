@@ -1,8 +1,9 @@
 """Every name the docs and the code's own prose give for a part of this repository exists.
 
-Read: docs/*.md, README.md, protocol/SPEC.md; the docstrings and comments of the Python under
-csp_web/, specialists/, protocol/, tests/, bench/ and scripts/; the comment lines of the shell
-scripts, the systemd units and config.yaml. Checked, each where it is written:
+Read: docs/*.md, README.md, protocol/*.md (SPEC, NODES); the docstrings and comments of the
+Python under csp_web/, specialists/, protocol/, tests/, bench/ and scripts/; the comments of the
+shell scripts, the systemd units, config.yaml, pyproject.toml and the ``.csp`` transcripts.
+Checked, each where it is written:
 
 - a path rooted at a top folder of the repo (``csp_web/core/logs.py``, ``tests/corpus/``) names
   a file or folder that exists;
@@ -31,11 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TOP_FOLDERS = ("csp_web", "specialists", "protocol", "tests", "bench", "scripts", "docs", "deploy")
 PACKAGES = ("csp_web", "specialists", "protocol", "tests")
 PYTHON_FOLDERS = ("csp_web", "specialists", "protocol", "tests", "bench", "scripts")
-DOCS = (*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "protocol" / "SPEC.md")
+DOCS = (
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "README.md",
+    *sorted((ROOT / "protocol").glob("*.md")),
+)
 HASH_COMMENTED = (
     *(p for p in sorted((ROOT / "scripts").iterdir()) if p.is_file() and p.suffix != ".py"),
     *sorted((ROOT / "deploy").rglob("*.*")),
     ROOT / "config.yaml",
+    ROOT / "pyproject.toml",
+    *sorted((ROOT / "tests").rglob("*.csp")),
 )
 # Files of other projects, cited as the precedent of ours.
 FOREIGN = frozenset(
@@ -87,8 +94,10 @@ def prose() -> Iterator[tuple[Path, int, str]]:
             yield path, number, line
     for path in HASH_COMMENTED:
         for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
-            if "#" in line:
-                yield path, number, line[line.index("#") :]
+            if line.lstrip().startswith("#"):
+                yield path, number, line
+            elif " #" in line:  # a comment after a setting
+                yield path, number, line[line.index(" #") :]
     for folder in PYTHON_FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
             for number, line in _python_prose(path):
