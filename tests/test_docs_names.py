@@ -137,12 +137,10 @@ def _dotted_resolves(mention: str) -> bool:
         return False
     target: object = importlib.import_module(".".join(parts[:count]))
     for name in parts[count:]:
-        if hasattr(target, name):
-            target = getattr(target, name)
-        elif name in getattr(target, "__dataclass_fields__", {}):
-            return True  # a field without a default: its value exists only on instances
-        else:
-            return False
+        if not hasattr(target, name):
+            # A dataclass field without a default: its value exists only on instances.
+            return name in getattr(target, "__dataclass_fields__", {})
+        target = getattr(target, name)
     return True
 
 
@@ -198,7 +196,7 @@ def test_a_stale_name_is_found(line: str, stale: list[str]) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "`csp_web/core/logs.py` and `csp_web.core.logs.setup_logging`; the folder `specialists/web/`.",
+        "`csp_web/core/logs.py`, `csp_web.core.logs.setup_logging`, the folder `specialists/web/`",
         "``csp_web.config.Config.daemon``: a dataclass field; `core/ports.py`, `fleet.py`.",
         "the protocol. Then tests/corpus/*.csp and specialists/<name>/__init__.py.",
         "https://github.com/python-hyper/h11/blob/master/tests/test_io.py and csp_web.*",

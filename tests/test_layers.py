@@ -3,8 +3,9 @@
 Layers, lowest first: protocol (0) <- config (1) <- core (2) <- memory, net, infra (3) <- cron
 (4) <- specialists (5) <- app, cli, mcp_face (6). A module imports only its own layer or lower
 ones; memory, net, infra and cron never import each other, nor do the web and tool
-specialists; specialists and the scheduler see only the public part of core; the graph has no cycles; only core's replies module builds a reply
-frame. Every import counts: module level, inside functions, under ``if TYPE_CHECKING``.
+specialists; specialists and the scheduler see only the public part of core; the graph has no
+cycles; only core's replies module builds a reply frame. Every import counts: module level,
+inside functions, under ``if TYPE_CHECKING``.
 
 ``KNOWN`` lists the violations the refactor has yet to remove; the tests also fail when a
 known entry is gone, so the list can only shrink.
