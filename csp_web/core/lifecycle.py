@@ -1,4 +1,4 @@
-"""The daemon's lifecycle: compose the services, serve the transports, stop gracefully.
+"""The daemon's lifecycle: serve a composed daemon on its transports, stop gracefully.
 
 Shutdown (a signal, or EOF on stdin) stops accepting and reading and answers ``shutting_down``
 to every frame already received but not started; in-flight frames finish and reply within
@@ -6,7 +6,7 @@ to every frame already received but not started; in-flight frames finish and rep
 (SPEC R-1), written within one write limit (``connection.write_timeout_s``), and one log line
 gives the counts. Then the outbox gets what is left of the grace period to deliver pending
 memory writes (the rest stay on disk for the next start). A second signal cancels at once.
-``serve_daemon`` returns how many tasks the grace period cut (the CLI exits 4 when any).
+``serve`` returns how many tasks the grace period cut (the CLI exits 4 when any).
 """
 
 from __future__ import annotations
