@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("protocol", "csp_web", "specialists")
 PROCESS_TIMEOUT_S = 60
@@ -77,6 +79,7 @@ def test_every_logger_in_the_packages_is_named_after_its_module() -> None:
     assert [where for where, ok in calls.items() if not ok] == []
 
 
+@pytest.mark.slow
 def test_each_package_logs_to_stderr_under_its_module_name_at_the_configured_level() -> None:
     done = subprocess.run(
         [sys.executable, "-c", _EMIT, *LOGGING_MODULES],
