@@ -6,7 +6,7 @@ to every frame already received but not started; in-flight frames finish and rep
 (SPEC R-1), written within one write limit (``connection.write_timeout_s``), and one log line
 gives the counts. Then the outbox gets what is left of the grace period to deliver pending
 memory writes (the rest stay on disk for the next start). A second signal cancels at once.
-``serve`` returns how many tasks the grace period cut (the CLI exits 4 when any).
+``serve_daemon`` returns how many tasks the grace period cut (the CLI exits 4 when any).
 """
 
 from __future__ import annotations

@@ -64,8 +64,7 @@ def _others_can_reach(path: str) -> bool:
 
 def _effective_config(config: Config) -> ExecConfig:
     """The exec policy with the daemon's own paths masked. A workspace root among them never
-    gets here: building the Config refuses it
-    (``csp_web.config.exec.refuse_private_workspaces``)."""
+    gets here: building the Config refuses it (``config_exec.refuse_private_workspaces``)."""
     exec_config = config.tool.exec
     private = _masked_private(daemon_paths(config))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *private)))
