@@ -249,7 +249,7 @@ async def test_a_flood_of_refused_writes_logs_one_warning_with_the_count(
     limits = OutboxConfig(max_pending=1, reserve=0)
     async with open_outbox(_outbox_path(tmp_path), limits, MemoryConfig()) as outbox:
         await outbox.put(_write(0))
-        with caplog.at_level(logging.WARNING, logger="csp_web.memory.outbox"):
+        with caplog.at_level(logging.WARNING, logger="csp_web.memory.outbox_room"):
             for n in range(1, 1001):
                 with pytest.raises(OpError):
                     await outbox.put(_write(n))

@@ -30,7 +30,7 @@ from csp_web.core.ports import Outbound
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from protocol import Reply, Status, Task
 
-log = logging.getLogger("csp_web.core.sys_audits")
+log = logging.getLogger(__name__)
 
 
 class _Summary:

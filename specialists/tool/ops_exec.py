@@ -36,7 +36,7 @@ from .exec import (
 )
 from .services import ExecServices, ToolServices
 
-log = logging.getLogger("csp_web.exec")
+log = logging.getLogger(__name__)
 
 
 def _masked_private(private: tuple[str, ...]) -> tuple[str, ...]:
