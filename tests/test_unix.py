@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import trio
+import trio.testing
 
 from csp_web.config import Config, SocketConfig
 from csp_web.core.unix import SocketSetupError, open_unix_listener
@@ -50,10 +51,8 @@ async def test_socket_is_private_and_removed_on_exit(
     reply = await _exchange(path)
     assert reply is not None
     assert reply.get("DATA") == "pong"
-    daemon.scope.cancel()
-    with trio.fail_after(10):
-        while os.path.exists(path):
-            await trio.sleep(0.01)
+    await daemon.stop()
+    assert not os.path.exists(path)
 
 
 async def test_directory_open_to_others_is_refused(sock_dir: str) -> None:
@@ -165,9 +164,9 @@ async def test_connection_cap_refuses_n_plus_1_busy_when_no_connection_is_idle(
     finally:
         for stream in held:
             await stream.aclose()
-    with trio.fail_after(10):
-        while True:  # a slot frees once the server notices the close
-            reply = await _exchange(path)
-            if reply is not None and reply.status is Status.OK:
-                break
-            await trio.sleep(0.01)
+    # A slot frees once the server has read both EOFs (ready at its next poll) and ended
+    # their handlers: once every task is blocked.
+    await trio.testing.wait_all_tasks_blocked()
+    reply = await _exchange(path)
+    assert reply is not None
+    assert reply.status is Status.OK
