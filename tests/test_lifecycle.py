@@ -124,7 +124,7 @@ async def _start_serving(
             env=env,
         )
     with trio.fail_after(PROCESS_TIMEOUT_S):
-        while True:
+        while True:  # a process: nothing to wait on but its socket (polled, bounded)
             assert process.poll() is None, Path(log_path).read_text()
             try:
                 async with open_client(socket_path) as client:
@@ -319,6 +319,7 @@ async def test_kill_9_loses_no_write_of_an_answered_task(
     sink = await start_sink(nursery, memory_socket, os.path.join(tmp_path, "mem"))
     second = await _start_serving(config, socket_path, env, os.path.join(tmp_path, "second.log"))
     try:
+        # The writes come from the daemon *process*: the sink's store is polled (bounded).
         await wait_until(lambda: set(sent) <= audit_ids(sink.directory), timeout_s=20)
     finally:
         second.send_signal(signal.SIGTERM)
