@@ -67,7 +67,13 @@ async def test_stale_socket_is_replaced(sock_dir: str) -> None:
     old.bind(path)
     old.close()  # the file stays, nobody listens: stale
     listener = await open_unix_listener(path, backlog=1)
-    await listener.aclose()
+    async with listener:  # a live listener now answers at the path the stale one held
+        with trio.fail_after(10):
+            client = await trio.open_unix_socket(path)
+            async with client, await listener.accept() as served:
+                await client.send_all(b"x")
+                assert await served.receive_some(1) == b"x"
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
 async def test_path_that_is_not_a_socket_is_never_removed(sock_dir: str) -> None:
