@@ -24,7 +24,7 @@ from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import Status, Task
-from tests.conftest import start_daemon, wait_until, with_memory
+from tests.conftest import start_daemon, with_memory
 from tests.harness import TEST_OPS, build_dispatcher, outbox_of
 
 
@@ -114,7 +114,11 @@ async def test_closing_a_connection_writes_its_open_summary(
         replies = await client.call_many([_ping("c0"), _ping("c1")], timeout_s=10)
         assert outbox.depth == 0
     assert [r.status for r in replies] == [Status.OK, Status.OK]
-    await wait_until(lambda: outbox.depth == 1)
+    # The daemon sees the close as soon as it polls (a Unix socket's EOF is immediate), and
+    # the summary commits on the event loop (synchronous: normal): once every task is
+    # blocked, it is pending.
+    await trio.testing.wait_all_tasks_blocked()
+    assert outbox.depth == 1
     (record,) = _pending(config.outbox_path)
     frames = (record["frames"], sorted(record["ids"]), record["ops"])
     assert frames == (2, ["c0", "c1"], {"SYS/ping": 2})  # C-2: replies may come in any order
