@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python bench/extraction.py [--corpus [DIR ...]] [--half a|b] [--repeat N]
+    python bench/extraction.py [--corpus [DIR ...]] [--half a|b] [--repeat N] [--dump DIR]
 
 Without DIRs (or without `--corpus`) it runs both dev corpora beside the clone: the Zyte news
 articles (`extraction-dev`) and the seven-type WCXB pages (`extraction-wcxb-dev`), and prints
@@ -10,6 +10,8 @@ a table per corpus: F1, precision and recall overall and per page type, median a
 and how many of the extractor's PAGE_TYPE hints were right out of those given.
 `--half a` or `--half b` scores only the pages whose id hashes into that half (crc32 of the
 id, even or odd), so a rule tuned on one half can be checked on the other.
+`--dump DIR` writes the Markdown of every page to `DIR/<corpus>/<id>.md` instead of scoring,
+so a restructuring can be checked byte for byte (`diff -r BEFORE AFTER`).
 
 The metric is the Zyte article-extraction-benchmark's, as the corpus README states it:
 tokens are ``\\w+`` runs; each text becomes a multiset of 4-token shingles; per document
@@ -273,6 +275,18 @@ def report(score: CorpusScore, command: str, worst: int = 10, name: str = "corpu
     return "\n".join(lines)
 
 
+def dump_corpus(corpus: Path, out: Path, half: str | None = None) -> int:
+    """Write the extractor's Markdown of every page to `out/<corpus name>/<id>.md`; returns
+    how many pages were written."""
+    target = out / corpus.name
+    target.mkdir(parents=True, exist_ok=True)
+    pages = load_corpus(corpus, half)
+    for page in pages:
+        markdown = _extract(page.html, page.url).markdown
+        (target / f"{page.page_id}.md").write_text(markdown, encoding="utf-8")
+    return len(pages)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Score the extractor on the corpus and print the summary; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -282,12 +296,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--half", choices=HALVES, help="only the pages of this id-hash half")
     parser.add_argument("--repeat", type=int, default=1, help="time each page N times, keep best")
     parser.add_argument("--worst", type=int, default=10, help="list this many worst pages")
+    parser.add_argument("--dump", type=Path, help="write each page's Markdown under DIR, no scores")
     args = parser.parse_args(argv)
     corpora = args.corpus or [c for c in DEFAULT_CORPORA if c.is_dir()]
     if not corpora:
         print(f"no corpus found beside the clone ({CORPORA_DIR}); pass --corpus DIR")
         return 2
     half = f" --half {args.half}" if args.half else ""
+    if args.dump is not None:
+        for corpus in corpora:
+            written = dump_corpus(corpus, args.dump, args.half)
+            print(f"{corpus.name}: {written} pages written to {args.dump / corpus.name}")
+        return 0
     for corpus in corpora:
         command = f"python bench/extraction.py --corpus {corpus}{half} --repeat {args.repeat}"
         score = score_corpus(corpus, repeat=args.repeat, half=args.half)
