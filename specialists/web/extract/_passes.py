@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ._clean import drop_repeats, find_skips, trim_tail
 from ._dom import build_tree
@@ -22,9 +23,25 @@ from ._page import Claims, Page
 from ._page_sections import join_sections, names_content
 from ._prune import drop_chrome
 from ._repeat import find_run, run_items, widen
+from ._rules import (
+    CHROME_PRUNE,
+    DROP_REPEATS,
+    KEEP_MOST,
+    KEEP_TEXT,
+    NAMED_PICK,
+    RUN_WIDEN,
+    SECTION_JOIN,
+    SHELL_DESCRIPTION,
+    SPREAD,
+    THREAD_JOIN,
+    TRIM_TAIL,
+    Rule,
+    on,
+)
 from ._score import keep_most, link_density, measure, select_content, spread
 from ._shell import readable_tree
 
+T = TypeVar("T")
 _WORD = re.compile(r"\w+")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
@@ -64,7 +81,8 @@ def _measure(page: Page) -> None:
 
 
 def _prune(page: Page) -> None:
-    page.order = drop_chrome(page.order)
+    if any(elem.chrome for elem in page.order) and on(CHROME_PRUNE):
+        page.order = drop_chrome(page.order)
 
 
 def _find_run(page: Page) -> None:
@@ -76,23 +94,28 @@ def _select(page: Page) -> None:
 
 
 def _widen(page: Page) -> None:
-    keep_pick = page.claims.article or names_content(page.picked)
-    page.content, page.listing = widen(page.picked, page.run, keep_pick=keep_pick)
+    picked = page.picked
+    keep_pick = page.claims.article or (names_content(picked) and on(NAMED_PICK))
+    content, listing = widen(picked, page.run, keep_pick=keep_pick)
+    if (content != picked or listing) and not on(RUN_WIDEN):
+        content, listing = picked, False
+    page.content, page.listing = content, listing
 
 
 def _spread(page: Page) -> None:
     if not page.listing:
-        page.content = spread(page.content, page.mirror())
+        page.content = _if_on(SPREAD, page.content, spread(page.content, page.mirror()))
 
 
 def _join_sections(page: Page) -> None:
     if not page.listing:
-        page.content = join_sections(page.content, article=page.claims.article)
+        joined = join_sections(page.content, article=page.claims.article)
+        page.content = _if_on(SECTION_JOIN, page.content, joined)
 
 
 def _join_items(page: Page) -> None:
     if page.claims.thread:
-        page.content = join_items(page.content, page.order)
+        page.content = _if_on(THREAD_JOIN, page.content, join_items(page.content, page.order))
 
 
 def _layout(page: Page) -> None:
@@ -107,8 +130,9 @@ def _layout(page: Page) -> None:
 
 
 def _keep_most(page: Page) -> None:
-    page.content, scattered = keep_most(page.content, page.mirror())
-    page.listing = page.listing or scattered
+    content, scattered = keep_most(page.content, page.mirror())
+    if scattered and on(KEEP_MOST):
+        page.content, page.listing = content, True
 
 
 def _find_skips(page: Page) -> None:
@@ -122,17 +146,19 @@ def _render(page: Page) -> None:
 
 
 def _drop_repeats(page: Page) -> None:
-    page.blocks = drop_repeats(page.blocks)
+    page.blocks = _if_on(DROP_REPEATS, page.blocks, drop_repeats(page.blocks))
 
 
 def _trim_tail(page: Page) -> None:
-    page.blocks = trim_tail(page.blocks)
+    page.blocks = _if_on(TRIM_TAIL, page.blocks, trim_tail(page.blocks))
 
 
 def _keep_text(page: Page) -> None:
     """Cleaning must never empty an article that has text: render it again, nothing skipped."""
     if not page.blocks:
-        page.blocks = render(page.content, base_url=page.url, skip=frozenset())
+        page.blocks = _if_on(
+            KEEP_TEXT, page.blocks, render(page.content, base_url=page.url, skip=frozenset())
+        )
 
 
 def _join_blocks(page: Page) -> None:
@@ -147,7 +173,7 @@ def _shell_description(page: Page) -> None:
     """A body with fewer words than the description is a script-rendered shell's: the
     description says more."""
     description = page.description
-    if description and page.words < len(_WORD.findall(description)):
+    if description and page.words < len(_WORD.findall(description)) and on(SHELL_DESCRIPTION):
         page.body, page.words = description, len(_WORD.findall(description))
 
 
@@ -159,6 +185,11 @@ def _titled(page: Page) -> None:
 def _page_kind(page: Page) -> None:
     if page.body:
         page.kind = page_type(page.declared, page.url, page.layout, page.body)
+
+
+def _if_on(rule: Rule, before: list[T], after: list[T]) -> list[T]:
+    """`after`, the part as `rule` leaves it, unless the rule is off and changed it."""
+    return after if after == before or on(rule) else before
 
 
 _COUNTERS = ("Elem.text_len", "Elem.link_len", "Elem.commas", "Elem.prose", "Elem.points")

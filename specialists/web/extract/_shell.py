@@ -6,6 +6,7 @@ from __future__ import annotations
 from selectolax.lexbor import LexborHTMLParser
 
 from ._guard import defuse_nesting
+from ._rules import NOSCRIPT_SHELL, on
 
 _INVISIBLE = ("script", "style", "noscript", "template", "svg")
 # A page whose visible body holds less text than this may be a script-rendered shell: its
@@ -38,6 +39,8 @@ def readable_tree(tree: LexborHTMLParser) -> LexborHTMLParser:
     body = tree.body
     visible = len(body.text()) if body is not None else 0
     if visible >= SHELL_MAX_CHARS or len(copy) < NOSCRIPT_TEXT_RATIO * max(visible, 100):
+        return tree
+    if not on(NOSCRIPT_SHELL):
         return tree
     inner = LexborHTMLParser(defuse_nesting(f"<body>{markup}</body>"))
     inner.strip_tags(list(_INVISIBLE))
