@@ -76,7 +76,7 @@ def test_a_census_names_the_rules_that_applied_on_the_page() -> None:
     assert applied <= RULES.keys()
 
 
-def test_every_registered_rule_is_asked_somewhere_in_the_extractor() -> None:
+def test_every_registered_rule_is_asked_in_the_extractor_and_belongs_to_a_pass() -> None:
     source = "".join(
         path.read_text(encoding="utf-8")
         for path in PACKAGE.glob("*.py")
@@ -86,6 +86,7 @@ def test_every_registered_rule_is_asked_somewhere_in_the_extractor() -> None:
     declared = {name for name, value in vars(_rules).items() if isinstance(value, _rules.Rule)}
     assert declared == asked
     assert len(RULES) == len(declared)
+    assert {rule.stage for rule in RULES.values()} <= {step.name for step in PASSES}
 
 
 class _Undeclared:

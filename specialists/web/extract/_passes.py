@@ -192,6 +192,12 @@ def _if_on(rule: Rule, before: list[T], after: list[T]) -> list[T]:
     return after if after == before or on(rule) else before
 
 
+# The slots of the mirror's elements each pass writes: the mirror builds them, `measure`
+# fills the counters bottom-up, `prune` detaches elements and corrects their ancestors'.
+_BUILT = (
+    "Elem.tag", "Elem.attrs", "Elem.parent", "Elem.hint", "Elem.kids", "Elem.own_len",
+    "Elem.own_commas", "Elem.chrome", "Elem.holds_items",
+)  # fmt: skip
 _COUNTERS = ("Elem.text_len", "Elem.link_len", "Elem.commas", "Elem.prose", "Elem.points")
 
 PASSES: tuple[Pass, ...] = (
@@ -200,7 +206,7 @@ PASSES: tuple[Pass, ...] = (
     Pass(
         "mirror",
         ("tree", "claims"),
-        ("root", "order", "Elem.kids", "Elem.own_len", "Elem.chrome", "Elem.holds_items"),
+        ("root", "order", *_BUILT),
         _mirror,
     ),
     Pass("measure", ("order",), (*_COUNTERS, "Elem.blocky"), _measure, on_body=True),
@@ -224,7 +230,7 @@ PASSES: tuple[Pass, ...] = (
     ),
     Pass("join-items", ("content", "order", "claims"), ("content",), _join_items, on_body=True),
     Pass("layout", ("content", "picked", "listing", "run"), ("layout",), _layout, on_body=True),
-    Pass("keep-most", ("content", "root", "listing"), ("content", "listing"), _keep_most, True),
+    Pass("keep-most", ("content", "root"), ("content", "listing"), _keep_most, on_body=True),
     Pass(
         "find-skips",
         ("content", "title", "listing", "claims"),
