@@ -14,7 +14,7 @@ from typing import NoReturn
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from bench.extraction import CorpusScore, dump_corpus, report
+from bench.extraction import CorpusScore, dump_corpus, report, score_corpus
 from bench.extraction_ablation import ablate, negligible
 from specialists.web.extract import RULES, _rules, census, extract_article, switched_off
 from specialists.web.extract._page import Page
@@ -153,3 +153,11 @@ def test_dump_writes_each_pages_markdown_under_the_corpus_name(tmp_path: Path) -
 def test_the_report_says_when_trafilatura_is_absent_and_its_timing_skipped() -> None:
     score = CorpusScore(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ())
     assert "trafilatura: not installed, its timing column is skipped" in report(score, "cmd")
+
+
+def test_a_rival_is_timed_on_every_page_beside_ours_and_reported(tmp_path: Path) -> None:
+    seen: list[str] = []
+    score = score_corpus(_corpus(tmp_path), repeat=2, rival=lambda html, url: seen.append(html))
+    assert seen == [ARTICLE, ARTICLE]  # interleaved: each page, as many runs as ours
+    assert score.rival_median_ms is not None
+    assert "trafilatura (interleaved) median ms" in report(score, "cmd")
