@@ -366,7 +366,7 @@ async def test_a_second_signal_stops_at_once_even_while_the_outbox_waits_to_flus
     await wait_until(lambda: "shutdown: " in Path(log_path).read_text(), timeout_s=20)
     process.send_signal(signal.SIGTERM)
     assert await _wait_exit(process) == 0, Path(log_path).read_text()
-    assert "second signal: cancelling" in Path(log_path).read_text()
+    assert "second signal: cutting in-flight work" in Path(log_path).read_text()
 
 
 def _relayed_write(task_id: str) -> bytes:
