@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    python bench/extraction.py [--corpus [DIR ...]] [--half a|b] [--repeat N]
+    python bench/extraction.py [--corpus [DIR ...]] [--half a|b] [--repeat N] [--dump DIR]
+                               [--ablate]
 
 Without DIRs (or without `--corpus`) it runs both dev corpora beside the clone: the Zyte news
 articles (`extraction-dev`) and the seven-type WCXB pages (`extraction-wcxb-dev`), and prints
@@ -10,6 +11,12 @@ a table per corpus: F1, precision and recall overall and per page type, median a
 and how many of the extractor's PAGE_TYPE hints were right out of those given.
 `--half a` or `--half b` scores only the pages whose id hashes into that half (crc32 of the
 id, even or odd), so a rule tuned on one half can be checked on the other.
+`--dump DIR` writes the Markdown of every page to `DIR/<corpus>/<id>.md` instead of scoring,
+so a restructuring can be checked byte for byte (`diff -r BEFORE AFTER`). `--ablate` scores
+each rule of the extractor's registry by the F1 lost per page type with it switched off
+(`bench/extraction_ablation.py`). When trafilatura is importable (it is not a dependency),
+each page is also extracted by it, interleaved with ours, and its median ms is printed
+beside ours: the two see the same load.
 
 The metric is the Zyte article-extraction-benchmark's, as the corpus README states it:
 tokens are ``\\w+`` runs; each text becomes a multiset of 4-token shingles; per document
@@ -33,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/extraction.py` finds the packages
@@ -48,12 +56,14 @@ DEFAULT_PAGE_TYPE = "article"  # the Zyte corpus holds news articles and names n
 HALVES = ("a", "b")
 SHINGLE_SIZE = 4  # the benchmark's n-gram size
 
+T = TypeVar("T")
 _TOKEN = re.compile(r"\w+")
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _LEADING_TITLE = re.compile(r"\A\s*# [^\n]*\n?")
 
 Extractor = Callable[[str, str | None], Article]
+Rival = Callable[[str, str | None], object]
 # The corpora's type names that the extractor's PAGE_TYPE hint spells otherwise.
 _HINT_NAMES = {"documentation": "docs"}
 
@@ -70,6 +80,7 @@ class PageScore:
     elapsed_ms: float
     cpu_ms: float
     hint: str | None = None
+    rival_ms: float | None = None  # trafilatura's wall ms on the same page, when installed
 
     @property
     def hint_is_right(self) -> bool | None:
@@ -108,6 +119,12 @@ class CorpusScore:
     median_cpu_ms: float
     p90_ms: float
     pages: tuple[PageScore, ...]
+
+    @property
+    def rival_median_ms(self) -> float | None:
+        """trafilatura's median wall ms per page, timed interleaved with ours (None: absent)."""
+        times = [page.rival_ms for page in self.pages if page.rival_ms is not None]
+        return statistics.median(times) if times else None
 
     @property
     def hints(self) -> tuple[int, int]:
@@ -178,41 +195,67 @@ def _extract(html: str, url: str | None) -> Article:
     return extract_article(html, url=url)
 
 
+def trafilatura_rival() -> Rival | None:
+    """trafilatura's Markdown extraction (its `output_format="markdown"`, from 1.9) as a
+    timing rival, or None when it is not installed."""
+    try:
+        import trafilatura  # type: ignore[import-not-found,unused-ignore]  # optional
+    except ImportError:
+        return None
+
+    def rival(html: str, url: str | None) -> object:
+        return trafilatura.extract(html, url=url, output_format="markdown")
+
+    return rival
+
+
 def score_corpus(
     corpus: Path = DEFAULT_CORPUS,
     extract: Extractor = _extract,
     *,
     repeat: int = 1,
     half: str | None = None,
+    rival: Rival | None = None,
 ) -> CorpusScore:
     """Run `extract` over every page single-threaded and score it with the benchmark's metric.
 
     Only the extractor call is timed (wall clock, and this thread's CPU time); reading and
     decompressing pages is not. With `repeat` > 1 each page keeps its fastest run, as timeit
-    does, to see through a busy machine; the output scored is the same on every run.
+    does, to see through a busy machine; the output scored is the same on every run. A
+    `rival` extractor is timed on each page right after ours, as many times, so both see
+    the same load; its output is not scored.
     """
     scores = []
     for page in load_corpus(corpus, half):
         article, wall_ms, cpu_ms = _timed(extract, page.html, page.url, max(1, repeat))
+        rival_ms = _timed(rival, page.html, page.url, max(1, repeat))[1] if rival else None
         counts = compare(markdown_to_text(article.markdown), page.truth)
         scores.append(
-            PageScore(page.page_id, page.page_type, *counts, wall_ms, cpu_ms, article.page_type)
+            PageScore(
+                page.page_id,
+                page.page_type,
+                *counts,
+                wall_ms,
+                cpu_ms,
+                article.page_type,
+                rival_ms,
+            )
         )
     return summarise(scores)
 
 
 def _timed(
-    extract: Extractor, html: str, url: str | None, repeat: int
-) -> tuple[Article, float, float]:
-    best_wall = best_cpu = float("inf")
-    article = None
-    for _ in range(repeat):
+    extract: Callable[[str, str | None], T], html: str, url: str | None, repeat: int
+) -> tuple[T, float, float]:
+    """`extract`'s result (which may be None: trafilatura's is when it finds nothing) and its
+    fastest wall and CPU ms over `repeat` runs (at least one)."""
+    walls, cpus, results = [], [], []
+    for _ in range(max(1, repeat)):
         wall, cpu = time.perf_counter(), time.thread_time()
-        article = extract(html, url)
-        best_cpu = min(best_cpu, (time.thread_time() - cpu) * 1000)
-        best_wall = min(best_wall, (time.perf_counter() - wall) * 1000)
-    assert article is not None  # repeat >= 1
-    return article, best_wall, best_cpu
+        results.append(extract(html, url))
+        cpus.append((time.thread_time() - cpu) * 1000)
+        walls.append((time.perf_counter() - wall) * 1000)
+    return results[-1], min(walls), min(cpus)
 
 
 def summarise(scores: Sequence[PageScore]) -> CorpusScore:
@@ -253,6 +296,7 @@ def report(score: CorpusScore, command: str, worst: int = 10, name: str = "corpu
         f"  recall {score.recall:.4f}  F1 {score.f1:.4f}",
         f"ms/page  mean {score.mean_ms:.2f}  median {score.median_ms:.2f}"
         f"  p90 {score.p90_ms:.2f}  (median CPU {score.median_cpu_ms:.2f})",
+        _rival_line(score),
         f"  {'type':<14} {'pages':>5} {'F1':>6} {'P':>6} {'R':>6} {'med ms':>7} {'p90 ms':>7}"
         "  hints right/given",
     ]
@@ -273,6 +317,38 @@ def report(score: CorpusScore, command: str, worst: int = 10, name: str = "corpu
     return "\n".join(lines)
 
 
+def dump_corpus(corpus: Path, out: Path, half: str | None = None) -> int:
+    """Write the extractor's Markdown of every page to `out/<corpus name>/<id>.md`; returns
+    how many pages were written."""
+    target = out / corpus.name
+    target.mkdir(parents=True, exist_ok=True)
+    pages = load_corpus(corpus, half)
+    for page in pages:
+        markdown = _extract(page.html, page.url).markdown
+        (target / f"{page.page_id}.md").write_text(markdown, encoding="utf-8")
+    return len(pages)
+
+
+def _rival_line(score: CorpusScore) -> str:
+    rival = score.rival_median_ms
+    if rival is None:
+        return "trafilatura: not installed, its timing column is skipped"
+    ratio = score.median_ms / rival if rival else float("inf")
+    return f"trafilatura (interleaved) median ms {rival:.2f}  ours/theirs {ratio:.2f}"
+
+
+def _ablate(corpora: Sequence[Path], half: str | None) -> None:
+    from bench.extraction_ablation import ablate, ablation_report, negligible
+
+    results = []
+    for corpus in corpora:
+        baseline, ablations = ablate(corpus, half)
+        command = f"python bench/extraction.py --corpus {corpus} --ablate"
+        print(ablation_report(corpus.name, baseline, ablations, command), end="\n\n")
+        results.append(ablations)
+    print("rules with no measured contribution on any page type: " + ", ".join(negligible(results)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Score the extractor on the corpus and print the summary; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -282,15 +358,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--half", choices=HALVES, help="only the pages of this id-hash half")
     parser.add_argument("--repeat", type=int, default=1, help="time each page N times, keep best")
     parser.add_argument("--worst", type=int, default=10, help="list this many worst pages")
+    parser.add_argument("--dump", type=Path, help="write each page's Markdown under DIR, no scores")
+    parser.add_argument("--ablate", action="store_true", help="F1 lost with each rule off")
     args = parser.parse_args(argv)
     corpora = args.corpus or [c for c in DEFAULT_CORPORA if c.is_dir()]
     if not corpora:
         print(f"no corpus found beside the clone ({CORPORA_DIR}); pass --corpus DIR")
         return 2
     half = f" --half {args.half}" if args.half else ""
+    rival = trafilatura_rival()
+    if args.ablate:
+        _ablate(corpora, args.half)
+        return 0
+    if args.dump is not None:
+        for corpus in corpora:
+            written = dump_corpus(corpus, args.dump, args.half)
+            print(f"{corpus.name}: {written} pages written to {args.dump / corpus.name}")
+        return 0
     for corpus in corpora:
         command = f"python bench/extraction.py --corpus {corpus}{half} --repeat {args.repeat}"
-        score = score_corpus(corpus, repeat=args.repeat, half=args.half)
+        score = score_corpus(corpus, repeat=args.repeat, half=args.half, rival=rival)
         print(report(score, command, args.worst, name=corpus.name), end="\n\n")
     return 0
 

@@ -1,6 +1,6 @@
 """The reply corpus: every frame of tests/corpus/*.csp sent to ``python -m csp_web serve`` on
 stdin, the replies written to one file (or stdout). A refactor that must not change the wire
-records it before and ``cmp``s it after (docs/composition-plan.md, section 7).
+records it before and ``cmp``s it after (docs/transcripts.md, "The reply corpus").
 
 Each ``.csp`` file is one conversation with a fresh daemon (its own temp state dir, embedded
 memory, tests/corpus/config.yaml). Its steps (``>`` lines up to the next ``<`` block, as in

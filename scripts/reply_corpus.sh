@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reply corpus (docs/composition-plan.md section 7): the replies of every frame of
+# The reply corpus (docs/transcripts.md, "The reply corpus"): the replies of every frame of
 # tests/corpus/*.csp and tests/transcripts/*.csp, masked where runs differ. Usage:
 #   scripts/reply_corpus.sh > before.bin   ... change ...   scripts/reply_corpus.sh | cmp before.bin
 set -euo pipefail

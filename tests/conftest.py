@@ -85,23 +85,36 @@ def config(tmp_path: os.PathLike[str], sock_dir: str) -> Config:
     )
 
 
+STOP_WAIT_S = 10.0  # a bound on a stop that ends on an event, never a timing assertion
+
+
 @dataclass
 class Sink:
     store: SinkStore
     directory: str
     scope: trio.CancelScope
+    stopped: trio.Event
+
+    async def stop(self) -> None:
+        """Cancel the sink and return once it has ended (its socket file removed)."""
+        self.scope.cancel()
+        with trio.fail_after(STOP_WAIT_S):
+            await self.stopped.wait()
 
 
 async def start_sink(nursery: trio.Nursery, socket_path: str, directory: str) -> Sink:
     """Run the reference Memory Specialist until the returned scope is cancelled."""
-    scope = trio.CancelScope()
+    scope, stopped = trio.CancelScope(), trio.Event()
 
     async def run(*, task_status: trio.TaskStatus[SinkStore]) -> None:
-        with scope:
-            await serve_memory_sink(socket_path, directory, task_status=task_status)
+        try:
+            with scope:
+                await serve_memory_sink(socket_path, directory, task_status=task_status)
+        finally:
+            stopped.set()
 
     store = await nursery.start(run)
-    return Sink(store, directory, scope)
+    return Sink(store, directory, scope, stopped)
 
 
 @pytest.fixture
@@ -115,6 +128,13 @@ class Daemon:
     socket_path: str
     dispatcher: Dispatcher
     scope: trio.CancelScope
+    stopped: trio.Event
+
+    async def stop(self) -> None:
+        """Cancel the daemon and return once it has ended (its socket file removed)."""
+        self.scope.cancel()
+        with trio.fail_after(STOP_WAIT_S):
+            await self.stopped.wait()
 
 
 async def start_daemon(
@@ -128,7 +148,7 @@ async def start_daemon(
     """A daemon serving ``socket_path`` (no stdin) until its scope is cancelled: with ``ops``
     only, with the ``specialists`` given, or (True) with every specialist as ``csp-web serve``
     runs them (the composition root: redis.url shared state included)."""
-    scope = trio.CancelScope()
+    scope, stopped = trio.CancelScope(), trio.Event()
 
     def composed() -> AbstractAsyncContextManager[ComposedDaemon]:
         if specialists is True:
@@ -137,12 +157,17 @@ async def start_daemon(
         return open_daemon(config, chosen, memory=open_memory_path(config))
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-        with scope:
-            async with composed() as daemon:
-                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
+        try:
+            with scope:
+                async with composed() as daemon:
+                    await serve(
+                        daemon, stdio=None, socket_path=socket_path, task_status=task_status
+                    )
+        finally:
+            stopped.set()
 
     dispatcher = await nursery.start(run)
-    return Daemon(socket_path, dispatcher, scope)
+    return Daemon(socket_path, dispatcher, scope, stopped)
 
 
 @pytest.fixture
@@ -206,7 +231,11 @@ def with_memory(config: Config, socket_path: str | None) -> Config:
 
 
 async def wait_until(predicate: object, *, timeout_s: float = 10.0) -> None:
-    """Poll ``predicate`` (a zero-argument callable) until true; fails after ``timeout_s``."""
+    """Poll ``predicate`` (a zero-argument callable) until true; fails after ``timeout_s``.
+
+    Only for state an outside process changes (a child's log or files, a database another
+    process writes): nothing in this process can signal it. In-process code has events to
+    wait on (``Outbox.wait_drained``/``wait_changed``, ``Sink.stop``, ``Daemon.stop``)."""
     assert callable(predicate)
     with trio.fail_after(timeout_s):
         while not predicate():

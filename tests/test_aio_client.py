@@ -66,7 +66,10 @@ async def test_replies_reach_their_callers_whatever_order_they_arrive_in(socket_
             slow = {"REQ": "sleep", "IN": "TEST", "OUT": "SLEPT", "MS": "300"}
             fast = {"REQ": "echo", "IN": "TEST", "OUT": "ECHO", "TEXT": "hi"}
             first = asyncio.create_task(one(slow))
-            await asyncio.sleep(0.05)  # the slow frame is on the wire first
+            # One pass of the loop runs the slow call up to its wait for the reply: its frame
+            # is written first (the write is synchronous; no timer involved).
+            await asyncio.sleep(0)
+            assert order == []
             await one(fast)
             await first
             return order
@@ -104,7 +107,7 @@ async def test_an_id_already_awaiting_a_reply_is_refused(socket_path: str) -> No
             slow = asyncio.create_task(
                 client.call(Task("sleep", "TEST", "SLEPT", None, (("ID", "d"), ("MS", "200"))))
             )
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0)  # one loop pass: the slow call registers "d" and sends it
             try:
                 await client.call(_ping("d"))
             except ValueError as exc:

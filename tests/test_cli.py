@@ -100,7 +100,7 @@ async def test_the_readmes_memory_sink_example_serves_with_both_folders_private(
     )
     try:
         with trio.fail_after(60):
-            while not os.path.exists(socket_path):
+            while not os.path.exists(socket_path):  # a process: its socket file is polled
                 assert process.poll() is None, "memory-sink exited"
                 await trio.sleep(0.05)
             process.send_signal(signal.SIGINT)

@@ -105,7 +105,7 @@ def readme_socket(shell_env: dict[str, str]) -> Iterator[str]:
     )
     try:
         deadline = time.monotonic() + 60
-        while not os.path.exists(path):
+        while not os.path.exists(path):  # a process: its socket file is polled, bounded
             assert process.poll() is None, "the README's serve example exited"
             assert time.monotonic() < deadline, "the README's serve example never listened"
             time.sleep(0.05)

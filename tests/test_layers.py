@@ -1,10 +1,11 @@
-"""The import layers (docs/composition-plan.md section 6), read from the source with ast.
+"""The import layers (docs/composition.md, decision 1), read from the source with ast.
 
-Layers, lowest first: protocol (0) <- config (1) <- core (2) <- memory, net, infra, cron (3)
-<- specialists (4) <- app, cli (5). A module imports only its own layer or lower ones; the
-packages of layer 3 (and the two specialists) never import each other; specialists see only
-the public part of core; the graph has no cycles; only core's replies module builds a reply
-frame. Every import counts: module level, inside functions, under ``if TYPE_CHECKING``.
+Layers, lowest first: protocol (0) <- config (1) <- core (2) <- memory, net, infra (3) <- cron
+(4) <- specialists (5) <- app, cli, mcp_face (6). A module imports only its own layer or lower
+ones; memory, net, infra and cron never import each other, nor do the web and tool
+specialists; specialists and the scheduler see only the public part of core; the graph has no
+cycles; only core's replies module builds a reply frame. Every import counts: module level,
+inside functions, under ``if TYPE_CHECKING``.
 
 ``KNOWN`` lists the violations the refactor has yet to remove; the tests also fail when a
 known entry is gone, so the list can only shrink.

@@ -124,7 +124,7 @@ async def _start_serving(
             env=env,
         )
     with trio.fail_after(PROCESS_TIMEOUT_S):
-        while True:
+        while True:  # a process: nothing to wait on but its socket (polled, bounded)
             assert process.poll() is None, Path(log_path).read_text()
             try:
                 async with open_client(socket_path) as client:
@@ -319,6 +319,7 @@ async def test_kill_9_loses_no_write_of_an_answered_task(
     sink = await start_sink(nursery, memory_socket, os.path.join(tmp_path, "mem"))
     second = await _start_serving(config, socket_path, env, os.path.join(tmp_path, "second.log"))
     try:
+        # The writes come from the daemon *process*: the sink's store is polled (bounded).
         await wait_until(lambda: set(sent) <= audit_ids(sink.directory), timeout_s=20)
     finally:
         second.send_signal(signal.SIGTERM)
@@ -326,24 +327,46 @@ async def test_kill_9_loses_no_write_of_an_answered_task(
 
 
 async def test_a_second_signal_stops_at_once_even_while_the_outbox_waits_to_flush(
-    tmp_path: os.PathLike[str], sock_dir: str
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], sock_dir: str
 ) -> None:
-    """With the Memory Specialist down and a write pending, the first signal would wait out
-    a 600 s grace period for the flush; the second one ends it (bounded by the test's wait)."""
+    """With a Memory Specialist connected that never acknowledges and a write pending, the
+    first signal would wait out a 600 s grace period for the flush; the second one ends it
+    (bounded by the test's wait). Before, its Memory Specialist was down, so the flush ended
+    at once and the test passed whatever the second signal did."""
+    accepted = trio.Semaphore(0)
+
+    async def never_answer(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        accepted.release()
+        await trio.sleep_forever()
+
+    memory_socket = os.path.join(sock_dir, "silent.sock")
+    await nursery.start(
+        partial(serve_unix, memory_socket, SocketConfig(), never_answer, handler_nursery=nursery)
+    )
     config = _config_file(
         tmp_path,
-        os.path.join(sock_dir, "nobody.sock"),
+        memory_socket,
         daemon={"state_dir": os.path.join(tmp_path, "state"), "grace_period_s": 600.0},
     )
+    with open(config, encoding="utf-8") as file:
+        data = yaml.safe_load(file)
+    data["memory"]["ack_timeout_s"] = 600.0  # delivery stays connected through the test
+    with open(config, "w", encoding="utf-8") as file:
+        yaml.safe_dump(data, file)
     socket_path = os.path.join(sock_dir, "csp.sock")
     log_path = os.path.join(tmp_path, "serve.log")
     process = await _start_serving(config, socket_path, _env(tmp_path), log_path)
     async with open_client(socket_path) as client:
         assert (await client.call(_ping("pending-audit"))).status is Status.OK
+    with trio.fail_after(PROCESS_TIMEOUT_S):
+        await accepted.acquire()  # delivery is connected: the flush will wait for its ACK
     process.send_signal(signal.SIGTERM)
-    await trio.sleep(0.5)  # let the daemon reach the flush wait (a bound, not an assertion)
+    # The daemon is a process: its log line that in-flight work is done (the flush comes
+    # next) is polled, bounded; nothing in this process can signal it.
+    await wait_until(lambda: "shutdown: " in Path(log_path).read_text(), timeout_s=20)
     process.send_signal(signal.SIGTERM)
     assert await _wait_exit(process) == 0, Path(log_path).read_text()
+    assert "second signal: cutting in-flight work" in Path(log_path).read_text()
 
 
 def _relayed_write(task_id: str) -> bytes:

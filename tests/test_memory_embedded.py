@@ -10,7 +10,7 @@ import trio
 from csp_web.config import Config, MemoryConfig
 from csp_web.core.client import open_client
 from protocol import Status, Task
-from tests.conftest import audit_ids, start_daemon, wait_until, with_memory
+from tests.conftest import audit_ids, start_daemon, with_memory
 from tests.harness import outbox_of
 
 
@@ -43,7 +43,9 @@ async def test_without_a_memory_socket_writes_are_delivered_to_the_embedded_stor
     sent = [f"e-{n}" for n in range(20)]
     async with open_client(daemon.socket_path) as client:
         replies = await client.call_many([_ping(i) for i in sent], timeout_s=10)
-        await wait_until(lambda: outbox.depth == 0 and outbox.delivered >= len(sent))
+        with trio.fail_after(10):  # each ping's audit is pending before its reply (O-4)
+            await outbox.wait_drained()
+        assert outbox.delivered >= len(sent)
         stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=10)
     assert {r.status for r in replies} == {Status.OK}
     assert set(sent) <= audit_ids(embedded.memory_dir)
@@ -64,7 +66,9 @@ async def test_the_embedded_store_stays_within_retention_max_bytes(
     sent = [f"r-{n}" for n in range(200)]
     async with open_client(daemon.socket_path) as client:
         await client.call_many([_ping(i) for i in sent], timeout_s=10)
-        await wait_until(lambda: outbox.depth == 0 and outbox.delivered >= len(sent))
+        with trio.fail_after(10):  # each ping's audit is pending before its reply (O-4)
+            await outbox.wait_drained()
+        assert outbox.delivered >= len(sent)
         stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=10)
     figures = _memory_line(stats.fields)
     assert 0 < int(figures["bytes"]) <= limit

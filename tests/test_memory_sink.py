@@ -137,8 +137,8 @@ async def test_a_repeated_id_is_judged_across_a_sink_restart(
     directory = os.path.join(tmp_path, "mem")
     first = await start_sink(nursery, socket_path, directory)
     await _call(socket_path, _write("keep-1", "k.log", "once"))
-    first.scope.cancel()
-    await wait_until(lambda: not os.path.exists(socket_path))
+    await first.stop()
+    assert not os.path.exists(socket_path)
     await start_sink(nursery, socket_path, directory)
     again = await _call(socket_path, _write("keep-1", "k.log", "once"))
     other = await _call(socket_path, _write("keep-1", "k.log", "changed"))
@@ -195,6 +195,8 @@ async def test_read_of_a_missing_path_is_not_found(config: Config, sink: Sink) -
 
 
 async def _wait_serving(socket_path: str) -> None:
+    """Until the sink *process* answers on its socket: an outside process signals nothing
+    this test can wait on, so this polls its socket, bounded."""
     with trio.fail_after(15):
         while True:
             try:
@@ -259,6 +261,7 @@ async def test_a_write_resent_after_kill_9_of_the_sink_is_stored_once(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_swallow_closed, client, tasks[50:])
                     # Mid-stream: some of the second batch are stored, most are not yet.
+                    # The sink is a process: its database is polled (bounded), no event.
                     await wait_until(lambda: sink_text(directory, "k9/60.log") is not None)
                     process.kill()
     finally:

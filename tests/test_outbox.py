@@ -1,6 +1,7 @@
 """The durable memory outbox against real peers: the reference sink and a scripted CSP/1 peer.
 
-Every wait is bounded (``wait_until`` or ``trio.fail_after``); nothing asserts on elapsed time.
+Every wait ends on an event the outbox or a peer signals, bounded by ``trio.fail_after``;
+nothing sleeps on the real clock and nothing asserts on elapsed time.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from tests.conftest import (
     sink_text,
     start_daemon,
     start_sink,
-    wait_until,
     with_memory,
 )
 from tests.harness import build_dispatcher, outbox_of
@@ -55,6 +55,20 @@ PING = Task("ping", "SYS", "PONG")
 _PING_BYTES = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 
 WAIT_S = 10.0  # a bound on waits that end on an event, never a timing assertion
+
+
+async def _wait_connected(outbox: Outbox) -> None:
+    """Until delivery is connected (the outbox wakes its waiters at every change of it)."""
+    with trio.fail_after(WAIT_S):
+        while not outbox.connected:
+            await outbox.wait_changed()
+
+
+async def _wait_delivered(outbox: Outbox, count: int) -> None:
+    """Until nothing is pending and at least ``count`` writes were acknowledged."""
+    with trio.fail_after(WAIT_S):
+        await outbox.wait_drained()
+    assert outbox.delivered >= count
 
 
 def _write(n: int, path: str = "order/log.txt") -> MemoryWrite:
@@ -192,9 +206,10 @@ async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
     outbox = outbox_of(daemon.dispatcher)
     async with open_client(daemon.socket_path) as client:
         await client.call(_ping("before"))
-        await wait_until(lambda: outbox.depth == 0 and outbox.connected)
-        sink.scope.cancel()
-        await wait_until(lambda: not os.path.exists(config.memory.socket_path or ""))
+        await _wait_delivered(outbox, 1)
+        assert outbox.connected
+        await sink.stop()
+        assert not os.path.exists(config.memory.socket_path)
         reply = await client.call(_ping("while-down"))
     assert reply.status is Status.OK
     await start_sink(nursery, config.memory.socket_path, memory_dir)
@@ -249,7 +264,7 @@ async def test_a_flood_of_refused_writes_logs_one_warning_with_the_count(
     limits = OutboxConfig(max_pending=1, reserve=0)
     async with open_outbox(_outbox_path(tmp_path), limits, MemoryConfig()) as outbox:
         await outbox.put(_write(0))
-        with caplog.at_level(logging.WARNING, logger="csp_web.memory.outbox"):
+        with caplog.at_level(logging.WARNING, logger="csp_web.memory.outbox_room"):
             for n in range(1, 1001):
                 with pytest.raises(OpError):
                     await outbox.put(_write(n))
@@ -362,7 +377,7 @@ async def test_stats_reports_outbox_depth_and_deliveries(
         waiting = await client.call(stats)
         assert config.memory.socket_path is not None
         await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
-        await wait_until(lambda: outbox.depth == 0 and outbox.delivered >= 4)
+        await _wait_delivered(outbox, 4)
         delivered = await client.call(stats)
     assert _outbox_stats(waiting) == {
         "depth": "3",
@@ -459,7 +474,7 @@ async def test_a_full_outbox_that_drains_makes_an_op_wait_then_run_instead_of_re
         outbox = outbox_of(dispatcher)
         for n in range(2):
             await outbox.put(_write(n))
-        await wait_until(lambda: outbox.connected)
+        await _wait_connected(outbox)
         replies: list[Reply] = []
 
         async def call() -> None:
@@ -489,7 +504,7 @@ async def test_an_op_waiting_for_room_past_its_deadline_gets_outbox_full(
     async with _dispatcher(config) as dispatcher:
         outbox = outbox_of(dispatcher)
         await outbox.put(_write(0))
-        await wait_until(lambda: outbox.connected)
+        await _wait_connected(outbox)
         reply = await dispatcher.run(_sleep_task("late", timeout_ms=500), Peer("a"))
         assert (outbox.depth, outbox.folded) == (1, 1)  # not admitted: its audit is folded
     assert reply.status is Status.FAIL
@@ -699,7 +714,7 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
         outbox = outbox_of(dispatcher)
         for n in range(2):
             await outbox.put(_write(n))
-        await wait_until(lambda: outbox.connected)
+        await _wait_connected(outbox)
         replies: list[Reply] = []
 
         async def call() -> None:
@@ -717,14 +732,32 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
     assert [json.loads(data).get("ids") for data in received[2:]] == [["paced"]]
 
 
+class _Arrivals:
+    """Write IDs in the order a peer received them; ``wait_for`` waits for a count."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self._more = trio.Event()
+
+    def add(self, task_id: str) -> None:
+        self.ids.append(task_id)
+        self._more.set()
+        self._more = trio.Event()
+
+    async def wait_for(self, count: int) -> None:
+        with trio.fail_after(WAIT_S):
+            while len(self.ids) < count:
+                await self._more.wait()
+
+
 async def _held_acks_memory(
     nursery: trio.Nursery, path: str
-) -> tuple[list[str], Callable[[], None]]:
+) -> tuple[_Arrivals, Callable[[], None]]:
     """A Memory Specialist that records each write's ID as it arrives and holds every ACK
     until the returned function is called (then acknowledges all, and later ones at once)."""
     from protocol import CLOSED, NEED_DATA, Connection
 
-    received: list[str] = []
+    received = _Arrivals()
     released = trio.Event()
 
     async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
@@ -741,7 +774,7 @@ async def _held_acks_memory(
             while data := await stream.receive_some(1 << 16):
                 codec.receive_data(data)
                 while isinstance(event := codec.next_event(), Task):
-                    received.append(event.id or "")
+                    received.add(event.id or "")
                     send_ids.send_nowait(event.id or "")
                 assert event in (NEED_DATA, CLOSED), event
             acks.cancel_scope.cancel()
@@ -762,19 +795,19 @@ async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
     async with open_outbox(_outbox_path(tmp_path), OutboxConfig(), memory) as outbox:
         with trio.fail_after(10):
             await outbox.put(_write(0))
-            await wait_until(lambda: len(received) == 1)
+            await received.wait_for(1)
             for n in range(1, 4):
                 await outbox.put(_write(n))
             await trio.testing.wait_all_tasks_blocked()
-            assert received == ["w-test-0"]  # three of batch_size 4: held back
+            assert received.ids == ["w-test-0"]  # three of batch_size 4: held back
             await outbox.put(_write(4))
-            await wait_until(lambda: len(received) == 5)
+            await received.wait_for(5)
             await outbox.put(_write(5))
             await trio.testing.wait_all_tasks_blocked()
-            assert len(received) == 5
+            assert len(received.ids) == 5
             release()
             await outbox.wait_drained()
-    assert received == [f"w-test-{n}" for n in range(6)]
+    assert received.ids == [f"w-test-{n}" for n in range(6)]
 
 
 @pytest.mark.parametrize(

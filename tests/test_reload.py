@@ -94,6 +94,7 @@ class Served:
             )
         finally:
             os.close(fd)
+        # The daemon is a process: its log is polled (bounded); nothing here can signal it.
         await wait_until(lambda: " ready " in self.log(), timeout_s=PROCESS_TIMEOUT_S)
 
     async def run(self, command: str) -> Reply:
@@ -115,6 +116,7 @@ class Served:
         assert self.process is not None
         seen = self.log().count(text)
         self.process.send_signal(signal.SIGHUP)
+        # The daemon is a process: its log is polled (bounded); nothing here can signal it.
         await wait_until(lambda: self.log().count(text) > seen, timeout_s=PROCESS_TIMEOUT_S)
 
     async def stop(self) -> int:

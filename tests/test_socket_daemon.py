@@ -9,7 +9,8 @@ import trio
 
 from csp_web.core.client import open_client
 from protocol import Reply, Status, Task
-from tests.conftest import Daemon, Sink, sink_records, wait_until
+from tests.conftest import Daemon, Sink, sink_records
+from tests.harness import outbox_of
 
 
 def _audits(sink: Sink) -> list[dict[str, object]]:
@@ -23,7 +24,8 @@ async def test_ping_over_socket_answers_pong_and_audits_to_memory(
     async with open_client(daemon.socket_path) as client:
         reply = await client.call(Task("ping", "SYS", "PONG", None, (("ID", "p-1"),)))
     assert reply == Reply(Status.OK, (("ID", "p-1"), ("SCOPE", "[sys]"), ("DATA", "pong")))
-    await wait_until(lambda: any(a.get("ids") == ["p-1"] for a in _audits(sink)))
+    with trio.fail_after(10):  # the audit was pending before the reply (O-4); the sink
+        await outbox_of(daemon.dispatcher).wait_drained()  # stores a write before its ACK
     (audit,) = [a for a in _audits(sink) if a.get("ids") == ["p-1"]]
     # O-4: an IN:SYS frame's audit is a summary (of one frame, with this test's config).
     assert {k: audit[k] for k in ("summary", "frames", "failed", "ops", "uid", "pid")} == {

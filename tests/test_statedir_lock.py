@@ -44,7 +44,7 @@ async def _start(socket_path: str, env: dict[str, str], log_path: str) -> trio.P
     finally:
         os.close(fd)
     with trio.fail_after(PROCESS_TIMEOUT_S):
-        while True:
+        while True:  # a process: nothing to wait on but its socket (polled, bounded)
             assert process.poll() is None, Path(log_path).read_text()
             try:
                 async with open_client(socket_path) as client:

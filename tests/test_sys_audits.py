@@ -6,6 +6,7 @@ read it. Every wait is bounded; the interval is driven by trio's mock clock.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import AsyncIterator
@@ -20,11 +21,12 @@ from csp_web.config import AuditConfig, Config, OutboxConfig
 from csp_web.core.client import open_client
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
+from csp_web.core.sys_audits import TIMER_WRITES_PER_PASS
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import Status, Task
-from tests.conftest import start_daemon, wait_until, with_memory
+from tests.conftest import start_daemon, with_memory
 from tests.harness import TEST_OPS, build_dispatcher, outbox_of
 
 
@@ -114,7 +116,11 @@ async def test_closing_a_connection_writes_its_open_summary(
         replies = await client.call_many([_ping("c0"), _ping("c1")], timeout_s=10)
         assert outbox.depth == 0
     assert [r.status for r in replies] == [Status.OK, Status.OK]
-    await wait_until(lambda: outbox.depth == 1)
+    # The daemon sees the close as soon as it polls (a Unix socket's EOF is immediate), and
+    # the summary commits on the event loop (synchronous: normal): once every task is
+    # blocked, it is pending.
+    await trio.testing.wait_all_tasks_blocked()
+    assert outbox.depth == 1
     (record,) = _pending(config.outbox_path)
     frames = (record["frames"], sorted(record["ids"]), record["ops"])
     assert frames == (2, ["c0", "c1"], {"SYS/ping": 2})  # C-2: replies may come in any order
@@ -174,3 +180,34 @@ async def test_summaries_of_connections_closing_together_share_one_commit(
         assert _pending(config.outbox_path) == []  # gathered, not yet committed
         await trio.testing.wait_all_tasks_blocked()
         assert [r["ids"] for r in _pending(config.outbox_path)] == [["a"], ["b"], ["c"]]
+
+
+async def test_summaries_falling_due_together_are_written_a_bounded_batch_per_scheduler_pass(
+    config: Config, mock_clock: trio.testing.MockClock
+) -> None:
+    """Issue 21 §5: the timer writes at most TIMER_WRITES_PER_PASS summaries per scheduler
+    pass, so a burst of connections whose summaries fall due together cannot hold the loop
+    (every connection's reply) for the whole burst's records in one step."""
+    config = _audit(config, sys_summary_interval_s=1.0)
+    burst = 3 * TIMER_WRITES_PER_PASS + 1
+    async with _dispatcher(config) as dispatcher, trio.open_nursery() as nursery:
+        outbox = outbox_of(dispatcher)
+        for n in range(burst):
+            await dispatcher.run(_ping(f"p{n}"), Peer(f"c{n}"))
+        depths: list[int] = []
+
+        async def watch_passes() -> None:
+            while True:  # one sample per scheduler pass
+                depths.append(outbox.depth)
+                await trio.lowlevel.checkpoint()
+
+        nursery.start_soon(watch_passes)
+        mock_clock.jump(1.0)
+        with trio.fail_after(5):
+            while outbox.depth < burst:
+                await trio.lowlevel.checkpoint()
+        nursery.cancel_scope.cancel()
+    steps = [after - before for before, after in itertools.pairwise(depths)]
+    # trio runs a pass's tasks in any order, so two of the timer's batches may fall between
+    # two samples; before the bound, all of the burst fell between two.
+    assert max(steps) <= 2 * TIMER_WRITES_PER_PASS < burst

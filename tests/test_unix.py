@@ -11,6 +11,7 @@ from functools import partial
 
 import pytest
 import trio
+import trio.testing
 
 from csp_web.config import Config, SocketConfig
 from csp_web.core.context import Peer
@@ -52,10 +53,8 @@ async def test_socket_is_private_and_removed_on_exit(
     reply = await _exchange(path)
     assert reply is not None
     assert reply.get("DATA") == "pong"
-    daemon.scope.cancel()
-    with trio.fail_after(10):
-        while os.path.exists(path):
-            await trio.sleep(0.01)
+    await daemon.stop()
+    assert not os.path.exists(path)
 
 
 async def test_directory_open_to_others_is_refused(sock_dir: str) -> None:
@@ -70,7 +69,13 @@ async def test_stale_socket_is_replaced(sock_dir: str) -> None:
     old.bind(path)
     old.close()  # the file stays, nobody listens: stale
     listener = await open_unix_listener(path, backlog=1)
-    await listener.aclose()
+    async with listener:  # a live listener now answers at the path the stale one held
+        with trio.fail_after(10):
+            client = await trio.open_unix_socket(path)
+            async with client, await listener.accept() as served:
+                await client.send_all(b"x")
+                assert await served.receive_some(1) == b"x"
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
 async def test_path_that_is_not_a_socket_is_never_removed(sock_dir: str) -> None:
@@ -167,12 +172,12 @@ async def test_connection_cap_refuses_n_plus_1_busy_when_no_connection_is_idle(
     finally:
         for stream in held:
             await stream.aclose()
-    with trio.fail_after(10):
-        while True:  # a slot frees once the server notices the close
-            reply = await _exchange(path)
-            if reply is not None and reply.status is Status.OK:
-                break
-            await trio.sleep(0.01)
+    # A slot frees once the server has read both EOFs (ready at its next poll) and ended
+    # their handlers: once every task is blocked.
+    await trio.testing.wait_all_tasks_blocked()
+    reply = await _exchange(path)
+    assert reply is not None
+    assert reply.status is Status.OK
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from csp_web.config.load import load_config, serving_socket
 from csp_web.core.logs import setup_logging
 from csp_web.core.unix import SocketSetupError
 
-log = logging.getLogger("csp_web.cli")
+log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CUT = 0, 1, 2, 3, 4
 DEFAULT_CONFIG = "default_config.yaml"  # package data: the repository's config.yaml

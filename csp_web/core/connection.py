@@ -57,7 +57,7 @@ from protocol import (
 
 __all__ = ["Shutdown", "StreamOptions", "serve_stream"]  # Shutdown: core.shutdown
 
-log = logging.getLogger("csp_web.core.connection")
+log = logging.getLogger(__name__)
 _CUT = OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL).wire_text  # work the grace period ended
 _RECEIVE_BYTES = 65536
 

@@ -32,7 +32,7 @@ from csp_web.core.stats import Stats
 from csp_web.core.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
 
-log = logging.getLogger("csp_web.core.dispatch")
+log = logging.getLogger(__name__)
 
 
 class Dispatcher:

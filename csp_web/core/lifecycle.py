@@ -1,4 +1,4 @@
-"""The daemon's lifecycle: compose the services, serve the transports, stop gracefully.
+"""The daemon's lifecycle: serve a composed daemon on its transports, stop gracefully.
 
 Shutdown (a signal, or EOF on stdin) stops accepting and reading and answers ``shutting_down``
 to every frame already received but not started; in-flight frames finish and reply within
@@ -36,7 +36,7 @@ from csp_web.core.stats import ReloadRecord
 from csp_web.core.turns import FairStarts
 from csp_web.core.unix import Gate, Lease, serve_unix
 
-log = logging.getLogger("csp_web.daemon")
+log = logging.getLogger(__name__)
 
 
 async def serve(

@@ -19,7 +19,7 @@ import trio
 from csp_web.config import ConnectionConfig
 from csp_web.core.reply_queue import ReplyOrder, ReplyQueue
 
-log = logging.getLogger("csp_web.core.connection")
+log = logging.getLogger(__name__)
 
 
 class ReplyWriter:

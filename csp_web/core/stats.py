@@ -8,7 +8,14 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from protocol import ErrorCode
+
 _WINDOW = 1024  # latencies kept per op: enough for a stable p99 at O(1) memory
+_CODES = frozenset(ErrorCode)
+# A code outside the catalogue is counted under this one name: a relayed reply's ERROR is
+# whatever the Memory Specialist wrote, and a counter keyed by it would grow for the daemon's
+# lifetime (issue 21 §5), as the outbox's folded summary bounds REQ names ("other").
+OTHER_CODE = "other"
 
 
 @dataclass
@@ -71,8 +78,9 @@ class Stats:
         entry.latencies_ms.append(duration_ms)
         if error_code is not None:
             entry.failed += 1
-            self.rejections[error_code] += 1
+            self.reject(error_code)
 
     def reject(self, code: str) -> None:
-        """Count a FAIL that happened before any op ran (parse errors, unknown ops)."""
-        self.rejections[code] += 1
+        """Count a FAIL that happened before any op ran (parse errors, unknown ops); a code
+        not in the catalogue counts as ``OTHER_CODE``, so the table stays bounded."""
+        self.rejections[code if code in _CODES else OTHER_CODE] += 1

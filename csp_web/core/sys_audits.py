@@ -30,7 +30,12 @@ from csp_web.core.ports import Outbound
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from protocol import Reply, Status, Task
 
-log = logging.getLogger("csp_web.core.sys_audits")
+log = logging.getLogger(__name__)
+# Summaries the timer writes per scheduler pass. Connections opened in a burst fall due
+# together: 1,000 summaries built (and committed together in the next pass) in one step held
+# every connection's reply for tens of ms (bench/fairness.py, issue 21 §5). 64 keeps the
+# shared commit of a burst (a few passes' worth) and a step short.
+TIMER_WRITES_PER_PASS = 64
 
 
 class _Summary:
@@ -126,7 +131,9 @@ class SysAudits:
             trio.lowlevel.spawn_system_task(self._timer, name="csp_web.core.sys_audits.timer")
 
     async def _timer(self) -> None:
-        """Write each summary when its interval is over; ends when none is open."""
+        """Write each summary when its interval is over, at most ``TIMER_WRITES_PER_PASS``
+        per scheduler pass; ends when none is open."""
+        written = 0
         try:
             while self._open:
                 connection, summary = next(iter(self._open.items()))
@@ -134,6 +141,9 @@ class SysAudits:
                     await trio.sleep_until(summary.due)
                     continue
                 self.close(connection)
+                written += 1
+                if written % TIMER_WRITES_PER_PASS == 0:
+                    await trio.lowlevel.checkpoint()
         except Exception:  # a system task must not raise: the summaries left go at close
             log.exception("writing an audit summary failed")
         finally:

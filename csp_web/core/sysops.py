@@ -154,7 +154,12 @@ STATS_REPLIES = (
         "full:<stores whose disk is full now> (outbox, cache, memory, media, state) or none",
     ),
     ReplyField("OP", "one per op run since start", "<op> count, failed, p50_ms, p99_ms"),
-    ReplyField("REJECTED", "one per code frames were refused with", "<code>:<count>"),
+    ReplyField(
+        "REJECTED",
+        "one per code frames were refused with; a code outside the catalogue (a relayed"
+        " reply's) counts as `other`",
+        "<code>:<count>",
+    ),
     ReplyField("RELOAD", "after a SIGHUP", "the last reload's outcome"),
     ReplyField("REDIS", "redis.url is set", "the shared state's link (web)"),
     ReplyField("SANDBOX", "exec is configured", "the sandbox kind (tool)"),

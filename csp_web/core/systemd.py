@@ -29,7 +29,7 @@ import trio
 
 from protocol import NumberError, parse_uint
 
-log = logging.getLogger("csp_web.systemd")
+log = logging.getLogger(__name__)
 
 LISTEN_FDS_START = 3  # SD_LISTEN_FDS_START
 _ENV = (

@@ -32,7 +32,7 @@ from csp_web.core.replies import fail_reply
 from csp_web.core.systemd import inherited_unix_listener
 from protocol import ErrorCode, serialize
 
-log = logging.getLogger("csp_web.core.unix")
+log = logging.getLogger(__name__)
 # listen() clamps to net.core.somaxconn, so asking for the most a backlog can be gets the
 # kernel's limit, whatever the host set it to (trio's open_tcp_listeners does the same).
 _KERNEL_BACKLOG = 0xFFFF

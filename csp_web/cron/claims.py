@@ -42,7 +42,7 @@ from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 
 from .store import VERSION
 
-log = logging.getLogger("csp_web.cron")
+log = logging.getLogger(__name__)
 
 DONE_TTL_S = 8 * 86400  # a finished run's mark outlives any catch-up of a week's schedule
 WATCH_MAX = 1024  # runs claimed by peers that this daemon keeps an eye on

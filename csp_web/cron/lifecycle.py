@@ -22,7 +22,7 @@ from .runs import WallClock, system_now
 from .service import CronService
 from .store import CronStore, CronStoreError
 
-log = logging.getLogger("csp_web.cron")
+log = logging.getLogger(__name__)
 
 IMPORTED_SUFFIX = ".imported"  # a job file taken into the fleet's table (never read again)
 

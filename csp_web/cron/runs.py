@@ -23,7 +23,7 @@ from protocol import Reply, Status
 from .jobs import MAX_ERROR_CHARS, Job, Outcome, task_summary
 from .schedule import UTC, iso
 
-log = logging.getLogger("csp_web.cron")
+log = logging.getLogger(__name__)
 
 WallClock = Callable[[], datetime.datetime]
 

@@ -44,7 +44,7 @@ from .schedule import iso, run_key
 from .store import CronStore
 from .table import SCOPE, JobTable
 
-log = logging.getLogger("csp_web.cron")
+log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_RUNS = 5  # the tool seed: "Max concurrent: 5"
 # crond looks once a minute, so a run up to a minute late is on time, not missed.

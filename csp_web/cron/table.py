@@ -26,7 +26,7 @@ from .runs import RunHandle, WallClock
 from .schedule import UTC, Schedule
 from .store import CronStore
 
-log = logging.getLogger("csp_web.cron")
+log = logging.getLogger(__name__)
 
 SCOPE = ("cron",)
 

@@ -85,7 +85,8 @@ class Bucket:
         """Hold every call until trio time ``when`` (from Retry-After / reset headers)."""
         self._paused_until = max(self._paused_until, when)
 
-    # The shape ops use (``redis_ratelimit.TokenBucket``), which a shared bucket also has.
+    # The shape ops use (``csp_web.infra.redis_ratelimit.TokenBucket``), which a shared bucket
+    # also has.
     async def acquire_background(self) -> bool:
         return self.try_acquire_background()
 

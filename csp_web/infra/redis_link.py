@@ -41,7 +41,7 @@ from protocol import NumberError, parse_int
 if TYPE_CHECKING:  # imported when a link is made: embedded daemons never load redis-py
     import redis
 
-log = logging.getLogger("csp_web.redis")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 EventHandler = Callable[[dict[str, Any]], None]

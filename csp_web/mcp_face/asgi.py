@@ -21,7 +21,7 @@ from typing import Any
 import h11
 import trio
 
-log = logging.getLogger("csp_web.mcp_face.http")
+log = logging.getLogger(__name__)
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

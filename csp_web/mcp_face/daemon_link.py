@@ -28,7 +28,7 @@ from csp_web.core.client import (
 )
 from protocol import Limits, Reply, Task
 
-log = logging.getLogger("csp_web.mcp_face")
+log = logging.getLogger(__name__)
 
 # As ``open_client``'s: a daemon's reply may carry a whole page.
 _LIMITS = Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000)

@@ -22,7 +22,7 @@ from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-log = logging.getLogger("csp_web.mcp_face")
+log = logging.getLogger(__name__)
 _LISTEN = "subscriptions/listen"
 _CANCELLED = "notifications/cancelled"
 

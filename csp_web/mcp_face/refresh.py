@@ -18,7 +18,7 @@ from csp_web.core.client import ClientClosed
 from csp_web.mcp_face.daemon_link import DaemonDown, DaemonLink
 from csp_web.mcp_face.tools import ToolSpec, ToolTableError
 
-log = logging.getLogger("csp_web.mcp_face")
+log = logging.getLogger(__name__)
 
 Load = Callable[[], Awaitable[list[ToolSpec]]]
 Notify = Callable[[], Awaitable[None]]

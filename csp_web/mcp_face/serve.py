@@ -31,7 +31,7 @@ from csp_web.mcp_face.server import ListChanged, build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import NumberError, Task, parse_uint
 
-log = logging.getLogger("csp_web.mcp_face")
+log = logging.getLogger(__name__)
 
 ENDPOINT = "/mcp"
 # As server._REPLY_MARGIN_S: past the daemon's own deadline, which it answers itself.

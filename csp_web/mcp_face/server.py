@@ -40,7 +40,7 @@ from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, ref
 from csp_web.mcp_face.tools import ToolSpec
 from protocol import ErrorCode, Task
 
-log = logging.getLogger("csp_web.mcp_face")
+log = logging.getLogger(__name__)
 
 SERVER_NAME = "csp-web"
 # Past the daemon's own deadline (it answers timeout_exceeded itself), so the client never

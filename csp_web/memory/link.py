@@ -1,6 +1,6 @@
 """How the daemon reaches its Memory Specialist: the only thing outbox delivery and the relay
 know about it. Either a Unix socket (``memory.socket_path``) or the embedded one
-(``csp_web.memory_embedded``); both speak CSP/1 over a ``trio.abc.Stream``.
+(``csp_web.memory.embedded``); both speak CSP/1 over a ``trio.abc.Stream``.
 """
 
 from __future__ import annotations

@@ -201,6 +201,11 @@ class Outbox:
         if self.depth:
             await self._room.drained.wait()
 
+    async def wait_changed(self) -> None:
+        """Return at the next settled batch, freeing of room or change of delivery's
+        connection; a waiter re-checks its condition (``connected``, ``delivered``) after."""
+        await self._room.wait_changed()
+
     async def wait_flushed(self) -> None:
         """At exit: return once every pending write is delivered, or at once when delivery is
         not connected after its first attempt (what is left stays on disk for the next start).
@@ -211,7 +216,7 @@ class Outbox:
                 async def unreachable() -> None:
                     await self._delivery.attempted.wait()
                     while self.connected:
-                        await self._room.wait_changed()
+                        await self.wait_changed()
                     scope.cancel()
 
                 nursery.start_soon(unreachable)

@@ -20,7 +20,7 @@ from csp_web.memory.outbox_room import OutboxRoom, write_size
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode
 
-log = logging.getLogger("csp_web.memory.outbox")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 

@@ -24,7 +24,7 @@ from csp_web.memory.outbox_frames import batch_frames, sort_replies
 from csp_web.memory.outbox_room import OutboxRoom
 from csp_web.memory.outbox_store import OutboxStore
 
-log = logging.getLogger("csp_web.memory.outbox")
+log = logging.getLogger(__name__)
 
 
 class Delivery:

@@ -29,7 +29,7 @@ from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.records import MemoryWrite, json_record, make_write
 from protocol import ErrorCode
 
-log = logging.getLogger("csp_web.memory.outbox")
+log = logging.getLogger(__name__)
 _MAX_FOLDED_KEYS = 256
 _REFUSALS_LOGGED_EVERY_S = 10.0  # a full outbox may refuse thousands of writes a second
 

@@ -32,7 +32,7 @@ from csp_web.config.browser import BrowserConfig
 
 from .proxy import GuardProxy, Lane
 
-log = logging.getLogger("csp_web.browser")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
 _CANCEL_WAIT_S = 10.0  # how long a cancelled caller waits for the asyncio side to unwind

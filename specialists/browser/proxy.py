@@ -50,7 +50,7 @@ from protocol import ErrorCode
 from .peers import PeerCheck
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
-log = logging.getLogger("csp_web.browser.proxy")
+log = logging.getLogger(__name__)
 OUTSIDE_CONTEXT = "outside-context"  # the refusal of every request on the main port
 MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
 _LANE_BACKLOG = 128

@@ -43,7 +43,7 @@ from .backends import Backend, BackendError, BackendOptions, Capture, detect, wo
 from .transports import pinned_client_context
 from .wire import DOMAIN, RESULT, Hello, MediaInfo, chunk_task, hello_fields, media_line
 
-log = logging.getLogger("csp_web.node")
+log = logging.getLogger(__name__)
 EXIT_OK, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 3, 5
 CHUNK_BYTES = 64 * 1024  # under the daemon's max_chunk_bytes default (96 KiB)
 

@@ -29,7 +29,7 @@ import trio
 
 from protocol import ErrorCode
 
-log = logging.getLogger("csp_web.node")
+log = logging.getLogger(__name__)
 WHERE_AM_I = "/usr/libexec/geoclue-2.0/demos/where-am-i"
 _STDERR_CHARS = 300
 # ASCII digits only ([0-9], not \d), one optional point: what float() reads and nothing more.

@@ -41,7 +41,7 @@ from .results import Checked
 from .shared import SharedNodeStore
 from .wire import MediaInfo
 
-log = logging.getLogger("csp_web.nodes")
+log = logging.getLogger(__name__)
 
 
 # Register links (ARGV[i+3] "1": a new link, taken over whoever held it) or renew them (only

@@ -33,7 +33,7 @@ from .wire import parse_hello
 if TYPE_CHECKING:
     from .fleet import NodeFleet
 
-log = logging.getLogger("csp_web.nodes")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class LinkHub(Protocol):
     def detach(self, link: NodeLink) -> None: ...
 
 
-log = logging.getLogger("csp_web.nodes")
+log = logging.getLogger(__name__)
 _RECEIVE_BYTES = 65536
 MAX_BAD_FRAMES = 10  # as the client connections' L-6 budget
 WRITE_TIMEOUT_S = 10.0  # as connection.write_timeout_s: a node that does not read is cut

@@ -23,7 +23,7 @@ from .shared import SharedNodeStore
 from .store import NodeStore
 from .transports import ensure_certificate, serve_node_tls, serve_node_unix, server_context
 
-log = logging.getLogger("csp_web.nodes")
+log = logging.getLogger(__name__)
 
 
 @dataclass

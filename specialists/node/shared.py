@@ -24,7 +24,7 @@ from protocol import ErrorCode
 from .store import AlreadyPaired, NodeRecord, NodeStore, hash_token, new_token
 from .wire import Hello
 
-log = logging.getLogger("csp_web.nodes")
+log = logging.getLogger(__name__)
 
 # Add a node unless its name is paired (0) or the store is full (-1).
 _PAIR = """

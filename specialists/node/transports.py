@@ -20,7 +20,7 @@ import trio
 from csp_web.config.nodes import NodesConfig, NodeTlsConfig
 from csp_web.core.unix import open_unix_listener, peer_credentials
 
-log = logging.getLogger("csp_web.nodes")
+log = logging.getLogger(__name__)
 LinkHandler = Callable[[trio.abc.Stream, str], Awaitable[None]]
 
 

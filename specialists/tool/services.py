@@ -26,7 +26,7 @@ from .exec import Sandbox
 if TYPE_CHECKING:
     from .mcp import McpPool
 
-log = logging.getLogger("specialists.tool.ops_mcp")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class ExecServices:
 
 
 class McpHost:
-    """Where the MCP pool lives (``extras["mcp"]``); its sessions run in ``nursery``."""
+    """Where the MCP pool lives (``ToolServices.mcp``); its sessions run in ``nursery``."""
 
     def __init__(self, nursery: trio.Nursery) -> None:
         self.pool: McpPool | None = None

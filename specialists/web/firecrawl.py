@@ -45,7 +45,7 @@ from .pages import (
 from .search.base import redact
 from .services import WebServices
 
-log = logging.getLogger("csp_web.web.firecrawl")
+log = logging.getLogger(__name__)
 
 # A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
 FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})

@@ -50,7 +50,7 @@ from .pages import load_page
 from .search import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
 from .services import WebServices, record_web_op
 
-log = logging.getLogger("csp_web.search")
+log = logging.getLogger(__name__)
 
 NAMESPACE = "search"
 FRESHNESS = ("pd", "pw", "pm", "py")  # past day, week, month, year (seed 000, Brave's spelling)

@@ -20,13 +20,35 @@ class Prefetcher:
     def __init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[Job](math.inf)
         self.running = False
+        self._pending = 0  # jobs queued or running
+        self._idle = trio.Event()  # set while ``_pending`` is 0
+        self._idle.set()
 
     def submit(self, job: Job) -> bool:
         """Queue ``job``; False (nothing queued) while ``serve`` is not running."""
         if not self.running:
             return False
         self._send.send_nowait(job)
+        self._pending += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
         return True
+
+    async def wait_idle(self) -> None:
+        """Return once every job submitted so far has ended (or been dropped unrun by the
+        end of ``serve``): what a caller waits on to see a prefetch's outcome."""
+        await self._idle.wait()
+
+    async def _run(self, job: Job) -> None:
+        try:
+            await job()
+        finally:
+            self._job_ended()
+
+    def _job_ended(self) -> None:
+        self._pending -= 1
+        if self._pending == 0:
+            self._idle.set()
 
     async def serve(
         self, port: TaskPort, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -37,6 +59,12 @@ class Prefetcher:
             task_status.started()
             try:
                 async for job in self._receive:
-                    nursery.start_soon(job)
+                    nursery.start_soon(self._run, job)
             finally:
                 self.running = False
+                while True:  # queued jobs never run now: they end here for ``wait_idle``
+                    try:
+                        self._receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                        break
+                    self._job_ended()

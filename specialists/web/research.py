@@ -41,7 +41,7 @@ from .search import SearchQuery
 from .services import WebServices
 from .summarize import clip, summarize_extractive
 
-log = logging.getLogger("csp_web.web.research")
+log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\w+")
 

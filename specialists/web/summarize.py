@@ -26,7 +26,7 @@ from csp_web.config import SummarizeConfig
 from csp_web.core.errors import OpError
 from csp_web.net import GuardedClient
 
-log = logging.getLogger("csp_web.web.summarize")
+log = logging.getLogger(__name__)
 
 Method = Literal["extractive", "llm"]
 

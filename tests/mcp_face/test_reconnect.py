@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 import yaml
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
@@ -101,7 +102,7 @@ async def test_a_call_while_the_daemon_is_down_waits_for_it_to_come_back(
 
             async with trio.open_nursery() as calls:
                 calls.start_soon(ask)
-                await trio.sleep(0.05)  # the call is waiting: nothing answers at the path
+                await trio.testing.wait_all_tasks_blocked()  # the call waits for a daemon
                 assert replies == []
                 await _serve(nursery, config, path)
             assert [reply.get("DATA") for reply in replies] == ["pong"]

@@ -6,7 +6,6 @@ ends normally: no exception but the ones it turns into replies escapes it."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from csp_web.config.nodes import NodesConfig
 from csp_web.core.errors import OpError
-from protocol import Frame, Reply, Status, Task, serialize
+from protocol import ErrorCode, Frame, Reply, Status, Task, serialize
 from specialists.node.hub import NodeHub
 from specialists.node.link import NodeLink
 from specialists.node.store import NodeStore
@@ -99,16 +98,22 @@ _STORE = NodeStore(str(_ROOT / "nodes"), max_nodes=4)
 _TOKEN = _STORE.add(Hello("lab1", "Linux/test", CAPS))
 
 
-async def _run_link(chunks: list[bytes]) -> None:
+async def _run_link(chunks: list[bytes]) -> Reply | OpError:
     """Serve one link on a memory stream with a camera_snap waiting on it; raise whatever
-    escapes the link (the property is that nothing does)."""
+    escapes the link (the property is that nothing does). Returns what answered the call:
+    the node's reply, or the OpError (node_unavailable at the link's end, node_error...)."""
     hub = NodeHub(NodesConfig(), _STORE, str(_ROOT / "media"))
     node_end, daemon_end = trio.testing.memory_stream_pair()
     link = NodeLink(daemon_end, hub, "uid:0")
+    answers: list[Reply | OpError] = []
+    answered = trio.Event()
 
     async def call() -> None:
-        with contextlib.suppress(OpError):  # node_unavailable, node_error: answers
-            await link.call("camera_snap", {})
+        try:
+            answers.append((await link.call("camera_snap", {}))[0])
+        except OpError as error:
+            answers.append(error)
+        answered.set()
 
     async def send() -> None:
         for chunk in chunks:
@@ -121,7 +126,16 @@ async def _run_link(chunks: list[bytes]) -> None:
             nursery.start_soon(call)
             nursery.start_soon(send)
             await link.serve()
+            await answered.wait()  # the link's end answers a call still waiting (never hangs)
             nursery.cancel_scope.cancel()
+    assert link.closed
+    (answer,) = answers
+    return answer
+
+
+# What a waiting call may be answered with when no reply comes: the link ended under it, or
+# its media broke (out of order: node_error; past max_media_bytes: too_large).
+_CALL_CODES = {ErrorCode.NODE_UNAVAILABLE, ErrorCode.NODE_ERROR, ErrorCode.TOO_LARGE}
 
 
 def _issue_case() -> list[bytes]:
@@ -139,4 +153,8 @@ def _issue_case() -> list[bytes]:
 def test_mutated_node_frames_whole_or_chunked_never_raise_out_of_the_link(
     chunks: list[bytes],
 ) -> None:
-    trio.run(_run_link, chunks, clock=trio.testing.MockClock(autojump_threshold=0))
+    answer = trio.run(_run_link, chunks, clock=trio.testing.MockClock(autojump_threshold=0))
+    if isinstance(answer, OpError):  # the link ended, or its media failed (SPEC N-12)
+        assert answer.code in _CALL_CODES
+    else:
+        assert answer.status in (Status.OK, Status.FAIL)

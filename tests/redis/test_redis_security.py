@@ -95,8 +95,13 @@ async def test_rediss_with_the_servers_ca_file_shares_the_cache(tmp_path: Path) 
     server = RedisServer(directory, extra=tls)
     server.start()
     try:
+        # The first call carries the TCP and TLS handshakes: on a loaded 2-core host they
+        # outlast the default 0.25 s call bound (seen failing under a CPU hog), and this test
+        # is about trust, not speed.
         config = RedisConfig(
-            url=f"rediss://localhost:{port}/0", tls_ca_file=str(tmp_path / "ca.pem")
+            url=f"rediss://localhost:{port}/0",
+            tls_ca_file=str(tmp_path / "ca.pem"),
+            call_timeout_s=10.0,
         )
         async with open_redis_link(config) as link:
             assert link is not None

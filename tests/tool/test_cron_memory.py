@@ -1,9 +1,9 @@
 """A cron job whose task is IN:MEMORY, in the real daemon, reaching the real Memory Specialist.
 
-The daemon starts the scheduler from ``extras["background"]``; the job's write goes through the
-relay with its run key as ID, and the run's ``cron_run`` record through the outbox. The clock is
-trio's MockClock, stopped: time moves only when the test jumps it, and real socket I/O never
-makes a timeout fire early.
+The daemon starts the scheduler as one of the TOOL specialist's background tasks; the job's
+write goes through the relay with its run key as ID, and the run's ``cron_run`` record through
+the outbox. The clock is trio's MockClock, stopped: time moves only when the test jumps it,
+and real socket I/O never makes a timeout fire early.
 """
 
 from __future__ import annotations

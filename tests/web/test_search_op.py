@@ -8,6 +8,7 @@ import ssl
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 import trio
@@ -15,11 +16,13 @@ import trio.testing
 
 from csp_web.config import Config, RateConfig
 from csp_web.core.dispatch import DispatchPort
+from csp_web.core.ports import TaskPort
 from csp_web.infra.ratelimit import Bucket
 from protocol import Reply as CspReply
 from protocol import Status
 from specialists.web.ops_search import OPS, start_prefetch
 from specialists.web.pages import load_page
+from specialists.web.prefetch import Prefetcher
 from specialists.web.search import Hit, breaker
 from specialists.web.services import quota_path
 from tests.harness import outbox_of
@@ -714,8 +717,7 @@ async def test_top_results_are_prefetched_in_the_background(
             reply = await run(
                 dispatcher, "search", "URL_REFS", *search_fields("q", ("MAX_RESULTS", "3"))
             )
-            await origin.wait_request("/page1")
-            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            await web.prefetch.wait_idle()  # both prefetches ended (their pages cached)
         cached = [await load_page(web, url, deadline=trio.current_time() + 1) for url in pages[:2]]
     assert reply.status is Status.OK
     assert sorted(path for path in origin.paths() if path.startswith("/page")) == [
@@ -739,6 +741,39 @@ async def test_the_prefetcher_runs_loads_only_while_its_background_task_runs(
             nursery.cancel_scope.cancel()
         assert not web.prefetch.running
         assert not start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")])
+
+
+async def test_the_prefetchers_idle_wait_ends_when_its_jobs_end_or_are_dropped_unrun() -> None:
+    prefetcher, gate, ran = Prefetcher(), trio.Event(), []
+
+    async def job(name: str) -> None:
+        ran.append(name)
+        await gate.wait()
+
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(prefetcher.serve, cast(TaskPort, None))  # serve never uses it
+            assert prefetcher.submit(lambda: job("runs"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert ran == ["runs"]
+            waiter = trio.Event()
+
+            async def wait_idle() -> None:
+                await prefetcher.wait_idle()
+                waiter.set()
+
+            nursery.start_soon(wait_idle)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not waiter.is_set()  # a job still runs
+            gate.set()
+            await waiter.wait()
+            # serve ends now: the first job was handed to it (it starts, and is cancelled at
+            # its first wait); the second is still queued and ends unrun.
+            assert prefetcher.submit(lambda: job("cancelled"))
+            assert prefetcher.submit(lambda: job("dropped"))
+            nursery.cancel_scope.cancel()
+        await prefetcher.wait_idle()
+    assert ran == ["runs", "cancelled"]
 
 
 async def test_no_background_nursery_means_no_prefetch(

@@ -29,7 +29,7 @@ from csp_web.core.errors import OpError, StorageFull
 from csp_web.memory.sink.store import Row, SinkStore, check_path, content_hash
 from protocol import ErrorCode
 
-log = logging.getLogger("csp_web.memory.sink.server")
+log = logging.getLogger(__name__)
 
 # Retention also runs when no write arrives, so an idle store still ages out.
 SWEEP_INTERVAL_S = 60.0

@@ -1,16 +1,16 @@
 """The reference Memory Specialist: ``csp-web memory-sink``, and the daemon's embedded one.
 
 ``REQ:write IN:MEMORY OUT:ACK`` stores DATA under its logical PATH in a SQLite store
-(``csp_web.sink_store``): ID and DATA in one transaction, many writes per transaction
-(``csp_web.sink_commit``), the reply sent only after the commit. A repeated ID with the same
-content is answered ``DATA duplicate`` (SPEC M-2), with other content ``FAIL id_conflict``
+(``csp_web.memory.sink.store``): ID and DATA in one transaction, many writes per transaction
+(``csp_web.memory.sink.commit``), the reply sent only after the commit. A repeated ID with the
+same content is answered ``DATA duplicate`` (SPEC M-2), with other content ``FAIL id_conflict``
 (M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's writes joined in order.
 
 Its connection loop is its own, lean one (the daemon's ``serve_stream`` and ``Dispatcher`` cost
 more per frame than the write itself): the sans-IO codec parses what one read from the socket
 brought, every frame is validated (op, ID, fields, sizes: the catalogue's FAIL frames as the
 dispatcher gives them) and every write staged, in order; then the chunk's writes are committed
-as one group (``sink_commit``) and its replies sent in one write. Frames
+as one group (``csp_web.memory.sink.commit``) and its replies sent in one write. Frames
 on a connection are handled one at a time, so writes are stored in the order they were sent,
 and a read sees every write sent before it. Outcomes are logged as one INFO line of counts per
 ``LOG_INTERVAL_S``, not one per write.
@@ -50,7 +50,7 @@ from protocol import (
 
 __all__ = ["MemorySink", "SinkStore", "open_memory_sink", "serve_memory_sink"]
 
-log = logging.getLogger("csp_web.memory.sink.server")
+log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a full exec log is capped far below this
 RECEIVE_BYTES = 256 * 1024  # one read: up to about a thousand audit writes, one commit

@@ -38,7 +38,7 @@ from typing import Literal
 
 import trio
 
-log = logging.getLogger("csp_web.exec")
+log = logging.getLogger(__name__)
 
 CgroupKind = Literal["cgroup2", "cgroup1"]
 

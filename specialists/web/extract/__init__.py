@@ -1,11 +1,22 @@
 """Readable content of a web page: the article as Markdown, and a structural outline.
 
 Pure functions over an HTML string (no I/O), deterministic, and total: any input yields a
-result, at worst an empty one.
+result, at worst an empty one. Its heuristics are named in one registry (`RULES`), and any
+of them can be switched off for a block (`switched_off`), as the benchmark's ablation does.
 """
 
 from ._article import Article, extract_article
 from ._kind import PAGE_TYPES
 from ._outline import outline
+from ._rules import RULES, Rule, census, switched_off
 
-__all__ = ["PAGE_TYPES", "Article", "extract_article", "outline"]
+__all__ = [
+    "PAGE_TYPES",
+    "RULES",
+    "Article",
+    "Rule",
+    "census",
+    "extract_article",
+    "outline",
+    "switched_off",
+]

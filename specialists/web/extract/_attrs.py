@@ -6,12 +6,12 @@ within a page and across the pages of a site.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import Iterable
 from typing import Any
 
+from . import _rules as rules
 from ._hints import (
     ALWAYS_CHROME_WORDS,
     CHROME_PAIRS,
@@ -33,6 +33,17 @@ from ._hints import (
     TAXONOMY_PIECES,
     UNLIKELY_ROLES,
 )
+from ._rules import (
+    ACCORDION_ROLE,
+    CHROME_ROLES,
+    LIKELY_WORDS,
+    NEGATIVE_WEIGHT,
+    NEVER_CHROME_TAGS,
+    POSITIVE_WEIGHT,
+    STREAMED_SEGMENTS,
+    cached,
+    on,
+)
 
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden")
 # React's streaming renderer sends late parts of the page as `<div hidden id="S:0">` and a
@@ -46,7 +57,9 @@ def is_hidden(attrs: dict[str, str | None]) -> bool:
     `aria-hidden` is not among them: it hides an element from screen readers only (see
     `_dom`, which still drops short aria-hidden elements).
     """
-    if "hidden" in attrs and not _STREAMED_SEGMENT.fullmatch(attrs.get("id") or ""):
+    if "hidden" in attrs and not (
+        _STREAMED_SEGMENT.fullmatch(attrs.get("id") or "") and on(STREAMED_SEGMENTS)
+    ):
         return True
     style = attrs.get("style")
     return style is not None and _HIDDEN_STYLE.search(style.lower()) is not None
@@ -60,13 +73,13 @@ def names_collapsible(attrs: dict[str, str | None]) -> bool:
     return COLLAPSIBLE.search(hint) is not None
 
 
-@functools.lru_cache(maxsize=4096)  # class lists repeat across a page and across pages
+@cached(maxsize=4096)  # class lists repeat across a page and across pages
 def class_weight(hint: str) -> int:
     """Readability's class weight: +25 for an article-like class/id, -25 for chrome."""
     weight = 0
-    if NEGATIVE.search(hint):
+    if NEGATIVE.search(hint) and on(NEGATIVE_WEIGHT):
         weight -= 25
-    if POSITIVE.search(hint):
+    if POSITIVE.search(hint) and on(POSITIVE_WEIGHT):
         weight += 25
     return weight
 
@@ -114,10 +127,15 @@ _ARBITRARY_VALUE = re.compile(r"\[[^\]]*\]?")
 
 def named_chrome(tag: str, attrs: dict[str, str | None], hint: str) -> bool:
     """True when an element's role, or its class/id without an article word, names chrome."""
-    if tag in NEVER_CHROME:
+    if tag in NEVER_CHROME and on(NEVER_CHROME_TAGS):
         return False
     role = attrs.get("role")
-    if role and role in UNLIKELY_ROLES and not _is_accordion(role, attrs):
+    if (
+        role
+        and role in UNLIKELY_ROLES
+        and not (_is_accordion(role, attrs) and on(ACCORDION_ROLE))
+        and on(CHROME_ROLES)
+    ):
         return True
     return bool(hint) and _chrome_hint(hint)
 
@@ -128,12 +146,13 @@ def _is_accordion(role: str, attrs: dict[str, str | None]) -> bool:
     return role == "tablist" and attrs.get("aria-multiselectable") == "true"
 
 
-@functools.lru_cache(maxsize=8192)  # class lists repeat within and across pages of a site
+@cached(maxsize=8192)  # class lists repeat within and across pages of a site
 def _chrome_hint(hint: str) -> bool:
     """A class/id word names chrome and no other word names the article on its own."""
     if not names_chrome(hint):
         return False
-    return not any(LIKELY.search(w) and not names_chrome(w) for w in hint.split())
+    likely = any(LIKELY.search(w) and not names_chrome(w) for w in hint.split())
+    return not (likely and on(LIKELY_WORDS))
 
 
 def names_chrome(hint: str) -> bool:
@@ -144,12 +163,12 @@ def names_chrome(hint: str) -> bool:
     feature, and a token ending in a content word ("comment-body") names content.
     """
     tokens = hint.split()
-    if _hidden_by_class(tokens):
+    if _hidden_by_class(tokens) and on(rules.HIDING_CLASSES):
         return True
     return _MAYBE_CHROME.search(hint) is not None and any(map(_token_names_chrome, tokens))
 
 
-@functools.lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def chrome_tokens(hint: str) -> frozenset[str]:
     """The class/id tokens of a lower-cased hint that name chrome on their own, without their
     digits (the items of one run differ by number: "teaser_3", "comment-1204")."""
@@ -161,7 +180,7 @@ def always_chrome(hint: str) -> bool:
     return any(word in token for token in chrome_tokens(hint) for word in ALWAYS_CHROME_WORDS)
 
 
-@functools.lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def names_items(token: str) -> bool:
     """True when every chrome-naming piece of a class token is an item word (ITEM_WORDS):
     "comment-item" can name a thread's posts, "author-signature" names chrome."""
@@ -172,20 +191,40 @@ def names_items(token: str) -> bool:
 def _token_names_chrome(token: str) -> bool:
     # A utility-class variant ("print:hidden", "md:sidebar-open") names a condition before
     # its last colon ("when printed"), and what the element is after it.
-    name = _GENERATED_TAIL.sub("-", _ARBITRARY_VALUE.sub("-", token).rsplit(":", 1)[-1])
-    pieces = [piece for piece in _NAME_PIECE.split(name) if piece]
-    if not pieces or pieces[0] in HOOK_PIECES or pieces[-1] in CONTENT_HEADS:
+    pieces = [piece for piece in _NAME_PIECE.split(_token_name(token)) if piece]
+    if not pieces:
+        return False
+    if (pieces[0] in HOOK_PIECES and on(rules.HOOK_PIECES)) or (
+        pieces[-1] in CONTENT_HEADS and on(rules.CONTENT_HEADS)
+    ):
         return False
     # "hero-banner", "pageherobanner": the lead section of a landing page, not an ad
-    if any("hero" in piece for piece in pieces):
+    if any("hero" in piece for piece in pieces) and on(rules.HERO_PIECES):
         return False
     for end, piece in enumerate(pieces):
-        if piece in MODIFIER_PIECES or _starts_slug(pieces, end):
+        if (piece in MODIFIER_PIECES and on(rules.MODIFIER_PIECES)) or (
+            _starts_slug(pieces, end) and on(rules.TAXONOMY_SLUGS)
+        ):
             pieces = pieces[:end]
             break
-    if any(f"{a} {b}" in CHROME_PAIRS for a, b in itertools.pairwise(pieces)):
+    if any(f"{a} {b}" in CHROME_PAIRS for a, b in itertools.pairwise(pieces)) and on(
+        rules.CHROME_PAIRS
+    ):
         return True
     return any(_piece_names_chrome(piece) for piece in pieces)
+
+
+def _token_name(token: str) -> str:
+    """What a class token names once CSS values, variants and generated tails are cut."""
+    name = token
+    if "[" in name and on(rules.ARBITRARY_VALUES):
+        name = _ARBITRARY_VALUE.sub("-", name)
+    if ":" in name and on(rules.UTILITY_VARIANTS):
+        name = name.rsplit(":", 1)[-1]
+    tailless = _GENERATED_TAIL.sub("-", name)
+    if tailless != name and on(rules.GENERATED_TAILS):
+        name = tailless
+    return name
 
 
 def _starts_slug(pieces: list[str], at: int) -> bool:
@@ -197,11 +236,14 @@ def _starts_slug(pieces: list[str], at: int) -> bool:
 
 
 def _piece_names_chrome(piece: str) -> bool:
-    if piece in CHROME_PIECES or piece.startswith(CHROME_PREFIXES):
+    if (piece in CHROME_PIECES and on(rules.CHROME_PIECES)) or (
+        piece.startswith(CHROME_PREFIXES) and on(rules.CHROME_PREFIXES)
+    ):
         return True
-    if piece.startswith(("commentar", "hero")):  # an opinion genre; a page's lead section
+    # an opinion genre; a page's lead section
+    if piece.startswith(("commentar", "hero")) and on(rules.GENRE_PIECES):
         return False
-    if piece in STATE_PIECES:  # "node--promoted": a state, not a promotion
+    if piece in STATE_PIECES and on(rules.STATE_PIECES):  # "node--promoted": a state
         return False
     return _CHROME_START.match(piece) is not None or _CHROME_END.match(piece[::-1]) is not None
 
@@ -209,4 +251,5 @@ def _piece_names_chrome(piece: str) -> bool:
 def _hidden_by_class(words: list[str]) -> bool:
     if HIDING_CLASSES.isdisjoint(words):
         return False
-    return not any(word.startswith(SHOWING_PREFIXES) for word in words)
+    shown = any(word.startswith(SHOWING_PREFIXES) for word in words)
+    return not (shown and on(rules.SHOWING_PREFIXES))

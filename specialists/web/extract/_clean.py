@@ -15,6 +15,25 @@ from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._members import MAX_CHARS as MEMBER_STATS_CHARS
 from ._members import is_edit_note, is_member_pairs, is_member_stats, starts_stats
+from ._rules import (
+    CARD_TITLES,
+    INTRODUCED_LISTS,
+    SKIP_CAROUSELS,
+    SKIP_DATELINE,
+    SKIP_EDIT_NOTES,
+    SKIP_H1,
+    SKIP_HEADER,
+    SKIP_LABELS,
+    SKIP_LINK_HEADINGS,
+    SKIP_LINK_LISTS,
+    SKIP_LINK_PARAGRAPHS,
+    SKIP_MEMBER_STATS,
+    SKIP_RECOMMENDATIONS,
+    SKIP_TEASER_CARDS,
+    SKIP_TITLE_REPEAT,
+    TAIL_TITLES,
+    on,
+)
 from ._score import is_paragraph, link_density
 from ._sections import recommendation_sections
 
@@ -55,12 +74,15 @@ def find_skips(
         if elem.tag in HEADINGS:
             headings.append(elem)
         if _skippable(elem, title_words, listing) or (
-            product and not listing and is_carousel(elem)
+            product and not listing and is_carousel(elem) and on(SKIP_CAROUSELS)
         ):
             skips.add(id(elem))
         else:
             stack.extend(kid for kid in elem.kids if isinstance(kid, Elem))
-    return frozenset(skips | recommendation_sections(headings, content))
+    sections = recommendation_sections(headings, content)
+    if sections and on(SKIP_RECOMMENDATIONS):
+        skips |= sections
+    return frozenset(skips)
 
 
 def drop_repeats(blocks: list[str]) -> list[str]:
@@ -94,33 +116,44 @@ def trim_tail(blocks: list[str]) -> list[str]:
     while end and (blocks[end - 1].startswith("#") or _is_promo(blocks[end - 1])):
         headings += blocks[end - 1].startswith("#")
         end -= 1
-    return blocks[: kept if headings >= MAX_TAIL_HEADINGS else end]
+    titles = headings >= MAX_TAIL_HEADINGS and on(TAIL_TITLES)
+    return blocks[: kept if titles else end]
 
 
 def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
     tag = elem.tag
-    if tag == "header" or (tag == "time" and _is_dateline(elem)):
+    if (tag == "header" and on(SKIP_HEADER)) or (
+        tag == "time" and _is_dateline(elem) and on(SKIP_DATELINE)
+    ):
         return True  # an article's header holds its headline, byline and date
     if tag in BLOCK_TAGS and _is_member_stats(elem):
         return True  # a forum member's post count and join date
+    label = tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem)
     if listing:
-        return tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem)
-    if tag == "a" and elem.blocky:
+        return label and on(SKIP_LABELS)
+    if tag == "a" and elem.blocky and on(SKIP_TEASER_CARDS):
         return True  # a link wrapping blocks is a teaser card
-    if tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem):
+    if label and on(SKIP_LABELS):
         return True
     if tag in HEADINGS:  # an <h1> is the headline, which the `# Title` line already gives
         return (
-            tag == "h1"
-            or (_is_link_heavy(elem) and not _leads_prose(elem))
-            or _repeats_title(elem, title_words)
+            (tag == "h1" and on(SKIP_H1))
+            or (
+                _is_link_heavy(elem)
+                and not (_leads_prose(elem) and on(CARD_TITLES))
+                and on(SKIP_LINK_HEADINGS)
+            )
+            or (_repeats_title(elem, title_words) and on(SKIP_TITLE_REPEAT))
         )
     if tag in ("ul", "ol"):
         return (
-            _is_link_heavy(elem) and _items(elem) >= MIN_LINK_LIST_ITEMS and not _introduced(elem)
+            _is_link_heavy(elem)
+            and _items(elem) >= MIN_LINK_LIST_ITEMS
+            and not (_introduced(elem) and on(INTRODUCED_LISTS))
+            and on(SKIP_LINK_LISTS)
         )
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
-        return _is_link_heavy(elem)
+        return _is_link_heavy(elem) and on(SKIP_LINK_PARAGRAPHS)
     return False
 
 
@@ -129,10 +162,12 @@ def _is_member_stats(elem: Elem) -> bool:
         return False
     if elem.tag == "dl":
         terms = [text_of(kid) for kid in elem.kids if isinstance(kid, Elem) and kid.tag == "dt"]
-        if is_member_pairs(terms):
+        if is_member_pairs(terms) and on(SKIP_MEMBER_STATS):
             return True
     text = text_of(elem)
-    return is_member_stats(text) or is_edit_note(text)
+    return (is_member_stats(text) and on(SKIP_MEMBER_STATS)) or (
+        is_edit_note(text) and on(SKIP_EDIT_NOTES)
+    )
 
 
 def _first_text(elem: Elem) -> str:

@@ -14,6 +14,20 @@ from selectolax.lexbor import LexborNode
 from ._attrs import always_chrome, is_hidden, named_chrome, names_collapsible
 from ._hints import DROP_TAGS
 from ._panels import PANEL_TAGS, DetailsPanels, is_details_panel
+from ._rules import (
+    ALWAYS_CHROME,
+    ARIA_HIDDEN_SHORT,
+    CHROME_NAMES,
+    COLLAPSIBLE_PANELS,
+    DETAILS_PANELS,
+    HIDDEN_ELEMENTS,
+    HIDDEN_PAGE,
+    ITEM_RUNS,
+    LINK_CARDS,
+    SMALL_CHROME,
+    TAB_PANELS,
+    on,
+)
 from ._runs import ContentWords
 
 # Browsers cap the tree at 512 levels (Blink's kMaximumHTMLParserDOMTreeDepth); deeper
@@ -146,6 +160,7 @@ def build_tree(
                         panels is not None
                         and tag in PANEL_TAGS
                         and is_details_panel(child, tag, child.attributes)
+                        and on(DETAILS_PANELS)
                     )
                 )
             ):
@@ -180,20 +195,24 @@ def _adopt(
         attrs
         and not _HIDING.isdisjoint(attrs)
         and _hidden(node, attrs)
-        and not _is_page(node, chrome_floor, main_chars)
+        and not (_is_page(node, chrome_floor, main_chars) and on(HIDDEN_PAGE))
+        and on(HIDDEN_ELEMENTS)
     ):
         return None
     elem = Elem(tag, attrs, parent)
-    if panels is not None and panels.keeps(node, tag, elem):
+    if panels is not None and panels.keeps(node, tag, elem) and on(DETAILS_PANELS):
         return elem
     if (
         (elem.hint or "role" in attrs)
         and named_chrome(tag, attrs, elem.hint)
-        and not _in_link(parent)
-        and not content_words.names_content(node, tag, elem)
-        and not _holds_tab_panels(node, attrs)
+        and not (_in_link(parent) and on(LINK_CARDS))
+        and not (content_words.names_content(node, tag, elem) and on(ITEM_RUNS))
+        and not (_holds_tab_panels(node, attrs) and on(TAB_PANELS))
+        and on(CHROME_NAMES)
     ):
-        if always_chrome(elem.hint) or len(node.text()) < chrome_floor:
+        if (always_chrome(elem.hint) and on(ALWAYS_CHROME)) or (
+            len(node.text()) < chrome_floor and on(SMALL_CHROME)
+        ):
             return None
         elem.chrome = True
     return elem
@@ -215,8 +234,13 @@ def _hidden(node: LexborNode, attrs: dict[str, str | None]) -> bool:
     code sample of another language) opens the same way.
     """
     if is_hidden(attrs):
-        return not names_collapsible(attrs) or len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
-    return attrs.get("aria-hidden") == "true" and len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
+        long = names_collapsible(attrs) and len(node.text().strip()) >= SHOWN_PANEL_MIN_CHARS
+        return not (long and on(COLLAPSIBLE_PANELS))
+    return (
+        attrs.get("aria-hidden") == "true"
+        and len(node.text().strip()) < SHOWN_PANEL_MIN_CHARS
+        and on(ARIA_HIDDEN_SHORT)
+    )
 
 
 def _is_page(node: LexborNode, chrome_floor: float, main_chars: dict[int, int]) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, HEADINGS
+from ._rules import REPEATED_PARAGRAPHS, on
 from ._urls import resolve_link
 
 REPEAT_MIN_CHARS = 200  # shorter ones (a greeting, a sign-off, a short quote) may rightly repeat
@@ -79,7 +80,7 @@ class _Renderer:
         _flush(run, fresh)
         for paragraph in fresh:
             if len(paragraph) >= REPEAT_MIN_CHARS:
-                if paragraph in self.seen:
+                if paragraph in self.seen and on(REPEATED_PARAGRAPHS):
                     continue
                 self.seen.add(paragraph)
             out.append(paragraph)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ._dom import Elem
 from ._hints import LIKELY
 from ._repeat import signature
+from ._rules import NAMED_PICK, on
 from ._score import SPREAD_LINK_DENSITY, link_density
 
 MIN_SECTIONS = 3  # two similar blocks are a two-column layout, not a column of sections
@@ -25,7 +26,7 @@ def join_sections(content: list[Elem], *, article: bool = False) -> list[Elem]:
     On a page declaring itself an `article`, or when the pick's class/id names it content
     ("article__content"), the pick is the article, not one section of a page, and is kept.
     """
-    if not content or article or names_content(content):
+    if not content or article or (names_content(content) and on(NAMED_PICK)):
         return content
     picked = sum(_plain_len(elem) for elem in content)
     node = content[0]

@@ -18,6 +18,7 @@ from selectolax.lexbor import LexborNode
 
 from ._attrs import chrome_tokens, names_items
 from ._hints import THREAD_WORDS
+from ._rules import ARTICLE_COMMENTS, HOLDER_ITEMS, on
 
 MIN_RUN_ITEMS = 4  # as `_repeat.MIN_ITEMS`: fewer siblings are a layout, not items
 # Inside a thread found holding the page's items, this many siblings named by item words are
@@ -70,7 +71,7 @@ class ContentWords:
             if len(node.text()) >= self._min_run_chars():
                 elem.holds_items = self._holders = True  # the thread or list, not one item
             return True
-        return self._holders and self._item_of_holder(node, tag, elem)
+        return self._holders and self._item_of_holder(node, tag, elem) and on(HOLDER_ITEMS)
 
     def _item_of_holder(self, node: LexborNode, tag: str, elem: _Mirrored) -> bool:
         """True when `elem` is one of a run of items named by item words, inside a holder."""
@@ -102,7 +103,11 @@ class ContentWords:
 
     def _vetoed(self, tokens: frozenset[str]) -> bool:
         """An article's comments are not the article (unless they are nearly all the page)."""
-        return self.article and any(word in token for token in tokens for word in THREAD_WORDS)
+        return (
+            self.article
+            and any(word in token for token in tokens for word in THREAD_WORDS)
+            and on(ARTICLE_COMMENTS)
+        )
 
     def name_content(self, hint: str) -> bool:
         """True when every chrome word of `hint` was found naming the page's items."""

@@ -14,6 +14,7 @@ import re
 from ._attrs import class_weight
 from ._dom import Elem, inside, text_of
 from ._hints import BLOCK_TAGS, PARAGRAPH_TAGS
+from ._rules import CLIMB, RIVAL_ANCESTOR, SIBLINGS, on
 
 MIN_PARAGRAPH_CHARS = 25  # Readability: shorter "paragraphs" are not scored
 ANCESTOR_LEVELS = 5  # Readability shares a paragraph's score with five ancestors
@@ -126,11 +127,15 @@ def select_content(root: Elem, order: list[Elem]) -> list[Elem]:
     candidates = score_candidates(order)
     if not candidates:
         return [root]
-    top = _climb(_best(candidates, root), {id(c) for c in candidates})
+    best = _best(candidates, root)
+    top = _climb(best, {id(c) for c in candidates})
+    if top is not best and not on(CLIMB):
+        top = best
     parent = top.parent
     if parent is None:
         return [top]
-    return [kid for kid in parent.kids if isinstance(kid, Elem) and _joins(kid, top)]
+    joined = [kid for kid in parent.kids if isinstance(kid, Elem) and _joins(kid, top)]
+    return joined if joined == [top] or on(SIBLINGS) else [top]
 
 
 def _best(candidates: list[Elem], root: Elem) -> Elem:
@@ -138,7 +143,7 @@ def _best(candidates: list[Elem], root: Elem) -> Elem:
     ranked = sorted(candidates, key=lambda e: e.score, reverse=True)[:TOP_CANDIDATES]
     top = ranked[0]
     rivals = [c for c in ranked[1:] if top.score > 0 and c.score / top.score >= RIVAL_SHARE]
-    if len(rivals) < MIN_RIVALS:
+    if len(rivals) < MIN_RIVALS or not on(RIVAL_ANCESTOR):
         return top
     ancestor = top.parent
     while ancestor is not None and ancestor is not root:

@@ -33,7 +33,7 @@ from specialists.web.services import WebServices, quota_path
 from . import brave, duckduckgo, perplexity, rank, searxng
 from .base import Backend, BackendFailure, Hit, SearchQuery
 
-log = logging.getLogger("csp_web.search")
+log = logging.getLogger(__name__)
 
 KINDS: dict[str, Backend] = {
     backend.kind: backend
