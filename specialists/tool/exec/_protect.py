@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._access import RunAs, may_search
@@ -213,24 +213,31 @@ def is_held(path: str) -> bool:
     return held is not None and _identity(path) == held[0]
 
 
-@contextlib.contextmanager
-def hold_placeholders(layout: Layout, *, chown: bool) -> Iterator[None]:
+def take_placeholders(layout: Layout, *, chown: bool) -> list[str]:
     """Make each missing placeholder of ``layout`` (with ``chown``, a root daemon's, owned as
-    its folder is: a made parent is as writable to the command as its own parent, no more),
-    and on exit remove each one no other command holds, if it is still the one made and
-    still empty.
+    its folder is: a made parent is as writable to the command as its own parent, no more);
+    the paths now held, for ``release_placeholders`` once the sandbox is reaped. Blocking file
+    work: the runner calls it in a worker thread (``PLACEHOLDER_THREAD``).
 
-    Raises PERMISSION_DENIED naming a placeholder's path that became a symlink meanwhile.
+    Raises PERMISSION_DENIED naming a placeholder's path that became a symlink meanwhile
+    (what was taken before it is released first).
     """
     taken: list[str] = []
     try:
         for placeholder in layout.placeholders:
             if _take(placeholder, chown=chown):
                 taken.append(placeholder.path)
-        yield
-    finally:
-        for path in reversed(taken):
-            _release(path)
+    except BaseException:
+        release_placeholders(taken)
+        raise
+    return taken
+
+
+def release_placeholders(taken: Sequence[str]) -> None:
+    """Remove each of ``taken`` that no other command holds, if it is still the one made and
+    still empty. Blocking file work, as ``take_placeholders``."""
+    for path in reversed(taken):
+        _release(path)
 
 
 def _take(placeholder: Placeholder, *, chown: bool) -> bool:

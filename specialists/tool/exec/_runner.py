@@ -7,6 +7,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -20,11 +21,14 @@ from ._errors import SCOPE, unavailable
 from ._limits import cpu_seconds
 from ._prepare import PreparedCommand, prepare_command
 from ._process import Child, Exit, Pipes, spawn_child
-from ._protect import hold_placeholders
+from ._protect import release_placeholders, take_placeholders
 from ._request import ExecRequest, open_working_dir
 from ._result import ExecResult, Limit, describe_status, limits_from_signal, parse_time_report
 from ._sandbox import Sandbox, wrap_argv
 from ._tree import TOKEN_ENV
+
+# One thread makes and removes placeholders: their table (_protect._held) is shared.
+PLACEHOLDER_THREAD = trio.CapacityLimiter(1)
 
 # Spawn errors are about the wrappers (prlimit, setpriv, bwrap), not the command, which was
 # resolved beforehand: a wrapper that vanished means the host changed under the daemon.
@@ -60,8 +64,20 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     try:
         started = time.monotonic()
         # Held until the sandbox is reaped: a placeholder removed earlier frees its name.
-        with hold_placeholders(plan.layout, chown=sandbox.run_as is not None):
+        # Made and removed in one worker thread: file work (about 40 ms for every default
+        # path, bench/exec_protected.py) must not stall the event loop, and the table of held
+        # placeholders is shared.
+        chown = sandbox.run_as is not None
+        taken = await trio.to_thread.run_sync(
+            partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
+        )
+        try:
             run = await _run(plan, config, sandbox, env, token, group)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(
+                    release_placeholders, taken, limiter=PLACEHOLDER_THREAD
+                )
         duration_ms = round((time.monotonic() - started) * 1000)
         usage = group.usage() if group is not None else None
     finally:
