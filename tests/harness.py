@@ -12,7 +12,7 @@ import trio.testing
 
 from csp_web.config import Config, ConnectionConfig
 from csp_web.core.compose import compose, op_table
-from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.core.context import OpContext, Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.fields import FieldSpec, Params
@@ -131,7 +131,7 @@ class Harness:
         config = connection or self.dispatcher.services.config.connection
         options = StreamOptions(config, idle_timeout_s)
         self.nursery.start_soon(
-            serve_stream, server, self.dispatcher, Peer("test"), options, self.shutdown
+            serve_connection, server, self.dispatcher, Peer("test"), options, self.shutdown
         )
         return ClientEnd(client, Connection(Limits(1 << 24, 1 << 24, 10_000)))
 

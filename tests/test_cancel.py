@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
-from csp_web.core.connection import StreamOptions, serve_stream
+from csp_web.core.connection import StreamOptions, serve_connection
 from csp_web.core.context import OpContext, Peer
 from csp_web.core.deadlines import CUT_DETAIL, work_deadline
 from csp_web.core.dispatch import DispatchPort
@@ -34,7 +34,7 @@ def _connect(harness: Harness, peer: Peer) -> ClientEnd:
     client, server = trio.testing.memory_stream_pair()
     options = StreamOptions(harness.dispatcher.services.config.connection, None)
     harness.nursery.start_soon(
-        serve_stream, server, harness.dispatcher, peer, options, harness.shutdown
+        serve_connection, server, harness.dispatcher, peer, options, harness.shutdown
     )
     return ClientEnd(client, Connection(Limits(1 << 24, 1 << 24, 10_000)))
 

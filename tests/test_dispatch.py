@@ -373,28 +373,48 @@ def test_an_op_in_a_pool_without_slot_limits_cannot_be_composed(config: Config) 
         build_dispatcher(config, None, [op], None)
 
 
-async def test_only_an_instant_sys_op_with_a_free_slot_is_run_without_a_task(
+async def test_only_an_instant_sys_op_with_a_free_slot_is_answered_now(
     config: Config,
 ) -> None:
-    """L-4, C-3: ping, ops and stats never wait, so a connection may run them in its reader;
-    not an IN:SYS op that sleeps, nor an unknown one, nor a ping while the sys pool is full."""
+    """L-4, C-3: ping, ops and stats never wait, so ``try_now`` answers them (a connection
+    runs them in its reader); not an IN:SYS op that sleeps, nor an unknown one, nor a ping
+    while the sys pool is full: those get None and run as tasks of their own."""
     sys_sleep = replace(TEST_OPS[0], req="sys-sleep", domain="SYS", specialist="sys")
     dispatcher = build_dispatcher(config, None, [sys_sleep], None)
     peer = Peer("a")
-    instant = [
-        dispatcher.instant_op(Task(req, "SYS", out), peer)
-        for req, out in (("ping", "PONG"), ("ops", "OPS"), ("stats", "STATS"))
-    ]
-    assert [op.req if op is not None else None for op in instant] == ["ping", "ops", "stats"]
-    assert dispatcher.instant_op(Task("sys-sleep", "SYS", "SLEPT"), peer) is None
-    assert dispatcher.instant_op(Task("nope", "SYS", "PONG"), peer) is None
-    assert dispatcher.instant_op(Task("ping", "SYS", "WRONG"), peer) is None
+    for req, out in (("ping", "PONG"), ("ops", "OPS"), ("stats", "STATS")):
+        reply = await dispatcher.try_now(Task(req, "SYS", out, None, (("ID", req),)), peer)
+        assert reply is not None
+        assert reply.status is Status.OK
+        assert reply.id == req
+    assert await dispatcher.try_now(Task("sys-sleep", "SYS", "SLEPT"), peer) is None
+    assert await dispatcher.try_now(Task("nope", "SYS", "PONG"), peer) is None
+    assert await dispatcher.try_now(Task("ping", "SYS", "WRONG"), peer) is None
     pool = dispatcher.slots("sys")
     taken = [pool.take_now() for _ in range(pool.max_running)]
     assert all(taken)
-    assert dispatcher.instant_op(Task("ping", "SYS", "PONG"), peer) is None  # N of N running
+    assert await dispatcher.try_now(Task("ping", "SYS", "PONG"), peer) is None  # N of N running
     pool.release()
-    assert dispatcher.instant_op(Task("ping", "SYS", "PONG"), peer) is not None  # N-1
+    assert await dispatcher.try_now(Task("ping", "SYS", "PONG"), peer) is not None  # N-1
+    assert pool.running == pool.max_running - 1  # its slot was given back
+
+
+async def test_an_instant_op_answered_now_is_validated_and_counted_as_any_task(
+    config: Config,
+) -> None:
+    """C-1, R-6: ``try_now`` validates as ``run`` does (a bad ID is ``invalid_field``,
+    an unknown field ``unknown_field``) and counts each frame in the stats."""
+    dispatcher = build_dispatcher(config, None, [], None)
+    peer = Peer("a")
+    bad_id = await dispatcher.try_now(Task("ping", "SYS", "PONG", None, (("ID", "a b"),)), peer)
+    stray = await dispatcher.try_now(Task("ping", "SYS", "PONG", None, (("X", "1"),)), peer)
+    direct = await dispatcher.run(Task("ping", "SYS", "PONG", None, (("X", "1"),)), peer)
+    assert bad_id is not None
+    assert stray is not None
+    assert _error(bad_id) == "invalid_field"
+    assert stray == direct
+    assert _error(stray) == "unknown_field"
+    assert dispatcher.stats.frames == 3
 
 
 async def test_a_ping_behind_a_full_sys_pool_queues_in_a_task_of_its_own_and_is_answered(

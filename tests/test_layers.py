@@ -59,6 +59,7 @@ PUBLIC_CORE = frozenset(
         "logs",
         "unix",  # the socket helpers, for a specialist that listens (the node socket)
         "storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
+        "stream",  # serve_stream and StreamHandler: the one read loop (the node link uses it)
     }
 )
 

@@ -29,7 +29,7 @@ from csp_web.config import (
     SocketConfig,
 )
 from csp_web.core.client import open_client
-from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.core.context import OpContext, Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
@@ -323,7 +323,7 @@ async def _serve_scripted_memory(
     async with trio.open_nursery() as nursery:
 
         async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
-            await serve_stream(stream, dispatcher, peer, options, Shutdown())
+            await serve_connection(stream, dispatcher, peer, options, Shutdown())
 
         await nursery.start(
             partial(serve_unix, path, SocketConfig(), handle, handler_nursery=nursery)

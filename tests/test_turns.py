@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from csp_web.config import AuditConfig, Config, ConnectionConfig
-from csp_web.core.connection import StreamOptions, serve_stream
+from csp_web.core.connection import StreamOptions, serve_connection
 from csp_web.core.context import Peer
 from csp_web.core.turns import FairStarts, Seat
 from protocol import Connection, Reply
@@ -172,7 +172,7 @@ class _Steps(trio.abc.Instrument):
 
 def _serve(harness: Harness, starts: FairStarts, config: ConnectionConfig) -> trio.abc.Stream:
     client, server = trio.testing.memory_stream_pair()
-    serve = partial(serve_stream, lease=None, starts=starts)
+    serve = partial(serve_connection, lease=None, starts=starts)
     options = StreamOptions(config, None)
     harness.nursery.start_soon(
         serve, server, harness.dispatcher, Peer("test"), options, harness.shutdown
@@ -252,7 +252,7 @@ async def test_a_non_reading_peer_is_closed_at_the_write_limit_while_others_keep
 
         async def serve_non_reader() -> None:
             options = StreamOptions(conn, None)
-            await serve_stream(
+            await serve_connection(
                 server, harness.dispatcher, Peer("nr"), options, harness.shutdown, starts=starts
             )
             done.set()

@@ -24,7 +24,7 @@ from csp_web.cli.cassette_run import Upstream, record_transcript, replay_with_ca
 from csp_web.cli.transcript import Transcript, TranscriptError, parse_transcript, replay
 from csp_web.config import Config
 from csp_web.core.compose import Daemon
-from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.memory.sink.server import serve_memory_sink
@@ -35,7 +35,9 @@ async def replay_in_memory(transcript: Transcript, dispatcher: Dispatcher) -> li
     client, server = trio.testing.memory_stream_pair()
     options = StreamOptions(dispatcher.services.config.connection, None)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_stream, server, dispatcher, Peer("replay"), options, Shutdown())
+        nursery.start_soon(
+            serve_connection, server, dispatcher, Peer("replay"), options, Shutdown()
+        )
         try:
             return await replay(transcript, client)
         finally:

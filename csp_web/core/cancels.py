@@ -61,16 +61,21 @@ class Ticket:
 
 
 class Cancels:
-    """Every open ticket, by (uid, ID) and by connection."""
+    """Every open ticket, by (uid, ID) and by connection; and the connections whose peer
+    hung up, until they close."""
 
     def __init__(self) -> None:
         self._by_key: dict[tuple[int | None, str], set[Ticket]] = {}
         self._by_connection: dict[str, set[Ticket]] = {}
+        self._hung_up: set[str] = set()
 
     def open(self, peer: Peer, task_id: str | None) -> Ticket:
-        """A ticket for a task ``peer`` sent; the caller closes it (``Ticket.close``)."""
+        """A ticket for a task ``peer`` sent; the caller closes it (``Ticket.close``). On a
+        connection whose peer hung up it is cancelled already: the frame was sent before."""
         key = (peer.uid, task_id) if task_id is not None else None
         ticket = Ticket(self, key, peer.connection)
+        if peer.connection in self._hung_up:
+            ticket.cancel(BY_HANGUP)
         if key is not None:
             self._by_key.setdefault(key, set()).add(ticket)
         self._by_connection.setdefault(peer.connection, set()).add(ticket)
@@ -82,8 +87,14 @@ class Cancels:
         return _cancel_all(self._by_key.get((uid, task_id), ()), BY_REQUEST)
 
     def cancel_connection(self, connection: str) -> int:
-        """Cancel every unfinished task of ``connection`` (its peer hung up); how many."""
+        """Cancel every unfinished task of ``connection`` (its peer hung up), and every one
+        opened on it later, until ``forget``; how many were unfinished."""
+        self._hung_up.add(connection)
         return _cancel_all(self._by_connection.get(connection, ()), BY_HANGUP)
+
+    def forget(self, connection: str) -> None:
+        """``connection`` has closed: its name may serve another one."""
+        self._hung_up.discard(connection)
 
     def _drop(self, ticket: Ticket) -> None:
         _discard(self._by_connection, ticket.connection, ticket)

@@ -1,15 +1,15 @@
-"""The one adapter loop between a byte stream and the dispatcher (h11's trio example shape).
+"""The daemon's connections: a ``StreamHandler`` for the one read loop (``core.stream``).
 
 stdin/stdout and every Unix-socket connection are ``trio.abc.Stream``s served by
-``serve_stream``: a reader task feeds the sans-IO codec and starts one task per frame, a writer
-task sends replies in order (``reply_writer``: before waiting for bytes the reader sends what
-is queued itself when no send is in progress: a lone reply skips a scheduler round). Budgets
-(SPEC L-4 to L-8): tasks in flight per connection (back-pressure), a deadline to finish a
-started frame (slowloris), an idle timeout, a bounded reply queue whose oldest reply must be
-written within the write limit, a malformed-frame budget and an empty-line budget. Every
-frame start is admitted by the daemon-wide ``FairStarts`` (SPEC L-10): a bounded number per
-scheduler round, round-robin across connections, a new connection first, so busy connections
-cannot hold the scheduler while a fresh one waits.
+``serve_connection``: the reader (``stream.serve_stream`` with this module's ``_Session``)
+turns each frame into a task, or answers an instant op at once (``Dispatcher.try_now``); a
+writer task sends replies in order (``reply_writer``). Budgets (SPEC L-4 to L-8): tasks in
+flight per connection (back-pressure), a deadline to finish a started frame (slowloris), an
+idle timeout, a bounded reply queue whose oldest reply must be written within the write limit,
+a malformed-frame budget and an empty-line budget. Every frame start is admitted by the
+daemon-wide ``FairStarts`` (SPEC L-10): a bounded number per scheduler round, round-robin
+across connections, a new connection first, so busy connections cannot hold the scheduler
+while a fresh one waits.
 
 At shutdown every task still gets exactly one reply (SPEC R-1): a frame already received but not
 started (held by the in-flight cap, or still in the codec's buffer) is answered
@@ -18,12 +18,14 @@ answered ``shutting_down``; then the connection closes.
 
 Each task the connection receives holds a ticket (``core.cancels``) from its frame until its
 work ends, so ``REQ:cancel`` can end it; when the peer hangs up (EOF with the socket closed
-both ways, or a reply that cannot be written), its unfinished tasks are cancelled
-(``tasks.cancel_on_disconnect``) and their replies, audited as any other, are dropped.
+both ways, or a reply that cannot be written), its unfinished tasks are cancelled, and so is
+every task read after (``tasks.cancel_on_disconnect``); their replies, audited as any other,
+are dropped.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import select
@@ -32,20 +34,18 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config import ConnectionConfig
-from csp_web.core.cancels import BY_HANGUP, Ticket
+from csp_web.core.cancels import Ticket
 from csp_web.core.context import Peer
 from csp_web.core.deadlines import CUT_DETAIL
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.errors import OpError
-from csp_web.core.ops import BoundOp
 from csp_web.core.replies import fail_reply
 from csp_web.core.reply_writer import ReplyWriter
 from csp_web.core.shutdown import Shutdown
+from csp_web.core.stream import StreamHandler, serve_stream
 from csp_web.core.turns import FairStarts, Seat
 from csp_web.core.unix import Lease
 from protocol import (
-    CLOSED,
-    NEED_DATA,
     Connection,
     ErrorCode,
     Limits,
@@ -55,11 +55,10 @@ from protocol import (
     serialize,
 )
 
-__all__ = ["Shutdown", "StreamOptions", "serve_stream"]  # Shutdown: core.shutdown
+__all__ = ["Shutdown", "State", "StreamOptions", "serve_connection"]  # Shutdown: core.shutdown
 
 log = logging.getLogger(__name__)
 _CUT = OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL).wire_text  # work the grace period ended
-_RECEIVE_BYTES = 65536
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,20 @@ class StreamOptions:
 
     config: ConnectionConfig
     idle_timeout_s: float | None
-    sequential: bool = False  # run frames one at a time (the memory sink keeps write order)
+    sequential: bool = False  # run frames one at a time (a Memory Specialist keeps write order)
 
 
-async def serve_stream(
+class State(enum.Enum):
+    """Where a connection's reader is. Eviction and the idle clock look at it; a peer that
+    hung up is the writer's (``peer_gone``) and the tickets' (``Cancels``) to know."""
+
+    HANDLING = "handling"  # turning the frames read into tasks (``held``: one waits to start)
+    READING = "reading"  # waiting for bytes: the only state that may idle out or be evicted
+    EVICTED = "evicted"  # evicted (a cap, a revoked uid): the frames read still run, no more
+    CLOSING = "closing"  # reads nothing more: its tasks finish and the writer drains
+
+
+async def serve_connection(
     stream: trio.abc.Stream,
     dispatcher: Dispatcher,
     peer: Peer,
@@ -97,12 +106,17 @@ async def serve_stream(
         await session.run()
     finally:
         dispatcher.stats.connections -= 1
+        dispatcher.cancels.forget(peer.connection)
         dispatcher.connection_closed(peer)
         await trio.aclose_forcefully(stream)
         log.debug("connection %s closed", peer.connection)
 
 
-class _Session:
+class _Session(StreamHandler):
+    """One connection: the reader's handler, its writer and its budgets."""
+
+    tasks: trio.Nursery  # the frames' tasks, open while the reader runs
+
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -138,17 +152,20 @@ class _Session:
         )
         self.in_flight = trio.Semaphore(config.max_in_flight)
         self.bad_frames = 0
-        self.frame_started: float | None = None
-        self.last_activity = trio.current_time()
-        self.held: Task | None = None  # parsed, waiting for an in-flight slot
-        self.receive_scope: trio.CancelScope | None = None  # set while waiting for bytes
-        self.evicted = False
-        self.hangup_cancels = False  # the peer hung up: frames read from now on are cancelled
+        self.state = State.HANDLING
+        self.last_activity = trio.current_time()  # the idle clock (L-5)
+        self.held: Task | None = None  # parsed, waiting for an in-flight place or its turn
+        self.receive_scope: trio.CancelScope | None = None  # the wait for bytes, while READING
+
+    def enter(self, state: State) -> None:
+        """Move the reader to ``state``; an evicted reader stays so until it closes."""
+        if self.state is not State.EVICTED or state is State.CLOSING:
+            self.state = state
 
     def idle_since(self) -> float | None:
         """When the connection last did anything, or None while it has anything to do."""
         idle = (
-            self.receive_scope is not None
+            self.state is State.READING
             and not self.writer.writing
             and not len(self.writer.replies)
             and self.in_flight.value == self.options.config.max_in_flight
@@ -157,73 +174,46 @@ class _Session:
         return self.last_activity if idle else None
 
     def evict(self) -> None:
-        """Close the connection if it is still waiting for bytes (nothing read is lost)."""
-        self.evicted = True
-        if self.receive_scope is not None:
+        """Close the connection once it waits for bytes (now, if it does): nothing read is
+        lost, the frames read run to their replies."""
+        reading = self.state is State.READING
+        self.enter(State.EVICTED)
+        if reading and self.receive_scope is not None:
             self.receive_scope.cancel()
 
     async def run(self) -> None:
         async with trio.open_nursery() as outer:
             self.writer.connection_scope = outer.cancel_scope
             outer.start_soon(self.writer.write_replies)
-            async with trio.open_nursery() as tasks:
+            async with trio.open_nursery() as self.tasks:
                 with self.shutdown.reader_scope():
-                    await self.read_frames(tasks)
+                    await serve_stream(self.stream, self.codec, self)
+                self.enter(State.CLOSING)
                 if self.shutdown.begun.is_set():
                     self.refuse_received()
             self.writer.replies.close()
 
-    async def read_frames(self, tasks: trio.Nursery) -> None:
-        while True:
-            data = await self.receive()
-            if data is None:
-                return
-            if not data and _peer_closed(self.stream):
-                self.hung_up()
-            self.codec.receive_data(data)
-            keep_going = await self.handle_events(tasks)
-            # The slowloris clock runs from when the frame now pending began to arrive: a frame
-            # completed in this chunk (or time spent in back-pressure) never counts against it.
-            if not self.codec.in_frame:
-                self.frame_started = None
-            elif self.frame_started is None:
-                self.frame_started = trio.current_time()
-            if not keep_going or not data:
-                return
+    # --- the read loop's handler (``core.stream.StreamHandler``)
 
-    async def receive(self) -> bytes | bytearray | None:
-        """The next bytes (``b""`` at EOF), or None when a deadline closed the connection."""
+    def reading(self, scope: trio.CancelScope | None) -> None:
+        self.receive_scope = scope
+        if scope is None:
+            self.enter(State.HANDLING)
+        elif self.state is State.EVICTED:
+            scope.cancel()
+        else:
+            self.enter(State.READING)
+
+    def on_eof(self, *, reset: bool) -> None:
+        # Reset by the peer, or closed both ways: nobody reads the replies either.
+        if reset or _peer_closed(self.stream):
+            self.hung_up()
+
+    def read_deadline(self, frame_started: float | None) -> float:
         config = self.options.config
-        while True:
-            with trio.move_on_at(self._deadline()) as self.receive_scope:
-                if self.evicted:
-                    self.receive_scope.cancel()
-                try:
-                    data = await self.stream.receive_some(_RECEIVE_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self.hung_up()  # reset by the peer: nobody reads the replies either
-                    return b""
-                finally:
-                    self.receive_scope = None
-                return data
-            if self.evicted:
-                log.info("connection %s idle at a connection cap, evicted", self.peer.connection)
-                return None
-            if self.codec.in_frame:
-                self.dispatcher.stats.reject(ErrorCode.FRAME_TIMEOUT)
-                detail = f"frame not completed within {config.frame_deadline_s:g}s"
-                await self.emit_error(ErrorCode.FRAME_TIMEOUT, detail, None)
-                return None
-            idle = self.options.idle_timeout_s
-            quiet_since = trio.current_time() - self.last_activity
-            if self.in_flight.value == config.max_in_flight and quiet_since >= (idle or math.inf):
-                log.info("connection %s idle, closing", self.peer.connection)
-                return None
-
-    def _deadline(self) -> float:
         if self.codec.in_frame:
-            started = self.frame_started if self.frame_started is not None else trio.current_time()
-            return started + self.options.config.frame_deadline_s
+            started = frame_started if frame_started is not None else trio.current_time()
+            return started + config.frame_deadline_s
         idle = self.options.idle_timeout_s
         if idle is None:
             return math.inf
@@ -231,49 +221,72 @@ class _Session:
         # are not); while work in flight keeps a quiet connection open, look again later.
         deadline = self.last_activity + idle
         now = trio.current_time()
-        nothing_in_flight = self.in_flight.value == self.options.config.max_in_flight
+        nothing_in_flight = self.in_flight.value == config.max_in_flight
         return deadline if deadline > now or nothing_in_flight else now + idle
 
-    async def handle_events(self, tasks: trio.Nursery) -> bool:
-        """Start a task per complete frame; False when the connection should stop reading."""
-        while True:
-            try:
-                event = self.codec.next_event()
-            except ProtocolError as exc:
-                self.frame_started = None
-                if not await self.count_bad_frame(exc.code, exc.detail, exc.frame_id):
-                    return False
-                continue
-            if event is NEED_DATA:
-                if self.codec.in_frame:
-                    self.last_activity = trio.current_time()
-                return await self.writer.send_at_once()
-            if event is CLOSED:
-                return False
-            self.frame_started = None  # a frame ended: the next one's clock starts afresh
-            self.last_activity = trio.current_time()
-            if isinstance(event, Reply):
-                detail = "expected a TASK frame"
-                if not await self.count_bad_frame(ErrorCode.BAD_HEADER, detail, event.id):
-                    return False
-                continue
-            assert isinstance(event, Task)
-            await self.start_task(tasks, event)
+    async def on_read_deadline(self, in_frame: bool) -> bool:
+        config = self.options.config
+        if self.state is State.EVICTED:
+            log.info("connection %s idle at a connection cap, evicted", self.peer.connection)
+            return False
+        if in_frame:
+            self.dispatcher.stats.reject(ErrorCode.FRAME_TIMEOUT)
+            detail = f"frame not completed within {config.frame_deadline_s:g}s"
+            await self.emit_error(ErrorCode.FRAME_TIMEOUT, detail, None)
+            return False
+        idle = self.options.idle_timeout_s
+        quiet_since = trio.current_time() - self.last_activity
+        if self.in_flight.value == config.max_in_flight and quiet_since >= (idle or math.inf):
+            log.info("connection %s idle, closing", self.peer.connection)
+            return False
+        return True
 
-    async def start_task(self, tasks: trio.Nursery, task: Task) -> None:
+    async def on_bad_frame(self, error: ProtocolError) -> bool:
+        return await self.count_bad_frame(error.code, error.detail, error.frame_id)
+
+    async def on_reply(self, reply: Reply) -> bool:
+        self.last_activity = trio.current_time()
+        return await self.count_bad_frame(ErrorCode.BAD_HEADER, "expected a TASK frame", reply.id)
+
+    async def on_task(self, task: Task) -> bool:
+        self.last_activity = trio.current_time()
         self.held = task  # answered shutting_down if the daemon stops before it starts
-        if not self.options.sequential and self.dispatcher.is_instant(task):
-            await self.starts.wait_start(self.seat, instant=True)  # a turn, no running place
-            if (op := self.dispatcher.instant_op(task, self.peer)) is not None:
-                self.held = None
-                await self.run_at_once(task, op, self.writer.order.reserve(task.id))
-                return
-            # The sys pool filled or pacing began meanwhile: it waits like any frame.
+        if not await self.answer_now(task):
+            await self.start_task(task)
+        return True
+
+    async def on_drained(self, reading: bool) -> bool:
+        if not reading:
+            return False
+        if self.codec.in_frame:
+            self.last_activity = trio.current_time()
+        return await self.writer.send_at_once()
+
+    # --- starting frames
+
+    async def answer_now(self, task: Task) -> bool:
+        """Answer ``task`` in the reader when it is an instant op (``Dispatcher.try_now``):
+        a task of its own would cost more than the op, and it takes neither an in-flight
+        place nor a running one, so slow work filling both never holds it back (issue 21).
+        It still takes its turn (L-10). False: it must start as a task of its own."""
+        if self.options.sequential or not self.dispatcher.is_instant(task):
+            return False
+        await self.starts.wait_start(self.seat, instant=True)  # a turn, no running place
+        reply = await self.dispatcher.try_now(task, self.peer)
+        if reply is None:  # the sys pool filled or pacing began meanwhile: it waits like any
+            return False
+        self.held = None
+        self.writer.queue(self.writer.order.reserve(task.id), self.encode(task, reply))
+        await self.writer.replies.wait_room()  # back-pressure, once its reply is queued
+        return True
+
+    async def start_task(self, task: Task) -> None:
+        """Start ``task`` as a task of its own once it has an in-flight place (L-4) and its
+        turn (L-10); ``sequential``: run it here."""
         # IN:SYS ops never wait for work, so there is nothing to cancel (and a REQ:cancel
-        # naming its own ID cannot cancel itself).
+        # naming its own ID cannot cancel itself). A ticket opened after the peer hung up
+        # is cancelled at once (``Cancels.open``).
         ticket = self.dispatcher.cancels.open(self.peer, task.id) if task.domain != "SYS" else None
-        if ticket is not None and self.hangup_cancels:  # sent before the hang-up, read after
-            ticket.cancel(BY_HANGUP)
         try:
             try:  # a checkpoint per frame would cost a scheduler round; wait only at the cap
                 self.in_flight.acquire_nowait()
@@ -293,7 +306,7 @@ class _Session:
         if self.options.sequential:
             await self.run_task(task, slot, ticket)
         else:
-            tasks.start_soon(self.run_task, task, slot, ticket)
+            self.tasks.start_soon(self.run_task, task, slot, ticket)
 
     def refuse_received(self) -> None:
         """Answer ``shutting_down`` to every task received but not started (SPEC R-1)."""
@@ -342,31 +355,19 @@ class _Session:
     async def run_task(self, task: Task, slot: int | None, ticket: Ticket | None) -> None:
         try:
             try:
-                data = await self.work(task, ticket=ticket)
+                reply = await self.dispatcher.run(
+                    task, self.peer, grace=self.shutdown.grace, ticket=ticket
+                )
             finally:
                 self.starts.done()
-            await self.writer.send(slot, data)
+            await self.writer.send(slot, self.encode(task, reply))
         finally:
             self.in_flight.release()
 
-    async def run_at_once(self, task: Task, op: BoundOp, slot: int | None) -> None:
-        """Run an op that does not wait (``Dispatcher.instant_op``: IN:SYS) in the reader:
-        a task of its own would cost more than the op, and it holds neither an in-flight
-        place nor a running one, so slow work filling both never holds it back. Its one wait,
-        an audit summary's commit (O-4), is shielded, so a shutdown that stops the reader
-        never takes its reply; back-pressure on the reply queue waits after it is queued."""
-        self.writer.queue(slot, await self.work(task, instant=op))
-        await self.writer.replies.wait_room()
-
-    async def work(
-        self, task: Task, *, instant: BoundOp | None = None, ticket: Ticket | None = None
-    ) -> bytes:
-        """The serialized reply to ``task``; ``shutting_down`` if the grace period cut it,
-        ``cancelled`` if ``ticket`` was cancelled."""
+    def encode(self, task: Task, reply: Reply) -> bytes:
+        """``reply`` to ``task`` as bytes, counted as answered once shutdown began (unless
+        the grace period cut its work); ``internal_error`` if it cannot be serialized."""
         shutdown = self.shutdown
-        reply = await self.dispatcher.run(
-            task, self.peer, grace=shutdown.grace, instant=instant, ticket=ticket
-        )
         if shutdown.begun.is_set() and reply.get("ERROR") != _CUT:
             shutdown.answered += 1
         try:
@@ -400,7 +401,6 @@ class _Session:
         self.writer.peer_gone = True
         if not self.dispatcher.services.config.tasks.cancel_on_disconnect:
             return
-        self.hangup_cancels = True
         cancelled = self.dispatcher.cancels.cancel_connection(self.peer.connection)
         if cancelled:
             log.info("connection %s hung up: %d tasks cancelled", self.peer.connection, cancelled)

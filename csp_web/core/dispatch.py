@@ -84,15 +84,13 @@ class Dispatcher:
         peer: Peer,
         *,
         grace: GracePeriod | None = None,
-        instant: BoundOp | None = None,
         ticket: Ticket | None = None,
     ) -> Reply:
         """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
         connection's task) the work ends at the grace period's end too, answered
-        ``shutting_down`` (SPEC R-1). ``instant``: what ``instant_op(task, peer)`` gave with
-        no checkpoint since, so nothing waits and no deadline scope is needed. ``ticket``
-        (a connection's task, ``Cancels.open``): a cancel ends the work, answered
-        ``cancelled`` (SPEC C-6); it is closed once the work ends."""
+        ``shutting_down`` (SPEC R-1). ``ticket`` (a connection's task, ``Cancels.open``): a
+        cancel ends the work, answered ``cancelled`` (SPEC C-6); it is closed once the work
+        ends."""
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
@@ -100,18 +98,54 @@ class Dispatcher:
         audit: dict[str, Any] = {}
         stage = _Stage()
         try:
-            if instant is not None:
-                op = instant
-                reply = await self._run_at_once(task, op, peer, audit)
-            else:
-                op = self._lookup(task)
-                reply = await self._run(task, op, peer, audit, stage, grace, ticket)
+            op = self._lookup(task)
+            reply = await self._run(task, op, peer, audit, stage, grace, ticket)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
             self.stats.in_flight -= 1
             if ticket is not None:
                 ticket.close()
+        return await self._done(task, op, peer, reply, started, audit, stage.admitted)
+
+    async def try_now(self, task: Task, peer: Peer) -> Reply | None:
+        """The reply to ``task`` when it can be given without waiting, else None (then it
+        runs as a task of its own, ``run``). Without waiting: an IN:SYS op that neither
+        sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3). It
+        reaches no checkpoint, so neither a deadline nor the grace period can end it; its one
+        wait is its audit summary's commit when it fills one (O-4), shielded there, so a
+        shutdown that stops the reader never takes its reply."""
+        op = self._instant_kind(task)
+        if op is None or self._must_pace(peer):
+            return None
+        slots = self.pools["sys"]
+        if not slots.take_now():
+            return None
+        started = time.monotonic()
+        self.stats.frames += 1
+        self.stats.in_flight += 1
+        audit: dict[str, Any] = {}
+        try:
+            reply = await self._run_now(task, op, peer, audit)
+        except Exception as exc:
+            reply = fail_reply(_as_op_error(exc, task), task.id)
+        finally:
+            self.stats.in_flight -= 1
+            slots.release()
+        return await self._done(task, op, peer, reply, started, audit, False)
+
+    async def _done(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        reply: Reply,
+        started: float,
+        audit: dict[str, Any],
+        admitted: bool,
+    ) -> Reply:
+        """Log, count and audit ``reply``, the outcome of ``task`` started at ``started``;
+        ``storage_full`` instead when an admitted op's record could not be kept (O-6)."""
         duration_ms = (time.monotonic() - started) * 1000
         code = _error_code(reply)
         if log.isEnabledFor(logging.INFO):
@@ -132,25 +166,15 @@ class Dispatcher:
         elif code is not None:
             self.stats.reject(code)
         try:
-            await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
+            await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
         except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
             return fail_reply(exc, task.id)
         return reply
 
-    def instant_op(self, task: Task, peer: Peer) -> BoundOp | None:
-        """The op of ``task`` when it will not wait: an IN:SYS op that neither sleeps nor does
-        I/O (``Op.instant``), with a free slot, not paced now (O-3). Its only wait is its audit
-        summary's commit when it fills one (O-4), so a connection may run it without a task
-        of its own: ``run(task, peer, instant=op)`` with no checkpoint in between."""
-        op = self._instant_kind(task)
-        pool = self.pools["sys"]  # a free slot: admission will not wait either
-        if op is None or pool.running >= pool.max_running or self._must_pace(peer):
-            return None
-        return op
-
     def is_instant(self, task: Task) -> bool:
         """Whether ``task`` names an op that never waits (``Op.instant``, IN:SYS), whatever
-        the pools' state: a connection gives it a turn without a running place (L-10)."""
+        the pools' state: a connection gives it a turn without a running place (L-10), then
+        asks ``try_now`` for its reply."""
         return self._instant_kind(task) is not None
 
     def _instant_kind(self, task: Task) -> BoundOp | None:
@@ -265,22 +289,13 @@ class Dispatcher:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
-    async def _run_at_once(
-        self, task: Task, op: BoundOp, peer: Peer, audit: dict[str, Any]
-    ) -> Reply:
-        """``_run`` for an instant op with a free slot, not paced: it never reaches a
-        checkpoint, so neither its deadline nor the grace period can end it."""
+    async def _run_now(self, task: Task, op: BoundOp, peer: Peer, audit: dict[str, Any]) -> Reply:
+        """``_run`` for an instant op holding a sys slot: validated, then run, no scope."""
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
         parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
-        slots = self.pools[op.spec.specialist]
-        if not slots.take_now():  # instant_op saw a free one, with no checkpoint since
-            raise OpError(ErrorCode.INTERNAL_ERROR, "no free slot for an instant op")
-        try:
-            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
-            return ok_reply(await op.run(params, ctx), task.id)
-        finally:
-            slots.release()
+        ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
+        return ok_reply(await op.run(params, ctx), task.id)
 
     def _must_pace(self, peer: Peer) -> bool:
         """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""

@@ -28,7 +28,7 @@ from csp_web.config import Config, ConfigError
 from csp_web.config.reload import Reloader, ReloadPlan, apply_reload, plan_reload
 from csp_web.core import systemd
 from csp_web.core.compose import Daemon
-from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.core.context import Peer
 from csp_web.core.dispatch import Dispatcher
 from csp_web.core.ports import allowed_uids
@@ -165,7 +165,7 @@ async def _start_transports(
         reloaders.append(lambda new: functools.partial(gate.revoke, allowed_uids(new.socket)))
 
         async def handle(stream: trio.SocketStream, peer: Peer, lease: Lease) -> None:
-            await serve_stream(
+            await serve_connection(
                 stream, dispatcher, peer, options, shutdown, lease=lease, starts=starts
             )
 
@@ -196,7 +196,7 @@ async def _serve_stdio(
 ) -> None:
     # EOF on stdin means the orchestrator is done with us: finish, flush, exit 0.
     peer = Peer("stdin", os.getuid(), os.getppid())
-    await serve_stream(stream, dispatcher, peer, options, shutdown, starts=starts)
+    await serve_connection(stream, dispatcher, peer, options, shutdown, starts=starts)
     shutdown.begin()
 
 

@@ -1,4 +1,5 @@
-"""The daemon's end of one node connection (protocol/NODES.md): one reader, one write lock.
+"""The daemon's end of one node connection (protocol/NODES.md): one reader (the one read loop,
+``core.stream.serve_stream``, with the link as its handler), one write lock.
 
 The node's TASK frames are link frames only (hello, pair, heartbeat, media), answered in
 order by this loop; anything else is refused and can never reach the daemon's ops (N-3). The
@@ -21,9 +22,8 @@ import trio
 from csp_web.config.nodes import NodesConfig
 from csp_web.core.errors import OpError
 from csp_web.core.replies import Result, fail_reply, ok_reply
+from csp_web.core.stream import StreamHandler, serve_stream
 from protocol import (
-    CLOSED,
-    NEED_DATA,
     Connection,
     ErrorCode,
     Limits,
@@ -51,7 +51,6 @@ class LinkHub(Protocol):
 
 
 log = logging.getLogger(__name__)
-_RECEIVE_BYTES = 65536
 MAX_BAD_FRAMES = 10  # as the client connections' L-6 budget
 WRITE_TIMEOUT_S = 10.0  # as connection.write_timeout_s: a node that does not read is cut
 
@@ -67,7 +66,7 @@ class _Call:
         self.media = MediaAssembly(max_media_bytes)
 
 
-class NodeLink:
+class NodeLink(StreamHandler):
     """One node connection; ``source`` names its peer for the attempt limiter (``uid:N``,
     ``ip:A``). ``name`` and ``hello`` are set once the node is known (hello or approval)."""
 
@@ -107,7 +106,7 @@ class NodeLink:
             with self.scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch_liveness)
-                    await self._read_frames()
+                    await serve_stream(self.stream, self.codec, self)
                     nursery.cancel_scope.cancel()
         finally:
             self.closed = True
@@ -170,34 +169,20 @@ class NodeLink:
             self.cut()
             raise _unavailable(self.name) from None
 
-    async def _read_frames(self) -> None:
-        while True:
-            try:
-                data = await self.stream.receive_some(_RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            self.codec.receive_data(data)
-            if not await self._handle_events() or not data:
-                return
+    # --- the read loop's handler (``core.stream.StreamHandler``)
 
-    async def _handle_events(self) -> bool:
-        while True:
-            try:
-                event = self.codec.next_event()
-            except ProtocolError as exc:
-                if not await self._bad_frame(exc.code, exc.detail, exc.frame_id):
-                    return False
-                continue
-            if event is NEED_DATA:
-                return True
-            if event is CLOSED:
-                return False
-            self.last_heard = trio.current_time()
-            if isinstance(event, Reply):
-                self._take_reply(event)
-            else:
-                assert isinstance(event, Task)
-                await self._answer(event)
+    async def on_task(self, task: Task) -> bool:
+        self.last_heard = trio.current_time()
+        await self._answer(task)
+        return True
+
+    async def on_reply(self, reply: Reply) -> bool:
+        self.last_heard = trio.current_time()
+        self._take_reply(reply)
+        return True
+
+    async def on_bad_frame(self, error: ProtocolError) -> bool:
+        return await self._bad_frame(error.code, error.detail, error.frame_id)
 
     async def _bad_frame(self, code: ErrorCode, detail: str, frame_id: str | None) -> bool:
         self.bad_frames += 1

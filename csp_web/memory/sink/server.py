@@ -6,14 +6,14 @@
 same content is answered ``DATA duplicate`` (SPEC M-2), with other content ``FAIL id_conflict``
 (M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's writes joined in order.
 
-Its connection loop is its own, lean one (the daemon's ``serve_stream`` and ``Dispatcher`` cost
-more per frame than the write itself): the sans-IO codec parses what one read from the socket
-brought, every frame is validated (op, ID, fields, sizes: the catalogue's FAIL frames as the
-dispatcher gives them) and every write staged, in order; then the chunk's writes are committed
-as one group (``csp_web.memory.sink.commit``) and its replies sent in one write. Frames
-on a connection are handled one at a time, so writes are stored in the order they were sent,
-and a read sees every write sent before it. Outcomes are logged as one INFO line of counts per
-``LOG_INTERVAL_S``, not one per write.
+It reads with the one loop (``core.stream.serve_stream``) but has its own, lean handler, not the
+daemon's connection and ``Dispatcher`` (they cost more per frame than the write itself): the
+frames one read from the socket brought are collected, every frame is validated (op, ID, fields,
+sizes: the catalogue's FAIL frames as the dispatcher gives them) and every write staged, in order;
+then the chunk's writes are committed as one group (``csp_web.memory.sink.commit``) and its
+replies sent in one write. Frames on a connection are handled one at a time, so writes are stored
+in the order they were sent, and a read sees every write sent before it. Outcomes are logged as
+one INFO line of counts per ``LOG_INTERVAL_S``, not one per write.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from csp_web.core.context import Peer
 from csp_web.core.errors import FieldError, OpError, StorageFull
 from csp_web.core.fields import ID_PATTERN, FieldSpec, Params, parse_timeout_ms, validate
 from csp_web.core.replies import Result, fail_reply, ok_reply
+from csp_web.core.stream import StreamHandler, serve_stream
 from csp_web.core.unix import Lease, prepare_socket_directory, serve_unix
 from csp_web.memory.sink.commit import GroupCommit
 from csp_web.memory.sink.store import Retention, SinkStore
 from protocol import (
-    CLOSED,
-    NEED_DATA,
     Connection,
     ErrorCode,
     Limits,
@@ -158,9 +157,9 @@ class MemorySink:
             await trio.aclose_forcefully(stream)
 
 
-class SinkSession:
-    """One connection: each chunk read is parsed, validated and staged, committed as one
-    group, and answered in one write."""
+class SinkSession(StreamHandler):
+    """One connection: the frames each read brings are collected, then validated and
+    staged, committed as one group, and answered in one write."""
 
     def __init__(self, sink: MemorySink, stream: trio.abc.Stream, peer: Peer) -> None:
         self.sink = sink
@@ -177,28 +176,51 @@ class SinkSession:
         self.bad_frames = 0
         self.broken = False  # set by GroupCommit when a commit failed: replies are withheld
         self.unstored: set[str] = set()  # IDs a full disk kept out (set by GroupCommit)
-        self.frame_started: float | None = None
+        self.events: list[Task | Reply | ProtocolError] = []  # read, not yet answered
+        self.errors = 0  # malformed frames counted as they are read (the loop stops past L-6)
 
     async def run(self) -> None:
-        while True:
-            data = await self.receive()
-            if data is None:  # a started frame stalled past the deadline (slowloris)
-                detail = f"frame not completed within {_CONNECTION.frame_deadline_s:g}s"
-                error = OpError(ErrorCode.FRAME_TIMEOUT, detail)
-                await self.send([serialize(fail_reply(error, None))])
-                return
-            self.codec.receive_data(data)
-            out: list[bytes] = []
-            keep_going = await self.answer_frames(out)
-            if out and not await self.send(out):
-                return
-            self.sink.tally.maybe_log()
-            if not self.codec.in_frame:
-                self.frame_started = None
-            elif self.frame_started is None:
-                self.frame_started = trio.current_time()
-            if not keep_going or not data:
-                return
+        await serve_stream(self.stream, self.codec, self, receive_bytes=RECEIVE_BYTES)
+
+    # --- the read loop's handler (``core.stream.StreamHandler``)
+
+    async def on_task(self, task: Task) -> bool:
+        self.events.append(task)
+        return True
+
+    async def on_reply(self, reply: Reply) -> bool:
+        self.events.append(reply)
+        return True
+
+    async def on_bad_frame(self, error: ProtocolError) -> bool:
+        self.events.append(error)
+        self.errors += 1  # past the budget (or a newline flood) answering stops there
+        return not (
+            error.code is ErrorCode.TOO_MANY_BLANK_LINES or self.errors > _CONNECTION.max_bad_frames
+        )
+
+    async def on_drained(self, reading: bool) -> bool:
+        out: list[bytes] = []
+        events, self.events = self.events, []
+        answering = await self.answer_frames(events, out)
+        if out and not await self.send(out):
+            return False
+        self.sink.tally.maybe_log()
+        return reading and answering
+
+    def read_deadline(self, frame_started: float | None) -> float:
+        if frame_started is None:
+            return math.inf
+        return frame_started + _CONNECTION.frame_deadline_s
+
+    async def on_read_deadline(self, in_frame: bool) -> bool:
+        """A started frame stalled past the deadline (slowloris): answered, then closed."""
+        detail = f"frame not completed within {_CONNECTION.frame_deadline_s:g}s"
+        error = OpError(ErrorCode.FRAME_TIMEOUT, detail)
+        await self.send([serialize(fail_reply(error, None))])
+        return False
+
+    # --- answering
 
     async def send(self, replies: list[bytes]) -> bool:
         """Commit what was staged, then send ``replies`` in one write; False when the
@@ -229,44 +251,12 @@ class SinkSession:
         self.sink.tally.counts[ErrorCode.STORAGE_FULL] += sum(r in refused for r in replies)
         return answered
 
-    async def receive(self) -> bytes | bytearray | None:
-        """The next bytes (``b""`` at EOF), or None when a started frame's deadline passed."""
-        deadline = math.inf
-        if self.frame_started is not None:
-            deadline = self.frame_started + _CONNECTION.frame_deadline_s
-        with trio.move_on_at(deadline):
-            try:
-                return await self.stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return b""
-        return None
-
-    async def answer_frames(self, out: list[bytes]) -> bool:
-        """Answer every complete frame buffered, into ``out``, in order; False to stop
-        reading. The chunk's frames are parsed first, so that its writes' IDs are looked up
-        in the store together (one query, not one per write)."""
-        events: list[Task | Reply | ProtocolError] = []
-        keep_going = True
-        errors = self.bad_frames
-        while True:
-            try:
-                event = self.codec.next_event()
-            except ProtocolError as exc:
-                events.append(exc)
-                errors += 1  # past the budget (or a newline flood) the loop below stops
-                if (
-                    exc.code is ErrorCode.TOO_MANY_BLANK_LINES
-                    or errors > _CONNECTION.max_bad_frames
-                ):
-                    break
-                continue
-            if event is NEED_DATA:
-                break
-            if event is CLOSED:
-                keep_going = False
-                break
-            assert isinstance(event, Task | Reply)
-            events.append(event)
+    async def answer_frames(
+        self, events: list[Task | Reply | ProtocolError], out: list[bytes]
+    ) -> bool:
+        """Answer ``events`` (what one read brought), into ``out``, in order; False to stop
+        reading. The writes' IDs are looked up in the store together (one query, not one
+        per write)."""
         plain = [_plain_write(item) if isinstance(item, Task) else None for item in events]
         ids = [write[0] for write in plain if write is not None]
         stored = self.sink.commits.stored_hashes(ids) if ids else None
@@ -282,7 +272,7 @@ class SinkSession:
             else:
                 out.append(await self.answer(item))
                 stored = None  # a read may have waited: look IDs up afresh
-        return keep_going
+        return True
 
     def bad_frame(
         self, out: list[bytes], code: ErrorCode, detail: str, frame_id: str | None
