@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
+from csp_web.core.cancels import BY_HANGUP, Cancels
 from csp_web.core.connection import StreamOptions, serve_connection
 from csp_web.core.context import OpContext, Peer
 from csp_web.core.deadlines import CUT_DETAIL, work_deadline
@@ -240,3 +241,17 @@ async def test_a_cron_run_belongs_to_no_connection_and_no_cancel_reaches_it(
         assert await _frames(end, 1) == [_unknown("k", "nightly")]
         await wait_until(lambda: replies, timeout_s=WAIT_S)
         assert [serialize(r) for r in replies] == [_slept("nightly", 3000)]
+
+
+def test_a_task_opened_after_its_connections_peer_hung_up_is_cancelled_until_it_closes() -> None:
+    """C-6: a frame read after the hang-up was sent before it, so its ticket is cancelled at
+    once; once the connection has closed, its name may serve a new one, whose tasks are not."""
+    cancels = Cancels()
+    peer = Peer("uid:1#1", 1)
+    running = cancels.open(peer, "a")
+    assert cancels.cancel_connection(peer.connection) == 1
+    late = cancels.open(peer, "b")
+    other = cancels.open(Peer("uid:1#2", 1), "c")
+    assert (running.reason, late.reason, other.reason) == (BY_HANGUP, BY_HANGUP, None)
+    cancels.forget(peer.connection)
+    assert cancels.open(peer, "d").reason is None

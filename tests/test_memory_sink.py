@@ -445,6 +445,40 @@ async def test_a_frame_left_unfinished_past_the_deadline_is_answered_and_the_con
     assert events == [_fail(None, "frame_timeout:frame not completed within 10s"), CLOSED]
 
 
+async def test_a_frame_completed_restarts_the_deadline_for_the_next_one_begun_with_it(
+    tmp_path: os.PathLike[str], autojump_clock: trio.testing.MockClock
+) -> None:
+    """L-5, as the daemon's connections: the deadline runs from when the frame still arriving
+    began to, so a read that completes one frame and begins the next starts the next one's
+    clock afresh; two frames each sent over 8 s of a 10 s deadline are both stored."""
+    autojump_clock.autojump_threshold = 0.2  # the store commits in a thread: let it end first
+    first = Connection().send(_write_with("c-1"))
+    second = Connection().send(_write_with("c-2"))
+    ours, theirs = trio.socket.socketpair()
+    codec = Connection()
+    replies: list[Reply] = []
+    async with (
+        open_memory_sink(os.path.join(tmp_path, "mem"), MemoryConfig()) as sink,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(sink.serve_connection, trio.SocketStream(theirs), Peer("test"))
+        async with trio.SocketStream(ours) as stream:
+            await stream.send_all(first[:10])
+            await trio.sleep(8)
+            await stream.send_all(first[10:] + second[:10])
+            await trio.sleep(8)
+            await stream.send_all(second[10:])
+            with trio.fail_after(60):
+                while len(replies) < 2:
+                    event = codec.next_event()
+                    if isinstance(event, Reply):
+                        replies.append(event)
+                        continue
+                    assert event is NEED_DATA
+                    codec.receive_data(await stream.receive_some(65536))
+    assert replies == [_ok("c-1", "stored"), _ok("c-2", "stored")]
+
+
 @pytest.mark.parametrize(
     ("task", "reply"),
     [
