@@ -24,13 +24,13 @@ import trio
 
 from csp_web.core.errors import OpError
 from csp_web.core.replies import Result, fail_reply, ok_reply
+from csp_web.core.stream import StreamHandler, serve_stream
 from protocol import (
-    CLOSED,
-    NEED_DATA,
     Connection,
     ErrorCode,
     Limits,
     NumberError,
+    ProtocolError,
     Reply,
     Status,
     Task,
@@ -108,8 +108,10 @@ async def open_link(options: NodeOptions) -> trio.abc.Stream:
     return stream
 
 
-class NodeAgent:
+class NodeAgent(StreamHandler):
     """One link to the daemon, from this node's side."""
+
+    tasks: trio.Nursery  # the daemon's action tasks, open while the link is read
 
     def __init__(
         self,
@@ -211,27 +213,35 @@ class NodeAgent:
             await self.call(Task("heartbeat", DOMAIN, "ACK"))
 
     async def _read(self, nursery: trio.Nursery) -> None:
+        """Read the link with the one read loop (``core.stream.serve_stream``) until it ends;
+        then wake every call waiting for an answer (it fails ``LinkClosed``)."""
+        self.tasks = nursery
         try:
-            while True:
-                try:
-                    data = await self.stream.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-                self.codec.receive_data(data)
-                while (event := self.codec.next_event()) not in (NEED_DATA, CLOSED):
-                    if isinstance(event, Reply):
-                        waiter = self.waiting.get(event.id or "")
-                        if waiter is not None:
-                            waiter[1].append(event)
-                            waiter[0].set()
-                    elif isinstance(event, Task):
-                        nursery.start_soon(self._on_task, event)
-                if event is CLOSED or not data:
-                    return
+            await serve_stream(self.stream, self.codec, self)
         finally:
             self.closed.set()
             for event_, _ in self.waiting.values():
                 event_.set()
+
+    # --- the read loop's handler (``core.stream.StreamHandler``)
+
+    async def on_task(self, task: Task) -> bool:
+        self.tasks.start_soon(self._on_task, task)
+        return True
+
+    async def on_reply(self, reply: Reply) -> bool:
+        waiter = self.waiting.get(reply.id or "")
+        if waiter is not None:
+            waiter[1].append(reply)
+            waiter[0].set()
+        return True
+
+    async def on_bad_frame(self, error: ProtocolError) -> bool:
+        # The daemon never sends a malformed frame: whatever sent this is not it.
+        log.warning(
+            "node %s: malformed frame from the daemon (%s), closing", self.options.name, error
+        )
+        return False
 
     async def _on_task(self, task: Task) -> None:
         try:

@@ -9,9 +9,12 @@ import stat
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from csp_web.core.errors import OpError
-from protocol import Reply, Status, Task
+from protocol import NEED_DATA, Connection, Reply, Status, Task
+from specialists.node.agent import EXIT_UNREACHABLE, NodeAgent, NodeOptions
 from specialists.node.results import MediaAssembly, check_reply
 from specialists.node.store import (
     AttemptLimiter,
@@ -186,3 +189,28 @@ def test_each_action_has_its_reply_schema(
     with pytest.raises(OpError) as raised:
         check_reply(action, reply, max_text_chars=4096)
     assert raised.value.code == "node_error"
+
+
+async def test_a_malformed_frame_from_the_daemon_ends_the_nodes_link_without_a_crash(
+    tmp_path: Path,
+) -> None:
+    """N-3's mirror: the node reads with the one read loop, so a frame it cannot parse ends
+    its link (exit 3, the supervisor reconnects) instead of raising out of the agent."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    options = NodeOptions(connect="unused", name="n1", token_file=str(tmp_path / "token"))
+    agent = NodeAgent(theirs, options, {})
+    codes: list[int] = []
+    codec = Connection()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                codes.append(await agent.run())
+
+            nursery.start_soon(run)
+            while (event := codec.next_event()) is NEED_DATA:  # its pairing request
+                codec.receive_data(await ours.receive_some(65536))
+            assert isinstance(event, Task)
+            assert event.req == "pair"
+            await ours.send_all(b"NOT A FRAME\n\n")
+    assert codes == [EXIT_UNREACHABLE]
