@@ -109,7 +109,7 @@ class SysAudits:
             del self._open[peer.connection]
             write, counts = _write(summary)
             # Shielded: the frame's reply waits for it, and a frame run in a connection's
-            # reader (Dispatcher.instant_op) must not lose its reply to a shutdown here.
+            # reader (Dispatcher.try_now) must not lose its reply to a shutdown here.
             with trio.CancelScope(shield=True):
                 await self._outbox.put_or_fold(write, counts, owner=peer.connection)
 
