@@ -80,7 +80,7 @@ async def serve(
                 with trio.move_on_at(deadline):
                     await memory.outbox.wait_flushed()  # not while the specialist is down
         if memory is not None:
-            log.info("stopped; %d memory writes left in the outbox", memory.outbox.depth)
+            log.info("stopped; %d memory writes left in the outbox", memory.outbox.room.depth)
         root.cancel_scope.cancel()
     return shutdown.cut
 
@@ -131,7 +131,7 @@ async def _serve_until_stopped(
 
 def _outbox_depth(dispatcher: Dispatcher) -> int:
     memory = dispatcher.services.memory
-    return 0 if memory is None else memory.outbox.depth
+    return 0 if memory is None else memory.outbox.room.depth
 
 
 def _log_shutdown(shutdown: Shutdown, grace_period_s: float) -> None:
