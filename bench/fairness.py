@@ -50,7 +50,12 @@ HERE = Path(__file__).resolve()
 
 
 def start_daemon(
-    workdir: str, max_connections: int, per_uid: int
+    workdir: str,
+    max_connections: int,
+    per_uid: int,
+    *,
+    pauses: bool = False,
+    frames_per_round: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
@@ -60,7 +65,10 @@ def start_daemon(
             f"socket: {{max_connections: {max_connections}, "
             f"max_connections_per_uid: {per_uid}}}\n"
         )
-    command = [sys.executable, "-m", "csp_web", "serve", "--config", config]
+        if frames_per_round is not None:
+            file.write(f"connection: {{frames_per_round: {frames_per_round}}}\n")
+    runner = [str(HERE.parent / "pauses.py")] if pauses else ["-m", "csp_web"]
+    command = [sys.executable, *runner, "serve", "--config", config]
     with open(os.path.join(workdir, "daemon.log"), "ab") as log:  # its warnings stay out of ours
         proc = subprocess.Popen([*command, "--socket", socket_path, "--no-stdin"], stderr=log)
     deadline = time.monotonic() + 30
@@ -74,14 +82,14 @@ def start_daemon(
 # --- adversaries (run in their own process: ``fairness.py --adversary KIND ...``)
 
 
-async def _busy_one(path: str, depth: int, stop: float) -> None:
+async def _busy_one(path: str, depth: int, stop: float, answered: list[int]) -> None:
     try:
-        await _busy_loop(path, depth, stop)
+        await _busy_loop(path, depth, stop, answered)
     except (OSError, trio.BrokenResourceError):  # refused at the backlog, or closed: drop out
         return
 
 
-async def _busy_loop(path: str, depth: int, stop: float) -> None:
+async def _busy_loop(path: str, depth: int, stop: float, total: list[int]) -> None:
     stream = await trio.open_unix_socket(path)
     codec = Connection()
     async with stream:
@@ -94,6 +102,7 @@ async def _busy_loop(path: str, depth: int, stop: float) -> None:
             answered = 0
             while isinstance(codec.next_event(), Reply):
                 answered += 1
+            total[0] += answered
             if answered:
                 await stream.send_all(PING * answered)
 
@@ -104,8 +113,10 @@ async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> No
     import asyncio
 
     stop = time.monotonic() + seconds
+    total = 0
 
     async def one() -> None:
+        nonlocal total
         try:
             reader, writer = await asyncio.open_unix_connection(path)
         except OSError:  # refused at the backlog: drop out, as _busy_one does
@@ -121,6 +132,7 @@ async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> No
                 answered = 0
                 while isinstance(codec.next_event(), Reply):
                     answered += 1
+                total += answered
                 if answered:
                     writer.write(PING * answered)
                     await writer.drain()
@@ -131,6 +143,13 @@ async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> No
 
     with contextlib.suppress(TimeoutError):  # a read still waiting at the end: cancelled
         await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), seconds + 5)
+    print(_throughput(total, seconds))
+
+
+def _throughput(replies: int, seconds: float) -> str:
+    """The busy connections' own figure: pongs they got per second, over the whole run (its
+    ramp-up included): what a smaller ``frames_per_round`` costs them."""
+    return f"busy connections got {replies / seconds:,.0f} pongs/s ({replies:,} in {seconds:g} s)"
 
 
 NONREADING_CAP_S = 40.0  # a non-reader still open after this is reported as never closed
@@ -198,17 +217,20 @@ async def run_adversary(kind: str, path: str, count: int, depth: int, seconds: f
     stop = trio.current_time() + seconds
     stalls: list[float] = []
     lifetimes: list[float] = []
+    answered = [0]
     with trio.move_on_at(stop + (NONREADING_CAP_S if kind == "nonreading" else 1)):
         async with trio.open_nursery() as nursery:
             if kind == "hoarders":
                 nursery.start_soon(_hoard, path, count, stop)
             for _ in range(count if kind != "hoarders" else 0):
                 if kind == "busy":
-                    nursery.start_soon(_busy_one, path, depth, stop)
+                    nursery.start_soon(_busy_one, path, depth, stop, answered)
                 elif kind == "nonreading":
                     nursery.start_soon(_nonreading_one, path, stalls, lifetimes)
                 else:
                     nursery.start_soon(_flood_one, path, stop)
+    if kind == "busy":
+        print(_throughput(answered[0], seconds))
     if kind == "nonreading":
         stall = f"{max(stalls):.1f}" if stalls else "-"
         life = f"{max(lifetimes):.1f}" if lifetimes else "-"
@@ -297,6 +319,14 @@ def scenario(
     )
 
 
+def _print_daemon_notes(workdir: str, pauses: bool) -> None:
+    """The daemon's pause summary (``--pauses``) and any error it logged."""
+    with open(os.path.join(workdir, "daemon.log"), errors="replace") as log:
+        for line in log:
+            if (pauses and line.startswith("pauses:")) or " ERROR " in line or "Error" in line:
+                print("            daemon: " + line.rstrip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--busy", type=int, default=1000)
@@ -310,6 +340,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per scenario")
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--only", help="run one scenario")
+    parser.add_argument(
+        "--pauses",
+        action="store_true",
+        help="run the daemon under bench/pauses.py: print its GC and longest task-step pauses",
+    )
+    parser.add_argument(
+        "--frames-per-round", type=int, help="the daemon's connection.frames_per_round (L-10)"
+    )
     parser.add_argument("--adversary", help=argparse.SUPPRESS)
     parser.add_argument("--socket", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -340,12 +378,16 @@ def main() -> None:
         # must not meet any cap.
         cap = max(2048, args.busy + args.nonreading + 64)
         with tempfile.TemporaryDirectory(prefix="csp-fair-") as workdir:
-            proc, path = start_daemon(workdir, cap, count if kind == "hoarders" else cap)
+            per_uid = count if kind == "hoarders" else cap
+            proc, path = start_daemon(
+                workdir, cap, per_uid, pauses=args.pauses, frames_per_round=args.frames_per_round
+            )
             try:
                 print(scenario(path, kind, count, args, anchor), flush=True)
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
+                _print_daemon_notes(workdir, args.pauses)
     print(f"reproduce: python bench/fairness.py {' '.join(sys.argv[1:])}".rstrip())
 
 
