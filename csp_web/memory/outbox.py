@@ -3,7 +3,7 @@
 ``put`` returns once the write is committed to SQLite (WAL). Writes made in the same scheduler
 tick share one commit (group commit, as databases batch fsyncs): the first writer to resume
 commits them all, so a busy daemon pays one transaction per tick, not per write, and a lone
-writer pays no hop to another task. ``serve_delivery`` sends pending writes to the Memory
+writer pays no hop to another task. Delivery (``serve``) sends pending writes to the Memory
 Specialist in order, pipelined (``outbox.delivery_window`` batches of ``memory.batch_size`` in
 flight; while one is, the next goes when it is full: Nagle's rule), reconnecting with
 exponential backoff; a write leaves the store only when its ACK (``STATUS OK`` with the same
