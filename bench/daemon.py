@@ -61,7 +61,11 @@ def wait_for_socket(proc: subprocess.Popen[bytes], path: str, name: str) -> None
 
 
 def start_daemon(
-    workdir: str, audit_sys: bool, synchronous: str, memory_socket: str | None
+    workdir: str,
+    audit_sys: bool,
+    synchronous: str,
+    memory_socket: str | None,
+    frames_per_round: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
@@ -70,7 +74,9 @@ def start_daemon(
         file.write(
             f"daemon: {{state_dir: {workdir}/state, log_level: warning}}\n"
             "socket: {max_connections: 2000, max_connections_per_uid: 2000}\n"
-            "connection: {max_in_flight: 256}\n"
+            "connection: {max_in_flight: 256"
+            + (f", frames_per_round: {frames_per_round}" if frames_per_round else "")
+            + "}\n"
             f"audit: {{sys_ops: {str(audit_sys).lower()}}}\n"
             f"outbox: {{synchronous: {synchronous}}}\n" + memory
         )
@@ -258,6 +264,9 @@ def main() -> None:
     parser.add_argument("--memory-sink", choices=("embedded", "external"), default="embedded")
     parser.add_argument("--seconds", type=float, default=5.0, help="sustained load duration")
     parser.add_argument(
+        "--frames-per-round", type=int, help="the daemon's connection.frames_per_round (L-10)"
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="only the 1-client ping and the pipelined figures"
     )
     args = parser.parse_args()
@@ -265,7 +274,9 @@ def main() -> None:
         sink, memory_socket = None, None
         if args.memory_sink == "external":
             sink, memory_socket = start_memory_sink(workdir)
-        proc, path = start_daemon(workdir, not args.no_audit_sys, args.synchronous, memory_socket)
+        proc, path = start_daemon(
+            workdir, not args.no_audit_sys, args.synchronous, memory_socket, args.frames_per_round
+        )
         try:
             print(f"memory sink: {args.memory_sink}, {os.cpu_count()} cpus")
             trio.run(run, path, proc.pid, args.seconds, args.quick)
@@ -277,6 +288,7 @@ def main() -> None:
                 sink.wait(30)
     flag = " --no-audit-sys" if args.no_audit_sys else ""
     flag += " --quick" if args.quick else ""
+    flag += f" --frames-per-round {args.frames_per_round}" if args.frames_per_round else ""
     print(
         f"reproduce: python bench/daemon.py --synchronous {args.synchronous}{flag} "
         f"--memory-sink {args.memory_sink} --seconds {args.seconds:g}"

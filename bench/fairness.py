@@ -15,6 +15,12 @@ and measures a fresh client's ping round trip: connect, send one ping, read the 
 - ``newlines``: connections flooding bare newlines, reconnecting when closed (L-8);
 - ``hoarders``: as many idle connections as the per-uid cap allows (L-9: evicted for newcomers).
 
+The busy scenarios measure once every busy connection has had its first pong (the ramp-up,
+printed as ``ready after N s``), and print the pongs/s the busy connections got after it.
+On a shared 2-core host the client processes compete with the daemon: run it several times,
+read the p50/p90/p99 distribution and the ratio to the baseline measured in the same run, and
+``--pauses`` tells the daemon's own pauses (CPU time) from preemption.
+
 Goal (issue 8 item 10, issue 21): fresh ping p99 <= 50 ms in every scenario; each p99 is also
 printed as a ratio to the baseline's, measured in the same run (the host is shared and noisy).
 Every count and duration is bounded by the options below.
@@ -30,6 +36,7 @@ import contextlib
 import fcntl
 import os
 import resource
+import select
 import statistics
 import struct
 import subprocess
@@ -50,7 +57,12 @@ HERE = Path(__file__).resolve()
 
 
 def start_daemon(
-    workdir: str, max_connections: int, per_uid: int
+    workdir: str,
+    max_connections: int,
+    per_uid: int,
+    *,
+    pauses: bool = False,
+    frames_per_round: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
@@ -60,7 +72,10 @@ def start_daemon(
             f"socket: {{max_connections: {max_connections}, "
             f"max_connections_per_uid: {per_uid}}}\n"
         )
-    command = [sys.executable, "-m", "csp_web", "serve", "--config", config]
+        if frames_per_round is not None:
+            file.write(f"connection: {{frames_per_round: {frames_per_round}}}\n")
+    runner = [str(HERE.parent / "pauses.py")] if pauses else ["-m", "csp_web"]
+    command = [sys.executable, *runner, "serve", "--config", config]
     with open(os.path.join(workdir, "daemon.log"), "ab") as log:  # its warnings stay out of ours
         proc = subprocess.Popen([*command, "--socket", socket_path, "--no-stdin"], stderr=log)
     deadline = time.monotonic() + 30
@@ -74,46 +89,102 @@ def start_daemon(
 # --- adversaries (run in their own process: ``fairness.py --adversary KIND ...``)
 
 
-async def _busy_one(path: str, depth: int, stop: float) -> None:
+RAMP_CAP_S = 60.0  # busy connections not all answered by then: measured anyway
+
+
+class Ramp:
+    """The busy connections' ramp-up, shared by both shapes: ``ready`` once each connection
+    has had its first pong (or dropped out); they stop ``seconds`` after that (``RAMP_CAP_S``
+    at the latest), so the fresh pings are measured behind connections that are all busy, not
+    behind a burst of connects. Pongs are counted from ``ready`` on."""
+
+    def __init__(self, count: int, seconds: float) -> None:
+        self.pending = count
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.stop = self.started + RAMP_CAP_S + seconds
+        self.ready_at: float | None = None
+        self.pongs = 0
+
+    def settled(self) -> None:
+        """One connection had its first pong, or dropped out."""
+        self.pending -= 1
+        if self.pending == 0:
+            self._ready()
+
+    def _ready(self) -> None:
+        self.ready_at = time.monotonic()
+        self.stop = self.ready_at + self.seconds
+        self.pongs = 0
+        print(f"ready after {self.ready_at - self.started:.1f} s", flush=True)
+
+    def running(self) -> bool:
+        return time.monotonic() < self.stop
+
+    def answered(self, pongs: int) -> None:
+        self.pongs += pongs
+
+    def summary(self) -> str:
+        """The busy connections' own figure: pongs/s after the ramp-up, what a smaller
+        ``frames_per_round`` costs them."""
+        if self.ready_at is None:
+            return f"not ready after {RAMP_CAP_S:g} s: {self.pending} connections unanswered"
+        rate = self.pongs / (time.monotonic() - self.ready_at)
+        return f"busy connections got {rate:,.0f} pongs/s after the ramp-up"
+
+
+async def _busy_one(path: str, depth: int, ramp: Ramp) -> None:
+    first = True
     try:
-        await _busy_loop(path, depth, stop)
+        stream = await trio.open_unix_socket(path)
+        codec = Connection()
+        async with stream:
+            await stream.send_all(PING * depth)
+            while ramp.running():
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                codec.receive_data(data)
+                answered = 0
+                while isinstance(codec.next_event(), Reply):
+                    answered += 1
+                if answered and first:
+                    first = False
+                    ramp.settled()
+                ramp.answered(answered)
+                if answered:
+                    await stream.send_all(PING * answered)
     except (OSError, trio.BrokenResourceError):  # refused at the backlog, or closed: drop out
         return
+    finally:
+        if first:
+            ramp.settled()
 
 
-async def _busy_loop(path: str, depth: int, stop: float) -> None:
-    stream = await trio.open_unix_socket(path)
-    codec = Connection()
-    async with stream:
-        await stream.send_all(PING * depth)
-        while trio.current_time() < stop:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            codec.receive_data(data)
-            answered = 0
-            while isinstance(codec.next_event(), Reply):
-                answered += 1
-            if answered:
-                await stream.send_all(PING * answered)
+async def _wait_stop(ramp: Ramp, scope: trio.CancelScope) -> None:
+    while ramp.running():
+        await trio.sleep(0.05)
+    scope.cancel()
 
 
 async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> None:
-    """``count`` asyncio connections, each keeping ``depth`` pings in flight until ``seconds``
-    pass: the review's harness (issue 21), whose clients reconnect nothing and read greedily."""
+    """``count`` asyncio connections, each keeping ``depth`` pings in flight (``Ramp``): the
+    review's harness (issue 21), whose clients reconnect nothing and read greedily."""
     import asyncio
 
-    stop = time.monotonic() + seconds
+    ramp = Ramp(count, seconds)
 
     async def one() -> None:
+        first = True
         try:
             reader, writer = await asyncio.open_unix_connection(path)
         except OSError:  # refused at the backlog: drop out, as _busy_one does
+            ramp.settled()
             return
         codec = Connection()
         writer.write(PING * depth)
         try:
-            while time.monotonic() < stop:
+            while ramp.running():
                 data = await reader.read(65536)
                 if not data:
                     return
@@ -121,16 +192,30 @@ async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> No
                 answered = 0
                 while isinstance(codec.next_event(), Reply):
                     answered += 1
+                if answered and first:
+                    first = False
+                    ramp.settled()
+                ramp.answered(answered)
                 if answered:
                     writer.write(PING * answered)
                     await writer.drain()
         except OSError:
             return
         finally:
+            if first:
+                ramp.settled()
             writer.close()
 
-    with contextlib.suppress(TimeoutError):  # a read still waiting at the end: cancelled
-        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), seconds + 5)
+    async def until_stop() -> None:
+        while ramp.running():
+            await asyncio.sleep(0.05)
+
+    clients = asyncio.gather(*(one() for _ in range(count)))
+    await until_stop()
+    clients.cancel()  # reads still waiting at the end
+    with contextlib.suppress(asyncio.CancelledError):
+        await clients
+    print(ramp.summary())
 
 
 NONREADING_CAP_S = 40.0  # a non-reader still open after this is reported as never closed
@@ -195,6 +280,14 @@ async def _hoard(path: str, count: int, stop: float) -> None:
 
 
 async def run_adversary(kind: str, path: str, count: int, depth: int, seconds: float) -> None:
+    if kind == "busy":
+        ramp = Ramp(count, seconds)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_wait_stop, ramp, nursery.cancel_scope)
+            for _ in range(count):
+                nursery.start_soon(_busy_one, path, depth, ramp)
+        print(ramp.summary())
+        return
     stop = trio.current_time() + seconds
     stalls: list[float] = []
     lifetimes: list[float] = []
@@ -203,9 +296,7 @@ async def run_adversary(kind: str, path: str, count: int, depth: int, seconds: f
             if kind == "hoarders":
                 nursery.start_soon(_hoard, path, count, stop)
             for _ in range(count if kind != "hoarders" else 0):
-                if kind == "busy":
-                    nursery.start_soon(_busy_one, path, depth, stop)
-                elif kind == "nonreading":
+                if kind == "nonreading":
                     nursery.start_soon(_nonreading_one, path, stalls, lifetimes)
                 else:
                     nursery.start_soon(_flood_one, path, stop)
@@ -277,24 +368,46 @@ def scenario(
             ],
             stdout=subprocess.PIPE,
         )
-        time.sleep(min(2.0, args.seconds / 4))  # let the adversaries connect and ramp up
-    note = ""
+        note = _wait_ramp(adversary, kind, args.seconds)
+    else:
+        note = ""
     try:
         times = trio.run(measure, path, args.samples, args.seconds * 0.6)
     finally:
         if adversary is not None:
-            out, _ = adversary.communicate(timeout=args.seconds + NONREADING_CAP_S + 30)
-            note = out.decode().strip()
+            out, _ = adversary.communicate(timeout=args.seconds + RAMP_CAP_S + NONREADING_CAP_S)
+            note = "; ".join(filter(None, (note, out.decode().strip())))
     p50, p99 = percentile(times, 0.5) * 1000, percentile(times, 0.99) * 1000
+    p90 = percentile(times, 0.9) * 1000
     if kind == "baseline":
         anchor.append(p99)
     ratio = f"  p99 x{p99 / anchor[0]:.1f} baseline" if anchor else ""
     verdict = "ok" if p99 <= 50 else "OVER 50 ms"
     return (
-        f"{kind:<12} x{count:<5} fresh ping p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
+        f"{kind:<12} x{count:<5} fresh ping p50 {p50:7.2f} ms  p90 {p90:7.2f} ms  "
+        f"p99 {p99:7.2f} ms  "
         f"max {max(times) * 1000:7.2f} ms  mean {statistics.mean(times) * 1000:6.2f} ms  "
         f"({len(times)} samples)  {verdict}{ratio}" + (f"\n            {note}" if note else "")
     )
+
+
+def _wait_ramp(adversary: subprocess.Popen[bytes], kind: str, seconds: float) -> str:
+    """Wait for the adversaries to be in place: the busy ones say ``ready`` once every
+    connection has been answered (``Ramp``); the others get a fixed head start."""
+    if kind not in ("busy", "busy-asyncio"):
+        time.sleep(min(2.0, seconds / 4))
+        return ""
+    assert adversary.stdout is not None
+    readable, _, _ = select.select([adversary.stdout], [], [], RAMP_CAP_S + 10)
+    return adversary.stdout.readline().decode().strip() if readable else "never ready"
+
+
+def _print_daemon_notes(workdir: str, pauses: bool) -> None:
+    """The daemon's pause summary (``--pauses``) and any error it logged."""
+    with open(os.path.join(workdir, "daemon.log"), errors="replace") as log:
+        for line in log:
+            if (pauses and line.startswith("pauses:")) or " ERROR " in line or "Error" in line:
+                print("            daemon: " + line.rstrip())
 
 
 def main() -> None:
@@ -310,6 +423,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per scenario")
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--only", help="run one scenario")
+    parser.add_argument(
+        "--pauses",
+        action="store_true",
+        help="run the daemon under bench/pauses.py: print its GC and longest task-step pauses",
+    )
+    parser.add_argument(
+        "--frames-per-round", type=int, help="the daemon's connection.frames_per_round (L-10)"
+    )
     parser.add_argument("--adversary", help=argparse.SUPPRESS)
     parser.add_argument("--socket", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -340,12 +461,16 @@ def main() -> None:
         # must not meet any cap.
         cap = max(2048, args.busy + args.nonreading + 64)
         with tempfile.TemporaryDirectory(prefix="csp-fair-") as workdir:
-            proc, path = start_daemon(workdir, cap, count if kind == "hoarders" else cap)
+            per_uid = count if kind == "hoarders" else cap
+            proc, path = start_daemon(
+                workdir, cap, per_uid, pauses=args.pauses, frames_per_round=args.frames_per_round
+            )
             try:
                 print(scenario(path, kind, count, args, anchor), flush=True)
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
+                _print_daemon_notes(workdir, args.pauses)
     print(f"reproduce: python bench/fairness.py {' '.join(sys.argv[1:])}".rstrip())
 
 

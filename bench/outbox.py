@@ -133,7 +133,7 @@ async def _persist(path: str, config: OutboxConfig, writes: int, writers: int) -
         started = time.perf_counter()
         latencies = await _put_all(outbox, writes, writers)
         elapsed = time.perf_counter() - started
-        assert outbox.depth == writes, outbox.depth
+        assert outbox.room.depth == writes, outbox.room.depth
     return Figure("persist", writes, elapsed, tuple(latencies))
 
 
@@ -145,17 +145,20 @@ async def _end_to_end(
         latencies = await _put_all(outbox, writes, writers)
         await outbox.wait_drained()
         elapsed = time.perf_counter() - started
-        assert (outbox.depth, outbox.delivered) == (0, writes), (outbox.depth, outbox.delivered)
+        assert (outbox.room.depth, outbox.delivery.delivered) == (0, writes), (
+            outbox.room.depth,
+            outbox.delivery.delivered,
+        )
     return Figure("end-to-end", writes, elapsed, tuple(latencies))
 
 
 async def _backlog(path: str, config: OutboxConfig, memory: MemoryConfig, writes: int) -> Figure:
     async with open_outbox(path, config, memory) as outbox:
-        assert outbox.depth == writes, outbox.depth
+        assert outbox.room.depth == writes, outbox.room.depth
         started = time.perf_counter()
         await outbox.wait_drained()
         elapsed = time.perf_counter() - started
-        assert outbox.delivered == writes, outbox.delivered
+        assert outbox.delivery.delivered == writes, outbox.delivery.delivered
     return Figure("backlog", writes, elapsed)
 
 
@@ -243,14 +246,14 @@ async def _sustained(
         while True:
             await trio.sleep(sample_s)
             at_s = trio.current_time() - started
-            delivered = outbox.delivered - delivered_before
-            samples.append(Sample(at_s, admitted, delivered, outbox.depth))
+            delivered = outbox.delivery.delivered - delivered_before
+            samples.append(Sample(at_s, admitted, delivered, outbox.room.depth))
 
     async with (
         open_outbox(path, config, memory, link=link) as outbox,
         trio.open_nursery() as nursery,
     ):
-        delivered_before = outbox.delivered
+        delivered_before = outbox.delivery.delivered
         for n in range(PRODUCERS * IN_FLIGHT):
             nursery.start_soon(op, f"bench-{n % PRODUCERS}")
         offered = 0
@@ -264,14 +267,14 @@ async def _sustained(
             offered += due
             await trio.sleep(tick_s)
         elapsed = trio.current_time() - started
-        delivered = outbox.delivered - delivered_before
+        delivered = outbox.delivery.delivered - delivered_before
         if not samples or elapsed - samples[-1].at_s >= sample_s / 10:  # the window's end
-            samples.append(Sample(elapsed, admitted, delivered, outbox.depth))
+            samples.append(Sample(elapsed, admitted, delivered, outbox.room.depth))
         result = Sustained(
             Figure("offered", offered, elapsed),
             Figure("admitted", admitted, elapsed),
             Figure("delivered", delivered, elapsed),
-            outbox.depth,
+            outbox.room.depth,
             refused,
             tuple(samples),
         )

@@ -45,7 +45,7 @@ async def test_without_a_memory_socket_writes_are_delivered_to_the_embedded_stor
         replies = await client.call_many([_ping(i) for i in sent], timeout_s=10)
         with trio.fail_after(10):  # each ping's audit is pending before its reply (O-4)
             await outbox.wait_drained()
-        assert outbox.delivered >= len(sent)
+        assert outbox.delivery.delivered >= len(sent)
         stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=10)
     assert {r.status for r in replies} == {Status.OK}
     assert set(sent) <= audit_ids(embedded.memory_dir)
@@ -68,12 +68,12 @@ async def test_the_embedded_store_stays_within_retention_max_bytes(
         await client.call_many([_ping(i) for i in sent], timeout_s=10)
         with trio.fail_after(10):  # each ping's audit is pending before its reply (O-4)
             await outbox.wait_drained()
-        assert outbox.delivered >= len(sent)
+        assert outbox.delivery.delivered >= len(sent)
         stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=10)
     figures = _memory_line(stats.fields)
     assert 0 < int(figures["bytes"]) <= limit
     assert int(figures["count"]) < len(sent)
-    assert outbox.rejected == 0
+    assert outbox.delivery.rejected == 0
     kept = audit_ids(embedded.memory_dir)
     assert sent[-1] in kept
     assert sent[0] not in kept

@@ -60,15 +60,15 @@ WAIT_S = 10.0  # a bound on waits that end on an event, never a timing assertion
 async def _wait_connected(outbox: Outbox) -> None:
     """Until delivery is connected (the outbox wakes its waiters at every change of it)."""
     with trio.fail_after(WAIT_S):
-        while not outbox.connected:
-            await outbox.wait_changed()
+        while not outbox.room.connected:
+            await outbox.room.wait_changed()
 
 
 async def _wait_delivered(outbox: Outbox, count: int) -> None:
     """Until nothing is pending and at least ``count`` writes were acknowledged."""
     with trio.fail_after(WAIT_S):
         await outbox.wait_drained()
-    assert outbox.delivered >= count
+    assert outbox.delivery.delivered >= count
 
 
 def _write(n: int, path: str = "order/log.txt") -> MemoryWrite:
@@ -126,7 +126,7 @@ async def test_put_is_durable_when_it_returns(tmp_path: os.PathLike[str]) -> Non
     write = _write(1)
     async with open_outbox(path, OutboxConfig(), MemoryConfig()) as outbox:
         await outbox.put(write)
-        assert outbox.depth == 1
+        assert outbox.room.depth == 1
         totals, pending = await _stored(path)
     assert totals == (1, len(write.data) + len(write.path))
     assert pending == [write]
@@ -141,8 +141,10 @@ async def test_writes_left_pending_are_counted_when_the_outbox_reopens(
         for n in range(3):
             await outbox.put(_write(n))
     async with open_outbox(path, OutboxConfig(), MemoryConfig()) as reopened:
-        assert reopened.depth == 3
-        assert reopened.bytes == sum(len(_write(n).data) + len(_write(n).path) for n in range(3))
+        assert reopened.room.depth == 3
+        assert reopened.room.bytes == sum(
+            len(_write(n).data) + len(_write(n).path) for n in range(3)
+        )
 
 
 async def test_writes_reach_the_sink_in_put_order(
@@ -170,7 +172,7 @@ async def test_an_ack_removes_the_write_from_the_store(
             await outbox.put(_write(n))
         with trio.fail_after(WAIT_S):
             await outbox.wait_drained()
-        assert (outbox.delivered, outbox.rejected, outbox.bytes) == (5, 0, 0)
+        assert (outbox.delivery.delivered, outbox.delivery.rejected, outbox.room.bytes) == (5, 0, 0)
         totals, pending = await _stored(path)
     assert (totals, pending) == ((0, 0), [])
     assert {f"w-test-{n}" for n in range(5)} <= sink.store.ids
@@ -186,8 +188,8 @@ async def test_a_memory_specialist_that_is_down_never_fails_a_reply(
     async with open_client(daemon.socket_path) as client:
         replies = await client.call_many([_ping(f"down-{n}") for n in range(5)], timeout_s=10)
     assert [r.status for r in replies] == [Status.OK] * 5
-    assert outbox.depth == 5
-    assert not outbox.connected
+    assert outbox.room.depth == 5
+    assert not outbox.room.connected
     assert config.memory.socket_path is not None
     sink = await start_sink(nursery, config.memory.socket_path, os.path.join(tmp_path, "mem"))
     with trio.fail_after(WAIT_S):
@@ -207,7 +209,7 @@ async def test_a_sink_that_restarts_receives_the_writes_made_while_it_was_down(
     async with open_client(daemon.socket_path) as client:
         await client.call(_ping("before"))
         await _wait_delivered(outbox, 1)
-        assert outbox.connected
+        assert outbox.room.connected
         await sink.stop()
         assert not os.path.exists(config.memory.socket_path)
         reply = await client.call(_ping("while-down"))
@@ -228,10 +230,10 @@ async def test_a_new_outbox_delivers_what_an_earlier_one_left(
         for n in range(10):
             await first.put(_write(n))
     async with open_outbox(path, OutboxConfig(), config.memory) as second:
-        assert second.depth == 10
+        assert second.room.depth == 10
         with trio.fail_after(10):
             await second.wait_drained()
-        assert second.delivered == 10
+        assert second.delivery.delivered == 10
     content = sink_text(sink.directory, "order/log.txt") or ""
     assert content.splitlines() == [f"line {n}" for n in range(10)]
 
@@ -244,15 +246,15 @@ async def test_puts_succeed_up_to_max_pending_plus_reserve_then_outbox_full(
     limits = OutboxConfig(max_pending=max_pending, reserve=reserve)
     async with open_outbox(_outbox_path(tmp_path), limits, MemoryConfig()) as outbox:
         for n in range(max_pending):
-            assert not outbox.full
+            assert not outbox.room.full
             await outbox.put(_write(n))
-        assert outbox.full
+        assert outbox.room.full
         for n in range(max_pending, max_pending + reserve):
             await outbox.put(_write(n))
         with pytest.raises(OpError) as refused:
             await outbox.put(_write(99))
         assert refused.value.code is ErrorCode.OUTBOX_FULL
-        assert (outbox.depth, outbox.refused) == (max_pending + reserve, 1)
+        assert (outbox.room.depth, outbox.room.refused) == (max_pending + reserve, 1)
     totals, _ = await _stored(_outbox_path(tmp_path))
     assert totals[0] == max_pending + reserve
 
@@ -268,7 +270,7 @@ async def test_a_flood_of_refused_writes_logs_one_warning_with_the_count(
             for n in range(1, 1001):
                 with pytest.raises(OpError):
                     await outbox.put(_write(n))
-        assert outbox.refused == 1000
+        assert outbox.room.refused == 1000
     warnings = [r.getMessage() for r in caplog.records if "outbox full" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert "1 refused since start" in warnings[0]
@@ -290,7 +292,7 @@ async def test_a_web_op_runs_below_max_pending_and_is_refused_at_it(
     noop = partial(Task, "noop", "TEST", "DONE", None)
     async with open_client(daemon.socket_path) as client:
         admitted = await client.call(noop((("ID", "at-n-minus-1"),)))
-        assert outbox.depth == max_pending
+        assert outbox.room.depth == max_pending
         refused = await client.call(noop((("ID", "at-n"),)))
         ping = await client.call(_ping("sys-at-n"))
     assert admitted == Reply(
@@ -352,7 +354,7 @@ async def test_a_write_the_memory_specialist_fails_is_set_aside_and_the_queue_go
             await outbox.put(_write(n))
         with trio.fail_after(10):
             await outbox.wait_drained()
-        assert (outbox.depth, outbox.delivered, outbox.rejected) == (0, 3, 1)
+        assert (outbox.room.depth, outbox.delivery.delivered, outbox.delivery.rejected) == (0, 3, 1)
     assert received == ["line 0", "line 2", "line 3"]
     ((rejected_id, error),) = await _rejected_rows(path)
     assert rejected_id == "w-test-1"
@@ -414,7 +416,7 @@ async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_op
         await trio.testing.wait_all_tasks_blocked()
         for n in range(3):
             await outbox.put(make_write("sys", "document", "x", str(n), suffix=".txt"))
-        assert outbox.full
+        assert outbox.room.full
         await peer.send(b"TASK REQ:sleep 1 IN:TEST OUT:SLEPT\nID refused\n\n" + _PING_BYTES * 3)
         replies = await peer.replies(4)
         assert {(r.id, _code(r)) for r in replies if r.id} == {("refused", "outbox_full")}
@@ -506,7 +508,10 @@ async def test_an_op_waiting_for_room_past_its_deadline_gets_outbox_full(
         await outbox.put(_write(0))
         await _wait_connected(outbox)
         reply = await dispatcher.run(_sleep_task("late", timeout_ms=500), Peer("a"))
-        assert (outbox.depth, outbox.folded) == (1, 1)  # not admitted: its audit is folded
+        assert (outbox.room.depth, outbox.room.folded) == (
+            1,
+            1,
+        )  # not admitted: its audit is folded
     assert reply.status is Status.FAIL
     assert _code(reply) == ErrorCode.OUTBOX_FULL
 
@@ -524,8 +529,8 @@ async def test_one_peer_at_its_share_of_the_outbox_is_refused_while_another_is_s
         for n in range(share):  # the last of these runs at N-1 held writes
             reply = await dispatcher.run(_sleep_task(f"a{n}"), Peer("a"))
             assert reply.status is Status.OK
-        assert outbox.peer_full("a")
-        assert not outbox.full
+        assert outbox.room.peer_full("a")
+        assert not outbox.room.full
         refused = await dispatcher.run(_sleep_task("a-over"), Peer("a"))
         other = await dispatcher.run(_sleep_task("b0"), Peer("b"))
     assert (refused.id, _code(refused)) == ("a-over", ErrorCode.OUTBOX_FULL)
@@ -542,7 +547,7 @@ async def test_sys_op_audits_past_max_pending_are_folded_into_one_summary_record
         outbox = outbox_of(dispatcher)
         pings = [await dispatcher.run(_ping(f"p{n}"), Peer("a")) for n in range(5)]
         unknown = await dispatcher.run(Task("nope", "SYS", "X", None, (("ID", "u"),)), Peer("a"))
-        assert (outbox.depth, outbox.folded) == (2, 4)
+        assert (outbox.room.depth, outbox.room.folded) == (2, 4)
     assert all(reply.status is Status.OK for reply in pings)
     assert _code(unknown) == ErrorCode.UNKNOWN_OP
     _, pending = await _stored(config.outbox_path)
@@ -563,7 +568,7 @@ async def test_refused_frames_never_take_the_reserve_of_admitted_ops(config: Con
         wrong = await dispatcher.run(Task("sleep", "WEB", "SLEPT", None, (("ID", "w"),)), Peer("a"))
         dispatcher.shutting_down = True
         stopping = await dispatcher.run(_sleep_task("s"), Peer("a"))
-        assert (outbox.depth, outbox.folded) == (1, 3)
+        assert (outbox.room.depth, outbox.room.folded) == (1, 3)
     assert [_code(r) for r in (unknown, wrong, stopping)] == [
         ErrorCode.UNKNOWN_OP,
         ErrorCode.WRONG_DOMAIN,
@@ -599,7 +604,7 @@ async def test_flush_at_exit_returns_at_once_when_the_memory_specialist_is_down(
         await outbox.put(_write(0))
         with trio.fail_after(5):
             await outbox.wait_flushed()
-        assert (outbox.depth, outbox.connected) == (1, False)
+        assert (outbox.room.depth, outbox.room.connected) == (1, False)
 
 
 async def test_flush_at_exit_waits_for_delivery_while_connected(config: Config, sink: Sink) -> None:
@@ -609,7 +614,7 @@ async def test_flush_at_exit_waits_for_delivery_while_connected(config: Config, 
             await outbox.put(_write(n))
         with trio.fail_after(10):
             await outbox.wait_flushed()
-        assert (outbox.depth, outbox.delivered) == (0, 20)
+        assert (outbox.room.depth, outbox.delivery.delivered) == (0, 20)
 
 
 async def test_pipelined_batches_reach_the_sink_in_put_order(
@@ -727,7 +732,7 @@ async def test_a_ping_at_a_full_outbox_that_drains_is_paced_and_audited_per_fram
             gate.set()
         with trio.fail_after(10):
             await outbox.wait_drained()
-        assert outbox.folded == 0
+        assert outbox.room.folded == 0
     assert [r.id for r in replies if r.status is Status.OK] == ["paced"]
     assert [json.loads(data).get("ids") for data in received[2:]] == [["paced"]]
 

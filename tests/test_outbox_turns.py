@@ -114,7 +114,7 @@ async def test_ops_wait_for_a_turn_from_a_whole_window_unsent_and_start_one_per_
                     await trio.testing.wait_all_tasks_blocked()
                 assert started == []  # each waits for a turn
                 ack(BATCH_SIZE)  # one batch settles: as many ops start, the first to come
-                while outbox.delivered < BATCH_SIZE:
+                while outbox.delivery.delivered < BATCH_SIZE:
                     await trio.testing.wait_all_tasks_blocked()
                 await trio.testing.wait_all_tasks_blocked()
                 assert sorted(started) == list(range(BATCH_SIZE))
@@ -149,9 +149,9 @@ async def test_ops_waiting_for_a_turn_start_when_the_memory_specialist_goes_away
                 await trio.testing.wait_all_tasks_blocked()
                 assert started == []
                 nursery.cancel_scope.cancel()  # the Memory Specialist's server and connection
-            assert not outbox.connected
+            assert not outbox.room.connected
     assert sorted(started) == [0, 1, 2]
-    assert outbox.depth == 2 * TURN_AT  # kept for the next connection
+    assert outbox.room.depth == 2 * TURN_AT  # kept for the next connection
 
 
 async def test_turns_granted_with_nobody_waiting_are_kept_up_to_a_window_then_lapse() -> None:
@@ -208,14 +208,16 @@ async def test_delivery_keeps_delivering_while_a_flood_of_audited_ops_keeps_comm
 
         async def producer(n: int) -> None:
             nonlocal deepest
-            while outbox.delivered < target:  # ops back to back until the target is delivered
+            while (
+                outbox.delivery.delivered < target
+            ):  # ops back to back until the target is delivered
                 task = Task(
                     "sleep", "TEST", "SLEPT", None, (("ID", f"p{n}-{done[n]}"), ("MS", "0"))
                 )
                 reply = await dispatcher.run(task, Peer(f"peer-{n}"))
                 assert reply.status is Status.OK, reply
                 done[n] += 1
-                deepest = max(deepest, outbox.depth)
+                deepest = max(deepest, outbox.room.depth)
 
         with trio.fail_after(WAIT_S * 6):
             async with trio.open_nursery() as flood:
@@ -266,7 +268,7 @@ async def test_with_synchronous_full_delivery_reads_and_sends_while_a_commit_is_
     async with open_outbox(path, outbox_config, memory) as outbox:
         with trio.fail_after(WAIT_S):
             await _put_in_one_commit(outbox, range(2 * BATCH_SIZE))  # no sink yet: unsent
-            assert not outbox.connected
+            assert not outbox.room.connected
             holder = sqlite3.connect(path, isolation_level=None)
             holder.execute("BEGIN IMMEDIATE")  # a commit now waits for this write lock
             committed = trio.Event()
@@ -329,7 +331,7 @@ async def test_a_batch_partly_refused_for_now_is_settled_in_part_and_the_rest_se
             assert sorted(received[:2]) == ["w-flood-0", "w-flood-1"]
             await outbox.put(_write(2))
             await outbox.wait_drained()
-        assert (outbox.delivered, outbox.rejected) == (3, 0)
+        assert (outbox.delivery.delivered, outbox.delivery.rejected) == (3, 0)
     assert received[3:] == ["w-flood-2"]
 
 
@@ -353,15 +355,15 @@ async def test_ops_waiting_for_a_turn_start_when_the_commit_that_put_delivery_be
             started.append(n)
 
         with trio.fail_after(WAIT_S):
-            while not outbox.connected:
+            while not outbox.room.connected:
                 await trio.testing.wait_all_tasks_blocked()
             bad = MemoryWrite("web", "web_op", "flood/log.txt", "\ud800", "w-unencodable")
             outbox.put_or_fold_nowait(bad, "bad")  # one commit gathers them all, after a pass
             for n in range(TURN_AT - 1):
                 outbox.put_or_fold_nowait(_write(n), "flood")
-            assert outbox.depth == TURN_AT  # counted, not committed: behind
+            assert outbox.room.depth == TURN_AT  # counted, not committed: behind
             async with trio.open_nursery() as ops:
                 for n in range(3):
                     ops.start_soon(op, n)  # each parks for a turn before the commit runs
-            assert outbox.depth == 0
+            assert outbox.room.depth == 0
     assert sorted(started) == [0, 1, 2]

@@ -76,5 +76,5 @@ async def test_an_op_whose_audit_finds_the_outbox_full_answers_storage_full_not_
         db.execute(f"PRAGMA max_page_count={pages * 1000}")
         # Space is back: an IN:SYS frame's summary alone finds it (no audited op needed).
         assert (await dispatcher.run(Task("ping", "SYS", "PONG"), Peer("t"))).status is Status.OK
-        assert not outbox_of(dispatcher).storage_full
+        assert not outbox_of(dispatcher).room.storage_full
         assert _error(await dispatcher.run(_echo("ok-2"), Peer("t"))) == (Status.OK, None)

@@ -63,12 +63,12 @@ async def test_a_summary_is_written_when_it_holds_max_frames_and_the_next_frame_
     async with _dispatcher(config) as dispatcher:
         outbox = outbox_of(dispatcher)
         first = [await dispatcher.run(_ping(f"p{n}"), Peer("a")) for n in range(2)]
-        assert outbox.depth == 0  # N-1
+        assert outbox.room.depth == 0  # N-1
         failed = await dispatcher.run(Task("ping", "SYS", "PONG", None, (("X", "1"),)), Peer("a"))
-        assert outbox.depth == 1  # N: written before that reply
+        assert outbox.room.depth == 1  # N: written before that reply
         record = _pending(config.outbox_path)[0]
         await dispatcher.run(_ping("p3"), Peer("a"))
-        assert outbox.depth == 1  # N+1 is in a new, open summary
+        assert outbox.room.depth == 1  # N+1 is in a new, open summary
     assert [r.status for r in first] == [Status.OK, Status.OK]
     assert failed.status is Status.FAIL
     record.pop("first")
@@ -97,10 +97,10 @@ async def test_a_summary_is_written_when_its_interval_is_over_and_not_before(
         await dispatcher.run(_ping("lone"), Peer("a"))
         mock_clock.jump(1.999)
         await trio.testing.wait_all_tasks_blocked()
-        assert outbox.depth == 0
+        assert outbox.room.depth == 0
         mock_clock.jump(0.001)
         await trio.testing.wait_all_tasks_blocked()
-        assert outbox.depth == 1
+        assert outbox.room.depth == 1
         assert len(dispatcher.sys_audits or ()) == 0
     assert [r["ids"] for r in _pending(config.outbox_path)] == [["lone"]]
 
@@ -114,13 +114,13 @@ async def test_closing_a_connection_writes_its_open_summary(
     outbox = outbox_of(daemon.dispatcher)
     async with open_client(daemon.socket_path) as client:
         replies = await client.call_many([_ping("c0"), _ping("c1")], timeout_s=10)
-        assert outbox.depth == 0
+        assert outbox.room.depth == 0
     assert [r.status for r in replies] == [Status.OK, Status.OK]
     # The daemon sees the close as soon as it polls (a Unix socket's EOF is immediate), and
     # the summary commits on the event loop (synchronous: normal): once every task is
     # blocked, it is pending.
     await trio.testing.wait_all_tasks_blocked()
-    assert outbox.depth == 1
+    assert outbox.room.depth == 1
     (record,) = _pending(config.outbox_path)
     frames = (record["frames"], sorted(record["ids"]), record["ops"])
     assert frames == (2, ["c0", "c1"], {"SYS/ping": 2})  # C-2: replies may come in any order
@@ -133,9 +133,9 @@ async def test_flush_at_exit_writes_every_open_summary(config: Config) -> None:
     async with _dispatcher(config) as dispatcher:
         await dispatcher.run(_ping("a0"), Peer("a"))
         await dispatcher.run(_ping(None), Peer("cron"))
-        assert outbox_of(dispatcher).depth == 0
+        assert outbox_of(dispatcher).room.depth == 0
         dispatcher.flush_audits()
-        assert outbox_of(dispatcher).depth == 2
+        assert outbox_of(dispatcher).room.depth == 2
     records = _pending(config.outbox_path)
     assert [(r["connection"], r["ids"], r["frames"]) for r in records] == [
         ("a", ["a0"], 1),
@@ -155,10 +155,10 @@ async def test_a_summary_past_max_pending_is_folded_with_the_counts_it_stands_fo
         outbox = outbox_of(dispatcher)
         for n in range(2):
             await dispatcher.run(_ping(f"in{n}"), Peer("a"))
-        assert (outbox.depth, outbox.folded) == (1, 0)
+        assert (outbox.room.depth, outbox.room.folded) == (1, 0)
         for n in range(2):
             await dispatcher.run(_ping(f"out{n}"), Peer("a"))
-        assert (outbox.depth, outbox.folded) == (1, 2)
+        assert (outbox.room.depth, outbox.room.folded) == (1, 2)
     records = _pending(config.outbox_path)
     assert records[0]["ids"] == ["in0", "in1"]
     assert (records[1]["folded"], records[1]["total"]) == ({"SYS/ping": 2}, 2)
@@ -176,7 +176,7 @@ async def test_summaries_of_connections_closing_together_share_one_commit(
             await dispatcher.run(_ping(name), Peer(name))
         for name in ("a", "b", "c"):
             dispatcher.connection_closed(Peer(name))
-        assert outbox_of(dispatcher).depth == 3
+        assert outbox_of(dispatcher).room.depth == 3
         assert _pending(config.outbox_path) == []  # gathered, not yet committed
         await trio.testing.wait_all_tasks_blocked()
         assert [r["ids"] for r in _pending(config.outbox_path)] == [["a"], ["b"], ["c"]]
@@ -198,13 +198,13 @@ async def test_summaries_falling_due_together_are_written_a_bounded_batch_per_sc
 
         async def watch_passes() -> None:
             while True:  # one sample per scheduler pass
-                depths.append(outbox.depth)
+                depths.append(outbox.room.depth)
                 await trio.lowlevel.checkpoint()
 
         nursery.start_soon(watch_passes)
         mock_clock.jump(1.0)
         with trio.fail_after(5):
-            while outbox.depth < burst:
+            while outbox.room.depth < burst:
                 await trio.lowlevel.checkpoint()
         nursery.cancel_scope.cancel()
     steps = [after - before for before, after in itertools.pairwise(depths)]

@@ -53,6 +53,11 @@ class ConnectionConfig:
     max_blank_lines: int = field(default=32, metadata={"zero_ok": True})
     # Frames started per scheduler round, daemon-wide, one per connection per round when they
     # contend (L-10): a round then costs about this many frames' work, so it stays short.
+    # Its cost in throughput (bench/daemon.py --quick --frames-per-round N, daemon CPU per
+    # pipelined frame, 2 runs each on a loaded 2-core host): 4: 125-150 us, 8: 108-114 us,
+    # 16: 83-96 us. A smaller value shortens the rounds a fresh ping waits behind busy
+    # connections, at that CPU cost: 4 costs a quarter more per frame; 16 saves an eighth
+    # and doubles a round's length. 8 it stays.
     frames_per_round: int = 8
     # Frames running at once, daemon-wide (L-10): replies that wait for one outbox commit wake
     # together, and a round must not hold thousands. Above the specialists' slots

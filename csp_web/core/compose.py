@@ -97,7 +97,7 @@ def compose(
     storage = [check for each in opened for check in each.storage.items()]
     if memory is not None:
         lines.update(memory.stats_lines)
-        storage += [("outbox", lambda: memory.outbox.storage_full), *memory.storage.items()]
+        storage += [("outbox", lambda: memory.outbox.room.storage_full), *memory.storage.items()]
     cancels = Cancels()
     sys_services = SysServices(table, stats, memory, lines, cancels, tuple(storage))
     bound: list[BoundOp] = [bind(op, sys_services) for op in SYS_OPS]

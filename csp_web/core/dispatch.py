@@ -227,7 +227,7 @@ class Dispatcher:
                     ticket.bind(cancel_scope)
                 if paced:  # IN:SYS ops are never refused for room, but paced while it drains
                     with trio.move_on_at(deadline):
-                        await self.services.outbox.wait_paced(peer.connection)
+                        await self.services.outbox.room.wait_paced(peer.connection)
                     cancel_scope.deadline = min(cancel_scope.deadline, deadline)
                 outcome = await self._admitted(task, op, params, peer, audit, stage, audited)
         except Exception as exc:  # judged below (also a group the scope left its cancel out of)
@@ -302,7 +302,7 @@ class Dispatcher:
         if not (self.audit and self.services.config.audit.sys_ops):
             return False
         outbox = self.services.outbox
-        return outbox.full or outbox.peer_full(peer.connection)
+        return outbox.room.full or outbox.room.peer_full(peer.connection)
 
     async def _audit(
         self,

@@ -51,7 +51,7 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
             f"frames:{stats.frames}",
             f"in_flight:{stats.in_flight}",
             f"connections:{stats.connections}",
-            f"outbox_depth:{outbox.depth if outbox is not None else 0}",
+            f"outbox_depth:{outbox.room.depth if outbox is not None else 0}",
         ]
     )
     fields: list[tuple[str, str]] = []
@@ -59,9 +59,9 @@ async def stats_op(params: Params, ctx: OpContext, services: SysServices) -> Res
         fields.append(
             (
                 "OUTBOX",
-                f"depth:{outbox.depth},delivered:{outbox.delivered},"
-                f"rejected:{outbox.rejected},refused:{outbox.refused},"
-                f"connected:{str(outbox.connected).lower()},waiting:{outbox.waiting}",
+                f"depth:{outbox.room.depth},delivered:{outbox.delivery.delivered},"
+                f"rejected:{outbox.delivery.rejected},refused:{outbox.room.refused},"
+                f"connected:{str(outbox.room.connected).lower()},waiting:{outbox.room.waiting_turns}",
             )
         )
     full = sorted({which for which, is_full in services.storage if is_full()})

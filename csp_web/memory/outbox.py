@@ -3,7 +3,7 @@
 ``put`` returns once the write is committed to SQLite (WAL). Writes made in the same scheduler
 tick share one commit (group commit, as databases batch fsyncs): the first writer to resume
 commits them all, so a busy daemon pays one transaction per tick, not per write, and a lone
-writer pays no hop to another task. ``serve_delivery`` sends pending writes to the Memory
+writer pays no hop to another task. Delivery (``serve``) sends pending writes to the Memory
 Specialist in order, pipelined (``outbox.delivery_window`` batches of ``memory.batch_size`` in
 flight; while one is, the next goes when it is full: Nagle's rule), reconnecting with
 exponential backoff; a write leaves the store only when its ACK (``STATUS OK`` with the same
@@ -22,8 +22,10 @@ Turns (SPEC O-5): delivery shares the event loop with the ops that write. While 
 of writes waits unsent, ``wait_room`` first takes a turn, one per write delivery settled, so
 a flood of ops runs at the rate its writes are delivered instead of starving delivery.
 
-``Outbox`` is a facade over ``outbox_room`` (limits, shares, folding), ``outbox_commits``
-(group commit) and ``outbox_delivery`` (connect, window, backoff, ACKs).
+``Outbox`` puts these parts together and exposes the two the core reads: ``room``
+(outbox_room.py: limits, shares, turns, folding) and ``delivery`` (outbox_delivery.py:
+connect, window, backoff, ACKs, its counts); the group commit (outbox_commits.py) and the
+store (outbox_store.py) stay its own.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ from protocol import ErrorCode, Reply, Task
 class Outbox:
     """Pending memory writes; made by ``open_outbox``, which owns the store.
 
-    A facade over three parts: ``OutboxRoom`` (limits, shares, folding: outbox_room.py),
-    ``GroupCommit`` (outbox_commits.py) and ``Delivery`` (outbox_delivery.py).
+    Its parts are public, each the one place for its concern: ``room`` (``OutboxRoom``:
+    what is pending, the limits and each peer's share, turns, folded records, SPEC O-1..O-5)
+    and ``delivery`` (``Delivery``: what was delivered or rejected). The outbox itself holds
+    what needs more than one part: a write persisted (room, then the group commit), room
+    waited for with the disk probed (SPEC O-6), the flush at exit, reads and writes the Memory
+    Specialist answers (``call_memory``).
     """
 
     def __init__(
@@ -63,58 +69,10 @@ class Outbox:
         self._store = store
         self._link = link
         turn_at = config.delivery_window * memory.batch_size  # a whole window unsent (O-5)
-        self._room = OutboxRoom(config, *store.totals(), turn_at=turn_at)
-        self._room.set_storage_full(not store.ready)  # opened on a full disk (SPEC O-6)
-        self._commits = GroupCommit(store, self._room, inline=config.synchronous == "normal")
-        self._delivery = Delivery(store, self._room, self._commits, config, memory)
-
-    @property
-    def depth(self) -> int:
-        """Writes pending (persisted, not yet acknowledged or rejected)."""
-        return self._room.depth
-
-    @property
-    def bytes(self) -> int:
-        return self._room.bytes
-
-    @property
-    def refused(self) -> int:
-        return self._room.refused
-
-    @property
-    def folded(self) -> int:
-        return self._room.folded
-
-    @property
-    def connected(self) -> bool:
-        return self._room.connected
-
-    @property
-    def waiting(self) -> int:
-        """Ops waiting for their turn while delivery is behind (SPEC O-5)."""
-        return self._room.waiting_turns
-
-    @property
-    def delivered(self) -> int:
-        return self._delivery.delivered
-
-    @property
-    def rejected(self) -> int:
-        return self._delivery.rejected
-
-    @property
-    def full(self) -> bool:
-        """Whether new ops must wait for room (SPEC O-1)."""
-        return self._room.full
-
-    @property
-    def storage_full(self) -> bool:
-        """Whether the outbox's disk was full at its last commit (SPEC O-6)."""
-        return self._room.storage_full
-
-    def peer_full(self, owner: str) -> bool:
-        """Whether ``owner`` holds its whole share of pending writes (SPEC O-2)."""
-        return self._room.peer_full(owner)
+        self.room = OutboxRoom(config, *store.totals(), turn_at=turn_at)
+        self.room.set_storage_full(not store.ready)  # opened on a full disk (SPEC O-6)
+        self._commits = GroupCommit(store, self.room, inline=config.synchronous == "normal")
+        self.delivery = Delivery(store, self.room, self._commits, config, memory)
 
     async def wait_room(self, owner: str) -> None:
         """Return once an op of ``owner`` may start: it has had its turn while delivery is
@@ -124,14 +82,8 @@ class Outbox:
         as then nothing would make room. Raises StorageFull("outbox") while the disk is full
         (SPEC O-6): its space is probed, so the first op after it returned runs."""
         if not self._space_returned():
-            raise self._room.refuse_storage_full()
-        await self._room.wait_room(owner)
-
-    async def wait_paced(self, owner: str) -> bool:
-        """Wait while the outbox (or ``owner``'s share) is full and a Memory Specialist is
-        draining it; True once there is room, False when nothing drains. IN:SYS ops are paced
-        this way (SPEC O-3) so that a flood of them runs at the rate delivery keeps up with."""
-        return await self._room.wait_paced(owner)
+            raise self.room.refuse_storage_full()
+        await self.room.wait_room(owner)
 
     async def put(
         self, write: MemoryWrite, *, use_reserve: bool = True, owner: str | None = None
@@ -144,7 +96,7 @@ class Outbox:
         ``owner`` (the peer's connection) counts the write against that peer's share.
         """
         size = write_size(write)
-        self._room.admit(write, size, use_reserve=use_reserve)
+        self.room.admit(write, size, use_reserve=use_reserve)
         await self._commits.persist(write, size, owner)
 
     async def put_or_fold(
@@ -156,11 +108,11 @@ class Outbox:
         whose commit fails (a full disk: SPEC O-6) is folded too: this never raises."""
         size = write_size(write)
         self._space_returned()
-        if not self._room.fold(key, size):
+        if not self.room.fold(key, size):
             try:
                 await self._commits.persist(write, size, owner)
             except OpError:
-                self._room.count_folded(key)
+                self.room.count_folded(key)
 
     def put_or_fold_nowait(
         self, write: MemoryWrite, key: str | Mapping[str, int], *, owner: str | None = None
@@ -171,15 +123,15 @@ class Outbox:
         For summaries written at a connection's close or by a timer: no reply waits for them."""
         size = write_size(write)
         self._space_returned()
-        if not self._room.fold(key, size):
+        if not self.room.fold(key, size):
             self._commits.add_nowait(write, size, owner)
 
     def _space_returned(self) -> bool:
         """False while the outbox's disk is full; while it is marked so, its space is probed
         (a small write beside the store: SPEC O-6), and found again clears the mark."""
-        if self._room.storage_full and self._store.has_room():
-            self._room.set_storage_full(False)
-        return not self._room.storage_full
+        if self.room.storage_full and self._store.has_room():
+            self.room.set_storage_full(False)
+        return not self.room.storage_full
 
     async def call_memory(self, task: Task, *, timeout_s: float) -> Reply:
         """The Memory Specialist's reply to one ``task`` (a read, or a write that must be
@@ -198,13 +150,8 @@ class Outbox:
 
     async def wait_drained(self) -> None:
         """Return once every pending write has been delivered (or rejected)."""
-        if self.depth:
-            await self._room.drained.wait()
-
-    async def wait_changed(self) -> None:
-        """Return at the next settled batch, freeing of room or change of delivery's
-        connection; a waiter re-checks its condition (``connected``, ``delivered``) after."""
-        await self._room.wait_changed()
+        if self.room.depth:
+            await self.room.drained.wait()
 
     async def wait_flushed(self) -> None:
         """At exit: return once every pending write is delivered, or at once when delivery is
@@ -214,27 +161,26 @@ class Outbox:
             async with trio.open_nursery() as nursery:
 
                 async def unreachable() -> None:
-                    await self._delivery.attempted.wait()
-                    while self.connected:
-                        await self.wait_changed()
+                    await self.delivery.attempted.wait()
+                    while self.room.connected:
+                        await self.room.wait_changed()
                     scope.cancel()
 
                 nursery.start_soon(unreachable)
                 await self.wait_drained()
                 scope.cancel()
 
-    async def serve_committer(self) -> None:
-        """Commit queued writes in a worker thread until cancelled (``synchronous: full``)."""
-        await self._commits.serve()
-
-    async def serve_delivery(self) -> None:
-        """Deliver pending writes to the Memory Specialist until cancelled."""
-        await self._delivery.serve(self._link)
+    async def serve(self) -> None:
+        """Run the committer (a worker thread's commits, ``synchronous: full``) and delivery
+        to the Memory Specialist until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._commits.serve)
+            nursery.start_soon(self.delivery.serve, self._link)
 
     def write_folded_now(self) -> None:
         """At close: store what is still folded, and writes not yet committed (blocking; the
         outbox is no longer served)."""
-        if summary := self._room.take_folded():
+        if summary := self.room.take_folded():
             self._commits.add_now(summary)
         self._commits.commit_rest()
 
@@ -253,8 +199,7 @@ async def open_outbox(
     try:
         outbox = Outbox(store, config, memory, link=link or socket_link(memory))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(outbox.serve_committer)
-            nursery.start_soon(outbox.serve_delivery)
+            nursery.start_soon(outbox.serve)
             yield outbox
             nursery.cancel_scope.cancel()
         outbox.write_folded_now()

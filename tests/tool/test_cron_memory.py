@@ -90,7 +90,7 @@ async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_
 
         # A jump fires every pending deadline: let the outbox deliver first, so no ack wait
         # of its is cut short by the jump.
-        await settle(lambda: outbox_of(dispatcher).depth == 0)
+        await settle(lambda: outbox_of(dispatcher).room.depth == 0)
         mock_clock.jump(2 * 3600)  # 02:00:30 UTC: 03:00 in Paris has come
         await settle(lambda: SCHEDULED_KEY in sink.store.ids)
         assert _stored(sink, "notes", "sweep.md") == "swept\nswept\n"

@@ -91,7 +91,7 @@ async def test_each_run_of_a_reminder_is_a_cron_due_record_in_memory(
         assert ran.get("RUN_KEY") == manual_key
         assert ran.get("RUN_STATUS") == "OK"
         await settle(lambda: len(sink_records(sink.directory, "cron-due")) == 1)
-        await settle(lambda: outbox_of(dispatcher).depth == 0)
+        await settle(lambda: outbox_of(dispatcher).room.depth == 0)
         mock_clock.jump(3 * 3600)  # 03:00:30 UTC: the daily 03:00 has come
         await settle(lambda: len(sink_records(sink.directory, "cron-due")) == 2)
         records = sorted(sink_records(sink.directory, "cron-due"), key=lambda r: str(r["key"]))
