@@ -26,6 +26,7 @@ threads, serialised by one lock; ``retire`` is the only method for the trio thre
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import secrets
@@ -56,8 +57,9 @@ class LocalTier:
         self._lock = threading.Lock()
         self._store: diskcache.Cache | None = None
         self._spell = secrets.token_hex(8)
-        self._indexed_spell = ""  # the spell _sizes describes; another one: empty the store
-        self._sizes: OrderedDict[str, int] = OrderedDict()  # the spell's rows, oldest first
+        self._indexed_spell = ""  # the spell _rows describes; another one: empty the store
+        # The spell's rows, oldest first: (bytes, digest of the JSON text).
+        self._rows: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self.bytes = 0
         self.storage_full = False
         self.unsafe_rows = 0
@@ -81,14 +83,17 @@ class LocalTier:
             return None
         return row[1], expires_at or time.time()
 
-    def set(self, key: str, value: Any, *, size: int, ttl_s: float, namespace: str) -> None:
-        """Keep ``value`` (``size`` bytes of JSON text) for ``ttl_s`` in this spell; skipped
-        when larger than ``max_bytes`` or when the disk is full."""
+    def set(self, key: str, value: Any, *, text: str, ttl_s: float, namespace: str) -> None:
+        """Keep ``value`` (whose JSON text is ``text``) for ``ttl_s`` in this spell; skipped
+        when larger than ``max_bytes`` or when the disk is full, and when this spell's row
+        for ``key`` already holds the same text (a fetch re-holds its fileKey's snapshot each
+        time: the row then keeps its earlier expiry, never a later one)."""
         spell = self._spell
+        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
         with self._lock:
             try:
                 with storage_seam("cache"):
-                    self._write(key, [spell, value], size, ttl_s, namespace)
+                    self._write(key, [spell, value], (len(text), digest), ttl_s, namespace)
             except StorageFull:
                 self._full()
             else:
@@ -104,24 +109,28 @@ class LocalTier:
             store.delete(key)
             return None, None
 
-    def _write(self, key: str, row: list[Any], size: int, ttl_s: float, namespace: str) -> None:
+    def _write(
+        self, key: str, row: list[Any], entry: tuple[int, bytes], ttl_s: float, namespace: str
+    ) -> None:
         store = self._opened()
         if self._indexed_spell != row[0]:
             self._empty(store, row[0])  # a past spell's rows: never served, now deleted
+        elif self._rows.get(key) == entry and key in store:
+            return  # the same text, still held (not expired)
         self._forget(store, key)
-        if size > self.max_bytes:
+        if entry[0] > self.max_bytes:
             return
         store.set(key, row, expire=ttl_s, tag=namespace)
-        self._sizes[key] = size
-        self.bytes += size
+        self._rows[key] = entry
+        self.bytes += entry[0]
         while self.bytes > self.max_bytes:
-            self._forget(store, next(iter(self._sizes)))
+            self._forget(store, next(iter(self._rows)))
 
     def drop_namespace(self, namespace: str) -> None:
         """Delete every row of ``namespace`` (an invalidation made while Redis is down)."""
         with self._lock:
-            for key in [k for k in self._sizes if k.startswith(namespace + ":")]:
-                self.bytes -= self._sizes.pop(key)
+            for key in [k for k in self._rows if k.startswith(namespace + ":")]:
+                self.bytes -= self._rows.pop(key)[0]
             if self._store is None:
                 return
             try:
@@ -132,7 +141,7 @@ class LocalTier:
                 self.retire()
 
     def holds_rows(self) -> bool:
-        return bool(self._sizes)
+        return bool(self._rows)
 
     def close(self) -> None:
         with self._lock:
@@ -154,14 +163,14 @@ class LocalTier:
 
     def _empty(self, store: diskcache.Cache, spell: str) -> None:
         store.clear()
-        self._sizes.clear()
+        self._rows.clear()
         self.bytes = 0
         self._indexed_spell = spell
 
     def _forget(self, store: diskcache.Cache, key: str) -> None:
-        size = self._sizes.pop(key, None)
-        if size is not None:
-            self.bytes -= size
+        entry = self._rows.pop(key, None)
+        if entry is not None:
+            self.bytes -= entry[0]
             store.delete(key)
 
     def _full(self) -> None:

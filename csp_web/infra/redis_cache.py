@@ -167,6 +167,7 @@ class RedisCache:
         if entry is not None:
             gen, value = entry
             if not self._checked_namespace(namespace):
+                await self._copy_to_disk(namespace, key, gen, value)
                 return value
             try:
                 current = await self._link.call(lambda r: r.get(gen_key), "cache_gen")
@@ -218,6 +219,7 @@ class RedisCache:
         self._mark_local()
         entry = self._memory.get(key)
         if entry is not None:
+            await self._copy_to_disk(namespace, key, entry[0], entry[1])
             return entry[1]
         if self._local_tier is None:
             return None
@@ -228,6 +230,20 @@ class RedisCache:
         self._memory.put(key, (-1, value), expires_at=expires_at)
         return value
 
+    async def _copy_to_disk(self, namespace: str, key: str, gen: int, value: Any) -> None:
+        """While Redis is down, a memory copy read from Redis (``gen`` >= 0) goes to the disk
+        tier at its first hit, with the expiry it has: the memory tier may drop it before
+        Redis is back, and it would then be fetched again. Marked as a local copy after."""
+        if gen < 0 or self._local_tier is None or not self._local_fallback(namespace):
+            return
+        expires_at = self._memory.expires_at(key)
+        ttl_s = math.inf if expires_at is None else expires_at - time.time()
+        if not 0 < ttl_s < math.inf:  # gone meanwhile; or no TTL (Redis gave none): not kept
+            return
+        text = json.dumps(value, separators=(",", ":"))
+        self._memory.put(key, (-1, value), expires_at=expires_at)
+        await self._hold_on_disk(namespace, key, value, text, ttl_s)
+
     async def _keep_locally(
         self, namespace: str, key: str, value: Any, text: str, ttl_s: float
     ) -> None:
@@ -235,17 +251,16 @@ class RedisCache:
             return
         self._mark_local()
         self._memory.put(key, (-1, value), expires_at=time.time() + ttl_s)
+        await self._hold_on_disk(namespace, key, value, text, ttl_s)
+
+    async def _hold_on_disk(
+        self, namespace: str, key: str, value: Any, text: str, ttl_s: float
+    ) -> None:
         if self._local_tier is not None:
-            await trio.to_thread.run_sync(
-                functools.partial(
-                    self._local_tier.set,
-                    key,
-                    value,
-                    size=len(text),
-                    ttl_s=ttl_s,
-                    namespace=namespace,
-                )
+            write = functools.partial(
+                self._local_tier.set, key, value, text=text, ttl_s=ttl_s, namespace=namespace
             )
+            await trio.to_thread.run_sync(write)
 
     def _empty_memory(self) -> None:
         if self._memory.bytes:

@@ -27,9 +27,9 @@ MEMORY = 8 * 1024  # the memory tier: a 1 KiB value is over its 1/8 cap, so neve
 VALUE = "x" * 1024
 
 
-def text_size(value: object) -> int:
-    """The bytes a value counts against the local tier: its JSON text, as written to Redis."""
-    return len(json.dumps(value, separators=(",", ":")))
+def text(value: object) -> str:
+    """A value's JSON text, as written to Redis: its length counts against the local tier."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 @asynccontextmanager
@@ -61,6 +61,25 @@ async def test_with_redis_stopped_a_working_set_larger_than_the_memory_tier_is_r
                 await cache.set("fetch", f"u{n}", f"{n}{VALUE}", ttl_s=60)
         assert await read_all(cache, 40) == [f"{n}{VALUE}" for n in range(40)]
         assert link.fallbacks["cache_local"] == 40
+        assert link.fallbacks["cache_miss"] == 0
+
+
+async def test_a_copy_read_from_redis_before_the_outage_outlives_its_memory_eviction(
+    open_link: OpenLink, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Pages the memory tier held when Redis stopped are copied to disk at their first hit,
+    so the pages fetched later in the outage cannot push them out to the origin."""
+    small = "s" * 500  # under the memory tier's 1/8 cap: held in memory
+    async with open_link() as link, response_cache(link, tmp_path) as cache:
+        with trio.fail_after(10):
+            for n in range(4):
+                await cache.set("fetch", f"u{n}", small, ttl_s=60)
+        await stop(redis_server, link)
+        assert await read_all(cache, 4) == [small] * 4  # memory hits, copied to disk
+        with trio.fail_after(10):
+            for n in range(40):  # 20 KB more than the memory tier: the four are evicted
+                await cache.set("fetch", f"w{n}", small, ttl_s=60)
+        assert await read_all(cache, 4) == [small] * 4
         assert link.fallbacks["cache_miss"] == 0
 
 
@@ -142,7 +161,7 @@ async def test_a_zero_budget_keeps_no_local_tier(
 
 def fill(tier: LocalTier, values: list[str]) -> None:
     for n, value in enumerate(values):
-        tier.set(f"fetch:{n}", value, size=text_size(value), ttl_s=60, namespace="fetch")
+        tier.set(f"fetch:{n}", value, text=text(value), ttl_s=60, namespace="fetch")
 
 
 def kept(tier: LocalTier, count: int) -> list[bool]:
@@ -175,8 +194,8 @@ def test_a_value_is_kept_only_when_it_fits_the_budget_alone(
 def test_a_row_never_outlives_its_ttl(tmp_path: Path) -> None:
     tier = LocalTier(str(tmp_path), max_bytes=1 << 20)
     before = time.time()
-    tier.set("fetch:a", "v", size=3, ttl_s=60, namespace="fetch")
-    tier.set("fetch:b", "v", size=3, ttl_s=1e-6, namespace="fetch")
+    tier.set("fetch:a", "v", text='"v"', ttl_s=60, namespace="fetch")
+    tier.set("fetch:b", "v", text='"v"', ttl_s=1e-6, namespace="fetch")
     found = tier.get("fetch:a")
     assert found is not None
     assert found[1] <= time.time() + 60  # the memory tier's copy ends no later either
@@ -185,9 +204,31 @@ def test_a_row_never_outlives_its_ttl(tmp_path: Path) -> None:
     tier.close()
 
 
+def test_the_same_text_held_again_keeps_its_earlier_expiry_and_a_new_text_replaces_it(
+    tmp_path: Path,
+) -> None:
+    """A fetch holds its fileKey's snapshot again on every reply: the row is not rewritten
+    (its expiry never moves later than the first write gave), unless the text changed or the
+    row has expired."""
+    tier = LocalTier(str(tmp_path), max_bytes=1 << 20)
+    tier.set("file:a", "v", text='"v"', ttl_s=60, namespace="file")
+    first = tier.get("file:a")
+    tier.set("file:a", "v", text='"v"', ttl_s=3600, namespace="file")
+    assert tier.get("file:a") == first
+    tier.set("file:a", "w", text='"w"', ttl_s=3600, namespace="file")
+    found = tier.get("file:a")
+    assert found is not None
+    assert found[0] == "w"
+    tier.set("file:b", "v", text='"v"', ttl_s=1e-6, namespace="file")
+    tier.set("file:b", "v", text='"v"', ttl_s=60, namespace="file")  # the first has expired
+    assert tier.get("file:b") is not None
+    assert tier.bytes == 6
+    tier.close()
+
+
 def test_rows_of_a_previous_process_are_never_served(tmp_path: Path) -> None:
     first = LocalTier(str(tmp_path), max_bytes=1 << 20)
-    first.set("fetch:a", "v", size=3, ttl_s=60, namespace="fetch")
+    first.set("fetch:a", "v", text='"v"', ttl_s=60, namespace="fetch")
     first.close()
     second = LocalTier(str(tmp_path), max_bytes=1 << 20)
     assert second.get("fetch:a") is None
@@ -196,7 +237,7 @@ def test_rows_of_a_previous_process_are_never_served(tmp_path: Path) -> None:
 
 def test_a_planted_pickle_row_is_a_miss_and_is_dropped(tmp_path: Path) -> None:
     tier = LocalTier(str(tmp_path), max_bytes=1 << 20)
-    tier.set("fetch:a", "v", size=3, ttl_s=60, namespace="fetch")
+    tier.set("fetch:a", "v", text='"v"', ttl_s=60, namespace="fetch")
     with sqlite3.connect(tmp_path / "cache.db") as db:  # someone who can write the file
         db.execute("UPDATE Cache SET mode = 4")  # diskcache's MODE_PICKLE
     assert tier.get("fetch:a") is None
@@ -206,7 +247,7 @@ def test_a_planted_pickle_row_is_a_miss_and_is_dropped(tmp_path: Path) -> None:
 
 def test_the_local_folder_is_private(tmp_path: Path) -> None:
     tier = LocalTier(str(tmp_path / "redis-down"), max_bytes=1 << 20)
-    tier.set(cache_key("fetch", "u"), "v", size=3, ttl_s=60, namespace="fetch")
+    tier.set(cache_key("fetch", "u"), "v", text='"v"', ttl_s=60, namespace="fetch")
     assert os.stat(tmp_path / "redis-down").st_mode & 0o777 == 0o700
     tier.close()
 
@@ -215,14 +256,14 @@ def test_a_full_disk_is_a_skipped_write_and_a_miss_until_space_returns(
     tmpfs: Tmpfs,  # noqa: F811  (the fixture imported above)
 ) -> None:
     tier = LocalTier(os.path.join(tmpfs.path, "redis-down"), max_bytes=64 << 20)
-    tier.set("fetch:a", "v", size=3, ttl_s=60, namespace="fetch")  # opened while there is room
+    tier.set("fetch:a", "v", text='"v"', ttl_s=60, namespace="fetch")  # opened while there is room
     tmpfs.fill()
     big = "z" * (1 << 20)
-    tier.set("fetch:b", big, size=text_size(big), ttl_s=60, namespace="fetch")
+    tier.set("fetch:b", big, text=text(big), ttl_s=60, namespace="fetch")
     assert tier.storage_full
     assert tier.get("fetch:b") is None
     tmpfs.free()
-    tier.set("fetch:b", big, size=text_size(big), ttl_s=60, namespace="fetch")
+    tier.set("fetch:b", big, text=text(big), ttl_s=60, namespace="fetch")
     assert not tier.storage_full
     found = tier.get("fetch:b")
     assert found is not None
@@ -235,10 +276,10 @@ def test_a_disk_full_from_the_start_is_a_miss(
 ) -> None:
     tmpfs.fill()
     tier = LocalTier(os.path.join(tmpfs.path, "redis-down"), max_bytes=64 << 20)
-    tier.set("fetch:a", "v", size=3, ttl_s=60, namespace="fetch")
+    tier.set("fetch:a", "v", text='"v"', ttl_s=60, namespace="fetch")
     assert tier.get("fetch:a") is None
     assert tier.storage_full
     tmpfs.free()
-    tier.set("fetch:a", "v", size=3, ttl_s=60, namespace="fetch")
+    tier.set("fetch:a", "v", text='"v"', ttl_s=60, namespace="fetch")
     assert tier.get("fetch:a") is not None
     tier.close()
