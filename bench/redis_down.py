@@ -3,14 +3,18 @@
 Two daemons on one redis-server (the default ``redis.call_timeout_s`` and ``retry_s``), each
 with its own process, the HTTPS origin in another; C connections in all fetch the corpus
 pages round-robin for a fixed time, cache on (after one warm pass, mostly hits). Then
-redis-server is stopped (``--pause``: SIGSTOP, a server that accepts and never answers) and
-the same load runs again: the daemons must run on their local fallbacks. Prints both rates,
-their ratio (goal >= 0.5) and the worst reply of each, for each working set: by default one
-smaller and one larger than a daemon's memory tier (``web.cache.memory_bytes``). With Redis
-stopped, a page the memory tier does not hold is downloaded once and then read from the disk
-tier under it (``redis.fallback_cache_bytes``); the downloads the origin saw are printed.
+redis-server is stopped (``--pause``: SIGSTOP, a server that accepts and never answers), each
+daemon makes one pass over the pages (the outage's first pass: what its memory tier did not
+hold is downloaded; timed and counted apart) and the same load runs again: the daemons must
+run on their local tiers. Redis is then restarted empty, and the round repeats (``--rounds``,
+alternated so both phases see the same host load). Prints both rates, their ratio (goal >=
+0.5), the worst reply of each and the downloads the origin saw with Redis down, for each
+working set: by default 5 and 50 pages, smaller and larger than the memory tier the bench
+gives each daemon (``--memory-mib``); the disk tier under it (``redis.fallback_cache_bytes``)
+holds both.
 
-    python bench/redis_down.py [--seconds S] [--concurrency C] [--pages N,N...] [--pause]
+    python bench/redis_down.py [--seconds S] [--rounds R] [--concurrency C]
+        [--pages N,N...] [--memory-mib M] [--pause]
 """
 
 from __future__ import annotations
@@ -187,11 +191,11 @@ def main() -> None:
         "--pages",
         type=lambda text: [int(n) for n in text.split(",")],
         default=[5, 50],
-        help="working sets measured, in corpus pages (default 5,50: about 1 and 9 MB of HTML,"
-        " smaller and larger than the memory tier)",
+        help="working sets measured, in corpus pages (default 5,50: with 1 MiB of memory tier,"
+        " one it holds and one it does not: 50 pages cache about 1.5 MB of JSON)",
     )
     parser.add_argument(
-        "--memory-mib", type=int, default=4, help="each daemon's web.cache.memory_bytes, MiB"
+        "--memory-mib", type=int, default=1, help="each daemon's web.cache.memory_bytes, MiB"
     )
     parser.add_argument("--pause", action="store_true", help="SIGSTOP redis-server, not kill it")
     run(parser.parse_args())
