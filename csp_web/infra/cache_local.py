@@ -13,8 +13,10 @@ What it promises:
   thread, so no row written before it is served again; those rows are deleted at the next
   write, and the store is emptied when it is first opened (a previous process's rows).
 - A row expires at the TTL its writer gave (the cache's, as Redis would have kept it).
-- At most ``max_bytes`` of values' JSON text (``redis.fallback_cache_bytes``): a write past it
-  drops the oldest rows first; a value longer than that is not kept.
+- At most ``max_bytes`` (``redis.fallback_cache_bytes``), counting each row as its value's
+  JSON text plus ``ROW_OVERHEAD_BYTES``: a write past it drops the oldest rows first; a row
+  larger than that is not kept. The overhead also bounds the row count, hence this module's
+  index in memory, when an outage brings a flood of tiny values (a cached exec's summary).
 - A full disk (SPEC O-6) is a skipped write, logged once per spell of full disk and shown by
   ``storage_full``; a store that could not be opened reads as empty.
 - Keys are ``cache_key``'s (namespace + SHA-256) and values what the caller would send to
@@ -46,6 +48,9 @@ log = logging.getLogger(__name__)
 # diskcache's own bound is a backstop only (it counts SQLite pages too): the byte budget is
 # kept exactly by this module's index of the spell's rows.
 _BACKSTOP_SLACK_BYTES = 16 * 1024 * 1024
+# What a row costs besides its value: its key (namespace + 64 hex digits) and SQLite row, and
+# its entry in this module's index (about 250 bytes), rounded up: 256 MiB holds at most 262,144.
+ROW_OVERHEAD_BYTES = 1024
 
 
 class LocalTier:
@@ -93,7 +98,8 @@ class LocalTier:
         with self._lock:
             try:
                 with storage_seam("cache"):
-                    self._write(key, [spell, value], (len(text), digest), ttl_s, namespace)
+                    entry = (len(text) + ROW_OVERHEAD_BYTES, digest)
+                    self._write(key, [spell, value], entry, ttl_s, namespace)
             except StorageFull:
                 self._full()
             else:

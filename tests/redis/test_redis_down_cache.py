@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from csp_web.infra.cache import cache_key
-from csp_web.infra.cache_local import LocalTier
+from csp_web.infra.cache_local import ROW_OVERHEAD_BYTES, LocalTier
 from csp_web.infra.redis_cache import RedisCache, open_response_cache
 from csp_web.infra.redis_link import RedisLink
 from tests.redis.conftest import OpenLink, past_down_window, wait_live
@@ -168,20 +168,23 @@ def kept(tier: LocalTier, count: int) -> list[bool]:
     return [tier.get(f"fetch:{n}") is not None for n in range(count)]
 
 
-@pytest.mark.parametrize(("budget", "first_kept"), [(3 * 1026, True), (3 * 1026 - 1, False)])
+ROW = 1026 + ROW_OVERHEAD_BYTES  # a row holding 1,024 characters: its JSON text is 1,026
+
+
+@pytest.mark.parametrize(("budget", "first_kept"), [(3 * ROW, True), (3 * ROW - 1, False)])
 def test_the_local_tier_holds_at_most_its_budget_oldest_dropped_first(
     tmp_path: Path, budget: int, first_kept: bool
 ) -> None:
-    """Three values of 1,026 bytes of JSON each: a budget of exactly that keeps all three,
-    one byte less drops the oldest."""
+    """Three rows of ROW bytes each: a budget of exactly that keeps all three, one byte less
+    drops the oldest."""
     tier = LocalTier(str(tmp_path), max_bytes=budget)
     fill(tier, ["a" * 1024, "b" * 1024, "c" * 1024])
     assert kept(tier, 3) == [first_kept, True, True]
-    assert tier.bytes == (3 if first_kept else 2) * 1026
+    assert tier.bytes == (3 if first_kept else 2) * ROW
     tier.close()
 
 
-@pytest.mark.parametrize(("budget", "stored"), [(1026, True), (1025, False)])
+@pytest.mark.parametrize(("budget", "stored"), [(ROW, True), (ROW - 1, False)])
 def test_a_value_is_kept_only_when_it_fits_the_budget_alone(
     tmp_path: Path, budget: int, stored: bool
 ) -> None:
@@ -222,7 +225,7 @@ def test_the_same_text_held_again_keeps_its_earlier_expiry_and_a_new_text_replac
     tier.set("file:b", "v", text='"v"', ttl_s=1e-6, namespace="file")
     tier.set("file:b", "v", text='"v"', ttl_s=60, namespace="file")  # the first has expired
     assert tier.get("file:b") is not None
-    assert tier.bytes == 6
+    assert tier.bytes == 2 * (3 + ROW_OVERHEAD_BYTES)
     tier.close()
 
 
