@@ -237,8 +237,8 @@ class RedisCache:
         if gen < 0 or self._local_tier is None or not self._local_fallback(namespace):
             return
         expires_at = self._memory.expires_at(key)
-        ttl_s = math.inf if expires_at is None else expires_at - time.time()
-        if not 0 < ttl_s < math.inf:  # gone meanwhile; or no TTL (Redis gave none): not kept
+        ttl_s = 0.0 if expires_at is None else expires_at - time.time()
+        if expires_at is None or not 0 < ttl_s < math.inf:  # gone, or no TTL: not kept
             return
         text = json.dumps(value, separators=(",", ":"))
         self._memory.put(key, (-1, value), expires_at=expires_at)
