@@ -8,11 +8,14 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import trio
 
 from csp_web.config import Config, RateConfig
+from protocol import Status
+from specialists.web.ops_search import OPS as SEARCH_OPS
 from specialists.web.pages import Page, load_page
 from specialists.web.services import WebServices, open_web_services
 from tests.net._dns import FixedResolver
@@ -26,6 +29,14 @@ from tests.redis.conftest import (  # noqa: F401  (fixtures)
     wait_live,
 )
 from tests.redis_server import RedisServer
+from tests.web.fixtures import (
+    BRAVE_KEY,
+    BRAVE_KEY_ENV,
+    open_web_dispatcher,
+    run,
+    with_search,
+)
+from tests.web.fixtures import serve as serve_fixture
 from tests.web.pages_support import ARTICLE, TITLE, hits, serve
 
 WAIT_S = 10
@@ -103,3 +114,38 @@ async def test_once_redis_returns_a_page_is_read_from_redis_not_the_local_copy(
         await past_down_window(web.redis)
         assert await load_all(web, [url]) == [(TITLE, False)]  # the copy was not Redis's
         assert hits(origin, "/back") == 2
+
+
+async def test_with_redis_stopped_the_local_tier_never_holds_the_search_api_key(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    open_link: OpenLink,  # noqa: F811
+    redis_server: RedisServer,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(BRAVE_KEY_ENV, BRAVE_KEY)
+    origin.routes["/brave"] = serve_fixture("brave_web_search.json")
+    config = with_search(web_config, origin, order=["brave"])
+    async with (
+        open_link() as link,
+        open_web_dispatcher(config, SEARCH_OPS, dns=dns, trust=trust, link=link) as (
+            dispatcher,
+            _,
+        ),
+    ):
+        with trio.fail_after(WAIT_S):  # Redis up: the month's quota is seen
+            assert (await run(dispatcher, "search", "URL_REFS", ("QUERY", "a"))).status is Status.OK
+        redis_server.stop()
+        await wait_live(link, False)
+        with trio.fail_after(WAIT_S):
+            for query in ("b", "b"):  # kept locally, then a local hit
+                reply = await run(dispatcher, "search", "URL_REFS", ("QUERY", query))
+                assert reply.status is Status.OK
+        assert reply.get("CACHED") == "true"
+    local = Path(config.cache_dir) / "redis-down"
+    files = [path for path in local.rglob("*") if path.is_file()]
+    assert files
+    for path in files:
+        assert BRAVE_KEY.encode() not in path.read_bytes(), path
