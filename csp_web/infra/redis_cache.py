@@ -35,9 +35,9 @@ import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
@@ -73,6 +73,8 @@ local gen = redis.call('INCR', KEYS[2])
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return {n, gen}
 """
+
+T = TypeVar("T")
 
 _MISS_GENS = 4096  # generations remembered from misses, for the writes that follow them
 
@@ -116,6 +118,9 @@ class RedisCache:
         self._memory_bytes = memory_bytes
         self._memory = MemoryTier(memory_bytes)
         self._local_tier = local  # the disk under the memory tier while Redis is down
+        # Its calls take its lock one at a time: they wait here, not in worker threads that
+        # would hold the daemon's shared thread tokens while Redis is down.
+        self._disk_turn = trio.CapacityLimiter(1)
         self._checked = checked
         self._gens: dict[str, int] = {}  # the generation each namespace had at its last read
         self._miss_gens: OrderedDict[str, int] = OrderedDict()
@@ -223,7 +228,7 @@ class RedisCache:
             return entry[1]
         if self._local_tier is None:
             return None
-        found = await trio.to_thread.run_sync(self._local_tier.get, key)
+        found = await self._on_disk(functools.partial(self._local_tier.get, key))
         if found is None:
             return None
         value, expires_at = found
@@ -244,6 +249,10 @@ class RedisCache:
         self._memory.put(key, (-1, value), expires_at=expires_at)
         await self._hold_on_disk(namespace, key, value, text, ttl_s)
 
+    async def _on_disk(self, call: Callable[[], T]) -> T:
+        """``call`` (a LocalTier method) in a worker thread, one at a time."""
+        return await trio.to_thread.run_sync(call, limiter=self._disk_turn)
+
     async def _keep_locally(
         self, namespace: str, key: str, value: Any, text: str, ttl_s: float
     ) -> None:
@@ -260,7 +269,7 @@ class RedisCache:
             write = functools.partial(
                 self._local_tier.set, key, value, text=text, ttl_s=ttl_s, namespace=namespace
             )
-            await trio.to_thread.run_sync(write)
+            await self._on_disk(write)
 
     def _empty_memory(self) -> None:
         if self._memory.bytes:
@@ -342,7 +351,7 @@ class RedisCache:
         (0 when the invalidation is left pending for Redis to come back)."""
         self._memory.drop_namespace(namespace)
         if self._local_tier is not None and self._local_tier.holds_rows():
-            await trio.to_thread.run_sync(self._local_tier.drop_namespace, namespace)
+            await self._on_disk(functools.partial(self._local_tier.drop_namespace, namespace))
         self._pending.add(namespace)
         return await self._flush_pending(namespace) or 0
 
