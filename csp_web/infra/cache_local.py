@@ -53,6 +53,11 @@ _BACKSTOP_SLACK_BYTES = 16 * 1024 * 1024
 ROW_OVERHEAD_BYTES = 1024
 
 
+def digest_of(text: str) -> bytes:
+    """What tells two values' JSON texts apart in the index."""
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 class LocalTier:
     """Rows kept on disk while Redis is down, bounded by ``max_bytes``; see the module."""
 
@@ -63,8 +68,8 @@ class LocalTier:
         self._store: diskcache.Cache | None = None
         self._spell = secrets.token_hex(8)
         self._indexed_spell = ""  # the spell _rows describes; another one: empty the store
-        # The spell's rows, oldest first: (bytes, digest of the JSON text).
-        self._rows: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        # The spell's rows, oldest first: (bytes, digest of the JSON text, expiry).
+        self._rows: OrderedDict[str, tuple[int, bytes, float]] = OrderedDict()
         self.bytes = 0
         self.storage_full = False
         self.unsafe_rows = 0
@@ -94,11 +99,10 @@ class LocalTier:
         for ``key`` already holds the same text (a fetch re-holds its fileKey's snapshot each
         time: the row then keeps its earlier expiry, never a later one)."""
         spell = self._spell
-        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        entry = (len(text) + ROW_OVERHEAD_BYTES, digest_of(text), time.time() + ttl_s)
         with self._lock:
             try:
                 with storage_seam("cache"):
-                    entry = (len(text) + ROW_OVERHEAD_BYTES, digest)
                     self._write(key, [spell, value], entry, ttl_s, namespace)
             except StorageFull:
                 self._full()
@@ -115,14 +119,30 @@ class LocalTier:
             store.delete(key)
             return None, None
 
+    def holds(self, key: str, text: str) -> bool:
+        """Whether this spell's row for ``key`` holds ``text`` and has not expired: ``set``
+        would skip it. Cheap (no I/O): the trio thread asks before a write."""
+        entry = self._rows.get(key)
+        return (
+            entry is not None
+            and self._indexed_spell == self._spell
+            and entry[1] == digest_of(text)
+            and entry[2] > time.time()
+        )
+
     def _write(
-        self, key: str, row: list[Any], entry: tuple[int, bytes], ttl_s: float, namespace: str
+        self,
+        key: str,
+        row: list[Any],
+        entry: tuple[int, bytes, float],
+        ttl_s: float,
+        namespace: str,
     ) -> None:
         store = self._opened()
         if self._indexed_spell != row[0]:
             self._empty(store, row[0])  # a past spell's rows: never served, now deleted
-        elif self._rows.get(key) == entry and key in store:
-            return  # the same text, still held (not expired)
+        elif (held := self._rows.get(key)) and held[1] == entry[1] and held[2] > time.time():
+            return  # the same text, still held (not expired): its earlier expiry stands
         self._forget(store, key)
         if entry[0] > self.max_bytes:
             return

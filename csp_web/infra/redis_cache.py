@@ -265,7 +265,7 @@ class RedisCache:
     async def _hold_on_disk(
         self, namespace: str, key: str, value: Any, text: str, ttl_s: float
     ) -> None:
-        if self._local_tier is not None:
+        if self._local_tier is not None and not self._local_tier.holds(key, text):
             write = functools.partial(
                 self._local_tier.set, key, value, text=text, ttl_s=ttl_s, namespace=namespace
             )

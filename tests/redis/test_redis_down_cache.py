@@ -222,9 +222,12 @@ def test_the_same_text_held_again_keeps_its_earlier_expiry_and_a_new_text_replac
     found = tier.get("file:a")
     assert found is not None
     assert found[0] == "w"
+    assert (tier.holds("file:a", '"w"'), tier.holds("file:a", '"v"')) == (True, False)
     tier.set("file:b", "v", text='"v"', ttl_s=1e-6, namespace="file")
     tier.set("file:b", "v", text='"v"', ttl_s=60, namespace="file")  # the first has expired
     assert tier.get("file:b") is not None
+    tier.retire()  # Redis came back: nothing held any more
+    assert not tier.holds("file:a", '"w"')
     assert tier.bytes == 2 * (3 + ROW_OVERHEAD_BYTES)
     tier.close()
 
