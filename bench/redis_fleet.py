@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -112,7 +114,10 @@ def daemon_config(spec: dict[str, Any]) -> Config:
                 max_body_bytes=BODY_CAP_BYTES,
                 max_decoded_bytes=BODY_CAP_BYTES,
             ),
-            cache=CacheConfig(directory=spec["cache_dir"]),
+            cache=CacheConfig(
+                directory=spec["cache_dir"],
+                memory_bytes=spec.get("memory_bytes") or CacheConfig.memory_bytes,
+            ),
             fetch=replace(web.fetch, rate=rate),
         ),
         redis=redis if spec["redis_url"] else RedisConfig(),
@@ -155,7 +160,8 @@ class Fleet:
 
     def daemon(self, name: str, *, redis: bool, prefix: str = "bench:", rate: float = 1e9,
                burst: int = 1_000_000, cache_dir: str | None = None,
-               call_timeout_s: float | None = 1.0) -> str:  # fmt: skip
+               call_timeout_s: float | None = 1.0,
+               memory_bytes: int | None = None) -> str:  # fmt: skip
         socket_path = os.path.join(self.workdir, f"{name}.sock")
         spec = {
             "redis_url": self.redis_url if redis else None,
@@ -168,6 +174,7 @@ class Fleet:
             "rate_per_minute": rate,
             "rate_burst": burst,
             "call_timeout_s": call_timeout_s,
+            "memory_bytes": memory_bytes,
         }
         script = str(Path(__file__).resolve())
         proc = subprocess.Popen(
@@ -185,6 +192,7 @@ class Fleet:
         for proc in self.procs:
             proc.kill()
             proc.wait()
+        self.procs.clear()
 
 
 async def connect(path: str) -> Client:
@@ -386,10 +394,13 @@ async def measure(fleet: Fleet, args: argparse.Namespace) -> None:
     await redis_cost_section(fleet)
 
 
-def run(args: argparse.Namespace) -> None:
-    """Start redis-server and the origin, measure, stop everything."""
+@contextmanager
+def open_fleet(prefix: str) -> Iterator[tuple[Fleet, RedisServer]]:
+    """A fresh /tmp folder holding a test CA, a running redis-server and the HTTPS origin
+    process, and the ``Fleet`` that starts daemons on them; all stopped and removed on exit
+    (shared by this bench and bench/redis_down.py)."""
     ca = trustme.CA()
-    workdir = tempfile.mkdtemp(prefix="csp-fleet-", dir="/tmp")
+    workdir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     ca_path = os.path.join(workdir, "ca.pem")
     ca.cert_pem.write_to_path(ca_path)
     pem = os.path.join(workdir, "origin.pem")
@@ -405,7 +416,7 @@ def run(args: argparse.Namespace) -> None:
     try:
         assert origin.stdout is not None
         fleet = Fleet(workdir, ca_path, int(origin.stdout.readline()), server.url)
-        trio.run(measure, fleet, args)
+        yield fleet, server
     finally:
         if fleet is not None:
             fleet.stop()
@@ -413,6 +424,12 @@ def run(args: argparse.Namespace) -> None:
         origin.wait()
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Start redis-server and the origin, measure, stop everything."""
+    with open_fleet("csp-fleet-") as (fleet, _server):
+        trio.run(measure, fleet, args)
     print(
         f"reproduce: python bench/redis_fleet.py --pages {args.pages} "
         f"--concurrency {args.concurrency} --limit {args.limit}"

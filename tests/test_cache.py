@@ -179,5 +179,9 @@ def test_every_diskcache_store_in_the_repository_reads_with_the_safe_disk() -> N
         (
             "cache.py",
             "diskcache.Cache(directory, size_limit=size_limit_bytes, disk=SafeJSONDisk)",
-        )
+        ),
+        (
+            "cache_local.py",
+            "diskcache.Cache(self.directory, size_limit=limit, disk=SafeJSONDisk)",
+        ),
     ]

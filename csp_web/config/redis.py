@@ -9,7 +9,7 @@ password (Redis AUTH, or the ACL user's password with ``username``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,12 @@ class RedisConfig:
     # The share of each rate limit (and of a monthly quota's remainder) one daemon uses on its
     # own while Redis is down: 1 / the number of daemons keeps the fleet within the limit.
     fallback_share: float = 0.5
+    # While Redis is down each cache (web, exec) keeps what it fetches on local disk, under
+    # its memory tier, up to this many bytes (a row: its JSON value + 1 KiB) in
+    # <cache dir>/redis-down, so a working set larger than the memory tier is not fetched
+    # again (issue 21 §5); 0: memory tier only. The embedded disk cache's own default bound
+    # (web.cache.size_limit_bytes); docs/scaling.md says what is kept and for how long.
+    fallback_cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"zero_ok": True})
     flight_wait_s: float = 15.0  # how long a daemon waits for a peer's download of the same URL
     cron_lease_s: float = 60.0  # a run claim outlives its daemon by at most this
     # Which daemon holds each node's link (p node:link:<name>), renewed every third of this

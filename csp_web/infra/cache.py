@@ -83,6 +83,11 @@ class MemoryTier:
         self._entries.move_to_end(key)
         return entry[1]
 
+    def expires_at(self, key: str) -> float | None:
+        """When ``key``'s entry expires (``time.time()``), None when it is not held."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
     def put(self, key: str, value: Any, *, expires_at: float) -> None:
         size = approximate_size(value)
         self.drop(key)

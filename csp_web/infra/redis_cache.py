@@ -19,24 +19,30 @@ Failures fall back (``RedisUnavailable`` from the link): a read is a miss, a wri
 an invalidation is kept pending and retried before the namespace is used again (its reads miss
 meanwhile). While the event subscription is down but Redis answers, the memory tier is emptied
 and bypassed (another daemon's write may have gone unheard). While Redis itself is down, the
-memory tier is the local fallback for unchecked namespaces, as the embedded store's is: reads
-are served from it and fetched values kept in it (issue 21: without it every read missed and
-the fleet ran 5x slower); it is emptied when the events come back.
+memory tier and under it a bounded disk tier (``LocalTier``, cache_local.py) are the local
+fallback for unchecked namespaces, as the embedded store's tiers are: reads are served from
+them and values fetched meanwhile kept in both (issue 21: with the memory tier alone a working
+set larger than it was fetched from the origins again, at 0.14-0.53 of the Redis-up rate).
+Once Redis answers again with its events live, every copy served or made alone is dropped
+(the memory tier emptied, the disk tier's spell retired): Redis decides again.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
 from .cache import MemoryTier, cache_key, open_cache
+from .cache_local import LocalTier
 from .redis_link import RedisLink, RedisUnavailable
 
 if TYPE_CHECKING:
@@ -68,6 +74,8 @@ redis.call('PUBLISH', ARGV[2], ARGV[1])
 return {n, gen}
 """
 
+T = TypeVar("T")
+
 _MISS_GENS = 4096  # generations remembered from misses, for the writes that follow them
 
 
@@ -76,7 +84,10 @@ class ResponseCache(Protocol):
 
     hits: int
     misses: int
-    storage_full: bool  # its last write found the disk full (SPEC O-6; never, on Redis)
+
+    @property
+    def storage_full(self) -> bool:
+        """Its last write found the disk full (SPEC O-6; on Redis, its local tier's disk)."""
 
     async def get(self, namespace: str, material: Any) -> Any | None: ...
 
@@ -99,23 +110,35 @@ class RedisCache:
         memory_bytes: int,
         store: str = "web",
         checked: tuple[str, ...] = ("api",),
+        local: LocalTier | None = None,
     ) -> None:
         self._link = link
         self._prefix = link.config.key_prefix
         self._store = store
         self._memory_bytes = memory_bytes
         self._memory = MemoryTier(memory_bytes)
-        self.storage_full = False  # Redis holds it: no disk of this daemon's
+        self._local_tier = local  # the disk under the memory tier while Redis is down
+        # Its calls take its lock one at a time: they wait here, not in worker threads that
+        # would hold the daemon's shared thread tokens while Redis is down.
+        self._disk_turn = trio.CapacityLimiter(1)
         self._checked = checked
         self._gens: dict[str, int] = {}  # the generation each namespace had at its last read
         self._miss_gens: OrderedDict[str, int] = OrderedDict()
         self._pending: set[str] = set()  # namespaces whose invalidation waits for Redis
-        self._local = False  # the memory tier holds copies made while Redis was down
+        # Copies were served or made while Redis was down (in the link's outage number
+        # _local_spell): dropped once it is back, or another outage began meanwhile.
+        self._local = False
+        self._local_spell = 0
         self._set_script = link.client.register_script(_SET)
         self._invalidate_script = link.client.register_script(_INVALIDATE)
         self.hits = 0
         self.misses = 0
         link.on_event(f"cache:{store}", self._on_event)
+
+    @property
+    def storage_full(self) -> bool:
+        """Whether the local tier's last write found its disk full (Redis has no disk here)."""
+        return self._local_tier is not None and self._local_tier.storage_full
 
     # --- keys -------------------------------------------------------------------------------
 
@@ -141,6 +164,7 @@ class RedisCache:
         return value
 
     async def _get(self, namespace: str, key: str) -> Any | None:
+        self._settle()
         if namespace in self._pending and await self._flush_pending(namespace) is None:
             return None
         value_key, _, gen_key = self._keys(key)
@@ -148,6 +172,7 @@ class RedisCache:
         if entry is not None:
             gen, value = entry
             if not self._checked_namespace(namespace):
+                await self._copy_to_disk(namespace, key, gen, value)
                 return value
             try:
                 current = await self._link.call(lambda r: r.get(gen_key), "cache_gen")
@@ -160,24 +185,91 @@ class RedisCache:
             self._memory.drop(key)
         return await self._read(namespace, key, value_key, gen_key)
 
-    def _memory_entry(self, namespace: str, key: str) -> tuple[int, Any] | None:
-        if self._link.events_live and self._local:
-            self._local = False  # copies made alone may be stale for the fleet now
+    def _settle(self) -> None:
+        """Once Redis answers again, drop every copy served or made while it was down (a
+        peer may have written since): Redis decides again, and the next outage starts empty."""
+        link = self._link
+        if self._local and (link.up or link.down_spells != self._local_spell):
+            self._local = False
             self._empty_memory()
-        elif not self._link.events_live and not self._local_fallback(namespace):
+            if self._local_tier is not None:
+                self._local_tier.retire()
+
+    def _mark_local(self) -> None:
+        """This outage's copies are being served or made: settle any earlier outage's first."""
+        self._settle()
+        self._local = True
+        self._local_spell = self._link.down_spells
+
+    def _memory_entry(self, namespace: str, key: str) -> tuple[int, Any] | None:
+        if self._local_fallback(namespace):
+            if self._link.available():
+                return None  # the down window has passed: this read tries Redis first
+            self._mark_local()
+        elif not self._link.events_live:
             return None  # Redis decides: emptied if it answers (events were missed), else kept
         entry = self._memory.get(key)
         return None if entry is None else (entry[0], entry[1])
 
     def _local_fallback(self, namespace: str) -> bool:
-        """Whether the memory tier stands in for Redis: Redis is down (not only the events),
+        """Whether the local tiers stand in for Redis: Redis is down (not only the events),
         and the namespace is not checked (a checked one must ask Redis for each hit)."""
         return not self._link.up and not self._checked_namespace(namespace)
 
-    def _keep_locally(self, namespace: str, key: str, value: Any, ttl_s: float) -> None:
-        if self._local_fallback(namespace):
-            self._local = True
-            self._memory.put(key, (-1, value), expires_at=time.time() + ttl_s)
+    async def _local_entry(self, namespace: str, key: str) -> Any | None:
+        """The local copy of ``key`` while Redis is down: the memory tier's, else the disk
+        tier's (then kept in memory too); None when neither has one or Redis is up."""
+        if not self._local_fallback(namespace):
+            return None
+        self._mark_local()
+        entry = self._memory.get(key)
+        if entry is not None:
+            await self._copy_to_disk(namespace, key, entry[0], entry[1])
+            return entry[1]
+        if self._local_tier is None:
+            return None
+        found = await self._on_disk(functools.partial(self._local_tier.get, key))
+        if found is None:
+            return None
+        value, expires_at = found
+        self._memory.put(key, (-1, value), expires_at=expires_at)
+        return value
+
+    async def _copy_to_disk(self, namespace: str, key: str, gen: int, value: Any) -> None:
+        """While Redis is down, a memory copy read from Redis (``gen`` >= 0) goes to the disk
+        tier at its first hit, with the expiry it has: the memory tier may drop it before
+        Redis is back, and it would then be fetched again. Marked as a local copy after."""
+        if gen < 0 or self._local_tier is None or not self._local_fallback(namespace):
+            return
+        expires_at = self._memory.expires_at(key)
+        ttl_s = 0.0 if expires_at is None else expires_at - time.time()
+        if expires_at is None or not 0 < ttl_s < math.inf:  # gone, or no TTL: not kept
+            return
+        text = json.dumps(value, separators=(",", ":"))
+        self._memory.put(key, (-1, value), expires_at=expires_at)
+        await self._hold_on_disk(namespace, key, value, text, ttl_s)
+
+    async def _on_disk(self, call: Callable[[], T]) -> T:
+        """``call`` (a LocalTier method) in a worker thread, one at a time."""
+        return await trio.to_thread.run_sync(call, limiter=self._disk_turn)
+
+    async def _keep_locally(
+        self, namespace: str, key: str, value: Any, text: str, ttl_s: float
+    ) -> None:
+        if not self._local_fallback(namespace):
+            return
+        self._mark_local()
+        self._memory.put(key, (-1, value), expires_at=time.time() + ttl_s)
+        await self._hold_on_disk(namespace, key, value, text, ttl_s)
+
+    async def _hold_on_disk(
+        self, namespace: str, key: str, value: Any, text: str, ttl_s: float
+    ) -> None:
+        if self._local_tier is not None and not self._local_tier.holds(key, text):
+            write = functools.partial(
+                self._local_tier.set, key, value, text=text, ttl_s=ttl_s, namespace=namespace
+            )
+            await self._on_disk(write)
 
     def _empty_memory(self) -> None:
         if self._memory.bytes:
@@ -195,9 +287,9 @@ class RedisCache:
             raw, gen_raw, pttl_ms = await self._link.call(read, "cache_get")
             gen = self._link.integer(gen_raw or 0, "cache_get")
         except RedisUnavailable:
-            entry = self._memory.get(key) if self._local_fallback(namespace) else None
-            self._link.fallback("cache_miss" if entry is None else "cache_local")
-            return None if entry is None else entry[1]
+            value = await self._local_entry(namespace, key)
+            self._link.fallback("cache_miss" if value is None else "cache_local")
+            return value
         if not self._link.events_live:
             self._empty_memory()  # Redis answers but its events were missed: copies may be stale
         self._gens[namespace] = gen
@@ -226,6 +318,7 @@ class RedisCache:
         namespace was invalidated since this value's read began."""
         key = cache_key(namespace, material)
         text = json.dumps(value, separators=(",", ":"))
+        self._settle()
         if namespace in self._pending and await self._flush_pending(namespace) is None:
             return
         gen = self._miss_gens.pop(key, self._gens.get(namespace))
@@ -236,7 +329,7 @@ class RedisCache:
                 gen = self._gens[namespace] = self._link.integer(raw or 0, "cache_gen")
             except RedisUnavailable:
                 self._link.fallback("cache_skip")
-                self._keep_locally(namespace, key, value, ttl_s)
+                await self._keep_locally(namespace, key, value, text, ttl_s)
                 return
         event = self._link.event(f"cache:{self._store}", key=key)
         ttl_ms = max(1, math.ceil(ttl_s * 1000))
@@ -248,7 +341,7 @@ class RedisCache:
             )
         except RedisUnavailable:
             self._link.fallback("cache_skip")
-            self._keep_locally(namespace, key, value, ttl_s)
+            await self._keep_locally(namespace, key, value, text, ttl_s)
             return
         if stored and self._link.events_live:
             self._memory.put(key, (gen, value), expires_at=time.time() + ttl_s)
@@ -257,6 +350,8 @@ class RedisCache:
         """Drop every entry of ``namespace`` on every daemon; the count dropped from Redis
         (0 when the invalidation is left pending for Redis to come back)."""
         self._memory.drop_namespace(namespace)
+        if self._local_tier is not None and self._local_tier.holds_rows():
+            await self._on_disk(functools.partial(self._local_tier.drop_namespace, namespace))
         self._pending.add(namespace)
         return await self._flush_pending(namespace) or 0
 
@@ -299,12 +394,21 @@ async def open_response_cache(
     store: str,
 ) -> AsyncIterator[ResponseCache]:
     """The diskcache store in ``directory`` without a link (embedded), else the shared
-    ``store`` (``web``, ``exec``) on Redis; both with a ``memory_bytes`` tier in front."""
+    ``store`` (``web``, ``exec``) on Redis; both with a ``memory_bytes`` tier in front. On
+    Redis, ``directory``/redis-down holds the disk tier used while Redis is down (at most
+    ``redis.fallback_cache_bytes``; 0: none), opened at its first use and closed on exit."""
     if link is None:
         async with open_cache(
             directory, size_limit_bytes=size_limit_bytes, memory_bytes=memory_bytes
         ) as cache:
             yield cache
         return
+    budget = link.config.fallback_cache_bytes
+    local = LocalTier(os.path.join(directory, "redis-down"), max_bytes=budget) if budget else None
     await trio.lowlevel.checkpoint()
-    yield RedisCache(link, memory_bytes=memory_bytes, store=store)
+    try:
+        yield RedisCache(link, memory_bytes=memory_bytes, store=store, local=local)
+    finally:
+        if local is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(local.close)

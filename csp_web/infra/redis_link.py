@@ -104,6 +104,7 @@ class RedisLink:
         self.calls = 0
         self.in_flight = 0  # calls waiting for a thread or a reply now
         self.failures = 0
+        self.down_spells = 0  # how many times the link went down: tells outages apart
         self.round_trips = 0
         self.fallbacks: Counter[str] = Counter()
         self.last_error = ""
@@ -187,6 +188,7 @@ class RedisLink:
         self._retry_at = time.monotonic() + self.config.retry_s
         if self._down_since is None:
             self._down_since = time.monotonic()
+            self.down_spells += 1
             log.warning("redis unavailable, falling back: %s", error)
 
     # --- events ---------------------------------------------------------------------------
