@@ -19,6 +19,7 @@ import trio
 
 from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
+from csp_web.core.audit import OpAudit
 from csp_web.core.cancels import Cancels, Ticket
 from csp_web.core.context import OpContext, Peer, Services
 from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
@@ -97,15 +98,14 @@ class Dispatcher:
         self.stats.frames += 1
         self.stats.in_flight += 1
         op: BoundOp | None = None
-        audit: dict[str, Any] = {}
         stage = _Stage()
         try:
             if instant is not None:
                 op = instant
-                reply = await self._run_at_once(task, op, peer, audit)
+                reply = await self._run_at_once(task, op, peer)
             else:
                 op = self._lookup(task)
-                reply = await self._run(task, op, peer, audit, stage, grace, ticket)
+                reply = await self._run(task, op, peer, stage, grace, ticket)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
@@ -132,7 +132,7 @@ class Dispatcher:
         elif code is not None:
             self.stats.reject(code)
         try:
-            await self._audit(task, op, peer, reply, duration_ms, audit, stage.admitted)
+            await self._audit(task, op, peer, reply, duration_ms, stage.audit, stage.admitted)
         except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
             return fail_reply(exc, task.id)
         return reply
@@ -174,7 +174,6 @@ class Dispatcher:
         task: Task,
         op: BoundOp | None,
         peer: Peer,
-        audit: dict[str, Any],
         stage: _Stage,
         grace: GracePeriod | None,
         ticket: Ticket | None,
@@ -205,7 +204,7 @@ class Dispatcher:
                     with trio.move_on_at(deadline):
                         await self.services.outbox.wait_paced(peer.connection)
                     cancel_scope.deadline = min(cancel_scope.deadline, deadline)
-                outcome = await self._admitted(task, op, params, peer, audit, stage, audited)
+                outcome = await self._admitted(task, op, params, peer, stage, audited)
         except Exception as exc:  # judged below (also a group the scope left its cancel out of)
             outcome = exc
         if ticket is not None:
@@ -218,11 +217,11 @@ class Dispatcher:
         op: BoundOp | None,
         params: Params | None,
         peer: Peer,
-        audit: dict[str, Any],
         stage: _Stage,
         audited: bool,
     ) -> Reply:
-        """The work of ``_run`` inside the task's scope: room (O-1, O-2), a slot, the op."""
+        """The work of ``_run`` inside the task's scope: room (O-1, O-2), a slot, the op;
+        the op's audit, however it ended, is kept on ``stage`` for its one record."""
         if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
             stage.waiting_for_room = True
             await self.services.outbox.wait_room(peer.connection)
@@ -234,8 +233,14 @@ class Dispatcher:
                 assert self.relay is not None
                 return await self.relay.forward(task)
             assert params is not None
-            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
-            return ok_reply(await op.run(params, ctx), task.id)
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+            try:
+                result = await op.run(params, ctx)
+            except OpError as exc:
+                stage.audit = exc.audit
+                raise
+            stage.audit = result.audit
+            return ok_reply(result, task.id)
 
     @staticmethod
     def _outcome(
@@ -265,9 +270,7 @@ class Dispatcher:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
-    async def _run_at_once(
-        self, task: Task, op: BoundOp, peer: Peer, audit: dict[str, Any]
-    ) -> Reply:
+    async def _run_at_once(self, task: Task, op: BoundOp, peer: Peer) -> Reply:
         """``_run`` for an instant op with a free slot, not paced: it never reaches a
         checkpoint, so neither its deadline nor the grace period can end it."""
         config = self.services.config.tasks
@@ -277,7 +280,7 @@ class Dispatcher:
         if not slots.take_now():  # instant_op saw a free one, with no checkpoint since
             raise OpError(ErrorCode.INTERNAL_ERROR, "no free slot for an instant op")
         try:
-            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
             return ok_reply(await op.run(params, ctx), task.id)
         finally:
             slots.release()
@@ -296,11 +299,12 @@ class Dispatcher:
         peer: Peer,
         reply: Reply,
         duration_ms: float,
-        extra: dict[str, Any],
+        extra: OpAudit | None,
         admitted: bool,
     ) -> None:
-        """Write the task's audit record (folded when there is no room); raises StorageFull
-        when an admitted op's record could not be stored (SPEC O-6)."""
+        """Write the task's one audit record, with what its op added (``extra``), folded
+        when there is no room; raises StorageFull when an admitted op's record could not be
+        stored (SPEC O-6)."""
         if not self.audit:
             return
         if op is not None and op.spec.specialist == "sys":
@@ -359,10 +363,11 @@ class DispatchPort:
 
 
 def audit_record(
-    task: Task, peer: Peer, reply: Reply, duration_ms: float, extra: dict[str, Any]
+    task: Task, peer: Peer, reply: Reply, duration_ms: float, extra: OpAudit | None
 ) -> str:
-    """The audit record's JSON, exactly as ``json_record`` writes it; the common record (no
-    fields added by the op) is formatted directly, as it is built once per frame."""
+    """The audit record's JSON, exactly as ``json_record`` writes it: the common fields and
+    those the op's audit adds (a common field wins over an op's field of the same name). The
+    common record alone is formatted directly, as it is built once per frame."""
     fields: dict[str, Any] = {
         "time": time.time(),
         "op": task.req,
@@ -375,8 +380,8 @@ def audit_record(
         "error": reply.get("ERROR"),
         "duration_ms": duration_ms,
     }
-    if extra:
-        return json_record(**fields, **extra)
+    if extra is not None:
+        return json_record(**{**extra.record_fields(), **fields})
     return (
         f'{{"connection":{_text(peer.connection)},"domain":{_text(task.domain)},'
         f'"duration_ms":{duration_ms!r},"error":{_text(fields["error"])},'
@@ -394,13 +399,15 @@ def _number(value: int | None) -> str:
 
 
 class _Stage:
-    """How far a task got: whether it waits for outbox room, whether it was admitted."""
+    """How far a task got: whether it waits for outbox room, whether it was admitted, and
+    the audit its op gave."""
 
-    __slots__ = ("admitted", "waiting_for_room")
+    __slots__ = ("admitted", "audit", "waiting_for_room")
 
     def __init__(self) -> None:
         self.waiting_for_room = False
         self.admitted = False
+        self.audit: OpAudit | None = None  # what the op returned or raised for its record
 
 
 _task_ids = itertools.count(1)

@@ -13,8 +13,12 @@ exception, into a reply frame. Third-party errors (httpx, OSError, trio) are tra
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from protocol import ErrorCode
+
+if TYPE_CHECKING:
+    from csp_web.core.audit import OpAudit
 
 
 class OpError(Exception):
@@ -22,7 +26,8 @@ class OpError(Exception):
 
     ``scope`` and ``data`` fill the reply's SCOPE and DATA lines (the seeds show
     ``SCOPE [shell]`` / ``DATA exit:1`` on FAIL); ``fields`` are further reply lines, such as
-    ``URL`` or ``STDERR_SUMMARY``, written after ERROR in the order given.
+    ``URL`` or ``STDERR_SUMMARY``, written after ERROR in the order given. ``audit`` is what
+    the op adds to its audit record however it failed (``csp_web.core.audit``).
     """
 
     def __init__(
@@ -33,6 +38,7 @@ class OpError(Exception):
         scope: Iterable[str] = (),
         data: str = "none",
         fields: Iterable[tuple[str, str]] = (),
+        audit: OpAudit | None = None,
     ) -> None:
         super().__init__(f"{code}:{detail}")
         self.code = code
@@ -40,6 +46,7 @@ class OpError(Exception):
         self.scope = tuple(scope)
         self.data = data
         self.fields = tuple(fields)
+        self.audit = audit
 
     @property
     def wire_text(self) -> str:
