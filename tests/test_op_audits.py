@@ -30,5 +30,6 @@ def _audits() -> list[type[OpAudit]]:
 @pytest.mark.parametrize("audit", _audits(), ids=lambda audit: audit.__name__)
 def test_an_ops_audit_is_frozen_and_shadows_no_common_field(audit: type[OpAudit]) -> None:
     names = {field.name for field in dataclasses.fields(audit)}
-    assert names and not names & COMMON
+    assert names
+    assert not names & COMMON
     assert audit.__dataclass_params__.frozen  # type: ignore[attr-defined]

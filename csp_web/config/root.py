@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from csp_web.config.core import (
     AuditConfig,
@@ -43,6 +43,9 @@ class Config:
     tool: ToolConfig = field(default_factory=ToolConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
+    # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
+    # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
+    sections: tuple[tuple[str, object], ...] = field(default=(), metadata={"internal": True})
     # The file these settings were read from (set by the loader, never a key in it): the
     # daemon reads it again on SIGHUP, so commands may not change it (daemon_inputs).
     source: str | None = field(default=None, compare=False, metadata={"internal": True})
@@ -61,6 +64,29 @@ class Config:
     @property
     def cache_dir(self) -> str:
         return self.web.cache.store_dir(self.daemon.state_dir)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SectionSpec:
+    """A specialist's own config section: the dataclass ``cls`` (frozen, in the specialist's
+    folder) read from the top-level key ``key`` of config.yaml by the one strict loader."""
+
+    key: str
+    cls: type
+
+
+def section_of(config: Config, key: str, cls: type[T]) -> T:
+    """The section the loader built at ``key`` (``SectionSpec``), else ``cls()``: its
+    defaults when the file has none. TypeError when ``key`` holds another class's section."""
+    for name, section in config.sections:
+        if name == key:
+            if not isinstance(section, cls):
+                raise TypeError(f"config section {key} is a {type(section).__name__}")
+            return section
+    return cls()
 
 
 @runtime_checkable
@@ -82,7 +108,8 @@ def daemon_paths(config: Config) -> tuple[str, ...]:
     files = (config.socket.path, config.memory.socket_path, config.outbox_path)
     paths = [config.daemon.state_dir, config.memory_dir]
     paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
-    for section in _sections(config):
+    own = [value for _, value in config.sections]
+    for section in [*_sections(config), *own, *(s for o in own for s in _sections(o))]:
         if isinstance(section, OwnsPaths):
             paths += section.private_paths(config.daemon.state_dir)
     return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))

@@ -3,17 +3,14 @@
 A handler returns its audit on its result (``Result.audit``), or raises it on its error
 (``OpError.audit``); the dispatcher writes one ``audit`` record per task, the common fields
 (op, peer, outcome, duration) beside these. Bulky artefacts (an exec's full output) stay
-writes of their own, which the audit names by path.
+writes of their own, which the audit names by path. ``csp_web.core.errors.audit_failures``
+attaches an audit to the OpError leaving a block.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-
-from csp_web.core.errors import OpError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,15 +21,3 @@ class OpAudit:
     def record_fields(self) -> dict[str, Any]:
         """The fields this audit adds to the record, by name."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-
-
-@contextmanager
-def audit_failures(audit: OpAudit) -> Iterator[None]:
-    """An OpError leaving the block carries ``audit``, unless it carries one already (the
-    innermost, most detailed audit wins)."""
-    try:
-        yield
-    except OpError as exc:
-        if exc.audit is None:
-            exc.audit = audit
-        raise

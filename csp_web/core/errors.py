@@ -12,13 +12,11 @@ exception, into a reply frame. Third-party errors (httpx, OSError, trio) are tra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
+from csp_web.core.audit import OpAudit
 from protocol import ErrorCode
-
-if TYPE_CHECKING:
-    from csp_web.core.audit import OpAudit
 
 
 class OpError(Exception):
@@ -69,3 +67,15 @@ class StorageFull(OpError):
     def __init__(self, which: str) -> None:
         super().__init__(ErrorCode.STORAGE_FULL, which)
         self.which = which
+
+
+@contextmanager
+def audit_failures(audit: OpAudit) -> Iterator[None]:
+    """An OpError leaving the block carries ``audit``, unless it carries one already (the
+    innermost, most detailed audit wins)."""
+    try:
+        yield
+    except OpError as exc:
+        if exc.audit is None:
+            exc.audit = audit
+        raise

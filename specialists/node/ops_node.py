@@ -11,9 +11,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from csp_web.core.audit import OpAudit, audit_failures
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, audit_failures
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
-from csp_web.core.audit import OpAudit, audit_failures
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import budget_ms, work_seconds
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, audit_failures
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record

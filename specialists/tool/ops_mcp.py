@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from csp_web.core.audit import OpAudit, audit_failures
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_deadline
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, audit_failures
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
