@@ -645,6 +645,26 @@ async def test_a_relayed_frame_to_a_memory_specialist_that_is_down_names_its_soc
     assert down.value.detail == f"FileNotFoundError at {config.memory.socket_path}"
 
 
+def test_an_audit_record_past_max_write_bytes_keeps_the_heads_and_tails_of_its_texts() -> None:
+    """O-2 for the one record per op: a 1 MiB target (escaped by JSON to 6 MiB) is cut
+    around its middle, and the record stays JSON within the bound."""
+    from csp_web.core.dispatch import audit_record
+
+    @dataclass(frozen=True)
+    class Target(OpAudit):
+        target: str
+        cache_hit: bool
+
+    task = Task("fetch", "WEB", "CONTENT", None, (("ID", "f-1"),))
+    target = "head" + "\x01" * (1 << 20) + "tail"
+    text = audit_record(task, Peer("p"), Reply(Status.OK, ()), 1.0, Target(target, True), 4096)
+    fields = json.loads(text)
+    assert len(text.encode("utf-8")) <= 4096
+    assert fields["target"].startswith("head")
+    assert fields["target"].endswith("tail")
+    assert (fields["id"], fields["cache_hit"]) == ("f-1", True)
+
+
 @dataclass(frozen=True)
 class _ProbeAudit(OpAudit):
     command: str

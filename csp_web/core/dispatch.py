@@ -21,7 +21,7 @@ from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
 from csp_web.core.audit import OpAudit
 from csp_web.core.cancels import Cancels, Ticket
-from csp_web.core.context import OpContext, Peer, Services
+from csp_web.core.context import OpContext, Peer, Services, fit_write
 from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.fields import Params, check_id, parse_timeout_ms, validate
@@ -313,7 +313,8 @@ class Dispatcher:
                 await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         error = reply.get("ERROR")
-        record = audit_record(task, peer, reply, round(duration_ms, 3), extra)
+        max_bytes = self.services.config.outbox.max_write_bytes
+        record = audit_record(task, peer, reply, round(duration_ms, 3), extra, max_bytes)
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         outbox = self.services.outbox
         key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
@@ -363,11 +364,17 @@ class DispatchPort:
 
 
 def audit_record(
-    task: Task, peer: Peer, reply: Reply, duration_ms: float, extra: OpAudit | None
+    task: Task,
+    peer: Peer,
+    reply: Reply,
+    duration_ms: float,
+    extra: OpAudit | None,
+    max_bytes: int | None = None,
 ) -> str:
     """The audit record's JSON, exactly as ``json_record`` writes it: the common fields and
     those the op's audit adds (a common field wins over an op's field of the same name). The
-    common record alone is formatted directly, as it is built once per frame."""
+    common record alone is formatted directly, as it is built once per frame. Past
+    ``max_bytes`` (SPEC O-2) the op's text fields keep their heads and tails."""
     fields: dict[str, Any] = {
         "time": time.time(),
         "op": task.req,
@@ -381,13 +388,24 @@ def audit_record(
         "duration_ms": duration_ms,
     }
     if extra is not None:
-        return json_record(**{**extra.record_fields(), **fields})
+        text = json_record(**{**extra.record_fields(), **fields})
+        if max_bytes is None or len(text) <= max_bytes:  # ASCII JSON: characters are bytes
+            return text
+        return json_record(**{**_clipped(extra.record_fields(), max_bytes), **fields})
     return (
         f'{{"connection":{_text(peer.connection)},"domain":{_text(task.domain)},'
         f'"duration_ms":{duration_ms!r},"error":{_text(fields["error"])},'
         f'"id":{_text(task.id)},"op":{_text(task.req)},"outcome":{_text(fields["outcome"])},'
         f'"pid":{_number(peer.pid)},"time":{fields["time"]!r},"uid":{_number(peer.uid)}}}'
     )
+
+
+def _clipped(fields: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``fields`` with each text cut to a share of ``max_bytes``: JSON escapes a character
+    in at most 12 bytes (a surrogate pair), and half the bound is left for the rest."""
+    texts = [name for name, value in fields.items() if isinstance(value, str)]
+    share = max_bytes // (2 * 12 * max(1, len(texts)))
+    return {k: fit_write(v, share) if k in texts else v for k, v in fields.items()}
 
 
 def _text(value: str | None) -> str:
