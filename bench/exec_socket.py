@@ -45,6 +45,7 @@ def _exec_only(services: ExecServices) -> Specialist[ToolConfig, ToolServices]:
         ops=tuple(OPS),
         slots=lambda slots: slots.tool,
         section=lambda config: config.tool,
+        own_section=None,
         reloadable=(),
         restart_only=(),
         open_services=lambda section, config: nullcontext(ToolServices(services, None, None)),

@@ -7,7 +7,7 @@ its own process, as a remote site would, so its serving work is not counted as o
 - (b) uncached fetch + extract of every page of the extraction dev corpus, one at a time with
   NO_CACHE true: the median ms per page end to end (goal: <= 10 ms).
 
-Each op is audited and logged (web_op) into the durable outbox as in production; no Memory
+Each op writes its one audit record into the durable outbox as in production; no Memory
 Specialist runs, so the writes accumulate. Both outbox sync settings are measured ("normal" is
 the default). The fetch rate limit is raised so it never waits, and the body caps are doubled
 to 2 MB because one corpus page is over the default 1 MB. The daemon freezes its start-up
@@ -197,7 +197,7 @@ async def report(
     p50, p99 = percentiles(cached)
     uncached = await uncached_pages(client, base, list(pages))
     u50, u99 = percentiles(uncached)
-    print(f"outbox synchronous={synchronous} (every op audited and logged as web_op):")
+    print(f"outbox synchronous={synchronous} (every op writes its one audit record):")
     print(
         f"  (a) cached fetch round trip: p50 {p50:.3f} ms, p99 {p99:.3f} ms "
         f"({len(cached)} fetches of a {len(pages[typical]) // 1024} KiB page; goal p50 <= 1 ms)"

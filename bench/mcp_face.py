@@ -7,7 +7,7 @@ Run from the repository root::
 
 Both servers are spawned over stdio by the MCP SDK's own client and called with their fetch
 tool, one page at a time: ``csp-web mcp`` (the daemon core in process: guard, robots.txt,
-cache, rate limit, audit and web_op writes into its outbox) with ``web_fetch`` and
+cache, rate limit, one audit write per op into its outbox) with ``web_fetch`` and
 ``no_cache: true``; ``python -m mcp_server_fetch --allow-private-ips`` (it refuses loopback
 addresses otherwise) with ``fetch`` and ``max_length: 999999``, once honouring robots.txt as
 it does by default (it fetches /robots.txt before every page) and once with

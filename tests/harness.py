@@ -156,6 +156,7 @@ def given(
         ops=tuple(ops),
         slots=lambda slots: slots.web,
         section=lambda config: None,
+        own_section=None,
         reloadable=(),
         restart_only=(),
         open_services=opened,

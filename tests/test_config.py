@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from csp_web.app.catalog import config_sections
 from csp_web.config import Config, ConfigError
 from csp_web.config.load import config_from_mapping, load_config
 
@@ -16,7 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_repository_config_yaml_equals_the_embedded_defaults() -> None:
-    assert load_config(str(REPO / "config.yaml")) == Config()
+    specs = config_sections()
+    loaded = load_config(str(REPO / "config.yaml"), sections=specs)
+    assert dataclasses.replace(loaded, sections=()) == Config()
+    # The specialists' own sections: each documented, each at its defaults.
+    assert dict(loaded.sections) == {spec.key: spec.cls() for spec in specs}
 
 
 def test_no_path_and_no_env_gives_embedded_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,6 +56,7 @@ PUBLIC_CORE = frozenset(
         "replies",
         "deadlines",
         "records",
+        "audit",  # OpAudit: what an op adds to its one audit record
         "logs",
         "unix",  # the socket helpers, for a specialist that listens (the node socket)
         "storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)

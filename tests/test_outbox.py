@@ -13,7 +13,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -28,6 +28,7 @@ from csp_web.config import (
     OutboxConfig,
     SocketConfig,
 )
+from csp_web.core.audit import OpAudit
 from csp_web.core.client import open_client
 from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.core.context import OpContext, Peer
@@ -72,7 +73,7 @@ async def _wait_delivered(outbox: Outbox, count: int) -> None:
 
 
 def _write(n: int, path: str = "order/log.txt") -> MemoryWrite:
-    return MemoryWrite("web", "web_op", path, f"line {n}", f"w-test-{n}")
+    return MemoryWrite("sys", "audit", path, f"line {n}", f"w-test-{n}")
 
 
 def _outbox_path(tmp_path: os.PathLike[str]) -> str:
@@ -649,26 +650,57 @@ async def test_a_relayed_frame_to_a_memory_specialist_that_is_down_names_its_soc
     assert down.value.detail == f"FileNotFoundError at {config.memory.socket_path}"
 
 
+def test_an_audit_record_past_max_write_bytes_keeps_the_heads_and_tails_of_its_texts() -> None:
+    """O-2 for the one record per op: a 1 MiB target (escaped by JSON to 6 MiB) is cut
+    around its middle, and the record stays JSON within the bound."""
+    from csp_web.core.dispatch import audit_record
+
+    @dataclass(frozen=True)
+    class Target(OpAudit):
+        target: str
+        cache_hit: bool
+
+    task = Task("fetch", "WEB", "CONTENT", None, (("ID", "f-1"),))
+    target = "head" + "\x01" * (1 << 20) + "tail"
+    text = audit_record(task, Peer("p"), Reply(Status.OK, ()), 1.0, Target(target, True), 4096)
+    fields = json.loads(text)
+    assert len(text.encode("utf-8")) <= 4096
+    assert fields["target"].startswith("head")
+    assert fields["target"].endswith("tail")
+    assert (fields["id"], fields["cache_hit"]) == ("f-1", True)
+
+
+@dataclass(frozen=True)
+class _ProbeAudit(OpAudit):
+    command: str
+    exit: int | None
+    outcome: str = "forged"  # a common field: the record's own wins
+
+
 @pytest.mark.parametrize(
     ("peer", "reply", "extra"),
     [
-        (Peer("unix-1", 1000, 42), Reply(Status.OK, (("DATA", "pong"),)), {}),
-        (Peer("stdin"), Reply(Status.FAIL, (("ERROR", 'bad_"é\n:x'),)), {}),
-        (Peer("cron", 0, None), Reply(Status.OK, ()), {"command": "ls", "exit": 0}),
+        (Peer("unix-1", 1000, 42), Reply(Status.OK, (("DATA", "pong"),)), None),
+        (Peer("stdin"), Reply(Status.FAIL, (("ERROR", 'bad_"é\n:x'),)), None),
+        (Peer("cron", 0, None), Reply(Status.OK, ()), _ProbeAudit("ls", 0)),
     ],
 )
 def test_an_audit_record_is_the_json_record_of_its_fields(
-    peer: Peer, reply: Reply, extra: dict[str, object]
+    peer: Peer, reply: Reply, extra: OpAudit | None
 ) -> None:
     """M-1: the directly formatted audit record reads back as the same compact, key-sorted
-    JSON that ``json_record`` writes, whatever the strings hold."""
+    JSON that ``json_record`` writes, whatever the strings hold; an op's audit adds its
+    fields, never in place of a common one."""
     from csp_web.core.dispatch import audit_record
     from csp_web.core.records import json_record
 
     task = Task("ping", "SYS", "PONG", None, (("ID", 'i"d\\'),))
-    text = audit_record(task, peer, reply, 0.125, dict(extra))
+    text = audit_record(task, peer, reply, 0.125, extra)
     fields = json.loads(text)
     assert text == json_record(**fields)
+    assert fields["outcome"] == str(reply.status)
+    if extra is not None:
+        assert (fields["command"], fields["exit"]) == ("ls", 0)
     assert (fields["id"], fields["connection"], fields["uid"], fields["error"]) == (
         'i"d\\',
         peer.connection,

@@ -173,6 +173,14 @@ async def test_relay_leaves_field_validation_to_the_memory_specialist(
         # A repeated field is judged on every value, not only its first.
         ((("ID", "f-3"), ("TYPE", "document"), ("TYPE", "audit"), ("PATH", "n.md")), "TYPE"),
         ((("ID", "f-4"), ("TYPE", "document"), ("PATH", "n.md"), ("PATH", "audit/x")), "PATH"),
+        ((("ID", "f-5"), ("TYPE", "research_job"), ("PATH", "n.md")), "TYPE"),
+        ((("ID", "f-6"), ("TYPE", "document"), ("PATH", "research-jobs/x.json")), "PATH"),
+        # Types and folders earlier daemons wrote beside the audit (browser_op and canvas_op
+        # were never refused, so a client could pass a forged one for the daemon's).
+        ((("ID", "f-7"), ("TYPE", "browser_op"), ("PATH", "n.md")), "TYPE"),
+        ((("ID", "f-8"), ("TYPE", "canvas_op"), ("PATH", "n.md")), "TYPE"),
+        ((("ID", "f-9"), ("TYPE", "web_op"), ("PATH", "n.md")), "TYPE"),
+        ((("ID", "f-10"), ("TYPE", "document"), ("PATH", "browser-ops/x.json")), "PATH"),
     ],
 )
 async def test_a_client_cannot_forge_or_preempt_the_daemons_own_records(

@@ -1,11 +1,13 @@
 """The one list of specialists the daemon serves, in the order they open (and start their
-background tasks). Adding a specialist means adding it here, and nowhere else outside its
-folder (docs/adding-an-op.md)."""
+background tasks), and the config sections they own. Adding a specialist means adding it here,
+and nowhere else outside its folder (docs/adding-an-op.md; tests/test_toy_specialist.py)."""
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 
+from csp_web.config import SectionSpec
 from csp_web.core.specialist import Composable
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
@@ -36,3 +38,9 @@ def with_web_transport(
     records and serves cassettes there (csp_web.cli.cassette_run)."""
     web = make_web(resolver=resolver, ssl_context=ssl_context, wrap_transport=wrap)
     return (web, TOOL, BROWSER, NODE)
+
+
+def config_sections(specialists: Sequence[Composable] = SPECIALISTS) -> tuple[SectionSpec, ...]:
+    """The config sections ``specialists`` keep in their own folders, for the loader
+    (``csp_web.config.load.load_config(path, sections=...)``)."""
+    return tuple(s.own_section for s in specialists if s.own_section is not None)

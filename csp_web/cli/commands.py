@@ -23,6 +23,7 @@ from importlib import resources
 import trio
 
 from csp_web import __version__
+from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError, workspace_overlaps
@@ -154,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         return _print_default_config()
     try:
-        config = load_config(getattr(args, "config", None) or getattr(args, "path", None))
+        path = getattr(args, "config", None) or getattr(args, "path", None)
+        config = load_config(path, sections=config_sections())
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -228,7 +230,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
 
     def reload() -> Config:  # on SIGHUP, as served: a ConfigError keeps the running settings
-        return serving_socket(load_config(args.config), socket_path)
+        return serving_socket(load_config(args.config, sections=config_sections()), socket_path)
 
     _raise_open_files_limit()
 

@@ -1,7 +1,8 @@
 """All of csp-web's settings, one package: each section's frozen dataclasses, the root
 ``Config``, the one strict loader (``load``), the one ``ConfigError`` and what a reload may
-change (``reload``). A new specialist adds its section module here, its field on ``Config``
-and its pool on ``SlotsConfig`` (docs/adding-an-op.md)."""
+change (``reload``). A new specialist keeps its section in its own folder and names it in
+its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
+(docs/adding-an-op.md). The sections here are those of the specialists from before that."""
 
 from csp_web.config.browser import BrowserConfig, CanvasConfig
 from csp_web.config.core import (
@@ -23,7 +24,7 @@ from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_over
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
 from csp_web.config.nodes import NodesConfig
 from csp_web.config.redis import RedisConfig
-from csp_web.config.root import Config, daemon_paths
+from csp_web.config.root import Config, OwnsPaths, SectionSpec, daemon_paths, section_of
 from csp_web.config.tool import CronConfig, ToolConfig
 from csp_web.config.web import (
     ApiConfig,
@@ -56,11 +57,13 @@ __all__ = [
     "MemoryConfig",
     "NodesConfig",
     "OutboxConfig",
+    "OwnsPaths",
     "ProgramRule",
     "RateConfig",
     "RedisConfig",
     "SearchConfig",
     "SearchProvider",
+    "SectionSpec",
     "ServerConfig",
     "SlotLimits",
     "SlotsConfig",
@@ -73,5 +76,6 @@ __all__ = [
     "daemon_inputs",
     "daemon_paths",
     "protected_paths",
+    "section_of",
     "workspace_overlaps",
 ]

@@ -16,22 +16,23 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from csp_web.config.errors import ConfigError
-from csp_web.config.root import Config
+from csp_web.config.root import Config, SectionSpec
 
 ENV_VAR = "CSP_WEB_CONFIG"
 _MAX_INT = 2**63 - 1
 T = typing.TypeVar("T")
 
 
-def load_config(path: str | None = None) -> Config:
+def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()) -> Config:
     """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults;
-    the result's ``source`` names the file read."""
+    the result's ``source`` names the file read. ``sections``: the specialists' own sections
+    (the catalogue's, ``csp_web.app.catalog.config_sections``), each at its top-level key."""
     path = path or os.environ.get(ENV_VAR)
     if not path:
         return Config()
@@ -44,7 +45,8 @@ def load_config(path: str | None = None) -> Config:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     except RecursionError:  # PyYAML composes recursively: "[[[[..." past the stack
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
-    return dataclasses.replace(config_from_mapping(data or {}), source=os.path.abspath(path))
+    config = config_from_mapping(data or {}, sections=sections)
+    return dataclasses.replace(config, source=os.path.abspath(path))
 
 
 def serving_socket(config: Config, path: str | None) -> Config:
@@ -80,9 +82,24 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def config_from_mapping(data: object) -> Config:
-    """Build a Config from parsed YAML, raising ConfigError for any unknown or bad key."""
-    return load_section(Config, data, "")
+def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -> Config:
+    """Build a Config from parsed YAML, raising ConfigError for any unknown or bad key; the
+    top-level keys of ``sections`` become ``Config.sections`` (checked as strictly)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("<root>: expected a mapping")
+    own = {spec.key: spec.cls for spec in sections}
+    taken = {item.name for item in dataclasses.fields(Config)} & own.keys()
+    if taken or len(own) != len(sections):  # a catalogue bug, not the file's
+        raise ValueError(f"config sections named twice: {sorted(taken) or 'a key'}")
+    core = {key: value for key, value in data.items() if key not in own}
+    built = tuple((k, _build(own[k], v, k)) for k, v in data.items() if k in own)
+    config = load_section(Config, core, "")
+    if not built:
+        return config
+    try:
+        return dataclasses.replace(config, sections=built)
+    except (TypeError, ValueError) as exc:  # the root's own checks, now over these sections
+        raise ConfigError(str(exc)) from exc
 
 
 def load_section(cls: type[T], data: object, path: str) -> T:

@@ -70,6 +70,14 @@ class NodesConfig:
         if self.max_chunk_bytes > 192 * 1024:
             raise ValueError("nodes.max_chunk_bytes: at most 196608 (its base64 fits a line)")
 
+    def private_paths(self, state_dir: str) -> tuple[str, ...]:
+        """The media folder, the node socket's folder and the TLS key
+        (``csp_web.config.root.OwnsPaths``)."""
+        paths = [media_dir(self, state_dir)]
+        if self.socket_path:
+            paths.append(os.path.dirname(os.path.abspath(self.socket_path)))
+        return (*paths, *([self.tls.key_path] if self.tls.key_path else []))
+
 
 def nodes_dir(state_dir: str) -> str:
     """Where the pairing store and the generated certificate live (0700)."""

@@ -9,6 +9,7 @@ password (Redis AUTH, or the ACL user's password with ``username``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 
@@ -51,3 +52,11 @@ class RedisConfig:
             raise ValueError("fallback_share: must be at most 1")
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("url: expected redis://, rediss:// or unix://")
+
+    def private_paths(self, state_dir: str) -> tuple[str, ...]:
+        """A ``unix://`` Redis's socket folder (its query, such as ``?db=1``, dropped) and
+        the client key (``csp_web.config.root.OwnsPaths``)."""
+        url = self.url or ""
+        socket = url.removeprefix("unix://").partition("?")[0] if url.startswith("unix://") else ""
+        paths = [os.path.dirname(os.path.abspath(socket))] if socket else []
+        return (*paths, *([self.tls_key_file] if self.tls_key_file else []))

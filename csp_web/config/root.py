@@ -8,8 +8,11 @@ writes go to the embedded one, whose store under the state dir is bounded by ret
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, runtime_checkable
 
 from csp_web.config.core import (
     AuditConfig,
@@ -21,7 +24,7 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.exec import refuse_private_workspaces
-from csp_web.config.nodes import NodesConfig, media_dir
+from csp_web.config.nodes import NodesConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.tool import ToolConfig
 from csp_web.config.web import WebConfig
@@ -40,6 +43,9 @@ class Config:
     tool: ToolConfig = field(default_factory=ToolConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
+    # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
+    # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
+    sections: tuple[tuple[str, object], ...] = field(default=(), metadata={"internal": True})
     # The file these settings were read from (set by the loader, never a key in it): the
     # daemon reads it again on SIGHUP, so commands may not change it (daemon_inputs).
     source: str | None = field(default=None, compare=False, metadata={"internal": True})
@@ -57,32 +63,62 @@ class Config:
 
     @property
     def cache_dir(self) -> str:
-        return self.web.cache.directory or os.path.join(self.daemon.state_dir, "cache")
+        return self.web.cache.store_dir(self.daemon.state_dir)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SectionSpec:
+    """A specialist's own config section: the dataclass ``cls`` (frozen, in the specialist's
+    folder) read from the top-level key ``key`` of config.yaml by the one strict loader."""
+
+    key: str
+    cls: type
+
+
+def section_of(config: Config, key: str, cls: type[T]) -> T:
+    """The section the loader built at ``key`` (``SectionSpec``), else ``cls()``: its
+    defaults when the file has none. TypeError when ``key`` holds another class's section."""
+    for name, section in config.sections:
+        if name == key:
+            if not isinstance(section, cls):
+                raise TypeError(f"config section {key} is a {type(section).__name__}")
+            return section
+    return cls()
+
+
+@runtime_checkable
+class OwnsPaths(Protocol):
+    """A section whose specialist keeps private files (state-dir files, keys, sockets): it
+    declares them here, and ``daemon_paths`` hides them from commands without knowing them."""
+
+    def private_paths(self, state_dir: str) -> tuple[str, ...]:
+        """The directories and key files to hide (a socket's folder, not the socket)."""
+        ...
 
 
 def daemon_paths(config: Config) -> tuple[str, ...]:
-    """The daemon's own paths: the state, cache, memory store and media directories, those of
-    its sockets (clients', nodes', the Memory Specialist's, a unix:// Redis), outbox and cron
-    store, and its private key files (node TLS, Redis TLS). No command may see them or work in
-    them: a non-root daemon's commands run as its own uid, so only a mask hides them."""
-    files = (
-        config.socket.path,
-        config.memory.socket_path,
-        config.outbox_path,
-        config.tool.cron.store_path,
-        config.nodes.socket_path,
-        _redis_socket(config.redis.url),
-    )
-    paths = [config.daemon.state_dir, config.cache_dir, config.memory_dir]
-    paths += [media_dir(config.nodes, config.daemon.state_dir)]
+    """The daemon's own paths: the state and memory store directories, the folders of the
+    client socket, the Memory Specialist's socket and the outbox, and every path a section
+    declares private (``OwnsPaths``: nodes' keys and sockets, a unix:// Redis, the cache, the
+    cron store). No command may see them or work in them: a non-root daemon's commands run as
+    its own uid, so only a mask hides them."""
+    files = (config.socket.path, config.memory.socket_path, config.outbox_path)
+    paths = [config.daemon.state_dir, config.memory_dir]
     paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
-    keys = (config.nodes.tls.key_path, config.redis.tls_key_file)
-    paths += [path for path in keys if path]
+    own = [value for _, value in config.sections]
+    for section in [*_sections(config), *own, *(s for o in own for s in _sections(o))]:
+        if isinstance(section, OwnsPaths):
+            paths += section.private_paths(config.daemon.state_dir)
     return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))
 
 
-def _redis_socket(url: str | None) -> str | None:
-    """The socket file of a ``unix://`` Redis URL (its query, such as ``?db=1``, dropped)."""
-    if url is None or not url.startswith("unix://"):
-        return None
-    return url.removeprefix("unix://").partition("?")[0] or None
+def _sections(section: object) -> Iterator[object]:
+    """Every section dataclass under ``section``, in field order (mappings not entered)."""
+    for item in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, item.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield value
+            yield from _sections(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,6 +18,10 @@ class CronConfig:
     history: int = 10  # outcomes kept per job and shown by ACTION list
     # Missed runs while the daemon was down: "skip" them, or "run_once" for all of them.
     default_missed: Literal["skip", "run_once"] = "skip"
+
+    def private_paths(self, state_dir: str) -> tuple[str, ...]:
+        """The cron store's folder (``csp_web.config.root.OwnsPaths``)."""
+        return (os.path.dirname(os.path.abspath(self.store_path)),) if self.store_path else ()
 
 
 @dataclass(frozen=True)

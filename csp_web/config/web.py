@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,6 +26,13 @@ class CacheConfig:
     search_ttl_s: float = 3600.0  # seed 000: "Cached results valid for 1h"
     fetch_ttl_s: float = 86400.0  # seed 000: fetched content, 24 hours
     api_ttl_s: float = 300.0  # seed 000: API responses, default 5 minutes
+
+    def store_dir(self, state_dir: str) -> str:
+        return self.directory or os.path.join(state_dir, "cache")
+
+    def private_paths(self, state_dir: str) -> tuple[str, ...]:
+        """The cache's folder (``csp_web.config.root.OwnsPaths``)."""
+        return (self.store_dir(state_dir),)
 
 
 @dataclass(frozen=True)

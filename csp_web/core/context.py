@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from csp_web.config import Config
 from csp_web.core.ports import MemoryPath, Outbound
@@ -46,7 +45,6 @@ class OpContext:
     op: str
     task_id: str
     client_id: str | None = None
-    audit: dict[str, Any] = field(default_factory=dict)  # what the op adds to its audit record
 
     @property
     def config(self) -> Config:

@@ -19,8 +19,9 @@ import trio
 
 from csp_web.config import SlotLimits
 from csp_web.core.admission import Slots
+from csp_web.core.audit import OpAudit
 from csp_web.core.cancels import Cancels, Ticket
-from csp_web.core.context import OpContext, Peer, Services
+from csp_web.core.context import OpContext, Peer, Services, fit_write
 from csp_web.core.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.errors import OpError, StorageFull
 from csp_web.core.fields import Params, check_id, parse_timeout_ms, validate
@@ -95,18 +96,17 @@ class Dispatcher:
         self.stats.frames += 1
         self.stats.in_flight += 1
         op: BoundOp | None = None
-        audit: dict[str, Any] = {}
         stage = _Stage()
         try:
             op = self._lookup(task)
-            reply = await self._run(task, op, peer, audit, stage, grace, ticket)
+            reply = await self._run(task, op, peer, stage, grace, ticket)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
             self.stats.in_flight -= 1
             if ticket is not None:
                 ticket.close()
-        return await self._done(task, op, peer, reply, started, audit, stage.admitted)
+        return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
         """The reply to ``task`` when it can be given without waiting, else None (then it
@@ -124,15 +124,14 @@ class Dispatcher:
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
-        audit: dict[str, Any] = {}
         try:
-            reply = await self._run_now(task, op, peer, audit)
+            reply = await self._run_now(task, op, peer)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
             self.stats.in_flight -= 1
             slots.release()
-        return await self._done(task, op, peer, reply, started, audit, False)
+        return await self._done(task, op, peer, reply, started, None, False)
 
     async def _done(
         self,
@@ -141,7 +140,7 @@ class Dispatcher:
         peer: Peer,
         reply: Reply,
         started: float,
-        audit: dict[str, Any],
+        audit: OpAudit | None,
         admitted: bool,
     ) -> Reply:
         """Log, count and audit ``reply``, the outcome of ``task`` started at ``started``;
@@ -198,7 +197,6 @@ class Dispatcher:
         task: Task,
         op: BoundOp | None,
         peer: Peer,
-        audit: dict[str, Any],
         stage: _Stage,
         grace: GracePeriod | None,
         ticket: Ticket | None,
@@ -229,7 +227,7 @@ class Dispatcher:
                     with trio.move_on_at(deadline):
                         await self.services.outbox.room.wait_paced(peer.connection)
                     cancel_scope.deadline = min(cancel_scope.deadline, deadline)
-                outcome = await self._admitted(task, op, params, peer, audit, stage, audited)
+                outcome = await self._admitted(task, op, params, peer, stage, audited)
         except Exception as exc:  # judged below (also a group the scope left its cancel out of)
             outcome = exc
         if ticket is not None:
@@ -242,11 +240,11 @@ class Dispatcher:
         op: BoundOp | None,
         params: Params | None,
         peer: Peer,
-        audit: dict[str, Any],
         stage: _Stage,
         audited: bool,
     ) -> Reply:
-        """The work of ``_run`` inside the task's scope: room (O-1, O-2), a slot, the op."""
+        """The work of ``_run`` inside the task's scope: room (O-1, O-2), a slot, the op;
+        the op's audit, however it ended, is kept on ``stage`` for its one record."""
         if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
             stage.waiting_for_room = True
             await self.services.outbox.wait_room(peer.connection)
@@ -258,8 +256,14 @@ class Dispatcher:
                 assert self.relay is not None
                 return await self.relay.forward(task)
             assert params is not None
-            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
-            return ok_reply(await op.run(params, ctx), task.id)
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+            try:
+                result = await op.run(params, ctx)
+            except OpError as exc:
+                stage.audit = exc.audit
+                raise
+            stage.audit = result.audit
+            return ok_reply(result, task.id)
 
     @staticmethod
     def _outcome(
@@ -289,12 +293,12 @@ class Dispatcher:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
-    async def _run_now(self, task: Task, op: BoundOp, peer: Peer, audit: dict[str, Any]) -> Reply:
+    async def _run_now(self, task: Task, op: BoundOp, peer: Peer) -> Reply:
         """``_run`` for an instant op holding a sys slot: validated, then run, no scope."""
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
         parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
-        ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, audit)
+        ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
         return ok_reply(await op.run(params, ctx), task.id)
 
     def _must_pace(self, peer: Peer) -> bool:
@@ -311,11 +315,12 @@ class Dispatcher:
         peer: Peer,
         reply: Reply,
         duration_ms: float,
-        extra: dict[str, Any],
+        extra: OpAudit | None,
         admitted: bool,
     ) -> None:
-        """Write the task's audit record (folded when there is no room); raises StorageFull
-        when an admitted op's record could not be stored (SPEC O-6)."""
+        """Write the task's one audit record, with what its op added (``extra``), folded
+        when there is no room; raises StorageFull when an admitted op's record could not be
+        stored (SPEC O-6)."""
         if not self.audit:
             return
         if op is not None and op.spec.specialist == "sys":
@@ -324,7 +329,8 @@ class Dispatcher:
                 await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         error = reply.get("ERROR")
-        record = audit_record(task, peer, reply, round(duration_ms, 3), extra)
+        max_bytes = self.services.config.outbox.max_write_bytes
+        record = audit_record(task, peer, reply, round(duration_ms, 3), extra, max_bytes)
         write = make_write("sys", "audit", "audit", record, suffix=".json")
         outbox = self.services.outbox
         key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
@@ -374,10 +380,17 @@ class DispatchPort:
 
 
 def audit_record(
-    task: Task, peer: Peer, reply: Reply, duration_ms: float, extra: dict[str, Any]
+    task: Task,
+    peer: Peer,
+    reply: Reply,
+    duration_ms: float,
+    extra: OpAudit | None,
+    max_bytes: int | None = None,
 ) -> str:
-    """The audit record's JSON, exactly as ``json_record`` writes it; the common record (no
-    fields added by the op) is formatted directly, as it is built once per frame."""
+    """The audit record's JSON, exactly as ``json_record`` writes it: the common fields and
+    those the op's audit adds (a common field wins over an op's field of the same name). The
+    common record alone is formatted directly, as it is built once per frame. Past
+    ``max_bytes`` (SPEC O-2) the op's text fields keep their heads and tails."""
     fields: dict[str, Any] = {
         "time": time.time(),
         "op": task.req,
@@ -390,14 +403,25 @@ def audit_record(
         "error": reply.get("ERROR"),
         "duration_ms": duration_ms,
     }
-    if extra:
-        return json_record(**fields, **extra)
+    if extra is not None:
+        text = json_record(**{**extra.record_fields(), **fields})
+        if max_bytes is None or len(text) <= max_bytes:  # ASCII JSON: characters are bytes
+            return text
+        return json_record(**{**_clipped(extra.record_fields(), max_bytes), **fields})
     return (
         f'{{"connection":{_text(peer.connection)},"domain":{_text(task.domain)},'
         f'"duration_ms":{duration_ms!r},"error":{_text(fields["error"])},'
         f'"id":{_text(task.id)},"op":{_text(task.req)},"outcome":{_text(fields["outcome"])},'
         f'"pid":{_number(peer.pid)},"time":{fields["time"]!r},"uid":{_number(peer.uid)}}}'
     )
+
+
+def _clipped(fields: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``fields`` with each text cut to a share of ``max_bytes``: JSON escapes a character
+    in at most 12 bytes (a surrogate pair), and half the bound is left for the rest."""
+    texts = [name for name, value in fields.items() if isinstance(value, str)]
+    share = max_bytes // (2 * 12 * max(1, len(texts)))
+    return {k: fit_write(v, share) if k in texts else v for k, v in fields.items()}
 
 
 def _text(value: str | None) -> str:
@@ -409,13 +433,15 @@ def _number(value: int | None) -> str:
 
 
 class _Stage:
-    """How far a task got: whether it waits for outbox room, whether it was admitted."""
+    """How far a task got: whether it waits for outbox room, whether it was admitted, and
+    the audit its op gave."""
 
-    __slots__ = ("admitted", "waiting_for_room")
+    __slots__ = ("admitted", "audit", "waiting_for_room")
 
     def __init__(self) -> None:
         self.waiting_for_room = False
         self.admitted = False
+        self.audit: OpAudit | None = None  # what the op returned or raised for its record
 
 
 _task_ids = itertools.count(1)

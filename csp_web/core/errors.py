@@ -12,8 +12,10 @@ exception, into a reply frame. Third-party errors (httpx, OSError, trio) are tra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
+from csp_web.core.audit import OpAudit
 from protocol import ErrorCode
 
 
@@ -22,7 +24,8 @@ class OpError(Exception):
 
     ``scope`` and ``data`` fill the reply's SCOPE and DATA lines (the seeds show
     ``SCOPE [shell]`` / ``DATA exit:1`` on FAIL); ``fields`` are further reply lines, such as
-    ``URL`` or ``STDERR_SUMMARY``, written after ERROR in the order given.
+    ``URL`` or ``STDERR_SUMMARY``, written after ERROR in the order given. ``audit`` is what
+    the op adds to its audit record however it failed (``csp_web.core.audit``).
     """
 
     def __init__(
@@ -33,6 +36,7 @@ class OpError(Exception):
         scope: Iterable[str] = (),
         data: str = "none",
         fields: Iterable[tuple[str, str]] = (),
+        audit: OpAudit | None = None,
     ) -> None:
         super().__init__(f"{code}:{detail}")
         self.code = code
@@ -40,6 +44,7 @@ class OpError(Exception):
         self.scope = tuple(scope)
         self.data = data
         self.fields = tuple(fields)
+        self.audit = audit
 
     @property
     def wire_text(self) -> str:
@@ -62,3 +67,15 @@ class StorageFull(OpError):
     def __init__(self, which: str) -> None:
         super().__init__(ErrorCode.STORAGE_FULL, which)
         self.which = which
+
+
+@contextmanager
+def audit_failures(audit: OpAudit) -> Iterator[None]:
+    """An OpError leaving the block carries ``audit``, unless it carries one already (the
+    innermost, most detailed audit wins)."""
+    try:
+        yield
+    except OpError as exc:
+        if exc.audit is None:
+            exc.audit = audit
+        raise

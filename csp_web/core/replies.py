@@ -6,18 +6,21 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from csp_web.core.audit import OpAudit
 from csp_web.core.errors import OpError
 from protocol import Field, Reply, Status
 
 
 @dataclass(frozen=True)
 class Result:
-    """A successful (or partial) outcome: the reply's SCOPE, DATA and further fields."""
+    """A successful (or partial) outcome: the reply's SCOPE, DATA and further fields, and
+    what the op adds to its audit record (never part of the reply)."""
 
     data: str
     scope: tuple[str, ...] = ()
     fields: tuple[Field, ...] = ()
     status: Status = Status.OK
+    audit: OpAudit | None = None
 
 
 def format_scope(items: Iterable[str]) -> str:

@@ -18,7 +18,7 @@ from typing import Generic, Protocol, TypeAlias, TypeVar
 
 import trio
 
-from csp_web.config import Config, SlotLimits, SlotsConfig
+from csp_web.config import Config, SectionSpec, SlotLimits, SlotsConfig
 from csp_web.core.ops import BoundOp, Op, OpSpec, bind
 from csp_web.core.ports import StatsLine, StorageChecks, TaskPort
 
@@ -56,6 +56,9 @@ class Specialist(Generic[C, S]):
     ops: tuple[Op[S], ...]
     slots: Callable[[SlotsConfig], SlotLimits]  # lambda s: s.web
     section: Callable[[Config], C]  # lambda c: c.web
+    # The config section it keeps in its own folder, read from its own top-level key (then
+    # ``section`` is ``lambda c: section_of(c, key, cls)``); None: a field of Config.
+    own_section: SectionSpec | None
     reloadable: tuple[str, ...]  # dotted config paths a SIGHUP applies ("web.fetch")
     restart_only: tuple[str, ...]  # under those, fixed for the daemon's life
     open_services: Callable[[C, Config], AbstractAsyncContextManager[S]]
@@ -96,6 +99,8 @@ class Composable(Protocol):
     def reloadable(self) -> tuple[str, ...]: ...
     @property
     def restart_only(self) -> tuple[str, ...]: ...
+    @property
+    def own_section(self) -> SectionSpec | None: ...
     @property
     def slots(self) -> Callable[[SlotsConfig], SlotLimits]: ...
     @property

@@ -18,9 +18,16 @@ from csp_web.core.replies import with_id
 from csp_web.memory.link import MemoryLink, socket_link
 from protocol import ErrorCode, Reply, Task
 
-# What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4).
-DAEMON_TYPES = frozenset({"audit", "exec_log", "web_op", "cron_run", "cron_due"})
-DAEMON_FOLDERS = ("audit/", "exec-logs/", "web-ops/", "cron-runs/", "cron-due/")
+# What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4). Each op
+# writes one ``audit`` record (SPEC M-1; docs/memory.md); the others are artefacts and runs.
+DAEMON_TYPES = frozenset({"audit", "exec_log", "research_job", "cron_run", "cron_due"})
+DAEMON_FOLDERS = ("audit/", "exec-logs/", "research-jobs/", "cron-runs/", "cron-due/")
+# What daemons before one record per op wrote beside the audit: still refused, so a client
+# cannot pass a forged record for one of the daemon's among the old ones in the store.
+RETIRED_TYPES = frozenset({"web_op", "browser_op", "canvas_op"})
+RETIRED_FOLDERS = ("web-ops/", "browser-ops/", "canvas-ops/")
+_REFUSED_TYPES = DAEMON_TYPES | RETIRED_TYPES
+_REFUSED_FOLDERS = DAEMON_FOLDERS + RETIRED_FOLDERS
 DAEMON_ID_PREFIX = "w-"
 
 
@@ -32,9 +39,9 @@ def client_write(task: Task) -> Task:
     if any(value.startswith(DAEMON_ID_PREFIX) for value in task.get_all("ID")):
         raise OpError(ErrorCode.INVALID_FIELD, "ID prefix w- is the daemon's")
     for type_ in task.get_all("TYPE"):
-        if type_ in DAEMON_TYPES:
+        if type_ in _REFUSED_TYPES:
             raise OpError(ErrorCode.INVALID_FIELD, f"TYPE {type_} is the daemon's")
-    if any(path.lstrip("/").startswith(DAEMON_FOLDERS) for path in task.get_all("PATH")):
+    if any(path.lstrip("/").startswith(_REFUSED_FOLDERS) for path in task.get_all("PATH")):
         raise OpError(ErrorCode.INVALID_FIELD, "PATH is under a folder the daemon writes")
     fields = (*(f for f in task.fields if f[0] != "FROM"), ("FROM", "client"))
     return Task(task.req, task.domain, task.out, task.inline, fields)

@@ -57,6 +57,7 @@ BROWSER: Specialist[BrowserConfig, BrowserServices] = Specialist(
     ops=OPS,
     slots=lambda slots: slots.tool,
     section=lambda config: config.tool.browser,
+    own_section=None,  # a field of Config (csp_web/config)
     reloadable=(),
     restart_only=("tool.browser",),
     open_services=_open,

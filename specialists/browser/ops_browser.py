@@ -8,25 +8,27 @@
     SESSION <name>            (optional: a page kept between tasks)
 
 Without SESSION the action runs on a fresh page closed after it. Every request the page makes
-goes through the guard proxy (``proxy.py``). Each action is audited and sent to memory as a
-``browser_op`` write (URL, action, outcome; VALUE only when SECRET is false).
+goes through the guard proxy (``proxy.py``). Each action's audit record (``BrowserAudit``)
+names the URL, action, session and selector, the screenshot's file, and VALUE only when SECRET
+is false.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import trio
 
 from csp_web.config.browser import BrowserConfig
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
-from csp_web.core.records import json_record
 from csp_web.core.replies import Result
 from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
@@ -214,19 +216,26 @@ async def _act(services: BrowserServices, ctx: OpContext, params: Params, action
     return await _close(services, ctx, params)
 
 
-async def _remember(
-    ctx: OpContext, params: Params, action: str, outcome: str, url: str | None
-) -> None:
-    record = {
-        "action": action,
-        "url": url,
-        "session": params.opt_text("SESSION"),
-        "selector": params.opt_text("SELECTOR"),
-        "outcome": outcome,
-    }
-    if params.opt_text("VALUE") is not None:
-        record["value"] = "<secret>" if params.flag("SECRET") else params.opt_text("VALUE")
-    await ctx.remember("tool", "browser_op", "browser-ops", json_record(**record))
+@dataclass(frozen=True)
+class BrowserAudit(OpAudit):
+    """What a browser action adds to its audit record. ``value`` is VALUE as typed, or
+    ``<secret>`` when SECRET is set; ``screenshot`` the saved PNG's path, never its bytes."""
+
+    action: str
+    url: str | None
+    session: str | None
+    selector: str | None
+    value: str | None
+    screenshot: str | None = None
+
+
+def _audit(params: Params, action: str, url: str | None, fields: dict[str, str]) -> BrowserAudit:
+    value = params.opt_text("VALUE")
+    if value is not None and params.flag("SECRET"):
+        value = "<secret>"
+    session, selector = params.opt_text("SESSION"), params.opt_text("SELECTOR")
+    screenshot = fields.get("SCREENSHOT_REF")
+    return BrowserAudit(action, url, session, selector, value, screenshot)
 
 
 async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
@@ -235,21 +244,20 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
     if session is not None and not SESSION_NAME.fullmatch(session):
         raise OpError(ErrorCode.INVALID_FIELD, "SESSION must be 1-64 of [A-Za-z0-9._-]")
     target = params.opt_text("TARGET_URL")
-    ctx.audit.update(action=action, url=target, session=session)
     started = time.monotonic()
     try:
         result = await _act(services, ctx, params, action)
     except Exception as exc:
         error = translate(exc, scope="browser", url=target)
-        await _remember(ctx, params, action, f"{error.code}:{error.detail}", target)
+        error.audit = _audit(params, action, target, {})
         raise error from exc
-    url = dict(result.fields).get("URL", target)
-    await _remember(ctx, params, action, "ok", url)
+    replied = dict(result.fields)
+    audit = _audit(params, action, replied.get("URL", target), replied)
     elapsed = str(int((time.monotonic() - started) * 1000))
     fields = [*result.fields, ("EXEC_TIME", elapsed)]
     if session is not None:
         fields.append(("SESSION", session))
-    return Result(result.data, result.scope, tuple(fields))
+    return Result(result.data, result.scope, tuple(fields), audit=audit)
 
 
 BROWSER_REPLIES = (

@@ -14,13 +14,14 @@ same guard proxy as the browser's. ``eval`` is off unless ``tool.browser.canvas.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_seconds
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
-from csp_web.core.records import json_record
 from csp_web.core.replies import Result
 from csp_web.net import check_url
 from protocol import ErrorCode
@@ -123,25 +124,32 @@ async def _eval(
     return f"node:{name}", (("RESULT", value),)
 
 
-async def _remember(ctx: OpContext, params: Params, action: str, node: str, outcome: str) -> None:
-    record = json_record(action=action, node=node, url=params.opt_text("URL"), outcome=outcome)
-    await ctx.remember("tool", "canvas_op", "canvas-ops", record)
+@dataclass(frozen=True)
+class CanvasAudit(OpAudit):
+    """What a canvas action adds to its audit record; ``snapshot`` the PNG's path, never its
+    bytes."""
+
+    action: str
+    node: str
+    url: str | None
+    snapshot: str | None = None
 
 
 async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
     action = params.text("ACTION")
     name = params.text("NODE")
-    ctx.audit.update(action=action, node=name, url=params.opt_text("URL"))
+    audit = CanvasAudit(action, name, params.opt_text("URL"))
     started = time.monotonic()
     try:
         detail, fields = await _act(services, ctx, params, action, name)
     except Exception as exc:
         error = translate(exc, scope="canvas", url=params.opt_text("URL"))
-        await _remember(ctx, params, action, name, f"{error.code}:{error.detail}")
+        error.audit = audit
         raise error from exc
-    await _remember(ctx, params, action, name, "ok")
     elapsed = str(int((time.monotonic() - started) * 1000))
-    return Result(f"action:{action},{detail}", _SCOPE, (*fields, ("EXEC_TIME", elapsed)))
+    audit = replace(audit, snapshot=dict(fields).get("SNAPSHOT_REF"))
+    fields = (*fields, ("EXEC_TIME", elapsed))
+    return Result(f"action:{action},{detail}", _SCOPE, fields, audit=audit)
 
 
 CANVAS_REPLIES = (

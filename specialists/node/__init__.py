@@ -48,6 +48,7 @@ def make_node(*, link: RedisLink | None = None) -> Specialist[NodesConfig, NodeS
         ops=OPS,  # they run in the tool pool: pairing and actions are operator acts, audited
         slots=lambda slots: slots.tool,
         section=lambda config: config.nodes,
+        own_section=None,  # a field of Config (csp_web/config)
         reloadable=(),
         restart_only=(),
         open_services=partial(open_node_services, link=link),

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, audit_failures
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
@@ -44,24 +46,43 @@ def _params(params: Params, action: str) -> dict[str, object]:
     return value
 
 
+@dataclass(frozen=True)
+class NodeAudit(OpAudit):
+    """What a node op adds to its audit record; ``media`` the saved file's path, never its
+    bytes."""
+
+    node: str
+    action: str
+    media: str | None = None
+    media_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class NodesAudit(OpAudit):
+    """What managing nodes adds to its audit record: the node approved or revoked."""
+
+    approved: str | None = None
+    revoked: str | None = None
+
+
 async def run_node(params: Params, ctx: OpContext, services: NodeServices) -> Result:
     action, name = params.text("ACTION"), params.text("NODE")
     if not NAME.fullmatch(name):
         raise OpError(ErrorCode.NODE_UNKNOWN, name[:64], scope=("node",))
     body = _params(params, action)
-    ctx.audit.update(node=name, action=action)
     started = time.monotonic()
-    outcome = await services.hub.run(name, action, body, ctx.task_id)
+    with audit_failures(NodeAudit(name, action)):
+        outcome = await services.hub.run(name, action, body, ctx.task_id)
     elapsed_ms = round((time.monotonic() - started) * 1000)
     checked = outcome.checked
-    ctx.audit.update(media=outcome.media_path, media_bytes=outcome.media_bytes)
+    audit = NodeAudit(name, action, outcome.media_path, outcome.media_bytes)
     data = f"media:{outcome.media_path}" if outcome.media_path else checked.data
     fields = [("NODE", name), ("EXEC_TIME", str(elapsed_ms)), *checked.fields]
     if checked.work_ms is not None:
         fields.append(("NODE_TIME", checked.work_ms))
     if checked.media is not None:
         fields.append(("MEDIA_SHA256", checked.media.sha256))
-    return Result(data, ("node",), tuple(fields))
+    return Result(data, ("node",), tuple(fields), audit=audit)
 
 
 async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -> Result:
@@ -79,14 +100,14 @@ async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -
         if code is None:
             raise OpError(ErrorCode.MISSING_FIELD, "CODE (approve)")
         name = await hub.approve(code)
-        ctx.audit.update(approved=name)
-        return Result(f"approved:{name}", ("node",), (("NODE", name),))
+        audit = NodesAudit(approved=name)
+        return Result(f"approved:{name}", ("node",), (("NODE", name),), audit=audit)
     revoked = params.opt_text("NAME")
     if revoked is None:
         raise OpError(ErrorCode.MISSING_FIELD, "NAME (revoke)")
     await hub.revoke(revoked)
-    ctx.audit.update(revoked=revoked)
-    return Result(f"revoked:{revoked}", ("node",), (("NODE", revoked),))
+    audit = NodesAudit(revoked=revoked)
+    return Result(f"revoked:{revoked}", ("node",), (("NODE", revoked),), audit=audit)
 
 
 NODE_REPLIES = (

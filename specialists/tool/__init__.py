@@ -96,6 +96,7 @@ def make_tool(
         ops=OPS,
         slots=lambda slots: slots.tool,
         section=lambda config: config.tool,
+        own_section=None,  # a field of Config (csp_web/config)
         reloadable=(
             "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
             "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets

@@ -1,7 +1,8 @@
 """The ``exec`` op (IN:SHELL, OUT:EXEC_RESULT): run a command in the sandbox, under limits.
 
 The reply carries the seed's summaries; the full (capped) output goes to memory as an
-``exec_log`` write, and the command joins the op's audit record. Commands that config marks
+``exec_log`` write, and the op's audit record (``ExecAudit``) names the command, its exit and
+that write's path. Commands that config marks
 safe to cache (``cache_safe_patterns``) are answered from a 60 s cache (the seed's TTL).
 """
 
@@ -11,13 +12,14 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import budget_ms, work_seconds
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, audit_failures
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.records import json_record
@@ -199,6 +201,18 @@ async def _log_output(ctx: OpContext, result: ExecResult) -> str:
     return write.path
 
 
+@dataclass(frozen=True)
+class ExecAudit(OpAudit):
+    """What an exec adds to its audit record: the command as given (never its ENV values),
+    and once it ran, its exit code, the limits it hit and its ``exec_log`` write's path."""
+
+    command: str
+    working_dir: str | None
+    exit: int | None = None
+    limits: tuple[str, ...] = ()
+    log: str | None = None
+
+
 def _cached_result(value: Any) -> Result | None:
     if not isinstance(value, dict):
         return None
@@ -209,17 +223,18 @@ def _cached_result(value: Any) -> Result | None:
 async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
     services = exec_services(tool)
     request, budget = _request(params, services)
-    ctx.audit.update(command=request.command, working_dir=request.working_dir)
+    audit = ExecAudit(request.command, request.working_dir)
     key = cache_key(
         request.command, request.working_dir or "", shell=request.shell, env=dict(request.env)
     )
     use_cache = cacheable(request.command, services.config) and not params.flag("NO_CACHE")
-    if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
-        return hit
-    result = await run_command(request, services.config, sandbox=services.sandbox)
-    result = replace(result, timeout_ms=budget)
-    log_path = await _log_output(ctx, result)
-    ctx.audit.update(exit=result.exit_code, limits=sorted(result.limits), log=log_path)
+    with audit_failures(audit):
+        if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
+            return replace(hit, audit=audit)
+        result = await run_command(request, services.config, sandbox=services.sandbox)
+        result = replace(result, timeout_ms=budget)
+        log_path = await _log_output(ctx, result)
+    audit = replace(audit, exit=result.exit_code, limits=tuple(sorted(result.limits)), log=log_path)
     error = result.failure()
     if error is not None:
         raise OpError(
@@ -228,11 +243,13 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
             scope=error.scope,
             data=error.data,
             fields=(*error.fields, ("LOG_PATH", log_path)),
+            audit=audit,
         )
     reply = Result(
         f"exit:{result.exit_code}",
         (result.program,),
         (*_reply_fields(result), ("LOG_PATH", log_path)),
+        audit=audit,
     )
     if use_cache:
         entry = {"data": reply.data, "scope": list(reply.scope), "fields": reply.fields}

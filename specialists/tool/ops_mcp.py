@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import trio
 
+from csp_web.core.audit import OpAudit
 from csp_web.core.context import OpContext
 from csp_web.core.deadlines import work_deadline
-from csp_web.core.errors import OpError
+from csp_web.core.errors import OpError, audit_failures
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result
@@ -51,12 +53,27 @@ def _time_left_s() -> float | None:
     return None if math.isinf(deadline) else max(deadline - trio.current_time(), 0.001)
 
 
+@dataclass(frozen=True)
+class McpAudit(OpAudit):
+    """What an mcp call adds to its audit record: what was asked, whatever came of it (never
+    PARAMS, which may carry a tool's credentials)."""
+
+    server: str
+    action: str
+    tool: str | None
+
+
 async def mcp(params: Params, ctx: OpContext, tool_services: ToolServices) -> Result:
-    server = params.text("SERVER")
-    action = params.text("ACTION")
-    tool = params.opt_text("TOOL")
-    # The audit record names what was asked, whatever comes of it.
-    ctx.audit.update(server=server, action=action, tool=tool)
+    audit = McpAudit(params.text("SERVER"), params.text("ACTION"), params.opt_text("TOOL"))
+    with audit_failures(audit):
+        result = await _mcp(params, ctx, tool_services, audit)
+    return replace(result, audit=audit)
+
+
+async def _mcp(
+    params: Params, ctx: OpContext, tool_services: ToolServices, audit: McpAudit
+) -> Result:
+    server, action, tool = audit.server, audit.action, audit.tool
     pool = mcp_pool(tool_services, server)
     if action == "list":
         tools = await pool.list_tools(server, timeout_s=_time_left_s())

@@ -69,6 +69,7 @@ def make_web(
         ops=OPS,
         slots=lambda slots: slots.web,
         section=lambda config: config.web,
+        own_section=None,  # a field of Config (csp_web/config)
         reloadable=(
             "web.fetch",  # caps and its rate limit
             "web.search",  # providers, order, rate limits, result counts

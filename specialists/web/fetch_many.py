@@ -38,7 +38,7 @@ from .board import Entry, file_lines
 from .filekeys import content_of, file_key, hold, token_estimate
 from .firecrawl import load_for_fetch
 from .pages import Page
-from .services import WebServices, record_web_op
+from .services import WebServices, web_audit
 
 
 @dataclass
@@ -86,12 +86,12 @@ async def fetch_many(
     """Load ``urls`` concurrently and answer with one FETCH (and CONTENT) line per page
     loaded and one FETCH_ERROR per failure, in the order asked."""
     outcomes = [_Outcome(url) for url in urls]
-    async with record_web_op(ctx, "fetch", " ".join(urls)) as details:
+    with web_audit(" ".join(urls)) as notes:
         async with trio.open_nursery() as nursery:
             for outcome in outcomes:
                 nursery.start_soon(_load, params, ctx, services, outcome)
         loaded = [o for o in outcomes if o.page is not None]
-        details["cache_hit"] = bool(loaded) and all(o.page.cached for o in loaded if o.page)
+        notes.cache_hit = bool(loaded) and all(o.page.cached for o in loaded if o.page)
         failed = [o for o in outcomes if o.error is not None]
         errors: list[Field] = [
             ("FETCH_ERROR", f"{o.url} {o.error.code}:{o.error.detail}") for o in failed if o.error
@@ -100,7 +100,7 @@ async def fetch_many(
             first = failed[0].error
             assert first is not None
             raise OpError(first.code, first.detail, fields=errors)
-        return await _render(ctx, services, params, loaded, errors, max_chars)
+        return notes.attach(await _render(ctx, services, params, loaded, errors, max_chars))
 
 
 async def _load(params: Params, ctx: OpContext, services: WebServices, outcome: _Outcome) -> None:

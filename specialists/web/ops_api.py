@@ -51,7 +51,7 @@ from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
 
 from .search.base import redact
-from .services import WebServices, record_web_op
+from .services import WebServices, web_audit
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 DATA_MAX_CHARS = 4000  # seed 003 truncates fetched text to ~4000 chars; a summary, not a dump
@@ -109,14 +109,14 @@ async def api(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """Make the call; raises OpError (UNKNOWN_API, INVALID_FIELD, API_ERROR, RATE_LIMITED,
     and the guarded client's codes), each with an ENDPOINT field."""
     endpoint = params.text("ENDPOINT")
-    async with record_web_op(ctx, "api", endpoint) as details:
+    with web_audit(endpoint) as notes:
         try:
             call = prepare(params, services.config)
             answer, cached = await _answer(services, call, params.flag("NO_CACHE"), ctx)
         except OpError as exc:
             raise _with_endpoint(exc, endpoint) from exc
-        details.update(cache_hit=cached, status_code=answer.status_code)
-        return _render(call, answer, cached=cached)
+        notes.cache_hit, notes.status_code = cached, answer.status_code
+        return notes.attach(_render(call, answer, cached=cached))
 
 
 def prepare(params: Params, config: WebConfig) -> ApiCall:

@@ -35,7 +35,7 @@ from .board import file_lines
 from .fetch_many import announce
 from .filekeys import check, content_of, held, window
 from .pages import Page
-from .services import WebServices, record_web_op
+from .services import WebServices, web_audit
 from .workspace import check_target
 from .workspace import write_file as write_at
 
@@ -55,7 +55,7 @@ async def save(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """Store a held fileKey's content, URL, title and NOTE in the cabinet (30 days)."""
     key = params.text("FILE_KEY")
     services.board.turn(ctx.peer, services.config.docs.board)
-    async with record_web_op(ctx, "save", key):
+    with web_audit(key) as notes:
         page = await held(services, key)
         config = services.config.docs.cabinet
         saved = await cabinet.save(ctx.services.outbox, config, page, params.opt_text("NOTE"))
@@ -66,7 +66,7 @@ async def save(params: Params, ctx: OpContext, services: WebServices) -> Result:
             ("EXPIRES_AT", _iso(saved.expires_at)),
             cite(page.url, page.title),
         ]
-        return Result(f"saved:{key}", ("memory",), tuple(fields))
+        return notes.attach(Result(f"saved:{key}", ("memory",), tuple(fields)))
 
 
 async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) -> Result:
@@ -74,7 +74,7 @@ async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) ->
     is held and announced again, so fetch FILE_KEY and write_file find it."""
     key = params.text("FILE_KEY")
     services.board.turn(ctx.peer, services.config.docs.board)
-    async with record_web_op(ctx, "cabinet", key):
+    with web_audit(key) as notes:
         saved = await cabinet.load(ctx.services.outbox, services.config.docs.cabinet, key)
         await announce(ctx, services, saved.page())
         content, start = saved.content, params.integer("START")
@@ -90,7 +90,7 @@ async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) ->
             *paging,
             cite(saved.url, saved.title),
         ]
-        return Result(text, ("memory",), tuple(fields), status)
+        return notes.attach(Result(text, ("memory",), tuple(fields), status))
 
 
 async def write_file(params: Params, ctx: OpContext, services: WebServices) -> Result:
@@ -98,7 +98,7 @@ async def write_file(params: Params, ctx: OpContext, services: WebServices) -> R
     key, path = params.text("FILE_KEY"), params.text("PATH")
     check(key)
     services.board.turn(ctx.peer, services.config.docs.board)
-    async with record_web_op(ctx, "write_file", key):
+    with web_audit(key) as notes:
         target = check_target(ctx.config.tool.exec.workspace_roots, path)
         page = await _source(ctx, services, key)
         data = content_of(page).encode("utf-8")
@@ -112,7 +112,7 @@ async def write_file(params: Params, ctx: OpContext, services: WebServices) -> R
         real = await trio.to_thread.run_sync(write)
         fields: list[Field] = [("FILE_KEY", key), ("BYTES", str(len(data)))]
         fields.append(cite(page.url, page.title))
-        return Result(f"path:{real}", (), tuple(fields))
+        return notes.attach(Result(f"path:{real}", (), tuple(fields)))
 
 
 async def _source(ctx: OpContext, services: WebServices, key: str) -> Page:

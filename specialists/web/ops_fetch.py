@@ -32,7 +32,7 @@ from .fetch_many import announce, board_lines, fetch_many, page_content
 from .filekeys import held, window
 from .firecrawl import load_for_fetch
 from .pages import Page, load_for_op
-from .services import WebServices, record_web_op
+from .services import WebServices, web_audit
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
 # (Page.meta key, reply field) in the order meta's reply lists them.
@@ -60,12 +60,12 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
     if len(urls) > 1:
         return await fetch_many(params, ctx, services, urls, max_chars)
     target = key if key is not None else urls[0]
-    async with record_web_op(ctx, "fetch", target) as details:
+    with web_audit(target) as notes:
         if key is not None:
             page = await held(services, key)
         else:
             page = await load_for_fetch(services, urls[0], no_cache=params.flag("NO_CACHE"))
-        details["cache_hit"] = page.cached
+        notes.cache_hit = page.cached
         content = page_content(page, params.text("EXTRACT"), target)
         start = params.integer("START")
         if start > len(content):
@@ -75,7 +75,7 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
         if params.flag("BOARD"):
             board = board_lines(ctx, services)
             result = Result(result.data, result.scope, (*result.fields, *board), result.status)
-        return result
+        return notes.attach(result)
 
 
 def _max_chars(params: Params, services: WebServices) -> int:
@@ -117,9 +117,9 @@ async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
     """The page's card from its head: OpenGraph, else Twitter cards, else JSON-LD, else
     <title> and the meta description (seed 003's getPageMeta). Only fields found are sent."""
     url = params.text("URL")
-    async with record_web_op(ctx, "meta", url) as details:
+    with web_audit(url) as notes:
         page = await load_for_op(services, url)
-        details["cache_hit"] = page.cached
+        notes.cache_hit = page.cached
         if page.kind != "html":
             raise OpError(
                 ErrorCode.UNSUPPORTED_CONTENT,
@@ -128,7 +128,7 @@ async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
             )
         fields = [(name, page.meta[key]) for key, name in META_FIELDS if key in page.meta]
         fields.append(cite(page.url, page.meta.get("title")))
-        return Result(f"url:{page.url}", (page.host,), tuple(fields))
+        return notes.attach(Result(f"url:{page.url}", (page.host,), tuple(fields)))
 
 
 async def resolve(params: Params, ctx: OpContext, services: WebServices) -> Result:
@@ -136,7 +136,7 @@ async def resolve(params: Params, ctx: OpContext, services: WebServices) -> Resu
     the guard and robots.txt; at most ``guard.max_redirects`` hops in all."""
     url = params.text("URL")
     limit = services.config.guard.max_redirects
-    async with record_web_op(ctx, "resolve", url) as details:
+    with web_audit(url) as notes:
         page = await load_for_op(services, url)
         chain, cached = list(page.redirect_chain), page.cached
         while page.refresh is not None and _differs(page.refresh, page.url):
@@ -147,9 +147,10 @@ async def resolve(params: Params, ctx: OpContext, services: WebServices) -> Resu
             cached = cached and page.cached
             if len(chain) - 1 > limit:
                 raise _too_many(limit, url)
-        details["cache_hit"] = cached
+        notes.cache_hit = cached
         hosts = dict.fromkeys(urllib.parse.urlsplit(hop).hostname or "" for hop in chain)
-        return Result(f"url:{page.url}", tuple(hosts), (("REDIRECT_CHAIN", ARROW.join(chain)),))
+        chain_field = ("REDIRECT_CHAIN", ARROW.join(chain))
+        return notes.attach(Result(f"url:{page.url}", tuple(hosts), (chain_field,)))
 
 
 def _differs(target: str, current: str) -> bool:

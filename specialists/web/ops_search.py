@@ -48,7 +48,7 @@ from protocol import ErrorCode, Field, Status
 
 from .pages import load_page
 from .search import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
-from .services import WebServices, record_web_op
+from .services import WebServices, web_audit
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ async def search(params: Params, ctx: OpContext, services: WebServices) -> Resul
     if len(texts) > docs.max_queries:
         raise FieldError(ErrorCode.INVALID_FIELD, f"more than {docs.max_queries} QUERY fields")
     services.board.turn(ctx.peer, docs.board)
-    async with record_web_op(ctx, "search", " | ".join(texts)) as details:
+    with web_audit(" | ".join(texts)) as notes:
         asked = [Asked(_query(text, params, services.config.search)) for text in texts]
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
         deadline = trio.current_time() + work_seconds(default_s=fallback_s)
@@ -115,13 +115,9 @@ async def search(params: Params, ctx: OpContext, services: WebServices) -> Resul
                 nursery.start_soon(ask, services, one, no_cache, deadline)
         answered = [one for one in asked if one.answer is not None]
         backends = dict.fromkeys(b for one in answered if one.answer for b in one.answer.backends)
-        details.update(
-            cache_hit=bool(answered) and all(one.cached for one in answered),
-            backend=",".join(backends) or None,
-        )
-        if len(asked) == 1:
-            return _render_one(asked[0])
-        return _render_many(asked)
+        notes.cache_hit = bool(answered) and all(one.cached for one in answered)
+        notes.backend = ",".join(backends) or None
+        return notes.attach(_render_one(asked[0]) if len(asked) == 1 else _render_many(asked))
 
 
 async def ask(services: WebServices, asked: Asked, no_cache: bool, deadline: float) -> None:

@@ -27,7 +27,7 @@ from protocol import ErrorCode, Field
 
 from .filekeys import held
 from .pages import load_for_op, op_deadline
-from .services import WebServices, record_web_op
+from .services import WebServices, web_audit
 from .summarize import summarize as make_summary
 
 
@@ -43,7 +43,7 @@ async def summarize(params: Params, ctx: OpContext, services: WebServices) -> Re
     if key is not None and url is not None:
         raise FieldError(ErrorCode.INVALID_FIELD, "give URL or FILE_KEY, not both")
     target = url or key or f"text:{len(text or '')}"  # never the text itself
-    async with record_web_op(ctx, "summarize", target) as details:
+    with web_audit(target) as notes:
         bucket = services.limits.bucket("summarize")  # seed 001: web_summarize 20/min
         if bucket is not None:
             await bucket.acquire(deadline=op_deadline(services))
@@ -51,19 +51,19 @@ async def summarize(params: Params, ctx: OpContext, services: WebServices) -> Re
         scope: tuple[str, ...] = ()
         if url is not None or key is not None:
             page = await held(services, key) if key else await load_for_op(services, url or "")
-            details["cache_hit"] = page.cached
+            notes.cache_hit = page.cached
             text = _page_text(page.kind, page.markdown or page.text, page.content_type, target)
             scope, fields = (page.host,), [cite(page.url, page.title)]
         assert text is not None
         text = text[: config.max_text_chars]
         deadline_s = max(0.0, op_deadline(services) - trio.current_time())
         summary = await make_summary(services.client, config, text, count, deadline_s=deadline_s)
-        details["method"] = summary.method
+        notes.method = summary.method
         if not summary.bullets:
             raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_sentences", scope=scope)
         bullets = [("BULLET", bullet) for bullet in summary.bullets]
         fields = [*bullets, ("METHOD", summary.method), *fields]
-        return Result(f"bullets:{len(summary.bullets)}", scope, tuple(fields))
+        return notes.attach(Result(f"bullets:{len(summary.bullets)}", scope, tuple(fields)))
 
 
 def _check(text: str | None, url: str | None, count: int, services: WebServices) -> None:

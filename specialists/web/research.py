@@ -15,7 +15,7 @@ outcome and time.
 
 Jobs live in the daemon's memory: each for ``research.job_ttl_s`` after it ends, at most
 ``research.max_jobs`` at once, each bounded by ``research.job_timeout_s``; at shutdown the
-running ones are cancelled, and each ends with status ``cancelled`` (logged, and its web_op
+running ones are cancelled, and each ends with status ``cancelled`` (logged, and its research_job
 record written).
 """
 
@@ -88,7 +88,8 @@ async def _run(services: WebServices, outbox: Outbound, job: Job) -> None:
 
 
 async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
-    """The job's web_op record: question, final status, method and source count."""
+    """The job's ``research_job`` record, written when the job ends (after the op that
+    started it has replied and been audited): question, final status, method, sources."""
     outcome = "OK" if job.error is None else f"FAIL {job.error.code}"
     record = json_record(
         op="research",
@@ -101,7 +102,7 @@ async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
         duration_ms=round(elapsed_s * 1000, 3),
     )
     try:
-        await outbox.put(make_write("web", "web_op", "web-ops", record, suffix=".json"))
+        await outbox.put(make_write("web", "research_job", "research-jobs", record, suffix=".json"))
     except OpError as exc:
         log.warning("research job %s: its record was not kept (%s)", job.job_id, exc.code)
 

@@ -1,4 +1,4 @@
-"""What every web op shares: the guarded client, the cache, rate limits, the web_op record.
+"""What every web op shares: the guarded client, the cache, rate limits, its audit.
 
 The daemon opens these once (``open_web_services``, WEB's ``open_services``) and binds them
 to every web handler as its third argument; a web op never builds its own client or cache.
@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import os
 import ssl
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
 
 import trio
 
 from csp_web.config import Config, WebConfig
-from csp_web.core.context import OpContext
+from csp_web.core.audit import OpAudit
 from csp_web.core.errors import OpError
-from csp_web.core.records import json_record
+from csp_web.core.replies import Result
 from csp_web.infra.ratelimit import Rate
 from csp_web.infra.redis_cache import ResponseCache, open_response_cache
 from csp_web.infra.redis_flight import SharedFlights
@@ -109,36 +107,49 @@ async def open_web_services(
         yield WebServices(web, client, cache, limits, state_dir, redis=link, fleet_flights=flights)
 
 
-@asynccontextmanager
-async def record_web_op(ctx: OpContext, op: str, target: str) -> AsyncIterator[dict[str, Any]]:
-    """Send one ``web_op`` memory write when the op ends, however it ends.
+@dataclass(frozen=True)
+class WebAudit(OpAudit):
+    """What a web op adds to its audit record: the URLs, query or fileKey it worked on and
+    how it was answered; never headers, bodies or credentials."""
 
-    The body may set ``cache_hit`` and ``backend`` in the yielded dict. The record holds the
-    op, its query or URL, outcome, duration and cache hit, never headers or credentials.
-    """
-    started = time.monotonic()
-    details: dict[str, Any] = {"cache_hit": False}
-    outcome = "OK"
+    target: str
+    cache_hit: bool = False
+    backend: str | None = None  # search: the backends that answered, comma-separated
+    method: str | None = None  # summarize: how the bullets were made
+    status_code: int | None = None  # api: the endpoint's HTTP status
+
+
+class WebNotes:
+    """What a web op learns while it runs, set as it goes; ``audit`` freezes it."""
+
+    __slots__ = ("backend", "cache_hit", "method", "status_code", "target")
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.cache_hit = False
+        self.backend: str | None = None
+        self.method: str | None = None
+        self.status_code: int | None = None
+
+    def audit(self) -> WebAudit:
+        return WebAudit(self.target, self.cache_hit, self.backend, self.method, self.status_code)
+
+    def attach(self, result: Result) -> Result:
+        """``result`` carrying this op's audit."""
+        return replace(result, audit=self.audit())
+
+
+@contextmanager
+def web_audit(target: str) -> Iterator[WebNotes]:
+    """The notes of a web op on ``target``: an OpError leaving the block carries their audit
+    (the body attaches it to its result itself, ``WebNotes.attach``)."""
+    notes = WebNotes(target)
     try:
-        yield details
+        yield notes
     except OpError as exc:
-        outcome = f"FAIL {exc.code}"
+        if exc.audit is None:
+            exc.audit = notes.audit()
         raise
-    except BaseException:
-        outcome = "FAIL cancelled"
-        raise
-    finally:
-        if outcome != "FAIL cancelled":
-            record = json_record(
-                op=op,
-                target=target,
-                outcome=outcome,
-                duration_ms=round((time.monotonic() - started) * 1000, 3),
-                peer_uid=ctx.peer.uid,
-                task_id=ctx.task_id,
-                **details,
-            )
-            await ctx.remember("web", "web_op", "web-ops", record)
 
 
 def quota_path(services: WebServices) -> str:

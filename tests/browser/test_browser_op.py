@@ -85,13 +85,20 @@ async def test_navigate_replies_the_final_url_and_title(
     assert reply.get("TITLE") == "Form"
     assert reply.get("HTTP_STATUS") == "200"
     assert int(reply.get("EXEC_TIME") or "x") >= 0
-    (record,) = writes(dispatcher, "browser_op")
-    assert record == {
+    kinds = [w.type for _, w in outbox_of(dispatcher)._store.oldest(1000)]
+    assert kinds == ["audit"]  # one record per op, its details among its fields
+    (record,) = writes(dispatcher, "audit")
+    details = ("op", "outcome", "error", "action", "url", "session", "selector", "value")
+    assert {key: record[key] for key in (*details, "screenshot")} == {
+        "op": "browser",
+        "outcome": "OK",
+        "error": None,
         "action": "navigate",
         "url": url,
         "session": None,
         "selector": None,
-        "outcome": "ok",
+        "value": None,
+        "screenshot": None,
     }
 
 
@@ -132,7 +139,7 @@ async def test_a_typed_secret_value_never_reaches_memory(
         dispatcher, ("ACTION", "type"), ("SELECTOR", "css:#name"), ("VALUE", "plain"), session
     )
     await run(dispatcher, ("ACTION", "close"), session)
-    values = [w.get("value") for w in writes(dispatcher, "browser_op")]
+    values = [w["value"] for w in writes(dispatcher, "audit")]
     assert values == [None, "<secret>", "plain", None]
     store = outbox_of(dispatcher)._store
     assert all("hunter2" not in w.data for _, w in store.oldest(1000))
@@ -200,6 +207,8 @@ async def test_screenshot_writes_a_png_into_the_private_media_folder(
         )
         assert os.stat(folder).st_mode & 0o777 == 0o700
     assert viewport.get("SCREENSHOT_REF") != full.get("SCREENSHOT_REF")
+    shots = [w["screenshot"] for w in writes(dispatcher, "audit") if w["action"] == "screenshot"]
+    assert shots == [viewport.get("SCREENSHOT_REF"), full.get("SCREENSHOT_REF")]
 
 
 async def test_an_action_without_session_runs_on_a_fresh_page(

@@ -50,8 +50,15 @@ async def test_present_then_snapshot_then_hide(dispatcher: Dispatcher, origin: O
     hidden = await canvas(dispatcher, ("ACTION", "hide"))
     assert hidden.get("DATA") == "action:hide,node:main"
     assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
-    outcomes = [w["outcome"] for w in writes(dispatcher, "canvas_op")]
-    assert outcomes == ["ok", "ok", "ok", "canvas_not_presented:main"]
+    audits = [
+        (w["action"], w["node"], w["error"], w["snapshot"]) for w in writes(dispatcher, "audit")
+    ]
+    assert audits == [
+        ("present", "main", None, None),
+        ("snapshot", "main", None, snap.get("SNAPSHOT_REF")),
+        ("hide", "main", None, None),
+        ("snapshot", "main", "canvas_not_presented:main", None),
+    ]
 
 
 async def test_present_inline_html_then_navigate(dispatcher: Dispatcher, origin: Origin) -> None:

@@ -17,12 +17,15 @@ import pytest
 import trio
 
 from csp_web.config import (
+    CacheConfig,
     Config,
+    CronConfig,
     DaemonConfig,
     MemoryConfig,
     NodesConfig,
     RedisConfig,
     ToolConfig,
+    WebConfig,
     daemon_paths,
 )
 from csp_web.config.nodes import NodeTlsConfig
@@ -51,6 +54,8 @@ def _private_configs(base: str, state_dir: str = "/var/lib/csp-web-test") -> dic
         ),
         "redis-socket": Config(daemon=state, redis=RedisConfig(url=f"unix://{base}/r.sock?db=1")),
         "redis-tls-key": Config(daemon=state, redis=RedisConfig(tls_key_file=f"{base}/k.pem")),
+        "cron-store": Config(daemon=state, tool=ToolConfig(cron=CronConfig(f"{base}/cron.json"))),
+        "cache-directory": Config(daemon=state, web=WebConfig(cache=CacheConfig(base))),
     }
 
 
@@ -71,7 +76,8 @@ def test_a_workspace_root_holding_any_daemon_path_is_refused_at_load(setting: st
                 memory=config.memory,
                 nodes=config.nodes,
                 redis=config.redis,
-                tool=ToolConfig(exec=make_config(workspace)),
+                web=config.web,
+                tool=ToolConfig(exec=make_config(workspace), cron=config.tool.cron),
             )
 
 

@@ -65,10 +65,25 @@ async def test_exec_replies_with_seed_fields_and_logs_full_output_to_memory(
     (log,) = _writes(dispatcher, "exec_log")
     assert "19 tests passed" in log
     assert "x" * 2000 in log  # the full output, not the summary
-    audit = [json.loads(a) for a in _writes(dispatcher, "audit")]
-    assert audit[-1]["command"].startswith("python3 -c")
-    assert audit[-1]["uid"] == 1000
-    assert audit[-1]["outcome"] == "OK"
+    (audit,) = [json.loads(a) for a in _writes(dispatcher, "audit")]
+    assert audit["command"].startswith("python3 -c")
+    assert (audit["uid"], audit["outcome"], audit["exit"]) == (1000, "OK", 0)
+    # One audit per op; the bulky output is its own write, named by path.
+    (log_path,) = [
+        w.path for _, w in outbox_of(dispatcher)._store.oldest(1000) if w.type == "exec_log"
+    ]
+    assert audit["log"] == reply.get("LOG_PATH") == log_path
+
+
+async def test_a_failed_commands_audit_names_its_exit_and_log_but_never_its_env(
+    dispatcher: Dispatcher,
+) -> None:
+    env = ("ENV", json.dumps({"NODE_ENV": "tok-s3cret"}))
+    reply = await _exec(dispatcher, 'python3 -c "import sys; sys.exit(3)"', env)
+    assert (reply.get("ERROR") or "").startswith("command_failed:")
+    (audit,) = [json.loads(a) for a in _writes(dispatcher, "audit")]
+    assert (audit["outcome"], audit["exit"], audit["log"]) == ("FAIL", 3, reply.get("LOG_PATH"))
+    assert all("tok-s3cret" not in w.data for _, w in outbox_of(dispatcher)._store.oldest(1000))
 
 
 async def test_nonzero_exit_is_command_failed_with_stderr_summary(dispatcher: Dispatcher) -> None:

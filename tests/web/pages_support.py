@@ -62,9 +62,11 @@ async def fetch(dispatcher: Dispatcher, url: str, *fields: Field) -> Reply:
     return await run(dispatcher, "fetch", "CONTENT", url, *fields)
 
 
-def web_op_records(dispatcher: Dispatcher) -> list[dict[str, object]]:
+def web_audits(dispatcher: Dispatcher) -> list[dict[str, object]]:
+    """Every web op's audit record (those with a ``target``), oldest first."""
     rows = outbox_of(dispatcher)._store.oldest(1000)  # the durable store is what to observe
-    return [json.loads(write.data) for _, write in rows if write.type == "web_op"]
+    records = [json.loads(write.data) for _, write in rows if write.type == "audit"]
+    return [record for record in records if "target" in record]
 
 
 async def until(predicate: Callable[[], bool]) -> None:

@@ -22,7 +22,7 @@ from specialists.web.ops_api import OPS
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen
-from tests.web.fixtures import load, open_web_dispatcher, run, serve, web_op_records
+from tests.web.fixtures import load, open_web_dispatcher, run, serve, web_audits
 
 WAIT_S = 10.0
 TOKEN_ENV = "TEST_GH_TOKEN"
@@ -117,7 +117,7 @@ async def test_get_is_cached_and_a_write_invalidates_the_apis_cache(
             created = await run(dispatcher, "api", "API_RESPONSE", *issue)
             third = await run(dispatcher, "api", "API_RESPONSE", *repo)
             forced = await run(dispatcher, "api", "API_RESPONSE", *repo, ("NO_CACHE", "true"))
-        records = [json.loads(data) for data in web_op_records(dispatcher)]
+        records = [json.loads(data) for data in web_audits(dispatcher)]
     assert [r.get("CACHED") for r in (first, second, created, third, forced)] == [
         "false",
         "true",
@@ -187,10 +187,12 @@ async def test_unknown_api_is_refused_before_any_request(
     config = with_github(web_config, origin)
     async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
         reply = await run(dispatcher, "api", "API_RESPONSE", *api_fields("gitlab:projects/1"))
-        records = [json.loads(data) for data in web_op_records(dispatcher)]
+        records = [json.loads(data) for data in web_audits(dispatcher)]
     assert reply.fields[2:] == (("ERROR", "unknown_api:gitlab"), ("ENDPOINT", "gitlab:projects/1"))
     assert origin.requests == []
-    assert [(r["op"], r["outcome"]) for r in records] == [("api", "FAIL unknown_api")]
+    assert [(r["op"], r["outcome"], r["error"]) for r in records] == [
+        ("api", "FAIL", "unknown_api:gitlab")
+    ]
 
 
 @pytest.mark.parametrize(

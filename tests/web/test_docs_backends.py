@@ -23,7 +23,7 @@ from specialists.web.ops_search import OPS as SEARCH_OPS
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
-from tests.web.fixtures import open_web_dispatcher, run, serve, web_op_records, with_search
+from tests.web.fixtures import open_web_dispatcher, run, serve, web_audits, with_search
 from tests.web.pages_support import ARTICLE, TITLE
 from tests.web.pages_support import serve as serve_page
 
@@ -158,7 +158,7 @@ async def test_perplexity_key_error_falls_back_and_its_key_is_never_logged(
     async with open_web_dispatcher(config, SEARCH_OPS, dns=dns, trust=trust) as (dispatcher, _):
         with trio.fail_after(WAIT_S):
             fell_back = await run(dispatcher, "search", "URL_REFS", ("QUERY", "trio"))
-        records = web_op_records(dispatcher)
+        records = web_audits(dispatcher)
     async with open_web_dispatcher(alone, SEARCH_OPS, dns=dns, trust=trust) as (dispatcher, _):
         with trio.fail_after(WAIT_S):
             failed = await run(dispatcher, "search", "URL_REFS", ("QUERY", "trio"))

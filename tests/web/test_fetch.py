@@ -41,7 +41,7 @@ from tests.web.pages_support import (
     run,
     serve,
     until,
-    web_op_records,
+    web_audits,
 )
 
 
@@ -159,7 +159,7 @@ async def test_second_fetch_is_cached_and_no_cache_downloads_again(
     assert [r.get("CACHED") for r in (first, second, fresh)] == ["false", "true", "false"]
     assert first.get("DATA") == second.get("DATA") == fresh.get("DATA")
     assert hits(origin, "/tides") == 2
-    assert [r["cache_hit"] for r in web_op_records(dispatcher)] == [False, True, False]
+    assert [r["cache_hit"] for r in web_audits(dispatcher)] == [False, True, False]
 
 
 async def test_cache_key_ignores_case_default_port_spelling_and_fragment(

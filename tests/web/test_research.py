@@ -315,7 +315,7 @@ async def test_shutdown_cancels_a_running_job_with_a_final_status_and_record(
     research: tuple[Dispatcher, WebServices], origin: Origin, nursery: trio.Nursery
 ) -> None:
     """At shutdown the jobs' nursery is cancelled: the job ends ``cancelled``, its result
-    says so, and its web_op record is written."""
+    says so, and its research_job record is written."""
     dispatcher, web = research
     origin.routes["/searx/search"] = lambda seen: OriginReply(
         200, [("content-type", "application/json")], drip=True
@@ -339,8 +339,8 @@ async def test_shutdown_cancels_a_running_job_with_a_final_status_and_record(
     )
     assert reply.get("JOB_STATUS") == "cancelled"
     rows = outbox_of(dispatcher)._store.oldest(1000)
-    records = [json.loads(w.data) for _, w in rows if w.type == "web_op"]
-    assert [(r["op"], r["status"], r["outcome"]) for r in records if r["op"] == "research"] == [
+    records = [json.loads(w.data) for _, w in rows if w.type == "research_job"]
+    assert [(r["op"], r["status"], r["outcome"]) for r in records] == [
         ("research", "cancelled", "FAIL shutting_down")
     ]
 

@@ -35,7 +35,7 @@ from tests.web.fixtures import (
     open_web_dispatcher,
     run,
     serve,
-    web_op_records,
+    web_audits,
     with_search,
 )
 
@@ -516,7 +516,7 @@ async def test_repeated_query_is_answered_from_the_cache(
                 "URL_REFS",
                 *search_fields("neo4j python", ("NO_CACHE", "true")),
             )
-        records = [json.loads(data) for data in web_op_records(dispatcher)]
+        records = [json.loads(data) for data in web_audits(dispatcher)]
     assert [first.get("CACHED"), second.get("CACHED")] == ["false", "true"]
 
     def same(reply: CspReply) -> list[tuple[str, str]]:

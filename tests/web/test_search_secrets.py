@@ -1,5 +1,5 @@
 """A search backend that echoes its API key never gets the key into a reply, a log line or a
-web_op record (found by the hostile pass: the error code a backend names became the ERROR
+memory record (found by the hostile pass: the error code a backend names became the ERROR
 detail unredacted, and lower_snake spelling hid the key from the exact-match redaction)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import trio
 
 from csp_web.config import Config
 from specialists.web.ops_search import OPS
+from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen
 from tests.web.fixtures import (
@@ -21,7 +22,7 @@ from tests.web.fixtures import (
     BRAVE_KEY_ENV,
     open_web_dispatcher,
     run,
-    web_op_records,
+    web_audits,
     with_search,
 )
 
@@ -62,7 +63,9 @@ async def test_a_backend_echoing_its_key_in_an_error_leaks_it_nowhere(
     async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
         with trio.fail_after(WAIT_S):
             reply = await run(dispatcher, "search", "URL_REFS", ("QUERY", "anything"))
-        records = web_op_records(dispatcher)
+        records = [write.data for _, write in outbox_of(dispatcher)._store.oldest(1000)]
+        audits = web_audits(dispatcher)
+    assert len(audits) == len(records) == 1  # the op's one record: its audit
     assert reply.status.value == "FAIL"
     assert (reply.get("ERROR") or "").partition(":")[0] == "search_api_error", reply
     seen = {

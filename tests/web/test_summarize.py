@@ -28,7 +28,7 @@ from tests.harness import build_dispatcher
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory
-from tests.web.pages_support import ARTICLE, PARAGRAPHS, TITLE, run, serve, web_op_records
+from tests.web.pages_support import ARTICLE, PARAGRAPHS, TITLE, run, serve, web_audits
 
 TEXT = (
     "Tides rise and fall twice a day along the North Sea coast. "
@@ -185,7 +185,7 @@ async def test_summary_of_a_url_cites_the_page_and_logs_no_text(
     assert set(bullets(reply)) <= set(PARAGRAPHS)
     assert reply.fields[-2:] == (("METHOD", "extractive"), ("CITE", f'{url} "{TITLE}"'))
     await summarize(dispatcher, TEXT)
-    targets = [record["target"] for record in web_op_records(dispatcher)]
+    targets = [record["target"] for record in web_audits(dispatcher)]
     assert targets == [url, f"text:{len(TEXT)}"]
 
 
@@ -245,7 +245,7 @@ async def test_with_a_model_configured_the_bullets_are_the_models(
     origin.routes["/v1/chat/completions"] = model
     async with llm_dispatcher(web_config, web, origin) as dispatcher:
         reply = await summarize(dispatcher, TEXT, ("MAX_BULLETS", "2"))
-        records = web_op_records(dispatcher)
+        records = web_audits(dispatcher)
     assert bullets(reply) == ["Tides follow the moon.", "Surges flood coasts."]
     assert (reply.get("DATA"), reply.get("METHOD")) == ("bullets:2", "llm")
     request = json.loads(seen[0].body)

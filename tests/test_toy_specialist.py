@@ -1,0 +1,83 @@
+"""docs/adding-an-op.md's promise: a specialist is its folder and one line in the catalogue.
+The toy specialist (tests/toy: its config section, an op, a private path) is registered with
+that one line, and then loaded from config.yaml, hides its private path, and is dispatched."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from csp_web.app.catalog import SPECIALISTS, config_sections
+from csp_web.config import Config, ConfigError, daemon_paths, section_of
+from csp_web.config.load import load_config
+from csp_web.core.compose import op_table, open_daemon
+from csp_web.core.context import Peer
+from protocol import Status, Task
+from tests.toy import TOY
+from tests.toy.config import ToyConfig
+
+CATALOGUE = (*SPECIALISTS, TOY)  # the one line
+
+
+def _load(tmp_path: Path, text: str) -> Config:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"daemon:\n  state_dir: {tmp_path / 'state'}\n{text}", encoding="utf-8")
+    return load_config(str(path), sections=config_sections(CATALOGUE))
+
+
+def test_a_registered_specialists_section_is_loaded_from_its_own_key(tmp_path: Path) -> None:
+    config = _load(tmp_path, f"toy:\n  greeting: ahoy\n  key_path: {tmp_path}/keys/toy.key\n")
+    assert section_of(config, "toy", ToyConfig) == ToyConfig("ahoy", f"{tmp_path}/keys/toy.key")
+    assert ("greet", "TOY") in {(spec.req, spec.domain) for spec in op_table(CATALOGUE)}
+
+
+def test_a_specialists_absent_section_is_its_defaults(tmp_path: Path) -> None:
+    assert section_of(_load(tmp_path, ""), "toy", ToyConfig) == ToyConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("toy:\n  greting: hi\n", "toy.greting: unknown key"),
+        ("toy:\n  greeting: ''\n", "toy.greeting: must not be empty"),
+        ("toy:\n  greeting: 3\n", "toy.greeting: expected str"),
+        ("toyy:\n  greeting: hi\n", "toyy: unknown key"),
+    ],
+)
+def test_a_specialists_section_is_loaded_as_strictly_as_the_core(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _load(tmp_path, text)
+    assert str(raised.value) == message
+
+
+def test_without_registration_the_section_is_an_unknown_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("toy:\n  greeting: hi\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^toy: unknown key$"):
+        load_config(str(path), sections=config_sections(SPECIALISTS))
+
+
+def test_a_specialists_private_paths_are_the_daemons_own(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    config = _load(tmp_path, f"toy:\n  key_path: {keys}/toy.key\n")
+    paths = daemon_paths(config)
+    assert f"{keys}/toy.key" in paths
+    assert os.path.join(str(tmp_path / "state"), "toy") in paths
+    workspace = f"tool:\n  exec:\n    workspace_roots: [{keys}]\n"
+    with pytest.raises(ConfigError, match="overlaps the daemon's own"):
+        _load(tmp_path, f"{workspace}toy:\n  key_path: {keys}/toy.key\n")
+
+
+async def test_a_registered_specialists_op_is_dispatched_with_its_section(
+    tmp_path: Path,
+) -> None:
+    config = _load(tmp_path, "toy:\n  greeting: ahoy\n")
+    async with open_daemon(config, (TOY,), memory=None) as daemon:
+        task = Task("greet", "TOY", "TEXT", None, (("ID", "t-1"), ("NAME", "ada")))
+        reply = await daemon.dispatcher.run(task, Peer("test"))
+    assert reply.status is Status.OK
+    assert reply.fields == (("ID", "t-1"), ("SCOPE", "[toy]"), ("DATA", "ahoy, ada"))
