@@ -78,7 +78,8 @@ def article_key(url: str) -> str:
 async def test_several_urls_are_fetched_each_with_its_own_outcome(
     docs: Dispatcher, origin: Origin
 ) -> None:
-    """R-3, R-4: one FETCH and CONTENT line per page, FETCH_ERROR naming the failure, PARTIAL."""
+    """R-3, R-4: one FETCH and CONTENT line per page, FETCH_ERROR naming the failure, PARTIAL
+    with ERROR naming it too (R-2); each FETCH line carries what its page declares."""
     one = serve(origin, "/one", ARTICLE)
     two = serve(origin, "/two", "plain words here", "text/plain")
     missing = origin.url("origin.test", "/status/404")
@@ -90,10 +91,12 @@ async def test_several_urls_are_fetched_each_with_its_own_outcome(
         (
             ("SCOPE", "[origin.test]"),
             ("DATA", "fetched:2,failed:1"),
+            ("ERROR", "fetch_failed:http_404"),
             (
                 "FETCH",
                 f"{article_key(one)} {one} chars:{len(MARKDOWN)} "
-                f"tokens:{math.ceil(len(MARKDOWN) / 4)} truncated:false cached:false {title}",
+                f"tokens:{math.ceil(len(MARKDOWN) / 4)} truncated:false cached:false "
+                f'description:"How tides shape the coast." {title}',
             ),
             ("CONTENT", f"{article_key(one)}:{json.dumps(MARKDOWN)}"),
             ("FETCH", f'{two_key} {two} chars:16 tokens:4 truncated:false cached:false ""'),
