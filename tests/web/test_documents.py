@@ -271,6 +271,24 @@ async def test_save_then_read_back_from_the_cabinet_through_the_memory_specialis
     assert (back.get("NEXT_START"), back.get("REMAINING_CHARS")) == ("20", str(len(MARKDOWN) - 20))
 
 
+async def test_a_saved_page_with_no_text_reads_back_partial_with_empty_content(
+    docs: Dispatcher, origin: Origin
+) -> None:
+    """R-2: the cabinet never answers an empty OK; the fetch said why, the read says so too."""
+    url = serve(origin, "/app", '<html><body><div id="root"></div><script src="/a.js"></script>')
+    fetched = await ask(docs, "fetch", "CONTENT", ("URL", url))
+    assert fetched.get("ERROR") == "empty_content:script_only,render_unavailable"
+    key = fetched.get("FILE_KEY")
+    assert key is not None
+    assert (await ask(docs, "save", "ACK", ("FILE_KEY", key))).status is Status.OK
+    back = await ask(docs, "cabinet", "CONTENT", ("FILE_KEY", key))
+    assert (back.status, back.get("DATA"), back.get("ERROR")) == (
+        Status.PARTIAL,
+        "",
+        "empty_content:empty_body",
+    )
+
+
 async def test_cabinet_read_of_a_key_never_saved_is_unknown_file_key(docs: Dispatcher) -> None:
     """M-7: the sink answers not_found; the op says which key."""
     key = "fk_" + "b" * 16
