@@ -23,6 +23,7 @@ from protocol import ErrorCode, Field
 
 from .emptiness import NO_TEXT, is_empty
 from .pages import Page
+from .services import WebServices
 from .summarize import summarize_extractive
 
 # (Page.meta key, reply field); in a FETCH line free text is quoted, a date or a tag is not.
@@ -36,6 +37,7 @@ DECLARED = (
 _BARE = frozenset({"published", "lang"})
 # A PARTIAL's summary: the three points a caller needs to judge the pages it has not read.
 SUMMARY_BULLETS = 3
+SUMMARY_NAMESPACE = "fetch_summary"  # cache entries: "<fileKey>:<EXTRACT>" -> the bullets
 
 
 def declared_fields(page: Page) -> list[Field]:
@@ -72,9 +74,18 @@ def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
     return ErrorCode.EMPTY_CONTENT, page.empty or NO_TEXT
 
 
-async def summary_fields(content: str, *, max_chars: int) -> list[Field]:
-    """SUMMARY lines for the whole of ``content`` (at most ``max_chars`` of it read), by the
-    summarize op's extractive method, in a worker thread: it is CPU work on a whole page."""
-    work = functools.partial(summarize_extractive, content[:max_chars], SUMMARY_BULLETS)
-    bullets = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+async def summary_fields(services: WebServices, key: str, content: str) -> list[Field]:
+    """SUMMARY lines for the whole of ``content`` (at most ``summarize.max_text_chars`` of it
+    read), by the summarize op's extractive method, in a worker thread: CPU work on a whole
+    page (about 0.3 s for 200,000 chars), so it is kept under ``key`` (the snapshot's fileKey
+    and view) for as long as the snapshot, and paging a long page pays for it once."""
+    cached = await services.cache.get(SUMMARY_NAMESPACE, key)
+    if isinstance(cached, list) and all(isinstance(bullet, str) for bullet in cached):
+        return [("SUMMARY", bullet) for bullet in cached]
+    limit = services.config.summarize.max_text_chars
+    work = functools.partial(summarize_extractive, content[:limit], SUMMARY_BULLETS)
+    bullets = list(await trio.to_thread.run_sync(work, abandon_on_cancel=True))
+    await services.cache.set(
+        SUMMARY_NAMESPACE, key, bullets, ttl_s=services.config.cache.fetch_ttl_s
+    )
     return [("SUMMARY", bullet) for bullet in bullets]

@@ -79,8 +79,8 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
         file_key = await announce(ctx, services, page)
         summary: list[Field] = []
         if start + max_chars < len(content):  # PARTIAL: say what the rest holds
-            limit = services.config.summarize.max_text_chars
-            summary = await summary_fields(content, max_chars=limit)
+            view = f"{file_key}:{params.text('EXTRACT')}"
+            summary = await summary_fields(services, view, content)
         result = _fetch_result(page, content, (start, max_chars), file_key, summary)
         if params.flag("BOARD"):
             board = board_lines(ctx, services)

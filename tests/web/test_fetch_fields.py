@@ -13,6 +13,7 @@ import pytest
 from protocol import Reply, Status
 from specialists.web import WEB
 from specialists.web.dates import iso_date
+from specialists.web.fetch_fields import SUMMARY_NAMESPACE
 from specialists.web.filekeys import file_key
 from specialists.web.headmeta import read_head
 from specialists.web.pages import CACHE_NAMESPACE, Page
@@ -144,13 +145,16 @@ async def test_max_age_with_a_file_key_is_invalid_field(
 
 
 async def test_a_page_cut_at_max_chars_carries_a_summary_of_the_whole_page(
-    make_dispatcher: DispatcherFactory, origin: Origin
+    make_dispatcher: DispatcherFactory, origin: Origin, web: WebServices
 ) -> None:
+    """Made once per snapshot and view: later parts read it from the cache."""
     url = serve(origin, "/tides", ARTICLE)
     reply = await fetch(make_dispatcher(list(WEB.ops)), url, ("MAX_CHARS", "40"))
     assert reply.status is Status.PARTIAL
     summary = [value for key, value in reply.fields if key == "SUMMARY"]
     assert summary == list(summarize_extractive(MARKDOWN, 3))
+    kept = await web.cache.get(SUMMARY_NAMESPACE, f"{reply.get('FILE_KEY')}:text")
+    assert kept == summary
     assert "Storm surges" in " ".join(summary)  # from past the part sent
     whole = await fetch(make_dispatcher(list(WEB.ops)), url)
     assert (whole.status, whole.get("SUMMARY")) == (Status.OK, None)
