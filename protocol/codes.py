@@ -78,6 +78,11 @@ class ErrorCode(enum.StrEnum):
         "FILE_KEY names no content held (expired or never fetched)",
     )
     FILE_EXISTS = "file_exists", "the target file exists and OVERWRITE was not asked"
+    EMPTY_CONTENT = (
+        "empty_content",
+        "the page loaded but yields no text (empty body, script-only page, no text)",
+    )
+    PROXY_FAILED = "proxy_failed", "the web.proxy forward proxy refused or broke the tunnel"
     UNKNOWN_RESEARCH_JOB = "unknown_research_job", "JOB_ID names no research job held now"
     RESEARCH_FAILED = "research_failed", "the research found no source it could read"
 

@@ -65,10 +65,12 @@ LOCATION = "lat:53.5,lon:8.1"
 FIRST = ("fetch", "save", "research")
 
 PAGE = (
-    b"<!doctype html><html><head><title>Tides</title>"
+    b'<!doctype html><html lang="en"><head><title>Tides</title>'
     b'<meta property="og:title" content="Tides of the North Sea">'
     b'<meta property="og:description" content="Two high tides a day.">'
     b'<meta property="og:site_name" content="Tide Tables">'
+    b'<meta name="author" content="Jan de Vries">'
+    b'<meta property="article:published_time" content="2026-03-05T08:00:00+01:00">'
     b"</head><body><article><h1>Tides</h1>"
     b"<p>The North Sea has two high tides every day, about twelve hours and twenty-five minutes"
     b" apart. Spring tides follow the new and the full moon; neap tides fall between them.</p>"

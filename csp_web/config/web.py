@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -111,6 +112,17 @@ class SummarizeConfig:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """Whom the web specialist's HTTPS requests trust. Verification is never off: these only
+    add trust, so that a site behind a company CA can be read (issue 24)."""
+
+    ca_file: str | None = None  # a PEM bundle added to certifi's roots (or to the OS store)
+    # The OS trust store (the truststore package, MIT: the one maintained way to verify
+    # against Linux, macOS and Windows stores from Python) instead of certifi's roots.
+    system_store: bool = False
+
+
+@dataclass(frozen=True)
 class WebConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -119,3 +131,26 @@ class WebConfig:
     apis: dict[str, ApiConfig] = field(default_factory=_default_apis)
     summarize: SummarizeConfig = field(default_factory=SummarizeConfig)
     docs: DocsConfig = field(default_factory=DocsConfig)  # csp_web/config/docs.py
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    # An HTTP forward proxy (http://host:port) every web request tunnels through with CONNECT
+    # to the address the guard resolved and approved; companies require one for egress.
+    proxy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxy is not None:
+            proxy_address(self.proxy)
+
+
+def proxy_address(url: str) -> tuple[str, int]:
+    """(host, port) of a ``web.proxy`` URL. Raises ValueError unless it is
+    ``http://host:port``: no other scheme, credentials (not supported yet), path or query."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"proxy: {url!r}: bad port") from exc
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise ValueError(f"proxy: {url!r} is not http://host:port")
+    if parts.username is not None or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"proxy: {url!r}: only http://host:port (no credentials or path)")
+    return parts.hostname, port

@@ -8,18 +8,23 @@ from dataclasses import dataclass
 
 from csp_web.core.audit import OpAudit
 from csp_web.core.errors import OpError
-from protocol import Field, Reply, Status
+from protocol import ErrorCode, Field, Reply, Status
 
 
 @dataclass(frozen=True)
 class Result:
     """A successful (or partial) outcome: the reply's SCOPE, DATA and further fields, and
-    what the op adds to its audit record (never part of the reply)."""
+    what the op adds to its audit record (never part of the reply).
+
+    ``error`` is the ``(code, detail)`` a PARTIAL names as the cause of what is missing
+    (SPEC R-2): written as ``ERROR code:detail`` right after DATA, as on a FAIL.
+    """
 
     data: str
     scope: tuple[str, ...] = ()
     fields: tuple[Field, ...] = ()
     status: Status = Status.OK
+    error: tuple[ErrorCode, str] | None = None
     audit: OpAudit | None = None
 
 
@@ -39,7 +44,11 @@ def _head(task_id: str | None) -> list[Field]:
 
 def ok_reply(result: Result, task_id: str | None) -> Reply:
     fields = _head(task_id)
-    fields += [("SCOPE", format_scope(result.scope)), ("DATA", result.data), *result.fields]
+    fields += [("SCOPE", format_scope(result.scope)), ("DATA", result.data)]
+    if result.error is not None:
+        code, detail = result.error
+        fields.append(("ERROR", f"{code}:{detail}"))
+    fields += result.fields
     return Reply(result.status, tuple(fields))
 
 

@@ -3,7 +3,8 @@
 Arguments are only spelled as fields here; the daemon validates them (SPEC D-3), so a bad
 argument gets the same ``invalid_field`` as on the wire. A reply becomes text (what a model
 reads) plus structured content (the reply's fields). PARTIAL and FAIL say what is missing:
-``isError`` with ``ERROR code:detail`` for FAIL, the next START for a truncated page, the
+``isError`` with ``ERROR code:detail`` for FAIL, the cause a PARTIAL names (R-2) on its
+first line, the next START for a truncated page, the
 wait for a rate limit; never a bare protocol error.
 """
 
@@ -88,8 +89,10 @@ def outcome_of(tool: ToolSpec, reply: Reply) -> ToolOutcome:
     lines = []
     if reply.status is Status.FAIL:
         lines.append(f"ERROR {reply.get('ERROR', 'internal_error:no ERROR field')}")
+    elif reply.status is Status.PARTIAL and (cause := reply.get("ERROR")) is not None:
+        lines.append(f"PARTIAL BECAUSE {cause}")  # SPEC R-2: the cause of what is missing
     data = reply.get("DATA")
-    if data is not None and not (reply.status is Status.FAIL and data == "none"):
+    if data and not (reply.status is Status.FAIL and data == "none"):
         lines.append(data)
     listed = [f"{key} {value}" for key, value in reply.fields if key not in _NOT_LISTED]
     if listed:

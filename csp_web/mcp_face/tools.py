@@ -177,7 +177,10 @@ _COMMON_OUTPUT = {
     "STATUS": {"type": "string", "enum": ["OK", "PARTIAL", "FAIL"]},
     "SCOPE": {"type": "string", "description": "the sources the reply covers"},
     "DATA": {"type": "string", "description": "the content"},
-    "ERROR": {"type": "string", "description": "FAIL: code:detail, the code from the catalogue"},
+    "ERROR": {
+        "type": "string",
+        "description": "FAIL (and a PARTIAL naming its cause): code:detail",
+    },
 }
 _ALWAYS_LISTS = frozenset({"CITE", "SNIPPET"})  # as results.structured_fields makes them
 

@@ -10,9 +10,11 @@
 from csp_web.config.guard import GuardConfig
 from csp_web.net.client import GuardedClient, TransportWrapper, open_guarded_client
 from csp_web.net.denylist import check_address, deny_rule
+from csp_web.net.proxy import Proxy, parse_proxy
 from csp_web.net.resolver import Resolver, SystemResolver
 from csp_web.net.result import FetchResult, decode_text
 from csp_web.net.settings import GuardSettings
+from csp_web.net.trust import trust_context
 from csp_web.net.urlgate import ParsedUrl, check_url
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "GuardSettings",
     "GuardedClient",
     "ParsedUrl",
+    "Proxy",
     "Resolver",
     "SystemResolver",
     "TransportWrapper",
@@ -29,4 +32,6 @@ __all__ = [
     "decode_text",
     "deny_rule",
     "open_guarded_client",
+    "parse_proxy",
+    "trust_context",
 ]

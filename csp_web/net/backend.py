@@ -21,6 +21,7 @@ import trio
 
 from csp_web.config.guard import GuardConfig
 from csp_web.core.errors import OpError
+from csp_web.net.proxy import Proxy, open_tunnel
 from csp_web.net.resolver import Resolver, resolve_checked
 from csp_web.net.settings import GuardSettings
 from protocol import ErrorCode
@@ -29,9 +30,12 @@ from protocol import ErrorCode
 class PinnedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's trio backend, but every TCP connect goes to a resolved, checked address."""
 
-    def __init__(self, settings: GuardSettings, resolver: Resolver) -> None:
+    def __init__(
+        self, settings: GuardSettings, resolver: Resolver, *, proxy: Proxy | None = None
+    ) -> None:
         self._settings = settings  # shared with the client: one current reference
         self._resolver = resolver
+        self._proxy = proxy  # web.proxy: every connect tunnels through it (proxy.py)
         self._inner = httpcore.TrioBackend()
 
     @property
@@ -48,12 +52,18 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        """Connect to the first reachable checked address of ``host``.
+        """Connect to the first reachable checked address of ``host``, through the proxy's
+        CONNECT tunnel to that address when one is configured.
 
-        Raises OpError(DNS_FAILED | SSRF_BLOCKED) before any connect, or the inner backend's
-        httpcore.ConnectError / ConnectTimeout when no checked address answers.
+        Raises OpError(DNS_FAILED | SSRF_BLOCKED) before any connect, OpError(PROXY_FAILED)
+        when the proxy fails, or the inner backend's httpcore.ConnectError / ConnectTimeout
+        when no checked address answers.
         """
         addresses = await resolve_checked(self._resolver, host, port, self._config)
+        if self._proxy is not None:  # the proxy reaches it or says why not: one try
+            return await open_tunnel(
+                self._inner, self._proxy, str(addresses[0]), port, timeout_s=timeout
+            )
         error: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
         for address in addresses:
             try:

@@ -25,6 +25,7 @@ from csp_web.config.guard import GuardConfig
 from csp_web.core.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, check_header_bytes, read_capped
+from csp_web.net.proxy import Proxy
 from csp_web.net.redirects import (
     Hop,
     body_headers_dropped,
@@ -297,17 +298,19 @@ async def open_guarded_client(
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
     wrap_transport: TransportWrapper | None = None,
+    proxy: Proxy | None = None,
 ) -> AsyncIterator[GuardedClient]:
     """A GuardedClient for ``config``; its connections close when the block exits.
 
     ``resolver`` defaults to the system's (tests inject fixed answers); ``ssl_context``
     defaults to httpx's certifi roots (tests pass a trustme CA); ``wrap_transport`` wraps the
-    guarded transport (``csp-web replay`` records and serves cassettes there). Proxy and TLS
+    guarded transport (``csp-web replay`` records and serves cassettes there); ``proxy``
+    (``web.proxy``) tunnels every connect to its checked address (``proxy.py``). Proxy and TLS
     environment variables are ignored: the pinned connect is the only route out.
     """
     settings = GuardSettings(config or GuardConfig())
     config = settings.current
-    backend = PinnedBackend(settings, resolver or SystemResolver())
+    backend = PinnedBackend(settings, resolver or SystemResolver(), proxy=proxy)
     transport = GuardedTransport(backend, ssl_context=ssl_context)
     async with httpx.AsyncClient(
         transport=transport if wrap_transport is None else wrap_transport(transport),

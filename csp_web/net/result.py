@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import codecs
-import re
 from dataclasses import dataclass
 from email.message import Message
 
 import httpx
 
-# The HTML prescan looks at the first 1024 bytes only (WHATWG HTML §13.2.3.2).
-_PRESCAN_BYTES = 1024
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
-_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+from csp_web.net.charset import codec_for, decode_body
+
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
 
@@ -48,33 +45,16 @@ def parse_content_type(value: str) -> tuple[str, str | None]:
 
 
 def decode_text(body: bytes, *, charset: str | None, content_type: str = "text/html") -> str:
-    """``body`` as text: a BOM first (WHATWG Encoding §6), then the header's charset, then an
-    HTML ``<meta charset>`` in the first 1024 bytes, then UTF-8; undecodable bytes become U+FFFD.
-
-    An unknown charset name is skipped, never an error.
-    """
-    for bom, encoding in _BOMS:
-        if body.startswith(bom):
-            return body[len(bom) :].decode(encoding, errors="replace")
-    candidates = [charset]
-    if content_type in _HTML_TYPES:
-        candidates.append(_meta_charset(body))
-    for name in candidates:
-        text = _decode_or_none(body, name)
-        if text is not None:
-            return text
-    return body.decode("utf-8", errors="replace")
+    """``body`` as text, decoded as browsers decode it (``charset.py``): a BOM, then the
+    header's ``charset``, then for HTML (or an untyped body) a ``<meta>`` in the first 1,024
+    bytes, then detection on undeclared bytes; JSON, UTF-8 by RFC 8259, is never guessed at.
+    Undecodable bytes become U+FFFD; an unknown charset name is skipped, never an error."""
+    if _is_json(content_type) and codec_for(charset) is None:
+        start = len(codecs.BOM_UTF8) if body.startswith(codecs.BOM_UTF8) else 0
+        return body[start:].decode("utf-8", errors="replace")
+    html = content_type in _HTML_TYPES or not content_type
+    return decode_body(body, declared=charset, html=html)
 
 
-def _meta_charset(body: bytes) -> str | None:
-    match = _META_CHARSET.search(body[:_PRESCAN_BYTES])
-    return match.group(1).decode("ascii").lower() if match else None
-
-
-def _decode_or_none(body: bytes, name: str | None) -> str | None:
-    if not name:
-        return None
-    try:  # LookupError also covers codecs that are not text encodings ("base64", "rot13")
-        return body.decode(name, errors="replace")
-    except LookupError:
-        return None
+def _is_json(content_type: str) -> bool:
+    return content_type in ("application/json", "text/json") or content_type.endswith("+json")

@@ -83,6 +83,8 @@ def make_web(
             "web.guard.user_agent",
             "web.guard.robots_ttl_s",
             "web.guard.robots_cache_entries",
+            "web.tls",  # the client's TLS context and proxy are built once, at start
+            "web.proxy",
         ),
         open_services=lambda section, config: open_web_services(
             config,

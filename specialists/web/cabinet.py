@@ -48,7 +48,14 @@ class Saved:
         """The entry as a text snapshot whose fileKey is its own."""
         words = len(self.content.split())
         return Page(
-            self.url, 200, "text/markdown", "text", self.title, text=self.content, word_count=words
+            self.url,
+            200,
+            "text/markdown",
+            "text",
+            self.title,
+            text=self.content,
+            word_count=words,
+            fetched_at=self.saved_at,
         )
 
 

@@ -17,12 +17,16 @@ every snapshot and the announcement board.
 The URLs load concurrently, each through ``firecrawl.load_for_fetch`` (``pages.load_page``: the
 guard, robots.txt, the cache, single-flight, the fetch bucket; Firecrawl behind it when
 configured) within the task's deadline; each gets its own outcome.
-PARTIAL when any failed or was cut at MAX_CHARS; FAIL (the first failure's code, with every
-FETCH_ERROR line) when none loaded. Paging a cut page goes by its FILE_KEY and START.
+A page that loads but yields no text is a failure here (``FETCH_ERROR <url>
+empty_content:<why>``). PARTIAL when any failed (with ``ERROR`` naming the first failure, SPEC
+R-2) or was cut at MAX_CHARS; FAIL (the first failure's code, with every FETCH_ERROR line) when
+none loaded. Each FETCH line carries what its page declares and, from the cache, when it was
+downloaded (``fetch_fields.py``). Paging a cut page goes by its FILE_KEY and START.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -35,6 +39,7 @@ from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from .board import Entry, file_lines
+from .fetch_fields import cached_at, declared_attributes, empty_error
 from .filekeys import content_of, file_key, hold, token_estimate
 from .firecrawl import load_for_fetch
 from .pages import Page
@@ -81,7 +86,12 @@ def board_lines(ctx: OpContext, services: WebServices) -> list[Field]:
 
 
 async def fetch_many(
-    params: Params, ctx: OpContext, services: WebServices, urls: list[str], max_chars: int
+    params: Params,
+    ctx: OpContext,
+    services: WebServices,
+    urls: list[str],
+    max_chars: int,
+    max_age_s: int | None,
 ) -> Result:
     """Load ``urls`` concurrently and answer with one FETCH (and CONTENT) line per page
     loaded and one FETCH_ERROR per failure, in the order asked."""
@@ -89,7 +99,7 @@ async def fetch_many(
     with web_audit(" ".join(urls)) as notes:
         async with trio.open_nursery() as nursery:
             for outcome in outcomes:
-                nursery.start_soon(_load, params, ctx, services, outcome)
+                nursery.start_soon(_load, params, services, outcome, max_age_s)
         loaded = [o for o in outcomes if o.page is not None]
         notes.cache_hit = bool(loaded) and all(o.page.cached for o in loaded if o.page)
         failed = [o for o in outcomes if o.error is not None]
@@ -100,13 +110,23 @@ async def fetch_many(
             first = failed[0].error
             assert first is not None
             raise OpError(first.code, first.detail, fields=errors)
-        return notes.attach(await _render(ctx, services, params, loaded, errors, max_chars))
+        result = await _render(ctx, services, params, loaded, errors, max_chars)
+        cause = next((o.error for o in failed if o.error is not None), None)
+        if cause is None:
+            return notes.attach(result)
+        return notes.attach(dataclasses.replace(result, error=(cause.code, cause.detail)))
 
 
-async def _load(params: Params, ctx: OpContext, services: WebServices, outcome: _Outcome) -> None:
+async def _load(
+    params: Params, services: WebServices, outcome: _Outcome, max_age_s: int | None
+) -> None:
+    no_cache = params.flag("NO_CACHE")
     try:
-        page = await load_for_fetch(services, outcome.url, no_cache=params.flag("NO_CACHE"))
-        page_content(page, params.text("EXTRACT"), outcome.url)  # refuse what has no view
+        page = await load_for_fetch(services, outcome.url, no_cache=no_cache, max_age_s=max_age_s)
+        content = page_content(page, params.text("EXTRACT"), outcome.url)  # refuse no view
+        empty = empty_error(page, content)
+        if empty is not None:  # loaded, but nothing to read: a failure of this URL
+            raise OpError(*empty)
         outcome.page = page
     except OpError as exc:
         outcome.error = exc
@@ -132,11 +152,14 @@ async def _render(
         truncated = truncated or cut
         shown = content[:max_chars]
         title = json.dumps(page.title or "", ensure_ascii=False)
+        when = cached_at(page)
+        stamp = f" cached_at:{when}" if when is not None else ""
         fields.append(
             (
                 "FETCH",
                 f"{key} {page.url} chars:{len(content)} tokens:{token_estimate(shown)} "
-                f"truncated:{str(cut).lower()} cached:{str(page.cached).lower()} {title}",
+                f"truncated:{str(cut).lower()} cached:{str(page.cached).lower()}{stamp}"
+                f"{declared_attributes(page)} {title}",
             )
         )
         fields.append(("CONTENT", f"{key}:{json.dumps(shown, ensure_ascii=False)}"))

@@ -22,10 +22,13 @@ key variable is unset. The key is sent only to ``base_url``, never on a redirect
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import logging
 import os
 import re
+import time
 from typing import Any
 
 import trio
@@ -36,6 +39,7 @@ from protocol import ErrorCode
 from .pages import (
     CACHE_NAMESPACE,
     Page,
+    fresh,
     from_snapshot,
     load_page,
     normalise_url,
@@ -54,20 +58,33 @@ _WORD = re.compile(r"\w+")
 _GATE_CODES = frozenset({ErrorCode.URL_REJECTED, ErrorCode.SSRF_BLOCKED})
 
 
-async def load(services: WebServices, url: str, *, no_cache: bool, deadline: float) -> Page:
-    """The page at ``url`` through the configured backends (see the module's docstring)."""
+async def load(
+    services: WebServices,
+    url: str,
+    *,
+    no_cache: bool,
+    deadline: float,
+    max_age_s: float | None = None,
+) -> Page:
+    """The page at ``url`` through the configured backends (see the module's docstring); a
+    cached snapshot only when younger than ``max_age_s`` (None: any the cache holds)."""
     config = services.config.docs.firecrawl
     key = os.environ.get(config.api_key_env) if config.base_url is not None else None
+    direct = functools.partial(
+        load_page, services, url, no_cache=no_cache, max_age_s=max_age_s, deadline=deadline
+    )
     if not key:
-        return await load_page(services, url, no_cache=no_cache, deadline=deadline)
+        return await direct()
     if config.mode == "always":
         try:
-            return await scrape(services, url, key, no_cache=no_cache, deadline=deadline)
+            return await scrape(
+                services, url, key, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s
+            )
         except OpError as exc:
             log.info("firecrawl failed for %s (%s:%s); loading directly", url, exc.code, exc.detail)
-            return await load_page(services, url, no_cache=no_cache, deadline=deadline)
+            return await direct()
     try:
-        return await load_page(services, url, no_cache=no_cache, deadline=deadline)
+        return await direct()
     except OpError as direct:
         if direct.code not in FALLBACK_CODES:
             raise
@@ -80,23 +97,32 @@ async def load(services: WebServices, url: str, *, no_cache: bool, deadline: flo
             raise direct from None
 
 
-async def load_for_fetch(services: WebServices, url: str, *, no_cache: bool = False) -> Page:
+async def load_for_fetch(
+    services: WebServices, url: str, *, no_cache: bool = False, max_age_s: float | None = None
+) -> Page:
     """``load`` under the op's deadline, a failure carrying a ``URL`` field (as fetch's)."""
+    deadline = op_deadline(services)
     try:
-        return await load(services, url, no_cache=no_cache, deadline=op_deadline(services))
+        return await load(services, url, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s)
     except OpError as exc:
         raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
 
 
 async def scrape(
-    services: WebServices, url: str, key: str, *, no_cache: bool, deadline: float
+    services: WebServices,
+    url: str,
+    key: str,
+    *,
+    no_cache: bool,
+    deadline: float,
+    max_age_s: float | None = None,
 ) -> Page:
     """The page as Firecrawl reads it, cached as a direct load would be. Raises OpError:
     the gate's and robots.txt's refusals, RATE_LIMITED, FETCH_FAILED (``firecrawl_http_<n>``,
     ``firecrawl:<error>``, ``http_<n>`` for the page's own status, ``timeout``)."""
     target = normalise_url(url, services)
     if not no_cache:
-        cached = from_snapshot(await services.cache.get(CACHE_NAMESPACE, target))
+        cached = fresh(from_snapshot(await services.cache.get(CACHE_NAMESPACE, target)), max_age_s)
         if cached is not None:
             return cached
     allowed = await services.client.robots_allowed(target, deadline_s=_left(deadline))
@@ -106,6 +132,7 @@ async def scrape(
     if bucket is not None:
         await bucket.acquire(deadline=deadline)
     page = parse(await _post(services, target, key, deadline), target, secret=key)
+    page = dataclasses.replace(page, fetched_at=time.time())
     await _check_landing(services, page.url, target, deadline)
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(CACHE_NAMESPACE, target, to_snapshot(page), ttl_s=ttl_s)

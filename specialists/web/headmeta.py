@@ -13,6 +13,8 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from .dates import iso_date
+
 # The head: OpenGraph, Twitter cards, JSON-LD, <title>, meta refresh. Only the head is parsed
 # (seed 003: "parses <meta> OG tags from <head> only"); a regex finds where it ends.
 HEAD_SCAN_CHARS = 256 * 1024  # with no </head> or <body> this far in, the head is cut here
@@ -28,8 +30,15 @@ _SOURCES = (
     ("site_name", ("og:site_name", "ld:site_name", "application-name")),
     ("type", ("og:type",)),
     ("og_url", ("og:url",)),
+    ("author", ("author", "ld:author", "article:author", "dc.creator", "twitter:creator")),
+    (
+        "published",
+        ("article:published_time", "ld:published", "datepublished", "dc.date", "date", "pubdate"),
+    ),
+    ("lang", ("html:lang", "content-language", "og:locale")),
 )
 _URL_KEYS = frozenset({"image", "og_url"})
+_LANG_TAG = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*")
 # JSON-LD types that describe the site or its people, never the page's own content.
 _LD_NOT_CONTENT = frozenset(
     {
@@ -51,7 +60,8 @@ _LD_SITE = frozenset({"website", "organization", "newsmediaorganization", "corpo
 @dataclass(frozen=True)
 class Head:
     """What a page's head says about it: ``meta`` keys are title, description, image,
-    site_name, type and og_url (only those found); ``refresh`` is a meta-refresh target."""
+    site_name, type, og_url, author, published (an ISO-8601 date), lang (a BCP 47 tag), only
+    those found; ``refresh`` is a meta-refresh target."""
 
     meta: dict[str, str]
     refresh: str | None
@@ -76,15 +86,40 @@ def read_head(html: str, *, base_url: str) -> Head:
     title = tree.css_first("title")
     if title is not None and (text := _clean(title.text())):
         found["html:title"] = text
+    root = tree.css_first("html")
+    if root is not None and (lang := _clean(root.attributes.get("lang") or "")):
+        found["html:lang"] = lang
     found.update({f"ld:{key}": value for key, value in _json_ld(tree).items()})
     meta: dict[str, str] = {}
     for name, sources in _SOURCES:
-        value = next((found[source] for source in sources if source in found), None)
+        values = (
+            _NORMALISE.get(name, _same)(found[source]) for source in sources if source in found
+        )
+        value = next((v for v in values if v), None)
         if value is not None and name in _URL_KEYS:
             value = absolute_url(value, base_url)
         if value:
             meta[name] = value
     return Head(meta, refresh)
+
+
+def _same(value: str) -> str | None:
+    return value
+
+
+def _author(value: str) -> str | None:
+    """A person's name; a profile URL (og's article:author) or a @handle alone names nobody."""
+    return None if value.startswith(("http://", "https://", "@")) else value
+
+
+def _lang(value: str) -> str | None:
+    """A BCP 47 tag as HTML's lang spells it: ``en_US`` (og:locale) becomes ``en-US``; the
+    first of a list (Content-Language may hold several); None for anything else."""
+    tag = value.split(",")[0].strip().replace("_", "-")
+    return tag if _LANG_TAG.fullmatch(tag) else None
+
+
+_NORMALISE = {"author": _author, "published": iso_date, "lang": _lang}
 
 
 def _meta_tags(nodes: list[LexborNode], base_url: str) -> tuple[dict[str, str], str | None]:
@@ -141,6 +176,9 @@ def _json_ld(tree: LexborHTMLParser) -> dict[str, str]:
         value = next((v for n in ordered if (v := _ld_text(n.get(prop), inner))), None)
         if value:
             found[key] = value
+    if primary is not None:
+        found["author"] = _ld_text(primary.get("author"), "name") or ""
+        found["published"] = _ld_text(primary.get("datePublished")) or ""
     sites = [n for n in nodes if _ld_types(n) & _LD_SITE]
     publisher = primary.get("publisher") if primary is not None else None
     site = next((v for n in sites if (v := _ld_text(n.get("name")))), None)

@@ -28,10 +28,11 @@ from csp_web.core.errors import FieldError, OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field
+from protocol import ErrorCode, Field, Status
 
 from . import cabinet
 from .board import file_lines
+from .emptiness import EMPTY_BODY, is_empty
 from .fetch_many import announce
 from .filekeys import check, content_of, held, window
 from .pages import Page
@@ -90,6 +91,9 @@ async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) ->
             *paging,
             cite(saved.url, saved.title),
         ]
+        if is_empty(content):  # a saved page that had no text: never an empty OK
+            error = (ErrorCode.EMPTY_CONTENT, EMPTY_BODY)
+            return notes.attach(Result(text, ("memory",), tuple(fields), Status.PARTIAL, error))
         return notes.attach(Result(text, ("memory",), tuple(fields), status))
 
 

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 
 from csp_web.core.context import OpContext
@@ -26,8 +27,9 @@ from csp_web.core.errors import FieldError, OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field
+from protocol import ErrorCode, Field, Status
 
+from .fetch_fields import cached_at, declared_fields, empty_error, summary_fields
 from .fetch_many import announce, board_lines, fetch_many, page_content
 from .filekeys import held, window
 from .firecrawl import load_for_fetch
@@ -56,25 +58,33 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
     max_chars = _max_chars(params, services)
     urls, key = params.texts("URL"), params.opt_text("FILE_KEY")
     _check_sources(urls, key, docs.max_urls, params.integer("START"))
+    max_age_s = params.opt_integer("MAX_AGE")
+    if key is not None and max_age_s is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "MAX_AGE applies to URL: a FILE_KEY is fixed")
     services.board.turn(ctx.peer, docs.board)
     if len(urls) > 1:
-        return await fetch_many(params, ctx, services, urls, max_chars)
+        return await fetch_many(params, ctx, services, urls, max_chars, max_age_s)
     target = key if key is not None else urls[0]
     with web_audit(target) as notes:
         if key is not None:
             page = await held(services, key)
         else:
-            page = await load_for_fetch(services, urls[0], no_cache=params.flag("NO_CACHE"))
+            no_cache = params.flag("NO_CACHE")
+            page = await load_for_fetch(services, urls[0], no_cache=no_cache, max_age_s=max_age_s)
         notes.cache_hit = page.cached
         content = page_content(page, params.text("EXTRACT"), target)
         start = params.integer("START")
         if start > len(content):
             raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
         file_key = await announce(ctx, services, page)
-        result = _fetch_result(page, content, start, max_chars, file_key)
+        summary: list[Field] = []
+        if start + max_chars < len(content):  # PARTIAL: say what the rest holds
+            view = f"{file_key}:{params.text('EXTRACT')}"
+            summary = await summary_fields(services, view, content)
+        result = _fetch_result(page, content, (start, max_chars), file_key, summary)
         if params.flag("BOARD"):
             board = board_lines(ctx, services)
-            result = Result(result.data, result.scope, (*result.fields, *board), result.status)
+            result = dataclasses.replace(result, fields=(*result.fields, *board))
         return notes.attach(result)
 
 
@@ -97,20 +107,27 @@ def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) 
         raise FieldError(ErrorCode.INVALID_FIELD, "START pages one source: use its FILE_KEY")
 
 
-def _fetch_result(page: Page, content: str, start: int, max_chars: int, file_key: str) -> Result:
-    text, paging, status = window(content, start, max_chars)
+def _fetch_result(
+    page: Page, content: str, part: tuple[int, int], file_key: str, summary: list[Field]
+) -> Result:
+    """The reply for ``part`` (START, MAX_CHARS) of one page: PARTIAL, with ``summary`` when
+    cut at MAX_CHARS, or when the page yields no text (with ``ERROR empty_content:<why>``,
+    SPEC R-2; never an OK with empty content)."""
+    text, paging, status = window(content, *part)
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
+    fields += declared_fields(page)
     fields.append(("WORD_COUNT", str(page.word_count)))
     if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
         fields.append(("PAGE_TYPE", page.page_type))
-    fields += [
-        ("CACHED", "true" if page.cached else "false"),
-        ("URL", page.url),
-        ("FILE_KEY", file_key),
-        *paging,
-        cite(page.url, page.title),
-    ]
-    return Result(text, (page.host,), tuple(fields), status)
+    fields.append(("CACHED", "true" if page.cached else "false"))
+    if (when := cached_at(page)) is not None:
+        fields.append(("CACHED_AT", when))
+    fields += [("URL", page.url), ("FILE_KEY", file_key), *paging, *summary]
+    fields.append(cite(page.url, page.title))
+    error = empty_error(page, content)
+    if error is not None:
+        status = Status.PARTIAL
+    return Result(text, (page.host,), tuple(fields), status, error)
 
 
 async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
@@ -164,6 +181,11 @@ def _too_many(limit: int, url: str) -> OpError:
 
 FETCH_REPLIES = (
     ReplyField("TITLE", "one page, with a title", "the page's title"),
+    ReplyField("DESCRIPTION", "one page that declares it", "og, JSON-LD or meta description"),
+    ReplyField("AUTHOR", "one page that declares it", "meta author, JSON-LD or article:author"),
+    ReplyField("PUBLISHED", "one page that declares it", "publication date, ISO-8601 (YYYY-MM-DD)"),
+    ReplyField("LANG", "one page that declares it", "its language, a BCP 47 tag (html lang)"),
+    ReplyField("SITE_NAME", "one page that declares it", "og:site_name or JSON-LD publisher"),
     ReplyField("WORD_COUNT", "one page", "words in the readable content"),
     ReplyField(
         "PAGE_TYPE",
@@ -171,6 +193,7 @@ FETCH_REPLIES = (
         "article forum docs listing product collection service",
     ),
     ReplyField("CACHED", "one page", "whether it came from the cache"),
+    ReplyField("CACHED_AT", "one page from the cache", "when it was downloaded, ISO-8601 UTC"),
     ReplyField("URL", "one page; FAIL: the URL that failed", "the page's final URL"),
     ReplyField("FILE_KEY", "one page; FAIL: unknown_file_key", "the content's fileKey"),
     ReplyField("CONTENT_LENGTH", "one page", "the whole content's length in chars"),
@@ -179,9 +202,15 @@ FETCH_REPLIES = (
     ReplyField("NEXT_START", "PARTIAL, one page", "START for the next part"),
     ReplyField("REMAINING_CHARS", "PARTIAL, one page", "chars after this part"),
     ReplyField(
+        "SUMMARY",
+        "PARTIAL past MAX_CHARS, one page: one per point",
+        "a sentence of the whole page's extractive summary",
+    ),
+    ReplyField(
         "FETCH",
         "several URLs: one per page loaded",
-        '<fileKey> <url> chars tokens truncated cached "<title>"',
+        "<fileKey> <url> chars tokens truncated cached [cached_at] [description author"
+        ' published lang site_name] "<title>"',
     ),
     ReplyField(
         "CONTENT", "several URLs: one per page loaded", "<fileKey>:<content as a JSON string>"
@@ -200,6 +229,11 @@ FETCH_EXAMPLE = Example(
         'DATA "# Tides of the North Sea\\n\\nThe North Sea has two high tides '
         'every day, about twelve hours and twenty-five minutes apart. "\n'
         'TITLE "Tides of the North Sea"\n'
+        'DESCRIPTION "Two high tides a day."\n'
+        "AUTHOR Jan de Vries\n"
+        "PUBLISHED 2026-03-05\n"
+        "LANG en\n"
+        "SITE_NAME Tide Tables\n"
         "WORD_COUNT 62\n"
         "CACHED false\n"
         "URL https://origin.test/tides\n"
@@ -209,6 +243,12 @@ FETCH_EXAMPLE = Example(
         "TRUNCATED true\n"
         "NEXT_START 120\n"
         "REMAINING_CHARS 239\n"
+        'SUMMARY "The North Sea has two high tides every day, about twelve hours and '
+        'twenty-five minutes apart."\n'
+        'SUMMARY "Spring tides follow the new and the full moon; neap tides fall between '
+        'them."\n'
+        'SUMMARY "Tide tables give the times of high and low water for each port, and '
+        'harbour masters publish them a year ahead."\n'
         'CITE https://origin.test/tides "Tides of the North Sea"\n'
     ),
 )
@@ -279,6 +319,12 @@ OPS: list[Op[WebServices]] = [
             ),
             FieldSpec("START", "int", default=0, minimum=0, doc="character offset to read from"),
             FieldSpec("NO_CACHE", "bool", default=False, doc="download even when cached"),
+            FieldSpec(
+                "MAX_AGE",
+                "int",
+                minimum=0,
+                doc="seconds: read the cache only when its snapshot is younger (0: download)",
+            ),
             FieldSpec("BOARD", "bool", default=False, doc="add the announcement board (FILE)"),
         ),
         inline="URL",

@@ -45,7 +45,7 @@ from csp_web.core.errors import FieldError, OpError
 from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field
+from protocol import ErrorCode, Field, Status
 
 from .board import owner
 from .jobs import Job
@@ -112,6 +112,9 @@ def _answer(job: Job, steps: list[Field]) -> Result:
     fields += [cite(url, title) for url, title in job.citations]
     scope = tuple(dict.fromkeys(domain(url) for url, _ in job.citations))
     data = f"status:done,bullets:{len(job.answer)},sources:{len(job.citations)}"
+    if not job.answer:  # sources read, yet no sentence to answer with: never an empty OK
+        error = (ErrorCode.EMPTY_CONTENT, "no_sentences")
+        return Result(data, scope, (*fields, *steps), Status.PARTIAL, error)
     return Result(data, scope, (*fields, *steps))
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import re
+import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from csp_web.core.errors import OpError
 from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
 
+from .emptiness import empty_why, is_empty
 from .extract import extract_article, outline
 from .flights import Flight, Flights
 from .headmeta import read_head
@@ -36,7 +38,7 @@ from .services import WebServices
 Kind = Literal["html", "json", "text", "other"]
 
 CACHE_NAMESPACE = "fetch"
-SNAPSHOT_VERSION = 2  # bump when Page changes shape: older cached snapshots then read as misses
+SNAPSHOT_VERSION = 3  # bump when Page changes shape: older cached snapshots then read as misses
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
 
@@ -53,8 +55,10 @@ class Page:
     ``url`` is the final URL after redirects; ``redirect_chain`` runs from the URL requested to
     ``url``. ``kind`` says which views are filled: html gives ``markdown``, ``outline``,
     ``meta`` and ``refresh`` (a meta-refresh target, absolute); json and text give ``text``
-    (the decoded body) and ``json`` when the body parses as JSON. ``cached`` is True when this
-    load was answered from the cache; it is not stored.
+    (the decoded body) and ``json`` when the body parses as JSON. ``fetched_at`` is when it was
+    downloaded (Unix seconds: MAX_AGE and CACHED_AT); ``empty`` says why the main view holds no
+    text (``emptiness.py``), None when it holds some. ``cached`` is True when this load was
+    answered from the cache; it is not stored.
     """
 
     url: str
@@ -72,6 +76,8 @@ class Page:
     redirect_chain: tuple[str, ...] = ()
     meta: Mapping[str, str] = field(default_factory=dict)
     refresh: str | None = None
+    fetched_at: float = 0.0
+    empty: str | None = None
     cached: bool = False
 
     @property
@@ -98,11 +104,13 @@ async def load_page(
     url: str,
     *,
     no_cache: bool = False,
+    max_age_s: float | None = None,
     deadline: float,
     background: bool = False,
 ) -> Page:
-    """The page at ``url``: from the cache unless ``no_cache``, else downloaded (or shared with
-    a download of the same URL already in flight) and cached for ``cache.fetch_ttl_s``.
+    """The page at ``url``: from the cache unless ``no_cache`` (or the snapshot is ``max_age_s``
+    old or older), else downloaded (or shared with a download of the same URL already in
+    flight) and cached for ``cache.fetch_ttl_s``.
 
     ``deadline`` is trio time and bounds the rate-limit wait and the download. ``background``
     loads (search prefetch) take a rate token only when the bucket is at least half full.
@@ -115,7 +123,7 @@ async def load_page(
     key = normalise_url(url, services)
     while True:
         if not no_cache:
-            page = await _cached(services, key)
+            page = fresh(await _cached(services, key), max_age_s)
             if page is not None:
                 return page
         flights = services.flights
@@ -204,7 +212,7 @@ async def _download(services: WebServices, key: str, *, deadline: float, backgro
     # Extraction is CPU-bound (about 1 s on adversarial input): off the event loop, and a
     # cancelled task does not wait for it.
     page = await trio.to_thread.run_sync(
-        functools.partial(build_page, result), abandon_on_cancel=True
+        functools.partial(build_page, result, fetched_at=time.time()), abandon_on_cancel=True
     )
     await _store(services, key, page)
     return page
@@ -222,6 +230,14 @@ async def _take_token(services: WebServices, *, deadline: float, background: boo
 
 async def _cached(services: WebServices, key: str) -> Page | None:
     return from_snapshot(await services.cache.get(CACHE_NAMESPACE, key))
+
+
+def fresh(page: Page | None, max_age_s: float | None) -> Page | None:
+    """``page`` unless it was fetched ``max_age_s`` seconds ago or earlier (Firecrawl's maxAge:
+    MAX_AGE 0 never reads the cache); None stays None."""
+    if page is None or max_age_s is None:
+        return page
+    return page if time.time() - page.fetched_at < max_age_s else None
 
 
 async def _store(services: WebServices, key: str, page: Page) -> None:
@@ -256,9 +272,9 @@ def from_snapshot(data: Any) -> Page | None:
         return None
 
 
-def build_page(result: FetchResult) -> Page:
-    """The snapshot of a fetched response: every view its content type allows. Pure, CPU-bound;
-    runs in a worker thread."""
+def build_page(result: FetchResult, *, fetched_at: float = 0.0) -> Page:
+    """The snapshot of a fetched response: every view its content type allows, and why its
+    main view is empty when it is. Pure, CPU-bound; runs in a worker thread."""
     kind = content_kind(result.content_type, result.body)
     base = Page(
         url=result.url,
@@ -266,15 +282,19 @@ def build_page(result: FetchResult) -> Page:
         content_type=result.content_type,
         kind=kind,
         redirect_chain=result.redirect_chain,
+        fetched_at=fetched_at,
     )
     if kind == "other":
         return base
     text = decode_text(result.body, charset=result.charset, content_type=result.content_type)
     if kind == "html":
-        return _html_page(base, text)
-    return dataclasses.replace(
-        base, text=text, json=compact_json(text), word_count=len(_WORD.findall(text))
-    )
+        page = _html_page(base, text)
+    else:
+        page = dataclasses.replace(
+            base, text=text, json=compact_json(text), word_count=len(_WORD.findall(text))
+        )
+    main = page.markdown if kind == "html" else page.text
+    return dataclasses.replace(page, empty=empty_why(kind, text)) if is_empty(main) else page
 
 
 def _html_page(base: Page, html: str) -> Page:

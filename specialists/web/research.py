@@ -33,6 +33,7 @@ from csp_web.core.ports import Outbound
 from csp_web.core.records import json_record, make_write
 from protocol import ErrorCode
 
+from .emptiness import NO_TEXT, is_empty
 from .filekeys import content_of
 from .firecrawl import load as load_through_backends
 from .jobs import Job, Step
@@ -158,9 +159,13 @@ async def _read_one(
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return
-    text = content_of(page) if page.kind in ("html", "text") else ""
-    if not text.strip():
-        job.steps.append(Step("fetch", url, "unsupported_content:no text", _ms(began)))
+    if page.kind not in ("html", "text"):
+        outcome = f"unsupported_content:{page.content_type or 'unknown'}"
+        job.steps.append(Step("fetch", url, outcome, _ms(began)))
+        return
+    text = content_of(page)
+    if is_empty(text):
+        job.steps.append(Step("fetch", url, f"empty_content:{page.empty or NO_TEXT}", _ms(began)))
         return
     job.steps.append(Step("fetch", url, "ok", _ms(began)))
     read[url] = Source(page.url, page.title, text[:limit])

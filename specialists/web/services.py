@@ -23,7 +23,14 @@ from csp_web.infra.redis_cache import ResponseCache, open_response_cache
 from csp_web.infra.redis_flight import SharedFlights
 from csp_web.infra.redis_link import RedisLink
 from csp_web.infra.redis_ratelimit import BucketSource, shared_or_local
-from csp_web.net import GuardedClient, Resolver, TransportWrapper, open_guarded_client
+from csp_web.net import (
+    GuardedClient,
+    Resolver,
+    TransportWrapper,
+    open_guarded_client,
+    parse_proxy,
+    trust_context,
+)
 
 from .board import Board
 from .breaker import Breaker
@@ -85,13 +92,22 @@ async def open_web_services(
 ) -> AsyncIterator[WebServices]:
     """Open the guarded client and the cache; both are closed on exit.
 
-    ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a trustme CA);
-    ``wrap_transport`` for ``csp-web replay`` (recording and serving cassettes).
+    ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a trustme CA); without
+    ``ssl_context``, ``web.tls`` says whom to trust (``csp_web.net.trust``), and ``web.proxy``
+    where egress goes; ``wrap_transport`` for ``csp-web replay`` (recording and serving
+    cassettes).
     """
     web = config.web
+    if ssl_context is None and (web.tls.ca_file is not None or web.tls.system_store):
+        ssl_context = await trio.to_thread.run_sync(trust_context, web.tls)
+    proxy = parse_proxy(web.proxy) if web.proxy is not None else None
     async with (
         open_guarded_client(
-            web.guard, resolver=resolver, ssl_context=ssl_context, wrap_transport=wrap_transport
+            web.guard,
+            resolver=resolver,
+            ssl_context=ssl_context,
+            wrap_transport=wrap_transport,
+            proxy=proxy,
         ) as client,
         open_response_cache(
             config.cache_dir,

@@ -121,6 +121,28 @@ def test_a_partial_without_a_next_start_says_part_is_missing() -> None:
     )
 
 
+def test_a_partial_that_names_its_cause_shows_it_first_and_is_not_an_error() -> None:
+    """SPEC R-2: a PARTIAL's ERROR names why part is missing (an empty page); the model reads
+    it on the first line, and the result is still not an error result."""
+    reply = Reply(
+        Status.PARTIAL,
+        (
+            ("SCOPE", "[a.test]"),
+            ("DATA", ""),
+            ("ERROR", "empty_content:script_only,render_unavailable"),
+            ("URL", "https://a.test/app"),
+        ),
+    )
+    outcome = outcome_of(tool("fetch"), reply)
+    assert outcome.text == (
+        "PARTIAL BECAUSE empty_content:script_only,render_unavailable\n\n"
+        "SCOPE [a.test]\nURL https://a.test/app\n\n"
+        "PARTIAL: only part of what was asked; the fields above say what is missing."
+    )
+    assert outcome.structured["ERROR"] == "empty_content:script_only,render_unavailable"
+    assert not outcome.is_error
+
+
 def test_a_fail_is_an_error_result_with_its_code_and_detail() -> None:
     reply = Reply(
         Status.FAIL,

@@ -100,6 +100,12 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "default": False,
                 "description": "download even when cached",
             },
+            "max_age": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "seconds: read the cache only when its snapshot is younger"
+                " (0: download)",
+            },
             "board": {
                 "type": "boolean",
                 "default": False,

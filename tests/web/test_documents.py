@@ -78,7 +78,8 @@ def article_key(url: str) -> str:
 async def test_several_urls_are_fetched_each_with_its_own_outcome(
     docs: Dispatcher, origin: Origin
 ) -> None:
-    """R-3, R-4: one FETCH and CONTENT line per page, FETCH_ERROR naming the failure, PARTIAL."""
+    """R-3, R-4: one FETCH and CONTENT line per page, FETCH_ERROR naming the failure, PARTIAL
+    with ERROR naming it too (R-2); each FETCH line carries what its page declares."""
     one = serve(origin, "/one", ARTICLE)
     two = serve(origin, "/two", "plain words here", "text/plain")
     missing = origin.url("origin.test", "/status/404")
@@ -90,10 +91,12 @@ async def test_several_urls_are_fetched_each_with_its_own_outcome(
         (
             ("SCOPE", "[origin.test]"),
             ("DATA", "fetched:2,failed:1"),
+            ("ERROR", "fetch_failed:http_404"),
             (
                 "FETCH",
                 f"{article_key(one)} {one} chars:{len(MARKDOWN)} "
-                f"tokens:{math.ceil(len(MARKDOWN) / 4)} truncated:false cached:false {title}",
+                f"tokens:{math.ceil(len(MARKDOWN) / 4)} truncated:false cached:false "
+                f'description:"How tides shape the coast." {title}',
             ),
             ("CONTENT", f"{article_key(one)}:{json.dumps(MARKDOWN)}"),
             ("FETCH", f'{two_key} {two} chars:16 tokens:4 truncated:false cached:false ""'),
@@ -266,6 +269,24 @@ async def test_save_then_read_back_from_the_cabinet_through_the_memory_specialis
     )
     assert back.get("EXPIRES_AT") == saved.get("EXPIRES_AT")
     assert (back.get("NEXT_START"), back.get("REMAINING_CHARS")) == ("20", str(len(MARKDOWN) - 20))
+
+
+async def test_a_saved_page_with_no_text_reads_back_partial_with_empty_content(
+    docs: Dispatcher, origin: Origin
+) -> None:
+    """R-2: the cabinet never answers an empty OK; the fetch said why, the read says so too."""
+    url = serve(origin, "/app", '<html><body><div id="root"></div><script src="/a.js"></script>')
+    fetched = await ask(docs, "fetch", "CONTENT", ("URL", url))
+    assert fetched.get("ERROR") == "empty_content:script_only,render_unavailable"
+    key = fetched.get("FILE_KEY")
+    assert key is not None
+    assert (await ask(docs, "save", "ACK", ("FILE_KEY", key))).status is Status.OK
+    back = await ask(docs, "cabinet", "CONTENT", ("FILE_KEY", key))
+    assert (back.status, back.get("DATA"), back.get("ERROR")) == (
+        Status.PARTIAL,
+        "",
+        "empty_content:empty_body",
+    )
 
 
 async def test_cabinet_read_of_a_key_never_saved_is_unknown_file_key(docs: Dispatcher) -> None:

@@ -60,6 +60,7 @@ async def test_fetch_of_an_article_replies_markdown_title_word_count_and_cite(
             ("SCOPE", "[origin.test]"),
             ("DATA", MARKDOWN),
             ("TITLE", TITLE),
+            ("DESCRIPTION", "How tides shape the coast."),
             ("WORD_COUNT", str(extract_article(ARTICLE).word_count)),
             ("CACHED", "false"),
             ("URL", url),
@@ -85,6 +86,7 @@ async def test_fetch_of_a_page_that_declares_a_product_replies_its_page_type(
             ("SCOPE", "[origin.test]"),
             ("DATA", MARKDOWN),
             ("TITLE", TITLE),
+            ("DESCRIPTION", "How tides shape the coast."),
             ("WORD_COUNT", str(extract_article(product).word_count)),
             ("PAGE_TYPE", "product"),
             ("CACHED", "false"),
@@ -123,7 +125,7 @@ async def test_fetch_past_max_chars_is_partial_and_later_pages_read_the_one_snap
     assert hits(origin, "/tides") == 1  # every later page came from the cached snapshot
 
 
-async def test_partial_reply_lists_paging_fields_before_the_cite_line(
+async def test_partial_reply_lists_paging_fields_and_the_summary_before_the_cite_line(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     url = serve(origin, "/tides", ARTICLE)
@@ -133,6 +135,7 @@ async def test_partial_reply_lists_paging_fields_before_the_cite_line(
         "SCOPE",
         "DATA",
         "TITLE",
+        "DESCRIPTION",
         "WORD_COUNT",
         "CACHED",
         "URL",
@@ -142,6 +145,9 @@ async def test_partial_reply_lists_paging_fields_before_the_cite_line(
         "TRUNCATED",
         "NEXT_START",
         "REMAINING_CHARS",
+        "SUMMARY",
+        "SUMMARY",
+        "SUMMARY",
         "CITE",
     ]
     assert (reply.get("DATA"), reply.get("NEXT_START")) == (MARKDOWN[:10], "10")

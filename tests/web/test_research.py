@@ -204,6 +204,37 @@ async def test_a_failing_model_falls_back_to_the_heuristic_and_says_why(
     assert reply.get_all("BULLET")
 
 
+async def test_a_source_with_no_text_is_skipped_and_its_step_says_why(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    dispatcher, _ = research
+    shell = serve(origin, "/app", '<html><body><div id="app"></div><script src="/a.js"></script>')
+    tides = serve(origin, "/tides", TIDES)
+    searx_route(origin, ["/app", "/tides"])
+    reply = await run_job(dispatcher, ("MAX_SOURCES", "1"))
+    assert reply.get_all("CITE") == [f'{tides} "Tides"']
+    assert [step for step in steps(reply) if step[0] == "fetch"] == [
+        ("fetch", shell, "empty_content:script_only,render_unavailable"),
+        ("fetch", tides, "ok"),
+    ]
+
+
+async def test_sources_with_no_words_answer_partial_not_an_empty_ok(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    """R-2: a done job with no bullet (its source held only punctuation) names why rather
+    than answering an empty OK."""
+    dispatcher, _ = research
+    serve(origin, "/short", "<html><body><article><p>— … — ※ —</p></article></body></html>")
+    searx_route(origin, ["/short"])
+    reply = await run_job(dispatcher, ("MAX_SOURCES", "1"))
+    assert (reply.status, reply.get("DATA"), reply.get("ERROR")) == (
+        Status.PARTIAL,
+        "status:done,bullets:0,sources:1",
+        "empty_content:no_sentences",
+    )
+
+
 async def test_no_readable_source_fails_the_job_with_its_steps(
     research: tuple[Dispatcher, WebServices], origin: Origin
 ) -> None:

@@ -1,0 +1,33 @@
+"""Why a page that loaded yields no text (issue 24: never ``STATUS OK`` with empty content).
+
+The reason travels in the fetch reply as ``ERROR empty_content:<why>`` on a PARTIAL (SPEC R-2):
+
+    empty_body                          the body holds nothing but whitespace
+    script_only,render_unavailable      an HTML page whose text is built by its scripts; the
+                                        render path that would run them is not built yet
+    no_text                             markup with no readable text and no scripts
+"""
+
+from __future__ import annotations
+
+import re
+
+EMPTY_BODY = "empty_body"
+SCRIPT_ONLY = "script_only,render_unavailable"
+NO_TEXT = "no_text"
+# An app shell's tell: an external or inline script, or a <noscript> asking for JavaScript.
+_SCRIPTED = re.compile(r"<script[\s>]|<noscript[\s>]", re.I)
+
+
+def empty_why(kind: str, text: str) -> str:
+    """The reason a page of ``kind`` whose decoded body is ``text`` yields no readable text."""
+    if not text.strip():
+        return EMPTY_BODY
+    if kind == "html" and _SCRIPTED.search(text):
+        return SCRIPT_ONLY
+    return NO_TEXT
+
+
+def is_empty(content: str) -> bool:
+    """Whether ``content`` (a view fetch would send) holds no readable character."""
+    return not content.strip()

@@ -1,0 +1,91 @@
+"""What a fetch reply says about a page beyond its content (issue 24, "What fetch returns").
+
+    DESCRIPTION AUTHOR PUBLISHED LANG SITE_NAME   what the page declares (og, JSON-LD, meta):
+                                                  one line each for one URL, attributes of
+                                                  each FETCH line for several
+    CACHED_AT                                     when a snapshot read from the cache was made
+    SUMMARY                                       a PARTIAL page's extractive summary, whole
+    ERROR empty_content:<why>                     a page that loaded but yields no text
+
+The declared values come from ``headmeta.read_head`` (the one parse of the head, kept in the
+snapshot's ``meta``), so fetch and meta read them one way.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+
+import trio
+
+from protocol import ErrorCode, Field
+
+from .emptiness import NO_TEXT, is_empty
+from .pages import Page
+from .services import WebServices
+from .summarize import summarize_extractive
+
+# (Page.meta key, reply field); in a FETCH line free text is quoted, a date or a tag is not.
+DECLARED = (
+    ("description", "DESCRIPTION"),
+    ("author", "AUTHOR"),
+    ("published", "PUBLISHED"),
+    ("lang", "LANG"),
+    ("site_name", "SITE_NAME"),
+)
+_BARE = frozenset({"published", "lang"})
+# A PARTIAL's summary: the three points a caller needs to judge the pages it has not read.
+SUMMARY_BULLETS = 3
+SUMMARY_NAMESPACE = "fetch_summary"  # cache entries: "<fileKey>:<EXTRACT>" -> the bullets
+
+
+def declared_fields(page: Page) -> list[Field]:
+    """One reply line per value the page declares, in DECLARED's order (the frame writer
+    quotes a value that needs it, as for meta's)."""
+    return [(name, page.meta[key]) for key, name in DECLARED if key in page.meta]
+
+
+def declared_attributes(page: Page) -> str:
+    """The declared values as ``name:value`` attributes of a FETCH line (a leading space
+    each), free text as JSON strings so a value cannot run into the next attribute."""
+    return "".join(
+        f" {key}:{_spelled(key, page.meta[key])}" for key, _ in DECLARED if key in page.meta
+    )
+
+
+def _spelled(key: str, value: str) -> str:
+    return value if key in _BARE else json.dumps(value, ensure_ascii=False)
+
+
+def cached_at(page: Page) -> str | None:
+    """When a snapshot read from the cache was downloaded, ISO-8601 in UTC to the second;
+    None for a page downloaded by this load."""
+    if not page.cached:
+        return None
+    moment = datetime.datetime.fromtimestamp(page.fetched_at, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
+    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text."""
+    if not is_empty(content):
+        return None
+    return ErrorCode.EMPTY_CONTENT, page.empty or NO_TEXT
+
+
+async def summary_fields(services: WebServices, key: str, content: str) -> list[Field]:
+    """SUMMARY lines for the whole of ``content`` (at most ``summarize.max_text_chars`` of it
+    read), by the summarize op's extractive method, in a worker thread: CPU work on a whole
+    page (about 0.3 s for 200,000 chars), so it is kept under ``key`` (the snapshot's fileKey
+    and view) for as long as the snapshot, and paging a long page pays for it once."""
+    cached = await services.cache.get(SUMMARY_NAMESPACE, key)
+    if isinstance(cached, list) and all(isinstance(bullet, str) for bullet in cached):
+        return [("SUMMARY", bullet) for bullet in cached]
+    limit = services.config.summarize.max_text_chars
+    work = functools.partial(summarize_extractive, content[:limit], SUMMARY_BULLETS)
+    bullets = list(await trio.to_thread.run_sync(work, abandon_on_cancel=True))
+    await services.cache.set(
+        SUMMARY_NAMESPACE, key, bullets, ttl_s=services.config.cache.fetch_ttl_s
+    )
+    return [("SUMMARY", bullet) for bullet in bullets]

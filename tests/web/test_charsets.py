@@ -1,0 +1,137 @@
+"""fetch decodes pages in any charset as browsers do (issue 24, WHATWG): a BOM, then the HTTP
+charset, then a <meta> in the first 1,024 bytes, then detection on undeclared bytes; a
+declaration, even a wrong one, is never overridden by detection. Real text in each language,
+served by the local HTTPS origin."""
+
+from __future__ import annotations
+
+import codecs
+
+import pytest
+
+from protocol import Status
+from specialists.web import WEB
+from tests.net._origin import Origin
+from tests.web.conftest import DispatcherFactory
+from tests.web.pages_support import fetch, serve
+
+# (Python codec, the label a page would declare, a few sentences in the language).
+TEXTS = (
+    (
+        "cp1251",
+        "windows-1251",
+        "Санкт-Петербург основан Петром Первым в 1703 году. Город стоит на берегах Невы, у "
+        "Финского залива. Летом здесь бывают белые ночи, когда солнце почти не заходит.",
+    ),
+    (
+        "shift_jis",
+        "Shift_JIS",
+        "東京は日本の首都であり、世界で最も人口の多い都市圏の一つです。春には桜が咲き、"
+        "多くの人々が公園で花見を楽しみます。電車はとても正確に運行されています。",
+    ),
+    (
+        "gb18030",
+        "GB18030",
+        "长城是中国古代的军事防御工程，绵延数千公里。每年有许多游客前来参观，欣赏壮丽的山景。"
+        "北京附近的八达岭是最著名的一段。",
+    ),
+    (
+        "euc_kr",
+        "EUC-KR",
+        "서울은 대한민국의 수도이며 한강이 도시를 가로질러 흐릅니다. 봄에는 벚꽃이 피고 "
+        "가을에는 단풍이 아름답습니다. 지하철은 빠르고 깨끗합니다.",
+    ),
+    (
+        "iso8859_2",
+        "ISO-8859-2",
+        "Kraków leży nad Wisłą i jest jednym z najstarszych miast w Polsce. Na Rynku Głównym "
+        "stoją Sukiennice, a z wieży Mariackiej co godzinę słychać hejnał. Zimą ulice pachną "
+        "grzanym winem i pieczonymi kasztanami.",
+    ),
+    (
+        "cp1252",
+        "windows-1252",
+        "Le château de Versailles fut construit sous Louis XIV. Les jardins, dessinés par "
+        "André Le Nôtre, s’étendent sur des kilomètres. « C’est magnifique », disent les "
+        "visiteurs émerveillés.",
+    ),
+)
+IDS = [codec for codec, _, _ in TEXTS]
+
+
+def page(text: str, meta: str = "") -> str:
+    return (
+        f"<!doctype html><html><head>{meta}<title>Page</title></head><body><article>"
+        f"<h1>Page</h1><p>{text}</p></article></body></html>"
+    )
+
+
+@pytest.mark.parametrize(("codec", "label", "text"), TEXTS, ids=IDS)
+async def test_a_page_declared_in_its_http_charset_reads_as_written(
+    make_dispatcher: DispatcherFactory, origin: Origin, codec: str, label: str, text: str
+) -> None:
+    url = serve(origin, "/p", page(text).encode(codec), f"text/html; charset={label}")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert (reply.status, reply.get("DATA")) == (Status.OK, f"# Page\n\n{text}")
+
+
+@pytest.mark.parametrize(("codec", "label", "text"), TEXTS, ids=IDS)
+async def test_a_page_declared_only_in_a_meta_charset_reads_as_written(
+    make_dispatcher: DispatcherFactory, origin: Origin, codec: str, label: str, text: str
+) -> None:
+    body = page(text, f'<meta charset="{label}">').encode(codec)
+    url = serve(origin, "/p", body, "text/html")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{text}"
+
+
+@pytest.mark.parametrize(("codec", "label", "text"), TEXTS, ids=IDS)
+async def test_an_undeclared_page_is_detected_and_reads_as_written(
+    make_dispatcher: DispatcherFactory, origin: Origin, codec: str, label: str, text: str
+) -> None:
+    url = serve(origin, "/p", page(text).encode(codec), "text/html")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{text}"
+
+
+@pytest.mark.parametrize(("codec", "label", "text"), TEXTS[:4], ids=IDS[:4])
+async def test_a_wrong_declaration_is_obeyed_not_outvoted_by_detection(
+    make_dispatcher: DispatcherFactory, origin: Origin, codec: str, label: str, text: str
+) -> None:
+    """The page says windows-1252 and is not: it reads as windows-1252 would, as a browser
+    shows it (detection that outvotes a page's own word is a spoofing lever)."""
+    body = page(text).encode(codec)
+    url = serve(origin, "/p", body, "text/html; charset=windows-1252")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    misread = text.encode(codec).decode("cp1252", errors="replace")
+    assert reply.get("DATA") == f"# Page\n\n{' '.join(misread.split())}"
+
+
+async def test_a_wrong_meta_is_obeyed_too(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    _, _, text = TEXTS[0]
+    body = page(text, '<meta charset="koi8-r">').encode("cp1251")
+    url = serve(origin, "/p", body, "text/html")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{text.encode('cp1251').decode('koi8-r')}"
+
+
+async def test_a_byte_order_mark_wins_over_the_http_charset(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    _, _, text = TEXTS[1]
+    body = codecs.BOM_UTF8 + page(text).encode("utf-8")
+    url = serve(origin, "/p", body, "text/html; charset=Shift_JIS")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{text}"
+
+
+async def test_a_latin1_label_means_windows_1252_as_on_the_web(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """WHATWG: iso-8859-1 is windows-1252, so its curly quotes (0x92) are not C1 controls."""
+    _, _, text = TEXTS[5]
+    url = serve(origin, "/p", page(text).encode("cp1252"), "text/html; charset=iso-8859-1")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{text}"
