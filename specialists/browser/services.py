@@ -19,12 +19,12 @@ import trio
 from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
 from csp_web.net import GuardConfig, Resolver
+from csp_web.net.proxy import GuardProxy
+from csp_web.net.proxy_peers import owned_by_tree
 
 from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
 from .media import MediaStore
-from .peers import owned_by_tree
-from .proxy import GuardProxy
 from .sessions import OneShots, SessionTable
 
 

@@ -17,7 +17,10 @@ from csp_web.core.specialist import Background, Commit, Specialist
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 
-from . import ops_api, ops_docs, ops_fetch, ops_research, ops_search, ops_summarize
+from .docs import ops_docs
+from .pages import ops_api, ops_fetch, ops_summarize
+from .research import ops_research
+from .search import ops_search
 from .services import WebServices, open_web_services
 
 OPS: tuple[Op[WebServices], ...] = (

@@ -27,11 +27,11 @@ from csp_web.infra.redis_link import RedisLink
 from csp_web.infra.redis_ratelimit import BucketSource, shared_or_local
 from csp_web.net import GuardedClient, Resolver, TransportWrapper, open_guarded_client
 
-from .board import Board
-from .breaker import Breaker
-from .flights import Flights
-from .jobs import ResearchJobs
-from .prefetch import Prefetcher
+from .docs.board import Board
+from .pages.flights import Flights
+from .research.jobs import ResearchJobs
+from .search.breaker import Breaker
+from .search.prefetch import Prefetcher
 
 
 @dataclass

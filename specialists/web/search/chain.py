@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -27,11 +28,13 @@ from csp_web.core.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from csp_web.infra.redis_ratelimit import SharedRateLimits
 from csp_web.net import GuardConfig, check_url
-from specialists.web.breaker import Breaker
-from specialists.web.services import WebServices, quota_path
+from specialists.web.search.breaker import Breaker
 
 from . import brave, duckduckgo, perplexity, rank, searxng
 from .base import Backend, BackendFailure, Hit, SearchQuery
+
+if TYPE_CHECKING:  # web.services opens the search package's breakers: no import at run time
+    from specialists.web.services import WebServices
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +236,8 @@ async def _take_quota(services: WebServices, name: str, limit: int) -> None:
                 "rate_limit_exceeded", exc.detail, counts=False, rate=True
             ) from None
         return
+    from specialists.web.services import quota_path  # web.services imports this package
+
     lock = services.quota_lock
     quota = MonthlyQuota(quota_path(services), f"search:{name}", limit)
     async with lock:

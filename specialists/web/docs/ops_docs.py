@@ -30,12 +30,12 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
+from ..pages.fetch_many import announce
+from ..pages.filekeys import check, content_of, held, window
+from ..pages.loading import Page
+from ..services import WebServices, record_web_op
 from . import cabinet
 from .board import file_lines
-from .fetch_many import announce
-from .filekeys import check, content_of, held, window
-from .pages import Page
-from .services import WebServices, record_web_op
 from .workspace import check_target
 from .workspace import write_file as write_at
 

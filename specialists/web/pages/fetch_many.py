@@ -34,11 +34,11 @@ from csp_web.core.fields import Params
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
-from .board import Entry, file_lines
+from ..docs.board import Entry, file_lines
+from ..services import WebServices, record_web_op
 from .filekeys import content_of, file_key, hold, token_estimate
 from .firecrawl import load_for_fetch
-from .pages import Page
-from .services import WebServices, record_web_op
+from .loading import Page
 
 
 @dataclass

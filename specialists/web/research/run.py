@@ -33,13 +33,13 @@ from csp_web.core.ports import Outbound
 from csp_web.core.records import json_record, make_write
 from protocol import ErrorCode
 
-from .filekeys import content_of
-from .firecrawl import load as load_through_backends
+from ..pages.filekeys import content_of
+from ..pages.firecrawl import load as load_through_backends
+from ..pages.summarize import clip, summarize_extractive
+from ..search import SearchQuery
+from ..services import WebServices
 from .jobs import Job, Step
-from .research_llm import LlmFailure, Source, write_with_model
-from .search import SearchQuery
-from .services import WebServices
-from .summarize import clip, summarize_extractive
+from .llm import LlmFailure, Source, write_with_model
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
 
 
 async def _research(services: WebServices, job: Job, deadline: float) -> None:
-    from .ops_search import Asked, ask  # the op module owns the search cache's shape
+    from ..search.ops_search import Asked, ask  # the op module owns the search cache's shape
 
     asked = Asked(SearchQuery(job.question, min(job.sources * 2, 10)))
     began = time.monotonic()

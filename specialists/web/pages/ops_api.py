@@ -50,8 +50,8 @@ from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
 
-from .search.base import redact
-from .services import WebServices, record_web_op
+from ..search.base import redact
+from ..services import WebServices, record_web_op
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 DATA_MAX_CHARS = 4000  # seed 003 truncates fetched text to ~4000 chars; a summary, not a dump

@@ -25,9 +25,9 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
+from ..services import WebServices, record_web_op
 from .filekeys import held
-from .pages import load_for_op, op_deadline
-from .services import WebServices, record_web_op
+from .loading import load_for_op, op_deadline
 from .summarize import summarize as make_summary
 
 

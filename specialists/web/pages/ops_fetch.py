@@ -28,11 +28,11 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
+from ..services import WebServices, record_web_op
 from .fetch_many import announce, board_lines, fetch_many, page_content
 from .filekeys import held, window
 from .firecrawl import load_for_fetch
-from .pages import Page, load_for_op
-from .services import WebServices, record_web_op
+from .loading import Page, load_for_op
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
 # (Page.meta key, reply field) in the order meta's reply lists them.

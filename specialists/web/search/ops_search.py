@@ -46,9 +46,9 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
-from .pages import load_page
-from .search import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
-from .services import WebServices, record_web_op
+from ..pages.loading import load_page
+from ..services import WebServices, record_web_op
+from . import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
 
 log = logging.getLogger(__name__)
 

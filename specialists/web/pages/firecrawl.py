@@ -33,7 +33,9 @@ import trio
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
-from .pages import (
+from ..search.base import redact
+from ..services import WebServices
+from .loading import (
     CACHE_NAMESPACE,
     Page,
     from_snapshot,
@@ -42,8 +44,6 @@ from .pages import (
     op_deadline,
     to_snapshot,
 )
-from .search.base import redact
-from .services import WebServices
 
 log = logging.getLogger(__name__)
 

@@ -47,11 +47,11 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
-from .board import owner
+from ..docs.board import owner
+from ..search import domain
+from ..services import WebServices
 from .jobs import Job
-from .research import start_job
-from .search import domain
-from .services import WebServices
+from .run import start_job
 
 QUESTION_MAX_CHARS = 400  # a search query's cap (Brave's q)
 

@@ -20,8 +20,8 @@ import re
 from csp_web.core.errors import OpError
 from protocol import ErrorCode, Field, Status
 
-from .pages import Page, from_snapshot, to_snapshot
-from .services import WebServices
+from ..services import WebServices
+from .loading import Page, from_snapshot, to_snapshot
 
 NAMESPACE = "filekey"
 PATTERN = re.compile(r"fk_[a-z2-7]{16}")

@@ -27,11 +27,11 @@ from csp_web.core.deadlines import work_deadline
 from csp_web.core.errors import OpError
 from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
+from specialists.extract import extract_article, outline
 
-from .extract import extract_article, outline
+from ..services import WebServices
 from .flights import Flight, Flights
 from .headmeta import read_head
-from .services import WebServices
 
 Kind = Literal["html", "json", "text", "other"]
 
