@@ -19,6 +19,7 @@ import trio
 from csp_web.config import Config, WebConfig
 from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
+from csp_web.core.ports import Port, Renderer
 from csp_web.core.records import json_record
 from csp_web.infra.ratelimit import Rate
 from csp_web.infra.redis_cache import ResponseCache, open_response_cache
@@ -52,6 +53,8 @@ class WebServices:
     fleet_flights: SharedFlights | None = None  # downloads in flight across the fleet
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
     jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
+    # The browser's Renderer while the browser specialist is open (csp_web.core.ports).
+    renderer: Port[Renderer] = field(default_factory=lambda: Port("renderer"))
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
