@@ -14,7 +14,7 @@ every snapshot and the announcement board.
     FETCH_ERROR https://b.example/two fetch_failed:http_404
     CITE https://a.example/one "One"
 
-The URLs load concurrently, each through ``firecrawl.load_for_fetch`` (``pages.load_page``: the
+The URLs load concurrently, each through ``loaders.fetch_page`` (``loading.load_page``: the
 guard, robots.txt, the cache, single-flight, the fetch bucket; Firecrawl behind it when
 configured) within the task's deadline; each gets its own outcome.
 PARTIAL when any failed or was cut at MAX_CHARS; FAIL (the first failure's code, with every
@@ -32,12 +32,12 @@ from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Params
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field, Status
+from protocol import Field, Status
 
 from ..docs.board import Entry, file_lines
 from ..services import WebServices, record_web_op
 from .filekeys import content_of, file_key, hold, token_estimate
-from .firecrawl import load_for_fetch
+from .loaders import fetch_page, page_view
 from .loading import Page
 
 
@@ -46,22 +46,6 @@ class _Outcome:
     url: str
     page: Page | None = None
     error: OpError | None = None
-
-
-def page_content(page: Page, extract: str, url: str) -> str:
-    """The view of ``page`` that EXTRACT asks for; raises OpError(UNSUPPORTED_CONTENT) naming
-    the content type when the page has no such view."""
-    if extract == "text" and page.kind == "html":
-        return page.markdown
-    if extract == "text" and page.kind in ("json", "text"):
-        return page.text
-    if extract == "json" and page.json is not None:
-        return page.json
-    if extract == "html" and page.kind == "html":
-        return page.outline
-    kind = page.content_type or "unknown"
-    detail = kind if page.kind == "other" else f"{kind} as {extract}"
-    raise OpError(ErrorCode.UNSUPPORTED_CONTENT, detail, fields=(("URL", url),))
 
 
 async def announce(ctx: OpContext, services: WebServices, page: Page) -> str:
@@ -105,8 +89,8 @@ async def fetch_many(
 
 async def _load(params: Params, ctx: OpContext, services: WebServices, outcome: _Outcome) -> None:
     try:
-        page = await load_for_fetch(services, outcome.url, no_cache=params.flag("NO_CACHE"))
-        page_content(page, params.text("EXTRACT"), outcome.url)  # refuse what has no view
+        page = await fetch_page(services, outcome.url, no_cache=params.flag("NO_CACHE"))
+        page_view(page, params.text("EXTRACT"), outcome.url)  # refuse what has no view
         outcome.page = page
     except OpError as exc:
         outcome.error = exc
@@ -126,7 +110,7 @@ async def _render(
     for outcome in loaded:
         page = outcome.page
         assert page is not None
-        content = page_content(page, params.text("EXTRACT"), outcome.url)
+        content = page_view(page, params.text("EXTRACT"), outcome.url)
         key = await announce(ctx, services, page)
         cut = len(content) > max_chars
         truncated = truncated or cut

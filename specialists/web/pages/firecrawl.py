@@ -7,9 +7,10 @@ cannot read (bot walls, script-built pages).
         "sourceURL", "url", "statusCode"}}}
     -> {"success": false, "error": "..."}   (with a 4xx or 5xx status)
 
-``docs.firecrawl.mode`` ``fallback`` (the default) asks Firecrawl only after a direct load
-failed with ``fetch_failed`` or ``too_large``, and reports the direct failure when Firecrawl
-fails too; ``always`` asks Firecrawl first and loads directly when it fails. Either way the
+``docs.firecrawl.mode`` (loaders.py plans the loaders) ``fallback`` (the default) asks
+Firecrawl only after a direct load failed with ``fetch_failed`` or ``too_large``, and reports
+the direct failure when Firecrawl fails too; ``always`` asks Firecrawl first and loads
+directly when it fails. Either way the
 target passes the same URL gate, address deny table (its robots.txt is fetched through the
 guard, so a name resolving to a denied address is ssrf_blocked: a self-hosted Firecrawl could
 reach it) and robots.txt rules as a direct load, and so does the URL Firecrawl says it read
@@ -23,8 +24,6 @@ key variable is unset. The key is sent only to ``base_url``, never on a redirect
 from __future__ import annotations
 
 import json
-import logging
-import os
 import re
 from typing import Any
 
@@ -39,53 +38,11 @@ from .loading import (
     CACHE_NAMESPACE,
     Page,
     from_snapshot,
-    load_page,
     normalise_url,
-    op_deadline,
     to_snapshot,
 )
 
-log = logging.getLogger(__name__)
-
-# A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
-FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})
 _WORD = re.compile(r"\w+")
-# A scrape refused for where it landed: reported over the direct failure, which says less.
-_GATE_CODES = frozenset({ErrorCode.URL_REJECTED, ErrorCode.SSRF_BLOCKED})
-
-
-async def load(services: WebServices, url: str, *, no_cache: bool, deadline: float) -> Page:
-    """The page at ``url`` through the configured backends (see the module's docstring)."""
-    config = services.config.docs.firecrawl
-    key = os.environ.get(config.api_key_env) if config.base_url is not None else None
-    if not key:
-        return await load_page(services, url, no_cache=no_cache, deadline=deadline)
-    if config.mode == "always":
-        try:
-            return await scrape(services, url, key, no_cache=no_cache, deadline=deadline)
-        except OpError as exc:
-            log.info("firecrawl failed for %s (%s:%s); loading directly", url, exc.code, exc.detail)
-            return await load_page(services, url, no_cache=no_cache, deadline=deadline)
-    try:
-        return await load_page(services, url, no_cache=no_cache, deadline=deadline)
-    except OpError as direct:
-        if direct.code not in FALLBACK_CODES:
-            raise
-        try:
-            return await scrape(services, url, key, no_cache=True, deadline=deadline)
-        except OpError as exc:
-            log.info("firecrawl failed for %s too (%s:%s)", url, exc.code, exc.detail)
-            if exc.code in _GATE_CODES:  # it read the page somewhere the guard refuses
-                raise
-            raise direct from None
-
-
-async def load_for_fetch(services: WebServices, url: str, *, no_cache: bool = False) -> Page:
-    """``load`` under the op's deadline, a failure carrying a ``URL`` field (as fetch's)."""
-    try:
-        return await load(services, url, no_cache=no_cache, deadline=op_deadline(services))
-    except OpError as exc:
-        raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
 
 
 async def scrape(

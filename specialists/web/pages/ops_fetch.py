@@ -1,5 +1,6 @@
 """The page ops under IN:WEB: ``fetch`` (readable content), ``meta`` (the page's card) and
-``resolve`` (where a link ends up). Each loads pages only through ``pages.load_page``.
+``resolve`` (where a link ends up). Each loads pages only through ``loading.load_page`` (fetch
+through ``loaders.fetch_page``, Firecrawl behind it when configured).
 
     TASK REQ:fetch https://example.com/article IN:WEB OUT:CONTENT
     MAX_CHARS 5000
@@ -29,9 +30,9 @@ from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from ..services import WebServices, record_web_op
-from .fetch_many import announce, board_lines, fetch_many, page_content
+from .fetch_many import announce, board_lines, fetch_many
 from .filekeys import held, window
-from .firecrawl import load_for_fetch
+from .loaders import fetch_page, page_view
 from .loading import Page, load_for_op
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
@@ -64,9 +65,9 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
         if key is not None:
             page = await held(services, key)
         else:
-            page = await load_for_fetch(services, urls[0], no_cache=params.flag("NO_CACHE"))
+            page = await fetch_page(services, urls[0], no_cache=params.flag("NO_CACHE"))
         details["cache_hit"] = page.cached
-        content = page_content(page, params.text("EXTRACT"), target)
+        content = page_view(page, params.text("EXTRACT"), target)
         start = params.integer("START")
         if start > len(content):
             raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")

@@ -34,7 +34,7 @@ from csp_web.core.records import json_record, make_write
 from protocol import ErrorCode
 
 from ..pages.filekeys import content_of
-from ..pages.firecrawl import load as load_through_backends
+from ..pages.loaders import load as load_through_loaders
 from ..pages.summarize import clip, summarize_extractive
 from ..search import SearchQuery
 from ..services import WebServices
@@ -153,7 +153,7 @@ async def _read_one(
 ) -> None:
     began = time.monotonic()
     try:
-        page = await load_through_backends(services, url, no_cache=False, deadline=deadline)
+        page = await load_through_loaders(services, url, no_cache=False, deadline=deadline)
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return
