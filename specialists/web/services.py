@@ -2,11 +2,12 @@
 
 The daemon opens these once (``open_web_services``, WEB's ``open_services``) and binds them
 to every web handler as its third argument; a web op never builds its own client or cache.
+Each product reads only its part, declared as a Protocol in its folder (``PagesServices``,
+``SearchServices``, ``DocsServices``, ``ResearchServices``), which ``WebServices`` fulfils.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -142,7 +143,3 @@ async def record_web_op(ctx: OpContext, op: str, target: str) -> AsyncIterator[d
                 **details,
             )
             await ctx.remember("web", "web_op", "web-ops", record)
-
-
-def quota_path(services: WebServices) -> str:
-    return os.path.join(services.state_dir, "quotas.json")

@@ -24,7 +24,7 @@ from specialists.web.pages.loading import load_page
 from specialists.web.search import Hit, breaker
 from specialists.web.search.ops_search import OPS, start_prefetch
 from specialists.web.search.prefetch import Prefetcher
-from specialists.web.services import quota_path
+from specialists.web.search.services import quota_path
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen

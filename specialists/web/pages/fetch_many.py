@@ -35,10 +35,11 @@ from csp_web.core.replies import Result, cite
 from protocol import Field, Status
 
 from ..docs.board import Entry, file_lines
-from ..services import WebServices, record_web_op
+from ..services import record_web_op
 from .filekeys import content_of, file_key, hold, token_estimate
 from .loaders import fetch_page, page_view
 from .loading import Page
+from .services import PagesServices
 
 
 @dataclass
@@ -48,7 +49,7 @@ class _Outcome:
     error: OpError | None = None
 
 
-async def announce(ctx: OpContext, services: WebServices, page: Page) -> str:
+async def announce(ctx: OpContext, services: PagesServices, page: Page) -> str:
     """Hold ``page`` under its fileKey and put it on the peer's board; returns the key."""
     key = file_key(page)
     await hold(services, key, page)
@@ -59,13 +60,13 @@ async def announce(ctx: OpContext, services: WebServices, page: Page) -> str:
     return key
 
 
-def board_lines(ctx: OpContext, services: WebServices) -> list[Field]:
+def board_lines(ctx: OpContext, services: PagesServices) -> list[Field]:
     """The peer's board as FILE lines."""
     return file_lines(services.board.listing(ctx.peer, services.config.docs.board))
 
 
 async def fetch_many(
-    params: Params, ctx: OpContext, services: WebServices, urls: list[str], max_chars: int
+    params: Params, ctx: OpContext, services: PagesServices, urls: list[str], max_chars: int
 ) -> Result:
     """Load ``urls`` concurrently and answer with one FETCH (and CONTENT) line per page
     loaded and one FETCH_ERROR per failure, in the order asked."""
@@ -87,7 +88,7 @@ async def fetch_many(
         return await _render(ctx, services, params, loaded, errors, max_chars)
 
 
-async def _load(params: Params, ctx: OpContext, services: WebServices, outcome: _Outcome) -> None:
+async def _load(params: Params, ctx: OpContext, services: PagesServices, outcome: _Outcome) -> None:
     try:
         page = await fetch_page(services, outcome.url, no_cache=params.flag("NO_CACHE"))
         page_view(page, params.text("EXTRACT"), outcome.url)  # refuse what has no view
@@ -98,7 +99,7 @@ async def _load(params: Params, ctx: OpContext, services: WebServices, outcome: 
 
 async def _render(
     ctx: OpContext,
-    services: WebServices,
+    services: PagesServices,
     params: Params,
     loaded: list[_Outcome],
     errors: list[Field],

@@ -22,8 +22,8 @@ from csp_web.core.errors import OpError
 from csp_web.core.ports import StoredFile
 from protocol import ErrorCode
 
-from ..services import WebServices
 from .filekeys import check
+from .services import PagesServices
 
 NAMESPACE = "file"
 SNAPSHOT_VERSION = 1  # bump when the stored shape changes: older snapshots then read as unknown
@@ -32,7 +32,7 @@ SNAPSHOT_VERSION = 1  # bump when the stored shape changes: older snapshots then
 class CacheFileStore:
     """Files in ``services``' response cache (disk, or the fleet's Redis with redis.url)."""
 
-    def __init__(self, services: WebServices) -> None:
+    def __init__(self, services: PagesServices) -> None:
         self._services = services
 
     async def put(self, body: bytes, *, url: str, name: str, content_type: str) -> str:

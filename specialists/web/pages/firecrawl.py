@@ -33,7 +33,6 @@ from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
 from ..search.base import redact
-from ..services import WebServices
 from .loading import (
     CACHE_NAMESPACE,
     Page,
@@ -41,12 +40,13 @@ from .loading import (
     normalise_url,
     to_snapshot,
 )
+from .services import PagesServices
 
 _WORD = re.compile(r"\w+")
 
 
 async def scrape(
-    services: WebServices, url: str, key: str, *, no_cache: bool, deadline: float
+    services: PagesServices, url: str, key: str, *, no_cache: bool, deadline: float
 ) -> Page:
     """The page as Firecrawl reads it, cached as a direct load would be. Raises OpError:
     the gate's and robots.txt's refusals, RATE_LIMITED, FETCH_FAILED (``firecrawl_http_<n>``,
@@ -69,7 +69,9 @@ async def scrape(
     return page
 
 
-async def _post(services: WebServices, target: str, key: str, deadline: float) -> tuple[int, bytes]:
+async def _post(
+    services: PagesServices, target: str, key: str, deadline: float
+) -> tuple[int, bytes]:
     config = services.config.docs.firecrawl
     assert config.base_url is not None
     body = {
@@ -89,7 +91,9 @@ async def _post(services: WebServices, target: str, key: str, deadline: float) -
     return result.status_code, result.body
 
 
-async def _check_landing(services: WebServices, landing: str, target: str, deadline: float) -> None:
+async def _check_landing(
+    services: PagesServices, landing: str, target: str, deadline: float
+) -> None:
     """Refuse a page Firecrawl read somewhere else than ``target`` unless that place passes
     the gate as a redirect hop would: Firecrawl follows redirects itself, and a self-hosted
     one sits where a redirect to an internal address reaches. Raises OpError: the gate's

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
-from ..services import WebServices
 from .firecrawl import scrape
 from .loading import Page, load_page, op_deadline
+from .services import PagesServices
 
 log = logging.getLogger(__name__)
 
 # (services, url, key, no_cache, deadline) -> the page; ``key`` is the loader's credential.
-Loader = Callable[[WebServices, str, str, bool, float], Awaitable[Page]]
+Loader = Callable[[PagesServices, str, str, bool, float], Awaitable[Page]]
 # A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
 FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})
 # A scrape refused for where it landed: reported over the direct failure, which says less.
@@ -39,13 +39,13 @@ _GATE_CODES = frozenset({ErrorCode.URL_REJECTED, ErrorCode.SSRF_BLOCKED})
 
 
 def _direct(
-    services: WebServices, url: str, key: str, no_cache: bool, deadline: float
+    services: PagesServices, url: str, key: str, no_cache: bool, deadline: float
 ) -> Awaitable[Page]:
     return load_page(services, url, no_cache=no_cache, deadline=deadline)
 
 
 def _firecrawl(
-    services: WebServices, url: str, key: str, no_cache: bool, deadline: float
+    services: PagesServices, url: str, key: str, no_cache: bool, deadline: float
 ) -> Awaitable[Page]:
     return scrape(services, url, key, no_cache=no_cache, deadline=deadline)
 
@@ -65,7 +65,7 @@ class Step:
     reported: frozenset[ErrorCode] | None = None
 
 
-def plan(services: WebServices) -> tuple[tuple[Step, ...], str]:
+def plan(services: PagesServices) -> tuple[tuple[Step, ...], str]:
     """The loaders to try, in order, for the settings in effect, and Firecrawl's key."""
     config = services.config.docs.firecrawl
     key = os.environ.get(config.api_key_env) if config.base_url is not None else None
@@ -76,7 +76,7 @@ def plan(services: WebServices) -> tuple[tuple[Step, ...], str]:
     return (Step("direct"), Step("firecrawl", FALLBACK_CODES, True, _GATE_CODES)), key
 
 
-async def load(services: WebServices, url: str, *, no_cache: bool, deadline: float) -> Page:
+async def load(services: PagesServices, url: str, *, no_cache: bool, deadline: float) -> Page:
     """The page at ``url`` through the planned loaders (see the module's docstring)."""
     steps, key = plan(services)
     first: OpError | None = None
@@ -98,7 +98,7 @@ async def load(services: WebServices, url: str, *, no_cache: bool, deadline: flo
     raise first from None
 
 
-async def fetch_page(services: WebServices, url: str, *, no_cache: bool = False) -> Page:
+async def fetch_page(services: PagesServices, url: str, *, no_cache: bool = False) -> Page:
     """What fetch loads for one URL (asked alone or with others): ``load`` under the op's
     deadline, a failure carrying a ``URL`` field."""
     try:

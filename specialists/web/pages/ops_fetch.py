@@ -34,6 +34,7 @@ from .fetch_many import announce, board_lines, fetch_many
 from .filekeys import held, window
 from .loaders import fetch_page, page_view
 from .loading import Page, load_for_op
+from .services import PagesServices
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
 # (Page.meta key, reply field) in the order meta's reply lists them.
@@ -48,7 +49,7 @@ META_FIELDS = (
 URL_FIELD = FieldSpec("URL", required=True, doc="an https URL (inline text fills it)")
 
 
-async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """A page's content as text (Markdown), json (compact) or html (a tag-free outline),
     ``MAX_CHARS`` of it from ``START``; PARTIAL with NEXT_START and REMAINING_CHARS when more
     is left (SPEC R-3). Later pages read the same snapshot, by URL (the cache) or FILE_KEY.
@@ -79,7 +80,7 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
         return result
 
 
-def _max_chars(params: Params, services: WebServices) -> int:
+def _max_chars(params: Params, services: PagesServices) -> int:
     limits = services.config.fetch
     max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
     if max_chars > limits.max_chars_cap:
@@ -114,7 +115,7 @@ def _fetch_result(page: Page, content: str, start: int, max_chars: int, file_key
     return Result(text, (page.host,), tuple(fields), status)
 
 
-async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def meta(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """The page's card from its head: OpenGraph, else Twitter cards, else JSON-LD, else
     <title> and the meta description (seed 003's getPageMeta). Only fields found are sent."""
     url = params.text("URL")
@@ -132,7 +133,7 @@ async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
         return Result(f"url:{page.url}", (page.host,), tuple(fields))
 
 
-async def resolve(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def resolve(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """The URL a link ends at, following HTTP redirects and meta refreshes, every hop through
     the guard and robots.txt; at most ``guard.max_redirects`` hops in all."""
     url = params.text("URL")

@@ -52,11 +52,12 @@ from ..search import domain
 from ..services import WebServices
 from .jobs import Job
 from .run import start_job
+from .services import ResearchServices
 
 QUESTION_MAX_CHARS = 400  # a search query's cap (Brave's q)
 
 
-async def research(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def research(params: Params, ctx: OpContext, services: ResearchServices) -> Result:
     """Start a research job for QUESTION; the reply names it (JOB_ID)."""
     config = services.config.docs.research
     sources = params.opt_integer("MAX_SOURCES") or config.default_sources
@@ -78,7 +79,7 @@ async def research(params: Params, ctx: OpContext, services: WebServices) -> Res
     return Result("status:running", (), (("JOB_ID", job.job_id),))
 
 
-async def result(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def result(params: Params, ctx: OpContext, services: ResearchServices) -> Result:
     """The job's status, or its answer once done; FAIL with its error once failed."""
     services.board.turn(ctx.peer, services.config.docs.board)
     config = services.config.docs.research

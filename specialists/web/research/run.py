@@ -37,9 +37,9 @@ from ..pages.filekeys import content_of
 from ..pages.loaders import load as load_through_loaders
 from ..pages.summarize import clip, summarize_extractive
 from ..search import SearchQuery
-from ..services import WebServices
 from .jobs import Job, Step
 from .llm import LlmFailure, Source, write_with_model
+from .services import ResearchServices
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ _WORD = re.compile(r"\w+")
 
 
 def start_job(
-    services: WebServices,
+    services: ResearchServices,
     outbox: Outbound,
     owner: str,
     question: str,
@@ -61,7 +61,7 @@ def start_job(
     return services.jobs.start(config, owner, question, run, sources=sources, bullets=bullets)
 
 
-async def _run(services: WebServices, outbox: Outbound, job: Job) -> None:
+async def _run(services: ResearchServices, outbox: Outbound, job: Job) -> None:
     config = services.config.docs.research
     wall = time.monotonic()
     try:
@@ -106,7 +106,7 @@ async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
         log.warning("research job %s: its record was not kept (%s)", job.job_id, exc.code)
 
 
-async def _research(services: WebServices, job: Job, deadline: float) -> None:
+async def _research(services: ResearchServices, job: Job, deadline: float) -> None:
     from ..search.ops_search import Asked, ask  # the op module owns the search cache's shape
 
     asked = Asked(SearchQuery(job.question, min(job.sources * 2, 10)))
@@ -126,7 +126,7 @@ async def _research(services: WebServices, job: Job, deadline: float) -> None:
 
 
 async def _read_sources(
-    services: WebServices, job: Job, urls: list[str], deadline: float
+    services: ResearchServices, job: Job, urls: list[str], deadline: float
 ) -> list[Source]:
     """The first ``job.sources`` URLs that load with text, loaded concurrently; further
     URLs stand in for ones that fail."""
@@ -144,7 +144,7 @@ async def _read_sources(
 
 
 async def _read_one(
-    services: WebServices,
+    services: ResearchServices,
     job: Job,
     url: str,
     deadline: float,
@@ -165,7 +165,9 @@ async def _read_one(
     read[url] = Source(page.url, page.title, text[:limit])
 
 
-async def _answer(services: WebServices, job: Job, sources: list[Source], deadline: float) -> None:
+async def _answer(
+    services: ResearchServices, job: Job, sources: list[Source], deadline: float
+) -> None:
     config = services.config.docs.research
     if config.llm_base_url is not None:
         began = time.monotonic()

@@ -49,6 +49,7 @@ from protocol import ErrorCode, Field, Status
 from ..pages.loading import load_page
 from ..services import WebServices, record_web_op
 from . import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
+from .services import SearchServices
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class Asked:
     error: OpError | None = None
 
 
-async def search(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def search(params: Params, ctx: OpContext, services: SearchServices) -> Result:
     """Answer each QUERY from the cache, or run the chain; several run concurrently. Raises
     OpError(search_api_error) when no backend answers (the first query's failure when every
     query failed) and FieldError when MAX_RESULTS or the QUERY count passes its cap."""
@@ -124,7 +125,7 @@ async def search(params: Params, ctx: OpContext, services: WebServices) -> Resul
         return _render_many(asked)
 
 
-async def ask(services: WebServices, asked: Asked, no_cache: bool, deadline: float) -> None:
+async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: float) -> None:
     query = asked.query
     material = cache_material(query)
     if not no_cache:
@@ -306,7 +307,7 @@ def _backend_errors(failures: Sequence[tuple[str, BackendFailure]]) -> list[Fiel
     ]
 
 
-def start_prefetch(services: WebServices, hits: Sequence[Hit]) -> bool:
+def start_prefetch(services: SearchServices, hits: Sequence[Hit]) -> bool:
     """Start loading the top ``search.prefetch_top`` result pages into the fetch cache, in
     WEB's background task, at background priority (seed 004). False when off, or when that
     task is not running.
@@ -319,7 +320,7 @@ def start_prefetch(services: WebServices, hits: Sequence[Hit]) -> bool:
     )
 
 
-async def prefetch(services: WebServices, urls: Sequence[str]) -> None:
+async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
     """Load ``urls`` one after another with ``background=True``; a failure is only logged,
     since nobody waits for a prefetch and a crash here would take the nursery down."""
     for url in urls:
