@@ -53,7 +53,7 @@ class WebServices:
     redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
     fleet_flights: SharedFlights | None = None  # downloads in flight across the fleet
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
-    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
+    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research/run.py)
     # The browser's Renderer while the browser specialist is open (csp_web.core.ports).
     renderer: Port[Renderer] = field(default_factory=lambda: Port("renderer"))
 

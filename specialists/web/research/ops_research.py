@@ -1,5 +1,5 @@
 """``REQ:research`` and ``REQ:result`` under IN:WEB: research as a job (seed 001's agent
-run/result; ``research.py`` does the work).
+run/result; ``run.py`` does the work).
 
     TASK REQ:research IN:WEB OUT:RESEARCH
     QUESTION "How do storm surges form?"
