@@ -46,7 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/extraction.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from specialists.web.extract import Article, extract_article  # noqa: E402
+from specialists.extract import Article, extract_article  # noqa: E402
 
 CORPORA_DIR = REPO_ROOT.parent / "shared" / "corpus"
 DEFAULT_CORPUS = CORPORA_DIR / "extraction-dev"

@@ -1,6 +1,6 @@
 """The ablation mode of `bench/extraction.py`: each extraction rule's F1 contribution.
 
-For every rule of the extractor's registry (`specialists.web.extract.RULES`) the corpus is
+For every rule of the extractor's registry (`specialists.extract.RULES`) the corpus is
 scored once with that rule switched off (`switched_off`, the registry's own switch: nothing
 is patched), and the F1 lost, overall and per page type, is that rule's contribution.
 
@@ -25,7 +25,7 @@ from bench.extraction import (
     markdown_to_text,
     summarise,
 )
-from specialists.web.extract import RULES, census, extract_article, switched_off
+from specialists.extract import RULES, census, extract_article, switched_off
 
 # A contribution this close to zero on every page type of both corpora is nothing measured:
 # the rule is a candidate for deletion (or for a corpus that shows what it is for).

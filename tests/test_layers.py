@@ -2,10 +2,12 @@
 
 Layers, lowest first: protocol (0) <- config (1) <- core (2) <- memory, net, infra (3) <- cron
 (4) <- specialists (5) <- app, cli, mcp_face (6). A module imports only its own layer or lower
-ones; memory, net, infra and cron never import each other, nor do the web and tool
-specialists; specialists and the scheduler see only the public part of core; the graph has no
-cycles; only core's replies module builds a reply frame. Every import counts: module level,
-inside functions, under ``if TYPE_CHECKING``.
+ones; memory, net, infra and cron never import each other, nor does any specialist of the
+catalogue (csp_web.app.catalog) import another (they meet through core's ports); a pure
+package (the extractor) does no I/O and imports no specialist; specialists and the scheduler
+see only the public part of core; the graph has no cycles; only core's replies module builds
+a reply frame. Every import counts: module level, inside functions, under
+``if TYPE_CHECKING``.
 
 ``KNOWN`` lists the violations the refactor has yet to remove; the tests also fail when a
 known entry is gone, so the list can only shrink.
@@ -18,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from csp_web.app.catalog import SPECIALISTS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("protocol", "csp_web", "specialists")
@@ -36,14 +40,18 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     # run claims live on the fleet's link (infra.redis_link).
     ("csp_web.cron", 4, "cron"),
     ("specialists", 5, "specialists"),
-    ("specialists.web", 5, "specialists.web"),
-    ("specialists.tool", 5, "specialists.tool"),
     ("csp_web.app", 6, "app"),
     ("csp_web.cli", 6, "cli"),
     ("csp_web.mcp_face", 6, "app"),  # a front end composing the app's daemon in process
+    # Each specialist of the catalogue is a group of its own on layer 5 (SPECIALIST_GROUPS).
 )
-SIBLINGS = frozenset({"memory", "net", "infra", "cron", "specialists.web", "specialists.tool"})
-PRIVATE_CORE_USERS = frozenset({"specialists", "specialists.web", "specialists.tool", "cron"})
+# The specialists the daemon serves, each in its folder (specialists/<name>/): siblings.
+SPECIALIST_GROUPS = tuple(f"specialists.{specialist.name}" for specialist in SPECIALISTS)
+# Pure packages the specialists share: no I/O, no other specialist (the rule is checked below).
+PURE = ("specialists.extract",)
+PURE_FORBIDDEN = frozenset({"trio", "httpx", "os", "socket", "subprocess", "asyncio", "csp_web"})
+SIBLINGS = frozenset({"memory", "net", "infra", "cron", *SPECIALIST_GROUPS})
+PRIVATE_CORE_USERS = frozenset({"specialists", "cron", *SPECIALIST_GROUPS, *PURE})
 # What a specialist (or the scheduler) may import from core (by module name after the core/ prefix).
 PUBLIC_CORE = frozenset(
     {
@@ -135,7 +143,8 @@ def edges() -> frozenset[tuple[str, str]]:
 
 def layer(name: str) -> tuple[int, str]:
     best: tuple[str, int, str] | None = None
-    for prefix, rank, group in LAYERS:
+    groups = tuple((group, 5, group) for group in (*SPECIALIST_GROUPS, *PURE))
+    for prefix, rank, group in (*LAYERS, *groups):
         if (name == prefix or name.startswith(prefix + ".")) and (
             best is None or len(prefix) > len(best[0])
         ):
@@ -166,6 +175,47 @@ def test_sibling_packages_on_one_layer_do_not_import_each_other() -> None:
         if rank_from == rank_to and {group_from, group_to} <= SIBLINGS and group_from != group_to:
             found.add(f"sibling: {importer} -> {imported}")
     _check(found, "sibling")
+
+
+def test_every_specialist_of_the_catalogue_is_a_folder_of_its_own() -> None:
+    # The sibling rule reads its groups from the catalogue: a specialist whose name is not
+    # its folder would escape it.
+    assert len(SPECIALIST_GROUPS) >= 4
+    for group in (*SPECIALIST_GROUPS, *PURE):
+        assert modules()[group].is_package, group
+
+
+def _imported_roots(name: str) -> Iterator[str]:
+    module = modules()[name]
+    for node in ast.walk(tree(name)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield _resolve(module, node)
+
+
+def test_pure_packages_do_no_io_and_import_no_specialist() -> None:
+    found = set()
+    for name in modules():
+        pure = next((package for package in PURE if layer(name)[1] == package), None)
+        if pure is None:
+            continue
+        for imported in _imported_roots(name):
+            root = imported.split(".")[0]
+            other = imported.startswith("specialists") and not imported.startswith(pure)
+            if root in PURE_FORBIDDEN or other:
+                found.add(f"pure: {name} -> {imported}")
+    _check(found, "pure")
+
+
+def test_the_pure_check_sees_a_forbidden_import() -> None:
+    # The pure rule must see what it forbids, or it would pass on a package that breaks it.
+    module = Module("specialists.extract._probe", ROOT / "probe.py", False)
+    node = ast.parse("from ..web import x").body[0]
+    assert isinstance(node, ast.ImportFrom)
+    assert _resolve(module, node) == "specialists.web"
+    assert layer("specialists.extract._probe")[1] == "specialists.extract"
+    assert layer("specialists.browser.engine")[1] == "specialists.browser"
 
 
 def test_specialists_use_only_the_public_core() -> None:

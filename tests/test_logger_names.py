@@ -24,7 +24,7 @@ PROCESS_TIMEOUT_S = 60
 LOGGING_MODULES = (
     "specialists.node.hub",
     "specialists.tool.mcp.session",
-    "specialists.web.research",
+    "specialists.web.research.run",
     "csp_web.core.dispatch",
     "csp_web.memory.outbox_room",
 )

@@ -1,7 +1,7 @@
 """Single-flight across daemons: identical concurrent downloads (fetch and prefetch) run once.
 
-Within a daemon, ``specialists.web.pages`` already joins concurrent loads of one URL; the one
-task that would download asks here first. It claims ``p fl:<sha256 of the key>`` with
+Within a daemon, ``specialists.web.pages.loading`` already joins concurrent loads of one URL;
+the one task that would download asks here first. It claims ``p fl:<sha256 of the key>`` with
 ``SET NX PX`` (the lease is its own deadline, so a daemon that dies mid-download frees the key
 by itself). The winner downloads, stores the result in the shared cache, then deletes the
 claim and publishes a ``flight`` event in one script. The others wait for that event, at most

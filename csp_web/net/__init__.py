@@ -10,7 +10,7 @@
 from csp_web.config.guard import GuardConfig
 from csp_web.net.client import GuardedClient, TransportWrapper, open_guarded_client
 from csp_web.net.denylist import check_address, deny_rule
-from csp_web.net.proxy import Proxy, parse_proxy
+from csp_web.net.forward_proxy import Proxy, parse_proxy
 from csp_web.net.resolver import Resolver, SystemResolver
 from csp_web.net.result import FetchResult, decode_text
 from csp_web.net.settings import GuardSettings

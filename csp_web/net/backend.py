@@ -21,7 +21,7 @@ import trio
 
 from csp_web.config.guard import GuardConfig
 from csp_web.core.errors import OpError
-from csp_web.net.proxy import Proxy, open_tunnel
+from csp_web.net.forward_proxy import Proxy, open_tunnel
 from csp_web.net.resolver import Resolver, resolve_checked
 from csp_web.net.settings import GuardSettings
 from protocol import ErrorCode

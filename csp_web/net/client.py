@@ -25,7 +25,7 @@ from csp_web.config.guard import GuardConfig
 from csp_web.core.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, check_header_bytes, read_capped
-from csp_web.net.proxy import Proxy
+from csp_web.net.forward_proxy import Proxy
 from csp_web.net.redirects import (
     Hop,
     body_headers_dropped,

@@ -1,9 +1,11 @@
 """The browser specialist: the ``browser`` and ``canvas`` ops on a real Chromium (Playwright),
 every request through the fetch guard. See docs/browser.md.
 
-``BROWSER`` is the value the composition root (csp_web.app.catalog) lists. Its ops run in the
-tool pool (IN:TOOL); the guard follows ``web.guard`` reloads (the web specialist declares
-that path reloadable; this one applies it to its proxy too).
+``BROWSER`` is the value the composition root (csp_web.app.catalog) lists; ``make_browser``
+builds it with the daemon's ``Seams``: the browser provides the ``Renderer`` on its Chromium
+(render.py) and consumes web's ``FileStore``. Its ops run in the tool pool (IN:TOOL); the
+guard follows ``web.guard`` reloads (the web specialist declares that path reloadable; this
+one applies it to its proxy too).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from contextlib import asynccontextmanager
 
 from csp_web.config import BrowserConfig, Config, GuardConfig
 from csp_web.core.ops import Op
-from csp_web.core.ports import StatsLine
+from csp_web.core.ports import Seams, StatsLine
 from csp_web.core.specialist import Commit, Specialist
 
 from . import ops_browser, ops_canvas
+from .render import ChromiumRenderer
 from .services import BrowserServices, open_browser_services
 
 OPS: tuple[Op[BrowserServices], ...] = (*ops_browser.OPS, *ops_canvas.OPS)
@@ -33,8 +36,16 @@ class GuardSetting:
 
 
 @asynccontextmanager
-async def _open(section: BrowserConfig, config: Config) -> AsyncIterator[BrowserServices]:
-    async with open_browser_services(config, guard=GuardSetting(config.web.guard)) as services:
+async def _seamed(
+    services: BrowserServices, section: BrowserConfig, seams: Seams | None
+) -> AsyncIterator[BrowserServices]:
+    """``services`` offering the Renderer and reading web's FileStore through ``seams``
+    while open; as they are without seams."""
+    if seams is None:
+        yield services
+        return
+    services.files = seams.files
+    with seams.renderer.provided(ChromiumRenderer(services, section)):
         yield services
 
 
@@ -52,20 +63,38 @@ def _stats_lines(services: BrowserServices) -> Mapping[str, StatsLine]:
     return {"BROWSER": services.stats_line}  # read at each REQ:stats
 
 
-BROWSER: Specialist[BrowserConfig, BrowserServices] = Specialist(
-    name="browser",
-    ops=OPS,
-    slots=lambda slots: slots.tool,
-    section=lambda config: config.tool.browser,
-    own_section=None,  # a field of Config (csp_web/config)
-    reloadable=(),
-    restart_only=("tool.browser",),
-    open_services=_open,
-    background=lambda services: (),
-    stats_lines=_stats_lines,
-    storage=lambda services: {"media": lambda: services.media.storage_full},
-    reload=_reload,
-)
+def make_browser(*, seams: Seams | None = None) -> Specialist[BrowserConfig, BrowserServices]:
+    """The browser specialist; ``seams`` are the daemon's ports between specialists (none:
+    the browser alone)."""
+
+    @asynccontextmanager
+    async def open_services(
+        section: BrowserConfig, config: Config
+    ) -> AsyncIterator[BrowserServices]:
+        guard = GuardSetting(config.web.guard)
+        async with (
+            open_browser_services(config, guard=guard) as services,
+            _seamed(services, section, seams) as seamed,
+        ):
+            yield seamed
+
+    return Specialist(
+        name="browser",
+        ops=OPS,
+        slots=lambda slots: slots.tool,
+        section=lambda config: config.tool.browser,
+        own_section=None,  # a field of Config (csp_web/config)
+        reloadable=(),
+        restart_only=("tool.browser",),
+        open_services=open_services,
+        background=lambda services: (),
+        stats_lines=_stats_lines,
+        storage=lambda services: {"media": lambda: services.media.storage_full},
+        reload=_reload,
+    )
+
+
+BROWSER = make_browser()
 
 
 def browser_ops() -> list[Op[BrowserServices]]:

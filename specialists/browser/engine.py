@@ -29,8 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 import trio
 
 from csp_web.config.browser import BrowserConfig
-
-from .proxy import GuardProxy, Lane
+from csp_web.net.guard_proxy import GuardProxy, Lane
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -16,11 +16,11 @@ from contextlib import contextmanager
 import trio
 
 from csp_web.core.errors import OpError
+from csp_web.net.guard_proxy import Lane
 from protocol import ErrorCode
 
 from .engine import BrowserUnavailable
 from .pages import ActionError, host_port
-from .proxy import Lane
 
 _NET_ERROR = re.compile(r"net::(ERR_[A-Z_]+)")
 # Chromium's answers to a proxy that refused a tunnel or a request: the guard said no.

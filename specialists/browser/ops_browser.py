@@ -32,7 +32,7 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result
 from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
-from specialists.web.extract import extract_article
+from specialists.extract import extract_article
 
 from . import pages as page_ops
 from .errors import refusals_on, translate

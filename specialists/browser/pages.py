@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from csp_web.net import GuardConfig, check_url
+from csp_web.net.guard_proxy import Lane
 from protocol import ErrorCode
 
 from .engine import BrowserEngine, BrowserHandle, Opened
-from .proxy import Lane
 
 # The schemes a popup may show; anything else (file:, chrome:, data:, javascript:) is closed.
 _WEB_SCHEMES = ("https:", "http:", "about:blank")

@@ -18,13 +18,14 @@ import trio
 
 from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
+from csp_web.core.ports import FileStore, Port
 from csp_web.net import GuardConfig, Resolver
+from csp_web.net.guard_proxy import GuardProxy
+from csp_web.net.proxy_peers import owned_by_tree
 
 from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
 from .media import MediaStore
-from .peers import owned_by_tree
-from .proxy import GuardProxy
 from .sessions import OneShots, SessionTable
 
 
@@ -48,6 +49,8 @@ class BrowserServices:
     canvas: dict[str, CanvasNode] = field(default_factory=dict)
     oneshots: OneShots = field(default_factory=OneShots)
     canvas_claims: CanvasClaims = field(default_factory=CanvasClaims)
+    # Web's fileKey store while the web specialist is open (csp_web.core.ports).
+    files: Port[FileStore] = field(default_factory=lambda: Port("files"))
 
     @property
     def engine(self) -> BrowserEngine:

@@ -2,22 +2,28 @@
 document ops (board, save, cabinet, write_file) and research jobs (research, result).
 
 ``WEB`` is the value the composition root (csp_web.app.catalog) lists; ``make_web`` builds
-it with a test resolver or TLS trust store.
+it with a test resolver or TLS trust store, and with the daemon's ``Seams``: web consumes the
+browser's ``Renderer`` and provides the ``FileStore`` on its fileKeys (pages/filestore.py).
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 
 from csp_web.config import Config, WebConfig
 from csp_web.core.ops import Op
-from csp_web.core.ports import StatsLine
+from csp_web.core.ports import Seams, StatsLine
 from csp_web.core.specialist import Background, Commit, Specialist
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 
-from . import ops_api, ops_docs, ops_fetch, ops_research, ops_search, ops_summarize
+from .docs import ops_docs
+from .pages import ops_api, ops_fetch, ops_summarize
+from .pages.filestore import CacheFileStore
+from .research import ops_research
+from .search import ops_search
 from .services import WebServices, open_web_services
 
 OPS: tuple[Op[WebServices], ...] = (
@@ -54,16 +60,45 @@ def _stats_lines(web: WebServices) -> Mapping[str, StatsLine]:
     return {} if web.redis is None else {"REDIS": web.redis.stats_line}  # at each REQ:stats
 
 
+@asynccontextmanager
+async def _seamed(services: WebServices, seams: Seams | None) -> AsyncIterator[WebServices]:
+    """``services`` reading the browser's Renderer and offering the fileKey store through
+    ``seams`` while open; as they are without seams."""
+    if seams is None:
+        yield services
+        return
+    services.renderer = seams.renderer
+    with seams.files.provided(CacheFileStore(services)):
+        yield services
+
+
 def make_web(
     *,
     resolver: Resolver | None = None,
     ssl_context: ssl.SSLContext | None = None,
     link: RedisLink | None = None,
     wrap_transport: TransportWrapper | None = None,
+    seams: Seams | None = None,
 ) -> Specialist[WebConfig, WebServices]:
     """The web specialist; ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a
     trustme CA); ``link`` is the fleet's shared state (redis.url), whose event task it runs;
-    ``wrap_transport`` wraps its guarded client's transport (``csp-web replay`` cassettes)."""
+    ``wrap_transport`` wraps its guarded client's transport (``csp-web replay`` cassettes);
+    ``seams`` are the daemon's ports between specialists (none: web alone)."""
+
+    @asynccontextmanager
+    async def open_services(section: WebConfig, config: Config) -> AsyncIterator[WebServices]:
+        async with (
+            open_web_services(
+                config,
+                resolver=resolver,
+                ssl_context=ssl_context,
+                link=link,
+                wrap_transport=wrap_transport,
+            ) as services,
+            _seamed(services, seams) as seamed,
+        ):
+            yield seamed
+
     return Specialist(
         name="web",
         ops=OPS,
@@ -86,13 +121,7 @@ def make_web(
             "web.tls",  # the client's TLS context and proxy are built once, at start
             "web.proxy",
         ),
-        open_services=lambda section, config: open_web_services(
-            config,
-            resolver=resolver,
-            ssl_context=ssl_context,
-            link=link,
-            wrap_transport=wrap_transport,
-        ),
+        open_services=open_services,
         background=_background,
         stats_lines=_stats_lines,
         storage=lambda web: {"cache": lambda: web.cache.storage_full},

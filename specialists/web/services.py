@@ -2,11 +2,12 @@
 
 The daemon opens these once (``open_web_services``, WEB's ``open_services``) and binds them
 to every web handler as its third argument; a web op never builds its own client or cache.
+Each product reads only its part, declared as a Protocol in its folder (``PagesServices``,
+``SearchServices``, ``DocsServices``, ``ResearchServices``), which ``WebServices`` fulfils.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -17,6 +18,7 @@ import trio
 from csp_web.config import Config, WebConfig
 from csp_web.core.audit import OpAudit
 from csp_web.core.errors import OpError
+from csp_web.core.ports import Port, Renderer
 from csp_web.core.replies import Result
 from csp_web.infra.ratelimit import Rate
 from csp_web.infra.redis_cache import ResponseCache, open_response_cache
@@ -32,11 +34,11 @@ from csp_web.net import (
     trust_context,
 )
 
-from .board import Board
-from .breaker import Breaker
-from .flights import Flights
-from .jobs import ResearchJobs
-from .prefetch import Prefetcher
+from .docs.board import Board
+from .pages.flights import Flights
+from .research.jobs import ResearchJobs
+from .search.breaker import Breaker
+from .search.prefetch import Prefetcher
 
 
 @dataclass
@@ -56,7 +58,9 @@ class WebServices:
     redis: RedisLink | None = None  # the fleet's shared state (redis.url), else None
     fleet_flights: SharedFlights | None = None  # downloads in flight across the fleet
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
-    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research.py)
+    jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research/run.py)
+    # The browser's Renderer while the browser specialist is open (csp_web.core.ports).
+    renderer: Port[Renderer] = field(default_factory=lambda: Port("renderer"))
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
@@ -166,7 +170,3 @@ def web_audit(target: str) -> Iterator[WebNotes]:
         if exc.audit is None:
             exc.audit = notes.audit()
         raise
-
-
-def quota_path(services: WebServices) -> str:
-    return os.path.join(services.state_dir, "quotas.json")

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import serialization
 
 from csp_web.config.browser import BrowserConfig
 from csp_web.net import GuardConfig, Resolver
+from csp_web.net.guard_proxy import GuardProxy, Refusal
 from specialists.browser.pages import PageSet
-from specialists.browser.proxy import GuardProxy, Refusal
 from specialists.browser.services import Runtime, make_engines
 
 WAIT_S = 30.0  # the bound on every wait here: far past an honest run on a loaded 2-core host

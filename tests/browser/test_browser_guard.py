@@ -14,10 +14,10 @@ import trio.testing
 
 from csp_web.core.dispatch import Dispatcher
 from csp_web.net import GuardConfig
+from csp_web.net.guard_proxy import GuardProxy, Lane
 from protocol import ErrorCode, Reply, Status
 from specialists.browser.errors import translate
 from specialists.browser.pages import PageSet
-from specialists.browser.proxy import GuardProxy, Lane
 from specialists.browser.services import BrowserServices
 from tests.net._dns import FixedResolver, RebindingResolver
 from tests.net._origin import Origin

@@ -78,8 +78,8 @@ async def test_the_daemon_lists_both_ops_and_a_browser_stats_line(config: Config
 def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
     from playwright.async_api import Error, TimeoutError
 
+    from csp_web.net.guard_proxy import Lane
     from specialists.browser.errors import translate
-    from specialists.browser.proxy import Lane
 
     lane = Lane(1, 0)
 

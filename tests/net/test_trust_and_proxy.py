@@ -15,7 +15,7 @@ from csp_web.config.errors import ConfigError
 from csp_web.config.web import TlsConfig, WebConfig
 from csp_web.core.errors import OpError
 from csp_web.net import GuardConfig, Proxy, open_guarded_client, parse_proxy, trust_context
-from csp_web.net.proxy import connect_request
+from csp_web.net.forward_proxy import connect_request
 from protocol import ErrorCode
 
 from ._dns import FixedResolver

@@ -18,7 +18,7 @@ import trio.testing
 from csp_web.config import ApiConfig, Config, RateConfig
 from csp_web.infra.ratelimit import Bucket
 from protocol import Status
-from specialists.web.ops_api import OPS
+from specialists.web.pages.ops_api import OPS
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen

@@ -19,7 +19,7 @@ from csp_web.config import Config, SearchProvider
 from csp_web.config.docs import DocsConfig, FirecrawlConfig
 from protocol import Status
 from specialists.web import WEB
-from specialists.web.ops_search import OPS as SEARCH_OPS
+from specialists.web.search.ops_search import OPS as SEARCH_OPS
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
@@ -342,7 +342,7 @@ async def test_firecrawl_is_off_without_its_key_and_reports_the_page_status(
 )
 def test_firecrawl_error_answers_are_fetch_failed(status: int, body: bytes, error: str) -> None:
     from csp_web.core.errors import OpError
-    from specialists.web.firecrawl import parse
+    from specialists.web.pages.firecrawl import parse
 
     with pytest.raises(OpError) as failed:
         parse((status, body), "https://a.example/")
@@ -350,7 +350,7 @@ def test_firecrawl_error_answers_are_fetch_failed(status: int, body: bytes, erro
 
 
 def test_a_firecrawl_page_names_where_firecrawl_read_it_even_plain_http() -> None:
-    from specialists.web.firecrawl import parse
+    from specialists.web.pages.firecrawl import parse
 
     answer = {
         "success": True,

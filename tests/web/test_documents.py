@@ -24,8 +24,8 @@ from csp_web.memory.embedded import open_memory_link, outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.web import WEB
-from specialists.web.filekeys import file_key
-from specialists.web.pages import Page
+from specialists.web.pages.filekeys import file_key
+from specialists.web.pages.loading import Page
 from specialists.web.services import WebServices
 from tests.conftest import with_memory
 from tests.harness import build_dispatcher
@@ -233,7 +233,7 @@ async def test_each_peer_has_its_own_board_and_fetch_can_carry_it(
 
 def test_board_keeps_max_entries_per_peer_and_ttl_turns_is_its_setting() -> None:
     """N and N+1: max_entries 2 keeps the newest two of three."""
-    from specialists.web.board import Board, Entry
+    from specialists.web.docs.board import Board, Entry
 
     board, config = Board(), BoardConfig(ttl_turns=5, max_entries=2)
     for n in range(3):

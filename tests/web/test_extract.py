@@ -19,7 +19,7 @@ from bench.extraction import (
     shingles,
     summarise,
 )
-from specialists.web.extract import Article, extract_article, outline
+from specialists.extract import Article, extract_article, outline
 
 PROSE = [
     "The council voted on Tuesday to expand the river park, adding trails, a boat ramp, "

@@ -6,9 +6,9 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
-from specialists.web.extract import extract_article
-from specialists.web.extract._hints import PRICE
-from specialists.web.extract._repeat import MIN_ITEMS
+from specialists.extract import extract_article
+from specialists.extract._hints import PRICE
+from specialists.extract._repeat import MIN_ITEMS
 
 DESCRIPTION = [
     "This travel mug keeps coffee hot for six hours and cold drinks cold for a whole day, "

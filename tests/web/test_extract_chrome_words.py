@@ -7,8 +7,8 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
-from specialists.web.extract import extract_article
-from specialists.web.extract._attrs import names_chrome
+from specialists.extract import extract_article
+from specialists.extract._attrs import names_chrome
 
 POSTS = [
     "I have been trying to get the backup job to run every night, but it stops after the "

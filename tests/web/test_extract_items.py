@@ -6,9 +6,9 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
-from specialists.web.extract import extract_article
-from specialists.web.extract._attrs import names_chrome
-from specialists.web.extract._members import is_edit_note, is_member_stats
+from specialists.extract import extract_article
+from specialists.extract._attrs import names_chrome
+from specialists.extract._members import is_edit_note, is_member_stats
 
 POSTS = [
     f"Post number {n} of the thread: the backup job stops after the first volume on this "

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborHTMLParser
 
-from specialists.web.extract import extract_article
-from specialists.web.extract._dom import build_tree
-from specialists.web.extract._repeat import find_run
-from specialists.web.extract._score import measure
+from specialists.extract import extract_article
+from specialists.extract._dom import build_tree
+from specialists.extract._repeat import find_run
+from specialists.extract._score import measure
 
 POSTS = [
     "I have been trying to get the backup job to run every night, but it stops after the "

@@ -16,11 +16,11 @@ from selectolax.lexbor import LexborHTMLParser
 
 from bench.extraction import CorpusScore, dump_corpus, report, score_corpus
 from bench.extraction_ablation import ablate, negligible
-from specialists.web.extract import RULES, _rules, census, extract_article, switched_off
-from specialists.web.extract._page import Page
-from specialists.web.extract._passes import PASSES
+from specialists.extract import RULES, _rules, census, extract_article, switched_off
+from specialists.extract._page import Page
+from specialists.extract._passes import PASSES
 
-PACKAGE = Path(__file__).resolve().parents[2] / "specialists" / "web" / "extract"
+PACKAGE = Path(__file__).resolve().parents[2] / "specialists" / "extract"
 PROSE = (
     "The council voted on Tuesday to expand the river park, adding trails, a boat ramp, "
     "and a community garden that volunteers have been asking for since the spring."

@@ -5,7 +5,7 @@ Each test is a small hand-made page showing one general page shape (never one si
 
 from __future__ import annotations
 
-from specialists.web.extract import extract_article
+from specialists.extract import extract_article
 
 POSTS = [
     f"Reply number {n}: the backup job stops after the first volume here too, and moving it "

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from specialists.web.extract import extract_article
-from specialists.web.extract._attrs import names_chrome
+from specialists.extract import extract_article
+from specialists.extract._attrs import names_chrome
 
 SECTIONS = [
     "Our team plans the whole project with you, from the first survey of the site to the "

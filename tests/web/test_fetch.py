@@ -22,10 +22,10 @@ from csp_web.core.connection import Shutdown
 from csp_web.core.context import Peer
 from csp_web.infra.ratelimit import Bucket
 from protocol import Reply, Status, Task
-from specialists.web.extract import extract_article
-from specialists.web.filekeys import file_key
-from specialists.web.ops_fetch import OPS
-from specialists.web.pages import Page
+from specialists.extract import extract_article
+from specialists.web.pages.filekeys import file_key
+from specialists.web.pages.loading import Page
+from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices
 from tests.harness import Harness
 from tests.net._origin import Origin

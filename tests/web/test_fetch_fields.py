@@ -12,13 +12,13 @@ import pytest
 
 from protocol import Reply, Status
 from specialists.web import WEB
-from specialists.web.dates import iso_date
-from specialists.web.fetch_fields import SUMMARY_NAMESPACE
-from specialists.web.filekeys import file_key
-from specialists.web.headmeta import read_head
-from specialists.web.pages import CACHE_NAMESPACE, Page
+from specialists.web.pages.dates import iso_date
+from specialists.web.pages.fetch_fields import SUMMARY_NAMESPACE
+from specialists.web.pages.filekeys import file_key
+from specialists.web.pages.headmeta import read_head
+from specialists.web.pages.loading import CACHE_NAMESPACE, Page
+from specialists.web.pages.summarize import summarize_extractive
 from specialists.web.services import WebServices
-from specialists.web.summarize import summarize_extractive
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import ARTICLE, MARKDOWN, fetch, hits, run, serve

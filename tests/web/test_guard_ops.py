@@ -15,7 +15,8 @@ from csp_web.config import ApiConfig, Config, RateConfig, SearchConfig, SearchPr
 from csp_web.core.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode, Status
-from specialists.web import ops_api, ops_fetch, ops_search, ops_summarize
+from specialists.web.pages import ops_api, ops_fetch, ops_summarize
+from specialists.web.search import ops_search
 from tests.net._dns import FixedResolver
 from tests.net._hostile_urls import assert_catalogued_failure, malformed
 from tests.net._metadata import METADATA_NAMES, METADATA_TARGETS

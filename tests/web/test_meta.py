@@ -8,8 +8,8 @@ import json
 import pytest
 
 from protocol import Reply, Status
-from specialists.web.headmeta import head_slice, read_head, refresh_target
-from specialists.web.ops_fetch import OPS
+from specialists.web.pages.headmeta import head_slice, read_head, refresh_target
+from specialists.web.pages.ops_fetch import OPS
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory

@@ -12,7 +12,7 @@ import trio.testing
 from csp_web.core.errors import OpError
 from csp_web.infra.ratelimit import Bucket
 from protocol import ErrorCode
-from specialists.web.pages import (
+from specialists.web.pages.loading import (
     CACHE_NAMESPACE,
     Page,
     compact_json,

@@ -14,7 +14,7 @@ import trio
 from csp_web.config import Config
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
-from specialists.web.pages import Page, load_page
+from specialists.web.pages.loading import Page, load_page
 from specialists.web.services import WebServices, open_web_services
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin

@@ -15,8 +15,8 @@ import trio
 
 from csp_web.config import Config, RateConfig
 from protocol import Status
-from specialists.web.ops_search import OPS as SEARCH_OPS
-from specialists.web.pages import Page, load_page
+from specialists.web.pages.loading import Page, load_page
+from specialists.web.search.ops_search import OPS as SEARCH_OPS
 from specialists.web.services import WebServices, open_web_services
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin

@@ -21,9 +21,9 @@ from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.web import WEB
-from specialists.web.jobs import Job, ResearchJobs
-from specialists.web.research import heuristic_answer
-from specialists.web.research_llm import Source, parse_answer
+from specialists.web.research.jobs import Job, ResearchJobs
+from specialists.web.research.llm import Source, parse_answer
+from specialists.web.research.run import heuristic_answer
 from specialists.web.services import WebServices
 from tests.conftest import Daemon
 from tests.harness import build_dispatcher, outbox_of

@@ -4,7 +4,7 @@ at most guard.max_redirects (3) hops in all."""
 from __future__ import annotations
 
 from protocol import Reply, Status
-from specialists.web.ops_fetch import OPS
+from specialists.web.pages.ops_fetch import OPS
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory

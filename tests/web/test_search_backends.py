@@ -13,9 +13,9 @@ import trio.testing
 
 from csp_web.infra.ratelimit import MAX_PAUSE_S, resume_at
 from csp_web.net import FetchResult
-from specialists.web.breaker import Breaker
 from specialists.web.search import brave, duckduckgo, searxng
 from specialists.web.search.base import BackendFailure, Hit, SearchQuery, clean_text
+from specialists.web.search.breaker import Breaker
 from specialists.web.search.rank import clean_url, dedupe_key, domain, pick
 from tests.web.fixtures import load
 

@@ -19,8 +19,8 @@ from csp_web.config import Config
 from csp_web.config.docs import DocsConfig
 from csp_web.net import FetchResult
 from protocol import Reply, Status
-from specialists.web.ops_search import OPS, scores
 from specialists.web.search import brave
+from specialists.web.search.ops_search import OPS, scores
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply

@@ -20,11 +20,11 @@ from csp_web.core.ports import TaskPort
 from csp_web.infra.ratelimit import Bucket
 from protocol import Reply as CspReply
 from protocol import Status
-from specialists.web.ops_search import OPS, start_prefetch
-from specialists.web.pages import load_page
-from specialists.web.prefetch import Prefetcher
+from specialists.web.pages.loading import load_page
 from specialists.web.search import Hit, breaker
-from specialists.web.services import quota_path
+from specialists.web.search.ops_search import OPS, start_prefetch
+from specialists.web.search.prefetch import Prefetcher
+from specialists.web.search.services import quota_path
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from csp_web.config import Config
-from specialists.web.ops_search import OPS
+from specialists.web.search.ops_search import OPS
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, Seen

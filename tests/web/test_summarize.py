@@ -15,15 +15,15 @@ from csp_web.core.dispatch import Dispatcher
 from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status
-from specialists.web.ops_summarize import OPS
-from specialists.web.services import WebServices
-from specialists.web.summarize import (
+from specialists.web.pages.ops_summarize import OPS
+from specialists.web.pages.summarize import (
     BULLET_CHARS,
     clip,
     parse_llm_bullets,
     split_sentences,
     summarize_extractive,
 )
+from specialists.web.services import WebServices
 from tests.harness import build_dispatcher
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply

@@ -13,7 +13,7 @@ import pytest
 from csp_web.config import Config, DaemonConfig, WebConfig
 from csp_web.net import GuardConfig
 from protocol import Reply, Status
-from specialists.web import ops_fetch, ops_summarize
+from specialists.web.pages import ops_fetch, ops_summarize
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import run

@@ -9,8 +9,8 @@ answer (no I/O), ``chain`` sends them with rate limits, quotas and circuit break
 ``rank`` de-duplicates and chooses.
 """
 
-from ..breaker import Breaker
 from .base import BackendFailure, Hit, SearchQuery
+from .breaker import Breaker
 from .chain import Outcome, breaker, run_chain
 from .rank import clean_url, domain, pick
 

@@ -27,11 +27,11 @@ from csp_web.core.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from csp_web.infra.redis_ratelimit import SharedRateLimits
 from csp_web.net import GuardConfig, check_url
-from specialists.web.breaker import Breaker
-from specialists.web.services import WebServices, quota_path
+from specialists.web.search.breaker import Breaker
 
 from . import brave, duckduckgo, perplexity, rank, searxng
 from .base import Backend, BackendFailure, Hit, SearchQuery
+from .services import SearchServices, quota_path
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ _NOT_TRIED = frozenset({"no_api_key", "not_configured"})
 DEFAULT_PAUSE_S = 60.0
 
 
-def breaker(services: WebServices, name: str) -> Breaker:
+def breaker(services: SearchServices, name: str) -> Breaker:
     """Backend ``name``'s breaker, kept in ``services.breakers`` for the daemon's lifetime."""
     breakers = services.breakers
     if name not in breakers:
@@ -98,7 +98,7 @@ class _Candidate:
     key: str | None
 
 
-async def run_chain(services: WebServices, query: SearchQuery, *, deadline: float) -> Outcome:
+async def run_chain(services: SearchServices, query: SearchQuery, *, deadline: float) -> Outcome:
     """Ask the backends in order until ``query.count`` unique hits or none is left.
 
     ``deadline`` is trio time. Never raises for a backend's failure (the outcome lists them);
@@ -149,7 +149,12 @@ def _candidates(config: SearchConfig, outcome: Outcome) -> list[_Candidate]:
 
 
 async def _attempt(
-    services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
+    services: SearchServices,
+    candidate: _Candidate,
+    query: SearchQuery,
+    *,
+    deadline: float,
+    wait: bool,
 ) -> tuple[list[Hit], int | None]:
     circuit = breaker(services, candidate.name)
     probe = circuit.admit()
@@ -168,7 +173,12 @@ async def _attempt(
 
 
 async def _call(
-    services: WebServices, candidate: _Candidate, query: SearchQuery, *, deadline: float, wait: bool
+    services: SearchServices,
+    candidate: _Candidate,
+    query: SearchQuery,
+    *,
+    deadline: float,
+    wait: bool,
 ) -> tuple[list[Hit], int | None]:
     _check_base_url(candidate.base_url, services.config.guard)
     await _take_token(services, candidate.name, deadline if wait else trio.current_time())
@@ -205,7 +215,7 @@ def _check_base_url(base_url: str, guard: GuardConfig) -> None:
         raise BackendFailure(str(exc.code), f"{exc.code}:{exc.detail}", counts=False) from None
 
 
-async def _take_token(services: WebServices, name: str, until: float) -> None:
+async def _take_token(services: SearchServices, name: str, until: float) -> None:
     bucket = services.limits.bucket(f"search:{name}")
     if bucket is None:
         return
@@ -222,7 +232,7 @@ async def _take_token(services: WebServices, name: str, until: float) -> None:
         ) from None
 
 
-async def _take_quota(services: WebServices, name: str, limit: int) -> None:
+async def _take_quota(services: SearchServices, name: str, limit: int) -> None:
     # MonthlyQuota reads and rewrites one file; concurrent searches take turns.
     month = datetime.datetime.now(datetime.UTC).strftime("%Y-%m")
     if isinstance(services.limits, SharedRateLimits):  # the fleet's count, on Redis
@@ -244,7 +254,7 @@ async def _take_quota(services: WebServices, name: str, limit: int) -> None:
 
 
 async def _too_many_requests(
-    services: WebServices, name: str, headers: Mapping[str, str]
+    services: SearchServices, name: str, headers: Mapping[str, str]
 ) -> BackendFailure:
     now = trio.current_time()
     resume = resume_at(headers, now=now, wall=time.time())

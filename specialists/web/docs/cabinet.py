@@ -25,8 +25,8 @@ from csp_web.core.ports import Outbound
 from csp_web.core.records import json_record, new_write_id
 from protocol import ErrorCode, Reply, Status, Task
 
-from .filekeys import check, content_of, file_key
-from .pages import Page
+from ..pages.filekeys import check, content_of, file_key
+from ..pages.loading import Page
 
 TYPE = "document"
 FOLDER = "cabinet"

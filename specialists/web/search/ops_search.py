@@ -46,9 +46,10 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
-from .pages import load_page
-from .search import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
-from .services import WebServices, web_audit
+from ..pages.loading import load_page
+from ..services import WebServices, web_audit
+from . import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
+from .services import SearchServices
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class Asked:
     error: OpError | None = None
 
 
-async def search(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def search(params: Params, ctx: OpContext, services: SearchServices) -> Result:
     """Answer each QUERY from the cache, or run the chain; several run concurrently. Raises
     OpError(search_api_error) when no backend answers (the first query's failure when every
     query failed) and FieldError when MAX_RESULTS or the QUERY count passes its cap."""
@@ -120,7 +121,7 @@ async def search(params: Params, ctx: OpContext, services: WebServices) -> Resul
         return notes.attach(_render_one(asked[0]) if len(asked) == 1 else _render_many(asked))
 
 
-async def ask(services: WebServices, asked: Asked, no_cache: bool, deadline: float) -> None:
+async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: float) -> None:
     query = asked.query
     material = cache_material(query)
     if not no_cache:
@@ -302,7 +303,7 @@ def _backend_errors(failures: Sequence[tuple[str, BackendFailure]]) -> list[Fiel
     ]
 
 
-def start_prefetch(services: WebServices, hits: Sequence[Hit]) -> bool:
+def start_prefetch(services: SearchServices, hits: Sequence[Hit]) -> bool:
     """Start loading the top ``search.prefetch_top`` result pages into the fetch cache, in
     WEB's background task, at background priority (seed 004). False when off, or when that
     task is not running.
@@ -315,7 +316,7 @@ def start_prefetch(services: WebServices, hits: Sequence[Hit]) -> bool:
     )
 
 
-async def prefetch(services: WebServices, urls: Sequence[str]) -> None:
+async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
     """Load ``urls`` one after another with ``background=True``; a failure is only logged,
     since nobody waits for a prefetch and a crash here would take the nursery down."""
     for url in urls:

@@ -50,8 +50,9 @@ from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
 
-from .search.base import redact
-from .services import WebServices, web_audit
+from ..search.base import redact
+from ..services import WebServices, web_audit
+from .services import PagesServices
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 DATA_MAX_CHARS = 4000  # seed 003 truncates fetched text to ~4000 chars; a summary, not a dump
@@ -105,7 +106,7 @@ class Answer:
     total_chars: int  # of the whole rendering, before truncation
 
 
-async def api(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def api(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """Make the call; raises OpError (UNKNOWN_API, INVALID_FIELD, API_ERROR, RATE_LIMITED,
     and the guarded client's codes), each with an ENDPOINT field."""
     endpoint = params.text("ENDPOINT")
@@ -183,7 +184,7 @@ def _headers(lines: list[str], api_config: ApiConfig) -> tuple[tuple[str, str], 
 
 
 async def _answer(
-    services: WebServices, call: ApiCall, no_cache: bool, ctx: OpContext
+    services: PagesServices, call: ApiCall, no_cache: bool, ctx: OpContext
 ) -> tuple[Answer, bool]:
     namespace = f"api:{call.name}"
     material = {"method": call.method, "url": call.url, "headers": sorted(call.headers)}
@@ -215,7 +216,7 @@ def _token(api_config: ApiConfig) -> str | None:
 
 
 async def _send_with_retry(
-    services: WebServices, call: ApiCall, token: str | None, *, deadline: float
+    services: PagesServices, call: ApiCall, token: str | None, *, deadline: float
 ) -> FetchResult:
     """Send, and once more after a rate-limited answer whose pause ends before ``deadline``."""
     bucket = services.limits.bucket(f"api:{call.name}")
@@ -240,7 +241,7 @@ async def _send_with_retry(
 
 
 async def _send(
-    services: WebServices, call: ApiCall, token: str | None, *, deadline: float
+    services: PagesServices, call: ApiCall, token: str | None, *, deadline: float
 ) -> FetchResult:
     headers = httpx.Headers(call.api.headers)
     for name, value in call.headers:  # the caller's value wins, whatever its case

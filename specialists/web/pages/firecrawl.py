@@ -7,9 +7,10 @@ cannot read (bot walls, script-built pages).
         "sourceURL", "url", "statusCode"}}}
     -> {"success": false, "error": "..."}   (with a 4xx or 5xx status)
 
-``docs.firecrawl.mode`` ``fallback`` (the default) asks Firecrawl only after a direct load
-failed with ``fetch_failed`` or ``too_large``, and reports the direct failure when Firecrawl
-fails too; ``always`` asks Firecrawl first and loads directly when it fails. Either way the
+``docs.firecrawl.mode`` (loaders.py plans the loaders) ``fallback`` (the default) asks
+Firecrawl only after a direct load failed with ``fetch_failed`` or ``too_large``, and reports
+the direct failure when Firecrawl fails too; ``always`` asks Firecrawl first and loads
+directly when it fails. Either way the
 target passes the same URL gate, address deny table (its robots.txt is fetched through the
 guard, so a name resolving to a denied address is ssrf_blocked: a self-hosted Firecrawl could
 reach it) and robots.txt rules as a direct load, and so does the URL Firecrawl says it read
@@ -23,10 +24,7 @@ key variable is unset. The key is sent only to ``base_url``, never on a redirect
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import logging
-import os
 import re
 import time
 from typing import Any
@@ -36,80 +34,22 @@ import trio
 from csp_web.core.errors import OpError
 from protocol import ErrorCode
 
-from .pages import (
+from ..search.base import redact
+from .loading import (
     CACHE_NAMESPACE,
     Page,
     fresh,
     from_snapshot,
-    load_page,
     normalise_url,
-    op_deadline,
     to_snapshot,
 )
-from .search.base import redact
-from .services import WebServices
+from .services import PagesServices
 
-log = logging.getLogger(__name__)
-
-# A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
-FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})
 _WORD = re.compile(r"\w+")
-# A scrape refused for where it landed: reported over the direct failure, which says less.
-_GATE_CODES = frozenset({ErrorCode.URL_REJECTED, ErrorCode.SSRF_BLOCKED})
-
-
-async def load(
-    services: WebServices,
-    url: str,
-    *,
-    no_cache: bool,
-    deadline: float,
-    max_age_s: float | None = None,
-) -> Page:
-    """The page at ``url`` through the configured backends (see the module's docstring); a
-    cached snapshot only when younger than ``max_age_s`` (None: any the cache holds)."""
-    config = services.config.docs.firecrawl
-    key = os.environ.get(config.api_key_env) if config.base_url is not None else None
-    direct = functools.partial(
-        load_page, services, url, no_cache=no_cache, max_age_s=max_age_s, deadline=deadline
-    )
-    if not key:
-        return await direct()
-    if config.mode == "always":
-        try:
-            return await scrape(
-                services, url, key, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s
-            )
-        except OpError as exc:
-            log.info("firecrawl failed for %s (%s:%s); loading directly", url, exc.code, exc.detail)
-            return await direct()
-    try:
-        return await direct()
-    except OpError as direct:
-        if direct.code not in FALLBACK_CODES:
-            raise
-        try:
-            return await scrape(services, url, key, no_cache=True, deadline=deadline)
-        except OpError as exc:
-            log.info("firecrawl failed for %s too (%s:%s)", url, exc.code, exc.detail)
-            if exc.code in _GATE_CODES:  # it read the page somewhere the guard refuses
-                raise
-            raise direct from None
-
-
-async def load_for_fetch(
-    services: WebServices, url: str, *, no_cache: bool = False, max_age_s: float | None = None
-) -> Page:
-    """``load`` under the op's deadline, a failure carrying a ``URL`` field (as fetch's)."""
-    deadline = op_deadline(services)
-    try:
-        return await load(services, url, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s)
-    except OpError as exc:
-        raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
 
 
 async def scrape(
-    services: WebServices,
+    services: PagesServices,
     url: str,
     key: str,
     *,
@@ -139,7 +79,9 @@ async def scrape(
     return page
 
 
-async def _post(services: WebServices, target: str, key: str, deadline: float) -> tuple[int, bytes]:
+async def _post(
+    services: PagesServices, target: str, key: str, deadline: float
+) -> tuple[int, bytes]:
     config = services.config.docs.firecrawl
     assert config.base_url is not None
     body = {
@@ -159,7 +101,9 @@ async def _post(services: WebServices, target: str, key: str, deadline: float) -
     return result.status_code, result.body
 
 
-async def _check_landing(services: WebServices, landing: str, target: str, deadline: float) -> None:
+async def _check_landing(
+    services: PagesServices, landing: str, target: str, deadline: float
+) -> None:
     """Refuse a page Firecrawl read somewhere else than ``target`` unless that place passes
     the gate as a redirect hop would: Firecrawl follows redirects itself, and a self-hosted
     one sits where a redirect to an internal address reaches. Raises OpError: the gate's

@@ -1,4 +1,4 @@
-"""The research jobs table (``research.py`` runs the jobs): each job's state, where it runs,
+"""The research jobs table (``run.py`` runs the jobs): each job's state, where it runs,
 how long it is kept. Jobs live in the daemon's memory only."""
 
 from __future__ import annotations

@@ -33,14 +33,14 @@ from csp_web.core.ports import Outbound
 from csp_web.core.records import json_record, make_write
 from protocol import ErrorCode
 
-from .emptiness import NO_TEXT, is_empty
-from .filekeys import content_of
-from .firecrawl import load as load_through_backends
+from ..pages.emptiness import NO_TEXT, is_empty
+from ..pages.filekeys import content_of
+from ..pages.loaders import load as load_through_loaders
+from ..pages.summarize import clip, summarize_extractive
+from ..search import SearchQuery
 from .jobs import Job, Step
-from .research_llm import LlmFailure, Source, write_with_model
-from .search import SearchQuery
-from .services import WebServices
-from .summarize import clip, summarize_extractive
+from .llm import LlmFailure, Source, write_with_model
+from .services import ResearchServices
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ _WORD = re.compile(r"\w+")
 
 
 def start_job(
-    services: WebServices,
+    services: ResearchServices,
     outbox: Outbound,
     owner: str,
     question: str,
@@ -62,7 +62,7 @@ def start_job(
     return services.jobs.start(config, owner, question, run, sources=sources, bullets=bullets)
 
 
-async def _run(services: WebServices, outbox: Outbound, job: Job) -> None:
+async def _run(services: ResearchServices, outbox: Outbound, job: Job) -> None:
     config = services.config.docs.research
     wall = time.monotonic()
     try:
@@ -108,8 +108,8 @@ async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
         log.warning("research job %s: its record was not kept (%s)", job.job_id, exc.code)
 
 
-async def _research(services: WebServices, job: Job, deadline: float) -> None:
-    from .ops_search import Asked, ask  # the op module owns the search cache's shape
+async def _research(services: ResearchServices, job: Job, deadline: float) -> None:
+    from ..search.ops_search import Asked, ask  # the op module owns the search cache's shape
 
     asked = Asked(SearchQuery(job.question, min(job.sources * 2, 10)))
     began = time.monotonic()
@@ -128,7 +128,7 @@ async def _research(services: WebServices, job: Job, deadline: float) -> None:
 
 
 async def _read_sources(
-    services: WebServices, job: Job, urls: list[str], deadline: float
+    services: ResearchServices, job: Job, urls: list[str], deadline: float
 ) -> list[Source]:
     """The first ``job.sources`` URLs that load with text, loaded concurrently; further
     URLs stand in for ones that fail."""
@@ -146,7 +146,7 @@ async def _read_sources(
 
 
 async def _read_one(
-    services: WebServices,
+    services: ResearchServices,
     job: Job,
     url: str,
     deadline: float,
@@ -155,7 +155,7 @@ async def _read_one(
 ) -> None:
     began = time.monotonic()
     try:
-        page = await load_through_backends(services, url, no_cache=False, deadline=deadline)
+        page = await load_through_loaders(services, url, no_cache=False, deadline=deadline)
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return
@@ -171,7 +171,9 @@ async def _read_one(
     read[url] = Source(page.url, page.title, text[:limit])
 
 
-async def _answer(services: WebServices, job: Job, sources: list[Source], deadline: float) -> None:
+async def _answer(
+    services: ResearchServices, job: Job, sources: list[Source], deadline: float
+) -> None:
     config = services.config.docs.research
     if config.llm_base_url is not None:
         began = time.monotonic()

@@ -22,8 +22,8 @@ import trio
 from protocol import ErrorCode, Field
 
 from .emptiness import NO_TEXT, is_empty
-from .pages import Page
-from .services import WebServices
+from .loading import Page
+from .services import PagesServices
 from .summarize import summarize_extractive
 
 # (Page.meta key, reply field); in a FETCH line free text is quoted, a date or a tag is not.
@@ -74,7 +74,7 @@ def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
     return ErrorCode.EMPTY_CONTENT, page.empty or NO_TEXT
 
 
-async def summary_fields(services: WebServices, key: str, content: str) -> list[Field]:
+async def summary_fields(services: PagesServices, key: str, content: str) -> list[Field]:
     """SUMMARY lines for the whole of ``content`` (at most ``summarize.max_text_chars`` of it
     read), by the summarize op's extractive method, in a worker thread: CPU work on a whole
     page (about 0.3 s for 200,000 chars), so it is kept under ``key`` (the snapshot's fileKey

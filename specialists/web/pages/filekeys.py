@@ -20,8 +20,8 @@ import re
 from csp_web.core.errors import OpError
 from protocol import ErrorCode, Field, Status
 
-from .pages import Page, from_snapshot, to_snapshot
-from .services import WebServices
+from .loading import Page, from_snapshot, to_snapshot
+from .services import PagesServices
 
 NAMESPACE = "filekey"
 PATTERN = re.compile(r"fk_[a-z2-7]{16}")
@@ -60,13 +60,13 @@ def window(content: str, start: int, max_chars: int) -> tuple[str, list[Field], 
     return text, fields, Status.PARTIAL
 
 
-async def hold(services: WebServices, key: str, page: Page) -> None:
+async def hold(services: PagesServices, key: str, page: Page) -> None:
     """Keep ``page`` under ``key`` for ``cache.fetch_ttl_s``."""
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
 
 
-async def held(services: WebServices, key: str) -> Page:
+async def held(services: PagesServices, key: str) -> Page:
     """The snapshot ``key`` names; raises OpError(INVALID_FIELD) for a malformed key and
     OpError(UNKNOWN_FILE_KEY) for one not held (expired, or never fetched here)."""
     check(key)

@@ -1,4 +1,6 @@
-"""The forward proxy every Chromium request goes through, applying the same guard as fetch.
+"""The guard proxy: a forward proxy applying the same guard as fetch, for clients that make
+their own requests. Every Chromium request goes through it (the browser specialist), and it
+runs without Chromium for any process tree its peer check admits (exec's sandbox, next).
 
 Chromium is launched with ``--proxy-server`` pointing here (127.0.0.1, port 0) and its
 loopback bypass removed, and every BrowserContext the engine makes is given a proxy of its
@@ -23,8 +25,9 @@ when Chromium reports the failure, the record is already there. Requests on the 
 are the browser's own, made outside any context (update checks, sign-in and safe-browsing
 pings): no client asked for them, so every one is refused (``url_rejected:outside-context``)
 and kept on no context's lane; nothing leaves the machine that no op asked for. Only
-sockets held by processes under the Playwright driver (Chromium) may use the proxy
-(``peers.py``): a peer found elsewhere (another local process) is closed without a byte.
+sockets held by the admitted process tree (for the browser: under the Playwright driver,
+Chromium) may use the proxy (``proxy_peers.py``): a peer found elsewhere (another local
+process) is closed without a byte.
 Owns its listeners; ``serve`` runs until cancelled.
 """
 
@@ -47,14 +50,14 @@ from csp_web.net import GuardConfig, Resolver, SystemResolver, check_url
 from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
-from .peers import PeerCheck
+from .proxy_peers import PeerCheck
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
 log = logging.getLogger(__name__)
 OUTSIDE_CONTEXT = "outside-context"  # the refusal of every request on the main port
 MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
 _LANE_BACKLOG = 128
-_PEER_CHECK_THREADS = 2  # peer checks (peers.py) in worker threads at once
+_PEER_CHECK_THREADS = 2  # peer checks (proxy_peers.py) in worker threads at once
 _HOP_HEADERS = frozenset(
     {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te", b"upgrade"}
 )
@@ -255,7 +258,7 @@ class GuardProxy:
             log.exception("proxy connection failed")
 
     async def _peer_allowed(self, stream: trio.SocketStream) -> bool:
-        """``peer_check`` in a worker thread: its walk of /proc (peers.py) must not stall
+        """``peer_check`` in a worker thread: its walk of /proc (proxy_peers.py) must not stall
         the event loop, the daemon's."""
         assert self.peer_check is not None
         peer, local = stream.socket.getpeername(), stream.socket.getsockname()

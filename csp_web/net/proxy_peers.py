@@ -1,4 +1,5 @@
-"""Who may use the guard proxy: only sockets held by the Playwright driver's process tree.
+"""Who may use the guard proxy: only sockets held by one process tree (for the browser, the
+Playwright driver's).
 
 A connection to the proxy (its main port or a context's lane) is served only when the client
 end of its socket (found in /proc/net/tcp) is held by the driver or a descendant: Chromium.

@@ -1,4 +1,4 @@
-"""A search backend's circuit breaker (state kept in ``WebServices.breakers``)."""
+"""A search backend's circuit breaker (state kept in ``SearchServices.breakers``)."""
 
 from __future__ import annotations
 

@@ -25,13 +25,14 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field
 
+from ..services import WebServices, web_audit
 from .filekeys import held
-from .pages import load_for_op, op_deadline
-from .services import WebServices, web_audit
+from .loading import load_for_op, op_deadline
+from .services import PagesServices
 from .summarize import summarize as make_summary
 
 
-async def summarize(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """``MAX_BULLETS`` bullets (default summarize.default_bullets, at most max_bullets) of
     TEXT, of the page at URL or of the snapshot FILE_KEY names, exactly one of them; METHOD
     says how they were made."""
@@ -66,7 +67,7 @@ async def summarize(params: Params, ctx: OpContext, services: WebServices) -> Re
         return notes.attach(Result(f"bullets:{len(summary.bullets)}", scope, tuple(fields)))
 
 
-def _check(text: str | None, url: str | None, count: int, services: WebServices) -> None:
+def _check(text: str | None, url: str | None, count: int, services: PagesServices) -> None:
     config = services.config.summarize
     if text is None and url is None:
         raise FieldError(ErrorCode.MISSING_FIELD, "TEXT or URL")

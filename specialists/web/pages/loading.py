@@ -28,12 +28,12 @@ from csp_web.core.deadlines import work_deadline
 from csp_web.core.errors import OpError
 from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
+from specialists.extract import extract_article, outline
 
 from .emptiness import empty_why, is_empty
-from .extract import extract_article, outline
 from .flights import Flight, Flights
 from .headmeta import read_head
-from .services import WebServices
+from .services import PagesServices
 
 Kind = Literal["html", "json", "text", "other"]
 
@@ -86,21 +86,21 @@ class Page:
         return urllib.parse.urlsplit(self.url).hostname or ""
 
 
-def normalise_url(url: str, services: WebServices) -> str:
+def normalise_url(url: str, services: PagesServices) -> str:
     """The cache and single-flight key of ``url``: the URL gate's canonical spelling (lower-case
     scheme and host, default port dropped, fragment dropped). Raises OpError(URL_REJECTED |
     SSRF_BLOCKED) for a URL the gate refuses, before any I/O."""
     return check_url(url, services.config.guard).url
 
 
-def op_deadline(services: WebServices) -> float:
+def op_deadline(services: PagesServices) -> float:
     """The trio time by which an op's network work must end: the guard's ``timeout_s`` from
     now, or sooner when the task's own deadline (less its reserve) comes first."""
     return min(trio.current_time() + services.config.guard.timeout_s, work_deadline())
 
 
 async def load_page(
-    services: WebServices,
+    services: PagesServices,
     url: str,
     *,
     no_cache: bool = False,
@@ -137,7 +137,7 @@ async def load_page(
 
 
 async def _lead(
-    services: WebServices,
+    services: PagesServices,
     key: str,
     flights: Flights,
     *,
@@ -185,7 +185,7 @@ async def _follow(flight: Flight, deadline: float) -> Page | None:
 
 
 async def _download_once(
-    services: WebServices, key: str, *, deadline: float, background: bool
+    services: PagesServices, key: str, *, deadline: float, background: bool
 ) -> Page:
     """``_download``, or a peer daemon's download of the same URL when one is in flight
     (``csp_web.infra.redis_flight``, with ``redis.url``)."""
@@ -201,7 +201,9 @@ async def _download_once(
     )
 
 
-async def _download(services: WebServices, key: str, *, deadline: float, background: bool) -> Page:
+async def _download(
+    services: PagesServices, key: str, *, deadline: float, background: bool
+) -> Page:
     await _take_token(services, deadline=deadline, background=background)
     remaining = deadline - trio.current_time()
     if remaining <= 0:
@@ -218,7 +220,7 @@ async def _download(services: WebServices, key: str, *, deadline: float, backgro
     return page
 
 
-async def _take_token(services: WebServices, *, deadline: float, background: bool) -> None:
+async def _take_token(services: PagesServices, *, deadline: float, background: bool) -> None:
     bucket = services.limits.bucket("fetch")
     if bucket is None:
         return
@@ -228,7 +230,7 @@ async def _take_token(services: WebServices, *, deadline: float, background: boo
         raise OpError(ErrorCode.RATE_LIMITED, "fetch:background")
 
 
-async def _cached(services: WebServices, key: str) -> Page | None:
+async def _cached(services: PagesServices, key: str) -> Page | None:
     return from_snapshot(await services.cache.get(CACHE_NAMESPACE, key))
 
 
@@ -240,7 +242,7 @@ def fresh(page: Page | None, max_age_s: float | None) -> Page | None:
     return page if time.time() - page.fetched_at < max_age_s else None
 
 
-async def _store(services: WebServices, key: str, page: Page) -> None:
+async def _store(services: PagesServices, key: str, page: Page) -> None:
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(CACHE_NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
     if page.url != key:
@@ -353,7 +355,7 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def load_for_op(services: WebServices, url: str, *, no_cache: bool = False) -> Page:
+async def load_for_op(services: PagesServices, url: str, *, no_cache: bool = False) -> Page:
     """``load_page`` under the op's deadline, its failures carrying a ``URL`` field as seed
     000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows."""
     try:

@@ -30,13 +30,14 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
+from ..pages.emptiness import EMPTY_BODY, is_empty
+from ..pages.fetch_many import announce
+from ..pages.filekeys import check, content_of, held, window
+from ..pages.loading import Page
+from ..services import WebServices, web_audit
 from . import cabinet
 from .board import file_lines
-from .emptiness import EMPTY_BODY, is_empty
-from .fetch_many import announce
-from .filekeys import check, content_of, held, window
-from .pages import Page
-from .services import WebServices, web_audit
+from .services import DocsServices
 from .workspace import check_target
 from .workspace import write_file as write_at
 
@@ -44,7 +45,7 @@ FILE_KEY = FieldSpec("FILE_KEY", required=True, doc="a fileKey from fetch (fk_..
 NOTE_MAX_CHARS = 2000
 
 
-async def board(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def board(params: Params, ctx: OpContext, services: DocsServices) -> Result:
     """The peer's announcement board: one FILE line per live entry, newest first."""
     config = services.config.docs.board
     services.board.turn(ctx.peer, config)
@@ -52,7 +53,7 @@ async def board(params: Params, ctx: OpContext, services: WebServices) -> Result
     return Result(f"files:{len(listing)}", (), tuple(file_lines(listing)))
 
 
-async def save(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def save(params: Params, ctx: OpContext, services: DocsServices) -> Result:
     """Store a held fileKey's content, URL, title and NOTE in the cabinet (30 days)."""
     key = params.text("FILE_KEY")
     services.board.turn(ctx.peer, services.config.docs.board)
@@ -70,7 +71,7 @@ async def save(params: Params, ctx: OpContext, services: WebServices) -> Result:
         return notes.attach(Result(f"saved:{key}", ("memory",), tuple(fields)))
 
 
-async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def from_cabinet(params: Params, ctx: OpContext, services: DocsServices) -> Result:
     """A cabinet entry's content, ``MAX_CHARS`` from ``START`` as fetch pages it; the entry
     is held and announced again, so fetch FILE_KEY and write_file find it."""
     key = params.text("FILE_KEY")
@@ -97,7 +98,7 @@ async def from_cabinet(params: Params, ctx: OpContext, services: WebServices) ->
         return notes.attach(Result(text, ("memory",), tuple(fields), status))
 
 
-async def write_file(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def write_file(params: Params, ctx: OpContext, services: DocsServices) -> Result:
     """Write a fileKey's content (held, else from the cabinet) to PATH under a workspace root."""
     key, path = params.text("FILE_KEY"), params.text("PATH")
     check(key)
@@ -119,7 +120,7 @@ async def write_file(params: Params, ctx: OpContext, services: WebServices) -> R
         return notes.attach(Result(f"path:{real}", (), tuple(fields)))
 
 
-async def _source(ctx: OpContext, services: WebServices, key: str) -> Page:
+async def _source(ctx: OpContext, services: DocsServices, key: str) -> Page:
     try:
         return await held(services, key)
     except OpError as exc:
@@ -129,7 +130,7 @@ async def _source(ctx: OpContext, services: WebServices, key: str) -> Page:
     return (await cabinet.load(ctx.services.outbox, config, key)).page()
 
 
-def _max_chars(params: Params, services: WebServices) -> int:
+def _max_chars(params: Params, services: DocsServices) -> int:
     limits = services.config.fetch
     max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
     if max_chars > limits.max_chars_cap:

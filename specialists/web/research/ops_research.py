@@ -1,5 +1,5 @@
 """``REQ:research`` and ``REQ:result`` under IN:WEB: research as a job (seed 001's agent
-run/result; ``research.py`` does the work).
+run/result; ``run.py`` does the work).
 
     TASK REQ:research IN:WEB OUT:RESEARCH
     QUESTION "How do storm surges form?"
@@ -47,16 +47,17 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
-from .board import owner
+from ..docs.board import owner
+from ..search import domain
+from ..services import WebServices
 from .jobs import Job
-from .research import start_job
-from .search import domain
-from .services import WebServices
+from .run import start_job
+from .services import ResearchServices
 
 QUESTION_MAX_CHARS = 400  # a search query's cap (Brave's q)
 
 
-async def research(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def research(params: Params, ctx: OpContext, services: ResearchServices) -> Result:
     """Start a research job for QUESTION; the reply names it (JOB_ID)."""
     config = services.config.docs.research
     sources = params.opt_integer("MAX_SOURCES") or config.default_sources
@@ -78,7 +79,7 @@ async def research(params: Params, ctx: OpContext, services: WebServices) -> Res
     return Result("status:running", (), (("JOB_ID", job.job_id),))
 
 
-async def result(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def result(params: Params, ctx: OpContext, services: ResearchServices) -> Result:
     """The job's status, or its answer once done; FAIL with its error once failed."""
     services.board.turn(ctx.peer, services.config.docs.board)
     config = services.config.docs.research

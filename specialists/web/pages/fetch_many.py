@@ -14,7 +14,7 @@ every snapshot and the announcement board.
     FETCH_ERROR https://b.example/two fetch_failed:http_404
     CITE https://a.example/one "One"
 
-The URLs load concurrently, each through ``firecrawl.load_for_fetch`` (``pages.load_page``: the
+The URLs load concurrently, each through ``loaders.fetch_page`` (``loading.load_page``: the
 guard, robots.txt, the cache, single-flight, the fetch bucket; Firecrawl behind it when
 configured) within the task's deadline; each gets its own outcome.
 A page that loads but yields no text is a failure here (``FETCH_ERROR <url>
@@ -36,14 +36,15 @@ from csp_web.core.context import OpContext
 from csp_web.core.errors import OpError
 from csp_web.core.fields import Params
 from csp_web.core.replies import Result, cite
-from protocol import ErrorCode, Field, Status
+from protocol import Field, Status
 
-from .board import Entry, file_lines
+from ..docs.board import Entry, file_lines
+from ..services import web_audit
 from .fetch_fields import cached_at, declared_attributes, empty_error
 from .filekeys import content_of, file_key, hold, token_estimate
-from .firecrawl import load_for_fetch
-from .pages import Page
-from .services import WebServices, web_audit
+from .loaders import fetch_page, page_view
+from .loading import Page
+from .services import PagesServices
 
 
 @dataclass
@@ -53,23 +54,7 @@ class _Outcome:
     error: OpError | None = None
 
 
-def page_content(page: Page, extract: str, url: str) -> str:
-    """The view of ``page`` that EXTRACT asks for; raises OpError(UNSUPPORTED_CONTENT) naming
-    the content type when the page has no such view."""
-    if extract == "text" and page.kind == "html":
-        return page.markdown
-    if extract == "text" and page.kind in ("json", "text"):
-        return page.text
-    if extract == "json" and page.json is not None:
-        return page.json
-    if extract == "html" and page.kind == "html":
-        return page.outline
-    kind = page.content_type or "unknown"
-    detail = kind if page.kind == "other" else f"{kind} as {extract}"
-    raise OpError(ErrorCode.UNSUPPORTED_CONTENT, detail, fields=(("URL", url),))
-
-
-async def announce(ctx: OpContext, services: WebServices, page: Page) -> str:
+async def announce(ctx: OpContext, services: PagesServices, page: Page) -> str:
     """Hold ``page`` under its fileKey and put it on the peer's board; returns the key."""
     key = file_key(page)
     await hold(services, key, page)
@@ -80,7 +65,7 @@ async def announce(ctx: OpContext, services: WebServices, page: Page) -> str:
     return key
 
 
-def board_lines(ctx: OpContext, services: WebServices) -> list[Field]:
+def board_lines(ctx: OpContext, services: PagesServices) -> list[Field]:
     """The peer's board as FILE lines."""
     return file_lines(services.board.listing(ctx.peer, services.config.docs.board))
 
@@ -88,7 +73,7 @@ def board_lines(ctx: OpContext, services: WebServices) -> list[Field]:
 async def fetch_many(
     params: Params,
     ctx: OpContext,
-    services: WebServices,
+    services: PagesServices,
     urls: list[str],
     max_chars: int,
     max_age_s: int | None,
@@ -118,12 +103,12 @@ async def fetch_many(
 
 
 async def _load(
-    params: Params, services: WebServices, outcome: _Outcome, max_age_s: int | None
+    params: Params, services: PagesServices, outcome: _Outcome, max_age_s: int | None
 ) -> None:
     no_cache = params.flag("NO_CACHE")
     try:
-        page = await load_for_fetch(services, outcome.url, no_cache=no_cache, max_age_s=max_age_s)
-        content = page_content(page, params.text("EXTRACT"), outcome.url)  # refuse no view
+        page = await fetch_page(services, outcome.url, no_cache=no_cache, max_age_s=max_age_s)
+        content = page_view(page, params.text("EXTRACT"), outcome.url)  # refuse no view
         empty = empty_error(page, content)
         if empty is not None:  # loaded, but nothing to read: a failure of this URL
             raise OpError(*empty)
@@ -134,7 +119,7 @@ async def _load(
 
 async def _render(
     ctx: OpContext,
-    services: WebServices,
+    services: PagesServices,
     params: Params,
     loaded: list[_Outcome],
     errors: list[Field],
@@ -146,7 +131,7 @@ async def _render(
     for outcome in loaded:
         page = outcome.page
         assert page is not None
-        content = page_content(page, params.text("EXTRACT"), outcome.url)
+        content = page_view(page, params.text("EXTRACT"), outcome.url)
         key = await announce(ctx, services, page)
         cut = len(content) > max_chars
         truncated = truncated or cut

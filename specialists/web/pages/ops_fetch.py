@@ -1,5 +1,6 @@
 """The page ops under IN:WEB: ``fetch`` (readable content), ``meta`` (the page's card) and
-``resolve`` (where a link ends up). Each loads pages only through ``pages.load_page``.
+``resolve`` (where a link ends up). Each loads pages only through ``loading.load_page`` (fetch
+through ``loaders.fetch_page``, Firecrawl behind it when configured).
 
     TASK REQ:fetch https://example.com/article IN:WEB OUT:CONTENT
     MAX_CHARS 5000
@@ -29,12 +30,13 @@ from csp_web.core.ops import Op
 from csp_web.core.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
+from ..services import WebServices, web_audit
 from .fetch_fields import cached_at, declared_fields, empty_error, summary_fields
-from .fetch_many import announce, board_lines, fetch_many, page_content
+from .fetch_many import announce, board_lines, fetch_many
 from .filekeys import held, window
-from .firecrawl import load_for_fetch
-from .pages import Page, load_for_op
-from .services import WebServices, web_audit
+from .loaders import fetch_page, page_view
+from .loading import Page, load_for_op
+from .services import PagesServices
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
 # (Page.meta key, reply field) in the order meta's reply lists them.
@@ -49,7 +51,7 @@ META_FIELDS = (
 URL_FIELD = FieldSpec("URL", required=True, doc="an https URL (inline text fills it)")
 
 
-async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """A page's content as text (Markdown), json (compact) or html (a tag-free outline),
     ``MAX_CHARS`` of it from ``START``; PARTIAL with NEXT_START and REMAINING_CHARS when more
     is left (SPEC R-3). Later pages read the same snapshot, by URL (the cache) or FILE_KEY.
@@ -70,9 +72,9 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
             page = await held(services, key)
         else:
             no_cache = params.flag("NO_CACHE")
-            page = await load_for_fetch(services, urls[0], no_cache=no_cache, max_age_s=max_age_s)
+            page = await fetch_page(services, urls[0], no_cache=no_cache, max_age_s=max_age_s)
         notes.cache_hit = page.cached
-        content = page_content(page, params.text("EXTRACT"), target)
+        content = page_view(page, params.text("EXTRACT"), target)
         start = params.integer("START")
         if start > len(content):
             raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
@@ -88,7 +90,7 @@ async def fetch(params: Params, ctx: OpContext, services: WebServices) -> Result
         return notes.attach(result)
 
 
-def _max_chars(params: Params, services: WebServices) -> int:
+def _max_chars(params: Params, services: PagesServices) -> int:
     limits = services.config.fetch
     max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
     if max_chars > limits.max_chars_cap:
@@ -130,7 +132,7 @@ def _fetch_result(
     return Result(text, (page.host,), tuple(fields), status, error)
 
 
-async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def meta(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """The page's card from its head: OpenGraph, else Twitter cards, else JSON-LD, else
     <title> and the meta description (seed 003's getPageMeta). Only fields found are sent."""
     url = params.text("URL")
@@ -148,7 +150,7 @@ async def meta(params: Params, ctx: OpContext, services: WebServices) -> Result:
         return notes.attach(Result(f"url:{page.url}", (page.host,), tuple(fields)))
 
 
-async def resolve(params: Params, ctx: OpContext, services: WebServices) -> Result:
+async def resolve(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """The URL a link ends at, following HTTP redirects and meta refreshes, every hop through
     the guard and robots.txt; at most ``guard.max_redirects`` hops in all."""
     url = params.text("URL")

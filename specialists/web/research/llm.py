@@ -24,7 +24,7 @@ from csp_web.config.docs import ResearchConfig
 from csp_web.core.errors import OpError
 from csp_web.net import GuardedClient
 
-from .summarize import clip
+from ..pages.summarize import clip
 
 PROMPT = (
     "Answer the user's question from the numbered sources only. Reply with at most {n} "

@@ -1,0 +1,30 @@
+"""What the pages product uses of the web specialist's services (``WebServices`` has it all):
+the guarded client, the response cache, the rate buckets, the flights of downloads in the
+daemon and across the fleet, and the peers' board that fetch announces snapshots on."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from csp_web.config import WebConfig
+from csp_web.core.ports import Port, Renderer
+from csp_web.infra.redis_cache import ResponseCache
+from csp_web.infra.redis_flight import SharedFlights
+from csp_web.infra.redis_ratelimit import BucketSource
+from csp_web.net import GuardedClient
+
+from ..docs.board import Board
+from .flights import Flights
+
+
+class PagesServices(Protocol):
+    """Loading, fileKeys and the fetch, api and summarize ops read only these."""
+
+    config: WebConfig
+    client: GuardedClient
+    cache: ResponseCache
+    limits: BucketSource
+    flights: Flights  # downloads in progress, by URL
+    fleet_flights: SharedFlights | None  # downloads in flight across the fleet (redis.url)
+    board: Board  # fetch puts each snapshot it reads on the peer's board
+    renderer: Port[Renderer]  # the browser's, while it is open
