@@ -80,7 +80,6 @@ async def load_all(web: WebServices, urls: list[str]) -> list[tuple[str | None, 
         return [((page := await load(web, url)).title, page.cached) for url in urls]
 
 
-@pytest.mark.slow
 async def test_with_redis_stopped_a_second_round_of_pages_reaches_no_origin(
     daemon: Daemon,
     origin: Origin,
@@ -97,7 +96,6 @@ async def test_with_redis_stopped_a_second_round_of_pages_reaches_no_origin(
         assert web.redis.fallbacks["cache_local"] == PAGES
 
 
-@pytest.mark.slow
 async def test_once_redis_returns_a_page_is_read_from_redis_not_the_local_copy(
     daemon: Daemon,
     origin: Origin,
