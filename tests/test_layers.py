@@ -28,10 +28,12 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     ("csp_web", 0, "package"),  # the package itself: its version
     ("csp_web.__main__", 6, "cli"),
     ("csp_web.config", 1, "config"),
+    ("csp_web.client", 1, "client"),
     ("csp_web.core", 2, "core"),
     ("csp_web.memory", 3, "memory"),
     ("csp_web.net", 3, "net"),
     ("csp_web.infra", 3, "infra"),
+    ("csp_web.sink", 3, "sink"),
     # The scheduler sits above the shared infrastructure: with redis.url its job table and
     # run claims live on the fleet's link (infra.redis_link).
     ("csp_web.cron", 4, "cron"),
@@ -42,28 +44,28 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     ("csp_web.cli", 6, "cli"),
     ("csp_web.mcp_face", 6, "app"),  # a front end composing the app's daemon in process
 )
-SIBLINGS = frozenset({"memory", "net", "infra", "cron", "specialists.web", "specialists.tool"})
+SIBLINGS = frozenset({"memory", "sink", "net", "infra", "cron", "specialists.web", "specialists.tool"})
 PRIVATE_CORE_USERS = frozenset({"specialists", "specialists.web", "specialists.tool", "cron"})
 # What a specialist (or the scheduler) may import from core (by module name after the core/ prefix).
 PUBLIC_CORE = frozenset(
     {
-        "context",
-        "ops",
-        "specialist",
-        "ports",
-        "errors",
-        "fields",
-        "replies",
-        "deadlines",
-        "records",
-        "logs",
-        "unix",  # the socket helpers, for a specialist that listens (the node socket)
-        "storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
+        "api.context",
+        "api.ops",
+        "api.specialist",
+        "api.ports",
+        "api.errors",
+        "api.fields",
+        "api.replies",
+        "api.deadlines",
+        "api.records",
+        "api.logs",
+        "transports.unix",  # the socket helpers, for a specialist that listens (the node socket)
+        "api.storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
     }
 )
 
 KNOWN: frozenset[str] = frozenset()
-OWN_SERVERS = ("csp_web.memory.sink.", "specialists.node.link", "specialists.node.agent")
+OWN_SERVERS = ("csp_web.sink.", "specialists.node.link", "specialists.node.agent")
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ def test_only_core_replies_builds_a_reply_frame() -> None:
         if name.startswith("protocol"):
             continue  # the protocol defines Reply and parses replies
         calls = set(_calls(name))
-        if "Reply" in calls and name != "csp_web.core.replies":
+        if "Reply" in calls and name != "csp_web.core.api.replies":
             found.add(f"reply: {name} builds Reply(")
         # Endpoints with a connection loop of their own, for other peers than the daemon's
         # clients: the reference Memory Specialist, a node link (a paired node's frames) and

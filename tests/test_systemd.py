@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from csp_web.core import systemd
-from csp_web.core.client import open_client
+from csp_web.client.trio_client import open_client
+from csp_web.core.transports import systemd
 from protocol import Status, Task
 
 # Starts csp-web as systemd would: the passed socket moved to fd 3, LISTEN_PID our own pid

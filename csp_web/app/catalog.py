@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ssl
 
-from csp_web.core.specialist import Composable
+from csp_web.core.api.specialist import Composable
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 from specialists.browser import BROWSER

@@ -1,5 +1,5 @@
 """The composition root proper: the catalogue's specialists and the configured memory path,
-composed by the core's one builder (``csp_web.core.compose.open_daemon``)."""
+composed by the core's one builder (``csp_web.core.daemon.compose.open_daemon``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from csp_web.app.catalog import linked
+from csp_web.app.memory_path import open_memory_path
 from csp_web.config import Config
-from csp_web.core.compose import Daemon, open_daemon
-from csp_web.core.specialist import Composable
+from csp_web.core.api.specialist import Composable
+from csp_web.core.daemon.compose import Daemon, open_daemon
 from csp_web.infra.redis_link import open_redis_link
-from csp_web.memory.embedded import open_memory_path
 
 
 @asynccontextmanager

@@ -26,9 +26,9 @@ from csp_web.cli.cassette_origin import CassetteOrigin, CassetteResolver, make_r
 from csp_web.cli.cassette_tap import Recorder, ReplayTap
 from csp_web.cli.transcript import Transcript
 from csp_web.config import Config
-from csp_web.core.compose import Daemon
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.specialist import Composable
+from csp_web.core.api.specialist import Composable
+from csp_web.core.daemon.compose import Daemon
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.net import Resolver, TransportWrapper
 
 # What a replay puts in a credential variable the recording had set: the op sends it, the

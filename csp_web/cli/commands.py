@@ -27,8 +27,8 @@ from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError, workspace_overlaps
 from csp_web.config.load import load_config, serving_socket
-from csp_web.core.logs import setup_logging
-from csp_web.core.unix import SocketSetupError
+from csp_web.core.api.logs import setup_logging
+from csp_web.core.transports.unix import SocketSetupError
 
 log = logging.getLogger(__name__)
 
@@ -210,10 +210,10 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
-    from csp_web.core.lifecycle import serve
-    from csp_web.core.statedir import StateDirBusy, hold_state_dir
-    from csp_web.core.stdio import open_stdio_stream
-    from csp_web.core.systemd import activated_socket_path
+    from csp_web.core.daemon.lifecycle import serve
+    from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
+    from csp_web.core.transports.stdio import open_stdio_stream
+    from csp_web.core.transports.systemd import activated_socket_path
 
     # Read systemd's variables (and drop them) before any child process starts.
     activated = activated_socket_path()
@@ -284,7 +284,7 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
 
 
 def _sink(args: argparse.Namespace, config: Config) -> int:
-    from csp_web.memory.sink.server import serve_memory_sink
+    from csp_web.sink.server import serve_memory_sink
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
@@ -298,7 +298,7 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 
 
 def _mcp(args: argparse.Namespace, config: Config) -> int:
-    from csp_web.core.statedir import StateDirBusy, hold_state_dir
+    from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
     from csp_web.mcp_face.tools import ToolTableError
 

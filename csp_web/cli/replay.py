@@ -23,11 +23,11 @@ from csp_web.cli.cassette import CassetteError, cassette_path
 from csp_web.cli.cassette_run import Upstream, record_transcript, replay_with_cassette
 from csp_web.cli.transcript import Transcript, TranscriptError, parse_transcript, replay
 from csp_web.config import Config
-from csp_web.core.compose import Daemon
-from csp_web.core.connection import Shutdown, StreamOptions, serve_stream
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.memory.sink.server import serve_memory_sink
+from csp_web.core.api.context import Peer
+from csp_web.core.daemon.compose import Daemon
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.wire.connection import Shutdown, StreamOptions, serve_stream
+from csp_web.sink.server import serve_memory_sink
 
 
 async def replay_in_memory(transcript: Transcript, dispatcher: Dispatcher) -> list[str]:

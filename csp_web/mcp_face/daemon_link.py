@@ -18,14 +18,14 @@ from typing import Protocol
 import trio
 import trio.testing
 
-from csp_web.config import Config
-from csp_web.core.client import (
+from csp_web.client.trio_client import (
     Client,
     ClientClosed,
     new_id_prefix,
     open_stream_client,
     running_beside,
 )
+from csp_web.config import Config
 from protocol import Limits, Reply, Task
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ async def open_in_process_daemon(config: Config) -> AsyncIterator[Client]:
     signals), serving one in-memory stream in place of stdin, and yield its client. The
     caller holds the state directory's lock."""
     from csp_web.app.compose import open_app_daemon
-    from csp_web.core.lifecycle import serve
+    from csp_web.core.daemon.lifecycle import serve
 
     client_side, daemon_side = trio.testing.memory_stream_pair()
     async with open_app_daemon(config) as daemon, trio.open_nursery() as nursery:

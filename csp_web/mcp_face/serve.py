@@ -20,8 +20,8 @@ import trio
 from mcp.server import Server
 
 from csp_web.config import Config
-from csp_web.core.ports import allowed_uids
-from csp_web.core.unix import open_unix_listener
+from csp_web.core.api.ports import allowed_uids
+from csp_web.core.transports.unix import open_unix_listener
 from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
 from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonLink, open_daemon_client
 from csp_web.mcp_face.drain import serve_draining

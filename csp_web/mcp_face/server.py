@@ -33,7 +33,7 @@ from mcp.types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from csp_web import __version__
-from csp_web.core.client import ClientClosed
+from csp_web.client.trio_client import ClientClosed
 from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for

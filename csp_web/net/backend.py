@@ -20,7 +20,7 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.resolver import Resolver, resolve_checked
 from csp_web.net.settings import GuardSettings
 from protocol import ErrorCode

@@ -22,7 +22,7 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, check_header_bytes, read_capped
 from csp_web.net.redirects import (

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 from .engine import BrowserUnavailable

@@ -21,13 +21,13 @@ from typing import TypeVar
 import trio
 
 from csp_web.config.browser import BrowserConfig
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import work_seconds
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.records import json_record
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_seconds
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.records import json_record
+from csp_web.core.api.replies import Result
 from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
 from specialists.web.extract import extract_article

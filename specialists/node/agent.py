@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.core.errors import OpError
-from csp_web.core.replies import Result, fail_reply, ok_reply
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.replies import Result, fail_reply, ok_reply
 from protocol import (
     CLOSED,
     NEED_DATA,

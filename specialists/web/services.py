@@ -17,9 +17,9 @@ from typing import Any
 import trio
 
 from csp_web.config import Config, WebConfig
-from csp_web.core.context import OpContext
-from csp_web.core.errors import OpError
-from csp_web.core.records import json_record
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.records import json_record
 from csp_web.infra.ratelimit import Rate
 from csp_web.infra.redis_cache import ResponseCache, open_response_cache
 from csp_web.infra.redis_flight import SharedFlights

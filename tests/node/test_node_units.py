@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import Reply, Status, Task
 from specialists.node.results import MediaAssembly, check_reply
 from specialists.node.store import (

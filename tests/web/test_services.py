@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from csp_web.core.context import Peer
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import Peer
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from protocol import ErrorCode, Status, Task
 from specialists.web.services import WebServices, record_web_op
 from tests.harness import outbox_of
@@ -21,7 +21,7 @@ async def test_web_op_record_is_queued_for_memory_on_success_and_failure(
     make_dispatcher: DispatcherFactory, web: WebServices
 ) -> None:
     async def good(params: Params, ctx: object, services: WebServices) -> Result:
-        from csp_web.core.context import OpContext
+        from csp_web.core.api.context import OpContext
 
         assert isinstance(ctx, OpContext)
         assert services is web  # bound at composition: the handler's own services
@@ -30,7 +30,7 @@ async def test_web_op_record_is_queued_for_memory_on_success_and_failure(
         return Result("fine")
 
     async def bad(params: Params, ctx: object, services: WebServices) -> Result:
-        from csp_web.core.context import OpContext
+        from csp_web.core.api.context import OpContext
 
         assert isinstance(ctx, OpContext)
         async with record_web_op(ctx, "probe", "https://origin.test/y"):
