@@ -5,24 +5,17 @@
 
 The same contract as the trio client (``csp_web.client.trio_client``): many concurrent calls
 over one connection, each reply routed to its caller by ID, automatic IDs with a random per-client
-prefix. Both drive the one sans-IO codec (``protocol.Connection``); only the I/O differs.
+prefix. Both drive the one sans-IO matcher (``csp_web.client.matcher``); only the I/O differs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 
-from csp_web.client.trio_client import (
-    ClientClosed,
-    as_task,
-    new_id_prefix,
-    received_replies,
-    with_id,
-)
-from protocol import Connection, Limits, ProtocolError, Reply, Task
+from csp_web.client.matcher import ClientClosed, ReplyMatcher
+from protocol import Limits, ProtocolError, Reply, Task
 
 __all__ = ["AsyncioClient", "ClientClosed", "open_asyncio_client"]
 
@@ -36,17 +29,12 @@ class AsyncioClient:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        limits: Limits,
-        *,
-        id_prefix: str,
+        matcher: ReplyMatcher[asyncio.Future[Reply]],
     ) -> None:
         self._reader = reader
         self._writer = writer
-        self._codec = Connection(limits)
-        self._pending: dict[str, asyncio.Future[Reply]] = {}
-        self._ids = (f"{id_prefix}{n}" for n in itertools.count(1))
+        self._matcher = matcher
         self._send_lock = asyncio.Lock()
-        self._closed = False
 
     async def call(self, task: Task | Mapping[str, str], *, timeout_s: float = 60.0) -> Reply:
         """Send ``task`` and return its reply; an ID is added when the task has none.
@@ -61,60 +49,40 @@ class AsyncioClient:
     ) -> list[Reply]:
         """Send ``tasks`` in order in one write (pipelined) and return their replies in
         order; raises as ``call``, and ValueError when an ID repeats within ``tasks``."""
-        frames = [self._with_id(as_task(task)) for task in tasks]
-        ids = [frame.id or "" for frame in frames]
-        futures = self._register(ids)
+        ids, data = self._matcher.frames(tasks)
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in ids]
+        self._matcher.expect(ids, futures)
         try:
             async with asyncio.timeout(timeout_s):
-                await self._send(b"".join(self._codec.send(frame) for frame in frames))
+                await self._send(data)
                 return list(await asyncio.gather(*futures))
         finally:
             for task_id, future in zip(ids, futures, strict=True):
-                if self._pending.get(task_id) is future:
-                    del self._pending[task_id]
+                self._matcher.forget([task_id], future)
                 if future.done() and not future.cancelled():
                     future.exception()  # retrieved: gather reports only the first
 
     async def serve_replies(self) -> None:
         """Read replies until EOF, resolving their callers; run by ``open_asyncio_client``."""
         try:
-            while not self._closed:
+            while not self._matcher.closed:
                 data = await self._reader.read(_READ_BYTES)
-                self._codec.receive_data(data)
-                if self._drain() or not data:
+                matched, peer_closed = self._matcher.receive_data(data)
+                for future, _, reply in matched:
+                    if not future.done():
+                        future.set_result(reply)
+                if peer_closed or not data:
                     return
         except (ConnectionError, ProtocolError):
             return
         finally:
             self._close_pending()
 
-    def _drain(self) -> bool:
-        replies, closed = received_replies(self._codec)
-        for reply in replies:
-            future = self._pending.pop(reply.id or "", None)
-            if future is not None and not future.done():
-                future.set_result(reply)
-        return closed
-
-    def _register(self, ids: list[str]) -> list[asyncio.Future[Reply]]:
-        if self._closed:
-            raise ClientClosed("connection is closed")
-        if len(set(ids)) < len(ids) or any(task_id in self._pending for task_id in ids):
-            raise ValueError("an ID is repeated or already awaiting a reply")
-        loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in ids]
-        self._pending.update(zip(ids, futures, strict=True))
-        return futures
-
     def _close_pending(self) -> None:
-        self._closed = True
-        for future in self._pending.values():
+        for future in self._matcher.close():
             if not future.done():
                 future.set_exception(ClientClosed("connection closed before the reply"))
-        self._pending.clear()
-
-    def _with_id(self, task: Task) -> Task:
-        return with_id(task, self._ids)
 
     async def _send(self, data: bytes) -> None:
         try:
@@ -139,12 +107,7 @@ async def open_asyncio_client(
     Raises OSError when nothing listens there, TimeoutError when connecting stalls."""
     async with asyncio.timeout(connect_timeout_s):
         reader, writer = await asyncio.open_unix_connection(path, limit=_READ_BYTES)
-    client = AsyncioClient(
-        reader,
-        writer,
-        limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),
-        id_prefix=id_prefix if id_prefix is not None else new_id_prefix(),
-    )
+    client = AsyncioClient(reader, writer, ReplyMatcher(limits, id_prefix=id_prefix))
     replies = asyncio.create_task(client.serve_replies())
     try:
         yield client

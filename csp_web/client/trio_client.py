@@ -9,20 +9,17 @@ The daemon uses the same client to reach the Memory Specialist (outbox delivery 
 
 from __future__ import annotations
 
-import itertools
 import math
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import cast
 
 import trio
 
-from protocol import CLOSED, NEED_DATA, Connection, Limits, ProtocolError, Reply, Task
+from csp_web.client.matcher import CLIENT_LIMITS, ClientClosed, ReplyMatcher, new_id_prefix
+from protocol import Limits, ProtocolError, Reply, Task
 
-
-class ClientClosed(Exception):
-    """The connection ended (or broke) before the reply arrived."""
+__all__ = ["Client", "ClientClosed", "PendingBatch", "PendingCall", "open_client"]
 
 
 class _Pending:
@@ -87,12 +84,8 @@ class Client:
 
     def __init__(self, stream: trio.abc.Stream, limits: Limits, *, id_prefix: str) -> None:
         self._stream = stream
-        self._codec = Connection(limits)
+        self._matcher: ReplyMatcher[_Pending] = ReplyMatcher(limits, id_prefix=id_prefix)
         self._send_lock = trio.Lock()
-        # ID -> the waiter of the batch it was sent in, and its place there.
-        self._pending: dict[str, tuple[_Pending, int]] = {}
-        self._ids = (f"{id_prefix}{n}" for n in itertools.count(1))
-        self._closed = False
 
     async def call(self, task: Task | Mapping[str, str], *, timeout_s: float = 60.0) -> Reply:
         """Send ``task`` and return its reply; an ID is added when the task has none.
@@ -108,11 +101,8 @@ class Client:
     ) -> list[Reply]:
         """Send ``tasks`` in order in one write (pipelined) and return their replies in order;
         an ID is added to each task that has none. Raises as ``call_batch``."""
-        frames = [self._with_id(as_task(task)) for task in tasks]
-        data = b"".join(self._codec.send(frame) for frame in frames)
-        return await self.call_batch(
-            [frame.id or "" for frame in frames], data, timeout_s=timeout_s
-        )
+        ids, data = self._matcher.frames(tasks)
+        return await self.call_batch(ids, data, timeout_s=timeout_s)
 
     async def call_batch(
         self, ids: list[str], data: bytes, *, timeout_s: float = 60.0
@@ -132,8 +122,6 @@ class Client:
         """Send ``data`` (frames with IDs ``ids``, as ``call_batch``) now and return the batch
         awaiting its replies: a caller that must keep batches in order on the wire sends them
         from one task and collects their replies elsewhere. Raises as ``call_batch``."""
-        if len(set(ids)) < len(ids) or any(task_id in self._pending for task_id in ids):
-            raise ValueError("an ID is repeated or already awaiting a reply")
         pending = self._register(ids)
         try:
             await self._send(data)
@@ -145,13 +133,10 @@ class Client:
     async def start_call(self, task: Task | Mapping[str, str]) -> PendingCall:
         """Send ``task`` now and return its pending reply, for callers that stream frames
         and collect replies as they come. Raises ValueError when its ID is already awaited."""
-        frame = self._with_id(as_task(task))
-        task_id = frame.id or ""
-        if task_id in self._pending:
-            raise ValueError(f"ID {task_id} is already awaiting a reply")
+        (task_id,), data = self._matcher.frames([task])
         pending = self._register([task_id])
         try:
-            await self._send(self._codec.send(frame))
+            await self._send(data)
         except BaseException:
             self._forget([task_id], pending)
             raise
@@ -162,48 +147,31 @@ class Client:
         try:
             while True:
                 data = await self._stream.receive_some(65536)
-                self._codec.receive_data(data)
-                if self._drain() or not data:
+                matched, peer_closed = self._matcher.receive_data(data)
+                for pending, index, reply in matched:
+                    pending.replies[index] = reply
+                    pending.left -= 1
+                    if not pending.left:
+                        pending.event.set()
+                if peer_closed or not data:
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
             return
         finally:
             self._close_pending()
 
-    def _drain(self) -> bool:
-        replies, closed = received_replies(self._codec)
-        for reply in replies:
-            waiter = self._pending.pop(reply.id or "", None)
-            if waiter is not None:
-                pending, index = waiter
-                pending.replies[index] = reply
-                pending.left -= 1
-                if not pending.left:
-                    pending.event.set()
-        return closed
-
     def _close_pending(self) -> None:
-        self._closed = True
-        for pending, _ in self._pending.values():
+        for pending in self._matcher.close():
             pending.event.set()
 
-    def _with_id(self, task: Task) -> Task:
-        return with_id(task, self._ids)
-
     def _register(self, ids: list[str]) -> _Pending:
-        if self._closed:
-            raise ClientClosed("connection is closed")
         pending = _Pending(len(ids))
-        for index, task_id in enumerate(ids):
-            self._pending[task_id] = (pending, index)
+        self._matcher.expect(ids, [pending] * len(ids))
         return pending
 
     def _forget(self, ids: list[str], pending: _Pending) -> None:
         """Stop waiting for the replies of ``ids`` still awaited by ``pending``."""
-        for task_id in ids:
-            waiter = self._pending.get(task_id)
-            if waiter is not None and waiter[0] is pending:
-                del self._pending[task_id]
+        self._matcher.forget(ids, pending)
 
     async def _send(self, data: bytes) -> None:
         try:
@@ -211,38 +179,6 @@ class Client:
                 await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise ClientClosed(str(exc)) from exc
-
-
-def received_replies(codec: Connection) -> tuple[list[Reply], bool]:
-    """The replies ``codec`` holds parsed now, and whether the peer has closed: what both
-    clients (trio and asyncio) route to their callers."""
-    replies: list[Reply] = []
-    while True:
-        event = codec.next_event()
-        if event is NEED_DATA or event is CLOSED:
-            return replies, event is CLOSED
-        if isinstance(event, Reply):
-            replies.append(event)
-
-
-def with_id(task: Task, ids: Iterator[str]) -> Task:
-    """``task`` as sent: with the next automatic ID from ``ids`` when it has none."""
-    if task.id is not None:
-        return task
-    return Task(task.req, task.domain, task.out, task.inline, (("ID", next(ids)), *task.fields))
-
-
-def as_task(task: Task | Mapping[str, str]) -> Task:
-    """A Task from a mapping with REQ, IN, OUT (and optional INLINE) plus field keys."""
-    if isinstance(task, Task):
-        return task
-    fields = tuple((k, v) for k, v in task.items() if k not in ("REQ", "IN", "OUT", "INLINE"))
-    return Task(task["REQ"], task["IN"], task["OUT"], task.get("INLINE"), fields)
-
-
-def new_id_prefix() -> str:
-    """A random prefix for a client's automatic IDs, e.g. ``c3f9a0b1c2d4e-``."""
-    return f"c{secrets.token_hex(6)}-"
 
 
 @asynccontextmanager
@@ -275,7 +211,7 @@ async def open_stream_client(
     client closes the stream on exit. Automatic IDs as ``open_client``'s."""
     client = Client(
         stream,
-        limits or Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000),
+        limits or CLIENT_LIMITS,
         id_prefix=id_prefix if id_prefix is not None else new_id_prefix(),
     )
     async with stream, running_beside(client.serve_replies):
