@@ -268,4 +268,4 @@ def test_the_scan_sees_lazy_and_type_checking_imports() -> None:
     lazy = ast.parse("def f():\n    from csp_web import context\nif TYPE_CHECKING:\n    import x\n")
     names = [n for n in ast.walk(lazy) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert len(names) == 2
-    assert ("csp_web.cli.commands", "csp_web.config.load") in edges()
+    assert ("csp_web.app.main", "csp_web.config.load") in edges()
