@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.compose import open_app_daemon
 from csp_web.app.memory_path import outbox_path
 from csp_web.cli.cassette import cassette_path
 from csp_web.cli.cassette_run import replay_with_cassette
@@ -63,7 +64,7 @@ async def test_recorded_transcript_replays_offline_from_its_cassette(
     config = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "rec")))
     transcript = parse_transcript(path.read_text("utf-8"), path.name)
     diffs = await replay_with_cassette(
-        transcript, cassette_path(str(path)), config, replay_in_memory
+        transcript, cassette_path(str(path)), config, replay_in_memory, open_daemon=open_app_daemon
     )
     assert diffs == []
 

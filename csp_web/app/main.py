@@ -269,6 +269,7 @@ def _send(args: argparse.Namespace, config: Config) -> int:
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
+    from csp_web.app.compose import open_app_daemon
     from csp_web.cli.replay import replay_files
 
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
@@ -278,7 +279,10 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
             print("csp-web replay: --record runs in-process; drop --socket", file=sys.stderr)
             return EXIT_USAGE
         failures = trio.run(
-            partial(replay_files, record=args.record), args.files, config, args.socket
+            partial(replay_files, open_daemon=open_app_daemon, record=args.record),
+            args.files,
+            config,
+            args.socket,
         )
     return EXIT_FAIL if failures else EXIT_OK
 
@@ -298,6 +302,7 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 
 
 def _mcp(args: argparse.Namespace, config: Config) -> int:
+    from csp_web.app.compose import open_in_process_daemon
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
     from csp_web.mcp_face.tools import ToolTableError
@@ -307,7 +312,7 @@ def _mcp(args: argparse.Namespace, config: Config) -> int:
     async def run() -> int:
         code = EXIT_OK
         try:
-            await serve_mcp_face(config, options)
+            await serve_mcp_face(config, options, in_process=open_in_process_daemon)
         except* ToolTableError as group:
             print(f"csp-web: mcp: {leaves(group)[0]}", file=sys.stderr)
             code = EXIT_USAGE

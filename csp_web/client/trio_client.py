@@ -19,7 +19,15 @@ import trio
 from csp_web.client.matcher import CLIENT_LIMITS, ClientClosed, ReplyMatcher, new_id_prefix
 from protocol import Limits, ProtocolError, Reply, Task
 
-__all__ = ["Client", "ClientClosed", "PendingBatch", "PendingCall", "open_client"]
+__all__ = [
+    "Client",
+    "ClientClosed",
+    "PendingBatch",
+    "PendingCall",
+    "open_client",
+    "open_stream_client",
+    "running_beside",
+]
 
 
 class _Pending:
