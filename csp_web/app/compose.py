@@ -7,18 +7,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
 
 from csp_web.app.catalog import linked, with_web_transport
 from csp_web.app.memory_path import open_memory_path
-from csp_web.cli.cassette_run import WebTransport
 from csp_web.client.trio_client import Client, open_stream_client
 from csp_web.config import Config
 from csp_web.core.daemon.compose import Daemon, open_daemon
 from csp_web.core.daemon.lifecycle import serve
 from csp_web.infra.redis_link import open_redis_link
+
+if TYPE_CHECKING:  # only a cassette run passes one: the CLI stays unimported at start
+    from csp_web.cli.cassette_run import WebTransport
 
 
 @asynccontextmanager
