@@ -39,9 +39,9 @@ from bench.fetch import (  # noqa: E402
     percentiles,
     start_origin,
 )
-from csp_web.core.compose import open_daemon  # noqa: E402
-from csp_web.core.lifecycle import serve  # noqa: E402
-from csp_web.memory.embedded import open_memory_path  # noqa: E402
+from csp_web.app.memory_path import open_memory_path  # noqa: E402
+from csp_web.core.daemon.compose import open_daemon  # noqa: E402
+from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from protocol import Task  # noqa: E402
 from specialists.web import make_web  # noqa: E402
 from tests.net._dns import FixedResolver  # noqa: E402

@@ -26,13 +26,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_socket.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
+from csp_web.app.memory_path import open_memory_path  # noqa: E402
+from csp_web.client.trio_client import open_client  # noqa: E402
 from csp_web.config import Config, DaemonConfig, ToolConfig  # noqa: E402
 from csp_web.config.exec import ExecConfig, ProgramRule  # noqa: E402
-from csp_web.core.client import open_client  # noqa: E402
-from csp_web.core.compose import open_daemon  # noqa: E402
-from csp_web.core.lifecycle import serve  # noqa: E402
-from csp_web.core.specialist import Specialist  # noqa: E402
-from csp_web.memory.embedded import open_memory_path  # noqa: E402
+from csp_web.core.api.specialist import Specialist  # noqa: E402
+from csp_web.core.daemon.compose import open_daemon  # noqa: E402
+from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from protocol import Status, Task  # noqa: E402
 from specialists.tool.ops_exec import OPS, open_exec_services  # noqa: E402
 from specialists.tool.services import ExecServices, ToolServices  # noqa: E402

@@ -40,10 +40,10 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch.py` finds the packa
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.processes import start_serving  # noqa: E402
+from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.config import Config, DaemonConfig, OutboxConfig, RateConfig, WebConfig  # noqa: E402
-from csp_web.core.compose import open_daemon  # noqa: E402
-from csp_web.core.lifecycle import serve  # noqa: E402
-from csp_web.memory.embedded import open_memory_path  # noqa: E402
+from csp_web.core.daemon.compose import open_daemon  # noqa: E402
+from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, Task  # noqa: E402
 from specialists.web import make_web  # noqa: E402

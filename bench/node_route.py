@@ -26,9 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/node_route.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
+from csp_web.client.trio_client import open_client  # noqa: E402
 from csp_web.config import Config, DaemonConfig  # noqa: E402
 from csp_web.config.redis import RedisConfig  # noqa: E402
-from csp_web.core.client import open_client  # noqa: E402
 from csp_web.infra.redis_link import RedisLink, open_redis_link  # noqa: E402
 from protocol import Status  # noqa: E402
 from tests.node.support import (  # noqa: E402

@@ -30,7 +30,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from csp_web.core.client import Client, open_client
+from csp_web.client.trio_client import Client, open_client
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, Task, serialize
 from specialists.node.transports import pinned_client_context
 

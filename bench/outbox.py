@@ -64,14 +64,14 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/outbox.py` finds the pack
 
 import trio  # noqa: E402
 
+from csp_web.app.memory_path import open_memory_link  # noqa: E402
+from csp_web.client.trio_client import open_client  # noqa: E402
 from csp_web.config import Config, ConnectionConfig, MemoryConfig, OutboxConfig  # noqa: E402
-from csp_web.core.client import open_client  # noqa: E402
-from csp_web.core.errors import OpError  # noqa: E402
-from csp_web.core.records import json_record, make_write  # noqa: E402
-from csp_web.memory.embedded import open_memory_link  # noqa: E402
+from csp_web.core.api.errors import OpError  # noqa: E402
+from csp_web.core.api.records import json_record, make_write  # noqa: E402
 from csp_web.memory.link import MemoryLink  # noqa: E402
 from csp_web.memory.outbox import Outbox, open_outbox  # noqa: E402
-from csp_web.memory.sink.store import STORE_FILE  # noqa: E402
+from csp_web.sink.store import STORE_FILE  # noqa: E402
 from protocol import Task  # noqa: E402
 
 MAX_WRITES = 200_000  # a bound on the run, far past the default 20k
@@ -287,8 +287,8 @@ async def serve_ack_sink(socket_path: str) -> None:
     CSP/1 allows (the codec, one reply write per chunk read): what is left is the outbox's
     own delivery cost."""
     from csp_web.config import SocketConfig
-    from csp_web.core.context import Peer
-    from csp_web.core.unix import Lease, serve_unix
+    from csp_web.core.api.context import Peer
+    from csp_web.core.transports.unix import Lease, serve_unix
     from protocol import CLOSED, NEED_DATA, Connection
 
     async def handle(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:

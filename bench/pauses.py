@@ -125,7 +125,7 @@ def main() -> int:
 
     for name in ("insert", "settle"):
         setattr(OutboxStore, name, pauses.timed(name, getattr(OutboxStore, name)))
-    from csp_web.cli import main as cli_main
+    from csp_web.app.main import main as cli_main
 
     return cli_main(sys.argv[1:])
 

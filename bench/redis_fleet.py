@@ -42,6 +42,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/redis_fleet.py` finds the
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.fetch import Client, corpus_pages, fetch_task, page_path  # noqa: E402
+from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.config import (  # noqa: E402
     CacheConfig,
     Config,
@@ -50,10 +51,9 @@ from csp_web.config import (  # noqa: E402
     WebConfig,
 )
 from csp_web.config.redis import RedisConfig  # noqa: E402
-from csp_web.core.compose import open_daemon  # noqa: E402
-from csp_web.core.lifecycle import serve  # noqa: E402
+from csp_web.core.daemon.compose import open_daemon  # noqa: E402
+from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from csp_web.infra.redis_link import open_redis_link  # noqa: E402
-from csp_web.memory.embedded import open_memory_path  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import Reply, Status, Task  # noqa: E402
 from specialists.web import make_web  # noqa: E402

@@ -2,6 +2,6 @@
 
 import sys
 
-from csp_web.cli import main
+from csp_web.app.main import main
 
 sys.exit(main())

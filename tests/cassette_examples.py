@@ -22,6 +22,7 @@ from pathlib import Path
 import trio
 import trustme
 
+from csp_web.app.compose import open_app_daemon
 from csp_web.cli.cassette_run import Upstream
 from csp_web.cli.replay import replay_files
 from csp_web.config import Config, DaemonConfig, GuardConfig, WebConfig
@@ -103,7 +104,12 @@ async def record_examples(folder: Path) -> int:
             origin = await start_upstream(nursery, ca)
             config = recording_config(state)
             failures = await replay_files(
-                files, config, None, record=True, upstream=upstream_of(origin, ca)
+                files,
+                config,
+                None,
+                open_daemon=open_app_daemon,
+                record=True,
+                upstream=upstream_of(origin, ca),
             )
             nursery.cancel_scope.cancel()
     return failures

@@ -23,16 +23,16 @@ import trio
 import trustme
 
 from csp_web.app.compose import open_app_daemon
+from csp_web.app.memory_path import open_memory_path
 from csp_web.config import AuditConfig, Config, DaemonConfig, MemoryConfig
-from csp_web.core.compose import Daemon as ComposedDaemon
-from csp_web.core.compose import open_daemon
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve
-from csp_web.core.ops import Op
-from csp_web.core.specialist import Composable
-from csp_web.memory.embedded import open_memory_path
-from csp_web.memory.sink.server import SinkStore, serve_memory_sink
-from csp_web.memory.sink.store import STORE_FILE
+from csp_web.core.api.ops import Op
+from csp_web.core.api.specialist import Composable
+from csp_web.core.daemon.compose import Daemon as ComposedDaemon
+from csp_web.core.daemon.compose import open_daemon
+from csp_web.core.daemon.lifecycle import serve
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.sink.server import SinkStore, serve_memory_sink
+from csp_web.sink.store import STORE_FILE
 from tests.harness import given
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")

@@ -10,17 +10,17 @@ from typing import Any, TypeVar
 import trio
 import trio.testing
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, ConnectionConfig
-from csp_web.core.compose import compose, op_table
-from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
-from csp_web.core.context import OpContext, Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.ops import Op, bind
-from csp_web.core.ports import MemoryPath
-from csp_web.core.replies import Result
-from csp_web.core.specialist import Background, Opened, Specialist
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Op, bind
+from csp_web.core.api.ports import MemoryPath
+from csp_web.core.api.replies import Result
+from csp_web.core.api.specialist import Background, Opened, Specialist
+from csp_web.core.daemon.compose import compose, op_table
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.wire.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.memory.outbox import Outbox, open_outbox
 from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
 

@@ -11,8 +11,8 @@ from typing import TypeVar
 import pytest
 import trio
 
+from csp_web.client.aio_client import ClientClosed, open_asyncio_client
 from csp_web.config import Config
-from csp_web.core.aio_client import ClientClosed, open_asyncio_client
 from protocol import Reply, Status, Task
 from tests.conftest import Sink, start_daemon
 from tests.harness import TEST_OPS

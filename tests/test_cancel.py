@@ -13,15 +13,15 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
-from csp_web.core.cancels import BY_HANGUP, Cancels
-from csp_web.core.connection import StreamOptions, serve_connection
-from csp_web.core.context import OpContext, Peer
-from csp_web.core.deadlines import CUT_DETAIL, work_deadline
-from csp_web.core.dispatch import DispatchPort
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.deadlines import CUT_DETAIL, work_deadline
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
+from csp_web.core.dispatch.cancels import BY_HANGUP, Cancels
+from csp_web.core.dispatch.dispatcher import DispatchPort
+from csp_web.core.wire.connection import StreamOptions, serve_connection
 from protocol import Connection, ErrorCode, Limits, Reply, Task, serialize
 from tests.conftest import wait_until
 from tests.harness import TEST_OPS, ClientEnd, Harness, open_harness, outbox_of

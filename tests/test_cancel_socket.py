@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from csp_web.config import Config, ToolConfig
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Connection, Limits, Reply, Task, serialize
 from specialists.tool import TOOL
 from tests.conftest import Daemon, start_daemon, wait_until

@@ -17,6 +17,7 @@ import pytest
 import trio
 import trustme
 
+from csp_web.app.compose import open_app_daemon
 from csp_web.cli.cassette import (
     REDACTED,
     Cassette,
@@ -73,7 +74,11 @@ async def _replay(text: str, cassette: Cassette, config: Config, tmp_path: Path)
     with trio.fail_after(WAIT_S):
         async with own_memory_sink(config) as with_sink:
             return await replay_with_cassette(
-                parse_transcript(text), str(path), with_sink, replay_in_memory
+                parse_transcript(text),
+                str(path),
+                with_sink,
+                replay_in_memory,
+                open_daemon=open_app_daemon,
             )
 
 
@@ -89,7 +94,14 @@ async def _record(
         async with trio.open_nursery() as nursery:
             origin = await start_upstream(nursery, ca)
             upstream = upstream_of(origin, ca)
-            failures = await replay_files([str(path)], config, None, record=True, upstream=upstream)
+            failures = await replay_files(
+                [str(path)],
+                config,
+                None,
+                open_daemon=open_app_daemon,
+                record=True,
+                upstream=upstream,
+            )
             nursery.cancel_scope.cancel()
     assert failures == 0
     return (tmp_path / "recorded.cassette.json").read_text("utf-8"), origin
@@ -105,7 +117,9 @@ async def _record_examples(folder: Path, ca: trustme.CA) -> int:
             origin = await start_upstream(nursery, ca)
             config = recording_config(str(folder / "state"))
             upstream = upstream_of(origin, ca)
-            failures = await replay_files(files, config, None, record=True, upstream=upstream)
+            failures = await replay_files(
+                files, config, None, open_daemon=open_app_daemon, record=True, upstream=upstream
+            )
             nursery.cancel_scope.cancel()
     return failures
 
@@ -471,7 +485,7 @@ async def test_a_transcript_with_a_malformed_cassette_fails(
     (tmp_path / "t.cassette.json").write_text("{}")
     config = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "s")))
     with trio.fail_after(WAIT_S):
-        assert await replay_files([str(transcript)], config, None) == 1
+        assert await replay_files([str(transcript)], config, None, open_daemon=open_app_daemon) == 1
     assert capsys.readouterr().out.splitlines() == [
         f"FAIL   {transcript}",
         f"{tmp_path}/t.cassette.json: version must be 1",
@@ -487,7 +501,12 @@ async def test_a_cassette_is_not_replayed_against_a_running_daemon(
     transcript.write_text("> TASK REQ:ping IN:SYS OUT:PONG\n>\n< STATUS OK\n< {{any}}\n<\n")
     (tmp_path / "t.cassette.json").write_text(dump_cassette(Cassette()))
     with trio.fail_after(WAIT_S):
-        assert await replay_files([str(transcript)], config, str(tmp_path / "none.sock")) == 1
+        assert (
+            await replay_files(
+                [str(transcript)], config, str(tmp_path / "none.sock"), open_daemon=open_app_daemon
+            )
+            == 1
+        )
     assert capsys.readouterr().out.splitlines()[1] == (
         f"{tmp_path}/t.cassette.json: a cassette replays in-process only (without --socket)"
     )

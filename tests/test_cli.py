@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from csp_web import __version__
-from csp_web.cli.commands import _parser
+from csp_web.app.main import _parser
 from csp_web.config import Config
 from csp_web.config.load import config_from_mapping
 from tests.conftest import Sink

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from csp_web.cli.send import expand_frame_argument
-from csp_web.core.client import Client, open_client
+from csp_web.client.trio_client import Client, open_client
 from protocol import Limits, Task
 from tests.conftest import Daemon, Sink, sink_text
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from csp_web.core.client import Client, ClientClosed, open_stream_client
+from csp_web.client.trio_client import Client, ClientClosed, open_stream_client
 from protocol import NEED_DATA, Connection, Reply, Status, Task, serialize
 
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from csp_web.config import Config
-from csp_web.core.lifecycle import COLLECTOR_THRESHOLDS
+from csp_web.core.daemon.lifecycle import COLLECTOR_THRESHOLDS
 from tests.conftest import Sink, start_daemon
 
 CPYTHON_DEFAULT = (700, 10, 10)

@@ -11,16 +11,16 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, ToolConfig
-from csp_web.core.context import Peer
-from csp_web.core.deadlines import (
+from csp_web.core.api.context import Peer
+from csp_web.core.api.deadlines import (
     budget_ms,
     task_deadline,
     work_deadline,
     work_seconds,
 )
-from csp_web.core.dispatch import Dispatcher
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL

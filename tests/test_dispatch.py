@@ -11,12 +11,12 @@ import trio.testing
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
-from csp_web.core.compose import op_table
-from csp_web.core.context import OpContext, Peer
-from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import MAX_JSON_DEPTH, Params, validate
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.errors import FieldError, OpError
+from csp_web.core.api.fields import MAX_JSON_DEPTH, Params, validate
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
+from csp_web.core.daemon.compose import op_table
 from protocol import ErrorCode, Reply, Status, Task
 from tests.harness import TEST_OPS, build_dispatcher, open_harness
 

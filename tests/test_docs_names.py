@@ -5,11 +5,11 @@ Python under csp_web/, specialists/, protocol/, tests/, bench/ and scripts/; the
 shell scripts, the systemd units, config.yaml, pyproject.toml and the ``.csp`` transcripts.
 Checked, each where it is written:
 
-- a path rooted at a top folder of the repo (``csp_web/core/logs.py``, ``tests/corpus/``) names
+- a path rooted at a top folder of the repo (``csp_web/core/api/logs.py``, ``tests/corpus/``) names
   a file or folder that exists;
-- a dotted name rooted at a package (``csp_web.core.logs.setup_logging``) imports, and each
+- a dotted name rooted at a package (``csp_web.core.api.logs.setup_logging``) imports, and each
   part after the module is an attribute (or a dataclass field) of what precedes it;
-- a bare or partial ``.py`` path (``core/ports.py``, ``fleet.py``) is the end of a file's path;
+- a bare or partial ``.py`` path (``core/api/ports.py``, ``fleet.py``) is the end of a file's path;
 - a relative Markdown link resolves from the document that holds it.
 
 A module moved or renamed without its mentions fails here, naming the file and line.
@@ -173,8 +173,8 @@ def test_every_repo_name_in_the_docs_and_the_codes_prose_exists() -> None:
         ("`csp_web/redis_cache.py` holds the cache", ["csp_web/redis_cache.py"]),
         ("see ``csp_web.memory_embedded``.", ["csp_web.memory_embedded"]),
         (
-            "the store (``csp_web.memory.sink.store.NoSuchThing``)",
-            ["csp_web.memory.sink.store.NoSuchThing"],
+            "the store (``csp_web.sink.store.NoSuchThing``)",
+            ["csp_web.sink.store.NoSuchThing"],
         ),
         (
             "a table in `config_exec.py`, then `core/nowhere.py`",
@@ -194,8 +194,8 @@ def test_a_stale_name_is_found(line: str, stale: list[str]) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "`csp_web/core/logs.py`, `csp_web.core.logs.setup_logging`, the folder `specialists/web/`",
-        "``csp_web.config.Config.daemon``: a dataclass field; `core/ports.py`, `fleet.py`.",
+        "`csp_web/core/api/logs.py`, `csp_web.core.api.logs.setup_logging`, the `specialists/web/`",
+        "``csp_web.config.Config.daemon``: a dataclass field; `core/api/ports.py`, `fleet.py`.",
         "the protocol. Then tests/corpus/*.csp and specialists/<name>/__init__.py.",
         "https://github.com/python-hyper/h11/blob/master/tests/test_io.py and csp_web.*",
         "[ops](ops.md), [config](../config.yaml), [h11](https://github.com/python-hyper/h11)",

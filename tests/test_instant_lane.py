@@ -10,10 +10,10 @@ from typing import Any
 import trio
 
 from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
-from csp_web.core.context import OpContext
-from csp_web.core.fields import Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.fields import Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from protocol import Connection, Reply, Status
 from tests.conftest import Sink, start_daemon
 

@@ -1,13 +1,16 @@
 """The import layers (docs/composition.md, decision 1), read from the source with ast.
 
-Layers, lowest first: protocol (0) <- config (1) <- core (2) <- memory, net, infra (3) <- cron
-(4) <- specialists (5) <- app, cli, mcp_face (6). A module imports only its own layer or lower
-ones; memory, net, infra and cron never import each other, nor does any specialist of the
-catalogue (csp_web.app.catalog) import another (they meet through core's ports); a pure
-package (the extractor) does no I/O and imports no specialist; specialists and the scheduler
-see only the public part of core; the graph has no cycles; only core's replies module builds
-a reply frame. Every import counts: module level, inside functions, under
-``if TYPE_CHECKING``.
+Layers, lowest first: protocol (0) <- config, client (1) <- core (2) <- memory, net, infra,
+sink (3) <- cron (4) <- specialists (5) <- cli, mcp_face (6) <- app (7), the composition
+root. A module imports only its own layer or lower ones; memory, net, infra, sink and cron
+never import each other, nor does any specialist of the catalogue (csp_web.app.catalog)
+import another (they meet through core's ports), nor cli and the MCP face; a pure package
+(the extractor) does no I/O and imports no specialist;
+specialists and the scheduler see only the public part of core (its op API); the programs
+(core, client, sink, mcp_face, cli) import only what ``PROGRAM_IMPORTS`` lists, and nothing
+but the composition root imports it; inside core, each layer imports only the ones below it
+(``CORE_LAYERS``); the graph has no cycles; only core's replies module builds a reply
+frame. Every import counts: module level, inside functions, under ``if TYPE_CHECKING``.
 
 ``KNOWN`` lists the violations the refactor has yet to remove; the tests also fail when a
 known entry is gone, so the list can only shrink.
@@ -30,50 +33,69 @@ PACKAGES = ("protocol", "csp_web", "specialists")
 LAYERS: tuple[tuple[str, int, str], ...] = (
     ("protocol", 0, "protocol"),
     ("csp_web", 0, "package"),  # the package itself: its version
-    ("csp_web.__main__", 6, "cli"),
+    ("csp_web.__main__", 7, "app"),  # python -m csp_web: the csp-web command
     ("csp_web.config", 1, "config"),
+    ("csp_web.client", 1, "client"),
     ("csp_web.core", 2, "core"),
     ("csp_web.memory", 3, "memory"),
     ("csp_web.net", 3, "net"),
     ("csp_web.infra", 3, "infra"),
+    ("csp_web.sink", 3, "sink"),
     # The scheduler sits above the shared infrastructure: with redis.url its job table and
     # run claims live on the fleet's link (infra.redis_link).
     ("csp_web.cron", 4, "cron"),
     ("specialists", 5, "specialists"),
-    ("csp_web.app", 6, "app"),
-    ("csp_web.cli", 6, "cli"),
-    ("csp_web.mcp_face", 6, "app"),  # a front end composing the app's daemon in process
     # Each specialist of the catalogue is a group of its own on layer 5 (SPECIALIST_GROUPS).
+    ("csp_web.cli", 6, "cli"),
+    ("csp_web.mcp_face", 6, "mcp_face"),
+    # The composition root: the catalogue, the memory path, the csp-web command; it lends
+    # the programs that run a daemon in process the way to open it (cli, mcp_face).
+    ("csp_web.app", 7, "app"),
 )
 # The specialists the daemon serves, each in its folder (specialists/<name>/): siblings.
 SPECIALIST_GROUPS = tuple(f"specialists.{specialist.name}" for specialist in SPECIALISTS)
 # Pure packages the specialists share: no I/O, no other specialist (the rule is checked below).
 PURE = ("specialists.extract",)
 PURE_FORBIDDEN = frozenset({"trio", "httpx", "os", "socket", "subprocess", "asyncio", "csp_web"})
-SIBLINGS = frozenset({"memory", "net", "infra", "cron", *SPECIALIST_GROUPS})
+SIBLINGS = frozenset(
+    {"memory", "sink", "net", "infra", "cron", "cli", "mcp_face", *SPECIALIST_GROUPS}
+)
+# What each program may import besides itself and the package's version (groups above).
+PROGRAM_IMPORTS: dict[str, frozenset[str]] = {
+    "core": frozenset({"protocol", "config"}),
+    "client": frozenset({"protocol"}),
+    "sink": frozenset({"protocol", "config", "core"}),
+    # net: the one small HTTP server (net.h11_server) the face and the cassette origin share
+    "mcp_face": frozenset({"protocol", "config", "core", "client", "net"}),
+    # replay runs its own reference sink, and wraps the web client's transport (net)
+    "cli": frozenset({"protocol", "config", "core", "client", "net", "sink"}),
+}
+# core's layers, lowest first: a core module imports only its own layer or lower ones, and
+# the two on rank 1 (running a task; where streams come from) do not import each other.
+CORE_LAYERS: dict[str, int] = {"api": 0, "dispatch": 1, "transports": 1, "wire": 2, "daemon": 3}
 PRIVATE_CORE_USERS = frozenset({"specialists", "cron", *SPECIALIST_GROUPS, *PURE})
 # What a specialist (or the scheduler) may import from core (by module name after the core/ prefix).
 PUBLIC_CORE = frozenset(
     {
-        "context",
-        "ops",
-        "specialist",
-        "ports",
-        "errors",
-        "fields",
-        "replies",
-        "deadlines",
-        "records",
-        "audit",  # OpAudit: what an op adds to its one audit record
-        "logs",
-        "unix",  # the socket helpers, for a specialist that listens (the node socket)
-        "storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
-        "stream",  # serve_stream and StreamHandler: the one read loop (the node link uses it)
+        "api.context",
+        "api.ops",
+        "api.specialist",
+        "api.ports",
+        "api.errors",
+        "api.fields",
+        "api.replies",
+        "api.deadlines",
+        "api.records",
+        "api.audit",  # OpAudit: what an op adds to its one audit record
+        "api.logs",
+        "wire.stream",  # serve_stream and StreamHandler: the one read loop (the node link's)
+        "transports.unix",  # socket helpers, for a specialist that listens (the node socket)
+        "api.storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
     }
 )
 
 KNOWN: frozenset[str] = frozenset()
-OWN_SERVERS = ("csp_web.memory.sink.", "specialists.node.link", "specialists.node.agent")
+OWN_SERVERS = ("csp_web.sink.", "specialists.node.link", "specialists.node.agent")
 
 
 @dataclass(frozen=True)
@@ -228,6 +250,54 @@ def test_specialists_use_only_the_public_core() -> None:
     _check(found, "private")
 
 
+def test_each_program_imports_only_the_layers_below_it() -> None:
+    found = set()
+    for importer, imported in edges():
+        group_from, group_to = layer(importer)[1], layer(imported)[1]
+        allowed = PROGRAM_IMPORTS.get(group_from)
+        if allowed is not None and group_to not in allowed | {group_from, "package"}:
+            found.add(f"program: {importer} -> {imported}")
+    _check(found, "program")
+
+
+def test_nothing_imports_the_composition_root_but_itself() -> None:
+    found = {
+        f"root: {importer} -> {imported}"
+        for importer, imported in edges()
+        if layer(imported)[1] == "app" and layer(importer)[1] != "app"
+    }
+    _check(found, "root")
+
+
+def _core_layer(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["csp_web", "core"] else None
+
+
+def test_core_layers_import_only_downward() -> None:
+    assert {name for name in map(_core_layer, modules()) if name} == set(CORE_LAYERS)
+    found = set()
+    for importer, imported in edges():
+        layer_from, layer_to = _core_layer(importer), _core_layer(imported)
+        if layer_from is None or layer_to is None or layer_from == layer_to:
+            continue
+        if CORE_LAYERS[layer_to] >= CORE_LAYERS[layer_from]:
+            found.add(f"core: {importer} -> {imported}")
+    _check(found, "core")
+
+
+def test_the_program_rules_catch_an_import_back_up() -> None:
+    # Each rule above must be able to fail: the groups it reads are the ones the scan gives.
+    assert layer("csp_web.client.trio_client")[1] == "client"
+    assert layer("csp_web.sink.server")[1] == "sink"
+    assert layer("csp_web.mcp_face.serve")[1] == "mcp_face"
+    assert layer("csp_web.cli.replay")[1] == "cli"
+    assert layer("csp_web.app.main")[1] == "app"
+    assert "app" not in set().union(*PROGRAM_IMPORTS.values())
+    assert _core_layer("csp_web.core.wire.connection") == "wire"
+    assert ("csp_web.app.compose", "csp_web.cli.cassette_run") in edges()
+
+
 def _strongly_connected(graph: dict[str, set[str]]) -> Iterator[list[str]]:
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -291,7 +361,7 @@ def test_only_core_replies_builds_a_reply_frame() -> None:
         if name.startswith("protocol"):
             continue  # the protocol defines Reply and parses replies
         calls = set(_calls(name))
-        if "Reply" in calls and name != "csp_web.core.replies":
+        if "Reply" in calls and name != "csp_web.core.api.replies":
             found.add(f"reply: {name} builds Reply(")
         # Endpoints with a connection loop of their own, for other peers than the daemon's
         # clients: the reference Memory Specialist, a node link (a paired node's frames) and
@@ -318,4 +388,4 @@ def test_the_scan_sees_lazy_and_type_checking_imports() -> None:
     lazy = ast.parse("def f():\n    from csp_web import context\nif TYPE_CHECKING:\n    import x\n")
     names = [n for n in ast.walk(lazy) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert len(names) == 2
-    assert ("csp_web.cli.commands", "csp_web.config.load") in edges()
+    assert ("csp_web.app.main", "csp_web.config.load") in edges()

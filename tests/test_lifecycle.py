@@ -21,10 +21,10 @@ import pytest
 import trio
 import yaml
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import SocketConfig
-from csp_web.core.client import open_client
-from csp_web.core.context import Peer
-from csp_web.core.unix import Lease, serve_unix
+from csp_web.core.api.context import Peer
+from csp_web.core.transports.unix import Lease, serve_unix
 from protocol import (
     CLOSED,
     Connection,

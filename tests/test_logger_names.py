@@ -1,5 +1,5 @@
 """Every logger is named after its module (``logging.getLogger(__name__)``), and the daemon's
-log setup (csp_web/core/logs.py, configured on the root logger) sends the records of every
+log setup (csp_web/core/api/logs.py, configured on the root logger) sends the records of every
 package, ``specialists.*`` and ``protocol`` included, to stderr at the configured level.
 
 A hand-written name drifts when a module moves (issue 23: 27 of 43 no longer matched, 20 named
@@ -25,7 +25,7 @@ LOGGING_MODULES = (
     "specialists.node.hub",
     "specialists.tool.mcp.session",
     "specialists.web.research.run",
-    "csp_web.core.dispatch",
+    "csp_web.core.dispatch.dispatcher",
     "csp_web.memory.outbox_room",
 )
 LEVELS = ("debug", "info", "warning")
@@ -33,7 +33,7 @@ LEVELS = ("debug", "info", "warning")
 # module's own logger; the message names the configured level.
 _EMIT = """
 import importlib, logging, sys
-from csp_web.core.logs import setup_logging
+from csp_web.core.api.logs import setup_logging
 loggers = [logging.getLogger("protocol")]
 for name in sys.argv[1:]:
     module = importlib.import_module(name)

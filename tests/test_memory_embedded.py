@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import trio
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config, MemoryConfig
-from csp_web.core.client import open_client
 from protocol import Status, Task
 from tests.conftest import audit_ids, start_daemon, with_memory
 from tests.harness import outbox_of

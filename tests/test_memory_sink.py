@@ -13,10 +13,10 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.client.trio_client import Client, ClientClosed, open_client
 from csp_web.config import Config, MemoryConfig
-from csp_web.core.client import Client, ClientClosed, open_client
-from csp_web.core.context import Peer
-from csp_web.memory.sink.server import LOG_INTERVAL_S, MemorySink, open_memory_sink
+from csp_web.core.api.context import Peer
+from csp_web.sink.server import LOG_INTERVAL_S, MemorySink, open_memory_sink
 from protocol import CLOSED, NEED_DATA, Connection, ErrorCode, Reply, Status, Task
 from tests.conftest import Sink, sink_text, start_sink, wait_until
 
@@ -387,7 +387,7 @@ async def test_writes_are_logged_as_counts_not_one_line_each(
         sink.tally.since -= LOG_INTERVAL_S  # the interval has passed
         await _one_chunk(sink, codec.send(_write("l-0", "l.log", "0")), 1)
     assert per_write == []
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "csp_web.memory.sink.server"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "csp_web.sink.server"]
     assert line.startswith("memory sink: duplicate 1, stored 50 in ")
 
 

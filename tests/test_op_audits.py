@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from csp_web.core.audit import OpAudit
+from csp_web.core.api.audit import OpAudit
 
 COMMON = {"time", "op", "domain", "uid", "pid", "connection", "id", "outcome", "error"}
 COMMON |= {"duration_ms"}

@@ -29,15 +29,15 @@ import trustme
 
 from csp_web.app import opsdoc
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.memory_path import open_memory_path
+from csp_web.client.trio_client import Client, open_client
 from csp_web.config import BrowserConfig, Config, SearchProvider
 from csp_web.config.web import ApiConfig
-from csp_web.core.client import Client, open_client
-from csp_web.core.compose import op_table, open_daemon
-from csp_web.core.fields import COMMON_REPLY_FIELDS, Example
-from csp_web.core.lifecycle import serve
-from csp_web.core.ops import OpSpec
-from csp_web.core.specialist import Composable
-from csp_web.memory.embedded import open_memory_path
+from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example
+from csp_web.core.api.ops import OpSpec
+from csp_web.core.api.specialist import Composable
+from csp_web.core.daemon.compose import op_table, open_daemon
+from csp_web.core.daemon.lifecycle import serve
 from csp_web.net import GuardConfig
 from protocol import Reply, Status
 from specialists.browser import BROWSER, GuardSetting

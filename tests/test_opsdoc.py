@@ -6,7 +6,7 @@ from pathlib import Path
 
 from csp_web.app import opsdoc
 from csp_web.app.catalog import SPECIALISTS
-from csp_web.core.compose import op_table
+from csp_web.core.daemon.compose import op_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
 

@@ -21,6 +21,7 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import (
     Config,
     ConnectionConfig,
@@ -28,17 +29,16 @@ from csp_web.config import (
     OutboxConfig,
     SocketConfig,
 )
-from csp_web.core.audit import OpAudit
-from csp_web.core.client import open_client
-from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
-from csp_web.core.context import OpContext, Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.ops import Op
-from csp_web.core.records import MemoryWrite
-from csp_web.core.replies import Result
-from csp_web.core.unix import Lease, serve_unix
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.records import MemoryWrite
+from csp_web.core.api.replies import Result
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.transports.unix import Lease, serve_unix
+from csp_web.core.wire.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.memory.outbox import Outbox, open_outbox
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode, Reply, Status, Task
@@ -406,7 +406,7 @@ async def test_refused_frames_and_sys_pings_never_use_the_reserve_of_admitted_op
 ) -> None:
     """An op admitted before the outbox filled still gets its audit record written, however
     many refused frames and pings arrive meanwhile (their records may not use the reserve)."""
-    from csp_web.core.records import make_write
+    from csp_web.core.api.records import make_write
     from tests.harness import open_harness
 
     config = replace(config, outbox=OutboxConfig(max_pending=3, reserve=1))
@@ -459,7 +459,7 @@ async def _gated_memory(
 
 @asynccontextmanager
 async def _dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
-    from csp_web.memory.embedded import outbox_path
+    from csp_web.app.memory_path import outbox_path
     from tests.harness import TEST_OPS, build_dispatcher
 
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
@@ -653,7 +653,7 @@ async def test_a_relayed_frame_to_a_memory_specialist_that_is_down_names_its_soc
 def test_an_audit_record_past_max_write_bytes_keeps_the_heads_and_tails_of_its_texts() -> None:
     """O-2 for the one record per op: a 1 MiB target (escaped by JSON to 6 MiB) is cut
     around its middle, and the record stays JSON within the bound."""
-    from csp_web.core.dispatch import audit_record
+    from csp_web.core.dispatch.dispatcher import audit_record
 
     @dataclass(frozen=True)
     class Target(OpAudit):
@@ -691,8 +691,8 @@ def test_an_audit_record_is_the_json_record_of_its_fields(
     """M-1: the directly formatted audit record reads back as the same compact, key-sorted
     JSON that ``json_record`` writes, whatever the strings hold; an op's audit adds its
     fields, never in place of a common one."""
-    from csp_web.core.dispatch import audit_record
-    from csp_web.core.records import json_record
+    from csp_web.core.api.records import json_record
+    from csp_web.core.dispatch.dispatcher import audit_record
 
     task = Task("ping", "SYS", "PONG", None, (("ID", 'i"d\\'),))
     text = audit_record(task, peer, reply, 0.125, extra)
@@ -715,9 +715,9 @@ async def test_a_stdin_daemon_whose_memory_specialist_is_down_exits_without_wait
     """Issue 9.8: at EOF with memory.socket_path set and nothing listening, the daemon does
     not spend its grace period waiting for a delivery that cannot happen (it used to wait the
     whole grace_period_s on every run); the write stays in the outbox."""
-    from csp_web.core.compose import open_daemon
-    from csp_web.core.lifecycle import serve
-    from csp_web.memory.embedded import open_memory_path
+    from csp_web.app.memory_path import open_memory_path
+    from csp_web.core.daemon.compose import open_daemon
+    from csp_web.core.daemon.lifecycle import serve
 
     async def serve_with_memory(config: Config, server: trio.abc.Stream) -> None:
         async with open_daemon(config, (), memory=open_memory_path(config)) as daemon:

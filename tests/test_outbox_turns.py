@@ -15,11 +15,11 @@ from functools import partial
 import trio
 import trio.testing
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, OutboxConfig, SocketConfig
-from csp_web.core.context import Peer
-from csp_web.core.records import MemoryWrite
-from csp_web.core.unix import Lease, serve_unix
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.api.records import MemoryWrite
+from csp_web.core.transports.unix import Lease, serve_unix
 from csp_web.memory.outbox import Outbox, open_outbox
 from csp_web.memory.outbox_room import OutboxRoom
 from protocol import CLOSED, NEED_DATA, Connection, ErrorCode, Reply, Status, Task

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import Bucket, MonthlyQuota, Rate, RateLimits
 
 

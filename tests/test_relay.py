@@ -10,11 +10,11 @@ from functools import partial
 import pytest
 import trio
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config, SocketConfig
-from csp_web.core.client import open_client
-from csp_web.core.context import Peer
-from csp_web.core.unix import Lease, serve_unix
-from csp_web.memory.sink.store import STORE_FILE
+from csp_web.core.api.context import Peer
+from csp_web.core.transports.unix import Lease, serve_unix
+from csp_web.sink.store import STORE_FILE
 from protocol import ErrorCode, Reply, Status, Task
 from tests.conftest import Daemon, Sink, sink_text, start_daemon, with_memory
 

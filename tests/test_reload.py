@@ -24,14 +24,14 @@ import trio
 import yaml
 
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config, SocketConfig
 from csp_web.config.load import config_from_mapping
 from csp_web.config.reload import plan_reload
-from csp_web.core.client import open_client
-from csp_web.core.compose import reload_paths
-from csp_web.core.errors import OpError
-from csp_web.core.ports import allowed_uids
-from csp_web.core.unix import Gate, Lease
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import allowed_uids
+from csp_web.core.daemon.compose import reload_paths
+from csp_web.core.transports.unix import Gate, Lease
 from csp_web.infra.ratelimit import Rate, RateLimits
 from protocol import ErrorCode, Reply, Status, Task, serialize
 from tests.conftest import wait_until
@@ -417,8 +417,8 @@ async def test_a_reload_reaches_every_specialist_of_the_app_daemon_in_process(
     from dataclasses import replace
 
     from csp_web.app.compose import open_app_daemon
-    from csp_web.core.context import Peer
-    from csp_web.core.lifecycle import reload_settings
+    from csp_web.core.api.context import Peer
+    from csp_web.core.daemon.lifecycle import reload_settings
 
     fetch = replace(config.web.fetch, default_max_chars=4000)
     new = replace(config, web=replace(config.web, fetch=fetch))

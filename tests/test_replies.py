@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from csp_web.core.errors import OpError
-from csp_web.core.replies import Result, cite, fail_reply, format_scope, ok_reply, with_id
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.replies import Result, cite, fail_reply, format_scope, ok_reply, with_id
 from protocol import Connection, ErrorCode, Reply, Status, serialize
 
 

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.reply_queue import ReplyOrder, ReplyQueue
+from csp_web.core.wire.reply_queue import ReplyOrder, ReplyQueue
 
 
 async def test_replies_queued_while_the_writer_waits_go_out_as_one_write_dated_by_the_first(

@@ -11,11 +11,11 @@ import sqlite3
 import pytest
 import trio
 
+from csp_web.client.trio_client import ClientClosed, open_stream_client
 from csp_web.config import MemoryConfig
-from csp_web.core.client import ClientClosed, open_stream_client
-from csp_web.core.context import Peer
-from csp_web.memory.sink.server import MemorySink, open_memory_sink
-from csp_web.memory.sink.store import (
+from csp_web.core.api.context import Peer
+from csp_web.sink.server import MemorySink, open_memory_sink
+from csp_web.sink.store import (
     LOOKUP_IDS,
     STORE_FILE,
     Retention,

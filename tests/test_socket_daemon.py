@@ -7,7 +7,7 @@ import os
 import pytest
 import trio
 
-from csp_web.core.client import open_client
+from csp_web.client.trio_client import open_client
 from protocol import Reply, Status, Task
 from tests.conftest import Daemon, Sink, sink_records
 from tests.harness import outbox_of

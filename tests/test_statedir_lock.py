@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from csp_web.core.client import open_client
-from csp_web.core.statedir import LOCK_FILE, StateDirBusy, hold_state_dir
+from csp_web.client.trio_client import open_client
+from csp_web.core.daemon.statedir import LOCK_FILE, StateDirBusy, hold_state_dir
 from protocol import Status, Task
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"

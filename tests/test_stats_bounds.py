@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import AuditConfig, Config
-from csp_web.core.context import Peer
-from csp_web.core.stats import OTHER_CODE, Stats
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.stats import OTHER_CODE, Stats
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Status, Task
 from tests.conftest import with_memory

@@ -12,9 +12,9 @@ from typing import Literal
 import pytest
 
 from csp_web.config import Config
-from csp_web.core.context import Peer
-from csp_web.core.errors import StorageFull
-from csp_web.core.storage import is_storage_full, storage_seam
+from csp_web.core.api.context import Peer
+from csp_web.core.api.errors import StorageFull
+from csp_web.core.api.storage import is_storage_full, storage_seam
 from protocol import Reply, Status, Task
 from tests.harness import open_harness, outbox_of
 

@@ -1,4 +1,4 @@
-"""The one read loop (``csp_web.core.stream``) with a recording handler, over trio's in-memory
+"""The one read loop (``csp_web.core.wire.stream``) with a recording handler, over trio's in-memory
 streams: events in order, one ``on_drained`` per read, the end of input, the frame clock."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import trio
 import trio.testing
 
-from csp_web.core.stream import StreamHandler, serve_stream
+from csp_web.core.wire.stream import StreamHandler, serve_stream
 from protocol import Connection, ErrorCode, ProtocolError, Reply, Status, Task
 
 PING = b"TASK REQ:ping IN:SYS OUT:PONG\nID p\n\n"

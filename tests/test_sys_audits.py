@@ -17,12 +17,12 @@ from typing import Any
 import trio
 import trio.testing
 
+from csp_web.app.memory_path import outbox_path
+from csp_web.client.trio_client import open_client
 from csp_web.config import AuditConfig, Config, OutboxConfig
-from csp_web.core.client import open_client
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.sys_audits import TIMER_WRITES_PER_PASS
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.dispatch.sys_audits import TIMER_WRITES_PER_PASS
 from csp_web.memory.outbox import open_outbox
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import Status, Task

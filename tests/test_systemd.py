@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from csp_web.core import systemd
-from csp_web.core.client import open_client
+from csp_web.client.trio_client import open_client
+from csp_web.core.transports import systemd
 from protocol import Status, Task
 
 # Starts csp-web as systemd would: the passed socket moved to fd 3, LISTEN_PID our own pid
@@ -238,7 +238,7 @@ def _unit(name: str) -> dict[str, str]:
 def test_the_shipped_units_and_config_agree() -> None:
     """deploy/systemd: the config loads, names the socket unit's path and the service's state
     directory, and ExecStart is a valid `serve` command line reading that config."""
-    from csp_web.cli.commands import _parser
+    from csp_web.app.main import _parser
     from csp_web.config.load import load_config
 
     repo = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import pytest
 from csp_web.app.catalog import SPECIALISTS, config_sections
 from csp_web.config import Config, ConfigError, daemon_paths, section_of
 from csp_web.config.load import load_config
-from csp_web.core.compose import op_table, open_daemon
-from csp_web.core.context import Peer
+from csp_web.core.api.context import Peer
+from csp_web.core.daemon.compose import op_table, open_daemon
 from protocol import Status, Task
 from tests.toy import TOY
 from tests.toy.config import ToyConfig

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.compose import open_app_daemon
+from csp_web.app.memory_path import outbox_path
 from csp_web.cli.cassette import cassette_path
 from csp_web.cli.cassette_run import replay_with_cassette
 from csp_web.cli.replay import replay_in_memory, replay_over_socket
 from csp_web.cli.transcript import TranscriptError, line_matches, parse_transcript
 from csp_web.config import Config
-from csp_web.core.compose import open_daemon
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.daemon.compose import open_daemon
 from csp_web.memory.outbox import open_outbox
 from tests.conftest import Daemon, Sink
 from tests.harness import build_dispatcher
@@ -63,7 +64,7 @@ async def test_recorded_transcript_replays_offline_from_its_cassette(
     config = replace(config, daemon=replace(config.daemon, state_dir=str(tmp_path / "rec")))
     transcript = parse_transcript(path.read_text("utf-8"), path.name)
     diffs = await replay_with_cassette(
-        transcript, cassette_path(str(path)), config, replay_in_memory
+        transcript, cassette_path(str(path)), config, replay_in_memory, open_daemon=open_app_daemon
     )
     assert diffs == []
 

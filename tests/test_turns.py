@@ -10,9 +10,9 @@ import trio
 import trio.testing
 
 from csp_web.config import AuditConfig, Config, ConnectionConfig
-from csp_web.core.connection import StreamOptions, serve_connection
-from csp_web.core.context import Peer
-from csp_web.core.turns import FairStarts, Seat
+from csp_web.core.api.context import Peer
+from csp_web.core.wire.connection import StreamOptions, serve_connection
+from csp_web.core.wire.turns import FairStarts, Seat
 from protocol import Connection, Reply
 from tests.harness import Harness, open_harness
 
@@ -142,7 +142,7 @@ async def test_a_reader_spending_the_budget_round_after_round_keeps_one_pump() -
     each round (the budget spent, its next start waiting) is granted by the same pump task
     round after round, not by a task spawned per budget's worth of frames."""
     starts = FairStarts(frames_per_round=2, max_running=100)
-    spawns = _Spawns("csp_web.core.turns.pump")
+    spawns = _Spawns("csp_web.core.wire.turns.pump")
     seat = Seat()
     trio.lowlevel.add_instrument(spawns)
     try:

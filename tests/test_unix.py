@@ -14,8 +14,8 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, SocketConfig
-from csp_web.core.context import Peer
-from csp_web.core.unix import Lease, SocketSetupError, open_unix_listener, serve_unix
+from csp_web.core.api.context import Peer
+from csp_web.core.transports.unix import Lease, SocketSetupError, open_unix_listener, serve_unix
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status
 from tests.conftest import start_daemon
 

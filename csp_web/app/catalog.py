@@ -3,7 +3,7 @@ background tasks), and the config sections they own. Adding a specialist means a
 and nowhere else outside its folder (docs/adding-an-op.md; tests/test_toy_specialist.py).
 
 The specialists never import each other: they meet through the ports of ``Seams``
-(csp_web.core.ports), one set per composed daemon, which ``catalogue`` hands to both ends:
+(csp_web.core.api.ports), one set per composed daemon, which ``catalogue`` hands to both ends:
 the browser's ``Renderer`` to web, web's ``FileStore`` to the browser."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import ssl
 from collections.abc import Sequence
 
 from csp_web.config import SectionSpec
-from csp_web.core.ports import Seams
-from csp_web.core.specialist import Composable
+from csp_web.core.api.ports import Seams
+from csp_web.core.api.specialist import Composable
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 from specialists.browser import BROWSER, make_browser

@@ -15,8 +15,8 @@ import time
 
 import trio
 
+from csp_web.client.trio_client import ClientClosed, open_client
 from csp_web.config import Config
-from csp_web.core.client import ClientClosed, open_client
 from protocol import Reply, Status, Task
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3

@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable, Mapping
 
 from csp_web.app.catalog import SPECIALISTS
-from csp_web.core.compose import op_table
-from csp_web.core.fields import COMMON_REPLY_FIELDS, Example, FieldSpec, ReplyField
-from csp_web.core.ops import OpSpec
+from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example, FieldSpec, ReplyField
+from csp_web.core.api.ops import OpSpec
+from csp_web.core.daemon.compose import op_table
 from protocol import Connection, Reply, Task, serialize
 
 # Placeholders the examples show for what changes from run to run; ``normalise`` writes them

@@ -1,6 +1,3 @@
-"""The command line: ``serve``, ``send``, ``replay``, ``memory-sink``, ``config``,
-``check-config``. ``main`` (in ``commands``) is the ``csp-web`` console script."""
-
-from csp_web.cli.commands import main
-
-__all__ = ["main"]
+"""The command line's own programs: ``send`` (a client of a running daemon) and ``replay``
+(transcripts and their HTTP cassettes). The ``csp-web`` command itself, which picks the
+program to run, is the composition root's (``csp_web.app.main``)."""

@@ -1,7 +1,8 @@
-"""The local origin a cassette replay serves its exchanges from: h11 over trio on 127.0.0.1,
-plain HTTP on one port and HTTPS on another, with a certificate for every recorded host from
-a CA made for this replay alone (``ReplayTLS``), and the resolver that maps those hosts, and
-only those, to it (``CassetteResolver``).
+"""The local origin a cassette replay serves its exchanges from: the shared h11 server
+(``csp_web.net.h11_server``) on 127.0.0.1, plain HTTP on one port and HTTPS on another,
+with a certificate for every recorded host from a CA made for this replay alone
+(``ReplayTLS``), and the resolver that maps those hosts, and only those, to it
+(``CassetteResolver``).
 
 Each request is matched by method, URL (scheme of the port, Host header, target) and body
 digest, redacted as the cassette was; the key's recorded exchanges are served in order, and
@@ -20,6 +21,7 @@ import tempfile
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import h11
 import httpx
@@ -31,8 +33,11 @@ from cryptography.x509.oid import NameOID
 
 from csp_web.cli.cassette import FRAMING_HEADERS, Exchange, Key, Redactor, request_key
 from csp_web.cli.cassette_tap import MISS_HEADER
+from csp_web.net.h11_server import BadRequest, read_request, send, serve_h11
 
-_READ_BYTES = 65536
+# A replay's requests are its own ops' (fetch bodies, API posts): far under these.
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+_MAX_CONNECTIONS = 256
 
 
 class CassetteResolver:
@@ -138,10 +143,11 @@ class CassetteOrigin:
         secure = await trio.open_tcp_listeners(0, host="127.0.0.1")
         self.ports["http"] = plain[0].socket.getsockname()[1]
         self.ports["https"] = secure[0].socket.getsockname()[1]
+        tls_listeners = [trio.SSLListener(one, tls, https_compatible=True) for one in secure]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.serve_listeners, self._handler("http"), plain)
-            tls_listeners = [trio.SSLListener(one, tls, https_compatible=True) for one in secure]
-            nursery.start_soon(trio.serve_listeners, self._handler("https"), tls_listeners)
+            for scheme, listeners in (("http", plain), ("https", tls_listeners)):
+                serving = partial(serve_h11, listeners, self._handler(scheme))
+                await nursery.start(partial(serving, max_connections=_MAX_CONNECTIONS))
             task_status.started()
 
     def _handler(self, scheme: str) -> Callable[[trio.abc.Stream], Awaitable[None]]:
@@ -150,7 +156,12 @@ class CassetteOrigin:
             try:
                 while await self._serve_one(scheme, conn, stream):
                     conn.start_next_cycle()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            except (
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                h11.ProtocolError,
+                BadRequest,
+            ):
                 pass  # the client went away mid-exchange; its op reports what it saw
             finally:
                 await trio.aclose_forcefully(stream)
@@ -158,13 +169,10 @@ class CassetteOrigin:
         return handle
 
     async def _serve_one(self, scheme: str, conn: h11.Connection, stream: trio.abc.Stream) -> bool:
-        request = await _next(conn, stream)
-        if not isinstance(request, h11.Request):
+        read = await read_request(stream, conn, max_body_bytes=_MAX_BODY_BYTES)
+        if read is None:
             return False
-        body = b""
-        while not isinstance(part := await _next(conn, stream), h11.EndOfMessage):
-            if isinstance(part, h11.Data):
-                body += part.data
+        request, body = read
         exchange = self._take(scheme, request, body)
         if exchange is not None and exchange.truncated:
             await self._answer_cut(conn, stream, exchange)
@@ -184,9 +192,8 @@ class CassetteOrigin:
     ) -> None:
         """The recorded head (its Content-Length too) and the bytes the client had read."""
         head = h11.Response(status_code=exchange.status, headers=list(exchange.headers))
-        await stream.send_all(conn.send(head) or b"")
-        if exchange.body:
-            await stream.send_all(conn.send(h11.Data(data=exchange.body)) or b"")
+        body = [h11.Data(data=exchange.body)] if exchange.body else []
+        await send(stream, conn, head, *body)
 
     async def _answer(
         self,
@@ -204,13 +211,6 @@ class CassetteOrigin:
             headers = [(k, v) for k, v in exchange.headers if k.lower() not in FRAMING_HEADERS]
         if status not in (204, 304):  # RFC 9110 §8.6: these carry no Content-Length of a body
             headers.append(("content-length", str(len(body))))
-        await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-        if body and not head and status not in (204, 304):
-            await stream.send_all(conn.send(h11.Data(data=body)) or b"")
-        await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
-
-
-async def _next(conn: h11.Connection, stream: trio.abc.Stream) -> object:
-    while (event := conn.next_event()) is h11.NEED_DATA:
-        conn.receive_data(bytes(await stream.receive_some(_READ_BYTES)))
-    return event
+        response = h11.Response(status_code=status, headers=headers)
+        data = [h11.Data(data=body)] if body and not head and status not in (204, 304) else []
+        await send(stream, conn, response, *data, h11.EndOfMessage())

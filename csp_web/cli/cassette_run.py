@@ -1,14 +1,16 @@
 """Running one transcript with its cassette: recording it against the live upstreams, or
 replaying it offline from a local origin. Each run gets a daemon of its own (fresh state and
-cache), whose web specialist's transport is wrapped at ``csp_web.net.TransportWrapper``."""
+cache), whose web specialist's transport is wrapped at ``csp_web.net.TransportWrapper``; the
+composition root lends the way to open it (``OpenDaemon``), so the CLI names no specialist."""
 
 from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import httpx
 import trio
@@ -26,9 +28,8 @@ from csp_web.cli.cassette_origin import CassetteOrigin, CassetteResolver, make_r
 from csp_web.cli.cassette_tap import Recorder, ReplayTap
 from csp_web.cli.transcript import Transcript
 from csp_web.config import Config
-from csp_web.core.compose import Daemon
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.specialist import Composable
+from csp_web.core.daemon.compose import Daemon
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.net import Resolver, TransportWrapper
 
 # What a replay puts in a credential variable the recording had set: the op sends it, the
@@ -50,20 +51,24 @@ class Upstream:
     divert: Mapping[str, int] = field(default_factory=dict)
 
 
-def _specialists(
-    wrap: TransportWrapper, resolver: Resolver | None, trust: ssl.SSLContext | None
-) -> tuple[Composable, ...]:
-    from csp_web.app.catalog import with_web_transport
+@dataclass(frozen=True)
+class WebTransport:
+    """The web specialist's guarded client as a cassette run needs it: wrapped at its
+    transport, resolving with ``resolver`` and trusting ``ssl_context`` when given."""
 
-    return with_web_transport(wrap, resolver=resolver, ssl_context=trust)
+    wrap: TransportWrapper
+    resolver: Resolver | None = None
+    ssl_context: ssl.SSLContext | None = None
 
 
-@asynccontextmanager
-async def _open_daemon(config: Config, specialists: Sequence[Composable]) -> AsyncIterator[Daemon]:
-    from csp_web.app.compose import open_app_daemon
+class OpenDaemon(Protocol):
+    """What the composition root lends the CLI (``csp_web.app.compose.open_app_daemon``):
+    open the daemon ``csp-web serve`` runs, its web transport as ``web`` says (``None``: as
+    configured); the caller enters it, and everything it opened closes on exit."""
 
-    async with open_app_daemon(config, specialists) as daemon:
-        yield daemon
+    def __call__(
+        self, config: Config, web: WebTransport | None = None, /
+    ) -> AbstractAsyncContextManager[Daemon]: ...
 
 
 async def record_transcript(
@@ -72,12 +77,15 @@ async def record_transcript(
     config: Config,
     play: Play,
     upstream: Upstream = Upstream(),
+    *,
+    open_daemon: OpenDaemon,
 ) -> list[str]:
-    """Play ``transcript`` against the upstreams, write what they answered to
-    ``cassette_file`` (redacted), and return the differences from the expected replies."""
+    """Play ``transcript`` against the upstreams on a daemon from ``open_daemon``, write what
+    they answered to ``cassette_file`` (redacted), and return the differences from the
+    expected replies."""
     recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
-    specialists = _specialists(recorder.wrap, upstream.resolver, upstream.ssl_context)
-    async with _open_daemon(_isolated(config), specialists) as daemon:
+    web = WebTransport(recorder.wrap, upstream.resolver, upstream.ssl_context)
+    async with open_daemon(_isolated(config), web) as daemon:
         diffs = await play(transcript, daemon.dispatcher)
     names = credential_variables(config)
     used = tuple(name for name in names if os.environ.get(name, "").strip())
@@ -88,12 +96,18 @@ async def record_transcript(
 
 
 async def replay_with_cassette(
-    transcript: Transcript, cassette_file: str, config: Config, play: Play
+    transcript: Transcript,
+    cassette_file: str,
+    config: Config,
+    play: Play,
+    *,
+    open_daemon: OpenDaemon,
 ) -> list[str]:
-    """Play ``transcript`` offline, its upstream requests answered from ``cassette_file`` by a
-    local origin through the real guard and client; the differences, a line per request the
-    cassette could not answer (each such request failed FETCH_FAILED cassette_miss) and one
-    per recorded exchange no request took (the cassette is stale: record it again)."""
+    """Play ``transcript`` offline on a daemon from ``open_daemon``, its upstream requests
+    answered from ``cassette_file`` by a local origin through the real guard and client; the
+    differences, a line per request the cassette could not answer (each such request failed
+    FETCH_FAILED cassette_miss) and one per recorded exchange no request took (the cassette
+    is stale: record it again)."""
     cassette = load_cassette(await trio.Path(cassette_file).read_text("utf-8"), cassette_file)
     hosts = frozenset(wire_host(exchange.url) for exchange in cassette.exchanges)
     with credentials_as_recorded(cassette.credentials, config):
@@ -103,8 +117,8 @@ async def replay_with_cassette(
         async with trio.open_nursery() as nursery:
             await nursery.start(origin.serve, tls.server)
             tap = ReplayTap(redactor, hosts, origin.ports)
-            specialists = _specialists(tap.wrap, CassetteResolver(hosts), tls.client)
-            async with _open_daemon(replay_config(config, cassette), specialists) as daemon:
+            web = WebTransport(tap.wrap, CassetteResolver(hosts), tls.client)
+            async with open_daemon(replay_config(config, cassette), web) as daemon:
                 diffs = await play(transcript, daemon.dispatcher)
             nursery.cancel_scope.cancel()
     diffs += [f"cassette miss: {miss}" for miss in tap.misses]

@@ -21,7 +21,7 @@ from csp_web.cli.cassette import (
     Redactor,
     wire_host,
 )
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 # The header the cassette origin marks a miss with; the tap turns it into a FAIL.

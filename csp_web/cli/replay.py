@@ -14,20 +14,24 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import trio
 import trio.testing
 
 from csp_web.cli.cassette import CassetteError, cassette_path
-from csp_web.cli.cassette_run import Upstream, record_transcript, replay_with_cassette
+from csp_web.cli.cassette_run import (
+    OpenDaemon,
+    Upstream,
+    record_transcript,
+    replay_with_cassette,
+)
 from csp_web.cli.transcript import Transcript, TranscriptError, parse_transcript, replay
 from csp_web.config import Config
-from csp_web.core.compose import Daemon
-from csp_web.core.connection import Shutdown, StreamOptions, serve_connection
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.memory.sink.server import serve_memory_sink
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.wire.connection import Shutdown, StreamOptions, serve_connection
+from csp_web.sink.server import serve_memory_sink
 
 
 async def replay_in_memory(transcript: Transcript, dispatcher: Dispatcher) -> list[str]:
@@ -71,26 +75,36 @@ async def replay_files(
     config: Config,
     socket_path: str | None,
     *,
+    open_daemon: OpenDaemon,
     record: bool = False,
     upstream: Upstream | None = None,
 ) -> int:
     """Replay each file, print its differences; the number of failing files. Without
-    ``socket_path`` the replay is in-process, with its own Memory Specialist. ``record``
+    ``socket_path`` the replay is in-process (a daemon from ``open_daemon``), with its own
+    Memory Specialist. ``record``
     (in-process only) writes each file's cassette from ``upstream`` (default: the live
     internet) and still reports how the replies differ from the transcript."""
-    upstream = upstream or Upstream()
+    run = _Run(open_daemon, record, upstream or Upstream())
     if socket_path is not None:
-        return await _replay_all(files, config, socket_path, record, upstream)
+        return await _replay_all(files, config, socket_path, run)
     async with own_memory_sink(config) as with_sink:
-        return await _replay_all(files, with_sink, None, record, upstream)
+        return await _replay_all(files, with_sink, None, run)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How this replay runs its in-process daemons and their cassettes."""
+
+    open_daemon: OpenDaemon
+    record: bool
+    upstream: Upstream
 
 
 async def _replay_all(
     files: Sequence[str],
     config: Config,
     socket_path: str | None,
-    record: bool,
-    upstream: Upstream,
+    run: _Run,
 ) -> int:
     failures = 0
     async with AsyncExitStack() as stack:
@@ -104,16 +118,15 @@ async def _replay_all(
                 failures += 1
                 continue
             cassette = cassette_path(name)
-            if record or await trio.Path(cassette).exists():
+            if run.record or await trio.Path(cassette).exists():
                 own = _own_state(config, index)
-                diffs = await _with_cassette(
-                    transcript, cassette, own, socket_path, record, upstream
-                )
+                diffs = await _with_cassette(transcript, cassette, own, socket_path, run)
             elif socket_path:
                 diffs = await replay_over_socket(transcript, socket_path)
             else:
                 if shared is None:
-                    shared = (await stack.enter_async_context(_open_shared(config))).dispatcher
+                    daemon = await stack.enter_async_context(run.open_daemon(config))
+                    shared = daemon.dispatcher
                 diffs = await replay_in_memory(transcript, shared)
             print(f"{'FAIL' if diffs else 'ok'}   {name}")
             for line in diffs:
@@ -121,14 +134,6 @@ async def _replay_all(
             failures += bool(diffs)
         sys.stdout.flush()
     return failures
-
-
-@asynccontextmanager
-async def _open_shared(config: Config) -> AsyncIterator[Daemon]:
-    from csp_web.app.compose import open_app_daemon
-
-    async with open_app_daemon(config) as daemon:
-        yield daemon
 
 
 def _own_state(config: Config, index: int) -> Config:
@@ -143,15 +148,23 @@ async def _with_cassette(
     cassette: str,
     config: Config,
     socket_path: str | None,
-    record: bool,
-    upstream: Upstream,
+    run: _Run,
 ) -> list[str]:
     if socket_path is not None:
         # A running daemon's client cannot be pointed at the cassette's origin.
         return [f"{cassette}: a cassette replays in-process only (without --socket)"]
-    if record:
-        return await record_transcript(transcript, cassette, config, replay_in_memory, upstream)
+    if run.record:
+        return await record_transcript(
+            transcript,
+            cassette,
+            config,
+            replay_in_memory,
+            run.upstream,
+            open_daemon=run.open_daemon,
+        )
     try:
-        return await replay_with_cassette(transcript, cassette, config, replay_in_memory)
+        return await replay_with_cassette(
+            transcript, cassette, config, replay_in_memory, open_daemon=run.open_daemon
+        )
     except (OSError, CassetteError) as exc:
         return [str(exc)]

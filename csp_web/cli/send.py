@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.core.client import Client, ClientClosed, PendingCall, open_client
+from csp_web.client.trio_client import Client, ClientClosed, PendingCall, open_client
 from protocol import CLOSED, NEED_DATA, Connection, Limits, ProtocolError, Reply, Status, Task
 from protocol import serialize as serialize_frame
 

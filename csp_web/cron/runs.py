@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.core.errors import OpError
-from csp_web.core.ports import TaskPort
-from csp_web.core.records import json_record, make_write
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import TaskPort
+from csp_web.core.api.records import json_record, make_write
 from protocol import Reply, Status
 
 from .jobs import MAX_ERROR_CHARS, Job, Outcome, task_summary

@@ -3,7 +3,7 @@
     async with open_cron(config) as cron:          # loads <state_dir>/cron.json
         ...                                         # the daemon starts cron.serve(port)
 
-Each run submits the job's task through the daemon's ``TaskPort`` (csp_web.core.ports) as
+Each run submits the job's task through the daemon's ``TaskPort`` (csp_web.core.api.ports) as
 peer ``cron`` (so IN:MEMORY tasks take the Memory Specialist relay), with the run key
 ``<job>@<scheduled time>`` as its ID. Runs
 are at most once: the key is persisted before the task is sent. After each run the outcome
@@ -32,8 +32,8 @@ from contextlib import nullcontext
 import trio
 
 from csp_web.config import CronConfig
-from csp_web.core.errors import OpError
-from csp_web.core.ports import TaskPort
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import TaskPort
 from csp_web.infra.redis_link import RedisUnavailable
 from protocol import ErrorCode, Task
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config import CronConfig
-from csp_web.core.errors import OpError, StorageFull
-from csp_web.core.ports import TaskPort
-from csp_web.core.storage import is_storage_full
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.ports import TaskPort
+from csp_web.core.api.storage import is_storage_full
 from protocol import ErrorCode, Task
 
 from .claims import SharedCronStore

@@ -39,8 +39,8 @@ from typing import Any
 
 import diskcache
 
-from csp_web.core.errors import StorageFull
-from csp_web.core.storage import storage_seam
+from csp_web.core.api.errors import StorageFull
+from csp_web.core.api.storage import storage_seam
 from csp_web.infra.cache_disk import SafeJSONDisk, UnsafeCacheRow
 
 log = logging.getLogger(__name__)

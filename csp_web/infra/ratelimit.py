@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, NumberError, parse_decimal, parse_uint
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 from .redis_link import RedisLink, RedisUnavailable

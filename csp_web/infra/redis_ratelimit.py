@@ -25,7 +25,7 @@ from typing import Protocol
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 from .ratelimit import MAX_PAUSE_S, Bucket, Rate, RateLimits

@@ -1,17 +1,18 @@
 """A small HTTP/1.1 server for one ASGI app, on trio listeners, built on h11.
 
-The MCP SDK's streamable HTTP transport is an ASGI app; its usual servers (uvicorn) run on
-asyncio, while csp-web runs on trio. This is h11's own trio example server grown just enough
-for ASGI: one request per connection (``Connection: close``, so a held-open response stream
-never blocks a second request behind it), a streamed response body, ``http.disconnect``
-when the peer goes away. Limits: the request head must arrive within ``head_timeout_s``
-(slowloris), the body is capped at ``max_body_bytes`` (413), at most ``max_connections``
-are served at once (more wait in the listen backlog).
+The MCP SDK's streamable HTTP transport is an ASGI app. Hypercorn has a trio worker too;
+this server is kept for its per-connection admission (``Admit``: the peer's uid checked
+before any HTTP is read), which Hypercorn has no hook for (docs/mcp.md, "Why not
+Hypercorn"). It is h11's own trio example server grown just enough for ASGI: one request
+per connection (``Connection: close``, so a held-open response stream never blocks a second
+request behind it), a streamed response body, ``http.disconnect`` when the peer goes away.
+Limits: the request head must arrive within ``head_timeout_s`` (slowloris), the body is
+capped at ``max_body_bytes`` (413), at most ``max_connections`` are served at once (more wait
+in the listen backlog).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from typing import Any
 
 import h11
 import trio
+
+from csp_web.net.h11_server import BadRequest, linger, read_request, send_simple, serve_h11
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +33,6 @@ App = Callable[[Message, Receive, Send], Awaitable[None]]
 # A refusal reason for a new connection, or None to serve it (``peers.uid_gate``); awaited
 # in the connection's own task, so a slow answer holds up only that connection.
 Admit = Callable[[trio.SocketStream], Awaitable[str | None]]
-
-_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-_ACCEPT_RETRY_S = 0.1
-_LINGER_S = 1.0
-_LINGER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -47,13 +45,6 @@ class HttpLimits:
     max_connections: int = 64
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 async def serve_asgi(
     app: App,
     listeners: list[trio.SocketListener],
@@ -62,68 +53,27 @@ async def serve_asgi(
     admit: Admit | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled; a connection
-    ``admit`` gives a reason to refuse is answered 403 with it, before anything is read.
-
-    A connection is accepted only when a slot is free: the rest wait in the kernel's listen
-    backlog, holding no descriptor of ours (accepting them all and then waiting for a slot
-    let any local client pile up descriptors without limit or timeout)."""
-    slots = trio.Semaphore(limits.max_connections)
-    async with trio.open_nursery() as nursery:
-        for listener in listeners:
-            serve = partial(_serve_in_slot, app=app, limits=limits, slots=slots, admit=admit)
-            nursery.start_soon(_accept_loop, listener, serve, slots, nursery)
-        task_status.started()
+    """Serve ``app`` on ``listeners`` (owned from here on) until cancelled, at most
+    ``limits.max_connections`` at once (``csp_web.net.h11_server.serve_h11``); a connection
+    ``admit`` gives a reason to refuse is answered 403 with it, before anything is read."""
+    handle = partial(_admitted, app=app, limits=limits, admit=admit)
+    await serve_h11(
+        listeners, handle, max_connections=limits.max_connections, task_status=task_status
+    )
 
 
-async def _accept_loop(
-    listener: trio.SocketListener,
-    serve: Callable[[trio.SocketStream], Awaitable[None]],
-    slots: trio.Semaphore,
-    nursery: trio.Nursery,
+async def _admitted(
+    stream: trio.abc.Stream, *, app: App, limits: HttpLimits, admit: Admit | None
 ) -> None:
-    async with listener:
-        while True:
-            await slots.acquire()
-            try:
-                stream = await _accept(listener)
-            except BaseException:
-                slots.release()
-                raise
-            nursery.start_soon(serve, stream)
-
-
-async def _accept(listener: trio.SocketListener) -> trio.SocketStream:
-    # As trio.serve_listeners: out of descriptors or memory, wait and retry, never crash.
-    while True:
-        try:
-            return await listener.accept()
-        except OSError as exc:
-            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                raise
-            log.error("the MCP HTTP face cannot accept a connection (%s); retrying", exc)
-            await trio.sleep(_ACCEPT_RETRY_S)
-
-
-async def _serve_in_slot(
-    stream: trio.SocketStream,
-    *,
-    app: App,
-    limits: HttpLimits,
-    slots: trio.Semaphore,
-    admit: Admit | None,
-) -> None:
-    try:
-        refusal = await admit(stream) if admit is not None else None
-        if refusal is None:
-            await serve_connection(stream, app, limits)
-        else:
-            log.warning("MCP HTTP connection refused: %s", refusal)
-            async with stream:
-                await _send_simple(stream, h11.Connection(h11.SERVER), 403, refusal)
-                await _linger(stream)
-    finally:
-        slots.release()
+    assert isinstance(stream, trio.SocketStream)  # serve_asgi's listeners are socket listeners
+    refusal = await admit(stream) if admit is not None else None
+    if refusal is None:
+        await serve_connection(stream, app, limits)
+        return
+    log.warning("MCP HTTP connection refused: %s", refusal)
+    async with stream:
+        await send_simple(stream, h11.Connection(h11.SERVER), 403, refusal)
+        await linger(stream)
 
 
 async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimits) -> None:
@@ -132,17 +82,20 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
     async with stream:
         try:
             with trio.fail_after(limits.head_timeout_s):
-                request, body = await _read_request(stream, conn, limits.max_body_bytes)
-        except _BadRequest as exc:
-            await _send_simple(stream, conn, exc.status, exc.reason)
-            await _linger(stream)
+                read = await read_request(stream, conn, max_body_bytes=limits.max_body_bytes)
+        except BadRequest as exc:
+            await send_simple(stream, conn, exc.status, exc.reason)
+            await linger(stream)
             return
         except h11.RemoteProtocolError as exc:
-            await _send_simple(stream, conn, exc.error_status_hint, "bad request")
-            await _linger(stream)
+            await send_simple(stream, conn, exc.error_status_hint, "bad request")
+            await linger(stream)
             return
         except (trio.TooSlowError, trio.BrokenResourceError):
             return
+        if read is None:
+            return  # closed before a request
+        request, body = read
         exchange = _Exchange(stream, conn, body)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(exchange.watch_disconnect)
@@ -153,33 +106,7 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
             finally:
                 nursery.cancel_scope.cancel()
         if not exchange.started:
-            await _send_simple(stream, conn, 500, "internal error")
-
-
-async def _read_request(
-    stream: trio.SocketStream, conn: h11.Connection, max_body_bytes: int
-) -> tuple[h11.Request, bytes]:
-    request: h11.Request | None = None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            data = await stream.receive_some(65536)
-            if not data and request is None:
-                raise trio.BrokenResourceError("closed before a request")
-            conn.receive_data(data)
-        elif isinstance(event, h11.Request):
-            request = event
-        elif isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > max_body_bytes:
-                raise _BadRequest(413, "request body too large")
-            chunks.append(bytes(event.data))
-        elif isinstance(event, h11.EndOfMessage) and request is not None:
-            return request, b"".join(chunks)
-        else:
-            raise _BadRequest(400, "bad request")
+            await send_simple(stream, conn, 500, "internal error")
 
 
 def _scope(request: h11.Request, stream: trio.SocketStream) -> Message:
@@ -259,35 +186,3 @@ class _Exchange:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._gone.set()
             raise OSError("the HTTP peer went away") from None
-
-
-async def _linger(stream: trio.SocketStream) -> None:
-    """Half-close, then read (bounded in bytes and time) what the peer had already sent:
-    closing with unread data makes the kernel send RST, which can destroy the answer just
-    written before the peer reads it."""
-    try:
-        await stream.send_eof()
-        with trio.move_on_after(_LINGER_S):
-            left = _LINGER_BYTES
-            while left > 0 and (data := await stream.receive_some(left)):
-                left -= len(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
-
-
-async def _send_simple(
-    stream: trio.SocketStream, conn: h11.Connection, status: int, reason: str
-) -> None:
-    body = reason.encode() + b"\n"
-    headers = [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    try:
-        if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            data = conn.send(h11.Response(status_code=status, headers=headers))
-            data += conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-            await stream.send_all(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
-        pass

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
 import trio
-import trio.testing
 
+from csp_web.client.matcher import new_id_prefix
+from csp_web.client.trio_client import Client, ClientClosed, running_beside
 from csp_web.config import Config
-from csp_web.core.client import (
-    Client,
-    ClientClosed,
-    new_id_prefix,
-    open_stream_client,
-    running_beside,
-)
 from protocol import Limits, Reply, Task
 
 log = logging.getLogger(__name__)
@@ -160,12 +154,17 @@ async def open_daemon_link(path: str, policy: Reconnect | None = None) -> AsyncI
         yield link
 
 
+# A client of a daemon core run in this process, as the composition root runs it
+# (csp_web.app.compose.open_in_process_daemon); the caller holds the state directory's lock.
+OpenInProcess = Callable[[Config], AbstractAsyncContextManager[Client]]
+
+
 @asynccontextmanager
 async def open_daemon_client(
-    config: Config, socket_path: str | None
+    config: Config, socket_path: str | None, *, in_process: OpenInProcess
 ) -> AsyncIterator[DaemonCaller]:
     """A link to the daemon at ``socket_path`` (reconnecting), else a client of a daemon core
-    run in process.
+    run in process by ``in_process``.
 
     Raises OSError or trio.TooSlowError when the socket does not answer at first. The
     in-process daemon stops when the block ends (its stream sees EOF, as ``csp-web serve`` at
@@ -176,25 +175,5 @@ async def open_daemon_client(
         async with open_daemon_link(socket_path) as link:
             yield link
         return
-    async with open_in_process_daemon(config) as client:
+    async with in_process(config) as client:
         yield client
-
-
-@asynccontextmanager
-async def open_in_process_daemon(config: Config) -> AsyncIterator[Client]:
-    """Run the daemon as ``csp-web serve`` does (same specialists, outbox, memory link and
-    signals), serving one in-memory stream in place of stdin, and yield its client. The
-    caller holds the state directory's lock."""
-    from csp_web.app.compose import open_app_daemon
-    from csp_web.core.lifecycle import serve
-
-    client_side, daemon_side = trio.testing.memory_stream_pair()
-    async with open_app_daemon(config) as daemon, trio.open_nursery() as nursery:
-
-        async def run_daemon(*, task_status: trio.TaskStatus[object]) -> None:
-            await serve(daemon, stdio=daemon_side, socket_path=None, task_status=task_status)
-            nursery.cancel_scope.cancel()  # stopped by a signal: so is the face
-
-        await nursery.start(run_daemon)
-        async with open_stream_client(client_side) as client:
-            yield client

@@ -22,7 +22,7 @@ from contextlib import suppress
 
 import trio
 
-from csp_web.core.unix import peer_credentials
+from csp_web.core.transports.unix import peer_credentials
 from csp_web.mcp_face.asgi import Admit
 from protocol import NumberError, parse_uint
 

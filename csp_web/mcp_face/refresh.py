@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from csp_web.core.client import ClientClosed
+from csp_web.client.trio_client import ClientClosed
 from csp_web.mcp_face.daemon_link import DaemonDown, DaemonLink
 from csp_web.mcp_face.tools import ToolSpec, ToolTableError
 

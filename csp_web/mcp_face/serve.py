@@ -20,10 +20,15 @@ import trio
 from mcp.server import Server
 
 from csp_web.config import Config
-from csp_web.core.ports import allowed_uids
-from csp_web.core.unix import open_unix_listener
+from csp_web.core.api.ports import allowed_uids
+from csp_web.core.transports.unix import open_unix_listener
 from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
-from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonLink, open_daemon_client
+from csp_web.mcp_face.daemon_link import (
+    DaemonCaller,
+    DaemonLink,
+    OpenInProcess,
+    open_daemon_client,
+)
 from csp_web.mcp_face.drain import serve_draining
 from csp_web.mcp_face.peers import uid_gate
 from csp_web.mcp_face.refresh import REREAD_S, ToolSet, keep_tools_fresh, reconnects
@@ -57,12 +62,13 @@ async def serve_mcp_face(
     config: Config,
     options: FaceOptions,
     *,
+    in_process: OpenInProcess,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until stdin ends (stdio), or a signal; ``task_status`` gets where it listens
     (``stdio``, a URL or ``unix:<path>``). Raises ToolTableError for an unknown tool name,
     OSError when the daemon socket does not answer, SocketSetupError for a bad HTTP path."""
-    async with open_daemon_client(config, options.socket_path) as client:
+    async with open_daemon_client(config, options.socket_path, in_process=in_process) as client:
         # Made before the first read, so a reconnect during it is not missed.
         wait_reconnect = reconnects(client) if isinstance(client, DaemonLink) else None
         load = partial(load_tools, client, config, options.tools)

@@ -33,7 +33,7 @@ from mcp.types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from csp_web import __version__
-from csp_web.core.client import ClientClosed
+from csp_web.client.trio_client import ClientClosed
 from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
@@ -49,7 +49,7 @@ _REPLY_MARGIN_S = 30.0
 # REQ:cancel is an instant op; this bounds only a daemon that has stopped answering.
 _CANCEL_WAIT_S = 5.0
 # The IDs of the face's calls: REQ:cancel names one, and cancels every task of the uid with
-# that ID, so they must not repeat across faces and runs (random prefix, as core.client's).
+# that ID, so they must not repeat across faces and runs (random prefix, as client.matcher's).
 _call_ids = (f"mcp-{secrets.token_hex(6)}-{n}" for n in itertools.count(1))
 
 

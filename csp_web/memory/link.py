@@ -1,6 +1,6 @@
 """How the daemon reaches its Memory Specialist: the only thing outbox delivery and the relay
 know about it. Either a Unix socket (``memory.socket_path``) or the embedded one
-(``csp_web.memory.embedded``); both speak CSP/1 over a ``trio.abc.Stream``.
+(``csp_web.app.memory_path``); both speak CSP/1 over a ``trio.abc.Stream``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from csp_web.client.trio_client import Client, open_stream_client
 from csp_web.config import MemoryConfig
-from csp_web.core.client import Client, open_stream_client
 
 Connect = Callable[[], Awaitable[trio.abc.Stream]]
 

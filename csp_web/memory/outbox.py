@@ -35,10 +35,10 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from csp_web.client.trio_client import ClientClosed
 from csp_web.config import MemoryConfig, OutboxConfig
-from csp_web.core.client import ClientClosed
-from csp_web.core.errors import OpError
-from csp_web.core.records import MemoryWrite
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.records import MemoryWrite
 from csp_web.memory.link import MemoryLink, socket_link
 from csp_web.memory.outbox_commits import GroupCommit
 from csp_web.memory.outbox_delivery import Delivery

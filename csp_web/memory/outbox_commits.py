@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import trio
 
-from csp_web.core.errors import OpError, StorageFull
-from csp_web.core.records import MemoryWrite
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.records import MemoryWrite
 from csp_web.memory.outbox_room import OutboxRoom, write_size
 from csp_web.memory.outbox_store import OutboxStore
 from protocol import ErrorCode

@@ -14,10 +14,10 @@ import sqlite3
 
 import trio
 
+from csp_web.client.trio_client import Client, ClientClosed, PendingBatch
 from csp_web.config import MemoryConfig, OutboxConfig
-from csp_web.core.client import Client, ClientClosed, PendingBatch
-from csp_web.core.records import MemoryWrite
-from csp_web.core.storage import is_storage_full
+from csp_web.core.api.records import MemoryWrite
+from csp_web.core.api.storage import is_storage_full
 from csp_web.memory.link import MemoryLink
 from csp_web.memory.outbox_commits import GroupCommit
 from csp_web.memory.outbox_frames import batch_frames, sort_replies

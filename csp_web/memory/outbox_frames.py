@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from csp_web.core.records import MemoryWrite
+from csp_web.core.api.records import MemoryWrite
 from protocol import Reply, Status, serialize
 
 # FAIL codes that say "not now" rather than "never": such writes stay pending (SPEC M-2).

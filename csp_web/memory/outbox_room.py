@@ -25,8 +25,8 @@ from collections.abc import Mapping
 import trio
 
 from csp_web.config import OutboxConfig
-from csp_web.core.errors import OpError, StorageFull
-from csp_web.core.records import MemoryWrite, json_record, make_write
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.records import MemoryWrite, json_record, make_write
 from protocol import ErrorCode
 
 log = logging.getLogger(__name__)

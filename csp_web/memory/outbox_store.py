@@ -18,9 +18,9 @@ import contextlib
 import os
 import sqlite3
 
-from csp_web.core.errors import StorageFull
-from csp_web.core.records import MemoryWrite
-from csp_web.core.storage import storage_seam
+from csp_web.core.api.errors import StorageFull
+from csp_web.core.api.records import MemoryWrite
+from csp_web.core.api.storage import storage_seam
 
 _BUSY_TIMEOUT_MS = 5000
 # Free space a full outbox must find again before it admits audited ops: a group commit of

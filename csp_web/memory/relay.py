@@ -11,10 +11,10 @@ import secrets
 
 import trio
 
+from csp_web.client.trio_client import ClientClosed
 from csp_web.config import MemoryConfig
-from csp_web.core.client import ClientClosed
-from csp_web.core.errors import OpError
-from csp_web.core.replies import with_id
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.replies import with_id
 from csp_web.memory.link import MemoryLink, socket_link
 from protocol import ErrorCode, Reply, Task
 

@@ -20,7 +20,7 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.forward_proxy import Proxy, open_tunnel
 from csp_web.net.resolver import Resolver, resolve_checked
 from csp_web.net.settings import GuardSettings
@@ -35,7 +35,7 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
     ) -> None:
         self._settings = settings  # shared with the client: one current reference
         self._resolver = resolver
-        self._proxy = proxy  # web.proxy: every connect tunnels through it (proxy.py)
+        self._proxy = proxy  # web.proxy: every connect tunnels through it (forward_proxy.py)
         self._inner = httpcore.TrioBackend()
 
     @property

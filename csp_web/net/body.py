@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, NumberError, parse_uint
 
 ACCEPT_ENCODING = "gzip, deflate"

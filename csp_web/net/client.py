@@ -22,7 +22,7 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, check_header_bytes, read_capped
 from csp_web.net.forward_proxy import Proxy
@@ -305,7 +305,7 @@ async def open_guarded_client(
     ``resolver`` defaults to the system's (tests inject fixed answers); ``ssl_context``
     defaults to httpx's certifi roots (tests pass a trustme CA); ``wrap_transport`` wraps the
     guarded transport (``csp-web replay`` records and serves cassettes there); ``proxy``
-    (``web.proxy``) tunnels every connect to its checked address (``proxy.py``). Proxy and TLS
+    (``web.proxy``) tunnels every connect to its checked address (``forward_proxy.py``). Proxy and TLS
     environment variables are ignored: the pinned connect is the only route out.
     """
     settings = GuardSettings(config or GuardConfig())

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from csp_web.config.guard import GuardConfig, Network, split_allow_list
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import httpcore
 
 from csp_web.config.web import proxy_address
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 MAX_REPLY_BYTES = 8 * 1024  # a CONNECT answer is a status line and a few headers

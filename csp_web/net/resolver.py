@@ -15,7 +15,7 @@ from typing import Protocol
 import trio
 
 from csp_web.config.guard import GuardConfig, split_allow_list
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.denylist import IPAddress, check_address
 from protocol import ErrorCode
 

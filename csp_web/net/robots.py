@@ -26,7 +26,7 @@ import trio
 from protego import Protego
 
 from csp_web.config.guard import GuardConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.result import FetchResult
 from csp_web.net.urlgate import ParsedUrl
 from protocol import ErrorCode

@@ -13,7 +13,7 @@ import h11
 import httpcore
 import httpx
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode, str], ...] = (

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import idna
 
 from csp_web.config.guard import HOST_LABEL, GuardConfig, split_allow_list
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.denylist import IPAddress, check_address
 from protocol import ErrorCode
 

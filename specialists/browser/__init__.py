@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from csp_web.config import BrowserConfig, Config, GuardConfig
-from csp_web.core.ops import Op
-from csp_web.core.ports import Seams, StatsLine
-from csp_web.core.specialist import Commit, Specialist
+from csp_web.core.api.ops import Op
+from csp_web.core.api.ports import Seams, StatsLine
+from csp_web.core.api.specialist import Commit, Specialist
 
 from . import ops_browser, ops_canvas
 from .render import ChromiumRenderer

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net.guard_proxy import Lane
 from protocol import ErrorCode
 

@@ -14,8 +14,8 @@ import time
 
 import trio
 
-from csp_web.core.errors import StorageFull
-from csp_web.core.storage import storage_seam
+from csp_web.core.api.errors import StorageFull
+from csp_web.core.api.storage import storage_seam
 
 
 class MediaStore:

@@ -8,7 +8,7 @@
     SESSION <name>            (optional: a page kept between tasks)
 
 Without SESSION the action runs on a fresh page closed after it. Every request the page makes
-goes through the guard proxy (``proxy.py``). Each action's audit record (``BrowserAudit``)
+goes through the guard proxy (``csp_web.net.guard_proxy``). Each action's audit record (``BrowserAudit``)
 names the URL, action, session and selector, the screenshot's file, and VALUE only when SECRET
 is false.
 """
@@ -23,13 +23,13 @@ from typing import TypeVar
 import trio
 
 from csp_web.config.browser import BrowserConfig
-from csp_web.core.audit import OpAudit
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import work_seconds
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_seconds
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
 from specialists.extract import extract_article

@@ -16,13 +16,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from csp_web.core.audit import OpAudit
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import work_seconds
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_seconds
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from csp_web.net import check_url
 from protocol import ErrorCode
 

@@ -1,4 +1,4 @@
-"""The ``Renderer`` port (csp_web.core.ports) on the browser's Chromium: a page built by
+"""The ``Renderer`` port (csp_web.core.api.ports) on the browser's Chromium: a page built by
 script, rendered for another specialist (web's fetch).
 
 Each render is a context of its own (no cookies, storage or cache shared), on its own lane of
@@ -13,7 +13,7 @@ from __future__ import annotations
 import trio
 
 from csp_web.config.browser import BrowserConfig
-from csp_web.core.ports import Rendered
+from csp_web.core.api.ports import Rendered
 from csp_web.net import check_url
 
 from . import pages as page_ops
@@ -32,7 +32,7 @@ class ChromiumRenderer:
         self._config = config
 
     async def render(self, url: str, *, timeout_s: float) -> Rendered:
-        """See ``csp_web.core.ports.Renderer.render``."""
+        """See ``csp_web.core.api.ports.Renderer.render``."""
         guard = self._services.guard()
         target = check_url(url, guard).url
         with self._services.oneshots.hold(OWNER, self._config.max_oneshot_per_peer):

@@ -18,7 +18,7 @@ import trio
 
 from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
-from csp_web.core.ports import FileStore, Port
+from csp_web.core.api.ports import FileStore, Port
 from csp_web.net import GuardConfig, Resolver
 from csp_web.net.guard_proxy import GuardProxy
 from csp_web.net.proxy_peers import owned_by_tree
@@ -49,7 +49,7 @@ class BrowserServices:
     canvas: dict[str, CanvasNode] = field(default_factory=dict)
     oneshots: OneShots = field(default_factory=OneShots)
     canvas_claims: CanvasClaims = field(default_factory=CanvasClaims)
-    # Web's fileKey store while the web specialist is open (csp_web.core.ports).
+    # Web's fileKey store while the web specialist is open (csp_web.core.api.ports).
     files: Port[FileStore] = field(default_factory=lambda: Port("files"))
 
     @property

@@ -18,9 +18,9 @@ from functools import partial
 import trio
 
 from csp_web.config import NodesConfig
-from csp_web.core.ops import Op
-from csp_web.core.ports import StatsLine, TaskPort
-from csp_web.core.specialist import Background, Specialist
+from csp_web.core.api.ops import Op
+from csp_web.core.api.ports import StatsLine, TaskPort
+from csp_web.core.api.specialist import Background, Specialist
 from csp_web.infra.redis_link import RedisLink
 
 from . import ops_node

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 from protocol import ErrorCode
 

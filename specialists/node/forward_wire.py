@@ -11,7 +11,7 @@ import math
 from functools import partial
 from typing import Any
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 from protocol import ErrorCode
 

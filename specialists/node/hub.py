@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from csp_web.config.nodes import NodesConfig
-from csp_web.core.errors import OpError, StorageFull
-from csp_web.core.replies import Result
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.replies import Result
 from protocol import ErrorCode, Task
 
 from .link import NodeLink

@@ -11,8 +11,8 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from csp_web.core.errors import OpError, StorageFull
-from csp_web.core.storage import storage_seam
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.storage import storage_seam
 from protocol import ErrorCode, Reply, Status
 
 from .wire import MediaInfo, parse_media

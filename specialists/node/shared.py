@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 from protocol import ErrorCode
 

@@ -19,8 +19,8 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
-from csp_web.core.errors import StorageFull
-from csp_web.core.storage import storage_seam
+from csp_web.core.api.errors import StorageFull
+from csp_web.core.api.storage import storage_seam
 
 from .wire import Hello
 

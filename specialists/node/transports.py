@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from csp_web.config.nodes import NodesConfig, NodeTlsConfig
-from csp_web.core.unix import open_unix_listener, peer_credentials
+from csp_web.core.transports.unix import open_unix_listener, peer_credentials
 
 log = logging.getLogger(__name__)
 LinkHandler = Callable[[trio.abc.Stream, str], Awaitable[None]]

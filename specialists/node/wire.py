@@ -12,7 +12,7 @@ import binascii
 import re
 from dataclasses import dataclass
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, NumberError, Task, parse_uint
 
 DOMAIN = "NODE"

@@ -11,9 +11,9 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 from csp_web.config import Config, ToolConfig
-from csp_web.core.ops import Op
-from csp_web.core.ports import StatsLine, StorageChecks
-from csp_web.core.specialist import Background, Commit, Specialist
+from csp_web.core.api.ops import Op
+from csp_web.core.api.ports import StatsLine, StorageChecks
+from csp_web.core.api.specialist import Background, Commit, Specialist
 from csp_web.cron import WallClock, open_cron, system_now
 from csp_web.infra.redis_link import RedisLink
 

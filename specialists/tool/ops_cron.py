@@ -30,11 +30,11 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from csp_web.core.context import OpContext
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from csp_web.cron import (
     MISSED_POLICIES,
     CronService,

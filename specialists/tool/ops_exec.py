@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
-from csp_web.core.audit import OpAudit
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import budget_ms, work_seconds
-from csp_web.core.errors import OpError, audit_failures
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.records import json_record
-from csp_web.core.replies import Result
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import budget_ms, work_seconds
+from csp_web.core.api.errors import OpError, audit_failures
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.records import json_record
+from csp_web.core.api.replies import Result
 from csp_web.infra.redis_cache import open_response_cache
 from csp_web.infra.redis_link import RedisLink
 from protocol import ErrorCode

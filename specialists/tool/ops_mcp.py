@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from csp_web.core.audit import OpAudit
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import work_deadline
-from csp_web.core.errors import OpError, audit_failures
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_deadline
+from csp_web.core.api.errors import OpError, audit_failures
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from protocol import ErrorCode
 
 from .services import ToolServices

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from csp_web.config import Config, WebConfig
-from csp_web.core.ops import Op
-from csp_web.core.ports import Seams, StatsLine
-from csp_web.core.specialist import Background, Commit, Specialist
+from csp_web.core.api.ops import Op
+from csp_web.core.api.ports import Seams, StatsLine
+from csp_web.core.api.specialist import Background, Commit, Specialist
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 

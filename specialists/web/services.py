@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 import trio
 
 from csp_web.config import Config, WebConfig
-from csp_web.core.audit import OpAudit
-from csp_web.core.errors import OpError
-from csp_web.core.ports import Port, Renderer
-from csp_web.core.replies import Result
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import Port, Renderer
+from csp_web.core.api.replies import Result
 from csp_web.infra.ratelimit import Rate
 from csp_web.infra.redis_cache import ResponseCache, open_response_cache
 from csp_web.infra.redis_flight import SharedFlights
@@ -59,7 +59,7 @@ class WebServices:
     fleet_flights: SharedFlights | None = None  # downloads in flight across the fleet
     board: Board = field(default_factory=Board)  # the announcement board (board.py)
     jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research/run.py)
-    # The browser's Renderer while the browser specialist is open (csp_web.core.ports).
+    # The browser's Renderer while the browser specialist is open (csp_web.core.api.ports).
     renderer: Port[Renderer] = field(default_factory=lambda: Port("renderer"))
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.net import GuardConfig
 from csp_web.net.guard_proxy import GuardProxy, Lane
 from protocol import ErrorCode, Reply, Status

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from csp_web.config.browser import BrowserConfig
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.canvas import LocalCanvas
 from specialists.browser.pages import PageSet

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from specialists.browser.services import BrowserServices
 from tests.net._dns import FixedResolver
 from tests.net._hostile_urls import assert_catalogued_failure, malformed

@@ -8,8 +8,8 @@ import os
 
 import trio
 
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Reply, Status, Task
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices

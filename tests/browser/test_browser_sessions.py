@@ -12,8 +12,8 @@ import trio
 
 from csp_web.config import Config
 from csp_web.config.browser import BrowserConfig
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from csp_web.config.browser import BrowserConfig, CanvasConfig
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Reply, Status, Task
 from tests.net._origin import Origin
 

@@ -1,4 +1,4 @@
-"""The seams between specialists (csp_web.core.ports) as the catalogue composes a daemon: the
+"""The seams between specialists (csp_web.core.api.ports) as the catalogue composes a daemon: the
 browser's Renderer reaches web, web's FileStore reaches the browser, and both really work
 (a script-built page rendered by Chromium through the guard; a file kept and read back)."""
 
@@ -14,11 +14,11 @@ import pytest
 import trio
 
 from csp_web.app.catalog import catalogue
-from csp_web.app.compose import open_app_daemon
 from csp_web.config import Config, ToolConfig, WebConfig
-from csp_web.core.errors import OpError
-from csp_web.core.ports import Seams
-from csp_web.core.specialist import Specialist
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import Seams
+from csp_web.core.api.specialist import Specialist
+from csp_web.core.daemon.compose import open_daemon
 from csp_web.net import GuardConfig
 from protocol import ErrorCode
 from specialists.browser.render import ChromiumRenderer
@@ -102,7 +102,7 @@ async def test_a_render_the_guard_refuses_fails_with_the_guards_code(
 ) -> None:
     seams = Seams()
     config = _config(config, origin, private=False)
-    async with open_app_daemon(config, catalogue(seams=seams)):
+    async with open_daemon(config, catalogue(seams=seams), memory=None):
         renderer = seams.renderer.get()
         assert renderer is not None
         with trio.fail_after(WAIT_S), pytest.raises(OpError) as refused:

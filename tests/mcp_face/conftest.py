@@ -21,11 +21,11 @@ import trio
 import trustme
 
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.memory_path import open_memory_path
 from csp_web.config import Config
-from csp_web.core.compose import op_table, open_daemon
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve
-from csp_web.memory.embedded import open_memory_path
+from csp_web.core.daemon.compose import op_table, open_daemon
+from csp_web.core.daemon.lifecycle import serve
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.net import GuardConfig
 from specialists.web import make_web
 from tests.harness import outbox_of

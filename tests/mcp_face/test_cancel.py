@@ -13,8 +13,8 @@ import trio
 from mcp import Client
 
 from csp_web.config import Config
-from csp_web.core.compose import op_table
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.daemon.compose import op_table
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.mcp_face.daemon_link import open_daemon_link
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.server import build_server

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from csp_web.core.statedir import hold_state_dir
+from csp_web.core.daemon.statedir import hold_state_dir
 
 from .conftest import catalogue_tools, face_env
 

@@ -11,7 +11,7 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from csp_web.core.client import open_client
+from csp_web.client.trio_client import open_client
 from protocol import Reply, Status, Task
 from tests.net._origin import Reply as OriginReply
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 
 import httpx2
 import trio
@@ -15,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
+from csp_web.app.compose import open_in_process_daemon
 from csp_web.config import Config
 from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
 
@@ -29,7 +31,8 @@ async def running_face(
     where it listens."""
     options = FaceOptions(socket_path=daemon.socket_path, http=http)
     async with trio.open_nursery() as nursery:
-        where = await nursery.start(serve_mcp_face, config or Config(), options)
+        serving = partial(serve_mcp_face, in_process=open_in_process_daemon)
+        where = await nursery.start(serving, config or Config(), options)
         yield where
         nursery.cancel_scope.cancel()
 

@@ -24,9 +24,9 @@ import yaml
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.core.client import open_client
-from csp_web.core.unix import open_unix_listener
+from csp_web.core.transports.unix import open_unix_listener
 from csp_web.mcp_face.daemon_link import DaemonDown, DaemonLink, Reconnect, open_daemon_link
 from csp_web.mcp_face.server import call
 from csp_web.mcp_face.tools import ToolSpec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from csp_web.core.compose import op_table
+from csp_web.core.daemon.compose import op_table
 from csp_web.mcp_face.results import (
     ArgumentError,
     ToolOutcome,

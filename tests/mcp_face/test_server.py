@@ -9,8 +9,8 @@ import trio.testing
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from csp_web.core.client import open_stream_client
-from csp_web.core.compose import op_table
+from csp_web.client.trio_client import open_stream_client
+from csp_web.core.daemon.compose import op_table
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import build_tools

@@ -12,7 +12,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
 from csp_web.config import Config
-from csp_web.core.compose import op_table
+from csp_web.core.daemon.compose import op_table
 from csp_web.mcp_face.tools import build_tools
 from specialists.web import WEB
 

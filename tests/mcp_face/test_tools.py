@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.core.compose import op_table
+from csp_web.core.daemon.compose import op_table
 from csp_web.mcp_face.daemon_link import open_daemon_link
 from csp_web.mcp_face.tools import ToolTableError, build_tools, parse_op_table, tool_spec
 from protocol import Reply, Status, Task

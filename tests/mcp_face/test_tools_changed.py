@@ -21,7 +21,7 @@ from mcp.client.session import IncomingMessage
 from mcp.types import ToolListChangedNotification
 
 from csp_web.config import Config
-from csp_web.core.ops import Op
+from csp_web.core.api.ops import Op
 from csp_web.mcp_face.refresh import ToolSet, keep_tools_fresh, refresh
 from csp_web.mcp_face.tools import build_tools, parse_op_table
 from protocol import Reply, Status

@@ -8,7 +8,7 @@ import zlib
 import pytest
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 from csp_web.net.body import CappedDecoder, _length
 from protocol import ErrorCode

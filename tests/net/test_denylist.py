@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, check_address, deny_rule
 from csp_web.net.denylist import IPV4_RULES, IPV6_RULES, Rule, rfc6052_ipv4
 from protocol import ErrorCode

@@ -14,7 +14,7 @@ import pytest
 import trio
 import trustme
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, open_guarded_client
 
 from ._dns import FixedResolver

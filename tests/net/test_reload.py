@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, GuardedClient, open_guarded_client
 from protocol import ErrorCode
 

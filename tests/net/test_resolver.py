@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, SystemResolver, open_guarded_client
 from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode

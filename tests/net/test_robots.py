@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, GuardedClient, open_guarded_client
 from protocol import ErrorCode
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, ParsedUrl, check_url
 from protocol import ErrorCode
 

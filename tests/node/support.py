@@ -11,14 +11,14 @@ from typing import Any
 
 import trio
 
+from csp_web.app.memory_path import open_memory_path
+from csp_web.client.trio_client import Client, open_client
 from csp_web.config import Config
 from csp_web.config.nodes import NodesConfig
-from csp_web.core.client import Client, open_client
-from csp_web.core.compose import open_daemon
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve
+from csp_web.core.daemon.compose import open_daemon
+from csp_web.core.daemon.lifecycle import serve
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.infra.redis_link import RedisLink
-from csp_web.memory.embedded import open_memory_path
 from protocol import CLOSED, NEED_DATA, Connection, Frame, Limits, Reply, Status, Task, serialize
 from specialists.node import NODE
 from specialists.node.services import NodeServices, open_node_services

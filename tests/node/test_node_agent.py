@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from csp_web.app.nodes import render
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config
 from csp_web.config.nodes import NodeTlsConfig
-from csp_web.core.client import open_client
 from protocol import Reply, Status
 from specialists.node.agent import (
     EXIT_REFUSED,

@@ -18,8 +18,8 @@ import pytest
 import redis
 import trio
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.core.client import open_client
 from csp_web.infra.redis_link import RedisLink
 from protocol import Reply, Status
 from specialists.node.fleet import NodeFleet

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.node import ops_node
 from specialists.node.forward_wire import MAX_PARAMS_CHARS, checked_task

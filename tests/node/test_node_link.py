@@ -13,8 +13,8 @@ from functools import partial
 import pytest
 import trio
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.core.client import open_client
 from protocol import Reply, Status
 from specialists.node.store import STORE_FILE, hash_token
 

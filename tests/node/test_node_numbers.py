@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config
 from csp_web.config.nodes import NodesConfig
-from csp_web.core.client import open_client
 from protocol import Reply, Status
 from specialists.node.hub import NodeHub
 from specialists.node.store import NodeRecord, NodeStore

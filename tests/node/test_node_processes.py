@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 import trio
 
-from csp_web.core.client import open_client
+from csp_web.client.trio_client import open_client
 from protocol import Reply, Status
 
 from .procs import (

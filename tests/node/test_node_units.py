@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import NEED_DATA, Connection, Reply, Status, Task
 from specialists.node.agent import EXIT_UNREACHABLE, NodeAgent, NodeOptions
 from specialists.node.results import MediaAssembly, check_reply

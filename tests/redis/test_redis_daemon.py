@@ -13,7 +13,7 @@ import trio
 
 from csp_web.config import Config, WebConfig
 from csp_web.config.redis import RedisConfig
-from csp_web.core.context import Peer
+from csp_web.core.api.context import Peer
 from csp_web.infra.redis_link import open_redis_link
 from protocol import Reply, Status, Task
 from specialists.web import make_web

@@ -8,7 +8,7 @@ import math
 import pytest
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import Rate
 from csp_web.infra.redis_ratelimit import SharedRateLimits, fallback_rate
 from protocol import ErrorCode

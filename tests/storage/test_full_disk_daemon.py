@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import trio
 
+from csp_web.client.trio_client import Client, open_client
 from csp_web.config import Config
-from csp_web.core.client import Client, open_client
 from protocol import Reply, Status, Task
 from tests.conftest import audit_ids, start_daemon, wait_until
 from tests.harness import TEST_OPS

@@ -14,7 +14,7 @@ import pytest
 import trio
 import yaml
 
-from csp_web.core.client import Client, open_client
+from csp_web.client.trio_client import Client, open_client
 from protocol import Reply, Status, Task
 from tests.conftest import audit_ids, wait_until
 from tests.storage.conftest import Tmpfs

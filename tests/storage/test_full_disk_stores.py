@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from csp_web.client.trio_client import open_stream_client
 from csp_web.config import MemoryConfig
-from csp_web.core.client import open_stream_client
-from csp_web.core.context import Peer
-from csp_web.core.errors import StorageFull
+from csp_web.core.api.context import Peer
+from csp_web.core.api.errors import StorageFull
 from csp_web.infra.cache import open_cache
-from csp_web.memory.sink.server import MemorySink, open_memory_sink
+from csp_web.sink.server import MemorySink, open_memory_sink
 from protocol import Reply, Status, Task
 from specialists.browser.media import MediaStore
 from specialists.node.results import save_media

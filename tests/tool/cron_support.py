@@ -19,17 +19,17 @@ from typing import Any
 import trio
 import trio.lowlevel
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, CronConfig, ToolConfig
-from csp_web.core.context import OpContext, Peer
-from csp_web.core.dispatch import Dispatcher, DispatchPort
-from csp_web.core.errors import OpError
-from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.ops import Op
-from csp_web.core.records import MemoryWrite
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.records import MemoryWrite
+from csp_web.core.api.replies import Result
+from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
 from csp_web.cron import CronService, open_cron
 from csp_web.infra.redis_link import RedisLink
-from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
 from specialists.tool.ops_cron import OPS

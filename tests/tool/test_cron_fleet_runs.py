@@ -14,10 +14,10 @@ import trio.testing
 
 from csp_web.config import Config
 from csp_web.config.redis import RedisConfig
-from csp_web.core.context import OpContext
-from csp_web.core.fields import Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.fields import Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from csp_web.infra.redis_link import open_redis_link
 from protocol import Reply, Status
 from tests.redis.conftest import (  # noqa: F401  (fixtures)

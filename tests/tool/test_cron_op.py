@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import trio.testing
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, SocketConfig
-from csp_web.core.context import Peer
+from csp_web.core.api.context import Peer
 from csp_web.cron import store_path
-from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Connection, Field, Reply, Status, Task
 from specialists.tool.ops_cron import OPS

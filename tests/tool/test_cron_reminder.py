@@ -10,13 +10,13 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.app.memory_path import open_memory_path
+from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.core.client import open_client
-from csp_web.core.compose import open_daemon
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.lifecycle import serve
+from csp_web.core.daemon.compose import open_daemon
+from csp_web.core.daemon.lifecycle import serve
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.cron import open_cron, store_path
-from csp_web.memory.embedded import open_memory_path
 from protocol import Reply, Status, Task
 from specialists.tool.ops_cron import OPS
 from specialists.tool.services import ToolServices

@@ -11,10 +11,10 @@ import trio
 import trio.testing
 
 from csp_web.config import Config
-from csp_web.core.context import OpContext
-from csp_web.core.fields import Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.fields import Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from csp_web.cron.jobs import INTERRUPTED
 from protocol import Reply, Status
 from tests.tool.cron_support import (

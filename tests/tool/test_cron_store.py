@@ -136,8 +136,8 @@ async def test_a_bad_cron_file_fails_the_daemons_start_as_itself_before_the_outb
     path), an unreadable cron.json stops the start as CronStoreError itself, not wrapped in
     a nursery's group, and before the outbox file is made."""
     from csp_web.app.catalog import SPECIALISTS
-    from csp_web.core.compose import open_daemon
-    from csp_web.memory.embedded import open_memory_path
+    from csp_web.app.memory_path import open_memory_path
+    from csp_web.core.daemon.compose import open_daemon
 
     state = tmp_path / "state"
     state.mkdir()

@@ -20,6 +20,7 @@ import pytest
 import trio
 import yaml
 
+from csp_web.client.trio_client import open_client
 from csp_web.config import (
     BrowserConfig,
     Config,
@@ -35,7 +36,6 @@ from csp_web.config import (
 from csp_web.config.errors import ConfigError
 from csp_web.config.load import config_from_mapping, load_config
 from csp_web.config.nodes import NodeTlsConfig
-from csp_web.core.client import open_client
 from protocol import Status, Task
 from tests.conftest import wait_until
 

@@ -22,11 +22,11 @@ from dataclasses import replace
 import pytest
 import trio
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, ExecConfig, SlotLimits, ToolConfig
-from csp_web.core.context import Peer
-from csp_web.core.deadlines import CUT_DETAIL, GracePeriod
-from csp_web.core.dispatch import Dispatcher
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL

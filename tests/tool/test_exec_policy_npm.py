@@ -20,7 +20,7 @@ import yaml
 
 from csp_web.config import ExecConfig
 from csp_web.config.load import config_from_mapping
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, ExecResult, run_command
 

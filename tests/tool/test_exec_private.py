@@ -20,7 +20,7 @@ import trio
 
 from csp_web.config import Config, ConfigError, DaemonConfig, SocketConfig, ToolConfig, daemon_paths
 from csp_web.config.load import serving_socket
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
 
@@ -143,9 +143,9 @@ _NON_ROOT_DAEMON = textwrap.dedent(
     import json, os, socket, sys
     import trio
     from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
-    from csp_web.core.context import Peer
+    from csp_web.core.api.context import Peer
     from tests.harness import build_dispatcher
-    from csp_web.memory.embedded import outbox_path
+    from csp_web.app.memory_path import outbox_path
     from csp_web.memory.outbox import open_outbox
     from protocol import Task
     from specialists.tool import TOOL

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from csp_web.config import ExecConfig, ProgramRule
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
 

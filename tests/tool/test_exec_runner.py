@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, ExecResult, Limit, run_command
 

@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 from csp_web.config import ProgramRule
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
 from specialists.tool.exec._request import open_working_dir

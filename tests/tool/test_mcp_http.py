@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from csp_web.config import HttpServerConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.mcp import open_mcp_pool
 

@@ -11,11 +11,11 @@ import trio
 import trio.testing
 
 from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, StdioServerConfig, ToolConfig
-from csp_web.core.compose import open_daemon
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.daemon.compose import open_daemon
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL

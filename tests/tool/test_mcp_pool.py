@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, McpConfig, StdioServerConfig, ToolConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.mcp import McpPool, open_mcp_pool
 from specialists.tool.services import open_mcp_host

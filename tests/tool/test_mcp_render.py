@@ -17,7 +17,7 @@ from mcp.types import (
 )
 
 from csp_web.config import McpConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Reply, Status, serialize
 from specialists.tool.mcp import McpResult, parse_params
 from specialists.tool.mcp.backoff import Backoff

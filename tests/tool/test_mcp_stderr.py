@@ -14,7 +14,7 @@ import trio
 import trio.testing
 import yaml
 
-from csp_web.core.logs import relay_lines
+from csp_web.core.api.logs import relay_lines
 from protocol import Task, serialize
 from tests.tool.mcp_servers.support import TOY_SERVER
 

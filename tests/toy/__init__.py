@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from csp_web.config import Config, SectionSpec, section_of
-from csp_web.core.context import OpContext
-from csp_web.core.fields import FieldSpec, Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
-from csp_web.core.specialist import Specialist
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
+from csp_web.core.api.specialist import Specialist
 
 from .config import ToyConfig
 

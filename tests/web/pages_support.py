@@ -9,8 +9,8 @@ from collections.abc import Callable
 import trio
 import trio.lowlevel
 
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Field, Reply, Task
 from tests.harness import outbox_of
 from tests.net._origin import Origin

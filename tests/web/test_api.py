@@ -86,7 +86,7 @@ async def test_get_returns_compact_json_with_status_and_citation(
 async def test_endpoint_may_come_as_inline_text(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:
-    from csp_web.core.context import Peer
+    from csp_web.core.api.context import Peer
     from protocol import Task
 
     origin.routes["/repos/python-trio/trio"] = serve("github_repo.json")

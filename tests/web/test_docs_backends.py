@@ -341,7 +341,7 @@ async def test_firecrawl_is_off_without_its_key_and_reports_the_page_status(
     ],
 )
 def test_firecrawl_error_answers_are_fetch_failed(status: int, body: bytes, error: str) -> None:
-    from csp_web.core.errors import OpError
+    from csp_web.core.api.errors import OpError
     from specialists.web.pages.firecrawl import parse
 
     with pytest.raises(OpError) as failed:

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import trio
 
+from csp_web.app.memory_path import open_memory_link, outbox_path
 from csp_web.config import Config
 from csp_web.config.docs import BoardConfig, CabinetConfig, DocsConfig
 from csp_web.config.exec import ExecConfig
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.memory.embedded import open_memory_link, outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.web import WEB
@@ -473,7 +473,7 @@ async def test_search_fetch_save_read_back_and_write_file_over_one_connection(
     """The documents flow as an agent runs it, frame by frame over the connection loop:
     search finds the page, fetch gives its fileKey (and the board), save keeps it in the
     Memory Specialist, the fetch cache is emptied, cabinet reads it back, write_file writes it."""
-    from csp_web.core.connection import Shutdown
+    from csp_web.core.wire.connection import Shutdown
     from tests.harness import Harness
     from tests.web.fixtures import providers
 
@@ -517,7 +517,7 @@ def test_document_settings_are_applied_by_a_reload() -> None:
     """SIGHUP: web.docs is read per task, so a reload applies it."""
     from csp_web.app.catalog import SPECIALISTS
     from csp_web.config.reload import plan_reload
-    from csp_web.core.compose import reload_paths
+    from csp_web.core.daemon.compose import reload_paths
 
     running = Config()
     docs = replace(running.web.docs, max_urls=2, board=BoardConfig(ttl_turns=3))

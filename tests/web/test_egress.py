@@ -10,9 +10,9 @@ from pathlib import Path
 import trio
 import trustme
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
 from csp_web.config.web import TlsConfig
-from csp_web.memory.embedded import outbox_path
 from csp_web.memory.outbox import open_outbox
 from protocol import Status
 from specialists.web import WEB

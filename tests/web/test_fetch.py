@@ -18,8 +18,8 @@ import trio.lowlevel
 import trio.testing
 
 from csp_web.config import Config
-from csp_web.core.connection import Shutdown
-from csp_web.core.context import Peer
+from csp_web.core.api.context import Peer
+from csp_web.core.wire.connection import Shutdown
 from csp_web.infra.ratelimit import Bucket
 from protocol import Reply, Status, Task
 from specialists.extract import extract_article

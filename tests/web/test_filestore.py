@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from csp_web.config import Config
-from csp_web.core.errors import OpError
-from csp_web.core.ports import Port, Seams
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import Port, Seams
 from protocol import ErrorCode
 from specialists.web import make_web
 from specialists.web.pages.filekeys import hold

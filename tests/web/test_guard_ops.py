@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from csp_web.config import ApiConfig, Config, RateConfig, SearchConfig, SearchProvider
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode, Status
 from specialists.web.pages import ops_api, ops_fetch, ops_summarize

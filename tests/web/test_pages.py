@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import Bucket
 from protocol import ErrorCode
 from specialists.web.pages.loading import (

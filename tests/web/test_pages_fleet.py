@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from csp_web.config import Config
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.web.pages.loading import Page, load_page
 from specialists.web.services import WebServices, open_web_services

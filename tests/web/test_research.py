@@ -12,12 +12,12 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
 from csp_web.config.docs import DocsConfig, ResearchConfig
-from csp_web.core.context import Peer
-from csp_web.core.dispatch import Dispatcher
-from csp_web.core.errors import OpError
-from csp_web.memory.embedded import outbox_path
+from csp_web.core.api.context import Peer
+from csp_web.core.api.errors import OpError
+from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.web import WEB
@@ -421,7 +421,7 @@ async def test_question_and_bullets_are_bounded_at_n_and_n_plus_1(
 async def test_the_daemon_runs_research_jobs_and_its_board(daemon: Daemon) -> None:
     """csp-web serve composes the jobs' nursery: a research task over the socket starts a
     job (it is not_available without one) and its peer can ask for it; the board answers."""
-    from csp_web.core.client import open_client
+    from csp_web.client.trio_client import open_client
 
     async with open_client(daemon.socket_path) as client:
         with trio.fail_after(WAIT_S):

@@ -15,8 +15,8 @@ import trio
 import trio.testing
 
 from csp_web.config import Config, RateConfig
-from csp_web.core.dispatch import DispatchPort
-from csp_web.core.ports import TaskPort
+from csp_web.core.api.ports import TaskPort
+from csp_web.core.dispatch.dispatcher import DispatchPort
 from csp_web.infra.ratelimit import Bucket
 from protocol import Reply as CspReply
 from protocol import Status
@@ -155,7 +155,7 @@ async def test_inline_query_text_fills_query(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:
     """D-4: inline text fills QUERY."""
-    from csp_web.core.context import Peer
+    from csp_web.core.api.context import Peer
     from protocol import Task
 
     origin.routes["/brave"] = serve("brave_web_search.json")

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from csp_web.core.context import Peer
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Params
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result
+from csp_web.core.api.context import Peer
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
 from protocol import ErrorCode, Status, Task
 from specialists.web.services import WebServices, web_audit
 from tests.harness import outbox_of

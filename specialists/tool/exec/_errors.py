@@ -7,7 +7,7 @@ not there (the shell's "command not found"), ``none`` when nothing was looked up
 
 from __future__ import annotations
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 SCOPE = ("shell",)

@@ -13,7 +13,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, NumberError, parse_decimal, parse_uint
 
 from ._errors import SCOPE

@@ -12,7 +12,7 @@ from functools import partial
 import trio
 
 from csp_web.config.exec import ExecConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 from ._capture import CappedOutput, drain

@@ -25,7 +25,7 @@ from mcp.client import UnexpectedClaimedResult
 from mcp.types import CONNECTION_CLOSED
 from pydantic import ValidationError
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 # Why a server is unavailable: the REASON field of an MCP_UNAVAILABLE reply. start_failed,

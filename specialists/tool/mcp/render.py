@@ -24,8 +24,8 @@ from mcp.types import (
 )
 
 from csp_web.config.mcp import McpConfig
-from csp_web.core.errors import OpError
-from csp_web.core.fields import MAX_JSON_DEPTH, json_depth
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import MAX_JSON_DEPTH, json_depth
 from protocol import ErrorCode
 
 from .errors import cap, tool_error
@@ -125,7 +125,9 @@ def parse_params(text: str | None) -> dict[str, Any]:
     """
     if text is None:
         return {}
-    if json_depth(text) > MAX_JSON_DEPTH:  # the bound every JSON field has (csp_web.core.fields)
+    if (
+        json_depth(text) > MAX_JSON_DEPTH
+    ):  # the bound every JSON field has (csp_web.core.api.fields)
         raise _invalid_params()
     try:
         value = json.loads(text, parse_constant=_refuse_constant)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from csp_web.config.docs import BoardConfig
-from csp_web.core.context import Peer
+from csp_web.core.api.context import Peer
 from protocol import Field
 
 MAX_PEERS = 1024  # one board per uid; a daemon serves a handful

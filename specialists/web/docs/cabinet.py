@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 
 from csp_web.config.docs import CabinetConfig
-from csp_web.core.errors import OpError
-from csp_web.core.ports import Outbound
-from csp_web.core.records import json_record, new_write_id
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import Outbound
+from csp_web.core.api.records import json_record, new_write_id
 from protocol import ErrorCode, Reply, Status, Task
 
 from ..pages.filekeys import check, content_of, file_key

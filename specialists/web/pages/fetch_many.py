@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.core.context import OpContext
-from csp_web.core.errors import OpError
-from csp_web.core.fields import Params
-from csp_web.core.replies import Result, cite
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Params
+from csp_web.core.api.replies import Result, cite
 from protocol import Field, Status
 
 from ..docs.board import Entry, file_lines

@@ -17,7 +17,7 @@ import hashlib
 import math
 import re
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Field, Status
 
 from .loading import Page, from_snapshot, to_snapshot

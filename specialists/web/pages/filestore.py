@@ -1,4 +1,4 @@
-"""The ``FileStore`` port (csp_web.core.ports) on web's fileKeys: files (the browser's
+"""The ``FileStore`` port (csp_web.core.api.ports) on web's fileKeys: files (the browser's
 downloads, next) kept under a fileKey beside the page snapshots, for ``cache.fetch_ttl_s`` as
 they are.
 
@@ -18,8 +18,8 @@ import binascii
 import hashlib
 from typing import Any
 
-from csp_web.core.errors import OpError
-from csp_web.core.ports import StoredFile
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import StoredFile
 from protocol import ErrorCode
 
 from .filekeys import check
@@ -36,7 +36,7 @@ class CacheFileStore:
         self._services = services
 
     async def put(self, body: bytes, *, url: str, name: str, content_type: str) -> str:
-        """See ``csp_web.core.ports.FileStore.put``."""
+        """See ``csp_web.core.api.ports.FileStore.put``."""
         key = file_key(url, body)
         value = {
             "v": SNAPSHOT_VERSION,
@@ -50,7 +50,7 @@ class CacheFileStore:
         return key
 
     async def get(self, key: str) -> StoredFile:
-        """See ``csp_web.core.ports.FileStore.get``."""
+        """See ``csp_web.core.api.ports.FileStore.get``."""
         check(key)
         stored = _from_snapshot(key, await self._services.cache.get(NAMESPACE, key))
         if stored is None or file_key(stored.url, stored.body) != key:

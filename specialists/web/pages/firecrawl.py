@@ -31,7 +31,7 @@ from typing import Any
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 from ..search.base import redact

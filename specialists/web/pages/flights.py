@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 
 
 @dataclass

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import trio
 
-from csp_web.core.deadlines import work_deadline
-from csp_web.core.errors import OpError
+from csp_web.core.api.deadlines import work_deadline
+from csp_web.core.api.errors import OpError
 from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
 from specialists.extract import extract_article, outline

@@ -40,12 +40,12 @@ import httpx
 import trio
 
 from csp_web.config import ApiConfig, WebConfig
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import work_seconds
-from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result, cite
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_seconds
+from csp_web.core.api.errors import FieldError, OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result, cite
 from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field

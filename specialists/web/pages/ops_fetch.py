@@ -23,11 +23,11 @@ from __future__ import annotations
 import dataclasses
 import urllib.parse
 
-from csp_web.core.context import OpContext
-from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result, cite
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.errors import FieldError, OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from ..services import WebServices, web_audit

@@ -23,7 +23,7 @@ from typing import Literal
 import trio
 
 from csp_web.config import SummarizeConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Literal
 import trio
 
 from csp_web.config.docs import ResearchConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 Status = Literal["running", "done", "failed", "cancelled"]

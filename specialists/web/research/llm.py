@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.config.docs import ResearchConfig
-from csp_web.core.errors import OpError
+from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 
 from ..pages.summarize import clip

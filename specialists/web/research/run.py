@@ -28,9 +28,9 @@ import time
 
 import trio
 
-from csp_web.core.errors import OpError
-from csp_web.core.ports import Outbound
-from csp_web.core.records import json_record, make_write
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import Outbound
+from csp_web.core.api.records import json_record, make_write
 from protocol import ErrorCode
 
 from ..pages.emptiness import NO_TEXT, is_empty

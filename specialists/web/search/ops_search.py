@@ -38,12 +38,12 @@ from typing import Any
 import trio
 
 from csp_web.config import SearchConfig
-from csp_web.core.context import OpContext
-from csp_web.core.deadlines import work_seconds
-from csp_web.core.errors import FieldError, OpError
-from csp_web.core.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.ops import Op
-from csp_web.core.replies import Result, cite
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_seconds
+from csp_web.core.api.errors import FieldError, OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from ..pages.loading import load_page

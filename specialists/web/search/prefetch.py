@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from csp_web.core.ports import TaskPort
+from csp_web.core.api.ports import TaskPort
 
 Job = Callable[[], Awaitable[None]]
 

@@ -1,0 +1,247 @@
+"""Field schemas that ops declare, and validation of a task's fields against them (SPEC D-3).
+
+Each op lists its fields with a type, bounds and default; ``validate`` turns a task's raw
+string values into typed ``Params`` before the handler runs, so handlers never parse input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from csp_web.core.api.errors import FieldError
+from protocol import ErrorCode, Task
+
+Kind = Literal["text", "int", "bool", "choice", "json"]
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")  # SPEC C-1
+UNIVERSAL = frozenset({"ID", "TIMEOUT_MS"})
+# Arrays and objects nested deeper than this are invalid_field: serde_json's default
+# recursion limit, far inside what json.loads survives (it raises RecursionError near 1,000).
+MAX_JSON_DEPTH = 128
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field an op takes; ``default`` applies when the field is absent."""
+
+    name: str
+    kind: Kind = "text"
+    required: bool = False
+    default: Any = None
+    minimum: int | None = None
+    maximum: int | None = None
+    max_chars: int | None = None
+    choices: tuple[str, ...] = ()
+    repeat: bool = False
+    doc: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON-able description ``REQ:ops`` prints."""
+        out: dict[str, Any] = {"name": self.name, "type": self.kind}
+        for key in ("required", "repeat"):
+            if getattr(self, key):
+                out[key] = True
+        for key in ("default", "minimum", "maximum", "max_chars", "doc"):
+            if getattr(self, key) not in (None, ""):
+                out[key] = getattr(self, key)
+        if self.choices:
+            out["choices"] = list(self.choices)
+        return out
+
+
+@dataclass(frozen=True)
+class ReplyField:
+    """A field an op's reply can carry besides STATUS, ID, SCOPE, DATA and ERROR (which every
+    reply may carry, SPEC R-1, R-2): its name, when it is sent, and what it means."""
+
+    name: str
+    when: str = "always"
+    doc: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON-able description ``REQ:ops`` prints: ``name``, ``always`` (whether every
+        reply carries it), ``when`` (the condition, when not always) and ``doc``."""
+        out: dict[str, Any] = {"name": self.name, "always": self.when == "always"}
+        if self.when != "always":
+            out["when"] = self.when
+        if self.doc:
+            out["doc"] = self.doc
+        return out
+
+
+# Every reply may carry these (SPEC R-1, R-2); an op declares only the rest.
+COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR"})
+
+
+@dataclass(frozen=True)
+class Example:
+    """One exchange for the ops reference: ``request`` is a TASK frame's text; ``reply`` the
+    reply frame it gives, normalised (``csp_web.app.opsdoc.normalise``, which writes ``…`` for
+    the values of the ``volatile`` fields); a test runs the request
+    through a real daemon and compares, so the example cannot drift from the behaviour."""
+
+    request: str
+    reply: str
+    volatile: tuple[str, ...] = ()  # reply fields whose values differ by run or machine
+
+
+class Params:
+    """A task's validated fields, read through typed accessors."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+
+    def __contains__(self, name: str) -> bool:
+        return self._values.get(name) is not None
+
+    def text(self, name: str) -> str:
+        value = self._values[name]
+        assert isinstance(value, str), name
+        return value
+
+    def opt_text(self, name: str) -> str | None:
+        value = self._values.get(name)
+        return value if isinstance(value, str) else None
+
+    def integer(self, name: str) -> int:
+        value = self._values[name]
+        assert isinstance(value, int), name
+        return value
+
+    def opt_integer(self, name: str) -> int | None:
+        value = self._values.get(name)
+        return value if isinstance(value, int) else None
+
+    def flag(self, name: str) -> bool:
+        return bool(self._values.get(name))
+
+    def json(self, name: str) -> Any:
+        return self._values.get(name)
+
+    def texts(self, name: str) -> list[str]:
+        """Every value of a repeatable field, in frame order."""
+        return list(self._values.get(name) or [])
+
+
+def validate(task: Task, specs: tuple[FieldSpec, ...], inline: str | None) -> Params:
+    """Check ``task`` against ``specs`` and return typed params; raises FieldError."""
+    by_name = {spec.name: spec for spec in specs}
+    raw: dict[str, list[str]] = {}
+    for key, value in task.fields:
+        if key not in by_name and key not in UNIVERSAL:
+            raise FieldError(ErrorCode.UNKNOWN_FIELD, key)
+        raw.setdefault(key, []).append(value)
+    if task.inline is not None:
+        if inline is None:
+            raise FieldError(ErrorCode.UNKNOWN_FIELD, "inline text")
+        if inline in raw:
+            raise FieldError(ErrorCode.DUPLICATE_FIELD, f"{inline} given inline and as a field")
+        raw[inline] = [task.inline]
+    values: dict[str, Any] = {}
+    for spec in specs:
+        values[spec.name] = _field_value(spec, raw.get(spec.name, []))
+    check_id(task)
+    return Params(values)
+
+
+def _field_value(spec: FieldSpec, given: list[str]) -> Any:
+    if not given:
+        if spec.required:
+            raise FieldError(ErrorCode.MISSING_FIELD, spec.name)
+        return [] if spec.repeat else spec.default
+    if spec.repeat:
+        return [_convert(spec, value) for value in given]
+    if len(given) > 1:
+        raise FieldError(ErrorCode.DUPLICATE_FIELD, spec.name)
+    return _convert(spec, given[0])
+
+
+def check_id(task: Task) -> None:
+    """Raise FieldError unless the task's ID, if any, is single and well-formed (SPEC C-1)."""
+    given = task.get_all("ID")
+    if len(given) > 1:
+        raise FieldError(ErrorCode.DUPLICATE_FIELD, "ID")
+    if given and not ID_PATTERN.fullmatch(given[0]):
+        raise FieldError(ErrorCode.INVALID_FIELD, "ID must be 1-128 of [A-Za-z0-9._:@/-]")
+
+
+def _convert(spec: FieldSpec, value: str) -> Any:
+    if spec.kind == "int":
+        return _integer(spec, value)
+    if spec.kind == "bool":
+        if value.lower() not in ("true", "false"):
+            raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} must be true or false")
+        return value.lower() == "true"
+    if spec.kind == "choice":
+        if value not in spec.choices:
+            raise FieldError(
+                ErrorCode.INVALID_FIELD, f"{spec.name} must be {'|'.join(spec.choices)}"
+            )
+        return value
+    if spec.kind == "json":
+        return _json(spec, value)
+    if spec.max_chars is not None and len(value) > spec.max_chars:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} over {spec.max_chars} chars")
+    if spec.required and not value.strip():
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is empty")
+    return value
+
+
+def _json(spec: FieldSpec, value: str) -> Any:
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise FieldError(
+            ErrorCode.INVALID_FIELD, f"{spec.name} nests deeper than {MAX_JSON_DEPTH} levels"
+        )
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is not JSON") from None
+
+
+def json_depth(text: str, *, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep arrays and objects nest in ``text`` (brackets inside strings do not count),
+    measured without parsing and only up to ``limit + 1``, so any input is cheap to ask about."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if match.group() in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        else:
+            depth -= 1
+    return deepest
+
+
+def _integer(spec: FieldSpec, value: str) -> int:
+    match = re.fullmatch(r"(-?)0*([0-9]+)", value)
+    if not match:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} must be an integer")
+    sign, digits = match.groups()
+    if len(digits) > 18:  # past every bound a field has: say which end, never parse it
+        bound = spec.minimum if sign else spec.maximum
+        side = "below" if sign else "above"
+        detail = f"{side} {bound}" if bound is not None else "out of range"
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} {detail}")
+    number = int(sign + digits)
+    if spec.minimum is not None and number < spec.minimum:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} below {spec.minimum}")
+    if spec.maximum is not None and number > spec.maximum:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} above {spec.maximum}")
+    return number
+
+
+def parse_timeout_ms(task: Task, *, default_ms: int, max_ms: int) -> int:
+    """The task's deadline in ms: TIMEOUT_MS if given (1..max_ms), else ``default_ms``."""
+    values = task.get_all("TIMEOUT_MS")
+    if not values:
+        return min(default_ms, max_ms)
+    spec = FieldSpec("TIMEOUT_MS", "int", minimum=1, maximum=max_ms)
+    return _field_value(spec, values)  # type: ignore[no-any-return]

@@ -1,0 +1,172 @@
+"""The op table: one entry per (REQ, IN), with its fields, OUT kind and handler (SPEC D-1, D-2).
+
+An ``Op[S]`` is a static declaration whose handler takes the services ``S`` of its
+specialist; ``bind`` pairs it with the opened services at composition (core.compose), so a
+handler gets its own typed services and nothing else. The ``OpTable`` is the declarations
+alone (what ``REQ:ops``, the ops reference and cron's task check read), known before
+anything opens; the ``Registry`` indexes the bound ops the dispatcher runs.
+
+There is no decorator magic and no dispatch by attribute name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
+
+from csp_web.core.api.errors import FieldError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from protocol import ErrorCode, Task
+
+if TYPE_CHECKING:
+    from csp_web.core.api.context import OpContext
+    from csp_web.core.api.replies import Result
+
+S = TypeVar("S")
+Handler: TypeAlias = Callable[[Params, "OpContext", S], Awaitable["Result"]]
+Run: TypeAlias = Callable[[Params, "OpContext"], Awaitable["Result"]]
+
+
+@dataclass(frozen=True)
+class Op(Generic[S]):
+    """One operation: ``TASK REQ:<req> IN:<domain> OUT:<out>`` runs ``handler``.
+
+    ``specialist`` names the slot pool it runs in (web, tool, memory, sys); ``inline`` names
+    the field that inline header text fills (SPEC D-4); ``replies`` the fields its reply
+    can carry beyond the common ones, and ``example`` one exchange (docs/ops.md).
+    ``instant``: the handler never waits (no sleep, no I/O), so a connection runs it
+    without a task of its own.
+    """
+
+    req: str
+    domain: str
+    out: str
+    specialist: str
+    handler: Handler[S]
+    fields: tuple[FieldSpec, ...] = ()
+    inline: str | None = None
+    doc: str = ""
+    replies: tuple[ReplyField, ...] = ()
+    example: Example | None = None
+    instant: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON-able entry ``REQ:ops`` prints for this op."""
+        out: dict[str, Any] = {"req": self.req, "in": self.domain, "out": self.out}
+        if self.inline:
+            out["inline"] = self.inline
+        out["fields"] = [spec.describe() for spec in self.fields]
+        out["replies"] = [field.describe() for field in self.replies]
+        if self.doc:
+            out["doc"] = self.doc
+        return out
+
+
+class OpSpec(Protocol):
+    """An op's declaration without its handler: what the table and the dispatcher read."""
+
+    @property
+    def req(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def out(self) -> str: ...
+    @property
+    def specialist(self) -> str: ...
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]: ...
+    @property
+    def inline(self) -> str | None: ...
+    @property
+    def doc(self) -> str: ...
+    @property
+    def replies(self) -> tuple[ReplyField, ...]: ...
+    @property
+    def example(self) -> Example | None: ...
+    @property
+    def instant(self) -> bool: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BoundOp:
+    """An op bound to its services: ``run(params, ctx)`` is its handler with them."""
+
+    spec: OpSpec
+    run: Run
+
+    @property
+    def req(self) -> str:
+        return self.spec.req
+
+    @property
+    def domain(self) -> str:
+        return self.spec.domain
+
+    @property
+    def out(self) -> str:
+        return self.spec.out
+
+
+def bind(op: Op[S], services: S) -> BoundOp:
+    """``op`` with ``services``: its handler gets them as its third argument."""
+    handler = op.handler
+
+    async def run(params: Params, ctx: OpContext) -> Result:
+        return await handler(params, ctx, services)
+
+    return BoundOp(op, run)
+
+
+class _Keyed(Protocol):
+    @property
+    def req(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def out(self) -> str: ...
+
+
+K = TypeVar("K", bound=_Keyed)
+
+
+class _Index(Generic[K]):
+    """Entries keyed by (REQ, IN); a key given twice raises ValueError."""
+
+    def __init__(self, entries: Iterable[K]) -> None:
+        self._entries: dict[tuple[str, str], K] = {}
+        self._domains: dict[str, list[str]] = {}
+        for entry in entries:
+            key = (entry.req, entry.domain)
+            if key in self._entries:
+                raise ValueError(f"op {entry.req} IN:{entry.domain} registered twice")
+            self._entries[key] = entry
+            self._domains.setdefault(entry.req, []).append(entry.domain)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(sorted(self._entries.values(), key=lambda e: (e.domain, e.req)))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, task: Task) -> K:
+        """The entry ``task`` names; raises FieldError(unknown_op, wrong_domain, wrong_out)."""
+        entry = self._entries.get((task.req, task.domain))
+        if entry is None:
+            domains = self._domains.get(task.req)
+            if domains is None:
+                raise FieldError(ErrorCode.UNKNOWN_OP, task.req)
+            raise FieldError(ErrorCode.WRONG_DOMAIN, f"{task.req} runs IN:{'|'.join(domains)}")
+        if task.out != entry.out:
+            raise FieldError(ErrorCode.WRONG_OUT, f"{task.req} gives OUT:{entry.out}")
+        return entry
+
+
+class OpTable(_Index[OpSpec]):
+    """Every op's declaration, sorted by (IN, REQ): data before anything opens."""
+
+
+class Registry(_Index[BoundOp]):
+    """Every bound op the daemon runs, keyed by (REQ, IN)."""

@@ -1,0 +1,71 @@
+"""What handlers return, and the rendering of outcomes into reply frames (SPEC R-1, R-2)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.errors import OpError
+from protocol import ErrorCode, Field, Reply, Status
+
+
+@dataclass(frozen=True)
+class Result:
+    """A successful (or partial) outcome: the reply's SCOPE, DATA and further fields, and
+    what the op adds to its audit record (never part of the reply).
+
+    ``error`` is the ``(code, detail)`` a PARTIAL names as the cause of what is missing
+    (SPEC R-2): written as ``ERROR code:detail`` right after DATA, as on a FAIL.
+    """
+
+    data: str
+    scope: tuple[str, ...] = ()
+    fields: tuple[Field, ...] = ()
+    status: Status = Status.OK
+    error: tuple[ErrorCode, str] | None = None
+    audit: OpAudit | None = None
+
+
+def format_scope(items: Iterable[str]) -> str:
+    """``[a.com,b.org]``, the seeds' list spelling (SPEC V-5)."""
+    return "[" + ",".join(items) + "]"
+
+
+def cite(url: str, title: str | None) -> Field:
+    """A ``CITE <url> "<title>"`` line naming a source the reply used (SPEC R-4)."""
+    return ("CITE", f"{url} {json.dumps(title or '', ensure_ascii=False)}")
+
+
+def _head(task_id: str | None) -> list[Field]:
+    return [("ID", task_id)] if task_id is not None else []
+
+
+def ok_reply(result: Result, task_id: str | None) -> Reply:
+    fields = _head(task_id)
+    fields += [("SCOPE", format_scope(result.scope)), ("DATA", result.data)]
+    if result.error is not None:
+        code, detail = result.error
+        fields.append(("ERROR", f"{code}:{detail}"))
+    fields += result.fields
+    return Reply(result.status, tuple(fields))
+
+
+def fail_reply(error: OpError, task_id: str | None) -> Reply:
+    fields = _head(task_id)
+    fields += [
+        ("SCOPE", format_scope(error.scope)),
+        ("DATA", error.data),
+        ("ERROR", error.wire_text),
+        *error.fields,
+    ]
+    return Reply(Status.FAIL, tuple(fields))
+
+
+def with_id(reply: Reply, task_id: str | None) -> Reply:
+    """``reply`` (any status) under ``task_id`` instead of its own ID (none: no ID line)."""
+    fields = tuple(field for field in reply.fields if field[0] != "ID")
+    if task_id is not None:
+        fields = (("ID", task_id), *fields)
+    return Reply(reply.status, fields)

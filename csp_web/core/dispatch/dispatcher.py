@@ -1,0 +1,475 @@
+"""Running one task: look up, validate, admit, run under its deadline, audit, reply.
+
+This is the one place that turns any exception into a reply frame (STYLE: errors as data):
+OpError becomes its FAIL reply, anything else ``internal_error`` plus a logged traceback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import secrets
+import time
+from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii
+from typing import Any
+
+import trio
+
+from csp_web.config import SlotLimits
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext, Peer, Services, fit_write
+from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod, task_deadline
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.fields import Params, check_id, parse_timeout_ms, validate
+from csp_web.core.api.ops import BoundOp, Registry
+from csp_web.core.api.ports import allowed_uids
+from csp_web.core.api.records import MemoryWrite, json_record, make_write
+from csp_web.core.api.replies import fail_reply, ok_reply
+from csp_web.core.dispatch.admission import Slots
+from csp_web.core.dispatch.cancels import Cancels, Ticket
+from csp_web.core.dispatch.stats import Stats
+from csp_web.core.dispatch.sys_audits import SysAudits
+from protocol import ErrorCode, Reply, Status, Task
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Runs tasks against ``registry``; IN:MEMORY tasks go to the memory path's relay when it
+    has one. Without a memory path (``services.memory`` None) nothing is audited."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        services: Services,
+        stats: Stats,
+        *,
+        pools: Mapping[str, SlotLimits],
+        cancels: Cancels,
+        audit: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.cancels = cancels  # the tickets REQ:cancel (a sys op over the same) cancels
+        self.services = services
+        self.stats = stats
+        memory = services.memory
+        self.relay = memory.relay if memory is not None else None
+        self.audit = audit and memory is not None and services.config.audit.enabled
+        self.shutting_down = False
+        self.sys_audits = SysAudits(memory.outbox) if memory is not None else None
+        # Every pool is built here, at composition: a task never meets a pool with no limits.
+        self.pools = {
+            name: Slots(name, max_running=limits.max_running, max_queued=limits.max_queued)
+            for name, limits in pools.items()
+        }
+
+    def connection_closed(self, peer: Peer) -> None:
+        """``peer``'s connection has closed: write its open IN:SYS audit summary (O-4)."""
+        if self.sys_audits is not None:
+            self.sys_audits.close(peer.connection)
+
+    def flush_audits(self) -> None:
+        """Write every open IN:SYS audit summary (at exit, before the outbox's last flush)."""
+        if self.sys_audits is not None:
+            self.sys_audits.flush_all()
+
+    def slots(self, specialist: str) -> Slots:
+        """The admission pool of ``specialist`` (KeyError: none was composed)."""
+        return self.pools[specialist]
+
+    async def run(
+        self,
+        task: Task,
+        peer: Peer,
+        *,
+        grace: GracePeriod | None = None,
+        ticket: Ticket | None = None,
+    ) -> Reply:
+        """The reply to ``task``; never raises except for cancellation. With ``grace`` (a
+        connection's task) the work ends at the grace period's end too, answered
+        ``shutting_down`` (SPEC R-1). ``ticket`` (a connection's task, ``Cancels.open``): a
+        cancel ends the work, answered ``cancelled`` (SPEC C-6); it is closed once the work
+        ends."""
+        started = time.monotonic()
+        self.stats.frames += 1
+        self.stats.in_flight += 1
+        op: BoundOp | None = None
+        stage = _Stage()
+        try:
+            op = self._lookup(task)
+            reply = await self._run(task, op, peer, stage, grace, ticket)
+        except Exception as exc:
+            reply = fail_reply(_as_op_error(exc, task), task.id)
+        finally:
+            self.stats.in_flight -= 1
+            if ticket is not None:
+                ticket.close()
+        return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted)
+
+    async def try_now(self, task: Task, peer: Peer) -> Reply | None:
+        """The reply to ``task`` when it can be given without waiting, else None (then it
+        runs as a task of its own, ``run``). Without waiting: an IN:SYS op that neither
+        sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3). It
+        reaches no checkpoint, so neither a deadline nor the grace period can end it; its one
+        wait is its audit summary's commit when it fills one (O-4), shielded there, so a
+        shutdown that stops the reader never takes its reply."""
+        op = self._instant_kind(task)
+        if op is None or self._must_pace(peer):
+            return None
+        slots = self.pools["sys"]
+        if not slots.take_now():
+            return None
+        started = time.monotonic()
+        self.stats.frames += 1
+        self.stats.in_flight += 1
+        try:
+            reply = await self._run_now(task, op, peer)
+        except Exception as exc:
+            reply = fail_reply(_as_op_error(exc, task), task.id)
+        finally:
+            self.stats.in_flight -= 1
+            slots.release()
+        return await self._done(task, op, peer, reply, started, None, False)
+
+    async def _done(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        reply: Reply,
+        started: float,
+        audit: OpAudit | None,
+        admitted: bool,
+    ) -> Reply:
+        """Log, count and audit ``reply``, the outcome of ``task`` started at ``started``;
+        ``storage_full`` instead when an admitted op's record could not be kept (O-6)."""
+        duration_ms = (time.monotonic() - started) * 1000
+        code = _error_code(reply)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "op done",
+                extra={
+                    "conn": peer.connection,
+                    "op": task.req,
+                    "domain": task.domain,
+                    "id": task.id,
+                    "duration_ms": round(duration_ms, 3),
+                    "outcome": str(reply.status),
+                    "error": code,
+                },
+            )
+        if op is not None:
+            self.stats.record(op.req, duration_ms, code)
+        elif code is not None:
+            self.stats.reject(code)
+        try:
+            await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
+        except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
+            return fail_reply(exc, task.id)
+        return reply
+
+    def is_instant(self, task: Task) -> bool:
+        """Whether ``task`` names an op that never waits (``Op.instant``, IN:SYS), whatever
+        the pools' state: a connection gives it a turn without a running place (L-10), then
+        asks ``try_now`` for its reply."""
+        return self._instant_kind(task) is not None
+
+    def _instant_kind(self, task: Task) -> BoundOp | None:
+        if task.domain != "SYS" or self.shutting_down:
+            return None
+        try:
+            op = self.registry.lookup(task)
+        except OpError:
+            return None  # refused: answered (and audited) by a task of its own
+        return op if op.spec.instant and op.spec.specialist == "sys" else None
+
+    def _lookup(self, task: Task) -> BoundOp | None:
+        if self.shutting_down:
+            raise OpError(ErrorCode.SHUTTING_DOWN, "daemon is stopping")
+        if task.domain == "MEMORY" and self.relay is not None:
+            return None
+        return self.registry.lookup(task)
+
+    async def _run(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        stage: _Stage,
+        grace: GracePeriod | None,
+        ticket: Ticket | None,
+    ) -> Reply:
+        config = self.services.config.tasks
+        if op is None:
+            check_id(task)  # the Memory Specialist validates the rest of a relayed frame
+        spec = op.spec if op is not None else None
+        params = validate(task, spec.fields, spec.inline) if spec is not None else None
+        timeout_ms = parse_timeout_ms(
+            task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
+        )
+        if ticket is not None and ticket.cancelled:  # cancelled while it waited to start
+            raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
+        audited = self.audit and (spec is None or spec.specialist != "sys")
+        deadline = trio.current_time() + timeout_ms / 1000
+        paced = op is not None and not audited and self._must_pace(peer)
+        outcome: Reply | Exception | None = None  # None: its scope cancelled the work
+        # One cancel scope per task (the task's deadline, the grace period's end and a
+        # cancel); a paced IN:SYS op gets its deadline once pacing is over: paced past it,
+        # it still runs.
+        scope = task_deadline(timeout_ms, at=math.inf if paced else deadline, grace=grace)
+        try:
+            with scope as cancel_scope:
+                if ticket is not None:
+                    ticket.bind(cancel_scope)
+                if paced:  # IN:SYS ops are never refused for room, but paced while it drains
+                    with trio.move_on_at(deadline):
+                        await self.services.outbox.room.wait_paced(peer.connection)
+                    cancel_scope.deadline = min(cancel_scope.deadline, deadline)
+                outcome = await self._admitted(task, op, params, peer, stage, audited)
+        except Exception as exc:  # judged below (also a group the scope left its cancel out of)
+            outcome = exc
+        if ticket is not None:
+            ticket.close()  # the work has ended: a later cancel does not count it
+        return self._outcome(outcome, scope.cancel_called, stage, grace, ticket, timeout_ms)
+
+    async def _admitted(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        params: Params | None,
+        peer: Peer,
+        stage: _Stage,
+        audited: bool,
+    ) -> Reply:
+        """The work of ``_run`` inside the task's scope: room (O-1, O-2), a slot, the op;
+        the op's audit, however it ended, is kept on ``stage`` for its one record."""
+        if audited:  # back-pressure (SPEC O-1, O-2): wait for room within the deadline
+            stage.waiting_for_room = True
+            await self.services.outbox.wait_room(peer.connection)
+            stage.waiting_for_room = False
+        spec = op.spec if op is not None else None
+        async with self.slots(spec.specialist if spec is not None else "memory").admit():
+            stage.admitted = True
+            if op is None:
+                assert self.relay is not None
+                return await self.relay.forward(task)
+            assert params is not None
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+            try:
+                result = await op.run(params, ctx)
+            except OpError as exc:
+                stage.audit = exc.audit
+                raise
+            stage.audit = result.audit
+            return ok_reply(result, task.id)
+
+    @staticmethod
+    def _outcome(
+        outcome: Reply | Exception | None,
+        cancel_called: bool,
+        stage: _Stage,
+        grace: GracePeriod | None,
+        ticket: Ticket | None,
+        timeout_ms: int,
+    ) -> Reply:
+        """The reply of work that ended with ``outcome``, its scope's cancel called or not
+        (its deadline, the grace period's end or a cancel). A cancelled task
+        answers ``cancelled`` whatever its work did (SPEC C-6: the cancel counted it); work
+        the grace period cut answers ``shutting_down`` (C-5), whatever failure the op made
+        of its cancellation; else the op's own outcome, or the deadline's refusal."""
+        if ticket is not None and ticket.cancelled:
+            raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
+        failed = not isinstance(outcome, Reply) or outcome.status is Status.FAIL
+        if cancel_called and grace is not None and grace.over and failed:
+            grace.cut += 1
+            raise OpError(ErrorCode.SHUTTING_DOWN, CUT_DETAIL)
+        if isinstance(outcome, Exception):
+            raise outcome
+        if outcome is not None:
+            return outcome
+        if stage.waiting_for_room:
+            raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
+        raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
+
+    async def _run_now(self, task: Task, op: BoundOp, peer: Peer) -> Reply:
+        """``_run`` for an instant op holding a sys slot: validated, then run, no scope."""
+        config = self.services.config.tasks
+        params = validate(task, op.spec.fields, op.spec.inline)
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+        return ok_reply(await op.run(params, ctx), task.id)
+
+    def _must_pace(self, peer: Peer) -> bool:
+        """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""
+        if not (self.audit and self.services.config.audit.sys_ops):
+            return False
+        outbox = self.services.outbox
+        return outbox.room.full or outbox.room.peer_full(peer.connection)
+
+    async def _audit(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        reply: Reply,
+        duration_ms: float,
+        extra: OpAudit | None,
+        admitted: bool,
+    ) -> None:
+        """Write the task's one audit record, with what its op added (``extra``), folded
+        when there is no room; raises StorageFull when an admitted op's record could not be
+        stored (SPEC O-6)."""
+        if not self.audit:
+            return
+        if op is not None and op.spec.specialist == "sys":
+            config = self.services.config.audit
+            if config.sys_ops and self.sys_audits is not None:  # summarised (SPEC O-4)
+                await self.sys_audits.add(task, peer, reply, duration_ms, config)
+            return
+        error = reply.get("ERROR")
+        max_bytes = self.services.config.outbox.max_write_bytes
+        record = audit_record(task, peer, reply, round(duration_ms, 3), extra, max_bytes)
+        write = make_write("sys", "audit", "audit", record, suffix=".json")
+        outbox = self.services.outbox
+        key = f"{task.domain}/{task.req}" + (f":{error.partition(':')[0]}" if error else "")
+        if admitted:  # only an admitted op may use the reserve (SPEC O-1)
+            try:
+                await outbox.put(write, owner=peer.connection)
+                return
+            except StorageFull:  # counted, and the op answers storage_full (SPEC O-6)
+                key = f"{task.domain}/{task.req}:storage_full"
+                await outbox.put_or_fold(write, key, owner=peer.connection)
+                raise
+            except OpError:
+                pass  # past the reserve too: folded below rather than lost
+        await outbox.put_or_fold(write, key, owner=peer.connection)
+
+
+class DispatchPort:
+    """The ``TaskPort`` background tasks get: tasks submitted as peer ``cron``, checked
+    against the running socket rule, and memory writes into the outbox."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    @property
+    def accepting(self) -> bool:
+        return not self._dispatcher.shutting_down
+
+    def check(self, task: Task) -> None:
+        dispatcher = self._dispatcher
+        if task.domain == "MEMORY" and dispatcher.relay is not None:
+            return  # the Memory Specialist validates relayed frames itself
+        spec = dispatcher.registry.lookup(task).spec
+        validate(task, spec.fields, spec.inline)
+
+    async def submit(self, task: Task, *, uid: int | None) -> Reply:
+        dispatcher = self._dispatcher
+        # The socket's own rule, over the running (reloaded) settings: one source of truth.
+        if uid is not None and uid not in allowed_uids(dispatcher.services.config.socket):
+            error = OpError(
+                ErrorCode.PERMISSION_DENIED, f"uid {uid} may no longer run", scope=("cron",)
+            )
+            return fail_reply(error, task.id)
+        return await dispatcher.run(task, Peer("cron", uid))
+
+    async def remember(self, write: MemoryWrite) -> None:
+        await self._dispatcher.services.outbox.put(write)
+
+
+def audit_record(
+    task: Task,
+    peer: Peer,
+    reply: Reply,
+    duration_ms: float,
+    extra: OpAudit | None,
+    max_bytes: int | None = None,
+) -> str:
+    """The audit record's JSON, exactly as ``json_record`` writes it: the common fields and
+    those the op's audit adds (a common field wins over an op's field of the same name). The
+    common record alone is formatted directly, as it is built once per frame. Past
+    ``max_bytes`` (SPEC O-2) the op's text fields keep their heads and tails."""
+    fields: dict[str, Any] = {
+        "time": time.time(),
+        "op": task.req,
+        "domain": task.domain,
+        "uid": peer.uid,
+        "pid": peer.pid,
+        "connection": peer.connection,
+        "id": task.id,
+        "outcome": str(reply.status),
+        "error": reply.get("ERROR"),
+        "duration_ms": duration_ms,
+    }
+    if extra is not None:
+        text = json_record(**{**extra.record_fields(), **fields})
+        if max_bytes is None or len(text) <= max_bytes:  # ASCII JSON: characters are bytes
+            return text
+        return json_record(**{**_clipped(extra.record_fields(), max_bytes), **fields})
+    return (
+        f'{{"connection":{_text(peer.connection)},"domain":{_text(task.domain)},'
+        f'"duration_ms":{duration_ms!r},"error":{_text(fields["error"])},'
+        f'"id":{_text(task.id)},"op":{_text(task.req)},"outcome":{_text(fields["outcome"])},'
+        f'"pid":{_number(peer.pid)},"time":{fields["time"]!r},"uid":{_number(peer.uid)}}}'
+    )
+
+
+def _clipped(fields: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``fields`` with each text cut to a share of ``max_bytes``: JSON escapes a character
+    in at most 12 bytes (a surrogate pair), and half the bound is left for the rest."""
+    texts = [name for name, value in fields.items() if isinstance(value, str)]
+    share = max_bytes // (2 * 12 * max(1, len(texts)))
+    return {k: fit_write(v, share) if k in texts else v for k, v in fields.items()}
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+class _Stage:
+    """How far a task got: whether it waits for outbox room, whether it was admitted, and
+    the audit its op gave."""
+
+    __slots__ = ("admitted", "audit", "waiting_for_room")
+
+    def __init__(self) -> None:
+        self.waiting_for_room = False
+        self.admitted = False
+        self.audit: OpAudit | None = None  # what the op returned or raised for its record
+
+
+_task_ids = itertools.count(1)
+
+
+def _make_id() -> str:
+    # A counter, not os.urandom: this runs once per frame and a syscall per frame shows up.
+    return f"t-{next(_task_ids)}"
+
+
+def _error_code(reply: Reply) -> str | None:
+    if reply.status is not Status.FAIL:
+        return None
+    return (reply.get("ERROR") or "").partition(":")[0]
+
+
+def _as_op_error(exc: Exception, task: Task) -> OpError:
+    """The OpError an exception stands for; unexpected ones are logged with a reference."""
+    leaves = list(_leaves(exc))
+    for leaf in leaves:
+        if isinstance(leaf, OpError):
+            return leaf
+    ref = secrets.token_hex(4)
+    log.error("internal error %s in %s", ref, task.req, exc_info=exc)
+    return OpError(ErrorCode.INTERNAL_ERROR, f"ref {ref}")
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
