@@ -201,7 +201,8 @@ async def _answer(
         if call.method != "GET":  # a write may have landed even if we saw no answer
             with trio.CancelScope(shield=True):
                 await services.cache.invalidate(namespace)
-    answer = _summarise(result, token)
+    # Decoding (an undeclared charset is guessed) and JSON parsing are CPU work: off the loop.
+    answer = await trio.to_thread.run_sync(_summarise, result, token, abandon_on_cancel=True)
     if not 200 <= result.status_code < 300:
         raise _status_error(result, answer)
     if call.method == "GET":

@@ -201,7 +201,8 @@ async def _call(
         raise BackendFailure(reason, f"{exc.code}:{exc.detail}") from None
     if result.status_code == 429:
         raise await _too_many_requests(services, candidate.name, result.headers)
-    hits = candidate.backend.parse(result)
+    # Parsing a result page (and guessing an undeclared charset) is CPU work: off the loop.
+    hits = await trio.to_thread.run_sync(candidate.backend.parse, result, abandon_on_cancel=True)
     total = candidate.backend.total(result) if candidate.backend.total is not None else None
     return hits, total
 
