@@ -305,8 +305,8 @@ async def open_guarded_client(
     ``resolver`` defaults to the system's (tests inject fixed answers); ``ssl_context``
     defaults to httpx's certifi roots (tests pass a trustme CA); ``wrap_transport`` wraps the
     guarded transport (``csp-web replay`` records and serves cassettes there); ``proxy``
-    (``web.proxy``) tunnels every connect to its checked address (``forward_proxy.py``). Proxy and TLS
-    environment variables are ignored: the pinned connect is the only route out.
+    (``web.proxy``) tunnels every connect to its checked address (``forward_proxy.py``).
+    Proxy and TLS environment variables are ignored: the pinned connect is the only route out.
     """
     settings = GuardSettings(config or GuardConfig())
     config = settings.current

@@ -8,9 +8,9 @@
     SESSION <name>            (optional: a page kept between tasks)
 
 Without SESSION the action runs on a fresh page closed after it. Every request the page makes
-goes through the guard proxy (``csp_web.net.guard_proxy``). Each action's audit record (``BrowserAudit``)
-names the URL, action, session and selector, the screenshot's file, and VALUE only when SECRET
-is false.
+goes through the guard proxy (``csp_web.net.guard_proxy``). Each action's audit record
+(``BrowserAudit``) names the URL, action, session and selector, the screenshot's file, and
+VALUE only when SECRET is false.
 """
 
 from __future__ import annotations
