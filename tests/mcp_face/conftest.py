@@ -2,7 +2,7 @@
 opened for a local trustme HTTPS origin (as tests/web does), DNS the test controls.
 
 No Memory Specialist listens, so every memory write the daemon makes stays in its outbox,
-where the tests read the audit and web_op records of the calls the face made.
+where the tests read the audit records of the calls the face made.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class WebDaemon:
         return self.origin.url("origin.test", path)
 
     def records(self, kind: str) -> list[dict[str, object]]:
-        """The daemon's memory writes of ``kind`` (audit, web_op), oldest first."""
+        """The daemon's memory writes of ``kind`` (audit, exec_log), oldest first."""
         rows = outbox_of(self.dispatcher)._store.oldest(10_000)
         return [json.loads(write.data) for _, write in rows if write.type == kind]
 

@@ -68,7 +68,8 @@ async def test_http_on_a_loopback_port_lists_and_calls_the_tools(web_daemon: Web
     assert where.endswith("/mcp")
     assert "web_fetch" in [tool.name for tool in listed.tools]
     assert title == PAGE_TITLE
-    assert [r["op"] for r in web_daemon.records("web_op")] == ["fetch"]
+    audited = [(r.get("op"), r.get("target")) for r in web_daemon.records("audit")]
+    assert audited[-1] == ("fetch", web_daemon.url())
 
 
 async def test_http_on_a_unix_socket_lists_and_calls_the_tools(
