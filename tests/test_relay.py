@@ -181,6 +181,12 @@ async def test_relay_leaves_field_validation_to_the_memory_specialist(
         ((("ID", "f-8"), ("TYPE", "canvas_op"), ("PATH", "n.md")), "TYPE"),
         ((("ID", "f-9"), ("TYPE", "web_op"), ("PATH", "n.md")), "TYPE"),
         ((("ID", "f-10"), ("TYPE", "document"), ("PATH", "browser-ops/x.json")), "PATH"),
+        # The File Cabinet's entries are read back as saved pages: a client may not plant one.
+        ((("ID", "f-11"), ("TYPE", "document"), ("PATH", "cabinet/fk_x.json")), "PATH"),
+        # A folder is judged where a store that resolves the path would file it.
+        ((("ID", "f-12"), ("TYPE", "note"), ("PATH", "./audit/x.json")), "PATH"),
+        ((("ID", "f-13"), ("TYPE", "note"), ("PATH", "notes/../exec-logs/x.log")), "PATH"),
+        ((("ID", "f-14"), ("TYPE", "note"), ("PATH", "//cabinet/fk_y.json")), "PATH"),
     ],
 )
 async def test_a_client_cannot_forge_or_preempt_the_daemons_own_records(

@@ -7,6 +7,7 @@ storage.
 
 from __future__ import annotations
 
+import posixpath
 import secrets
 
 import trio
@@ -22,12 +23,15 @@ from protocol import ErrorCode, Reply, Task
 # writes one ``audit`` record (SPEC M-1; docs/memory.md); the others are artefacts and runs.
 DAEMON_TYPES = frozenset({"audit", "exec_log", "research_job", "cron_run", "cron_due"})
 DAEMON_FOLDERS = ("audit/", "exec-logs/", "research-jobs/", "cron-runs/", "cron-due/")
+# What a specialist files under a folder of its own: the File Cabinet's entries, which the
+# cabinet reads back as saved pages (a client's entry there would be served as one).
+SPECIALIST_FOLDERS = ("cabinet/",)
 # What daemons before one record per op wrote beside the audit: still refused, so a client
 # cannot pass a forged record for one of the daemon's among the old ones in the store.
 RETIRED_TYPES = frozenset({"web_op", "browser_op", "canvas_op"})
 RETIRED_FOLDERS = ("web-ops/", "browser-ops/", "canvas-ops/")
 _REFUSED_TYPES = DAEMON_TYPES | RETIRED_TYPES
-_REFUSED_FOLDERS = DAEMON_FOLDERS + RETIRED_FOLDERS
+_REFUSED_FOLDERS = DAEMON_FOLDERS + SPECIALIST_FOLDERS + RETIRED_FOLDERS
 DAEMON_ID_PREFIX = "w-"
 
 
@@ -41,10 +45,17 @@ def client_write(task: Task) -> Task:
     for type_ in task.get_all("TYPE"):
         if type_ in _REFUSED_TYPES:
             raise OpError(ErrorCode.INVALID_FIELD, f"TYPE {type_} is the daemon's")
-    if any(path.lstrip("/").startswith(_REFUSED_FOLDERS) for path in task.get_all("PATH")):
+    if any(_filed(path).startswith(_REFUSED_FOLDERS) for path in task.get_all("PATH")):
         raise OpError(ErrorCode.INVALID_FIELD, "PATH is under a folder the daemon writes")
     fields = (*(f for f in task.fields if f[0] != "FROM"), ("FROM", "client"))
     return Task(task.req, task.domain, task.out, task.inline, fields)
+
+
+def _filed(path: str) -> str:
+    """``path`` as a store that resolves ``.``, ``..`` and repeated slashes would file it, so
+    ``./audit/x`` or ``notes/../audit/x`` is judged as ``audit/x``."""
+    filed = posixpath.normpath("/" + path).lstrip("/")
+    return filed + "/" if path.endswith("/") else filed
 
 
 class MemoryRelay:
