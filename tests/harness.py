@@ -27,7 +27,34 @@ from protocol import CLOSED, NEED_DATA, Connection, Limits, Reply
 S = TypeVar("S")
 
 
+class Sleeps:
+    """How many test ``sleep`` ops have started in this process, with a wait on that count:
+    tests wait for their ops to be running on an event the op sets, not by polling the
+    dispatcher. Read ``started`` before sending, then ``wait_started(mark + n)``."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self._changed: trio.Event | None = None
+
+    def note_start(self) -> None:
+        self.started += 1
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_started(self, count: int) -> None:
+        """Return once ``started`` reaches ``count``; the caller bounds the wait."""
+        while self.started < count:
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+
+SLEEPS = Sleeps()
+
+
 async def _sleep(params: Params, ctx: OpContext, _: Any) -> Result:
+    SLEEPS.note_start()
     await trio.sleep(params.integer("MS") / 1000)
     return Result(f"slept:{params.integer('MS')}", scope=("test",))
 

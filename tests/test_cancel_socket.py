@@ -20,7 +20,7 @@ from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Connection, Limits, Reply, Task, serialize
 from specialists.tool import TOOL
 from tests.conftest import Daemon, start_daemon, wait_until
-from tests.harness import TEST_OPS, ClientEnd, outbox_of
+from tests.harness import SLEEPS, TEST_OPS, ClientEnd, outbox_of
 from tests.tool.exec_support import live_pids, make_config, scratch_dir, wait_for_pid
 
 WAIT_S = 30.0
@@ -41,8 +41,10 @@ def _outcomes(dispatcher: Dispatcher, *ids: str) -> list[list[tuple[str, str | N
     return [[(a["outcome"], a["error"]) for a in _audits(dispatcher, i)] for i in ids]
 
 
-async def _in_flight(dispatcher: Dispatcher, count: int) -> None:
-    await wait_until(lambda: dispatcher.stats.in_flight == count, timeout_s=WAIT_S)
+async def _running(mark: int, count: int) -> None:
+    """Until ``count`` test sleep ops have started since ``SLEEPS.started`` was ``mark``."""
+    with trio.fail_after(WAIT_S):
+        await SLEEPS.wait_started(mark + count)
 
 
 async def _audited(dispatcher: Dispatcher, *ids: str) -> None:
@@ -60,8 +62,9 @@ async def test_a_client_that_hangs_up_has_its_unfinished_tasks_cancelled_and_aud
 ) -> None:
     daemon = await _serve(nursery, config, sock_dir)
     stream = await trio.open_unix_socket(daemon.socket_path)
+    mark = SLEEPS.started
     await stream.send_all(_sleep("h1", 600_000) + _sleep("h2", 600_000))
-    await _in_flight(daemon.dispatcher, 2)
+    await _running(mark, 2)
     await stream.aclose()
     await _audited(daemon.dispatcher, "h1", "h2")
     cancelled = [("FAIL", "cancelled:the client hung up")]
@@ -77,9 +80,10 @@ async def test_a_hang_up_is_heard_while_the_connection_waits_at_its_in_flight_ca
     connection = replace(config.connection, max_in_flight=2)
     daemon = await _serve(nursery, replace(config, connection=connection), sock_dir)
     stream = await trio.open_unix_socket(daemon.socket_path)
+    mark = SLEEPS.started
     ids = ["c1", "c2", "c3", "c4"]
     await stream.send_all(b"".join(_sleep(i, 600_000) for i in ids))
-    await _in_flight(daemon.dispatcher, 2)
+    await _running(mark, 2)
     await stream.aclose()
     await _audited(daemon.dispatcher, *ids)
     cancelled = [("FAIL", "cancelled:the client hung up")]
@@ -94,8 +98,9 @@ async def test_with_cancel_on_disconnect_false_a_hung_up_clients_tasks_run_to_th
     config = replace(config, tasks=replace(config.tasks, cancel_on_disconnect=False))
     daemon = await _serve(nursery, config, sock_dir)
     stream = await trio.open_unix_socket(daemon.socket_path)
+    mark = SLEEPS.started
     await stream.send_all(_sleep("k1", 200) + _sleep("k2", 600))
-    await _in_flight(daemon.dispatcher, 2)
+    await _running(mark, 2)
     await stream.aclose()
     await _audited(daemon.dispatcher, "k1", "k2")
     assert _outcomes(daemon.dispatcher, "k1", "k2") == [[("OK", None)], [("OK", None)]]
@@ -107,8 +112,9 @@ async def test_a_client_that_only_shuts_its_sending_side_still_gets_its_replies(
     """EOF alone is not a hang-up: ``printf ... | nc -N`` shuts its side and reads on."""
     daemon = await _serve(nursery, config, sock_dir)
     stream = await trio.open_unix_socket(daemon.socket_path)
+    mark = SLEEPS.started
     await stream.send_all(_sleep("half", 300))
-    await _in_flight(daemon.dispatcher, 1)
+    await _running(mark, 1)
     await stream.send_eof()
     end = ClientEnd(stream, Connection(Limits(1 << 20, 1 << 20, 1000)))
     with trio.fail_after(WAIT_S):

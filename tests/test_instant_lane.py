@@ -20,9 +20,13 @@ from tests.conftest import Sink, start_daemon
 HELD = 4  # running frames, in-flight frames and tool slots alike
 
 
-def _holding_op(release: trio.Event, started: list[str]) -> Op[Any]:
+def _holding_op(release: trio.Event, started: list[str], all_held: trio.Event) -> Op[Any]:
+    """An op that holds its place until ``release``; ``all_held`` is set once HELD run."""
+
     async def hold(params: Params, ctx: OpContext, _: Any) -> Result:
         started.append(ctx.task_id or "")
+        if len(started) == HELD:
+            all_held.set()
         await release.wait()
         return Result("released", scope=("test",))
 
@@ -52,10 +56,12 @@ async def test_pings_behind_slow_ops_filling_every_running_place_are_answered_fi
     """L-4, L-10: 4 ops that hold until released fill max_running_frames, the connection's
     max_in_flight and the tool pool; 50 pings pipelined behind them on the same connection
     are all answered while the 4 still hold, and the 4 are answered once released."""
-    release = trio.Event()
+    release, all_held = trio.Event(), trio.Event()
     started: list[str] = []
     path = os.path.join(sock_dir, "csp.sock")
-    await start_daemon(nursery, _full_config(config), path, [_holding_op(release, started)])
+    await start_daemon(
+        nursery, _full_config(config), path, [_holding_op(release, started, all_held)]
+    )
     holds = b"".join(f"TASK REQ:hold IN:TEST OUT:HELD\nID h{n}\n\n".encode() for n in range(HELD))
     pings = b"".join(f"TASK REQ:ping IN:SYS OUT:PONG\nID p{n}\n\n".encode() for n in range(50))
     codec = Connection()
@@ -63,8 +69,7 @@ async def test_pings_behind_slow_ops_filling_every_running_place_are_answered_fi
         stream = await trio.open_unix_socket(path)
         async with stream:
             await stream.send_all(holds)
-            while len(started) < HELD:
-                await trio.sleep(0.01)
+            await all_held.wait()
             await stream.send_all(pings)
             first = await _replies(stream, codec, 50)
             release.set()

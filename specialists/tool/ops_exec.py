@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+import trio
+
 from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
@@ -31,6 +33,7 @@ from protocol import ErrorCode
 from .exec import (
     ExecRequest,
     ExecResult,
+    Limit,
     cache_key,
     cacheable,
     probe_sandbox,
@@ -233,7 +236,10 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
             return replace(hit, audit=audit)
         result = await run_command(request, services.config, sandbox=services.sandbox)
         result = replace(result, timeout_ms=budget)
-        log_path = await _log_output(ctx, result)
+        # A command the engine timed out is owed its log and reply even when the task's
+        # deadline passes during the clear-up (run_command's timeout leaves it only the reserve).
+        with trio.CancelScope(shield=Limit.TIMEOUT in result.limits):
+            log_path = await _log_output(ctx, result)
     audit = replace(audit, exit=result.exit_code, limits=tuple(sorted(result.limits)), log=log_path)
     error = result.failure()
     if error is not None:

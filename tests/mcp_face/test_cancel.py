@@ -20,7 +20,7 @@ from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import build_tools
 from tests.conftest import start_daemon, wait_until
-from tests.harness import TEST_OPS, given, outbox_of
+from tests.harness import SLEEPS, TEST_OPS, given, outbox_of
 
 from .conftest import WAIT_S
 
@@ -40,14 +40,14 @@ async def test_a_call_the_mcp_client_cancels_is_cancelled_in_the_daemon(
     daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "csp.sock"), TEST_OPS)
     entries = [op.describe() for op in op_table([given(None, TEST_OPS)])]
     tools = build_tools(entries, exec_configured=False, max_timeout_ms=MAX_TIMEOUT_MS)
-    in_flight = daemon.dispatcher.stats
     with trio.fail_after(WAIT_S):
         async with open_daemon_link(daemon.socket_path) as link:
             server = build_server(link, ToolSet(tools), max_timeout_ms=MAX_TIMEOUT_MS)
             async with Client(server) as client, trio.open_nursery() as calls:
                 arguments = {"ms": MAX_TIMEOUT_MS, "timeout_ms": MAX_TIMEOUT_MS}
+                mark = SLEEPS.started
                 calls.start_soon(client.call_tool, "test_sleep", arguments)
-                await wait_until(lambda: in_flight.in_flight == 1, timeout_s=WAIT_S)
+                await SLEEPS.wait_started(mark + 1)  # bounded by the fail_after above
                 calls.cancel_scope.cancel()  # the SDK sends notifications/cancelled
             await wait_until(lambda: _sleep_audits(daemon.dispatcher), timeout_s=WAIT_S)
     (audit,) = _sleep_audits(daemon.dispatcher)

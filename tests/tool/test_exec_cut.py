@@ -139,7 +139,9 @@ async def test_cancelling_a_running_exec_kills_its_whole_tree(dispatcher: Dispat
             nursery.start_soon(dispatcher.run, _exec(_tree_command(marker), shell=True), _PEER)
             await wait_for_pid(marker)
             with trio.fail_after(10):
+                # A poller: the sleeps are outside processes, nothing in-process can signal.
                 while len(live_pids(marker)) < 2:  # both sleeps run
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
         await _no_process_left(marker)
+    assert live_pids(marker) == []

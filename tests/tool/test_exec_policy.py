@@ -177,7 +177,11 @@ def test_default_sort_rule_refuses_compress_program_and_its_abbreviations(
 
 
 def test_default_sort_rule_lets_plain_sorting_through(workspace: str) -> None:
-    prepare_command(ExecRequest("sort -r -k2 f"), make_config(workspace), sandbox=bare_sandbox())
+    plan = prepare_command(
+        ExecRequest("sort -r -k2 f"), make_config(workspace), sandbox=bare_sandbox()
+    )
+    assert (plan.program, plan.argv[1:]) == ("sort", ("-r", "-k2", "f"))
+    assert os.path.basename(plan.argv[0]) == "sort"
 
 
 @pytest.mark.parametrize("command", ["", "   ", "echo 'open", "echo a\0b"])

@@ -71,7 +71,12 @@ def web_audits(dispatcher: Dispatcher) -> list[dict[str, object]]:
 
 async def until(predicate: Callable[[], bool]) -> None:
     """Yield to other tasks until ``predicate`` holds; bounded in real time, so it also works
-    under a MockClock that never advances by itself."""
+    under a MockClock that never advances by itself.
+
+    A poller on purpose: the states waited for (a flight led, a follower joined) come after
+    work in worker threads (name resolution, the response cache), which trio counts as
+    blocked, so ``wait_all_tasks_blocked`` returns before them (tried: 7 of 64 tests failed),
+    and nothing in specialists/web signals them."""
     started = time.monotonic()
     while not predicate():
         assert time.monotonic() - started < WAIT_S, "condition never held"

@@ -12,6 +12,7 @@ from functools import partial
 import trio
 
 from csp_web.config.exec import ExecConfig
+from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
@@ -55,8 +56,13 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     Raises OpError before anything starts for every refusal listed at ``prepare_command``,
     and NOT_AVAILABLE / COMMAND_FAILED if the spawn itself fails. When cancelled from outside
     it kills the whole tree and reaps it before letting the cancellation through.
+
+    The timeout counts from this call, not from the spawn, and ends by the task's own work
+    deadline at the latest (``work_deadline``): the placeholders and the spawn take a loaded
+    host 100 ms and more, which would otherwise eat the reserve kept to report the timeout.
     """
     plan = prepare_command(request, config, sandbox=sandbox)
+    deadline = min(trio.current_time() + plan.timeout_ms / 1000, work_deadline())
     token = secrets.token_hex(16) if sandbox.kind == "none" else None
     env = {**plan.env, TOKEN_ENV: token} if token else dict(plan.env)
     _check_wrappers(sandbox)
@@ -72,7 +78,7 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
             partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
         )
         try:
-            run = await _run(plan, config, sandbox, env, token, group)
+            run = await _run(plan, config, sandbox, env, token, group, deadline)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(
@@ -120,6 +126,7 @@ async def _run(
     env: dict[str, str],
     token: str | None,
     group: CommandCgroup | None,
+    deadline: float,
 ) -> _Run:
     working_dir_fd = open_working_dir(plan.working_dir, config)
     try:
@@ -139,7 +146,7 @@ async def _run(
     finally:
         os.close(working_dir_fd)
     try:
-        return await _supervise(child, plan, config)
+        return await _supervise(child, config, deadline)
     finally:
         await child.aclose(grace_s=config.reap_grace_ms / 1000)
 
@@ -164,8 +171,9 @@ async def _spawn(
         ) from error
 
 
-async def _supervise(child: Child, plan: PreparedCommand, config: ExecConfig) -> _Run:
-    """Read both pipes while waiting for exit or the timeout, then clear up what is left.
+async def _supervise(child: Child, config: ExecConfig, deadline: float) -> _Run:
+    """Read both pipes while waiting for exit or the timeout (trio time ``deadline``), then
+    clear up what is left.
 
     After the exit, leftovers are killed (so a daemonised grandchild cannot hold the pipes
     open), then the pipes get ``drain_grace_ms`` to reach EOF; a process that escaped the
@@ -177,19 +185,26 @@ async def _supervise(child: Child, plan: PreparedCommand, config: ExecConfig) ->
         CappedOutput(max_bytes=_REPORT_BYTES, tail_bytes=_REPORT_BYTES // 2),
     )
     drained = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_drain_all, child, run, drained)
-        with trio.move_on_after(plan.timeout_ms / 1000) as deadline:
-            await child.wait_exited()
-        run.timed_out = deadline.cancelled_caught
-        if run.timed_out or child.token is not None:
-            await child.kill_tree()
-        else:  # bwrap: the namespace died with its init; only the group is left to check
-            child.kill_group()
-        run.exit = await child.reap(grace_s=config.reap_grace_ms / 1000)
-        with trio.move_on_after(config.drain_grace_ms / 1000):
-            await drained.wait()
-        nursery.cancel_scope.cancel()
+    owed = trio.CancelScope()  # shielded once the timer fires: see below
+    with owed:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain_all, child, run, drained)
+            with trio.move_on_at(deadline) as timer:
+                await child.wait_exited()
+            run.timed_out = timer.cancelled_caught
+            # Past its own timer the op owes the caller the timeout reply (COMMAND, exit:null,
+            # the log): the clear-up below, bounded by the two graces, finishes even if the
+            # task's deadline passes meanwhile, as it does on a loaded host where killing and
+            # reaping outlast the reserve (100 ms of a 500 ms budget).
+            owed.shield = run.timed_out
+            if run.timed_out or child.token is not None:
+                await child.kill_tree()
+            else:  # bwrap: the namespace died with its init; only the group is left to check
+                child.kill_group()
+            run.exit = await child.reap(grace_s=config.reap_grace_ms / 1000)
+            with trio.move_on_after(config.drain_grace_ms / 1000):
+                await drained.wait()
+            nursery.cancel_scope.cancel()
     return run
 
 
