@@ -98,7 +98,8 @@ async def rendered_fetch(
                             Task("fetch", "WEB", "CONTENT", url, fields), Peer("bench")
                         )
                         elapsed = time.perf_counter() - started
-                        assert reply.status is Status.OK and reply.get("RENDERED"), reply
+                        assert reply.status is Status.OK, reply
+                        assert reply.get("RENDERED") == "browser", reply
                         if number:  # round 0 warms Chromium up
                             times.append(elapsed)
     finally:
