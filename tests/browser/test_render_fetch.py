@@ -123,6 +123,18 @@ async def test_an_app_shell_is_rendered_in_chromium_and_read_with_its_text(
 
 
 @pytest.mark.slow
+async def test_several_urls_say_which_page_was_rendered_on_its_fetch_line(
+    pages: Dispatcher, origin: Origin
+) -> None:
+    shell, static = serve(origin, "/shell", SHELL), serve(origin, "/quay", STATIC)
+    reply = await _fetch(pages, None, ("URL", shell), ("URL", static))
+    assert reply.status is Status.OK
+    lines = {line.split(" ")[1]: line for name, line in reply.fields if name == "FETCH"}
+    assert " cached:false rendered:browser " in lines[shell]
+    assert "rendered:" not in lines[static]
+
+
+@pytest.mark.slow
 async def test_render_never_answers_the_shell_partial_with_why(
     pages: Dispatcher, origin: Origin
 ) -> None:
