@@ -42,11 +42,17 @@ SHELL = (
 )
 SHELL_MD = f"# Harbour\n\n{SHELL_TEXT}"  # the extractor heads the text with the title
 STATIC = "<html><head><title>Quay</title></head><body><p>The quay is two hundred metres long.</p>"
+DOM_CAP = 200_000  # web's max_decoded_bytes here: a served shell is far below, a grown DOM not
 OP_TIMEOUT_S = 45.0  # the op's deadline for a render (a first Chromium launch on a busy host)
 
 
 def _web_config(config: Config, guard: GuardConfig, timeout_s: float) -> Config:
     return replace(config, web=WebConfig(guard=replace(guard, timeout_s=timeout_s)))
+
+
+@pytest.fixture
+def guard(guard: GuardConfig) -> GuardConfig:
+    return replace(guard, max_decoded_bytes=DOM_CAP)
 
 
 @pytest.fixture
@@ -187,6 +193,20 @@ async def test_the_guard_blocks_a_rendered_pages_script_fetch_to_a_private_addre
     by_target = {r.target: r.error for r in refusals.seen}
     assert by_target[f"fetch.private.test:{private.port}"] == "ssrf_blocked:loopback-127/8"
     assert private.connections == 0
+
+
+@pytest.mark.slow
+async def test_a_dom_its_scripts_grow_past_the_cap_is_too_large(
+    pages: Dispatcher, origin: Origin
+) -> None:
+    grows = SHELL.replace("</script>", f"p.textContent = 'x'.repeat({DOM_CAP});</script>")
+    url = serve(origin, "/grows", grows)
+    reply = await _fetch(pages, url)
+    assert (reply.status, reply.get("ERROR"), reply.get("URL")) == (
+        Status.FAIL,
+        "too_large:rendered_dom",
+        url,
+    )
 
 
 class TestAPageThatNeverSettles:

@@ -11,9 +11,11 @@ import pytest
 
 from csp_web.config import Config
 from csp_web.config.web import FetchConfig
+from csp_web.core.api.errors import OpError
 from protocol import Reply, Status
 from specialists.web.pages.appshell import SCRIPT_RATIO, TINY_TEXT_CHARS, shell_reason
 from specialists.web.pages.ops_fetch import OPS
+from specialists.web.pages.rendering import check_size
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import fetch, hits, serve
@@ -44,6 +46,13 @@ def test_a_page_with_enough_text_is_read_as_served_whatever_its_scripts() -> Non
     shell = '<div id="root"></div><script>go()</script>'
     assert shell_reason(shell, "x" * (TINY_TEXT_CHARS - 1)) == "root_div"
     assert shell_reason(shell, "x" * TINY_TEXT_CHARS) is None
+
+
+def test_a_rendered_dom_is_capped_in_bytes_as_a_decoded_body_is() -> None:
+    check_size("é" * 5, 10)  # 10 bytes of UTF-8: at the cap
+    with pytest.raises(OpError) as over:
+        check_size("é" * 5 + "x", 10)
+    assert (over.value.code.value, over.value.detail) == ("too_large", "rendered_dom")
 
 
 async def test_auto_without_chromium_reads_the_shell_as_served_and_says_why(

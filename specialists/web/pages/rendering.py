@@ -62,7 +62,8 @@ async def render_if_needed(
 ) -> Page:
     """``page`` as served, or the page its DOM makes once rendered (see the module's
     docstring). Raises the renderer's OpError: the guard's codes, BUSY, BROWSER_UNAVAILABLE,
-    FETCH_FAILED (``render_timeout`` at ``deadline``, ``render_<net error>``)."""
+    FETCH_FAILED (``render_timeout`` at ``deadline``, ``render_<net error>``), TOO_LARGE
+    (``rendered_dom`` past ``guard.max_decoded_bytes``)."""
     if page.kind != "html":
         return page
     reason = "always" if mode == "always" else page.shell
@@ -77,11 +78,20 @@ async def render_if_needed(
         if cached is not None:
             return cached
     rendered = await _render(renderer, page.url, deadline)
+    check_size(rendered.html, services.config.guard.max_decoded_bytes)
     build = functools.partial(rendered_page, page, rendered, reason, time.time())
     built = await trio.to_thread.run_sync(build, abandon_on_cancel=True)
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(RENDER_NAMESPACE, key, to_snapshot(built), ttl_s=ttl_s)
     return built
+
+
+def check_size(html: str, limit: int) -> None:
+    """Raise OpError(TOO_LARGE, "rendered_dom") when the DOM's UTF-8 serialisation is over
+    ``limit`` bytes: a script can build a page far past what a download may bring, and the
+    extractor reads it all (the same cap as a decoded body, ``guard.max_decoded_bytes``)."""
+    if len(html) > limit or len(html.encode("utf-8", "surrogatepass")) > limit:
+        raise OpError(ErrorCode.TOO_LARGE, "rendered_dom")
 
 
 def _unrendered(page: Page, why_not: str) -> Page:
