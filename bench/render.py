@@ -138,19 +138,20 @@ def bare_playwright(urls: list[str], rounds: int, executable: str) -> list[float
     return asyncio.run(main())
 
 
+def serve_shell(origin: Origin, number: int) -> str:
+    """Serve ``shell(number)`` on ``origin``; its URL."""
+    reply = Reply(200, [("content-type", "text/html; charset=utf-8")], shell(number))
+    origin.routes[f"/log/{number}"] = lambda _seen: reply
+    return origin.url(HOST, f"/log/{number}")
+
+
 async def main(rounds: int) -> None:
     ca = trustme.CA()
     issuer = ca.create_child_ca()
     state = tempfile.mkdtemp(prefix="bench-render-")
     async with trio.open_nursery() as nursery:
         origin: Origin = await start_https_origin(nursery, issuer, (HOST,))
-        urls = []
-        for number in range(PAGES):
-            body = shell(number)
-            origin.routes[f"/log/{number}"] = lambda _seen, body=body: Reply(
-                200, [("content-type", "text/html; charset=utf-8")], body
-            )
-            urls.append(origin.url(HOST, f"/log/{number}"))
+        urls = [serve_shell(origin, number) for number in range(PAGES)]
         guard = GuardConfig(
             allowed_ports=(origin.port,), allow_private=("127.0.0.1/32",), timeout_s=60.0
         )
