@@ -8,7 +8,8 @@ The same local app-shell pages (a local HTTPS origin, trustme CA) are read two w
 - bare: a Playwright of its own on the same Chromium binary, a new context per page,
   ``goto`` (wait for load) and ``content()``, no proxy, no guard, no extraction.
 
-The ratio is rendered fetch / bare, medians over every page and round.
+The two alternate page by page; the ratio is rendered fetch / bare, medians over every page
+and round.
 
     python bench/render.py [--rounds N]
 """
@@ -22,9 +23,12 @@ import ssl
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import trio
 import trustme
@@ -51,6 +55,7 @@ from tests.harness import build_dispatcher  # noqa: E402
 from tests.net._dns import FixedResolver  # noqa: E402
 from tests.net._origin import Origin, Reply, start_https_origin  # noqa: E402
 
+T = TypeVar("T")
 HOST = "origin.test"
 PAGES = 5
 
@@ -69,10 +74,56 @@ def shell(number: int) -> bytes:
     ).encode()
 
 
-async def rendered_fetch(
+class Bare:
+    """A Playwright of its own on an asyncio loop in a thread: each ``load`` is a new context,
+    ``goto`` (wait for load) and ``content()``, its wall seconds."""
+
+    def __init__(self, executable: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._call(self._launch(executable))
+
+    def _call(self, work: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+    async def _launch(self, executable: str) -> None:
+        from playwright.async_api import async_playwright
+
+        self._playwright = await async_playwright().start()
+        self._browser = await self._playwright.chromium.launch(
+            executable_path=executable, args=[f"--host-resolver-rules=MAP {HOST} 127.0.0.1"]
+        )
+
+    def load(self, url: str) -> float:
+        return self._call(self._load(url))
+
+    async def _load(self, url: str) -> float:
+        started = time.perf_counter()
+        context = await self._browser.new_context(ignore_https_errors=True)
+        page = await context.new_page()
+        await page.goto(url, wait_until="load")
+        html = await page.content()
+        await context.close()
+        elapsed = time.perf_counter() - started
+        assert "harbour log" in html
+        return elapsed
+
+    def close(self) -> None:
+        async def stop() -> None:
+            await self._browser.close()
+            await self._playwright.stop()
+
+        self._call(stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def measure(
     urls: list[str], rounds: int, config: Config, issuer: trustme.CA
-) -> list[float]:
-    """Wall seconds of each rendered fetch."""
+) -> tuple[list[float], list[float]]:
+    """Wall seconds of each rendered fetch and of each bare load, interleaved page by page
+    (so the host's load falls on both alike); round 0 warms both up and is not counted."""
     trust = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     issuer.configure_trust(trust)
     dns = FixedResolver({HOST: ["127.0.0.1"]})
@@ -81,7 +132,9 @@ async def rendered_fetch(
     browser_config = config.tool.browser
     runtime, served = start_runtime(browser_config, settings)
     runtime.proxy.resolver = dns
-    times: list[float] = []
+    bare = await trio.to_thread.run_sync(Bare, find_executable(browser_config))
+    rendered: list[float] = []
+    bared: list[float] = []
     try:
         async with (
             open_browser_services(config, guard=settings.current, runtime=runtime) as browser,
@@ -100,42 +153,15 @@ async def rendered_fetch(
                         elapsed = time.perf_counter() - started
                         assert reply.status is Status.OK, reply
                         assert reply.get("RENDERED") == "browser", reply
-                        if number:  # round 0 warms Chromium up
-                            times.append(elapsed)
+                        plain = await trio.to_thread.run_sync(bare.load, url)
+                        if number:
+                            rendered.append(elapsed)
+                            bared.append(plain)
     finally:
+        await trio.to_thread.run_sync(bare.close)
         runtime.engine.close_sync()
         served.stop()
-    return times
-
-
-def bare_playwright(urls: list[str], rounds: int, executable: str) -> list[float]:
-    """Wall seconds of each bare goto+content, in a Playwright of its own."""
-
-    async def main() -> list[float]:
-        from playwright.async_api import async_playwright
-
-        times: list[float] = []
-        async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(
-                executable_path=executable,
-                args=[f"--host-resolver-rules=MAP {HOST} 127.0.0.1"],
-            )
-            for number in range(rounds + 1):
-                for url in urls:
-                    started = time.perf_counter()
-                    context = await browser.new_context(ignore_https_errors=True)
-                    page = await context.new_page()
-                    await page.goto(url, wait_until="load")
-                    html = await page.content()
-                    await context.close()
-                    elapsed = time.perf_counter() - started
-                    assert "harbour log" in html
-                    if number:
-                        times.append(elapsed)
-            await browser.close()
-        return times
-
-    return asyncio.run(main())
+    return rendered, bared
 
 
 def serve_shell(origin: Origin, number: int) -> str:
@@ -164,9 +190,7 @@ async def main(rounds: int) -> None:
         )
         config = replace(config, memory=replace(config.memory, socket_path=None))
         os.makedirs(state, exist_ok=True)
-        rendered = await rendered_fetch(urls, rounds, config, ca)
-        executable = find_executable(browser_config)
-        bare = await trio.to_thread.run_sync(bare_playwright, urls, rounds, executable)
+        rendered, bare = await measure(urls, rounds, config, ca)
         nursery.cancel_scope.cancel()
     fetch_ms, bare_ms = statistics.median(rendered) * 1000, statistics.median(bare) * 1000
     print(f"pages: {PAGES} x {rounds} rounds (after one warm-up round each)")
