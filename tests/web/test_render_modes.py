@@ -18,7 +18,7 @@ from specialists.web.pages.ops_fetch import OPS
 from specialists.web.pages.rendering import check_size
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
-from tests.web.pages_support import fetch, hits, serve
+from tests.web.pages_support import fetch, hits, run, serve
 
 SHELL = '<html><head><title>App</title></head><body><div id="root"></div><script src="/a.js">'
 SHELL += "</script></body></html>"
@@ -104,6 +104,19 @@ async def test_a_render_mode_outside_the_three_is_refused(
     assert (reply.status, reply.get("ERROR")) == (
         Status.FAIL,
         "invalid_field:RENDER must be auto|never|always",
+    )
+
+
+async def test_render_with_a_file_key_is_refused_as_max_age_is(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    key = (await fetch(dispatcher, serve(origin, "/app", SHELL))).get("FILE_KEY")
+    assert key is not None
+    reply = await run(dispatcher, "fetch", "CONTENT", None, ("FILE_KEY", key), ("RENDER", "never"))
+    assert (reply.status, reply.get("ERROR")) == (
+        Status.FAIL,
+        "invalid_field:RENDER applies to URL: a FILE_KEY is fixed",
     )
 
 

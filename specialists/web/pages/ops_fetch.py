@@ -63,6 +63,8 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
     max_age_s = params.opt_integer("MAX_AGE")
     if key is not None and max_age_s is not None:
         raise FieldError(ErrorCode.INVALID_FIELD, "MAX_AGE applies to URL: a FILE_KEY is fixed")
+    if key is not None and params.opt_text("RENDER") is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "RENDER applies to URL: a FILE_KEY is fixed")
     services.board.turn(ctx.peer, docs.board)
     if len(urls) > 1:
         return await fetch_many(params, ctx, services, urls, max_chars, max_age_s)
