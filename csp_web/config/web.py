@@ -73,6 +73,10 @@ class FetchConfig:
     default_max_chars: int = 8000  # seed 000: "Max 2000 tokens per fetch (~8000 chars)"
     max_chars_cap: int = 50_000  # seed 001: "Maximum text extraction: 50,000 characters"
     rate: RateConfig = field(default_factory=lambda: RateConfig(20, 20))  # seed 001: 20/min
+    # Issue 24: a page built by script (an app shell) is rendered in the browser's Chromium.
+    # auto: when the HTML looks like one (and Chromium is there; without it, as never);
+    # never: the HTML as served; always: every HTML page rendered (FAIL without Chromium).
+    render: Literal["auto", "never", "always"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ async def test_the_new_fetch_fields_arrive_through_the_mcp_face(web_daemon: WebD
             cut = await call(client, {"url": declared, "max_chars": 30})
             again = await call(client, {"url": declared, "max_age": 3600})
             empty = await call(client, {"url": shell})
-    for result in (cut, again, empty):
+            never = await call(client, {"url": shell, "render": "never"})
+            always = await call(client, {"url": declared, "render": "always"})
+    for result in (cut, again, empty, never):
         assert result.structured_content is not None
         assert not result.is_error
     assert cut.structured_content is not None
@@ -107,3 +109,13 @@ async def test_the_new_fetch_fields_arrive_through_the_mcp_face(web_daemon: WebD
     (content,) = empty.content
     assert content.type == "text"
     assert content.text.startswith(f"PARTIAL BECAUSE {EMPTY}\n")
+    # issue 24's render fields: this daemon has no Chromium, so auto acts as never and says so
+    assert empty.structured_content["RENDER_REASON"] == "root_div,render_unavailable"
+    assert never.structured_content is not None
+    assert (never.structured_content["ERROR"], never.structured_content["RENDER_REASON"]) == (
+        "empty_content:script_only,render_off",
+        "root_div,render_off",
+    )
+    assert always.is_error
+    assert always.structured_content is not None
+    assert always.structured_content["ERROR"] == "browser_unavailable:render_always"

@@ -106,6 +106,12 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "description": "seconds: read the cache only when its snapshot is younger"
                 " (0: download)",
             },
+            "render": {
+                "type": "string",
+                "enum": ["auto", "never", "always"],
+                "description": "run the page's JavaScript in Chromium: auto (an app shell),"
+                " never, always; default web.fetch.render (auto)",
+            },
             "board": {
                 "type": "boolean",
                 "default": False,

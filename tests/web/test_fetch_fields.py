@@ -175,6 +175,7 @@ async def test_a_script_only_page_is_partial_with_empty_content_never_ok(
             ("TITLE", "App"),
             ("WORD_COUNT", "0"),
             ("CACHED", "false"),
+            ("RENDER_REASON", "root_div,render_unavailable"),  # no Chromium here: as never
             ("URL", url),
             ("FILE_KEY", key),
             ("CONTENT_LENGTH", "0"),

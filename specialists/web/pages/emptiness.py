@@ -3,8 +3,12 @@
 The reason travels in the fetch reply as ``ERROR empty_content:<why>`` on a PARTIAL (SPEC R-2):
 
     empty_body                          the body holds nothing but whitespace
-    script_only,render_unavailable      an HTML page whose text is built by its scripts; the
-                                        render path that would run them is not built yet
+    script_only,render_off              an HTML page whose text is built by its scripts, not
+                                        rendered: RENDER never (or web.fetch.render: never)
+    script_only,render_unavailable      the same, and no Chromium to render it (rendering.py)
+    rendered_empty                      the browser rendered the page and it still has no text
+                                        (its scripts failed, or the guard refused what they
+                                        asked for)
     no_text                             markup with no readable text and no scripts
 """
 
@@ -13,7 +17,8 @@ from __future__ import annotations
 import re
 
 EMPTY_BODY = "empty_body"
-SCRIPT_ONLY = "script_only,render_unavailable"
+SCRIPT_ONLY = "script_only"  # rendering.py adds why it was not rendered
+RENDERED_EMPTY = "rendered_empty"
 NO_TEXT = "no_text"
 # An app shell's tell: an external or inline script, or a <noscript> asking for JavaScript.
 _SCRIPTED = re.compile(r"<script[\s>]|<noscript[\s>]", re.I)

@@ -4,6 +4,8 @@
                                                   one line each for one URL, attributes of
                                                   each FETCH line for several
     CACHED_AT                                     when a snapshot read from the cache was made
+    RENDERED RENDER_REASON                        a page read from the DOM Chromium rendered, and
+                                                  why; an app shell left as served, and why
     SUMMARY                                       a PARTIAL page's extractive summary, whole
     ERROR empty_content:<why>                     a page that loaded but yields no text
 
@@ -65,6 +67,15 @@ def cached_at(page: Page) -> str | None:
         return None
     moment = datetime.datetime.fromtimestamp(page.fetched_at, datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def render_fields(page: Page) -> list[Field]:
+    """``RENDERED browser`` for a page read from a rendered DOM, and ``RENDER_REASON`` when a
+    render was done or wanted (rendering.py)."""
+    fields: list[Field] = [("RENDERED", "browser")] if page.rendered else []
+    if page.render_reason is not None:
+        fields.append(("RENDER_REASON", page.render_reason))
+    return fields
 
 
 def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:

@@ -107,7 +107,10 @@ async def _load(
 ) -> None:
     no_cache = params.flag("NO_CACHE")
     try:
-        page = await fetch_page(services, outcome.url, no_cache=no_cache, max_age_s=max_age_s)
+        render = params.opt_text("RENDER")
+        page = await fetch_page(
+            services, outcome.url, no_cache=no_cache, max_age_s=max_age_s, render=render
+        )
         content = page_view(page, params.text("EXTRACT"), outcome.url)  # refuse no view
         empty = empty_error(page, content)
         if empty is not None:  # loaded, but nothing to read: a failure of this URL
@@ -139,6 +142,7 @@ async def _render(
         title = json.dumps(page.title or "", ensure_ascii=False)
         when = cached_at(page)
         stamp = f" cached_at:{when}" if when is not None else ""
+        stamp += " rendered:browser" if page.rendered else ""
         fields.append(
             (
                 "FETCH",

@@ -10,8 +10,10 @@ while its ``base_url`` and key are set). ``plan`` orders them for the settings i
 ``docs.firecrawl.mode`` ``fallback`` (the default) asks Firecrawl only after a direct load
 failed with ``fetch_failed`` or ``too_large`` and reports the direct failure when Firecrawl
 fails too (unless Firecrawl's landing was refused by the guard: that code is reported);
-``always`` asks Firecrawl first and loads directly when it fails. The browser's render (the
-``Renderer`` port) joins this table with the fetch issue.
+``always`` asks Firecrawl first and loads directly when it fails. What the loaders bring is
+then rendered in the browser's Chromium when it is an app shell or RENDER asks for it
+(``rendering.py``, through the ``Renderer`` port): the served HTML is loaded first all the
+same, so the gate, robots.txt and the fetch bucket judge a rendered page as any other.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from protocol import ErrorCode
 
 from .firecrawl import scrape
 from .loading import Page, load_page, op_deadline
+from .rendering import mode_of, render_if_needed
 from .services import PagesServices
 
 log = logging.getLogger(__name__)
@@ -94,9 +97,28 @@ async def load(
     no_cache: bool,
     deadline: float,
     max_age_s: float | None = None,
+    render: str | None = None,
 ) -> Page:
-    """The page at ``url`` through the planned loaders (see the module's docstring); a
-    cached snapshot only when younger than ``max_age_s`` (None: any the cache holds)."""
+    """The page at ``url`` through the planned loaders (see the module's docstring), rendered
+    as ``render`` (RENDER's mode; None: ``web.fetch.render``) says; a cached snapshot only
+    when younger than ``max_age_s`` (None: any the cache holds)."""
+    mode = mode_of(services, render)
+    page = await _load_served(
+        services, url, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s
+    )
+    return await render_if_needed(
+        services, page, mode=mode, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s
+    )
+
+
+async def _load_served(
+    services: PagesServices,
+    url: str,
+    *,
+    no_cache: bool,
+    deadline: float,
+    max_age_s: float | None,
+) -> Page:
     steps, key = plan(services)
     first: OpError | None = None
     for number, step in enumerate(steps):
@@ -119,14 +141,26 @@ async def load(
 
 
 async def fetch_page(
-    services: PagesServices, url: str, *, no_cache: bool = False, max_age_s: float | None = None
+    services: PagesServices,
+    url: str,
+    *,
+    no_cache: bool = False,
+    max_age_s: float | None = None,
+    render: str | None = None,
 ) -> Page:
     """What fetch loads for one URL (asked alone or with others): ``load`` under the op's
-    deadline (a cached snapshot only when younger than ``max_age_s``), a failure carrying a
-    ``URL`` field."""
+    deadline (a cached snapshot only when younger than ``max_age_s``; rendered as ``render``
+    says), a failure carrying a ``URL`` field."""
     deadline = op_deadline(services)
     try:
-        return await load(services, url, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s)
+        return await load(
+            services,
+            url,
+            no_cache=no_cache,
+            deadline=deadline,
+            max_age_s=max_age_s,
+            render=render,
+        )
     except OpError as exc:
         raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
 

@@ -30,6 +30,7 @@ from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
 from specialists.extract import extract_article, outline
 
+from .appshell import shell_reason
 from .emptiness import empty_why, is_empty
 from .flights import Flight, Flights
 from .headmeta import read_head
@@ -38,7 +39,7 @@ from .services import PagesServices
 Kind = Literal["html", "json", "text", "other"]
 
 CACHE_NAMESPACE = "fetch"
-SNAPSHOT_VERSION = 3  # bump when Page changes shape: older cached snapshots then read as misses
+SNAPSHOT_VERSION = 4  # bump when Page changes shape: older cached snapshots then read as misses
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
 
@@ -57,8 +58,11 @@ class Page:
     ``meta`` and ``refresh`` (a meta-refresh target, absolute); json and text give ``text``
     (the decoded body) and ``json`` when the body parses as JSON. ``fetched_at`` is when it was
     downloaded (Unix seconds: MAX_AGE and CACHED_AT); ``empty`` says why the main view holds no
-    text (``emptiness.py``), None when it holds some. ``cached`` is True when this load was
-    answered from the cache; it is not stored.
+    text (``emptiness.py``), None when it holds some. ``shell`` names the tell that served HTML
+    is an app shell (``appshell.py``); ``rendered`` is True for a page read from the DOM the
+    browser rendered, ``render_reason`` says why it was rendered, or why not (fetch's
+    RENDERED and RENDER_REASON). ``cached`` is True when this load was answered from the
+    cache; it is not stored.
     """
 
     url: str
@@ -78,6 +82,9 @@ class Page:
     refresh: str | None = None
     fetched_at: float = 0.0
     empty: str | None = None
+    shell: str | None = None
+    rendered: bool = False
+    render_reason: str | None = None
     cached: bool = False
 
     @property
@@ -290,7 +297,7 @@ def build_page(result: FetchResult, *, fetched_at: float = 0.0) -> Page:
         return base
     text = decode_text(result.body, charset=result.charset, content_type=result.content_type)
     if kind == "html":
-        page = _html_page(base, text)
+        page = html_page(base, text)
     else:
         page = dataclasses.replace(
             base, text=text, json=compact_json(text), word_count=len(_WORD.findall(text))
@@ -299,7 +306,9 @@ def build_page(result: FetchResult, *, fetched_at: float = 0.0) -> Page:
     return dataclasses.replace(page, empty=empty_why(kind, text)) if is_empty(main) else page
 
 
-def _html_page(base: Page, html: str) -> Page:
+def html_page(base: Page, html: str) -> Page:
+    """``base`` with the views of ``html``: the extractor's Markdown, the outline, the head's
+    metadata, and the app-shell tell when the text looks written by scripts."""
     article = extract_article(html, url=base.url)
     head = read_head(html, base_url=base.url)
     return dataclasses.replace(
@@ -312,6 +321,7 @@ def _html_page(base: Page, html: str) -> Page:
         page_type=article.page_type,
         meta=head.meta,
         refresh=head.refresh,
+        shell=shell_reason(html, article.markdown),
     )
 
 

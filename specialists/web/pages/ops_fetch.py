@@ -31,7 +31,7 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from ..services import WebServices, web_audit
-from .fetch_fields import cached_at, declared_fields, empty_error, summary_fields
+from .fetch_fields import cached_at, declared_fields, empty_error, render_fields, summary_fields
 from .fetch_many import announce, board_lines, fetch_many
 from .filekeys import held, window
 from .loaders import fetch_page, page_view
@@ -63,6 +63,8 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
     max_age_s = params.opt_integer("MAX_AGE")
     if key is not None and max_age_s is not None:
         raise FieldError(ErrorCode.INVALID_FIELD, "MAX_AGE applies to URL: a FILE_KEY is fixed")
+    if key is not None and params.opt_text("RENDER") is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "RENDER applies to URL: a FILE_KEY is fixed")
     services.board.turn(ctx.peer, docs.board)
     if len(urls) > 1:
         return await fetch_many(params, ctx, services, urls, max_chars, max_age_s)
@@ -72,7 +74,10 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
             page = await held(services, key)
         else:
             no_cache = params.flag("NO_CACHE")
-            page = await fetch_page(services, urls[0], no_cache=no_cache, max_age_s=max_age_s)
+            render = params.opt_text("RENDER")
+            page = await fetch_page(
+                services, urls[0], no_cache=no_cache, max_age_s=max_age_s, render=render
+            )
         notes.cache_hit = page.cached
         content = page_view(page, params.text("EXTRACT"), target)
         start = params.integer("START")
@@ -122,6 +127,7 @@ def _fetch_result(
     if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
         fields.append(("PAGE_TYPE", page.page_type))
     fields.append(("CACHED", "true" if page.cached else "false"))
+    fields += render_fields(page)
     if (when := cached_at(page)) is not None:
         fields.append(("CACHED_AT", when))
     fields += [("URL", page.url), ("FILE_KEY", file_key), *paging, *summary]
@@ -196,6 +202,13 @@ FETCH_REPLIES = (
     ),
     ReplyField("CACHED", "one page", "whether it came from the cache"),
     ReplyField("CACHED_AT", "one page from the cache", "when it was downloaded, ISO-8601 UTC"),
+    ReplyField("RENDERED", "one page read from a browser's DOM", "browser"),
+    ReplyField(
+        "RENDER_REASON",
+        "one page rendered, or an app shell that was not",
+        "always, or the app shell's tell (root_div noscript script_heavy); not rendered:"
+        " <tell>,render_off or <tell>,render_unavailable",
+    ),
     ReplyField("URL", "one page; FAIL: the URL that failed", "the page's final URL"),
     ReplyField("FILE_KEY", "one page; FAIL: unknown_file_key", "the content's fileKey"),
     ReplyField("CONTENT_LENGTH", "one page", "the whole content's length in chars"),
@@ -211,7 +224,7 @@ FETCH_REPLIES = (
     ReplyField(
         "FETCH",
         "several URLs: one per page loaded",
-        "<fileKey> <url> chars tokens truncated cached [cached_at] [description author"
+        "<fileKey> <url> chars tokens truncated cached [cached_at] [rendered] [description author"
         ' published lang site_name] "<title>"',
     ),
     ReplyField(
@@ -326,6 +339,13 @@ OPS: list[Op[WebServices]] = [
                 "int",
                 minimum=0,
                 doc="seconds: read the cache only when its snapshot is younger (0: download)",
+            ),
+            FieldSpec(
+                "RENDER",
+                "choice",
+                choices=("auto", "never", "always"),
+                doc="run the page's JavaScript in Chromium: auto (an app shell), never, always;"
+                " default web.fetch.render (auto)",
             ),
             FieldSpec("BOARD", "bool", default=False, doc="add the announcement board (FILE)"),
         ),

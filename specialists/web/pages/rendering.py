@@ -1,0 +1,143 @@
+"""The render path of a load (issue 24, "JavaScript pages"): an app shell read from the DOM
+the browser's Chromium builds, through the ``Renderer`` port (csp_web.core.api.ports).
+
+    page = await render_if_needed(services, page, mode="auto", ...)
+
+The mode is RENDER's, else ``web.fetch.render``: ``never`` keeps the HTML as served;
+``auto`` renders a page whose served HTML is an app shell (``appshell.py``); ``always``
+renders every HTML page. Without a renderer in the port (no browser specialist, or Chromium
+absent) ``auto`` acts as ``never`` and says so (``RENDER_REASON <tell>,render_unavailable``;
+an empty page's ``empty_content:script_only,render_unavailable``), and ``always`` is refused
+before any load (``check_mode``: ``browser_unavailable:render_always``).
+
+The render is the browser's: its guard proxy judges every request the page's scripts make
+(a refusal of the page itself answers the guard's code), in a context of its own, within what
+is left of the op's deadline. The rendered snapshot is cached like a page, in its own
+namespace (``fetch_rendered``) keyed by the served page's final URL: a direct and a rendered
+snapshot of one URL never stand for each other, and NO_CACHE and MAX_AGE apply to both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+
+import trio
+
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.ports import Rendered, Renderer
+from protocol import ErrorCode
+
+from .emptiness import RENDERED_EMPTY, SCRIPT_ONLY, is_empty
+from .loading import Page, fresh, from_snapshot, html_page, normalise_url, to_snapshot
+from .services import PagesServices
+
+log = logging.getLogger(__name__)
+
+RENDER_NAMESPACE = "fetch_rendered"
+MODES = ("auto", "never", "always")
+OFF = "render_off"
+UNAVAILABLE = "render_unavailable"
+
+
+def mode_of(services: PagesServices, asked: str | None) -> str:
+    """The render mode in effect: RENDER's when given, else ``web.fetch.render``; ``always``
+    without a renderer raises OpError(BROWSER_UNAVAILABLE), before any load."""
+    mode = asked if asked is not None else services.config.fetch.render
+    if mode == "always" and services.renderer.get() is None:
+        raise OpError(ErrorCode.BROWSER_UNAVAILABLE, "render_always")
+    return mode
+
+
+async def render_if_needed(
+    services: PagesServices,
+    page: Page,
+    *,
+    mode: str,
+    no_cache: bool,
+    deadline: float,
+    max_age_s: float | None,
+) -> Page:
+    """``page`` as served, or the page its DOM makes once rendered (see the module's
+    docstring). Raises the renderer's OpError: the guard's codes, BUSY, BROWSER_UNAVAILABLE,
+    FETCH_FAILED (``render_timeout`` at ``deadline``, ``render_<net error>``), TOO_LARGE
+    (``rendered_dom`` past ``guard.max_decoded_bytes``)."""
+    if page.kind != "html":
+        return page
+    reason = "always" if mode == "always" else page.shell
+    if reason is None:
+        return page
+    renderer = services.renderer.get()
+    if mode == "never" or renderer is None:
+        return _unrendered(page, OFF if mode == "never" else UNAVAILABLE)
+    key = normalise_url(page.url, services)
+    if not no_cache:
+        cached = fresh(from_snapshot(await services.cache.get(RENDER_NAMESPACE, key)), max_age_s)
+        if cached is not None:
+            return cached
+    rendered = await _render(renderer, page.url, deadline)
+    check_size(rendered.html, services.config.guard.max_decoded_bytes)
+    build = functools.partial(rendered_page, page, rendered, reason, time.time())
+    built = await trio.to_thread.run_sync(build, abandon_on_cancel=True)
+    ttl_s = services.config.cache.fetch_ttl_s
+    await services.cache.set(RENDER_NAMESPACE, key, to_snapshot(built), ttl_s=ttl_s)
+    return built
+
+
+def check_size(html: str, limit: int) -> None:
+    """Raise OpError(TOO_LARGE, "rendered_dom") when the DOM's UTF-8 serialisation is over
+    ``limit`` bytes: a script can build a page far past what a download may bring, and the
+    extractor reads it all (the same cap as a decoded body, ``guard.max_decoded_bytes``)."""
+    if len(html) > limit or len(html.encode("utf-8", "surrogatepass")) > limit:
+        raise OpError(ErrorCode.TOO_LARGE, "rendered_dom")
+
+
+def _unrendered(page: Page, why_not: str) -> Page:
+    """``page`` as served, saying why a shell was not rendered (and so why it may be empty)."""
+    empty = f"{SCRIPT_ONLY},{why_not}" if page.empty == SCRIPT_ONLY else page.empty
+    return dataclasses.replace(page, render_reason=f"{page.shell},{why_not}", empty=empty)
+
+
+async def _render(renderer: Renderer, url: str, deadline: float) -> Rendered:
+    """``url`` rendered within ``deadline``; the renderer's own time-out and a navigation that
+    failed are fetch's ``fetch_failed:render_<why>``, an error status ``http_<status>``."""
+    remaining = deadline - trio.current_time()
+    if remaining > 0:
+        with trio.move_on_at(deadline):
+            try:
+                rendered = await renderer.render(url, timeout_s=remaining)
+            except OpError as exc:
+                if exc.code is not ErrorCode.NAVIGATION_FAILED:
+                    raise
+                log.info("render of %s failed: %s", url, exc.detail)
+                raise OpError(ErrorCode.FETCH_FAILED, f"render_{exc.detail}") from exc
+            if rendered.status is not None and rendered.status >= 400:
+                raise OpError(ErrorCode.FETCH_FAILED, f"http_{rendered.status}")
+            return rendered
+    raise OpError(ErrorCode.FETCH_FAILED, "render_timeout")
+
+
+def rendered_page(served: Page, rendered: Rendered, reason: str, fetched_at: float) -> Page:
+    """The snapshot of a rendered DOM: the views the extractor makes of it, the served
+    page's redirects (and the browser's landing when it moved on), ``rendered`` with its
+    ``reason``. Pure, CPU-bound; runs in a worker thread."""
+    chain = served.redirect_chain
+    if rendered.url != served.url:
+        chain = (*chain, rendered.url)
+    base = Page(
+        url=rendered.url,
+        status=rendered.status or served.status,
+        content_type="text/html",
+        kind="html",
+        redirect_chain=chain,
+        fetched_at=fetched_at,
+        rendered=True,
+        render_reason=reason,
+    )
+    page = html_page(base, rendered.html)
+    page = dataclasses.replace(page, shell=None, title=page.title or rendered.title or None)
+    if is_empty(page.markdown):
+        page = dataclasses.replace(page, empty=RENDERED_EMPTY)
+    return page

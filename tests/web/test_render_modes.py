@@ -1,0 +1,135 @@
+"""fetch's render modes without Chromium (issue 24, "JavaScript pages"): the app-shell tells, at
+their limits; auto acting as never when no renderer is in the port, and saying so; RENDER
+always refused before any load; web.fetch.render read from the settings. The render itself
+(real Chromium) is tests/browser/test_render_fetch.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from csp_web.config import Config
+from csp_web.config.web import FetchConfig
+from csp_web.core.api.errors import OpError
+from protocol import Reply, Status
+from specialists.web.pages.appshell import SCRIPT_RATIO, TINY_TEXT_CHARS, shell_reason
+from specialists.web.pages.ops_fetch import OPS
+from specialists.web.pages.rendering import check_size
+from tests.net._origin import Origin
+from tests.web.conftest import DispatcherFactory
+from tests.web.pages_support import fetch, hits, run, serve
+
+SHELL = '<html><head><title>App</title></head><body><div id="root"></div><script src="/a.js">'
+SHELL += "</script></body></html>"
+
+
+@pytest.mark.parametrize(
+    ("html", "text", "why"),
+    [
+        ('<div id="root"></div><script src="/a.js"></script>', "", "root_div"),
+        ("<div id=app>\n </div><script>go()</script>", "", "root_div"),
+        ('<div id="__next"></div><script>go()</script>', "", "root_div"),
+        ("<noscript>Please enable JavaScript.</noscript><script>go()</script>", "x", "noscript"),
+        (f"<p>hi</p><script>{'x' * SCRIPT_RATIO * 2}</script>", "hi", "script_heavy"),
+        (f"<p>hi</p><script>{'x' * (SCRIPT_RATIO * 2 - 1)}</script>", "hi", None),
+        ('<div id="root"></div>', "", None),  # a mount point with no script is not a shell
+        ('<div id="root"><p>served</p></div><script>go()</script>', "served", None),
+        ("<noscript>No images without a plug-in.</noscript><script>go()</script>", "x", None),
+    ],
+)
+def test_an_app_shell_is_told_by_general_rules(html: str, text: str, why: str | None) -> None:
+    assert shell_reason(html, text) == why
+
+
+def test_a_page_with_enough_text_is_read_as_served_whatever_its_scripts() -> None:
+    shell = '<div id="root"></div><script>go()</script>'
+    assert shell_reason(shell, "x" * (TINY_TEXT_CHARS - 1)) == "root_div"
+    assert shell_reason(shell, "x" * TINY_TEXT_CHARS) is None
+
+
+def test_a_rendered_dom_is_capped_in_bytes_as_a_decoded_body_is() -> None:
+    check_size("é" * 5, 10)  # 10 bytes of UTF-8: at the cap
+    with pytest.raises(OpError) as over:
+        check_size("é" * 5 + "x", 10)
+    assert (over.value.code.value, over.value.detail) == ("too_large", "rendered_dom")
+
+
+async def test_auto_without_chromium_reads_the_shell_as_served_and_says_why(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    url = serve(origin, "/app", SHELL)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert (reply.status, reply.get("ERROR"), reply.get("RENDER_REASON")) == (
+        Status.PARTIAL,
+        "empty_content:script_only,render_unavailable",
+        "root_div,render_unavailable",
+    )
+    assert reply.get("RENDERED") is None
+
+
+async def test_render_never_says_the_render_was_off(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    url = serve(origin, "/app", SHELL)
+    reply = await fetch(make_dispatcher(OPS), url, ("RENDER", "never"))
+    assert (reply.status, reply.get("ERROR"), reply.get("RENDER_REASON")) == (
+        Status.PARTIAL,
+        "empty_content:script_only,render_off",
+        "root_div,render_off",
+    )
+
+
+async def test_render_always_without_chromium_fails_before_any_load(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    url = serve(origin, "/app", SHELL)
+    reply = await fetch(make_dispatcher(OPS), url, ("RENDER", "always"))
+    assert reply == Reply(
+        Status.FAIL,
+        (
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", "browser_unavailable:render_always"),
+            ("URL", url),
+        ),
+    )
+    assert hits(origin, "/app") == 0
+
+
+async def test_a_render_mode_outside_the_three_is_refused(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    reply = await fetch(make_dispatcher(OPS), serve(origin, "/app", SHELL), ("RENDER", "maybe"))
+    assert (reply.status, reply.get("ERROR")) == (
+        Status.FAIL,
+        "invalid_field:RENDER must be auto|never|always",
+    )
+
+
+async def test_render_with_a_file_key_is_refused_as_max_age_is(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    key = (await fetch(dispatcher, serve(origin, "/app", SHELL))).get("FILE_KEY")
+    assert key is not None
+    reply = await run(dispatcher, "fetch", "CONTENT", None, ("FILE_KEY", key), ("RENDER", "never"))
+    assert (reply.status, reply.get("ERROR")) == (
+        Status.FAIL,
+        "invalid_field:RENDER applies to URL: a FILE_KEY is fixed",
+    )
+
+
+class TestTheSettingsMode:
+    @pytest.fixture
+    def web_config(self, web_config: Config) -> Config:
+        fetch_config = replace(web_config.web.fetch, render="never")
+        return replace(web_config, web=replace(web_config.web, fetch=fetch_config))
+
+    async def test_web_fetch_render_never_is_the_default_mode(
+        self, make_dispatcher: DispatcherFactory, origin: Origin
+    ) -> None:
+        url = serve(origin, "/app", SHELL)
+        reply = await fetch(make_dispatcher(OPS), url)
+        assert reply.get("RENDER_REASON") == "root_div,render_off"
+        assert FetchConfig().render == "auto"
