@@ -22,7 +22,7 @@ from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
-from csp_web.config.nodes import NodesConfig
+from specialists.node.config import NodesConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import Config, OwnsPaths, SectionSpec, daemon_paths, section_of
 from csp_web.config.tool import CronConfig, ToolConfig

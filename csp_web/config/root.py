@@ -24,7 +24,7 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.exec import refuse_private_workspaces
-from csp_web.config.nodes import NodesConfig
+from specialists.node.config import NodesConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.tool import ToolConfig
 from csp_web.config.web import WebConfig

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from csp_web.config.nodes import NodesConfig
+from specialists.node.config import NodesConfig
 from csp_web.core.api.errors import OpError, StorageFull
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode, Task

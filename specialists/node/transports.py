@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from csp_web.config.nodes import NodesConfig, NodeTlsConfig
+from specialists.node.config import NodesConfig, NodeTlsConfig
 from csp_web.core.transports.unix import open_unix_listener, peer_credentials
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import trio
 from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import Client, open_client
 from csp_web.config import Config
-from csp_web.config.nodes import NodesConfig
+from specialists.node.config import NodesConfig
 from csp_web.core.daemon.compose import open_daemon
 from csp_web.core.daemon.lifecycle import serve
 from csp_web.core.dispatch.dispatcher import Dispatcher

@@ -12,7 +12,7 @@ import trio
 from csp_web.app.nodes import render
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.config.nodes import NodeTlsConfig
+from specialists.node.config import NodeTlsConfig
 from protocol import Reply, Status
 from specialists.node.agent import (
     EXIT_REFUSED,

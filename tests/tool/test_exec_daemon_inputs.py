@@ -35,7 +35,7 @@ from csp_web.config import (
 )
 from csp_web.config.errors import ConfigError
 from csp_web.config.load import config_from_mapping, load_config
-from csp_web.config.nodes import NodeTlsConfig
+from specialists.node.config import NodeTlsConfig
 from protocol import Status, Task
 from tests.conftest import wait_until
 

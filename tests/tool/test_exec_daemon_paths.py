@@ -28,7 +28,7 @@ from csp_web.config import (
     WebConfig,
     daemon_paths,
 )
-from csp_web.config.nodes import NodeTlsConfig
+from specialists.node.config import NodeTlsConfig
 
 from .exec_support import IS_ROOT, NOBODY, make_config, scratch_dir
 
