@@ -31,7 +31,7 @@ from csp_web.app import opsdoc
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import Client, open_client
-from csp_web.config import BrowserConfig, Config, SearchProvider
+from csp_web.config import BrowserConfig, Config, SearchProvider, with_section
 from csp_web.config.web import ApiConfig
 from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example
 from csp_web.core.api.ops import OpSpec
@@ -43,6 +43,7 @@ from protocol import Reply, Status
 from specialists.browser import BROWSER, GuardSetting
 from specialists.browser.services import BrowserServices, open_browser_services
 from specialists.node import NODE
+from specialists.node.config import NodesConfig
 from specialists.tool import TOOL
 from specialists.web import make_web
 from tests.browser.support import spki_hash
@@ -174,9 +175,9 @@ async def run(
     _routes(origin)
     dns = FixedResolver({name: ["127.0.0.1"] for name in NAMES})
     path = os.path.join(sock_dir, "csp.sock")
-    nodes = replace(config.nodes, socket_path=os.path.join(sock_dir, "nodes.sock"))
+    nodes = NodesConfig(socket_path=os.path.join(sock_dir, "nodes.sock"))
     with scratch_dir() as workspace:
-        composed = replace(_config(config, origin, workspace, issuer), nodes=nodes)
+        composed = with_section(_config(config, origin, workspace, issuer), "nodes", nodes)
         web = make_web(resolver=dns, ssl_context=trust)
         specialists = (web, TOOL, _browser(dns), NODE)
         async with (

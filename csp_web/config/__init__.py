@@ -22,9 +22,17 @@ from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
-from specialists.node.config import NodesConfig
 from csp_web.config.redis import RedisConfig
-from csp_web.config.root import Config, OwnsPaths, SectionSpec, daemon_paths, section_of
+from csp_web.config.root import (
+    Config,
+    OwnsPaths,
+    ReadsInputs,
+    SectionSpec,
+    daemon_paths,
+    own_sections,
+    section_of,
+    with_section,
+)
 from csp_web.config.tool import CronConfig, ToolConfig
 from csp_web.config.web import (
     ApiConfig,
@@ -55,11 +63,11 @@ __all__ = [
     "HttpServerConfig",
     "McpConfig",
     "MemoryConfig",
-    "NodesConfig",
     "OutboxConfig",
     "OwnsPaths",
     "ProgramRule",
     "RateConfig",
+    "ReadsInputs",
     "RedisConfig",
     "SearchConfig",
     "SearchProvider",
@@ -75,7 +83,9 @@ __all__ = [
     "WebConfig",
     "daemon_inputs",
     "daemon_paths",
+    "own_sections",
     "protected_paths",
     "section_of",
+    "with_section",
     "workspace_overlaps",
 ]

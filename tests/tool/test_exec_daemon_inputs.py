@@ -26,7 +26,6 @@ from csp_web.config import (
     Config,
     ExecConfig,
     McpConfig,
-    NodesConfig,
     RedisConfig,
     StdioServerConfig,
     ToolConfig,
@@ -35,8 +34,8 @@ from csp_web.config import (
 )
 from csp_web.config.errors import ConfigError
 from csp_web.config.load import config_from_mapping, load_config
-from specialists.node.config import NodeTlsConfig
 from protocol import Status, Task
+from specialists.node.config import NodesConfig, NodeTlsConfig
 from tests.conftest import wait_until
 
 from .exec_support import IS_ROOT, NOBODY, scratch_dir
@@ -51,12 +50,21 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield path
 
 
+def _tls(cert_path: str, key_path: str) -> NodeTlsConfig:
+    return NodeTlsConfig(cert_path=cert_path, key_path=key_path)
+
+
 def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -> None:
     base = str(tmp_path)
     script = tmp_path / "server.py"
     script.write_text("")
     config = Config(
-        nodes=NodesConfig(tls=NodeTlsConfig(cert_path=f"{base}/n.crt", key_path=f"{base}/n.key")),
+        sections=(
+            (
+                "nodes",
+                NodesConfig(tls=NodeTlsConfig(cert_path=f"{base}/n.crt", key_path=f"{base}/n.key")),
+            ),
+        ),
         redis=RedisConfig(
             url="rediss://h:6380/0",
             tls_ca_file=f"{base}/ca.pem",
