@@ -4,7 +4,7 @@ change (``reload``). A new specialist keeps its section in its own folder and na
 its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
 (docs/adding-an-op.md). The sections here are those of the specialists from before that."""
 
-from csp_web.config.browser import BrowserConfig, CanvasConfig
+from specialists.browser.config import BrowserConfig, CanvasConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,

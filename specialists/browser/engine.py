@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.net.guard_proxy import GuardProxy, Lane
 
 log = logging.getLogger(__name__)

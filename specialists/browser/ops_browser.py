@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds

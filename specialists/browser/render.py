@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.api.ports import Rendered
 from csp_web.net import check_url
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import trio
 
 from csp_web.config import Config
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.api.ports import FileStore, Port
 from csp_web.net import GuardConfig, Resolver
 from csp_web.net.guard_proxy import GuardProxy

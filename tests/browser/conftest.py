@@ -14,7 +14,7 @@ import trustme
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, ToolConfig, WebConfig
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.engine import BrowserEngine, launch_args

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.canvas import LocalCanvas

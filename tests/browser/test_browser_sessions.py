@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from csp_web.config import Config
-from csp_web.config.browser import BrowserConfig
+from specialists.browser.config import BrowserConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config.browser import BrowserConfig, CanvasConfig
+from specialists.browser.config import BrowserConfig, CanvasConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Reply, Status, Task

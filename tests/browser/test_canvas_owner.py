@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config.browser import BrowserConfig, CanvasConfig
+from specialists.browser.config import BrowserConfig, CanvasConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.canvas import LocalCanvas
