@@ -4,7 +4,6 @@ change (``reload``). A new specialist keeps its section in its own folder and na
 its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
 (docs/adding-an-op.md). The sections here are those of the specialists from before that."""
 
-from specialists.browser.config import BrowserConfig, CanvasConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -48,9 +47,7 @@ from csp_web.config.web import (
 __all__ = [
     "ApiConfig",
     "AuditConfig",
-    "BrowserConfig",
     "CacheConfig",
-    "CanvasConfig",
     "Config",
     "ConfigError",
     "ConnectionConfig",

@@ -43,7 +43,7 @@ def daemon_inputs(config: Config) -> tuple[str, ...]:
         p for s in own_sections(config) if isinstance(s, ReadsInputs) for p in s.input_paths()
     ]
     paths += [config.redis.tls_ca_file, config.redis.tls_cert_file, config.redis.tls_key_file]
-    paths += [_program(config.tool.browser.executable), config.tool.exec.shell_program]
+    paths.append(config.tool.exec.shell_program)
     if config.tool.exec.bwrap_program is not None:
         paths.append(_program(config.tool.exec.bwrap_program))
     for server in config.tool.mcp.servers.values():

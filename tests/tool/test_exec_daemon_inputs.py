@@ -22,7 +22,6 @@ import yaml
 
 from csp_web.client.trio_client import open_client
 from csp_web.config import (
-    BrowserConfig,
     Config,
     ExecConfig,
     McpConfig,
@@ -35,6 +34,7 @@ from csp_web.config import (
 from csp_web.config.errors import ConfigError
 from csp_web.config.load import config_from_mapping, load_config
 from protocol import Status, Task
+from specialists.browser.config import BrowserConfig
 from specialists.node.config import NodesConfig, NodeTlsConfig
 from tests.conftest import wait_until
 
@@ -60,10 +60,8 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
     script.write_text("")
     config = Config(
         sections=(
-            (
-                "nodes",
-                NodesConfig(tls=NodeTlsConfig(cert_path=f"{base}/n.crt", key_path=f"{base}/n.key")),
-            ),
+            ("nodes", NodesConfig(tls=_tls(f"{base}/n.crt", f"{base}/n.key"))),
+            ("tool.browser", BrowserConfig(executable=f"{base}/chrome")),
         ),
         redis=RedisConfig(
             url="rediss://h:6380/0",
@@ -72,7 +70,6 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
             tls_key_file=f"{base}/c.key",
         ),
         tool=ToolConfig(
-            browser=BrowserConfig(executable=f"{base}/chrome"),
             exec=ExecConfig(shell_program=f"{base}/sh"),
             mcp=McpConfig(
                 servers={
