@@ -2,7 +2,8 @@
 ``Config``, the one strict loader (``load``), the one ``ConfigError`` and what a reload may
 change (``reload``). A new specialist keeps its section in its own folder and names it in
 its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
-(docs/adding-an-op.md). The sections here are those of the specialists from before that."""
+(docs/adding-an-op.md), as node (``nodes``) and browser (``tool.browser``) do. The web and
+tool sections here predate that."""
 
 from csp_web.config.core import (
     AuditConfig,
