@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from csp_web.app.catalog import SPECIALISTS, config_sections
-from csp_web.config import Config, ConfigError, daemon_paths, section_of
-from csp_web.config.load import load_config
+from csp_web.config import Config, ConfigError, SectionSpec, daemon_paths, section_of
+from csp_web.config.load import config_from_mapping, load_config
 from csp_web.config.reload import plan_reload
 from csp_web.core.api.context import Peer
 from csp_web.core.daemon.compose import op_table, open_daemon, reload_paths
@@ -114,3 +114,25 @@ async def test_sighup_applies_an_owned_sections_key_to_the_next_task(tmp_path: P
         assert plan is not None
         assert plan.applied == ("toy.greeting",)
         assert (await daemon.dispatcher.run(task, Peer("t"))).get("DATA") == "hej, ada"
+
+
+@pytest.mark.parametrize(
+    "key", ["web", "tool.exec", "tool.exec.shell_program", "daemon.state_dir.x"]
+)
+def test_a_section_key_that_hides_a_core_setting_is_a_catalogue_bug(key: str) -> None:
+    """Loaded there, the core's own setting would be silently dropped: refused at load."""
+    with pytest.raises(ValueError, match="config sections named twice"):
+        config_from_mapping({}, sections=(SectionSpec(key, ToyConfig),))
+
+
+def test_a_dotted_section_key_beside_the_core_settings_is_loaded_there() -> None:
+    config = config_from_mapping(
+        {"tool": {"toy": {"greeting": "hi"}, "cron": {"max_jobs": 3}}},
+        sections=(SectionSpec("tool.toy", ToyConfig),),
+    )
+    assert section_of(config, "tool.toy", ToyConfig) == ToyConfig("hi")
+    assert config.tool.cron.max_jobs == 3
+    with pytest.raises(ConfigError, match=r"^tool\.toy\.greting: unknown key$"):
+        config_from_mapping(
+            {"tool": {"toy": {"greting": 1}}}, sections=(SectionSpec("tool.toy", ToyConfig),)
+        )

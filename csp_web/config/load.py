@@ -89,7 +89,7 @@ def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -
     if not isinstance(data, Mapping):
         raise ConfigError("<root>: expected a mapping")
     own = {spec.key: spec.cls for spec in sections}
-    taken = {item.name for item in dataclasses.fields(Config)} & own.keys()
+    taken = {key for key in own if _shadows(key)}
     if taken or len(own) != len(sections):  # a catalogue bug, not the file's
         raise ValueError(f"config sections named twice: {sorted(taken) or 'a key'}")
     core, found = _split_own(data, own)
@@ -101,6 +101,19 @@ def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -
         return dataclasses.replace(config, sections=built)
     except (TypeError, ValueError) as exc:  # the root's own checks, now over these sections
         raise ConfigError(str(exc)) from exc
+
+
+def _shadows(key: str) -> bool:
+    """Whether ``key`` names a setting of the core's own tree: that setting would never be
+    read (a catalogue bug, as is a key named twice)."""
+    cls: Any = Config
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(cls) or part not in {
+            f.name for f in dataclasses.fields(cls)
+        }:
+            return not dataclasses.is_dataclass(cls)
+        cls = typing.get_type_hints(cls)[part]
+    return True
 
 
 def _split_own(
