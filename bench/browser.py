@@ -44,14 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import start_serving
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, DaemonConfig, ToolConfig, WebConfig
-from csp_web.config.browser import BrowserConfig
+from csp_web.config import Config, DaemonConfig, WebConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from protocol import Reply, Status, Task
 from specialists.browser import browser_ops
+from specialists.browser.config import SECTION, BrowserConfig
 from specialists.browser.engine import find_executable, sandboxed
 from specialists.browser.services import BrowserServices, open_browser_services
 from tests.browser.support import chromium_processes, spki_hash
@@ -99,7 +99,7 @@ def bench_config(workdir: str, port: int, spki: str, recycle: int) -> Config:
     return Config(
         daemon=DaemonConfig(state_dir=workdir, log_level="warning"),
         web=WebConfig(guard=guard),
-        tool=ToolConfig(browser=browser),
+        sections=((SECTION, browser),),
     )
 
 

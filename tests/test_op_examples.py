@@ -31,7 +31,7 @@ from csp_web.app import opsdoc
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import Client, open_client
-from csp_web.config import BrowserConfig, Config, SearchProvider
+from csp_web.config import Config, SearchProvider, with_section
 from csp_web.config.web import ApiConfig
 from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example
 from csp_web.core.api.ops import OpSpec
@@ -41,8 +41,10 @@ from csp_web.core.daemon.lifecycle import serve
 from csp_web.net import GuardConfig
 from protocol import Reply, Status
 from specialists.browser import BROWSER, GuardSetting
+from specialists.browser.config import SECTION, BrowserConfig, browser_section
 from specialists.browser.services import BrowserServices, open_browser_services
 from specialists.node import NODE
+from specialists.node.config import NodesConfig
 from specialists.tool import TOOL
 from specialists.web import make_web
 from tests.browser.support import spki_hash
@@ -134,9 +136,9 @@ def _config(config: Config, origin: Origin, workspace: str, issuer: trustme.CA) 
     search = replace(config.web.search, order=("searxng",), providers={"searxng": searx})
     apis = {"github": ApiConfig(origin.url("api.test", "/"), auth_env=TOKEN_ENV)}
     web = replace(config.web, guard=guard, search=search, apis=apis)
-    browser = replace(config.tool.browser, trusted_spki=(spki_hash(issuer),))
-    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config(), browser=browser)
-    return replace(config, web=web, tool=tool)
+    browser = replace(browser_section(config), trusted_spki=(spki_hash(issuer),))
+    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config())
+    return with_section(replace(config, web=web, tool=tool), SECTION, browser)
 
 
 async def _paired_node(run: Run, node_path: str) -> ScriptedNode:
@@ -174,9 +176,9 @@ async def run(
     _routes(origin)
     dns = FixedResolver({name: ["127.0.0.1"] for name in NAMES})
     path = os.path.join(sock_dir, "csp.sock")
-    nodes = replace(config.nodes, socket_path=os.path.join(sock_dir, "nodes.sock"))
+    nodes = NodesConfig(socket_path=os.path.join(sock_dir, "nodes.sock"))
     with scratch_dir() as workspace:
-        composed = replace(_config(config, origin, workspace, issuer), nodes=nodes)
+        composed = with_section(_config(config, origin, workspace, issuer), "nodes", nodes)
         web = make_web(resolver=dns, ssl_context=trust)
         specialists = (web, TOOL, _browser(dns), NODE)
         async with (

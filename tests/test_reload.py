@@ -23,7 +23,7 @@ import pytest
 import trio
 import yaml
 
-from csp_web.app.catalog import SPECIALISTS
+from csp_web.app.catalog import SPECIALISTS, config_sections
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config, SocketConfig
 from csp_web.config.load import config_from_mapping
@@ -193,7 +193,7 @@ async def test_a_bad_file_at_sighup_keeps_the_running_settings_and_logs_why(
 
 
 def _config(**data: Any) -> Config:
-    return config_from_mapping(data)
+    return config_from_mapping(data, sections=config_sections())
 
 
 def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
@@ -236,6 +236,16 @@ def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
     assert plan.config.tasks.specialists == running.tasks.specialists
     assert plan.config.socket.allowed_uids == (1234,)
     assert plan.config.socket.max_connections == running.socket.max_connections
+
+
+def test_a_change_in_a_real_specialists_own_section_is_planned_key_by_key() -> None:
+    """Issue 23: node's own section (``nodes``) is planned like the core's, each key by its
+    dotted path, not as one opaque ``sections`` change."""
+    new = _config(nodes={"max_nodes": 8, "tls": {"port": 0}}, socket={"allowed_uids": [7]})
+    plan = plan_reload(_config(), new, *reload_paths(SPECIALISTS))
+    assert plan.applied == ("socket.allowed_uids",)
+    assert plan.needs_restart == ("nodes.tls.port", "nodes.max_nodes")
+    assert plan.config.sections == _config().sections
 
 
 def test_an_unchanged_file_plans_nothing() -> None:

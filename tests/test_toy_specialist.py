@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from csp_web.app.catalog import SPECIALISTS, config_sections
-from csp_web.config import Config, ConfigError, daemon_paths, section_of
-from csp_web.config.load import load_config
+from csp_web.config import Config, ConfigError, SectionSpec, daemon_paths, section_of
+from csp_web.config.load import config_from_mapping, load_config
+from csp_web.config.reload import plan_reload
 from csp_web.core.api.context import Peer
-from csp_web.core.daemon.compose import op_table, open_daemon
+from csp_web.core.daemon.compose import op_table, open_daemon, reload_paths
+from csp_web.core.daemon.lifecycle import reload_settings
 from protocol import Status, Task
 from tests.toy import TOY
 from tests.toy.config import ToyConfig
@@ -81,3 +83,56 @@ async def test_a_registered_specialists_op_is_dispatched_with_its_section(
         reply = await daemon.dispatcher.run(task, Peer("test"))
     assert reply.status is Status.OK
     assert reply.fields == (("ID", "t-1"), ("SCOPE", "[toy]"), ("DATA", "ahoy, ada"))
+
+
+def test_a_reload_applies_an_owned_sections_reloadable_key_and_keeps_its_restart_only_one(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: a change inside a specialist's own section was one opaque ``sections`` path,
+    always kept for a restart; now its keys are planned one by one like the core's."""
+    running = _load(tmp_path, "toy:\n  greeting: ahoy\n")
+    new = _load(tmp_path, f"toy:\n  greeting: hej\n  key_path: {tmp_path}/k\n")
+    plan = plan_reload(running, new, *reload_paths(CATALOGUE))
+    assert (plan.applied, plan.needs_restart) == (("toy.greeting",), ("toy.key_path",))
+    assert section_of(plan.config, "toy", ToyConfig) == ToyConfig("hej", None)
+
+
+def test_a_reload_reads_a_section_the_file_leaves_out_as_its_defaults(tmp_path: Path) -> None:
+    added = plan_reload(_load(tmp_path, ""), _load(tmp_path, "toy:\n  greeting: hej\n"))
+    removed = plan_reload(_load(tmp_path, "toy:\n  greeting: hej\n"), _load(tmp_path, ""))
+    assert added.needs_restart == removed.needs_restart == ("toy.greeting",)
+    assert plan_reload(_load(tmp_path, ""), _load(tmp_path, "toy: {}\n")).needs_restart == ()
+
+
+async def test_sighup_applies_an_owned_sections_key_to_the_next_task(tmp_path: Path) -> None:
+    config = _load(tmp_path, "toy:\n  greeting: ahoy\n")
+    new = _load(tmp_path, "toy:\n  greeting: hej\n")
+    task = Task("greet", "TOY", "TEXT", None, (("ID", "t-1"), ("NAME", "ada")))
+    async with open_daemon(config, (TOY,), memory=None) as daemon:
+        assert (await daemon.dispatcher.run(task, Peer("t"))).get("DATA") == "ahoy, ada"
+        plan = await reload_settings(daemon, lambda: new)
+        assert plan is not None
+        assert plan.applied == ("toy.greeting",)
+        assert (await daemon.dispatcher.run(task, Peer("t"))).get("DATA") == "hej, ada"
+
+
+@pytest.mark.parametrize(
+    "key", ["web", "tool.exec", "tool.exec.shell_program", "daemon.state_dir.x"]
+)
+def test_a_section_key_that_hides_a_core_setting_is_a_catalogue_bug(key: str) -> None:
+    """Loaded there, the core's own setting would be silently dropped: refused at load."""
+    with pytest.raises(ValueError, match="config sections named twice"):
+        config_from_mapping({}, sections=(SectionSpec(key, ToyConfig),))
+
+
+def test_a_dotted_section_key_beside_the_core_settings_is_loaded_there() -> None:
+    config = config_from_mapping(
+        {"tool": {"toy": {"greeting": "hi"}, "cron": {"max_jobs": 3}}},
+        sections=(SectionSpec("tool.toy", ToyConfig),),
+    )
+    assert section_of(config, "tool.toy", ToyConfig) == ToyConfig("hi")
+    assert config.tool.cron.max_jobs == 3
+    with pytest.raises(ConfigError, match=r"^tool\.toy\.greting: unknown key$"):
+        config_from_mapping(
+            {"tool": {"toy": {"greting": 1}}}, sections=(SectionSpec("tool.toy", ToyConfig),)
+        )

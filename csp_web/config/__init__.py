@@ -2,9 +2,9 @@
 ``Config``, the one strict loader (``load``), the one ``ConfigError`` and what a reload may
 change (``reload``). A new specialist keeps its section in its own folder and names it in
 its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
-(docs/adding-an-op.md). The sections here are those of the specialists from before that."""
+(docs/adding-an-op.md), as node (``nodes``) and browser (``tool.browser``) do. The web and
+tool sections here predate that."""
 
-from csp_web.config.browser import BrowserConfig, CanvasConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -22,9 +22,17 @@ from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
-from csp_web.config.nodes import NodesConfig
 from csp_web.config.redis import RedisConfig
-from csp_web.config.root import Config, OwnsPaths, SectionSpec, daemon_paths, section_of
+from csp_web.config.root import (
+    Config,
+    OwnsPaths,
+    ReadsInputs,
+    SectionSpec,
+    daemon_paths,
+    own_sections,
+    section_of,
+    with_section,
+)
 from csp_web.config.tool import CronConfig, ToolConfig
 from csp_web.config.web import (
     ApiConfig,
@@ -40,9 +48,7 @@ from csp_web.config.web import (
 __all__ = [
     "ApiConfig",
     "AuditConfig",
-    "BrowserConfig",
     "CacheConfig",
-    "CanvasConfig",
     "Config",
     "ConfigError",
     "ConnectionConfig",
@@ -55,11 +61,11 @@ __all__ = [
     "HttpServerConfig",
     "McpConfig",
     "MemoryConfig",
-    "NodesConfig",
     "OutboxConfig",
     "OwnsPaths",
     "ProgramRule",
     "RateConfig",
+    "ReadsInputs",
     "RedisConfig",
     "SearchConfig",
     "SearchProvider",
@@ -75,7 +81,9 @@ __all__ = [
     "WebConfig",
     "daemon_inputs",
     "daemon_paths",
+    "own_sections",
     "protected_paths",
     "section_of",
+    "with_section",
     "workspace_overlaps",
 ]

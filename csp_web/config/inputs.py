@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from csp_web.config.exec import expand_protected, overlaps
 from csp_web.config.mcp import StdioServerConfig
+from csp_web.config.root import ReadsInputs, own_sections
 
 if TYPE_CHECKING:
     from csp_web.config.root import Config
@@ -38,9 +39,11 @@ def daemon_inputs(config: Config) -> tuple[str, ...]:
     paths: list[str | None] = []
     if config.source is not None:
         paths += [config.source, os.path.dirname(os.path.abspath(config.source)) + "/"]
-    paths += [config.nodes.tls.cert_path, config.nodes.tls.key_path]
+    paths += [
+        p for s in own_sections(config) if isinstance(s, ReadsInputs) for p in s.input_paths()
+    ]
     paths += [config.redis.tls_ca_file, config.redis.tls_cert_file, config.redis.tls_key_file]
-    paths += [_program(config.tool.browser.executable), config.tool.exec.shell_program]
+    paths.append(config.tool.exec.shell_program)
     if config.tool.exec.bwrap_program is not None:
         paths.append(_program(config.tool.exec.bwrap_program))
     for server in config.tool.mcp.servers.values():

@@ -16,7 +16,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -32,7 +32,8 @@ T = typing.TypeVar("T")
 def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()) -> Config:
     """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults;
     the result's ``source`` names the file read. ``sections``: the specialists' own sections
-    (the catalogue's, ``csp_web.app.catalog.config_sections``), each at its top-level key."""
+    (the catalogue's, ``csp_web.app.catalog.config_sections``), each at its key: top-level, or
+    dotted inside a core section (``tool.browser``)."""
     path = path or os.environ.get(ENV_VAR)
     if not path:
         return Config()
@@ -88,11 +89,11 @@ def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -
     if not isinstance(data, Mapping):
         raise ConfigError("<root>: expected a mapping")
     own = {spec.key: spec.cls for spec in sections}
-    taken = {item.name for item in dataclasses.fields(Config)} & own.keys()
+    taken = {key for key in own if _shadows(key)}
     if taken or len(own) != len(sections):  # a catalogue bug, not the file's
         raise ValueError(f"config sections named twice: {sorted(taken) or 'a key'}")
-    core = {key: value for key, value in data.items() if key not in own}
-    built = tuple((k, _build(own[k], v, k)) for k, v in data.items() if k in own)
+    core, found = _split_own(data, own)
+    built = tuple((key, _build(own[key], value, key)) for key, value in found)
     config = load_section(Config, core, "")
     if not built:
         return config
@@ -100,6 +101,46 @@ def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -
         return dataclasses.replace(config, sections=built)
     except (TypeError, ValueError) as exc:  # the root's own checks, now over these sections
         raise ConfigError(str(exc)) from exc
+
+
+def _shadows(key: str) -> bool:
+    """Whether ``key`` names a setting of the core's own tree: that setting would never be
+    read (a catalogue bug, as is a key named twice)."""
+    cls: Any = Config
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(cls) or part not in {
+            f.name for f in dataclasses.fields(cls)
+        }:
+            return not dataclasses.is_dataclass(cls)
+        cls = typing.get_type_hints(cls)[part]
+    return True
+
+
+def _split_own(
+    data: Mapping[Any, Any], keys: Iterable[str]
+) -> tuple[dict[Any, Any], list[tuple[str, object]]]:
+    """``data`` without the specialists' own sections, and each section found, by its key: a
+    top-level key (``nodes``) or a dotted one inside a core section (``tool.browser``)."""
+    core = dict(data)
+    found = []
+    for key in keys:
+        parent, _, name = key.rpartition(".")
+        holder = _holder(core, parent.split(".") if parent else [])
+        if holder is not None and name in holder:
+            found.append((key, holder.pop(name)))
+    return core, found
+
+
+def _holder(core: dict[Any, Any], parts: list[str]) -> dict[Any, Any] | None:
+    """The mapping at ``parts`` in ``core``, each level copied so that taking a key out of
+    it leaves the parsed file as it was; None where there is no mapping."""
+    holder = core
+    for part in parts:
+        value = holder.get(part)
+        if not isinstance(value, Mapping):
+            return None
+        holder[part] = holder = dict(value)
+    return holder
 
 
 def load_section(cls: type[T], data: object, path: str) -> T:

@@ -13,11 +13,12 @@ the robots cache's user agent, TTL and size.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from csp_web.config.root import Config
+from csp_web.config.root import Config, with_section
 
 # Dotted paths (a path covers everything under it) a reload applies: the core's own. Each
 # specialist adds its own (``Specialist.reloadable`` and ``restart_only``: web.*, tool.*).
@@ -57,7 +58,7 @@ def plan_reload(
     config = running
     for path in changed_paths(running, new):
         if _covered(path, reloadable) and not _covered(path, restart_only):
-            config = _with(config, path.split("."), _get(new, path.split(".")))
+            config = _with_setting(config, new, path.split("."))
             applied.append(path)
         else:
             kept.append(path)
@@ -75,15 +76,49 @@ def apply_reload(plan: ReloadPlan, reloaders: Sequence[Reloader]) -> None:
 def changed_paths(old: object, new: object, prefix: str = "") -> list[str]:
     """The dotted paths where two configurations differ, down to single settings (a mapping,
     such as the search providers, counts as one setting, and so does a section whose class
-    says ``RELOAD_AS_ONE``: the slot pools)."""
+    says ``RELOAD_AS_ONE``: the slot pools). A specialist's own section (``Config.sections``)
+    is compared at its top-level key, as if it were a field of the root."""
     whole = getattr(type(old), "RELOAD_AS_ONE", False)
     if dataclasses.is_dataclass(old) and type(old) is type(new) and not whole:
         paths: list[str] = []
         for item in dataclasses.fields(old):
+            if item.metadata.get("internal", False):  # sections (above), the file's name
+                continue
             path = f"{prefix}.{item.name}" if prefix else item.name
             paths += changed_paths(getattr(old, item.name), getattr(new, item.name), path)
+        if isinstance(old, Config) and isinstance(new, Config):
+            paths += _own_section_changes(old, new)
         return paths
     return [] if old == new else [prefix]
+
+
+def _own_section_changes(old: Config, new: Config) -> list[str]:
+    """The changed paths inside the specialists' own sections, each under its key; a section
+    the file leaves out is its defaults, as ``section_of`` reads it."""
+    mine, theirs = dict(old.sections), dict(new.sections)
+    paths: list[str] = []
+    for key in dict.fromkeys([*mine, *theirs]):
+        before, after = mine.get(key), theirs.get(key)
+        before = type(after)() if before is None else before
+        after = type(before)() if after is None else after
+        paths += changed_paths(before, after, key)
+    return paths
+
+
+def _with_setting(config: Config, new: Config, parts: list[str]) -> Config:
+    """``config`` with the setting at ``parts`` taken from ``new``, be it in a field of the
+    root or in a specialist's own section (kept in ``Config.sections`` by its key)."""
+    own = [
+        key for key in dict([*config.sections, *new.sections]) if _covered(".".join(parts), (key,))
+    ]
+    if not own:
+        return typing.cast(Config, _with(config, parts, _get(new, parts)))
+    key = own[0]
+    rest = parts[len(key.split(".")) :]
+    mine, theirs = dict(config.sections).get(key), dict(new.sections).get(key)
+    mine = type(theirs)() if mine is None else mine
+    theirs = type(mine)() if theirs is None else theirs
+    return with_section(config, key, _with(mine, rest, _get(theirs, rest)))
 
 
 def _covered(path: str, prefixes: tuple[str, ...]) -> bool:

@@ -24,7 +24,6 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.exec import refuse_private_workspaces
-from csp_web.config.nodes import NodesConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.tool import ToolConfig
 from csp_web.config.web import WebConfig
@@ -41,7 +40,6 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     web: WebConfig = field(default_factory=WebConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
-    nodes: NodesConfig = field(default_factory=NodesConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
     # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
@@ -89,6 +87,30 @@ def section_of(config: Config, key: str, cls: type[T]) -> T:
     return cls()
 
 
+def with_section(config: Config, key: str, section: object) -> Config:
+    """``config`` with ``section`` as its own section at ``key`` (added, or in place)."""
+    sections = dict(config.sections)
+    sections[key] = section
+    return dataclasses.replace(config, sections=tuple(sections.items()))
+
+
+@runtime_checkable
+class ReadsInputs(Protocol):
+    """A section naming files the daemon reads as configuration (TLS certificates, keys):
+    ``daemon_inputs`` keeps commands from changing them without knowing the section."""
+
+    def input_paths(self) -> tuple[str, ...]:
+        """The files it names (absolute or relative to the working directory)."""
+        ...
+
+
+def own_sections(config: Config) -> Iterator[object]:
+    """Every section dataclass of the specialists' own sections, each and all under it."""
+    for _, section in config.sections:
+        yield section
+        yield from _sections(section)
+
+
 @runtime_checkable
 class OwnsPaths(Protocol):
     """A section whose specialist keeps private files (state-dir files, keys, sockets): it
@@ -108,8 +130,7 @@ def daemon_paths(config: Config) -> tuple[str, ...]:
     files = (config.socket.path, config.memory.socket_path, config.outbox_path)
     paths = [config.daemon.state_dir, config.memory_dir]
     paths += [os.path.dirname(os.path.abspath(path)) for path in files if path]
-    own = [value for _, value in config.sections]
-    for section in [*_sections(config), *own, *(s for o in own for s in _sections(o))]:
+    for section in [*_sections(config), *own_sections(config)]:
         if isinstance(section, OwnsPaths):
             paths += section.private_paths(config.daemon.state_dir)
     return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))

@@ -1,4 +1,5 @@
-"""The tool specialist's section (``tool``): exec, cron, MCP."""
+"""The tool specialist's section (``tool``): exec, cron, MCP. ``tool.browser`` is the browser
+specialist's own section (specialists/browser/config.py), read by the loader at that key."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.config.exec import ExecConfig
 from csp_web.config.mcp import McpConfig
 
@@ -29,4 +29,3 @@ class ToolConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
-    browser: BrowserConfig = field(default_factory=BrowserConfig)

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from csp_web.config import BrowserConfig, Config, GuardConfig
+from csp_web.config import Config, GuardConfig, SectionSpec, section_of
 from csp_web.core.api.ops import Op
 from csp_web.core.api.ports import Seams, StatsLine
 from csp_web.core.api.specialist import Commit, Specialist
 
 from . import ops_browser, ops_canvas
+from .config import SECTION, BrowserConfig
 from .render import ChromiumRenderer
 from .services import BrowserServices, open_browser_services
 
@@ -82,10 +83,10 @@ def make_browser(*, seams: Seams | None = None) -> Specialist[BrowserConfig, Bro
         name="browser",
         ops=OPS,
         slots=lambda slots: slots.tool,
-        section=lambda config: config.tool.browser,
-        own_section=None,  # a field of Config (csp_web/config)
+        section=lambda config: section_of(config, SECTION, BrowserConfig),
+        own_section=SectionSpec(SECTION, BrowserConfig),
         reloadable=(),
-        restart_only=("tool.browser",),
+        restart_only=(SECTION,),
         open_services=open_services,
         background=lambda services: (),
         stats_lines=_stats_lines,

@@ -28,8 +28,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.net.guard_proxy import GuardProxy, Lane
+from specialists.browser.config import BrowserConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

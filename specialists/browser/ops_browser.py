@@ -22,7 +22,6 @@ from typing import TypeVar
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
@@ -32,6 +31,7 @@ from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
 from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
+from specialists.browser.config import BrowserConfig, browser_section
 from specialists.extract import extract_article
 
 from . import pages as page_ops
@@ -75,7 +75,7 @@ async def _on_pages(
     """Run ``step`` on the session's page, or on a fresh page closed after it (one of the
     peer's ``max_oneshot_per_peer``); a guard refusal it meets (loading ``url`` or anything
     after) is read from that context's lane."""
-    config = ctx.config.tool.browser
+    config = browser_section(ctx.config)
     guard = services.guard()
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     if session is not None:
@@ -163,7 +163,7 @@ async def _screenshot(services: BrowserServices, ctx: OpContext, params: Params)
         return data, str(pages.page.url)
 
     data, url = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
-    cap = ctx.config.tool.browser.max_screenshot_bytes
+    cap = browser_section(ctx.config).max_screenshot_bytes
     if len(data) > cap:
         raise OpError(ErrorCode.TOO_LARGE, f"screenshot over {cap} bytes", scope=_SCOPE)
     path = await services.media.save("screenshot", data)
@@ -189,7 +189,7 @@ async def _extract(services: BrowserServices, ctx: OpContext, params: Params) ->
         content = article.markdown
     else:
         content = got.text or ""
-    limit = params.opt_integer("MAX_CHARS") or ctx.config.tool.browser.max_extract_chars
+    limit = params.opt_integer("MAX_CHARS") or browser_section(ctx.config).max_extract_chars
     fields = [("URL", got.url), ("TITLE", got.title), ("CONTENT", content[:limit])]
     if len(content) > limit:
         fields.append(("REMAINING_CHARS", str(len(content) - limit)))

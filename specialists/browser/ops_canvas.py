@@ -27,6 +27,7 @@ from csp_web.net import check_url
 from protocol import ErrorCode
 
 from .canvas import CanvasNode
+from .config import browser_section
 from .errors import translate
 from .services import BrowserServices
 from .sessions import owner_of
@@ -59,7 +60,7 @@ async def _present(
     html = params.opt_text("HTML")
     if (html is None) == (params.opt_text("URL") is None):
         raise OpError(ErrorCode.INVALID_FIELD, "present takes exactly one of URL or HTML")
-    canvas = ctx.config.tool.browser.canvas
+    canvas = browser_section(ctx.config).canvas
     width = params.opt_integer("WIDTH") or canvas.width
     height = params.opt_integer("HEIGHT") or canvas.height
     url = None if html is not None else _url(services, params)
@@ -81,7 +82,7 @@ async def _act(
     (``CanvasClaims``: another peer's canvas in use is permission_denied)."""
     node = _node(services, name)
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
-    idle_s = ctx.config.tool.browser.canvas_idle_s
+    idle_s = browser_section(ctx.config).canvas_idle_s
     async with services.canvas_claims.acting(name, node, owner, idle_s):
         return await _act_on(services, ctx, params, action, name, node)
 
@@ -113,7 +114,7 @@ async def _act_on(
 async def _eval(
     node: CanvasNode, params: Params, ctx: OpContext, name: str
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
-    canvas = ctx.config.tool.browser.canvas
+    canvas = browser_section(ctx.config).canvas
     if not canvas.allow_eval:
         raise OpError(ErrorCode.NOT_AVAILABLE, "canvas eval is off (canvas.allow_eval)")
     expression = params.opt_text("EXPRESSION")

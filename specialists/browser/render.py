@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.api.ports import Rendered
 from csp_web.net import check_url
+from specialists.browser.config import BrowserConfig
 
 from . import pages as page_ops
 from .errors import refusals_on

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import trio
 
 from csp_web.config import Config
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.api.ports import FileStore, Port
 from csp_web.net import GuardConfig, Resolver
 from csp_web.net.guard_proxy import GuardProxy
 from csp_web.net.proxy_peers import owned_by_tree
+from specialists.browser.config import BrowserConfig, browser_section
 
 from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
@@ -134,7 +134,7 @@ async def open_browser_services(
     """The services, over ``runtime`` when given (a test's shared one, left open) or a new
     one. ``guard`` returns the guard settings in effect (default: ``config.web.guard``)."""
     current_guard = guard or (lambda: config.web.guard)
-    browser = config.tool.browser
+    browser = browser_section(config)
     try:
         async with trio.open_nursery() as nursery:
             owned = runtime is None
@@ -172,7 +172,7 @@ async def _start_runtime(
 def _services(
     config: Config, runtime: Runtime, guard: Callable[[], GuardConfig]
 ) -> BrowserServices:
-    browser = config.tool.browser
+    browser = browser_section(config)
     media = MediaStore(
         # A folder of its own: node captures (nodes.media_dir, <state_dir>/media) are not
         # the browser's to trim.

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode
+from specialists.browser.config import BrowserConfig
 
 from .engine import BrowserEngine
 from .errors import timed_out

@@ -17,13 +17,14 @@ from functools import partial
 
 import trio
 
-from csp_web.config import NodesConfig
+from csp_web.config import SectionSpec, section_of
 from csp_web.core.api.ops import Op
 from csp_web.core.api.ports import StatsLine, TaskPort
 from csp_web.core.api.specialist import Background, Specialist
 from csp_web.infra.redis_link import RedisLink
 
 from . import ops_node
+from .config import NodesConfig
 from .services import NodeServices, open_node_services, serve_nodes
 
 OPS: tuple[Op[NodeServices], ...] = tuple(ops_node.OPS)
@@ -47,8 +48,8 @@ def make_node(*, link: RedisLink | None = None) -> Specialist[NodesConfig, NodeS
         name="node",
         ops=OPS,  # they run in the tool pool: pairing and actions are operator acts, audited
         slots=lambda slots: slots.tool,
-        section=lambda config: config.nodes,
-        own_section=None,  # a field of Config (csp_web/config)
+        section=lambda config: section_of(config, "nodes", NodesConfig),
+        own_section=SectionSpec("nodes", NodesConfig),
         reloadable=(),
         restart_only=(),
         open_services=partial(open_node_services, link=link),

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from csp_web.config.nodes import NodesConfig
 from csp_web.core.api.errors import OpError, StorageFull
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode, Task
+from specialists.node.config import NodesConfig
 
 from .link import NodeLink
 from .results import Checked, check_reply, save_media

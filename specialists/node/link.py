@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 import trio
 
-from csp_web.config.nodes import NodesConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.replies import Result, fail_reply, ok_reply
 from csp_web.core.wire.stream import StreamHandler, serve_stream
@@ -33,6 +32,7 @@ from protocol import (
     Task,
     serialize,
 )
+from specialists.node.config import NodesConfig
 
 from .results import MediaAssembly
 from .wire import DOMAIN, LINK_OPS, RESULT, Hello, decode_chunk

@@ -14,8 +14,8 @@ from typing import Any
 import trio
 
 from csp_web.config import Config
-from csp_web.config.nodes import NodesConfig, media_dir, nodes_dir
 from csp_web.infra.redis_link import RedisLink
+from specialists.node.config import NodesConfig, media_dir, nodes_dir
 
 from .fleet import NodeFleet
 from .hub import NodeHub

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from csp_web.config.nodes import NodesConfig, NodeTlsConfig
 from csp_web.core.transports.unix import open_unix_listener, peer_credentials
+from specialists.node.config import NodesConfig, NodeTlsConfig
 
 log = logging.getLogger(__name__)
 LinkHandler = Callable[[trio.abc.Stream, str], Awaitable[None]]

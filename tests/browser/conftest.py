@@ -13,12 +13,12 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig, WebConfig
-from csp_web.config.browser import BrowserConfig
+from csp_web.config import Config, ToolConfig, WebConfig, with_section
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from specialists.browser import browser_ops
+from specialists.browser.config import SECTION, BrowserConfig
 from specialists.browser.services import BrowserServices, Runtime, open_browser_services
 from tests.harness import build_dispatcher
 from tests.net._dns import FixedResolver
@@ -116,8 +116,9 @@ def make_config(
         config,
         memory=replace(config.memory, socket_path=None),
         web=WebConfig(guard=guard),
-        tool=ToolConfig(browser=browser_settings),
+        tool=ToolConfig(),
     )
+    base = with_section(base, SECTION, browser_settings)
     return functools.partial(replace, base)
 
 

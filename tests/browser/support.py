@@ -17,9 +17,9 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.net import GuardConfig, Resolver
 from csp_web.net.guard_proxy import GuardProxy, Refusal
+from specialists.browser.config import BrowserConfig
 from specialists.browser.pages import PageSet
 from specialists.browser.services import Runtime, make_engines
 

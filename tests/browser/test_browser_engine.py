@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
+from specialists.browser.config import BrowserConfig
 from specialists.browser.engine import BrowserEngine, launch_args
 from specialists.browser.services import BrowserServices, Runtime
 

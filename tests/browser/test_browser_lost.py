@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.canvas import LocalCanvas
+from specialists.browser.config import BrowserConfig
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
 from tests.net._origin import Origin

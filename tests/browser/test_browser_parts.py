@@ -10,12 +10,13 @@ from dataclasses import replace
 import pytest
 import trio
 
+from csp_web.app.catalog import config_sections
 from csp_web.app.compose import open_app_daemon
 from csp_web.config import Config, ConfigError
-from csp_web.config.browser import BrowserConfig
 from csp_web.config.load import config_from_mapping
 from csp_web.core.api.context import Peer
 from protocol import Status, Task
+from specialists.browser.config import BrowserConfig, browser_section
 from specialists.browser.media import MediaStore
 
 
@@ -27,13 +28,18 @@ def test_trusted_spki_takes_only_base64_sha256_hashes() -> None:
             BrowserConfig(trusted_spki=(bad,))
 
 
+SECTIONS = config_sections()
+
+
 def test_the_browser_section_loads_strictly() -> None:
-    config = config_from_mapping({"tool": {"browser": {"canvas": {"allow_eval": True}}}})
-    assert config.tool.browser.canvas.allow_eval is True
+    config = config_from_mapping(
+        {"tool": {"browser": {"canvas": {"allow_eval": True}}}}, sections=SECTIONS
+    )
+    assert browser_section(config).canvas.allow_eval is True
     with pytest.raises(ConfigError, match=r"tool\.browser\.max_tabs: unknown key"):
-        config_from_mapping({"tool": {"browser": {"max_tabs": 3}}})
+        config_from_mapping({"tool": {"browser": {"max_tabs": 3}}}, sections=SECTIONS)
     with pytest.raises(ConfigError, match="max_sessions_per_peer must not exceed"):
-        config_from_mapping({"tool": {"browser": {"max_sessions": 2}}})
+        config_from_mapping({"tool": {"browser": {"max_sessions": 2}}}, sections=SECTIONS)
 
 
 def test_media_retention_removes_old_then_oldest_past_the_size_bound(tmp_path: str) -> None:

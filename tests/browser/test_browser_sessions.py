@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config import Config
-from csp_web.config.browser import BrowserConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
+from specialists.browser.config import SECTION, BrowserConfig, browser_section
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
 from specialists.browser.sessions import SessionTable
@@ -98,7 +98,7 @@ async def test_idle_sessions_close_after_the_idle_timeout(
 ) -> None:
     now = [100.0]
     table = SessionTable(services.engine, clock=lambda: now[0])
-    config, guard = make_config().tool.browser, services.guard()
+    config, guard = browser_section(make_config()), services.guard()
     async with table.use("idle", "uid:1", config, guard):
         pass
     now[0] += 299.0
@@ -151,8 +151,8 @@ async def test_screenshots_are_capped_in_bytes_at_n(
     )
     base = make_config()
     for cap, expected in ((size, Status.OK), (size - 1, Status.FAIL)):
-        browser = replace(base.tool.browser, max_screenshot_bytes=cap)
-        dispatcher.services.config = replace(base, tool=replace(base.tool, browser=browser))
+        browser = replace(browser_section(base), max_screenshot_bytes=cap)
+        dispatcher.services.config = with_section(base, SECTION, browser)
         reply = await run(dispatcher, ("ACTION", "screenshot"), session)
         assert reply.status is expected, (cap, reply)
     assert error(reply) == f"too_large:screenshot over {size - 1} bytes"

@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config.browser import BrowserConfig, CanvasConfig
+from csp_web.config import with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Reply, Status, Task
+from specialists.browser.config import SECTION, BrowserConfig, CanvasConfig, browser_section
 from tests.net._origin import Origin
 
 from .support import WAIT_S, Listener, Refusals
@@ -123,7 +124,7 @@ async def test_canvas_refusals_are_catalogue_failures(dispatcher: Dispatcher) ->
 
 async def test_eval_is_off_unless_configured(dispatcher: Dispatcher, make_config: object) -> None:
     config = dispatcher.services.config
-    browser = replace(config.tool.browser, canvas=CanvasConfig())
-    dispatcher.services.config = replace(config, tool=replace(config.tool, browser=browser))
+    browser = replace(browser_section(config), canvas=CanvasConfig())
+    dispatcher.services.config = with_section(config, SECTION, browser)
     reply = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "1"))
     assert error(reply) == "not_available:canvas eval is off (canvas.allow_eval)"

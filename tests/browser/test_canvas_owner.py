@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config.browser import BrowserConfig, CanvasConfig
+from csp_web.config import with_section
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.canvas import LocalCanvas
+from specialists.browser.config import SECTION, BrowserConfig, CanvasConfig, browser_section
 from specialists.browser.services import BrowserServices
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
@@ -107,8 +108,8 @@ async def test_inline_html_script_runs_only_when_eval_is_allowed(
     dispatcher: Dispatcher, services: BrowserServices, allow_eval: bool, title: str
 ) -> None:
     config = dispatcher.services.config
-    browser = replace(config.tool.browser, canvas=CanvasConfig(allow_eval=allow_eval))
-    dispatcher.services.config = replace(config, tool=replace(config.tool, browser=browser))
+    browser = replace(browser_section(config), canvas=CanvasConfig(allow_eval=allow_eval))
+    dispatcher.services.config = with_section(config, SECTION, browser)
     page = "<title>t</title><script>document.title = 'ran'</script>"
     assert (await canvas(dispatcher, ("ACTION", "present"), ("HTML", page))).status is Status.OK
     node = services.canvas["main"]

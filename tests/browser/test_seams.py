@@ -21,6 +21,7 @@ from csp_web.core.api.specialist import Specialist
 from csp_web.core.daemon.compose import open_daemon
 from csp_web.net import GuardConfig
 from protocol import ErrorCode
+from specialists.browser.config import browser_section
 from specialists.browser.render import ChromiumRenderer
 from specialists.browser.services import BrowserServices
 from specialists.web.pages.filestore import CacheFileStore
@@ -66,7 +67,7 @@ async def opened(config: Config, origin: Origin) -> AsyncIterator[tuple[WebServi
     async with AsyncExitStack() as stack:
         web_services = await stack.enter_async_context(web.open_services(config.web, config))
         browser_services = await stack.enter_async_context(
-            browser.open_services(config.tool.browser, config)
+            browser.open_services(browser_section(config), config)
         )
         yield web_services, browser_services
 

@@ -13,14 +13,14 @@ import trio
 
 from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import Client, open_client
-from csp_web.config import Config
-from csp_web.config.nodes import NodesConfig
+from csp_web.config import Config, section_of, with_section
 from csp_web.core.daemon.compose import open_daemon
 from csp_web.core.daemon.lifecycle import serve
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.infra.redis_link import RedisLink
 from protocol import CLOSED, NEED_DATA, Connection, Frame, Limits, Reply, Status, Task, serialize
 from specialists.node import NODE
+from specialists.node.config import NodesConfig
 from specialists.node.services import NodeServices, open_node_services
 from tests.harness import given
 
@@ -37,13 +37,13 @@ class NodeDaemon:
 
 def node_config(config: Config, sock_dir: str, **nodes: Any) -> Config:
     settings = replace(NodesConfig(), socket_path=os.path.join(sock_dir, "nodes.sock"), **nodes)
-    return replace(config, nodes=settings)
+    return with_section(config, "nodes", settings)
 
 
 async def start_node_daemon(
     nursery: trio.Nursery, config: Config, sock_dir: str, *, link: RedisLink | None = None
 ) -> NodeDaemon:
-    """The daemon with the node ops, its node socket and TLS as ``config.nodes`` says, in
+    """The daemon with the node ops, its node socket and TLS as its ``nodes`` section says, in
     a fleet on ``link`` (redis.url; its events served by the caller) when given."""
     scope = trio.CancelScope()
     client_path = os.path.join(sock_dir, "csp.sock")
@@ -51,7 +51,9 @@ async def start_node_daemon(
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         with scope:
-            async with open_node_services(config.nodes, config, link=link) as services:
+            async with open_node_services(
+                section_of(config, "nodes", NodesConfig), config, link=link
+            ) as services:
                 opened.append(services)
                 nodes = given(services, NODE.ops, background=NODE.background(services))
                 memory = open_memory_path(config)
@@ -61,8 +63,9 @@ async def start_node_daemon(
                     )
 
     await nursery.start(run)
-    assert config.nodes.socket_path is not None
-    return NodeDaemon(client_path, config.nodes.socket_path, opened[0], scope)
+    node_path = section_of(config, "nodes", NodesConfig).socket_path
+    assert node_path is not None
+    return NodeDaemon(client_path, node_path, opened[0], scope)
 
 
 class ScriptedNode:

@@ -12,7 +12,6 @@ import trio
 from csp_web.app.nodes import render
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.config.nodes import NodeTlsConfig
 from protocol import Reply, Status
 from specialists.node.agent import (
     EXIT_REFUSED,
@@ -23,6 +22,7 @@ from specialists.node.agent import (
     seconds,
 )
 from specialists.node.backends import BackendOptions, detect, geoclue_values
+from specialists.node.config import NodeTlsConfig
 
 from ..conftest import Sink
 from .support import NodeDaemon, node_config, node_task, nodes_op, start_node_daemon

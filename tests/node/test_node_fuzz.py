@@ -15,9 +15,9 @@ import trio.testing
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from csp_web.config.nodes import NodesConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Frame, Reply, Status, Task, serialize
+from specialists.node.config import NodesConfig
 from specialists.node.hub import NodeHub
 from specialists.node.link import NodeLink
 from specialists.node.store import NodeStore

@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.config.nodes import NodesConfig
 from protocol import Status
+from specialists.node.config import NodesConfig
 from specialists.node.hub import NodeHub
 from specialists.node.store import NodeStore
 from specialists.node.wire import Hello

@@ -14,8 +14,8 @@ import trio.testing
 
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.config.nodes import NodesConfig
 from protocol import Reply, Status
+from specialists.node.config import NodesConfig
 from specialists.node.hub import NodeHub
 from specialists.node.store import NodeRecord, NodeStore
 

@@ -22,11 +22,9 @@ import yaml
 
 from csp_web.client.trio_client import open_client
 from csp_web.config import (
-    BrowserConfig,
     Config,
     ExecConfig,
     McpConfig,
-    NodesConfig,
     RedisConfig,
     StdioServerConfig,
     ToolConfig,
@@ -35,8 +33,9 @@ from csp_web.config import (
 )
 from csp_web.config.errors import ConfigError
 from csp_web.config.load import config_from_mapping, load_config
-from csp_web.config.nodes import NodeTlsConfig
 from protocol import Status, Task
+from specialists.browser.config import BrowserConfig
+from specialists.node.config import NodesConfig, NodeTlsConfig
 from tests.conftest import wait_until
 
 from .exec_support import IS_ROOT, NOBODY, scratch_dir
@@ -51,12 +50,19 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield path
 
 
+def _tls(cert_path: str, key_path: str) -> NodeTlsConfig:
+    return NodeTlsConfig(cert_path=cert_path, key_path=key_path)
+
+
 def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -> None:
     base = str(tmp_path)
     script = tmp_path / "server.py"
     script.write_text("")
     config = Config(
-        nodes=NodesConfig(tls=NodeTlsConfig(cert_path=f"{base}/n.crt", key_path=f"{base}/n.key")),
+        sections=(
+            ("nodes", NodesConfig(tls=_tls(f"{base}/n.crt", f"{base}/n.key"))),
+            ("tool.browser", BrowserConfig(executable=f"{base}/chrome")),
+        ),
         redis=RedisConfig(
             url="rediss://h:6380/0",
             tls_ca_file=f"{base}/ca.pem",
@@ -64,7 +70,6 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
             tls_key_file=f"{base}/c.key",
         ),
         tool=ToolConfig(
-            browser=BrowserConfig(executable=f"{base}/chrome"),
             exec=ExecConfig(shell_program=f"{base}/sh"),
             mcp=McpConfig(
                 servers={

@@ -22,13 +22,12 @@ from csp_web.config import (
     CronConfig,
     DaemonConfig,
     MemoryConfig,
-    NodesConfig,
     RedisConfig,
     ToolConfig,
     WebConfig,
     daemon_paths,
 )
-from csp_web.config.nodes import NodeTlsConfig
+from specialists.node.config import NodesConfig, NodeTlsConfig
 
 from .exec_support import IS_ROOT, NOBODY, make_config, scratch_dir
 
@@ -41,16 +40,19 @@ print(s.recv(100).decode().split("\\n")[0])
 """
 
 
+def _nodes(daemon: DaemonConfig, nodes: NodesConfig) -> Config:
+    return Config(daemon=daemon, sections=(("nodes", nodes),))
+
+
 def _private_configs(base: str, state_dir: str = "/var/lib/csp-web-test") -> dict[str, Config]:
     """One config per setting that names a daemon path, each pointing it under ``base``."""
     state = DaemonConfig(state_dir=state_dir)
     return {
         "memory-directory": Config(daemon=state, memory=MemoryConfig(directory=base)),
-        "nodes-socket": Config(daemon=state, nodes=NodesConfig(socket_path=f"{base}/n.sock")),
-        "nodes-media": Config(daemon=state, nodes=NodesConfig(media_dir=base)),
-        "nodes-tls-key": Config(
-            daemon=state,
-            nodes=NodesConfig(tls=NodeTlsConfig(cert_path=f"{base}/c.pem", key_path=f"{base}/k")),
+        "nodes-socket": _nodes(state, NodesConfig(socket_path=f"{base}/n.sock")),
+        "nodes-media": _nodes(state, NodesConfig(media_dir=base)),
+        "nodes-tls-key": _nodes(
+            state, NodesConfig(tls=NodeTlsConfig(cert_path=f"{base}/c.pem", key_path=f"{base}/k"))
         ),
         "redis-socket": Config(daemon=state, redis=RedisConfig(url=f"unix://{base}/r.sock?db=1")),
         "redis-tls-key": Config(daemon=state, redis=RedisConfig(tls_key_file=f"{base}/k.pem")),
@@ -74,7 +76,7 @@ def test_a_workspace_root_holding_any_daemon_path_is_refused_at_load(setting: st
             Config(
                 daemon=config.daemon,
                 memory=config.memory,
-                nodes=config.nodes,
+                sections=config.sections,
                 redis=config.redis,
                 web=config.web,
                 tool=ToolConfig(exec=make_config(workspace), cron=config.tool.cron),

@@ -23,7 +23,8 @@ async def _open(section: ToyConfig, config: Config) -> AsyncIterator[ToyConfig]:
 
 
 async def greet(params: Params, ctx: OpContext, toy: ToyConfig) -> Result:
-    return Result(f"{toy.greeting}, {params.text('NAME')}", ("toy",))
+    greeting = section_of(ctx.config, "toy", ToyConfig).greeting  # per task: reloadable
+    return Result(f"{greeting}, {params.text('NAME')}", ("toy",))
 
 
 OPS = (
@@ -36,8 +37,8 @@ TOY: Specialist[ToyConfig, ToyConfig] = Specialist(
     slots=lambda slots: slots.tool,  # a pool it shares: no SlotsConfig field of its own
     section=lambda config: section_of(config, "toy", ToyConfig),
     own_section=SectionSpec("toy", ToyConfig),
-    reloadable=(),
-    restart_only=(),
+    reloadable=("toy",),  # the greeting is read per task
+    restart_only=("toy.key_path",),  # a private path: the sandbox masks are set at start
     open_services=_open,
     background=lambda _: (),
     stats_lines=lambda _: {},

@@ -1,4 +1,5 @@
-"""The browser and canvas ops' settings (``tool.browser``): frozen dataclasses, units in names.
+"""The browser and canvas ops' settings: the browser specialist's own section, read at
+``tool.browser`` in config.yaml. Frozen dataclasses, units in names.
 
 Every default cites where it comes from; ``config.yaml`` repeats them (a test checks it).
 """
@@ -7,7 +8,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import shutil
 from dataclasses import dataclass, field
+
+from csp_web.config import Config, section_of
+
+# Its own section, where config.yaml has always kept it: under the tool section.
+SECTION = "tool.browser"
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,14 @@ class BrowserConfig:
     trusted_spki: tuple[str, ...] = ()
     canvas: CanvasConfig = field(default_factory=CanvasConfig)
 
+    def input_paths(self) -> tuple[str, ...]:
+        """The Chromium it runs, as the daemon's PATH finds a bare name
+        (``csp_web.config.ReadsInputs``): no command may replace it."""
+        if not self.executable or os.sep in self.executable:
+            return (self.executable,) if self.executable else ()
+        found = shutil.which(self.executable)
+        return (found,) if found else ()
+
     def __post_init__(self) -> None:
         for value in self.trusted_spki:
             try:
@@ -78,3 +94,8 @@ class BrowserConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_sessions_per_peer > self.max_sessions:
             raise ValueError("max_sessions_per_peer must not exceed max_sessions")
+
+
+def browser_section(config: Config) -> BrowserConfig:
+    """The browser's own section of ``config`` (its defaults if the file has none)."""
+    return section_of(config, SECTION, BrowserConfig)

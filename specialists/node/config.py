@@ -1,4 +1,4 @@
-"""Paired nodes' settings: the ``nodes`` section of ``csp_web.config.Config`` (protocol/NODES.md).
+"""Paired nodes' settings: the node specialist's own ``nodes`` section (protocol/NODES.md).
 
 Both node transports are off by default: nodes connect on their own Unix socket
 (``socket_path``) or, for remote machines, a TCP listener with TLS (``tls.enabled``).
@@ -22,6 +22,11 @@ class NodeTlsConfig:
     port: int = field(default=7443, metadata={"zero_ok": True})  # 0: any free port (tests)
     cert_path: str | None = None
     key_path: str | None = None
+
+    def input_paths(self) -> tuple[str, ...]:
+        """Its certificate and key (``csp_web.config.ReadsInputs``): no command may change
+        them."""
+        return tuple(path for path in (self.cert_path, self.key_path) if path)
 
     def __post_init__(self) -> None:
         if (self.cert_path is None) != (self.key_path is None):
