@@ -38,13 +38,13 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/render.py` finds the pack
     sys.path.insert(0, str(REPO_ROOT))
 
 from csp_web.app.memory_path import outbox_path  # noqa: E402
-from csp_web.config import Config, DaemonConfig, ToolConfig, WebConfig  # noqa: E402
-from csp_web.config.browser import BrowserConfig  # noqa: E402
+from csp_web.config import Config, DaemonConfig, WebConfig, with_section  # noqa: E402
 from csp_web.config.web import FetchConfig, RateConfig  # noqa: E402
 from csp_web.core.api.context import Peer  # noqa: E402
 from csp_web.memory.outbox import open_outbox  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import Status, Task  # noqa: E402
+from specialists.browser.config import SECTION, BrowserConfig, browser_section  # noqa: E402
 from specialists.browser.engine import find_executable  # noqa: E402
 from specialists.browser.render import ChromiumRenderer  # noqa: E402
 from specialists.browser.services import open_browser_services  # noqa: E402
@@ -129,7 +129,7 @@ async def measure(
     dns = FixedResolver({HOST: ["127.0.0.1"]})
     settings = Settable()
     settings.guard = config.web.guard
-    browser_config = config.tool.browser
+    browser_config = browser_section(config)
     runtime, served = start_runtime(browser_config, settings)
     runtime.proxy.resolver = dns
     bare = await trio.to_thread.run_sync(Bare, find_executable(browser_config))
@@ -186,8 +186,8 @@ async def main(rounds: int) -> None:
         config = Config(
             daemon=DaemonConfig(state_dir=state),
             web=WebConfig(guard=guard, fetch=FetchConfig(rate=fast)),
-            tool=ToolConfig(browser=browser_config),
         )
+        config = with_section(config, SECTION, browser_config)
         config = replace(config, memory=replace(config.memory, socket_path=None))
         os.makedirs(state, exist_ok=True)
         rendered, bare = await measure(urls, rounds, config, ca)

@@ -16,12 +16,12 @@ import trustme
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, WebConfig
-from csp_web.config.browser import BrowserConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from protocol import Field, Reply, Status, Task
+from specialists.browser.config import BrowserConfig
 from specialists.browser.render import ChromiumRenderer
 from specialists.browser.services import BrowserServices
 from specialists.web.pages.ops_fetch import OPS
