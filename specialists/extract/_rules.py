@@ -102,10 +102,12 @@ RUN_WIDEN = Rule("run-widen", "widen", "a run of similar items replaces or joins
 NAMED_PICK = Rule("named-pick", "widen", "veto: a pick whose class names content is kept")
 SPREAD = Rule("spread", "spread", "a small pick spreads to the ancestor reading like content")
 SECTION_JOIN = Rule("section-join", "join-sections", "a pick in similar sections reads all")
+JOIN_LEAD = Rule("join-lead", "join-lead", "a lead paragraph right before the pick opens it")
 THREAD_JOIN = Rule("thread-join", "join-items", "a discussion's posts join the first post")
 KEEP_MOST = Rule("keep-most", "keep-most", "content missing most of the page reads more")
 # -- what is left out of the content (`_clean`, `_sections`, `_carousel`, `_markdown`)
 SKIP_HEADER = Rule("skip-header", "find-skips", "an article's <header> is left out")
+HEADER_LEADS = Rule("header-leads", "find-skips", "veto: a lead paragraph in the <header> is kept")
 SKIP_DATELINE = Rule("skip-dateline", "find-skips", "a <time> alone is a dateline")
 SKIP_MEMBER_STATS = Rule("skip-member-stats", "find-skips", "forum members' statistics")
 SKIP_EDIT_NOTES = Rule("skip-edit-notes", "find-skips", '"Last edited by ..." notes')
@@ -118,6 +120,7 @@ SKIP_TITLE_REPEAT = Rule("skip-title-repeat", "find-skips", "headings repeating 
 SKIP_LINK_LISTS = Rule("skip-link-lists", "find-skips", "lists of three or more links")
 INTRODUCED_LISTS = Rule("introduced-lists", "find-skips", 'veto: a list after "...:" is kept')
 SKIP_LINK_PARAGRAPHS = Rule("skip-link-paragraphs", "find-skips", "link-heavy paragraphs")
+LONE_LINKS = Rule("lone-links", "find-skips", "veto: a <p> that is one long link after prose")
 SKIP_CAROUSELS = Rule("skip-carousels", "find-skips", "a product page's carousels of others")
 SKIP_RECOMMENDATIONS = Rule(
     "skip-recommendations", "find-skips", 'sections under "Related", "References"...'
