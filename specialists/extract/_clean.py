@@ -15,7 +15,7 @@ from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._lead import around_leads, holds_lead
 from ._members import MAX_CHARS as MEMBER_STATS_CHARS
-from ._members import is_edit_note, is_member_pairs, is_member_stats, starts_stats
+from ._members import is_member_pairs, is_member_stats, starts_stats
 from ._rules import (
     CARD_TITLES,
     HEADER_LEADS,
@@ -23,7 +23,6 @@ from ._rules import (
     LONE_LINKS,
     SKIP_CAROUSELS,
     SKIP_DATELINE,
-    SKIP_EDIT_NOTES,
     SKIP_H1,
     SKIP_HEADER,
     SKIP_LABELS,
@@ -175,9 +174,7 @@ def _is_member_stats(elem: Elem) -> bool:
         if is_member_pairs(terms) and on(SKIP_MEMBER_STATS):
             return True
     text = text_of(elem)
-    return (is_member_stats(text) and on(SKIP_MEMBER_STATS)) or (
-        is_edit_note(text) and on(SKIP_EDIT_NOTES)
-    )
+    return is_member_stats(text) and on(SKIP_MEMBER_STATS)
 
 
 def _first_text(elem: Elem) -> str:

@@ -21,7 +21,7 @@ from ._lead import lead_before
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._page import Claims, Page
-from ._page_sections import join_sections, names_content
+from ._page_sections import names_content
 from ._prune import drop_chrome
 from ._repeat import find_run, run_items, widen
 from ._rules import (
@@ -32,7 +32,6 @@ from ._rules import (
     KEEP_TEXT,
     NAMED_PICK,
     RUN_WIDEN,
-    SECTION_JOIN,
     SHELL_DESCRIPTION,
     SPREAD,
     THREAD_JOIN,
@@ -108,12 +107,6 @@ def _widen(page: Page) -> None:
 def _spread(page: Page) -> None:
     if not page.listing:
         page.content = _if_on(SPREAD, page.content, spread(page.content, page.mirror()))
-
-
-def _join_sections(page: Page) -> None:
-    if not page.listing:
-        joined = join_sections(page.content, article=page.claims.article)
-        page.content = _if_on(SECTION_JOIN, page.content, joined)
 
 
 def _join_lead(page: Page) -> None:
@@ -232,13 +225,6 @@ PASSES: tuple[Pass, ...] = (
     Pass("select", ("root", "order"), ("picked", "Elem.score"), _select, on_body=True),
     Pass("widen", ("picked", "run", "claims"), ("content", "listing"), _widen, on_body=True),
     Pass("spread", ("content", "root", "listing"), ("content",), _spread, on_body=True),
-    Pass(
-        "join-sections",
-        ("content", "listing", "claims"),
-        ("content",),
-        _join_sections,
-        on_body=True,
-    ),
     Pass("join-lead", ("content", "listing"), ("content",), _join_lead, on_body=True),
     Pass("join-items", ("content", "order", "claims"), ("content",), _join_items, on_body=True),
     Pass("layout", ("content", "picked", "listing", "run"), ("layout",), _layout, on_body=True),
