@@ -13,14 +13,16 @@ import re
 from ._carousel import is_carousel
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
+from ._lead import around_leads, holds_lead
 from ._members import MAX_CHARS as MEMBER_STATS_CHARS
-from ._members import is_edit_note, is_member_pairs, is_member_stats, starts_stats
+from ._members import is_member_pairs, is_member_stats, starts_stats
 from ._rules import (
     CARD_TITLES,
+    HEADER_LEADS,
     INTRODUCED_LISTS,
+    LONE_LINKS,
     SKIP_CAROUSELS,
     SKIP_DATELINE,
-    SKIP_EDIT_NOTES,
     SKIP_H1,
     SKIP_HEADER,
     SKIP_LABELS,
@@ -49,6 +51,7 @@ DATELINE_EXTRA_CHARS = 30  # a <time> with less text than this around it is a da
 MAX_TAIL_HEADINGS = 4  # as `_repeat.MIN_ITEMS`: a run of titles, not leftover headings
 REPEAT_MAX_CHARS = 60  # a label, a heading or a byline; longer repeats are left as written
 _SENTENCE_ENDS = (".", "!", "?", ":", ";")
+MIN_LONE_LINK_WORDS = 6  # a link standing as a sentence, not "Read more" or a bare title
 PROMO_MAX_CHARS = 300  # a sign-up or follow-us line is short; a paragraph mentioning one is not
 
 _WORD = re.compile(r"\w+")
@@ -73,7 +76,9 @@ def find_skips(
         elem = stack.pop()
         if elem.tag in HEADINGS:
             headings.append(elem)
-        if _skippable(elem, title_words, listing) or (
+        if elem.tag == "header" and not listing and holds_lead(elem) and on(HEADER_LEADS):
+            skips |= around_leads(elem)
+        elif _skippable(elem, title_words, listing) or (
             product and not listing and is_carousel(elem) and on(SKIP_CAROUSELS)
         ):
             skips.add(id(elem))
@@ -153,7 +158,11 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
             and on(SKIP_LINK_LISTS)
         )
     if tag in _BLOCK_PARAGRAPHS and (tag == "p" or is_paragraph(elem)):
-        return _is_link_heavy(elem) and on(SKIP_LINK_PARAGRAPHS)
+        return (
+            _is_link_heavy(elem)
+            and not (_is_lone_link_in_prose(elem) and on(LONE_LINKS))
+            and on(SKIP_LINK_PARAGRAPHS)
+        )
     return False
 
 
@@ -165,9 +174,7 @@ def _is_member_stats(elem: Elem) -> bool:
         if is_member_pairs(terms) and on(SKIP_MEMBER_STATS):
             return True
     text = text_of(elem)
-    return (is_member_stats(text) and on(SKIP_MEMBER_STATS)) or (
-        is_edit_note(text) and on(SKIP_EDIT_NOTES)
-    )
+    return is_member_stats(text) and on(SKIP_MEMBER_STATS)
 
 
 def _first_text(elem: Elem) -> str:
@@ -197,6 +204,35 @@ def _leads_prose(heading: Elem) -> bool:
             prose = kid.prose > 0 or is_paragraph(kid)
             return prose and link_density(kid) < CARD_TEXT_MAX_LINK_DENSITY
     return False
+
+
+def _is_lone_link_in_prose(paragraph: Elem) -> bool:
+    """A <p> that is one link reading as a sentence, after a prose paragraph: a pointer the
+    article makes (to a report, a source), not navigation around it."""
+    links = [kid for kid in paragraph.kids if isinstance(kid, Elem)]
+    if paragraph.tag != "p" or len(links) != 1 or links[0].tag != "a":
+        return False
+    if any(isinstance(kid, str) and kid.strip() for kid in paragraph.kids):
+        return False
+    if len(_WORD.findall(text_of(links[0]))) < MIN_LONE_LINK_WORDS:
+        return False
+    before = _previous_with_text(paragraph)
+    return (
+        before is not None
+        and before.prose > 0
+        and link_density(before) < CARD_TEXT_MAX_LINK_DENSITY
+    )
+
+
+def _previous_with_text(elem: Elem) -> Elem | None:
+    parent = elem.parent
+    if parent is None:
+        return None
+    kids = parent.kids
+    for kid in reversed(kids[: kids.index(elem)]):
+        if isinstance(kid, Elem) and kid.text_len:
+            return kid
+    return None
 
 
 def _introduced(list_elem: Elem) -> bool:

@@ -3,8 +3,7 @@
 Forum engines print the author's standing beside every post (phpBB's profile list,
 vBulletin's user info, XenForo's message counts). They describe the member, not the
 thread, and repeat on every post; a block holding only such label-value pairs, or a <dl>
-whose terms are all such labels ("Joined", "Messages"), is left out, as is a post's edit
-note ("Last edited by ann on 12 Sep 2024").
+whose terms are all such labels ("Joined", "Messages"), is left out.
 English labels only.
 """
 
@@ -19,14 +18,11 @@ _LABELS = (
     r"|likes received|thanks received|points"
 )
 _LABEL = re.compile(rf"(?:{_LABELS})\s*:", re.IGNORECASE)
-_START = re.compile(rf"{_LABELS}|last edited", re.IGNORECASE)
-# A post's edit note: who edited it and when, never what it says.
-# ("Edited by" alone also credits a book's editors.)
-_EDIT_NOTE = re.compile(r"last edited(?: by \S+| ?:)", re.IGNORECASE)
+_START = re.compile(_LABELS, re.IGNORECASE)
 
 
 def starts_stats(text: str) -> bool:
-    """True when `text` starts like a member statistic or an edit note (a cheap first test
+    """True when `text` starts like a member statistic (a cheap first test
     on the first text of a block, before its whole text is read)."""
     return _START.match(text.lstrip()) is not None
 
@@ -37,13 +33,6 @@ def is_member_pairs(labels: list[str]) -> bool:
     return bool(labels) and all(
         _LABEL.fullmatch(f"{label.strip().rstrip(':')}:") for label in labels
     )
-
-
-def is_edit_note(text: str) -> bool:
-    """True when `text` is a post's edit note: "Last edited by ann on 12 Sep 2024, edited 4
-    times in total.", "Last edited: Mar 3, 2024"."""
-    text = " ".join(text.split())
-    return len(text) <= MAX_CHARS and _EDIT_NOTE.match(text) is not None
 
 
 def is_member_stats(text: str) -> bool:

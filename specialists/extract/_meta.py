@@ -1,10 +1,16 @@
-"""Page metadata read from the parsed document: the title and the description."""
+"""Page metadata read from the parsed document: the title and the description.
+
+Meta values are decoded once more when they still spell entities out (`_text.decoded`):
+a description stands in for the body of a script shell, so it must read as text.
+"""
 
 from __future__ import annotations
 
 import re
 
 from selectolax.lexbor import LexborHTMLParser
+
+from ._text import decoded, readable
 
 # "Headline | Site", "Headline - Site", "Headline — Site": Readability's title separators,
 # without its ':' (headlines use colons: "Fact check: ...").
@@ -38,11 +44,11 @@ def _meta(tree: LexborHTMLParser, selector: str) -> str | None:
     node = tree.css_first(selector)
     if node is None:
         return None
-    return _clean(node.attributes.get("content") or "")
+    return _clean(decoded(node.attributes.get("content") or ""))
 
 
 def _clean(text: str) -> str | None:
-    return " ".join(text.split()) or None
+    return " ".join(readable(text).split()) or None
 
 
 def _strip_site(title: str) -> str:

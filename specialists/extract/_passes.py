@@ -17,20 +17,21 @@ from ._clean import drop_repeats, find_skips, trim_tail
 from ._dom import build_tree
 from ._join import join_items
 from ._kind import Layout, declared_types, page_type
+from ._lead import lead_before
 from ._markdown import render
 from ._meta import find_description, find_title
 from ._page import Claims, Page
-from ._page_sections import join_sections, names_content
+from ._page_sections import names_content
 from ._prune import drop_chrome
 from ._repeat import find_run, run_items, widen
 from ._rules import (
     CHROME_PRUNE,
     DROP_REPEATS,
+    JOIN_LEAD,
     KEEP_MOST,
     KEEP_TEXT,
     NAMED_PICK,
     RUN_WIDEN,
-    SECTION_JOIN,
     SHELL_DESCRIPTION,
     SPREAD,
     THREAD_JOIN,
@@ -40,6 +41,7 @@ from ._rules import (
 )
 from ._score import keep_most, link_density, measure, select_content, spread
 from ._shell import readable_tree
+from ._text import readable
 
 T = TypeVar("T")
 _WORD = re.compile(r"\w+")
@@ -107,10 +109,12 @@ def _spread(page: Page) -> None:
         page.content = _if_on(SPREAD, page.content, spread(page.content, page.mirror()))
 
 
-def _join_sections(page: Page) -> None:
+def _join_lead(page: Page) -> None:
+    """A lead paragraph right before the pick (in the article's header, say) opens it."""
     if not page.listing:
-        joined = join_sections(page.content, article=page.claims.article)
-        page.content = _if_on(SECTION_JOIN, page.content, joined)
+        lead = lead_before(page.content)
+        if lead is not None and lead not in page.content and on(JOIN_LEAD):
+            page.content = [lead, *page.content]
 
 
 def _join_items(page: Page) -> None:
@@ -162,7 +166,7 @@ def _keep_text(page: Page) -> None:
 
 
 def _join_blocks(page: Page) -> None:
-    page.body = "\n\n".join(page.blocks)
+    page.body = readable("\n\n".join(page.blocks))
 
 
 def _count_words(page: Page) -> None:
@@ -221,13 +225,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("select", ("root", "order"), ("picked", "Elem.score"), _select, on_body=True),
     Pass("widen", ("picked", "run", "claims"), ("content", "listing"), _widen, on_body=True),
     Pass("spread", ("content", "root", "listing"), ("content",), _spread, on_body=True),
-    Pass(
-        "join-sections",
-        ("content", "listing", "claims"),
-        ("content",),
-        _join_sections,
-        on_body=True,
-    ),
+    Pass("join-lead", ("content", "listing"), ("content",), _join_lead, on_body=True),
     Pass("join-items", ("content", "order", "claims"), ("content",), _join_items, on_body=True),
     Pass("layout", ("content", "picked", "listing", "run"), ("layout",), _layout, on_body=True),
     Pass("keep-most", ("content", "root"), ("content", "listing"), _keep_most, on_body=True),

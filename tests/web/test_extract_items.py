@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from specialists.extract import extract_article
 from specialists.extract._attrs import names_chrome
-from specialists.extract._members import is_edit_note, is_member_stats
+from specialists.extract._members import is_member_stats
 
 POSTS = [
     f"Post number {n} of the thread: the backup job stops after the first volume on this "
@@ -271,17 +271,3 @@ def test_a_card_line_rendered_twice_in_a_row_reads_once() -> None:
     assert "Engineering Blog\n\nEngineering Blog" not in markdown
     assert markdown.count("Engineering Blog") == 5
     assert all(text in markdown for text in POSTS[:5])
-
-
-def test_a_posts_edit_note_is_left_out_and_a_books_editors_are_kept() -> None:
-    posts = "".join(
-        f"<div class='post'><div class='content'><p>{text}</p></div>"
-        f"<div class='notice'>Last edited by user{n} on 12. Sep 2024, 11:14, edited 4 times "
-        "in total.</div></div>"
-        for n, text in enumerate(POSTS[:6])
-    )
-    html = f"<html><body><main><div class='topic'>{posts}</div></main></body></html>"
-    markdown = extract_article(html, url="https://forum.example/viewtopic.php?t=10").markdown
-    assert all(text in markdown for text in POSTS[:6])
-    assert "Last edited" not in markdown
-    assert not is_edit_note("Edited by Hans Ulrich Obrist and Kostas Stasinopoulos")

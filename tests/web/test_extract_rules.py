@@ -14,7 +14,14 @@ from typing import NoReturn
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from bench.extraction import CorpusScore, dump_corpus, report, score_corpus
+from bench.extraction import (
+    CorpusScore,
+    PageScore,
+    dump_corpus,
+    report,
+    score_corpus,
+    summarise,
+)
 from bench.extraction_ablation import ablate, negligible
 from specialists.extract import RULES, _rules, census, extract_article, switched_off
 from specialists.extract._page import Page
@@ -161,3 +168,14 @@ def test_a_rival_is_timed_on_every_page_beside_ours_and_reported(tmp_path: Path)
     assert seen == [ARTICLE, ARTICLE]  # interleaved: each page, as many runs as ours
     assert score.rival_median_ms is not None
     assert "trafilatura (interleaved) median ms" in report(score, "cmd")
+
+
+def test_the_speed_ratio_is_the_rivals_total_time_over_ours() -> None:
+    timed = [
+        PageScore("a", "article", 1, 0, 0, 2.0, 2.0, rival_ms=12.0),
+        PageScore("b", "article", 1, 0, 0, 4.0, 4.0, rival_ms=18.0),
+    ]
+    score = summarise(timed)
+    assert score.speedup == 5.0
+    assert "ours is 5.00x its speed (total ms, goal >= 5x)" in report(score, "cmd")
+    assert summarise([PageScore("c", "article", 1, 0, 0, 2.0, 2.0)]).speedup is None
