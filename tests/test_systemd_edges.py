@@ -109,3 +109,26 @@ async def test_listen_fds_naming_a_descriptor_that_is_not_a_socket_is_ignored(
     assert done.returncode == 2
     assert "ignoring the socket systemd passed: Socket operation on non-socket" in stderr
     assert "csp-web: --no-stdin needs --socket or socket.path" in stderr
+
+
+async def test_a_passed_abstract_namespace_socket_is_not_taken_for_a_path(
+    tmp_path: Path,
+) -> None:
+    """ListenStream=@name: the socket has no file, so --no-stdin has no path to serve."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as abstract:
+        abstract.bind(f"\0csp-web-test-{os.getpid()}")
+        abstract.listen(1)
+        command = [sys.executable, "-c", _LAUNCHER, str(abstract.fileno()), "serve"]
+        command += ["--no-stdin", "--config", _write_config(tmp_path)]
+        with trio.fail_after(60):
+            done = await trio.run_process(
+                command,
+                env={**os.environ, "LISTEN_FDS": "1"},
+                pass_fds=(abstract.fileno(),),
+                capture_stderr=True,
+                check=False,
+            )
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "csp-web: --no-stdin needs --socket or socket.path"
+    ]
