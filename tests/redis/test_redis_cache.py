@@ -116,7 +116,8 @@ async def test_a_stopped_redis_leaves_the_memory_tier_as_the_local_cache_until_i
             assert await cache.get("fetch", "w") == "x"
             assert await cache.get("api:x", "u") is None  # checked: never answered alone
         assert not link.up
-        assert link.fallbacks["cache_local"] == 1
+        # At least one: a read after the retry window asks Redis again and falls back anew.
+        assert link.fallbacks["cache_local"] >= 1
         assert link.fallbacks["cache_skip"] == 1
         assert json.loads(link.stats_line())["state"] == "down"
         redis_server.start()  # empty: no persistence

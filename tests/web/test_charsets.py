@@ -6,6 +6,7 @@ served by the local HTTPS origin."""
 from __future__ import annotations
 
 import codecs
+import unicodedata
 
 import pytest
 
@@ -104,7 +105,9 @@ async def test_a_wrong_declaration_is_obeyed_not_outvoted_by_detection(
     url = serve(origin, "/p", body, "text/html; charset=windows-1252")
     reply = await fetch(make_dispatcher(list(WEB.ops)), url)
     misread = text.encode(codec).decode("cp1252", errors="replace")
-    assert reply.get("DATA") == f"# Page\n\n{' '.join(misread.split())}"
+    # As any text is read: soft hyphens (U+00AD, a byte 0xAD misread) dropped, then NFC.
+    readable = unicodedata.normalize("NFC", misread.replace("\u00ad", ""))
+    assert reply.get("DATA") == f"# Page\n\n{' '.join(readable.split())}"
 
 
 async def test_a_wrong_meta_is_obeyed_too(
