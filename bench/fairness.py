@@ -133,6 +133,15 @@ class Ramp:
         return f"busy connections got {rate:,.0f} pongs/s after the ramp-up"
 
 
+def _replies_in(codec: Connection, data: bytes) -> int:
+    """How many whole replies ``data`` completes on ``codec`` (both clients' one parsing step)."""
+    codec.receive_data(data)
+    answered = 0
+    while isinstance(codec.next_event(), Reply):
+        answered += 1
+    return answered
+
+
 async def _busy_one(path: str, depth: int, ramp: Ramp) -> None:
     first = True
     try:
@@ -144,10 +153,7 @@ async def _busy_one(path: str, depth: int, ramp: Ramp) -> None:
                 data = await stream.receive_some(65536)
                 if not data:
                     return
-                codec.receive_data(data)
-                answered = 0
-                while isinstance(codec.next_event(), Reply):
-                    answered += 1
+                answered = _replies_in(codec, data)
                 if answered and first:
                     first = False
                     ramp.settled()
@@ -188,10 +194,7 @@ async def _asyncio_busy(path: str, count: int, depth: int, seconds: float) -> No
                 data = await reader.read(65536)
                 if not data:
                     return
-                codec.receive_data(data)
-                answered = 0
-                while isinstance(codec.next_event(), Reply):
-                    answered += 1
+                answered = _replies_in(codec, data)
                 if answered and first:
                     first = False
                     ramp.settled()
