@@ -55,7 +55,7 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
 # The specialists the daemon serves, each in its folder (specialists/<name>/): siblings.
 SPECIALIST_GROUPS = tuple(f"specialists.{specialist.name}" for specialist in SPECIALISTS)
 # Pure packages the specialists share: no I/O, no other specialist (the rule is checked below).
-PURE = ("specialists.extract",)
+PURE = ("specialists.extract", "specialists.formats")
 PURE_FORBIDDEN = frozenset({"trio", "httpx", "os", "socket", "subprocess", "asyncio", "csp_web"})
 SIBLINGS = frozenset(
     {"memory", "sink", "net", "infra", "cron", "cli", "mcp_face", *SPECIALIST_GROUPS}

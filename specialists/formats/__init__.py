@@ -1,0 +1,11 @@
+"""Documents as Markdown: PDF, office files, sheets and feeds.
+
+Pure functions over bytes (no I/O), one module per format, each ``read_<format>(data, limits)
+-> Document`` (``document.py``). Shared by fetch and the document ops (and the browser's
+downloads through fetch); it imports no I/O module, nothing of csp_web and no specialist
+(tests/test_layers.py's ``PURE`` holds it to that).
+"""
+
+from .document import Document, Limits, Unreadable
+
+__all__ = ["Document", "Limits", "Unreadable"]

@@ -1,0 +1,59 @@
+"""What a document reader gives back, and the bounds it works within.
+
+Every reader in this package is a pure function ``read_<format>(data: bytes, limits: Limits)
+-> Document``: it turns one downloaded file into the Markdown that fetch pages through like any
+HTML page's, or raises ``Unreadable`` naming why it cannot. Readers do no I/O of their own; the
+web specialist runs them in a worker process bounded in time and memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of a document a reader may turn into text.
+
+    ``max_pages`` bounds the PDF pages read (fetch's MAX_PAGES); ``max_rows`` bounds the rows of
+    each sheet or CSV; ``max_entries`` bounds a feed's entries; ``max_chars`` bounds the
+    Markdown produced, past which a reader stops and says it was cut.
+    """
+
+    max_pages: int = 200
+    max_rows: int = 1_000
+    max_entries: int = 200
+    max_chars: int = 5_000_000
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document as Markdown.
+
+    ``pages`` is the number of pages the document has (PDF) or None where pages mean nothing;
+    ``pages_read`` how many of them the Markdown holds. ``cut`` says the Markdown stops short of
+    the document (a limit was met). ``no_text`` names why a document that parsed holds no text
+    (``encrypted``, ``scanned``), None when it holds some; fetch answers it as PARTIAL with
+    ``ERROR no_text_layer``.
+    """
+
+    markdown: str
+    title: str | None = None
+    pages: int | None = None
+    pages_read: int | None = None
+    author: str | None = None
+    published: str | None = None
+    lang: str | None = None
+    cut: bool = False
+    no_text: str | None = None
+
+
+class Unreadable(Exception):
+    """The bytes are not a readable document of the format asked (corrupt, a zip bomb, a
+    billion-laughs feed): ``code`` is a catalogue code (``too_large``, ``unsupported_content``)
+    and ``detail`` says what was wrong."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}:{detail}")
+        self.code = code
+        self.detail = detail
