@@ -7,6 +7,8 @@ Runs the daemon as ``python -m csp_web`` would, with two probes added from outsi
 - a ``gc.callbacks`` hook timing every garbage collection, per generation;
 - a trio instrument timing every task step (the time a task held the loop before yielding),
   keeping the longest steps per task name;
+- the scheduler rounds: from the end of one I/O wait to the start of the next, with the task
+  steps each ran (a fresh client's reply takes several rounds, so their length is its latency);
 - the outbox store's commits (``OutboxStore.insert``) and settles, timed where they run.
 
 Each pause is timed twice: on the wall clock, and in the thread's CPU time
@@ -47,7 +49,11 @@ class _Pauses(trio.abc.Instrument):
         self.step_started = (0.0, 0.0)
         self.slow: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
         self.steps = 0
+        self.step_names: collections.Counter[str] = collections.Counter()
         self.store: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+        self.round_started = (0.0, 0.0)
+        self.round_steps = 0
+        self.rounds: list[tuple[float, float, int]] = []  # wall, cpu, steps
 
     def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any) -> Any:
@@ -65,11 +71,22 @@ class _Pauses(trio.abc.Instrument):
         else:
             self.gc[info["generation"]].append(_since(self.gc_started))
 
+    def after_io_wait(self, timeout: float) -> None:
+        self.round_started = _now()
+        self.round_steps = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self.round_steps:
+            wall, cpu = _since(self.round_started)
+            self.rounds.append((wall, cpu, self.round_steps))
+
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self.step_started = _now()
+        self.round_steps += 1
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         self.steps += 1
+        self.step_names[task.name.rsplit(".", 1)[-1]] += 1
         took = _since(self.step_started)
         if took[0] >= SLOW_STEP_S:
             self.slow[task.name.rsplit(".", 1)[-1]].append(took)
@@ -87,6 +104,10 @@ class _Pauses(trio.abc.Instrument):
         print(
             f"pauses: {self.steps} task steps; steps >= {SLOW_STEP_S * 1000:g} ms wall:", file=out
         )
+        if self.rounds:
+            print(f"pauses: {_rounds(self.rounds)}", file=out)
+        common = ", ".join(f"{name} {count}" for name, count in self.step_names.most_common(8))
+        print(f"pauses: steps by task: {common}", file=out)
         ranked = sorted(self.slow.items(), key=lambda item: -sum(wall for wall, _ in item[1]))
         for name, took in ranked[:8]:
             print(f"pauses:   {name}: {len(took)} steps, {_sums(took)}", file=out)
@@ -106,6 +127,22 @@ def _sums(pauses: list[tuple[float, float]]) -> str:
     """Total and longest of ``pauses``, wall and CPU, in ms."""
     walls, cpus = [w * 1000 for w, _ in pauses], [c * 1000 for _, c in pauses]
     return f"total {sum(walls):.0f}/{sum(cpus):.0f} ms, longest {max(walls):.1f}/{max(cpus):.1f} ms"
+
+
+def _rounds(rounds: list[tuple[float, float, int]]) -> str:
+    """Scheduler rounds that ran a task: how many, their length and steps (p50/p99/max)."""
+    walls = sorted(wall * 1000 for wall, _, _ in rounds)
+    cpus = sorted(cpu * 1000 for _, cpu, _ in rounds)
+    steps = sorted(count for _, _, count in rounds)
+
+    def spread(values: list[float] | list[int]) -> str:
+        at = [values[int(q * (len(values) - 1))] for q in (0.5, 0.99)]
+        return f"{at[0]:.1f}/{at[1]:.1f}/{values[-1]:.1f}"
+
+    return (
+        f"{len(rounds)} rounds (p50/p99/max): wall {spread(walls)} ms, cpu {spread(cpus)} ms, "
+        f"steps {spread(steps)}"
+    )
 
 
 def main() -> int:

@@ -91,6 +91,41 @@ async def test_a_new_connections_first_frame_starts_in_the_next_round_behind_ful
     )
 
 
+async def test_a_new_connections_instant_frame_starts_at_once_and_the_next_round_pays() -> None:
+    """L-10: with the round's budget spent, a new connection's instant frame that nobody is
+    ahead of starts without waiting for the pump (two scheduler rounds saved on a fresh ping);
+    its start comes out of the next round's budget, so 4 waiting starts at 2 per round take
+    3 rounds instead of 2."""
+    starts = FairStarts(frames_per_round=2, max_running=100)
+    seats = await _busy_seats(starts, 4)
+    log: list[tuple[str, int]] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n, seat in enumerate(seats):
+                nursery.start_soon(_start, starts, seat, f"busy{n}", log)
+            await starts.wait_start(Seat(), instant=True)  # before the busy ones queue
+            log.append(("new", starts.rounds))
+    assert log[0] == ("new", 0)
+    assert starts.rounds == 3  # the pump's rounds: 1 + 2 + 1 grants
+
+
+async def test_an_idle_connections_instant_frame_waits_behind_an_earlier_newcomer() -> None:
+    """L-10: the at-once start is for a connection nobody is ahead of: with a new
+    connection's frame already waiting, the next newcomer's instant frame waits its turn."""
+    starts = FairStarts(frames_per_round=1, max_running=100)
+    await _busy_seats(starts, 0)
+    log: list[tuple[str, int]] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_start, starts, Seat(), "first", log)
+            while not starts.waiting:
+                await trio.lowlevel.checkpoint()
+            await starts.wait_start(Seat(), instant=True)
+            log.append(("second", starts.rounds))
+    assert [name for name, _ in log] == ["first", "second"]
+    assert log[1][1] >= 1  # granted by the pump, not at once
+
+
 @pytest.mark.parametrize(("running", "third_waits"), [(2, True), (3, False)])
 async def test_max_running_frames_holds_the_next_start_until_one_is_done(
     running: int, third_waits: bool
@@ -229,6 +264,44 @@ async def test_a_fresh_ping_is_answered_within_bounded_work_behind_40_full_pipel
         assert starts.waiting > 0  # the busy connections really were contending
         harness.nursery.cancel_scope.cancel()
     assert counter.steps < 40 * 64
+
+
+class _WriterSteps(trio.abc.Instrument):
+    """Counts the task steps of connections' reply writers."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += task.name.endswith("write_replies")
+
+
+async def test_instant_replies_behind_busy_connections_are_sent_by_their_reader(
+    config: Config,
+) -> None:
+    """L-10 at low cost: 20 connections keep 8 pings in flight, one start per connection per
+    round, so each reply is written alone. The reader sends each itself before it waits for
+    its next turn, so the writer tasks take (almost) no steps: waking a writer per reply cost
+    two more steps per ping behind busy connections (bench/fairness.py --only busy)."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    conn = config.connection
+    starts = FairStarts(conn.frames_per_round, conn.max_running_frames)
+    writers = _WriterSteps()
+    answers: list[Reply] = []
+    async with open_harness(config) as harness:
+        for _ in range(20):
+            stream = _serve(harness, starts, conn)
+            harness.nursery.start_soon(_keep_pipeline_full_of, stream, PING, 8, answers)
+        trio.lowlevel.add_instrument(writers)
+        try:
+            with trio.fail_after(30):
+                while len(answers) < 2000:
+                    await trio.lowlevel.checkpoint()
+        finally:
+            trio.lowlevel.remove_instrument(writers)
+        harness.nursery.cancel_scope.cancel()
+    assert {reply.get("DATA") for reply in answers} == {"pong"}
+    assert writers.steps < len(answers) // 10
 
 
 @pytest.mark.parametrize(("read_at_s", "closed"), [(9.9, False), (10.1, True)])

@@ -52,16 +52,23 @@ class ReplyQueue:
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def put(self, data: bytes) -> None:
-        """Queue ``data``; only the first chunk of a batch wakes the writer and reads the
-        clock: ``take`` drains everything queued, so later ones join the same write."""
+    def put(self, data: bytes, *, wake: bool = True) -> None:
+        """Queue ``data``; only the first chunk of a batch reads the clock (``take`` drains
+        everything queued, so later ones join the same write). ``wake=False`` leaves the
+        writer parked: the producer sends what is queued itself before it next waits."""
         if not self._chunks:
             self._oldest = trio.current_time()
-            self._ready.unpark_all()
         self._chunks.append(data)
+        if wake:
+            self._ready.unpark_all()
+
+    @property
+    def full(self) -> bool:
+        """Whether a producer must wait for room (``wait_room``)."""
+        return len(self._chunks) >= self.max_chunks
 
     async def wait_room(self) -> None:
-        while len(self._chunks) >= self.max_chunks:
+        while self.full:
             await self._room.park()
 
     def close(self) -> None:

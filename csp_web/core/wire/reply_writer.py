@@ -53,11 +53,13 @@ class ReplyWriter:
         self.connection_scope: trio.CancelScope | None = None
         self.send_scope: trio.CancelScope | None = None  # the reader's own send, shielded
 
-    def queue(self, slot: int | None, data: bytes) -> None:
+    def queue(self, slot: int | None, data: bytes, *, wake: bool = True) -> None:
+        """Queue ``data`` for ``slot``; ``wake=False``: the caller (the reader) sends it
+        itself before it next waits (``send_at_once``), so the writer takes no round."""
         # One queue entry per completion keeps ordered chunks from interleaving.
         ready = self.order.complete(slot, data)
         if ready:
-            self.replies.put(ready)
+            self.replies.put(ready, wake=wake)
 
     async def send(self, slot: int | None, data: bytes) -> None:
         self.queue(slot, data)

@@ -9,7 +9,10 @@ So each frame start is admitted here first:
 - under contention starts are granted in virtual rounds, one frame per connection per round,
   round-robin (start-time fair queuing, as in Linux's CFQ and Goyal et al. 1996);
 - a connection that started nothing in the previous round (a new or an idle one) goes to the
-  front: its first frame starts in the next scheduler round however many others wait.
+  front: its first frame starts in the next scheduler round however many others wait; an
+  instant one that nobody is ahead of starts at once, on the next round's budget (waiting
+  for the pump to grant it cost a fresh ping two scheduler rounds behind 1,000 busy
+  connections: bench/fairness.py --only busy).
 
 An instant frame (an op that never waits: ping, stats, ops) takes its turn like any other
 but never counts toward ``max_running``, so slow ops that fill it cannot hold a ping back: a
@@ -65,6 +68,10 @@ class FairStarts:
     def waiting(self) -> int:
         return len(self._waiting) + len(self._instant)
 
+    def must_wait(self, *, instant: bool = False) -> bool:
+        """Whether ``wait_start`` would wait now (it returns at once otherwise)."""
+        return bool(self.waiting) or self._budget <= 0 or not (instant or self._has_room())
+
     def _round_of(self, seat: Seat) -> int:
         if seat.next_round < self.round:  # nothing started last round: new or idle
             return self.round - 1
@@ -77,8 +84,8 @@ class FairStarts:
         An ``instant`` start needs no running place and is not followed by ``done``.
         Cancellation before the grant gives the place up and starts nothing."""
         key = self._round_of(seat)
-        if not self.waiting and self._budget > 0 and (instant or self._has_room()):
-            self._budget -= 1
+        if not self.must_wait(instant=instant) or (instant and self._first_in_line(seat, key)):
+            self._budget -= 1  # a newcomer's may run into the next round's (``_refill``)
             self.running += not instant
             seat.next_round = key + 1
             return
@@ -90,6 +97,17 @@ class FairStarts:
         except BaseException:
             ticket.abandoned = True  # the pump skips it; nothing was granted (Event semantics)
             raise
+
+    def _first_in_line(self, seat: Seat, key: int) -> bool:
+        """Whether ``seat`` is a new or idle connection's that the pump would grant before
+        every start now waiting."""
+        if seat.next_round >= self.round:
+            return False
+        return all(not heap or key < heap[0].key[0] for heap in (self._waiting, self._instant))
+
+    def _refill(self) -> None:
+        """A new scheduler round's budget, less what newcomers took ahead of it."""
+        self._budget = min(self._budget, 0) + self.frames_per_round
 
     def done(self) -> None:
         """A frame admitted by ``wait_start`` has finished (its reply is queued)."""
@@ -129,11 +147,11 @@ class FairStarts:
                 if not self.waiting:
                     if self._budget == self.frames_per_round:
                         return  # a round with no start and nobody waiting: idle
-                    self._budget = self.frames_per_round
+                    self._refill()
                     await trio.lowlevel.checkpoint()
                     continue
-                self._budget = self.frames_per_round
-                while self._budget and self._grantable():
+                self._refill()
+                while self._budget > 0 and self._grantable():
                     self._grant(self._next_ticket())
                 self.rounds += 1
                 await trio.lowlevel.checkpoint()  # the granted tasks run in the next round
