@@ -1,0 +1,103 @@
+"""Parsing untrusted XML: entity declarations and external references are refused.
+
+defusedxml (PSF licence) wraps the standard library's expat parser and raises on any entity
+declaration (the billion-laughs and quadratic-blowup bombs need one) and any external entity
+or DTD reference. A DOCTYPE that declares nothing (RSS 0.91's public DTD line) is allowed:
+expat never fetches it, and old feeds still carry it.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from xml.parsers import expat
+
+from defusedxml import DefusedXmlException, EntitiesForbidden
+from defusedxml.ElementTree import fromstring
+
+from .document import Unreadable
+
+
+def parse_xml(data: bytes | str, kind: str) -> ET.Element:
+    """The root element of ``data``.
+
+    Raises ``Unreadable("too_large")`` for an internal entity declaration (how entity bombs
+    expand: refused whatever it holds), ``Unreadable("unsupported_content")`` for an external
+    entity or reference (a file or URL the parser would read), and
+    ``Unreadable("corrupt_document")`` for XML that does not parse (truncated, not XML).
+    """
+    try:
+        root: ET.Element = fromstring(data, forbid_dtd=False)
+    except EntitiesForbidden as exc:
+        if exc.sysid is None and exc.pubid is None:
+            raise Unreadable("too_large", f"{kind} declares XML entities: refused") from None
+        raise Unreadable("unsupported_content", f"{kind} names an external entity") from None
+    except DefusedXmlException:
+        raise Unreadable("unsupported_content", f"{kind} names an external entity") from None
+    except (ET.ParseError, ValueError) as exc:
+        raise Unreadable("corrupt_document", f"{kind} is not well-formed XML ({exc})") from None
+    return root
+
+
+def local(tag: str) -> str:
+    """A tag's name without its ``{namespace}``."""
+    return tag.rpartition("}")[2]
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+        self.why = why
+
+
+class _RootReached(Exception):
+    pass
+
+
+def screen_prolog(data: bytes, kind: str) -> None:
+    """Refuse a DTD in an office file's XML part, reading only up to its root element.
+
+    The parts of DOCX, ODT and XLSX never carry a DTD; mammoth and openpyxl parse them with
+    parsers of their own, so any declaration is refused here first: an entity declaration as
+    ``too_large`` (how entity bombs expand), an external one, or any other DTD, as
+    ``unsupported_content``. Raises ``Unreadable``; returns when the prolog is clean.
+    """
+    parser = expat.ParserCreate()
+    parser.EntityDeclHandler = _on_entity
+    parser.UnparsedEntityDeclHandler = _on_unparsed_entity
+    parser.EndDoctypeDeclHandler = _on_doctype_end
+    parser.StartElementHandler = _on_root
+    try:
+        parser.Parse(data, True)
+    except _RootReached:
+        return
+    except _Refused as refused:
+        raise Unreadable(refused.code, f"{kind} {refused.why}: refused") from None
+    except expat.ExpatError as exc:
+        raise Unreadable("corrupt_document", f"{kind} is not well-formed XML ({exc})") from None
+
+
+def _on_entity(
+    name: str,
+    is_parameter: int,
+    value: str | None,
+    base: str | None,
+    system_id: str | None,
+    public_id: str | None,
+    notation: str | None,
+) -> None:
+    if system_id is None and public_id is None:
+        raise _Refused("too_large", f"declares the XML entity {name}")
+    raise _Refused("unsupported_content", f"declares the external entity {name}")
+
+
+def _on_unparsed_entity(name: str, *_: object) -> None:
+    raise _Refused("unsupported_content", f"declares the external entity {name}")
+
+
+def _on_doctype_end() -> None:
+    raise _Refused("unsupported_content", "declares a DTD")
+
+
+def _on_root(name: str, attrs: object) -> None:
+    raise _RootReached

@@ -1,0 +1,71 @@
+"""Opening an office file's zip without letting it expand past a budget (a zip bomb).
+
+DOCX, ODT and XLSX are zips of XML. The directory at the end of a zip declares each member's
+uncompressed size; ``zipfile`` never yields more bytes than a member declares (it stops there
+and the CRC check fails), so judging the declared sizes before anything is read bounds what
+any reader built on ``zipfile`` (ours, mammoth's, openpyxl's) can inflate.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+import zlib
+
+from .document import Unreadable
+
+# 256 MiB of XML is far past any real document's text yet fits a worker's memory budget;
+# the classic 42.zip declares petabytes, and a flat bomb's one member gigabytes.
+MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+# Office XML deflates 5 to 20 times, a sheet of repeated cells up to ~100 times; a bomb
+# thousands of times. Only members past RATIO_FLOOR_BYTES are judged: tiny members may
+# compress oddly without costing anything.
+MAX_RATIO = 200
+RATIO_FLOOR_BYTES = 1024 * 1024
+MAX_MEMBERS = 10_000  # a DOCX holds tens, a big workbook hundreds: thousands is a directory bomb
+
+
+def open_zip(data: bytes, kind: str) -> zipfile.ZipFile:
+    """The zip in ``data``, after its directory passed the budget.
+
+    Raises ``Unreadable("corrupt_document")`` when the bytes are not a zip (truncated, not a
+    zip at all) and ``Unreadable("too_large")`` when its members declare more than the budget.
+    The caller owns the returned ZipFile (it holds only ``data``: nothing to close but memory).
+    """
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        raise Unreadable("corrupt_document", f"{kind} is not a readable zip ({exc})") from None
+    _judge(archive.infolist(), kind)
+    return archive
+
+
+def _judge(members: list[zipfile.ZipInfo], kind: str) -> None:
+    if len(members) > MAX_MEMBERS:
+        raise Unreadable("too_large", f"{kind} holds {len(members)} files (max {MAX_MEMBERS})")
+    total = sum(member.file_size for member in members)
+    if total > MAX_UNPACKED_BYTES:
+        raise Unreadable("too_large", f"{kind} unpacks to {total} bytes (max {MAX_UNPACKED_BYTES})")
+    for member in members:
+        if member.file_size > RATIO_FLOOR_BYTES and (
+            member.file_size > MAX_RATIO * max(member.compress_size, 1)
+        ):
+            raise Unreadable(
+                "too_large",
+                f"{kind} member {member.filename} expands {member.file_size} bytes from "
+                f"{member.compress_size} (max ratio {MAX_RATIO})",
+            )
+
+
+def read_member(archive: zipfile.ZipFile, name: str, kind: str) -> bytes | None:
+    """The bytes of member ``name`` (None when the zip has no such member).
+
+    Raises ``Unreadable("corrupt_document")`` when the member's data is damaged (a bad CRC,
+    a truncated stream).
+    """
+    try:
+        return archive.read(name)
+    except KeyError:
+        return None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
+        raise Unreadable("corrupt_document", f"{kind} member {name} is damaged ({exc})") from None
