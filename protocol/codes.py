@@ -85,6 +85,10 @@ class ErrorCode(enum.StrEnum):
     PROXY_FAILED = "proxy_failed", "the web.proxy forward proxy refused or broke the tunnel"
     UNKNOWN_RESEARCH_JOB = "unknown_research_job", "JOB_ID names no research job held now"
     RESEARCH_FAILED = "research_failed", "the research found no source it could read"
+    CORRUPT_DOCUMENT = (
+        "corrupt_document",
+        "the document does not parse as its type (a damaged or truncated zip, XML or CSV)",
+    )
 
     # Tool specialist.
     COMMAND_FAILED = "command_failed", "the command exited non-zero or was killed"

@@ -7,6 +7,8 @@ import re
 _PIPE_OR_BACKSLASH = re.compile(r"\\(?=\\*\|)|\|")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
+_MARKUP_START = re.compile(r"#|>|\||[-+*=]+(\s|$)")
+_ORDERED_START = re.compile(r"\d+(?=[.)](\s|$))")
 
 
 def fit(blocks: list[str], max_chars: int) -> tuple[str, bool]:
@@ -52,3 +54,12 @@ def label(text: str) -> str:
 def target(url: str) -> str:
     """``url`` safe inside a Markdown link's parentheses (spaces and parentheses encoded)."""
     return url.strip().replace(" ", "%20").replace("(", "%28").replace(")", "%29")
+
+
+def escape_start(line: str) -> str:
+    """Backslash a line start that Markdown would read as a heading, list item, quote or
+    table row."""
+    if _MARKUP_START.match(line):
+        return "\\" + line
+    number = _ORDERED_START.match(line)
+    return f"{line[: number.end()]}\\{line[number.end() :]}" if number else line

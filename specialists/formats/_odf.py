@@ -49,7 +49,10 @@ def _numbered_levels(*roots: ET.Element | None) -> dict[str, set[int]]:
 
 
 def _int(value: str | None, default: int) -> int:
-    return int(value) if value is not None and value.isdecimal() and len(value) < 6 else default
+    """A count attribute's value (huge ones as 10**18: callers clamp), else ``default``."""
+    if value is None or not value.isascii() or not value.isdecimal():
+        return default
+    return int(value) if len(value) <= 18 else 10**18
 
 
 class _Writer:

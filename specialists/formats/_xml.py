@@ -57,8 +57,8 @@ class _RootReached(Exception):
 def screen_prolog(data: bytes, kind: str) -> None:
     """Refuse a DTD in an office file's XML part, reading only up to its root element.
 
-    The parts of DOCX, ODT and XLSX never carry a DTD; mammoth and openpyxl parse them with
-    parsers of their own, so any declaration is refused here first: an entity declaration as
+    The parts of DOCX, ODT and XLSX never carry a DTD; mammoth parses them with a parser
+    of its own (minidom), so any declaration is refused here first: an entity declaration as
     ``too_large`` (how entity bombs expand), an external one, or any other DTD, as
     ``unsupported_content``. Raises ``Unreadable``; returns when the prolog is clean.
     """

@@ -3,7 +3,7 @@
 DOCX, ODT and XLSX are zips of XML. The directory at the end of a zip declares each member's
 uncompressed size; ``zipfile`` never yields more bytes than a member declares (it stops there
 and the CRC check fails), so judging the declared sizes before anything is read bounds what
-any reader built on ``zipfile`` (ours, mammoth's, openpyxl's) can inflate.
+any reader built on ``zipfile`` (ours, mammoth's) can inflate.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import io
 import zipfile
 import zlib
 
+from ._xml import screen_prolog
 from .document import Unreadable
 
 # 256 MiB of XML is far past any real document's text yet fits a worker's memory budget;
@@ -69,3 +70,14 @@ def read_member(archive: zipfile.ZipFile, name: str, kind: str) -> bytes | None:
         return None
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
         raise Unreadable("corrupt_document", f"{kind} member {name} is damaged ({exc})") from None
+
+
+def open_office(data: bytes, kind: str) -> zipfile.ZipFile:
+    """``open_zip``, then each XML part's prolog screened for a DTD (``screen_prolog``):
+    the zip of an office file ready for a third-party parser. Raises ``Unreadable``."""
+    archive = open_zip(data, kind)
+    for name in archive.namelist():
+        if name.endswith((".xml", ".rels")):
+            part = read_member(archive, name, kind)
+            screen_prolog(part or b"", f"{kind} part {name}")
+    return archive

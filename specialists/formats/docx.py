@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import re
-import zipfile
 
 import mammoth
 
@@ -24,8 +23,9 @@ from specialists.extract import document_markdown
 from ._dates import iso_utc
 from ._markdown import fit
 from ._odf import odt_html
-from ._xml import local, parse_xml, screen_prolog
-from ._zip import open_zip, read_member
+from ._props import properties
+from ._xml import parse_xml
+from ._zip import open_office, read_member
 from .document import Document, Limits, Unreadable
 
 # Word's own title styles, which mammoth's default map leaves as paragraphs.
@@ -41,7 +41,7 @@ def read_docx(data: bytes, limits: Limits) -> Document:
     ``unsupported_content`` for an external entity, ``corrupt_document`` for bytes that are
     not a readable DOCX (a damaged zip, no ``word/document.xml``, broken XML).
     """
-    archive = _screened(data, "DOCX")
+    archive = open_office(data, "DOCX")
     if "word/document.xml" not in archive.namelist():
         raise Unreadable("corrupt_document", "DOCX holds no word/document.xml")
     try:
@@ -51,45 +51,35 @@ def read_docx(data: bytes, limits: Limits) -> Document:
     except Exception as exc:  # mammoth's errors on damaged parts are of any type
         raise Unreadable("corrupt_document", f"DOCX is not readable ({exc!r})") from None
     core = read_member(archive, _CORE, "DOCX")
-    return _document(result.value, _properties(core, "DOCX"), limits)
+    return _document(result.value, properties(core, "DOCX"), limits)
 
 
 def read_odt(data: bytes, limits: Limits) -> Document:
     """An OpenDocument text (ODT) as Markdown; raises ``Unreadable`` as ``read_docx`` does."""
-    archive = _screened(data, "ODT")
+    archive = open_office(data, "ODT")
     content = read_member(archive, "content.xml", "ODT")
     if content is None:
         raise Unreadable("corrupt_document", "ODT holds no content.xml")
     styles = read_member(archive, "styles.xml", "ODT")
     html = odt_html(parse_xml(content, "ODT"), parse_xml(styles, "ODT") if styles else None)
     meta = read_member(archive, "meta.xml", "ODT")
-    return _document(html, _properties(meta, "ODT"), limits)
-
-
-def _screened(data: bytes, kind: str) -> zipfile.ZipFile:
-    """The zip, its size budget met and each XML part's prolog free of a DTD."""
-    archive = open_zip(data, kind)
-    for name in archive.namelist():
-        if name.endswith((".xml", ".rels")):
-            part = read_member(archive, name, kind)
-            screen_prolog(part or b"", f"{kind} part {name}")
-    return archive
+    return _document(html, properties(meta, "ODT"), limits)
 
 
 def _no_image(image: object) -> list[object]:
     return []
 
 
-def _document(html: str, properties: dict[str, str], limits: Limits) -> Document:
+def _document(html: str, fields: dict[str, str], limits: Limits) -> Document:
     markdown = document_markdown(html)
-    title = properties.get("title") or _first_heading(markdown)
+    title = fields.get("title") or _first_heading(markdown)
     text, cut = fit(markdown.split("\n\n") if markdown else [], limits.max_chars)
     return Document(
         markdown=text,
         title=title,
-        author=properties.get("creator") or properties.get("initial-creator"),
-        published=iso_utc(properties.get("created") or properties.get("creation-date") or ""),
-        lang=properties.get("language"),
+        author=fields.get("creator") or fields.get("initial-creator"),
+        published=iso_utc(fields.get("created") or fields.get("creation-date") or ""),
+        lang=fields.get("language"),
         cut=cut,
     )
 
@@ -97,15 +87,3 @@ def _document(html: str, properties: dict[str, str], limits: Limits) -> Document
 def _first_heading(markdown: str) -> str | None:
     match = _HEADING.search(markdown)
     return match.group(1).strip() if match else None
-
-
-def _properties(xml: bytes | None, kind: str) -> dict[str, str]:
-    """The Dublin Core and meta fields of a core-properties part, by local name (the first
-    non-empty of each), or nothing when the part is missing."""
-    if xml is None:
-        return {}
-    found: dict[str, str] = {}
-    for element in parse_xml(xml, kind).iter():
-        if isinstance(element.tag, str) and element.text and element.text.strip():
-            found.setdefault(local(element.tag), " ".join(element.text.split()))
-    return found
