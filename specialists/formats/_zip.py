@@ -15,9 +15,11 @@ import zlib
 from ._xml import screen_prolog
 from .document import Unreadable
 
-# 256 MiB of XML is far past any real document's text yet fits a worker's memory budget;
-# the classic 42.zip declares petabytes, and a flat bomb's one member gigabytes.
-MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+# 64 MiB of XML is thousands of pages or a sheet of a million cells, far past what fetch's
+# body cap lets in at honest ratios; mammoth's DOM (minidom) holds ~10 times its XML in
+# memory, so this also keeps a DOCX within a worker's memory. The classic 42.zip declares
+# petabytes, and a flat bomb's one member gigabytes.
+MAX_UNPACKED_BYTES = 64 * 1024 * 1024
 # Office XML deflates 5 to 20 times, a sheet of repeated cells up to ~100 times; a bomb
 # thousands of times. Only members past RATIO_FLOOR_BYTES are judged: tiny members may
 # compress oddly without costing anything.

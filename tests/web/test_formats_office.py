@@ -212,3 +212,13 @@ def _without(data: bytes, name: str) -> bytes:
             if info.filename != name:
                 target.writestr(info, source.read(info.filename))
     return out.getvalue()
+
+
+def test_docx_nesting_past_the_stack_is_a_clear_error_not_a_crash() -> None:
+    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    deep = "<w:sdt><w:sdtContent>" * 3000 + "<w:p><w:r><w:t>deep</w:t></w:r></w:p>"
+    deep += "</w:sdtContent></w:sdt>" * 3000
+    body = f"<w:document {ns}><w:body>{deep}</w:body></w:document>".encode()
+    with pytest.raises(Unreadable) as caught:
+        read_docx(rezip(fixture("report.docx"), {"word/document.xml": body}), Limits())
+    assert caught.value.code == "corrupt_document"
