@@ -34,6 +34,26 @@ _BLOCK_START = re.compile(
 )
 
 
+SNIFF_BYTES = 4096  # room for a declaration, comments and a stylesheet line before the root
+_FIRST_ELEMENT = re.compile(rb"<([A-Za-z_][\w.:-]*)")
+_PROLOG_NOISE = re.compile(rb"<!--.*?-->|<\?.*?\?>|<!DOCTYPE[^>]*>", re.S)
+
+
+def is_feed(data: bytes) -> bool:
+    """True when ``data`` (XML served as ``text/xml`` or ``application/xml``) opens with a
+    feed's root element: ``<rss>``, Atom's ``<feed>`` or RSS 1.0's ``<rdf:RDF>``."""
+    head = data[:SNIFF_BYTES]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        head = head.decode("utf-16", errors="replace").encode()
+    match = _FIRST_ELEMENT.search(_PROLOG_NOISE.sub(b"", head))
+    if match is None:
+        return False
+    name = match.group(1).rpartition(b":")[2]
+    if name == b"feed":
+        return ATOM.encode() in head
+    return name in (b"rss", b"RDF")
+
+
 @dataclass(frozen=True)
 class Entry:
     """One feed entry as read: any field may be empty."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specialists.formats import Limits, Unreadable
-from specialists.formats.feed import SUMMARY_CHARS, read_feed
+from specialists.formats.feed import SUMMARY_CHARS, is_feed, read_feed
 from tests.web.documents_support import BILLION_LAUGHS, EXTERNAL_ENTITY, fixture
 
 RSS2 = """\
@@ -161,3 +161,24 @@ def test_a_date_no_one_can_read_is_left_out() -> None:
     item = "<item><title>t</title><pubDate>yesterday-ish</pubDate></item>"
     markdown = read_feed(f"<rss><channel>{item}</channel></rss>".encode(), Limits()).markdown
     assert markdown == "- t"
+
+
+@pytest.mark.parametrize(
+    ("data", "feed"),
+    [
+        (fixture("rss2.xml"), True),
+        (fixture("atom.xml"), True),
+        (fixture("rss1.rdf"), True),
+        (
+            b'\xef\xbb\xbf<?xml version="1.0"?><!-- <html> --><?xml-stylesheet href="s.xsl"?><rss>',
+            True,
+        ),
+        ('<?xml version="1.0" encoding="utf-16"?><rss version="2.0">'.encode("utf-16"), True),
+        (b'<feed xmlns="http://example.org/not-atom">', False),
+        (b'<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/">', False),
+        (b"<html><body><rss>", False),
+        (b"", False),
+    ],
+)
+def test_xml_served_as_text_xml_is_sniffed_as_a_feed_by_its_root(data: bytes, feed: bool) -> None:
+    assert is_feed(data) is feed
