@@ -7,8 +7,8 @@ table says so (how many rows: the rest of the sheet is still read, to count them
 
 CSV bytes are decoded by a small rule (a pure package cannot use csp_web's charset module):
 a byte order mark, else UTF-8 when the bytes are valid UTF-8, else windows-1252, the WHATWG
-default for undeclared text. The dialect (delimiter, quoting) is sniffed from the first
-``SNIFF_CHARS``.
+default for undeclared text. The delimiter is sniffed from the first lines; quoting is RFC
+4180's (``"``, doubled inside a field).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -27,7 +29,10 @@ from ._zip import open_office, read_member
 from .document import Document, Limits, Unreadable
 
 MAX_COLUMNS = 100  # wider rows are data dumps no reader scans in Markdown; the rest is named
-SNIFF_CHARS = 16 * 1024  # enough lines to tell a dialect; csv.Sniffer is slow on more
+SNIFF_CHARS = 16 * 1024  # enough lines to tell the delimiter
+SNIFF_LINES = 50
+DELIMITERS = (",", ";", "\t", "|")
+_QUOTED = re.compile(r'"[^"]*"')
 _BOMS = (
     (codecs.BOM_UTF8, "utf-8-sig"),
     (codecs.BOM_UTF16_LE, "utf-16"),
@@ -77,18 +82,33 @@ def read_csv(data: bytes, limits: Limits) -> Document:
     quoted field left open past the csv module's field limit).
     """
     text = _decode(data)
+    rows = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(text))
     try:
-        dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(
-            text[:SNIFF_CHARS], delimiters=",;\t|"
-        )
-    except csv.Error:  # one column, or too little to tell: the standard dialect
-        dialect = csv.excel
-    try:
-        table = _table(_by_column(csv.reader(io.StringIO(text, newline=""), dialect)), limits)
+        table = _table(_by_column(rows), limits)
     except csv.Error as exc:
         raise Unreadable("corrupt_document", f"CSV does not split into rows ({exc})") from None
     markdown, over = fit(_render(table, limits), limits.max_chars)
     return Document(markdown=markdown, cut=over or table.rows_left > 0 or table.wider)
+
+
+def sniff_delimiter(text: str) -> str:
+    """The delimiter of a CSV text: of ``DELIMITERS``, the one found the same number of times
+    (and most often) on most of the first lines, quoted fields aside; ``,`` when none is.
+
+    Linear in ``SNIFF_CHARS``: ``csv.Sniffer``'s patterns backtrack, and 16 KiB of ``,"``
+    kept it busy for seconds.
+    """
+    lines = _QUOTED.sub("", text[:SNIFF_CHARS]).splitlines()[:SNIFF_LINES]
+    best, best_score = ",", (0, 0)
+    for delimiter in DELIMITERS:
+        counts = Counter(line.count(delimiter) for line in lines if line.strip())
+        if not counts:
+            break
+        count, lines_agreeing = max(counts.items(), key=lambda item: (item[1], item[0]))
+        score = (lines_agreeing, count) if count else (0, 0)
+        if score > best_score:
+            best, best_score = delimiter, score
+    return best
 
 
 def _decode(data: bytes) -> str:

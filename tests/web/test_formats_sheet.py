@@ -7,7 +7,7 @@ import pytest
 from specialists.formats import Limits, Unreadable
 from specialists.formats._markdown import cell
 from specialists.formats._zip import RATIO_FLOOR_BYTES
-from specialists.formats.sheet import MAX_COLUMNS, read_csv, read_xlsx
+from specialists.formats.sheet import MAX_COLUMNS, read_csv, read_xlsx, sniff_delimiter
 from tests.web.documents_support import BILLION_LAUGHS, declare_size, fixture, rezip
 
 LEDGER = """\
@@ -215,3 +215,26 @@ def _xlsx(rows: int, *, extra: str = "", dimension: str | None = None) -> bytes:
     dim = f'<dimension ref="{dimension}"/>' if dimension else ""
     sheet = f"<worksheet {_NS}>{dim}<sheetData>{''.join(cells)}{extra}</sheetData></worksheet>"
     return rezip(fixture("ledger.xlsx"), {SHEET: sheet.encode()})
+
+
+@pytest.mark.parametrize(
+    ("text", "delimiter"),
+    [
+        ("a,b,c\n1,2,3\n", ","),
+        ("a;b;c\n1,5;2,5;3\n", ";"),
+        ("a\tb\n1\t2\n", "\t"),
+        ("a|b\n1|2\n", "|"),
+        ('name,quote\nx,"a;b;c;d"\ny,"e;f;g;h"\n', ","),  # quoted fields do not vote
+        ("one column\nno delimiter\n", ","),
+        ("", ","),
+    ],
+)
+def test_the_delimiter_is_the_one_lines_agree_on(text: str, delimiter: str) -> None:
+    assert sniff_delimiter(text) == delimiter
+
+
+def test_a_csv_full_of_quote_delimiter_pairs_does_not_backtrack() -> None:
+    # csv.Sniffer spent seconds here; the reader now reads it as any CSV (the last
+    # field's quote is open to the end: the rows it holds are what the text says).
+    document = read_csv(b',"\n' * 6000, Limits(max_rows=2))
+    assert document.cut
