@@ -8,6 +8,7 @@ expat never fetches it, and old feeds still carry it.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from xml.parsers import expat
 
@@ -15,6 +16,16 @@ from defusedxml import DefusedXmlException, EntitiesForbidden
 from defusedxml.ElementTree import fromstring
 
 from .document import Unreadable
+
+_DECLARATION = re.compile(rb"""\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:-]+)["'][^>]*\?>""")
+_MULTIBYTE = {
+    **dict.fromkeys(("shift_jis", "shift-jis", "sjis", "windows-31j", "ms_kanji"), "cp932"),
+    **dict.fromkeys(("euc-jp", "eucjp"), "euc_jp"),
+    "iso-2022-jp": "iso2022_jp",
+    **dict.fromkeys(("gb2312", "gbk", "gb18030", "x-gbk"), "gb18030"),
+    **dict.fromkeys(("big5", "big5-hkscs"), "big5hkscs"),
+    **dict.fromkeys(("euc-kr", "ks_c_5601-1987", "windows-949"), "cp949"),
+}
 
 
 def parse_xml(data: bytes | str, kind: str) -> ET.Element:
@@ -26,7 +37,7 @@ def parse_xml(data: bytes | str, kind: str) -> ET.Element:
     ``Unreadable("corrupt_document")`` for XML that does not parse (truncated, not XML).
     """
     try:
-        root: ET.Element = fromstring(data, forbid_dtd=False)
+        root: ET.Element = fromstring(_text_when_multibyte(data), forbid_dtd=False)
     except EntitiesForbidden as exc:
         if exc.sysid is None and exc.pubid is None:
             raise Unreadable("too_large", f"{kind} declares XML entities: refused") from None
@@ -36,6 +47,23 @@ def parse_xml(data: bytes | str, kind: str) -> ET.Element:
     except (ET.ParseError, ValueError) as exc:
         raise Unreadable("corrupt_document", f"{kind} is not well-formed XML ({exc})") from None
     return root
+
+
+def _text_when_multibyte(data: bytes | str) -> bytes | str:
+    """``data`` decoded, its declaration dropped, when it declares an encoding expat cannot
+    read (expat reads UTF-8, UTF-16 and 8-bit codecs; Shift_JIS, EUC-JP, GB2312, Big5 feeds
+    exist); otherwise ``data`` as it is. Labels map as WHATWG maps them (``shift_jis`` is
+    windows-31J, ``gb2312`` GB18030, ``euc-kr`` windows-949)."""
+    if isinstance(data, str):
+        return data
+    declared = _DECLARATION.match(data[:200])
+    if declared is None:
+        return data
+    label = declared.group(1).decode("ascii").lower()
+    codec = _MULTIBYTE.get(label)
+    if codec is None:
+        return data
+    return data[declared.end() :].decode(codec, errors="replace")
 
 
 def local(tag: str) -> str:

@@ -182,3 +182,22 @@ def test_a_date_no_one_can_read_is_left_out() -> None:
 )
 def test_xml_served_as_text_xml_is_sniffed_as_a_feed_by_its_root(data: bytes, feed: bool) -> None:
     assert is_feed(data) is feed
+
+
+@pytest.mark.parametrize(
+    ("encoding", "title"),
+    [
+        ("windows-1251", "Привет"),
+        ("koi8-r", "Привет"),
+        ("iso-8859-2", "Łódź"),
+        ("shift_jis", "日本語のニュース"),
+        ("euc-jp", "日本語のニュース"),
+        ("gb2312", "中文新闻"),
+        ("big5", "中文新聞"),
+        ("euc-kr", "한국어 뉴스"),
+    ],
+)
+def test_a_feed_in_its_declared_legacy_encoding_reads(encoding: str, title: str) -> None:
+    xml = f'<?xml version="1.0" encoding="{encoding}"?><rss><channel><title>{title}</title>'
+    document = read_feed(f"{xml}</channel></rss>".encode(encoding), Limits())
+    assert document.title == title
