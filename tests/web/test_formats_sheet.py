@@ -39,7 +39,7 @@ def test_a_workbook_reads_as_one_table_per_sheet_under_its_name() -> None:
     )
 
 
-def test_a_csv_dialect_is_sniffed_and_its_cells_escaped() -> None:
+def test_a_csv_delimiter_is_sniffed_and_its_cells_escaped() -> None:
     document = read_csv(fixture("ledger.csv"), Limits())
     assert document.markdown == (
         "| Date | Item | Qty | Price |\n"
