@@ -12,9 +12,7 @@ word accuracy. Each page's text comes from PDFium in reading order, one line per
   the lines of one heading wrapped over several are joined;
 - body lines join into paragraphs, split where the gap between lines is wider than the usual
   line step; a word hyphenated at a line end (PDFium marks its soft hyphen) is joined again;
-- pages are separated by a marker line ``<!-- page N -->`` (an HTML comment: invisible when
-  the Markdown is rendered, unlikely in any text, and it carries the page number a reader
-  cites).
+- pages are separated by a marker line ``<!-- page N -->`` (``document.PAGE_MARKER``).
 
 No text on any page (a scan) answers ``no_text="scanned"`` (``"max_pages"`` when only the pages
 read have none); a PDF that needs a password
@@ -26,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import itertools
 import re
 import statistics
 from collections.abc import Iterator
@@ -34,14 +33,13 @@ from dataclasses import dataclass
 import pypdfium2
 import pypdfium2.raw as pdfium_c
 
-from .document import Document, Limits, Unreadable
+from .document import PAGE_MARKER, Document, Limits, Unreadable
 
 # A heading's font is this much above the body's: LaTeX's \subsection is \large, 12 pt over 11.
 HEADING_RATIO = 1.08
 HEADING_MAX_WORDS = 24  # a longer line in a large font is a callout or a lead, not a heading
 HEADING_LEVELS = 3
 PARAGRAPH_GAP = 1.4  # a line step this many times the usual one starts a paragraph
-MARKER = "<!-- page {} -->"
 _SOFT_HYPHENS = ("\ufffe", "\x02", "\u00ad")  # PDFium's marks for a hyphen it knows is soft
 _SOFT_HYPHEN = re.compile("[" + "".join(_SOFT_HYPHENS) + "]")
 _PASSWORD_ERROR = 4  # FPDF_ERR_PASSWORD
@@ -124,7 +122,7 @@ def _lines(textpage: pypdfium2.PdfTextPage) -> Iterator[Line]:
 
 def _measured(textpage: pypdfium2.PdfTextPage, text: str, at: int) -> Line:
     sizes, tops, bottoms = [], [], []
-    for offset, char in _sampled(text):
+    for offset in _sampled(text):
         sizes.append(pdfium_c.FPDFText_GetFontSize(textpage.raw, at + offset))
         left, right, bottom, top = (ctypes.c_double() for _ in range(4))
         refs = (ctypes.byref(left), ctypes.byref(right), ctypes.byref(bottom), ctypes.byref(top))
@@ -135,10 +133,10 @@ def _measured(textpage: pypdfium2.PdfTextPage, text: str, at: int) -> Line:
     return Line(text, round(size * 2) / 2, max(tops, default=0.0), min(bottoms, default=0.0))
 
 
-def _sampled(text: str) -> Iterator[tuple[int, str]]:
-    """The first and last ``_SAMPLE`` visible characters of a line with their offsets: the
-    last ones reach the lower line when PDFium joined a word hyphenated across two."""
-    picked = [(i, c) for i, c in enumerate(text) if not c.isspace()]
+def _sampled(text: str) -> Iterator[int]:
+    """The offsets of the first and last ``_SAMPLE`` visible characters of a line: the last
+    ones reach the lower line when PDFium joined a word hyphenated across two."""
+    picked = [i for i, c in enumerate(text) if not c.isspace()]
     return iter(picked if len(picked) <= 2 * _SAMPLE else picked[:_SAMPLE] + picked[-_SAMPLE:])
 
 
@@ -151,7 +149,7 @@ def _markdown(pages: list[list[Line]], max_chars: int) -> tuple[str, bool]:
     length = 0
     for number, lines in enumerate(pages, start=1):
         if number > 1:
-            parts.append(MARKER.format(number))
+            parts.append(PAGE_MARKER.format(number))
         parts.extend(_blocks(lines, body, levels))
         length = sum(len(part) + 2 for part in parts)
         if length > max_chars:
@@ -197,7 +195,7 @@ def _blocks(lines: list[Line], body: float, levels: dict[float, int]) -> list[st
 
 
 def _usual_step(lines: list[Line]) -> float:
-    steps = [a.bottom - b.bottom for a, b in zip(lines, lines[1:], strict=False)]
+    steps = [a.bottom - b.bottom for a, b in itertools.pairwise(lines)]
     steps = [s for s in steps if s > 0]
     return statistics.median(steps) if steps else 0.0
 
