@@ -159,7 +159,7 @@ async def _read_one(
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return
-    if page.kind not in ("html", "text"):
+    if page.kind not in ("html", "text", "document"):
         outcome = f"unsupported_content:{page.content_type or 'unknown'}"
         job.steps.append(Step("fetch", url, outcome, _ms(began)))
         return

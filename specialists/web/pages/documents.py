@@ -1,0 +1,206 @@
+"""Documents fetch reads (PDF, and the office formats beside it): which reader a response
+needs, and the worker process that runs it.
+
+    name = reader_for(content_type, body, url)         # "pdf", or None: not a document
+    document = await read_document(name, body, limits, deadline, bounds=bounds)
+
+``FORMATS`` is the one table: a reader's name, where its pure function lives
+(``specialists.formats``), the content types it serves, the magic bytes that name it, and the
+URL suffixes that name it when a server says only ``application/octet-stream`` (or nothing).
+Adding a format is one line here and its reader module.
+
+A reader runs in a fresh worker process (``document_worker.py``), never in the daemon: a
+hostile file can use all the memory, CPU or native-code bugs it likes and the daemon only sees
+a worker die. The worker lowers its address space (RLIMIT_AS) and CPU time (RLIMIT_CPU) before
+it reads a byte; the parent kills it at ``deadline`` or when the task is cancelled. Its answer
+comes back as JSON on stdout (never pickle: a subverted worker must not run code in the
+daemon), at most ``bounds.max_output_bytes`` of it. bench/formats.py measures what a worker
+costs (about 0.1 s of spawn and imports per document beside the parse), too little next to a
+download to be worth a pool of warm workers that a hostile file could poison for the next.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import trio
+
+from csp_web.core.api.errors import OpError
+from protocol import ErrorCode
+from specialists.formats import Document, Limits
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Format:
+    """One document format: ``reader`` is ``module:function`` under specialists.formats."""
+
+    name: str
+    reader: str
+    types: tuple[str, ...]
+    magic: tuple[bytes, ...] = ()
+    suffixes: tuple[str, ...] = ()
+
+
+FORMATS: tuple[Format, ...] = (
+    Format("pdf", "pdf:read_pdf", ("application/pdf", "application/x-pdf"), (b"%PDF-",), (".pdf",)),
+)
+# Types that say nothing of the format: the bytes (then the URL's suffix) decide.
+UNTYPED = frozenset({"", "application/octet-stream", "binary/octet-stream", "application/download"})
+# Codes a worker may answer with (its JSON on stdout, exit status 3); any other is its failure.
+READER_CODES = {code.value: code for code in (ErrorCode.TOO_LARGE, ErrorCode.UNSUPPORTED_CONTENT)}
+REPORTED_EXIT = 3
+STDERR_TAIL = 4000  # bytes of a worker's stderr kept for the log
+MAGIC_WINDOW = 1024  # a PDF's header may follow up to 1,024 bytes of junk (PDF 1.7, annex H.3)
+WORKER = Path(__file__).with_name("document_worker.py")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one worker may use: ``memory_bytes`` of address space, ``cpu_s`` of CPU time, and
+    ``max_output_bytes`` of answer (the Markdown and fields as JSON)."""
+
+    memory_bytes: int = 1 << 30
+    cpu_s: int = 30
+    max_output_bytes: int = 24_000_000
+
+
+def reader_for(content_type: str, body: bytes, url: str) -> str | None:
+    """The name of the reader for a response, or None when it is not a document: by its
+    content type, else (an untyped or octet-stream response) by its magic bytes, else by the
+    URL path's suffix."""
+    for fmt in FORMATS:
+        if content_type in fmt.types:
+            return fmt.name
+    if content_type not in UNTYPED:
+        return None
+    head = body[:MAGIC_WINDOW]
+    for fmt in FORMATS:
+        if any(head.lstrip().startswith(magic) or magic in head for magic in fmt.magic):
+            return fmt.name
+    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+    return next((fmt.name for fmt in FORMATS if path.endswith(fmt.suffixes)), None)
+
+
+def reader_path(name: str) -> str:
+    """``module:function`` of the reader named ``name``; KeyError for an unknown name."""
+    return next(fmt.reader for fmt in FORMATS if fmt.name == name)
+
+
+async def read_document(
+    name: str, data: bytes, limits: Limits, deadline: float, *, bounds: Bounds | None = None
+) -> Document:
+    """The Document reader ``name`` makes of ``data``, read in a worker process within
+    ``bounds`` and by ``deadline`` (trio time); the worker is killed on cancel.
+
+    Raises OpError: the reader's own code (``unsupported_content``, ``too_large``);
+    TOO_LARGE ``reader_memory`` (the worker ran out of address space) or ``reader_cpu`` (out of
+    CPU time) or ``reader_output`` (an answer past its cap); FETCH_FAILED ``timeout`` at
+    ``deadline``; UNSUPPORTED_CONTENT ``<name>:reader_failed`` for any other death.
+    """
+    bounds = bounds or Bounds()
+    header = json.dumps({"reader": reader_path(name), "limits": asdict(limits), **asdict(bounds)})
+    with trio.move_on_at(deadline):
+        code, out, err = await _run_worker(header.encode() + b"\n" + data, bounds)
+        return _answer(name, code, out, err)
+    raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+
+
+async def _run_worker(stdin: bytes, bounds: Bounds) -> tuple[int, bytes, bytes]:
+    """Run one worker over ``stdin``: its exit code, its stdout and the tail of its stderr.
+    Raises OpError(TOO_LARGE, "reader_output") past the output cap. The worker is killed when
+    this returns or is cancelled before it exits."""
+    command: Sequence[str] = [sys.executable, "-s", "-X", "utf8", str(WORKER)]
+    process = await trio.lowlevel.open_process(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # no terminal of the daemon's signals it
+    )
+    try:
+        err = bytearray()
+        async with trio.open_nursery() as nursery:
+            assert process.stdin is not None
+            assert process.stderr is not None
+            nursery.start_soon(_feed, process.stdin, stdin)
+            nursery.start_soon(_tail, process.stderr, err)
+            assert process.stdout is not None
+            out = await _capped(process.stdout, bounds.max_output_bytes)
+            if len(out) > bounds.max_output_bytes:
+                process.kill()  # it may be blocked writing the rest: its stderr then ends
+        if len(out) > bounds.max_output_bytes:
+            raise OpError(ErrorCode.TOO_LARGE, "reader_output")
+        return await process.wait(), out, bytes(err)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
+async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
+    """Write ``data`` and close; a worker that died (or stopped reading) ends the feed."""
+    try:
+        await stream.send_all(data)
+        await stream.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+
+
+async def _tail(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+    while chunk := await stream.receive_some():
+        into += chunk
+        del into[:-STDERR_TAIL]
+
+
+async def _capped(stream: trio.abc.ReceiveStream, cap: int) -> bytes:
+    """What ``stream`` brings until it ends, or the first chunk past ``cap`` bytes."""
+    out = bytearray()
+    while len(out) <= cap and (chunk := await stream.receive_some()):
+        out += chunk
+    return bytes(out)
+
+
+def _answer(name: str, code: int, out: bytes, err: bytes) -> Document:
+    if code == 0:
+        return _decoded(name, out)
+    if err and code != REPORTED_EXIT:
+        log.info("%s reader exited %s: %s", name, code, err.decode("utf-8", "replace"))
+    if code in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise OpError(ErrorCode.TOO_LARGE, "reader_cpu")
+    # Native code that cannot allocate under RLIMIT_AS aborts or faults (PDFium aborts).
+    if code in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGTRAP):
+        raise OpError(ErrorCode.TOO_LARGE, "reader_memory")
+    if code == REPORTED_EXIT:  # the worker's own report of an error: its JSON on stdout
+        error = _decoded_error(out)
+        raise OpError(READER_CODES[error[0]], error[1])
+    raise OpError(ErrorCode.UNSUPPORTED_CONTENT, f"{name}:reader_failed")
+
+
+def _decoded(name: str, out: bytes) -> Document:
+    try:
+        fields = json.loads(out)
+        return Document(**fields)
+    except (ValueError, TypeError) as exc:
+        raise OpError(ErrorCode.UNSUPPORTED_CONTENT, f"{name}:reader_failed") from exc
+
+
+def _decoded_error(out: bytes) -> tuple[str, str]:
+    """The worker's ``{"code": ..., "detail": ...}``, held to codes a reader may answer."""
+    try:
+        error = json.loads(out)
+        code, detail = str(error["code"]), str(error["detail"])
+    except (ValueError, KeyError, TypeError):
+        return ErrorCode.UNSUPPORTED_CONTENT.value, "reader_failed"
+    if code not in READER_CODES:
+        return ErrorCode.UNSUPPORTED_CONTENT.value, "reader_failed"
+    return code, detail
