@@ -26,7 +26,7 @@ import logging
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,28 +35,64 @@ import trio
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.formats import Document, Limits
+from specialists.formats.feed import is_feed
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Format:
-    """One document format: ``reader`` is ``module:function`` under specialists.formats."""
+    """One document format: ``reader`` is ``module:function`` under specialists.formats.
+
+    ``sniffed`` are types served for this format among others (XML): ``sniff`` (a pure test of
+    the body's first bytes, run in the daemon) decides, as it does for an untyped body.
+    ``decoded``: the body is text, decoded here by the charset rules (``decode_text``: BOM,
+    HTTP charset, detection) and handed to the reader as UTF-8.
+    """
 
     name: str
     reader: str
     types: tuple[str, ...]
     magic: tuple[bytes, ...] = ()
     suffixes: tuple[str, ...] = ()
+    sniffed: tuple[str, ...] = ()
+    sniff: Callable[[bytes], bool] | None = None
+    decoded: bool = False
 
 
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+ODT = "application/vnd.oasis.opendocument.text"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+# Office files are zips: their magic bytes (PK) cannot tell one from another, so an untyped
+# one is named by its URL's suffix.
 FORMATS: tuple[Format, ...] = (
     Format("pdf", "pdf:read_pdf", ("application/pdf", "application/x-pdf"), (b"%PDF-",), (".pdf",)),
+    Format("docx", "docx:read_docx", (DOCX,), suffixes=(".docx",)),
+    Format("odt", "docx:read_odt", (ODT,), suffixes=(".odt",)),
+    Format("xlsx", "sheet:read_xlsx", (XLSX,), suffixes=(".xlsx",)),
+    Format(
+        "csv",
+        "sheet:read_csv",
+        ("text/csv", "application/csv", "text/comma-separated-values"),
+        suffixes=(".csv",),
+        decoded=True,
+    ),
+    Format(
+        "feed",
+        "feed:read_feed",
+        ("application/rss+xml", "application/atom+xml"),
+        suffixes=(".rss", ".atom"),
+        sniffed=("text/xml", "application/xml", "application/rdf+xml"),
+        sniff=is_feed,
+    ),
 )
 # Types that say nothing of the format: the bytes (then the URL's suffix) decide.
 UNTYPED = frozenset({"", "application/octet-stream", "binary/octet-stream", "application/download"})
 # Codes a worker may answer with (its JSON on stdout, exit status 3); any other is its failure.
-READER_CODES = {code.value: code for code in (ErrorCode.TOO_LARGE, ErrorCode.UNSUPPORTED_CONTENT)}
+READER_CODES = {
+    code.value: code
+    for code in (ErrorCode.TOO_LARGE, ErrorCode.UNSUPPORTED_CONTENT, ErrorCode.CORRUPT_DOCUMENT)
+}
 REPORTED_EXIT = 3
 STDERR_TAIL = 4000  # bytes of a worker's stderr kept for the log
 MAGIC_WINDOW = 1024  # a PDF's header may follow up to 1,024 bytes of junk (PDF 1.7, annex H.3)
@@ -75,10 +111,11 @@ class Bounds:
 
 def reader_for(content_type: str, body: bytes, url: str) -> str | None:
     """The name of the reader for a response, or None when it is not a document: by its
-    content type, else (an untyped or octet-stream response) by its magic bytes, else by the
-    URL path's suffix."""
+    content type (a type several formats share, XML: by the format's sniff of the body), else
+    (an untyped or octet-stream response) by its magic bytes or sniff, else by the URL path's
+    suffix."""
     for fmt in FORMATS:
-        if content_type in fmt.types:
+        if content_type in fmt.types or (content_type in fmt.sniffed and _sniffs(fmt, body)):
             return fmt.name
     if content_type not in UNTYPED:
         return None
@@ -86,13 +123,24 @@ def reader_for(content_type: str, body: bytes, url: str) -> str | None:
     for fmt in FORMATS:
         if any(head.lstrip().startswith(magic) or magic in head for magic in fmt.magic):
             return fmt.name
+        if _sniffs(fmt, body):
+            return fmt.name
     path = url.split("?", 1)[0].split("#", 1)[0].lower()
     return next((fmt.name for fmt in FORMATS if path.endswith(fmt.suffixes)), None)
+
+
+def _sniffs(fmt: Format, body: bytes) -> bool:
+    return fmt.sniff is not None and fmt.sniff(body)
 
 
 def reader_path(name: str) -> str:
     """``module:function`` of the reader named ``name``; KeyError for an unknown name."""
     return next(fmt.reader for fmt in FORMATS if fmt.name == name)
+
+
+def reads_text(name: str) -> bool:
+    """Whether the reader named ``name`` takes text (decoded by the charset rules, as UTF-8)."""
+    return next(fmt.decoded for fmt in FORMATS if fmt.name == name)
 
 
 async def read_document(

@@ -33,7 +33,7 @@ from specialists.extract import extract_article, outline
 from specialists.formats import PAGE_MARKER, Document, Limits
 
 from .appshell import shell_reason
-from .documents import Bounds, read_document, reader_for
+from .documents import Bounds, read_document, reader_for, reads_text
 from .emptiness import NO_TEXT, empty_why, is_empty
 from .flights import Flight, Flights
 from .headmeta import read_head
@@ -47,7 +47,7 @@ SNAPSHOT_VERSION = 5  # bump when Page changes shape: older cached snapshots the
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown", "text/csv"})
+_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})  # CSV: documents.py
 _HTML_SNIFF = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body|title)[\s>]", re.I)
 _WORD = re.compile(r"\w+")
 
@@ -261,7 +261,11 @@ async def document_page(
     config = services.config.fetch
     bounds = Bounds(memory_bytes=config.reader_memory_bytes, cpu_s=config.reader_cpu_s)
     limits = Limits(max_pages=max_pages)
-    document = await read_document(reader, result.body, limits, deadline, bounds=bounds)
+    body = result.body
+    if reads_text(reader):  # a CSV's bytes decode by the page rules: its HTTP charset counts
+        text = decode_text(body, charset=result.charset, content_type=result.content_type)
+        body = text.encode("utf-8")
+    document = await read_document(reader, body, limits, deadline, bounds=bounds)
     return _from_document(result, document)
 
 
