@@ -11,14 +11,12 @@ from specialists.formats import Limits
 from specialists.formats.docx import read_docx, read_odt
 from specialists.formats.feed import read_feed
 from specialists.formats.sheet import read_xlsx
-from specialists.web.pages.documents import DOCX, ODT, XLSX
+from specialists.web.pages.documents import DOCX, ODT, XLSX, reader_for
 from specialists.web.pages.ops_fetch import OPS
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.documents_support import BILLION_LAUGHS, fixture, rezip
 from tests.web.pages_support import fetch, serve
-
-pytestmark = pytest.mark.slow  # each fetch starts a reader's worker process
 
 MAX_CHARS = "50000"  # fetch.max_chars_cap: every fixture whole
 
@@ -135,3 +133,27 @@ async def test_a_hostile_document_fails_with_its_code(
     assert reply.status is Status.FAIL
     assert (reply.get("ERROR") or "").split(":")[0] == error
     assert reply.get("URL") == url
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "url", "reader"),
+    [
+        (DOCX, b"PK\x03\x04", "https://a.test/x", "docx"),
+        (ODT, b"PK\x03\x04", "https://a.test/x", "odt"),
+        (XLSX, b"PK\x03\x04", "https://a.test/x", "xlsx"),
+        ("text/csv", b"a,b\n", "https://a.test/x", "csv"),
+        ("application/rss+xml", b"<rss/>", "https://a.test/x", "feed"),
+        ("application/atom+xml", b"<feed/>", "https://a.test/x", "feed"),
+        ("text/xml", b"<rss/>", "https://a.test/x", "feed"),
+        ("text/xml", b"<urlset/>", "https://a.test/x.rss", None),  # a type: no suffix asked
+        ("application/octet-stream", b"PK\x03\x04", "https://a.test/r.xlsx?v=2", "xlsx"),
+        ("application/octet-stream", b"PK\x03\x04", "https://a.test/r.zip", None),
+        ("", b'<?xml version="1.0"?><rss version="2.0">', "https://a.test/f", "feed"),
+        ("text/plain", b"a,b\n", "https://a.test/x.csv", None),
+        ("application/zip", b"PK\x03\x04", "https://a.test/r.docx", None),
+    ],
+)
+def test_the_reader_table_names_the_reader_by_type_sniff_then_suffix(
+    content_type: str, body: bytes, url: str, reader: str | None
+) -> None:
+    assert reader_for(content_type, body, url) == reader
