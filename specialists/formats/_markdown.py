@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+_SPECIAL = re.compile(r"[|\r\n\t\f\v\u00a0]|  ")
 _PIPE_OR_BACKSLASH = re.compile(r"\\(?=\\*\|)|\|")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
@@ -40,6 +41,8 @@ def _lines_within(block: str, room: int) -> str:
 def cell(text: str) -> str:
     """``text`` as one GFM table cell: pipes escaped (with a backslash that would eat the
     escape doubled), line breaks as ``<br>``, runs of spaces collapsed."""
+    if not _SPECIAL.search(text):  # most cells: a word or a number, nothing to escape
+        return text.strip()
     escaped = _PIPE_OR_BACKSLASH.sub(lambda m: "\\\\" if m.group() == "\\" else "\\|", text)
     lines = (_SPACES.sub(" ", line).strip() for line in _LINE_BREAK.split(escaped.strip()))
     return "<br>".join(line for line in lines if line)
