@@ -25,6 +25,7 @@ MAX_UNPACKED_BYTES = 64 * 1024 * 1024
 # compress oddly without costing anything.
 MAX_RATIO = 200
 RATIO_FLOOR_BYTES = 1024 * 1024
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 MAX_MEMBERS = 10_000  # a DOCX holds tens, a big workbook hundreds: thousands is a directory bomb
 
 
@@ -76,10 +77,13 @@ def read_member(archive: zipfile.ZipFile, name: str, kind: str) -> bytes | None:
 
 def open_office(data: bytes, kind: str) -> zipfile.ZipFile:
     """``open_zip``, then each XML part's prolog screened for a DTD (``screen_prolog``):
-    the zip of an office file ready for a third-party parser. Raises ``Unreadable``."""
+    the zip of an office file ready for a third-party parser. Raises ``Unreadable``.
+
+    A part is judged by its bytes, not its name: relationships may name the main document
+    ``word/body.bin``, and mammoth parses whatever they name."""
     archive = open_zip(data, kind)
     for name in archive.namelist():
-        if name.endswith((".xml", ".rels")):
-            part = read_member(archive, name, kind)
-            screen_prolog(part or b"", f"{kind} part {name}")
+        part = read_member(archive, name, kind) or b""
+        if part.lstrip()[:1] == b"<" or part.startswith(_UTF16_BOMS):
+            screen_prolog(part, f"{kind} part {name}")
     return archive

@@ -222,3 +222,14 @@ def test_docx_nesting_past_the_stack_is_a_clear_error_not_a_crash() -> None:
     with pytest.raises(Unreadable) as caught:
         read_docx(rezip(fixture("report.docx"), {"word/document.xml": body}), Limits())
     assert caught.value.code == "corrupt_document"
+
+
+def test_an_entity_bomb_in_a_part_not_named_xml_is_refused_too() -> None:
+    # The relationships name the main document: a hostile file names one without .xml.
+    data = fixture("report.docx")
+    with zipfile.ZipFile(io.BytesIO(data)) as source:
+        rels = source.read("_rels/.rels").replace(b"word/document.xml", b"word/body.bin")
+    hostile = rezip(data, {"_rels/.rels": rels, "word/body.bin": BILLION_LAUGHS})
+    with pytest.raises(Unreadable) as caught:
+        read_docx(hostile, Limits())
+    assert caught.value.code == "too_large"
