@@ -7,6 +7,7 @@ import zipfile
 
 import pytest
 
+from specialists.extract import document_markdown, extract_article
 from specialists.formats import Limits, Unreadable
 from specialists.formats._zip import MAX_RATIO, MAX_UNPACKED_BYTES, RATIO_FLOOR_BYTES
 from specialists.formats.docx import read_docx, read_odt
@@ -233,3 +234,15 @@ def test_an_entity_bomb_in_a_part_not_named_xml_is_refused_too() -> None:
     with pytest.raises(Unreadable) as caught:
         read_docx(hostile, Limits())
     assert caught.value.code == "too_large"
+
+
+def test_a_document_body_is_rendered_whole_where_an_article_would_be_pruned() -> None:
+    links = "".join(f'<li><a href="/part/{n}">Part {n}</a></li>' for n in range(1, 6))
+    html = f"<h1>Contents</h1><ul>{links}</ul><p>Short.</p>"
+    assert (
+        document_markdown(html)
+        == "# Contents\n\n- Part 1\n- Part 2\n- Part 3\n- Part 4\n- Part 5\n\nShort."
+    )
+    resolved = document_markdown(html, url="https://docs.example/book/")
+    assert "- [Part 1](https://docs.example/part/1)" in resolved
+    assert "Part 1" not in extract_article(html).markdown  # what a page's extraction drops
