@@ -50,6 +50,7 @@ _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})  # CSV: documents.py
 _HTML_SNIFF = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body|title)[\s>]", re.I)
 _WORD = re.compile(r"\w+")
+_PAGE_MARKERS = re.compile("^" + re.escape(PAGE_MARKER).replace(r"\{\}", r"\d+") + "$", re.M)
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ def _from_document(result: FetchResult, document: Document) -> Page:
         kind="document",
         title=document.title,
         markdown=document.markdown,
-        word_count=len(_WORD.findall(document.markdown)),
+        word_count=document_words(document.markdown),
         redirect_chain=result.redirect_chain,
         meta={key: value for key, value in declared.items() if value},
         fetched_at=time.time(),
@@ -288,6 +289,11 @@ def _from_document(result: FetchResult, document: Document) -> Page:
         pages_read=document.pages_read,
         no_text=document.no_text,
     )
+
+
+def document_words(markdown: str) -> int:
+    """The words of a document's Markdown, its page markers left out."""
+    return len(_WORD.findall(_PAGE_MARKERS.sub("", markdown)))
 
 
 def within_pages(page: Page | None, max_pages: int) -> Page | None:
@@ -305,7 +311,7 @@ def within_pages(page: Page | None, max_pages: int) -> Page | None:
     return dataclasses.replace(
         page,
         markdown=markdown,
-        word_count=len(_WORD.findall(markdown)),
+        word_count=document_words(markdown),
         pages_read=max_pages,
         no_text=page.no_text if markdown.strip() else page.no_text or "max_pages",
     )
