@@ -191,3 +191,16 @@ def test_a_worker_answer_of_the_wrong_shape_is_the_reader_s_failure(answer: byte
         ErrorCode.UNSUPPORTED_CONTENT,
         "pdf:reader_failed",
     )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b'{"code": "internal_error", "detail": "x"}', b'{"code": "too_large", "detail": "a\\nb"}'],
+)
+def test_a_worker_error_outside_the_reader_codes_or_words_is_its_failure(answer: bytes) -> None:
+    with pytest.raises(OpError) as caught:
+        documents._answer("pdf", documents.REPORTED_EXIT, answer, b"")
+    assert (caught.value.code, caught.value.detail) == (
+        ErrorCode.UNSUPPORTED_CONTENT,
+        "pdf:reader_failed",
+    )

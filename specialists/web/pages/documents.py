@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +61,7 @@ UNTYPED = frozenset({"", "application/octet-stream", "binary/octet-stream", "app
 # Codes a worker may answer with (its JSON on stdout, exit status 3); any other is its failure.
 READER_CODES = {code.value: code for code in (ErrorCode.TOO_LARGE, ErrorCode.UNSUPPORTED_CONTENT)}
 REPORTED_EXIT = 3
+_DETAIL = re.compile(r"[\w.:/+,-]{1,200}")  # what a reader's detail may hold, as replies show it
 STDERR_TAIL = 4000  # bytes of a worker's stderr kept for the log
 # Magic bytes are looked for at the start, after white space (a PDF's header may lie deeper,
 # PDF 1.7 annex H.3, but an untyped text that quotes "%PDF-" is then read as the text it is).
@@ -97,7 +99,10 @@ def reader_for(content_type: str, body: bytes, url: str) -> str | None:
 
 def reader_path(name: str) -> str:
     """``module:function`` of the reader named ``name``; KeyError for an unknown name."""
-    return next(fmt.reader for fmt in FORMATS if fmt.name == name)
+    for fmt in FORMATS:
+        if fmt.name == name:
+            return fmt.reader
+    raise KeyError(name)
 
 
 async def read_document(
@@ -187,7 +192,7 @@ def _answer(name: str, code: int, out: bytes, err: bytes) -> Document:
     if code in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGTRAP):
         raise OpError(ErrorCode.TOO_LARGE, "reader_memory")
     if code == REPORTED_EXIT:  # the worker's own report of an error: its JSON on stdout
-        error = _decoded_error(out)
+        error = _decoded_error(name, out)
         raise OpError(READER_CODES[error[0]], error[1])
     raise OpError(ErrorCode.UNSUPPORTED_CONTENT, f"{name}:reader_failed")
 
@@ -216,13 +221,13 @@ def _typed(value: object, name: str) -> bool:
     return value is None or isinstance(value, str)
 
 
-def _decoded_error(out: bytes) -> tuple[str, str]:
+def _decoded_error(name: str, out: bytes) -> tuple[str, str]:
     """The worker's ``{"code": ..., "detail": ...}``, held to codes a reader may answer."""
     try:
         error = json.loads(out)
         code, detail = str(error["code"]), str(error["detail"])
     except (ValueError, KeyError, TypeError):
-        return ErrorCode.UNSUPPORTED_CONTENT.value, "reader_failed"
-    if code not in READER_CODES:
-        return ErrorCode.UNSUPPORTED_CONTENT.value, "reader_failed"
+        return ErrorCode.UNSUPPORTED_CONTENT.value, f"{name}:reader_failed"
+    if code not in READER_CODES or not _DETAIL.fullmatch(detail):
+        return ErrorCode.UNSUPPORTED_CONTENT.value, f"{name}:reader_failed"
     return code, detail
