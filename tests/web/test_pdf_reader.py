@@ -13,6 +13,7 @@ from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.formats import Document, Limits, Unreadable
 from specialists.formats.pdf import read_pdf
+from specialists.web.pages import documents
 from specialists.web.pages.documents import Bounds, read_document, reader_for
 from tests.web.pdf_support import fixture, flate_bomb, known, many_pages, printed
 
@@ -175,3 +176,31 @@ async def test_an_answer_past_the_output_cap_is_too_large() -> None:
     with pytest.raises(OpError) as caught:
         await _read(fixture("chrome_12_two"), Bounds(max_output_bytes=1000))
     assert (caught.value.code, caught.value.detail) == (ErrorCode.TOO_LARGE, "reader_output")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"[]", b'{"markdown": 1}', b'{"markdown": "", "pages": -1}', b'{"markdown": "", "x": 1}'],
+)
+def test_a_worker_answer_of_the_wrong_shape_is_the_reader_s_failure(answer: bytes) -> None:
+    """A worker a hostile file subverted may write anything: only a Document of the right
+    types is taken."""
+    with pytest.raises(OpError) as caught:
+        documents._answer("pdf", 0, answer, b"")
+    assert (caught.value.code, caught.value.detail) == (
+        ErrorCode.UNSUPPORTED_CONTENT,
+        "pdf:reader_failed",
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b'{"code": "internal_error", "detail": "x"}', b'{"code": "too_large", "detail": "a\\nb"}'],
+)
+def test_a_worker_error_outside_the_reader_codes_or_words_is_its_failure(answer: bytes) -> None:
+    with pytest.raises(OpError) as caught:
+        documents._answer("pdf", documents.REPORTED_EXIT, answer, b"")
+    assert (caught.value.code, caught.value.detail) == (
+        ErrorCode.UNSUPPORTED_CONTENT,
+        "pdf:reader_failed",
+    )

@@ -51,7 +51,8 @@ def main() -> int:
     header = json.loads(sys.stdin.buffer.readline(HEADER_MAX_BYTES))
     bound(header)
     status, answer = read(header, sys.stdin.buffer.read())
-    sys.stdout.write(json.dumps(answer, ensure_ascii=True))
+    # UTF-8, a lone surrogate a broken font map may yield replaced rather than a crash.
+    sys.stdout.buffer.write(json.dumps(answer, ensure_ascii=False).encode("utf-8", "replace"))
     return status
 
 

@@ -21,8 +21,11 @@ download to be worth a pool of warm workers that a hostile file could poison for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,9 +97,13 @@ READER_CODES = {
     for code in (ErrorCode.TOO_LARGE, ErrorCode.UNSUPPORTED_CONTENT, ErrorCode.CORRUPT_DOCUMENT)
 }
 REPORTED_EXIT = 3
+_DETAIL = re.compile(r"[\w.:/+,-]{1,200}")  # what a reader's detail may hold, as replies show it
 STDERR_TAIL = 4000  # bytes of a worker's stderr kept for the log
-MAGIC_WINDOW = 1024  # a PDF's header may follow up to 1,024 bytes of junk (PDF 1.7, annex H.3)
+# Magic bytes are looked for at the start, after white space (a PDF's header may lie deeper,
+# PDF 1.7 annex H.3, but an untyped text that quotes "%PDF-" is then read as the text it is).
+MAGIC_WINDOW = 1024
 WORKER = Path(__file__).with_name("document_worker.py")
+WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 
 
 @dataclass(frozen=True)
@@ -119,9 +126,9 @@ def reader_for(content_type: str, body: bytes, url: str) -> str | None:
             return fmt.name
     if content_type not in UNTYPED:
         return None
-    head = body[:MAGIC_WINDOW]
+    head = body[:MAGIC_WINDOW].lstrip()
     for fmt in FORMATS:
-        if any(head.lstrip().startswith(magic) or magic in head for magic in fmt.magic):
+        if head.startswith(fmt.magic):
             return fmt.name
         if _sniffs(fmt, body):
             return fmt.name
@@ -135,7 +142,10 @@ def _sniffs(fmt: Format, body: bytes) -> bool:
 
 def reader_path(name: str) -> str:
     """``module:function`` of the reader named ``name``; KeyError for an unknown name."""
-    return next(fmt.reader for fmt in FORMATS if fmt.name == name)
+    for fmt in FORMATS:
+        if fmt.name == name:
+            return fmt.reader
+    raise KeyError(name)
 
 
 def reads_text(name: str) -> bool:
@@ -169,6 +179,7 @@ async def _run_worker(stdin: bytes, bounds: Bounds) -> tuple[int, bytes, bytes]:
     command: Sequence[str] = [sys.executable, "-s", "-X", "utf8", str(WORKER)]
     process = await trio.lowlevel.open_process(
         command,
+        env=WORKER_ENV,  # none of the daemon's credentials (API keys) reach a hostile file's reader
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -229,26 +240,42 @@ def _answer(name: str, code: int, out: bytes, err: bytes) -> Document:
     if code in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGTRAP):
         raise OpError(ErrorCode.TOO_LARGE, "reader_memory")
     if code == REPORTED_EXIT:  # the worker's own report of an error: its JSON on stdout
-        error = _decoded_error(out)
+        error = _decoded_error(name, out)
         raise OpError(READER_CODES[error[0]], error[1])
     raise OpError(ErrorCode.UNSUPPORTED_CONTENT, f"{name}:reader_failed")
 
 
 def _decoded(name: str, out: bytes) -> Document:
+    """The worker's Document, each field of the type it must have: a worker that a hostile
+    file subverted may write anything."""
     try:
         fields = json.loads(out)
+        if not isinstance(fields, dict) or not all(
+            _typed(fields.get(f.name), f.name) for f in dataclasses.fields(Document)
+        ):
+            raise TypeError("a field of the wrong type")
         return Document(**fields)
     except (ValueError, TypeError) as exc:
         raise OpError(ErrorCode.UNSUPPORTED_CONTENT, f"{name}:reader_failed") from exc
 
 
-def _decoded_error(out: bytes) -> tuple[str, str]:
+def _typed(value: object, name: str) -> bool:
+    if name == "markdown":
+        return isinstance(value, str)
+    if name == "cut":
+        return isinstance(value, bool)
+    if name in ("pages", "pages_read"):
+        return value is None or (type(value) is int and value >= 0)
+    return value is None or isinstance(value, str)
+
+
+def _decoded_error(name: str, out: bytes) -> tuple[str, str]:
     """The worker's ``{"code": ..., "detail": ...}``, held to codes a reader may answer."""
     try:
         error = json.loads(out)
         code, detail = str(error["code"]), str(error["detail"])
     except (ValueError, KeyError, TypeError):
-        return ErrorCode.UNSUPPORTED_CONTENT.value, "reader_failed"
-    if code not in READER_CODES:
-        return ErrorCode.UNSUPPORTED_CONTENT.value, "reader_failed"
+        return ErrorCode.UNSUPPORTED_CONTENT.value, f"{name}:reader_failed"
+    if code not in READER_CODES or not _DETAIL.fullmatch(detail):
+        return ErrorCode.UNSUPPORTED_CONTENT.value, f"{name}:reader_failed"
     return code, detail

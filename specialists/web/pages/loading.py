@@ -150,9 +150,10 @@ async def load_page(
         flights = services.flights
         flight = flights.get(key)
         if flight is None:
-            return await _lead(
+            page = await _lead(
                 services, key, flights, deadline=deadline, background=background, max_pages=pages
             )
+            return within_pages(page, pages) or page  # a fleet peer's read may hold more
         page = within_pages(await _follow(flight, deadline), pages)
         if page is not None:
             return page
