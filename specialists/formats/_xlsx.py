@@ -56,7 +56,7 @@ def sheets(archive: zipfile.ZipFile) -> Iterator[tuple[str, Iterator[dict[int, s
     workbook_path = _office_document(archive)
     root = _part(archive, workbook_path)
     if root.tag != f"{{{MAIN}}}workbook":
-        raise Unreadable("corrupt_document", f"XLSX {workbook_path} is not a workbook")
+        raise Unreadable("corrupt_document", "xlsx:not_a_workbook")
     rels = _relations(archive, workbook_path)
     book = Workbook(
         strings=_shared_strings(archive, rels),
@@ -70,10 +70,10 @@ def sheets(archive: zipfile.ZipFile) -> Iterator[tuple[str, Iterator[dict[int, s
 
 
 def _part(archive: zipfile.ZipFile, name: str) -> ET.Element:
-    data = read_member(archive, name, "XLSX")
+    data = read_member(archive, name, "xlsx")
     if data is None:
-        raise Unreadable("corrupt_document", f"XLSX holds no {name}")
-    return parse_xml(data, f"XLSX part {name}")
+        raise Unreadable("corrupt_document", "xlsx:missing_part")
+    return parse_xml(data, "xlsx")
 
 
 def _office_document(archive: zipfile.ZipFile) -> str:
@@ -86,11 +86,11 @@ def _office_document(archive: zipfile.ZipFile) -> str:
 def _relations(archive: zipfile.ZipFile, source: str) -> dict[str, tuple[str, str]]:
     """A part's relationships: id to (type, target path in the zip)."""
     folder, name = posixpath.split(source)
-    data = read_member(archive, posixpath.join(folder, "_rels", f"{name}.rels"), "XLSX")
+    data = read_member(archive, posixpath.join(folder, "_rels", f"{name}.rels"), "xlsx")
     if data is None:
         return {}
     found = {}
-    for rel in parse_xml(data, "XLSX relationships").iter(f"{{{RELS}}}Relationship"):
+    for rel in parse_xml(data, "xlsx").iter(f"{{{RELS}}}Relationship"):
         target = rel.get("Target", "")
         path = target[1:] if target.startswith("/") else posixpath.join(folder, target)
         found[rel.get("Id", "")] = (rel.get("Type", ""), posixpath.normpath(path))
@@ -148,18 +148,18 @@ def _shows_date(format_id: str | None, custom: dict[str, str]) -> bool:
 
 def _rows(archive: zipfile.ZipFile, path: str, book: Workbook) -> Iterator[dict[int, str]]:
     """A sheet's rows as they stream from its XML, each row's element freed once read."""
-    data = read_member(archive, path, "XLSX")
+    data = read_member(archive, path, "xlsx")
     if data is None:
-        raise Unreadable("corrupt_document", f"XLSX holds no {path}")
+        raise Unreadable("corrupt_document", "xlsx:missing_part")
     try:
         for _, element in iterparse(io.BytesIO(data), events=("end",)):
             if element.tag == f"{{{MAIN}}}row":
                 yield _cells(element, book)
                 element.clear()
     except DefusedXmlException:
-        raise Unreadable("too_large", f"XLSX part {path} declares XML entities") from None
-    except ET.ParseError as exc:
-        raise Unreadable("corrupt_document", f"XLSX part {path} is broken ({exc})") from None
+        raise Unreadable("too_large", "xlsx:xml_entities") from None
+    except ET.ParseError:
+        raise Unreadable("corrupt_document", "xlsx:malformed_xml") from None
 
 
 def _cells(row: ET.Element, book: Workbook) -> dict[int, str]:

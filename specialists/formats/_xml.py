@@ -40,12 +40,12 @@ def parse_xml(data: bytes | str, kind: str) -> ET.Element:
         root: ET.Element = fromstring(_text_when_multibyte(data), forbid_dtd=False)
     except EntitiesForbidden as exc:
         if exc.sysid is None and exc.pubid is None:
-            raise Unreadable("too_large", f"{kind} declares XML entities: refused") from None
-        raise Unreadable("unsupported_content", f"{kind} names an external entity") from None
+            raise Unreadable("too_large", f"{kind}:xml_entities") from None
+        raise Unreadable("unsupported_content", f"{kind}:external_entity") from None
     except DefusedXmlException:
-        raise Unreadable("unsupported_content", f"{kind} names an external entity") from None
-    except (ET.ParseError, ValueError) as exc:
-        raise Unreadable("corrupt_document", f"{kind} is not well-formed XML ({exc})") from None
+        raise Unreadable("unsupported_content", f"{kind}:external_entity") from None
+    except (ET.ParseError, ValueError):
+        raise Unreadable("corrupt_document", f"{kind}:malformed_xml") from None
     return root
 
 
@@ -100,9 +100,9 @@ def screen_prolog(data: bytes, kind: str) -> None:
     except _RootReached:
         return
     except _Refused as refused:
-        raise Unreadable(refused.code, f"{kind} {refused.why}: refused") from None
-    except expat.ExpatError as exc:
-        raise Unreadable("corrupt_document", f"{kind} is not well-formed XML ({exc})") from None
+        raise Unreadable(refused.code, f"{kind}:{refused.why}") from None
+    except expat.ExpatError:
+        raise Unreadable("corrupt_document", f"{kind}:malformed_xml") from None
 
 
 def _on_entity(
@@ -115,16 +115,16 @@ def _on_entity(
     notation: str | None,
 ) -> None:
     if system_id is None and public_id is None:
-        raise _Refused("too_large", f"declares the XML entity {name}")
-    raise _Refused("unsupported_content", f"declares the external entity {name}")
+        raise _Refused("too_large", "xml_entities")
+    raise _Refused("unsupported_content", "external_entity")
 
 
 def _on_unparsed_entity(name: str, *_: object) -> None:
-    raise _Refused("unsupported_content", f"declares the external entity {name}")
+    raise _Refused("unsupported_content", "external_entity")
 
 
 def _on_doctype_end() -> None:
-    raise _Refused("unsupported_content", "declares a DTD")
+    raise _Refused("unsupported_content", "dtd")
 
 
 def _on_root(name: str, attrs: object) -> None:

@@ -38,27 +38,23 @@ def open_zip(data: bytes, kind: str) -> zipfile.ZipFile:
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
-        raise Unreadable("corrupt_document", f"{kind} is not a readable zip ({exc})") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError):
+        raise Unreadable("corrupt_document", f"{kind}:not_a_zip") from None
     _judge(archive.infolist(), kind)
     return archive
 
 
 def _judge(members: list[zipfile.ZipInfo], kind: str) -> None:
     if len(members) > MAX_MEMBERS:
-        raise Unreadable("too_large", f"{kind} holds {len(members)} files (max {MAX_MEMBERS})")
+        raise Unreadable("too_large", f"{kind}:zip_members")
     total = sum(member.file_size for member in members)
     if total > MAX_UNPACKED_BYTES:
-        raise Unreadable("too_large", f"{kind} unpacks to {total} bytes (max {MAX_UNPACKED_BYTES})")
+        raise Unreadable("too_large", f"{kind}:unpacked_size")
     for member in members:
         if member.file_size > RATIO_FLOOR_BYTES and (
             member.file_size > MAX_RATIO * max(member.compress_size, 1)
         ):
-            raise Unreadable(
-                "too_large",
-                f"{kind} member {member.filename} expands {member.file_size} bytes from "
-                f"{member.compress_size} (max ratio {MAX_RATIO})",
-            )
+            raise Unreadable("too_large", f"{kind}:zip_ratio")
 
 
 def read_member(archive: zipfile.ZipFile, name: str, kind: str) -> bytes | None:
@@ -71,8 +67,8 @@ def read_member(archive: zipfile.ZipFile, name: str, kind: str) -> bytes | None:
         return archive.read(name)
     except KeyError:
         return None
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
-        raise Unreadable("corrupt_document", f"{kind} member {name} is damaged ({exc})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
+        raise Unreadable("corrupt_document", f"{kind}:damaged_member") from None
 
 
 def open_office(data: bytes, kind: str) -> zipfile.ZipFile:
@@ -85,5 +81,5 @@ def open_office(data: bytes, kind: str) -> zipfile.ZipFile:
     for name in archive.namelist():
         part = read_member(archive, name, kind) or b""
         if part.lstrip()[:1] == b"<" or part.startswith(_UTF16_BOMS):
-            screen_prolog(part, f"{kind} part {name}")
+            screen_prolog(part, kind)
     return archive

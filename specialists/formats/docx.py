@@ -41,29 +41,29 @@ def read_docx(data: bytes, limits: Limits) -> Document:
     ``unsupported_content`` for an external entity, ``corrupt_document`` for bytes that are
     not a readable DOCX (a damaged zip, no ``word/document.xml``, broken XML).
     """
-    archive = open_office(data, "DOCX")
+    archive = open_office(data, "docx")
     if "word/document.xml" not in archive.namelist():
-        raise Unreadable("corrupt_document", "DOCX holds no word/document.xml")
+        raise Unreadable("corrupt_document", "docx:missing_part")
     try:
         result = mammoth.convert_to_html(
             io.BytesIO(data), style_map=_STYLE_MAP, convert_image=_no_image
         )
-    except Exception as exc:  # mammoth's errors on damaged parts are of any type
-        raise Unreadable("corrupt_document", f"DOCX is not readable ({exc!r})") from None
-    core = read_member(archive, _CORE, "DOCX")
-    return _document(result.value, properties(core, "DOCX"), limits)
+    except Exception:  # mammoth's errors on damaged parts are of any type
+        raise Unreadable("corrupt_document", "docx:unreadable") from None
+    core = read_member(archive, _CORE, "docx")
+    return _document(result.value, properties(core, "docx"), limits)
 
 
 def read_odt(data: bytes, limits: Limits) -> Document:
     """An OpenDocument text (ODT) as Markdown; raises ``Unreadable`` as ``read_docx`` does."""
-    archive = open_office(data, "ODT")
-    content = read_member(archive, "content.xml", "ODT")
+    archive = open_office(data, "odt")
+    content = read_member(archive, "content.xml", "odt")
     if content is None:
-        raise Unreadable("corrupt_document", "ODT holds no content.xml")
-    styles = read_member(archive, "styles.xml", "ODT")
-    html = odt_html(parse_xml(content, "ODT"), parse_xml(styles, "ODT") if styles else None)
-    meta = read_member(archive, "meta.xml", "ODT")
-    return _document(html, properties(meta, "ODT"), limits)
+        raise Unreadable("corrupt_document", "odt:missing_part")
+    styles = read_member(archive, "styles.xml", "odt")
+    html = odt_html(parse_xml(content, "odt"), parse_xml(styles, "odt") if styles else None)
+    meta = read_member(archive, "meta.xml", "odt")
+    return _document(html, properties(meta, "odt"), limits)
 
 
 def _no_image(image: object) -> list[object]:

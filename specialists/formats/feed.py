@@ -112,7 +112,7 @@ def _feed(root: ET.Element) -> Feed:
         return _rss(root)
     if name == "RDF":
         return _rdf(root)
-    raise Unreadable("unsupported_content", f"XML is not an RSS or Atom feed (root <{name}>)")
+    raise Unreadable("unsupported_content", "feed:not_a_feed")
 
 
 def _rss(root: ET.Element) -> Feed:
@@ -145,7 +145,7 @@ def _rss_entry(item: ET.Element, base: str) -> Entry:
 def _rdf(root: ET.Element) -> Feed:
     channel = root.find(f"{{{RSS1}}}channel")
     if channel is None:
-        raise Unreadable("unsupported_content", "RDF document holds no RSS 1.0 channel")
+        raise Unreadable("unsupported_content", "feed:not_a_feed")
     base = _text(channel.find(f"{{{RSS1}}}link"))
     return Feed(
         title=_plain(_text(channel.find(f"{{{RSS1}}}title"))),

@@ -55,7 +55,7 @@ def read_xlsx(data: bytes, limits: Limits) -> Document:
     Raises ``Unreadable``: ``too_large`` for a zip or entity bomb, ``unsupported_content``
     for an external entity, ``corrupt_document`` for bytes that are not a readable workbook.
     """
-    archive = open_office(data, "XLSX")
+    archive = open_office(data, "xlsx")
     blocks: list[str] = []
     cut = False
     for name, rows in sheets(archive):
@@ -63,7 +63,7 @@ def read_xlsx(data: bytes, limits: Limits) -> Document:
         blocks.append(f"## {' '.join(name.split()) or 'Sheet'}")
         blocks.extend(_render(table, limits))
         cut = cut or table.rows_left > 0 or table.wider
-    fields = properties(read_member(archive, "docProps/core.xml", "XLSX"), "XLSX")
+    fields = properties(read_member(archive, "docProps/core.xml", "xlsx"), "xlsx")
     markdown, over = fit(blocks, limits.max_chars)
     return Document(
         markdown=markdown,
@@ -85,8 +85,8 @@ def read_csv(data: bytes, limits: Limits) -> Document:
     rows = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(text))
     try:
         table = _table(_by_column(rows), limits)
-    except csv.Error as exc:
-        raise Unreadable("corrupt_document", f"CSV does not split into rows ({exc})") from None
+    except csv.Error:
+        raise Unreadable("corrupt_document", "csv:malformed") from None
     markdown, over = fit(_render(table, limits), limits.max_chars)
     return Document(markdown=markdown, cut=over or table.rows_left > 0 or table.wider)
 
