@@ -158,7 +158,7 @@ def _rows(archive: zipfile.ZipFile, path: str, book: Workbook) -> Iterator[dict[
                 element.clear()
     except DefusedXmlException:
         raise Unreadable("too_large", "xlsx:xml_entities") from None
-    except ET.ParseError:
+    except (ET.ParseError, LookupError):  # LookupError: a declared encoding no codec has
         raise Unreadable("corrupt_document", "xlsx:malformed_xml") from None
 
 

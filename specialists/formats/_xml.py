@@ -44,7 +44,7 @@ def parse_xml(data: bytes | str, kind: str) -> ET.Element:
         raise Unreadable("unsupported_content", f"{kind}:external_entity") from None
     except DefusedXmlException:
         raise Unreadable("unsupported_content", f"{kind}:external_entity") from None
-    except (ET.ParseError, ValueError):
+    except (ET.ParseError, ValueError, LookupError):  # Lookup: an unknown declared encoding
         raise Unreadable("corrupt_document", f"{kind}:malformed_xml") from None
     return root
 
@@ -101,7 +101,7 @@ def screen_prolog(data: bytes, kind: str) -> None:
         return
     except _Refused as refused:
         raise Unreadable(refused.code, f"{kind}:{refused.why}") from None
-    except expat.ExpatError:
+    except (expat.ExpatError, LookupError):  # LookupError: an unknown declared encoding
         raise Unreadable("corrupt_document", f"{kind}:malformed_xml") from None
 
 

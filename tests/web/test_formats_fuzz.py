@@ -90,3 +90,14 @@ def test_a_damaged_main_part_in_a_sound_zip_is_read_or_refused_with_a_code(
         part[at] = data.draw(st.sampled_from(b'<>/"=&;: x\x00\xff'))
     cut = data.draw(st.integers(len(part) // 2, len(part)))
     _read_or_refuse(reader, rezip(original, {MAIN_PARTS[name]: bytes(part[:cut])}))
+
+
+@pytest.mark.parametrize("name", ["docx", "odt", "xlsx", "feed"])
+def test_an_xml_part_declaring_an_encoding_no_codec_has_is_corrupt(name: str) -> None:
+    # Found by the test above: expat raises LookupError for an unknown encoding label.
+    xml = b'<?xml version="1.0" encoding="xTF-8"?><a/>'
+    reader, fixture_name = READERS[name]
+    data = xml if name == "feed" else rezip(fixture(fixture_name), {MAIN_PARTS[name]: xml})
+    with pytest.raises(Unreadable) as caught:
+        reader(data, Limits())
+    assert (caught.value.code, caught.value.detail) == ("corrupt_document", f"{name}:malformed_xml")
