@@ -39,6 +39,7 @@ from .document import PAGE_MARKER, Document, Limits, Unreadable
 HEADING_RATIO = 1.08
 HEADING_MAX_WORDS = 24  # a longer line in a large font is a callout or a lead, not a heading
 HEADING_LEVELS = 3
+HEADING_WRAP_GAP = 0.5  # two lines of one heading size further apart are two headings
 PARAGRAPH_GAP = 1.4  # a line step this many times the usual one starts a paragraph
 _SOFT_HYPHENS = ("\ufffe", "\x02", "\u00ad")  # PDFium's marks for a hyphen it knows is soft
 _SOFT_HYPHEN = re.compile("[" + "".join(_SOFT_HYPHENS) + "]")
@@ -206,7 +207,8 @@ def _breaks(previous: Line, line: Line, body: float, step: float) -> bool:
     if previous.text.endswith(_SOFT_HYPHENS):
         return False
     if _is_heading(previous, body) or _is_heading(line, body):
-        return previous.size != line.size or previous.bottom - line.top > previous.size
+        gap = previous.bottom - line.top  # a wrapped heading's leading is under half its size
+        return previous.size != line.size or gap > previous.size * HEADING_WRAP_GAP
     gap = previous.bottom - line.bottom
     return step > 0 and gap > step * PARAGRAPH_GAP
 

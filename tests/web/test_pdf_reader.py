@@ -56,6 +56,13 @@ def test_headings_come_from_the_font_size_and_pages_are_marked() -> None:
     assert document.pages == 2
 
 
+def test_two_headings_one_after_the_other_stay_two() -> None:
+    """chrome_10 opens with <h2>Lines</h2><h2>Steps</h2>: a margin apart, not one wrapped
+    heading."""
+    document = read_pdf(fixture("chrome_10_one"), Limits())
+    assert document.markdown.startswith("# Lines\n\n# Steps\n\n")
+
+
 def test_latex_sections_are_headings_and_hyphenated_words_are_whole() -> None:
     document = read_pdf(fixture("tex_19_two_hyph"), Limits())
     headings = {text.replace("’", "'") for _, text in _HEADING.findall(document.markdown)}
