@@ -48,6 +48,12 @@ def cell(text: str) -> str:
     return "<br>".join(line for line in lines if line)
 
 
+def left_out(count: int, nouns: tuple[str, str], limit: str, value: int) -> str:
+    """The line under a list or table cut at a limit: ``_(3 more rows left out: max_rows 10)_``
+    (``nouns``: the singular and the plural)."""
+    return f"_({count} more {nouns[count != 1]} left out: {limit} {value})_"
+
+
 def label(text: str) -> str:
     """``text`` on one line as a link label: brackets, which would end the label, become
     parentheses."""

@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit
 from selectolax.lexbor import LexborHTMLParser
 
 from ._dates import iso_utc
-from ._markdown import escape_start, fit, label, target
+from ._markdown import escape_start, fit, label, left_out, target
 from ._xml import local, parse_xml
 from .document import Document, Limits, Unreadable
 
@@ -92,7 +92,7 @@ def read_feed(data: bytes, limits: Limits) -> Document:
     blocks = [f"# {feed.title}"] if feed.title else []
     blocks.append("\n".join(items) if items else "_(no entries)_")
     if left:
-        blocks.append(f"_({left} more entries left out: max_entries {limits.max_entries})_")
+        blocks.append(left_out(left, ("entry", "entries"), "max_entries", limits.max_entries))
     markdown, cut = fit(blocks, limits.max_chars)
     return Document(
         markdown=markdown,

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ._dates import iso_utc
-from ._markdown import cell, fit
+from ._markdown import cell, fit, left_out
 from ._props import properties
 from ._xlsx import sheets
 from ._zip import open_office, read_member
@@ -150,7 +150,7 @@ def _table(rows: Iterable[dict[int, str]], limits: Limits) -> Table:
 def _render(table: Table, limits: Limits) -> list[str]:
     blocks = [_markdown_table(table.rows)] if table.rows else ["_(no cells)_"]
     if table.rows_left:
-        blocks.append(f"_({table.rows_left} more rows left out: max_rows {limits.max_rows})_")
+        blocks.append(left_out(table.rows_left, ("row", "rows"), "max_rows", limits.max_rows))
     if table.wider:
         blocks.append(f"_(columns past {MAX_COLUMNS} left out)_")
     return blocks

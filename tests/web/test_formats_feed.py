@@ -75,11 +75,11 @@ def _rss(entries: int) -> bytes:
 
 def test_max_entries_shows_n_and_says_how_many_more_were_left_out() -> None:
     exact = read_feed(_rss(3), Limits(max_entries=3))
-    over = read_feed(_rss(5), Limits(max_entries=3))
+    over = read_feed(_rss(4), Limits(max_entries=3))
     assert not exact.cut
     assert exact.markdown.count("\n- [Entry") == 3
     assert over.cut
-    assert over.markdown == exact.markdown + "\n\n_(2 more entries left out: max_entries 3)_"
+    assert over.markdown == exact.markdown + "\n\n_(1 more entry left out: max_entries 3)_"
 
 
 def test_max_chars_is_met_at_n_and_cut_at_n_minus_one_on_a_whole_line() -> None:

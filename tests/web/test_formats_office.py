@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zipfile
 
@@ -9,7 +10,7 @@ import pytest
 
 from specialists.extract import document_markdown, extract_article
 from specialists.formats import Limits, Unreadable
-from specialists.formats._zip import MAX_UNPACKED_BYTES, RATIO_FLOOR_BYTES
+from specialists.formats._zip import MAX_MEMBERS, MAX_RATIO, MAX_UNPACKED_BYTES, RATIO_FLOOR_BYTES
 from specialists.formats.docx import read_docx, read_odt
 from tests.web.documents_support import BILLION_LAUGHS, declare_size, fixture, rezip
 
@@ -245,3 +246,30 @@ def test_a_document_body_is_rendered_whole_where_an_article_would_be_pruned() ->
     resolved = document_markdown(html, url="https://docs.example/book/")
     assert "- [Part 1](https://docs.example/part/1)" in resolved
     assert "Part 1" not in extract_article(html).markdown  # what a page's extraction drops
+
+
+def test_a_member_at_the_ratio_bound_is_read_and_one_byte_past_it_refused() -> None:
+    # Incompressible bytes, so the declared size sets the ratio exactly (zipfile then reads
+    # the bytes there are: the directory's budget is what is judged).
+    noise = b"".join(hashlib.sha256(str(n).encode()).digest() for n in range(250))
+    data = rezip(fixture("report.docx"), {"word/noise.bin": noise})
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        packed = archive.getinfo("word/noise.bin").compress_size
+    assert MAX_RATIO * packed > RATIO_FLOOR_BYTES
+    at_bound = declare_size(data, "word/noise.bin", MAX_RATIO * packed)
+    assert read_docx(at_bound, Limits()).markdown == REPORT
+    with pytest.raises(Unreadable) as refused:
+        read_docx(declare_size(data, "word/noise.bin", MAX_RATIO * packed + 1), Limits())
+    assert (refused.value.code, refused.value.detail) == ("too_large", "docx:zip_ratio")
+
+
+@pytest.mark.slow  # two zips of 10,000 members, each screened
+def test_max_members_is_read_at_n_and_refused_at_n_plus_one() -> None:
+    data = fixture("report.docx")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        present = len(archive.namelist())
+    fill = {f"f/{n}": b"" for n in range(MAX_MEMBERS - present)}
+    assert read_docx(rezip(data, fill), Limits()).markdown == REPORT
+    with pytest.raises(Unreadable) as caught:
+        read_docx(rezip(data, {**fill, "f/last": b""}), Limits())
+    assert (caught.value.code, caught.value.detail) == ("too_large", "docx:zip_members")

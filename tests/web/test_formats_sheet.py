@@ -76,14 +76,14 @@ def _csv(rows: int) -> bytes:
 def test_max_rows_shows_n_rows_and_says_how_many_more_were_left_out(reader: str) -> None:
     limits = Limits(max_rows=3)
     if reader == "csv":
-        exact, over = read_csv(_csv(3), limits), read_csv(_csv(5), limits)
+        exact, over = read_csv(_csv(3), limits), read_csv(_csv(4), limits)
     else:  # the first sheet only, its table and the line under it
-        exact, over = read_xlsx(_xlsx(3), limits), read_xlsx(_xlsx(5), limits)
+        exact, over = read_xlsx(_xlsx(3), limits), read_xlsx(_xlsx(4), limits)
     exact_table = exact.markdown.split("\n\n## Notes")[0].removeprefix("## Orders\n\n")
     over_blocks = over.markdown.split("\n\n## Notes")[0].removeprefix("## Orders\n\n")
     assert (exact.cut, exact_table) == (False, "| a | b |\n| --- | --- |\n| 1 | 2 |\n| 2 | 4 |")
     assert over.cut
-    assert over_blocks == f"{exact_table}\n\n_(2 more rows left out: max_rows 3)_"
+    assert over_blocks == f"{exact_table}\n\n_(1 more row left out: max_rows 3)_"
 
 
 def test_max_chars_is_met_at_n_and_cut_at_n_minus_one_on_a_whole_row() -> None:
