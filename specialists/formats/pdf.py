@@ -3,9 +3,10 @@
     document = read_pdf(data, Limits(max_pages=20))
 
 Read with pypdfium2 (PDFium, Chromium's PDF engine; Apache-2.0 / BSD-3): bench/formats.py
-measured it 20 to 30 times faster than pypdf and pdfminer.six on the fixtures, with the same
-word accuracy. Each page's text comes from PDFium in reading order, one line per text line
-(two columns read as two), and per line the font size of its characters and where it sits:
+measured it about 20 and 35 times faster than pypdf and pdfminer.six on the fixtures, with the
+same word accuracy (docs/documents.md has the figures). Each page's text comes from PDFium in
+reading order, one line per text line (two columns read as two), and per line the font size of
+its characters and where it sits:
 
 - the body size is the size most characters have; a short line set at least ``HEADING_RATIO``
   larger is a heading, ``#`` for the largest heading size, ``##`` and ``###`` for the next two;
@@ -15,9 +16,9 @@ word accuracy. Each page's text comes from PDFium in reading order, one line per
 - pages are separated by a marker line ``<!-- page N -->`` (``document.PAGE_MARKER``).
 
 No text on any page (a scan) answers ``no_text="scanned"`` (``"max_pages"`` when only the pages
-read have none); a PDF that needs a password
-``no_text="encrypted"`` (one with an owner password only opens, as any viewer opens it). OCR
-is out of scope. A file PDFium cannot parse raises ``Unreadable("unsupported_content", ...)``.
+read have none); a PDF that needs a password ``no_text="encrypted"`` (one with an owner
+password only opens, as any viewer opens it). OCR is out of scope. A file PDFium cannot parse
+raises ``Unreadable("unsupported_content", ...)``.
 """
 
 from __future__ import annotations

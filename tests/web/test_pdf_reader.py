@@ -179,6 +179,22 @@ async def test_a_worker_past_the_deadline_is_killed_and_answers_timeout() -> Non
     assert (caught.value.code, caught.value.detail) == (ErrorCode.FETCH_FAILED, "timeout")
 
 
+@pytest.mark.parametrize("limit", [1, 2])
+async def test_workers_past_the_limit_wait_for_one_to_end(limit: int) -> None:
+    """N workers run at once; read N+1 waits (its deadline still counting)."""
+    limiter = trio.CapacityLimiter(limit)
+    documents.WORKERS.set(limiter)
+    long = many_pages("tex_19_two_hyph", 60)
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            for _ in range(limit + 1):
+                nursery.start_soon(_read, long, Bounds())
+            while limiter.statistics().tasks_waiting < 1:
+                await trio.sleep(0.01)
+            assert limiter.borrowed_tokens == limit
+            nursery.cancel_scope.cancel()
+
+
 async def test_an_answer_past_the_output_cap_is_too_large() -> None:
     with pytest.raises(OpError) as caught:
         await _read(fixture("chrome_12_two"), Bounds(max_output_bytes=1000))

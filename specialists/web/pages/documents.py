@@ -104,6 +104,9 @@ STDERR_TAIL = 4000  # bytes of a worker's stderr kept for the log
 MAGIC_WINDOW = 1024
 WORKER = Path(__file__).with_name("document_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
+# Workers at once, per trio run (as trio.to_thread's default limiter): one per core, so
+# concurrent fetches of PDFs queue for CPU instead of multiplying address spaces.
+WORKERS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("document_workers")
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,8 @@ async def read_document(
     name: str, data: bytes, limits: Limits, deadline: float, *, bounds: Bounds | None = None
 ) -> Document:
     """The Document reader ``name`` makes of ``data``, read in a worker process within
-    ``bounds`` and by ``deadline`` (trio time); the worker is killed on cancel.
+    ``bounds`` and by ``deadline`` (trio time), once one of ``workers()`` is free; the worker
+    is killed on cancel.
 
     Raises OpError: the reader's own code (``unsupported_content``, ``too_large``);
     TOO_LARGE ``reader_memory`` (the worker ran out of address space) or ``reader_cpu`` (out of
@@ -167,9 +171,20 @@ async def read_document(
     bounds = bounds or Bounds()
     header = json.dumps({"reader": reader_path(name), "limits": asdict(limits), **asdict(bounds)})
     with trio.move_on_at(deadline):
-        code, out, err = await _run_worker(header.encode() + b"\n" + data, bounds)
+        async with workers():
+            code, out, err = await _run_worker(header.encode() + b"\n" + data, bounds)
         return _answer(name, code, out, err)
     raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+
+
+def workers() -> trio.CapacityLimiter:
+    """This run's limiter of worker processes (``WORKERS``), made on first use."""
+    try:
+        return WORKERS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(os.cpu_count() or 1)
+        WORKERS.set(limiter)
+        return limiter
 
 
 async def _run_worker(stdin: bytes, bounds: Bounds) -> tuple[int, bytes, bytes]:
