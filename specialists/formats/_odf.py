@@ -22,7 +22,7 @@ XLINK = "http://www.w3.org/1999/xlink"
 MAX_DEPTH = 100  # real documents nest a few dozen levels at most (lists in tables in frames)
 MAX_REPEAT = 100  # a repeated cell or space past this is padding, not content
 _SKIPPED = frozenset({"tracked-changes", "annotation", "note-citation", "sequence-decls"})
-_SKIPPED |= frozenset({"table-columns", "table-column", "soft-page-break", "bookmark-ref"})
+_SKIPPED |= frozenset({"table-columns", "table-column", "soft-page-break"})
 
 
 def odt_html(content: ET.Element, styles: ET.Element | None = None) -> str:
