@@ -273,3 +273,15 @@ def test_max_members_is_read_at_n_and_refused_at_n_plus_one() -> None:
     with pytest.raises(Unreadable) as caught:
         read_docx(rezip(data, {**fill, "f/last": b""}), Limits())
     assert (caught.value.code, caught.value.detail) == ("too_large", "docx:zip_members")
+
+
+def test_odt_reference_text_is_kept_and_tracked_deletions_are_not() -> None:
+    body = (
+        '<text:p>See <text:bookmark-ref text:ref-name="two">section two</text:bookmark-ref>.'
+        "</text:p><text:tracked-changes><text:changed-region><text:deletion>"
+        "<text:p>deleted words</text:p></text:deletion></text:changed-region>"
+        "</text:tracked-changes>"
+    )
+    content = _odt_content(body)
+    document = read_odt(rezip(fixture("report.odt"), {"content.xml": content}), Limits())
+    assert document.markdown == "See section two."
