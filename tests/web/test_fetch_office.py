@@ -148,6 +148,8 @@ async def test_a_hostile_document_fails_with_its_code(
         (ODT, b"PK\x03\x04", "https://a.test/x", "odt"),
         (XLSX, b"PK\x03\x04", "https://a.test/x", "xlsx"),
         ("text/csv", b"a,b\n", "https://a.test/x", "csv"),
+        ("text/tab-separated-values", b"a\tb\n", "https://a.test/x", "csv"),
+        ("application/octet-stream", b"a\tb\n", "https://a.test/x.tsv", "csv"),
         ("application/rss+xml", b"<rss/>", "https://a.test/x", "feed"),
         ("application/atom+xml", b"<feed/>", "https://a.test/x", "feed"),
         ("text/xml", b"<rss/>", "https://a.test/x", "feed"),

@@ -76,8 +76,8 @@ FORMATS: tuple[Format, ...] = (
     Format(
         "csv",
         "sheet:read_csv",
-        ("text/csv", "application/csv", "text/comma-separated-values"),
-        suffixes=(".csv",),
+        ("text/csv", "application/csv", "text/comma-separated-values", "text/tab-separated-values"),
+        suffixes=(".csv", ".tsv"),
         decoded=True,
     ),
     Format(
