@@ -66,7 +66,10 @@ class ErrorCode(enum.StrEnum):
     DNS_FAILED = "dns_failed", "the host name did not resolve in time"
     ROBOTS_DISALLOWED = "robots_disallowed", "robots.txt forbids this URL for our User-Agent"
     FETCH_FAILED = "fetch_failed", "the page could not be fetched (network, status or timeout)"
-    TOO_LARGE = "too_large", "the response header block or body passed a byte cap"
+    TOO_LARGE = (
+        "too_large",
+        "the response header block or body passed a byte cap, or reading it a reader's bound",
+    )
     TOO_MANY_REDIRECTS = "too_many_redirects", "more redirects than the limit"
     UNSUPPORTED_CONTENT = "unsupported_content", "the content type cannot be extracted as asked"
     SEARCH_API_ERROR = "search_api_error", "every configured search backend failed"
@@ -82,9 +85,17 @@ class ErrorCode(enum.StrEnum):
         "empty_content",
         "the page loaded but yields no text (empty body, script-only page, no text)",
     )
+    NO_TEXT_LAYER = (
+        "no_text_layer",
+        "the document has no text to read: encrypted, or a scan (OCR is out of scope)",
+    )
     PROXY_FAILED = "proxy_failed", "the web.proxy forward proxy refused or broke the tunnel"
     UNKNOWN_RESEARCH_JOB = "unknown_research_job", "JOB_ID names no research job held now"
     RESEARCH_FAILED = "research_failed", "the research found no source it could read"
+    CORRUPT_DOCUMENT = (
+        "corrupt_document",
+        "the document does not parse as its type (a damaged or truncated zip, XML or CSV)",
+    )
 
     # Tool specialist.
     COMMAND_FAILED = "command_failed", "the command exited non-zero or was killed"

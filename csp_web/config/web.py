@@ -77,6 +77,15 @@ class FetchConfig:
     # auto: when the HTML looks like one (and Chromium is there; without it, as never);
     # never: the HTML as served; always: every HTML page rendered (FAIL without Chromium).
     render: Literal["auto", "never", "always"] = "auto"
+    # Issue 24: a PDF's pages read when MAX_PAGES is not given, and the most it may ask; a
+    # 100-page report is about 300,000 chars, six times max_chars_cap: enough to page through.
+    max_pages: int = 100
+    max_pages_cap: int = 1000
+    # A document reader's worker process (specialists/web/pages/documents.py): its address
+    # space (a flate bomb in a PDF meets it, not the daemon; 256 MiB reads every fixture) and
+    # its CPU time (bench/formats.py reads about 200 pages/s, so 1000 pages fit with room).
+    reader_memory_bytes: int = 1 << 30
+    reader_cpu_s: int = 30
 
 
 @dataclass(frozen=True)

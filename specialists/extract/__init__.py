@@ -13,6 +13,7 @@ from ._article import Article, extract_article
 from ._kind import PAGE_TYPES
 from ._outline import outline
 from ._rules import RULES, Rule, census, switched_off
+from ._whole import document_markdown
 
 __all__ = [
     "PAGE_TYPES",
@@ -20,6 +21,7 @@ __all__ = [
     "Article",
     "Rule",
     "census",
+    "document_markdown",
     "extract_article",
     "outline",
     "switched_off",

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The line between two pages of a paged document's Markdown (an HTML comment: invisible when the
+# Markdown is rendered, unlikely in any text, and it says which page follows); fetch cuts a
+# snapshot read with more pages at the marker of the first page past MAX_PAGES.
+PAGE_MARKER = "<!-- page {} -->"
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -95,6 +95,12 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "default": 0,
                 "description": "character offset to read from",
             },
+            "max_pages": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "a PDF's pages read: default fetch.max_pages (100), at most"
+                " fetch.max_pages_cap (1000)",
+            },
             "no_cache": {
                 "type": "boolean",
                 "default": False,

@@ -273,7 +273,7 @@ async def test_html_mode_is_an_outline_without_markup(
 
 
 @pytest.mark.parametrize(
-    "content_type", ["image/png", "application/pdf", "application/octet-stream"]
+    "content_type", ["image/png", "application/zip", "application/octet-stream"]
 )
 async def test_fetch_of_an_unsupported_type_is_refused_naming_the_type(
     make_dispatcher: DispatcherFactory, origin: Origin, content_type: str

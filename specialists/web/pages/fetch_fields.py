@@ -8,6 +8,10 @@
                                                   why; an app shell left as served, and why
     SUMMARY                                       a PARTIAL page's extractive summary, whole
     ERROR empty_content:<why>                     a page that loaded but yields no text
+    PAGES PAGES_READ                              a paged document's pages, and how many were
+                                                  read when MAX_PAGES (or fetch.max_pages) cut
+    ERROR no_text_layer:<why>                     a document with no text to read: encrypted,
+                                                  scanned, or max_pages (none in the pages read)
 
 The declared values come from ``headmeta.read_head`` (the one parse of the head, kept in the
 snapshot's ``meta``), so fetch and meta read them one way.
@@ -79,10 +83,23 @@ def render_fields(page: Page) -> list[Field]:
 
 
 def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
-    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text."""
+    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text;
+    ``(NO_TEXT_LAYER, why)`` for a document without a text layer (its reader says why)."""
     if not is_empty(content):
         return None
+    if page.no_text is not None:
+        return ErrorCode.NO_TEXT_LAYER, page.no_text
     return ErrorCode.EMPTY_CONTENT, page.empty or NO_TEXT
+
+
+def page_fields(page: Page) -> list[Field]:
+    """``PAGES n`` for a paged document, and ``PAGES_READ m`` when fewer were read."""
+    if page.pages is None:
+        return []
+    fields: list[Field] = [("PAGES", str(page.pages))]
+    if page.pages_read is not None and page.pages_read < page.pages:
+        fields.append(("PAGES_READ", str(page.pages_read)))
+    return fields
 
 
 async def summary_fields(services: PagesServices, key: str, content: str) -> list[Field]:

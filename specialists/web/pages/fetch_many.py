@@ -77,14 +77,16 @@ async def fetch_many(
     urls: list[str],
     max_chars: int,
     max_age_s: int | None,
+    max_pages: int | None,
 ) -> Result:
     """Load ``urls`` concurrently and answer with one FETCH (and CONTENT) line per page
-    loaded and one FETCH_ERROR per failure, in the order asked."""
+    loaded and one FETCH_ERROR per failure, in the order asked; a document holds its first
+    ``max_pages`` pages (None: fetch.max_pages)."""
     outcomes = [_Outcome(url) for url in urls]
     with web_audit(" ".join(urls)) as notes:
         async with trio.open_nursery() as nursery:
             for outcome in outcomes:
-                nursery.start_soon(_load, params, services, outcome, max_age_s)
+                nursery.start_soon(_load, params, services, outcome, (max_age_s, max_pages))
         loaded = [o for o in outcomes if o.page is not None]
         notes.cache_hit = bool(loaded) and all(o.page.cached for o in loaded if o.page)
         failed = [o for o in outcomes if o.error is not None]
@@ -103,13 +105,23 @@ async def fetch_many(
 
 
 async def _load(
-    params: Params, services: PagesServices, outcome: _Outcome, max_age_s: int | None
+    params: Params,
+    services: PagesServices,
+    outcome: _Outcome,
+    bounds: tuple[int | None, int | None],
 ) -> None:
+    """Load ``outcome.url`` within ``bounds`` (MAX_AGE, MAX_PAGES) into ``outcome``."""
     no_cache = params.flag("NO_CACHE")
+    max_age_s, max_pages = bounds
     try:
         render = params.opt_text("RENDER")
         page = await fetch_page(
-            services, outcome.url, no_cache=no_cache, max_age_s=max_age_s, render=render
+            services,
+            outcome.url,
+            no_cache=no_cache,
+            max_age_s=max_age_s,
+            render=render,
+            max_pages=max_pages,
         )
         content = page_view(page, params.text("EXTRACT"), outcome.url)  # refuse no view
         empty = empty_error(page, content)
@@ -143,6 +155,7 @@ async def _render(
         when = cached_at(page)
         stamp = f" cached_at:{when}" if when is not None else ""
         stamp += " rendered:browser" if page.rendered else ""
+        stamp += f" pages:{page.pages}" if page.pages is not None else ""
         fields.append(
             (
                 "FETCH",

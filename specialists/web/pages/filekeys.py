@@ -29,8 +29,9 @@ CHARS_PER_TOKEN = 4  # seed 000: "Max 2000 tokens per fetch (~8000 chars)"
 
 
 def content_of(page: Page) -> str:
-    """The page's main view: Markdown for HTML, the decoded body for JSON and text."""
-    return page.markdown if page.kind == "html" else page.text
+    """The page's main view: Markdown for HTML and documents, the decoded body for JSON and
+    text."""
+    return page.markdown if page.kind in ("html", "document") else page.text
 
 
 def file_key(page: Page) -> str:

@@ -33,9 +33,10 @@ from .services import PagesServices
 
 log = logging.getLogger(__name__)
 
-# (services, url, key, no_cache, deadline, max_age_s) -> the page; ``key`` is the loader's
-# credential; a cached snapshot serves only when younger than ``max_age_s`` (None: any).
-Loader = Callable[[PagesServices, str, str, bool, float, float | None], Awaitable[Page]]
+# (services, url, key, no_cache, deadline, max_age_s, max_pages) -> the page; ``key`` is the
+# loader's credential; a cached snapshot serves only when younger than ``max_age_s`` (None:
+# any); a document holds its first ``max_pages`` pages (None: fetch.max_pages).
+Loader = Callable[[PagesServices, str, str, bool, float, float | None, int | None], Awaitable[Page]]
 # A direct failure worth a second opinion; the gate, robots.txt, DNS and SSRF refusals are not.
 FALLBACK_CODES = frozenset({ErrorCode.FETCH_FAILED, ErrorCode.TOO_LARGE})
 # A scrape refused for where it landed: reported over the direct failure, which says less.
@@ -49,8 +50,16 @@ def _direct(
     no_cache: bool,
     deadline: float,
     max_age_s: float | None,
+    max_pages: int | None,
 ) -> Awaitable[Page]:
-    return load_page(services, url, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s)
+    return load_page(
+        services,
+        url,
+        no_cache=no_cache,
+        deadline=deadline,
+        max_age_s=max_age_s,
+        max_pages=max_pages,
+    )
 
 
 def _firecrawl(
@@ -60,6 +69,7 @@ def _firecrawl(
     no_cache: bool,
     deadline: float,
     max_age_s: float | None,
+    max_pages: int | None,
 ) -> Awaitable[Page]:
     return scrape(services, url, key, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s)
 
@@ -98,13 +108,20 @@ async def load(
     deadline: float,
     max_age_s: float | None = None,
     render: str | None = None,
+    max_pages: int | None = None,
 ) -> Page:
     """The page at ``url`` through the planned loaders (see the module's docstring), rendered
     as ``render`` (RENDER's mode; None: ``web.fetch.render``) says; a cached snapshot only
-    when younger than ``max_age_s`` (None: any the cache holds)."""
+    when younger than ``max_age_s`` (None: any the cache holds); a document's first
+    ``max_pages`` pages (None: ``fetch.max_pages``)."""
     mode = mode_of(services, render)
     page = await _load_served(
-        services, url, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s
+        services,
+        url,
+        no_cache=no_cache,
+        deadline=deadline,
+        max_age_s=max_age_s,
+        max_pages=max_pages,
     )
     return await render_if_needed(
         services, page, mode=mode, no_cache=no_cache, deadline=deadline, max_age_s=max_age_s
@@ -118,6 +135,7 @@ async def _load_served(
     no_cache: bool,
     deadline: float,
     max_age_s: float | None,
+    max_pages: int | None,
 ) -> Page:
     steps, key = plan(services)
     first: OpError | None = None
@@ -126,7 +144,8 @@ async def _load_served(
             break
         try:
             fresh = no_cache or step.fresh
-            return await LOADERS[step.loader](services, url, key, fresh, deadline, max_age_s)
+            loader = LOADERS[step.loader]
+            return await loader(services, url, key, fresh, deadline, max_age_s, max_pages)
         except OpError as exc:
             if first is None:
                 first = exc
@@ -147,10 +166,11 @@ async def fetch_page(
     no_cache: bool = False,
     max_age_s: float | None = None,
     render: str | None = None,
+    max_pages: int | None = None,
 ) -> Page:
     """What fetch loads for one URL (asked alone or with others): ``load`` under the op's
     deadline (a cached snapshot only when younger than ``max_age_s``; rendered as ``render``
-    says), a failure carrying a ``URL`` field."""
+    says; a document's first ``max_pages`` pages), a failure carrying a ``URL`` field."""
     deadline = op_deadline(services)
     try:
         return await load(
@@ -160,6 +180,7 @@ async def fetch_page(
             deadline=deadline,
             max_age_s=max_age_s,
             render=render,
+            max_pages=max_pages,
         )
     except OpError as exc:
         raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
@@ -168,7 +189,7 @@ async def fetch_page(
 def page_view(page: Page, extract: str, url: str) -> str:
     """The view of ``page`` that EXTRACT asks for; raises OpError(UNSUPPORTED_CONTENT) naming
     the content type when the page has no such view."""
-    if extract == "text" and page.kind == "html":
+    if extract == "text" and page.kind in ("html", "document"):
         return page.markdown
     if extract == "text" and page.kind in ("json", "text"):
         return page.text

@@ -5,7 +5,8 @@ and search's prefetch).
 
 Order of work: the URL gate; the fetch cache (24 h, seed 000); a download already in flight for
 the same URL (single-flight: concurrent loads share one request); the "fetch" rate bucket; the
-guarded client with robots.txt honoured; then extraction in a worker thread. What is cached is a
+guarded client with robots.txt honoured; then extraction in a worker thread (a document: its
+reader in a worker process, ``documents.py``). What is cached is a
 ``Page``: the extracted views of the body (Markdown, outline, compact JSON, plain text) and the
 head's metadata, never the raw body, headers or credentials.
 """
@@ -29,24 +30,27 @@ from csp_web.core.api.errors import OpError
 from csp_web.net import FetchResult, check_url, decode_text
 from protocol import ErrorCode
 from specialists.extract import extract_article, outline
+from specialists.formats import PAGE_MARKER, Document, Limits
 
 from .appshell import shell_reason
-from .emptiness import empty_why, is_empty
+from .documents import Bounds, read_document, reader_for, reads_text
+from .emptiness import NO_TEXT, empty_why, is_empty
 from .flights import Flight, Flights
 from .headmeta import read_head
 from .services import PagesServices
 
-Kind = Literal["html", "json", "text", "other"]
+Kind = Literal["html", "json", "text", "document", "other"]
 
 CACHE_NAMESPACE = "fetch"
-SNAPSHOT_VERSION = 4  # bump when Page changes shape: older cached snapshots then read as misses
+SNAPSHOT_VERSION = 5  # bump when Page changes shape: older cached snapshots then read as misses
 # What is left of a task's deadline when its network work must stop, so that the op can still
 # answer FAIL fetch_failed:timeout (with its URL field) before the dispatcher's timeout_exceeded.
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown", "text/csv"})
+_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})  # CSV: documents.py
 _HTML_SNIFF = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body|title)[\s>]", re.I)
 _WORD = re.compile(r"\w+")
+_PAGE_MARKERS = re.compile("^" + re.escape(PAGE_MARKER).replace(r"\{\}", r"\d+") + "$", re.M)
 
 
 @dataclass(frozen=True)
@@ -56,13 +60,15 @@ class Page:
     ``url`` is the final URL after redirects; ``redirect_chain`` runs from the URL requested to
     ``url``. ``kind`` says which views are filled: html gives ``markdown``, ``outline``,
     ``meta`` and ``refresh`` (a meta-refresh target, absolute); json and text give ``text``
-    (the decoded body) and ``json`` when the body parses as JSON. ``fetched_at`` is when it was
-    downloaded (Unix seconds: MAX_AGE and CACHED_AT); ``empty`` says why the main view holds no
-    text (``emptiness.py``), None when it holds some. ``shell`` names the tell that served HTML
-    is an app shell (``appshell.py``); ``rendered`` is True for a page read from the DOM the
-    browser rendered, ``render_reason`` says why it was rendered, or why not (fetch's
-    RENDERED and RENDER_REASON). ``cached`` is True when this load was answered from the
-    cache; it is not stored.
+    (the decoded body) and ``json`` when the body parses as JSON; document (a PDF, an office
+    file: ``documents.FORMATS``) gives ``markdown``, and ``pages``/``pages_read`` when it has
+    pages, ``no_text`` why it has no text layer (``encrypted``, ``scanned``). ``fetched_at``
+    is when it was downloaded (Unix seconds: MAX_AGE and CACHED_AT); ``empty`` says why the
+    main view holds no text (``emptiness.py``), None when it holds some. ``shell`` names the
+    tell that served HTML is an app shell (``appshell.py``); ``rendered`` is True for a page
+    read from the DOM the browser rendered, ``render_reason`` says why it was rendered, or why
+    not (fetch's RENDERED and RENDER_REASON). ``cached`` is True when this load was answered
+    from the cache; it is not stored.
     """
 
     url: str
@@ -85,6 +91,9 @@ class Page:
     shell: str | None = None
     rendered: bool = False
     render_reason: str | None = None
+    pages: int | None = None
+    pages_read: int | None = None
+    no_text: str | None = None
     cached: bool = False
 
     @property
@@ -114,10 +123,13 @@ async def load_page(
     max_age_s: float | None = None,
     deadline: float,
     background: bool = False,
+    max_pages: int | None = None,
 ) -> Page:
     """The page at ``url``: from the cache unless ``no_cache`` (or the snapshot is ``max_age_s``
     old or older), else downloaded (or shared with a download of the same URL already in
-    flight) and cached for ``cache.fetch_ttl_s``.
+    flight) and cached for ``cache.fetch_ttl_s``. A paged document holds its first
+    ``max_pages`` pages (None: ``fetch.max_pages``); a snapshot read with fewer is a miss, one
+    read with more is cut (``within_pages``).
 
     ``deadline`` is trio time and bounds the rate-limit wait and the download. ``background``
     loads (search prefetch) take a rate token only when the bucket is at least half full.
@@ -125,22 +137,28 @@ async def load_page(
     Raises OpError: URL_REJECTED, SSRF_BLOCKED, DNS_FAILED, ROBOTS_DISALLOWED,
     TOO_MANY_REDIRECTS, TOO_LARGE, FETCH_FAILED ("timeout", or "http_<status>" for a status
     of 400 or more, which is not cached), RATE_LIMITED (foreground: no token before
-    ``deadline``; background: "fetch:background" when the bucket is below half).
+    ``deadline``; background: "fetch:background" when the bucket is below half); a document's
+    reader's codes (``documents.read_document``).
     """
     key = normalise_url(url, services)
+    pages = max_pages or services.config.fetch.max_pages
     while True:
         if not no_cache:
-            page = fresh(await _cached(services, key), max_age_s)
+            page = within_pages(fresh(await _cached(services, key), max_age_s), pages)
             if page is not None:
                 return page
         flights = services.flights
         flight = flights.get(key)
         if flight is None:
-            return await _lead(services, key, flights, deadline=deadline, background=background)
-        page = await _follow(flight, deadline)
+            page = await _lead(
+                services, key, flights, deadline=deadline, background=background, max_pages=pages
+            )
+            return within_pages(page, pages) or page  # a fleet peer's read may hold more
+        page = within_pages(await _follow(flight, deadline), pages)
         if page is not None:
             return page
-        # The leader was cancelled before it had an outcome: the next round leads or joins anew.
+        # The leader was cancelled before it had an outcome, or read fewer of a document's pages
+    # than asked: the next round leads or joins anew.
 
 
 async def _lead(
@@ -150,10 +168,13 @@ async def _lead(
     *,
     deadline: float,
     background: bool,
+    max_pages: int,
 ) -> Page:
     flight = flights[key] = Flight()
     try:
-        page = await _download_once(services, key, deadline=deadline, background=background)
+        page = await _download_once(
+            services, key, deadline=deadline, background=background, max_pages=max_pages
+        )
         flight.page = page
         return page
     except OpError as exc:
@@ -192,11 +213,13 @@ async def _follow(flight: Flight, deadline: float) -> Page | None:
 
 
 async def _download_once(
-    services: PagesServices, key: str, *, deadline: float, background: bool
+    services: PagesServices, key: str, *, deadline: float, background: bool, max_pages: int
 ) -> Page:
     """``_download``, or a peer daemon's download of the same URL when one is in flight
     (``csp_web.infra.redis_flight``, with ``redis.url``)."""
-    download = functools.partial(_download, services, key, deadline=deadline, background=background)
+    download = functools.partial(
+        _download, services, key, deadline=deadline, background=background, max_pages=max_pages
+    )
     if services.fleet_flights is None:
         return await download()
     return await services.fleet_flights.run(
@@ -209,7 +232,7 @@ async def _download_once(
 
 
 async def _download(
-    services: PagesServices, key: str, *, deadline: float, background: bool
+    services: PagesServices, key: str, *, deadline: float, background: bool, max_pages: int
 ) -> Page:
     await _take_token(services, deadline=deadline, background=background)
     remaining = deadline - trio.current_time()
@@ -218,6 +241,11 @@ async def _download(
     result = await services.client.fetch(key, respect_robots=True, deadline_s=remaining)
     if result.status_code >= 400:
         raise OpError(ErrorCode.FETCH_FAILED, f"http_{result.status_code}")
+    reader = reader_for(result.content_type, result.body, result.url)
+    if reader is not None:
+        page = await document_page(services, result, reader, max_pages, deadline)
+        await _store(services, key, page)
+        return page
     # Extraction is CPU-bound (about 1 s on adversarial input): off the event loop, and a
     # cancelled task does not wait for it.
     page = await trio.to_thread.run_sync(
@@ -225,6 +253,69 @@ async def _download(
     )
     await _store(services, key, page)
     return page
+
+
+async def document_page(
+    services: PagesServices, result: FetchResult, reader: str, max_pages: int, deadline: float
+) -> Page:
+    """The snapshot of a document response: its reader's Markdown, read in a worker process
+    within ``fetch``'s reader bounds and by ``deadline``."""
+    config = services.config.fetch
+    bounds = Bounds(memory_bytes=config.reader_memory_bytes, cpu_s=config.reader_cpu_s)
+    limits = Limits(max_pages=max_pages)
+    body = result.body
+    if reads_text(reader):  # a CSV's bytes decode by the page rules: its HTTP charset counts
+        text = decode_text(body, charset=result.charset, content_type=result.content_type)
+        body = text.encode("utf-8")
+    document = await read_document(reader, body, limits, deadline, bounds=bounds)
+    return _from_document(result, document)
+
+
+def _from_document(result: FetchResult, document: Document) -> Page:
+    declared = {"author": document.author, "published": document.published}
+    declared["lang"] = document.lang
+    return Page(
+        url=result.url,
+        status=result.status_code,
+        content_type=result.content_type,
+        kind="document",
+        title=document.title,
+        markdown=document.markdown,
+        word_count=document_words(document.markdown),
+        redirect_chain=result.redirect_chain,
+        meta={key: value for key, value in declared.items() if value},
+        fetched_at=time.time(),
+        empty=None if document.markdown.strip() else NO_TEXT,
+        pages=document.pages,
+        pages_read=document.pages_read,
+        no_text=document.no_text,
+    )
+
+
+def document_words(markdown: str) -> int:
+    """The words of a document's Markdown, its page markers left out."""
+    return len(_WORD.findall(_PAGE_MARKERS.sub("", markdown)))
+
+
+def within_pages(page: Page | None, max_pages: int) -> Page | None:
+    """``page`` as a load asking for ``max_pages`` pages sees it: None when it is a document
+    read with fewer pages than that (and than it has), cut at the page marker past
+    ``max_pages`` when it was read with more; any other page as it is."""
+    if page is None or page.pages is None or page.pages_read is None:
+        return page
+    if page.pages_read < min(page.pages, max_pages):
+        return None
+    if page.pages_read <= max_pages:
+        return page
+    marker = page.markdown.find(PAGE_MARKER.format(max_pages + 1))
+    markdown = page.markdown[:marker].rstrip() if marker >= 0 else page.markdown
+    return dataclasses.replace(
+        page,
+        markdown=markdown,
+        word_count=document_words(markdown),
+        pages_read=max_pages,
+        no_text=page.no_text if markdown.strip() else page.no_text or "max_pages",
+    )
 
 
 async def _take_token(services: PagesServices, *, deadline: float, background: bool) -> None:

@@ -31,7 +31,14 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from ..services import WebServices, web_audit
-from .fetch_fields import cached_at, declared_fields, empty_error, render_fields, summary_fields
+from .fetch_fields import (
+    cached_at,
+    declared_fields,
+    empty_error,
+    page_fields,
+    render_fields,
+    summary_fields,
+)
 from .fetch_many import announce, board_lines, fetch_many
 from .filekeys import held, window
 from .loaders import fetch_page, page_view
@@ -65,9 +72,10 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
         raise FieldError(ErrorCode.INVALID_FIELD, "MAX_AGE applies to URL: a FILE_KEY is fixed")
     if key is not None and params.opt_text("RENDER") is not None:
         raise FieldError(ErrorCode.INVALID_FIELD, "RENDER applies to URL: a FILE_KEY is fixed")
+    max_pages = _max_pages(params, services, key)
     services.board.turn(ctx.peer, docs.board)
     if len(urls) > 1:
-        return await fetch_many(params, ctx, services, urls, max_chars, max_age_s)
+        return await fetch_many(params, ctx, services, urls, max_chars, max_age_s, max_pages)
     target = key if key is not None else urls[0]
     with web_audit(target) as notes:
         if key is not None:
@@ -76,7 +84,12 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
             no_cache = params.flag("NO_CACHE")
             render = params.opt_text("RENDER")
             page = await fetch_page(
-                services, urls[0], no_cache=no_cache, max_age_s=max_age_s, render=render
+                services,
+                urls[0],
+                no_cache=no_cache,
+                max_age_s=max_age_s,
+                render=render,
+                max_pages=max_pages,
             )
         notes.cache_hit = page.cached
         content = page_view(page, params.text("EXTRACT"), target)
@@ -103,6 +116,20 @@ def _max_chars(params: Params, services: PagesServices) -> int:
     return max_chars
 
 
+def _max_pages(params: Params, services: PagesServices, key: str | None) -> int | None:
+    """MAX_PAGES as given (None: ``fetch.max_pages``), at most ``fetch.max_pages_cap``; it
+    reads a URL: a FILE_KEY's snapshot is fixed."""
+    max_pages = params.opt_integer("MAX_PAGES")
+    if max_pages is None:
+        return None
+    if key is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "MAX_PAGES applies to URL: a FILE_KEY is fixed")
+    cap = services.config.fetch.max_pages_cap
+    if max_pages > cap:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_PAGES above {cap}")
+    return max_pages
+
+
 def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) -> None:
     if not urls and key is None:
         raise FieldError(ErrorCode.MISSING_FIELD, "URL or FILE_KEY")
@@ -118,7 +145,8 @@ def _fetch_result(
     page: Page, content: str, part: tuple[int, int], file_key: str, summary: list[Field]
 ) -> Result:
     """The reply for ``part`` (START, MAX_CHARS) of one page: PARTIAL, with ``summary`` when
-    cut at MAX_CHARS, or when the page yields no text (with ``ERROR empty_content:<why>``,
+    cut at MAX_CHARS, or when the page yields no text (with ``ERROR empty_content:<why>``, or
+    for a document without a text layer ``ERROR no_text_layer:<why>``,
     SPEC R-2; never an OK with empty content)."""
     text, paging, status = window(content, *part)
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
@@ -126,6 +154,7 @@ def _fetch_result(
     fields.append(("WORD_COUNT", str(page.word_count)))
     if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
         fields.append(("PAGE_TYPE", page.page_type))
+    fields += page_fields(page)
     fields.append(("CACHED", "true" if page.cached else "false"))
     fields += render_fields(page)
     if (when := cached_at(page)) is not None:
@@ -200,6 +229,8 @@ FETCH_REPLIES = (
         "one HTML page the extractor can tell (R-7)",
         "article forum docs listing product collection service",
     ),
+    ReplyField("PAGES", "one paged document (PDF)", "how many pages it has"),
+    ReplyField("PAGES_READ", "one paged document cut by MAX_PAGES", "how many were read"),
     ReplyField("CACHED", "one page", "whether it came from the cache"),
     ReplyField("CACHED_AT", "one page from the cache", "when it was downloaded, ISO-8601 UTC"),
     ReplyField("RENDERED", "one page read from a browser's DOM", "browser"),
@@ -224,7 +255,8 @@ FETCH_REPLIES = (
     ReplyField(
         "FETCH",
         "several URLs: one per page loaded",
-        "<fileKey> <url> chars tokens truncated cached [cached_at] [rendered] [description author"
+        "<fileKey> <url> chars tokens truncated cached [cached_at] [rendered] [pages]"
+        " [description author"
         ' published lang site_name] "<title>"',
     ),
     ReplyField(
@@ -333,6 +365,13 @@ OPS: list[Op[WebServices]] = [
                 doc="default fetch.default_max_chars (8000), at most fetch.max_chars_cap",
             ),
             FieldSpec("START", "int", default=0, minimum=0, doc="character offset to read from"),
+            FieldSpec(
+                "MAX_PAGES",
+                "int",
+                minimum=1,
+                doc="a PDF's pages read: default fetch.max_pages (100), at most"
+                " fetch.max_pages_cap (1000)",
+            ),
             FieldSpec("NO_CACHE", "bool", default=False, doc="download even when cached"),
             FieldSpec(
                 "MAX_AGE",

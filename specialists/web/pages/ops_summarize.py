@@ -82,7 +82,7 @@ def _check(text: str | None, url: str | None, count: int, services: PagesService
 
 
 def _page_text(kind: str, text: str, content_type: str, url: str) -> str:
-    if kind not in ("html", "text"):
+    if kind not in ("html", "text", "document"):
         raise OpError(
             ErrorCode.UNSUPPORTED_CONTENT, content_type or "unknown", fields=(("URL", url),)
         )

@@ -33,7 +33,7 @@ from csp_web.core.api.ports import Outbound
 from csp_web.core.api.records import json_record, make_write
 from protocol import ErrorCode
 
-from ..pages.emptiness import NO_TEXT, is_empty
+from ..pages.fetch_fields import empty_error
 from ..pages.filekeys import content_of
 from ..pages.loaders import load as load_through_loaders
 from ..pages.summarize import clip, summarize_extractive
@@ -159,13 +159,14 @@ async def _read_one(
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return
-    if page.kind not in ("html", "text"):
+    if page.kind not in ("html", "text", "document"):
         outcome = f"unsupported_content:{page.content_type or 'unknown'}"
         job.steps.append(Step("fetch", url, outcome, _ms(began)))
         return
     text = content_of(page)
-    if is_empty(text):
-        job.steps.append(Step("fetch", url, f"empty_content:{page.empty or NO_TEXT}", _ms(began)))
+    empty = empty_error(page, text)
+    if empty is not None:  # empty_content, or no_text_layer for a scan or an encrypted PDF
+        job.steps.append(Step("fetch", url, f"{empty[0]}:{empty[1]}", _ms(began)))
         return
     job.steps.append(Step("fetch", url, "ok", _ms(began)))
     read[url] = Source(page.url, page.title, text[:limit])
