@@ -45,6 +45,8 @@ SHELL_MD = f"# Harbour\n\n{SHELL_TEXT}"  # the extractor heads the text with the
 STATIC = "<html><head><title>Quay</title></head><body><p>The quay is two hundred metres long.</p>"
 DOM_CAP = 200_000  # web's max_decoded_bytes here: a served shell is far below, a grown DOM not
 OP_TIMEOUT_S = 45.0  # the op's deadline for a render (a first Chromium launch on a busy host)
+# Each push is 8 MB of doubles, kept: the heap grows until V8's cap stops it (test_browser_lost).
+HOG = "const hog = []; while (true) hog.push(new Array(1e6).fill(1.5));"
 CONCURRENT = 4  # fetches at once: within the renders' one-shot cap (max_oneshot_per_peer)
 
 
@@ -325,3 +327,48 @@ class TestChromiumGoneMidRun:
         reply = await _fetch(pages, url, ("RENDER", "always"))
         assert (reply.status, reply.get("DATA"), reply.get("URL")) == (Status.FAIL, "none", url)
         assert (reply.get("ERROR") or "").startswith("browser_unavailable:")
+
+
+class TestARendererThatCrashes:
+    """A Chromium of its own whose renderers' heap is capped at 64 MB: a page that allocates
+    without bound crashes its renderer mid-render (page_crashed)."""
+
+    @pytest.fixture
+    def browser_settings(self, browser_config: BrowserConfig) -> BrowserConfig:
+        return replace(browser_config, max_js_heap_mb=64)
+
+    @pytest.fixture
+    async def web(
+        self,
+        make_config: functools.partial[Config],
+        guard: GuardConfig,
+        dns: FixedResolver,
+        ca: trustme.CA,
+        browser_settings: BrowserConfig,
+    ) -> AsyncIterator[WebServices]:
+        trust = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ca.configure_trust(trust)
+        config = _web_config(make_config(), guard, OP_TIMEOUT_S)
+        async with (
+            open_browser_services(config, resolver=dns) as browser,
+            open_web_services(config, resolver=dns, ssl_context=trust) as opened,
+        ):
+            with opened.renderer.provided(ChromiumRenderer(browser, browser_settings)):
+                yield opened
+
+    @pytest.mark.slow
+    async def test_auto_answers_the_shell_as_served_and_always_fails_page_crashed(
+        self, pages: Dispatcher, origin: Origin
+    ) -> None:
+        url = serve(origin, "/hog", SHELL.replace("</script>", f"{HOG}</script>"))
+        auto = await _fetch(pages, url)
+        assert (auto.status, auto.get("DATA"), auto.get("ERROR")) == (
+            Status.PARTIAL,
+            "",
+            "empty_content:script_only,render_failed:page_crashed",
+        )
+        always = await _fetch(pages, url, ("RENDER", "always"))
+        assert (always.status, always.get("ERROR")) == (
+            Status.FAIL,
+            "page_crashed:renderer crashed",
+        )
