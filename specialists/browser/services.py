@@ -104,7 +104,11 @@ def _driver_of(engine: BrowserEngine) -> Callable[[], int | None]:
 def make_engines(config: BrowserConfig, proxy: GuardProxy, *, home: str | None = None) -> Runtime:
     """The engine (and the canvas's headed one), their Chromium run with ``home`` as HOME
     when given (its NSS database holds web.tls's trust: trust.py)."""
-    base = {**os.environ, "HOME": home} if home is not None else None
+    base = None
+    if home is not None:
+        # X clients find their cookie under HOME unless told: keep the headed canvas's.
+        xauthority = os.environ.get("XAUTHORITY") or os.path.expanduser("~/.Xauthority")
+        base = {**os.environ, "HOME": home, "XAUTHORITY": xauthority}
     engine = BrowserEngine(config, proxy=proxy, env=base)
     canvas_engine = None
     if config.canvas.display is not None:
