@@ -19,6 +19,7 @@ import trustme
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, WebConfig
+from csp_web.config.errors import ConfigError
 from csp_web.config.web import TlsConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
@@ -28,7 +29,7 @@ from protocol import Field, Reply, Status, Task
 from specialists.browser.config import BrowserConfig, browser_section
 from specialists.browser.render import ChromiumRenderer
 from specialists.browser.services import BrowserServices, open_browser_services
-from specialists.browser.trust import extra_certificates
+from specialists.browser.trust import build_home, extra_certificates
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import open_web_services
 from tests.harness import build_dispatcher
@@ -221,3 +222,20 @@ async def test_with_system_store_a_ca_the_administrator_added_is_trusted_by_the_
 def test_web_tls_adds_nothing_to_chromium_unless_set(bundle: str, company: trustme.CA) -> None:
     assert extra_certificates(TlsConfig(ca_file=bundle)) == [company.cert_pem.bytes().strip()]
     assert extra_certificates(TlsConfig()) == []
+
+
+def test_without_certutil_chromium_is_given_no_home_and_the_log_says_so(
+    bundle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH where no certutil is
+    assert build_home(TlsConfig(ca_file=bundle), str(tmp_path)) is None
+    assert "certutil (libnss3-tools) not found" in caplog.text
+
+
+def test_a_ca_file_without_a_certificate_is_a_config_error_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "empty.pem"
+    empty.write_text("no certificate here\n")
+    with pytest.raises(ConfigError, match=r"^web\.tls\.ca_file: "):
+        build_home(TlsConfig(ca_file=str(empty)), str(tmp_path))
