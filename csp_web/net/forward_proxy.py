@@ -9,15 +9,20 @@ proxy. The proxy itself is the operator's choice and is not judged by the deny t
 
     proxy = parse_proxy("http://proxy.corp:3128")
     stream = await open_tunnel(backend, proxy, "93.184.215.14", 443, timeout_s=10.0)
+
+``open_tunnel`` serves fetch's httpcore backend (``backend.PinnedBackend``); ``open_trio_tunnel``
+the browser's guard proxy (``guard_proxy.py``), whose upstream connections are trio streams.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpcore
+import trio
 
 from csp_web.config.web import proxy_address
 from csp_web.core.api.errors import OpError
@@ -68,7 +73,7 @@ async def open_tunnel(
     opened = False
     try:
         await stream.write(connect_request(address, port), timeout=timeout_s)
-        _check_reply(await _read_reply(stream, timeout_s))
+        _check_reply(await _read_reply(lambda n: stream.read(n, timeout=timeout_s)))
         opened = True
     except httpcore.TimeoutException as exc:
         raise OpError(ErrorCode.PROXY_FAILED, "timeout") from exc
@@ -80,11 +85,32 @@ async def open_tunnel(
     return stream
 
 
-async def _read_reply(stream: httpcore.AsyncNetworkStream, timeout_s: float | None) -> bytes:
-    """The proxy's answer up to and including its blank line."""
+async def open_trio_tunnel(proxy: Proxy, address: str, port: int) -> trio.SocketStream:
+    """``open_tunnel`` on trio streams; the caller owns the stream and bounds the time (the
+    guard proxy's connect runs under ``timeout_s``). Raises OpError(PROXY_FAILED):
+    ``unreachable``, ``connect_<status>`` or ``bad_reply`` (any hang-up before the answer)."""
+    try:
+        stream = await trio.open_tcp_stream(proxy.host, proxy.port)
+    except OSError as exc:
+        raise OpError(ErrorCode.PROXY_FAILED, "unreachable") from exc
+    opened = False
+    try:
+        await stream.send_all(connect_request(address, port))
+        _check_reply(await _read_reply(stream.receive_some))
+        opened = True
+    except (trio.BrokenResourceError, OSError) as exc:
+        raise OpError(ErrorCode.PROXY_FAILED, "bad_reply") from exc
+    finally:
+        if not opened:
+            await trio.aclose_forcefully(stream)
+    return stream
+
+
+async def _read_reply(read: Callable[[int], Awaitable[bytes]]) -> bytes:
+    """The proxy's answer up to and including its blank line, read by ``read(max_bytes)``."""
     reply = b""
     while b"\r\n\r\n" not in reply:
-        chunk = await stream.read(MAX_REPLY_BYTES, timeout=timeout_s)
+        chunk = await read(MAX_REPLY_BYTES)
         if not chunk:
             raise OpError(ErrorCode.PROXY_FAILED, "bad_reply")
         reply += chunk

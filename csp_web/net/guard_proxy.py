@@ -18,6 +18,10 @@ request, and the port it arrived on says which context made it. Each is judged e
 - ``GET http://...`` (only when ``allow_http``): the same, then the request is forwarded
   in origin form with ``Connection: close``.
 
+With an ``upstream`` forward proxy (``web.proxy``), the connect to the checked address is a
+``CONNECT`` to that address through it (``forward_proxy.open_trio_tunnel``), as fetch's own
+client does: the guard still resolves and judges the target, the proxy never hears a name.
+
 A refusal answers ``403`` with ``X-Csp-Guard: <code>:<detail>``, is counted, and is kept on
 the lane it came through, so an action can name the guard's code instead of Chromium's net
 error, and no other context can see it. It is kept before a byte of the answer is written:
@@ -50,6 +54,7 @@ from csp_web.net import GuardConfig, Resolver, SystemResolver, check_url
 from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
+from .forward_proxy import Proxy, open_trio_tunnel
 from .proxy_peers import PeerCheck
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
@@ -139,7 +144,8 @@ class GuardProxy:
     """The proxy's settings and state; ``serve`` listens and sets ``port``.
 
     ``guard`` returns the guard settings in effect now (web.guard, reloadable); ``resolver`` is
-    the guard's DNS seam; ``peer_check(peer, local)`` says whether a connection may be served.
+    the guard's DNS seam; ``peer_check(peer, local)`` says whether a connection may be served;
+    ``upstream`` is the forward proxy every upstream connection tunnels through (web.proxy).
     """
 
     def __init__(
@@ -148,10 +154,12 @@ class GuardProxy:
         *,
         resolver: Resolver | None = None,
         peer_check: PeerCheck | None = None,
+        upstream: Proxy | None = None,
     ) -> None:
         self.guard = guard
         self.resolver: Resolver = resolver or SystemResolver()
         self.peer_check = peer_check
+        self.upstream = upstream
         self.port = 0
         self.stats = ProxyStats()
         self.main = Lane(0, 0)  # the main port's refusals: read by no action
@@ -285,15 +293,23 @@ class GuardProxy:
     async def _open_checked(self, url: str, config: GuardConfig) -> tuple[trio.SocketStream, str]:
         """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop.
         The connect is bounded by ``timeout_s`` in all (no op deadline is above it here), so
-        a name answering with many silent addresses cannot stretch it."""
+        a name answering with many silent addresses cannot stretch it. Through ``upstream``
+        it is one CONNECT to the first checked address (OpError(PROXY_FAILED) when it fails),
+        as ``backend.PinnedBackend`` does for fetch."""
         parsed = check_url(url, config)
         addresses = await resolve_checked(self.resolver, parsed.host, parsed.port, config)
+        name = f"{parsed.host}:{parsed.port}"
+        if self.upstream is not None:
+            with trio.move_on_after(config.timeout_s):
+                tunnel = await open_trio_tunnel(self.upstream, str(addresses[0]), parsed.port)
+                return tunnel, name
+            raise OpError(ErrorCode.PROXY_FAILED, "timeout")
         error: OSError = OSError(errno.ETIMEDOUT, "timeout")
         with trio.move_on_after(config.timeout_s):
             for address in addresses:
                 try:
                     upstream = await trio.open_tcp_stream(str(address), parsed.port)
-                    return upstream, f"{parsed.host}:{parsed.port}"
+                    return upstream, name
                 except OSError as exc:
                     error = exc
         raise OpError(ErrorCode.FETCH_FAILED, "connect") from error

@@ -17,7 +17,7 @@ from csp_web.net import check_url
 from specialists.browser.config import BrowserConfig
 
 from . import pages as page_ops
-from .errors import refusals_on
+from .errors import refusals_on, translate
 from .services import BrowserServices
 
 OWNER = "render"  # the one-shot table's owner of every render, beside the peers' uids
@@ -36,7 +36,13 @@ class ChromiumRenderer:
         guard = self._services.guard()
         target = check_url(url, guard).url
         with self._services.oneshots.hold(OWNER, self._config.max_oneshot_per_peer):
-            rendered = await self._render_fresh(target, timeout_s)
+            try:
+                rendered = await self._render_fresh(target, timeout_s)
+            except Exception as exc:  # Chromium that cannot start (or stopped) included
+                error = translate(exc, scope=_SCOPE, url=target)
+                if error is exc:
+                    raise
+                raise error from exc
         if rendered.url != "about:blank":
             check_url(rendered.url, guard)  # the landing passes the gate too (no file: page)
         return rendered

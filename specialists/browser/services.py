@@ -1,7 +1,9 @@
 """The browser specialist's services: one engine, its guard proxy, sessions, media, canvases.
 
 ``open_browser_services`` is the shape the composition plan's ``open_services`` takes: it
-serves the proxy in its own nursery, makes the engine (Chromium itself starts on first use),
+serves the proxy in its own nursery (its upstream connections through ``web.proxy`` when set),
+makes the engine (Chromium itself starts on first use, trusting what ``web.tls`` adds:
+trust.py),
 runs the idle-session reaper, and on exit closes every session, canvas and browser and reaps
 every Chromium process. ``open_runtime`` is the proxy and engine alone, which tests share
 across a module.
@@ -10,15 +12,17 @@ across a module.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.config import Config
+from csp_web.config import Config, WebConfig
+from csp_web.config.web import TlsConfig
 from csp_web.core.api.ports import FileStore, Port
-from csp_web.net import GuardConfig, Resolver
+from csp_web.net import GuardConfig, Resolver, parse_proxy
 from csp_web.net.guard_proxy import GuardProxy
 from csp_web.net.proxy_peers import owned_by_tree
 from specialists.browser.config import BrowserConfig, browser_section
@@ -27,6 +31,7 @@ from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
 from .media import MediaStore
 from .sessions import OneShots, SessionTable
+from .trust import build_home
 
 
 @dataclass
@@ -71,10 +76,15 @@ class BrowserServices:
         )
 
 
-def make_proxy(guard: Callable[[], GuardConfig], resolver: Resolver | None) -> GuardProxy:
+def make_proxy(
+    guard: Callable[[], GuardConfig], resolver: Resolver | None, *, web: WebConfig | None = None
+) -> GuardProxy:
     """A proxy that serves only Chromium (the engine's driver tree); its engine is bound
-    once made, through ``bind_engine``."""
-    return GuardProxy(guard, resolver=resolver)
+    once made, through ``bind_engine``. Every Chromium connection, a render's and the browser
+    ops' alike, goes out through ``web.proxy`` when set: a company that requires a proxy
+    requires it of the browser too."""
+    upstream = parse_proxy(web.proxy) if web is not None and web.proxy is not None else None
+    return GuardProxy(guard, resolver=resolver, upstream=upstream)
 
 
 def bind_engine(proxy: GuardProxy, *engines: BrowserEngine) -> None:
@@ -91,11 +101,18 @@ def _driver_of(engine: BrowserEngine) -> Callable[[], int | None]:
     return lambda: engine.driver_pid
 
 
-def make_engines(config: BrowserConfig, proxy: GuardProxy) -> Runtime:
-    engine = BrowserEngine(config, proxy=proxy)
+def make_engines(config: BrowserConfig, proxy: GuardProxy, *, home: str | None = None) -> Runtime:
+    """The engine (and the canvas's headed one), their Chromium run with ``home`` as HOME
+    when given (its NSS database holds web.tls's trust: trust.py)."""
+    base = None
+    if home is not None:
+        # X clients find their cookie under HOME unless told: keep the headed canvas's.
+        xauthority = os.environ.get("XAUTHORITY") or os.path.expanduser("~/.Xauthority")
+        base = {**os.environ, "HOME": home, "XAUTHORITY": xauthority}
+    engine = BrowserEngine(config, proxy=proxy, env=base)
     canvas_engine = None
     if config.canvas.display is not None:
-        env = {**os.environ, "DISPLAY": config.canvas.display}
+        env = {**(base or os.environ), "DISPLAY": config.canvas.display}
         canvas_engine = BrowserEngine(config, proxy=proxy, headless=False, env=env)
     bind_engine(proxy, *(e for e in (engine, canvas_engine) if e is not None))
     return Runtime(engine, proxy, canvas_engine)
@@ -136,10 +153,12 @@ async def open_browser_services(
     current_guard = guard or (lambda: config.web.guard)
     browser = browser_section(config)
     try:
-        async with trio.open_nursery() as nursery:
+        async with _chromium_home(config.web.tls) as home, trio.open_nursery() as nursery:
             owned = runtime is None
             if runtime is None:
-                runtime = await _start_runtime(nursery, browser, current_guard, resolver)
+                runtime = await _start_runtime(
+                    nursery, browser, current_guard, resolver, web=config.web, home=home
+                )
             services = _services(config, runtime, current_guard)
             await nursery.start(services.sessions.serve_reaper, lambda: browser.session_idle_s)
             try:
@@ -158,15 +177,26 @@ async def open_browser_services(
         raise
 
 
+@asynccontextmanager
+async def _chromium_home(tls: TlsConfig) -> AsyncIterator[str | None]:
+    """A private HOME whose NSS database trusts what ``tls`` adds (trust.py), for the
+    Chromium started within; removed on exit. None when ``tls`` adds nothing."""
+    with tempfile.TemporaryDirectory(prefix="csp-chromium-home-") as folder:
+        yield await trio.to_thread.run_sync(build_home, tls, folder)
+
+
 async def _start_runtime(
     nursery: trio.Nursery,
     config: BrowserConfig,
     guard: Callable[[], GuardConfig],
     resolver: Resolver | None,
+    *,
+    web: WebConfig,
+    home: str | None,
 ) -> Runtime:
-    proxy = make_proxy(guard, resolver)
+    proxy = make_proxy(guard, resolver, web=web)
     await nursery.start(proxy.serve)
-    return make_engines(config, proxy)
+    return make_engines(config, proxy, home=home)
 
 
 def _services(

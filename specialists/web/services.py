@@ -52,6 +52,7 @@ class WebServices:
     state_dir: str
     # State the ops keep for the daemon's life, made here, typed (no dicts by name).
     flights: Flights = field(default_factory=dict)  # downloads in progress, by URL
+    render_flights: Flights = field(default_factory=dict)  # renders in progress, by URL
     breakers: dict[str, Breaker] = field(default_factory=dict)  # search backends' circuits
     quota_lock: trio.Lock = field(default_factory=trio.Lock)  # monthly quota file, one writer
     prefetch: Prefetcher = field(default_factory=Prefetcher)  # search's background loads

@@ -22,8 +22,9 @@ from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from protocol import Field, Reply, Status, Task
 from specialists.browser.config import BrowserConfig
+from specialists.browser.engine import BrowserEngine
 from specialists.browser.render import ChromiumRenderer
-from specialists.browser.services import BrowserServices
+from specialists.browser.services import BrowserServices, Runtime, open_browser_services
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices, open_web_services
 from tests.harness import build_dispatcher
@@ -44,6 +45,9 @@ SHELL_MD = f"# Harbour\n\n{SHELL_TEXT}"  # the extractor heads the text with the
 STATIC = "<html><head><title>Quay</title></head><body><p>The quay is two hundred metres long.</p>"
 DOM_CAP = 200_000  # web's max_decoded_bytes here: a served shell is far below, a grown DOM not
 OP_TIMEOUT_S = 45.0  # the op's deadline for a render (a first Chromium launch on a busy host)
+# Each push is 8 MB of doubles, kept: the heap grows until V8's cap stops it (test_browser_lost).
+HOG = "const hog = []; while (true) hog.push(new Array(1e6).fill(1.5));"
+CONCURRENT = 4  # fetches at once: within the renders' one-shot cap (max_oneshot_per_peer)
 
 
 def _web_config(config: Config, guard: GuardConfig, timeout_s: float) -> Config:
@@ -209,6 +213,26 @@ async def test_a_dom_its_scripts_grow_past_the_cap_is_too_large(
     )
 
 
+@pytest.mark.slow
+async def test_concurrent_fetches_of_one_app_shell_share_one_render(
+    pages: Dispatcher, origin: Origin
+) -> None:
+    url = serve(origin, "/shell", SHELL)
+    replies: list[Reply] = []
+
+    async def one() -> None:
+        replies.append(await _fetch(pages, url))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(CONCURRENT):
+            nursery.start_soon(one)
+    assert {(r.status, r.get("DATA"), r.get("RENDERED")) for r in replies} == {
+        (Status.OK, SHELL_MD, "browser")
+    }
+    assert len(replies) == CONCURRENT
+    assert hits(origin, "/shell") == 2  # one download (shared), one render (shared)
+
+
 class TestAPageThatNeverSettles:
     """A render is bounded by the op's deadline (the guard's timeout_s here)."""
 
@@ -217,12 +241,29 @@ class TestAPageThatNeverSettles:
         return 6.0
 
     @pytest.mark.slow
-    async def test_it_is_cut_by_the_deadline_with_a_clear_code(
+    async def test_auto_answers_what_the_served_html_gave_and_why(
         self, pages: Dispatcher, origin: Origin
     ) -> None:
         hanging = SHELL.replace("</body>", '<img src="/drip/forever"></body>')
         url = serve(origin, "/hangs", hanging)
         reply = await _fetch(pages, url)
+        assert (reply.status, reply.get("DATA"), reply.get("ERROR")) == (
+            Status.PARTIAL,
+            "",
+            "empty_content:script_only,render_failed:render_timeout",
+        )
+        assert (reply.get("RENDERED"), reply.get("RENDER_REASON")) == (
+            None,
+            "root_div,render_failed:render_timeout",
+        )
+
+    @pytest.mark.slow
+    async def test_always_is_cut_by_the_deadline_with_a_clear_code(
+        self, pages: Dispatcher, origin: Origin
+    ) -> None:
+        hanging = SHELL.replace("</body>", '<img src="/drip/forever"></body>')
+        url = serve(origin, "/hangs", hanging)
+        reply = await _fetch(pages, url, ("RENDER", "always"))
         assert reply == Reply(
             Status.FAIL,
             (
@@ -231,4 +272,103 @@ class TestAPageThatNeverSettles:
                 ("ERROR", "fetch_failed:render_timeout"),
                 ("URL", url),
             ),
+        )
+
+
+class TestChromiumGoneMidRun:
+    """The renderer stays in the port, but its Chromium can no longer be started (removed
+    from the disk since the daemon started): a real engine, a path where nothing is."""
+
+    @pytest.fixture
+    async def web(
+        self,
+        make_config: functools.partial[Config],
+        guard: GuardConfig,
+        dns: FixedResolver,
+        ca: trustme.CA,
+        runtime: Runtime,
+        browser_settings: BrowserConfig,
+    ) -> AsyncIterator[WebServices]:
+        gone = replace(browser_settings, executable="/nonexistent/chromium")
+        engine = BrowserEngine(gone, proxy=runtime.proxy)
+        trust = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ca.configure_trust(trust)
+        config = _web_config(make_config(), guard, OP_TIMEOUT_S)
+        try:
+            async with (
+                open_browser_services(config, runtime=Runtime(engine, runtime.proxy)) as browser,
+                open_web_services(config, resolver=dns, ssl_context=trust) as opened,
+            ):
+                with opened.renderer.provided(ChromiumRenderer(browser, gone)):
+                    yield opened
+        finally:
+            await engine.aclose()
+
+    @pytest.mark.slow
+    async def test_auto_answers_the_shell_as_served_saying_the_render_failed(
+        self, pages: Dispatcher, origin: Origin
+    ) -> None:
+        url = serve(origin, "/shell", SHELL)
+        reply = await _fetch(pages, url)
+        assert (reply.status, reply.get("DATA"), reply.get("ERROR")) == (
+            Status.PARTIAL,
+            "",
+            "empty_content:script_only,render_failed:browser_unavailable",
+        )
+        assert reply.get("RENDER_REASON") == "root_div,render_failed:browser_unavailable"
+        static = await _fetch(pages, serve(origin, "/quay", STATIC))
+        assert (static.status, static.get("RENDER_REASON")) == (Status.OK, None)
+
+    @pytest.mark.slow
+    async def test_always_fails_browser_unavailable(
+        self, pages: Dispatcher, origin: Origin
+    ) -> None:
+        url = serve(origin, "/shell", SHELL)
+        reply = await _fetch(pages, url, ("RENDER", "always"))
+        assert (reply.status, reply.get("DATA"), reply.get("URL")) == (Status.FAIL, "none", url)
+        assert (reply.get("ERROR") or "").startswith("browser_unavailable:")
+
+
+class TestARendererThatCrashes:
+    """A Chromium of its own whose renderers' heap is capped at 64 MB: a page that allocates
+    without bound crashes its renderer mid-render (page_crashed)."""
+
+    @pytest.fixture
+    def browser_settings(self, browser_config: BrowserConfig) -> BrowserConfig:
+        return replace(browser_config, max_js_heap_mb=64)
+
+    @pytest.fixture
+    async def web(
+        self,
+        make_config: functools.partial[Config],
+        guard: GuardConfig,
+        dns: FixedResolver,
+        ca: trustme.CA,
+        browser_settings: BrowserConfig,
+    ) -> AsyncIterator[WebServices]:
+        trust = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ca.configure_trust(trust)
+        config = _web_config(make_config(), guard, OP_TIMEOUT_S)
+        async with (
+            open_browser_services(config, resolver=dns) as browser,
+            open_web_services(config, resolver=dns, ssl_context=trust) as opened,
+        ):
+            with opened.renderer.provided(ChromiumRenderer(browser, browser_settings)):
+                yield opened
+
+    @pytest.mark.slow
+    async def test_auto_answers_the_shell_as_served_and_always_fails_page_crashed(
+        self, pages: Dispatcher, origin: Origin
+    ) -> None:
+        url = serve(origin, "/hog", SHELL.replace("</script>", f"{HOG}</script>"))
+        auto = await _fetch(pages, url)
+        assert (auto.status, auto.get("DATA"), auto.get("ERROR")) == (
+            Status.PARTIAL,
+            "",
+            "empty_content:script_only,render_failed:page_crashed",
+        )
+        always = await _fetch(pages, url, ("RENDER", "always"))
+        assert (always.status, always.get("ERROR")) == (
+            Status.FAIL,
+            "page_crashed:renderer crashed",
         )

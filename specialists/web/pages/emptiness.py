@@ -6,6 +6,9 @@ The reason travels in the fetch reply as ``ERROR empty_content:<why>`` on a PART
     script_only,render_off              an HTML page whose text is built by its scripts, not
                                         rendered: RENDER never (or web.fetch.render: never)
     script_only,render_unavailable      the same, and no Chromium to render it (rendering.py)
+    script_only,render_failed:<why>     the same, and its auto render failed for the renderer's
+                                        sake (rendering.py: render_timeout, browser_unavailable,
+                                        page_crashed, render_tls_verify_failed...)
     rendered_empty                      the browser rendered the page and it still has no text
                                         (its scripts failed, or the guard refused what they
                                         asked for)

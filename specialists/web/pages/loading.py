@@ -35,7 +35,7 @@ from specialists.formats import PAGE_MARKER, Document, Limits
 from .appshell import shell_reason
 from .documents import Bounds, read_document, reader_for, reads_text
 from .emptiness import NO_TEXT, empty_why, is_empty
-from .flights import Flight, Flights
+from .flights import Flight, Flights, follow, lead
 from .headmeta import read_head
 from .services import PagesServices
 
@@ -170,21 +170,12 @@ async def _lead(
     background: bool,
     max_pages: int,
 ) -> Page:
-    flight = flights[key] = Flight()
-    try:
-        page = await _download_once(
-            services, key, deadline=deadline, background=background, max_pages=max_pages
-        )
-        flight.page = page
-        return page
-    except OpError as exc:
-        if not _own_failure(exc):
-            flight.error = exc
-        raise
-    finally:
-        if flights.get(key) is flight:
-            del flights[key]
-        flight.done.set()
+    download = functools.partial(
+        _download_once, services, key, deadline=deadline, background=background, max_pages=max_pages
+    )
+    page = await lead(flights, key, download, shareable=lambda exc: not _own_failure(exc))
+    assert isinstance(page, Page)
+    return page
 
 
 def _own_failure(exc: OpError) -> bool:
@@ -197,19 +188,9 @@ def _own_failure(exc: OpError) -> bool:
 async def _follow(flight: Flight, deadline: float) -> Page | None:
     """The leader's page, its error re-raised, or None when the leader ended without an
     outcome for everyone (cancelled, or stopped by its own deadline or rate token)."""
-    flight.followers += 1
-    try:
-        with trio.move_on_at(deadline):
-            await flight.done.wait()
-            if flight.error is not None:
-                error = flight.error  # a fresh exception: one object raised in two tasks is shared
-                raise OpError(error.code, error.detail, fields=error.fields)
-            page = flight.page
-            assert page is None or isinstance(page, Page)
-            return page
-    finally:
-        flight.followers -= 1
-    raise OpError(ErrorCode.FETCH_FAILED, "timeout")
+    page = await follow(flight, deadline, OpError(ErrorCode.FETCH_FAILED, "timeout"))
+    assert page is None or isinstance(page, Page)
+    return page
 
 
 async def _download_once(

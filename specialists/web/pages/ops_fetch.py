@@ -238,7 +238,7 @@ FETCH_REPLIES = (
         "RENDER_REASON",
         "one page rendered, or an app shell that was not",
         "always, or the app shell's tell (root_div noscript script_heavy); not rendered:"
-        " <tell>,render_off or <tell>,render_unavailable",
+        " <tell>,render_off, <tell>,render_unavailable or <tell>,render_failed:<why>",
     ),
     ReplyField("URL", "one page; FAIL: the URL that failed", "the page's final URL"),
     ReplyField("FILE_KEY", "one page; FAIL: unknown_file_key", "the content's fileKey"),

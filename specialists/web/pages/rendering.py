@@ -8,7 +8,17 @@ The mode is RENDER's, else ``web.fetch.render``: ``never`` keeps the HTML as ser
 renders every HTML page. Without a renderer in the port (no browser specialist, or Chromium
 absent) ``auto`` acts as ``never`` and says so (``RENDER_REASON <tell>,render_unavailable``;
 an empty page's ``empty_content:script_only,render_unavailable``), and ``always`` is refused
-before any load (``check_mode``: ``browser_unavailable:render_always``).
+before any load (``mode_of``: ``browser_unavailable:render_always``).
+
+When an ``auto`` render fails for the renderer's sake, not the page's (``FALLBACK_CODES``:
+Chromium gone mid-run, its crash, the render's time-out, a busy browser), the page is answered
+as served, saying so (``RENDER_REASON <tell>,render_failed:<why>``; an empty one
+``empty_content:script_only,render_failed:<why>``); ``always`` answers the failure. A verdict
+on the page itself (the guard's refusal of where it lands, a DOM past the cap) is answered as
+such in either mode.
+
+Concurrent renders of one URL are one render (``flights.py``, as downloads are): the followers
+read the leader's page or its failure, unless that failure was its own time-out.
 
 The render is the browser's: its guard proxy judges every request the page's scripts make
 (a refusal of the page itself answers the guard's code), in a context of its own, within what
@@ -31,6 +41,7 @@ from csp_web.core.api.ports import Rendered, Renderer
 from protocol import ErrorCode
 
 from .emptiness import RENDERED_EMPTY, SCRIPT_ONLY, is_empty
+from .flights import follow, lead
 from .loading import Page, fresh, from_snapshot, html_page, normalise_url, to_snapshot
 from .services import PagesServices
 
@@ -40,6 +51,19 @@ RENDER_NAMESPACE = "fetch_rendered"
 MODES = ("auto", "never", "always")
 OFF = "render_off"
 UNAVAILABLE = "render_unavailable"
+FAILED = "render_failed"
+# A render's failures that say nothing of the page: RENDER auto then answers it as served.
+FALLBACK_CODES = frozenset(
+    {
+        ErrorCode.BROWSER_UNAVAILABLE,
+        ErrorCode.PAGE_CRASHED,
+        ErrorCode.BUSY,
+        ErrorCode.FETCH_FAILED,
+        ErrorCode.ACTION_FAILED,
+        ErrorCode.PROXY_FAILED,
+    }
+)
+TIMEOUT = "render_timeout"
 
 
 def mode_of(services: PagesServices, asked: str | None) -> str:
@@ -61,9 +85,10 @@ async def render_if_needed(
     max_age_s: float | None,
 ) -> Page:
     """``page`` as served, or the page its DOM makes once rendered (see the module's
-    docstring). Raises the renderer's OpError: the guard's codes, BUSY, BROWSER_UNAVAILABLE,
-    FETCH_FAILED (``render_timeout`` at ``deadline``, ``render_<net error>``), TOO_LARGE
-    (``rendered_dom`` past ``guard.max_decoded_bytes``)."""
+    docstring). Raises the renderer's OpError: the guard's codes, TOO_LARGE (``rendered_dom``
+    past ``guard.max_decoded_bytes``); with ``always`` also BUSY, BROWSER_UNAVAILABLE,
+    PAGE_CRASHED, PROXY_FAILED, FETCH_FAILED (``render_timeout`` at ``deadline``,
+    ``render_<net error>``), which ``auto`` answers with the page as served."""
     if page.kind != "html":
         return page
     reason = "always" if mode == "always" else page.shell
@@ -77,6 +102,54 @@ async def render_if_needed(
         cached = fresh(from_snapshot(await services.cache.get(RENDER_NAMESPACE, key)), max_age_s)
         if cached is not None:
             return cached
+    try:
+        return await _render_once(services, renderer, page, reason, key, deadline)
+    except OpError as exc:
+        if mode == "always" or exc.code not in FALLBACK_CODES:
+            raise
+        why = exc.detail if exc.code is ErrorCode.FETCH_FAILED else str(exc.code)
+        log.info("render of %s failed (%s:%s): answered as served", key, exc.code, exc.detail)
+        return _unrendered(page, f"{FAILED}:{why}")
+
+
+async def _render_once(
+    services: PagesServices,
+    renderer: Renderer,
+    page: Page,
+    reason: str,
+    key: str,
+    deadline: float,
+) -> Page:
+    """``page`` rendered and cached, or the outcome of the render of ``key`` in flight."""
+    flights = services.render_flights
+    while True:
+        flight = flights.get(key)
+        if flight is None:
+            run = functools.partial(
+                _render_and_store, services, renderer, page, reason, key, deadline
+            )
+            built = await lead(flights, key, run, shareable=_shareable)
+        else:
+            built = await follow(flight, deadline, OpError(ErrorCode.FETCH_FAILED, TIMEOUT))
+        if built is not None:
+            assert isinstance(built, Page)
+            return built
+        # The leader ended without an outcome for everyone: the next round leads or joins.
+
+
+def _shareable(exc: OpError) -> bool:
+    """Whether a render's failure holds for its followers too: not the leader's time-out."""
+    return not (exc.code is ErrorCode.FETCH_FAILED and exc.detail == TIMEOUT)
+
+
+async def _render_and_store(
+    services: PagesServices,
+    renderer: Renderer,
+    page: Page,
+    reason: str,
+    key: str,
+    deadline: float,
+) -> Page:
     rendered = await _render(renderer, page.url, deadline)
     check_size(rendered.html, services.config.guard.max_decoded_bytes)
     build = functools.partial(rendered_page, page, rendered, reason, time.time())
@@ -95,14 +168,15 @@ def check_size(html: str, limit: int) -> None:
 
 
 def _unrendered(page: Page, why_not: str) -> Page:
-    """``page`` as served, saying why a shell was not rendered (and so why it may be empty)."""
+    """``page`` as served, saying why it was not rendered (and so why it may be empty)."""
     empty = f"{SCRIPT_ONLY},{why_not}" if page.empty == SCRIPT_ONLY else page.empty
     return dataclasses.replace(page, render_reason=f"{page.shell},{why_not}", empty=empty)
 
 
 async def _render(renderer: Renderer, url: str, deadline: float) -> Rendered:
     """``url`` rendered within ``deadline``; the renderer's own time-out and a navigation that
-    failed are fetch's ``fetch_failed:render_<why>``, an error status ``http_<status>``."""
+    failed are fetch's ``fetch_failed:render_<why>`` (a certificate Chromium does not trust:
+    ``render_tls_verify_failed``), an error status ``http_<status>``."""
     remaining = deadline - trio.current_time()
     if remaining > 0:
         with trio.move_on_at(deadline):
@@ -112,11 +186,12 @@ async def _render(renderer: Renderer, url: str, deadline: float) -> Rendered:
                 if exc.code is not ErrorCode.NAVIGATION_FAILED:
                     raise
                 log.info("render of %s failed: %s", url, exc.detail)
-                raise OpError(ErrorCode.FETCH_FAILED, f"render_{exc.detail}") from exc
+                why = "tls_verify_failed" if exc.detail.startswith("err_cert_") else exc.detail
+                raise OpError(ErrorCode.FETCH_FAILED, f"render_{why}") from exc
             if rendered.status is not None and rendered.status >= 400:
                 raise OpError(ErrorCode.FETCH_FAILED, f"http_{rendered.status}")
             return rendered
-    raise OpError(ErrorCode.FETCH_FAILED, "render_timeout")
+    raise OpError(ErrorCode.FETCH_FAILED, TIMEOUT)
 
 
 def rendered_page(served: Page, rendered: Rendered, reason: str, fetched_at: float) -> Page:

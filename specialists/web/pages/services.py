@@ -25,6 +25,7 @@ class PagesServices(Protocol):
     cache: ResponseCache
     limits: BucketSource
     flights: Flights  # downloads in progress, by URL
+    render_flights: Flights  # renders in progress, by URL (rendering.py)
     fleet_flights: SharedFlights | None  # downloads in flight across the fleet (redis.url)
     board: Board  # fetch puts each snapshot it reads on the peer's board
     renderer: Port[Renderer]  # the browser's, while it is open
