@@ -144,6 +144,29 @@ async def test_brave_answer_is_deduplicated_and_replied_in_the_seed_form(
         ("SCORE", "https://stackoverflow.com/questions/tagged/neo4j-python-driver 0.333"),
         ("SCORE", "https://pypi.org/project/py2neo/ 0.25"),
         ("SCORE", "https://neo4j.com/developer/python/ 0.2"),
+        # Issue 27: what Brave tells of each hit (page_age, extra_snippets, favicon, language)
+        ("PUBLISHED", "https://neo4j.com/docs/python-manual/current/ 2024-05-02T09:12:44Z"),
+        (
+            "EXTRA_SNIPPET",
+            'https://neo4j.com/docs/python-manual/current/ "Install the driver with pip install '
+            'neo4j."',
+        ),
+        (
+            "EXTRA_SNIPPET",
+            "https://neo4j.com/docs/python-manual/current/ "
+            '"The driver supports both synchronous and async sessions."',
+        ),
+        (
+            "FAVICON",
+            "https://neo4j.com/docs/python-manual/current/ "
+            "https://imgs.search.brave.com/def/favicon.png",
+        ),
+        ("LANG", "https://neo4j.com/docs/python-manual/current/ en"),
+        ("PUBLISHED", "https://github.com/neo4j/neo4j-python-driver 2024-06-11T17:03:10Z"),
+        ("LANG", "https://github.com/neo4j/neo4j-python-driver en"),
+        ("LANG", "https://stackoverflow.com/questions/tagged/neo4j-python-driver en"),
+        ("LANG", "https://pypi.org/project/py2neo/ en"),
+        ("LANG", "https://neo4j.com/developer/python/ en"),
     )
     (seen,) = origin.requests
     assert seen.headers["x-subscription-token"] == BRAVE_KEY

@@ -26,6 +26,7 @@ fresh answer still replaces the cached one.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import logging
@@ -37,7 +38,6 @@ from typing import Any
 
 import trio
 
-from csp_web.config import SearchConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -49,7 +49,9 @@ from protocol import ErrorCode, Field, Status
 from ..pages.loading import load_page
 from ..services import WebServices, web_audit
 from . import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
+from .base import VERTICALS
 from .services import SearchServices
+from .task_query import MAX_SITES, Ranking, read_query, read_ranking
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,48 @@ FIELDS = (
     ),
     FieldSpec("FRESHNESS", "choice", choices=FRESHNESS, doc="past day, week, month or year"),
     FieldSpec("NO_CACHE", "bool", default=False, doc="skip the cached answer"),
+    FieldSpec(
+        "SITE",
+        repeat=True,
+        max_chars=253,
+        doc=f"only hits on this host or under it; repeat for several (at most {MAX_SITES})",
+    ),
+    FieldSpec(
+        "EXCLUDE_SITE",
+        repeat=True,
+        max_chars=253,
+        doc=f"no hits on this host or under it; repeatable (at most {MAX_SITES})",
+    ),
+    FieldSpec("AFTER", max_chars=10, doc="published on or after this date (YYYY-MM-DD, UTC)"),
+    FieldSpec("BEFORE", max_chars=10, doc="published on or before this date (YYYY-MM-DD, UTC)"),
+    FieldSpec(
+        "UNDATED",
+        "choice",
+        choices=("keep", "drop"),
+        default="keep",
+        doc="with AFTER/BEFORE: keep or drop hits whose backend gave no date",
+    ),
+    FieldSpec("COUNTRY", max_chars=2, doc="results for this country (ISO 3166-1 alpha-2)"),
+    FieldSpec("LANG", max_chars=12, doc="results in this language (en, de, pt-br)"),
+    FieldSpec(
+        "VERTICAL",
+        "choice",
+        choices=VERTICALS,
+        default="web",
+        doc="web, news, images or videos (Brave, SearXNG); other backends are skipped",
+    ),
+    FieldSpec(
+        "MAX_PER_DOMAIN",
+        "int",
+        minimum=1,
+        doc="results a domain may fill before others: default search.max_per_domain (1)",
+    ),
+    FieldSpec(
+        "MODE",
+        "choice",
+        choices=("fallback", "fuse"),
+        doc="fallback: backends in turn; fuse: all at once, fused; default search.mode",
+    ),
 )
 
 
@@ -84,6 +128,9 @@ class Answer:
     hits: tuple[Hit, ...]
     backends: tuple[str, ...]
     total: int | None = None
+    # A fresh fused answer: the backends that dropped out of the fusion (BACKEND_ERROR);
+    # not cached, since a cached answer asked no backend.
+    dropped: tuple[tuple[str, BackendFailure], ...] = ()
 
 
 @dataclass
@@ -91,6 +138,7 @@ class Asked:
     """One query of the task and what became of it."""
 
     query: SearchQuery
+    ranking: Ranking | None = None  # None: search.max_per_domain and search.mode
     answer: Answer | None = None
     cached: bool = False
     partial: Outcome | None = None  # the chain's outcome when a backend failure left it short
@@ -107,7 +155,10 @@ async def search(params: Params, ctx: OpContext, services: SearchServices) -> Re
         raise FieldError(ErrorCode.INVALID_FIELD, f"more than {docs.max_queries} QUERY fields")
     services.board.turn(ctx.peer, docs.board)
     with web_audit(" | ".join(texts)) as notes:
-        asked = [Asked(_query(text, params, services.config.search)) for text in texts]
+        config = services.config.search
+        today = datetime.datetime.now(datetime.UTC).date()
+        ranking = read_ranking(params, config)
+        asked = [Asked(read_query(text, params, config, today), ranking) for text in texts]
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
         deadline = trio.current_time() + work_seconds(default_s=fallback_s)
         no_cache = params.flag("NO_CACHE")
@@ -122,19 +173,22 @@ async def search(params: Params, ctx: OpContext, services: SearchServices) -> Re
 
 
 async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: float) -> None:
+    config = services.config.search
     query = asked.query
-    material = cache_material(query)
+    ranking = asked.ranking or Ranking(config.max_per_domain, config.mode)
+    material = cache_material(query, ranking)
     if not no_cache:
         cached = _from_cache(await services.cache.get(NAMESPACE, material))
         if cached is not None:
             asked.answer, asked.cached = cached, True
             return
-    outcome = await run_chain(services, query, deadline=deadline)
+    outcome = await run_chain(services, query, deadline=deadline, mode=ranking.mode)
     if not outcome.answered:
         asked.error = _failure(outcome)
         return
-    hits = tuple(pick(outcome.hits, query.count))
-    answer = Answer(hits, tuple(outcome.answered), outcome.total)
+    hits = tuple(pick(outcome.hits, query.count, ranking.max_per_domain))
+    dropped = tuple(outcome.tried_failures) if ranking.mode == "fuse" else ()
+    answer = Answer(hits, tuple(outcome.answered), outcome.total, dropped)
     if len(answer.hits) < query.count and outcome.tried_failures:
         asked.partial = outcome
     else:
@@ -144,22 +198,38 @@ async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: 
     start_prefetch(services, answer.hits)
 
 
-def _query(text: str, params: Params, config: SearchConfig) -> SearchQuery:
-    count = params.opt_integer("MAX_RESULTS") or config.default_results
-    if count > config.max_results:
-        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_RESULTS above {config.max_results}")
-    return SearchQuery(" ".join(text.split()), count, params.opt_text("FRESHNESS"))
-
-
-def cache_material(query: SearchQuery) -> dict[str, Any]:
-    """The cache key's material: the query folded (NFKC, case, spaces), count, freshness."""
+def cache_material(query: SearchQuery, ranking: Ranking | None = None) -> dict[str, Any]:
+    """The cache key's material: the query folded (NFKC, case, spaces), count, freshness,
+    and the filters and ranking when they differ from the defaults (so a plain query keeps
+    the key it always had)."""
     folded = " ".join(unicodedata.normalize("NFKC", query.text).casefold().split())
-    return {"q": folded, "n": query.count, "f": query.freshness}
+    material: dict[str, Any] = {"q": folded, "n": query.count, "f": query.freshness}
+    filters = {
+        "site": list(query.sites),
+        "xsite": list(query.exclude_sites),
+        "after": query.after.isoformat() if query.after else None,
+        "before": query.before.isoformat() if query.before else None,
+        "undated": query.undated if query.dated else None,
+        "country": query.country,
+        "lang": query.lang,
+        "vertical": None if query.vertical == "web" else query.vertical,
+        "per_domain": ranking.max_per_domain if ranking and ranking.max_per_domain != 1 else None,
+        "mode": ranking.mode if ranking and ranking.mode != "fallback" else None,
+    }
+    material |= {key: value for key, value in filters.items() if value}
+    return material
 
 
 def _to_cache(answer: Answer) -> dict[str, Any]:
-    hits = [[hit.url, hit.title, hit.snippet, hit.score, hit.thumbnail] for hit in answer.hits]
+    hits = [
+        [hit.url, hit.title, hit.snippet, hit.score, hit.thumbnail, hit.published, *_more(hit)]
+        for hit in answer.hits
+    ]
     return {"hits": hits, "backends": list(answer.backends), "total": answer.total}
+
+
+def _more(hit: Hit) -> list[object]:
+    return [list(hit.extra_snippets), hit.favicon, hit.lang, list(hit.sources)]
 
 
 def _from_cache(value: Any) -> Answer | None:
@@ -177,15 +247,33 @@ def _from_cache(value: Any) -> Answer | None:
 
 
 def _cached_hit(
-    url: object, title: object, snippet: object, score: object = None, thumbnail: object = None
+    url: object,
+    title: object,
+    snippet: object,
+    score: object = None,
+    thumbnail: object = None,
+    published: object = None,
+    extra: object = (),
+    favicon: object = None,
+    lang: object = None,
+    sources: object = (),
 ) -> Hit:
     return Hit(
         str(url),
         str(title),
         str(snippet),
         float(score) if isinstance(score, int | float) else None,
-        str(thumbnail) if thumbnail is not None else None,
+        _opt_str(thumbnail),
+        _opt_str(published),
+        tuple(str(text) for text in extra) if isinstance(extra, list) else (),
+        _opt_str(favicon),
+        _opt_str(lang),
+        tuple(str(name) for name in sources) if isinstance(sources, list) else (),
     )
+
+
+def _opt_str(value: object) -> str | None:
+    return str(value) if value is not None else None
 
 
 def scores(hits: Sequence[Hit]) -> list[float]:
@@ -215,6 +303,8 @@ def _render_one(asked: Asked) -> Result:
     if failed is not None:
         fields.append(("MISSING_RESULTS", str(query.count - len(hits))))
         fields += _backend_errors(failed.tried_failures)
+    elif answer.dropped and not asked.cached:
+        fields += _backend_errors(answer.dropped)
     scope = tuple(dict.fromkeys(domain(hit.url) for hit in hits))
     data = ",".join(f"url:{hit.url}" for hit in hits) or "none"
     status = Status.OK if failed is None else Status.PARTIAL
@@ -231,7 +321,43 @@ def _extras(query: SearchQuery, answer: Answer) -> list[Field]:
         for hit, score in zip(answer.hits, scores(answer.hits), strict=True)
     ]
     fields += [("THUMBNAIL", f"{hit.url} {hit.thumbnail}") for hit in answer.hits if hit.thumbnail]
+    return fields + [field for hit in answer.hits for field in hit_fields(hit)]
+
+
+def hit_fields(hit: Hit) -> list[Field]:
+    """PUBLISHED, EXTRA_SNIPPET (each), FAVICON, LANG and SOURCES of ``hit``, where given."""
+    fields: list[Field] = []
+    if hit.published:
+        fields.append(("PUBLISHED", f"{hit.url} {hit.published}"))
+    fields += [
+        ("EXTRA_SNIPPET", f"{hit.url} {json.dumps(text, ensure_ascii=False)}")
+        for text in hit.extra_snippets
+    ]
+    if hit.favicon:
+        fields.append(("FAVICON", f"{hit.url} {hit.favicon}"))
+    if hit.lang:
+        fields.append(("LANG", f"{hit.url} {hit.lang}"))
+    if hit.sources:
+        fields.append(("SOURCES", f"{hit.url} {','.join(hit.sources)}"))
     return fields
+
+
+def hit_attributes(hit: Hit) -> str:
+    """The same data as ``hit_fields`` as a HIT line's attributes, each ``name:<JSON>``
+    with a leading space (``published:"2024-05-02" extra_snippets:["..."]``); empty when
+    the hit has none."""
+    values: dict[str, object] = {
+        "published": hit.published,
+        "extra_snippets": list(hit.extra_snippets) or None,
+        "favicon": hit.favicon,
+        "lang": hit.lang,
+        "sources": ",".join(hit.sources) or None,
+    }
+    return "".join(
+        f" {name}:{json.dumps(value, ensure_ascii=False)}"
+        for name, value in values.items()
+        if value is not None
+    )
 
 
 def _render_many(asked: list[Asked]) -> Result:
@@ -280,7 +406,8 @@ def _query_lines(number: int, one: Asked, quoted: str) -> list[Field]:
     fields: list[Field] = [("SEARCH", f"{head} {quoted}")]
     for hit, score in zip(answer.hits, scores(answer.hits), strict=True):
         title = json.dumps(hit.title, ensure_ascii=False)
-        fields.append(("HIT", f"{number} {hit.url} score:{score} {title}"))
+        attributes = hit_attributes(hit)
+        fields.append(("HIT", f"{number} {hit.url} score:{score}{attributes} {title}"))
         snippet = json.dumps(hit.snippet, ensure_ascii=False)
         fields.append(("SNIPPET", f"{number} {domain(hit.url)}:{snippet}"))
         if hit.thumbnail:
@@ -289,10 +416,15 @@ def _query_lines(number: int, one: Asked, quoted: str) -> list[Field]:
 
 
 def _failure(outcome: Outcome) -> OpError:
+    """search_api_error naming the chain's reason; not_available naming the first backend
+    when none of those tried has the VERTICAL asked."""
     fields = _backend_errors(outcome.failures)
     retry_s = outcome.retry_after_s()
     if retry_s is not None:
         fields.append(("RETRY_AFTER", str(max(1, math.ceil(retry_s)))))
+    if outcome.reason() == "not_available":
+        first = next(f for _, f in outcome.tried_failures if f.reason == "not_available")
+        return OpError(ErrorCode.NOT_AVAILABLE, first.hint, fields=fields)
     return OpError(ErrorCode.SEARCH_API_ERROR, outcome.reason(), fields=fields)
 
 
@@ -343,14 +475,36 @@ SEARCH_REPLIES = (
     ReplyField("TOTAL", "one query, when the backend gave one", "its estimated total"),
     ReplyField("SCORE", "one query: one per hit", "<url> <relevance>"),
     ReplyField("THUMBNAIL", "a hit has one", "<url> <thumbnail url> (several: '<n> ...')"),
+    ReplyField(
+        "PUBLISHED",
+        "one query: a hit's backend dated it",
+        "<url> <UTC ISO-8601 date, or datetime ending Z>",
+    ),
+    ReplyField(
+        "EXTRA_SNIPPET",
+        "one query: per further excerpt (Brave), at most 5 a hit",
+        "<url> <excerpt as a JSON string>",
+    ),
+    ReplyField("FAVICON", "one query: a hit has one", "<url> <icon url>"),
+    ReplyField("LANG", "one query: the backend named a hit's language", "<url> <code>"),
+    ReplyField("SOURCES", "MODE fuse, one query: one per hit", "<url> <backends, by order>"),
     ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked"),
-    ReplyField("BACKEND_ERROR", "a backend failed", "<backend>:<reason> <hint>"),
+    ReplyField(
+        "BACKEND_ERROR",
+        "PARTIAL or FAIL: a backend failed; MODE fuse: it dropped out",
+        "<backend>:<reason> <hint>",
+    ),
     ReplyField(
         "SEARCH",
         "several queries: one per query answered",
         '<n> results total backend cached "<query>"',
     ),
-    ReplyField("HIT", "several queries: one per hit", '<n> <url> score:<s> "<title>"'),
+    ReplyField(
+        "HIT",
+        "several queries: one per hit",
+        "<n> <url> score:<s> [published:<json>] [extra_snippets:<json list>] "
+        '[favicon:<json>] [lang:<json>] [sources:<json>] "<title>"',
+    ),
     ReplyField(
         "SEARCH_ERROR", "several queries: one per query failed", '<n> <code>:<detail> "<query>"'
     ),
