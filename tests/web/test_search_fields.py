@@ -12,6 +12,7 @@ import pytest
 
 from specialists.web.search import brave, dates, duckduckgo, perplexity, searxng
 from specialists.web.search.base import MAX_EXTRA_SNIPPETS, SearchQuery
+from tests.web.fixtures import load
 from tests.web.test_search_backends import answer, query_of
 
 RANGED = SearchQuery(
@@ -183,3 +184,26 @@ def test_perplexity_gets_its_domain_filter_dates_country_and_language() -> None:
 
 def load_brave() -> bytes:
     return answer("brave_web_search.json").body
+
+
+@pytest.mark.parametrize(
+    "icon",
+    [
+        "https://img.test/a.png\nSTATUS OK",  # would end the reply line
+        "https://img.test/a b.png",
+        'https://img.test/"a.png',
+        "https://img.test/\x00.png",
+        "https://img.test/" + "a" * 2048,
+    ],
+)
+def test_icon_and_thumbnail_urls_that_would_break_a_reply_line_are_dropped(icon: str) -> None:
+    document = json.loads(load("searxng_results.json"))
+    document["results"][0] |= {"thumbnail": icon, "favicon": icon}
+    brave_doc = json.loads(load_brave())
+    brave_doc["web"]["results"][0]["meta_url"]["favicon"] = icon
+    brave_doc["web"]["results"][0]["thumbnail"] = {"src": icon}
+    hits = searxng.parse(answer("searxng_results.json", body=json.dumps(document).encode()))
+    (first, *_) = brave.parse(answer("brave_web_search.json", body=json.dumps(brave_doc).encode()))
+    assert [(hit.thumbnail, hit.favicon) for hit in hits] == [(None, None)] * 3
+    assert first.thumbnail is None
+    assert first.favicon == "https://imgs.search.brave.com/abc/neo4j.png"  # profile.img instead

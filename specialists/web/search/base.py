@@ -193,16 +193,22 @@ _DROP_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
 MAX_TEXT_CHARS = 300  # seed 000: "SNIPPET <max_300_chars_summary>"
 MAX_EXTRA_SNIPPETS = 5  # Brave's extra_snippets: "up to 5 alternative excerpts"
 _LANG = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{2,8})?")
+_HTTPS_URL = re.compile(r'https://[^\x00-\x20\x7f-\uffff"<>\\^`{|}]+')
+MAX_ICON_URL_CHARS = 2048  # the URL length every browser and CDN accepts
 
 
 def https_url(value: object) -> str | None:
-    """``value`` when it is an https URL (``//host/...`` read as https), else None: an icon
-    or thumbnail is shown to clients, so never a plain-http or script URL."""
-    if not isinstance(value, str) or any(char.isspace() for char in value):
+    """``value`` when it is an https URL of printable ASCII (``//host/...`` read as https) of
+    at most MAX_ICON_URL_CHARS, else None: an icon or thumbnail is shown to clients on a
+    reply line, so never a plain-http or script URL, nor a space, quote or control character
+    that would end or break the line."""
+    if not isinstance(value, str):
         return None
     if value.startswith("//"):
         value = "https:" + value
-    return value if value.startswith("https://") and len(value) > len("https://") else None
+    if len(value) > MAX_ICON_URL_CHARS or not _HTTPS_URL.fullmatch(value):
+        return None
+    return value
 
 
 def lang_code(value: object) -> str | None:

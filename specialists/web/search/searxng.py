@@ -101,11 +101,7 @@ def parse(result: FetchResult) -> list[Hit]:
 
 
 def _thumbnail(item: dict[str, Any]) -> str | None:
-    for key in ("thumbnail", "img_src"):
-        value = item.get(key)
-        if isinstance(value, str) and value.startswith("https://"):
-            return value
-    return None
+    return https_url(item.get("thumbnail")) or https_url(item.get("img_src"))
 
 
 def total(result: FetchResult) -> int | None:
