@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from csp_web.config import Config
+from csp_web.core.dispatch.dispatcher import DispatchPort
 from protocol import Reply, Status
 from specialists.web.search.ops_search import OPS
 from specialists.web.search.task_query import MAX_SITES
@@ -472,3 +473,57 @@ async def test_fuse_drops_a_backend_out_of_quota_and_says_so(
     assert second.get("DATA") == "url:https://one.test/,url:https://two.test/"
     assert second.get_all("BACKEND_ERROR") == ["brave:rate_limit_exceeded monthly quota of 1 spent"]
     assert [urllib.parse.urlsplit(s.target).path for s in origin.requests].count("/brave") == 1
+
+
+# --- prefetch per task -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefetch", "setting", "loaded", "prefetched"),
+    [("1", 0, ["/page0"], "1"), ("0", 2, [], None), (None, 2, ["/page0", "/page1"], "2")],
+)
+async def test_prefetch_field_overrides_the_setting_and_the_reply_says_how_many(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    nursery: trio.Nursery,
+    prefetch: str | None,
+    setting: int,
+    loaded: list[str],
+    prefetched: str | None,
+) -> None:
+    html = [("content-type", "text/html")]
+    for n in range(3):
+        origin.routes[f"/page{n}"] = lambda seen: OriginReply(200, html, b"<p>tide</p>")
+    origin.routes["/searx/search"] = searx_json(
+        *((origin.url("origin.test", f"/page{n}"), None) for n in range(3))
+    )
+    config = with_search(web_config, origin, order=["searxng"], prefetch_top=setting)
+    fields = [("QUERY", "q"), ("MAX_RESULTS", "3")]
+    fields += [("PREFETCH", prefetch)] if prefetch is not None else []
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, web):
+        await nursery.start(web.prefetch.serve, DispatchPort(dispatcher))  # WEB's background
+        with trio.fail_after(WAIT_S):
+            reply = await run(dispatcher, "search", "URL_REFS", *fields)
+            await web.prefetch.wait_idle()
+    assert reply.get("PREFETCHED") == prefetched
+    assert sorted(p for p in origin.paths() if p.startswith("/page")) == loaded
+
+
+@pytest.mark.parametrize(("top", "ok"), [("10", True), ("11", False)])
+async def test_prefetch_is_capped_at_max_results(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    top: str,
+    ok: bool,
+) -> None:
+    origin.routes["/brave"] = serve("brave_web_search.json")
+    config = with_search(web_config, origin, order=["brave"])
+    reply = await ask(config, dns, trust, ("QUERY", "q"), ("PREFETCH", top))
+    if ok:  # no background task here: nothing could be queued, and the reply says so
+        assert reply.get("PREFETCHED") == "0"
+    else:
+        assert (reply.get("ERROR") or "").startswith("invalid_field:PREFETCH")

@@ -38,6 +38,7 @@ from typing import Any
 
 import trio
 
+from csp_web.config import SearchConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -112,6 +113,13 @@ FIELDS = (
         doc="results a domain may fill before others: default search.max_per_domain (1)",
     ),
     FieldSpec(
+        "PREFETCH",
+        "int",
+        minimum=0,
+        doc="load the top N result pages into the fetch cache in the background; "
+        "default search.prefetch_top (0)",
+    ),
+    FieldSpec(
         "MODE",
         "choice",
         choices=("fallback", "fuse"),
@@ -139,10 +147,12 @@ class Asked:
 
     query: SearchQuery
     ranking: Ranking | None = None  # None: search.max_per_domain and search.mode
+    prefetch: int | None = None  # the task's PREFETCH; None: search.prefetch_top
     answer: Answer | None = None
     cached: bool = False
     partial: Outcome | None = None  # the chain's outcome when a backend failure left it short
     error: OpError | None = None
+    prefetched: int | None = None  # pages queued for prefetch; None when none was asked
 
 
 async def search(params: Params, ctx: OpContext, services: SearchServices) -> Result:
@@ -158,7 +168,8 @@ async def search(params: Params, ctx: OpContext, services: SearchServices) -> Re
         config = services.config.search
         today = datetime.datetime.now(datetime.UTC).date()
         ranking = read_ranking(params, config)
-        asked = [Asked(read_query(text, params, config, today), ranking) for text in texts]
+        top = _prefetch_top(params, config)
+        asked = [Asked(read_query(text, params, config, today), ranking, top) for text in texts]
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
         deadline = trio.current_time() + work_seconds(default_s=fallback_s)
         no_cache = params.flag("NO_CACHE")
@@ -181,6 +192,7 @@ async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: 
         cached = _from_cache(await services.cache.get(NAMESPACE, material))
         if cached is not None:
             asked.answer, asked.cached = cached, True
+            _prefetch_answer(services, asked)
             return
     outcome = await run_chain(services, query, deadline=deadline, mode=ranking.mode)
     if not outcome.answered:
@@ -195,7 +207,24 @@ async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: 
         ttl_s = services.config.cache.search_ttl_s
         await services.cache.set(NAMESPACE, material, _to_cache(answer), ttl_s=ttl_s)
     asked.answer = answer
-    start_prefetch(services, answer.hits)
+    _prefetch_answer(services, asked)
+
+
+def _prefetch_top(params: Params, config: SearchConfig) -> int:
+    top = params.opt_integer("PREFETCH")
+    if top is None:
+        return config.prefetch_top
+    if top > config.max_results:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"PREFETCH above {config.max_results}")
+    return top
+
+
+def _prefetch_answer(services: SearchServices, asked: Asked) -> None:
+    """Queue the answer's top pages for prefetch; ``asked.prefetched`` says how many (the
+    reply's PREFETCHED), left None when none was asked."""
+    top = services.config.search.prefetch_top if asked.prefetch is None else asked.prefetch
+    if top > 0 and asked.answer is not None:
+        asked.prefetched = start_prefetch(services, asked.answer.hits, top)
 
 
 def cache_material(query: SearchQuery, ranking: Ranking | None = None) -> dict[str, Any]:
@@ -305,6 +334,8 @@ def _render_one(asked: Asked) -> Result:
         fields += _backend_errors(failed.tried_failures)
     elif answer.dropped and not asked.cached:
         fields += _backend_errors(answer.dropped)
+    if asked.prefetched is not None:
+        fields.append(("PREFETCHED", str(asked.prefetched)))
     scope = tuple(dict.fromkeys(domain(hit.url) for hit in hits))
     data = ",".join(f"url:{hit.url}" for hit in hits) or "none"
     status = Status.OK if failed is None else Status.PARTIAL
@@ -386,6 +417,9 @@ def _render_many(asked: list[Asked]) -> Result:
         assert first is not None
         raise OpError(first.code, first.detail, fields=fields)
     fields += cites.values()
+    prefetched = [one.prefetched for one in answered if one.prefetched is not None]
+    if prefetched:
+        fields.append(("PREFETCHED", str(sum(prefetched))))
     hits = [hit for one in answered if one.answer for hit in one.answer.hits]
     scope = tuple(dict.fromkeys(domain(hit.url) for hit in hits))
     partial = len(answered) < len(asked) or any(one.partial for one in asked)
@@ -435,17 +469,14 @@ def _backend_errors(failures: Sequence[tuple[str, BackendFailure]]) -> list[Fiel
     ]
 
 
-def start_prefetch(services: SearchServices, hits: Sequence[Hit]) -> bool:
-    """Start loading the top ``search.prefetch_top`` result pages into the fetch cache, in
-    WEB's background task, at background priority (seed 004). False when off, or when that
-    task is not running.
-    """
-    top = services.config.search.prefetch_top
-    if top <= 0 or not hits:
-        return False
-    return services.prefetch.submit(
-        functools.partial(prefetch, services, [h.url for h in hits[:top]])
-    )
+def start_prefetch(services: SearchServices, hits: Sequence[Hit], top: int) -> int:
+    """Start loading the top ``top`` result pages into the fetch cache, in WEB's background
+    task, at background priority (seed 004); the number queued: 0 when ``top`` is 0 or that
+    task is not running (``csp-web replay`` runs it as the daemon does)."""
+    urls = [hit.url for hit in hits[:top]]
+    if not urls or not services.prefetch.submit(functools.partial(prefetch, services, urls)):
+        return 0
+    return len(urls)
 
 
 async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
@@ -489,6 +520,11 @@ SEARCH_REPLIES = (
     ReplyField("LANG", "one query: the backend named a hit's language", "<url> <code>"),
     ReplyField("SOURCES", "MODE fuse, one query: one per hit", "<url> <backends, by order>"),
     ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked"),
+    ReplyField(
+        "PREFETCHED",
+        "PREFETCH (or search.prefetch_top) above 0",
+        "result pages queued for loading into the fetch cache (0: no background task)",
+    ),
     ReplyField(
         "BACKEND_ERROR",
         "PARTIAL or FAIL: a backend failed; MODE fuse: it dropped out",
