@@ -5,6 +5,7 @@ come back obey SITE, EXCLUDE_SITE and the date range because the op holds them t
 from __future__ import annotations
 
 import json
+import math
 import ssl
 import urllib.parse
 from collections.abc import Callable
@@ -15,6 +16,9 @@ import trio
 from csp_web.config import Config
 from csp_web.core.dispatch.dispatcher import DispatchPort
 from protocol import Reply, Status
+from specialists.web.pages.fetch_fields import SUMMARY_NAMESPACE
+from specialists.web.pages.filekeys import file_key, held
+from specialists.web.pages.loading import load_page
 from specialists.web.search.ops_search import OPS
 from specialists.web.search.task_query import MAX_SITES
 from tests.net._dns import FixedResolver
@@ -527,3 +531,30 @@ async def test_prefetch_is_capped_at_max_results(
         assert reply.get("PREFETCHED") == "0"
     else:
         assert (reply.get("ERROR") or "").startswith("invalid_field:PREFETCH")
+
+
+async def test_a_prefetched_page_is_held_under_its_file_key_with_its_summary(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    nursery: trio.Nursery,
+) -> None:
+    """What a default fetch computes is ready before the fetch (bench/prefetch.py): the
+    fileKey's snapshot and, for a page longer than one reply, its SUMMARY."""
+    long_page = b"<html><title>t</title><body>" + b"<p>The tide turns twice a day.</p>" * 400
+    origin.routes["/long"] = lambda seen: OriginReply(
+        200, [("content-type", "text/html")], long_page
+    )
+    origin.routes["/searx/search"] = searx_json((origin.url("origin.test", "/long"), None))
+    config = with_search(web_config, origin, order=["searxng"])
+    fields = (("QUERY", "q"), ("MAX_RESULTS", "1"), ("PREFETCH", "1"))
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, web):
+        await nursery.start(web.prefetch.serve, DispatchPort(dispatcher))
+        with trio.fail_after(WAIT_S):
+            await run(dispatcher, "search", "URL_REFS", *fields)
+            await web.prefetch.wait_idle()
+        page = await load_page(web, origin.url("origin.test", "/long"), deadline=math.inf)
+        key = file_key(page)
+        assert file_key(await held(web, key)) == key
+        assert await web.cache.get(SUMMARY_NAMESPACE, f"{key}:text")
