@@ -551,7 +551,10 @@ SEARCH_REPLIES = (
     ReplyField("RETRY_AFTER", "FAIL: rate limited everywhere", "seconds to wait"),
 )
 SEARCH_EXAMPLE = Example(
-    ('TASK REQ:search "north sea tides" IN:WEB OUT:URL_REFS\nID 1\nMAX_RESULTS 2\n'),
+    (
+        'TASK REQ:search "north sea tides" IN:WEB OUT:URL_REFS\nID 1\nMAX_RESULTS 2\n'
+        "SITE origin.test\nAFTER 2026-01-01\n"
+    ),
     (
         "STATUS OK\n"
         "ID 1\n"
@@ -564,11 +567,13 @@ SEARCH_EXAMPLE = Example(
         'CITE https://origin.test/tides "Tides"\n'
         'CITE https://origin.test/moved "Tide tables"\n'
         "BACKEND searxng\n"
-        "CACHED true\n"
+        "CACHED false\n"
         'QUERY "north sea tides"\n'
         "TOTAL 2\n"
         "SCORE https://origin.test/tides 2.0\n"
         "SCORE https://origin.test/moved 1.0\n"
+        "PUBLISHED https://origin.test/tides 2026-03-05\n"
+        "LANG https://origin.test/tides en\n"
     ),
 )
 
