@@ -19,9 +19,10 @@
 have added more failed; ``MISSING_RESULTS`` and one ``BACKEND_ERROR <name>:<reason> <hint>``
 per failed backend say what is missing. When no backend answers, the reply is
 ``FAIL search_api_error:<reason>`` (seed 000) with the same BACKEND_ERROR lines and, for rate
-limits, RETRY_AFTER. Only OK answers are cached (namespace ``search``, ``cache.search_ttl_s``),
-keyed by the normalised query, MAX_RESULTS and FRESHNESS; NO_CACHE skips the lookup, and the
-fresh answer still replaces the cached one.
+limits, RETRY_AFTER. Only OK answers are cached (``answer_cache``), keyed by the normalised
+query, MAX_RESULTS, FRESHNESS and the filters; NO_CACHE skips the lookup, and the fresh answer
+still replaces the cached one. The filters, ranking and prefetch fields are docs/documents.md's
+(issue 27).
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ import functools
 import json
 import logging
 import math
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -42,7 +41,7 @@ from csp_web.config import SearchConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
-from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.fields import Params
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
@@ -51,95 +50,12 @@ from ..pages.fetch_fields import prepare_fetch
 from ..pages.loading import load_page
 from ..services import WebServices, web_audit
 from . import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
-from .base import VERTICALS
+from .answer_cache import NAMESPACE, Answer, cache_material, from_cache, to_cache
+from .declared import FIELDS, SEARCH_EXAMPLE, SEARCH_REPLIES
 from .services import SearchServices
-from .task_query import MAX_SITES, Ranking, read_query, read_ranking
+from .task_query import Ranking, read_query, read_ranking
 
 log = logging.getLogger(__name__)
-
-NAMESPACE = "search"
-FRESHNESS = ("pd", "pw", "pm", "py")  # past day, week, month, year (seed 000, Brave's spelling)
-QUERY_MAX_CHARS = 400  # Brave's documented cap on ``q``
-
-FIELDS = (
-    FieldSpec(
-        "QUERY",
-        required=True,
-        repeat=True,
-        max_chars=QUERY_MAX_CHARS,
-        doc="what to search for; repeat for several, at most docs.max_queries (5), concurrently",
-    ),
-    FieldSpec(
-        "MAX_RESULTS",
-        "int",
-        minimum=1,
-        doc="results wanted: default search.default_results (5), at most search.max_results (10)",
-    ),
-    FieldSpec("FRESHNESS", "choice", choices=FRESHNESS, doc="past day, week, month or year"),
-    FieldSpec("NO_CACHE", "bool", default=False, doc="skip the cached answer"),
-    FieldSpec(
-        "SITE",
-        repeat=True,
-        max_chars=253,
-        doc=f"only hits on this host or under it; repeat for several (at most {MAX_SITES})",
-    ),
-    FieldSpec(
-        "EXCLUDE_SITE",
-        repeat=True,
-        max_chars=253,
-        doc=f"no hits on this host or under it; repeatable (at most {MAX_SITES})",
-    ),
-    FieldSpec("AFTER", max_chars=10, doc="published on or after this date (YYYY-MM-DD, UTC)"),
-    FieldSpec("BEFORE", max_chars=10, doc="published on or before this date (YYYY-MM-DD, UTC)"),
-    FieldSpec(
-        "UNDATED",
-        "choice",
-        choices=("keep", "drop"),
-        default="keep",
-        doc="with AFTER/BEFORE: keep or drop hits whose backend gave no date",
-    ),
-    FieldSpec("COUNTRY", max_chars=2, doc="results for this country (ISO 3166-1 alpha-2)"),
-    FieldSpec("LANG", max_chars=12, doc="results in this language (en, de, pt-br)"),
-    FieldSpec(
-        "VERTICAL",
-        "choice",
-        choices=VERTICALS,
-        default="web",
-        doc="web, news, images or videos (Brave, SearXNG); other backends are skipped",
-    ),
-    FieldSpec(
-        "MAX_PER_DOMAIN",
-        "int",
-        minimum=1,
-        doc="results a domain may fill before others: default search.max_per_domain (1)",
-    ),
-    FieldSpec(
-        "PREFETCH",
-        "int",
-        minimum=0,
-        doc="load the top N result pages into the fetch cache in the background; "
-        "default search.prefetch_top (0)",
-    ),
-    FieldSpec(
-        "MODE",
-        "choice",
-        choices=("fallback", "fuse"),
-        doc="fallback: backends in turn; fuse: all at once, fused; default search.mode",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The chosen hits, the backends that gave them and the total one reported: what the
-    cache keeps."""
-
-    hits: tuple[Hit, ...]
-    backends: tuple[str, ...]
-    total: int | None = None
-    # A fresh fused answer: the backends that dropped out of the fusion (BACKEND_ERROR);
-    # not cached, since a cached answer asked no backend.
-    dropped: tuple[tuple[str, BackendFailure], ...] = ()
 
 
 @dataclass
@@ -190,7 +106,7 @@ async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: 
     ranking = asked.ranking or Ranking(config.max_per_domain, config.mode)
     material = cache_material(query, ranking)
     if not no_cache:
-        cached = _from_cache(await services.cache.get(NAMESPACE, material))
+        cached = from_cache(await services.cache.get(NAMESPACE, material))
         if cached is not None:
             asked.answer, asked.cached = cached, True
             _prefetch_answer(services, asked)
@@ -206,7 +122,7 @@ async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: 
         asked.partial = outcome
     else:
         ttl_s = services.config.cache.search_ttl_s
-        await services.cache.set(NAMESPACE, material, _to_cache(answer), ttl_s=ttl_s)
+        await services.cache.set(NAMESPACE, material, to_cache(answer), ttl_s=ttl_s)
     asked.answer = answer
     _prefetch_answer(services, asked)
 
@@ -226,84 +142,6 @@ def _prefetch_answer(services: SearchServices, asked: Asked) -> None:
     top = services.config.search.prefetch_top if asked.prefetch is None else asked.prefetch
     if top > 0 and asked.answer is not None:
         asked.prefetched = start_prefetch(services, asked.answer.hits, top)
-
-
-def cache_material(query: SearchQuery, ranking: Ranking | None = None) -> dict[str, Any]:
-    """The cache key's material: the query folded (NFKC, case, spaces), count, freshness,
-    and the filters and ranking when they differ from the defaults (so a plain query keeps
-    the key it always had)."""
-    folded = " ".join(unicodedata.normalize("NFKC", query.text).casefold().split())
-    material: dict[str, Any] = {"q": folded, "n": query.count, "f": query.freshness}
-    filters = {
-        "site": list(query.sites),
-        "xsite": list(query.exclude_sites),
-        "after": query.after.isoformat() if query.after else None,
-        "before": query.before.isoformat() if query.before else None,
-        "undated": query.undated if query.dated else None,
-        "country": query.country,
-        "lang": query.lang,
-        "vertical": None if query.vertical == "web" else query.vertical,
-        "per_domain": ranking.max_per_domain if ranking and ranking.max_per_domain != 1 else None,
-        "mode": ranking.mode if ranking and ranking.mode != "fallback" else None,
-    }
-    material |= {key: value for key, value in filters.items() if value}
-    return material
-
-
-def _to_cache(answer: Answer) -> dict[str, Any]:
-    hits = [
-        [hit.url, hit.title, hit.snippet, hit.score, hit.thumbnail, hit.published, *_more(hit)]
-        for hit in answer.hits
-    ]
-    return {"hits": hits, "backends": list(answer.backends), "total": answer.total}
-
-
-def _more(hit: Hit) -> list[object]:
-    return [list(hit.extra_snippets), hit.favicon, hit.lang, list(hit.sources)]
-
-
-def _from_cache(value: Any) -> Answer | None:
-    """The cached answer, or None for a miss or an entry of another shape."""
-    try:
-        hits = tuple(_cached_hit(*item) for item in value["hits"])
-        total = value.get("total")
-        return Answer(
-            hits,
-            tuple(str(name) for name in value["backends"]),
-            total if isinstance(total, int) else None,
-        )
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return None
-
-
-def _cached_hit(
-    url: object,
-    title: object,
-    snippet: object,
-    score: object = None,
-    thumbnail: object = None,
-    published: object = None,
-    extra: object = (),
-    favicon: object = None,
-    lang: object = None,
-    sources: object = (),
-) -> Hit:
-    return Hit(
-        str(url),
-        str(title),
-        str(snippet),
-        float(score) if isinstance(score, int | float) else None,
-        _opt_str(thumbnail),
-        _opt_str(published),
-        tuple(str(text) for text in extra) if isinstance(extra, list) else (),
-        _opt_str(favicon),
-        _opt_str(lang),
-        tuple(str(name) for name in sources) if isinstance(sources, list) else (),
-    )
-
-
-def _opt_str(value: object) -> str | None:
-    return str(value) if value is not None else None
 
 
 def scores(hits: Sequence[Hit]) -> list[float]:
@@ -494,88 +332,6 @@ async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
             log.debug("prefetch of %s skipped: %s", url, exc)
         except Exception:
             log.warning("prefetch of %s failed", url, exc_info=True)
-
-
-SEARCH_REPLIES = (
-    ReplyField(
-        "SNIPPET",
-        "one query: one per hit; several: '<n> ...'",
-        "<domain>:<snippet as a JSON string>",
-    ),
-    ReplyField("TITLE", "one query: one per hit", "the hit's title"),
-    ReplyField("CITE", "one per hit", "the hit (R-4)"),
-    ReplyField("BACKEND", "one query", "the backends that answered"),
-    ReplyField("CACHED", "one query", "whether the answer came from the cache"),
-    ReplyField("QUERY", "one query", "the query asked"),
-    ReplyField("TOTAL", "one query, when the backend gave one", "its estimated total"),
-    ReplyField("SCORE", "one query: one per hit", "<url> <relevance>"),
-    ReplyField("THUMBNAIL", "a hit has one", "<url> <thumbnail url> (several: '<n> ...')"),
-    ReplyField(
-        "PUBLISHED",
-        "one query: a hit's backend dated it",
-        "<url> <UTC ISO-8601 date, or datetime ending Z>",
-    ),
-    ReplyField(
-        "EXTRA_SNIPPET",
-        "one query: per further excerpt (Brave), at most 5 a hit",
-        "<url> <excerpt as a JSON string>",
-    ),
-    ReplyField("FAVICON", "one query: a hit has one", "<url> <icon url>"),
-    ReplyField("LANG", "one query: the backend named a hit's language", "<url> <code>"),
-    ReplyField("SOURCES", "MODE fuse, one query: one per hit", "<url> <backends, by order>"),
-    ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked"),
-    ReplyField(
-        "PREFETCHED",
-        "PREFETCH (or search.prefetch_top) above 0",
-        "result pages queued for loading into the fetch cache (0: no background task)",
-    ),
-    ReplyField(
-        "BACKEND_ERROR",
-        "PARTIAL or FAIL: a backend failed; MODE fuse: it dropped out",
-        "<backend>:<reason> <hint>",
-    ),
-    ReplyField(
-        "SEARCH",
-        "several queries: one per query answered",
-        '<n> results total backend cached "<query>"',
-    ),
-    ReplyField(
-        "HIT",
-        "several queries: one per hit",
-        "<n> <url> score:<s> [published:<json>] [extra_snippets:<json list>] "
-        '[favicon:<json>] [lang:<json>] [sources:<json>] "<title>"',
-    ),
-    ReplyField(
-        "SEARCH_ERROR", "several queries: one per query failed", '<n> <code>:<detail> "<query>"'
-    ),
-    ReplyField("RETRY_AFTER", "FAIL: rate limited everywhere", "seconds to wait"),
-)
-SEARCH_EXAMPLE = Example(
-    (
-        'TASK REQ:search "north sea tides" IN:WEB OUT:URL_REFS\nID 1\nMAX_RESULTS 2\n'
-        "SITE origin.test\nAFTER 2026-01-01\n"
-    ),
-    (
-        "STATUS OK\n"
-        "ID 1\n"
-        "SCOPE [origin.test]\n"
-        "DATA url:https://origin.test/tides,url:https://origin.test/moved\n"
-        'SNIPPET origin.test:"The North Sea has two high tides every day."\n'
-        'SNIPPET origin.test:"Times of high and low water for each port."\n'
-        'TITLE "Tides"\n'
-        'TITLE "Tide tables"\n'
-        'CITE https://origin.test/tides "Tides"\n'
-        'CITE https://origin.test/moved "Tide tables"\n'
-        "BACKEND searxng\n"
-        "CACHED false\n"
-        'QUERY "north sea tides"\n'
-        "TOTAL 2\n"
-        "SCORE https://origin.test/tides 2.0\n"
-        "SCORE https://origin.test/moved 1.0\n"
-        "PUBLISHED https://origin.test/tides 2026-03-05\n"
-        "LANG https://origin.test/tides en\n"
-    ),
-)
 
 
 OPS: list[Op[WebServices]] = [
