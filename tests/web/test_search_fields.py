@@ -11,7 +11,12 @@ import urllib.parse
 import pytest
 
 from specialists.web.search import brave, dates, duckduckgo, perplexity, searxng
-from specialists.web.search.base import MAX_EXTRA_SNIPPETS, SearchQuery
+from specialists.web.search.base import (
+    MAX_EXTRA_SNIPPETS,
+    MAX_ICON_URL_CHARS,
+    SearchQuery,
+    https_url,
+)
 from tests.web.fixtures import load
 from tests.web.test_search_backends import answer, query_of
 
@@ -207,3 +212,11 @@ def test_icon_and_thumbnail_urls_that_would_break_a_reply_line_are_dropped(icon:
     assert [(hit.thumbnail, hit.favicon) for hit in hits] == [(None, None)] * 3
     assert first.thumbnail is None
     assert first.favicon == "https://imgs.search.brave.com/abc/neo4j.png"  # profile.img instead
+
+
+@pytest.mark.parametrize(
+    ("length", "kept"), [(MAX_ICON_URL_CHARS, True), (MAX_ICON_URL_CHARS + 1, False)]
+)
+def test_an_icon_url_may_be_up_to_its_cap(length: int, kept: bool) -> None:
+    url = "https://img.test/" + "a" * (length - len("https://img.test/"))
+    assert (https_url(url) == url) is kept

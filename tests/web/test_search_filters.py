@@ -307,6 +307,7 @@ async def test_bad_filter_values_answer_invalid_field_naming_the_field(
     [
         ((("AFTER", "2024-06-02"), ("BEFORE", "2024-06-01")), "BEFORE"),
         ((("AFTER", "2024-06-02"), ("FRESHNESS", "pw")), "FRESHNESS"),
+        ((("AFTER", "2200-01-01"),), "AFTER"),
     ],
 )
 async def test_contradicting_date_fields_answer_invalid_field(
@@ -421,6 +422,23 @@ async def test_max_per_domain_caps_a_domain_before_the_others_have_theirs(
     config = with_search(web_config, origin, order=["brave"], max_per_domain=setting)
     reply = await ask(config, dns, trust, ("QUERY", "q"), *fields)
     assert reply.get("DATA") == ",".join(f"url:{BRAVE_DATA[n]}" for n in order)
+
+
+@pytest.mark.parametrize(("cap", "ok"), [("10", True), ("11", False)])
+async def test_max_per_domain_is_capped_at_max_results(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    cap: str,
+    ok: bool,
+) -> None:
+    origin.routes["/brave"] = serve("brave_web_search.json")
+    config = with_search(web_config, origin, order=["brave"])
+    reply = await ask(config, dns, trust, ("QUERY", "q"), ("MAX_PER_DOMAIN", cap))
+    assert (reply.status is Status.OK) is ok
+    if not ok:
+        assert (reply.get("ERROR") or "").startswith("invalid_field:MAX_PER_DOMAIN")
 
 
 async def test_fuse_asks_every_backend_and_names_each_hits_sources(

@@ -58,6 +58,8 @@ def read_query(
     after, before = _day(params, "AFTER"), _day(params, "BEFORE")
     if after and before and before < after:
         raise FieldError(ErrorCode.INVALID_FIELD, "BEFORE is earlier than AFTER")
+    if after and after > today:  # no page is published later than today (UTC)
+        raise FieldError(ErrorCode.INVALID_FIELD, "AFTER is later than today")
     freshness = params.opt_text("FRESHNESS")
     if freshness and (after or before):
         raise FieldError(ErrorCode.INVALID_FIELD, "FRESHNESS cannot go with AFTER or BEFORE")
