@@ -536,3 +536,67 @@ def test_replay_stands_in_for_the_recorded_credentials_and_hides_the_others(
         assert "GITHUB_TOKEN" not in os.environ
     assert os.environ.get("GITHUB_TOKEN") == "real-token"
     assert "BRAVE_API_KEY" not in os.environ
+
+
+# --- search's PREFETCH: the background loads are recorded and replayed (issue 27) ---------
+
+_PAGES = ("https://news.example.org/prefetch/a", "https://news.example.org/prefetch/b")
+_PREFETCH_TRANSCRIPT = (
+    "> TASK REQ:search IN:WEB OUT:URL_REFS\n> QUERY tides\n> MAX_RESULTS 2\n> PREFETCH 2\n>\n"
+    "< STATUS OK\n< SCOPE [news.example.org]\n"
+    f"< DATA url:{_PAGES[0]},url:{_PAGES[1]}\n"
+    '< SNIPPET news.example.org:"a"\n< SNIPPET news.example.org:"b"\n'
+    '< TITLE "A"\n< TITLE "B"\n'
+    f'< CITE {_PAGES[0]} "A"\n< CITE {_PAGES[1]} "B"\n'
+    '< BACKEND brave\n< CACHED false\n< QUERY "tides"\n'
+    f"< SCORE {_PAGES[0]} 1.0\n< SCORE {_PAGES[1]} 0.5\n< PREFETCHED 2\n<\n"
+)
+
+
+async def _record_prefetch(tmp_path: Path, ca: trustme.CA) -> Cassette:
+    """Record ``_PREFETCH_TRANSCRIPT`` against the examples' origin, Brave answering with
+    two pages of news.example.org."""
+    from tests.net._origin import Reply as OriginReply
+
+    results = [
+        {"url": url, "title": title, "description": title.lower()}
+        for url, title in zip(_PAGES, "AB", strict=True)
+    ]
+    brave = json.dumps({"type": "search", "web": {"type": "search", "results": results}})
+    path = tmp_path / "prefetch.csp"
+    path.write_text(_PREFETCH_TRANSCRIPT, "utf-8")
+    html = [("content-type", "text/html; charset=utf-8")]
+    with recording_credentials(), trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            origin = await start_upstream(nursery, ca)
+            origin.routes["/res/v1/web/search"] = lambda seen: OriginReply(
+                200, [("content-type", "application/json")], brave.encode()
+            )
+            for page in ("/prefetch/a", "/prefetch/b"):
+                origin.routes[page] = lambda seen: OriginReply(200, html, b"<p>high tide</p>")
+            config = recording_config(str(tmp_path / "state"))
+            failures = await replay_files(
+                [str(path)],
+                config,
+                None,
+                open_daemon=open_app_daemon,
+                record=True,
+                upstream=upstream_of(origin, ca),
+            )
+            nursery.cancel_scope.cancel()
+    assert failures == 0
+    return load_cassette((tmp_path / "prefetch.cassette.json").read_text("utf-8"))
+
+
+async def test_prefetch_runs_in_record_and_replay_and_its_loads_come_from_the_cassette(
+    tmp_path: Path, ca: trustme.CA, config: Config
+) -> None:
+    """The daemon's background task runs under ``csp-web replay`` as under ``serve``: the
+    recording waits for the prefetched pages and writes them down, and the replay serves
+    them (an exchange no request took would be reported unused)."""
+    cassette = await _record_prefetch(tmp_path, ca)
+    loaded = [exchange.url for exchange in cassette.exchanges[1:]]
+    assert sorted(url for url in loaded if not url.endswith("/robots.txt")) == list(_PAGES)
+    assert "/res/v1/web/search" in cassette.exchanges[0].url
+    with recording_credentials():
+        assert await _replay(_PREFETCH_TRANSCRIPT, cassette, config, tmp_path) == []

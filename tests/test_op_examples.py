@@ -104,7 +104,8 @@ def _routes(origin: Origin) -> None:
     )
     hits = [
         {"url": origin.url("origin.test", "/tides"), "title": "Tides", "score": 2.0,
-         "content": "The North Sea has two high tides every day."},
+         "content": "The North Sea has two high tides every day.",
+         "publishedDate": "2026-03-05T00:00:00", "language": "en"},
         {"url": origin.url("origin.test", "/moved"), "title": "Tide tables", "score": 1.0,
          "content": "Times of high and low water for each port."},
     ]  # fmt: skip
@@ -263,6 +264,10 @@ OTHER_EXCHANGES = (
     "TASK REQ:meta https://origin.test/missing IN:WEB OUT:META\n",
     "TASK REQ:resolve https://origin.test/missing IN:WEB OUT:URL\n",
     "TASK REQ:search IN:WEB OUT:URL_REFS\nQUERY tides\nQUERY moon\n",
+    "TASK REQ:search IN:WEB OUT:URL_REFS\nQUERY tides\nMODE fuse\nVERTICAL news\nPREFETCH 1\n"
+    "EXCLUDE_SITE other.test\nBEFORE 2026-12-31\nUNDATED drop\n",
+    "TASK REQ:search IN:WEB OUT:URL_REFS\nQUERY tides\nQUERY moon\nMAX_PER_DOMAIN 2\n",
+    "TASK REQ:search IN:WEB OUT:URL_REFS\nQUERY tides\nCOUNTRY zz\n",
     "TASK REQ:api github:/repos/tides/nothing IN:WEB OUT:API_RESPONSE\n",
     'TASK REQ:summarize IN:WEB OUT:SUMMARY\nTEXT "Tides rise. Tides fall. The moon pulls."\n',
     f"TASK REQ:summarize IN:WEB OUT:SUMMARY\nFILE_KEY {opsdoc.FILE_KEY}\n",

@@ -125,6 +125,7 @@ class CassetteOrigin:
     redactor: Redactor
     ports: dict[str, int] = field(default_factory=dict)
     _queues: dict[Key, deque[Exchange]] = field(default_factory=dict)
+    _taken: trio.Event = field(default_factory=trio.Event)  # set at each exchange taken
 
     def __post_init__(self) -> None:
         for exchange in self.exchanges:
@@ -134,6 +135,14 @@ class CassetteOrigin:
         """The recorded exchanges no request has taken, in recorded order."""
         left = {id(exchange) for queue in self._queues.values() for exchange in queue}
         return [exchange for exchange in self.exchanges if id(exchange) in left]
+
+    async def wait_all_taken(self) -> None:
+        """Return once every recorded exchange has been taken: a replay waits for the
+        requests its daemon makes in the background after a reply (search's prefetch) before
+        it calls the rest unused. The caller bounds the wait."""
+        while self.unused():
+            self._taken = trio.Event()
+            await self._taken.wait()
 
     async def serve(
         self, tls: ssl.SSLContext, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -185,7 +194,10 @@ class CassetteOrigin:
         url = str(httpx.URL(f"{scheme}://{host}{request.target.decode('latin-1')}"))
         key = request_key(request.method.decode(), self.redactor.url(url), self.redactor.body(body))
         queue = self._queues.get(key)
-        return queue.popleft() if queue else None
+        if not queue:
+            return None
+        self._taken.set()
+        return queue.popleft()
 
     async def _answer_cut(
         self, conn: h11.Connection, stream: trio.abc.Stream, exchange: Exchange

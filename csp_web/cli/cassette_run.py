@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import httpx
 import trio
+import trio.testing
 
 from csp_web.cli.cassette import (
     Cassette,
@@ -35,6 +36,12 @@ from csp_web.net import Resolver, TransportWrapper
 # What a replay puts in a credential variable the recording had set: the op sends it, the
 # cassette origin never sees the real one, and the redactor blanks it like the real one.
 STAND_IN_CREDENTIAL = "cassette-replay-credential"
+
+# How long a run waits, after its last step, for the requests its daemon makes in the
+# background (search's PREFETCH): a prefetch is a page load, bounded by guard.timeout_s (10 s).
+SETTLE_S = 10.0
+SETTLE_CUSHION_S = 0.25  # "every task blocked" must hold this long (trio's own default is 0)
+QUIET_S = 1.0
 
 # Plays a transcript on a dispatcher and returns its differences (replay.replay_in_memory).
 Play = Callable[[Transcript, Dispatcher], Awaitable[list[str]]]
@@ -85,8 +92,10 @@ async def record_transcript(
     expected replies."""
     recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
     web = WebTransport(recorder.wrap, upstream.resolver, upstream.ssl_context)
-    async with open_daemon(_isolated(config), web) as daemon:
+    async with open_daemon(_isolated(config), web) as daemon, _background(daemon):
         diffs = await play(transcript, daemon.dispatcher)
+        with trio.move_on_after(SETTLE_S):
+            await _requests_settled(recorder)
     names = credential_variables(config)
     used = tuple(name for name in names if os.environ.get(name, "").strip())
     text = dump_cassette(Cassette(recorder.exchanges, used))
@@ -118,11 +127,58 @@ async def replay_with_cassette(
             await nursery.start(origin.serve, tls.server)
             tap = ReplayTap(redactor, hosts, origin.ports)
             web = WebTransport(tap.wrap, CassetteResolver(hosts), tls.client)
-            async with open_daemon(replay_config(config, cassette), web) as daemon:
+            async with (
+                open_daemon(replay_config(config, cassette), web) as daemon,
+                _background(daemon),
+            ):
                 diffs = await play(transcript, daemon.dispatcher)
+                with trio.move_on_after(SETTLE_S):
+                    await _first_of(origin.wait_all_taken, _quiet)
             nursery.cancel_scope.cancel()
     diffs += [f"cassette miss: {miss}" for miss in tap.misses]
     return diffs + [f"cassette unused: {left.method} {left.url}" for left in origin.unused()]
+
+
+@asynccontextmanager
+async def _background(daemon: Daemon) -> AsyncIterator[None]:
+    """The daemon's background tasks (search's prefetch, research jobs) running for the
+    block, as ``csp-web serve`` runs them; cancelled at its end."""
+    async with trio.open_nursery() as nursery:
+        for task in daemon.background:
+            await nursery.start(task, daemon.port)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+async def _requests_settled(recorder: Recorder) -> None:
+    """Return once no task can run and no request is in flight: the requests the daemon
+    makes in the background after a reply (search's prefetch) are in the recording. The
+    caller bounds the wait."""
+    while True:
+        # Every task blocked for a moment: a background job queued by the last reply has
+        # sent its request (in flight) or finished.
+        await trio.testing.wait_all_tasks_blocked(cushion=SETTLE_CUSHION_S)
+        if recorder.in_flight == 0:
+            return
+        await trio.sleep(SETTLE_CUSHION_S)
+
+
+async def _quiet() -> None:
+    # No task could run for a second: with the cassette's origin in this process (it answers
+    # at once), no background request is under way, so a stale cassette is told at once.
+    await trio.testing.wait_all_tasks_blocked(cushion=QUIET_S)
+
+
+async def _first_of(*waits: Callable[[], Awaitable[None]]) -> None:
+    """Return when the first of ``waits`` returns."""
+    async with trio.open_nursery() as nursery:
+        for wait in waits:
+
+            async def one(wait: Callable[[], Awaitable[None]] = wait) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(one)
 
 
 def replay_config(config: Config, cassette: Cassette) -> Config:

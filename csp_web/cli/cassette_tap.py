@@ -51,6 +51,7 @@ class Recorder:
     redactor: Redactor
     divert: Mapping[str, int] = field(default_factory=dict)
     _slots: list[Exchange | None] = field(default_factory=list)
+    in_flight: int = 0  # requests sent whose body is not yet read to its end or failed
 
     @property
     def exchanges(self) -> list[Exchange]:
@@ -119,9 +120,15 @@ class _RecordingTransport(httpx.AsyncBaseTransport):
         await request.aread()
         fill = self._recorder.open_slot()
         port = self._recorder.divert.get(request.url.scheme)
-        response = await self._inner.handle_async_request(diverted(request, port))
+        self._recorder.in_flight += 1
+        try:
+            response = await self._inner.handle_async_request(diverted(request, port))
+        except BaseException:
+            self._recorder.in_flight -= 1
+            raise
 
         def done(body: bytes, complete: bool) -> None:
+            self._recorder.in_flight -= 1
             fill(self._recorder.exchange(request, response, body, complete=complete))
 
         response.stream = _Tee(response.stream, done)

@@ -66,6 +66,12 @@ class SearchConfig:
     breaker_reset_s: float = 60.0
     # seed 004 prefetches the top 3 results into the fetch cache; off by default here.
     prefetch_top: int = field(default=0, metadata={"zero_ok": True})
+    # Seed 000's "auto-deduplicate domains": results a domain may fill before other domains
+    # have had theirs (more of it fill in when fewer results exist); MAX_PER_DOMAIN per task.
+    max_per_domain: int = 1
+    # Issue 27: fallback asks ``order`` in turn until enough hits (seed 000's chain); fuse
+    # asks all at once and merges by reciprocal rank fusion (each within its rate and quota).
+    mode: Literal["fallback", "fuse"] = "fallback"
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,23 @@ def test_a_tools_output_schema_lists_its_ops_reply_fields_with_their_docs() -> N
     }
 
 
+def test_the_search_tools_schemas_show_the_hit_fields_and_filters() -> None:
+    """Issue 27: a hit's date, excerpts, icon, language and sources are in the output schema,
+    the filters and ranking fields in the input schema."""
+    spec = tool_spec(entry("search"), max_timeout_ms=MAX_MS)
+    assert spec.output_schema is not None
+    outputs = spec.output_schema["properties"]
+    assert {"PUBLISHED", "EXTRA_SNIPPET", "FAVICON", "LANG", "SOURCES"} <= set(outputs)
+    assert outputs["PUBLISHED"]["description"].startswith("<url> <UTC ISO-8601 date")
+    assert "published:<json>" in outputs["HIT"]["description"]
+    inputs = spec.input_schema["properties"]
+    assert inputs["site"]["type"] == "array"
+    assert inputs["vertical"]["enum"] == ["web", "news", "images", "videos"]
+    assert inputs["mode"]["enum"] == ["fallback", "fuse"]
+    assert {"exclude_site", "after", "before", "undated", "country", "lang"} <= set(inputs)
+    assert "max_per_domain" in inputs
+
+
 @pytest.mark.parametrize(
     "entry",
     [

@@ -70,6 +70,13 @@ def test_brave_parses_its_recorded_web_results_as_plain_text() -> None:
         "Neo4j Python Driver Manual - Neo4j Docs",
         "The official Neo4j driver for Python supports Neo4j 5 and 4.4 & connects over the "
         "Bolt protocol.",
+        published="2024-05-02T09:12:44Z",
+        extra_snippets=(
+            "Install the driver with pip install neo4j.",
+            "The driver supports both synchronous and async sessions.",
+        ),
+        favicon="https://imgs.search.brave.com/def/favicon.png",
+        lang="en",
     )
 
 

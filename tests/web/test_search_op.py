@@ -144,6 +144,29 @@ async def test_brave_answer_is_deduplicated_and_replied_in_the_seed_form(
         ("SCORE", "https://stackoverflow.com/questions/tagged/neo4j-python-driver 0.333"),
         ("SCORE", "https://pypi.org/project/py2neo/ 0.25"),
         ("SCORE", "https://neo4j.com/developer/python/ 0.2"),
+        # Issue 27: what Brave tells of each hit (page_age, extra_snippets, favicon, language)
+        ("PUBLISHED", "https://neo4j.com/docs/python-manual/current/ 2024-05-02T09:12:44Z"),
+        (
+            "EXTRA_SNIPPET",
+            'https://neo4j.com/docs/python-manual/current/ "Install the driver with pip install '
+            'neo4j."',
+        ),
+        (
+            "EXTRA_SNIPPET",
+            "https://neo4j.com/docs/python-manual/current/ "
+            '"The driver supports both synchronous and async sessions."',
+        ),
+        (
+            "FAVICON",
+            "https://neo4j.com/docs/python-manual/current/ "
+            "https://imgs.search.brave.com/def/favicon.png",
+        ),
+        ("LANG", "https://neo4j.com/docs/python-manual/current/ en"),
+        ("PUBLISHED", "https://github.com/neo4j/neo4j-python-driver 2024-06-11T17:03:10Z"),
+        ("LANG", "https://github.com/neo4j/neo4j-python-driver en"),
+        ("LANG", "https://stackoverflow.com/questions/tagged/neo4j-python-driver en"),
+        ("LANG", "https://pypi.org/project/py2neo/ en"),
+        ("LANG", "https://neo4j.com/developer/python/ en"),
     )
     (seen,) = origin.requests
     assert seen.headers["x-subscription-token"] == BRAVE_KEY
@@ -720,6 +743,7 @@ async def test_top_results_are_prefetched_in_the_background(
             await web.prefetch.wait_idle()  # both prefetches ended (their pages cached)
         cached = [await load_page(web, url, deadline=trio.current_time() + 1) for url in pages[:2]]
     assert reply.status is Status.OK
+    assert reply.get("PREFETCHED") == "2"
     assert sorted(path for path in origin.paths() if path.startswith("/page")) == [
         "/page0",
         "/page1",
@@ -735,12 +759,12 @@ async def test_the_prefetcher_runs_loads_only_while_its_background_task_runs(
         async with trio.open_nursery() as nursery:
             await nursery.start(web.prefetch.serve, DispatchPort(dispatcher))
             assert web.prefetch.running
-            assert start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")])
+            assert start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")], 1) == 1
             with trio.fail_after(WAIT_S):
                 await origin.wait_request("/page")
             nursery.cancel_scope.cancel()
         assert not web.prefetch.running
-        assert not start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")])
+        assert start_prefetch(web, [Hit(origin.url("origin.test", "/page"), "", "")], 1) == 0
 
 
 async def test_the_prefetchers_idle_wait_ends_when_its_jobs_end_or_are_dropped_unrun() -> None:
@@ -781,4 +805,4 @@ async def test_no_background_nursery_means_no_prefetch(
 ) -> None:
     config = with_search(web_config, origin, order=["brave"], prefetch_top=2)
     async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (_, web):
-        assert not start_prefetch(web, [Hit("https://origin.test/", "", "")])
+        assert start_prefetch(web, [Hit("https://origin.test/", "", "")], 2) == 0

@@ -28,6 +28,7 @@ import trio
 from protocol import ErrorCode, Field
 
 from .emptiness import NO_TEXT, is_empty
+from .filekeys import content_of, file_key, hold
 from .loading import Page
 from .services import PagesServices
 from .summarize import summarize_extractive
@@ -117,3 +118,16 @@ async def summary_fields(services: PagesServices, key: str, content: str) -> lis
         SUMMARY_NAMESPACE, key, bullets, ttl_s=services.config.cache.fetch_ttl_s
     )
     return [("SUMMARY", bullet) for bullet in bullets]
+
+
+async def prepare_fetch(services: PagesServices, page: Page) -> None:
+    """What a default fetch of ``page`` (EXTRACT text, MAX_CHARS fetch.default_max_chars)
+    computes and keeps, done ahead: its fileKey's snapshot and, for a page longer than one
+    reply, the SUMMARY of that view. Search's prefetch calls it, so the fetch that follows
+    costs what a cache hit costs (bench/prefetch.py)."""
+    key = file_key(page)
+    await hold(services, key, page)
+    content = content_of(page)
+    long = len(content) > services.config.fetch.default_max_chars  # ops_fetch's PARTIAL test
+    if page.kind in ("html", "json", "text") and long:
+        await summary_fields(services, f"{key}:text", content)

@@ -7,6 +7,7 @@ rate limits, the quota and the circuit breakers.
 
 from __future__ import annotations
 
+import datetime
 import html
 import re
 import unicodedata
@@ -19,25 +20,73 @@ from csp_web.net import FetchResult
 Freshness = str  # "pd" | "pw" | "pm" | "py": past day, week, month, year (Brave's spelling)
 
 
+Vertical = str  # "web" | "news" | "images" | "videos"
+VERTICALS = ("web", "news", "images", "videos")
+
+
 @dataclass(frozen=True)
 class SearchQuery:
-    """One search as the op asks it: ``count`` results wanted after de-duplication."""
+    """One search as the op asks it: ``count`` results wanted after de-duplication.
+
+    The filters go to each backend in its own syntax where it has one; ``filters.admits``
+    holds every hit to them again whatever the backend did. ``after`` and ``before`` are
+    inclusive; ``today`` is the op's date, so a build that needs a range's open end reads no
+    clock; ``widened`` is the FRESHNESS that covers ``after`` for backends with no range.
+    """
 
     text: str
     count: int
     freshness: Freshness | None = None
+    sites: tuple[str, ...] = ()
+    exclude_sites: tuple[str, ...] = ()
+    after: datetime.date | None = None
+    before: datetime.date | None = None
+    undated: str = "keep"  # keep | drop: hits without a date when a range is asked
+    country: str | None = None  # ISO 3166-1 alpha-2, lower case
+    lang: str | None = None  # a language code, lower case
+    vertical: Vertical = "web"
+    today: datetime.date | None = None
+    widened: Freshness | None = None
+
+    @property
+    def dated(self) -> bool:
+        """Whether a published-date range is asked."""
+        return self.after is not None or self.before is not None
+
+    def range_ends(self) -> tuple[datetime.date, datetime.date]:
+        """The range as two dates: an open start is 1990-01-01 (before any dated web page),
+        an open end ``today`` (which the op sets; without it, 2200-01-01)."""
+        start = self.after or datetime.date(1990, 1, 1)
+        return start, self.before or self.today or datetime.date(2200, 1, 1)
+
+
+def site_operators(query: SearchQuery) -> str:
+    """SITE and EXCLUDE_SITE as the ``site:`` operators Brave, DuckDuckGo and SearXNG's
+    engines read: `` (site:a OR site:b) -site:c``; empty without them."""
+    parts = []
+    if len(query.sites) == 1:
+        parts.append(f"site:{query.sites[0]}")
+    elif query.sites:
+        parts.append("(" + " OR ".join(f"site:{site}" for site in query.sites) + ")")
+    parts += [f"-site:{site}" for site in query.exclude_sites]
+    return (" " + " ".join(parts)) if parts else ""
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One result as a backend ranked it; ``snippet`` and ``title`` are plain text;
-    ``score`` and ``thumbnail`` only when the backend gives them."""
+    """One result as a backend ranked it; ``snippet`` and ``title`` are plain text; the
+    other fields only when the backend gives them."""
 
     url: str
     title: str
     snippet: str
     score: float | None = None
     thumbnail: str | None = None
+    published: str | None = None  # UTC ISO-8601 (dates.published): a date, or a Z datetime
+    extra_snippets: tuple[str, ...] = ()  # at most MAX_EXTRA_SNIPPETS, each plain text
+    favicon: str | None = None  # an https URL
+    lang: str | None = None  # the page's language code as the backend names it
+    sources: tuple[str, ...] = ()  # the backends whose lists held it (fused answers only)
 
 
 @dataclass(frozen=True)
@@ -105,6 +154,7 @@ class Backend:
     parse: Callable[[FetchResult], list[Hit]]
     # How many results the backend says it has in all, when it says (SearXNG does).
     total: Callable[[FetchResult], int | None] | None = None
+    verticals: frozenset[Vertical] = frozenset({"web"})
 
 
 def status_failure(result: FetchResult) -> BackendFailure:
@@ -141,6 +191,40 @@ _TAG = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 _DROP_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
 MAX_TEXT_CHARS = 300  # seed 000: "SNIPPET <max_300_chars_summary>"
+MAX_EXTRA_SNIPPETS = 5  # Brave's extra_snippets: "up to 5 alternative excerpts"
+_LANG = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{2,8})?")
+_HTTPS_URL = re.compile(r'https://[^\x00-\x20\x7f-\uffff"<>\\^`{|}]+')
+MAX_ICON_URL_CHARS = 2048  # the URL length every browser and CDN accepts
+
+
+def https_url(value: object) -> str | None:
+    """``value`` when it is an https URL of printable ASCII (``//host/...`` read as https) of
+    at most MAX_ICON_URL_CHARS, else None: an icon or thumbnail is shown to clients on a
+    reply line, so never a plain-http or script URL, nor a space, quote or control character
+    that would end or break the line."""
+    if not isinstance(value, str):
+        return None
+    if value.startswith("//"):
+        value = "https:" + value
+    if len(value) > MAX_ICON_URL_CHARS or not _HTTPS_URL.fullmatch(value):
+        return None
+    return value
+
+
+def lang_code(value: object) -> str | None:
+    """``value`` as a lower-case language tag (``en``, ``pt-br``), else None."""
+    if not isinstance(value, str):
+        return None
+    code = value.strip().lower().replace("_", "-")
+    return code if _LANG.fullmatch(code) else None
+
+
+def extra_snippets(value: object) -> tuple[str, ...]:
+    """A backend's list of further excerpts as plain text, empty ones dropped, at most
+    ``MAX_EXTRA_SNIPPETS``."""
+    items = value if isinstance(value, list) else []
+    texts = (clean_text(item) for item in items if isinstance(item, str))
+    return tuple(text for text in texts if text)[:MAX_EXTRA_SNIPPETS]
 
 
 def clean_text(value: object, *, limit: int = MAX_TEXT_CHARS, markup: bool = True) -> str:

@@ -29,7 +29,7 @@ from csp_web.infra.redis_ratelimit import SharedRateLimits
 from csp_web.net import GuardConfig, check_url
 from specialists.web.search.breaker import Breaker
 
-from . import brave, duckduckgo, perplexity, rank, searxng
+from . import brave, duckduckgo, filters, perplexity, rank, searxng
 from .base import Backend, BackendFailure, Hit, SearchQuery
 from .services import SearchServices, quota_path
 
@@ -98,33 +98,79 @@ class _Candidate:
     key: str | None
 
 
-async def run_chain(services: SearchServices, query: SearchQuery, *, deadline: float) -> Outcome:
-    """Ask the backends in order until ``query.count`` unique hits or none is left.
+async def run_chain(
+    services: SearchServices, query: SearchQuery, *, deadline: float, mode: str = "fallback"
+) -> Outcome:
+    """Ask the backends in order until ``query.count`` unique hits or none is left
+    (``fallback``), or all of them at once, fused (``fuse``, ``run_fused``). Hits the
+    query's filters refuse are dropped before they count.
 
     ``deadline`` is trio time. Never raises for a backend's failure (the outcome lists them);
     cancellation propagates.
     """
+    if mode == "fuse":
+        return await run_fused(services, query, deadline=deadline)
     outcome = Outcome()
     candidates = _candidates(services.config.search, outcome)
     for index, candidate in enumerate(candidates):
         if len(rank.unique(outcome.hits)) >= query.count:
             break
         wait = index == len(candidates) - 1 and not outcome.hits
-        try:
-            hits, total = await _attempt(services, candidate, query, deadline=deadline, wait=wait)
-        except BackendFailure as failure:
-            if candidate.key:
-                failure.redact(candidate.key)  # a backend may echo the key it was sent
-            log.info(
-                "search backend %s failed: %s %s", candidate.name, failure.reason, failure.hint
-            )
-            outcome.failures.append((candidate.name, failure))
-            continue
-        outcome.answered.append(candidate.name)
-        outcome.hits.extend(hits)
-        if outcome.total is None:
-            outcome.total = total
+        answer = await _ask(services, candidate, query, outcome, deadline=deadline, wait=wait)
+        if answer is not None:
+            outcome.hits.extend(answer)
     return outcome
+
+
+async def run_fused(services: SearchServices, query: SearchQuery, *, deadline: float) -> Outcome:
+    """Ask every backend of ``search.order`` at once, each through its own breaker, rate
+    bucket and quota (none waits for a token: a backend out of them drops out and is listed
+    as failed), and fuse the lists that came back (``rank.fuse``), in ``order``'s order."""
+    outcome = Outcome()
+    candidates = _candidates(services.config.search, outcome)
+    lists: dict[str, list[Hit]] = {}
+
+    async def one(candidate: _Candidate) -> None:
+        hits = await _ask(services, candidate, query, outcome, deadline=deadline, wait=False)
+        if hits is not None:
+            lists[candidate.name] = hits
+
+    async with trio.open_nursery() as nursery:
+        for candidate in candidates:
+            nursery.start_soon(one, candidate)
+    ordered = [(c.name, lists[c.name]) for c in candidates if c.name in lists]
+    outcome.answered = [name for name, _ in ordered]  # order's order, not arrival's
+    outcome.hits = rank.fuse(ordered)
+    return outcome
+
+
+async def _ask(
+    services: SearchServices,
+    candidate: _Candidate,
+    query: SearchQuery,
+    outcome: Outcome,
+    *,
+    deadline: float,
+    wait: bool,
+) -> list[Hit] | None:
+    """One backend's hits that pass the filters, recorded as answered in ``outcome``; None
+    (and the failure recorded) when it gave none."""
+    try:
+        if query.vertical not in candidate.backend.verticals:
+            hint = f"{candidate.name} has no {query.vertical}"
+            raise BackendFailure("not_available", hint, counts=False)
+        hits, total = await _attempt(services, candidate, query, deadline=deadline, wait=wait)
+    except BackendFailure as failure:
+        if candidate.key:
+            failure.redact(candidate.key)  # a backend may echo the key it was sent
+        log.info("search backend %s failed: %s %s", candidate.name, failure.reason, failure.hint)
+        outcome.failures.append((candidate.name, failure))
+        return None
+    outcome.answered.append(candidate.name)
+    if outcome.total is None:
+        outcome.total = total
+    # De-duplicated first: a copy of a page without its date must not outlive the dated one.
+    return filters.admitted(query, rank.unique(hits))
 
 
 def _candidates(config: SearchConfig, outcome: Outcome) -> list[_Candidate]:

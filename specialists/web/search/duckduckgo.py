@@ -12,24 +12,48 @@ neither results nor the no-results notice is ``bad_response``: the markup change
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from csp_web.net import FetchResult
 
-from .base import Backend, BackendFailure, Hit, HttpRequest, SearchQuery, clean_text, status_failure
+from . import dates
+from .base import (
+    Backend,
+    BackendFailure,
+    Hit,
+    HttpRequest,
+    SearchQuery,
+    clean_text,
+    https_url,
+    site_operators,
+    status_failure,
+)
 
 DEFAULT_BASE_URL = "https://html.duckduckgo.com/html/"
 _DF = {"pd": "d", "pw": "w", "pm": "m", "py": "y"}
 _ANOMALY = "#challenge-form, .anomaly-modal__modal, form[action*='anomaly.js']"
+# The date a result line shows after its URL: "2024-05-02T00:00:00.0000000".
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?")
+# DuckDuckGo's regions are <country>-<language> and spell Britain ``uk``.
+_REGION_COUNTRY = {"gb": "uk"}
 
 
 def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
-    """A form POST, as the HTML endpoint's own search box sends it."""
-    form = {"q": query.text, "b": ""}
-    if query.freshness:
+    """A form POST, as the HTML endpoint's own search box sends it: a date range as its
+    ``df=<from>..<to>``, COUNTRY and LANG as its region ``kl`` (``de-de``; ``wt-wt`` is
+    no region, so a LANG alone picks none)."""
+    form = {"q": query.text + site_operators(query), "b": ""}
+    if query.dated:
+        start, end = query.range_ends()
+        form["df"] = f"{start.isoformat()}..{end.isoformat()}"
+    elif query.freshness:
         form["df"] = _DF[query.freshness]
+    if query.country:
+        country = _REGION_COUNTRY.get(query.country, query.country)
+        form["kl"] = f"{country}-{(query.lang or 'en').split('-')[0]}"
     return HttpRequest(
         base_url,
         method="POST",
@@ -62,10 +86,15 @@ def _hit(node: LexborNode) -> Hit | None:
     if url is None:
         return None
     snippet = node.css_first(".result__snippet")
+    extras = node.css_first(".result__extras__url")
+    shown = _DATE.search(extras.text()) if extras is not None else None
+    icon = node.css_first("img.result__icon__img")
     return Hit(
         url,
         clean_text(link.text(), markup=False),
         clean_text(snippet.text() if snippet is not None else "", markup=False),
+        published=dates.published(shown.group()) if shown else None,
+        favicon=https_url(icon.attributes.get("src")) if icon is not None else None,
     )
 
 

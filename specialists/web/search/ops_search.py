@@ -19,21 +19,21 @@
 have added more failed; ``MISSING_RESULTS`` and one ``BACKEND_ERROR <name>:<reason> <hint>``
 per failed backend say what is missing. When no backend answers, the reply is
 ``FAIL search_api_error:<reason>`` (seed 000) with the same BACKEND_ERROR lines and, for rate
-limits, RETRY_AFTER. Only OK answers are cached (namespace ``search``, ``cache.search_ttl_s``),
-keyed by the normalised query, MAX_RESULTS and FRESHNESS; NO_CACHE skips the lookup, and the
-fresh answer still replaces the cached one.
+limits, RETRY_AFTER. Only OK answers are cached (``answer_cache``), keyed by the normalised
+query, MAX_RESULTS, FRESHNESS and the filters; NO_CACHE skips the lookup, and the fresh answer
+still replaces the cached one. The filters, ranking and prefetch fields are docs/documents.md's
+(issue 27).
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import logging
 import math
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -41,49 +41,21 @@ from csp_web.config import SearchConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
-from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.fields import Params
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
+from ..pages.fetch_fields import prepare_fetch
 from ..pages.loading import load_page
 from ..services import WebServices, web_audit
 from . import BackendFailure, Hit, Outcome, SearchQuery, domain, pick, run_chain
+from .answer_cache import NAMESPACE, Answer, cache_material, from_cache, to_cache
+from .declared import FIELDS, SEARCH_EXAMPLE, SEARCH_REPLIES
 from .services import SearchServices
+from .task_query import Ranking, read_query, read_ranking
 
 log = logging.getLogger(__name__)
-
-NAMESPACE = "search"
-FRESHNESS = ("pd", "pw", "pm", "py")  # past day, week, month, year (seed 000, Brave's spelling)
-QUERY_MAX_CHARS = 400  # Brave's documented cap on ``q``
-
-FIELDS = (
-    FieldSpec(
-        "QUERY",
-        required=True,
-        repeat=True,
-        max_chars=QUERY_MAX_CHARS,
-        doc="what to search for; repeat for several, at most docs.max_queries (5), concurrently",
-    ),
-    FieldSpec(
-        "MAX_RESULTS",
-        "int",
-        minimum=1,
-        doc="results wanted: default search.default_results (5), at most search.max_results (10)",
-    ),
-    FieldSpec("FRESHNESS", "choice", choices=FRESHNESS, doc="past day, week, month or year"),
-    FieldSpec("NO_CACHE", "bool", default=False, doc="skip the cached answer"),
-)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The chosen hits, the backends that gave them and the total one reported: what the
-    cache keeps."""
-
-    hits: tuple[Hit, ...]
-    backends: tuple[str, ...]
-    total: int | None = None
 
 
 @dataclass
@@ -91,10 +63,13 @@ class Asked:
     """One query of the task and what became of it."""
 
     query: SearchQuery
+    ranking: Ranking | None = None  # None: search.max_per_domain and search.mode
+    prefetch: int | None = None  # the task's PREFETCH; None: search.prefetch_top
     answer: Answer | None = None
     cached: bool = False
     partial: Outcome | None = None  # the chain's outcome when a backend failure left it short
     error: OpError | None = None
+    prefetched: int | None = None  # pages queued for prefetch; None when none was asked
 
 
 async def search(params: Params, ctx: OpContext, services: SearchServices) -> Result:
@@ -107,7 +82,11 @@ async def search(params: Params, ctx: OpContext, services: SearchServices) -> Re
         raise FieldError(ErrorCode.INVALID_FIELD, f"more than {docs.max_queries} QUERY fields")
     services.board.turn(ctx.peer, docs.board)
     with web_audit(" | ".join(texts)) as notes:
-        asked = [Asked(_query(text, params, services.config.search)) for text in texts]
+        config = services.config.search
+        today = datetime.datetime.now(datetime.UTC).date()
+        ranking = read_ranking(params, config)
+        top = _prefetch_top(params, config)
+        asked = [Asked(read_query(text, params, config, today), ranking, top) for text in texts]
         fallback_s = ctx.config.tasks.default_timeout_ms / 1000
         deadline = trio.current_time() + work_seconds(default_s=fallback_s)
         no_cache = params.flag("NO_CACHE")
@@ -122,70 +101,47 @@ async def search(params: Params, ctx: OpContext, services: SearchServices) -> Re
 
 
 async def ask(services: SearchServices, asked: Asked, no_cache: bool, deadline: float) -> None:
+    config = services.config.search
     query = asked.query
-    material = cache_material(query)
+    ranking = asked.ranking or Ranking(config.max_per_domain, config.mode)
+    material = cache_material(query, ranking)
     if not no_cache:
-        cached = _from_cache(await services.cache.get(NAMESPACE, material))
+        cached = from_cache(await services.cache.get(NAMESPACE, material))
         if cached is not None:
             asked.answer, asked.cached = cached, True
+            _prefetch_answer(services, asked)
             return
-    outcome = await run_chain(services, query, deadline=deadline)
+    outcome = await run_chain(services, query, deadline=deadline, mode=ranking.mode)
     if not outcome.answered:
         asked.error = _failure(outcome)
         return
-    hits = tuple(pick(outcome.hits, query.count))
-    answer = Answer(hits, tuple(outcome.answered), outcome.total)
+    hits = tuple(pick(outcome.hits, query.count, ranking.max_per_domain))
+    dropped = tuple(outcome.tried_failures) if ranking.mode == "fuse" else ()
+    answer = Answer(hits, tuple(outcome.answered), outcome.total, dropped)
     if len(answer.hits) < query.count and outcome.tried_failures:
         asked.partial = outcome
     else:
         ttl_s = services.config.cache.search_ttl_s
-        await services.cache.set(NAMESPACE, material, _to_cache(answer), ttl_s=ttl_s)
+        await services.cache.set(NAMESPACE, material, to_cache(answer), ttl_s=ttl_s)
     asked.answer = answer
-    start_prefetch(services, answer.hits)
+    _prefetch_answer(services, asked)
 
 
-def _query(text: str, params: Params, config: SearchConfig) -> SearchQuery:
-    count = params.opt_integer("MAX_RESULTS") or config.default_results
-    if count > config.max_results:
-        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_RESULTS above {config.max_results}")
-    return SearchQuery(" ".join(text.split()), count, params.opt_text("FRESHNESS"))
+def _prefetch_top(params: Params, config: SearchConfig) -> int:
+    top = params.opt_integer("PREFETCH")
+    if top is None:
+        return config.prefetch_top
+    if top > config.max_results:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"PREFETCH above {config.max_results}")
+    return top
 
 
-def cache_material(query: SearchQuery) -> dict[str, Any]:
-    """The cache key's material: the query folded (NFKC, case, spaces), count, freshness."""
-    folded = " ".join(unicodedata.normalize("NFKC", query.text).casefold().split())
-    return {"q": folded, "n": query.count, "f": query.freshness}
-
-
-def _to_cache(answer: Answer) -> dict[str, Any]:
-    hits = [[hit.url, hit.title, hit.snippet, hit.score, hit.thumbnail] for hit in answer.hits]
-    return {"hits": hits, "backends": list(answer.backends), "total": answer.total}
-
-
-def _from_cache(value: Any) -> Answer | None:
-    """The cached answer, or None for a miss or an entry of another shape."""
-    try:
-        hits = tuple(_cached_hit(*item) for item in value["hits"])
-        total = value.get("total")
-        return Answer(
-            hits,
-            tuple(str(name) for name in value["backends"]),
-            total if isinstance(total, int) else None,
-        )
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return None
-
-
-def _cached_hit(
-    url: object, title: object, snippet: object, score: object = None, thumbnail: object = None
-) -> Hit:
-    return Hit(
-        str(url),
-        str(title),
-        str(snippet),
-        float(score) if isinstance(score, int | float) else None,
-        str(thumbnail) if thumbnail is not None else None,
-    )
+def _prefetch_answer(services: SearchServices, asked: Asked) -> None:
+    """Queue the answer's top pages for prefetch; ``asked.prefetched`` says how many (the
+    reply's PREFETCHED), left None when none was asked."""
+    top = services.config.search.prefetch_top if asked.prefetch is None else asked.prefetch
+    if top > 0 and asked.answer is not None:
+        asked.prefetched = start_prefetch(services, asked.answer.hits, top)
 
 
 def scores(hits: Sequence[Hit]) -> list[float]:
@@ -215,6 +171,10 @@ def _render_one(asked: Asked) -> Result:
     if failed is not None:
         fields.append(("MISSING_RESULTS", str(query.count - len(hits))))
         fields += _backend_errors(failed.tried_failures)
+    elif answer.dropped and not asked.cached:
+        fields += _backend_errors(answer.dropped)
+    if asked.prefetched is not None:
+        fields.append(("PREFETCHED", str(asked.prefetched)))
     scope = tuple(dict.fromkeys(domain(hit.url) for hit in hits))
     data = ",".join(f"url:{hit.url}" for hit in hits) or "none"
     status = Status.OK if failed is None else Status.PARTIAL
@@ -231,7 +191,43 @@ def _extras(query: SearchQuery, answer: Answer) -> list[Field]:
         for hit, score in zip(answer.hits, scores(answer.hits), strict=True)
     ]
     fields += [("THUMBNAIL", f"{hit.url} {hit.thumbnail}") for hit in answer.hits if hit.thumbnail]
+    return fields + [field for hit in answer.hits for field in hit_fields(hit)]
+
+
+def hit_fields(hit: Hit) -> list[Field]:
+    """PUBLISHED, EXTRA_SNIPPET (each), FAVICON, LANG and SOURCES of ``hit``, where given."""
+    fields: list[Field] = []
+    if hit.published:
+        fields.append(("PUBLISHED", f"{hit.url} {hit.published}"))
+    fields += [
+        ("EXTRA_SNIPPET", f"{hit.url} {json.dumps(text, ensure_ascii=False)}")
+        for text in hit.extra_snippets
+    ]
+    if hit.favicon:
+        fields.append(("FAVICON", f"{hit.url} {hit.favicon}"))
+    if hit.lang:
+        fields.append(("LANG", f"{hit.url} {hit.lang}"))
+    if hit.sources:
+        fields.append(("SOURCES", f"{hit.url} {','.join(hit.sources)}"))
     return fields
+
+
+def hit_attributes(hit: Hit) -> str:
+    """The same data as ``hit_fields`` as a HIT line's attributes, each ``name:<JSON>``
+    with a leading space (``published:"2024-05-02" extra_snippets:["..."]``); empty when
+    the hit has none."""
+    values: dict[str, object] = {
+        "published": hit.published,
+        "extra_snippets": list(hit.extra_snippets) or None,
+        "favicon": hit.favicon,
+        "lang": hit.lang,
+        "sources": ",".join(hit.sources) or None,
+    }
+    return "".join(
+        f" {name}:{json.dumps(value, ensure_ascii=False)}"
+        for name, value in values.items()
+        if value is not None
+    )
 
 
 def _render_many(asked: list[Asked]) -> Result:
@@ -260,6 +256,9 @@ def _render_many(asked: list[Asked]) -> Result:
         assert first is not None
         raise OpError(first.code, first.detail, fields=fields)
     fields += cites.values()
+    prefetched = [one.prefetched for one in answered if one.prefetched is not None]
+    if prefetched:
+        fields.append(("PREFETCHED", str(sum(prefetched))))
     hits = [hit for one in answered if one.answer for hit in one.answer.hits]
     scope = tuple(dict.fromkeys(domain(hit.url) for hit in hits))
     partial = len(answered) < len(asked) or any(one.partial for one in asked)
@@ -280,7 +279,8 @@ def _query_lines(number: int, one: Asked, quoted: str) -> list[Field]:
     fields: list[Field] = [("SEARCH", f"{head} {quoted}")]
     for hit, score in zip(answer.hits, scores(answer.hits), strict=True):
         title = json.dumps(hit.title, ensure_ascii=False)
-        fields.append(("HIT", f"{number} {hit.url} score:{score} {title}"))
+        attributes = hit_attributes(hit)
+        fields.append(("HIT", f"{number} {hit.url} score:{score}{attributes} {title}"))
         snippet = json.dumps(hit.snippet, ensure_ascii=False)
         fields.append(("SNIPPET", f"{number} {domain(hit.url)}:{snippet}"))
         if hit.thumbnail:
@@ -289,10 +289,15 @@ def _query_lines(number: int, one: Asked, quoted: str) -> list[Field]:
 
 
 def _failure(outcome: Outcome) -> OpError:
+    """search_api_error naming the chain's reason; not_available naming the first backend
+    when none of those tried has the VERTICAL asked."""
     fields = _backend_errors(outcome.failures)
     retry_s = outcome.retry_after_s()
     if retry_s is not None:
         fields.append(("RETRY_AFTER", str(max(1, math.ceil(retry_s)))))
+    if outcome.reason() == "not_available":
+        first = next(f for _, f in outcome.tried_failures if f.reason == "not_available")
+        return OpError(ErrorCode.NOT_AVAILABLE, first.hint, fields=fields)
     return OpError(ErrorCode.SEARCH_API_ERROR, outcome.reason(), fields=fields)
 
 
@@ -303,80 +308,30 @@ def _backend_errors(failures: Sequence[tuple[str, BackendFailure]]) -> list[Fiel
     ]
 
 
-def start_prefetch(services: SearchServices, hits: Sequence[Hit]) -> bool:
-    """Start loading the top ``search.prefetch_top`` result pages into the fetch cache, in
-    WEB's background task, at background priority (seed 004). False when off, or when that
-    task is not running.
-    """
-    top = services.config.search.prefetch_top
-    if top <= 0 or not hits:
-        return False
-    return services.prefetch.submit(
-        functools.partial(prefetch, services, [h.url for h in hits[:top]])
-    )
+def start_prefetch(services: SearchServices, hits: Sequence[Hit], top: int) -> int:
+    """Start loading the top ``top`` result pages into the fetch cache, in WEB's background
+    task, at background priority (seed 004); the number queued: 0 when ``top`` is 0 or that
+    task is not running (``csp-web replay`` runs it as the daemon does)."""
+    urls = [hit.url for hit in hits[:top]]
+    if not urls or not services.prefetch.submit(functools.partial(prefetch, services, urls)):
+        return 0
+    return len(urls)
 
 
 async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
-    """Load ``urls`` one after another with ``background=True``; a failure is only logged,
-    since nobody waits for a prefetch and a crash here would take the nursery down."""
+    """Load ``urls`` one after another with ``background=True`` and prepare what a default
+    fetch of each computes (``prepare_fetch``: bench/prefetch.py measured a fetch of a page
+    only loaded at 3.5 times a cache hit, its SUMMARY being most of it); a failure is only
+    logged, since nobody waits for a prefetch and a crash here would take the nursery down."""
     for url in urls:
         deadline = trio.current_time() + services.config.guard.timeout_s
         try:
-            await load_page(services, url, deadline=deadline, background=True)
+            page = await load_page(services, url, deadline=deadline, background=True)
+            await prepare_fetch(services, page)
         except OpError as exc:
             log.debug("prefetch of %s skipped: %s", url, exc)
         except Exception:
             log.warning("prefetch of %s failed", url, exc_info=True)
-
-
-SEARCH_REPLIES = (
-    ReplyField(
-        "SNIPPET",
-        "one query: one per hit; several: '<n> ...'",
-        "<domain>:<snippet as a JSON string>",
-    ),
-    ReplyField("TITLE", "one query: one per hit", "the hit's title"),
-    ReplyField("CITE", "one per hit", "the hit (R-4)"),
-    ReplyField("BACKEND", "one query", "the backends that answered"),
-    ReplyField("CACHED", "one query", "whether the answer came from the cache"),
-    ReplyField("QUERY", "one query", "the query asked"),
-    ReplyField("TOTAL", "one query, when the backend gave one", "its estimated total"),
-    ReplyField("SCORE", "one query: one per hit", "<url> <relevance>"),
-    ReplyField("THUMBNAIL", "a hit has one", "<url> <thumbnail url> (several: '<n> ...')"),
-    ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked"),
-    ReplyField("BACKEND_ERROR", "a backend failed", "<backend>:<reason> <hint>"),
-    ReplyField(
-        "SEARCH",
-        "several queries: one per query answered",
-        '<n> results total backend cached "<query>"',
-    ),
-    ReplyField("HIT", "several queries: one per hit", '<n> <url> score:<s> "<title>"'),
-    ReplyField(
-        "SEARCH_ERROR", "several queries: one per query failed", '<n> <code>:<detail> "<query>"'
-    ),
-    ReplyField("RETRY_AFTER", "FAIL: rate limited everywhere", "seconds to wait"),
-)
-SEARCH_EXAMPLE = Example(
-    ('TASK REQ:search "north sea tides" IN:WEB OUT:URL_REFS\nID 1\nMAX_RESULTS 2\n'),
-    (
-        "STATUS OK\n"
-        "ID 1\n"
-        "SCOPE [origin.test]\n"
-        "DATA url:https://origin.test/tides,url:https://origin.test/moved\n"
-        'SNIPPET origin.test:"The North Sea has two high tides every day."\n'
-        'SNIPPET origin.test:"Times of high and low water for each port."\n'
-        'TITLE "Tides"\n'
-        'TITLE "Tide tables"\n'
-        'CITE https://origin.test/tides "Tides"\n'
-        'CITE https://origin.test/moved "Tide tables"\n'
-        "BACKEND searxng\n"
-        "CACHED true\n"
-        'QUERY "north sea tides"\n'
-        "TOTAL 2\n"
-        "SCORE https://origin.test/tides 2.0\n"
-        "SCORE https://origin.test/moved 1.0\n"
-    ),
-)
 
 
 OPS: list[Op[WebServices]] = [

@@ -4,6 +4,7 @@ Two of its APIs answer, told apart by the configured URL's path:
 
     POST https://api.perplexity.ai/search   {"query", "max_results"}
     -> {"id", "results": [{"title", "url", "snippet", "date", "last_updated"}]}
+       (``date`` is the page's publication date, ``2024-05-02``: PUBLISHED)
 
     POST <base>/chat/completions   {"model": "sonar", "messages": [...]}
     -> {"choices": [...], "search_results": [{"title", "url", "date", "snippet"?}],
@@ -16,12 +17,14 @@ Errors come as ``{"error": {"message", "type", "code"}}``; the type becomes the 
 
 from __future__ import annotations
 
+import datetime
 import json
 import urllib.parse
 from typing import Any
 
 from csp_web.net import FetchResult
 
+from . import dates
 from .base import (
     Backend,
     BackendFailure,
@@ -46,8 +49,7 @@ def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
         body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": query.text}]}
     else:
         body = {"query": query.text, "max_results": min(MAX_RESULTS, 2 * query.count)}
-    if query.freshness:
-        body["search_recency_filter"] = _RECENCY[query.freshness]
+    body |= _filters(query, chat=_is_chat(base_url))
     headers = {
         "Accept": "application/json",
         "Content-Type": "application/json",
@@ -60,6 +62,31 @@ def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
         content=json.dumps(body).encode(),
         secret_headers=("Authorization",),
     )
+
+
+def _filters(query: SearchQuery, *, chat: bool) -> dict[str, Any]:
+    """The filters in Perplexity's own parameters (both APIs take them, but ``country`` and
+    ``search_language_filter`` are the Search API's): a domain list whose ``-`` entries
+    exclude, dates as ``%m/%d/%Y``."""
+    body: dict[str, Any] = {}
+    domains = [*query.sites, *(f"-{site}" for site in query.exclude_sites)]
+    if domains:
+        body["search_domain_filter"] = domains
+    if query.after:
+        body["search_after_date_filter"] = _us_date(query.after)
+    if query.before:
+        body["search_before_date_filter"] = _us_date(query.before)
+    if query.freshness and not query.dated:
+        body["search_recency_filter"] = _RECENCY[query.freshness]
+    if query.country and not chat:
+        body["country"] = query.country.upper()
+    if query.lang and not chat:
+        body["search_language_filter"] = [query.lang.split("-")[0]]
+    return body
+
+
+def _us_date(day: datetime.date) -> str:
+    return f"{day.month}/{day.day}/{day.year}"  # Perplexity's documented form: 3/1/2025
 
 
 def parse(result: FetchResult) -> list[Hit]:
@@ -83,7 +110,12 @@ def parse(result: FetchResult) -> list[Hit]:
 
 def _hits(items: list[Any]) -> list[Hit]:
     return [
-        Hit(item["url"], clean_text(item.get("title")), clean_text(item.get("snippet")))
+        Hit(
+            item["url"],
+            clean_text(item.get("title")),
+            clean_text(item.get("snippet")),
+            published=dates.published(item.get("date")),
+        )
         for item in items
         if isinstance(item, dict) and isinstance(item.get("url"), str)
     ]

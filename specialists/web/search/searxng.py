@@ -2,7 +2,8 @@
 
     GET <instance>/search?q=...&format=json&time_range=week
     -> {"query", "number_of_results", "results": [{"url", "title", "content", "engine",
-        "score", ...}], "answers", "suggestions", "unresponsive_engines": [[name, why]]}
+        "score", "publishedDate", "thumbnail", ...}], "answers", "suggestions",
+        "unresponsive_engines": [[name, why]]}
 
 An instance whose ``search.formats`` lacks ``json`` answers 403; the failure says so.
 Results are ranked by SearXNG's own ``score``.
@@ -17,9 +18,23 @@ from typing import Any
 
 from csp_web.net import FetchResult
 
-from .base import Backend, BackendFailure, Hit, HttpRequest, SearchQuery, clean_text, with_query
+from . import dates
+from .base import (
+    Backend,
+    BackendFailure,
+    Hit,
+    HttpRequest,
+    SearchQuery,
+    clean_text,
+    https_url,
+    lang_code,
+    site_operators,
+    with_query,
+)
 
 _TIME_RANGE = {"pd": "day", "pw": "week", "pm": "month", "py": "year"}
+# SearXNG's categories for the verticals (its settings.yml names them so).
+_CATEGORIES = {"web": "general", "news": "news", "images": "images", "videos": "videos"}
 JSON_DISABLED_HINT = (
     "SearXNG refused format=json (HTTP 403): add json to search.formats in its settings.yml"
 )
@@ -36,9 +51,19 @@ def endpoint(base_url: str) -> str:
 
 
 def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
-    params = {"q": query.text, "format": "json", "pageno": "1"}
-    if query.freshness:
-        params["time_range"] = _TIME_RANGE[query.freshness]
+    """A GET of the JSON API. SearXNG has no date range, only ``time_range``: a range asks
+    the widened one (filters.admits holds the hits to the range itself); its ``language``
+    is a locale, ``de-CH`` when both LANG and COUNTRY are given (a COUNTRY alone has no
+    parameter there)."""
+    params = {"q": query.text + site_operators(query), "format": "json", "pageno": "1"}
+    freshness = query.widened if query.dated else query.freshness
+    if freshness:
+        params["time_range"] = _TIME_RANGE[freshness]
+    if query.vertical != "web":
+        params["categories"] = _CATEGORIES[query.vertical]
+    if query.lang:
+        region = f"-{query.country.upper()}" if query.country and "-" not in query.lang else ""
+        params["language"] = query.lang + region
     return HttpRequest(
         with_query(endpoint(base_url), params), headers={"Accept": "application/json"}
     )
@@ -67,17 +92,16 @@ def parse(result: FetchResult) -> list[Hit]:
             clean_text(item.get("content")),
             score=_score(item),
             thumbnail=_thumbnail(item),
+            published=dates.published(item.get("publishedDate")),
+            favicon=https_url(item.get("favicon")),
+            lang=lang_code(item.get("language")),
         )
         for item in items
     ]
 
 
 def _thumbnail(item: dict[str, Any]) -> str | None:
-    for key in ("thumbnail", "img_src"):
-        value = item.get(key)
-        if isinstance(value, str) and value.startswith("https://"):
-            return value
-    return None
+    return https_url(item.get("thumbnail")) or https_url(item.get("img_src"))
 
 
 def total(result: FetchResult) -> int | None:
@@ -105,4 +129,12 @@ def _unresponsive(document: dict[str, Any]) -> str:
     return clean_text("every engine failed: " + ", ".join(names), markup=False)
 
 
-BACKEND = Backend("searxng", None, needs_key=False, build=build, parse=parse, total=total)
+BACKEND = Backend(
+    "searxng",
+    None,
+    needs_key=False,
+    build=build,
+    parse=parse,
+    total=total,
+    verticals=frozenset(_CATEGORIES),
+)
