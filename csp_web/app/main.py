@@ -28,6 +28,7 @@ from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError, workspace_overlaps
 from csp_web.config.load import load_config, serving_socket
+from csp_web.core.api import extras
 from csp_web.core.api.logs import setup_logging
 from csp_web.core.transports.unix import SocketSetupError
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CUT = 0, 1, 2, 3, 4
 DEFAULT_CONFIG = "default_config.yaml"  # package data: the repository's config.yaml
+_RUN_DAEMON = ("serve", "mcp", "replay", "check-config")  # commands that open redis.url
 _CONFIG_HELP = "YAML configuration file (default: $CSP_WEB_CONFIG, else the embedded defaults)"
 
 
@@ -159,6 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(path, sections=config_sections())
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command in _RUN_DAEMON and config.redis.url and not extras.installed("redis"):
+        # A fleet member without its shared state would run cron and quotas alone: refuse.
+        print(f"csp-web: redis.url is set: {extras.install_hint('redis')}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
         print(f"ok: {args.path or os.environ.get('CSP_WEB_CONFIG') or 'built-in defaults'}")
@@ -304,6 +310,9 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 
 
 def _mcp(args: argparse.Namespace, config: Config) -> int:
+    if not extras.installed("mcp"):
+        print(f"csp-web: mcp: not_available:{extras.install_hint('mcp')}", file=sys.stderr)
+        return EXIT_USAGE
     from csp_web.app.compose import open_in_process_daemon
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
