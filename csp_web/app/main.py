@@ -218,6 +218,7 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
+    from csp_web.app.metrics_serve import open_metrics
     from csp_web.core.daemon.lifecycle import serve
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.core.transports.stdio import open_stdio_stream
@@ -242,7 +243,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> int:
         stdio = None if args.no_stdin else open_stdio_stream()
-        async with open_app_daemon(config) as daemon:
+        async with open_app_daemon(config) as daemon, open_metrics(config, daemon):
             cut = await serve(
                 daemon,
                 stdio=stdio,
