@@ -1,6 +1,7 @@
-"""The csp-web command: serve, send, replay, check-config, config, memory-sink, mcp.
+"""The csp-web command: serve, send, health, replay, check-config, config, memory-sink, mcp.
 
-Exit codes: 0 success; 1 a reply was FAIL (send) or a transcript differed (replay);
+Exit codes: 0 success; 1 a reply was FAIL (send), a transcript differed (replay) or the
+daemon is degraded (health);
 2 bad usage or configuration, including a socket path that cannot be set up safely
 (or a state dir another daemon holds); 3 the daemon or peer could not be reached; 4 (serve) the
 daemon stopped but its grace period cut tasks short (each was answered FAIL shutting_down).
@@ -89,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     sink.add_argument("--socket", required=True, metavar="PATH", help="Unix socket to serve")
     sink.add_argument("--dir", required=True, help="folder the writes are stored in")
     _mcp_parser(sub)
+    health = sub.add_parser(
+        "health",
+        help="probe a running daemon: exit 0 healthy, 1 degraded (a reason line), 3 unreachable",
+    )
+    health.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
+    health.add_argument("--config", help=_CONFIG_HELP)
+    health.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="default 5")
     return parser
 
 
@@ -173,12 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level
-    if args.command in ("send", "replay", "nodes") and level in ("debug", "info"):
+    if args.command in ("send", "replay", "nodes", "health") and level in ("debug", "info"):
         level = "warning"  # client commands print results, not the daemon's op log
     setup_logging(level, as_json=as_json)
     handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
         "serve": _serve,
         "send": _send,
+        "health": _health,
         "replay": _replay,
         "memory-sink": _sink,
         "mcp": _mcp,
@@ -275,6 +284,16 @@ def _send(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     frames = tuple(args.frames) if args.frames else None
     return send_main(SendOptions(path, frames, args.json, args.wait, args.timeout))
+
+
+def _health(args: argparse.Namespace, config: Config) -> int:
+    from csp_web.cli.health import HealthOptions, health_main
+
+    path = args.socket or config.socket.path
+    if not path:
+        print("csp-web: health needs --socket or socket.path", file=sys.stderr)
+        return EXIT_USAGE
+    return health_main(HealthOptions(path, args.timeout))
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
