@@ -19,6 +19,7 @@ from csp_web.app.metrics_serve import open_metrics
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config, MetricsConfig, SocketConfig
 from csp_web.config.metrics import tcp_address
+from csp_web.core.daemon.compose import Daemon
 from csp_web.core.daemon.lifecycle import serve
 from protocol import Status, Task
 from tests.conftest import Sink
@@ -27,17 +28,26 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @asynccontextmanager
-async def serving(config: Config, socket_path: str) -> AsyncIterator[str | None]:
+async def serving_daemon(
+    config: Config, socket_path: str
+) -> AsyncIterator[tuple[str | None, Daemon]]:
     """The daemon as ``csp-web serve`` runs it (every specialist, its metrics) on
-    ``socket_path``; yields where the metrics are served."""
+    ``socket_path``; yields where the metrics are served, and the daemon."""
     async with (
         open_app_daemon(config) as daemon,
         open_metrics(config, daemon) as where,
         trio.open_nursery() as nursery,
     ):
         await nursery.start(partial(serve, daemon, stdio=None, socket_path=socket_path))
-        yield where
+        yield where, daemon
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def serving(config: Config, socket_path: str) -> AsyncIterator[str | None]:
+    """``serving_daemon``'s place only."""
+    async with serving_daemon(config, socket_path) as (where, _):
+        yield where
 
 
 def with_metrics(config: Config, listen: str, *, uids: tuple[int, ...] = ()) -> Config:
@@ -133,6 +143,22 @@ async def test_metrics_on_a_unix_socket_serve_only_the_uids_the_daemon_admits(
     assert value(samples(ours.text), "csp_web_in_flight") >= 0
     assert refused.status_code == 403
     assert refused.text == f"uid {os.geteuid()} is not allowed (socket.allowed_uids)\n"
+
+
+async def test_a_reloaded_allow_list_applies_to_the_next_scrape_of_the_socket(
+    config: Config, sink: Sink, sock_dir: str
+) -> None:
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    metrics_path = os.path.join(sock_dir, "metrics.sock")
+    with trio.fail_after(60):
+        async with serving_daemon(with_metrics(config, metrics_path), socket_path) as (where, d):
+            assert where is not None
+            before = await scrape(where)
+            services = d.dispatcher.services  # as a SIGHUP reload commits new settings
+            others = dataclasses.replace(config.socket, allowed_uids=(os.geteuid() + 1,))
+            services.config = dataclasses.replace(services.config, socket=others)
+            after = await scrape(where)
+    assert (before.status_code, after.status_code) == (200, 403)
 
 
 async def test_metrics_on_a_port_answer_only_its_loopback_names_and_path(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 
@@ -53,7 +53,15 @@ async def open_metrics(config: Config, daemon: Daemon) -> AsyncIterator[str | No
         return
     listeners, where, hosts = await _listen(listen)
     inode = os.stat(listen).st_ino if config.metrics.unix_path else None
-    handle = partial(_serve_one, registry=registry_for(daemon), config=config, hosts=hosts)
+    # The running settings, as the daemon's own gate reads them: a reload's allowed_uids
+    # applies to the next scrape.
+    services = daemon.dispatcher.services
+    handle = partial(
+        _serve_one,
+        registry=registry_for(daemon),
+        allowed=lambda: allowed_uids(services.config.socket),
+        hosts=hosts,
+    )
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(
@@ -91,13 +99,13 @@ async def _serve_one(
     stream: trio.abc.Stream,
     *,
     registry: CollectorRegistry,
-    config: Config,
+    allowed: Callable[[], frozenset[int]],
     hosts: frozenset[bytes],
 ) -> None:
     conn = h11.Connection(h11.SERVER)
     async with stream:
         try:
-            refusal = _refusal(stream, config)
+            refusal = _refusal(stream, allowed())
             if refusal is not None:
                 await send_simple(stream, conn, 403, refusal)
                 return
@@ -115,12 +123,12 @@ async def _serve_one(
             await linger(stream)
 
 
-def _refusal(stream: trio.abc.Stream, config: Config) -> str | None:
+def _refusal(stream: trio.abc.Stream, allowed: frozenset[int]) -> str | None:
     """Why a Unix socket peer may not read (its uid is not one the daemon's socket admits)."""
     if not isinstance(stream, trio.SocketStream) or stream.socket.family != trio.socket.AF_UNIX:
         return None
     uid = peer_credentials(stream.socket)[1]
-    if uid not in allowed_uids(config.socket):
+    if uid not in allowed:
         return f"uid {uid} is not allowed (socket.allowed_uids)"
     return None
 
