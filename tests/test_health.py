@@ -37,6 +37,7 @@ async def wait_stats(socket_path: str, field: str, wanted: str) -> None:
             await trio.sleep(0.05)
 
 
+@pytest.mark.slow  # a daemon with every specialist, and csp-web in a subprocess
 async def test_health_of_a_healthy_daemon_is_exit_0(
     nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str
 ) -> None:
@@ -48,6 +49,7 @@ async def test_health_of_a_healthy_daemon_is_exit_0(
     assert (done.returncode, done.stdout, done.stderr) == (0, "healthy\n", "")
 
 
+@pytest.mark.slow  # a daemon with every specialist, and csp-web in a subprocess
 async def test_health_of_a_daemon_whose_memory_specialist_is_gone_is_degraded(
     nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str
 ) -> None:
