@@ -2,6 +2,6 @@
 
 import sys
 
-from csp_web.app.main import main
+from csp_web.app.start import main
 
 sys.exit(main())

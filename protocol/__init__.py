@@ -5,6 +5,9 @@ yaml: the daemon, the client and the tests all drive the same ``Connection``. Th
 description is SPEC.md beside this file.
 """
 
+# csp-web's own: ``csp_web.app.start`` tells this package from another named ``protocol``.
+__csp_web__ = True
+
 from ._connection import CLOSED, NEED_DATA, Connection, Sentinel
 from ._errors import ProtocolError
 from ._frames import Field, Frame, Reply, Status, Task

@@ -20,7 +20,9 @@ def readme_commands() -> list[str]:
 
 def test_readme_opens_with_two_commands_that_use_the_project_venv() -> None:
     first, second = readme_commands()
-    assert first.startswith("scripts/venv && .venv/bin/pip install -q -e . && ")
+    # Every extra (issue 28): the first run has the browser, Redis and MCP parts too.
+    assert first.startswith("scripts/venv && .venv/bin/pip install -q -e '.[all]' && ")
+    assert ".venv/bin/pip install -q -e '.[test]' && " in second  # [test] pulls [all]
     assert first.endswith("| .venv/bin/csp-web serve")
     assert "python3 -m pip" not in first + second  # PEP 668 refuses it on Debian's python3
 

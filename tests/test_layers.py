@@ -87,6 +87,7 @@ PUBLIC_CORE = frozenset(
         "api.deadlines",
         "api.records",
         "api.audit",  # OpAudit: what an op adds to its one audit record
+        "api.extras",  # the refusal of an op whose optional dependency is not installed
         "api.logs",
         "wire.stream",  # serve_stream and StreamHandler: the one read loop (the node link's)
         "transports.unix",  # socket helpers, for a specialist that listens (the node socket)

@@ -41,6 +41,7 @@ def test_error_codes_outside_the_catalogue_are_counted_under_one_name() -> None:
     stats = Stats()
     for n in range(10_000):
         stats.reject(f"made_up_{n}")
-        stats.record("ping", 1.0, f"also_made_up_{n}")
+        stats.record("ping", 1.0, f"also_made_up_{n}", "FAIL")
     stats.reject(ErrorCode.UNKNOWN_OP)
     assert dict(stats.rejections) == {OTHER_CODE: 20_000, "unknown_op": 1}
+    assert dict(stats.ops["ping"].outcomes) == {("FAIL", OTHER_CODE): 10_000}  # the metrics' too

@@ -1,6 +1,7 @@
-"""The csp-web command: serve, send, replay, check-config, config, memory-sink, mcp.
+"""The csp-web command: serve, send, health, replay, check-config, config, memory-sink, mcp.
 
-Exit codes: 0 success; 1 a reply was FAIL (send) or a transcript differed (replay);
+Exit codes: 0 success; 1 a reply was FAIL (send), a transcript differed (replay) or the
+daemon is degraded (health);
 2 bad usage or configuration, including a socket path that cannot be set up safely
 (or a state dir another daemon holds); 3 the daemon or peer could not be reached; 4 (serve) the
 daemon stopped but its grace period cut tasks short (each was answered FAIL shutting_down).
@@ -28,6 +29,7 @@ from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError, workspace_overlaps
 from csp_web.config.load import load_config, serving_socket
+from csp_web.core.api import extras
 from csp_web.core.api.logs import setup_logging
 from csp_web.core.transports.unix import SocketSetupError
 
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CUT = 0, 1, 2, 3, 4
 DEFAULT_CONFIG = "default_config.yaml"  # package data: the repository's config.yaml
+_RUN_DAEMON = ("serve", "mcp", "replay", "check-config")  # commands that open redis.url
 _CONFIG_HELP = "YAML configuration file (default: $CSP_WEB_CONFIG, else the embedded defaults)"
 
 
@@ -87,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     sink.add_argument("--socket", required=True, metavar="PATH", help="Unix socket to serve")
     sink.add_argument("--dir", required=True, help="folder the writes are stored in")
     _mcp_parser(sub)
+    health = sub.add_parser(
+        "health",
+        help="probe a running daemon: exit 0 healthy, 1 degraded (a reason line), 3 unreachable",
+    )
+    health.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
+    health.add_argument("--config", help=_CONFIG_HELP)
+    health.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="default 5")
     return parser
 
 
@@ -160,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command in _RUN_DAEMON and config.redis.url and not extras.installed("redis"):
+        # A fleet member without its shared state would run cron and quotas alone: refuse.
+        print(f"csp-web: redis.url is set: {extras.install_hint('redis')}", file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "check-config":
         print(f"ok: {args.path or os.environ.get('CSP_WEB_CONFIG') or 'built-in defaults'}")
         for root, path in workspace_overlaps(config):
@@ -167,12 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level
-    if args.command in ("send", "replay", "nodes") and level in ("debug", "info"):
+    if args.command in ("send", "replay", "nodes", "health") and level in ("debug", "info"):
         level = "warning"  # client commands print results, not the daemon's op log
     setup_logging(level, as_json=as_json)
     handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
         "serve": _serve,
         "send": _send,
+        "health": _health,
         "replay": _replay,
         "memory-sink": _sink,
         "mcp": _mcp,
@@ -212,6 +227,7 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
+    from csp_web.app.metrics_serve import open_metrics
     from csp_web.core.daemon.lifecycle import serve
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.core.transports.stdio import open_stdio_stream
@@ -236,7 +252,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> int:
         stdio = None if args.no_stdin else open_stdio_stream()
-        async with open_app_daemon(config) as daemon:
+        async with open_app_daemon(config) as daemon, open_metrics(config, daemon):
             cut = await serve(
                 daemon,
                 stdio=stdio,
@@ -268,6 +284,16 @@ def _send(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     frames = tuple(args.frames) if args.frames else None
     return send_main(SendOptions(path, frames, args.json, args.wait, args.timeout))
+
+
+def _health(args: argparse.Namespace, config: Config) -> int:
+    from csp_web.cli.health import HealthOptions, health_main
+
+    path = args.socket or config.socket.path
+    if not path:
+        print("csp-web: health needs --socket or socket.path", file=sys.stderr)
+        return EXIT_USAGE
+    return health_main(HealthOptions(path, args.timeout))
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
@@ -304,6 +330,9 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 
 
 def _mcp(args: argparse.Namespace, config: Config) -> int:
+    if not extras.installed("mcp"):
+        print(f"csp-web: mcp: not_available:{extras.install_hint('mcp')}", file=sys.stderr)
+        return EXIT_USAGE
     from csp_web.app.compose import open_in_process_daemon
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face

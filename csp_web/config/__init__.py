@@ -22,6 +22,7 @@ from csp_web.config.exec import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
 from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from csp_web.config.metrics import MetricsConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import (
     Config,
@@ -61,6 +62,7 @@ __all__ = [
     "HttpServerConfig",
     "McpConfig",
     "MemoryConfig",
+    "MetricsConfig",
     "OutboxConfig",
     "OwnsPaths",
     "ProgramRule",

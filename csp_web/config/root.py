@@ -24,6 +24,7 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.exec import refuse_private_workspaces
+from csp_web.config.metrics import MetricsConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.tool import ToolConfig
 from csp_web.config.web import WebConfig
@@ -41,6 +42,7 @@ class Config:
     web: WebConfig = field(default_factory=WebConfig)
     tool: ToolConfig = field(default_factory=ToolConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)  # Prometheus; listen null: off
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
     # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
     sections: tuple[tuple[str, object], ...] = field(default=(), metadata={"internal": True})

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from csp_web.config import Config, GuardConfig, SectionSpec, section_of
+from csp_web.core.api import extras
 from csp_web.core.api.ops import Op
 from csp_web.core.api.ports import Seams, StatsLine
 from csp_web.core.api.specialist import Commit, Specialist
@@ -41,11 +42,16 @@ async def _seamed(
     services: BrowserServices, section: BrowserConfig, seams: Seams | None
 ) -> AsyncIterator[BrowserServices]:
     """``services`` offering the Renderer and reading web's FileStore through ``seams``
-    while open; as they are without seams."""
+    while open; as they are without seams. Without the browser extra (Playwright) no
+    Renderer is offered: fetch serves script-built pages unrendered (render_unavailable), as
+    with no browser at all."""
     if seams is None:
         yield services
         return
     services.files = seams.files
+    if not extras.installed("browser"):
+        yield services
+        return
     with seams.renderer.provided(ChromiumRenderer(services, section)):
         yield services
 

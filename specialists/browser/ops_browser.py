@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import trio
 
+from csp_web.core.api import extras
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
@@ -239,6 +240,7 @@ def _audit(params: Params, action: str, url: str | None, fields: dict[str, str])
 
 
 async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
+    extras.require("browser", scope=_SCOPE)  # before translate, which loads Playwright
     action = params.text("ACTION")
     session = params.opt_text("SESSION")
     if session is not None and not SESSION_NAME.fullmatch(session):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from csp_web.core.api import extras
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
@@ -137,6 +138,7 @@ class CanvasAudit(OpAudit):
 
 
 async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
+    extras.require("browser", scope=_SCOPE)  # before translate, which loads Playwright
     action = params.text("ACTION")
     name = params.text("NODE")
     audit = CanvasAudit(action, name, params.opt_text("URL"))

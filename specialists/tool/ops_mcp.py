@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from csp_web.core.api import extras
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_deadline
@@ -37,6 +38,7 @@ def mcp_pool(tool: ToolServices, server: str) -> McpPool:
     # the pool's own REASON (errors.NOT_CONFIGURED, spelt here to keep the SDK unloaded).
     pool = tool.mcp.pool if tool.mcp is not None else None
     if pool is None:
+        extras.require("mcp", scope=("mcp",))  # without the SDK no server is: say why
         raise OpError(
             ErrorCode.MCP_UNAVAILABLE,
             server,

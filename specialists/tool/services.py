@@ -18,6 +18,7 @@ import trio
 
 from csp_web.config import Config, ExecConfig
 from csp_web.config.mcp import McpConfig
+from csp_web.core.api import extras
 from csp_web.cron import CronService
 from csp_web.infra.redis_cache import ResponseCache
 
@@ -46,6 +47,9 @@ class McpHost:
         self._nursery = nursery
 
     def open_pool(self, config: McpConfig) -> None:
+        if not extras.installed("mcp"):  # REQ:mcp answers not_available:mcp (ops_mcp)
+            log.warning("tool.mcp names servers but %s", extras.install_hint("mcp"))
+            return
         from .mcp import McpPool  # the SDK loads here, with the first configured server
 
         self.pool = McpPool(config, self._nursery)
@@ -64,6 +68,8 @@ class McpHost:
             return reload_pool
         if not mcp.servers:
             return lambda: None
+        if not extras.installed("mcp"):
+            return lambda: self.open_pool(mcp)  # says why no pool opens
         from .mcp import McpPool
 
         def commit() -> None:

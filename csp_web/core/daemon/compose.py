@@ -36,6 +36,7 @@ class Daemon:
     reloaders: tuple[Reloader, ...]
     reloadable: tuple[str, ...]
     restart_only: tuple[str, ...]
+    sys: SysServices  # what REQ:stats reads; the metrics read the same (csp_web.app.metrics)
 
 
 def op_table(specialists: Sequence[Composable]) -> OpTable:
@@ -118,4 +119,5 @@ def compose(
         tuple(each.reload for each in opened if each.reload is not None),
         reloadable,
         restart_only,
+        sys_services,
     )

@@ -161,7 +161,7 @@ class Dispatcher:
                 },
             )
         if op is not None:
-            self.stats.record(op.req, duration_ms, code)
+            self.stats.record(op.req, duration_ms, code, reply.status)
         elif code is not None:
             self.stats.reject(code)
         try:

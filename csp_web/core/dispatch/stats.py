@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import json
 import time
@@ -11,6 +12,11 @@ from dataclasses import dataclass, field
 from protocol import ErrorCode
 
 _WINDOW = 1024  # latencies kept per op: enough for a stable p99 at O(1) memory
+# The metrics' latency histogram (docs/metrics.md), upper bounds in ms: the Prometheus
+# client's default buckets (5 ms to 10 s) with 1 ms below for the IN:SYS ops and 30 s, 60 s
+# and 300 s above for exec and research. Counted per op as it ends: a bisect and an add.
+LATENCY_BUCKETS_MS: tuple[int, ...] = (1, 5, 10, 25, 50, 75, 100, 250, 500, 750, 1000, 2500)
+LATENCY_BUCKETS_MS += (5000, 7500, 10000, 30000, 60000, 300000)
 _CODES = frozenset(ErrorCode)
 # A code outside the catalogue is counted under this one name: a relayed reply's ERROR is
 # whatever the Memory Specialist wrote, and a counter keyed by it would grow for the daemon's
@@ -23,6 +29,11 @@ class OpStats:
     count: int = 0
     failed: int = 0
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+    # Since start, for the metrics: replies by (status, error code or ""), and the latency
+    # histogram (one count per LATENCY_BUCKETS_MS bound, the last past them all) with its sum.
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
+    total_ms: float = 0.0
 
     def percentile(self, q: float) -> float:
         if not self.latencies_ms:
@@ -72,13 +83,20 @@ class Stats:
     def uptime_s(self) -> float:
         return time.monotonic() - self.started
 
-    def record(self, op_name: str, duration_ms: float, error_code: str | None) -> None:
-        entry = self.ops.setdefault(op_name, OpStats())
+    def record(self, op_name: str, duration_ms: float, error_code: str | None, status: str) -> None:
+        """Count one reply of ``op_name`` (``status``; ``error_code`` when it failed)."""
+        entry = self.ops.get(op_name)
+        if entry is None:
+            entry = self.ops[op_name] = OpStats()
         entry.count += 1
         entry.latencies_ms.append(duration_ms)
+        entry.buckets[bisect.bisect_left(LATENCY_BUCKETS_MS, duration_ms)] += 1
+        entry.total_ms += duration_ms
         if error_code is not None:
             entry.failed += 1
             self.reject(error_code)
+            error_code = error_code if error_code in _CODES else OTHER_CODE
+        entry.outcomes[status, error_code or ""] += 1
 
     def reject(self, code: str) -> None:
         """Count a FAIL that happened before any op ran (parse errors, unknown ops); a code
