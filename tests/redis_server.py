@@ -50,7 +50,7 @@ class RedisServer:
             seen.append(line)
             if b"eady to accept connections" in line:
                 # Drain the rest so a chatty server never blocks on a full pipe.
-                self._drain = threading.Thread(target=_drain, args=(self.process.stdout,))
+                self._drain = threading.Thread(target=drain_quietly, args=(self.process.stdout,))
                 self._drain.daemon = True
                 self._drain.start()
                 return
@@ -97,7 +97,7 @@ class RedisServer:
         return None if raw is None else json.loads(raw)
 
 
-def _drain(stream: IO[bytes]) -> None:
+def drain_quietly(stream: IO[bytes]) -> None:
     try:
         for _ in stream:
             pass

@@ -10,6 +10,7 @@ password (Redis AUTH, or the ACL user's password with ``username``).
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 
 
@@ -23,6 +24,9 @@ class RedisConfig:
     tls_cert_file: str | None = None  # rediss:// only: a client certificate, when required
     tls_key_file: str | None = None
     key_prefix: str = "csp-web:"  # every key and channel name starts with it
+    # url names one node of a Redis Cluster (redis:// or rediss://): the client learns the
+    # others and follows the cluster's redirections (docs/scaling.md: keys, slots, eviction).
+    cluster: bool = False
     # Every Redis call ends within this (a thread's socket timeout is the same), so a slow or
     # stopped server costs a reply at most this much.
     call_timeout_s: float = 0.25
@@ -40,7 +44,7 @@ class RedisConfig:
     fallback_cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"zero_ok": True})
     flight_wait_s: float = 15.0  # how long a daemon waits for a peer's download of the same URL
     cron_lease_s: float = 60.0  # a run claim outlives its daemon by at most this
-    # Which daemon holds each node's link (p node:link:<name>), renewed every third of this
+    # Which daemon holds each node's link (p node:link:{links}:<name>), renewed every third of this
     # while connected: a dead daemon's entries end within it.
     node_lease_s: float = 30.0
     # A node task forwarded to the daemon holding the link fails node_unavailable when that
@@ -52,6 +56,10 @@ class RedisConfig:
             raise ValueError("fallback_share: must be at most 1")
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("url: expected redis://, rediss:// or unix://")
+        if self.cluster and not (self.url or "").startswith(("redis://", "rediss://")):
+            raise ValueError("cluster: needs url, a redis:// or rediss:// node of the cluster")
+        if self.cluster and urllib.parse.urlsplit(self.url or "").path.strip("/") not in ("", "0"):
+            raise ValueError("cluster: a Redis Cluster has only database 0")
 
     def private_paths(self, state_dir: str) -> tuple[str, ...]:
         """A ``unix://`` Redis's socket folder (its query, such as ``?db=1``, dropped) and

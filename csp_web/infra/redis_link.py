@@ -27,11 +27,12 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import trio
 
@@ -76,7 +77,63 @@ def make_client(config: RedisConfig) -> redis.Redis:
             "ssl_certfile": config.tls_cert_file,
             "ssl_keyfile": config.tls_key_file,
         }
+    if config.cluster:
+        # The cluster client answers the same commands (and follows MOVED and ASK itself).
+        return cast("redis.Redis", LazyCluster(config.url, options))
     return redis.Redis.from_url(config.url, **options)
+
+
+class LazyCluster:
+    """A Redis Cluster client made on first use, in the worker thread that first needs it.
+
+    ``RedisCluster``'s constructor connects to learn the slot map: made at start it would block
+    the event loop, and stop a daemon from starting while the cluster is down, where one
+    server's link starts and falls back. Scripts are registered without it (their SHA needs
+    only the encoder); a failed construction is a failed call, tried again after ``retry_s``.
+    """
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self._url = url
+        self._options = options
+        self._client: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def connected(self) -> Any:
+        """The cluster client, made now if it is not yet (blocking: call it in a thread).
+        Once closed, none is made: a thread abandoned at shutdown would leak its sockets."""
+        from redis.cluster import RedisCluster
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        with self._lock:
+            if self._closed:
+                raise RedisConnectionError("the link is closed")
+            if self._client is None:
+                self._client = RedisCluster.from_url(self._url, **self._options)
+            return self._client
+
+    def get_encoder(self) -> Any:
+        from redis.connection import Encoder  # type: ignore[attr-defined]  # re-exported
+
+        return Encoder("utf-8", "strict", False)  # type: ignore[no-untyped-call]  # redis-py's defaults
+
+    def register_script(self, script: str) -> Any:
+        from redis.commands.core import Script
+
+        return Script(cast("redis.Redis", self), script)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._client is not None:
+                # RedisCluster.close leaves the per-node pools' connections open.
+                for node in self._client.get_nodes():
+                    if node.redis_connection is not None:
+                        node.redis_connection.connection_pool.disconnect()
+                self._client.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.connected(), name)
 
 
 class RedisLink:
@@ -87,8 +144,15 @@ class RedisLink:
 
         self.config = config
         self.client = client
-        # What a failed call raises: redis-py's errors, and OSError from a socket it did not wrap.
-        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        from redis.exceptions import RedisClusterException
+
+        # What a failed call raises: redis-py's errors (its cluster client's own too), and
+        # OSError from a socket it did not wrap.
+        self._errors: tuple[type[Exception], ...] = (
+            redis.RedisError,
+            RedisClusterException,
+            OSError,
+        )
         self.daemon_id = secrets.token_hex(6)  # tells this daemon's own events apart
         self.channel = config.key_prefix + "events"
         self._limiter = trio.CapacityLimiter(config.max_threads)
@@ -108,6 +172,7 @@ class RedisLink:
         self.round_trips = 0
         self.fallbacks: Counter[str] = Counter()
         self.last_error = ""
+        self.eviction_policy: str | None = None  # Redis's maxmemory-policy, once read
 
     def key(self, *parts: str) -> str:
         return self.config.key_prefix + ":".join(parts)
@@ -234,8 +299,10 @@ class RedisLink:
     async def serve_events(self) -> None:
         """Subscribe and deliver events until cancelled; resubscribes after a failure."""
         while True:
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub: redis.client.PubSub | None = None
             try:
+                # In a thread: a cluster's client connects when first used (``LazyCluster``).
+                pubsub = await trio.to_thread.run_sync(self._pubsub, abandon_on_cancel=True)
                 await self._listen(pubsub)
             except self._errors as exc:
                 self.last_error = f"events: {type(exc).__name__}: {exc}"
@@ -243,8 +310,13 @@ class RedisLink:
                     log.warning("redis events lost, memory tier bypassed: %s", exc)
             finally:
                 self._set_live(False)
-                _close_quietly(pubsub, self._errors)
+                if pubsub is not None:
+                    _close_quietly(pubsub, self._errors)
             await trio.sleep(self.config.retry_s)
+
+    def _pubsub(self) -> redis.client.PubSub:
+        pubsub: redis.client.PubSub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        return pubsub
 
     async def _listen(self, pubsub: redis.client.PubSub) -> None:
         limiter = trio.CapacityLimiter(1)
@@ -254,6 +326,8 @@ class RedisLink:
         if not self.events_live:
             log.info("redis events subscribed on %s", self.channel)
         self._set_live(True)
+        if self.eviction_policy is None:
+            await self._read_eviction_policy()
         while True:
             message = await trio.to_thread.run_sync(
                 lambda: pubsub.get_message(timeout=EVENT_POLL_S),
@@ -262,6 +336,40 @@ class RedisLink:
             )
             if message is not None and message.get("type") == "message":
                 self._deliver(message["data"])
+
+    async def _read_eviction_policy(self) -> None:
+        """Read Redis's ``maxmemory-policy`` once and warn unless it is ``noeviction``: run
+        claims, quotas, buckets and node links must never be evicted (docs/scaling.md). A
+        server that refuses CONFIG (an ACL, a managed service) is taken at its word."""
+
+        def read() -> str:
+            reply = self.client.config_get("maxmemory-policy")
+            value = reply.get("maxmemory-policy", "unknown") if isinstance(reply, dict) else ""
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        try:
+            policy = await trio.to_thread.run_sync(
+                read, abandon_on_cancel=True, limiter=self._limiter
+            )
+        except self._errors as exc:
+            log.info("redis maxmemory-policy not readable (%s): make sure it is noeviction", exc)
+            self.eviction_policy = "unreadable"
+            return
+        self.eviction_policy = policy
+        if policy != "noeviction":
+            log.warning(
+                "redis maxmemory-policy is %s: run claims, quotas and rate limits may be "
+                "evicted under memory pressure; set noeviction (docs/scaling.md)",
+                policy[:64],
+            )
+
+    async def quiesce(self) -> None:
+        """Wait until no worker thread uses the client (each ends within its socket
+        timeouts), so that closing it leaves no connection a late thread opened after."""
+        config = self.config
+        with trio.move_on_after(config.call_timeout_s + config.connect_timeout_s + 1):
+            for _ in range(int(self._limiter.total_tokens)):
+                await self._limiter.acquire_on_behalf_of(object())
 
     def stats_line(self) -> str:
         """The ``REDIS`` line of ``REQ:stats``."""
@@ -275,6 +383,8 @@ class RedisLink:
         }
         if not self.up:
             data["error"] = self.last_error
+        if self.eviction_policy not in (None, "noeviction", "unreadable"):
+            data["eviction"] = self.eviction_policy  # claims and quotas may be evicted
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -296,4 +406,6 @@ async def open_redis_link(config: RedisConfig) -> AsyncIterator[RedisLink | None
     try:
         yield link
     finally:
-        await trio.to_thread.run_sync(link.client.close, abandon_on_cancel=True)
+        with trio.CancelScope(shield=True):
+            await link.quiesce()
+            await trio.to_thread.run_sync(link.client.close, abandon_on_cancel=True)

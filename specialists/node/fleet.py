@@ -1,7 +1,7 @@
 """Nodes across a fleet (``redis.url``): which daemon holds each node's link, and node tasks
 forwarded to it (protocol/NODES.md N-16 to N-18, docs/scaling.md).
 
-Registry: each live link is ``p node:link:<name>`` = ``{"daemon": <id>}`` with a lease
+Registry: each live link is ``p node:link:{links}:<name>`` = ``{"daemon": <id>}`` with a lease
 (``redis.node_lease_s``), written when the link goes live (a newer link replaces an older one
 anywhere: its daemon cuts it on the ``node_attach`` event, or at its next renewal), renewed
 every third of the lease while connected, deleted by its owner when the link ends, and
@@ -200,7 +200,7 @@ class NodeFleet:
         return {n: json.loads(v)["daemon"] for n, v in zip(names, values, strict=True) if v}
 
     def _key(self, name: str) -> str:
-        return self.link.key("node", "link", name)
+        return link_key(self.link, name)
 
     async def note_pair(self, code: str, ttl_s: float) -> None:
         """Say that the pairing ``code`` waits here, so any daemon can approve it."""
@@ -378,3 +378,10 @@ def _deadline_s(message: dict[str, Any]) -> float:
     except (TypeError, ValueError, OverflowError):
         return 0.0
     return max(seconds, 0.0) if math.isfinite(seconds) else 0.0
+
+
+def link_key(link: RedisLink, name: str) -> str:
+    """The key of node ``name``'s link entry. One hash tag for every link: the scripts and
+    MGET over several nodes' links touch them together, which a Redis Cluster allows only
+    within one slot."""
+    return link.key("node", "link", "{links}", name)

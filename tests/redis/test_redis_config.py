@@ -39,6 +39,18 @@ def test_a_redis_section_loads_with_secrets_named_by_environment_variable() -> N
         ({"fallback_share": 1.01}, "redis: fallback_share: must be at most 1"),
         ({"fallback_share": 0}, "redis.fallback_share: must be positive"),
         ({"call_timeout_s": 0}, "redis.call_timeout_s: must be positive"),
+        (
+            {"url": "unix:///run/redis.sock", "cluster": True},
+            "redis: cluster: needs url, a redis:// or rediss:// node of the cluster",
+        ),
+        (
+            {"cluster": True},
+            "redis: cluster: needs url, a redis:// or rediss:// node of the cluster",
+        ),
+        (
+            {"url": "redis://node1:7000/1", "cluster": True},
+            "redis: cluster: a Redis Cluster has only database 0",
+        ),
     ],
 )
 def test_a_bad_redis_setting_is_refused_by_its_path(

@@ -3,11 +3,15 @@ its deadline (it waits for a thread within it), and the threads come back by the
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
 
-from csp_web.infra.redis_link import RedisLink, RedisUnavailable
+from csp_web.config.redis import RedisConfig
+from csp_web.infra.redis_link import RedisLink, RedisUnavailable, open_redis_link
 from tests.redis.conftest import OpenLink, past_down_window
 from tests.redis_server import RedisServer
 
@@ -100,3 +104,30 @@ async def test_after_the_down_window_one_call_tries_redis_and_the_others_fall_ba
 async def _fails(link: RedisLink) -> None:
     with trio.fail_after(5), pytest.raises(RedisUnavailable):
         await link.call(lambda r: r.ping(), "ping")
+
+
+@pytest.mark.parametrize(("policy", "warned"), [("noeviction", False), ("allkeys-lru", True)])
+async def test_a_redis_that_may_evict_keys_is_warned_of_at_start_and_shown_in_stats(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, warned: bool
+) -> None:
+    """Run claims, quotas and buckets must never be evicted (docs/scaling.md): a server whose
+    maxmemory-policy is not noeviction is logged once as a warning and named in the REDIS
+    stats line; noeviction says nothing."""
+    server = RedisServer(str(tmp_path), extra=("--maxmemory-policy", policy))
+    server.start()
+    try:
+        config = RedisConfig(url=server.url, call_timeout_s=0.5, retry_s=1e-3)
+        async with open_redis_link(config) as link, trio.open_nursery() as nursery:
+            assert link is not None
+            nursery.start_soon(link.serve_events)
+            with trio.fail_after(10):
+                while link.eviction_policy is None:
+                    await trio.sleep(0.01)
+            line = json.loads(link.stats_line())
+            nursery.cancel_scope.cancel()
+    finally:
+        server.stop()
+    assert link.eviction_policy == policy
+    assert ("eviction" in line) is warned
+    warnings = [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert bool(warnings) is warned
