@@ -29,7 +29,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_socket.py` finds the
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.client.trio_client import open_client  # noqa: E402
 from csp_web.config import Config, DaemonConfig, ToolConfig  # noqa: E402
-from csp_web.config.exec import ExecConfig, ProgramRule  # noqa: E402
+from specialists.tool.exec.config import ExecConfig, ProgramRule  # noqa: E402
 from csp_web.core.api.specialist import Specialist  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402

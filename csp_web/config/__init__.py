@@ -18,10 +18,10 @@ from csp_web.config.core import (
 )
 from csp_web.config.docs import DocsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.exec import ExecConfig, ProgramRule
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
 from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
-from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from specialists.tool.mcp.config import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import (
     Config,
@@ -33,7 +33,7 @@ from csp_web.config.root import (
     section_of,
     with_section,
 )
-from csp_web.config.tool import CronConfig, ToolConfig
+from specialists.tool.config import CronConfig, ToolConfig
 from csp_web.config.web import (
     ApiConfig,
     CacheConfig,

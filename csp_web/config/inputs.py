@@ -17,8 +17,8 @@ import sysconfig
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from csp_web.config.exec import expand_protected, overlaps
-from csp_web.config.mcp import StdioServerConfig
+from specialists.tool.exec.config import expand_protected, overlaps
+from specialists.tool.mcp.config import StdioServerConfig
 from csp_web.config.root import ReadsInputs, own_sections
 
 if TYPE_CHECKING:

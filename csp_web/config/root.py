@@ -23,9 +23,9 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
-from csp_web.config.exec import refuse_private_workspaces
+from specialists.tool.exec.config import refuse_private_workspaces
 from csp_web.config.redis import RedisConfig
-from csp_web.config.tool import ToolConfig
+from specialists.tool.config import ToolConfig
 from csp_web.config.web import WebConfig
 
 

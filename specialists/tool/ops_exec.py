@@ -71,7 +71,7 @@ def _effective_config(config: Config) -> ExecConfig:
     """The exec policy with the daemon's own paths masked, and its protected paths expanded
     (``~`` is the daemon user's home) and joined by every file the daemon reads as config or
     runs (``daemon_inputs``). A workspace root among the daemon's paths never gets here:
-    building the Config refuses it (``csp_web.config.exec.refuse_private_workspaces``)."""
+    building the Config refuses it (``specialists.tool.exec.config.refuse_private_workspaces``)."""
     exec_config = config.tool.exec
     private = _masked_private(daemon_paths(config))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *private)))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from csp_web.config import Config, ExecConfig
-from csp_web.config.mcp import McpConfig
+from specialists.tool.mcp.config import McpConfig
 from csp_web.cron import CronService
 from csp_web.infra.redis_cache import ResponseCache
 

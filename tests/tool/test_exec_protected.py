@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from csp_web.config import ExecConfig
-from csp_web.config.exec import DEFAULT_PROTECTED
+from specialists.tool.exec.config import DEFAULT_PROTECTED
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, ExecResult, Sandbox, run_command

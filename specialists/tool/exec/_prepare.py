@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from csp_web.config.exec import ExecConfig, expand_protected, overlaps
+from specialists.tool.exec.config import ExecConfig, expand_protected, overlaps
 from csp_web.core.api.errors import OpError
 
 from ._errors import blocked, denied

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from csp_web.config.exec import ExecConfig
-from csp_web.config.mcp import McpConfig
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.mcp.config import McpConfig
 
 
 @dataclass(frozen=True)
