@@ -12,7 +12,9 @@ import pytest
 
 from csp_web.app.catalog import config_sections
 from csp_web.config import Config, ConfigError
-from csp_web.config.load import config_from_mapping, load_config
+from csp_web.app.catalog import config_from_mapping
+from csp_web.app.catalog import load_config
+from specialists.tool.config import tool_section
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,7 +107,7 @@ def test_mcp_servers_load_strictly_with_their_path() -> None:
     config = config_from_mapping(
         {"tool": {"mcp": {"servers": {"fs": {"command": "mcp-fs", "args": ["--root", "/w"]}}}}}
     )
-    assert config.tool.mcp.servers["fs"].command == "mcp-fs"  # type: ignore[union-attr]
+    assert tool_section(config).mcp.servers["fs"].command == "mcp-fs"  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match=r"^tool\.mcp\.servers\.fs"):
         config_from_mapping({"tool": {"mcp": {"servers": {"fs": {"comand": "x"}}}}})
 

@@ -12,7 +12,8 @@ import trio.lowlevel
 import trio.testing
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config
+from specialists.tool.config import ToolConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import (
     budget_ms,
@@ -28,6 +29,7 @@ from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
 from tests.tool.exec_support import make_config, scratch_dir
+from csp_web.config import with_section
 
 
 async def test_without_a_task_deadline_work_is_unbounded_or_takes_the_default(
@@ -62,7 +64,7 @@ async def test_budget_is_what_the_caller_set_inside_the_task_and_none_outside(
 async def exec_dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
     with scratch_dir() as workspace:
         exec_config = make_config(workspace, default_timeout_ms=600)
-        config = replace(config, tool=ToolConfig(exec=exec_config))
+        config = with_section(config, "tool", ToolConfig(exec=exec_config))
         async with (
             open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
             open_exec_services(config) as services,

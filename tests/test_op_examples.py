@@ -55,6 +55,8 @@ from tests.net._origin import Reply as OriginReply
 from tests.node.support import ScriptedNode, identity, nodes_op
 from tests.tool.exec_support import make_config, scratch_dir
 from tests.tool.mcp_servers.support import toy_config
+from csp_web.config import with_section
+from specialists.tool.config import tool_section
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("origin.test", "api.test", "search.test")
@@ -137,8 +139,8 @@ def _config(config: Config, origin: Origin, workspace: str, issuer: trustme.CA) 
     apis = {"github": ApiConfig(origin.url("api.test", "/"), auth_env=TOKEN_ENV)}
     web = replace(config.web, guard=guard, search=search, apis=apis)
     browser = replace(browser_section(config), trusted_spki=(spki_hash(issuer),))
-    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config())
-    return with_section(replace(config, web=web, tool=tool), SECTION, browser)
+    tool = replace(tool_section(config), exec=make_config(workspace), mcp=toy_config())
+    return with_section(with_section(replace(config, web=web), "tool", tool), SECTION, browser)
 
 
 async def _paired_node(run: Run, node_path: str) -> ScriptedNode:

@@ -26,7 +26,7 @@ import yaml
 from csp_web.app.catalog import SPECIALISTS, config_sections
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config, SocketConfig
-from csp_web.config.load import config_from_mapping
+from csp_web.app.catalog import config_from_mapping
 from csp_web.config.reload import plan_reload
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import allowed_uids
@@ -38,6 +38,7 @@ from tests.conftest import wait_until
 from tests.net._origin import Origin
 from tests.tool.exec_support import scratch_dir
 from tests.tool.mcp_servers.support import TOY_SERVER
+from specialists.tool.config import tool_section
 
 CSP_WEB = shutil.which("csp-web") or "csp-web"
 PROCESS_TIMEOUT_S = 30  # a bound for hangs, far above the second or so a start takes
@@ -230,9 +231,9 @@ def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
     assert plan.config.web.fetch.rate.per_minute == 1.0
     assert plan.config.web.guard.allow_private == ("127.0.0.1",)
     assert plan.config.web.guard.user_agent == running.web.guard.user_agent
-    assert plan.config.tool.exec.allow_shell is True
-    assert plan.config.tool.exec.bwrap_program == running.tool.exec.bwrap_program
-    assert plan.config.tool.mcp.servers.keys() == {"fs"}
+    assert tool_section(plan.config).exec.allow_shell is True
+    assert tool_section(plan.config).exec.bwrap_program == tool_section(running).exec.bwrap_program
+    assert tool_section(plan.config).mcp.servers.keys() == {"fs"}
     assert plan.config.tasks.specialists == running.tasks.specialists
     assert plan.config.socket.allowed_uids == (1234,)
     assert plan.config.socket.max_connections == running.socket.max_connections

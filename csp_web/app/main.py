@@ -26,7 +26,8 @@ from csp_web import __version__
 from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
-from csp_web.config import Config, ConfigError, workspace_overlaps
+from csp_web.config import Config, ConfigError
+from specialists.tool.config import workspace_overlaps
 from csp_web.config.load import load_config, serving_socket
 from csp_web.core.api.logs import setup_logging
 from csp_web.core.transports.unix import SocketSetupError

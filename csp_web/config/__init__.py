@@ -1,9 +1,11 @@
-"""All of csp-web's settings, one package: each section's frozen dataclasses, the root
-``Config``, the one strict loader (``load``), the one ``ConfigError`` and what a reload may
-change (``reload``). A new specialist keeps its section in its own folder and names it in
-its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
-(docs/adding-an-op.md), as node (``nodes``) and browser (``tool.browser``) do. The web and
-tool sections here predate that."""
+"""The core's settings, one package: its sections' frozen dataclasses, the root ``Config``,
+the one strict loader (``load``), the one ``ConfigError``, what a reload may change
+(``reload``), and the hooks through which a specialist's own section tells the core what it
+must know (``OwnsPaths``, ``ReadsInputs``, ``OpensWorkspaces``, ``ChecksConfig``). A
+specialist keeps its section in its own folder and names it in its
+``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
+(docs/adding-an-op.md), as tool (``tool``), node (``nodes``) and browser (``tool.browser``)
+do. The web section here predates that."""
 
 from csp_web.config.core import (
     AuditConfig,
@@ -18,13 +20,13 @@ from csp_web.config.core import (
 )
 from csp_web.config.docs import DocsConfig
 from csp_web.config.errors import ConfigError
-from specialists.tool.exec.config import ExecConfig, ProgramRule
 from csp_web.config.guard import GuardConfig
-from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
-from specialists.tool.mcp.config import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from csp_web.config.inputs import daemon_inputs, expand_protected
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import (
+    ChecksConfig,
     Config,
+    OpensWorkspaces,
     OwnsPaths,
     ReadsInputs,
     SectionSpec,
@@ -32,8 +34,8 @@ from csp_web.config.root import (
     own_sections,
     section_of,
     with_section,
+    workspace_roots,
 )
-from specialists.tool.config import CronConfig, ToolConfig
 from csp_web.config.web import (
     ApiConfig,
     CacheConfig,
@@ -49,41 +51,35 @@ __all__ = [
     "ApiConfig",
     "AuditConfig",
     "CacheConfig",
+    "ChecksConfig",
     "Config",
     "ConfigError",
     "ConnectionConfig",
-    "CronConfig",
     "DaemonConfig",
     "DocsConfig",
-    "ExecConfig",
     "FetchConfig",
     "GuardConfig",
-    "HttpServerConfig",
-    "McpConfig",
     "MemoryConfig",
     "OutboxConfig",
+    "OpensWorkspaces",
     "OwnsPaths",
-    "ProgramRule",
     "RateConfig",
     "ReadsInputs",
     "RedisConfig",
     "SearchConfig",
     "SearchProvider",
     "SectionSpec",
-    "ServerConfig",
     "SlotLimits",
     "SlotsConfig",
     "SocketConfig",
-    "StdioServerConfig",
     "SummarizeConfig",
     "TasksConfig",
-    "ToolConfig",
     "WebConfig",
     "daemon_inputs",
     "daemon_paths",
+    "expand_protected",
     "own_sections",
-    "protected_paths",
     "section_of",
     "with_section",
-    "workspace_overlaps",
+    "workspace_roots",
 ]

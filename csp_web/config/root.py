@@ -23,9 +23,7 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
-from specialists.tool.exec.config import refuse_private_workspaces
 from csp_web.config.redis import RedisConfig
-from specialists.tool.config import ToolConfig
 from csp_web.config.web import WebConfig
 
 
@@ -39,7 +37,6 @@ class Config:
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     web: WebConfig = field(default_factory=WebConfig)
-    tool: ToolConfig = field(default_factory=ToolConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
     # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
@@ -48,8 +45,11 @@ class Config:
     # daemon reads it again on SIGHUP, so commands may not change it (daemon_inputs).
     source: str | None = field(default=None, compare=False, metadata={"internal": True})
 
-    def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
-        refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))
+    def __post_init__(self) -> None:
+        """Each own section's check against the whole (``ChecksConfig``): ValueError."""
+        for section in own_sections(self):
+            if isinstance(section, ChecksConfig):
+                section.check_config(self)
 
     @property
     def outbox_path(self) -> str:
@@ -109,6 +109,37 @@ def own_sections(config: Config) -> Iterator[object]:
     for _, section in config.sections:
         yield section
         yield from _sections(section)
+
+
+@runtime_checkable
+class ChecksConfig(Protocol):
+    """A section with a check that needs the rest of the configuration (exec's workspace
+    roots against the daemon's own paths): run whenever a Config is built or changed."""
+
+    def check_config(self, config: Config) -> None:
+        """ValueError, naming the setting, when the section does not fit ``config``."""
+        ...
+
+
+@runtime_checkable
+class OpensWorkspaces(Protocol):
+    """A section naming the folders commands work in and files may be written to (exec's
+    workspace roots): other specialists read them through ``workspace_roots``."""
+
+    def workspaces(self) -> tuple[str, ...]:
+        """The folders, as configured."""
+        ...
+
+
+def workspace_roots(config: Config) -> tuple[str, ...]:
+    """Every workspace root an own section declares (``OpensWorkspaces``); () for none."""
+    roots = [
+        root
+        for section in own_sections(config)
+        if isinstance(section, OpensWorkspaces)
+        for root in section.workspaces()
+    ]
+    return tuple(dict.fromkeys(roots))
 
 
 @runtime_checkable

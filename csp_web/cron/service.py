@@ -31,7 +31,7 @@ from contextlib import nullcontext
 
 import trio
 
-from csp_web.config import CronConfig
+from .config import CronConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import TaskPort
 from csp_web.infra.redis_link import RedisUnavailable

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.config import CronConfig
+from .config import CronConfig
 from csp_web.core.api.errors import OpError, StorageFull
 from csp_web.core.api.ports import TaskPort
 from csp_web.core.api.storage import is_storage_full

@@ -35,6 +35,8 @@ from csp_web.mcp_face.refresh import REREAD_S, ToolSet, keep_tools_fresh, reconn
 from csp_web.mcp_face.server import ListChanged, build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import NumberError, Task, parse_uint
+from csp_web.config import workspace_roots
+from specialists.tool.config import tool_section
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ async def load_tools(
     return build_tools(
         entries,
         selected=selected,
-        exec_configured=bool(config.tool.exec.workspace_roots),
+        exec_configured=bool(workspace_roots(config)),
         max_timeout_ms=config.tasks.max_timeout_ms,
     )
 

@@ -1,27 +1,22 @@
-"""The tool specialist's section (``tool``): exec, cron, MCP. ``tool.browser`` is the browser
-specialist's own section (specialists/browser/config.py), read by the loader at that key."""
+"""The tool specialist's own section (``tool``): exec, cron, MCP. ``tool.browser`` inside it is
+the browser specialist's own section (specialists/browser/config.py), read at that key.
+
+Each part declares what the core must know through the section hooks of csp_web.config:
+exec's shell and bwrap and each MCP server's files (``ReadsInputs``), the cron store's folder
+(``OwnsPaths``), the workspace roots (``OpensWorkspaces``) and that none of them overlaps
+the daemon's own paths (``ChecksConfig``)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
 
-from specialists.tool.exec.config import ExecConfig
+from csp_web.config import Config, daemon_inputs, expand_protected, section_of
+from csp_web.cron.config import CronConfig
+from specialists.tool.exec.config import ExecConfig, overlaps
 from specialists.tool.mcp.config import McpConfig
 
-
-@dataclass(frozen=True)
-class CronConfig:
-    store_path: str | None = None  # default: <state_dir>/cron.json
-    max_jobs: int = 100
-    history: int = 10  # outcomes kept per job and shown by ACTION list
-    # Missed runs while the daemon was down: "skip" them, or "run_once" for all of them.
-    default_missed: Literal["skip", "run_once"] = "skip"
-
-    def private_paths(self, state_dir: str) -> tuple[str, ...]:
-        """The cron store's folder (``csp_web.config.root.OwnsPaths``)."""
-        return (os.path.dirname(os.path.abspath(self.store_path)),) if self.store_path else ()
+SECTION = "tool"
 
 
 @dataclass(frozen=True)
@@ -29,3 +24,26 @@ class ToolConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+
+
+def tool_section(config: Config) -> ToolConfig:
+    """The tool's own section of ``config`` (its defaults if the file has none)."""
+    return section_of(config, SECTION, ToolConfig)
+
+
+def protected_paths(config: Config) -> tuple[str, ...]:
+    """``tool.exec.protected_paths`` (``~`` expanded) and every daemon input, deduplicated."""
+    own = tool_section(config).exec.protected_paths
+    return expand_protected((*own, *daemon_inputs(config)))
+
+
+def workspace_overlaps(config: Config) -> list[tuple[str, str]]:
+    """(workspace root, protected path) for each protected path a root holds or lies in:
+    commands may not change it there (check-config reports each)."""
+    pairs = []
+    for root in tool_section(config).exec.workspace_roots:
+        real = os.path.realpath(root)
+        for path in protected_paths(config):
+            if overlaps(real, os.path.realpath(path.rstrip("/") or "/")):
+                pairs.append((root, path))
+    return pairs

@@ -17,7 +17,9 @@ from typing import Any
 
 import trio
 
-from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
+from csp_web.config import Config, daemon_paths
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.config import protected_paths
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
@@ -40,6 +42,7 @@ from .exec import (
     run_command,
 )
 from .services import ExecServices, ToolServices
+from specialists.tool.config import tool_section
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def _effective_config(config: Config) -> ExecConfig:
     (``~`` is the daemon user's home) and joined by every file the daemon reads as config or
     runs (``daemon_inputs``). A workspace root among the daemon's paths never gets here:
     building the Config refuses it (``specialists.tool.exec.config.refuse_private_workspaces``)."""
-    exec_config = config.tool.exec
+    exec_config = tool_section(config).exec
     private = _masked_private(daemon_paths(config))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *private)))
     return replace(exec_config, masked_paths=masked, protected_paths=protected_paths(config))

@@ -25,6 +25,7 @@ from csp_web.core.api.replies import Result
 from protocol import ErrorCode
 
 from .services import ToolServices
+from specialists.tool.config import tool_section
 
 if TYPE_CHECKING:
     from .mcp import McpPool
@@ -77,7 +78,7 @@ async def _mcp(
     pool = mcp_pool(tool_services, server)
     if action == "list":
         tools = await pool.list_tools(server, timeout_s=_time_left_s())
-        return Result(tools.data, tools.scope, tools.fields(ctx.config.tool.mcp))
+        return Result(tools.data, tools.scope, tools.fields(tool_section(ctx.config).mcp))
     if tool is None:
         raise OpError(ErrorCode.MISSING_FIELD, "TOOL", scope=("mcp",))
     from .mcp import parse_params

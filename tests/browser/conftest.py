@@ -13,7 +13,8 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig, WebConfig, with_section
+from csp_web.config import Config, WebConfig, with_section
+from specialists.tool.config import ToolConfig
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
@@ -25,6 +26,7 @@ from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
 
 from .support import Listener, Refusals, Settable, spki_hash, start_runtime
+from csp_web.config import with_section
 
 CERT_NAMES = ("origin.test", "other.test", "rebind.test")
 PRIVATE_NAMES = tuple(
@@ -112,12 +114,7 @@ def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
 def make_config(
     config: Config, guard: GuardConfig, browser_settings: BrowserConfig
 ) -> functools.partial[Config]:
-    base = replace(
-        config,
-        memory=replace(config.memory, socket_path=None),
-        web=WebConfig(guard=guard),
-        tool=ToolConfig(),
-    )
+    base = with_section(replace(config, memory=replace(config.memory, socket_path=None), web=WebConfig(guard=guard)), "tool", ToolConfig())
     base = with_section(base, SECTION, browser_settings)
     return functools.partial(replace, base)
 

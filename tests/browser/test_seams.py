@@ -14,7 +14,8 @@ import pytest
 import trio
 
 from csp_web.app.catalog import catalogue
-from csp_web.config import Config, ToolConfig, WebConfig
+from csp_web.config import Config, WebConfig
+from specialists.tool.config import ToolConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Seams
 from csp_web.core.api.specialist import Specialist
@@ -27,6 +28,7 @@ from specialists.browser.services import BrowserServices
 from specialists.web.pages.filestore import CacheFileStore
 from specialists.web.services import WebServices
 from tests.net._origin import Origin, Reply, Seen
+from csp_web.config import with_section
 
 WAIT_S = 60.0  # a first Chromium launch on a loaded 2-core host, and one page
 SCRIPTED = (
@@ -54,7 +56,7 @@ def _config(config: Config, origin: Origin, *, private: bool = True) -> Config:
         allow_private=("127.0.0.1/32",) if private else (),
     )
     memory = replace(config.memory, socket_path=None)
-    return replace(config, web=replace(WebConfig(), guard=guard), memory=memory, tool=ToolConfig())
+    return with_section(replace(config, web=replace(WebConfig(), guard=guard), memory=memory), "tool", ToolConfig())
 
 
 @pytest.fixture

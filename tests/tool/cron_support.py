@@ -20,7 +20,9 @@ import trio
 import trio.lowlevel
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, CronConfig, ToolConfig
+from csp_web.config import Config
+from csp_web.cron.config import CronConfig
+from specialists.tool.config import ToolConfig
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import FieldSpec, Params
@@ -35,6 +37,7 @@ from protocol import ErrorCode, Field, Reply, Status, Task
 from specialists.tool.ops_cron import OPS
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
+from csp_web.config import with_section
 
 UTC = datetime.UTC
 # Winter, so Europe/Paris is UTC+1; 30 s past a whole minute, so occurrences are not "now".
@@ -74,7 +77,7 @@ def tick_op(seen: list[str]) -> Op[Any]:
 def cron_config(config: Config, **cron: Any) -> Config:
     """``config`` with cron settings replaced and no memory socket (writes stay pending)."""
     config = replace(config, memory=replace(config.memory, socket_path=None))
-    return replace(config, tool=ToolConfig(cron=CronConfig(**cron)))
+    return with_section(config, "tool", ToolConfig(cron=CronConfig(**cron)))
 
 
 @dataclass

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import ExecConfig, ProgramRule
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.exec.config import ProgramRule
 from specialists.tool.exec import Sandbox, probe_sandbox
 from specialists.tool.exec._access import RunAs
 

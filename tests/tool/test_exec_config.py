@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from csp_web.config import ExecConfig, ProgramRule
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.exec.config import ProgramRule
 from specialists.tool.exec import cache_key, cacheable
 from specialists.tool.exec._limits import cpu_seconds, prlimit_argv
 

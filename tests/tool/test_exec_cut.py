@@ -16,7 +16,8 @@ import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config
+from specialists.tool.config import ToolConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod
 from csp_web.core.dispatch.dispatcher import Dispatcher
@@ -28,6 +29,7 @@ from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
 
 from .exec_support import KINDS, live_pids, make_config, scratch_dir, wait_for_pid
+from csp_web.config import with_section
 
 _PEER = Peer("t", 1000, 4242)
 
@@ -44,7 +46,7 @@ async def dispatcher(
 ) -> AsyncIterator[Dispatcher]:
     overrides = {} if request.param == "bwrap" else {"bwrap_program": None}
     exec_config = make_config(workspace, **overrides)
-    config = replace(config, tool=ToolConfig(exec=exec_config))
+    config = with_section(config, "tool", ToolConfig(exec=exec_config))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,

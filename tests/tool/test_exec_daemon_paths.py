@@ -16,20 +16,14 @@ import sys
 import pytest
 import trio
 
-from csp_web.config import (
-    CacheConfig,
-    Config,
-    CronConfig,
-    DaemonConfig,
-    MemoryConfig,
-    RedisConfig,
-    ToolConfig,
-    WebConfig,
-    daemon_paths,
-)
+from csp_web.config import CacheConfig, Config, DaemonConfig, MemoryConfig, RedisConfig, WebConfig, daemon_paths
+from csp_web.cron.config import CronConfig
+from specialists.tool.config import ToolConfig
 from specialists.node.config import NodesConfig, NodeTlsConfig
 
 from .exec_support import IS_ROOT, NOBODY, make_config, scratch_dir
+from csp_web.config import with_section
+from specialists.tool.config import tool_section
 
 _PROBE = """\
 import socket, sys
@@ -56,7 +50,7 @@ def _private_configs(base: str, state_dir: str = "/var/lib/csp-web-test") -> dic
         ),
         "redis-socket": Config(daemon=state, redis=RedisConfig(url=f"unix://{base}/r.sock?db=1")),
         "redis-tls-key": Config(daemon=state, redis=RedisConfig(tls_key_file=f"{base}/k.pem")),
-        "cron-store": Config(daemon=state, tool=ToolConfig(cron=CronConfig(f"{base}/cron.json"))),
+        "cron-store": with_section(Config(daemon=state), "tool", ToolConfig(cron=CronConfig(f"{base}/cron.json"))),
         "cache-directory": Config(daemon=state, web=WebConfig(cache=CacheConfig(base))),
     }
 
@@ -73,14 +67,7 @@ def test_a_workspace_root_holding_any_daemon_path_is_refused_at_load(setting: st
     with scratch_dir() as workspace, scratch_dir() as state:
         config = _private_configs(workspace, state)[setting]
         with pytest.raises(ValueError, match=r"workspace_roots.*overlaps the daemon's own"):
-            Config(
-                daemon=config.daemon,
-                memory=config.memory,
-                sections=config.sections,
-                redis=config.redis,
-                web=config.web,
-                tool=ToolConfig(exec=make_config(workspace), cron=config.tool.cron),
-            )
+            with_section(Config(daemon=config.daemon, memory=config.memory, sections=config.sections, redis=config.redis, web=config.web), "tool", ToolConfig(exec=make_config(workspace), cron=tool_section(config).cron))
 
 
 async def _serve_as_nobody(base: str, frames: str, *args: str) -> str:

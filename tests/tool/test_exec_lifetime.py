@@ -23,7 +23,9 @@ import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ExecConfig, SlotLimits, ToolConfig
+from csp_web.config import Config, SlotLimits
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.config import ToolConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod
 from csp_web.core.dispatch.dispatcher import Dispatcher
@@ -36,6 +38,7 @@ from tests.harness import build_dispatcher
 
 from .exec_support import IS_ROOT, NOBODY, live_pids, make_config, scratch_dir
 from .test_exec_policy_npm import documented_policy
+from csp_web.config import with_section
 
 pytestmark = pytest.mark.slow
 
@@ -51,11 +54,7 @@ async def open_dispatcher(
     pools = replace(
         config.tasks.specialists, tool=SlotLimits(max_running=max_running, max_queued=10)
     )
-    config = replace(
-        config,
-        tool=ToolConfig(exec=exec_config),
-        tasks=replace(config.tasks, specialists=pools),
-    )
+    config = with_section(replace(config, tasks=replace(config.tasks, specialists=pools)), "tool", ToolConfig(exec=exec_config))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,

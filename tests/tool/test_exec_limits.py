@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import ProgramRule
+from specialists.tool.exec.config import ProgramRule
 from specialists.tool.exec import (
     ExecRequest,
     ExecResult,

@@ -17,7 +17,8 @@ import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config
+from specialists.tool.config import ToolConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
@@ -28,6 +29,7 @@ from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
 from tests.tool.exec_support import make_config, scratch_dir
+from csp_web.config import with_section
 
 WAIT_S = 30  # bounds each reply; the command itself is killed at 0.4 s
 
@@ -40,7 +42,7 @@ def workspace() -> Iterator[str]:
 
 @pytest.fixture
 async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher]:
-    config = replace(config, tool=ToolConfig(exec=make_config(workspace)))
+    config = with_section(config, "tool", ToolConfig(exec=make_config(workspace)))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,

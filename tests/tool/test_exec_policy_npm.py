@@ -18,13 +18,14 @@ import pytest
 import trio
 import yaml
 
-from csp_web.config import ExecConfig
-from csp_web.config.load import config_from_mapping
+from specialists.tool.exec.config import ExecConfig
+from csp_web.app.catalog import config_from_mapping
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, ExecResult, run_command
 
 from .exec_support import IS_ROOT, NOBODY, probe, scratch_dir
+from specialists.tool.config import tool_section
 
 _DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "exec-policy.md")
 _PROGRAMS = ("node", "npm", "git", "python3")
@@ -35,7 +36,7 @@ def documented_policy(workspace: str) -> ExecConfig:
         (block,) = re.findall(r"```yaml\n(.*?)```", f.read(), re.DOTALL)
     data: dict[str, Any] = yaml.safe_load(block)
     data["tool"]["exec"]["workspace_roots"] = [workspace]
-    return config_from_mapping(data).tool.exec
+    return tool_section(config_from_mapping(data)).exec
 
 
 @pytest.fixture

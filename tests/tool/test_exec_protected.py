@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config import ExecConfig
+from specialists.tool.exec.config import ExecConfig
 from specialists.tool.exec.config import DEFAULT_PROTECTED
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import ExecConfig, ProgramRule
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.exec.config import ProgramRule
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from csp_web.config import ProgramRule
+from specialists.tool.exec.config import ProgramRule
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command

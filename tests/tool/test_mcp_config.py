@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from csp_web.config import ConfigError, HttpServerConfig, McpConfig, StdioServerConfig
+from csp_web.config import ConfigError
+from specialists.tool.mcp.config import HttpServerConfig
+from specialists.tool.mcp.config import McpConfig
+from specialists.tool.mcp.config import StdioServerConfig
 from csp_web.config.load import load_section
 
 

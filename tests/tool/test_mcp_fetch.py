@@ -12,7 +12,7 @@ import sys
 import pytest
 import trio
 
-from csp_web.config import StdioServerConfig
+from specialists.tool.mcp.config import StdioServerConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.mcp import open_mcp_pool

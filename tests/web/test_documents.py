@@ -32,6 +32,8 @@ from tests.harness import build_dispatcher
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 from tests.web.pages_support import ARTICLE, MARKDOWN, TITLE, WAIT_S, serve
+from csp_web.config import with_section
+from specialists.tool.config import tool_section
 
 PEER = Peer("docs", 1000, 7)
 
@@ -39,7 +41,7 @@ PEER = Peer("docs", 1000, 7)
 def docs_config(config: Config, workspace: Path, **docs: Any) -> Config:
     exec_config = replace(ExecConfig(), workspace_roots=(str(workspace),))
     web = replace(config.web, docs=replace(DocsConfig(), **docs))
-    return replace(config, web=web, tool=replace(config.tool, exec=exec_config))
+    return with_section(replace(config, web=web), "tool", replace(tool_section(config), exec=exec_config))
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from specialists.tool.exec.config import ExecConfig, expand_protected, overlaps
+from specialists.tool.exec.config import ExecConfig, overlaps
+from csp_web.config import expand_protected
 from csp_web.core.api.errors import OpError
 
 from ._errors import blocked, denied

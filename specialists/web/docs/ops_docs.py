@@ -40,6 +40,8 @@ from .board import file_lines
 from .services import DocsServices
 from .workspace import check_target
 from .workspace import write_file as write_at
+from csp_web.config import workspace_roots
+from specialists.tool.config import tool_section
 
 FILE_KEY = FieldSpec("FILE_KEY", required=True, doc="a fileKey from fetch (fk_...)")
 NOTE_MAX_CHARS = 2000
@@ -104,7 +106,7 @@ async def write_file(params: Params, ctx: OpContext, services: DocsServices) -> 
     check(key)
     services.board.turn(ctx.peer, services.config.docs.board)
     with web_audit(key) as notes:
-        target = check_target(ctx.config.tool.exec.workspace_roots, path)
+        target = check_target(workspace_roots(ctx.config), path)
         page = await _source(ctx, services, key)
         data = content_of(page).encode("utf-8")
         write = functools.partial(
