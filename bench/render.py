@@ -39,7 +39,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/render.py` finds the pack
 
 from csp_web.app.memory_path import outbox_path  # noqa: E402
 from csp_web.config import Config, DaemonConfig, WebConfig, with_section  # noqa: E402
-from csp_web.config.web import FetchConfig, RateConfig  # noqa: E402
+from specialists.web.config import FetchConfig, RateConfig  # noqa: E402
 from csp_web.core.api.context import Peer  # noqa: E402
 from csp_web.memory.outbox import open_outbox  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402

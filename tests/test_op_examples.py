@@ -32,7 +32,7 @@ from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import Client, open_client
 from csp_web.config import Config, SearchProvider, with_section
-from csp_web.config.web import ApiConfig
+from specialists.web.config import ApiConfig
 from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example
 from csp_web.core.api.ops import OpSpec
 from csp_web.core.api.specialist import Composable

@@ -18,7 +18,7 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
-from csp_web.config.docs import DocsConfig
+from specialists.web.docs.config import DocsConfig
 from csp_web.config.errors import ConfigError
 from csp_web.config.guard import GuardConfig
 from csp_web.config.inputs import daemon_inputs, expand_protected
@@ -36,7 +36,7 @@ from csp_web.config.root import (
     with_section,
     workspace_roots,
 )
-from csp_web.config.web import (
+from specialists.web.config import (
     ApiConfig,
     CacheConfig,
     FetchConfig,

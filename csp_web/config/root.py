@@ -24,7 +24,7 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.redis import RedisConfig
-from csp_web.config.web import WebConfig
+from specialists.web.config import WebConfig
 
 
 @dataclass(frozen=True)

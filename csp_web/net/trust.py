@@ -12,7 +12,7 @@ import certifi
 import truststore
 
 from csp_web.config.errors import ConfigError
-from csp_web.config.web import TlsConfig
+from specialists.web.config import TlsConfig
 
 
 def trust_context(tls: TlsConfig) -> ssl.SSLContext:

@@ -12,7 +12,7 @@ import trio
 import trustme
 
 from csp_web.config.errors import ConfigError
-from csp_web.config.web import TlsConfig, WebConfig
+from specialists.web.config import TlsConfig, WebConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, Proxy, open_guarded_client, parse_proxy, trust_context
 from csp_web.net.forward_proxy import connect_request

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from csp_web.config import Config, SearchProvider
-from csp_web.config.docs import DocsConfig, FirecrawlConfig
+from specialists.web.docs.config import DocsConfig, FirecrawlConfig
 from protocol import Status
 from specialists.web import WEB
 from specialists.web.search.ops_search import OPS as SEARCH_OPS

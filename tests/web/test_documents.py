@@ -17,7 +17,7 @@ import trio
 
 from csp_web.app.memory_path import open_memory_link, outbox_path
 from csp_web.config import Config
-from csp_web.config.docs import BoardConfig, CabinetConfig, DocsConfig
+from specialists.web.docs.config import BoardConfig, CabinetConfig, DocsConfig
 from specialists.tool.exec.config import ExecConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher

@@ -12,7 +12,7 @@ import trustme
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
-from csp_web.config.web import TlsConfig
+from specialists.web.config import TlsConfig
 from csp_web.memory.outbox import open_outbox
 from protocol import Status
 from specialists.web import WEB

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from csp_web.config import Config
-from csp_web.config.web import FetchConfig
+from specialists.web.config import FetchConfig
 from csp_web.core.api.errors import OpError
 from protocol import Reply, Status
 from specialists.web.pages.appshell import SCRIPT_RATIO, TINY_TEXT_CHARS, shell_reason

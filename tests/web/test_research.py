@@ -14,7 +14,7 @@ import trio.testing
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
-from csp_web.config.docs import DocsConfig, ResearchConfig
+from specialists.web.docs.config import DocsConfig, ResearchConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.api.errors import OpError
 from csp_web.core.dispatch.dispatcher import Dispatcher

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from csp_web.config import Config
-from csp_web.config.docs import DocsConfig
+from specialists.web.docs.config import DocsConfig
 from csp_web.net import FetchResult
 from protocol import Reply, Status
 from specialists.web.search import brave

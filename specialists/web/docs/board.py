@@ -15,7 +15,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from csp_web.config.docs import BoardConfig
+from specialists.web.docs.config import BoardConfig
 from csp_web.core.api.context import Peer
 from protocol import Field
 

@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from csp_web.config.docs import CabinetConfig
+from specialists.web.docs.config import CabinetConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Outbound
 from csp_web.core.api.records import json_record, new_write_id

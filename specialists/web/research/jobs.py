@@ -11,7 +11,7 @@ from typing import Literal
 
 import trio
 
-from csp_web.config.docs import ResearchConfig
+from specialists.web.docs.config import ResearchConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 

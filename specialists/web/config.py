@@ -7,7 +7,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Literal
 
-from csp_web.config.docs import DocsConfig
+from specialists.web.docs.config import DocsConfig
 from csp_web.config.guard import GuardConfig
 
 
