@@ -15,15 +15,14 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import Config
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Connection, Limits, Reply, Task, serialize
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from tests.conftest import Daemon, start_daemon, wait_until
 from tests.harness import SLEEPS, TEST_OPS, ClientEnd, outbox_of
 from tests.tool.exec_support import live_pids, make_config, scratch_dir, wait_for_pid
-from csp_web.config import with_section
 
 WAIT_S = 30.0
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 import pytest
 import trio
@@ -12,8 +11,7 @@ import trio.lowlevel
 import trio.testing
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import (
     budget_ms,
@@ -25,11 +23,11 @@ from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
 from tests.tool.exec_support import make_config, scratch_dir
-from csp_web.config import with_section
 
 
 async def test_without_a_task_deadline_work_is_unbounded_or_takes_the_default(

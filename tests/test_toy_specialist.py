@@ -9,18 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.app.catalog import SPECIALISTS, config_sections
+from csp_web.app.catalog import SPECIALISTS, config_from_mapping, config_sections, load_config
 from csp_web.config import Config, ConfigError, SectionSpec, daemon_paths, section_of
-from csp_web.app.catalog import config_from_mapping
-from csp_web.app.catalog import load_config
 from csp_web.config.reload import plan_reload
 from csp_web.core.api.context import Peer
 from csp_web.core.daemon.compose import op_table, open_daemon, reload_paths
 from csp_web.core.daemon.lifecycle import reload_settings
 from protocol import Status, Task
+from specialists.tool.config import tool_section
 from tests.toy import TOY
 from tests.toy.config import ToyConfig
-from specialists.tool.config import tool_section
 
 CATALOGUE = (*SPECIALISTS, TOY)  # the one line
 

@@ -63,7 +63,9 @@ def config_sections(specialists: Sequence[Composable] = SPECIALISTS) -> tuple[Se
     return tuple(s.own_section for s in specialists if s.own_section is not None)
 
 
-def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] | None = None) -> Config:
+def load_config(
+    path: str | None = None, *, sections: Sequence[SectionSpec] | None = None
+) -> Config:
     """``csp_web.config.load.load_config`` with the catalogue's own sections (unless
     ``sections`` names others): the file as the daemon reads it."""
     chosen = config_sections() if sections is None else sections

@@ -4,9 +4,11 @@ the one strict loader (``load``), the one ``ConfigError``, what a reload may cha
 must know (``OwnsPaths``, ``ReadsInputs``, ``OpensWorkspaces``, ``ChecksConfig``). A
 specialist keeps its section in its own folder and names it in its
 ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
-(docs/adding-an-op.md), as tool (``tool``), node (``nodes``) and browser (``tool.browser``)
-do. The web section here predates that."""
+(docs/adding-an-op.md), as web (``web``), tool (``tool``), node (``nodes``) and browser
+(``tool.browser``) do. Shared infrastructure's settings that a specialist's section holds
+(the guard, the cache) are here, found by their class (``shared_section``)."""
 
+from csp_web.config.cache import CacheConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -18,37 +20,29 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
-from specialists.web.docs.config import DocsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.guard import GuardConfig
+from csp_web.config.guard import GuardConfig, TlsConfig, proxy_address
 from csp_web.config.inputs import daemon_inputs, expand_protected
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import (
     ChecksConfig,
     Config,
+    NamesSecrets,
     OpensWorkspaces,
     OwnsPaths,
     ReadsInputs,
     SectionSpec,
     daemon_paths,
     own_sections,
+    secret_variables,
     section_of,
+    shared_section,
     with_section,
+    with_shared,
     workspace_roots,
-)
-from specialists.web.config import (
-    ApiConfig,
-    CacheConfig,
-    FetchConfig,
-    RateConfig,
-    SearchConfig,
-    SearchProvider,
-    SummarizeConfig,
-    WebConfig,
 )
 
 __all__ = [
-    "ApiConfig",
     "AuditConfig",
     "CacheConfig",
     "ChecksConfig",
@@ -56,30 +50,29 @@ __all__ = [
     "ConfigError",
     "ConnectionConfig",
     "DaemonConfig",
-    "DocsConfig",
-    "FetchConfig",
     "GuardConfig",
     "MemoryConfig",
-    "OutboxConfig",
+    "NamesSecrets",
     "OpensWorkspaces",
+    "OutboxConfig",
     "OwnsPaths",
-    "RateConfig",
     "ReadsInputs",
     "RedisConfig",
-    "SearchConfig",
-    "SearchProvider",
     "SectionSpec",
     "SlotLimits",
     "SlotsConfig",
     "SocketConfig",
-    "SummarizeConfig",
     "TasksConfig",
-    "WebConfig",
+    "TlsConfig",
     "daemon_inputs",
     "daemon_paths",
     "expand_protected",
     "own_sections",
+    "proxy_address",
+    "secret_variables",
     "section_of",
+    "shared_section",
     "with_section",
+    "with_shared",
     "workspace_roots",
 ]

@@ -50,6 +50,17 @@ def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()
     return dataclasses.replace(config, source=os.path.abspath(path))
 
 
+def complete_sections(config: Config, sections: Sequence[SectionSpec]) -> Config:
+    """``config`` holding each of ``sections`` the file left out, at its defaults (as
+    ``section_of`` reads it): shared settings that a section holds (the web's guard and
+    cache) can then be changed where they stand (``with_shared``: replay opens the guard)."""
+    present = dict(config.sections)
+    if all(spec.key in present for spec in sections):
+        return config
+    ordered = {spec.key: present.get(spec.key) or spec.cls() for spec in sections}
+    return dataclasses.replace(config, sections=tuple({**ordered, **present}.items()))
+
+
 def serving_socket(config: Config, path: str | None) -> Config:
     """``config`` with ``path`` (``serve --socket``, or systemd's socket) as ``socket.path``,
     so the daemon's own paths, and so the exec sandbox's masks and the workspace-root check,

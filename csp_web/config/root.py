@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
+from csp_web.config.cache import CacheConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -24,7 +25,6 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.redis import RedisConfig
-from specialists.web.config import WebConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
-    web: WebConfig = field(default_factory=WebConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
     # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
@@ -61,7 +60,7 @@ class Config:
 
     @property
     def cache_dir(self) -> str:
-        return self.web.cache.store_dir(self.daemon.state_dir)
+        return shared_section(self, CacheConfig).store_dir(self.daemon.state_dir)
 
 
 T = TypeVar("T")
@@ -85,6 +84,38 @@ def section_of(config: Config, key: str, cls: type[T]) -> T:
                 raise TypeError(f"config section {key} is a {type(section).__name__}")
             return section
     return cls()
+
+
+def shared_section(config: Config, cls: type[T]) -> T:
+    """The settings of shared infrastructure that a specialist's own section holds (the
+    web's guard and cache, the tool's cron), found by their class ``cls``: the first one in
+    the own sections, else ``cls()``. The core and the programs below the specialists read
+    them so without knowing the section that holds them."""
+    for section in own_sections(config):
+        if isinstance(section, cls):
+            return section
+    return cls()
+
+
+def with_shared(config: Config, cls: type[T], change: Callable[[T], T]) -> Config:
+    """``config`` with each ``cls`` in the own sections (``shared_section``) replaced by
+    ``change`` of it: replay opens the guard and moves the cache without naming the web."""
+    sections = tuple((key, _replaced(section, cls, change)) for key, section in config.sections)
+    return dataclasses.replace(config, sections=sections)
+
+
+def _replaced(value: object, cls: type[T], change: Callable[[T], T]) -> object:
+    if isinstance(value, cls):
+        return change(value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes = {}
+    for item in dataclasses.fields(value):
+        before = getattr(value, item.name)
+        after = _replaced(before, cls, change)
+        if after is not before:
+            changes[item.name] = after
+    return dataclasses.replace(value, **changes) if changes else value
 
 
 def with_section(config: Config, key: str, section: object) -> Config:
@@ -140,6 +171,26 @@ def workspace_roots(config: Config) -> tuple[str, ...]:
         for root in section.workspaces()
     ]
     return tuple(dict.fromkeys(roots))
+
+
+@runtime_checkable
+class NamesSecrets(Protocol):
+    """A section reading credentials from environment variables (``api_key_env``): replay
+    knows which ones a recording had set without knowing the section."""
+
+    def secret_variables(self) -> tuple[str, ...]:
+        """The variables' names."""
+        ...
+
+
+def secret_variables(config: Config) -> tuple[str, ...]:
+    """Every environment variable the configuration reads a credential from, sorted: those
+    the own sections name (``NamesSecrets``) and Redis's password."""
+    names = {config.redis.password_env}
+    for section in own_sections(config):
+        if isinstance(section, NamesSecrets):
+            names.update(section.secret_variables())
+    return tuple(sorted(name for name in names if name))
 
 
 @runtime_checkable

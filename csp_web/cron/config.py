@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from csp_web.config import Config, own_sections
+from csp_web.config import Config, shared_section
 
 
 @dataclass(frozen=True)
@@ -27,5 +27,4 @@ def cron_section(config: Config) -> CronConfig:
     """The cron settings of ``config``: those the specialist running the scheduler keeps in
     its own section (the tool's ``tool.cron``), else the defaults. The scheduler sits below
     the specialists and finds them by their class, not by the section that holds them."""
-    found = (section for section in own_sections(config) if isinstance(section, CronConfig))
-    return next(found, CronConfig())
+    return shared_section(config, CronConfig)

@@ -16,8 +16,8 @@ import trio
 from csp_web.config import Config
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 
-from .config import cron_section
 from .claims import RunClaims, SharedCronStore
+from .config import cron_section
 from .jobs import Job
 from .runs import WallClock, system_now
 from .service import CronService

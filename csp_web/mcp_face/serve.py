@@ -19,7 +19,7 @@ from typing import Any
 import trio
 from mcp.server import Server
 
-from csp_web.config import Config
+from csp_web.config import Config, workspace_roots
 from csp_web.core.api.ports import allowed_uids
 from csp_web.core.transports.unix import open_unix_listener
 from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
@@ -35,8 +35,6 @@ from csp_web.mcp_face.refresh import REREAD_S, ToolSet, keep_tools_fresh, reconn
 from csp_web.mcp_face.server import ListChanged, build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
 from protocol import NumberError, Task, parse_uint
-from csp_web.config import workspace_roots
-from specialists.tool.config import tool_section
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import httpcore
 
-from specialists.web.config import proxy_address
+from csp_web.config import proxy_address
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 

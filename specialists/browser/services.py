@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.config import Config
+from csp_web.config import Config, shared_section
 from csp_web.core.api.ports import FileStore, Port
 from csp_web.net import GuardConfig, Resolver
 from csp_web.net.guard_proxy import GuardProxy
@@ -132,8 +132,8 @@ async def open_browser_services(
     runtime: Runtime | None = None,
 ) -> AsyncIterator[BrowserServices]:
     """The services, over ``runtime`` when given (a test's shared one, left open) or a new
-    one. ``guard`` returns the guard settings in effect (default: ``config.web.guard``)."""
-    current_guard = guard or (lambda: config.web.guard)
+    one. ``guard`` returns the guard settings in effect (default: the web's ``web.guard``)."""
+    current_guard = guard or (lambda: shared_section(config, GuardConfig))
     browser = browser_section(config)
     try:
         async with trio.open_nursery() as nursery:

@@ -18,8 +18,6 @@ from typing import Any
 import trio
 
 from csp_web.config import Config, daemon_paths
-from specialists.tool.exec.config import ExecConfig
-from specialists.tool.config import protected_paths
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
@@ -31,6 +29,8 @@ from csp_web.core.api.replies import Result
 from csp_web.infra.redis_cache import open_response_cache
 from csp_web.infra.redis_link import RedisLink
 from protocol import ErrorCode
+from specialists.tool.config import protected_paths, tool_section
+from specialists.tool.exec.config import ExecConfig
 
 from .exec import (
     ExecRequest,
@@ -42,7 +42,6 @@ from .exec import (
     run_command,
 )
 from .services import ExecServices, ToolServices
-from specialists.tool.config import tool_section
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode
+from specialists.tool.config import tool_section
 
 from .services import ToolServices
-from specialists.tool.config import tool_section
 
 if TYPE_CHECKING:
     from .mcp import McpPool

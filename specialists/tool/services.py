@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from csp_web.config import Config
-from specialists.tool.exec.config import ExecConfig
-from specialists.tool.mcp.config import McpConfig
 from csp_web.cron import CronService
 from csp_web.infra.redis_cache import ResponseCache
+from specialists.tool.config import tool_section
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.mcp.config import McpConfig
 
 from .exec import Sandbox
-from specialists.tool.config import tool_section
 
 if TYPE_CHECKING:
     from .mcp import McpPool

@@ -13,20 +13,20 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, WebConfig, with_section
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from specialists.browser import browser_ops
 from specialists.browser.config import SECTION, BrowserConfig
 from specialists.browser.services import BrowserServices, Runtime, open_browser_services
+from specialists.tool.config import ToolConfig
+from specialists.web.config import WebConfig
 from tests.harness import build_dispatcher
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
 
 from .support import Listener, Refusals, Settable, spki_hash, start_runtime
-from csp_web.config import with_section
 
 CERT_NAMES = ("origin.test", "other.test", "rebind.test")
 PRIVATE_NAMES = tuple(
@@ -114,7 +114,15 @@ def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
 def make_config(
     config: Config, guard: GuardConfig, browser_settings: BrowserConfig
 ) -> functools.partial[Config]:
-    base = with_section(replace(config, memory=replace(config.memory, socket_path=None), web=WebConfig(guard=guard)), "tool", ToolConfig())
+    base = with_section(
+        with_section(
+            replace(config, memory=replace(config.memory, socket_path=None)),
+            "web",
+            WebConfig(guard=guard),
+        ),
+        "tool",
+        ToolConfig(),
+    )
     base = with_section(base, SECTION, browser_settings)
     return functools.partial(replace, base)
 

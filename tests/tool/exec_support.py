@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import trio
 
-from specialists.tool.exec.config import ExecConfig
-from specialists.tool.exec.config import ProgramRule
 from specialists.tool.exec import Sandbox, probe_sandbox
 from specialists.tool.exec._access import RunAs
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 NOBODY = 65534
 IS_ROOT = os.geteuid() == 0

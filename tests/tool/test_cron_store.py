@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.config import Config
-from csp_web.cron.config import CronConfig
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.cron import (
     CronStore,
     CronStoreError,
@@ -24,9 +22,10 @@ from csp_web.cron import (
     parse_schedule,
     store_path,
 )
+from csp_web.cron.config import CronConfig
 from csp_web.cron.jobs import DONE_KEYS_KEPT, INTERRUPTED, RUNNING
 from csp_web.cron.store import write_atomic
-from csp_web.config import with_section
+from specialists.tool.config import ToolConfig
 
 AT = datetime.datetime(2026, 1, 10, 0, 0, tzinfo=datetime.UTC)
 

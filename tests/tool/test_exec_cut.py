@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 
 import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
 
 from .exec_support import KINDS, live_pids, make_config, scratch_dir, wait_for_pid
-from csp_web.config import with_section
 
 _PEER = Peer("t", 1000, 4242)
 

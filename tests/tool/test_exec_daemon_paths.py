@@ -16,14 +16,21 @@ import sys
 import pytest
 import trio
 
-from csp_web.config import CacheConfig, Config, DaemonConfig, MemoryConfig, RedisConfig, WebConfig, daemon_paths
+from csp_web.config import (
+    CacheConfig,
+    Config,
+    DaemonConfig,
+    MemoryConfig,
+    RedisConfig,
+    daemon_paths,
+    with_section,
+)
 from csp_web.cron.config import CronConfig
-from specialists.tool.config import ToolConfig
 from specialists.node.config import NodesConfig, NodeTlsConfig
+from specialists.tool.config import ToolConfig, tool_section
+from specialists.web.config import WebConfig, web_section
 
 from .exec_support import IS_ROOT, NOBODY, make_config, scratch_dir
-from csp_web.config import with_section
-from specialists.tool.config import tool_section
 
 _PROBE = """\
 import socket, sys
@@ -50,8 +57,12 @@ def _private_configs(base: str, state_dir: str = "/var/lib/csp-web-test") -> dic
         ),
         "redis-socket": Config(daemon=state, redis=RedisConfig(url=f"unix://{base}/r.sock?db=1")),
         "redis-tls-key": Config(daemon=state, redis=RedisConfig(tls_key_file=f"{base}/k.pem")),
-        "cron-store": with_section(Config(daemon=state), "tool", ToolConfig(cron=CronConfig(f"{base}/cron.json"))),
-        "cache-directory": Config(daemon=state, web=WebConfig(cache=CacheConfig(base))),
+        "cron-store": with_section(
+            Config(daemon=state), "tool", ToolConfig(cron=CronConfig(f"{base}/cron.json"))
+        ),
+        "cache-directory": with_section(
+            Config(daemon=state), "web", WebConfig(cache=CacheConfig(base))
+        ),
     }
 
 
@@ -67,7 +78,20 @@ def test_a_workspace_root_holding_any_daemon_path_is_refused_at_load(setting: st
     with scratch_dir() as workspace, scratch_dir() as state:
         config = _private_configs(workspace, state)[setting]
         with pytest.raises(ValueError, match=r"workspace_roots.*overlaps the daemon's own"):
-            with_section(Config(daemon=config.daemon, memory=config.memory, sections=config.sections, redis=config.redis, web=config.web), "tool", ToolConfig(exec=make_config(workspace), cron=tool_section(config).cron))
+            with_section(
+                with_section(
+                    Config(
+                        daemon=config.daemon,
+                        memory=config.memory,
+                        sections=config.sections,
+                        redis=config.redis,
+                    ),
+                    "web",
+                    web_section(config),
+                ),
+                "tool",
+                ToolConfig(exec=make_config(workspace), cron=tool_section(config).cron),
+            )
 
 
 async def _serve_as_nobody(base: str, frames: str, *args: str) -> str:

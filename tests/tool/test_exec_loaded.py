@@ -11,25 +11,23 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 
 import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.exec._runner import PLACEHOLDER_THREAD
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
 from tests.tool.exec_support import make_config, scratch_dir
-from csp_web.config import with_section
 
 WAIT_S = 30  # bounds each reply; the command itself is killed at 0.4 s
 

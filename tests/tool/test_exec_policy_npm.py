@@ -18,14 +18,14 @@ import pytest
 import trio
 import yaml
 
-from specialists.tool.exec.config import ExecConfig
 from csp_web.app.catalog import config_from_mapping
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.tool.config import tool_section
 from specialists.tool.exec import ExecRequest, ExecResult, run_command
+from specialists.tool.exec.config import ExecConfig
 
 from .exec_support import IS_ROOT, NOBODY, probe, scratch_dir
-from specialists.tool.config import tool_section
 
 _DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "exec-policy.md")
 _PROGRAMS = ("node", "npm", "git", "python3")

@@ -8,10 +8,8 @@ from typing import Any
 import pytest
 
 from csp_web.config import ConfigError
-from specialists.tool.mcp.config import HttpServerConfig
-from specialists.tool.mcp.config import McpConfig
-from specialists.tool.mcp.config import StdioServerConfig
 from csp_web.config.load import load_section
+from specialists.tool.mcp.config import HttpServerConfig, McpConfig, StdioServerConfig
 
 
 def test_mapping_with_command_or_url_builds_the_matching_server_kinds() -> None:

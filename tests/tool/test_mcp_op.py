@@ -12,20 +12,18 @@ import trio.testing
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from specialists.tool.mcp.config import StdioServerConfig
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.daemon.compose import open_daemon
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig, tool_section
+from specialists.tool.mcp.config import StdioServerConfig
 from specialists.tool.services import ToolServices, open_mcp_host
 from tests.harness import build_dispatcher, outbox_of
 from tests.tool.mcp_servers.support import toy_config
-from csp_web.config import with_section
-from specialists.tool.config import tool_section
 
 
 @pytest.fixture

@@ -13,18 +13,16 @@ import sniffio
 import trio
 import trio.testing
 
-from csp_web.config import Config
-from specialists.tool.mcp.config import McpConfig
-from specialists.tool.mcp.config import StdioServerConfig
-from specialists.tool.config import ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.tool.config import ToolConfig
 from specialists.tool.mcp import McpPool, open_mcp_pool
+from specialists.tool.mcp.config import McpConfig, StdioServerConfig
 from specialists.tool.services import open_mcp_host
 from tests.conftest import wait_until
 
 from .mcp_servers.support import process_exists, toy_config, toy_stdio
-from csp_web.config import with_section
 
 # Generous bounds on whole tests: they catch a wedge, they time nothing.
 WEDGE_S = 30.0

@@ -1,9 +1,9 @@
 """Configuration of the MCP pool: which servers exist, and the budgets every call runs under.
 
 Frozen dataclasses with units in their names; each default cites its precedent. It is
-``mcp`` in the tool specialist's own section (``tool.mcp``, specialists/tool/config.py). Its server kinds (stdio or HTTP) are a
-tagged union: each kind's ``TAG`` is the key only it has, and the one loader
-(``csp_web.config.load``) picks the kind by it.
+``mcp`` in the tool specialist's own section (``tool.mcp``, specialists/tool/config.py). Its
+server kinds (stdio or HTTP) are a tagged union: each kind's ``TAG`` is the key only it has,
+and the one loader (``csp_web.config.load``) picks the kind by it.
 
 Secrets never stand in the configuration: a server's environment and HTTP headers may name
 the daemon's environment variables (``env_from``, ``headers_from_env``) whose values are read

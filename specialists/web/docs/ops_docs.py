@@ -23,6 +23,7 @@ import functools
 
 import trio
 
+from csp_web.config import workspace_roots
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
@@ -40,8 +41,6 @@ from .board import file_lines
 from .services import DocsServices
 from .workspace import check_target
 from .workspace import write_file as write_at
-from csp_web.config import workspace_roots
-from specialists.tool.config import tool_section
 
 FILE_KEY = FieldSpec("FILE_KEY", required=True, doc="a fileKey from fetch (fk_...)")
 NOTE_MAX_CHARS = 2000

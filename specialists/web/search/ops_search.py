@@ -37,7 +37,6 @@ from typing import Any
 
 import trio
 
-from csp_web.config import SearchConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -45,6 +44,7 @@ from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
+from specialists.web.config import SearchConfig
 
 from ..pages.loading import load_page
 from ..services import WebServices, web_audit
