@@ -49,7 +49,9 @@ def test_the_daemon_completes_the_sections_a_file_leaves_out_so_shared_pieces_ca
     """Without ``web:`` in the file there is no section to hold the guard: replay's change
     would be lost, so the daemon's loading adds every section at its defaults."""
     bare = config_from_mapping({})
-    assert with_shared(bare, GuardConfig, lambda _: GuardConfig(allow_http=True)) == bare
+    with pytest.raises(LookupError, match="no config section holds a GuardConfig"):
+        with_shared(bare, GuardConfig, lambda _: GuardConfig(allow_http=True))
+    assert with_shared(bare, GuardConfig, lambda guard: guard) == bare  # nothing lost
     complete = complete_sections(bare, config_sections())
     assert [key for key, _ in complete.sections] == [spec.key for spec in config_sections()]
     opened = with_shared(complete, GuardConfig, lambda _: GuardConfig(allow_http=True))

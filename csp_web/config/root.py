@@ -99,8 +99,14 @@ def shared_section(config: Config, cls: type[T]) -> T:
 
 def with_shared(config: Config, cls: type[T], change: Callable[[T], T]) -> Config:
     """``config`` with each ``cls`` in the own sections (``shared_section``) replaced by
-    ``change`` of it: replay opens the guard and moves the cache without naming the web."""
+    ``change`` of it: replay opens the guard and moves the cache without naming the web.
+    LookupError when no section holds one and the change would alter its defaults: there is
+    nowhere to keep it (a daemon's config holds every section: ``load.complete_sections``)."""
     sections = tuple((key, _replaced(section, cls, change)) for key, section in config.sections)
+    if sections == config.sections and not any(isinstance(s, cls) for s in own_sections(config)):
+        if change(cls()) != cls():
+            raise LookupError(f"no config section holds a {cls.__name__}")
+        return config
     return dataclasses.replace(config, sections=sections)
 
 
