@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.processes import start_serving
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, DaemonConfig, WebConfig
+from csp_web.config import Config, DaemonConfig, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
@@ -54,6 +54,7 @@ from specialists.browser import browser_ops
 from specialists.browser.config import SECTION, BrowserConfig
 from specialists.browser.engine import find_executable, sandboxed
 from specialists.browser.services import BrowserServices, open_browser_services
+from specialists.web.config import WebConfig
 from tests.browser.support import chromium_processes, spki_hash
 from tests.harness import build_dispatcher
 from tests.net._origin import Origin
@@ -96,10 +97,13 @@ def start_origin(issuer: trustme.CA, workdir: str) -> tuple[subprocess.Popen[str
 def bench_config(workdir: str, port: int, spki: str, recycle: int) -> Config:
     guard = GuardConfig(allowed_ports=(port,), allow_private=("127.0.0.1/32",))
     browser = BrowserConfig(trusted_spki=(spki,), recycle_after_pages=recycle)
-    return Config(
-        daemon=DaemonConfig(state_dir=workdir, log_level="warning"),
-        web=WebConfig(guard=guard),
-        sections=((SECTION, browser),),
+    return with_section(
+        Config(
+            daemon=DaemonConfig(state_dir=workdir, log_level="warning"),
+            sections=((SECTION, browser),),
+        ),
+        "web",
+        WebConfig(guard=guard),
     )
 
 

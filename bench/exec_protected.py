@@ -28,9 +28,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_protected.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from csp_web.config import ExecConfig  # noqa: E402
-from csp_web.config.exec import DEFAULT_PROTECTED  # noqa: E402
 from specialists.tool.exec import ExecRequest, probe_sandbox, run_command  # noqa: E402
+from specialists.tool.exec.config import (  # noqa: E402
+    DEFAULT_PROTECTED,
+    ExecConfig,
+)
 
 NOBODY = 65534
 

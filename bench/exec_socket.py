@@ -28,12 +28,16 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_socket.py` finds the
 
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.client.trio_client import open_client  # noqa: E402
-from csp_web.config import Config, DaemonConfig, ToolConfig  # noqa: E402
-from csp_web.config.exec import ExecConfig, ProgramRule  # noqa: E402
+from csp_web.config import Config, DaemonConfig, with_section  # noqa: E402
 from csp_web.core.api.specialist import Specialist  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from protocol import Status, Task  # noqa: E402
+from specialists.tool.config import (  # noqa: E402
+    ToolConfig,
+    tool_section,
+)
+from specialists.tool.exec.config import ExecConfig, ProgramRule  # noqa: E402
 from specialists.tool.ops_exec import OPS, open_exec_services  # noqa: E402
 from specialists.tool.services import ExecServices, ToolServices  # noqa: E402
 
@@ -44,7 +48,7 @@ def _exec_only(services: ExecServices) -> Specialist[ToolConfig, ToolServices]:
         name="tool",
         ops=tuple(OPS),
         slots=lambda slots: slots.tool,
-        section=lambda config: config.tool,
+        section=lambda config: tool_section(config),
         own_section=None,
         reloadable=(),
         restart_only=(),
@@ -107,9 +111,10 @@ def make_config(workdir: str, workspace: str, *, sandbox: bool) -> Config:
         max_processes=10_000 if not sandbox else 10,  # no sandbox: one budget for the uid
     )
     state = os.path.join(workdir, "state")
-    return Config(
-        daemon=DaemonConfig(state_dir=state, log_level="warning"),
-        tool=replace(ToolConfig(), exec=exec_config),
+    return with_section(
+        Config(daemon=DaemonConfig(state_dir=state, log_level="warning")),
+        "tool",
+        replace(ToolConfig(), exec=exec_config),
     )
 
 

@@ -33,7 +33,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/exec_spawn.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from csp_web.config import ExecConfig  # noqa: E402
 from specialists.tool.exec import (  # noqa: E402
     ExecRequest,
     Sandbox,
@@ -41,6 +40,7 @@ from specialists.tool.exec import (  # noqa: E402
     run_command,
 )
 from specialists.tool.exec._spawner import run_in_spawner  # noqa: E402
+from specialists.tool.exec.config import ExecConfig  # noqa: E402
 
 WARMUP = 10
 NOBODY = 65534

@@ -41,12 +41,16 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch.py` finds the packa
 
 from bench.processes import start_serving  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
-from csp_web.config import Config, DaemonConfig, OutboxConfig, RateConfig, WebConfig  # noqa: E402
+from csp_web.config import Config, DaemonConfig, OutboxConfig, with_section  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, Task  # noqa: E402
 from specialists.web import make_web  # noqa: E402
+from specialists.web.config import (  # noqa: E402
+    RateConfig,
+    WebConfig,
+)
 from tests.net._dns import FixedResolver  # noqa: E402
 from tests.net._origin import Origin  # noqa: E402
 from tests.net._origin import Reply as OriginReply  # noqa: E402
@@ -111,10 +115,13 @@ def start_origin(ca: trustme.CA, workdir: str) -> tuple[subprocess.Popen[str], i
 
 def bench_config(workdir: str, port: int, synchronous: Sync) -> Config:
     web = WebConfig()
-    return Config(
-        daemon=DaemonConfig(state_dir=os.path.join(workdir, synchronous), log_level="warning"),
-        outbox=OutboxConfig(synchronous=synchronous),
-        web=replace(
+    return with_section(
+        Config(
+            daemon=DaemonConfig(state_dir=os.path.join(workdir, synchronous), log_level="warning"),
+            outbox=OutboxConfig(synchronous=synchronous),
+        ),
+        "web",
+        replace(
             web,
             guard=GuardConfig(
                 allowed_ports=(port,),

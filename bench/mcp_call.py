@@ -27,8 +27,11 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/mcp_call.py` finds the pa
 
 from mcp import Client, StdioServerParameters, stdio_client  # noqa: E402
 
-from csp_web.config import McpConfig, StdioServerConfig  # noqa: E402
 from specialists.tool.mcp import open_mcp_pool  # noqa: E402
+from specialists.tool.mcp.config import (  # noqa: E402
+    McpConfig,
+    StdioServerConfig,
+)
 from tests.tool.mcp_servers.support import TOY_SERVER  # noqa: E402
 
 ARGUMENTS = {"text": "ping"}

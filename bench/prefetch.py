@@ -40,12 +40,21 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/prefetch.py` finds the pa
 from bench.fetch import Client, check, percentiles  # noqa: E402
 from bench.processes import start_serving  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
-from csp_web.config import Config, DaemonConfig, RateConfig, SearchProvider, WebConfig  # noqa: E402
+from csp_web.config import (  # noqa: E402
+    Config,
+    DaemonConfig,
+    with_section,
+)
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import Task  # noqa: E402
 from specialists.web import make_web  # noqa: E402
+from specialists.web.config import (  # noqa: E402
+    RateConfig,
+    SearchProvider,
+    WebConfig,
+)
 from tests.net._dns import FixedResolver  # noqa: E402
 from tests.net._origin import Origin, Seen  # noqa: E402
 from tests.net._origin import Reply as OriginReply  # noqa: E402
@@ -103,9 +112,10 @@ def bench_config(workdir: str, port: int) -> Config:
     web = WebConfig()
     searxng = SearchProvider("searxng", base_url=f"https://{HOST}:{port}/searx/")
     unlimited = RateConfig(per_minute=1e9, burst=1_000_000)  # the bench measures no bucket
-    return Config(
-        daemon=DaemonConfig(state_dir=os.path.join(workdir, "state"), log_level="warning"),
-        web=replace(
+    return with_section(
+        Config(daemon=DaemonConfig(state_dir=os.path.join(workdir, "state"), log_level="warning")),
+        "web",
+        replace(
             web,
             guard=GuardConfig(allowed_ports=(port,), allow_private=("127.0.0.1",)),
             fetch=replace(web.fetch, rate=unlimited),

@@ -43,13 +43,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/redis_fleet.py` finds the
 
 from bench.fetch import Client, corpus_pages, fetch_task, page_path  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
-from csp_web.config import (  # noqa: E402
-    CacheConfig,
-    Config,
-    DaemonConfig,
-    RateConfig,
-    WebConfig,
-)
+from csp_web.config import CacheConfig, Config, DaemonConfig, with_section  # noqa: E402
 from csp_web.config.redis import RedisConfig  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402
@@ -57,6 +51,7 @@ from csp_web.infra.redis_link import open_redis_link  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
 from protocol import Reply, Status, Task  # noqa: E402
 from specialists.web import make_web  # noqa: E402
+from specialists.web.config import RateConfig, WebConfig  # noqa: E402
 from tests.net._dns import FixedResolver  # noqa: E402
 from tests.net._origin import Origin  # noqa: E402
 from tests.net._origin import Reply as OriginReply  # noqa: E402
@@ -104,9 +99,13 @@ def daemon_config(spec: dict[str, Any]) -> Config:
     timeout_s = spec.get("call_timeout_s", 1.0) or RedisConfig.call_timeout_s
     redis = RedisConfig(url=spec["redis_url"], key_prefix=spec["prefix"], call_timeout_s=timeout_s)
     rate = RateConfig(per_minute=spec["rate_per_minute"], burst=spec["rate_burst"])
-    return Config(
-        daemon=DaemonConfig(state_dir=spec["state_dir"], log_level="warning"),
-        web=replace(
+    return with_section(
+        Config(
+            daemon=DaemonConfig(state_dir=spec["state_dir"], log_level="warning"),
+            redis=redis if spec["redis_url"] else RedisConfig(),
+        ),
+        "web",
+        replace(
             web,
             guard=GuardConfig(
                 allowed_ports=(spec["port"],),
@@ -120,7 +119,6 @@ def daemon_config(spec: dict[str, Any]) -> Config:
             ),
             fetch=replace(web.fetch, rate=rate),
         ),
-        redis=redis if spec["redis_url"] else RedisConfig(),
     )
 
 

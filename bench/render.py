@@ -38,8 +38,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/render.py` finds the pack
     sys.path.insert(0, str(REPO_ROOT))
 
 from csp_web.app.memory_path import outbox_path  # noqa: E402
-from csp_web.config import Config, DaemonConfig, WebConfig, with_section  # noqa: E402
-from csp_web.config.web import FetchConfig, RateConfig  # noqa: E402
+from csp_web.config import Config, DaemonConfig, with_section  # noqa: E402
 from csp_web.core.api.context import Peer  # noqa: E402
 from csp_web.memory.outbox import open_outbox  # noqa: E402
 from csp_web.net import GuardConfig  # noqa: E402
@@ -48,6 +47,12 @@ from specialists.browser.config import SECTION, BrowserConfig, browser_section  
 from specialists.browser.engine import find_executable  # noqa: E402
 from specialists.browser.render import ChromiumRenderer  # noqa: E402
 from specialists.browser.services import open_browser_services  # noqa: E402
+from specialists.web.config import (  # noqa: E402
+    FetchConfig,
+    RateConfig,
+    WebConfig,
+    web_section,
+)
 from specialists.web.pages.ops_fetch import OPS  # noqa: E402
 from specialists.web.services import open_web_services  # noqa: E402
 from tests.browser.support import Settable, spki_hash, start_runtime  # noqa: E402
@@ -128,7 +133,7 @@ async def measure(
     issuer.configure_trust(trust)
     dns = FixedResolver({HOST: ["127.0.0.1"]})
     settings = Settable()
-    settings.guard = config.web.guard
+    settings.guard = web_section(config).guard
     browser_config = browser_section(config)
     runtime, served = start_runtime(browser_config, settings)
     runtime.proxy.resolver = dns
@@ -183,9 +188,10 @@ async def main(rounds: int) -> None:
         )
         fast = RateConfig(1_000_000, 1_000_000)  # the bench measures rendering, not the bucket
         browser_config = BrowserConfig(trusted_spki=(spki_hash(issuer),))
-        config = Config(
-            daemon=DaemonConfig(state_dir=state),
-            web=WebConfig(guard=guard, fetch=FetchConfig(rate=fast)),
+        config = with_section(
+            Config(daemon=DaemonConfig(state_dir=state)),
+            "web",
+            WebConfig(guard=guard, fetch=FetchConfig(rate=fast)),
         )
         config = with_section(config, SECTION, browser_config)
         config = replace(config, memory=replace(config.memory, socket_path=None))

@@ -25,7 +25,8 @@ import trustme
 from csp_web.app.compose import open_app_daemon
 from csp_web.cli.cassette_run import Upstream
 from csp_web.cli.replay import replay_files
-from csp_web.config import Config, DaemonConfig, GuardConfig, WebConfig
+from csp_web.config import Config, DaemonConfig, GuardConfig, with_section
+from specialists.web.config import WebConfig
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, start_https_origin
 from tests.web.fixtures import load
@@ -60,7 +61,9 @@ def _routes() -> dict[str, object]:
 def recording_config(state_dir: str) -> Config:
     """The embedded defaults, with the examples' hosts let through to the local origin."""
     guard = GuardConfig(allow_private=HOSTS)
-    return Config(daemon=DaemonConfig(state_dir=state_dir), web=replace(WebConfig(), guard=guard))
+    return with_section(
+        Config(daemon=DaemonConfig(state_dir=state_dir)), "web", replace(WebConfig(), guard=guard)
+    )
 
 
 @contextmanager

@@ -23,9 +23,11 @@ import trio
 import trustme
 from hypothesis import settings
 
+from csp_web.app.catalog import config_sections
 from csp_web.app.compose import open_app_daemon
 from csp_web.app.memory_path import open_memory_path
 from csp_web.config import AuditConfig, Config, DaemonConfig, MemoryConfig
+from csp_web.config.load import complete_sections
 from csp_web.core.api.ops import Op
 from csp_web.core.api.specialist import Composable
 from csp_web.core.daemon.compose import Daemon as ComposedDaemon
@@ -79,8 +81,10 @@ def config(tmp_path: os.PathLike[str], sock_dir: str) -> Config:
     """Embedded defaults, with state in tmp_path and the memory sink's socket configured.
 
     Pings are the tests' cheapest audited op: one IN:SYS frame per audit summary here, so each
-    is written (durable) before its reply, as other ops' records are (SPEC O-4)."""
-    return Config(
+    is written (durable) before its reply, as other ops' records are (SPEC O-4). Every
+    specialist's own section is there at its defaults, as the daemon loads a file
+    (``complete_sections``): what a section declares (credentials, paths) is seen."""
+    config = Config(
         daemon=DaemonConfig(state_dir=str(tmp_path), grace_period_s=5.0),
         audit=AuditConfig(sys_summary_max_frames=1),
         memory=MemoryConfig(
@@ -89,6 +93,7 @@ def config(tmp_path: os.PathLike[str], sock_dir: str) -> Config:
             backoff_max_s=0.05,
         ),
     )
+    return complete_sections(config, config_sections())
 
 
 STOP_WAIT_S = 10.0  # a bound on a stop that ends on an event, never a timing assertion

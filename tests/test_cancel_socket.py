@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Connection, Limits, Reply, Task, serialize
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from tests.conftest import Daemon, start_daemon, wait_until
 from tests.harness import SLEEPS, TEST_OPS, ClientEnd, outbox_of
 from tests.tool.exec_support import live_pids, make_config, scratch_dir, wait_for_pid
@@ -155,7 +156,7 @@ async def test_a_cancelled_exec_leaves_no_process(
     """``exec sleep 30`` over the socket, cancelled by REQ:cancel from another connection
     or by its client hanging up: its reply (or audit) says cancelled, and /proc holds no
     process of it once the task is answered."""
-    config = replace(config, tool=ToolConfig(exec=make_config(workspace)))
+    config = with_section(config, "tool", ToolConfig(exec=make_config(workspace)))
     daemon = await start_daemon(
         nursery, config, os.path.join(sock_dir, "csp.sock"), specialists=(TOOL,)
     )

@@ -36,7 +36,8 @@ from csp_web.cli.cassette_run import (
 )
 from csp_web.cli.replay import own_memory_sink, replay_files, replay_in_memory
 from csp_web.cli.transcript import parse_transcript
-from csp_web.config import Config
+from csp_web.config import Config, with_section
+from specialists.web.config import web_section
 from tests.cassette_examples import (
     EXAMPLES,
     FOLDER,
@@ -198,8 +199,8 @@ def _too_large(url: str) -> str:
 
 
 def _capped(config: Config, max_body_bytes: int) -> Config:
-    guard = replace(config.web.guard, max_body_bytes=max_body_bytes)
-    return replace(config, web=replace(config.web, guard=guard))
+    guard = replace(web_section(config).guard, max_body_bytes=max_body_bytes)
+    return with_section(config, "web", replace(web_section(config), guard=guard))
 
 
 @pytest.mark.parametrize(
@@ -339,11 +340,11 @@ async def test_plain_http_with_an_explicit_port_replays_from_the_plain_listener(
     """An http:// URL on port 8080 is served by the origin's plain port: the replay opens
     that scheme and port in the gate for the cassette's hosts only."""
     base = "http://plain.example:8080"
-    cache = replace(config.web.cache, directory=str(tmp_path / "operator-cache"))
-    config = replace(
-        config,
-        web=replace(config.web, cache=cache),
-        redis=replace(config.redis, url="redis://127.0.0.1:1/0"),
+    cache = replace(web_section(config).cache, directory=str(tmp_path / "operator-cache"))
+    config = with_section(
+        replace(config, redis=replace(config.redis, url="redis://127.0.0.1:1/0")),
+        "web",
+        replace(web_section(config), cache=cache),
     )
     cassette = Cassette(
         [_exchange(f"{base}/robots.txt", b"", status=404), _exchange(f"{base}/p", b"plain")]
@@ -354,8 +355,8 @@ async def test_plain_http_with_an_explicit_port_replays_from_the_plain_listener(
     )
     assert await _replay(text, cassette, config, tmp_path) == []
     opened = replay_config(config, cassette)
-    assert (opened.web.cache.directory, opened.redis.url) == (None, None)
-    guard = opened.web.guard
+    assert (web_section(opened).cache.directory, opened.redis.url) == (None, None)
+    guard = web_section(opened).guard
     assert (guard.allow_http, guard.allowed_ports, guard.allow_private) == (
         True,
         (443, 8080),

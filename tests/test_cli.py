@@ -15,10 +15,9 @@ import pytest
 import trio
 
 from csp_web import __version__
-from csp_web.app.catalog import config_sections
+from csp_web.app.catalog import config_from_mapping, config_sections
 from csp_web.app.main import _parser
 from csp_web.config import Config
-from csp_web.config.load import config_from_mapping
 from tests.conftest import Sink
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.app.catalog import config_sections
+from csp_web.app.catalog import config_from_mapping, config_sections, load_config
 from csp_web.config import Config, ConfigError
-from csp_web.config.load import config_from_mapping, load_config
+from specialists.tool.config import tool_section
+from specialists.web.config import web_section
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +97,10 @@ def test_zero_means_off_only_where_a_setting_allows_it() -> None:
     config = config_from_mapping(
         {"web": {"search": {"prefetch_top": 0}, "guard": {"max_redirects": 0}}}
     )
-    assert (config.web.search.prefetch_top, config.web.guard.max_redirects) == (0, 0)
+    assert (web_section(config).search.prefetch_top, web_section(config).guard.max_redirects) == (
+        0,
+        0,
+    )
     with pytest.raises(ConfigError, match=r"^web\.search\.max_results: must be positive"):
         config_from_mapping({"web": {"search": {"max_results": 0}}})
 
@@ -105,7 +109,7 @@ def test_mcp_servers_load_strictly_with_their_path() -> None:
     config = config_from_mapping(
         {"tool": {"mcp": {"servers": {"fs": {"command": "mcp-fs", "args": ["--root", "/w"]}}}}}
     )
-    assert config.tool.mcp.servers["fs"].command == "mcp-fs"  # type: ignore[union-attr]
+    assert tool_section(config).mcp.servers["fs"].command == "mcp-fs"  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match=r"^tool\.mcp\.servers\.fs"):
         config_from_mapping({"tool": {"mcp": {"servers": {"fs": {"comand": "x"}}}}})
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 import pytest
 import trio
@@ -12,7 +11,7 @@ import trio.lowlevel
 import trio.testing
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import (
     budget_ms,
@@ -24,6 +23,7 @@ from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
@@ -62,7 +62,7 @@ async def test_budget_is_what_the_caller_set_inside_the_task_and_none_outside(
 async def exec_dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
     with scratch_dir() as workspace:
         exec_config = make_config(workspace, default_timeout_ms=600)
-        config = replace(config, tool=ToolConfig(exec=exec_config))
+        config = with_section(config, "tool", ToolConfig(exec=exec_config))
         async with (
             open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
             open_exec_services(config) as services,

@@ -31,8 +31,7 @@ from csp_web.app import opsdoc
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import Client, open_client
-from csp_web.config import Config, SearchProvider, with_section
-from csp_web.config.web import ApiConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example
 from csp_web.core.api.ops import OpSpec
 from csp_web.core.api.specialist import Composable
@@ -46,7 +45,9 @@ from specialists.browser.services import BrowserServices, open_browser_services
 from specialists.node import NODE
 from specialists.node.config import NodesConfig
 from specialists.tool import TOOL
+from specialists.tool.config import tool_section
 from specialists.web import make_web
+from specialists.web.config import ApiConfig, SearchProvider, web_section
 from tests.browser.support import spki_hash
 from tests.conftest import Sink
 from tests.net._dns import FixedResolver
@@ -124,7 +125,7 @@ def _browser(dns: FixedResolver) -> Composable:
 
     @asynccontextmanager
     async def opened(section: BrowserConfig, config: Config) -> AsyncIterator[BrowserServices]:
-        guard = GuardSetting(config.web.guard)
+        guard = GuardSetting(web_section(config).guard)
         async with open_browser_services(config, guard=guard, resolver=dns) as services:
             yield services
 
@@ -134,12 +135,14 @@ def _browser(dns: FixedResolver) -> Composable:
 def _config(config: Config, origin: Origin, workspace: str, issuer: trustme.CA) -> Config:
     guard = GuardConfig(allowed_ports=(origin.port,), allow_private=("127.0.0.1",))
     searx = SearchProvider("searxng", base_url=origin.url("search.test", "/searx/"))
-    search = replace(config.web.search, order=("searxng",), providers={"searxng": searx})
+    search = replace(web_section(config).search, order=("searxng",), providers={"searxng": searx})
     apis = {"github": ApiConfig(origin.url("api.test", "/"), auth_env=TOKEN_ENV)}
-    web = replace(config.web, guard=guard, search=search, apis=apis)
+    web = replace(web_section(config), guard=guard, search=search, apis=apis)
     browser = replace(browser_section(config), trusted_spki=(spki_hash(issuer),))
-    tool = replace(config.tool, exec=make_config(workspace), mcp=toy_config())
-    return with_section(replace(config, web=web, tool=tool), SECTION, browser)
+    tool = replace(tool_section(config), exec=make_config(workspace), mcp=toy_config())
+    return with_section(
+        with_section(with_section(config, "web", web), "tool", tool), SECTION, browser
+    )
 
 
 async def _paired_node(run: Run, node_path: str) -> ScriptedNode:

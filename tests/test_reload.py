@@ -23,10 +23,9 @@ import pytest
 import trio
 import yaml
 
-from csp_web.app.catalog import SPECIALISTS, config_sections
+from csp_web.app.catalog import SPECIALISTS, config_from_mapping, config_sections
 from csp_web.client.trio_client import open_client
-from csp_web.config import Config, SocketConfig
-from csp_web.config.load import config_from_mapping
+from csp_web.config import Config, SocketConfig, with_section
 from csp_web.config.reload import plan_reload
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import allowed_uids
@@ -34,6 +33,8 @@ from csp_web.core.daemon.compose import reload_paths
 from csp_web.core.transports.unix import Gate, Lease
 from csp_web.infra.ratelimit import Rate, RateLimits
 from protocol import ErrorCode, Reply, Status, Task, serialize
+from specialists.tool.config import tool_section
+from specialists.web.config import web_section
 from tests.conftest import wait_until
 from tests.net._origin import Origin
 from tests.tool.exec_support import scratch_dir
@@ -227,12 +228,12 @@ def test_a_reload_plan_applies_reloadable_paths_and_keeps_the_rest() -> None:
         "tool.exec.bwrap_program",
     )
     assert plan.config.tasks.default_timeout_ms == 5000
-    assert plan.config.web.fetch.rate.per_minute == 1.0
-    assert plan.config.web.guard.allow_private == ("127.0.0.1",)
-    assert plan.config.web.guard.user_agent == running.web.guard.user_agent
-    assert plan.config.tool.exec.allow_shell is True
-    assert plan.config.tool.exec.bwrap_program == running.tool.exec.bwrap_program
-    assert plan.config.tool.mcp.servers.keys() == {"fs"}
+    assert web_section(plan.config).fetch.rate.per_minute == 1.0
+    assert web_section(plan.config).guard.allow_private == ("127.0.0.1",)
+    assert web_section(plan.config).guard.user_agent == web_section(running).guard.user_agent
+    assert tool_section(plan.config).exec.allow_shell is True
+    assert tool_section(plan.config).exec.bwrap_program == tool_section(running).exec.bwrap_program
+    assert tool_section(plan.config).mcp.servers.keys() == {"fs"}
     assert plan.config.tasks.specialists == running.tasks.specialists
     assert plan.config.socket.allowed_uids == (1234,)
     assert plan.config.socket.max_connections == running.socket.max_connections
@@ -430,14 +431,14 @@ async def test_a_reload_reaches_every_specialist_of_the_app_daemon_in_process(
     from csp_web.core.api.context import Peer
     from csp_web.core.daemon.lifecycle import reload_settings
 
-    fetch = replace(config.web.fetch, default_max_chars=4000)
-    new = replace(config, web=replace(config.web, fetch=fetch))
+    fetch = replace(web_section(config).fetch, default_max_chars=4000)
+    new = with_section(config, "web", replace(web_section(config), fetch=fetch))
     async with open_app_daemon(config) as daemon:
         dispatcher = daemon.dispatcher
         plan = await reload_settings(daemon, lambda: new)
         assert plan is not None
         assert plan.applied == ("web.fetch.default_max_chars",)
-        assert dispatcher.services.config.web.fetch.default_max_chars == 4000
+        assert web_section(dispatcher.services.config).fetch.default_max_chars == 4000
         stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
         assert json.loads(stats.get("RELOAD") or "{}")["outcome"] == "applied"
         assert stats.get("SANDBOX") is not None  # TOOL's stats lines, merged once
@@ -446,14 +447,14 @@ async def test_a_reload_reaches_every_specialist_of_the_app_daemon_in_process(
             raise ValueError("not today")
 
         assert await reload_settings(daemon, refused) is None
-        assert dispatcher.services.config.web.fetch.default_max_chars == 4000
+        assert web_section(dispatcher.services.config).fetch.default_max_chars == 4000
 
         def broken(_new: Config) -> Callable[[], None]:  # a hook with a bug in its check
             raise RuntimeError("bug")
 
         wider = replace(fetch, default_max_chars=5000)
-        again = replace(config, web=replace(config.web, fetch=wider))
+        again = with_section(config, "web", replace(web_section(config), fetch=wider))
         assert await reload_settings(daemon, lambda: again, [broken]) is None
-        assert dispatcher.services.config.web.fetch.default_max_chars == 4000
+        assert web_section(dispatcher.services.config).fetch.default_max_chars == 4000
         stats = await dispatcher.run(Task("stats", "SYS", "STATS", None, ()), Peer("t"))
         assert json.loads(stats.get("RELOAD") or "{}")["error"] == "internal_error:RuntimeError"

@@ -238,8 +238,8 @@ def _unit(name: str) -> dict[str, str]:
 def test_the_shipped_units_and_config_agree() -> None:
     """deploy/systemd: the config loads, names the socket unit's path and the service's state
     directory, and ExecStart is a valid `serve` command line reading that config."""
+    from csp_web.app.catalog import load_config
     from csp_web.app.main import _parser
-    from csp_web.config.load import load_config
 
     repo = Path(__file__).resolve().parent.parent
     config = load_config(str(repo / "deploy" / "systemd" / "config.yaml"))

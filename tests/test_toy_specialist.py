@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.app.catalog import SPECIALISTS, config_sections
+from csp_web.app.catalog import SPECIALISTS, config_from_mapping, config_sections, load_config
 from csp_web.config import Config, ConfigError, SectionSpec, daemon_paths, section_of
-from csp_web.config.load import config_from_mapping, load_config
 from csp_web.config.reload import plan_reload
 from csp_web.core.api.context import Peer
 from csp_web.core.daemon.compose import op_table, open_daemon, reload_paths
 from csp_web.core.daemon.lifecycle import reload_settings
 from protocol import Status, Task
+from specialists.tool.config import tool_section
 from tests.toy import TOY
 from tests.toy.config import ToyConfig
 
@@ -119,20 +119,33 @@ async def test_sighup_applies_an_owned_sections_key_to_the_next_task(tmp_path: P
 @pytest.mark.parametrize(
     "key", ["web", "tool.exec", "tool.exec.shell_program", "daemon.state_dir.x"]
 )
-def test_a_section_key_that_hides_a_core_setting_is_a_catalogue_bug(key: str) -> None:
-    """Loaded there, the core's own setting would be silently dropped: refused at load."""
+def test_a_section_key_that_hides_a_core_or_owned_setting_is_a_catalogue_bug(key: str) -> None:
+    """Loaded there, the core's own setting (``web``), or one in another specialist's own
+    section (the tool's ``tool.exec``), would be silently dropped: refused at load."""
     with pytest.raises(ValueError, match="config sections named twice"):
-        config_from_mapping({}, sections=(SectionSpec(key, ToyConfig),))
+        config_from_mapping({}, sections=(*config_sections(), SectionSpec(key, ToyConfig)))
 
 
-def test_a_dotted_section_key_beside_the_core_settings_is_loaded_there() -> None:
+def test_a_dotted_section_key_inside_another_specialists_section_is_loaded_there() -> None:
+    sections = (*config_sections(), SectionSpec("tool.toy", ToyConfig))
     config = config_from_mapping(
-        {"tool": {"toy": {"greeting": "hi"}, "cron": {"max_jobs": 3}}},
-        sections=(SectionSpec("tool.toy", ToyConfig),),
+        {"tool": {"toy": {"greeting": "hi"}, "cron": {"max_jobs": 3}}}, sections=sections
     )
     assert section_of(config, "tool.toy", ToyConfig) == ToyConfig("hi")
-    assert config.tool.cron.max_jobs == 3
+    assert tool_section(config).cron.max_jobs == 3
     with pytest.raises(ConfigError, match=r"^tool\.toy\.greting: unknown key$"):
-        config_from_mapping(
-            {"tool": {"toy": {"greting": 1}}}, sections=(SectionSpec("tool.toy", ToyConfig),)
-        )
+        config_from_mapping({"tool": {"toy": {"greting": 1}}}, sections=sections)
+
+
+def test_a_reload_plans_a_key_of_a_section_nested_in_another_in_the_inner_one() -> None:
+    """``tool.toy`` lies inside the tool's own section (``tool``): its change is planned in
+    the toy's section, the innermost holding it, and the tool's is left as it was."""
+    sections = (*config_sections(), SectionSpec("tool.toy", ToyConfig))
+    running = config_from_mapping({"tool": {"cron": {"max_jobs": 3}}}, sections=sections)
+    new = config_from_mapping(
+        {"tool": {"cron": {"max_jobs": 3}, "toy": {"greeting": "hej"}}}, sections=sections
+    )
+    plan = plan_reload(running, new, ("tool",))
+    assert (plan.applied, plan.needs_restart) == (("tool.toy.greeting",), ())
+    assert section_of(plan.config, "tool.toy", ToyConfig) == ToyConfig("hej")
+    assert tool_section(plan.config) == tool_section(running)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import ssl
 from collections.abc import Sequence
 
-from csp_web.config import SectionSpec
+from csp_web.config import Config, SectionSpec
+from csp_web.config import load as loader
 from csp_web.core.api.ports import Seams
 from csp_web.core.api.specialist import Composable
 from csp_web.infra.redis_link import RedisLink
@@ -60,3 +61,19 @@ def config_sections(specialists: Sequence[Composable] = SPECIALISTS) -> tuple[Se
     """The config sections ``specialists`` keep in their own folders, for the loader
     (``csp_web.config.load.load_config(path, sections=...)``)."""
     return tuple(s.own_section for s in specialists if s.own_section is not None)
+
+
+def load_config(
+    path: str | None = None, *, sections: Sequence[SectionSpec] | None = None
+) -> Config:
+    """``csp_web.config.load.load_config`` with the catalogue's own sections (unless
+    ``sections`` names others): the file as the daemon reads it."""
+    chosen = config_sections() if sections is None else sections
+    return loader.load_config(path, sections=chosen)
+
+
+def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] | None = None) -> Config:
+    """``csp_web.config.load.config_from_mapping`` with the catalogue's own sections (unless
+    ``sections`` names others)."""
+    chosen = config_sections() if sections is None else sections
+    return loader.config_from_mapping(data, sections=chosen)

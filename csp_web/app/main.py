@@ -27,11 +27,12 @@ from csp_web import __version__
 from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.send import SendOptions, leaves, send_main
-from csp_web.config import Config, ConfigError, workspace_overlaps
-from csp_web.config.load import load_config, serving_socket
+from csp_web.config import Config, ConfigError
+from csp_web.config.load import complete_sections, load_config, serving_socket
 from csp_web.core.api import extras
 from csp_web.core.api.logs import setup_logging
 from csp_web.core.transports.unix import SocketSetupError
+from specialists.tool.config import workspace_overlaps
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _print_default_config()
     try:
         path = getattr(args, "config", None) or getattr(args, "path", None)
-        config = load_config(path, sections=config_sections())
+        config = complete_sections(load_config(path, sections=config_sections()), config_sections())
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -246,7 +247,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
 
     def reload() -> Config:  # on SIGHUP, as served: a ConfigError keeps the running settings
-        return serving_socket(load_config(args.config, sections=config_sections()), socket_path)
+        new = load_config(args.config, sections=config_sections())
+        return serving_socket(complete_sections(new, config_sections()), socket_path)
 
     _raise_open_files_limit()
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from csp_web.config import Config
+from csp_web.config import Config, secret_variables
 
 CASSETTE_VERSION = 1
 CASSETTE_SUFFIX = ".cassette.json"
@@ -104,13 +104,9 @@ def cassette_path(transcript_path: str) -> str:
 
 
 def credential_variables(config: Config) -> tuple[str, ...]:
-    """Every environment variable the configuration reads a credential from, sorted."""
-    web = config.web
-    names = {provider.api_key_env for provider in web.search.providers.values()}
-    names |= {api.auth_env for api in web.apis.values()}
-    names |= {web.summarize.llm_api_key_env, web.docs.research.llm_api_key_env}
-    names |= {web.docs.firecrawl.api_key_env, config.redis.password_env}
-    return tuple(sorted(name for name in names if name))
+    """Every environment variable the configuration reads a credential from, sorted
+    (``csp_web.config.secret_variables``)."""
+    return secret_variables(config)
 
 
 def secrets_in_environment(config: Config) -> tuple[str, ...]:

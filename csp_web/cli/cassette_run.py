@@ -28,7 +28,7 @@ from csp_web.cli.cassette import (
 from csp_web.cli.cassette_origin import CassetteOrigin, CassetteResolver, make_replay_tls
 from csp_web.cli.cassette_tap import Recorder, ReplayTap
 from csp_web.cli.transcript import Transcript
-from csp_web.config import Config
+from csp_web.config import CacheConfig, Config, GuardConfig, shared_section, with_shared
 from csp_web.core.daemon.compose import Daemon
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.net import Resolver, TransportWrapper
@@ -186,7 +186,7 @@ def replay_config(config: Config, cassette: Cassette) -> Config:
     origin (``allow_private``), their ports and schemes pass the gate; the cache is fresh
     (in the run's state folder, no Redis)."""
     urls = [httpx.URL(exchange.url) for exchange in cassette.exchanges]
-    guard = config.web.guard
+    guard = shared_section(config, GuardConfig)
     guard = replace(
         guard,
         allow_private=tuple(dict.fromkeys((*guard.allow_private, *map(wire_host, urls)))),
@@ -195,15 +195,15 @@ def replay_config(config: Config, cassette: Cassette) -> Config:
         ),
         allow_http=guard.allow_http or any(url.scheme == "http" for url in urls),
     )
-    config = replace(config, web=replace(config.web, guard=guard))
+    config = with_shared(config, GuardConfig, lambda _: guard)
     return _isolated(config)
 
 
 def _isolated(config: Config) -> Config:
     # The cache lives in the run's own state folder, never an operator's cache directory nor
     # a fleet's shared Redis (whose entries another daemon may have written).
-    web = replace(config.web, cache=replace(config.web.cache, directory=None))
-    return replace(config, web=web, redis=replace(config.redis, url=None))
+    config = with_shared(config, CacheConfig, lambda cache: replace(cache, directory=None))
+    return replace(config, redis=replace(config.redis, url=None))
 
 
 @contextmanager

@@ -1,10 +1,14 @@
-"""All of csp-web's settings, one package: each section's frozen dataclasses, the root
-``Config``, the one strict loader (``load``), the one ``ConfigError`` and what a reload may
-change (``reload``). A new specialist keeps its section in its own folder and names it in
-its ``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
-(docs/adding-an-op.md), as node (``nodes``) and browser (``tool.browser``) do. The web and
-tool sections here predate that."""
+"""The core's settings, one package: its sections' frozen dataclasses, the root ``Config``,
+the one strict loader (``load``), the one ``ConfigError``, what a reload may change
+(``reload``), and the hooks through which a specialist's own section tells the core what it
+must know (``OwnsPaths``, ``ReadsInputs``, ``OpensWorkspaces``, ``ChecksConfig``). A
+specialist keeps its section in its own folder and names it in its
+``Specialist.own_section`` (``SectionSpec``); the loader reads it from the catalogue
+(docs/adding-an-op.md), as web (``web``), tool (``tool``), node (``nodes``) and browser
+(``tool.browser``) do. Shared infrastructure's settings that a specialist's section holds
+(the guard, the cache) are here, found by their class (``shared_section``)."""
 
+from csp_web.config.cache import CacheConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -16,76 +20,65 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
-from csp_web.config.docs import DocsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.exec import ExecConfig, ProgramRule
-from csp_web.config.guard import GuardConfig
-from csp_web.config.inputs import daemon_inputs, protected_paths, workspace_overlaps
-from csp_web.config.mcp import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
+from csp_web.config.guard import GuardConfig, TlsConfig, proxy_address
+from csp_web.config.inputs import daemon_inputs, expand_protected
 from csp_web.config.metrics import MetricsConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import (
+    ChecksConfig,
     Config,
+    NamesSecrets,
+    OpensWorkspaces,
     OwnsPaths,
     ReadsInputs,
+    RoutesEgress,
     SectionSpec,
     daemon_paths,
+    egress_proxy,
     own_sections,
+    secret_variables,
     section_of,
+    shared_section,
     with_section,
-)
-from csp_web.config.tool import CronConfig, ToolConfig
-from csp_web.config.web import (
-    ApiConfig,
-    CacheConfig,
-    FetchConfig,
-    RateConfig,
-    SearchConfig,
-    SearchProvider,
-    SummarizeConfig,
-    WebConfig,
+    with_shared,
+    workspace_roots,
 )
 
 __all__ = [
-    "ApiConfig",
     "AuditConfig",
     "CacheConfig",
+    "ChecksConfig",
     "Config",
     "ConfigError",
     "ConnectionConfig",
-    "CronConfig",
     "DaemonConfig",
-    "DocsConfig",
-    "ExecConfig",
-    "FetchConfig",
     "GuardConfig",
-    "HttpServerConfig",
-    "McpConfig",
     "MemoryConfig",
     "MetricsConfig",
+    "NamesSecrets",
+    "OpensWorkspaces",
     "OutboxConfig",
     "OwnsPaths",
-    "ProgramRule",
-    "RateConfig",
     "ReadsInputs",
     "RedisConfig",
-    "SearchConfig",
-    "SearchProvider",
+    "RoutesEgress",
     "SectionSpec",
-    "ServerConfig",
     "SlotLimits",
     "SlotsConfig",
     "SocketConfig",
-    "StdioServerConfig",
-    "SummarizeConfig",
     "TasksConfig",
-    "ToolConfig",
-    "WebConfig",
+    "TlsConfig",
     "daemon_inputs",
     "daemon_paths",
+    "egress_proxy",
+    "expand_protected",
     "own_sections",
-    "protected_paths",
+    "proxy_address",
+    "secret_variables",
     "section_of",
+    "shared_section",
     "with_section",
-    "workspace_overlaps",
+    "with_shared",
+    "workspace_roots",
 ]

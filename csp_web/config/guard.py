@@ -1,4 +1,6 @@
-"""The guarded HTTP client's settings (``web.guard``): one frozen dataclass, units in the names.
+"""The guarded HTTP client's settings (``web.guard``, ``web.tls``, ``web.proxy``): frozen
+dataclasses, units in the names, held by the web specialist's own section and found by the
+rest of the daemon by their class (``shared_section``: the browser's guard proxy, replay).
 
 Every default cites where it comes from. The TLS trust store is not data and is passed to
 ``csp_web.net.open_guarded_client`` instead; the running settings a reload swaps are
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -95,3 +98,29 @@ def split_allow_list(entries: tuple[str, ...]) -> tuple[tuple[Network, ...], fro
             raise ValueError(f"allow_private: {entry!r} is not an address, CIDR or host name")
         names.add(name)
     return tuple(networks), frozenset(names)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Whom the web specialist's HTTPS requests trust. Verification is never off: these only
+    add trust, so that a site behind a company CA can be read (issue 24)."""
+
+    ca_file: str | None = None  # a PEM bundle added to certifi's roots (or to the OS store)
+    # The OS trust store (the truststore package, MIT: the one maintained way to verify
+    # against Linux, macOS and Windows stores from Python) instead of certifi's roots.
+    system_store: bool = False
+
+
+def proxy_address(url: str) -> tuple[str, int]:
+    """(host, port) of a ``web.proxy`` URL. Raises ValueError unless it is
+    ``http://host:port``: no other scheme, credentials (not supported yet), path or query."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"proxy: {url!r}: bad port") from exc
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise ValueError(f"proxy: {url!r} is not http://host:port")
+    if parts.username is not None or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"proxy: {url!r}: only http://host:port (no credentials or path)")
+    return parts.hostname, port

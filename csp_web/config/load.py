@@ -33,7 +33,7 @@ def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()
     """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults;
     the result's ``source`` names the file read. ``sections``: the specialists' own sections
     (the catalogue's, ``csp_web.app.catalog.config_sections``), each at its key: top-level, or
-    dotted inside a core section (``tool.browser``)."""
+    dotted inside a core section or another own one (``tool.browser`` inside ``tool``)."""
     path = path or os.environ.get(ENV_VAR)
     if not path:
         return Config()
@@ -48,6 +48,17 @@ def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     config = config_from_mapping(data or {}, sections=sections)
     return dataclasses.replace(config, source=os.path.abspath(path))
+
+
+def complete_sections(config: Config, sections: Sequence[SectionSpec]) -> Config:
+    """``config`` holding each of ``sections`` the file left out, at its defaults (as
+    ``section_of`` reads it): shared settings that a section holds (the web's guard and
+    cache) can then be changed where they stand (``with_shared``: replay opens the guard)."""
+    present = dict(config.sections)
+    if all(spec.key in present for spec in sections):
+        return config
+    ordered = {spec.key: present.get(spec.key) or spec.cls() for spec in sections}
+    return dataclasses.replace(config, sections=tuple({**ordered, **present}.items()))
 
 
 def serving_socket(config: Config, path: str | None) -> Config:
@@ -89,7 +100,7 @@ def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -
     if not isinstance(data, Mapping):
         raise ConfigError("<root>: expected a mapping")
     own = {spec.key: spec.cls for spec in sections}
-    taken = {key for key in own if _shadows(key)}
+    taken = {key for key in own if _shadows(key, own)}
     if taken or len(own) != len(sections):  # a catalogue bug, not the file's
         raise ValueError(f"config sections named twice: {sorted(taken) or 'a key'}")
     core, found = _split_own(data, own)
@@ -103,10 +114,22 @@ def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] = ()) -
         raise ConfigError(str(exc)) from exc
 
 
-def _shadows(key: str) -> bool:
-    """Whether ``key`` names a setting of the core's own tree: that setting would never be
-    read (a catalogue bug, as is a key named twice)."""
-    cls: Any = Config
+def _shadows(key: str, own: Mapping[str, type]) -> bool:
+    """Whether ``key`` names a setting of the core's own tree or of another own section
+    (``tool.exec`` beside ``tool``): that setting would never be read (a catalogue bug, as is
+    a key named twice)."""
+    holders: list[tuple[str, type]] = [("", Config), *own.items()]
+    for holder, cls in holders:
+        if holder and not key.startswith(holder + "."):
+            continue
+        if _names_setting(cls, key.removeprefix(holder + ".") if holder else key):
+            return True
+    return False
+
+
+def _names_setting(cls: Any, key: str) -> bool:
+    """Whether the dotted ``key`` names a setting of the section class ``cls``, or lies
+    under a scalar one."""
     for part in key.split("."):
         if not dataclasses.is_dataclass(cls) or part not in {
             f.name for f in dataclasses.fields(cls)
@@ -119,16 +142,18 @@ def _shadows(key: str) -> bool:
 def _split_own(
     data: Mapping[Any, Any], keys: Iterable[str]
 ) -> tuple[dict[Any, Any], list[tuple[str, object]]]:
-    """``data`` without the specialists' own sections, and each section found, by its key: a
-    top-level key (``nodes``) or a dotted one inside a core section (``tool.browser``)."""
+    """``data`` without the specialists' own sections, and each section found, by its key
+    (in the order of ``keys``): a top-level key (``nodes``) or a dotted one inside a core
+    section or another own one (``tool.browser`` inside ``tool``), taken out first."""
     core = dict(data)
-    found = []
-    for key in keys:
+    found = {}
+    order = list(keys)
+    for key in sorted(order, key=lambda key: -key.count(".")):
         parent, _, name = key.rpartition(".")
         holder = _holder(core, parent.split(".") if parent else [])
         if holder is not None and name in holder:
-            found.append((key, holder.pop(name)))
-    return core, found
+            found[key] = holder.pop(name)
+    return core, [(key, found[key]) for key in order if key in found]
 
 
 def _holder(core: dict[Any, Any], parts: list[str]) -> dict[Any, Any] | None:

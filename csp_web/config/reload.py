@@ -113,7 +113,7 @@ def _with_setting(config: Config, new: Config, parts: list[str]) -> Config:
     ]
     if not own:
         return typing.cast(Config, _with(config, parts, _get(new, parts)))
-    key = own[0]
+    key = max(own, key=len)  # the innermost: tool.browser's own section, not tool's
     rest = parts[len(key.split(".")) :]
     mine, theirs = dict(config.sections).get(key), dict(new.sections).get(key)
     mine = type(theirs)() if mine is None else mine

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
+from csp_web.config.cache import CacheConfig
 from csp_web.config.core import (
     AuditConfig,
     ConnectionConfig,
@@ -23,11 +24,8 @@ from csp_web.config.core import (
     SocketConfig,
     TasksConfig,
 )
-from csp_web.config.exec import refuse_private_workspaces
 from csp_web.config.metrics import MetricsConfig
 from csp_web.config.redis import RedisConfig
-from csp_web.config.tool import ToolConfig
-from csp_web.config.web import WebConfig
 
 
 @dataclass(frozen=True)
@@ -39,8 +37,6 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
-    web: WebConfig = field(default_factory=WebConfig)
-    tool: ToolConfig = field(default_factory=ToolConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
     metrics: MetricsConfig = field(default_factory=MetricsConfig)  # Prometheus; listen null: off
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
@@ -50,8 +46,11 @@ class Config:
     # daemon reads it again on SIGHUP, so commands may not change it (daemon_inputs).
     source: str | None = field(default=None, compare=False, metadata={"internal": True})
 
-    def __post_init__(self) -> None:  # exec's one check that needs the daemon's own paths
-        refuse_private_workspaces(self.tool.exec.workspace_roots, daemon_paths(self))
+    def __post_init__(self) -> None:
+        """Each own section's check against the whole (``ChecksConfig``): ValueError."""
+        for section in own_sections(self):
+            if isinstance(section, ChecksConfig):
+                section.check_config(self)
 
     @property
     def outbox_path(self) -> str:
@@ -63,7 +62,7 @@ class Config:
 
     @property
     def cache_dir(self) -> str:
-        return self.web.cache.store_dir(self.daemon.state_dir)
+        return shared_section(self, CacheConfig).store_dir(self.daemon.state_dir)
 
 
 T = TypeVar("T")
@@ -89,6 +88,44 @@ def section_of(config: Config, key: str, cls: type[T]) -> T:
     return cls()
 
 
+def shared_section(config: Config, cls: type[T]) -> T:
+    """The settings of shared infrastructure that a specialist's own section holds (the
+    web's guard and cache, the tool's cron), found by their class ``cls``: the first one in
+    the own sections, else ``cls()``. The core and the programs below the specialists read
+    them so without knowing the section that holds them."""
+    for section in own_sections(config):
+        if isinstance(section, cls):
+            return section
+    return cls()
+
+
+def with_shared(config: Config, cls: type[T], change: Callable[[T], T]) -> Config:
+    """``config`` with each ``cls`` in the own sections (``shared_section``) replaced by
+    ``change`` of it: replay opens the guard and moves the cache without naming the web.
+    LookupError when no section holds one and the change would alter its defaults: there is
+    nowhere to keep it (a daemon's config holds every section: ``load.complete_sections``)."""
+    sections = tuple((key, _replaced(section, cls, change)) for key, section in config.sections)
+    if sections == config.sections and not any(isinstance(s, cls) for s in own_sections(config)):
+        if change(cls()) != cls():
+            raise LookupError(f"no config section holds a {cls.__name__}")
+        return config
+    return dataclasses.replace(config, sections=sections)
+
+
+def _replaced(value: object, cls: type[T], change: Callable[[T], T]) -> object:
+    if isinstance(value, cls):
+        return change(value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes = {}
+    for item in dataclasses.fields(value):
+        before = getattr(value, item.name)
+        after = _replaced(before, cls, change)
+        if after is not before:
+            changes[item.name] = after
+    return dataclasses.replace(value, **changes) if changes else value
+
+
 def with_section(config: Config, key: str, section: object) -> Config:
     """``config`` with ``section`` as its own section at ``key`` (added, or in place)."""
     sections = dict(config.sections)
@@ -111,6 +148,75 @@ def own_sections(config: Config) -> Iterator[object]:
     for _, section in config.sections:
         yield section
         yield from _sections(section)
+
+
+@runtime_checkable
+class ChecksConfig(Protocol):
+    """A section with a check that needs the rest of the configuration (exec's workspace
+    roots against the daemon's own paths): run whenever a Config is built or changed."""
+
+    def check_config(self, config: Config) -> None:
+        """ValueError, naming the setting, when the section does not fit ``config``."""
+        ...
+
+
+@runtime_checkable
+class OpensWorkspaces(Protocol):
+    """A section naming the folders commands work in and files may be written to (exec's
+    workspace roots): other specialists read them through ``workspace_roots``."""
+
+    def workspaces(self) -> tuple[str, ...]:
+        """The folders, as configured."""
+        ...
+
+
+@runtime_checkable
+class RoutesEgress(Protocol):
+    """A section naming the forward proxy the daemon's web egress goes through (``web.proxy``):
+    the browser's guard proxy sends its upstream connections there too."""
+
+    def egress_proxy(self) -> str | None:
+        """The proxy URL (``http://host:port``), or None for direct connections."""
+        ...
+
+
+def egress_proxy(config: Config) -> str | None:
+    """The forward proxy an own section declares (``RoutesEgress``); None for none."""
+    for section in own_sections(config):
+        if isinstance(section, RoutesEgress):
+            return section.egress_proxy()
+    return None
+
+
+def workspace_roots(config: Config) -> tuple[str, ...]:
+    """Every workspace root an own section declares (``OpensWorkspaces``); () for none."""
+    roots = [
+        root
+        for section in own_sections(config)
+        if isinstance(section, OpensWorkspaces)
+        for root in section.workspaces()
+    ]
+    return tuple(dict.fromkeys(roots))
+
+
+@runtime_checkable
+class NamesSecrets(Protocol):
+    """A section reading credentials from environment variables (``api_key_env``): replay
+    knows which ones a recording had set without knowing the section."""
+
+    def secret_variables(self) -> tuple[str, ...]:
+        """The variables' names."""
+        ...
+
+
+def secret_variables(config: Config) -> tuple[str, ...]:
+    """Every environment variable the configuration reads a credential from, sorted: those
+    the own sections name (``NamesSecrets``) and Redis's password."""
+    names = {config.redis.password_env}
+    for section in own_sections(config):
+        if isinstance(section, NamesSecrets):
+            names.update(section.secret_variables())
+    return tuple(sorted(name for name in names if name))
 
 
 @runtime_checkable

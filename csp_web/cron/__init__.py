@@ -8,9 +8,10 @@ Modules: ``schedule`` (croniter in a zone, UTC times, run keys), ``jobs`` (a job
 outcomes and JSON form), ``store`` (the atomically replaced job file), ``table`` (the jobs the
 op edits, persisted), ``service`` (the scheduler that runs them), ``runs`` (what a finished run
 leaves: its result and memory records), ``claims`` (the fleet's job hash and run claims,
-``redis.url``), ``lifecycle`` (opening and serving it).
+``redis.url``), ``lifecycle`` (opening and serving it), ``config`` (its settings).
 """
 
+from .config import CronConfig, cron_section
 from .jobs import MISSED_POLICIES, Job, JobTaskError, Missed, Outcome, parse_job_task
 from .lifecycle import open_cron, serve_cron, store_path
 from .runs import RunHandle, RunResult, WallClock, system_now
@@ -21,6 +22,7 @@ from .table import NewJob
 
 __all__ = [
     "MISSED_POLICIES",
+    "CronConfig",
     "CronService",
     "CronStore",
     "CronStoreError",
@@ -34,6 +36,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "WallClock",
+    "cron_section",
     "iso",
     "open_cron",
     "parse_job_task",

@@ -17,6 +17,7 @@ from csp_web.config import Config
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable
 
 from .claims import RunClaims, SharedCronStore
+from .config import cron_section
 from .jobs import Job
 from .runs import WallClock, system_now
 from .service import CronService
@@ -28,7 +29,7 @@ IMPORTED_SUFFIX = ".imported"  # a job file taken into the fleet's table (never 
 
 
 def store_path(config: Config) -> str:
-    return config.tool.cron.store_path or os.path.join(config.daemon.state_dir, "cron.json")
+    return cron_section(config).store_path or os.path.join(config.daemon.state_dir, "cron.json")
 
 
 @asynccontextmanager
@@ -42,7 +43,7 @@ async def open_cron(
     """
     # With a link the fleet shares one job table and claims each run (cron/claims.py).
     store = CronStore(store_path(config)) if link is None else SharedCronStore(link)
-    keep = config.tool.cron.history
+    keep = cron_section(config).history
     if isinstance(store, SharedCronStore):
         await import_local_jobs(store, store_path(config), keep)
     documents = await trio.to_thread.run_sync(store.load)
@@ -55,7 +56,7 @@ async def open_cron(
     if len({job.id for job in jobs}) != len(jobs):
         raise CronStoreError(f"{store.path}: a job id appears twice")
     claims = None if link is None else RunClaims(link)
-    yield CronService(config.tool.cron, store, jobs, now_wall=now_wall, claims=claims)
+    yield CronService(cron_section(config), store, jobs, now_wall=now_wall, claims=claims)
 
 
 async def import_local_jobs(store: SharedCronStore, path: str, keep: int) -> None:

@@ -31,13 +31,13 @@ from contextlib import nullcontext
 
 import trio
 
-from csp_web.config import CronConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import TaskPort
 from csp_web.infra.redis_link import RedisUnavailable
 from protocol import ErrorCode, Task
 
 from .claims import RunClaims, SharedCronStore, Watched
+from .config import CronConfig
 from .jobs import RUNNING, Job, Outcome
 from .runs import RunHandle, RunResult, WallClock, clip, remember, remind
 from .schedule import iso, run_key

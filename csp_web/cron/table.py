@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.config import CronConfig
 from csp_web.core.api.errors import OpError, StorageFull
 from csp_web.core.api.ports import TaskPort
 from csp_web.core.api.storage import is_storage_full
 from protocol import ErrorCode, Task
 
 from .claims import SharedCronStore
+from .config import CronConfig
 from .jobs import Job, Missed
 from .runs import RunHandle, WallClock
 from .schedule import UTC, Schedule

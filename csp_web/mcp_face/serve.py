@@ -19,7 +19,7 @@ from typing import Any
 import trio
 from mcp.server import Server
 
-from csp_web.config import Config
+from csp_web.config import Config, workspace_roots
 from csp_web.core.api.ports import allowed_uids
 from csp_web.core.transports.unix import open_unix_listener
 from csp_web.mcp_face.asgi import Admit, App, Message, Receive, Send, serve_asgi
@@ -109,7 +109,7 @@ async def load_tools(
     return build_tools(
         entries,
         selected=selected,
-        exec_configured=bool(config.tool.exec.workspace_roots),
+        exec_configured=bool(workspace_roots(config)),
         max_timeout_ms=config.tasks.max_timeout_ms,
     )
 

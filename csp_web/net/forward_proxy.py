@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import httpcore
 import trio
 
-from csp_web.config.web import proxy_address
+from csp_web.config import proxy_address
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 

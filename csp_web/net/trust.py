@@ -11,8 +11,8 @@ import ssl
 import certifi
 import truststore
 
+from csp_web.config import TlsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.web import TlsConfig
 
 
 def trust_context(tls: TlsConfig) -> ssl.SSLContext:

@@ -4,8 +4,8 @@ every request through the fetch guard. See docs/browser.md.
 ``BROWSER`` is the value the composition root (csp_web.app.catalog) lists; ``make_browser``
 builds it with the daemon's ``Seams``: the browser provides the ``Renderer`` on its Chromium
 (render.py) and consumes web's ``FileStore``. Its ops run in the tool pool (IN:TOOL); the
-guard follows ``web.guard`` reloads (the web specialist declares that path reloadable; this
-one applies it to its proxy too).
+guard follows ``web.guard`` reloads, read by class (``shared_section``): the web specialist
+declares that path reloadable; this one applies it to its proxy too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from csp_web.config import Config, GuardConfig, SectionSpec, section_of
+from csp_web.config import Config, GuardConfig, SectionSpec, section_of, shared_section
 from csp_web.core.api import extras
 from csp_web.core.api.ops import Op
 from csp_web.core.api.ports import Seams, StatsLine
@@ -57,7 +57,7 @@ async def _seamed(
 
 
 def _reload(services: BrowserServices, section: BrowserConfig, config: Config) -> Commit:
-    guard, new = services.guard, config.web.guard
+    guard, new = services.guard, shared_section(config, GuardConfig)
     assert isinstance(guard, GuardSetting)
 
     def commit() -> None:
@@ -78,7 +78,7 @@ def make_browser(*, seams: Seams | None = None) -> Specialist[BrowserConfig, Bro
     async def open_services(
         section: BrowserConfig, config: Config
     ) -> AsyncIterator[BrowserServices]:
-        guard = GuardSetting(config.web.guard)
+        guard = GuardSetting(shared_section(config, GuardConfig))
         async with (
             open_browser_services(config, guard=guard) as services,
             _seamed(services, section, seams) as seamed,

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.config import Config, WebConfig
-from csp_web.config.web import TlsConfig
+from csp_web.config import Config, TlsConfig, egress_proxy, shared_section
 from csp_web.core.api.ports import FileStore, Port
 from csp_web.net import GuardConfig, Resolver, parse_proxy
 from csp_web.net.guard_proxy import GuardProxy
@@ -77,13 +76,13 @@ class BrowserServices:
 
 
 def make_proxy(
-    guard: Callable[[], GuardConfig], resolver: Resolver | None, *, web: WebConfig | None = None
+    guard: Callable[[], GuardConfig], resolver: Resolver | None, *, proxy: str | None = None
 ) -> GuardProxy:
     """A proxy that serves only Chromium (the engine's driver tree); its engine is bound
     once made, through ``bind_engine``. Every Chromium connection, a render's and the browser
     ops' alike, goes out through ``web.proxy`` when set: a company that requires a proxy
     requires it of the browser too."""
-    upstream = parse_proxy(web.proxy) if web is not None and web.proxy is not None else None
+    upstream = parse_proxy(proxy) if proxy is not None else None
     return GuardProxy(guard, resolver=resolver, upstream=upstream)
 
 
@@ -149,15 +148,16 @@ async def open_browser_services(
     runtime: Runtime | None = None,
 ) -> AsyncIterator[BrowserServices]:
     """The services, over ``runtime`` when given (a test's shared one, left open) or a new
-    one. ``guard`` returns the guard settings in effect (default: ``config.web.guard``)."""
-    current_guard = guard or (lambda: config.web.guard)
+    one. ``guard`` returns the guard settings in effect (default: the web's ``web.guard``)."""
+    current_guard = guard or (lambda: shared_section(config, GuardConfig))
     browser = browser_section(config)
     try:
-        async with _chromium_home(config.web.tls) as home, trio.open_nursery() as nursery:
+        tls = shared_section(config, TlsConfig)
+        async with _chromium_home(tls) as home, trio.open_nursery() as nursery:
             owned = runtime is None
             if runtime is None:
                 runtime = await _start_runtime(
-                    nursery, browser, current_guard, resolver, web=config.web, home=home
+                    nursery, browser, current_guard, resolver, proxy=egress_proxy(config), home=home
                 )
             services = _services(config, runtime, current_guard)
             await nursery.start(services.sessions.serve_reaper, lambda: browser.session_idle_s)
@@ -191,12 +191,12 @@ async def _start_runtime(
     guard: Callable[[], GuardConfig],
     resolver: Resolver | None,
     *,
-    web: WebConfig,
+    proxy: str | None,
     home: str | None,
 ) -> Runtime:
-    proxy = make_proxy(guard, resolver, web=web)
-    await nursery.start(proxy.serve)
-    return make_engines(config, proxy, home=home)
+    guard_proxy = make_proxy(guard, resolver, proxy=proxy)
+    await nursery.start(guard_proxy.serve)
+    return make_engines(config, guard_proxy, home=home)
 
 
 def _services(

@@ -27,8 +27,8 @@ import subprocess
 
 import certifi
 
+from csp_web.config import TlsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.web import TlsConfig
 
 log = logging.getLogger(__name__)
 NSSDB = os.path.join(".pki", "nssdb")  # under HOME: where Chromium's NSS reads user trust

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, SectionSpec
 from csp_web.core.api.ops import Op
 from csp_web.core.api.ports import StatsLine, StorageChecks
 from csp_web.core.api.specialist import Background, Commit, Specialist
@@ -18,6 +18,7 @@ from csp_web.cron import WallClock, open_cron, system_now
 from csp_web.infra.redis_link import RedisLink
 
 from . import ops_cron, ops_exec, ops_mcp
+from .config import SECTION, ToolConfig, tool_section
 from .ops_exec import open_exec_services, prepare_exec_reload
 from .services import ToolServices, open_mcp_host
 
@@ -95,8 +96,8 @@ def make_tool(
         name="tool",
         ops=OPS,
         slots=lambda slots: slots.tool,
-        section=lambda config: config.tool,
-        own_section=None,  # a field of Config (csp_web/config)
+        section=tool_section,
+        own_section=SectionSpec(SECTION, ToolConfig),  # config.py: tool.exec, .cron, .mcp
         reloadable=(
             "tool.exec",  # the exec policy: allow-lists, patterns, shell, env, limits, workspaces
             "tool.mcp",  # servers added, removed, changed (McpPool.prepare_reload), budgets

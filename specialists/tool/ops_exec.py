@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from csp_web.config import Config, ExecConfig, daemon_paths, protected_paths
+from csp_web.config import Config, daemon_paths
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
@@ -29,6 +29,8 @@ from csp_web.core.api.replies import Result
 from csp_web.infra.redis_cache import open_response_cache
 from csp_web.infra.redis_link import RedisLink
 from protocol import ErrorCode
+from specialists.tool.config import protected_paths, tool_section
+from specialists.tool.exec.config import ExecConfig
 
 from .exec import (
     ExecRequest,
@@ -71,8 +73,8 @@ def _effective_config(config: Config) -> ExecConfig:
     """The exec policy with the daemon's own paths masked, and its protected paths expanded
     (``~`` is the daemon user's home) and joined by every file the daemon reads as config or
     runs (``daemon_inputs``). A workspace root among the daemon's paths never gets here:
-    building the Config refuses it (``csp_web.config.exec.refuse_private_workspaces``)."""
-    exec_config = config.tool.exec
+    building the Config refuses it (``specialists.tool.exec.config.refuse_private_workspaces``)."""
+    exec_config = tool_section(config).exec
     private = _masked_private(daemon_paths(config))
     masked = tuple(dict.fromkeys((*exec_config.masked_paths, *private)))
     return replace(exec_config, masked_paths=masked, protected_paths=protected_paths(config))

@@ -24,6 +24,7 @@ from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode
+from specialists.tool.config import tool_section
 
 from .services import ToolServices
 
@@ -79,7 +80,7 @@ async def _mcp(
     pool = mcp_pool(tool_services, server)
     if action == "list":
         tools = await pool.list_tools(server, timeout_s=_time_left_s())
-        return Result(tools.data, tools.scope, tools.fields(ctx.config.tool.mcp))
+        return Result(tools.data, tools.scope, tools.fields(tool_section(ctx.config).mcp))
     if tool is None:
         raise OpError(ErrorCode.MISSING_FIELD, "TOOL", scope=("mcp",))
     from .mcp import parse_params

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from csp_web.config import Config, ExecConfig
-from csp_web.config.mcp import McpConfig
+from csp_web.config import Config
 from csp_web.core.api import extras
 from csp_web.cron import CronService
 from csp_web.infra.redis_cache import ResponseCache
+from specialists.tool.config import tool_section
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.mcp.config import McpConfig
 
 from .exec import Sandbox
 
@@ -58,7 +60,7 @@ class McpHost:
         """The reload hook (``csp_web.config.reload``) for ``tool.mcp``: the pool applies it
         (``McpPool.prepare_reload``); the first configured server opens the pool, the SDK
         being imported here, before anything changes."""
-        mcp = config.tool.mcp
+        mcp = tool_section(config).mcp
         if self.pool is not None:
             apply = self.pool.prepare_reload(mcp)
 

@@ -12,13 +12,14 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from csp_web.config import Config, WebConfig
+from csp_web.config import Config, SectionSpec
 from csp_web.core.api.ops import Op
 from csp_web.core.api.ports import Seams, StatsLine
 from csp_web.core.api.specialist import Background, Commit, Specialist
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 
+from .config import SECTION, WebConfig, web_section
 from .docs import ops_docs
 from .pages import ops_api, ops_fetch, ops_summarize
 from .pages.filestore import CacheFileStore
@@ -103,8 +104,8 @@ def make_web(
         name="web",
         ops=OPS,
         slots=lambda slots: slots.web,
-        section=lambda config: config.web,
-        own_section=None,  # a field of Config (csp_web/config)
+        section=web_section,
+        own_section=SectionSpec(SECTION, WebConfig),  # specialists/web/config.py
         reloadable=(
             "web.fetch",  # caps and its rate limit
             "web.search",  # providers, order, rate limits, result counts

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from csp_web.config import Config, WebConfig
+from csp_web.config import Config
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Port, Renderer
@@ -33,6 +33,7 @@ from csp_web.net import (
     parse_proxy,
     trust_context,
 )
+from specialists.web.config import WebConfig, web_section
 
 from .docs.board import Board
 from .pages.flights import Flights
@@ -67,10 +68,10 @@ class WebServices:
         """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
         settings and rate limits for the ops that start after it. The guard and the cache
         stay as opened."""
-        rates = _rates(config.web)
+        rates = _rates(web_section(config))
 
         def commit() -> None:
-            self.config = config.web
+            self.config = web_section(config)
             self.limits.reload(rates)
 
         return commit
@@ -102,7 +103,7 @@ async def open_web_services(
     where egress goes; ``wrap_transport`` for ``csp-web replay`` (recording and serving
     cassettes).
     """
-    web = config.web
+    web = web_section(config)
     if ssl_context is None and (web.tls.ca_file is not None or web.tls.system_store):
         ssl_context = await trio.to_thread.run_sync(trust_context, web.tls)
     proxy = parse_proxy(web.proxy) if web.proxy is not None else None

@@ -13,13 +13,15 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig, WebConfig, with_section
+from csp_web.config import Config, with_section
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
 from specialists.browser import browser_ops
 from specialists.browser.config import SECTION, BrowserConfig
 from specialists.browser.services import BrowserServices, Runtime, open_browser_services
+from specialists.tool.config import ToolConfig
+from specialists.web.config import WebConfig
 from tests.harness import build_dispatcher
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, start_https_origin
@@ -112,11 +114,14 @@ def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
 def make_config(
     config: Config, guard: GuardConfig, browser_settings: BrowserConfig
 ) -> functools.partial[Config]:
-    base = replace(
-        config,
-        memory=replace(config.memory, socket_path=None),
-        web=WebConfig(guard=guard),
-        tool=ToolConfig(),
+    base = with_section(
+        with_section(
+            replace(config, memory=replace(config.memory, socket_path=None)),
+            "web",
+            WebConfig(guard=guard),
+        ),
+        "tool",
+        ToolConfig(),
     )
     base = with_section(base, SECTION, browser_settings)
     return functools.partial(replace, base)

@@ -10,10 +10,9 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.app.catalog import config_sections
+from csp_web.app.catalog import config_from_mapping, config_sections
 from csp_web.app.compose import open_app_daemon
 from csp_web.config import Config, ConfigError
-from csp_web.config.load import config_from_mapping
 from csp_web.core.api.context import Peer
 from protocol import Status, Task
 from specialists.browser.config import BrowserConfig, browser_section

@@ -15,7 +15,7 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, WebConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
@@ -25,6 +25,7 @@ from specialists.browser.config import BrowserConfig
 from specialists.browser.engine import BrowserEngine
 from specialists.browser.render import ChromiumRenderer
 from specialists.browser.services import BrowserServices, Runtime, open_browser_services
+from specialists.web.config import WebConfig
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices, open_web_services
 from tests.harness import build_dispatcher
@@ -51,7 +52,7 @@ CONCURRENT = 4  # fetches at once: within the renders' one-shot cap (max_oneshot
 
 
 def _web_config(config: Config, guard: GuardConfig, timeout_s: float) -> Config:
-    return replace(config, web=WebConfig(guard=replace(guard, timeout_s=timeout_s)))
+    return with_section(config, "web", WebConfig(guard=replace(guard, timeout_s=timeout_s)))
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, WebConfig
+from csp_web.config import Config, TlsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.web import TlsConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
@@ -30,6 +29,7 @@ from specialists.browser.config import BrowserConfig, browser_section
 from specialists.browser.render import ChromiumRenderer
 from specialists.browser.services import BrowserServices, open_browser_services
 from specialists.browser.trust import build_home, extra_certificates
+from specialists.web.config import WebConfig, web_section
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import open_web_services
 from tests.harness import build_dispatcher
@@ -208,7 +208,7 @@ async def test_with_system_store_a_ca_the_administrator_added_is_trusted_by_the_
     monkeypatch.setenv("SSL_CERT_FILE", str(store))
     timed = replace(guard, timeout_s=OP_TIMEOUT_S)
     config = make_config(web=WebConfig(guard=timed, tls=TlsConfig(system_store=True)))
-    assert extra_certificates(config.web.tls) == [company.cert_pem.bytes().strip()]
+    assert extra_certificates(web_section(config).tls) == [company.cert_pem.bytes().strip()]
     url = serve(origin, "/shell", SHELL)
     async with _daemon(config, dns) as (pages, _):
         reply = await _fetch(pages, url)

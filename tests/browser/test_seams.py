@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from csp_web.app.catalog import catalogue
-from csp_web.config import Config, ToolConfig, WebConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Seams
 from csp_web.core.api.specialist import Specialist
@@ -24,6 +24,8 @@ from protocol import ErrorCode
 from specialists.browser.config import browser_section
 from specialists.browser.render import ChromiumRenderer
 from specialists.browser.services import BrowserServices
+from specialists.tool.config import ToolConfig
+from specialists.web.config import WebConfig, web_section
 from specialists.web.pages.filestore import CacheFileStore
 from specialists.web.services import WebServices
 from tests.net._origin import Origin, Reply, Seen
@@ -54,7 +56,11 @@ def _config(config: Config, origin: Origin, *, private: bool = True) -> Config:
         allow_private=("127.0.0.1/32",) if private else (),
     )
     memory = replace(config.memory, socket_path=None)
-    return replace(config, web=replace(WebConfig(), guard=guard), memory=memory, tool=ToolConfig())
+    return with_section(
+        with_section(replace(config, memory=memory), "web", replace(WebConfig(), guard=guard)),
+        "tool",
+        ToolConfig(),
+    )
 
 
 @pytest.fixture
@@ -65,7 +71,9 @@ async def opened(config: Config, origin: Origin) -> AsyncIterator[tuple[WebServi
     assert isinstance(web, Specialist)
     assert isinstance(browser, Specialist)
     async with AsyncExitStack() as stack:
-        web_services = await stack.enter_async_context(web.open_services(config.web, config))
+        web_services = await stack.enter_async_context(
+            web.open_services(web_section(config), config)
+        )
         browser_services = await stack.enter_async_context(
             browser.open_services(browser_section(config), config)
         )

@@ -22,12 +22,13 @@ import trustme
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import open_memory_path
-from csp_web.config import Config
+from csp_web.config import Config, with_section
 from csp_web.core.daemon.compose import op_table, open_daemon
 from csp_web.core.daemon.lifecycle import serve
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.net import GuardConfig
 from specialists.web import make_web
+from specialists.web.config import web_section
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Reply, start_https_origin
@@ -81,7 +82,7 @@ def _page() -> Reply:
 @pytest.fixture
 def web_config(config: Config, origin: Origin) -> Config:
     guard = GuardConfig(allowed_ports=(origin.port,), allow_private=("127.0.0.1",))
-    return replace(config, web=replace(config.web, guard=guard))
+    return with_section(config, "web", replace(web_section(config), guard=guard))
 
 
 @pytest.fixture

@@ -11,12 +11,13 @@ import pytest
 import trio
 import trustme
 
+from csp_web.config import TlsConfig
 from csp_web.config.errors import ConfigError
-from csp_web.config.web import TlsConfig, WebConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, Proxy, open_guarded_client, parse_proxy, trust_context
 from csp_web.net.forward_proxy import connect_request
 from protocol import ErrorCode
+from specialists.web.config import WebConfig
 
 from ._dns import FixedResolver
 from ._origin import PAGE, WAIT_S, Origin

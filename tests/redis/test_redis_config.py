@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from csp_web.app.catalog import config_from_mapping
 from csp_web.config import Config, ConfigError
-from csp_web.config.load import config_from_mapping
 from csp_web.config.redis import RedisConfig
 
 

@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from csp_web.config import Config, WebConfig
+from csp_web.config import Config
 from csp_web.config.redis import RedisConfig
 from csp_web.core.api.context import Peer
 from csp_web.infra.redis_link import open_redis_link
 from protocol import Reply, Status, Task
 from specialists.web import make_web
+from specialists.web.config import WebConfig
 from specialists.web.services import WebServices
 from tests.conftest import Daemon, Sink, start_daemon
 from tests.redis.conftest import wait_live

@@ -20,7 +20,7 @@ import trio
 import trio.lowlevel
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, CronConfig, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import FieldSpec, Params
@@ -29,9 +29,11 @@ from csp_web.core.api.records import MemoryWrite
 from csp_web.core.api.replies import Result
 from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
 from csp_web.cron import CronService, open_cron
+from csp_web.cron.config import CronConfig
 from csp_web.infra.redis_link import RedisLink
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Field, Reply, Status, Task
+from specialists.tool.config import ToolConfig
 from specialists.tool.ops_cron import OPS
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
@@ -74,7 +76,7 @@ def tick_op(seen: list[str]) -> Op[Any]:
 def cron_config(config: Config, **cron: Any) -> Config:
     """``config`` with cron settings replaced and no memory socket (writes stay pending)."""
     config = replace(config, memory=replace(config.memory, socket_path=None))
-    return replace(config, tool=ToolConfig(cron=CronConfig(**cron)))
+    return with_section(config, "tool", ToolConfig(cron=CronConfig(**cron)))
 
 
 @dataclass

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import ExecConfig, ProgramRule
 from specialists.tool.exec import Sandbox, probe_sandbox
 from specialists.tool.exec._access import RunAs
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 NOBODY = 65534
 IS_ROOT = os.geteuid() == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.config import Config, CronConfig, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.cron import (
     CronStore,
     CronStoreError,
@@ -22,8 +22,10 @@ from csp_web.cron import (
     parse_schedule,
     store_path,
 )
+from csp_web.cron.config import CronConfig
 from csp_web.cron.jobs import DONE_KEYS_KEPT, INTERRUPTED, RUNNING
 from csp_web.cron.store import write_atomic
+from specialists.tool.config import ToolConfig
 
 AT = datetime.datetime(2026, 1, 10, 0, 0, tzinfo=datetime.UTC)
 
@@ -125,7 +127,7 @@ def test_a_second_outcome_for_a_key_replaces_the_first() -> None:
 
 def test_store_path_defaults_under_the_state_dir(config: Config) -> None:
     assert store_path(config) == os.path.join(config.daemon.state_dir, "cron.json")
-    moved = replace(config, tool=ToolConfig(cron=CronConfig(store_path="/x/jobs.json")))
+    moved = with_section(config, "tool", ToolConfig(cron=CronConfig(store_path="/x/jobs.json")))
     assert store_path(moved) == "/x/jobs.json"
 
 

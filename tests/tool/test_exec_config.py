@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from csp_web.config import ExecConfig, ProgramRule
 from specialists.tool.exec import cache_key, cacheable
 from specialists.tool.exec._limits import cpu_seconds, prlimit_argv
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 
 def test_defaults_are_the_seed_numbers() -> None:

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 
 import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
@@ -44,7 +44,7 @@ async def dispatcher(
 ) -> AsyncIterator[Dispatcher]:
     overrides = {} if request.param == "bwrap" else {"bwrap_program": None}
     exec_config = make_config(workspace, **overrides)
-    config = replace(config, tool=ToolConfig(exec=exec_config))
+    config = with_section(config, "tool", ToolConfig(exec=exec_config))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,

@@ -20,22 +20,16 @@ import pytest
 import trio
 import yaml
 
+from csp_web.app.catalog import config_from_mapping, load_config
 from csp_web.client.trio_client import open_client
-from csp_web.config import (
-    Config,
-    ExecConfig,
-    McpConfig,
-    RedisConfig,
-    StdioServerConfig,
-    ToolConfig,
-    daemon_inputs,
-    workspace_overlaps,
-)
+from csp_web.config import Config, RedisConfig, daemon_inputs, with_section
 from csp_web.config.errors import ConfigError
-from csp_web.config.load import config_from_mapping, load_config
 from protocol import Status, Task
 from specialists.browser.config import BrowserConfig
 from specialists.node.config import NodesConfig, NodeTlsConfig
+from specialists.tool.config import ToolConfig, workspace_overlaps
+from specialists.tool.exec.config import ExecConfig
+from specialists.tool.mcp.config import McpConfig, StdioServerConfig
 from tests.conftest import wait_until
 
 from .exec_support import IS_ROOT, NOBODY, scratch_dir
@@ -58,18 +52,22 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
     base = str(tmp_path)
     script = tmp_path / "server.py"
     script.write_text("")
-    config = Config(
-        sections=(
-            ("nodes", NodesConfig(tls=_tls(f"{base}/n.crt", f"{base}/n.key"))),
-            ("tool.browser", BrowserConfig(executable=f"{base}/chrome")),
+    config = with_section(
+        Config(
+            sections=(
+                ("nodes", NodesConfig(tls=_tls(f"{base}/n.crt", f"{base}/n.key"))),
+                ("tool.browser", BrowserConfig(executable=f"{base}/chrome")),
+            ),
+            redis=RedisConfig(
+                url="rediss://h:6380/0",
+                tls_ca_file=f"{base}/ca.pem",
+                tls_cert_file=f"{base}/c.pem",
+                tls_key_file=f"{base}/c.key",
+            ),
+            source=f"{base}/conf/config.yaml",
         ),
-        redis=RedisConfig(
-            url="rediss://h:6380/0",
-            tls_ca_file=f"{base}/ca.pem",
-            tls_cert_file=f"{base}/c.pem",
-            tls_key_file=f"{base}/c.key",
-        ),
-        tool=ToolConfig(
+        "tool",
+        ToolConfig(
             exec=ExecConfig(shell_program=f"{base}/sh"),
             mcp=McpConfig(
                 servers={
@@ -79,7 +77,6 @@ def test_every_file_the_daemon_reads_or_runs_is_a_daemon_input(tmp_path: Path) -
                 }
             ),
         ),
-        source=f"{base}/conf/config.yaml",
     )
     (tmp_path / "srv").mkdir()
     (tmp_path / "srv" / "server.py").write_text("")

@@ -19,15 +19,16 @@ import trio
 from csp_web.config import (
     CacheConfig,
     Config,
-    CronConfig,
     DaemonConfig,
     MemoryConfig,
     RedisConfig,
-    ToolConfig,
-    WebConfig,
     daemon_paths,
+    with_section,
 )
+from csp_web.cron.config import CronConfig
 from specialists.node.config import NodesConfig, NodeTlsConfig
+from specialists.tool.config import ToolConfig, tool_section
+from specialists.web.config import WebConfig, web_section
 
 from .exec_support import IS_ROOT, NOBODY, make_config, scratch_dir
 
@@ -56,8 +57,12 @@ def _private_configs(base: str, state_dir: str = "/var/lib/csp-web-test") -> dic
         ),
         "redis-socket": Config(daemon=state, redis=RedisConfig(url=f"unix://{base}/r.sock?db=1")),
         "redis-tls-key": Config(daemon=state, redis=RedisConfig(tls_key_file=f"{base}/k.pem")),
-        "cron-store": Config(daemon=state, tool=ToolConfig(cron=CronConfig(f"{base}/cron.json"))),
-        "cache-directory": Config(daemon=state, web=WebConfig(cache=CacheConfig(base))),
+        "cron-store": with_section(
+            Config(daemon=state), "tool", ToolConfig(cron=CronConfig(f"{base}/cron.json"))
+        ),
+        "cache-directory": with_section(
+            Config(daemon=state), "web", WebConfig(cache=CacheConfig(base))
+        ),
     }
 
 
@@ -73,13 +78,19 @@ def test_a_workspace_root_holding_any_daemon_path_is_refused_at_load(setting: st
     with scratch_dir() as workspace, scratch_dir() as state:
         config = _private_configs(workspace, state)[setting]
         with pytest.raises(ValueError, match=r"workspace_roots.*overlaps the daemon's own"):
-            Config(
-                daemon=config.daemon,
-                memory=config.memory,
-                sections=config.sections,
-                redis=config.redis,
-                web=config.web,
-                tool=ToolConfig(exec=make_config(workspace), cron=config.tool.cron),
+            with_section(
+                with_section(
+                    Config(
+                        daemon=config.daemon,
+                        memory=config.memory,
+                        sections=config.sections,
+                        redis=config.redis,
+                    ),
+                    "web",
+                    web_section(config),
+                ),
+                "tool",
+                ToolConfig(exec=make_config(workspace), cron=tool_section(config).cron),
             )
 
 

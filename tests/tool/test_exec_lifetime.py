@@ -23,13 +23,15 @@ import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ExecConfig, SlotLimits, ToolConfig
+from csp_web.config import Config, SlotLimits, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
+from specialists.tool.exec.config import ExecConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher
@@ -51,10 +53,10 @@ async def open_dispatcher(
     pools = replace(
         config.tasks.specialists, tool=SlotLimits(max_running=max_running, max_queued=10)
     )
-    config = replace(
-        config,
-        tool=ToolConfig(exec=exec_config),
-        tasks=replace(config.tasks, specialists=pools),
+    config = with_section(
+        replace(config, tasks=replace(config.tasks, specialists=pools)),
+        "tool",
+        ToolConfig(exec=exec_config),
     )
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import ProgramRule
 from specialists.tool.exec import (
     ExecRequest,
     ExecResult,
@@ -25,6 +24,7 @@ from specialists.tool.exec import (
     probe_sandbox,
     run_command,
 )
+from specialists.tool.exec.config import ProgramRule
 
 from .exec_support import KINDS, make_config, probe, scratch_dir
 

@@ -11,18 +11,18 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 
 import pytest
 import trio
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.exec._runner import PLACEHOLDER_THREAD
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
@@ -40,7 +40,7 @@ def workspace() -> Iterator[str]:
 
 @pytest.fixture
 async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher]:
-    config = replace(config, tool=ToolConfig(exec=make_config(workspace)))
+    config = with_section(config, "tool", ToolConfig(exec=make_config(workspace)))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,

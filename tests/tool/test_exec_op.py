@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import replace
 
 import pytest
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
@@ -31,7 +31,7 @@ def workspace() -> Iterator[str]:
 @pytest.fixture
 async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher]:
     exec_config = make_config(workspace, cache_safe_patterns=(r"cat .*",))
-    config = replace(config, tool=ToolConfig(exec=exec_config))
+    config = with_section(config, "tool", ToolConfig(exec=exec_config))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_exec_services(config) as services,
@@ -186,7 +186,7 @@ async def test_stats_says_which_limits_exec_uses(config: Config, workspace: str)
 
     for mode, expected in (("auto", {"cgroup1", "cgroup2"}), ("off", {"rlimit"})):
         exec_config = make_config(workspace, cgroup=mode)
-        tool = replace(config, tool=ToolConfig(exec=exec_config))
+        tool = with_section(config, "tool", ToolConfig(exec=exec_config))
         async with AsyncExitStack() as stack:
             lines = dict((await TOOL.open(tool, stack)).stats_lines)
         assert lines["SANDBOX"] == "bwrap"

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from csp_web.config import ExecConfig, ProgramRule
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
 from specialists.tool.exec._policy import find_dangerous, split_command
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 from .exec_support import bare_sandbox, make_config, scratch_dir
 

@@ -18,11 +18,12 @@ import pytest
 import trio
 import yaml
 
-from csp_web.config import ExecConfig
-from csp_web.config.load import config_from_mapping
+from csp_web.app.catalog import config_from_mapping
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.tool.config import tool_section
 from specialists.tool.exec import ExecRequest, ExecResult, run_command
+from specialists.tool.exec.config import ExecConfig
 
 from .exec_support import IS_ROOT, NOBODY, probe, scratch_dir
 
@@ -35,7 +36,7 @@ def documented_policy(workspace: str) -> ExecConfig:
         (block,) = re.findall(r"```yaml\n(.*?)```", f.read(), re.DOTALL)
     data: dict[str, Any] = yaml.safe_load(block)
     data["tool"]["exec"]["workspace_roots"] = [workspace]
-    return config_from_mapping(data).tool.exec
+    return tool_section(config_from_mapping(data)).exec
 
 
 @pytest.fixture

@@ -18,10 +18,18 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config import Config, ConfigError, DaemonConfig, SocketConfig, ToolConfig, daemon_paths
+from csp_web.config import (
+    Config,
+    ConfigError,
+    DaemonConfig,
+    SocketConfig,
+    daemon_paths,
+    with_section,
+)
 from csp_web.config.load import serving_socket
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.tool.config import ToolConfig
 from specialists.tool.exec import ExecRequest, prepare_command
 
 from .exec_support import IS_ROOT, NOBODY, bare_sandbox, make_config, scratch_dir
@@ -31,9 +39,10 @@ def test_a_workspace_root_containing_the_state_dir_is_refused_at_load() -> None:
     with scratch_dir() as workspace:
         state = os.path.join(workspace, ".state")
         with pytest.raises(ValueError, match=r"workspace_roots.*overlaps the daemon's own"):
-            Config(
-                daemon=DaemonConfig(state_dir=state),
-                tool=ToolConfig(exec=make_config(workspace)),
+            with_section(
+                Config(daemon=DaemonConfig(state_dir=state)),
+                "tool",
+                ToolConfig(exec=make_config(workspace)),
             )
 
 
@@ -41,7 +50,11 @@ def test_a_workspace_root_inside_the_state_dir_is_refused_at_load() -> None:
     with scratch_dir() as state:
         inner = os.path.join(state, "w")
         with pytest.raises(ValueError, match="workspace_roots"):
-            Config(daemon=DaemonConfig(state_dir=state), tool=ToolConfig(exec=make_config(inner)))
+            with_section(
+                Config(daemon=DaemonConfig(state_dir=state)),
+                "tool",
+                ToolConfig(exec=make_config(inner)),
+            )
 
 
 def test_a_workspace_root_equal_to_the_socket_dir_is_refused_at_load() -> None:
@@ -50,10 +63,13 @@ def test_a_workspace_root_equal_to_the_socket_dir_is_refused_at_load() -> None:
         scratch_dir() as state,
         pytest.raises(ValueError, match="workspace_roots"),
     ):
-        Config(
-            daemon=DaemonConfig(state_dir=state),
-            socket=SocketConfig(path=os.path.join(workspace, "csp.sock")),
-            tool=ToolConfig(exec=make_config(workspace)),
+        with_section(
+            Config(
+                daemon=DaemonConfig(state_dir=state),
+                socket=SocketConfig(path=os.path.join(workspace, "csp.sock")),
+            ),
+            "tool",
+            ToolConfig(exec=make_config(workspace)),
         )
 
 
@@ -77,8 +93,10 @@ def test_a_config_file_with_such_a_root_exits_2_naming_it(tmp_path: os.PathLike[
 
 def test_the_socket_serve_is_given_counts_as_the_daemons_own_path() -> None:
     with scratch_dir() as workspace, scratch_dir() as state, scratch_dir() as elsewhere:
-        config = Config(
-            daemon=DaemonConfig(state_dir=state), tool=ToolConfig(exec=make_config(workspace))
+        config = with_section(
+            Config(daemon=DaemonConfig(state_dir=state)),
+            "tool",
+            ToolConfig(exec=make_config(workspace)),
         )
         served = serving_socket(config, os.path.join(elsewhere, "csp.sock"))
         assert elsewhere in daemon_paths(served)  # its folder, as for socket.path
@@ -142,13 +160,14 @@ _NON_ROOT_DAEMON = textwrap.dedent(
     """
     import json, os, socket, sys
     import trio
-    from csp_web.config import Config, DaemonConfig, SocketConfig, ToolConfig
+    from csp_web.config import Config, DaemonConfig, SocketConfig, with_section
     from csp_web.core.api.context import Peer
     from tests.harness import build_dispatcher
     from csp_web.app.memory_path import outbox_path
     from csp_web.memory.outbox import open_outbox
     from protocol import Task
     from specialists.tool import TOOL
+    from specialists.tool.config import ToolConfig
     from specialists.tool.services import ToolServices
     from specialists.tool.ops_exec import open_exec_services
     from tests.tool.exec_support import make_config
@@ -159,13 +178,14 @@ _NON_ROOT_DAEMON = textwrap.dedent(
     sock_path = os.path.join(sock_dir, "csp.sock")
     out = {}
     try:
-        Config(daemon=DaemonConfig(state_dir=state),
-               tool=ToolConfig(exec=make_config(os.path.dirname(state))))
+        with_section(Config(daemon=DaemonConfig(state_dir=state)),
+                     "tool", ToolConfig(exec=make_config(os.path.dirname(state))))
         out["covering_root"] = "accepted"
     except ValueError as error:
         out["covering_root"] = str(error)
-    config = Config(daemon=DaemonConfig(state_dir=state), socket=SocketConfig(path=sock_path),
-                    tool=ToolConfig(exec=make_config(workspace)))
+    config = with_section(
+        Config(daemon=DaemonConfig(state_dir=state), socket=SocketConfig(path=sock_path)),
+        "tool", ToolConfig(exec=make_config(workspace)))
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(sock_path)
     listener.listen()

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import ExecConfig, ProgramRule
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 from .exec_support import IS_ROOT, bare_sandbox, make_config, scratch_dir
 

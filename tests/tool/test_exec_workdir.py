@@ -8,12 +8,12 @@ import tempfile
 
 import pytest
 
-from csp_web.config import ProgramRule
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, prepare_command
 from specialists.tool.exec._request import open_working_dir
 from specialists.tool.exec._sandbox import wrap_argv
+from specialists.tool.exec.config import ProgramRule
 from tests.tool.exec_support import bare_sandbox, make_config, scratch_dir
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from csp_web.config import ConfigError, HttpServerConfig, McpConfig, StdioServerConfig
+from csp_web.config import ConfigError
 from csp_web.config.load import load_section
+from specialists.tool.mcp.config import HttpServerConfig, McpConfig, StdioServerConfig
 
 
 def test_mapping_with_command_or_url_builds_the_matching_server_kinds() -> None:

@@ -12,10 +12,10 @@ import sys
 import pytest
 import trio
 
-from csp_web.config import StdioServerConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.mcp import open_mcp_pool
+from specialists.tool.mcp.config import StdioServerConfig
 
 from .mcp_servers.support import toy_config
 

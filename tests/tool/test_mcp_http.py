@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from csp_web.config import HttpServerConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.mcp import open_mcp_pool
+from specialists.tool.mcp.config import HttpServerConfig
 
 from .mcp_servers.support import TOY_SERVER, toy_config
 

@@ -12,13 +12,15 @@ import trio.testing
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, StdioServerConfig, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.daemon.compose import open_daemon
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig, tool_section
+from specialists.tool.mcp.config import StdioServerConfig
 from specialists.tool.services import ToolServices, open_mcp_host
 from tests.harness import build_dispatcher, outbox_of
 from tests.tool.mcp_servers.support import toy_config
@@ -26,10 +28,10 @@ from tests.tool.mcp_servers.support import toy_config
 
 @pytest.fixture
 async def dispatcher(config: Config) -> AsyncIterator[Dispatcher]:
-    config = replace(config, tool=ToolConfig(mcp=toy_config(call_timeout_s=5.0)))
+    config = with_section(config, "tool", ToolConfig(mcp=toy_config(call_timeout_s=5.0)))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_mcp_host(config.tool.mcp) as host,
+        open_mcp_host(tool_section(config).mcp) as host,
     ):
         yield build_dispatcher(
             config, outbox_path(config, outbox), TOOL.ops, ToolServices(None, host, None)
@@ -122,7 +124,7 @@ async def test_stats_shows_each_mcp_servers_state_and_cause(config: Config) -> N
     """Wired as the daemon wires it (the app's SPECIALISTS): one MCP line per server in stats."""
     missing = StdioServerConfig(command="/nonexistent/mcp-server")
     mcp = toy_config(servers={"gone": missing}, max_failures=1)
-    config = replace(config, tool=replace(config.tool, mcp=mcp))
+    config = with_section(config, "tool", replace(tool_section(config), mcp=mcp))
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         open_daemon(config, SPECIALISTS, memory=outbox_path(config, outbox)) as daemon,

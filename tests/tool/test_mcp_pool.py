@@ -13,10 +13,12 @@ import sniffio
 import trio
 import trio.testing
 
-from csp_web.config import Config, McpConfig, StdioServerConfig, ToolConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.tool.config import ToolConfig
 from specialists.tool.mcp import McpPool, open_mcp_pool
+from specialists.tool.mcp.config import McpConfig, StdioServerConfig
 from specialists.tool.services import open_mcp_host
 from tests.conftest import wait_until
 
@@ -489,7 +491,7 @@ async def test_the_first_server_a_reload_configures_opens_the_pool() -> None:
     async with open_mcp_host(McpConfig()) as host:
         assert host.pool is None
         assert host.stats_lines() == ()
-        host.prepare_reload(Config(tool=ToolConfig(mcp=toy_config())))()
+        host.prepare_reload(with_section(Config(), "tool", ToolConfig(mcp=toy_config())))()
         assert host.pool is not None
         pid = await _pid(host.pool, "toy")
         [line] = host.stats_lines()

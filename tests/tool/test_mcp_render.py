@@ -16,11 +16,11 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from csp_web.config import McpConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Reply, Status, serialize
 from specialists.tool.mcp import McpResult, parse_params
 from specialists.tool.mcp.backoff import Backoff
+from specialists.tool.mcp.config import McpConfig
 from specialists.tool.mcp.render import build_result
 
 CONFIG = McpConfig()

@@ -13,11 +13,12 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, DaemonConfig, WebConfig
+from csp_web.config import Config, DaemonConfig, with_section
 from csp_web.core.api.ops import Op
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from csp_web.net import GuardConfig
+from specialists.web.config import WebConfig
 from specialists.web.services import WebServices, open_web_services
 from tests.harness import build_dispatcher
 from tests.net._dns import FixedResolver
@@ -44,9 +45,10 @@ def dns() -> FixedResolver:
 def web_config(origin: Origin, tmp_path: Path) -> Config:
     """Embedded defaults, loopback opened for the origin's port, state in tmp_path."""
     guard = GuardConfig(allowed_ports=(origin.port,), allow_private=("127.0.0.1",))
-    return Config(
-        daemon=DaemonConfig(state_dir=str(tmp_path / "state")),
-        web=replace(WebConfig(), guard=guard),
+    return with_section(
+        Config(daemon=DaemonConfig(state_dir=str(tmp_path / "state"))),
+        "web",
+        replace(WebConfig(), guard=guard),
     )
 
 

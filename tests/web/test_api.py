@@ -15,9 +15,10 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.config import ApiConfig, Config, RateConfig
+from csp_web.config import Config, with_section
 from csp_web.infra.ratelimit import Bucket
 from protocol import Status
+from specialists.web.config import ApiConfig, RateConfig, web_section
 from specialists.web.pages.ops_api import OPS
 from tests.harness import outbox_of
 from tests.net._dns import FixedResolver
@@ -41,7 +42,7 @@ def with_github(config: Config, origin: Origin, **changes: Any) -> Config:
         origin.url("api.test", "/"), auth_env=TOKEN_ENV, headers=dict(GITHUB_HEADERS)
     )
     apis = {"github": replace(github, **changes)}
-    return replace(config, web=replace(config.web, apis=apis))
+    return with_section(config, "web", replace(web_section(config), apis=apis))
 
 
 def api_fields(endpoint: str, *more: tuple[str, str]) -> tuple[tuple[str, str], ...]:

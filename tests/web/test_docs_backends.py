@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import trio
 
-from csp_web.config import Config, SearchProvider
-from csp_web.config.docs import DocsConfig, FirecrawlConfig
+from csp_web.config import Config, with_section
 from protocol import Status
 from specialists.web import WEB
+from specialists.web.config import SearchProvider, web_section
+from specialists.web.docs.config import DocsConfig, FirecrawlConfig
 from specialists.web.search.ops_search import OPS as SEARCH_OPS
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Seen
@@ -96,9 +97,9 @@ def perplexity(web_config: Config, origin: Origin, path: str, *order: str) -> Co
     provider = SearchProvider(
         "perplexity", base_url=origin.url("search.test", path), api_key_env=PPLX_ENV
     )
-    providers = {**config.web.search.providers, "perplexity": provider}
-    search = replace(config.web.search, providers=providers)
-    return replace(config, web=replace(config.web, search=search))
+    providers = {**web_section(config).search.providers, "perplexity": provider}
+    search = replace(web_section(config).search, providers=providers)
+    return with_section(config, "web", replace(web_section(config), search=search))
 
 
 async def test_perplexity_search_api_results_become_hits(
@@ -198,7 +199,7 @@ def scrape_answer(url: str, status: int = 200) -> dict[str, Any]:
 def firecrawl(web_config: Config, origin: Origin, **changes: Any) -> Config:
     settings = FirecrawlConfig(base_url=origin.url("api.test", "/fc"), api_key_env=FC_ENV)
     docs = replace(DocsConfig(), firecrawl=replace(settings, **changes))
-    return replace(web_config, web=replace(web_config.web, docs=docs))
+    return with_section(web_config, "web", replace(web_section(web_config), docs=docs))
 
 
 async def test_a_page_the_direct_load_cannot_read_comes_through_firecrawl_and_is_cached(

@@ -16,14 +16,16 @@ import pytest
 import trio
 
 from csp_web.app.memory_path import open_memory_link, outbox_path
-from csp_web.config import Config
-from csp_web.config.docs import BoardConfig, CabinetConfig, DocsConfig
-from csp_web.config.exec import ExecConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
+from specialists.tool.config import tool_section
+from specialists.tool.exec.config import ExecConfig
 from specialists.web import WEB
+from specialists.web.config import web_section
+from specialists.web.docs.config import BoardConfig, CabinetConfig, DocsConfig
 from specialists.web.pages.filekeys import file_key
 from specialists.web.pages.loading import Page
 from specialists.web.services import WebServices
@@ -38,8 +40,10 @@ PEER = Peer("docs", 1000, 7)
 
 def docs_config(config: Config, workspace: Path, **docs: Any) -> Config:
     exec_config = replace(ExecConfig(), workspace_roots=(str(workspace),))
-    web = replace(config.web, docs=replace(DocsConfig(), **docs))
-    return replace(config, web=web, tool=replace(config.tool, exec=exec_config))
+    web = replace(web_section(config), docs=replace(DocsConfig(), **docs))
+    return with_section(
+        with_section(config, "web", web), "tool", replace(tool_section(config), exec=exec_config)
+    )
 
 
 @pytest.fixture
@@ -53,7 +57,7 @@ def workspace(tmp_path: Path) -> Path:
 async def docs(web_config: Config, web: WebServices, workspace: Path) -> AsyncIterator[Dispatcher]:
     """Every web op, memory through the embedded reference sink, exec's root ``workspace``."""
     config = docs_config(web_config, workspace)
-    web.config = config.web
+    web.config = web_section(config)
     async with (
         open_memory_link(config) as (link, _sink),
         open_outbox(config.outbox_path, config.outbox, config.memory, link=link) as outbox,
@@ -520,8 +524,8 @@ def test_document_settings_are_applied_by_a_reload() -> None:
     from csp_web.core.daemon.compose import reload_paths
 
     running = Config()
-    docs = replace(running.web.docs, max_urls=2, board=BoardConfig(ttl_turns=3))
-    new = replace(running, web=replace(running.web, docs=docs))
+    docs = replace(web_section(running).docs, max_urls=2, board=BoardConfig(ttl_turns=3))
+    new = with_section(running, "web", replace(web_section(running), docs=docs))
     plan = plan_reload(running, new, *reload_paths(SPECIALISTS))
     assert set(plan.applied) == {"web.docs.board.ttl_turns", "web.docs.max_urls"}
     assert plan.needs_restart == ()

@@ -11,11 +11,11 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from csp_web.config.web import TlsConfig
+from csp_web.config import Config, TlsConfig, with_section
 from csp_web.memory.outbox import open_outbox
 from protocol import Status
 from specialists.web import WEB
+from specialists.web.config import web_section
 from specialists.web.services import open_web_services
 from tests.harness import build_dispatcher
 from tests.net._dns import FixedResolver
@@ -35,8 +35,8 @@ async def test_fetch_trusts_the_configured_ca_and_goes_out_through_the_configure
     proxy = await start_proxy(nursery)
     bundle = tmp_path / "company-ca.pem"
     ca.cert_pem.write_to_path(str(bundle))
-    web = replace(web_config.web, tls=TlsConfig(ca_file=str(bundle)), proxy=proxy.url)
-    config = replace(web_config, web=web)
+    web = replace(web_section(web_config), tls=TlsConfig(ca_file=str(bundle)), proxy=proxy.url)
+    config = with_section(web_config, "web", web)
     url = serve(origin, "/tides", ARTICLE)
     async with (
         open_web_services(config, resolver=dns) as services,  # no test trust: config only

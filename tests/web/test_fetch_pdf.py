@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import Config
+from csp_web.config import Config, with_section
 from protocol import Reply, Status
 from specialists.formats import Limits
 from specialists.formats.pdf import read_pdf
+from specialists.web.config import web_section
 from specialists.web.pages.filekeys import file_key
 from specialists.web.pages.loading import Page, document_words
 from specialists.web.pages.ops_fetch import OPS
@@ -26,8 +27,8 @@ from tests.web.pdf_support import PDF_TYPE, fixture, flate_bomb, many_pages
 def web_config(web_config: Config) -> Config:
     """The suite's web config with the reader's address space at 256 MiB: every fixture reads
     within it, and a flate bomb meets it fast."""
-    fetch_config = replace(web_config.web.fetch, reader_memory_bytes=256 << 20)
-    return replace(web_config, web=replace(web_config.web, fetch=fetch_config))
+    fetch_config = replace(web_section(web_config).fetch, reader_memory_bytes=256 << 20)
+    return with_section(web_config, "web", replace(web_section(web_config), fetch=fetch_config))
 
 
 def _frame(url: str, data: bytes, *, cached: bool = False) -> Reply:

@@ -12,6 +12,7 @@ from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Port, Seams
 from protocol import ErrorCode
 from specialists.web import make_web
+from specialists.web.config import web_section
 from specialists.web.pages.filekeys import hold
 from specialists.web.pages.filestore import NAMESPACE, CacheFileStore
 from specialists.web.pages.loading import Page
@@ -23,7 +24,7 @@ URL = "https://files.example/report.pdf"
 @pytest.fixture
 async def web(config: Config) -> AsyncIterator[WebServices]:
     specialist = make_web(seams=Seams())
-    async with specialist.open_services(config.web, config) as services:
+    async with specialist.open_services(web_section(config), config) as services:
         yield services
 
 
@@ -70,7 +71,7 @@ async def test_a_pages_key_or_a_rewritten_snapshot_never_reads_as_a_file(web: We
 
 async def test_web_offers_its_file_store_only_while_its_services_are_open(config: Config) -> None:
     seams = Seams()
-    async with make_web(seams=seams).open_services(config.web, config) as services:
+    async with make_web(seams=seams).open_services(web_section(config), config) as services:
         assert isinstance(seams.files.get(), CacheFileStore)
         assert services.renderer is seams.renderer  # what fetch will render through
     assert seams.files.get() is None

@@ -11,10 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import ApiConfig, Config, RateConfig, SearchConfig, SearchProvider
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode, Status
+from specialists.web.config import ApiConfig, RateConfig, SearchConfig, SearchProvider, web_section
 from specialists.web.pages import ops_api, ops_fetch, ops_summarize
 from specialists.web.search import ops_search
 from tests.net._dns import FixedResolver
@@ -34,10 +35,11 @@ WEB_OPS = [*ops_fetch.OPS, *ops_summarize.OPS, *ops_api.OPS, *ops_search.OPS]
 def web_config(web_config: Config) -> Config:
     """The web tests' config with room in the op rate limits for a table of URLs a test."""
     roomy = RateConfig(per_minute=10_000, burst=1_000)
-    web = web_config.web
-    return replace(
+    web = web_section(web_config)
+    return with_section(
         web_config,
-        web=replace(
+        "web",
+        replace(
             web,
             fetch=replace(web.fetch, rate=roomy),
             summarize=replace(web.summarize, rate=roomy),
@@ -78,7 +80,9 @@ async def test_a_redirect_to_cloud_metadata_is_refused_by_the_same_rule(
 
 
 def with_api(config: Config, base_url: str) -> Config:
-    return replace(config, web=replace(config.web, apis={"target": ApiConfig(base_url)}))
+    return with_section(
+        config, "web", replace(web_section(config), apis={"target": ApiConfig(base_url)})
+    )
 
 
 @pytest.mark.parametrize(("host", "error"), METADATA_TARGETS)
@@ -174,7 +178,7 @@ async def test_search_answers_a_malformed_backend_url_with_a_catalogue_code(
     for base_url in malformed(origin):
         provider = SearchProvider("searxng", base_url=base_url)
         search = SearchConfig(order=("searxng",), providers={"searxng": provider})
-        config = replace(web_config, web=replace(web_config.web, search=search))
+        config = with_section(web_config, "web", replace(web_section(web_config), search=search))
         async with open_web_dispatcher(config, WEB_OPS, dns=dns, trust=trust) as (dispatcher, _):
             reply = await run(dispatcher, "search", "URL_REFS", None, ("QUERY", "tides"))
         assert_catalogued_failure(reply)

@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 import trio
 
-from csp_web.config import Config
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.web.config import web_section
 from specialists.web.pages.loading import Page, load_page
 from specialists.web.services import WebServices, open_web_services
 from tests.net._dns import FixedResolver
@@ -63,8 +64,8 @@ def daemon(
         # The gated resolvers hold lookups on purpose and the flights ride on Redis: bounds
         # of 2 s (DNS) and 0.5 s (a Redis call) are honest for production, but a loaded 2-core
         # host outlasts them and the test then measures the host (seen: dns_failed:timeout).
-        guard = replace(web_config.web.guard, dns_timeout_s=WAIT_S)
-        config = replace(web_config, web=replace(web_config.web, guard=guard))
+        guard = replace(web_section(web_config).guard, dns_timeout_s=WAIT_S)
+        config = with_section(web_config, "web", replace(web_section(web_config), guard=guard))
         async with (
             open_link(**{"call_timeout_s": 5.0, **link_overrides}) as link,
             open_web_services(

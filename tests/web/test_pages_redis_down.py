@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from csp_web.config import Config, RateConfig
+from csp_web.config import Config, with_section
 from protocol import Status
+from specialists.web.config import RateConfig, web_section
 from specialists.web.pages.loading import Page, load_page
 from specialists.web.search.ops_search import OPS as SEARCH_OPS
 from specialists.web.services import WebServices, open_web_services
@@ -57,11 +58,11 @@ def daemon(
 
     @asynccontextmanager
     async def opened() -> AsyncIterator[WebServices]:
-        web = web_config.web
+        web = web_section(web_config)
         cache = replace(web.cache, memory_bytes=MEMORY_BYTES)
         # Redis down, each daemon has fallback_share of the fetch rate: room for every page.
         fetch = replace(web.fetch, rate=RateConfig(per_minute=600, burst=100))
-        config = replace(web_config, web=replace(web, cache=cache, fetch=fetch))
+        config = with_section(web_config, "web", replace(web, cache=cache, fetch=fetch))
         async with (
             open_link() as link,
             open_web_services(config, resolver=dns, ssl_context=trust, link=link) as services,

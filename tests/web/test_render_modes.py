@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import Config
-from csp_web.config.web import FetchConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
 from protocol import Reply, Status
+from specialists.web.config import FetchConfig, web_section
 from specialists.web.pages.appshell import SCRIPT_RATIO, TINY_TEXT_CHARS, shell_reason
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.pages.rendering import check_size
@@ -123,8 +123,8 @@ async def test_render_with_a_file_key_is_refused_as_max_age_is(
 class TestTheSettingsMode:
     @pytest.fixture
     def web_config(self, web_config: Config) -> Config:
-        fetch_config = replace(web_config.web.fetch, render="never")
-        return replace(web_config, web=replace(web_config.web, fetch=fetch_config))
+        fetch_config = replace(web_section(web_config).fetch, render="never")
+        return with_section(web_config, "web", replace(web_section(web_config), fetch=fetch_config))
 
     async def test_web_fetch_render_never_is_the_default_mode(
         self, make_dispatcher: DispatcherFactory, origin: Origin

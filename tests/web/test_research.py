@@ -13,14 +13,15 @@ import trio
 import trio.testing
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from csp_web.config.docs import DocsConfig, ResearchConfig
+from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.api.errors import OpError
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.web import WEB
+from specialists.web.config import web_section
+from specialists.web.docs.config import DocsConfig, ResearchConfig
 from specialists.web.research.jobs import Job, ResearchJobs
 from specialists.web.research.llm import Source, parse_answer
 from specialists.web.research.run import heuristic_answer
@@ -64,7 +65,7 @@ def searx_route(origin: Origin, paths: list[str]) -> None:
 def configure(web_config: Config, origin: Origin, **research: Any) -> Config:
     config = with_search(web_config, origin, order=["searxng"])
     docs = replace(DocsConfig(), research=replace(ResearchConfig(), **research))
-    return replace(config, web=replace(config.web, docs=docs))
+    return with_section(config, "web", replace(web_section(config), docs=docs))
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ async def research(
 ) -> AsyncIterator[tuple[Dispatcher, WebServices]]:
     """Every web op, the jobs' nursery running; call ``web.config = ...`` to change settings."""
     config = configure(web_config, origin)
-    web.config = config.web
+    web.config = web_section(config)
     async with (
         open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
         trio.open_nursery() as jobs,

@@ -15,10 +15,11 @@ import httpx
 import pytest
 import trio
 
-from csp_web.config import Config
-from csp_web.config.docs import DocsConfig
+from csp_web.config import Config, with_section
 from csp_web.net import FetchResult
 from protocol import Reply, Status
+from specialists.web.config import web_section
+from specialists.web.docs.config import DocsConfig
 from specialists.web.search import brave
 from specialists.web.search.ops_search import OPS, scores
 from tests.net._dns import FixedResolver
@@ -67,7 +68,9 @@ def ask(web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLCo
 
     async def ask_each(*batches: Sequence[str], **docs: Any) -> list[Reply]:
         config = with_search(web_config, origin, order=["searxng"])
-        config = replace(config, web=replace(config.web, docs=replace(DocsConfig(), **docs)))
+        config = with_section(
+            config, "web", replace(web_section(config), docs=replace(DocsConfig(), **docs))
+        )
         async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
             with trio.fail_after(WAIT_S):
                 return [

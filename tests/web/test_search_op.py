@@ -14,12 +14,13 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.config import Config, RateConfig
+from csp_web.config import Config
 from csp_web.core.api.ports import TaskPort
 from csp_web.core.dispatch.dispatcher import DispatchPort
 from csp_web.infra.ratelimit import Bucket
 from protocol import Reply as CspReply
 from protocol import Status
+from specialists.web.config import RateConfig
 from specialists.web.pages.loading import load_page
 from specialists.web.search import Hit, breaker
 from specialists.web.search.ops_search import OPS, start_prefetch

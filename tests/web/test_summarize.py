@@ -11,10 +11,11 @@ from contextlib import asynccontextmanager
 import pytest
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, RateConfig, SummarizeConfig
+from csp_web.config import Config
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status
+from specialists.web.config import RateConfig, SummarizeConfig
 from specialists.web.pages.ops_summarize import OPS
 from specialists.web.pages.summarize import (
     BULLET_CHARS,

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.config import Config, DaemonConfig, WebConfig
+from csp_web.config import Config, DaemonConfig, with_section
 from csp_web.net import GuardConfig
 from protocol import Reply, Status
+from specialists.web.config import WebConfig
 from specialists.web.pages import ops_fetch, ops_summarize
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
@@ -40,9 +41,10 @@ def closed_port() -> int:
 def web_config(origin: Origin, closed_port: int, tmp_path: Path) -> Config:
     """Like conftest's, with the closed port allowed too, so only the connect can fail."""
     guard = GuardConfig(allowed_ports=(origin.port, closed_port), allow_private=("127.0.0.1",))
-    return Config(
-        daemon=DaemonConfig(state_dir=str(tmp_path / "state")),
-        web=replace(WebConfig(), guard=guard),
+    return with_section(
+        Config(daemon=DaemonConfig(state_dir=str(tmp_path / "state"))),
+        "web",
+        replace(WebConfig(), guard=guard),
     )
 
 

@@ -3,7 +3,7 @@ tasks. The composition root (core.compose.open_daemon) opens each one's services
 ops to them, and starts its background tasks; nothing is looked up by a string name.
 
     WEB: Specialist[WebConfig, WebServices] = Specialist(
-        name="web", ops=(...), slots=lambda s: s.web, section=lambda c: c.web, ...)
+        name="web", ops=(...), slots=lambda s: s.web, section=web_section, ...)
 
 Every field is required (``kw_only``, no defaults): a specialist cannot forget its slot
 limits, and ``slots`` names a ``SlotsConfig`` field, which mypy checks.
@@ -55,7 +55,7 @@ class Specialist(Generic[C, S]):
     name: str  # "web", "tool": logs and errors
     ops: tuple[Op[S], ...]
     slots: Callable[[SlotsConfig], SlotLimits]  # lambda s: s.web
-    section: Callable[[Config], C]  # lambda c: c.web
+    section: Callable[[Config], C]  # web_section: section_of(c, "web", WebConfig)
     # The config section it keeps in its own folder, read from its own top-level key (then
     # ``section`` is ``lambda c: section_of(c, key, cls)``); None: a field of Config.
     own_section: SectionSpec | None

@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from csp_web.config.exec import ExecConfig
+from specialists.tool.exec.config import ExecConfig
 
 
 def cache_key(

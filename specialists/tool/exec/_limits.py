@@ -18,7 +18,7 @@ that budget is ``max_processes`` times the commands that may run at once (``Sand
 
 from __future__ import annotations
 
-from csp_web.config.exec import ExecConfig
+from specialists.tool.exec.config import ExecConfig
 
 
 def cpu_seconds(timeout_ms: int, cores: int) -> int:

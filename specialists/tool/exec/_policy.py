@@ -17,7 +17,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from csp_web.config.exec import ExecConfig, ProgramRule
+from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 from ._errors import blocked, invalid
 

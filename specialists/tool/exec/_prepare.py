@@ -10,8 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from csp_web.config.exec import ExecConfig, expand_protected, overlaps
+from csp_web.config import expand_protected
 from csp_web.core.api.errors import OpError
+from specialists.tool.exec.config import ExecConfig, overlaps
 
 from ._errors import blocked, denied
 from ._policy import check_args, check_denied, check_patterns, match_rule, split_command

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from csp_web.config.exec import ExecConfig
+from specialists.tool.exec.config import ExecConfig
 
 from ._access import RunAs, may_search
 from ._errors import blocked, denied, invalid, unavailable

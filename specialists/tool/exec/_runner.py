@@ -11,10 +11,10 @@ from functools import partial
 
 import trio
 
-from csp_web.config.exec import ExecConfig
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.tool.exec.config import ExecConfig
 
 from ._capture import CappedOutput, drain
 from ._cgroup import CgroupUsage, CommandCgroup

@@ -44,7 +44,7 @@ from typing import Literal
 
 import trio
 
-from csp_web.config.exec import ExecConfig
+from specialists.tool.exec.config import ExecConfig
 
 from ._access import RunAs, may_search
 from ._cgroup import CgroupHost, CommandCgroup, find_cgroup_host

@@ -4,8 +4,8 @@
         tools = await pool.list_tools("fs")                     # ToolList
         result = await pool.call_tool("fs", "read_file", parse_params(text))  # McpResult
 
-Failures are ``csp_web.core.api.errors.OpError`` with catalogue codes (see ``errors``); the settings
-are ``csp_web.config.McpConfig``. Modules: ``transport`` (SDK transports), ``session`` (one
+Failures are ``csp_web.core.api.errors.OpError`` with catalogue codes (see ``errors``); the
+settings are ``config.McpConfig``. Modules: ``transport`` (SDK transports), ``session`` (one
 server's lifecycle), ``pool`` (all servers), ``render`` (results as reply parts).
 """
 

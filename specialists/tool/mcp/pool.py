@@ -23,7 +23,7 @@ import trio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, Tool
 
-from csp_web.config.mcp import McpConfig, ServerConfig
+from specialists.tool.mcp.config import McpConfig, ServerConfig
 
 from .errors import (
     NOT_CONFIGURED,

@@ -23,10 +23,10 @@ from mcp.types import (
     Tool,
 )
 
-from csp_web.config.mcp import McpConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import MAX_JSON_DEPTH, json_depth
 from protocol import ErrorCode
+from specialists.tool.mcp.config import McpConfig
 
 from .errors import cap, tool_error
 

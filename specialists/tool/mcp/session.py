@@ -36,7 +36,7 @@ import trio
 from mcp import Client, MCPError
 from mcp.types import Implementation
 
-from csp_web.config.mcp import McpConfig, ServerConfig
+from specialists.tool.mcp.config import McpConfig, ServerConfig
 
 from .backoff import Backoff
 from .errors import (

@@ -29,8 +29,8 @@ from mcp.client._transport import TransportStreams
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from csp_web.config.mcp import HttpServerConfig, ServerConfig, StdioServerConfig
 from csp_web.core.api.logs import relay_lines
+from specialists.tool.mcp.config import HttpServerConfig, ServerConfig, StdioServerConfig
 
 T = TypeVar("T")
 

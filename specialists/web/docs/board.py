@@ -15,9 +15,9 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from csp_web.config.docs import BoardConfig
 from csp_web.core.api.context import Peer
 from protocol import Field
+from specialists.web.docs.config import BoardConfig
 
 MAX_PEERS = 1024  # one board per uid; a daemon serves a handful
 

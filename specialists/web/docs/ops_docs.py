@@ -23,6 +23,7 @@ import functools
 
 import trio
 
+from csp_web.config import workspace_roots
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
@@ -104,7 +105,7 @@ async def write_file(params: Params, ctx: OpContext, services: DocsServices) -> 
     check(key)
     services.board.turn(ctx.peer, services.config.docs.board)
     with web_audit(key) as notes:
-        target = check_target(ctx.config.tool.exec.workspace_roots, path)
+        target = check_target(workspace_roots(ctx.config), path)
         page = await _source(ctx, services, key)
         data = content_of(page).encode("utf-8")
         write = functools.partial(

@@ -39,7 +39,6 @@ from typing import Any
 import httpx
 import trio
 
-from csp_web.config import ApiConfig, WebConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -49,6 +48,7 @@ from csp_web.core.api.replies import Result, cite
 from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
+from specialists.web.config import ApiConfig, WebConfig
 
 from ..search.base import redact
 from ..services import WebServices, web_audit

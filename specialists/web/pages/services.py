@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from csp_web.config import WebConfig
 from csp_web.core.api.ports import Port, Renderer
 from csp_web.infra.redis_cache import ResponseCache
 from csp_web.infra.redis_flight import SharedFlights
 from csp_web.infra.redis_ratelimit import BucketSource
 from csp_web.net import GuardedClient
+from specialists.web.config import WebConfig
 
 from ..docs.board import Board
 from .flights import Flights

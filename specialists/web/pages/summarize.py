@@ -22,9 +22,9 @@ from typing import Literal
 
 import trio
 
-from csp_web.config import SummarizeConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
+from specialists.web.config import SummarizeConfig
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import Literal
 
 import trio
 
-from csp_web.config.docs import ResearchConfig
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
+from specialists.web.docs.config import ResearchConfig
 
 Status = Literal["running", "done", "failed", "cancelled"]
 

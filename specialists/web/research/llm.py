@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.config.docs import ResearchConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
+from specialists.web.docs.config import ResearchConfig
 
 from ..pages.summarize import clip
 

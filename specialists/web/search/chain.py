@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from csp_web.config import SearchConfig, SearchProvider
 from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from csp_web.infra.redis_ratelimit import SharedRateLimits
 from csp_web.net import GuardConfig, check_url
+from specialists.web.config import SearchConfig, SearchProvider
 from specialists.web.search.breaker import Breaker
 
 from . import brave, duckduckgo, filters, perplexity, rank, searxng

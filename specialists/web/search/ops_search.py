@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.config import SearchConfig
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -45,6 +44,7 @@ from csp_web.core.api.fields import Params
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
+from specialists.web.config import SearchConfig
 
 from ..pages.fetch_fields import prepare_fetch
 from ..pages.loading import load_page

@@ -12,10 +12,10 @@ import datetime
 import re
 from dataclasses import dataclass
 
-from csp_web.config import SearchConfig
 from csp_web.core.api.errors import FieldError
 from csp_web.core.api.fields import Params
 from protocol import ErrorCode
+from specialists.web.config import SearchConfig
 
 from .base import Freshness, SearchQuery, lang_code
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from csp_web.config import McpConfig, StdioServerConfig
+from specialists.tool.mcp.config import McpConfig, StdioServerConfig
 
 TOY_SERVER = Path(__file__).with_name("toy_server.py")
 

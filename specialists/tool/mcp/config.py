@@ -1,9 +1,9 @@
 """Configuration of the MCP pool: which servers exist, and the budgets every call runs under.
 
-Frozen dataclasses with units in their names; each default cites its precedent. It is the
-``tool.mcp`` section of ``csp_web.config.Config``. Its server kinds (stdio or HTTP) are a
-tagged union: each kind's ``TAG`` is the key only it has, and the one loader
-(``csp_web.config.load``) picks the kind by it.
+Frozen dataclasses with units in their names; each default cites its precedent. It is
+``mcp`` in the tool specialist's own section (``tool.mcp``, specialists/tool/config.py). Its
+server kinds (stdio or HTTP) are a tagged union: each kind's ``TAG`` is the key only it has,
+and the one loader (``csp_web.config.load``) picks the kind by it.
 
 Secrets never stand in the configuration: a server's environment and HTTP headers may name
 the daemon's environment variables (``env_from``, ``headers_from_env``) whose values are read
@@ -12,7 +12,9 @@ when the server starts, so rotating a token needs no config edit and no secret l
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -134,6 +136,30 @@ class McpConfig:
         if self.backoff_initial_s > self.backoff_max_s:
             raise ConfigError("backoff_initial_s: cannot exceed backoff_max_s")
         object.__setattr__(self, "servers", MappingProxyType(dict(self.servers)))
+
+    def input_paths(self) -> tuple[str, ...]:
+        """Each stdio server's program, working folder and the files its arguments name
+        (``csp_web.config.ReadsInputs``): no command may change what the daemon starts."""
+        found: list[str | None] = []
+        for server in self.servers.values():
+            if isinstance(server, StdioServerConfig):
+                found += _server_files(server)
+        return tuple(path for path in found if path)
+
+
+def _server_files(server: StdioServerConfig) -> list[str | None]:
+    """The server's program (as the daemon's PATH finds it), its working folder, and each
+    argument naming an existing file or folder (relative ones from its working folder)."""
+    base = server.cwd or os.getcwd()
+    program = (
+        os.path.join(base, server.command) if os.sep in server.command else None
+    ) or shutil.which(server.command)
+    found: list[str | None] = [program, server.cwd and server.cwd.rstrip("/") + "/"]
+    for arg in server.args:
+        candidate = os.path.join(base, arg)
+        if (os.sep in arg and os.path.exists(candidate)) or os.path.isfile(candidate):
+            found.append(candidate + ("/" if os.path.isdir(candidate) else ""))
+    return found
 
 
 def _check_names(

@@ -1,14 +1,13 @@
-"""The tool specialist's section (``tool``): exec, cron, MCP. ``tool.browser`` is the browser
-specialist's own section (specialists/browser/config.py), read by the loader at that key."""
+"""The scheduler's settings (``tool.cron`` in config.yaml): one frozen dataclass, kept by the
+tool specialist's own section (specialists/tool/config.py), read here wherever it stands."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from csp_web.config.exec import ExecConfig
-from csp_web.config.mcp import McpConfig
+from csp_web.config import Config, shared_section
 
 
 @dataclass(frozen=True)
@@ -24,8 +23,8 @@ class CronConfig:
         return (os.path.dirname(os.path.abspath(self.store_path)),) if self.store_path else ()
 
 
-@dataclass(frozen=True)
-class ToolConfig:
-    exec: ExecConfig = field(default_factory=ExecConfig)
-    cron: CronConfig = field(default_factory=CronConfig)
-    mcp: McpConfig = field(default_factory=McpConfig)
+def cron_section(config: Config) -> CronConfig:
+    """The cron settings of ``config``: those the specialist running the scheduler keeps in
+    its own section (the tool's ``tool.cron``), else the defaults. The scheduler sits below
+    the specialists and finds them by their class, not by the section that holds them."""
+    return shared_section(config, CronConfig)

@@ -1,15 +1,23 @@
 """The exec engine's settings: one frozen dataclass, units in the names, defaults with a source.
 
-It is the ``tool.exec`` section of ``csp_web.config.Config``, loaded strictly like the rest.
+It is ``exec`` in the tool specialist's own section (``tool.exec``, specialists/tool/config.py),
+loaded strictly like the rest; it declares its programs (``ReadsInputs``), its workspace roots
+(``OpensWorkspaces``) and checks them against the daemon's own paths (``ChecksConfig``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from csp_web.config import daemon_paths
+
+if TYPE_CHECKING:
+    from csp_web.config import Config
 
 MIB = 1024 * 1024
 
@@ -178,6 +186,28 @@ class ExecConfig:
         for pattern in self.cache_safe_patterns:
             compile_pattern(pattern)
 
+    def input_paths(self) -> tuple[str, ...]:
+        """The shell and bwrap it runs, as the daemon's PATH finds a bare name
+        (``csp_web.config.ReadsInputs``): no command may replace them."""
+        bwrap = None if self.bwrap_program is None else _program(self.bwrap_program)
+        return tuple(path for path in (self.shell_program, bwrap) if path)
+
+    def workspaces(self) -> tuple[str, ...]:
+        """Its workspace roots (``csp_web.config.OpensWorkspaces``)."""
+        return self.workspace_roots
+
+    def check_config(self, config: Config) -> None:
+        """ValueError for a workspace root among the daemon's own paths
+        (``csp_web.config.ChecksConfig``; ``refuse_private_workspaces``)."""
+        refuse_private_workspaces(self.workspace_roots, daemon_paths(config))
+
+
+def _program(name: str) -> str | None:
+    """Where the daemon's PATH finds ``name`` (a path is kept as it is); None if nowhere."""
+    if not name or os.sep in name:
+        return name or None
+    return shutil.which(name)
+
 
 def _check_positive(config: ExecConfig) -> None:
     sizes = {
@@ -235,16 +265,6 @@ def _check_env(names: frozenset[str]) -> None:
             raise ValueError(
                 f"env_allowed may not list {name}: the engine owns it or it loads code"
             )
-
-
-def expand_protected(paths: Iterable[str]) -> tuple[str, ...]:
-    """``paths`` with ``~/`` made the daemon user's home on the host ($HOME, else its passwd
-    entry), each normalised; a trailing slash (a directory) is kept."""
-    expanded = []
-    for path in paths:
-        full = os.path.normpath(os.path.expanduser(path))
-        expanded.append(full + "/" if path.endswith("/") and full != "/" else full)
-    return tuple(dict.fromkeys(expanded))
 
 
 def refuse_private_workspaces(roots: Iterable[str], private: Iterable[str]) -> None:

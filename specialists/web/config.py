@@ -1,14 +1,25 @@
-"""The web specialist's section (``web``): guard, cache, search, fetch, APIs, summaries."""
+"""The web specialist's own section (``web``): guard, cache, search, fetch, APIs, summaries,
+documents. The guard, the cache and the TLS trust are shared infrastructure's settings
+(csp_web/config: ``GuardConfig``, ``CacheConfig``, ``TlsConfig``) that this section holds
+where config.yaml has always had them; the core finds them by their class
+(``shared_section``), and this section's credentials through ``NamesSecrets``."""
 
 from __future__ import annotations
 
-import os
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Literal
 
-from csp_web.config.docs import DocsConfig
-from csp_web.config.guard import GuardConfig
+from csp_web.config import (
+    CacheConfig,
+    Config,
+    GuardConfig,
+    TlsConfig,
+    proxy_address,
+    section_of,
+)
+from specialists.web.docs.config import DocsConfig
+
+SECTION = "web"
 
 
 @dataclass(frozen=True)
@@ -17,23 +28,6 @@ class RateConfig:
 
     per_minute: float
     burst: int
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    directory: str | None = None  # default: <state_dir>/cache
-    size_limit_bytes: int = 256 * 1024 * 1024
-    memory_bytes: int = 32 * 1024 * 1024  # hot entries kept in process, in front of the disk
-    search_ttl_s: float = 3600.0  # seed 000: "Cached results valid for 1h"
-    fetch_ttl_s: float = 86400.0  # seed 000: fetched content, 24 hours
-    api_ttl_s: float = 300.0  # seed 000: API responses, default 5 minutes
-
-    def store_dir(self, state_dir: str) -> str:
-        return self.directory or os.path.join(state_dir, "cache")
-
-    def private_paths(self, state_dir: str) -> tuple[str, ...]:
-        """The cache's folder (``csp_web.config.root.OwnsPaths``)."""
-        return (self.store_dir(state_dir),)
 
 
 @dataclass(frozen=True)
@@ -131,17 +125,6 @@ class SummarizeConfig:
 
 
 @dataclass(frozen=True)
-class TlsConfig:
-    """Whom the web specialist's HTTPS requests trust. Verification is never off: these only
-    add trust, so that a site behind a company CA can be read (issue 24)."""
-
-    ca_file: str | None = None  # a PEM bundle added to certifi's roots (or to the OS store)
-    # The OS trust store (the truststore package, MIT: the one maintained way to verify
-    # against Linux, macOS and Windows stores from Python) instead of certifi's roots.
-    system_store: bool = False
-
-
-@dataclass(frozen=True)
 class WebConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -149,7 +132,7 @@ class WebConfig:
     fetch: FetchConfig = field(default_factory=FetchConfig)
     apis: dict[str, ApiConfig] = field(default_factory=_default_apis)
     summarize: SummarizeConfig = field(default_factory=SummarizeConfig)
-    docs: DocsConfig = field(default_factory=DocsConfig)  # csp_web/config/docs.py
+    docs: DocsConfig = field(default_factory=DocsConfig)  # specialists/web/docs/config.py
     tls: TlsConfig = field(default_factory=TlsConfig)
     # An HTTP forward proxy (http://host:port) every web request tunnels through with CONNECT
     # to the address the guard resolved and approved; companies require one for egress.
@@ -159,17 +142,20 @@ class WebConfig:
         if self.proxy is not None:
             proxy_address(self.proxy)
 
+    def egress_proxy(self) -> str | None:
+        """``web.proxy`` (``csp_web.config.RoutesEgress``): the browser's egress too."""
+        return self.proxy
 
-def proxy_address(url: str) -> tuple[str, int]:
-    """(host, port) of a ``web.proxy`` URL. Raises ValueError unless it is
-    ``http://host:port``: no other scheme, credentials (not supported yet), path or query."""
-    parts = urllib.parse.urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"proxy: {url!r}: bad port") from exc
-    if parts.scheme != "http" or not parts.hostname or port is None:
-        raise ValueError(f"proxy: {url!r} is not http://host:port")
-    if parts.username is not None or parts.path not in ("", "/") or parts.query:
-        raise ValueError(f"proxy: {url!r}: only http://host:port (no credentials or path)")
-    return parts.hostname, port
+    def secret_variables(self) -> tuple[str, ...]:
+        """The environment variables its credentials are read from: search providers, APIs,
+        the summariser's and research's models, Firecrawl (``csp_web.config.NamesSecrets``)."""
+        names = [provider.api_key_env for provider in self.search.providers.values()]
+        names += [api.auth_env for api in self.apis.values()]
+        names += [self.summarize.llm_api_key_env, self.docs.research.llm_api_key_env]
+        names += [self.docs.firecrawl.api_key_env]
+        return tuple(name for name in names if name)
+
+
+def web_section(config: Config) -> WebConfig:
+    """The web's own section of ``config`` (its defaults if the file has none)."""
+    return section_of(config, SECTION, WebConfig)
