@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
-from specialists.formats import Limits
+from specialists.formats import Document, Limits
 from specialists.web.pages import document_worker, documents
 from specialists.web.pages.documents import read_document
 from tests.web.pages_support import WAIT_S
@@ -30,7 +31,7 @@ def _feed(channel: str) -> bytes:
     return f'<?xml version="1.0"?><rss version="2.0"><channel>{channel}</channel></rss>'.encode()
 
 
-async def _read_feed(data: bytes) -> documents.Document:
+async def _read_feed(data: bytes) -> Document:
     with trio.fail_after(WAIT_S):
         return await read_document("feed", data, Limits(), trio.current_time() + WAIT_S)
 
@@ -230,3 +231,18 @@ async def test_a_child_a_subverted_worker_leaves_behind_dies_with_the_read(
         await read_document("feed", b"<rss/>", Limits(), trio.current_time() + 1)
     assert (caught.value.code, caught.value.detail) == (ErrorCode.FETCH_FAILED, "timeout")
     assert await trio.to_thread.run_sync(_gone, int(pid_file.read_text()))
+
+
+async def test_a_read_queued_behind_busy_workers_fails_at_its_own_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Every worker busy (the one token held here): a read waits in line, and its deadline
+    counts while it waits; no worker is started for it."""
+    limiter = trio.CapacityLimiter(1)
+    documents.WORKERS.set(limiter)
+    holder = object()
+    await limiter.acquire_on_behalf_of(holder)
+    with pytest.raises(OpError) as caught:
+        await read_document("feed", b"<rss/>", Limits(), trio.current_time() + 5)
+    limiter.release_on_behalf_of(holder)
+    assert (caught.value.code, caught.value.detail) == (ErrorCode.FETCH_FAILED, "timeout")

@@ -54,7 +54,7 @@ def offline() -> bool:
     namespaces; the other bounds still hold there. Must run while the process has one thread
     (unshare(2) refuses CLONE_NEWUSER to a threaded process)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    return libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0
+    return bool(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0)
 
 
 def die_with_reader() -> None:
