@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from specialists.formats import Limits, Unreadable, _xlsx
 from specialists.formats._markdown import cell, inert, label
 from specialists.formats.feed import read_feed
+from specialists.formats.pdf import read_pdf
 from specialists.formats.sheet import read_csv, read_xlsx
 from tests.web.documents_support import fixture, rezip
+from tests.web.pdf_support import _pdf
 
 SCRIPT_LINK = "[click](javascript:alert(1))"
 AUTOLINK = "<javascript:alert(1)>"
@@ -111,3 +113,29 @@ def test_sheets_naming_one_part_many_times_are_held_to_the_unpacked_budget(
     with pytest.raises(Unreadable) as caught:
         read_xlsx(data, Limits())
     assert (caught.value.code, caught.value.detail) == ("too_large", "xlsx:unpacked_size")
+
+
+def _text_pdf(*lines: bytes) -> bytes:
+    """A one-page PDF showing ``lines`` in Helvetica, the first at 20 pt, the rest at 10."""
+    shown = b"BT /F1 20 Tf 72 720 Td (%b) Tj ET" % lines[0]
+    for number, line in enumerate(lines[1:], 1):
+        shown += b" BT /F1 10 Tf 72 %d Td (%b) Tj ET" % (700 - 14 * number, line)
+    return _pdf(
+        b"<</Type/Catalog/Pages 2 0 R>>",
+        b"<</Type/Pages/Kids[3 0 R]/Count 1>>",
+        b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R"
+        b"/Resources<</Font<</F1 5 0 R>>>>>>",
+        b"<</Length %d>>stream\n%b\nendstream" % (len(shown), shown),
+        b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>",
+    )
+
+
+def test_a_pdf_s_text_holding_link_markup_shows_it_as_text_and_its_title_plain() -> None:
+    data = _text_pdf(
+        b"Results [1]", b"see \\[click\\]\\(javascript:alert\\(1\\)\\) or <javascript:x>"
+    )
+    document = read_pdf(data, Limits())
+    assert document.markdown == (
+        "# Results \\[1\\]\n\nsee \\[click\\](javascript:alert(1)) or \\<javascript:x>"
+    )
+    assert document.title == "Results [1]"
