@@ -246,3 +246,26 @@ async def test_a_read_queued_behind_busy_workers_fails_at_its_own_deadline(
         await read_document("feed", b"<rss/>", Limits(), trio.current_time() + 5)
     limiter.release_on_behalf_of(holder)
     assert (caught.value.code, caught.value.detail) == (ErrorCode.FETCH_FAILED, "timeout")
+
+
+async def test_a_worker_inherits_no_descriptor_and_no_variable_but_path_and_locale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in worker answers with what it was given: its open descriptors and its
+    environment (the daemon's hold sockets, files and API keys)."""
+    spy = tmp_path / "spy_worker.py"
+    spy.write_text(
+        textwrap.dedent(
+            """
+            import json, os
+            fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+            seen = {"fds": fds[:-1], "env": sorted(os.environ)}  # the last: listdir's own
+            print(json.dumps({"markdown": json.dumps(seen), "cut": False}))
+            """
+        )
+    )
+    monkeypatch.setattr(documents, "WORKER", spy)
+    monkeypatch.setenv("CSP_TEST_SECRET", "k")
+    with trio.fail_after(WAIT_S):
+        document = await read_document("feed", b"<rss/>", Limits(), trio.current_time() + WAIT_S)
+    assert json.loads(document.markdown) == {"fds": [0, 1, 2], "env": ["LC_ALL", "PATH"]}

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import zipfile
+from html import escape
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from specialists.formats import Limits, Unreadable, _xlsx
+from specialists.formats.docx import read_odt
 from specialists.formats._markdown import cell, inert, label
 from specialists.formats.feed import read_feed
 from specialists.formats.pdf import read_pdf
@@ -139,3 +141,19 @@ def test_a_pdf_s_text_holding_link_markup_shows_it_as_text_and_its_title_plain()
         "# Results \\[1\\]\n\nsee \\[click\\](javascript:alert(1)) or \\<javascript:x>"
     )
     assert document.title == "Results [1]"
+
+
+@pytest.mark.parametrize(
+    "href", ["javascript:alert(1)", "JaVaScRiPt:alert(1)", "data:text/html,<b>x</b>", "vbscript:x"]
+)
+def test_an_odt_link_to_a_script_or_data_url_is_its_text_only(href: str) -> None:
+    content = (
+        '<office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+        ' xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"'
+        ' xmlns:xlink="http://www.w3.org/1999/xlink"><office:body><office:text>'
+        f'<text:p><text:a xlink:href="{escape(href)}">click</text:a> and'
+        ' <text:a xlink:href="https://ok.example/">ok</text:a></text:p>'
+        "</office:text></office:body></office:document-content>"
+    ).encode()
+    document = read_odt(rezip(fixture("report.odt"), {"content.xml": content}), Limits())
+    assert document.markdown == "click and [ok](https://ok.example/)"
