@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specialists.formats import Limits, Unreadable, _xlsx
-from specialists.formats.docx import read_odt
 from specialists.formats._markdown import cell, inert, label
+from specialists.formats.docx import read_odt
 from specialists.formats.feed import read_feed
 from specialists.formats.pdf import read_pdf
 from specialists.formats.sheet import read_csv, read_xlsx
