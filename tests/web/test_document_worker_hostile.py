@@ -5,6 +5,7 @@ the daemon."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -269,3 +270,15 @@ async def test_a_worker_inherits_no_descriptor_and_no_variable_but_path_and_loca
     with trio.fail_after(WAIT_S):
         document = await read_document("feed", b"<rss/>", Limits(), trio.current_time() + WAIT_S)
     assert json.loads(document.markdown) == {"fds": [0, 1, 2], "env": ["LC_ALL", "PATH"]}
+
+
+def test_a_worker_s_stderr_reaches_the_log_on_one_line_without_escapes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A subverted worker's stderr is a hostile text: it must not forge log lines."""
+    caplog.set_level(logging.INFO, logger=documents.__name__)
+    with pytest.raises(OpError):
+        documents._answer("pdf", 1, b"", b"died\n2026-11-27 ERROR forged\x1b[31m red")
+    (record,) = [r for r in caplog.records if r.name == documents.__name__]
+    assert "\n" not in record.getMessage()
+    assert "\x1b" not in record.getMessage()

@@ -266,7 +266,8 @@ def _answer(name: str, code: int, out: bytes, err: bytes) -> Document:
     if code == 0:
         return _decoded(name, out)
     if err and code != REPORTED_EXIT:
-        log.info("%s reader exited %s: %s", name, code, err.decode("utf-8", "replace"))
+        # repr: the stderr of a worker a file subverted may forge log lines (newlines, escapes)
+        log.info("%s reader exited %s: %r", name, code, err.decode("utf-8", "replace"))
     if code in (-signal.SIGXCPU, -signal.SIGKILL):
         raise OpError(ErrorCode.TOO_LARGE, "reader_cpu")
     # Native code that cannot allocate under RLIMIT_AS aborts or faults (PDFium aborts).
