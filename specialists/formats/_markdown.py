@@ -10,6 +10,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
 _MARKUP_START = re.compile(r"#|>|\||[-+*=]+(\s|$)")
 _ORDERED_START = re.compile(r"\d+(?=[.)](\s|$))")
+# [ ] <, and a backslash run before one or at the end (it would eat an escape or what follows)
+_LINK_MARKUP = re.compile(r"\\(?=\\*(?:[\[\]<]|$))|[\[\]<]")
 
 
 def fit(blocks: list[str], max_chars: int) -> tuple[str, bool]:
@@ -38,13 +40,22 @@ def _lines_within(block: str, room: int) -> str:
     return block[:end].rstrip("\n") if end > 0 else block[:room]
 
 
+def inert(text: str) -> str:
+    """``text`` that Markdown shows as written and never reads as a link, an autolink or
+    raw HTML: ``[``, ``]`` and ``<`` backslashed, and a backslash before them or at the end
+    doubled (it must escape nothing: what follows may be a link's closing bracket or a
+    ``<br>``). A document's text may hold ``[x](javascript:...)`` or ``<javascript:...>``; only
+    a reader's own links, made of an http(s) URL, are links."""
+    return _LINK_MARKUP.sub(r"\\\g<0>", text)
+
+
 def cell(text: str) -> str:
-    """``text`` as one GFM table cell: pipes escaped (with a backslash that would eat the
-    escape doubled), line breaks as ``<br>``, runs of spaces collapsed."""
+    """``text`` as one GFM table cell: ``inert``, pipes escaped (with a backslash that would
+    eat the escape doubled), line breaks as ``<br>``, runs of spaces collapsed."""
     if not _SPECIAL.search(text):  # most cells: a word or a number, nothing to escape
-        return text.strip()
+        return inert(text.strip())
     escaped = _PIPE_OR_BACKSLASH.sub(lambda m: "\\\\" if m.group() == "\\" else "\\|", text)
-    lines = (_SPACES.sub(" ", line).strip() for line in _LINE_BREAK.split(escaped.strip()))
+    lines = (inert(_SPACES.sub(" ", line).strip()) for line in _LINE_BREAK.split(escaped.strip()))
     return "<br>".join(line for line in lines if line)
 
 
@@ -56,8 +67,8 @@ def left_out(count: int, nouns: tuple[str, str], limit: str, value: int) -> str:
 
 def label(text: str) -> str:
     """``text`` on one line as a link label: brackets, which would end the label, become
-    parentheses."""
-    return " ".join(text.split()).replace("[", "(").replace("]", ")")
+    parentheses; ``inert`` (a ``<`` opens no autolink, a last backslash eats no bracket)."""
+    return inert(" ".join(text.split()).replace("[", "(").replace("]", ")"))
 
 
 def target(url: str) -> str:

@@ -26,7 +26,7 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import iterparse
 
 from ._xml import parse_xml
-from ._zip import read_member
+from ._zip import MAX_UNPACKED_BYTES, read_member
 from .document import Unreadable
 
 MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -63,10 +63,25 @@ def sheets(archive: zipfile.ZipFile) -> Iterator[tuple[str, Iterator[dict[int, s
         date_styles=_date_styles(archive, rels),
         epoch=_EPOCH_1904 if _is_1904(root) else _EPOCH_1900,
     )
-    for sheet in root.iter(f"{{{MAIN}}}sheet"):
-        target = rels.get(sheet.get(f"{{{DOC_REL}}}id", ""), ("", ""))
-        if target[0].endswith("/worksheet"):
-            yield sheet.get("name", ""), _rows(archive, target[1], book)
+    listed = [
+        (sheet.get("name", ""), target[1])
+        for sheet in root.iter(f"{{{MAIN}}}sheet")
+        if (target := rels.get(sheet.get(f"{{{DOC_REL}}}id", ""), ("", "")))[0].endswith(
+            "/worksheet"
+        )
+    ]
+    _judge_reads(archive, [path for _, path in listed])
+    for name, path in listed:
+        yield name, _rows(archive, path, book)
+
+
+def _judge_reads(archive: zipfile.ZipFile, paths: list[str]) -> None:
+    """Refuse sheets that would parse more than ``MAX_UNPACKED_BYTES`` of XML in all: the
+    zip's budget counts each member once, but a thousand sheets may name one part (a
+    thousandfold parse of a small file)."""
+    sizes = {info.filename: info.file_size for info in archive.infolist()}
+    if sum(sizes.get(path, 0) for path in paths) > MAX_UNPACKED_BYTES:
+        raise Unreadable("too_large", "xlsx:unpacked_size")
 
 
 def _part(archive: zipfile.ZipFile, name: str) -> ET.Element:

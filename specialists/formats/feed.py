@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit
 from selectolax.lexbor import LexborHTMLParser
 
 from ._dates import iso_utc
-from ._markdown import escape_start, fit, label, left_out, target
+from ._markdown import escape_start, fit, inert, label, left_out, target
 from ._xml import local, parse_xml
 from .document import Document, Limits, Unreadable
 
@@ -245,7 +245,7 @@ def _item(entry: Entry) -> str:
     if entry.date:
         line += f" — {entry.date}"
     summary = _shorten(_plain(entry.summary))
-    return f"{line}\n  {escape_start(summary)}" if summary else line
+    return f"{line}\n  {escape_start(inert(summary))}" if summary else line
 
 
 def _shorten(text: str) -> str:

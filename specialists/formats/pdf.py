@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import pypdfium2
 import pypdfium2.raw as pdfium_c
 
+from ._markdown import inert
 from .document import PAGE_MARKER, Document, Limits, Unreadable
 
 # A heading's font is this much above the body's: LaTeX's \subsection is \large, 12 pt over 11.
@@ -46,6 +47,7 @@ _SOFT_HYPHENS = ("\ufffe", "\x02", "\u00ad")  # PDFium's marks for a hyphen it k
 _SOFT_HYPHEN = re.compile("[" + "".join(_SOFT_HYPHENS) + "]")
 _PASSWORD_ERROR = 4  # FPDF_ERR_PASSWORD
 _FILE_NAME = re.compile(r"\.(?:html?|pdf|docx?|odt|tex|txt|rtf|indd|pptx?)$", re.I)
+_UNESCAPE = re.compile(r"\\([\[\]<\\])")  # undoes ``inert``: a title is no Markdown
 _SAMPLE = 12  # characters at each end of a line whose size is read: enough for a median
 
 
@@ -215,7 +217,7 @@ def _breaks(previous: Line, line: Line, body: float, step: float) -> bool:
 
 
 def _block(lines: list[Line], levels: dict[float, int]) -> str:
-    text = _joined(lines)
+    text = inert(_joined(lines))  # a page's text is text: never a link (javascript:...)
     level = levels.get(lines[0].size)
     return f"{'#' * level} {text}" if level else text
 
@@ -247,7 +249,7 @@ def _title(declared: str | None, markdown: str) -> str | None:
     if declared and declared.strip() and not _FILE_NAME.search(declared.strip()):
         return " ".join(declared.split())
     heading = re.search(r"^#{1,6} (.+)$", markdown, re.M)
-    return heading.group(1) if heading else None
+    return _UNESCAPE.sub(r"\1", heading.group(1)) if heading else None
 
 
 def _date(stamp: str) -> str | None:

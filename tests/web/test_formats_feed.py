@@ -24,7 +24,7 @@ ATOM = """\
 # Ridge Survey Log
 
 - [Cairn 4 rebuilt](https://survey.example/log/cairn-4) — 2026-10-12T07:00:00Z
-  Rebuilt with stones from the old wall <not a tag>.
+  Rebuilt with stones from the old wall \\<not a tag>.
 - [Landslide moves cairn 9](https://survey.example/log/cairn-9) — 2026-11-25T18:30:02Z
   The slope gave way after the storm. The cairn now sits 40 m downhill."""
 

@@ -21,6 +21,7 @@ download to be worth a pool of warm workers that a hostile file could poison for
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -99,6 +100,13 @@ READER_CODES = {
 REPORTED_EXIT = 3
 _DETAIL = re.compile(r"[\w.:/+,-]{1,200}")  # what a reader's detail may hold, as replies show it
 STDERR_TAIL = 4000  # bytes of a worker's stderr kept for the log
+# The shapes a Document's metadata must have to reach a reply (``_reply_safe``): as headmeta
+# holds an HTML page's, so a document's TITLE or FETCH line reads as a page's.
+META_VALUE_CHARS = 2000
+NO_TEXT_WHY = frozenset({"encrypted", "scanned", "max_pages"})
+_LANG_TAG = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8}){0,8}")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}:\d{2}Z)?")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # Magic bytes are looked for at the start, after white space (a PDF's header may lie deeper,
 # PDF 1.7 annex H.3, but an untyped text that quotes "%PDF-" is then read as the text it is).
 MAGIC_WINDOW = 1024
@@ -191,7 +199,8 @@ async def _run_worker(stdin: bytes, bounds: Bounds) -> tuple[int, bytes, bytes]:
     """Run one worker over ``stdin``: its exit code, its stdout and the tail of its stderr.
     Raises OpError(TOO_LARGE, "reader_output") past the output cap. The worker is killed when
     this returns or is cancelled before it exits."""
-    command: Sequence[str] = [sys.executable, "-s", "-X", "utf8", str(WORKER)]
+    # -B: the worker may write no file (its RLIMIT_FSIZE), a .pyc included.
+    command: Sequence[str] = [sys.executable, "-s", "-B", "-X", "utf8", str(WORKER)]
     process = await trio.lowlevel.open_process(
         command,
         env=WORKER_ENV,  # none of the daemon's credentials (API keys) reach a hostile file's reader
@@ -210,15 +219,24 @@ async def _run_worker(stdin: bytes, bounds: Bounds) -> tuple[int, bytes, bytes]:
             assert process.stdout is not None
             out = await _capped(process.stdout, bounds.max_output_bytes)
             if len(out) > bounds.max_output_bytes:
-                process.kill()  # it may be blocked writing the rest: its stderr then ends
+                _kill_group(process.pid)  # it may be blocked writing the rest
         if len(out) > bounds.max_output_bytes:
             raise OpError(ErrorCode.TOO_LARGE, "reader_output")
         return await process.wait(), out, bytes(err)
     finally:
         if process.returncode is None:
-            process.kill()
+            _kill_group(process.pid)  # before the reap: the group's id is still its own
             with trio.CancelScope(shield=True):
                 await process.wait()
+        else:  # what it left in its group (a group id outlives its leader while in use)
+            _kill_group(process.pid)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the worker's process group (``start_new_session``: its id is the worker's
+    pid): a subverted worker's children die with it rather than outlive the read."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
@@ -248,7 +266,8 @@ def _answer(name: str, code: int, out: bytes, err: bytes) -> Document:
     if code == 0:
         return _decoded(name, out)
     if err and code != REPORTED_EXIT:
-        log.info("%s reader exited %s: %s", name, code, err.decode("utf-8", "replace"))
+        # repr: the stderr of a worker a file subverted may forge log lines (newlines, escapes)
+        log.info("%s reader exited %s: %r", name, code, err.decode("utf-8", "replace"))
     if code in (-signal.SIGXCPU, -signal.SIGKILL):
         raise OpError(ErrorCode.TOO_LARGE, "reader_cpu")
     # Native code that cannot allocate under RLIMIT_AS aborts or faults (PDFium aborts).
@@ -261,17 +280,49 @@ def _answer(name: str, code: int, out: bytes, err: bytes) -> Document:
 
 
 def _decoded(name: str, out: bytes) -> Document:
-    """The worker's Document, each field of the type it must have: a worker that a hostile
-    file subverted may write anything."""
+    """The worker's Document, each field of the type it must have and its metadata held to
+    the shapes replies print (``_reply_safe``): a worker that a hostile file subverted may
+    write anything, and an honest reader copies what the file declares."""
     try:
         fields = json.loads(out)
         if not isinstance(fields, dict) or not all(
             _typed(fields.get(f.name), f.name) for f in dataclasses.fields(Document)
         ):
             raise TypeError("a field of the wrong type")
-        return Document(**fields)
-    except (ValueError, TypeError) as exc:
+        return _reply_safe(Document(**fields))
+    except (ValueError, TypeError, RecursionError) as exc:  # Recursion: JSON nested deep
         raise OpError(ErrorCode.UNSUPPORTED_CONTENT, f"{name}:reader_failed") from exc
+
+
+def _reply_safe(document: Document) -> Document:
+    """``document`` with its metadata as reply lines can carry it: the title and author on one
+    line of at most ``META_VALUE_CHARS``; ``lang`` a BCP 47 tag and ``published`` an ISO date,
+    else None (a FETCH line prints both bare: a space in them would forge attributes);
+    ``no_text`` one of ``NO_TEXT_WHY`` (it ends an ERROR line), ``pages_read`` within ``pages``.
+    """
+    pages_read = document.pages_read
+    if document.pages is not None and pages_read is not None:
+        pages_read = min(pages_read, document.pages)
+    return dataclasses.replace(
+        document,
+        title=_one_line(document.title),
+        author=_one_line(document.author),
+        lang=_matching(_LANG_TAG, document.lang),
+        published=_matching(_ISO_DATE, document.published),
+        no_text=document.no_text if document.no_text in NO_TEXT_WHY else None,
+        pages_read=pages_read,
+    )
+
+
+def _one_line(text: str | None) -> str | None:
+    """``text``'s words on one line (controls as spaces), cut at ``META_VALUE_CHARS``."""
+    if text is None:
+        return None
+    return " ".join(_CONTROLS.sub(" ", text).split())[:META_VALUE_CHARS] or None
+
+
+def _matching(pattern: re.Pattern[str], value: str | None) -> str | None:
+    return value if value is not None and pattern.fullmatch(value) else None
 
 
 def _typed(value: object, name: str) -> bool:
@@ -289,7 +340,7 @@ def _decoded_error(name: str, out: bytes) -> tuple[str, str]:
     try:
         error = json.loads(out)
         code, detail = str(error["code"]), str(error["detail"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return ErrorCode.UNSUPPORTED_CONTENT.value, f"{name}:reader_failed"
     if code not in READER_CODES or not _DETAIL.fullmatch(detail):
         return ErrorCode.UNSUPPORTED_CONTENT.value, f"{name}:reader_failed"
