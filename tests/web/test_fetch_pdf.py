@@ -168,14 +168,14 @@ async def test_a_cover_with_no_text_within_max_pages_says_max_pages(
     assert (reply.get("PAGES"), reply.get("PAGES_READ")) == ("2", "1")
 
 
-async def test_a_damaged_pdf_is_unsupported_content(
+async def test_a_damaged_pdf_is_a_corrupt_document_as_a_damaged_office_file_is(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     url = serve(origin, "/bad.pdf", b"%PDF-1.7\n" + b"\x00" * 100, PDF_TYPE)
     reply = await fetch(make_dispatcher(OPS), url)
     assert (reply.status, reply.get("ERROR")) == (
         Status.FAIL,
-        "unsupported_content:application/pdf:damaged",
+        "corrupt_document:pdf:damaged",
     )
     assert reply.get("URL") == url
 
