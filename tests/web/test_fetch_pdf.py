@@ -180,13 +180,24 @@ async def test_a_damaged_pdf_is_a_corrupt_document_as_a_damaged_office_file_is(
     assert reply.get("URL") == url
 
 
-async def test_a_50_mb_pdf_is_too_large_at_the_byte_cap(
+async def test_a_5_mb_pdf_reads_past_the_html_body_cap(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """web.fetch.max_document_bytes (32 MiB), not guard.max_body_bytes (1 MB), caps a PDF."""
+    data = fixture("chrome_10_one") + b"\n%" + b"x" * (5 << 20)
+    url = serve(origin, "/big.pdf", data, PDF_TYPE)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert (reply.status, reply.get("PAGES")) == (Status.OK, "1")
+    assert reply.get("DATA") == read_pdf(data, Limits()).markdown
+
+
+async def test_a_50_mb_pdf_is_too_large_at_the_document_cap(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     data = fixture("chrome_10_one") + b"\n%" + b"x" * (50 << 20)
     url = serve(origin, "/huge.pdf", data, PDF_TYPE)
     reply = await fetch(make_dispatcher(OPS), url)
-    assert (reply.status, reply.get("ERROR")) == (Status.FAIL, "too_large:max_body_bytes")
+    assert (reply.status, reply.get("ERROR")) == (Status.FAIL, "too_large:max_document_bytes")
 
 
 async def test_a_pdf_that_blows_the_reader_s_memory_is_too_large(
