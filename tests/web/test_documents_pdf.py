@@ -90,4 +90,5 @@ def test_a_cabinet_entry_s_reason_is_believed_only_as_a_short_token(
     an entry saved before the reason was kept) reads as empty_body."""
     saved = cabinet.Saved("fk_a", "https://a.test/", None, None, 0.0, 1.0, "", no_text)  # type: ignore[arg-type]
     found = empty_error(saved.page(), "")
-    assert found is not None and f"{found[0].value}:{found[1]}" == error
+    assert found is not None
+    assert f"{found[0].value}:{found[1]}" == error

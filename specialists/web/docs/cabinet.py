@@ -7,11 +7,12 @@ Specialist.
 Layout: ``TYPE document``, ``PATH cabinet/<fileKey>.json``, ``FROM web``; DATA is one JSON
 line ``{"file_key", "url", "title", "note", "saved_at", "expires_at", "content", "no_text"}``
 (times in Unix seconds; ``no_text`` why a document held no text layer, ``scanned`` or
-``encrypted``, else null, so its read says ``no_text_layer`` as its fetch did). Saving the same key again appends a line; a read takes the newest line whose
-content still hashes to its key (so a line that is not what it claims is never served) and
-refuses it once ``expires_at`` has passed (``cabinet.ttl_s``, 30 days). The write goes
-straight to the Memory Specialist and is acknowledged before the op answers, so a read right
-after a save finds it (SPEC M-8); the outbox queue is for records that may arrive later.
+``encrypted``, else null, so its read says ``no_text_layer`` as its fetch did). Saving the
+same key again appends a line; a read takes the newest line whose content still hashes to its
+key (so a line that is not what it claims is never served) and refuses it once ``expires_at``
+has passed (``cabinet.ttl_s``, 30 days). The write goes straight to the Memory Specialist and
+is acknowledged before the op answers, so a read right after a save finds it (SPEC M-8); the
+outbox queue is for records that may arrive later.
 """
 
 from __future__ import annotations
