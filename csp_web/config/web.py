@@ -98,7 +98,7 @@ class FetchConfig:
     # on the wire and decoded; HTML and every other body keep guard.max_body_bytes. 32 MiB is
     # the largest PDF Anthropic's and OpenAI's model APIs take as one file, so a document an
     # agent could hand a model reads here; a 50 MB scan or book stays too_large. The daemon
-    # holds at most one such body per fetch in flight while a worker reads it.
+    # holds such a body (and the copy it pipes to the reader's worker) per document in flight.
     max_document_bytes: int = 32 << 20
 
 
