@@ -79,7 +79,20 @@ class CappedDecoder:
         if self._inflater is None:
             self._keep(data)
             return
-        self._keep(self._inflate(data))
+        self._keep(self._inflate(data, self._max_bytes - self.produced + 1))
+
+    def feed_head(self, data: bytes) -> bytes:
+        """Decode ``data`` until ``HEAD_BYTES`` are decoded in all; what is left of it, not yet
+        decoded, is returned for ``feed`` once the head is judged (so one chunk of a gzip bomb
+        never inflates past the cap that is still to be settled)."""
+        need = HEAD_BYTES - self.produced
+        if need <= 0:
+            return data
+        if self._inflater is None:
+            self._keep(data[:need])
+            return data[need:]
+        self._keep(self._inflate(data, need))
+        return self._inflater.unconsumed_tail
 
     def finish(self) -> bytes:
         """Everything decoded, once the wire has no more bytes."""
@@ -87,9 +100,8 @@ class CappedDecoder:
             self._keep(self._inflater.flush())
         return b"".join(self._parts)
 
-    def _inflate(self, data: bytes) -> bytes:
+    def _inflate(self, data: bytes, limit: int) -> bytes:
         assert self._inflater is not None
-        limit = self._max_bytes - self.produced + 1
         try:
             out = self._inflater.decompress(data, limit)
         except zlib.error as exc:
@@ -99,7 +111,7 @@ class CappedDecoder:
                 raise OpError(ErrorCode.FETCH_FAILED, "bad_encoding") from exc
             self._wbits = -zlib.MAX_WBITS
             self._inflater = zlib.decompressobj(self._wbits)
-            return self._inflate(data)
+            return self._inflate(data, limit)
         self._started = self._started or bool(data)
         return out
 
@@ -205,9 +217,12 @@ class _Body:
             self.judge(self.decoder.head(), final=True)
         if self.received > self.max_bytes:
             raise OpError(ErrorCode.TOO_LARGE, self.name)
-        self.decoder.feed(chunk)
-        if self.larger is not None and self.decoder.produced >= HEAD_BYTES:
-            self.judge(self.decoder.head(), final=True)
+        if self.larger is not None:
+            chunk = self.decoder.feed_head(chunk)
+            if self.decoder.produced >= HEAD_BYTES:
+                self.judge(self.decoder.head(), final=True)
+        if chunk:
+            self.decoder.feed(chunk)
 
 
 async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
