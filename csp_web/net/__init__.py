@@ -8,6 +8,7 @@
 """
 
 from csp_web.config.guard import GuardConfig
+from csp_web.net.body import LargerBody
 from csp_web.net.client import GuardedClient, TransportWrapper, open_guarded_client
 from csp_web.net.denylist import check_address, deny_rule
 from csp_web.net.forward_proxy import Proxy, parse_proxy
@@ -22,6 +23,7 @@ __all__ = [
     "GuardConfig",
     "GuardSettings",
     "GuardedClient",
+    "LargerBody",
     "ParsedUrl",
     "Proxy",
     "Resolver",

@@ -7,22 +7,44 @@ would inflate each network chunk whole before we could count it (64 KiB of gzip 
 64 MiB of zeros), so a gzip bomb is cut off after about ``max_decoded_bytes`` of output here,
 never inflated in full. Only identity, gzip and deflate are accepted, and the client asks for
 no others (``Accept-Encoding: gzip, deflate``).
+
+A caller may name a ``LargerBody``: a larger cap for the responses it judges deserve one
+(fetch: the documents its reader table serves, ``web.fetch.max_document_bytes``), judged by the
+media type and URL before the body is read, else by its first ``HEAD_BYTES`` decoded bytes; a
+declared Content-Length is then checked against the cap that applies. Every other response
+keeps the caller's caps, so HTML is still refused at ``max_body_bytes``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import httpx
 
 from csp_web.core.api.errors import OpError
+from csp_web.net.result import parse_content_type
 from protocol import ErrorCode, NumberError, parse_uint
 
 ACCEPT_ENCODING = "gzip, deflate"
 _NO_BODY_STATUSES = frozenset({204, 304})  # RFC 9110 §6.4.1
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# The decoded bytes a LargerBody judges a body by: the most the reader table's sniffs read
+# (a feed's root element, specialists/formats/feed.py SNIFF_BYTES; magic bytes need 1,024).
+HEAD_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class LargerBody:
+    """A larger cap, ``max_bytes`` on the wire and decoded (``name`` in TOO_LARGE's detail),
+    for a response ``applies`` to: called with its media type, its URL and its first decoded
+    bytes (b"" before any arrived, then at most ``HEAD_BYTES``), pure and cheap."""
+
+    max_bytes: int
+    name: str
+    applies: Callable[[str, str, bytes], bool]
 
 
 class CappedDecoder:
@@ -32,7 +54,7 @@ class CappedDecoder:
     Raises OpError(TOO_LARGE, "max_decoded_bytes") or OpError(FETCH_FAILED, "bad_encoding").
     """
 
-    def __init__(self, coding: str, *, max_bytes: int) -> None:
+    def __init__(self, coding: str, *, max_bytes: int, name: str = "max_decoded_bytes") -> None:
         coding = coding.strip().lower()
         if coding not in ("", "identity", *_WBITS):
             raise OpError(ErrorCode.FETCH_FAILED, "unsupported_encoding")
@@ -40,15 +62,37 @@ class CappedDecoder:
         self._inflater = None if self._wbits is None else zlib.decompressobj(self._wbits)
         self._started = False
         self._max_bytes = max_bytes
+        self._name = name
         self._parts: list[bytes] = []
         self.produced = 0
+
+    def widen(self, max_bytes: int, name: str) -> None:
+        """Refuse output past ``max_bytes`` from now on, as TOO_LARGE ``name``."""
+        self._max_bytes, self._name = max_bytes, name
+
+    def head(self) -> bytes:
+        """The first ``HEAD_BYTES`` decoded so far."""
+        return b"".join(self._parts)[:HEAD_BYTES]
 
     def feed(self, data: bytes) -> None:
         """Decode ``data``, the next wire bytes."""
         if self._inflater is None:
             self._keep(data)
             return
-        self._keep(self._inflate(data))
+        self._keep(self._inflate(data, self._max_bytes - self.produced + 1))
+
+    def feed_head(self, data: bytes) -> bytes:
+        """Decode ``data`` until ``HEAD_BYTES`` are decoded in all; what is left of it, not yet
+        decoded, is returned for ``feed`` once the head is judged (so one chunk of a gzip bomb
+        never inflates past the cap that is still to be settled)."""
+        need = HEAD_BYTES - self.produced
+        if need <= 0:
+            return data
+        if self._inflater is None:
+            self._keep(data[:need])
+            return data[need:]
+        self._keep(self._inflate(data, need))
+        return self._inflater.unconsumed_tail
 
     def finish(self) -> bytes:
         """Everything decoded, once the wire has no more bytes."""
@@ -56,9 +100,8 @@ class CappedDecoder:
             self._keep(self._inflater.flush())
         return b"".join(self._parts)
 
-    def _inflate(self, data: bytes) -> bytes:
+    def _inflate(self, data: bytes, limit: int) -> bytes:
         assert self._inflater is not None
-        limit = self._max_bytes - self.produced + 1
         try:
             out = self._inflater.decompress(data, limit)
         except zlib.error as exc:
@@ -68,14 +111,14 @@ class CappedDecoder:
                 raise OpError(ErrorCode.FETCH_FAILED, "bad_encoding") from exc
             self._wbits = -zlib.MAX_WBITS
             self._inflater = zlib.decompressobj(self._wbits)
-            return self._inflate(data)
+            return self._inflate(data, limit)
         self._started = self._started or bool(data)
         return out
 
     def _keep(self, data: bytes) -> None:
         self.produced += len(data)
         if self.produced > self._max_bytes:
-            raise OpError(ErrorCode.TOO_LARGE, "max_decoded_bytes")
+            raise OpError(ErrorCode.TOO_LARGE, self._name)
         self._parts.append(data)
 
 
@@ -104,33 +147,82 @@ def check_header_bytes(response: httpx.Response, max_bytes: int) -> None:
 
 
 async def read_capped(
-    response: httpx.Response, *, max_body_bytes: int, max_decoded_bytes: int
+    response: httpx.Response,
+    *,
+    max_body_bytes: int,
+    max_decoded_bytes: int,
+    larger: LargerBody | None = None,
+    url: str = "",
 ) -> bytes:
-    """The decoded body of a streamed ``response``, read until the end or a cap.
+    """The decoded body of a streamed ``response`` (requested as ``url``), read until the end
+    or a cap: ``larger``'s when it applies to the response (see the module's docstring).
 
     Raises OpError(TOO_LARGE, "max_body_bytes") as soon as the declared Content-Length or
     the bytes received pass ``max_body_bytes``, OpError(TOO_LARGE, "max_decoded_bytes") as
-    soon as decoding passes ``max_decoded_bytes``. The caller owns and closes ``response``.
+    soon as decoding passes ``max_decoded_bytes``; OpError(TOO_LARGE, larger.name) past the
+    larger cap. The caller owns and closes ``response``.
     """
     if response.request.method == "HEAD" or response.status_code in _NO_BODY_STATUSES:
         return b""  # their Content-Length and Content-Encoding describe a body never sent
-    declared = response.headers.get("content-length", "")
-    if _length(declared) > max_body_bytes:
-        raise OpError(ErrorCode.TOO_LARGE, "max_body_bytes")
-    coding = response.headers.get("content-encoding", "")
-    decoder = CappedDecoder(coding, max_bytes=max_decoded_bytes)
-    received = 0
+    body = _Body(response, max_body_bytes, max_decoded_bytes, larger, url)
+    body.judge(b"", final=larger is None)  # before any read: nothing to abandon yet
     chunks = response.aiter_raw()
     try:
         async for chunk in chunks:
-            received += len(chunk)
-            if received > max_body_bytes:
-                raise OpError(ErrorCode.TOO_LARGE, "max_body_bytes")
-            decoder.feed(chunk)
+            body.receive(chunk)
     except OpError:
         await _abandon(response, chunks)
         raise
-    return decoder.finish()
+    return body.decoder.finish()
+
+
+class _Body:
+    """One body being read: the bytes received, the decoder, and the cap that applies (the
+    caller's until ``larger`` is judged to apply)."""
+
+    def __init__(
+        self,
+        response: httpx.Response,
+        max_body_bytes: int,
+        max_decoded_bytes: int,
+        larger: LargerBody | None,
+        url: str,
+    ) -> None:
+        self.declared = _length(response.headers.get("content-length", ""))
+        coding = response.headers.get("content-encoding", "")
+        self.decoder = CappedDecoder(coding, max_bytes=max_decoded_bytes)
+        self.max_bytes, self.name = max_body_bytes, "max_body_bytes"
+        self.media_type = parse_content_type(response.headers.get("content-type", ""))[0]
+        self.larger, self.url = larger, url
+        self.received = 0
+
+    def judge(self, head: bytes, *, final: bool) -> None:
+        """Settle the cap when ``larger`` applies given ``head`` (or when ``final``: the head
+        is all there will be to judge by); once settled, hold the declared length to it."""
+        larger = self.larger
+        if larger is not None and larger.applies(self.media_type, self.url, head):
+            self.max_bytes, self.name = larger.max_bytes, larger.name
+            self.decoder.widen(larger.max_bytes, larger.name)
+            self.larger = None
+        elif final:
+            self.larger = None
+        if self.larger is None and self.declared > self.max_bytes:
+            raise OpError(ErrorCode.TOO_LARGE, self.name)
+
+    def receive(self, chunk: bytes) -> None:
+        """Count and decode ``chunk``; an unsettled cap is settled on the head decoded so far
+        before the bytes pass it, and as soon as the head is complete."""
+        self.received += len(chunk)
+        if self.larger is not None and self.received > self.max_bytes:
+            self.judge(self.decoder.head(), final=True)
+        if self.received > self.max_bytes:
+            raise OpError(ErrorCode.TOO_LARGE, self.name)
+        if self.larger is not None:
+            chunk = self.decoder.feed_head(chunk)
+            if self.decoder.produced >= HEAD_BYTES:
+                self.judge(self.decoder.head(), final=True)
+        if chunk:
+            self.decoder.feed(chunk)
 
 
 async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:

@@ -24,7 +24,7 @@ import trio
 from csp_web.config.guard import GuardConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
-from csp_web.net.body import ACCEPT_ENCODING, check_header_bytes, read_capped
+from csp_web.net.body import ACCEPT_ENCODING, LargerBody, check_header_bytes, read_capped
 from csp_web.net.forward_proxy import Proxy
 from csp_web.net.redirects import (
     Hop,
@@ -65,6 +65,7 @@ class _Plan:
     max_decoded_bytes: int
     credentials: frozenset[str]
     follow_with_credentials: bool
+    larger_body: LargerBody | None = None
 
 
 class _RefuseCookies(http.cookiejar.DefaultCookiePolicy):
@@ -134,11 +135,14 @@ class GuardedClient:
         credentials_headers: Iterable[str] = frozenset(),
         follow_with_credentials: bool = True,
         deadline_s: float | None = None,
+        larger_body: LargerBody | None = None,
     ) -> FetchResult:
         """Request ``url`` and follow its redirects; return the final response, body read.
 
         ``max_redirects`` and the byte caps may lower the config's values, never raise them;
         ``max_redirects=0`` refuses every redirect, for callers that attach credentials.
+        ``larger_body`` raises the body caps for the final responses it applies to (fetch's
+        documents: ``body.LargerBody``), the one way past the config's caps.
         Authorization, Proxy-Authorization, Cookie and ``credentials_headers`` are stripped
         before a cross-origin hop, or the hop is refused (FETCH_FAILED "credentials_redirect")
         when ``follow_with_credentials`` is False. ``deadline_s`` (default ``timeout_s``)
@@ -159,6 +163,7 @@ class GuardedClient:
                 max_decoded_bytes=_at_most(max_decoded_bytes, self._config.max_decoded_bytes),
                 credentials=credential_names(credentials_headers),
                 follow_with_credentials=follow_with_credentials,
+                larger_body=larger_body,
             )
             hop = Hop(first, method.upper(), content)
             return await self._bounded(deadline_s, lambda: self._follow(hop, plan))
@@ -205,6 +210,8 @@ class GuardedClient:
                         response,
                         max_body_bytes=plan.max_body_bytes,
                         max_decoded_bytes=plan.max_decoded_bytes,
+                        larger=plan.larger_body,
+                        url=hop.url.url,
                     )
                     return _result(response, body, chain, trio.current_time() - started)
                 if len(chain) > plan.max_redirects:

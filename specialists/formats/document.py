@@ -22,13 +22,16 @@ class Limits:
 
     ``max_pages`` bounds the PDF pages read (fetch's MAX_PAGES); ``max_rows`` bounds the rows of
     each sheet or CSV; ``max_entries`` bounds a feed's entries; ``max_chars`` bounds the
-    Markdown produced, past which a reader stops and says it was cut.
+    Markdown produced, past which a reader stops and says it was cut. ``base_url`` is the URL
+    the document was read from: a relative link in a DOCX or ODT is made absolute against it
+    (http/https only); without it relative links are dropped.
     """
 
     max_pages: int = 200
     max_rows: int = 1_000
     max_entries: int = 200
     max_chars: int = 5_000_000
+    base_url: str | None = None
 
 
 @dataclass(frozen=True)

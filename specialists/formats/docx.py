@@ -71,7 +71,7 @@ def _no_image(image: object) -> list[object]:
 
 
 def _document(html: str, fields: dict[str, str], limits: Limits) -> Document:
-    markdown = document_markdown(html)
+    markdown = document_markdown(html, url=limits.base_url)
     title = fields.get("title") or _first_heading(markdown)
     text, cut = fit(markdown.split("\n\n") if markdown else [], limits.max_chars)
     return Document(

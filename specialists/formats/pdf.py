@@ -18,7 +18,8 @@ its characters and where it sits:
 No text on any page (a scan) answers ``no_text="scanned"`` (``"max_pages"`` when only the pages
 read have none); a PDF that needs a password ``no_text="encrypted"`` (one with an owner
 password only opens, as any viewer opens it). OCR is out of scope. A file PDFium cannot parse
-raises ``Unreadable("unsupported_content", ...)``.
+raises ``Unreadable("corrupt_document", "pdf:damaged")``, as the office readers name a
+file they cannot parse.
 """
 
 from __future__ import annotations
@@ -64,13 +65,13 @@ class Line:
 
 def read_pdf(data: bytes, limits: Limits) -> Document:
     """The Markdown of the first ``limits.max_pages`` pages of ``data`` (see the module's
-    docstring). Raises Unreadable(unsupported_content) for bytes PDFium cannot open."""
+    docstring). Raises Unreadable(corrupt_document) for bytes PDFium cannot open."""
     try:
         pdf = pypdfium2.PdfDocument(data)
     except pypdfium2.PdfiumError as exc:
         if getattr(exc, "err_code", None) == _PASSWORD_ERROR:
             return Document("", pages_read=0, no_text="encrypted")
-        raise Unreadable("unsupported_content", "application/pdf:damaged") from exc
+        raise Unreadable("corrupt_document", "pdf:damaged") from exc
     try:
         return _read(pdf, limits)
     finally:

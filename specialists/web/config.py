@@ -86,6 +86,20 @@ class FetchConfig:
     # its CPU time (bench/formats.py reads about 200 pages/s, so 1000 pages fit with room).
     reader_memory_bytes: int = 1 << 30
     reader_cpu_s: int = 30
+    # What one document may become (specialists.formats.Limits, whose defaults these are): the
+    # rows of a sheet or CSV (the header included: 1,000 rows of a few cells are about 100,000
+    # chars, twice max_chars_cap), the entries of a feed (200: more than the 100 or so items a
+    # busy feed keeps), and the Markdown's characters (5,000,000: the worker's answer, at most
+    # 4 bytes a character, stays under its 24 MB output cap, past which it is too_large).
+    max_rows: int = 1_000
+    max_entries: int = 200
+    max_document_chars: int = 5_000_000
+    # The body cap for a response the reader table serves (PDF, office files, sheets, feeds),
+    # on the wire and decoded; HTML and every other body keep guard.max_body_bytes. 32 MiB is
+    # the largest PDF Anthropic's and OpenAI's model APIs take as one file, so a document an
+    # agent could hand a model reads here; a 50 MB scan or book stays too_large. The daemon
+    # holds such a body (and the copy it pipes to the reader's worker) per document in flight.
+    max_document_bytes: int = 32 << 20
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ for the whole operation."""
 
 from __future__ import annotations
 
+import gzip
 import zlib
 
 import pytest
@@ -10,7 +11,7 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
-from csp_web.net.body import CappedDecoder, _length
+from csp_web.net.body import CappedDecoder, LargerBody, _length
 from protocol import ErrorCode
 
 from ._origin import BOMB_DECODED_BYTES, WAIT_S, Origin, Reply, Seen, gzip_bomb
@@ -137,3 +138,40 @@ async def test_the_deadline_covers_every_hop_of_a_redirect_chain(
 def test_a_declared_length_counts_only_when_it_is_ascii_digits(declared: str, length: int) -> None:
     """A Content-Length such as "²" passed str.isdigit() and made int() raise."""
     assert _length(declared) == length
+
+
+def _serve_gzip(origin: Origin, path: str, content_type: str, body: bytes) -> str:
+    headers = [("content-type", content_type), ("content-encoding", "gzip")]
+    data = gzip.compress(body)
+    origin.routes[path] = lambda _seen: Reply(200, headers, data)
+    return origin.url("origin.test", path)
+
+
+LARGER = LargerBody(
+    2_000_000,
+    "max_document_bytes",
+    lambda media_type, url, head: media_type == "application/pdf" or head.startswith(b"%PDF-"),
+)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "head"), [("application/pdf", b"a"), ("application/octet-stream", b"%PDF-")]
+)
+async def test_a_larger_body_decodes_to_its_cap_and_one_more_byte_is_too_large(
+    client: GuardedClient, origin: Origin, content_type: str, head: bytes
+) -> None:
+    """Judged by type before a byte is read, or by the first decoded bytes: the decoded cap
+    widens with the wire cap (the default guard's are 1 MB)."""
+    at = _serve_gzip(origin, "/at", content_type, head + b"a" * (LARGER.max_bytes - len(head)))
+    over = _serve_gzip(origin, "/over", content_type, head + b"a" * (LARGER.max_bytes + 1))
+    with trio.fail_after(WAIT_S):
+        result = await client.fetch(at, larger_body=LARGER)
+    assert len(result.body) == LARGER.max_bytes
+    assert await too_large(client, over, larger_body=LARGER) == "max_document_bytes"  # type: ignore[arg-type]
+
+
+async def test_a_body_the_larger_cap_does_not_apply_to_keeps_the_guard_s_caps(
+    client: GuardedClient, origin: Origin
+) -> None:
+    over = _serve_gzip(origin, "/page", "text/html", b"<p>" + b"a" * 1_000_000)
+    assert await too_large(client, over, larger_body=LARGER) == "max_decoded_bytes"  # type: ignore[arg-type]

@@ -169,25 +169,36 @@ async def test_a_cover_with_no_text_within_max_pages_says_max_pages(
     assert (reply.get("PAGES"), reply.get("PAGES_READ")) == ("2", "1")
 
 
-async def test_a_damaged_pdf_is_unsupported_content(
+async def test_a_damaged_pdf_is_a_corrupt_document_as_a_damaged_office_file_is(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     url = serve(origin, "/bad.pdf", b"%PDF-1.7\n" + b"\x00" * 100, PDF_TYPE)
     reply = await fetch(make_dispatcher(OPS), url)
     assert (reply.status, reply.get("ERROR")) == (
         Status.FAIL,
-        "unsupported_content:application/pdf:damaged",
+        "corrupt_document:pdf:damaged",
     )
     assert reply.get("URL") == url
 
 
-async def test_a_50_mb_pdf_is_too_large_at_the_byte_cap(
+async def test_a_5_mb_pdf_reads_past_the_html_body_cap(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """web.fetch.max_document_bytes (32 MiB), not guard.max_body_bytes (1 MB), caps a PDF."""
+    data = fixture("chrome_10_one") + b"\n%" + b"x" * (5 << 20)
+    url = serve(origin, "/big.pdf", data, PDF_TYPE)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert (reply.status, reply.get("PAGES")) == (Status.OK, "1")
+    assert reply.get("DATA") == read_pdf(data, Limits()).markdown
+
+
+async def test_a_50_mb_pdf_is_too_large_at_the_document_cap(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     data = fixture("chrome_10_one") + b"\n%" + b"x" * (50 << 20)
     url = serve(origin, "/huge.pdf", data, PDF_TYPE)
     reply = await fetch(make_dispatcher(OPS), url)
-    assert (reply.status, reply.get("ERROR")) == (Status.FAIL, "too_large:max_body_bytes")
+    assert (reply.status, reply.get("ERROR")) == (Status.FAIL, "too_large:max_document_bytes")
 
 
 async def test_a_pdf_that_blows_the_reader_s_memory_is_too_large(

@@ -285,3 +285,38 @@ def test_odt_reference_text_is_kept_and_tracked_deletions_are_not() -> None:
     content = _odt_content(body)
     document = read_odt(rezip(fixture("report.odt"), {"content.xml": content}), Limits())
     assert document.markdown == "See section two."
+
+
+RELATIVE = {
+    "docx": ("word/_rels/document.xml.rels", b'Target="survey/ridge"'),
+    "odt": ("content.xml", b'xlink:href="survey/ridge"'),
+}
+
+
+def _relative_link(kind: str, target: bytes) -> bytes:
+    """The report fixture with its survey link made relative (``target``)."""
+    member, spelled = RELATIVE[kind]
+    data = fixture(f"report.{kind}")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        part = archive.read(member)
+    absolute = spelled.replace(b"survey/ridge", b"https://example.org/survey/ridge")
+    return rezip(data, {member: part.replace(absolute, spelled.replace(b"survey/ridge", target))})
+
+
+@pytest.mark.parametrize("kind", ["docx", "odt"])
+def test_a_relative_link_resolves_against_the_base_url_and_is_dropped_without_one(
+    kind: str,
+) -> None:
+    data = _relative_link(kind, b"survey/ridge")
+    base = Limits(base_url="https://files.example/reports/q3.docx")
+    linked = "[ridge survey page](https://files.example/reports/survey/ridge)"
+    assert linked in READERS[kind](data, base).markdown
+    assert "See the ridge survey page for" in READERS[kind](data, Limits()).markdown
+
+
+@pytest.mark.parametrize("kind", ["docx", "odt"])
+def test_a_link_that_is_not_http_is_dropped_even_with_a_base_url(kind: str) -> None:
+    data = _relative_link(kind, b"javascript:alert(1)")
+    markdown = READERS[kind](data, Limits(base_url="https://files.example/q3")).markdown
+    assert "See the ridge survey page for" in markdown
+    assert "javascript" not in markdown

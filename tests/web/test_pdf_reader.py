@@ -122,8 +122,8 @@ def test_damaged_bytes_are_unreadable() -> None:
     with pytest.raises(Unreadable) as caught:
         read_pdf(b"%PDF-1.4\n" + b"\x00garbage" * 100, Limits())
     assert (caught.value.code, caught.value.detail) == (
-        "unsupported_content",
-        "application/pdf:damaged",
+        "corrupt_document",
+        "pdf:damaged",
     )
 
 

@@ -5,17 +5,20 @@ Specialist.
     await load(outbox, config, key)          -> Saved   # one CSP/1 read
 
 Layout: ``TYPE document``, ``PATH cabinet/<fileKey>.json``, ``FROM web``; DATA is one JSON
-line ``{"file_key", "url", "title", "note", "saved_at", "expires_at", "content"}`` (times in
-Unix seconds). Saving the same key again appends a line; a read takes the newest line whose
-content still hashes to its key (so a line that is not what it claims is never served) and
-refuses it once ``expires_at`` has passed (``cabinet.ttl_s``, 30 days). The write goes
-straight to the Memory Specialist and is acknowledged before the op answers, so a read right
-after a save finds it (SPEC M-8); the outbox queue is for records that may arrive later.
+line ``{"file_key", "url", "title", "note", "saved_at", "expires_at", "content", "no_text"}``
+(times in Unix seconds; ``no_text`` why a document held no text layer, ``scanned`` or
+``encrypted``, else null, so its read says ``no_text_layer`` as its fetch did). Saving the
+same key again appends a line; a read takes the newest line whose content still hashes to its
+key (so a line that is not what it claims is never served) and refuses it once ``expires_at``
+has passed (``cabinet.ttl_s``, 30 days). The write goes straight to the Memory Specialist and
+is acknowledged before the op answers, so a read right after a save finds it (SPEC M-8); the
+outbox queue is for records that may arrive later.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -25,11 +28,15 @@ from csp_web.core.api.records import json_record, new_write_id
 from protocol import ErrorCode, Reply, Status, Task
 from specialists.web.docs.config import CabinetConfig
 
+from ..pages.emptiness import EMPTY_BODY, is_empty
 from ..pages.filekeys import check, content_of, file_key
 from ..pages.loading import Page
 
 TYPE = "document"
 FOLDER = "cabinet"
+# A reason a reply may carry: the key's hash does not cover it, so a line in memory that claims
+# another is believed only when it is a short token (scanned, encrypted, max_pages).
+_NO_TEXT = re.compile(r"[a-z_]{1,32}")
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,13 @@ class Saved:
     saved_at: float
     expires_at: float
     content: str
+    no_text: str | None = None  # entries saved before it was kept have none
 
     def page(self) -> Page:
-        """The entry as a text snapshot whose fileKey is its own."""
+        """The entry as a text snapshot whose fileKey is its own; one with no text says why
+        (its document's ``no_text``, else ``empty_body``), as fetch did."""
         words = len(self.content.split())
+        empty = is_empty(self.content)
         return Page(
             self.url,
             200,
@@ -56,7 +66,13 @@ class Saved:
             text=self.content,
             word_count=words,
             fetched_at=self.saved_at,
+            empty=EMPTY_BODY if empty else None,
+            no_text=self.no_text if empty and _token(self.no_text) else None,
         )
+
+
+def _token(no_text: object) -> bool:
+    return isinstance(no_text, str) and _NO_TEXT.fullmatch(no_text) is not None
 
 
 def path_of(key: str) -> str:
@@ -72,7 +88,9 @@ async def save(outbox: Outbound, config: CabinetConfig, page: Page, note: str | 
         detail = f"{len(content)} chars; cabinet.max_content_chars is {config.max_content_chars}"
         raise OpError(ErrorCode.TOO_LARGE, detail)
     now = time.time()
-    saved = Saved(file_key(page), page.url, page.title, note, now, now + config.ttl_s, content)
+    saved = Saved(
+        file_key(page), page.url, page.title, note, now, now + config.ttl_s, content, page.no_text
+    )
     data = json_record(**saved.__dict__)
     task = Task(
         "write",

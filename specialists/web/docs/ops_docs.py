@@ -31,7 +31,7 @@ from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
-from ..pages.emptiness import EMPTY_BODY, is_empty
+from ..pages.fetch_fields import empty_error
 from ..pages.fetch_many import announce
 from ..pages.filekeys import check, content_of, held, window
 from ..pages.loading import Page
@@ -93,8 +93,8 @@ async def from_cabinet(params: Params, ctx: OpContext, services: DocsServices) -
             *paging,
             cite(saved.url, saved.title),
         ]
-        if is_empty(content):  # a saved page that had no text: never an empty OK
-            error = (ErrorCode.EMPTY_CONTENT, EMPTY_BODY)
+        error = empty_error(saved.page(), content)  # never an empty OK: why, as fetch
+        if error is not None:
             return notes.attach(Result(text, ("memory",), tuple(fields), Status.PARTIAL, error))
         return notes.attach(Result(text, ("memory",), tuple(fields), status))
 

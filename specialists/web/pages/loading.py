@@ -27,7 +27,7 @@ import trio
 
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
-from csp_web.net import FetchResult, check_url, decode_text
+from csp_web.net import FetchResult, LargerBody, check_url, decode_text
 from protocol import ErrorCode
 from specialists.extract import extract_article, outline
 from specialists.formats import PAGE_MARKER, Document, Limits
@@ -219,7 +219,9 @@ async def _download(
     remaining = deadline - trio.current_time()
     if remaining <= 0:
         raise OpError(ErrorCode.FETCH_FAILED, "timeout")
-    result = await services.client.fetch(key, respect_robots=True, deadline_s=remaining)
+    result = await services.client.fetch(
+        key, respect_robots=True, deadline_s=remaining, larger_body=document_body(services)
+    )
     if result.status_code >= 400:
         raise OpError(ErrorCode.FETCH_FAILED, f"http_{result.status_code}")
     reader = reader_for(result.content_type, result.body, result.url)
@@ -236,6 +238,16 @@ async def _download(
     return page
 
 
+def document_body(services: PagesServices) -> LargerBody:
+    """The body cap of a response the reader table serves (``fetch.max_document_bytes``),
+    judged as ``reader_for`` judges the whole body: by type, then magic bytes, then suffix."""
+    return LargerBody(
+        services.config.fetch.max_document_bytes,
+        "max_document_bytes",
+        lambda media_type, url, head: reader_for(media_type, head, url) is not None,
+    )
+
+
 async def document_page(
     services: PagesServices, result: FetchResult, reader: str, max_pages: int, deadline: float
 ) -> Page:
@@ -243,7 +255,13 @@ async def document_page(
     within ``fetch``'s reader bounds and by ``deadline``."""
     config = services.config.fetch
     bounds = Bounds(memory_bytes=config.reader_memory_bytes, cpu_s=config.reader_cpu_s)
-    limits = Limits(max_pages=max_pages)
+    limits = Limits(
+        max_pages=max_pages,
+        max_rows=config.max_rows,
+        max_entries=config.max_entries,
+        max_chars=config.max_document_chars,
+        base_url=result.url,
+    )
     body = result.body
     if reads_text(reader):  # a CSV's bytes decode by the page rules: its HTTP charset counts
         text = decode_text(body, charset=result.charset, content_type=result.content_type)
