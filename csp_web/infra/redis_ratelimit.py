@@ -10,17 +10,21 @@ a token only while at least half the burst is left. An upstream Retry-After paus
 for every daemon (a key with that expiry). Monthly quotas are a counter per month.
 
 Redis keys (``p`` is ``redis.key_prefix``): ``p rl:{<name>}`` (the bucket's TAT, ms) and
-``p rp:{<name>}`` (its pause) share the bucket's hash tag; ``p q:{<name>}:<YYYY-MM>``.
+``p rp:{<name>}`` (its pause) share the bucket's hash tag; ``p q:{<name>}:<YYYY-MM>`` (the
+count) and ``p q:{<name>}:<YYYY-MM>:d:<quota id>`` (how many of one daemon's uses it holds).
 
 When Redis is unavailable each daemon falls back to a local bucket at ``redis.fallback_share``
 of the rate and burst, and to that share of the quota's remainder as last seen (counted
-locally and added to Redis when it returns); with the share at most 1 / the number of daemons
-the fleet stays within the limit. Fallbacks are counted in the ``REDIS`` stats line.
+locally and added to Redis when it returns, each use once); with the share at most 1 / the
+number of daemons the fleet stays within the limit. Fallbacks are counted in the ``REDIS``
+stats line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import secrets
 from typing import Protocol
 
 import trio
@@ -67,18 +71,28 @@ end
 return 1
 """
 
-# ARGV: limit, uses counted locally while Redis was down. Returns {taken 0/1, used}.
+# KEYS: the month's count, this daemon's numbering of its own uses (``d:<quota id>``).
+# ARGV: limit, n (this use is the daemon's n-th this month, counting those taken locally while
+# Redis was down). Uses below n not yet counted (applied < n - 1) were taken locally: added
+# first. A use numbered at most ``applied`` is already counted: a call that timed out here
+# but ran when Redis resumed, retried or replayed, never counts twice (issue 21: a fallback's
+# uses were reported again). Returns {taken 0/1, used, applied}.
 _QUOTA = """
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local pending = tonumber(ARGV[2])
-if pending > 0 then
-  used = redis.call('INCRBY', KEYS[1], pending)
-  redis.call('EXPIRE', KEYS[1], 3024000)
+local applied = tonumber(redis.call('GET', KEYS[2]) or '0')
+local n = tonumber(ARGV[2])
+if applied >= n then return {1, used, applied} end
+if n - 1 > applied then
+  used = redis.call('INCRBY', KEYS[1], n - 1 - applied)
+  applied = n - 1
 end
-if used >= tonumber(ARGV[1]) then return {0, used} end
-used = redis.call('INCR', KEYS[1])
+if used < tonumber(ARGV[1]) then
+  used = redis.call('INCR', KEYS[1])
+  applied = n
+end
 redis.call('EXPIRE', KEYS[1], 3024000)
-return {1, used}
+redis.call('SET', KEYS[2], applied, 'EX', 3024000)
+return {applied == n and 1 or 0, used, applied}
 """
 
 
@@ -205,49 +219,75 @@ class SharedRateLimits:
         self._rates = rates
 
     def quota(self, name: str, limit: int) -> SharedQuota:
+        """The quota ``name`` at ``limit``; a changed limit keeps its counts (uses taken
+        locally and not yet on Redis are still added there)."""
         quota = self._quotas.get(name)
-        if quota is None or quota.limit != limit:
+        if quota is None:
             quota = self._quotas[name] = SharedQuota(self._link, name, limit)
+        quota.limit = limit
         return quota
 
 
+@dataclasses.dataclass
+class _Month:
+    """One daemon's view of one month of a quota."""
+
+    taken: int = 0  # uses this daemon granted, on Redis or locally: the last one's number
+    applied: int = 0  # of them, how many Redis last said it counts
+    used: int | None = None  # the fleet's count, as Redis last said
+
+
 class SharedQuota:
-    """A monthly count on Redis; raises OpError(rate_limited) when the month is spent."""
+    """A monthly count on Redis; raises OpError(rate_limited) when the month is spent.
+
+    Each daemon numbers its own uses of a month (1, 2, ...) and Redis keeps the highest it
+    has counted (``p q:{<name>}:<YYYY-MM>:d:<quota id>``), so a use is counted once however
+    often its call reaches Redis: uses taken locally while Redis was down are added by the
+    next call that answers, and a call that timed out but ran later adds nothing twice."""
 
     def __init__(self, link: RedisLink, name: str, limit: int) -> None:
         self._link = link
         self.name = name
         self.limit = limit
         self._script = link.client.register_script(_QUOTA)
-        self._last_used: dict[str, int] = {}  # per month, as Redis last said
-        self._pending: dict[str, int] = {}  # per month, taken locally while Redis was down
+        self._id = secrets.token_hex(8)  # this daemon's numbering (a restart starts anew)
+        self._months: dict[str, _Month] = {}
+        # One take at a time: two calls in flight would carry the same number, and the
+        # second would read as already counted.
+        self._lock = trio.Lock()
 
     async def take(self, month: str) -> None:
-        key = self._link.key("q", "{" + self.name + "}", month)
-        pending = self._pending.get(month, 0)
+        """Count one use of ``month``; OpError(rate_limited) when it is spent, or when Redis
+        is unavailable and this daemon's share of the remainder is spent (or unknown)."""
+        async with self._lock:
+            await self._take(self._months.setdefault(month, _Month()), month)
+
+    async def _take(self, state: _Month, month: str) -> None:
+        tag = "{" + self.name + "}"
+        keys = [self._link.key("q", tag, month), self._link.key("q", tag, month, "d", self._id)]
+        args = [self.limit, state.taken + 1]
         try:
-            taken, used = await self._link.call(
-                lambda r: self._script(keys=[key], args=[self.limit, pending], client=r), "quota"
+            granted, used, applied = await self._link.call(
+                lambda r: self._script(keys=keys, args=args, client=r), "quota"
             )
-            used_count = self._link.integer(used, "quota")
+            state.used = self._link.integer(used, "quota")
+            state.applied = self._link.integer(applied, "quota")
         except RedisUnavailable:
             self._link.fallback("quota_local")
-            self._take_locally(month)
+            self._take_locally(state)
             return
-        self._pending.pop(month, None)
-        self._last_used[month] = used_count
-        if not taken:
+        state.taken = max(state.taken, state.applied)
+        if not granted:
             raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} monthly quota of {self.limit}")
 
-    def _take_locally(self, month: str) -> None:
-        last = self._last_used.get(month)
-        if last is None:  # never heard from Redis this month: nothing is known to be left
+    def _take_locally(self, state: _Month) -> None:
+        if state.used is None:  # never heard from Redis this month: nothing is known to be left
             raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} quota store unavailable")
         share = self._link.config.fallback_share
-        allowance = math.floor(share * max(0, self.limit - last))
-        if self._pending.get(month, 0) >= allowance:
+        allowance = math.floor(share * max(0, self.limit - state.used))
+        if state.taken - state.applied >= allowance:
             raise OpError(ErrorCode.RATE_LIMITED, f"{self.name} monthly quota of {self.limit}")
-        self._pending[month] = self._pending.get(month, 0) + 1
+        state.taken += 1
 
 
 def shared_or_local(link: RedisLink | None, rates: dict[str, Rate]) -> BucketSource:

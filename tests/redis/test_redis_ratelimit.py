@@ -10,7 +10,8 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import Rate
-from csp_web.infra.redis_ratelimit import SharedRateLimits, fallback_rate
+from csp_web.infra.redis_link import RedisLink
+from csp_web.infra.redis_ratelimit import SharedQuota, SharedRateLimits, fallback_rate
 from protocol import ErrorCode
 from tests.redis.conftest import OpenLink, past_down_window
 from tests.redis_server import RedisServer
@@ -115,13 +116,6 @@ async def test_a_monthly_quota_of_n_holds_across_daemons(open_link: OpenLink) ->
         await b.take("2026-12")  # a new month
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (2026-11-27): a quota INCR that timed out while Redis was paused may still "
-    "run when it resumes, and the count the daemon reports later adds it again, so a loaded "
-    "run sees the monthly quota spent early (failed 1 of 3 full runs); the fix is an "
-    "idempotent report (a per-spell key), not a longer timeout",
-)
 async def test_a_quota_falls_back_to_a_share_of_its_remainder_and_reports_it_later(
     open_link: OpenLink, redis_server: RedisServer
 ) -> None:
@@ -161,3 +155,97 @@ async def test_a_call_without_a_deadline_waits_for_its_slot_on_the_shared_bucket
             await bucket.acquire(deadline=math.inf)  # reserved 10 ms ahead, not a script error
         assert link.up
         assert link.fallbacks["ratelimit_local"] == 0
+
+
+def _quota_calls(server: RedisServer) -> int:
+    """How many quota scripts (EVALSHA) the server has run."""
+    with server.client() as client:
+        stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def _wait_for_quota_calls(server: RedisServer, count: int) -> None:
+    """Until the server has run ``count`` quota scripts: those written before a pause run
+    when it resumes, after their callers stopped waiting. A real condition, bounded."""
+    with trio.fail_after(10):
+        while _quota_calls(server) < count:
+            await trio.sleep(0.01)
+
+
+def _count(server: RedisServer, name: str, month: str) -> int:
+    with server.client() as client:
+        return int(client.get(f"csp-web:q:{{{name}}}:{month}") or 0)
+
+
+async def _take_while_paused(
+    quota: SharedQuota, link: RedisLink, server: RedisServer, times: int
+) -> None:
+    """``times`` uses taken while the server is paused: each call is tried (the link's
+    down window passed), times out and is counted locally."""
+    server.pause()
+    try:
+        with trio.fail_after(15):
+            for _ in range(times):
+                await past_down_window(link)
+                await quota.take("2026-11")
+    finally:
+        server.resume()
+
+
+async def test_quota_calls_that_timed_out_but_ran_later_are_not_counted_again(
+    open_link: OpenLink, redis_server: RedisServer
+) -> None:
+    # Issue 21: a use counted locally whose call ran when Redis resumed was counted twice,
+    # and a call that carried the local count and ran late had it added again by the next.
+    # One thread: a call abandoned at its timeout ends before the next call starts, so each
+    # paused call below writes its command on the one ready connection.
+    async with open_link(fallback_share=1.0, max_threads=1) as link:
+        quota = SharedRateLimits(link, {}).quota("search:brave", 5)
+        await quota.take("2026-11")  # the first of 5, counted on Redis
+        before = _quota_calls(redis_server)
+        for landed in (1, 2):  # the second carries the first's local count
+            await link.call(lambda r: r.ping(), "ping")  # the connection, ready
+            await _take_while_paused(quota, link, redis_server, 1)
+            await _wait_for_quota_calls(redis_server, before + landed)  # it ran on resuming
+            await past_down_window(link)
+        assert link.fallbacks["quota_local"] == 2
+        await quota.take("2026-11")
+        await quota.take("2026-11")  # the fifth
+        assert _count(redis_server, "search:brave", "2026-11") == 5
+        with pytest.raises(OpError) as spent:
+            await quota.take("2026-11")
+        assert spent.value.detail == "search:brave monthly quota of 5"
+        assert _count(redis_server, "search:brave", "2026-11") == 5
+
+
+async def test_concurrent_takes_on_one_daemon_each_count_once(
+    open_link: OpenLink, redis_server: RedisServer
+) -> None:
+    # A longer call timeout: four calls at once on a loaded host must not fall back.
+    async with open_link(call_timeout_s=5.0) as link:
+        quota = SharedRateLimits(link, {}).quota("search:brave", 4)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(quota.take, "2026-11")
+        assert _count(redis_server, "search:brave", "2026-11") == 4
+        with pytest.raises(OpError):
+            await quota.take("2026-11")
+
+
+async def test_a_changed_quota_limit_keeps_the_uses_counted_while_redis_was_down(
+    open_link: OpenLink, redis_server: RedisServer
+) -> None:
+    async with open_link(fallback_share=1.0) as link:
+        limits = SharedRateLimits(link, {})
+        await limits.quota("search:brave", 4).take("2026-11")
+        before = _quota_calls(redis_server)
+        await _take_while_paused(limits.quota("search:brave", 4), link, redis_server, 2)
+        await _wait_for_quota_calls(redis_server, before + 1)  # the first, on the idle link
+        await past_down_window(link)
+        raised = limits.quota("search:brave", 5)  # a reload raised the limit
+        await raised.take("2026-11")  # 1 + 2 while down + this one
+        assert _count(redis_server, "search:brave", "2026-11") == 4
+        await raised.take("2026-11")
+        with pytest.raises(OpError):
+            await raised.take("2026-11")

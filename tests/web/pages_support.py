@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import trio
 import trio.lowlevel
@@ -12,6 +13,8 @@ import trio.lowlevel
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Field, Reply, Task
+from specialists.web.pages.flights import Flight
+from specialists.web.services import WebServices
 from tests.harness import outbox_of
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
@@ -69,15 +72,69 @@ def web_audits(dispatcher: Dispatcher) -> list[dict[str, object]]:
     return [record for record in records if "target" in record]
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Yield to other tasks until ``predicate`` holds; bounded in real time, so it also works
-    under a MockClock that never advances by itself.
+class WatchedFlights(dict[str, Flight]):
+    """A daemon's table of downloads in flight (``WebServices.flights``) that tells a test
+    when it changes: a flight starts or ends, or a caller finds one in progress and joins it
+    (``load_page`` counts itself a follower right after ``get``, before it next yields).
 
-    A poller on purpose: the states waited for (a flight led, a follower joined) come after
-    work in worker threads (name resolution, the response cache), which trio counts as
-    blocked, so ``wait_all_tasks_blocked`` returns before them (tried: 7 of 64 tests failed),
-    and nothing in specialists/web signals them."""
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < WAIT_S, "condition never held"
-        await trio.lowlevel.checkpoint()
+    Events, not a poller: the states a test waits for (a flight led, a follower joined)
+    come after work in worker threads (the response cache, name resolution), which trio
+    counts as blocked, so ``wait_all_tasks_blocked`` returns before them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = trio.Event()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def __setitem__(self, key: str, flight: Flight) -> None:
+        super().__setitem__(key, flight)
+        self._signal()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._signal()
+
+    def get(self, key: str, default: Flight | None = None) -> Flight | None:  # type: ignore[override]
+        found = super().get(key, default)
+        if found is not None:
+            self._signal()
+        return found
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate`` (about this table and its flights) holds, re-checked at each
+        change; bounded in real time (``fail_after_real``)."""
+        with fail_after_real(WAIT_S):
+            while not predicate():
+                await self._changed.wait()
+
+
+def watch_flights(web: WebServices) -> WatchedFlights:
+    """``web``'s flights table, watched; set before any load starts (it replaces the table)."""
+    assert not web.flights
+    web.flights = watched = WatchedFlights()
+    return watched
+
+
+@contextmanager
+def fail_after_real(seconds: float) -> Iterator[None]:
+    """``trio.fail_after`` on the real clock: the bound for an event wait under a MockClock,
+    whose time stands still until the test jumps it. Raises trio.TooSlowError."""
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as scope:
+        timer = threading.Timer(seconds, _cancel_from_thread, (token, scope))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+    if scope.cancelled_caught:
+        raise trio.TooSlowError
+
+
+def _cancel_from_thread(token: trio.lowlevel.TrioToken, scope: trio.CancelScope) -> None:
+    with suppress(trio.RunFinishedError):
+        token.run_sync_soon(scope.cancel)

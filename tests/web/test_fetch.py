@@ -40,7 +40,7 @@ from tests.web.pages_support import (
     hits,
     run,
     serve,
-    until,
+    watch_flights,
     web_audits,
 )
 
@@ -296,7 +296,7 @@ async def test_concurrent_fetches_of_one_url_share_one_download(
     assert isinstance(bucket, Bucket)  # local mode: its wait is readable
     while bucket.wait_s() == 0:
         await bucket.acquire(deadline=math.inf)  # empty: the leader waits for a token
-    flights = web.flights
+    flights = watch_flights(web)
     replies: list[Reply] = []
 
     async def one() -> None:
@@ -304,9 +304,9 @@ async def test_concurrent_fetches_of_one_url_share_one_download(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one)
-        await until(lambda: url in flights)
+        await flights.wait_for(lambda: url in flights)
         nursery.start_soon(one)
-        await until(lambda: flights[url].followers == 1)
+        await flights.wait_for(lambda: flights[url].followers == 1)
         mock_clock.jump(5)  # a token comes (20 a minute); the leader downloads for both
     assert [r.get("CACHED") for r in replies] == ["false", "false"]
     assert replies[0].get("DATA") == replies[1].get("DATA") == MARKDOWN

@@ -26,7 +26,16 @@ from specialists.web.pages.loading import (
 from specialists.web.services import WebServices
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
-from tests.web.pages_support import ARTICLE, MARKDOWN, TITLE, hits, serve, until
+from tests.web.pages_support import (
+    ARTICLE,
+    MARKDOWN,
+    TITLE,
+    WAIT_S,
+    fail_after_real,
+    hits,
+    serve,
+    watch_flights,
+)
 
 
 async def load(web: WebServices, url: str, **options: bool) -> Page:
@@ -131,7 +140,7 @@ async def test_a_follower_takes_over_when_the_leader_is_cancelled(
 ) -> None:
     url = serve(origin, "/tides", ARTICLE)
     await drain(web)
-    flights = web.flights
+    flights = watch_flights(web)
     pages: list[Page] = []
 
     async def follower() -> None:
@@ -145,11 +154,14 @@ async def test_a_follower_takes_over_when_the_leader_is_cancelled(
                 await load(web, url)
 
         nursery.start_soon(lead)
-        await until(lambda: url in flights)
+        await flights.wait_for(lambda: url in flights)
+        first = flights[url]
         nursery.start_soon(follower)
-        await until(lambda: flights[url].followers == 1)
+        await flights.wait_for(lambda: first.followers == 1)
         leader.cancel()
-        await until(lambda: url in flights and flights[url].followers == 0)
+        # The follower leads a flight of its own (the leader's ended without an outcome).
+        await flights.wait_for(lambda: url in flights and flights[url] is not first)
+        assert flights[url].followers == 0
         mock_clock.jump(3)
     assert [page.markdown for page in pages] == [MARKDOWN]
     assert hits(origin, "/tides") == 1
@@ -161,7 +173,7 @@ async def test_a_leaders_failure_is_every_followers_failure_from_one_request(
 ) -> None:
     url = origin.url("origin.test", "/status/404")
     await drain(web)
-    flights = web.flights
+    flights = watch_flights(web)
     errors: list[str] = []
 
     async def one() -> None:
@@ -172,10 +184,10 @@ async def test_a_leaders_failure_is_every_followers_failure_from_one_request(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one)
-        await until(lambda: url in flights)
+        await flights.wait_for(lambda: url in flights)
         nursery.start_soon(one)
         nursery.start_soon(one)
-        await until(lambda: flights[url].followers == 2)
+        await flights.wait_for(lambda: flights[url].followers == 2)
         mock_clock.jump(3)
     assert errors == ["fetch_failed:http_404"] * 3
     assert hits(origin, "/status/404") == 1
@@ -186,10 +198,10 @@ async def test_a_follower_gives_up_at_its_own_deadline(
 ) -> None:
     url = serve(origin, "/tides", ARTICLE)
     await drain(web)
-    flights = web.flights
+    flights = watch_flights(web)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(load, web, url)
-        await until(lambda: url in flights)
+        await flights.wait_for(lambda: url in flights)
         with pytest.raises(OpError) as caught:
             await load_page(web, url, deadline=trio.current_time())
         nursery.cancel_scope.cancel()
@@ -258,8 +270,9 @@ async def test_a_leader_out_of_time_leaves_its_followers_to_try_again(
     origin.routes["/tides"] = first_slow
     url = origin.url("origin.test", "/tides")
     await drain(web)
-    flights = web.flights
+    flights = watch_flights(web)
     outcomes: list[str] = []
+    leader_ended = trio.Event()
 
     async def one(budget_s: float) -> None:
         try:
@@ -267,16 +280,20 @@ async def test_a_leader_out_of_time_leaves_its_followers_to_try_again(
             outcomes.append(page.markdown)
         except OpError as exc:
             outcomes.append(f"{exc.code}:{exc.detail}")
+        leader_ended.set()  # the first to end; set again by the second, harmlessly
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one, 5)
-        await until(lambda: url in flights)
+        await flights.wait_for(lambda: url in flights)
         nursery.start_soon(one, 100)
-        await until(lambda: flights[url].followers == 1)
+        await flights.wait_for(lambda: flights[url].followers == 1)
         mock_clock.jump(3)  # the leader's token comes; its download drips
-        await until(lambda: hits(origin, "/tides") == 1)
+        with fail_after_real(WAIT_S):
+            await origin.wait_request("/tides")
         mock_clock.jump(2.5)  # past the leader's deadline, far inside the follower's
-        await until(lambda: outcomes == ["fetch_failed:timeout"])
+        with fail_after_real(WAIT_S):
+            await leader_ended.wait()
+        assert outcomes == ["fetch_failed:timeout"]
         mock_clock.jump(1)  # the follower's own token
     assert outcomes == ["fetch_failed:timeout", MARKDOWN]
     assert served == ["slow", "page"]

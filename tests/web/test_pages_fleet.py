@@ -17,6 +17,7 @@ from protocol import ErrorCode
 from specialists.web.config import web_section
 from specialists.web.pages.loading import Page, load_page
 from specialists.web.services import WebServices, open_web_services
+from tests.conftest import wait_until
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
@@ -26,7 +27,7 @@ from tests.redis.conftest import (  # noqa: F401  (fixtures)
     redis_config,
     redis_server,
 )
-from tests.web.pages_support import ARTICLE, TITLE, hits, serve, until
+from tests.web.pages_support import ARTICLE, TITLE, hits, serve
 
 WAIT_S = 10
 
@@ -99,7 +100,9 @@ async def test_a_url_two_daemons_load_at_once_is_downloaded_once(
                 nursery.start_soon(load_into, "first", first)
                 await gated.entered.wait()  # the first daemon holds the claim, mid-download
                 nursery.start_soon(load_into, "second", second)
-                await until(lambda: flights.followed == 1)  # it waits on the first
+                # It waits on the first: a counter set on Redis's answer in a worker thread,
+                # which no event marks, so polled on the real clock (no MockClock here).
+                await wait_until(lambda: flights.followed == 1)
                 gated.release.set()
     assert hits(origin, "/tides") == 1
     assert (pages["first"].title, pages["first"].cached) == (TITLE, False)
@@ -119,7 +122,7 @@ async def test_a_prefetch_by_one_daemon_is_joined_by_anothers_fetch(
                 nursery.start_soon(lambda: load(first, url, background=True))
                 await gated.entered.wait()
                 nursery.start_soon(load, second, url)
-                await until(lambda: flights.followed == 1)
+                await wait_until(lambda: flights.followed == 1)
                 gated.release.set()
         assert (await load(second, url)).cached
     assert hits(origin, "/prefetched") == 1
@@ -146,7 +149,7 @@ async def test_the_leaders_failure_about_the_url_is_the_followers_answer(
                 nursery.start_soon(failing, first)
                 await gated.entered.wait()
                 nursery.start_soon(failing, second)
-                await until(lambda: flights.followed == 1)
+                await wait_until(lambda: flights.followed == 1)
                 gated.release.set()
     assert [(e.code, e.detail) for e in errors] == [(ErrorCode.FETCH_FAILED, "http_404")] * 2
     assert hits(origin, "/gone") == 1
