@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.config import Config
+from csp_web.config import Config, with_section
 from protocol import Status
+from specialists.web.config import web_section
 from specialists.web.pages.documents import ODT
 from specialists.web.pages.ops_fetch import OPS
 from tests.net._origin import Origin
@@ -31,12 +32,12 @@ MAX_ROWS = 3
 def web_config(web_config: Config) -> Config:
     """The suite's web config with a 2 MiB document cap and three rows a table."""
     fetch_config = replace(
-        web_config.web.fetch,
+        web_section(web_config).fetch,
         max_document_bytes=DOCUMENT_CAP,
         max_rows=MAX_ROWS,
         reader_memory_bytes=256 << 20,
     )
-    return replace(web_config, web=replace(web_config.web, fetch=fetch_config))
+    return with_section(web_config, "web", replace(web_section(web_config), fetch=fetch_config))
 
 
 def _pdf_of(size: int) -> bytes:
