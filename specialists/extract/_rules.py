@@ -66,6 +66,7 @@ CHROME_NAMES = Rule("chrome-names", "mirror", "elements named like chrome are fl
 SMALL_CHROME = Rule("small-chrome", "mirror", "small chrome-named elements are not mirrored")
 ALWAYS_CHROME = Rule("always-chrome", "mirror", "consent dialogs are dropped whatever their size")
 LINK_CARDS = Rule("link-cards", "mirror", "veto: parts of a link card are never chrome")
+CODE_TOKENS = Rule("code-tokens", "mirror", "veto: classes in <pre>/<code> name tokens, not chrome")
 ITEM_RUNS = Rule("item-runs", "mirror", "veto: chrome words naming the page's items name content")
 HOLDER_ITEMS = Rule("holder-items", "mirror", "veto: item-named runs inside a thread are posts")
 ARTICLE_COMMENTS = Rule(
@@ -122,6 +123,10 @@ LONE_LINKS = Rule("lone-links", "find-skips", "veto: a <p> that is one long link
 SKIP_CAROUSELS = Rule("skip-carousels", "find-skips", "a product page's carousels of others")
 SKIP_RECOMMENDATIONS = Rule(
     "skip-recommendations", "find-skips", 'sections under "Related", "References"...'
+)
+SKIP_LINKS = Rule("skip-links", "find-skips", 'in-page "Skip to content" links')
+SKIP_LISTING_CONTROLS = Rule(
+    "skip-listing-controls", "find-skips", 'a listing\'s "338 results", "Sort by: Price"'
 )
 REPEATED_PARAGRAPHS = Rule("repeated-paragraphs", "render", "a long paragraph is written once")
 DROP_REPEATS = Rule("drop-repeats", "drop-repeats", "a short label repeated in a row reads once")
