@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 from ._carousel import is_carousel
-from ._controls import is_listing_control, is_skip_link
 from ._dom import Elem, text_of
 from ._hints import BLOCK_TAGS, BOILERPLATE, BOILERPLATE_MAX_CHARS, HEADINGS, PROMO
 from ._lead import around_leads, holds_lead
@@ -30,8 +29,6 @@ from ._rules import (
     SKIP_LINK_HEADINGS,
     SKIP_LINK_LISTS,
     SKIP_LINK_PARAGRAPHS,
-    SKIP_LINKS,
-    SKIP_LISTING_CONTROLS,
     SKIP_MEMBER_STATS,
     SKIP_RECOMMENDATIONS,
     SKIP_TEASER_CARDS,
@@ -136,8 +133,6 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
         return True  # an article's header holds its headline, byline and date
     if tag in BLOCK_TAGS and _is_member_stats(elem):
         return True  # a forum member's post count and join date
-    if _is_control(elem):
-        return True  # a skip link, a listing's count, sort control or paging link
     label = tag in BLOCK_TAGS and 0 < elem.text_len <= BOILERPLATE_MAX_CHARS and _is_label(elem)
     if listing:
         return label and on(SKIP_LABELS)
@@ -169,15 +164,6 @@ def _skippable(elem: Elem, title_words: tuple[str, ...], listing: bool) -> bool:
             and on(SKIP_LINK_PARAGRAPHS)
         )
     return False
-
-
-def _is_control(elem: Elem) -> bool:
-    """The page's controls written as text (`_controls`), on any page."""
-    if elem.tag == "a":
-        return is_skip_link(elem) and on(SKIP_LINKS)
-    if elem.tag not in BLOCK_TAGS:
-        return False
-    return is_listing_control(elem) and on(SKIP_LISTING_CONTROLS)
 
 
 def _is_member_stats(elem: Elem) -> bool:

@@ -124,10 +124,6 @@ SKIP_CAROUSELS = Rule("skip-carousels", "find-skips", "a product page's carousel
 SKIP_RECOMMENDATIONS = Rule(
     "skip-recommendations", "find-skips", 'sections under "Related", "References"...'
 )
-SKIP_LINKS = Rule("skip-links", "find-skips", 'in-page "Skip to content" links')
-SKIP_LISTING_CONTROLS = Rule(
-    "skip-listing-controls", "find-skips", 'a listing\'s "338 results", "Sort by: Price"'
-)
 REPEATED_PARAGRAPHS = Rule("repeated-paragraphs", "render", "a long paragraph is written once")
 DROP_REPEATS = Rule("drop-repeats", "drop-repeats", "a short label repeated in a row reads once")
 TRIM_TAIL = Rule("trim-tail", "trim-tail", "trailing headings and sign-up lines are cut")
