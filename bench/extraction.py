@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python bench/extraction.py [--corpus [DIR ...]] [--half a|b] [--repeat N] [--dump DIR]
-                               [--ablate]
+                               [--ablate] [--no-rival]
 
 Without DIRs (or without `--corpus`) it runs both dev corpora beside the clone: the Zyte news
 articles (`extraction-dev`) and the seven-type WCXB pages (`extraction-wcxb-dev`), and prints
@@ -14,9 +14,13 @@ id, even or odd), so a rule tuned on one half can be checked on the other.
 `--dump DIR` writes the Markdown of every page to `DIR/<corpus>/<id>.md` instead of scoring,
 so a restructuring can be checked byte for byte (`diff -r BEFORE AFTER`). `--ablate` scores
 each rule of the extractor's registry by the F1 lost per page type with it switched off
-(`bench/extraction_ablation.py`). When trafilatura is importable (it is not a dependency),
-each page is also extracted by it, interleaved with ours, and its median ms is printed
-beside ours with the speed ratio (its total ms over ours, goal 5x): the two see the same load.
+(`bench/extraction_ablation.py`).
+
+When trafilatura is importable (it is never a runtime dependency: `pip install -e '.[bench]'`
+installs it), each page is extracted by both, interleaved (ours, theirs, ours, theirs... on
+the same input string, `--repeat` times each), so both see the same machine load; its output
+is scored by the same metric, and the table shows both F1 per page type and the speed ratio
+(its total ms over ours, goal 5x). `--no-rival` leaves it out.
 
 The metric is the Zyte article-extraction-benchmark's, as the corpus README states it:
 tokens are ``\\w+`` runs; each text becomes a multiset of 4-token shingles; per document
@@ -64,7 +68,8 @@ _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _LEADING_TITLE = re.compile(r"\A\s*# [^\n]*\n?")
 
 Extractor = Callable[[str, str | None], Article]
-Rival = Callable[[str, str | None], object]
+# A rival extractor's Markdown of a page, or None when it finds nothing (trafilatura's way).
+Rival = Callable[[str, str | None], str | None]
 # The corpora's type names that the extractor's PAGE_TYPE hint spells otherwise.
 _HINT_NAMES = {"documentation": "docs"}
 
@@ -82,6 +87,15 @@ class PageScore:
     cpu_ms: float
     hint: str | None = None
     rival_ms: float | None = None  # trafilatura's wall ms on the same page, when installed
+    rival_cpu_ms: float | None = None
+    rival_counts: tuple[int, int, int] | None = None  # its (TP, FP, FN) on the same page
+
+    def as_rival(self) -> PageScore | None:
+        """This page as the rival extracted it: its counts and times (None: no rival ran)."""
+        if self.rival_counts is None or self.rival_ms is None:
+            return None
+        cpu = self.rival_cpu_ms if self.rival_cpu_ms is not None else self.rival_ms
+        return PageScore(self.page_id, self.page_type, *self.rival_counts, self.rival_ms, cpu)
 
     @property
     def hint_is_right(self) -> bool | None:
@@ -135,6 +149,20 @@ class CorpusScore:
         ours = sum(page.elapsed_ms for page in timed)
         theirs = sum(page.rival_ms or 0.0 for page in timed)
         return theirs / ours if timed and ours else None
+
+    @property
+    def cpu_speedup(self) -> float | None:
+        """As `speedup`, on this thread's CPU time: what a busy machine's waits leave out."""
+        timed = [page for page in self.pages if page.rival_cpu_ms is not None]
+        ours = sum(page.cpu_ms for page in timed)
+        theirs = sum(page.rival_cpu_ms or 0.0 for page in timed)
+        return theirs / ours if timed and ours else None
+
+    def rival(self) -> CorpusScore | None:
+        """The same figures for the rival's output on the pages it was scored on (None: no
+        rival was scored)."""
+        scored = [rival for page in self.pages if (rival := page.as_rival()) is not None]
+        return summarise(scored) if scored else None
 
     @property
     def hints(self) -> tuple[int, int]:
@@ -206,15 +234,16 @@ def _extract(html: str, url: str | None) -> Article:
 
 
 def trafilatura_rival() -> Rival | None:
-    """trafilatura's Markdown extraction (its `output_format="markdown"`, from 1.9) as a
-    timing rival, or None when it is not installed."""
+    """trafilatura's Markdown extraction (its `output_format="markdown"`, from 1.9, default
+    settings otherwise) as the rival, or None when it is not installed."""
     try:
         import trafilatura  # type: ignore[import-not-found,unused-ignore]  # optional
     except ImportError:
         return None
 
-    def rival(html: str, url: str | None) -> object:
-        return trafilatura.extract(html, url=url, output_format="markdown")
+    def rival(html: str, url: str | None) -> str | None:
+        markdown = trafilatura.extract(html, url=url, output_format="markdown")
+        return markdown if isinstance(markdown, str) else None
 
     return rival
 
@@ -232,14 +261,19 @@ def score_corpus(
     Only the extractor call is timed (wall clock, and this thread's CPU time); reading and
     decompressing pages is not. With `repeat` > 1 each page keeps its fastest run, as timeit
     does, to see through a busy machine; the output scored is the same on every run. A
-    `rival` extractor is timed on each page right after ours, as many times, so both see
-    the same load; its output is not scored.
+    `rival` extractor runs on each page interleaved with ours (ours, the rival's, ours...,
+    on the same string), so both see the same load; its output is scored the same way.
     """
     scores = []
     for page in load_corpus(corpus, half):
-        article, wall_ms, cpu_ms = _timed(extract, page.html, page.url, max(1, repeat))
-        rival_ms = _timed(rival, page.html, page.url, max(1, repeat))[1] if rival else None
+        ours, theirs = _timed_pair(extract, rival, page, max(1, repeat))
+        article, wall_ms, cpu_ms = ours
         counts = compare(markdown_to_text(article.markdown), page.truth)
+        rival_ms = rival_cpu_ms = None
+        rival_counts = None
+        if theirs is not None:
+            markdown, rival_ms, rival_cpu_ms = theirs
+            rival_counts = compare(markdown_to_text(markdown or ""), page.truth)
         scores.append(
             PageScore(
                 page.page_id,
@@ -248,24 +282,46 @@ def score_corpus(
                 wall_ms,
                 cpu_ms,
                 article.page_type,
-                rival_ms,
+                rival_ms=rival_ms,
+                rival_cpu_ms=rival_cpu_ms,
+                rival_counts=rival_counts,
             )
         )
     return summarise(scores)
 
 
-def _timed(
-    extract: Callable[[str, str | None], T], html: str, url: str | None, repeat: int
-) -> tuple[T, float, float]:
-    """`extract`'s result (which may be None: trafilatura's is when it finds nothing) and its
-    fastest wall and CPU ms over `repeat` runs (at least one)."""
-    walls, cpus, results = [], [], []
-    for _ in range(max(1, repeat)):
+class _Timing:
+    """The fastest wall and CPU ms of one extractor's runs on a page, and its last result."""
+
+    def __init__(self) -> None:
+        self.wall_ms = float("inf")
+        self.cpu_ms = float("inf")
+
+    def run(self, extract: Callable[[str, str | None], T], html: str, url: str | None) -> T:
         wall, cpu = time.perf_counter(), time.thread_time()
-        results.append(extract(html, url))
-        cpus.append((time.thread_time() - cpu) * 1000)
-        walls.append((time.perf_counter() - wall) * 1000)
-    return results[-1], min(walls), min(cpus)
+        result = extract(html, url)
+        self.cpu_ms = min(self.cpu_ms, (time.thread_time() - cpu) * 1000)
+        self.wall_ms = min(self.wall_ms, (time.perf_counter() - wall) * 1000)
+        return result
+
+
+def _timed_pair(
+    extract: Extractor, rival: Rival | None, page: Page, repeat: int
+) -> tuple[tuple[Article, float, float], tuple[str | None, float, float] | None]:
+    """Each extractor's result and fastest (wall, CPU) ms on `page`, run `repeat` times in
+    turn (ours, the rival's, ours...) on the same string; the rival's part is None without
+    a rival."""
+    ours, theirs = _Timing(), _Timing()
+    runs = [
+        (
+            ours.run(extract, page.html, page.url),
+            theirs.run(rival, page.html, page.url) if rival is not None else None,
+        )
+        for _ in range(max(1, repeat))
+    ]
+    article, markdown = runs[-1]
+    rival_part = (markdown, theirs.wall_ms, theirs.cpu_ms) if rival is not None else None
+    return (article, ours.wall_ms, ours.cpu_ms), rival_part
 
 
 def summarise(scores: Sequence[PageScore]) -> CorpusScore:
@@ -317,6 +373,7 @@ def report(score: CorpusScore, command: str, worst: int = 10, name: str = "corpu
             f"  {kind:<14} {len(part.pages):>5} {part.f1:>6.3f} {part.precision:>6.3f}"
             f" {part.recall:>6.3f} {part.median_ms:>7.2f} {part.p90_ms:>7.2f}  {right:>5}/{given}"
         )
+    lines.extend(_rival_table(score))
     lines.append(f"worst {worst} pages by F1:")
     for page in sorted(score.pages, key=lambda p: p.f1)[:worst]:
         lines.append(
@@ -339,15 +396,40 @@ def dump_corpus(corpus: Path, out: Path, half: str | None = None) -> int:
     return len(pages)
 
 
+def _rival_table(score: CorpusScore) -> list[str]:
+    """Ours beside the rival per page type: F1 of each, their difference, median ms of
+    each, and the speed ratio (the rival's total ms over ours); empty without a rival."""
+    rival = score.rival()
+    if rival is None:
+        return []
+    lines = [
+        "beside trafilatura (same pages, interleaved; speed = its total ms / ours):",
+        f"  {'type':<14} {'pages':>5} {'ours F1':>8} {'traf F1':>8} {'diff':>7}"
+        f" {'ours ms':>8} {'traf ms':>8} {'speed':>6}",
+    ]
+    theirs = {"overall": rival, **rival.by_type()}
+    for kind, part in [("overall", score), *score.by_type().items()]:
+        other = theirs[kind]
+        speed = part.speedup
+        lines.append(
+            f"  {kind:<14} {len(part.pages):>5} {part.f1:>8.4f} {other.f1:>8.4f}"
+            f" {part.f1 - other.f1:>+7.4f} {part.median_ms:>8.2f} {other.median_ms:>8.2f}"
+            f" {speed or 0.0:>5.2f}x"
+        )
+    return lines
+
+
 def _rival_line(score: CorpusScore) -> str:
     rival = score.rival_median_ms
     if rival is None:
-        return "trafilatura: not installed, its timing column is skipped"
+        return "trafilatura: not run (not installed, or --no-rival): no comparison"
     speedup = score.speedup
     speed = f"{speedup:.2f}x" if speedup is not None else "n/a"
+    cpu = score.cpu_speedup
+    cpu_speed = f"{cpu:.2f}x" if cpu is not None else "n/a"
     return (
         f"trafilatura (interleaved) median ms {rival:.2f}  ours is {speed} its speed"
-        f" (total ms, goal >= {SPEED_GOAL:g}x)"
+        f" (total ms, goal >= {SPEED_GOAL:g}x; {cpu_speed} in CPU ms)"
     )
 
 
@@ -374,13 +456,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worst", type=int, default=10, help="list this many worst pages")
     parser.add_argument("--dump", type=Path, help="write each page's Markdown under DIR, no scores")
     parser.add_argument("--ablate", action="store_true", help="F1 lost with each rule off")
+    parser.add_argument("--no-rival", action="store_true", help="do not run trafilatura beside")
     args = parser.parse_args(argv)
     corpora = args.corpus or [c for c in DEFAULT_CORPORA if c.is_dir()]
     if not corpora:
         print(f"no corpus found beside the clone ({CORPORA_DIR}); pass --corpus DIR")
         return 2
     half = f" --half {args.half}" if args.half else ""
-    rival = trafilatura_rival()
+    rival = None if args.no_rival else trafilatura_rival()
     if args.ablate:
         _ablate(corpora, args.half)
         return 0

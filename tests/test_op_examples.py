@@ -114,10 +114,30 @@ def _routes(origin: Origin) -> None:
     origin.routes["/searx/search"] = lambda _: OriginReply(
         200, [("content-type", "application/json")], searx
     )
+    for name, kind in DOCUMENTS.items():
+        body = (FIXTURES / name).read_bytes()
+        origin.routes[f"/doc/{name}"] = partial(_document, kind, body)
     repo = json.dumps({"name": "tables", "full_name": "tides/tables", "stargazers_count": 7})
     origin.routes["/repos/tides/tables"] = lambda _: OriginReply(
         200, [("content-type", "application/json")], repo.encode()
     )
+
+
+# Documents fetch reads (issue 24), served with their real types.
+FIXTURES = REPO / "tests" / "web" / "fixtures"
+DOCUMENTS = {
+    "pdf/chrome_09_two.pdf": "application/pdf",
+    "pdf/scanned.pdf": "application/pdf",
+    "documents/report.docx": (
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    ),
+    "documents/ledger.csv": "text/csv",
+    "documents/rss2.xml": "application/rss+xml",
+}
+
+
+def _document(kind: str, body: bytes, _: object) -> OriginReply:
+    return OriginReply(200, [("content-type", kind)], body)
 
 
 def _browser(dns: FixedResolver) -> Composable:
@@ -264,6 +284,12 @@ OTHER_EXCHANGES = (
     f"TASK REQ:fetch IN:WEB OUT:CONTENT\nFILE_KEY {opsdoc.FILE_KEY}\nSTART 300\nBOARD true\n",
     "TASK REQ:fetch IN:WEB OUT:CONTENT\nFILE_KEY fk_aaaaaaaaaaaaaaaa\n",
     "TASK REQ:fetch https://origin.test/missing IN:WEB OUT:CONTENT\n",
+    "TASK REQ:fetch https://origin.test/doc/pdf/chrome_09_two.pdf IN:WEB OUT:CONTENT\n"
+    "MAX_PAGES 1\n",
+    "TASK REQ:fetch https://origin.test/doc/pdf/scanned.pdf IN:WEB OUT:CONTENT\n",
+    "TASK REQ:fetch IN:WEB OUT:CONTENT\nURL https://origin.test/doc/documents/report.docx\n"
+    "URL https://origin.test/doc/documents/ledger.csv\n"
+    "URL https://origin.test/doc/documents/rss2.xml\n",
     "TASK REQ:meta https://origin.test/missing IN:WEB OUT:META\n",
     "TASK REQ:resolve https://origin.test/missing IN:WEB OUT:URL\n",
     "TASK REQ:search IN:WEB OUT:URL_REFS\nQUERY tides\nQUERY moon\n",

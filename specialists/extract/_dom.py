@@ -18,6 +18,7 @@ from ._rules import (
     ALWAYS_CHROME,
     ARIA_HIDDEN_SHORT,
     CHROME_NAMES,
+    CODE_TOKENS,
     COLLAPSIBLE_PANELS,
     DETAILS_PANELS,
     HIDDEN_ELEMENTS,
@@ -44,6 +45,9 @@ HIDDEN_PAGE_SHARE = 0.5
 SHOWN_PANEL_MIN_CHARS = 150
 LINK_CARD_DEPTH = 4  # how far above an element a link makes it part of a card
 _HIDING = frozenset({"hidden", "aria-hidden", "style"})  # attributes that can hide an element
+# Inside these, classes name a syntax highlighter's tokens ("hljs-comment", "token tag",
+# "meta"), never page chrome.
+CODE_TAGS = frozenset({"pre", "code"})
 
 
 class Elem:
@@ -138,9 +142,10 @@ def build_tree(
     main_chars: dict[int, int] = {}  # each <main>'s text length by mem_id, for `_is_page`
     root = Elem("body", {}, None)
     order = [root]
-    stack: list[tuple[LexborNode, Elem, int]] = [(body, root, 0)]
+    # (node, its Elem, depth, whether it sits in code: see CODE_TAGS)
+    stack: list[tuple[LexborNode, Elem, int, bool]] = [(body, root, 0, False)]
     while stack:
-        node, elem, depth = stack.pop()
+        node, elem, depth, code = stack.pop()
         kids = elem.kids
         for child in node.iter(include_text=True):
             tag = child.tag
@@ -164,13 +169,15 @@ def build_tree(
                     )
                 )
             ):
-                kid = _adopt(child, tag, elem, chrome_floor, content_words, panels, main_chars)
+                kid = _adopt(
+                    child, tag, elem, chrome_floor, content_words, panels, main_chars, code=code
+                )
                 if kid is None:
                     continue
                 kids.append(kid)
                 order.append(kid)
                 if depth < MAX_DEPTH:
-                    stack.append((child, kid, depth + 1))
+                    stack.append((child, kid, depth + 1, code or tag in CODE_TAGS))
                 else:
                     _flatten(child, kid)
     return root, order
@@ -184,11 +191,14 @@ def _adopt(
     content_words: ContentWords,
     panels: DetailsPanels | None,
     main_chars: dict[int, int],
+    *,
+    code: bool = False,
 ) -> Elem | None:
     """The `Elem` for `node`, or None when it is hidden or is small chrome.
 
-    Chrome words that name a run of the page's items (`_runs`) name content instead, and
-    nothing in a product's details panel is chrome (`_panels`).
+    Chrome words that name a run of the page's items (`_runs`) name content instead,
+    nothing in a product's details panel is chrome (`_panels`), and nothing in `code` (a
+    <pre> or <code> holds the node) is chrome by its class: there classes name tokens.
     """
     attrs = node.attributes
     if (
@@ -205,6 +215,7 @@ def _adopt(
     if (
         (elem.hint or "role" in attrs)
         and named_chrome(tag, attrs, elem.hint)
+        and not (code and on(CODE_TOKENS))
         and not (_in_link(parent) and on(LINK_CARDS))
         and not (content_words.names_content(node, tag, elem) and on(ITEM_RUNS))
         and not (_holds_tab_panels(node, attrs) and on(TAB_PANELS))

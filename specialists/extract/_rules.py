@@ -66,6 +66,7 @@ CHROME_NAMES = Rule("chrome-names", "mirror", "elements named like chrome are fl
 SMALL_CHROME = Rule("small-chrome", "mirror", "small chrome-named elements are not mirrored")
 ALWAYS_CHROME = Rule("always-chrome", "mirror", "consent dialogs are dropped whatever their size")
 LINK_CARDS = Rule("link-cards", "mirror", "veto: parts of a link card are never chrome")
+CODE_TOKENS = Rule("code-tokens", "mirror", "veto: classes in <pre>/<code> name tokens, not chrome")
 ITEM_RUNS = Rule("item-runs", "mirror", "veto: chrome words naming the page's items name content")
 HOLDER_ITEMS = Rule("holder-items", "mirror", "veto: item-named runs inside a thread are posts")
 ARTICLE_COMMENTS = Rule(

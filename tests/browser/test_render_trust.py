@@ -18,7 +18,7 @@ import trio
 import trustme
 
 from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, TlsConfig
+from csp_web.config import Config, TlsConfig, with_section
 from csp_web.config.errors import ConfigError
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
@@ -109,7 +109,7 @@ async def test_a_page_from_the_ca_given_only_in_web_tls_ca_file_is_rendered(
     origin: Origin,
 ) -> None:
     url = serve(origin, "/shell", SHELL)
-    async with _daemon(make_config(web=web_config), dns) as (pages, _):
+    async with _daemon(with_section(make_config(), "web", web_config), dns) as (pages, _):
         reply = await _fetch(pages, url)
     assert (reply.status, reply.get("DATA"), reply.get("ERROR")) == (Status.OK, SHELL_MD, None)
     assert (reply.get("RENDERED"), reply.get("RENDER_REASON")) == ("browser", "root_div")
@@ -141,7 +141,7 @@ async def test_a_chain_that_only_carries_the_ca_certificate_is_not_trusted_by_th
     wide = ssl.create_default_context()
     rogue.configure_trust(wide)
     guard = replace(web_config.guard, allowed_ports=(impostor.port,))
-    config = make_config(web=replace(web_config, guard=guard))
+    config = with_section(make_config(), "web", replace(web_config, guard=guard))
     async with _daemon(config, dns, fetch_trust=wide) as (pages, _):
         always = await _fetch(pages, url, ("RENDER", "always"))
         auto = await _fetch(pages, url)
@@ -173,7 +173,7 @@ async def test_the_render_goes_out_through_web_proxy_to_the_address_the_guard_ap
         ".catch(() => {});</script>",
     )
     url = serve(origin, "/shell", page)
-    config = make_config(web=replace(web_config, proxy=proxy.url))
+    config = with_section(make_config(), "web", replace(web_config, proxy=proxy.url))
     refusals = Refusals()
     async with _daemon(config, dns) as (pages, services):
         services.proxy.on_refusal = refusals.add
@@ -207,7 +207,9 @@ async def test_with_system_store_a_ca_the_administrator_added_is_trusted_by_the_
     store.write_bytes(Path(certifi.where()).read_bytes() + company.cert_pem.bytes())
     monkeypatch.setenv("SSL_CERT_FILE", str(store))
     timed = replace(guard, timeout_s=OP_TIMEOUT_S)
-    config = make_config(web=WebConfig(guard=timed, tls=TlsConfig(system_store=True)))
+    config = with_section(
+        make_config(), "web", WebConfig(guard=timed, tls=TlsConfig(system_store=True))
+    )
     assert extra_certificates(web_section(config).tls) == [company.cert_pem.bytes().strip()]
     url = serve(origin, "/shell", SHELL)
     async with _daemon(config, dns) as (pages, _):

@@ -23,7 +23,7 @@ from bench.extraction import (
     summarise,
 )
 from bench.extraction_ablation import ablate, negligible
-from specialists.extract import RULES, _rules, census, extract_article, switched_off
+from specialists.extract import RULES, Article, _rules, census, extract_article, switched_off
 from specialists.extract._page import Page
 from specialists.extract._passes import PASSES
 
@@ -157,9 +157,9 @@ def test_dump_writes_each_pages_markdown_under_the_corpus_name(tmp_path: Path) -
     assert written == extract_article(ARTICLE).markdown
 
 
-def test_the_report_says_when_trafilatura_is_absent_and_its_timing_skipped() -> None:
+def test_the_report_says_when_trafilatura_was_not_run() -> None:
     score = CorpusScore(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ())
-    assert "trafilatura: not installed, its timing column is skipped" in report(score, "cmd")
+    assert "trafilatura: not run (not installed, or --no-rival)" in report(score, "cmd")
 
 
 def test_a_rival_is_timed_on_every_page_beside_ours_and_reported(tmp_path: Path) -> None:
@@ -170,6 +170,34 @@ def test_a_rival_is_timed_on_every_page_beside_ours_and_reported(tmp_path: Path)
     assert "trafilatura (interleaved) median ms" in report(score, "cmd")
 
 
+def test_ours_and_the_rival_take_turns_on_each_page_with_the_same_string(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+
+    def ours(html: str, url: str | None) -> Article:
+        calls.append(("ours", html))
+        return extract_article(html, url=url)
+
+    def theirs(html: str, url: str | None) -> str:
+        calls.append(("theirs", html))
+        return PROSE
+
+    score_corpus(_corpus(tmp_path), ours, repeat=2, rival=theirs)
+    assert [who for who, _ in calls] == ["ours", "theirs", "ours", "theirs"]
+    assert {html for _, html in calls} == {ARTICLE}
+
+
+def test_the_rivals_output_is_scored_per_page_type_beside_ours(tmp_path: Path) -> None:
+    score = score_corpus(_corpus(tmp_path), rival=lambda html, url: PROSE)  # half the truth
+    rival = score.rival()
+    assert rival is not None
+    assert rival.precision == 1.0
+    assert 0.0 < rival.recall < score.recall
+    assert set(rival.by_type()) == {"article"}
+    table = report(score, "cmd")
+    assert f"  article            1   {score.f1:.4f}   {rival.f1:.4f}" in table
+    assert score_corpus(_corpus(tmp_path / "again")).rival() is None
+
+
 def test_the_speed_ratio_is_the_rivals_total_time_over_ours() -> None:
     timed = [
         PageScore("a", "article", 1, 0, 0, 2.0, 2.0, rival_ms=12.0),
@@ -177,5 +205,5 @@ def test_the_speed_ratio_is_the_rivals_total_time_over_ours() -> None:
     ]
     score = summarise(timed)
     assert score.speedup == 5.0
-    assert "ours is 5.00x its speed (total ms, goal >= 5x)" in report(score, "cmd")
+    assert "ours is 5.00x its speed (total ms, goal >= 5x; n/a in CPU ms)" in report(score, "cmd")
     assert summarise([PageScore("c", "article", 1, 0, 0, 2.0, 2.0)]).speedup is None
