@@ -126,6 +126,20 @@ async def test_an_idle_connections_instant_frame_waits_behind_an_earlier_newcome
     assert log[1][1] >= 1  # granted by the pump, not at once
 
 
+async def test_newcomers_borrow_at_most_one_rounds_budget() -> None:
+    """L-10 under a flood of new connections: with the round's budget spent, new connections'
+    instant frames start at once only until one round's budget is borrowed; the next waits
+    for the pump, which repays the debt first (no starving the busy ones without bound)."""
+    starts = FairStarts(frames_per_round=2, max_running=100)
+    await _busy_seats(starts, 0)  # spends this round's budget
+    for _ in range(2):
+        await starts.wait_start(Seat(), instant=True)  # at once: no pump round
+    assert starts.rounds == 0
+    with trio.fail_after(5):
+        await starts.wait_start(Seat(), instant=True)
+    assert starts.rounds >= 1
+
+
 @pytest.mark.parametrize(("running", "third_waits"), [(2, True), (3, False)])
 async def test_max_running_frames_holds_the_next_start_until_one_is_done(
     running: int, third_waits: bool
@@ -264,6 +278,31 @@ async def test_a_fresh_ping_is_answered_within_bounded_work_behind_40_full_pipel
         assert starts.waiting > 0  # the busy connections really were contending
         harness.nursery.cancel_scope.cancel()
     assert counter.steps < 40 * 64
+
+
+async def test_an_instant_reply_read_with_the_inputs_end_is_sent_while_slow_work_runs(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R-1: a ping whose frame the end of input completes (no blank line after it) is
+    answered at once, not when the slow frame before it ends: the reader queued its reply for
+    itself to send, and its input ended before it would have waited."""
+    config = replace(config, audit=AuditConfig(enabled=False))
+    conn = config.connection
+    starts = FairStarts(conn.frames_per_round, conn.max_running_frames)
+    async with open_harness(config) as harness:
+        client = _serve(harness, starts, conn)
+        await client.send_all(
+            b"TASK REQ:sleep IN:TEST OUT:SLEPT\nID slow\nMS 60000\n\n"
+            b"TASK REQ:ping IN:SYS OUT:PONG\nID p\n"
+        )
+        await client.send_stream.aclose()  # type: ignore[attr-defined]
+        codec = Connection()
+        with trio.fail_after(120):
+            while not isinstance(event := codec.next_event(), Reply):
+                codec.receive_data(await client.receive_some(65536))
+        assert (event.id, event.get("DATA")) == ("p", "pong")
+        assert trio.current_time() < 60  # before the slow frame's end (virtual time)
+        harness.nursery.cancel_scope.cancel()
 
 
 class _WriterSteps(trio.abc.Instrument):

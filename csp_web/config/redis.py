@@ -44,7 +44,7 @@ class RedisConfig:
     fallback_cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"zero_ok": True})
     flight_wait_s: float = 15.0  # how long a daemon waits for a peer's download of the same URL
     cron_lease_s: float = 60.0  # a run claim outlives its daemon by at most this
-    # Which daemon holds each node's link (p node:link:{links}:<name>), renewed every third of this
+    # Which daemon holds each node's link (p node:link:<name>), renewed every third of this
     # while connected: a dead daemon's entries end within it.
     node_lease_s: float = 30.0
     # A node task forwarded to the daemon holding the link fails node_unavailable when that
@@ -58,6 +58,8 @@ class RedisConfig:
             raise ValueError("url: expected redis://, rediss:// or unix://")
         if self.cluster and not (self.url or "").startswith(("redis://", "rediss://")):
             raise ValueError("cluster: needs url, a redis:// or rediss:// node of the cluster")
+        if self.cluster and ("{" in self.key_prefix or "}" in self.key_prefix):
+            raise ValueError("key_prefix: no { or } on a cluster (they would pick the key slot)")
         if self.cluster and urllib.parse.urlsplit(self.url or "").path.strip("/") not in ("", "0"):
             raise ValueError("cluster: a Redis Cluster has only database 0")
 

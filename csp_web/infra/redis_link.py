@@ -343,9 +343,12 @@ class RedisLink:
         server that refuses CONFIG (an ACL, a managed service) is taken at its word."""
 
         def read() -> str:
-            reply = self.client.config_get("maxmemory-policy")
-            value = reply.get("maxmemory-policy", "unknown") if isinstance(reply, dict) else ""
-            return value.decode() if isinstance(value, bytes) else str(value)
+            replies: object
+            if self.config.cluster:  # every master's: one that may evict is enough to warn
+                replies = self.client.config_get("maxmemory-policy", target_nodes="primaries")
+            else:
+                replies = {"server": self.client.config_get("maxmemory-policy")}
+            return _least_safe(replies)
 
         try:
             policy = await trio.to_thread.run_sync(
@@ -386,6 +389,17 @@ class RedisLink:
         if self.eviction_policy not in (None, "noeviction", "unreadable"):
             data["eviction"] = self.eviction_policy  # claims and quotas may be evicted
         return json.dumps(data, separators=(",", ":"))
+
+
+def _least_safe(replies: object) -> str:
+    """The maxmemory-policy in ``replies`` (node -> CONFIG GET reply) that is not noeviction,
+    if any, else noeviction; "unknown" for a reply of another shape."""
+    policies = set()
+    for reply in replies.values() if isinstance(replies, dict) else ():
+        value = reply.get("maxmemory-policy", "unknown") if isinstance(reply, dict) else "unknown"
+        policies.add(value.decode() if isinstance(value, bytes) else str(value))
+    unsafe = sorted(policies - {"noeviction"})
+    return unsafe[0] if unsafe else ("noeviction" if policies else "unknown")
 
 
 def _close_quietly(pubsub: redis.client.PubSub, errors: tuple[type[Exception], ...]) -> None:

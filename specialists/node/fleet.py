@@ -1,7 +1,7 @@
 """Nodes across a fleet (``redis.url``): which daemon holds each node's link, and node tasks
 forwarded to it (protocol/NODES.md N-16 to N-18, docs/scaling.md).
 
-Registry: each live link is ``p node:link:{links}:<name>`` = ``{"daemon": <id>}`` with a lease
+Registry: each live link is ``p node:link:<name>`` = ``{"daemon": <id>}`` with a lease
 (``redis.node_lease_s``), written when the link goes live (a newer link replaces an older one
 anywhere: its daemon cuts it on the ``node_attach`` event, or at its next renewal), renewed
 every third of the lease while connected, deleted by its owner when the link ends, and
@@ -381,7 +381,10 @@ def _deadline_s(message: dict[str, Any]) -> float:
 
 
 def link_key(link: RedisLink, name: str) -> str:
-    """The key of node ``name``'s link entry. One hash tag for every link: the scripts and
-    MGET over several nodes' links touch them together, which a Redis Cluster allows only
-    within one slot."""
-    return link.key("node", "link", "{links}", name)
+    """The key of node ``name``'s link entry. On a Redis Cluster one hash tag for every
+    link: the scripts and MGET over several nodes' links touch them together, which a
+    cluster allows only within one slot. One server keeps the older layout, so a fleet can
+    be upgraded daemon by daemon (a cluster is a new Redis: nothing to carry over)."""
+    if link.config.cluster:
+        return link.key("node", "link", "{links}", name)
+    return link.key("node", "link", name)

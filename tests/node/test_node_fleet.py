@@ -126,7 +126,7 @@ async def ask(daemon: NodeDaemon, task_name: str, action: str, params: str | Non
 
 
 def link_entry(server: RedisServer, name: str) -> dict[str, str] | None:
-    return server.json_at(f"csp-web:node:link:{{links}}:{name}")  # type: ignore[no-any-return]
+    return server.json_at(f"csp-web:node:link:{name}")  # type: ignore[no-any-return]
 
 
 async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon_b(
@@ -185,7 +185,7 @@ async def test_a_reference_node_on_daemon_a_pairs_and_runs_tasks_asked_of_daemon
 
 def lease_left_ms(server: RedisServer, name: str) -> int:
     with server.client() as client:
-        return int(client.pttl(f"csp-web:node:link:{{links}}:{name}"))
+        return int(client.pttl(f"csp-web:node:link:{name}"))
 
 
 async def test_a_node_that_reconnects_to_another_daemon_has_its_older_link_cut(
@@ -272,9 +272,7 @@ async def test_a_holder_that_does_not_answer_fails_the_task_node_unavailable_aft
         await node.stream.aclose()
         await wait_registered(fleet.a, "lab1", registered=False)
         with redis_server.client() as client:
-            client.set(
-                "csp-web:node:link:{links}:lab1", json.dumps({"daemon": "a-dead-daemon"}), px=60_000
-            )
+            client.set("csp-web:node:link:lab1", json.dumps({"daemon": "a-dead-daemon"}), px=60_000)
         with trio.fail_after(30):
             reply = await ask(fleet.b, "lab1", "location_get")
     ack_s = fleet.link_b.config.node_ack_s

@@ -121,3 +121,22 @@ async def test_a_daemon_pointed_at_a_cluster_that_is_down_starts_and_falls_back(
             await link.call(lambda r: r.get(link.key("x")), "probe")
         assert not link.up
         assert "probe" in link.last_error
+
+
+async def test_every_master_of_the_cluster_is_asked_its_eviction_policy(
+    open_link: OpenLink, redis_server: RedisCluster3
+) -> None:
+    """One master that may evict is enough to warn: the check asks every primary."""
+    import redis
+
+    with redis.Redis(port=redis_server.ports[2]) as client:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        async with open_link() as link:
+            with trio.fail_after(10):
+                while link.eviction_policy is None:
+                    await trio.sleep(0.01)
+    finally:
+        with redis.Redis(port=redis_server.ports[2]) as client:
+            client.config_set("maxmemory-policy", "noeviction")
+    assert link.eviction_policy == "allkeys-lru"

@@ -48,6 +48,10 @@ def test_a_redis_section_loads_with_secrets_named_by_environment_variable() -> N
             "redis: cluster: needs url, a redis:// or rediss:// node of the cluster",
         ),
         (
+            {"url": "redis://node1:7000", "cluster": True, "key_prefix": "a{b:"},
+            "redis: key_prefix: no { or } on a cluster (they would pick the key slot)",
+        ),
+        (
             {"url": "redis://node1:7000/1", "cluster": True},
             "redis: cluster: a Redis Cluster has only database 0",
         ),

@@ -186,8 +186,11 @@ class _Session(StreamHandler):
             self.writer.connection_scope = outer.cancel_scope
             outer.start_soon(self.writer.write_replies)
             async with trio.open_nursery() as self.tasks:
-                with self.shutdown.reader_scope():
-                    await serve_stream(self.stream, self.codec, self)
+                try:
+                    with self.shutdown.reader_scope():
+                        await serve_stream(self.stream, self.codec, self)
+                finally:
+                    self.writer.replies.wake()  # what the reader queued and did not send
                 self.enter(State.CLOSING)
                 if self.shutdown.begun.is_set():
                     self.refuse_received()

@@ -71,6 +71,12 @@ class ReplyQueue:
         while self.full:
             await self._room.park()
 
+    def wake(self) -> None:
+        """Wake the writer for what is queued (chunks put with ``wake=False`` whose producer
+        will not send them itself: the reader has ended)."""
+        if self._chunks:
+            self._ready.unpark_all()
+
     def close(self) -> None:
         """No more puts: ``take`` returns None once the queue is empty."""
         self._closed = True

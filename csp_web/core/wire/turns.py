@@ -100,8 +100,9 @@ class FairStarts:
 
     def _first_in_line(self, seat: Seat, key: int) -> bool:
         """Whether ``seat`` is a new or idle connection's that the pump would grant before
-        every start now waiting."""
-        if seat.next_round >= self.round:
+        every start now waiting, with at most one round's budget borrowed: a flood of new
+        connections takes no more than the queue would give them."""
+        if seat.next_round >= self.round or self._budget <= -self.frames_per_round:
             return False
         return all(not heap or key < heap[0].key[0] for heap in (self._waiting, self._instant))
 
