@@ -111,19 +111,23 @@ async def test_a_new_connections_instant_frame_starts_at_once_and_the_next_round
 
 async def test_an_idle_connections_instant_frame_waits_behind_an_earlier_newcomer() -> None:
     """L-10: the at-once start is for a connection nobody is ahead of: with a new
-    connection's frame already waiting, the next newcomer's instant frame waits its turn."""
-    starts = FairStarts(frames_per_round=1, max_running=100)
-    await _busy_seats(starts, 0)
-    log: list[tuple[str, int]] = []
+    connection's frame already waiting (held by the one running place), the next newcomer's
+    instant frame waits for the pump's grant."""
+    starts = FairStarts(frames_per_round=1, max_running=1)
     with trio.fail_after(5):
+        await starts.wait_start(Seat())  # takes the one running place
+        log: list[tuple[str, int]] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_start, starts, Seat(), "first", log)
-            while not starts.waiting:
+            while not starts.waiting:  # it waits for the running place, steadily
                 await trio.lowlevel.checkpoint()
+            asked_in = starts.rounds
             await starts.wait_start(Seat(), instant=True)
             log.append(("second", starts.rounds))
-    assert [name for name, _ in log] == ["first", "second"]
-    assert log[1][1] >= 1  # granted by the pump, not at once
+            assert log == [("second", log[0][1])]  # the first still waits for its place
+            assert log[0][1] > asked_in  # granted by the pump, not at once
+            starts.done()
+    assert [name for name, _ in log] == ["second", "first"]
 
 
 async def test_newcomers_borrow_at_most_one_rounds_budget() -> None:
