@@ -16,110 +16,39 @@ VALUE only when SECRET is false.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import trio
 
 from csp_web.core.api import extras
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
-from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
-from csp_web.net import GuardConfig, check_url
+from csp_web.net import check_url
 from protocol import ErrorCode
-from specialists.browser.config import BrowserConfig, browser_section
+from specialists.browser.config import browser_section
 from specialists.extract import extract_article
 
 from . import pages as page_ops
-from .errors import refusals_on, translate
+from .errors import translate
 from .pages import PageSet
 from .services import BrowserServices
 from .sessions import SESSION_NAME, owner_of
-
-T = TypeVar("T")
-ACTIONS = ("navigate", "click", "type", "screenshot", "extract", "close")
-_SCOPE = ("browser",)
-_DEFAULT_WORK_S = 30.0  # without a task deadline (never in the daemon: it always sets one)
-
-
-def check_selector(selector: str) -> str:
-    """``css:<selector>`` or ``xpath:<expression>``, else invalid_field."""
-    kind, sep, expression = selector.partition(":")
-    if not sep or kind not in ("css", "xpath") or not expression.strip():
-        raise OpError(ErrorCode.INVALID_FIELD, "SELECTOR must be css:<selector> or xpath:<path>")
-    return selector
-
-
-def _require(params: Params, name: str) -> str:
-    value = params.opt_text(name)
-    if value is None:
-        raise OpError(ErrorCode.MISSING_FIELD, name, scope=_SCOPE)
-    return value
-
-
-def _timeout_ms() -> float:
-    return max(1.0, work_seconds(default_s=_DEFAULT_WORK_S) * 1000)
-
-
-async def _on_pages(
-    services: BrowserServices,
-    ctx: OpContext,
-    session: str | None,
-    step: Callable[[PageSet], Awaitable[T]],
-    url: str | None = None,
-) -> T:
-    """Run ``step`` on the session's page, or on a fresh page closed after it (one of the
-    peer's ``max_oneshot_per_peer``); a guard refusal it meets (loading ``url`` or anything
-    after) is read from that context's lane."""
-    config = browser_section(ctx.config)
-    guard = services.guard()
-    owner = owner_of(ctx.peer.uid, ctx.peer.connection)
-    if session is not None:
-        async with services.sessions.use(session, owner, config, guard) as held:
-            with refusals_on(held.pages.lane, scope="browser", url=url):
-                return await step(held.pages)
-    with services.oneshots.hold(owner, config.max_oneshot_per_peer):
-        return await _on_fresh_pages(services, config, guard, step, url)
-
-
-async def _on_fresh_pages(
-    services: BrowserServices,
-    config: BrowserConfig,
-    guard: GuardConfig,
-    step: Callable[[PageSet], Awaitable[T]],
-    url: str | None,
-) -> T:
-    """Run ``step`` on a context of its own, closed after it whatever happens."""
-    engine = services.engine
-    fresh = await engine.run(
-        page_ops.open_pages,
-        engine,
-        guard,
-        max_pages=config.max_pages_per_session,
-        width=config.viewport_width,
-        height=config.viewport_height,
-    )
-    try:
-        with refusals_on(fresh.lane, scope="browser", url=url):
-            return await step(fresh)
-    finally:
-        with trio.CancelScope(shield=True):
-            await engine.run(page_ops.close_pages, engine, fresh)
+from .steps import SCOPE as _SCOPE
+from .steps import Handlers, element_target, on_pages, require_field, timeout_ms
 
 
 async def _navigate(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
-    url = check_url(_require(params, "TARGET_URL"), services.guard()).url
+    url = check_url(require_field(params, "TARGET_URL"), services.guard()).url
     engine = services.engine
 
     async def step(pages: PageSet) -> page_ops.Navigated:
-        return await engine.run(page_ops.navigate, pages, url, _timeout_ms())
+        return await engine.run(page_ops.navigate, pages, url, timeout_ms())
 
-    done = await _on_pages(services, ctx, params.opt_text("SESSION"), step, url)
+    done = await on_pages(services, ctx, params.opt_text("SESSION"), step, url)
     _check_landing(done.url, services)
     fields = [("URL", done.url), ("TITLE", done.title)]
     if done.status is not None:
@@ -136,21 +65,21 @@ def _check_landing(url: str, services: BrowserServices) -> None:
 async def _click_or_type(
     services: BrowserServices, ctx: OpContext, params: Params, action: str
 ) -> Result:
-    selector = check_selector(_require(params, "SELECTOR"))
+    target = element_target(params)
     engine = services.engine
     if action == "click":
 
         async def step(pages: PageSet) -> str:
-            return await engine.run(page_ops.click, pages, selector, _timeout_ms())
+            return await engine.run(page_ops.click, pages, target, timeout_ms())
 
     else:
-        value = _require(params, "VALUE")
+        value = require_field(params, "VALUE")
 
         async def step(pages: PageSet) -> str:
-            return await engine.run(page_ops.type_text, pages, selector, value, _timeout_ms())
+            return await engine.run(page_ops.type_text, pages, target, value, timeout_ms())
 
-    url = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
-    return Result(f"action:{action},url:{url}", _SCOPE, (("URL", url), ("SELECTOR", selector)))
+    url = await on_pages(services, ctx, params.opt_text("SESSION"), step)
+    return Result(f"action:{action},url:{url}", _SCOPE, (("URL", url), *target.fields()))
 
 
 async def _screenshot(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
@@ -158,12 +87,10 @@ async def _screenshot(services: BrowserServices, ctx: OpContext, params: Params)
     full = params.flag("FULL_PAGE")
 
     async def step(pages: PageSet) -> tuple[bytes, str]:
-        data = await engine.run(
-            page_ops.screenshot, pages, full_page=full, timeout_ms=_timeout_ms()
-        )
+        data = await engine.run(page_ops.screenshot, pages, full_page=full, timeout_ms=timeout_ms())
         return data, str(pages.page.url)
 
-    data, url = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    data, url = await on_pages(services, ctx, params.opt_text("SESSION"), step)
     cap = browser_section(ctx.config).max_screenshot_bytes
     if len(data) > cap:
         raise OpError(ErrorCode.TOO_LARGE, f"screenshot over {cap} bytes", scope=_SCOPE)
@@ -173,16 +100,14 @@ async def _screenshot(services: BrowserServices, ctx: OpContext, params: Params)
 
 
 async def _extract(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
-    selector = params.opt_text("SELECTOR")
-    if selector is not None:
-        check_selector(selector)
+    target = element_target(params) if params.opt_text("SELECTOR") is not None else None
     attribute = params.opt_text("ATTRIBUTE")
     engine = services.engine
 
     async def step(pages: PageSet) -> page_ops.Extracted:
-        return await engine.run(page_ops.extract, pages, selector, attribute, _timeout_ms())
+        return await engine.run(page_ops.extract, pages, target, attribute, timeout_ms())
 
-    got = await _on_pages(services, ctx, params.opt_text("SESSION"), step)
+    got = await on_pages(services, ctx, params.opt_text("SESSION"), step)
     if got.html is not None:
         article = await trio.to_thread.run_sync(
             lambda: extract_article(got.html or "", url=got.url)
@@ -198,23 +123,29 @@ async def _extract(services: BrowserServices, ctx: OpContext, params: Params) ->
 
 
 async def _close(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
-    name = _require(params, "SESSION")
+    name = require_field(params, "SESSION")
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     if not await services.sessions.close(name, owner):
         raise OpError(ErrorCode.SESSION_NOT_FOUND, name, scope=_SCOPE)
     return Result("action:close", _SCOPE, (("SESSION", name),))
 
 
-async def _act(services: BrowserServices, ctx: OpContext, params: Params, action: str) -> Result:
-    if action == "navigate":
-        return await _navigate(services, ctx, params)
-    if action in ("click", "type"):
-        return await _click_or_type(services, ctx, params, action)
-    if action == "screenshot":
-        return await _screenshot(services, ctx, params)
-    if action == "extract":
-        return await _extract(services, ctx, params)
-    return await _close(services, ctx, params)
+async def _click(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
+    return await _click_or_type(services, ctx, params, "click")
+
+
+async def _type(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
+    return await _click_or_type(services, ctx, params, "type")
+
+
+HANDLERS: Handlers = {
+    "navigate": _navigate,
+    "click": _click,
+    "type": _type,
+    "screenshot": _screenshot,
+    "extract": _extract,
+    "close": _close,
+}
 
 
 @dataclass(frozen=True)
@@ -248,7 +179,7 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
     target = params.opt_text("TARGET_URL")
     started = time.monotonic()
     try:
-        result = await _act(services, ctx, params, action)
+        result = await HANDLERS[action](services, ctx, params)
     except Exception as exc:
         error = translate(exc, scope="browser", url=target)
         error.audit = _audit(params, action, target, {})
@@ -303,7 +234,7 @@ OPS: list[Op[BrowserServices]] = [
         "tool",
         browser,
         (
-            FieldSpec("ACTION", "choice", required=True, choices=ACTIONS),
+            FieldSpec("ACTION", "choice", required=True, choices=tuple(HANDLERS)),
             FieldSpec("TARGET_URL", max_chars=2048, doc="navigate: the page to load"),
             FieldSpec("SELECTOR", max_chars=1024, doc="css:<selector> or xpath:<expression>"),
             FieldSpec("VALUE", max_chars=64 * 1024, doc="type: the text to fill in"),

@@ -1,4 +1,4 @@
-"""What runs on the engine's asyncio thread: contexts, pages and the five actions.
+"""What runs on the engine's asyncio thread: contexts, pages and the element actions.
 
 Every function here takes and returns plain values or Playwright objects, runs on the
 engine's loop (``engine.run(fn, ...)``), and raises ``ActionError`` (a code and detail) for
@@ -151,12 +151,23 @@ async def navigate(pages: PageSet, url: str, timeout_ms: float) -> Navigated:
     return Navigated(pages.page.url, await pages.page.title(), response and response.status)
 
 
-async def _require(page: Any, selector: str) -> Any:
-    """The first element ``selector`` matches now; none is selector_not_found at once, not
-    a wait for one to appear until the deadline."""
-    locator = page.locator(_engine_selector(selector))
+@dataclass(frozen=True)
+class Target:
+    """The element an action names: a SELECTOR (``css:...`` or ``xpath:...``)."""
+
+    selector: str
+
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """The reply fields that name the element acted on."""
+        return (("SELECTOR", self.selector),)
+
+
+async def locate(pages: PageSet, target: Target) -> Any:
+    """The first element ``target`` names on the current page, now; none is
+    selector_not_found at once, not a wait for one to appear until the deadline."""
+    locator = pages.page.locator(_engine_selector(target.selector))
     if await locator.count() == 0:
-        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, selector)
+        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, target.selector)
     return locator.first
 
 
@@ -165,14 +176,14 @@ def _engine_selector(selector: str) -> str:
     return f"{kind}={expression}"
 
 
-async def click(pages: PageSet, selector: str, timeout_ms: float) -> str:
-    locator = await _require(pages.page, selector)
+async def click(pages: PageSet, target: Target, timeout_ms: float) -> str:
+    locator = await locate(pages, target)
     await locator.click(timeout=timeout_ms)
     return str(pages.page.url)
 
 
-async def type_text(pages: PageSet, selector: str, value: str, timeout_ms: float) -> str:
-    locator = await _require(pages.page, selector)
+async def type_text(pages: PageSet, target: Target, value: str, timeout_ms: float) -> str:
+    locator = await locate(pages, target)
     await locator.fill(value, timeout=timeout_ms)
     return str(pages.page.url)
 
@@ -191,17 +202,17 @@ class Extracted:
 
 
 async def extract(
-    pages: PageSet, selector: str | None, attribute: str | None, timeout_ms: float
+    pages: PageSet, target: Target | None, attribute: str | None, timeout_ms: float
 ) -> Extracted:
     page = pages.page
     title = await page.title()
-    if selector is None:
+    if target is None:
         return Extracted(page.url, title, await page.content(), None)
-    locator = await _require(page, selector)
+    locator = await locate(pages, target)
     if attribute is not None:
         value = await locator.get_attribute(attribute, timeout=timeout_ms)
         if value is None:
-            raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{selector}@{attribute}")
+            raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{target.selector}@{attribute}")
         return Extracted(page.url, title, None, value)
     return Extracted(page.url, title, None, await locator.inner_text(timeout=timeout_ms))
 

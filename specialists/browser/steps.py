@@ -1,0 +1,110 @@
+"""What every browser action shares: its page (a session's or a fresh one), its time and
+the element it names.
+
+An action module (``ops_browser`` and the ``actions_*`` modules beside it) is a table of
+handlers, ``HANDLERS: dict[str, Handler]``, with its fields and reply fields; ``ops_browser``
+joins the tables into the one ``browser`` op. A handler reaches its page only through
+``on_pages`` and an element only through ``element_target`` and ``pages.locate``, so the
+guard's lane, the session's owner and the element rules hold for every action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+import trio
+
+from csp_web.core.api.context import OpContext
+from csp_web.core.api.deadlines import work_seconds
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Params
+from csp_web.core.api.replies import Result
+from csp_web.net import GuardConfig
+from protocol import ErrorCode
+from specialists.browser.config import BrowserConfig, browser_section
+
+from . import pages as page_ops
+from .errors import refusals_on
+from .pages import PageSet, Target
+from .services import BrowserServices
+from .sessions import owner_of
+
+T = TypeVar("T")
+SCOPE = ("browser",)
+_DEFAULT_WORK_S = 30.0  # without a task deadline (never in the daemon: it always sets one)
+
+Handler = Callable[[BrowserServices, OpContext, Params], Awaitable[Result]]
+Handlers = Mapping[str, Handler]
+
+
+def check_selector(selector: str) -> str:
+    """``css:<selector>`` or ``xpath:<expression>``, else invalid_field."""
+    kind, sep, expression = selector.partition(":")
+    if not sep or kind not in ("css", "xpath") or not expression.strip():
+        raise OpError(ErrorCode.INVALID_FIELD, "SELECTOR must be css:<selector> or xpath:<path>")
+    return selector
+
+
+def require_field(params: Params, name: str) -> str:
+    """The text of field ``name``; absent is missing_field."""
+    value = params.opt_text(name)
+    if value is None:
+        raise OpError(ErrorCode.MISSING_FIELD, name, scope=SCOPE)
+    return value
+
+
+def element_target(params: Params) -> Target:
+    """The element an action names (SELECTOR); absent is missing_field."""
+    return Target(selector=check_selector(require_field(params, "SELECTOR")))
+
+
+def timeout_ms() -> float:
+    """What is left of the task's deadline, in ms, for one Playwright call."""
+    return max(1.0, work_seconds(default_s=_DEFAULT_WORK_S) * 1000)
+
+
+async def on_pages(
+    services: BrowserServices,
+    ctx: OpContext,
+    session: str | None,
+    step: Callable[[PageSet], Awaitable[T]],
+    url: str | None = None,
+) -> T:
+    """Run ``step`` on the session's page, or on a fresh page closed after it (one of the
+    peer's ``max_oneshot_per_peer``); a guard refusal it meets (loading ``url`` or anything
+    after) is read from that context's lane."""
+    config = browser_section(ctx.config)
+    guard = services.guard()
+    owner = owner_of(ctx.peer.uid, ctx.peer.connection)
+    if session is not None:
+        async with services.sessions.use(session, owner, config, guard) as held:
+            with refusals_on(held.pages.lane, scope="browser", url=url):
+                return await step(held.pages)
+    with services.oneshots.hold(owner, config.max_oneshot_per_peer):
+        return await _on_fresh_pages(services, config, guard, step, url)
+
+
+async def _on_fresh_pages(
+    services: BrowserServices,
+    config: BrowserConfig,
+    guard: GuardConfig,
+    step: Callable[[PageSet], Awaitable[T]],
+    url: str | None,
+) -> T:
+    """Run ``step`` on a context of its own, closed after it whatever happens."""
+    engine = services.engine
+    fresh = await engine.run(
+        page_ops.open_pages,
+        engine,
+        guard,
+        max_pages=config.max_pages_per_session,
+        width=config.viewport_width,
+        height=config.viewport_height,
+    )
+    try:
+        with refusals_on(fresh.lane, scope="browser", url=url):
+            return await step(fresh)
+    finally:
+        with trio.CancelScope(shield=True):
+            await engine.run(page_ops.close_pages, engine, fresh)
