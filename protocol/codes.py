@@ -124,6 +124,7 @@ class ErrorCode(enum.StrEnum):
     EVAL_FAILED = "eval_failed", "the canvas expression threw or its result is not JSON"
     SESSION_LOST = "session_lost", "the session's page was lost between actions; the name is free"
     PAGE_CRASHED = "page_crashed", "the page's renderer crashed mid-action (out of memory, killed)"
+    REF_STALE = "ref_stale", "REF names no element now: the page navigated or changed since"
 
     # Cancellation (SPEC C-6).
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"

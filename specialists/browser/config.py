@@ -61,6 +61,21 @@ class BrowserConfig:
     viewport_height: int = 720
     max_screenshot_bytes: int = 8 * 1024 * 1024  # a full-page PNG of a long page, and no more
     max_extract_chars: int = 100_000  # as web.fetch's largest MAX_CHARS
+    # ACTION snapshot (issue 25). One reply's text, MAX_CHARS's default and largest: 40,000
+    # chars are ~10k tokens, a tool result a model can still work beside; longer pages
+    # page with START. @playwright/mcp has no bound, and its huge snapshots are its users'
+    # first complaint.
+    snapshot_max_chars: int = 40_000
+    # Refs one snapshot issues (the elements of a 100k-element page would flood a model and
+    # the page's ref book): past it the text is cut there and the reply says too_large.
+    snapshot_max_refs: int = 2_000
+    # Levels of the tree, DEPTH's default and largest: real pages nest 20-40 deep; the
+    # bound keeps a pathological nesting from running Playwright's walk to the deadline.
+    snapshot_max_depth: int = 64
+    # Elements a snapshot may walk (the page's, every frame's): Playwright's walk has no
+    # bound of its own and takes about a second per few thousand elements on a busy 2-core
+    # host; a long real page (a Wikipedia article) has 10-20k. Past it: too_large, scope it.
+    snapshot_max_elements: int = 50_000
     # A fresh browser process after this many pages: Chromium's memory grows with pages made
     # and closed, and a recycle keeps it flat (the bench measures RSS after 1,000 actions).
     recycle_after_pages: int = 200
@@ -89,7 +104,14 @@ class BrowserConfig:
                 raise ValueError(f"trusted_spki: {value!r} is not base64") from exc
             if len(raw) != 32:
                 raise ValueError(f"trusted_spki: {value!r} is not a SHA-256 hash")
-        for name in ("max_oneshot_per_peer", "max_js_heap_mb"):
+        for name in (
+            "max_oneshot_per_peer",
+            "max_js_heap_mb",
+            "snapshot_max_chars",
+            "snapshot_max_refs",
+            "snapshot_max_depth",
+            "snapshot_max_elements",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_sessions_per_peer > self.max_sessions:

@@ -1,9 +1,10 @@
 """The ``browser`` op (IN:TOOL, OUT:BROWSER_RESULT): drive a real Chromium page.
 
     TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT
-    ACTION navigate|click|type|screenshot|extract|close
+    ACTION navigate|click|type|screenshot|extract|close|snapshot
     TARGET_URL https://example.com
     SELECTOR css:.class|xpath://div
+    REF e12                   (an element by its ref from snapshot, instead of SELECTOR)
     VALUE <text_to_type>
     SESSION <name>            (optional: a page kept between tasks)
 
@@ -16,7 +17,7 @@ VALUE only when SECRET is false.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -32,13 +33,21 @@ from protocol import ErrorCode
 from specialists.browser.config import browser_section
 from specialists.extract import extract_article
 
+from . import actions_snapshot
 from . import pages as page_ops
 from .errors import translate
 from .pages import PageSet
 from .services import BrowserServices
 from .sessions import SESSION_NAME, owner_of
 from .steps import SCOPE as _SCOPE
-from .steps import Handlers, element_target, on_pages, require_field, timeout_ms
+from .steps import (
+    Handlers,
+    element_target,
+    on_pages,
+    optional_target,
+    require_field,
+    timeout_ms,
+)
 
 
 async def _navigate(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
@@ -82,25 +91,8 @@ async def _click_or_type(
     return Result(f"action:{action},url:{url}", _SCOPE, (("URL", url), *target.fields()))
 
 
-async def _screenshot(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
-    engine = services.engine
-    full = params.flag("FULL_PAGE")
-
-    async def step(pages: PageSet) -> tuple[bytes, str]:
-        data = await engine.run(page_ops.screenshot, pages, full_page=full, timeout_ms=timeout_ms())
-        return data, str(pages.page.url)
-
-    data, url = await on_pages(services, ctx, params.opt_text("SESSION"), step)
-    cap = browser_section(ctx.config).max_screenshot_bytes
-    if len(data) > cap:
-        raise OpError(ErrorCode.TOO_LARGE, f"screenshot over {cap} bytes", scope=_SCOPE)
-    path = await services.media.save("screenshot", data)
-    fields = (("URL", url), ("SCREENSHOT_BYTES", str(len(data))), ("SCREENSHOT_REF", path))
-    return Result(f"action:screenshot,url:{url}", _SCOPE, fields)
-
-
 async def _extract(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
-    target = element_target(params) if params.opt_text("SELECTOR") is not None else None
+    target = optional_target(params)
     attribute = params.opt_text("ATTRIBUTE")
     engine = services.engine
 
@@ -142,9 +134,9 @@ HANDLERS: Handlers = {
     "navigate": _navigate,
     "click": _click,
     "type": _type,
-    "screenshot": _screenshot,
     "extract": _extract,
     "close": _close,
+    **actions_snapshot.HANDLERS,
 }
 
 
@@ -159,6 +151,7 @@ class BrowserAudit(OpAudit):
     selector: str | None
     value: str | None
     screenshot: str | None = None
+    ref: str | None = None
 
 
 def _audit(params: Params, action: str, url: str | None, fields: dict[str, str]) -> BrowserAudit:
@@ -167,7 +160,7 @@ def _audit(params: Params, action: str, url: str | None, fields: dict[str, str])
         value = "<secret>"
     session, selector = params.opt_text("SESSION"), params.opt_text("SELECTOR")
     screenshot = fields.get("SCREENSHOT_REF")
-    return BrowserAudit(action, url, session, selector, value, screenshot)
+    return BrowserAudit(action, url, session, selector, value, screenshot, params.opt_text("REF"))
 
 
 async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
@@ -190,20 +183,21 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
     fields = [*result.fields, ("EXEC_TIME", elapsed)]
     if session is not None:
         fields.append(("SESSION", session))
-    return Result(result.data, result.scope, tuple(fields), audit=audit)
+    return replace(result, fields=tuple(fields), audit=audit)
 
 
 BROWSER_REPLIES = (
     ReplyField("URL", "always but close", "the page's URL after the action"),
-    ReplyField("TITLE", "navigate, extract", "the page's title"),
+    ReplyField("TITLE", "navigate, extract, snapshot", "the page's title"),
     ReplyField("HTTP_STATUS", "navigate, when the page had one", "the HTTP status"),
     ReplyField("SELECTOR", "click, type", "the element acted on"),
     ReplyField("SCREENSHOT_BYTES", "screenshot", "the PNG's size"),
     ReplyField("SCREENSHOT_REF", "screenshot", "the PNG's path under the state dir"),
-    ReplyField("CONTENT", "extract", "the text, capped by MAX_CHARS"),
-    ReplyField("REMAINING_CHARS", "extract, when cut", "what was left out"),
+    ReplyField("CONTENT", "extract, snapshot", "the text, capped by MAX_CHARS"),
+    ReplyField("REMAINING_CHARS", "extract, snapshot: when cut", "what was left out"),
     ReplyField("EXEC_TIME", "always", "ms the action took"),
     ReplyField("SESSION", "a SESSION was given (close: always)", "the session"),
+    *actions_snapshot.REPLIES,
 )
 
 BROWSER_EXAMPLE = Example(
@@ -243,12 +237,14 @@ OPS: list[Op[BrowserServices]] = [
             FieldSpec("FULL_PAGE", "bool", default=False, doc="screenshot: the whole page"),
             FieldSpec("ATTRIBUTE", max_chars=128, doc="extract: this attribute of SELECTOR"),
             FieldSpec("MAX_CHARS", "int", minimum=1, maximum=1_000_000, doc="extract: cap"),
+            *actions_snapshot.FIELDS,
         ),
         replies=BROWSER_REPLIES,
         example=BROWSER_EXAMPLE,
         doc=(
             "drive a Chromium page through the fetch guard: navigate, click, type, screenshot,"
-            " extract (readable Markdown, or SELECTOR's text); SESSION keeps the page"
+            " extract (readable Markdown, or SELECTOR's text), snapshot (the accessibility"
+            " tree with refs that REF takes); SESSION keeps the page"
         ),
     )
 ]

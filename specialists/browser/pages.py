@@ -18,6 +18,7 @@ from csp_web.net.guard_proxy import Lane
 from protocol import ErrorCode
 
 from .engine import BrowserEngine, BrowserHandle, Opened
+from .refs import RefBook, RefStale
 
 # The schemes a popup may show; anything else (file:, chrome:, data:, javascript:) is closed.
 _WEB_SCHEMES = ("https:", "http:", "about:blank")
@@ -46,6 +47,7 @@ class PageSet:
     popup_decided: asyncio.Event = field(default_factory=asyncio.Event)
     lost: str | None = None
     gone: asyncio.Event = field(default_factory=asyncio.Event)
+    ref_books: dict[Any, RefBook] = field(default_factory=dict)  # per page: refs.book_of
 
     @property
     def context(self) -> Any:
@@ -153,22 +155,48 @@ async def navigate(pages: PageSet, url: str, timeout_ms: float) -> Navigated:
 
 @dataclass(frozen=True)
 class Target:
-    """The element an action names: a SELECTOR (``css:...`` or ``xpath:...``)."""
+    """The element an action names: a SELECTOR (``css:...`` or ``xpath:...``) or a REF
+    (``e12``, from the page's latest snapshot: ``refs``); exactly one of them."""
 
-    selector: str
+    selector: str | None = None
+    ref: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The element as the client named it."""
+        return self.ref or self.selector or ""
 
     def fields(self) -> tuple[tuple[str, str], ...]:
         """The reply fields that name the element acted on."""
-        return (("SELECTOR", self.selector),)
+        if self.ref is not None:
+            return (("REF", self.ref),)
+        return (("SELECTOR", self.name),)
 
 
 async def locate(pages: PageSet, target: Target) -> Any:
     """The first element ``target`` names on the current page, now; none is
-    selector_not_found at once, not a wait for one to appear until the deadline."""
-    locator = pages.page.locator(_engine_selector(target.selector))
+    selector_not_found at once, not a wait for one to appear until the deadline. A REF
+    names the very element its snapshot saw, or none: ref_stale when the page navigated,
+    a later snapshot left it out, or the element left the page (``refs``)."""
+    if target.ref is not None:
+        return await _locate_ref(pages, target.ref)
+    locator = pages.page.locator(_engine_selector(target.name))
     if await locator.count() == 0:
-        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, target.selector)
+        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, target.name)
     return locator.first
+
+
+async def _locate_ref(pages: PageSet, label: str) -> Any:
+    book = pages.ref_books.get(pages.page)
+    try:
+        if book is None:
+            raise RefStale(label)
+        locator = pages.page.get_by_ref(book.resolve(label))
+    except RefStale:
+        raise ActionError(ErrorCode.REF_STALE, label) from None
+    if await locator.count() == 0:  # detached, or its frame is gone
+        raise ActionError(ErrorCode.REF_STALE, label)
+    return locator
 
 
 def _engine_selector(selector: str) -> str:
@@ -212,7 +240,7 @@ async def extract(
     if attribute is not None:
         value = await locator.get_attribute(attribute, timeout=timeout_ms)
         if value is None:
-            raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{target.selector}@{attribute}")
+            raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{target.name}@{attribute}")
         return Extracted(page.url, title, None, value)
     return Extracted(page.url, title, None, await locator.inner_text(timeout=timeout_ms))
 

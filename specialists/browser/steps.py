@@ -27,6 +27,7 @@ from specialists.browser.config import BrowserConfig, browser_section
 from . import pages as page_ops
 from .errors import refusals_on
 from .pages import PageSet, Target
+from .refs import LABEL
 from .services import BrowserServices
 from .sessions import owner_of
 
@@ -55,8 +56,25 @@ def require_field(params: Params, name: str) -> str:
 
 
 def element_target(params: Params) -> Target:
-    """The element an action names (SELECTOR); absent is missing_field."""
-    return Target(selector=check_selector(require_field(params, "SELECTOR")))
+    """The element an action names: REF (``e12``, from a snapshot) or SELECTOR, exactly one;
+    neither is missing_field, both invalid_field."""
+    ref, selector = params.opt_text("REF"), params.opt_text("SELECTOR")
+    if ref is not None and selector is not None:
+        raise OpError(ErrorCode.INVALID_FIELD, "REF or SELECTOR, not both", scope=SCOPE)
+    if ref is not None:
+        if not LABEL.fullmatch(ref):
+            raise OpError(ErrorCode.INVALID_FIELD, "REF must be e<n>, from a snapshot")
+        return Target(ref=ref)
+    if selector is None:
+        raise OpError(ErrorCode.MISSING_FIELD, "REF|SELECTOR", scope=SCOPE)
+    return Target(selector=check_selector(selector))
+
+
+def optional_target(params: Params) -> Target | None:
+    """The element an action may name (REF or SELECTOR, as ``element_target``), or None."""
+    if params.opt_text("REF") is None and params.opt_text("SELECTOR") is None:
+        return None
+    return element_target(params)
 
 
 def timeout_ms() -> float:

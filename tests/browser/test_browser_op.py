@@ -223,7 +223,7 @@ async def test_an_action_without_session_runs_on_a_fresh_page(
 async def test_bad_fields_are_catalogue_failures(dispatcher: Dispatcher) -> None:
     cases = [
         ((("ACTION", "navigate"),), "missing_field:TARGET_URL"),
-        ((("ACTION", "click"),), "missing_field:SELECTOR"),
+        ((("ACTION", "click"),), "missing_field:REF|SELECTOR"),
         ((("ACTION", "type"), ("SELECTOR", "css:#a")), "missing_field:VALUE"),
         ((("ACTION", "close"),), "missing_field:SESSION"),
         (
@@ -244,7 +244,7 @@ async def test_bad_fields_are_catalogue_failures(dispatcher: Dispatcher) -> None
         ),
         (
             (("ACTION", "fly"),),
-            "invalid_field:ACTION must be navigate|click|type|screenshot|extract|close",
+            "invalid_field:ACTION must be navigate|click|type|extract|close|snapshot|screenshot",
         ),
     ]
     for fields, expected in cases:
