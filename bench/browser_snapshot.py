@@ -50,7 +50,7 @@ from specialists.browser.engine import find_executable, sandboxed
 from specialists.browser.services import open_browser_services
 from tests.browser.support import spki_hash
 from tests.harness import build_dispatcher
-from tests.net._origin import Origin
+from tests.net._origin import Origin, Route
 from tests.net._origin import Reply as OriginReply
 
 T = TypeVar("T")
@@ -131,13 +131,17 @@ WIDGET = (
 PAGES = {"form": _form(), "article": _article(), "table": _table(), "iframes": _frames()}
 
 
+def _answer(reply: OriginReply) -> Route:
+    return lambda _seen: reply
+
+
 async def serve_origin(pem_path: str) -> None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(pem_path)
     origin = Origin("https")
     html = [("content-type", "text/html; charset=utf-8")]
     for name, body in (*PAGES.items(), ("widget", WIDGET)):
-        origin.routes[f"/{name}"] = lambda _seen, body=body: OriginReply(200, html, body)
+        origin.routes[f"/{name}"] = _answer(OriginReply(200, html, body))
     async with trio.open_nursery() as nursery:
         await nursery.start(
             lambda task_status: origin.serve(ssl_context=context, task_status=task_status)
