@@ -7,14 +7,18 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import trio
 
+from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
-from protocol import Connection, Reply, Status, serialize
+from protocol import Connection, Reply, Status, Task, serialize
 from specialists.browser.config import BrowserConfig
 from tests.net._origin import Origin
 
+from .support import WAIT_S
 from .test_browser_op import error, open_session, run, serve, writes
 
 MAX_REFS = 12
@@ -405,3 +409,36 @@ async def test_screenshot_of_one_element_by_ref_and_of_the_page_with_labels(
         assert a.read() == b.read()  # the labels were taken off the page after the shot
     clicked = await run(dispatcher, ("ACTION", "click"), ("REF", big), session)
     assert clicked.status is Status.OK, clicked  # the labelled shot's snapshot kept the refs
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "browser.md"
+_DOC_BLOCK = re.compile(r"<!-- checked: (\w+) -->\n```\w*\n(.*?)```", re.S)
+
+
+def doc_blocks() -> dict[str, str]:
+    """The blocks of docs/browser.md marked ``<!-- checked: <name> -->``, by name."""
+    return {name: text for name, text in _DOC_BLOCK.findall(DOC.read_text())}
+
+
+async def test_the_snapshot_example_in_docs_browser_md_is_what_the_op_answers(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    blocks = doc_blocks()
+    await open_session(dispatcher, origin, "docs", "/tides", blocks["page"].encode())
+    for request, reply in (("request", "reply"), ("click", "clicked")):
+        codec = Connection()
+        codec.receive_data(blocks[request].encode() + b"\n")
+        task = codec.next_event()
+        assert isinstance(task, Task), task
+        with trio.fail_after(WAIT_S):
+            answer = await dispatcher.run(task, Peer("t", uid=1000))
+        text = settled(serialize(answer).decode(), origin.port)
+        assert text == blocks[reply], text
+
+
+def settled(frame: str, port: int) -> str:
+    """A reply as the doc shows it: the origin's name without its port, EXEC_TIME 0."""
+    text = re.sub(
+        r"^EXEC_TIME \d+$", "EXEC_TIME 0", frame.replace(f".test:{port}", ".test"), flags=re.M
+    )
+    return text.rstrip("\n") + "\n"
