@@ -236,7 +236,9 @@ OPS: list[Op[BrowserServices]] = [
             FieldSpec("SESSION", max_chars=64, doc="a page kept between tasks; close ends it"),
             FieldSpec("FULL_PAGE", "bool", default=False, doc="screenshot: the whole page"),
             FieldSpec("ATTRIBUTE", max_chars=128, doc="extract: this attribute of SELECTOR"),
-            FieldSpec("MAX_CHARS", "int", minimum=1, maximum=1_000_000, doc="extract, snapshot: cap"),
+            FieldSpec(
+                "MAX_CHARS", "int", minimum=1, maximum=1_000_000, doc="extract, snapshot: cap"
+            ),
             *actions_snapshot.FIELDS,
         ),
         replies=BROWSER_REPLIES,

@@ -194,7 +194,13 @@ async def _locate_ref(pages: PageSet, label: str) -> Any:
         locator = pages.page.get_by_ref(book.resolve(label))
     except RefStale:
         raise ActionError(ErrorCode.REF_STALE, label) from None
-    if await locator.count() == 0:  # detached, or its frame is gone
+    try:
+        found = await locator.count()
+    except Exception as exc:  # Playwright's "Invalid frame in aria-ref selector": frame gone
+        if "aria-ref" not in str(exc):
+            raise
+        found = 0
+    if found == 0:  # detached, or its frame is gone
         raise ActionError(ErrorCode.REF_STALE, label)
     return locator
 

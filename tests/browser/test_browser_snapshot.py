@@ -442,3 +442,29 @@ def settled(frame: str, port: int) -> str:
         r"^EXEC_TIME \d+$", "EXEC_TIME 0", frame.replace(f".test:{port}", ".test"), flags=re.M
     )
     return text.rstrip("\n") + "\n"
+
+
+FRAME_CHANGES = (
+    b"<!doctype html><title>f</title>"
+    b"<iframe id='a' srcdoc='<button>In A</button>'></iframe>"
+    b"<iframe id='b' srcdoc='<button>In B</button>'></iframe>"
+    b"<button onclick=\"document.getElementById('a').srcdoc = '<button>In A</button>'\">"
+    b"Reload A</button>"
+    b"<button onclick=\"document.getElementById('b').remove()\">Drop B</button>"
+)
+
+
+async def test_refs_go_stale_when_an_iframe_navigates_or_leaves_the_page(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    _, session = await open_session(dispatcher, origin, "fchange", "/fc", FRAME_CHANGES)
+    content = (await snapshot(dispatcher, session)).get("CONTENT") or ""
+    in_b, drop_b = ref_of(content, 'button "In B"'), ref_of(content, 'button "Drop B"')
+    await run(dispatcher, ("ACTION", "click"), ("REF", drop_b), session)
+    gone = await run(dispatcher, ("ACTION", "click"), ("REF", in_b), session)
+    assert error(gone) == f"ref_stale:{in_b}"
+    content = (await snapshot(dispatcher, session)).get("CONTENT") or ""
+    in_a, reload_a = ref_of(content, 'button "In A"'), ref_of(content, 'button "Reload A"')
+    await run(dispatcher, ("ACTION", "click"), ("REF", reload_a), session)
+    reloaded = await run(dispatcher, ("ACTION", "click"), ("REF", in_a), session)
+    assert error(reloaded) == f"ref_stale:{in_a}"
