@@ -43,8 +43,10 @@ def add_memory_parser(
     memory = sub.add_parser(
         "memory",
         help="browse the memory store through the running daemon: ls, cat",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Browse the memory store through the running daemon, which relays "
+        "IN:MEMORY frames to its Memory Specialist: ls prints every stored path under PREFIX, "
+        "one a line; cat prints the writes stored at PATH, in order. Exit 0 done, 1 when the "
+        "daemon answers FAIL (not_found: nothing there), 3 when no daemon answers.",
     )
     memory.add_argument(
         "--socket", metavar="PATH", help="daemon socket (default: socket.path, else found)"
