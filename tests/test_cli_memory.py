@@ -64,18 +64,34 @@ async def test_memory_ls_prints_every_path_under_the_prefix_over_many_pages(
     daemon: Daemon, sink: Sink, config: Config
 ) -> None:
     """More paths than one REQ:list page holds: ls follows NEXT_START to the last one."""
+    paths = await _fill_pages(config)
+    done = await _cli("memory", "--socket", daemon.socket_path, "ls", "many/")
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert done.stdout.decode().splitlines() == paths
+
+
+async def test_memory_ls_in_process_follows_next_start_across_pages(
+    daemon: Daemon, sink: Sink, config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = await _fill_pages(config)
+    code, out, err = await _memory(capsys, daemon.socket_path, "ls", "many/")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == paths
+
+
+async def _fill_pages(config: Config) -> list[str]:
+    """Store one path more than ls asks per page under ``many/``, and one elsewhere, straight
+    at the sink in one pipelined batch; the paths under ``many/``."""
     sink_socket = config.memory.socket_path
     assert sink_socket is not None
     paths = [f"many/{n:04d}.md" for n in range(PAGE_SIZE + 1)]
     writes: list[Task | Mapping[str, str]] = [
         _write_task(f"m-{n}", path) for n, path in enumerate([*paths, "other/x.md"])
     ]
-    async with open_client(sink_socket) as client:  # straight to the sink: one pipelined batch
+    async with open_client(sink_socket) as client:
         replies = await client.call_many(writes, timeout_s=60)
     assert {reply.status for reply in replies} == {Status.OK}
-    done = await _cli("memory", "--socket", daemon.socket_path, "ls", "many/")
-    assert (done.returncode, done.stderr) == (0, b"")
-    assert done.stdout.decode().splitlines() == paths
+    return paths
 
 
 @pytest.mark.slow  # the command as a process: it imports the daemon
