@@ -27,7 +27,7 @@ import trio
 from csp_web import __version__
 from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
-from csp_web.cli.discover import SOCKET_HELP, client_socket
+from csp_web.cli.discover import SOCKET_HELP, NoDaemonFound, client_socket, daemon_socket
 from csp_web.cli.memory import MemoryOptions, add_memory_parser, memory_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError
@@ -299,8 +299,10 @@ def _send(args: argparse.Namespace, config: Config) -> int:
 def _health(args: argparse.Namespace, config: Config) -> int:
     from csp_web.cli.health import HealthOptions, health_main
 
-    path = client_socket("health", args.socket, config)
-    if path is None:
+    try:
+        path = daemon_socket(args.socket, config)
+    except NoDaemonFound as exc:  # a probe's answer, as for a daemon that does not answer
+        print(f"unreachable: {exc}")
         return EXIT_UNREACHABLE
     return health_main(HealthOptions(path, args.timeout))
 
