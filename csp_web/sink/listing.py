@@ -32,8 +32,8 @@ MAX_PATH_CHARS = 1024  # a write's PATH cap (the sink's write fields)
 # S3's ListObjectsV2 pages 1,000 keys at most; 100 by default keeps a shell listing short.
 MAX_RESULTS_DEFAULT = 100
 MAX_RESULTS_CAP = 1000
-# Half of a reply frame's cap (SPEC L-2, 1 MiB), as a read's content (M-7): a page of 1,000
-# long paths of escaped characters still reaches the client through the daemon's relay.
+# Half of a frame's cap (SPEC L-2, 1 MiB), as a read's content is bounded (M-7): 1,000 paths
+# of 1,024 escaped characters would be some 6 MB, past what a client reads in one frame.
 PAGE_BYTES = 512 * 1024
 
 FIELDS = (
