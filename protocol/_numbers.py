@@ -9,6 +9,7 @@ hands the daemon goes through here instead, so each of those is one clear error.
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 
@@ -70,6 +71,19 @@ def parse_decimal(text: str | bytes, *, max_chars: int = 32) -> float:
     if not math.isfinite(value):  # 400 digits overflow a double to inf
         raise NumberError("out of range")
     return value
+
+
+def format_decimal(value: float) -> str:
+    """``value`` written as ``[-]digits[.digits]``, never with an exponent: the shortest
+    digits that read back as the same float, a whole number without ``.0``. Python's ``str``
+    and ``:g`` write 2419200.0 as ``2.4192e+06`` and 0.00001 as ``1e-05``, which no reader
+    of ``parse_decimal`` (or of a line of figures) should meet. Raises NumberError for
+    ``nan`` and the infinities."""
+    if not math.isfinite(value):
+        raise NumberError(f"not a finite number: {value!r}")
+    if value.is_integer():
+        return str(int(value))
+    return format(decimal.Decimal(repr(value)), "f")
 
 
 def _ascii(text: str | bytes) -> bytes:

@@ -92,13 +92,22 @@ async def test_health_with_no_daemon_is_unreachable_exit_3(sock_dir: str) -> Non
     assert done.stdout.count("\n") == 1
 
 
-def test_health_without_a_socket_is_a_usage_error(tmp_path: os.PathLike[str]) -> None:
+def test_health_without_a_socket_and_no_daemon_to_find_is_unreachable_exit_3(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """No --socket, no socket.path, and no running daemon recorded one in the state dir: the
+    probe's unreachable line (it was a usage error, exit 2, even with a daemon running)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSP_WEB")}
+    env.pop("XDG_RUNTIME_DIR", None)
+    env["XDG_STATE_HOME"] = os.fspath(tmp_path)
     done = subprocess.run(
         [CSP_WEB, "health"], capture_output=True, text=True, env=env, timeout=60, check=False
     )
-    assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == "csp-web: health needs --socket or socket.path\n"
+    assert (done.returncode, done.stderr) == (3, "")
+    assert done.stdout == (
+        f"unreachable: no running daemon found (looked at the lock file in {tmp_path}/csp-web);"
+        " pass --socket PATH or set socket.path\n"
+    )
 
 
 def _stats(*fields: tuple[str, str], status: Status = Status.OK) -> Reply:

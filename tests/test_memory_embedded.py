@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 
+import pytest
 import trio
 
 from csp_web.client.trio_client import open_client
@@ -12,6 +14,8 @@ from csp_web.config import Config, MemoryConfig
 from protocol import Status, Task
 from tests.conftest import audit_ids, start_daemon, with_memory
 from tests.harness import outbox_of
+
+EXPONENT = re.compile(r"[0-9][eE][+-]?[0-9]")  # 2.4192e+06, 1e-05
 
 
 def _ping(task_id: str) -> Task:
@@ -77,3 +81,23 @@ async def test_the_embedded_store_stays_within_retention_max_bytes(
     kept = audit_ids(embedded.memory_dir)
     assert sent[-1] in kept
     assert sent[0] not in kept
+
+
+@pytest.mark.parametrize(
+    ("max_age_s", "shown"),
+    [(100 * 365 * 86400.0, "3153600000"), (28 * 86400.0, "2419200"), (0.00001, "0.00001")],
+)
+async def test_stats_write_the_memory_figures_without_an_exponent(
+    nursery: trio.Nursery, config: Config, sock_dir: str, max_age_s: float, shown: str
+) -> None:
+    """REQ:stats' MEMORY line spells a large and a tiny retention age in plain digits (the
+    default, 28 days, was ``max_age_s:2.4192e+06``), as every number of the reply."""
+    bare = _embedded(config)
+    embedded = replace(bare, memory=replace(bare.memory, retention_max_age_s=max_age_s))
+    daemon = await start_daemon(nursery, embedded, os.path.join(sock_dir, "csp.sock"))
+    async with open_client(daemon.socket_path) as client:
+        await client.call(_ping("p-1"), timeout_s=10)
+        stats = await client.call(Task("stats", "SYS", "STATS"), timeout_s=10)
+    assert _memory_line(stats.fields)["max_age_s"] == shown
+    figures = [stats.get("DATA") or "", *stats.get_all("MEMORY"), *stats.get_all("OP")]
+    assert [line for line in figures if EXPONENT.search(line)] == []

@@ -102,13 +102,16 @@ async def test_kill_9_of_the_holder_frees_the_state_dir_for_the_next_daemon(
     tmp_path: Path, sock_dir: str
 ) -> None:
     env = _env(str(tmp_path / "xdg"))
-    first = await _start(os.path.join(sock_dir, "a.sock"), env, str(tmp_path / "first.log"))
+    first_socket, second_socket = (os.path.join(sock_dir, name) for name in ("a.sock", "b.sock"))
+    first = await _start(first_socket, env, str(tmp_path / "first.log"))
     assert await _stop(first, signal.SIGKILL) == -signal.SIGKILL
     lock_path = tmp_path / "xdg" / "csp-web" / LOCK_FILE
-    assert lock_path.read_text() == f"{first.pid}\n"  # the file stays; the lock went with it
-    second = await _start(os.path.join(sock_dir, "b.sock"), env, str(tmp_path / "second.log"))
-    assert lock_path.read_text() == f"{second.pid}\n"
+    # The file stays (the lock went with its holder), naming the holder and its socket.
+    assert lock_path.read_text() == f"{first.pid}\n{first_socket}\n"
+    second = await _start(second_socket, env, str(tmp_path / "second.log"))
+    assert lock_path.read_text() == f"{second.pid}\n{second_socket}\n"
     assert await _stop(second, signal.SIGTERM) == 0
+    assert lock_path.read_text() == ""  # a daemon that stopped names no socket
 
 
 def test_the_lock_is_exclusive_until_released(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The csp-web command: serve, send, health, replay, check-config, config, memory-sink, mcp.
+"""The csp-web command: serve, send, health, replay, check-config, config, memory-sink, memory,
+mcp, nodes, node.
 
 Exit codes: 0 success; 1 a reply was FAIL (send), a transcript differed (replay) or the
 daemon is degraded (health);
@@ -26,6 +27,8 @@ import trio
 from csp_web import __version__
 from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
+from csp_web.cli.discover import SOCKET_HELP, NoDaemonFound, client_socket, daemon_socket
+from csp_web.cli.memory import MemoryOptions, add_memory_parser, memory_main
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError
 from csp_web.config.load import complete_sections, load_config, serving_socket
@@ -40,6 +43,8 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CUT = 0, 1, 2, 3, 4
 DEFAULT_CONFIG = "default_config.yaml"  # package data: the repository's config.yaml
 _RUN_DAEMON = ("serve", "mcp", "replay", "check-config")  # commands that open redis.url
 _CONFIG_HELP = "YAML configuration file (default: $CSP_WEB_CONFIG, else the embedded defaults)"
+# Commands that talk to a running daemon: they print results, not the daemon's op log.
+_CLIENTS = ("send", "replay", "nodes", "health", "memory")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,12 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     sink = sub.add_parser("memory-sink", help="run the reference Memory Specialist")
     sink.add_argument("--socket", required=True, metavar="PATH", help="Unix socket to serve")
     sink.add_argument("--dir", required=True, help="folder the writes are stored in")
+    sink.add_argument("--config", help=_CONFIG_HELP + "; its memory: retention settings")
+    add_memory_parser(sub, _CONFIG_HELP)  # memory ls|cat (csp_web/cli/memory.py)
     _mcp_parser(sub)
     health = sub.add_parser(
         "health",
         help="probe a running daemon: exit 0 healthy, 1 degraded (a reason line), 3 unreachable",
     )
-    health.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
+    health.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
     health.add_argument("--config", help=_CONFIG_HELP)
     health.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="default 5")
     return parser
@@ -136,7 +143,7 @@ def _send_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "across runs. Exit 0 when every reply is OK or PARTIAL, 1 when any is FAIL, 2 on bad "
         "usage or a malformed frame, 3 when the daemon cannot be reached.",
     )
-    send.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
+    send.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
     send.add_argument("--config", help=_CONFIG_HELP)
     send.add_argument(
         "-e",
@@ -182,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level
-    if args.command in ("send", "replay", "nodes", "health") and level in ("debug", "info"):
+    if args.command in _CLIENTS and level in ("debug", "info"):
         level = "warning"  # client commands print results, not the daemon's op log
     setup_logging(level, as_json=as_json)
     handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
@@ -191,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "health": _health,
         "replay": _replay,
         "memory-sink": _sink,
+        "memory": _memory,
         "mcp": _mcp,
         "nodes": nodes_main,
         "node": lambda args, config: node_run_main(args),
@@ -264,7 +272,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         return EXIT_CUT if cut else EXIT_OK
 
     try:
-        with hold_state_dir(config.daemon.state_dir):  # before anything opens state
+        # Before anything opens state; the lock file names the socket for client commands.
+        with hold_state_dir(config.daemon.state_dir, socket_path=socket_path):
             return _run_service(run, "cannot serve")
     except StateDirBusy as exc:
         print(f"csp-web: {exc}", file=sys.stderr)
@@ -280,10 +289,9 @@ def _raise_open_files_limit() -> None:
 
 
 def _send(args: argparse.Namespace, config: Config) -> int:
-    path = args.socket or config.socket.path
-    if not path:
-        print("csp-web: send needs --socket or socket.path", file=sys.stderr)
-        return EXIT_USAGE
+    path = client_socket("send", args.socket, config)
+    if path is None:
+        return EXIT_UNREACHABLE
     frames = tuple(args.frames) if args.frames else None
     return send_main(SendOptions(path, frames, args.json, args.wait, args.timeout))
 
@@ -291,11 +299,19 @@ def _send(args: argparse.Namespace, config: Config) -> int:
 def _health(args: argparse.Namespace, config: Config) -> int:
     from csp_web.cli.health import HealthOptions, health_main
 
-    path = args.socket or config.socket.path
-    if not path:
-        print("csp-web: health needs --socket or socket.path", file=sys.stderr)
-        return EXIT_USAGE
+    try:
+        path = daemon_socket(args.socket, config)
+    except NoDaemonFound as exc:  # a probe's answer, as for a daemon that does not answer
+        print(f"unreachable: {exc}")
+        return EXIT_UNREACHABLE
     return health_main(HealthOptions(path, args.timeout))
+
+
+def _memory(args: argparse.Namespace, config: Config) -> int:
+    path = client_socket("memory", args.socket, config)
+    if path is None:
+        return EXIT_UNREACHABLE
+    return memory_main(MemoryOptions(path, args.memory_action, args.target, args.timeout))
 
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
@@ -322,7 +338,8 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_memory_sink, args.socket, args.dir, config.memory)
+            await nursery.start(serve_memory_sink, args.socket, args.dir, config.memory)
+            log.info("csp-web memory-sink ready (socket %s, store %s)", args.socket, args.dir)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:  # stop: a write in progress finishes in its thread
                     nursery.cancel_scope.cancel()

@@ -24,6 +24,7 @@ from csp_web.memory.link import MemoryLink, socket_link
 from csp_web.memory.outbox import Outbox, open_outbox
 from csp_web.memory.relay import MemoryRelay
 from csp_web.sink.server import MemorySink, open_memory_sink
+from protocol import format_decimal
 
 EMBEDDED = "embedded"
 
@@ -59,7 +60,7 @@ def describe(sink: MemorySink) -> str:
     store = sink.store
     return (
         f"embedded,count:{store.count},bytes:{store.bytes},"
-        f"max_bytes:{store.retention.max_bytes},max_age_s:{store.retention.max_age_s:g},"
+        f"max_bytes:{store.retention.max_bytes},max_age_s:{format_decimal(store.retention.max_age_s)},"
         f"commits:{sink.commits.commits},failed_commits:{sink.commits.failed_commits}"
     )
 

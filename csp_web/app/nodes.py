@@ -15,6 +15,7 @@ import time
 
 import trio
 
+from csp_web.cli.discover import SOCKET_HELP, client_socket
 from csp_web.client.trio_client import ClientClosed, open_client
 from csp_web.config import Config
 from protocol import Reply, Status, Task
@@ -24,7 +25,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 def add_node_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     nodes = sub.add_parser("nodes", help="list, approve or revoke paired nodes")
-    nodes.add_argument("--socket", metavar="PATH", help="daemon socket (default: socket.path)")
+    nodes.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
     nodes.add_argument("--config", help="YAML configuration file (default: $CSP_WEB_CONFIG)")
     nodes.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
     actions = nodes.add_subparsers(
@@ -89,10 +90,9 @@ def node_run_main(args: argparse.Namespace) -> int:
 
 
 def nodes_main(args: argparse.Namespace, config: Config) -> int:
-    path = args.socket or config.socket.path
-    if not path:
-        print("csp-web: nodes needs --socket or socket.path", file=sys.stderr)
-        return EXIT_USAGE
+    path = client_socket("nodes", args.socket, config)
+    if path is None:
+        return EXIT_UNREACHABLE
     fields = [("ACTION", args.nodes_action)]
     if args.nodes_action == "approve":
         fields.append(("CODE", args.code))

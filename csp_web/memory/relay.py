@@ -17,7 +17,7 @@ from csp_web.config import MemoryConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.replies import with_id
 from csp_web.memory.link import MemoryLink, socket_link
-from protocol import ErrorCode, Reply, Task
+from protocol import ErrorCode, Reply, Status, Task
 
 # What only the daemon writes: a client may not forge or pre-empt these (SPEC M-4). Each op
 # writes one ``audit`` record (SPEC M-1; docs/memory.md); the others are artefacts and runs.
@@ -81,4 +81,15 @@ class MemoryRelay:
             raise OpError(
                 ErrorCode.MEMORY_UNAVAILABLE, f"{type(exc).__name__} at {self._link.name}"
             ) from exc
+        if _refused_as_unknown(reply):
+            # As relayed, it would read as the daemon's own refusal: say whose it is (an
+            # external Memory Specialist older than REQ:list answers so, SPEC M-9).
+            detail = f"{task.req} is not offered by the Memory Specialist at {self._link.name}"
+            raise OpError(ErrorCode.UNKNOWN_OP, detail, scope=("memory",))
         return with_id(reply, task.id)
+
+
+def _refused_as_unknown(reply: Reply) -> bool:
+    """Whether the Memory Specialist answered ``FAIL unknown_op``."""
+    error = reply.get("ERROR") or ""
+    return reply.status is Status.FAIL and error.partition(":")[0] == ErrorCode.UNKNOWN_OP

@@ -4,7 +4,9 @@
 (``csp_web.sink.store``): ID and DATA in one transaction, many writes per transaction
 (``csp_web.sink.commit``), the reply sent only after the commit. A repeated ID with the
 same content is answered ``DATA duplicate`` (SPEC M-2), with other content ``FAIL id_conflict``
-(M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's writes joined in order.
+(M-5). ``REQ:read IN:MEMORY OUT:CONTENT`` returns a path's writes joined in order;
+``REQ:list IN:MEMORY OUT:PATHS`` the stored paths under a PREFIX, a page at a time
+(``csp_web.sink.listing``).
 
 It reads with the one loop (``core.stream.serve_stream``) but has its own, lean handler, not the
 daemon's connection and ``Dispatcher`` (they cost more per frame than the write itself): the
@@ -35,6 +37,7 @@ from csp_web.core.api.fields import ID_PATTERN, FieldSpec, Params, parse_timeout
 from csp_web.core.api.replies import Result, fail_reply, ok_reply
 from csp_web.core.transports.unix import Lease, prepare_socket_directory, serve_unix
 from csp_web.core.wire.stream import StreamHandler, serve_stream
+from csp_web.sink import listing
 from csp_web.sink.commit import GroupCommit
 from csp_web.sink.store import Retention, SinkStore
 from protocol import (
@@ -63,8 +66,12 @@ _WRITE_FIELDS = (
     FieldSpec("DATA", required=True),
 )
 _READ_FIELDS = (FieldSpec("PATH", required=True),)
-# REQ -> (OUT, fields): the sink's two ops, all IN:MEMORY.
-_OPS = {"write": ("ACK", _WRITE_FIELDS), "read": ("CONTENT", _READ_FIELDS)}
+# REQ -> (OUT, fields): the sink's ops, all IN:MEMORY.
+_OPS = {
+    "write": ("ACK", _WRITE_FIELDS),
+    "read": ("CONTENT", _READ_FIELDS),
+    "list": ("PATHS", listing.FIELDS),
+}
 _MAX_TIMEOUT_MS = TasksConfig().max_timeout_ms
 
 
@@ -314,6 +321,8 @@ class SinkSession(StreamHandler):
             parse_timeout_ms(task, default_ms=_MAX_TIMEOUT_MS, max_ms=_MAX_TIMEOUT_MS)
             if task.req == "write":
                 return self.write(params, task.id)
+            if task.req == "list":
+                return await self.list_paths(params, task.id)
             return await self.read(params, task.id)
         except OpError as exc:
             self.sink.tally.counts[exc.code] += 1
@@ -347,6 +356,23 @@ class SinkSession(StreamHandler):
             raise OpError(ErrorCode.NOT_FOUND, "no writes at PATH")  # SPEC M-7
         self.sink.tally.counts["read"] += 1
         return serialize(ok_reply(Result(text, scope=("memory",)), task_id))
+
+    async def list_paths(self, params: Params, task_id: str | None) -> bytes:
+        """A page of the stored paths under PREFIX (SPEC M-9); none is ``not_found``."""
+        prefix = listing.check_prefix(params.opt_text("PREFIX") or "")
+        start = params.opt_text("START")
+        if start is not None:
+            listing.check_start(start)
+        await self.sink.commits.wait_committed()  # as a read: every write sent before it
+        page = listing.list_page(self.sink.store, prefix, start, params.integer("MAX_RESULTS"))
+        if not page.paths:
+            raise OpError(ErrorCode.NOT_FOUND, "no writes under PREFIX")
+        fields = [("PATH", path) for path in page.paths]
+        if page.next_start is not None:
+            fields.append(("NEXT_START", page.next_start))
+        self.sink.tally.counts["list"] += 1
+        result = Result(f"paths:{len(page.paths)}", scope=("memory",), fields=tuple(fields))
+        return serialize(ok_reply(result, task_id))
 
 
 @asynccontextmanager

@@ -97,13 +97,14 @@ def content_hash(source: str, type_: str, path: str, data: str) -> bytes:
     return digest.digest()
 
 
-def check_path(logical: str) -> str:
-    """``logical`` if it is a relative memory path; raises OpError(invalid_field)."""
+def check_path(logical: str, field: str = "PATH") -> str:
+    """``logical`` if it is a relative memory path; raises OpError(invalid_field) naming
+    ``field``, the request field that held it."""
     parts = logical.split("/")  # not PurePosixPath: "a//b" and "a/b" must not be two keys
     if any(p in ("..", ".", "") for p in parts):
-        raise OpError(ErrorCode.INVALID_FIELD, "PATH must be relative without '..'")
+        raise OpError(ErrorCode.INVALID_FIELD, f"{field} must be relative without '..'")
     if any(part.startswith(".") for part in parts):
-        raise OpError(ErrorCode.INVALID_FIELD, "PATH parts may not start with '.'")
+        raise OpError(ErrorCode.INVALID_FIELD, f"{field} parts may not start with '.'")
     return logical
 
 
@@ -194,6 +195,20 @@ class SinkStore:
             "SELECT data FROM writes WHERE path = ? ORDER BY seq", (logical,)
         ).fetchall()
         return "".join(d if d.endswith("\n") else d + "\n" for (d,) in rows)
+
+    def paths(self, low: str, high: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` distinct stored paths from ``low`` (included) to ``high``
+        (excluded; None: no end), in code point order (SQLite compares UTF-8 bytes, which
+        order as the code points do). The path index serves it: a page costs its rows."""
+        if not self.ready:
+            return []
+        bounds: tuple[str, ...] = (low,) if high is None else (low, high)
+        below = "" if high is None else " AND path < ?"
+        rows = self._reader.execute(
+            f"SELECT DISTINCT path FROM writes WHERE path >= ?{below} ORDER BY path LIMIT ?",
+            (*bounds, limit),
+        )
+        return [str(path) for (path,) in rows]
 
     @property
     def ids(self) -> set[str]:

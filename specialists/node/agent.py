@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import trio
 
@@ -308,11 +309,20 @@ _CODES = {str(code): code for code in ErrorCode}
 
 
 def _print_code(code: str) -> None:
-    print(
-        f"pairing code: {code} (approve on the daemon: csp-web nodes approve {code})",
-        file=sys.stderr,
-        flush=True,
-    )
+    """The pairing code for the operator: on stdout, for a script or a terminal that reads
+    the command's output, and on stderr beside the log, where a supervisor keeps it; once
+    when both are the same file (a terminal)."""
+    line = f"pairing code: {code} (approve on the daemon: csp-web nodes approve {code})"
+    print(line, flush=True)
+    if not _same_file(sys.stdout, sys.stderr):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    try:
+        return os.path.samestat(os.fstat(one.fileno()), os.fstat(other.fileno()))
+    except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation: a capture)
+        return False
 
 
 def _fail(task_id: str | None, code: ErrorCode | str, detail: str) -> Reply:
@@ -341,7 +351,7 @@ def write_token(path: str, token: str) -> None:
 
 async def run_node(options: NodeOptions, *, on_code: Callable[[str], None] | None = None) -> int:
     """Run the reference node until its link ends; returns its exit code. ``on_code`` is
-    given the pairing code (default: print it on stderr for the operator)."""
+    given the pairing code (default: print it on stdout and stderr for the operator)."""
     backends = detect(options.backends)
     try:
         stream = await open_link(options)

@@ -27,7 +27,8 @@ BOMB_DECODED_BYTES = 20_000_000
 
 @dataclass
 class Reply:
-    """What a route answers; ``drip`` sends the body one byte per interval, forever."""
+    """What a route answers; ``drip`` sends the body one byte per interval, forever; ``hold``
+    keeps the answer back until the test sets it."""
 
     status: int = 200
     headers: list[tuple[str, str]] = field(default_factory=list)
@@ -35,6 +36,7 @@ class Reply:
     chunked: bool = False
     drip: bool = False
     hangup: bool = False  # close the connection without any response
+    hold: trio.Event | None = None  # answer only once it is set (a step held mid-way)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class Origin:
         reply = self._route(seen)
         if reply.hangup:
             return False
+        if reply.hold is not None:
+            await reply.hold.wait()
         await _send(conn, stream, reply, head=seen.method == "HEAD")
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 

@@ -111,14 +111,17 @@ async def daemon_process(config_path: str) -> AsyncIterator[Child]:
         yield proc
 
 
-async def run_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+async def run_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``csp-web args``; ``env`` (default: this process's) with PYTHONPATH set."""
     with trio.fail_after(WAIT_S):
         return await trio.run_process(
             csp_web(*args),
             check=False,
             capture_stdout=True,
             capture_stderr=True,
-            env={**os.environ, "PYTHONPATH": REPO},
+            env={**(os.environ if env is None else env), "PYTHONPATH": REPO},
         )
 
 

@@ -83,6 +83,29 @@ async def paired_node(
         yield node
 
 
+async def test_nodes_approve_typed_as_the_readme_shows_it_reaches_the_running_daemon(
+    setup: Setup,
+) -> None:
+    """README: `csp-web node run` prints a pairing code (on stdout now, for a script), and
+    `csp-web nodes approve CODE`, with no --socket, no config and no CSP_WEB_CONFIG, pairs it
+    with the daemon started as the README starts it (`serve --socket PATH --no-stdin`): the
+    command finds the socket that daemon recorded in the user's state dir. It answered
+    "nodes needs --socket or socket.path" (exit 2)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CSP_WEB_CONFIG", "XDG_RUNTIME_DIR")}
+    env["XDG_STATE_HOME"] = os.path.join(setup.directory, "xdg")
+    nodes_only = os.path.join(setup.directory, "nodes.yaml")  # the node transport, nothing else
+    with open(nodes_only, "w", encoding="utf-8") as file:
+        file.write(f"nodes:\n  socket_path: {setup.node_path}\n")
+    serve = csp_web("serve", "--config", nodes_only, "--socket", setup.client_path, "--no-stdin")
+    token_file = os.path.join(setup.directory, "readme.token")
+    async with child(serve, env=env) as daemon:
+        await daemon.wait_for(r"csp-web \S+ ready")
+        async with child(node_argv(setup.node_path, "readme1", token_file), read="stdout") as node:
+            code = (await node.wait_for(r"^pairing code: (\S+) "))[1]
+            approved = await run_cli("nodes", "approve", code, env=env)
+    assert (approved.returncode, approved.stdout.decode()) == (0, "approved:readme1\n")
+
+
 async def call(client_path: str, name: str, action: str, params: str | None = None) -> Reply:
     async with open_client(client_path) as client:
         return await client.call(node_task(name, action, params), timeout_s=60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import trio.testing
 
 from csp_web.core.api.errors import OpError
 from protocol import NEED_DATA, Connection, Reply, Status, Task
-from specialists.node.agent import EXIT_UNREACHABLE, NodeAgent, NodeOptions
+from specialists.node.agent import EXIT_UNREACHABLE, NodeAgent, NodeOptions, _print_code
 from specialists.node.results import MediaAssembly, check_reply
 from specialists.node.store import (
     AttemptLimiter,
@@ -214,3 +215,30 @@ async def test_a_malformed_frame_from_the_daemon_ends_the_nodes_link_without_a_c
             assert event.req == "pair"
             await ours.send_all(b"NOT A FRAME\n\n")
     assert codes == [EXIT_UNREACHABLE]
+
+
+PAIRING_LINE = "pairing code: 96WK-KWH3 (approve on the daemon: csp-web nodes approve 96WK-KWH3)\n"
+
+
+def test_the_pairing_code_is_printed_on_stdout_and_on_stderr(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Printed only on stderr before, so a script reading the node's output missed it."""
+    _print_code("96WK-KWH3")
+    assert capfd.readouterr() == (PAIRING_LINE, PAIRING_LINE)
+
+
+def test_the_pairing_code_is_printed_once_when_stdout_and_stderr_are_one_file(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal (or ``2>&1``): one line, not the same line twice."""
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    _print_code("96WK-KWH3")
+    assert capfd.readouterr() == (PAIRING_LINE, "")
+
+
+def test_the_pairing_code_goes_to_both_streams_when_they_have_no_descriptor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _print_code("96WK-KWH3")
+    assert capsys.readouterr() == (PAIRING_LINE, PAIRING_LINE)

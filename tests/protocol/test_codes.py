@@ -91,10 +91,11 @@ def test_main_prints_each_code_with_its_meaning(capsys: pytest.CaptureFixture[st
         assert line.endswith("  " + code.meaning)
 
 
-def test_python_m_protocol_codes_prints_the_catalogue() -> None:
-    """SPEC.md section 5 promises `python -m protocol.codes`."""
+def test_python_m_protocol_codes_prints_the_catalogue_without_a_warning() -> None:
+    """SPEC.md section 5 promises `python -m protocol.codes`; run with warnings as errors, as
+    the package once imported ``codes`` before runpy ran it (a RuntimeWarning)."""
     done = subprocess.run(
-        [sys.executable, "-m", "protocol.codes"],
+        [sys.executable, "-W", "error", "-m", "protocol.codes"],
         capture_output=True,
         check=True,
         cwd=REPO,
@@ -102,3 +103,4 @@ def test_python_m_protocol_codes_prints_the_catalogue() -> None:
         timeout=60,
     )
     assert [line.split()[0] for line in done.stdout.splitlines()] == [c.value for c in ErrorCode]
+    assert done.stderr == ""

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import NumberError, parse_decimal, parse_int, parse_uint
+from protocol import NumberError, format_decimal, parse_decimal, parse_int, parse_uint
 
 from .test_properties import QUICK
 
@@ -110,3 +110,35 @@ def test_any_text_parses_or_raises_number_error_and_nothing_else(text: str | byt
 def test_every_int_written_in_decimal_reads_back_equal(number: int) -> None:
     assert parse_uint(str(number)) == number
     assert parse_int(str(-number)) == -number
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        (2419200.0, "2419200"),  # ":g" wrote 2.4192e+06
+        (1e22, "10000000000000000000000"),
+        (0.00001, "0.00001"),  # str() wrote 1e-05
+        (1.5e-7, "0.00000015"),
+        (0.1, "0.1"),
+        (-2.5, "-2.5"),
+        (-0.0, "0"),
+    ],
+)
+def test_a_decimal_is_written_in_plain_digits_never_with_an_exponent(
+    number: float, text: str
+) -> None:
+    assert format_decimal(number) == text
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_only_finite_numbers_are_written(number: float) -> None:
+    with pytest.raises(NumberError, match="not a finite number"):
+        format_decimal(number)
+
+
+@QUICK
+@given(st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False))
+def test_every_written_decimal_reads_back_as_the_same_float(number: float) -> None:
+    """Whatever ``format_decimal`` writes, ``parse_decimal`` reads back equal."""
+    text = format_decimal(number)
+    assert parse_decimal(text, max_chars=len(text)) == number

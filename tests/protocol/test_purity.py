@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Libraries that do I/O, run event loops or configure logging; none belongs under protocol/.
@@ -29,7 +31,9 @@ FORBIDDEN = (
 _PROBE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import protocol, protocol.codes
+import protocol
+for name in protocol.__all__:  # the public names load on first use
+    getattr(protocol, name)
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -53,3 +57,18 @@ def test_importing_protocol_loads_no_io_event_loop_or_logging_module() -> None:
     assert "protocol._connection" in modules
     loaded = sorted(name for name in modules if name.partition(".")[0] in FORBIDDEN)
     assert loaded == []
+
+
+def test_each_public_name_loads_from_its_module_and_no_other_name_exists() -> None:
+    """The package's face is loaded on first use (so ``python -m protocol.codes`` runs the
+    catalogue once): every name of ``__all__`` resolves, ``dir`` lists it, others raise."""
+    import protocol
+    from protocol import _connection, codes
+
+    assert protocol.Connection is _connection.Connection
+    assert protocol.ErrorCode is codes.ErrorCode
+    assert sorted(protocol._SOURCES) == sorted(protocol.__all__)
+    assert all(getattr(protocol, name) is not None for name in protocol.__all__)
+    assert set(protocol.__all__) <= set(dir(protocol))
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = protocol.Nothing

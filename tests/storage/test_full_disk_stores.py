@@ -15,6 +15,7 @@ from csp_web.client.trio_client import open_stream_client
 from csp_web.config import MemoryConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.api.errors import StorageFull
+from csp_web.core.daemon.statedir import hold_state_dir, served_socket
 from csp_web.infra.cache import open_cache
 from csp_web.sink.server import MemorySink, open_memory_sink
 from protocol import Reply, Status, Task
@@ -142,3 +143,17 @@ def test_pairing_on_a_full_disk_is_storage_full_and_pairs_nothing(tmpfs: Tmpfs) 
     tmpfs.free()
     store.add(Hello("lab2", "linux", ("screen",)))
     assert sorted(NodeStore(folder, max_nodes=4).nodes) == ["lab1", "lab2"]
+
+
+def test_a_full_disk_leaves_the_lock_file_empty_and_the_daemon_starts(
+    tmpfs: Tmpfs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SPEC O-6: the lock file only names its holder (its pid, its socket): on a full disk it
+    stays empty and the lock is held all the same; no client finds a socket there."""
+    state_dir = os.path.join(tmpfs.path, "state")
+    os.mkdir(state_dir, 0o700)
+    tmpfs.fill()
+    with hold_state_dir(state_dir, socket_path="/run/csp.sock") as path:
+        assert Path(path).read_text() == ""
+        assert served_socket(state_dir) is None
+    assert "disk full, the lock file names no pid" in caplog.text

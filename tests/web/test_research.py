@@ -152,6 +152,43 @@ async def test_a_source_that_fails_is_replaced_by_the_next_result(
     ]
 
 
+async def test_a_running_job_shows_each_finished_step_while_a_later_one_is_held(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    """REQ:result INCLUDE_STEPS true reports progress: while the job runs (its last source
+    held by the origin), the reply says status:running and carries the search and the two
+    fetches already finished; once the held page is answered, every step."""
+    dispatcher, _ = research
+    surges = serve(origin, "/surges", SURGES)
+    missing = origin.url("origin.test", "/status/404")
+    held = trio.Event()
+    tides = origin.url("origin.test", "/tides")
+    origin.routes["/tides"] = lambda seen: OriginReply(
+        200, [("content-type", "text/html; charset=utf-8")], TIDES.encode(), hold=held
+    )
+    # Two sources wanted: /surges and /status/404 are read at once, then /tides replaces
+    # the one that failed; its request means both earlier fetches have ended.
+    searx_route(origin, ["/surges", "/status/404", "/tides"])
+    started = await ask(dispatcher, "research", ("QUESTION", QUESTION), ("MAX_SOURCES", "2"))
+    job_id = started.get("JOB_ID") or ""
+    with trio.fail_after(WAIT_S):
+        await origin.wait_request("/tides")
+    running = await ask(dispatcher, "result", ("JOB_ID", job_id), ("INCLUDE_STEPS", "true"))
+    assert (running.status, running.get("DATA")) == (Status.OK, "status:running")
+    assert sorted(steps(running)) == [
+        ("fetch", missing, "fetch_failed:http_404"),
+        ("fetch", surges, "ok"),
+        ("search", json.dumps(QUESTION), "ok"),
+    ]
+    held.set()
+    done = await ask(
+        dispatcher, "result", ("JOB_ID", job_id), ("WAIT_MS", "8000"), ("INCLUDE_STEPS", "true")
+    )
+    assert done.get("DATA") == "status:done,bullets:5,sources:2"
+    assert steps(done)[:3] == steps(running)
+    assert steps(done)[3:] == [("fetch", tides, "ok")]
+
+
 async def test_research_with_a_model_endpoint_answers_from_the_model(
     research: tuple[Dispatcher, WebServices], origin: Origin
 ) -> None:

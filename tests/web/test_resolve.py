@@ -130,3 +130,12 @@ async def test_a_second_resolve_is_answered_from_the_cache(
     second = await run(dispatcher, "resolve", "URL", url)
     assert first == second
     assert origin.paths().count("/r1") == 1
+
+
+def test_the_op_table_names_the_arrow_the_chain_is_joined_with() -> None:
+    """REQ:ops (and docs/ops.md, made from it) say REDIRECT_CHAIN's hops are joined by the
+    arrow the replies carry, U+2192; the table said ' -> '."""
+    [resolve_op] = [op for op in OPS if op.req == "resolve"]
+    [chain] = [field for field in resolve_op.replies if field.name == "REDIRECT_CHAIN"]
+    assert ARROW in chain.doc
+    assert "->" not in chain.doc

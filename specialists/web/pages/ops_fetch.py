@@ -326,7 +326,7 @@ META_EXAMPLE = Example(
 )
 
 RESOLVE_REPLIES = (
-    ReplyField("REDIRECT_CHAIN", "OK", "every hop, joined by ' -> '"),
+    ReplyField("REDIRECT_CHAIN", "OK", f"every hop, joined by '{ARROW}' (U+2192)"),
     ReplyField("URL", "FAIL", "the URL asked"),
     ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
 )

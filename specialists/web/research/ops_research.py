@@ -28,7 +28,8 @@ run/result; ``run.py`` does the work).
     STEP fetch https://coast.example/surges ok ms:120
 
 A bullet's ``[n]`` names the n-th CITE line. ``WAIT_MS`` waits for the job to end within the
-task's deadline; a job still running answers ``DATA status:running``. A failed job answers
+task's deadline; a job still running answers ``DATA status:running``, with INCLUDE_STEPS the
+steps finished so far (its progress). A failed job answers
 FAIL with its error; a job of another peer, one expired or never made is
 ``unknown_research_job``.
 """
@@ -145,7 +146,9 @@ RESULT_REPLIES = (
     ReplyField("BULLET", "done: one per bullet", "a finding and its source numbers [n]"),
     ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order"),
     ReplyField(
-        "STEP", "INCLUDE_STEPS: one per search or fetch", "<kind> <target> <outcome> ms:<n>"
+        "STEP",
+        "INCLUDE_STEPS: one per finished search, fetch or model call (while running too)",
+        "<kind> <target> <outcome> ms:<n>",
     ),
 )
 RESULT_EXAMPLE = Example(
@@ -214,7 +217,12 @@ OPS: list[Op[WebServices]] = [
         result,
         (
             FieldSpec("JOB_ID", required=True, doc="from research"),
-            FieldSpec("INCLUDE_STEPS", "bool", default=False, doc="add each search and fetch"),
+            FieldSpec(
+                "INCLUDE_STEPS",
+                "bool",
+                default=False,
+                doc="add each finished search, fetch and model call, also while the job runs",
+            ),
             FieldSpec(
                 "WAIT_MS",
                 "int",
