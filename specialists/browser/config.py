@@ -61,6 +61,12 @@ class BrowserConfig:
     viewport_height: int = 720
     max_screenshot_bytes: int = 8 * 1024 * 1024  # a full-page PNG of a long page, and no more
     max_extract_chars: int = 100_000  # as web.fetch's largest MAX_CHARS
+    # An upload's file, sent to Chromium inline: Playwright refuses inline buffers past
+    # 50 MB; 16 MiB holds what forms take (photos, PDFs, office files) at a third of that.
+    max_upload_bytes: int = 16 * 1024 * 1024
+    # A page printed to PDF, kept as a fileKey: 32 MiB holds a long page with its images
+    # (a 100-page text PDF is ~1 MB) and stops a page built to print without end.
+    max_pdf_bytes: int = 32 * 1024 * 1024
     # A fresh browser process after this many pages: Chromium's memory grows with pages made
     # and closed, and a recycle keeps it flat (the bench measures RSS after 1,000 actions).
     recycle_after_pages: int = 200
