@@ -17,18 +17,56 @@ MAX_CHORD_KEYS = 5  # four modifiers and a key
 
 _SIDED = ("Shift", "Control", "Alt", "Meta")
 MODIFIERS = frozenset(
-    (*_SIDED, "ControlOrMeta")
-    + tuple(f"{name}{side}" for name in _SIDED for side in ("Left", "Right"))
+    [*_SIDED, "ControlOrMeta", *(f"{name}{side}" for name in _SIDED for side in ("Left", "Right"))]
 )
 # Playwright's US layout (usKeyboardLayout) by code, besides the generated ranges below.
-_NAMED = (
-    "Enter Tab Escape Backspace Delete Insert Home End PageUp PageDown Space AltGraph "
-    "ArrowUp ArrowDown ArrowLeft ArrowRight CapsLock NumLock ScrollLock Pause PrintScreen "
-    "ContextMenu Backquote Minus Equal Backslash BracketLeft BracketRight Quote Semicolon "
-    "Comma Period Slash NumpadAdd NumpadSubtract NumpadMultiply NumpadDivide NumpadDecimal "
-    "NumpadEnter AudioVolumeMute AudioVolumeDown AudioVolumeUp MediaTrackNext "
-    "MediaTrackPrevious MediaPlayPause"
-).split()
+_NAMED = [
+    "Enter",
+    "Tab",
+    "Escape",
+    "Backspace",
+    "Delete",
+    "Insert",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "Space",
+    "AltGraph",
+    "ArrowUp",
+    "ArrowDown",
+    "ArrowLeft",
+    "ArrowRight",
+    "CapsLock",
+    "NumLock",
+    "ScrollLock",
+    "Pause",
+    "PrintScreen",
+    "ContextMenu",
+    "Backquote",
+    "Minus",
+    "Equal",
+    "Backslash",
+    "BracketLeft",
+    "BracketRight",
+    "Quote",
+    "Semicolon",
+    "Comma",
+    "Period",
+    "Slash",
+    "NumpadAdd",
+    "NumpadSubtract",
+    "NumpadMultiply",
+    "NumpadDivide",
+    "NumpadDecimal",
+    "NumpadEnter",
+    "AudioVolumeMute",
+    "AudioVolumeDown",
+    "AudioVolumeUp",
+    "MediaTrackNext",
+    "MediaTrackPrevious",
+    "MediaPlayPause",
+]
 KEY_NAMES = frozenset(
     [*_NAMED, *MODIFIERS]
     + [f"F{n}" for n in range(1, 13)]

@@ -62,6 +62,14 @@ LONG = (
     + b"</body>"
 )
 
+# Results that come late: text, an element and a new URL, 300 ms after the load.
+LATE = b"""<!doctype html><title>Late</title><div id="box"></div><script>
+setTimeout(() => {
+  document.getElementById('box').innerHTML = '<p id="late">Results are ready</p>';
+  history.pushState({}, '', '/late/done');
+}, 300);
+</script>"""
+
 # Dialogs: a confirm, a prompt and an alert, each leaving its answer in the title.
 DIALOGS = b"""<!doctype html><title>Dialogs</title>
 <button id="confirm" onclick="document.title = confirm('Delete it?') ? 'yes' : 'no'">c</button>
@@ -72,7 +80,8 @@ DIALOGS = b"""<!doctype html><title>Dialogs</title>
 OPENER = b"""<!doctype html><title>Opener</title>
 <a id="link" href="/child" target="_blank">child</a>
 <button id="more" onclick="window.open('/child')">more</button>
-<button id="flood" onclick="for (let i = 0; i < 100; i++) window.open('/child?' + i)">100</button>"""
+<button id="flood"
+ onclick="for (let i = 0; i < 100; i++) window.open('/child?' + i)">100</button>"""
 
 CHILD = b"<!doctype html><title>Child</title><p id='here'>child page</p>"
 
@@ -118,7 +127,9 @@ async def dispatcher_under(
     if browser is not None:
         config = with_section(config, SECTION, browser)
     if workspace_roots:
-        config = with_section(config, "tool", ToolConfig(exec=ExecConfig(workspace_roots=workspace_roots)))
+        config = with_section(
+            config, "tool", ToolConfig(exec=ExecConfig(workspace_roots=workspace_roots))
+        )
     os.makedirs(config.daemon.state_dir, exist_ok=True)
     async with open_outbox(config.outbox_path, config.outbox, config.memory) as outbox:
         yield build_dispatcher(config, outbox_path(config, outbox), browser_ops(), services)

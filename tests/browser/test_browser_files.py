@@ -20,11 +20,10 @@ from specialists.browser.services import BrowserServices
 from specialists.browser.workspace_files import read_workspace_file
 from tests.net._origin import Origin
 
-from .actions_support import SHOP, MemoryFiles, dispatcher_under, page_eval
+from .actions_support import SHOP, MemoryFiles, dispatcher_under
 from .test_browser_op import error, open_session, run, serve
 
 ACT = "ACTION"
-GOT = "document.getElementById('got').textContent"
 
 
 def ok(reply: Reply) -> Reply:
@@ -40,9 +39,8 @@ def files(services: BrowserServices) -> Iterator[MemoryFiles]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "work"
-    root.mkdir()
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("work")  # apart from the daemon's state dir (tmp_path)
     (root / "cv.txt").write_bytes(b"Ada Lovelace, analyst")
     return root
 
@@ -102,15 +100,20 @@ def test_a_device_under_a_root_is_not_read(tmp_path: Path) -> None:
 
 
 async def test_upload_of_a_workspace_file_gives_the_file_input_its_bytes(
-    services: BrowserServices, origin: Origin, config: Config, workspace: Path
+    services: BrowserServices,
+    origin: Origin,
+    make_config: functools.partial[Config],
+    workspace: Path,
 ) -> None:
-    async with dispatcher_under(config, services, workspace_roots=(str(workspace),)) as d:
+    roots = (str(workspace),)
+    async with dispatcher_under(make_config(), services, workspace_roots=roots) as d:
         _, session = await open_session(d, origin, "up", "/shop", SHOP)
         path = str(workspace / "cv.txt")
         fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", path), session)
         reply = ok(await run(d, *fields))
         assert (reply.get("UPLOAD_NAME"), reply.get("UPLOAD_BYTES")) == ("cv.txt", "21")
-        assert await page_eval(services, "up", GOT) == "cv.txt:text/plain:21:Ada Lovelace, analyst"
+        got = "cv.txt:text/plain:21:Ada Lovelace, analyst"
+        ok(await run(d, (ACT, "wait"), ("TEXT", got), session))  # the page read the file
         outside = await run(d, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", "/etc/passwd"))
         assert error(outside) == "permission_denied:/etc/passwd"
 
@@ -118,14 +121,21 @@ async def test_upload_of_a_workspace_file_gives_the_file_input_its_bytes(
 async def test_upload_of_a_file_key_gives_the_file_input_the_stored_file(
     dispatcher: Dispatcher, services: BrowserServices, origin: Origin, files: MemoryFiles
 ) -> None:
-    key = await files.put(b"%PDF-1.4 tiny", url="https://a.test/r", name="r.pdf",
-                          content_type="application/pdf")
+    key = await files.put(
+        b"%PDF-1.4 tiny", url="https://a.test/r", name="r.pdf", content_type="application/pdf"
+    )
     _, session = await open_session(dispatcher, origin, "key", "/shop", SHOP)
     fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", key), session)
     ok(await run(dispatcher, *fields))
-    assert await page_eval(services, "key", GOT) == "r.pdf:application/pdf:13:%PDF-1.4 tiny"
-    unknown = await run(dispatcher, (ACT, "upload"), ("SELECTOR", "css:#doc"),
-                        ("FILE_KEY", "fk_aaaaaaaaaaaaaaaa"), session)
+    got = "r.pdf:application/pdf:13:%PDF-1.4 tiny"
+    ok(await run(dispatcher, (ACT, "wait"), ("TEXT", got), session))  # the page read the file
+    unknown = await run(
+        dispatcher,
+        (ACT, "upload"),
+        ("SELECTOR", "css:#doc"),
+        ("FILE_KEY", "fk_aaaaaaaaaaaaaaaa"),
+        session,
+    )
     assert error(unknown) == "unknown_file_key:fk_aaaaaaaaaaaaaaaa"
 
 
@@ -173,8 +183,9 @@ async def test_a_page_that_navigates_away_mid_upload_leaves_a_clear_answer_and_a
     serve(origin, "/ordered", b"<title>Ordered</title>")
     key = await files.put(b"y" * 200_000, url="https://a.test/y", name="y.bin", content_type="x/y")
     _, session = await open_session(dispatcher, origin, "leave", "/leaving", LEAVING)
-    reply = await run(dispatcher, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", key),
-                      session)
+    reply = await run(
+        dispatcher, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", key), session
+    )
     assert reply.status is Status.OK or error(reply).split(":")[0] in ("action_failed",)
     ok(await run(dispatcher, (ACT, "wait"), ("URL", "**/ordered"), session))
     after = ok(await run(dispatcher, (ACT, "extract"), session))

@@ -59,15 +59,14 @@ async def test_a_popup_becomes_a_tab_listed_switched_to_and_closed(
     child = origin.url("origin.test", "/child")
     await open_popup(dispatcher, services, "tabs")
     listed = ok(await run(dispatcher, (ACT, "tabs"), session))
-    assert listed.fields[3:] == (
+    shown = [(k, v) for k, v in listed.fields if k in ("URL", "TABS", "CURRENT_TAB", "TAB")]
+    assert shown == [
         ("URL", url),
         ("TABS", "2"),
         ("CURRENT_TAB", "0"),
         ("TAB", f'0 {url} "Opener"'),
         ("TAB", f'1 {child} "Child"'),
-        ("EXEC_TIME", listed.get("EXEC_TIME")),
-        ("SESSION", "tabs"),
-    )
+    ]
     switched = ok(await run(dispatcher, (ACT, "switch"), ("TAB", "1"), session))
     assert (switched.get("URL"), switched.get("TITLE"), switched.get("CURRENT_TAB")) == (
         child,
