@@ -329,3 +329,22 @@ async def test_a_page_that_prompts_forever_cannot_hold_the_session(
     with trio.fail_after(20):  # a prompt loop: an answer by the deadline, never a hang
         after = await run(dispatcher, (ACT, "extract"), session, ("TIMEOUT_MS", "3000"))
     assert "nag" in (ok(after).get("CONTENT") or "")  # each prompt answered, the page served
+
+
+# ---- landings -------------------------------------------------------------------------------
+
+TO_BLOB = b"""<!doctype html><title>Blob</title><script>
+setTimeout(() => {
+  location.href = URL.createObjectURL(new Blob(['<title>Inside</title>'], {type: 'text/html'}));
+}, 300);
+</script>"""
+
+
+async def test_a_wait_that_lands_on_a_url_the_gate_refuses_fails_with_the_gates_code(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    url, session = await open_session(dispatcher, origin, "blob", "/blob", TO_BLOB)
+    landed = await run(dispatcher, (ACT, "wait"), ("URL", "blob:**"), session)
+    assert error(landed).startswith("url_rejected:")
+    back = ok(await run(dispatcher, (ACT, "back"), session))
+    assert back.get("URL") == url
