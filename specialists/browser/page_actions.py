@@ -19,6 +19,7 @@ from protocol import ErrorCode
 from .pages import ActionError, DialogAnswer, Navigated, PageSet, Target, locate
 
 _POLL_S = 0.1  # how often a wait for an element looks again (Playwright polls at 100 ms too)
+_TITLE_S = 1.0  # a live tab answers its title in milliseconds; a spinning one never does
 
 
 async def press(pages: PageSet, target: Target | None, key: str, timeout_ms: float) -> str:
@@ -155,9 +156,11 @@ async def tabs(pages: PageSet) -> list[Tab]:
 
 
 async def _title(page: Any) -> str:
+    """The tab's title; "" for a tab closing as it is listed, or too busy to say (a page
+    spinning in a script must not hold the listing until the deadline)."""
     try:
-        return str(await page.title())
-    except Exception:  # a tab closing as it is listed: listed without its title
+        return str(await asyncio.wait_for(page.title(), _TITLE_S))
+    except (Exception, asyncio.TimeoutError):
         return ""
 
 
