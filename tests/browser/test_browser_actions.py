@@ -198,6 +198,7 @@ async def test_scroll_takes_an_element_or_pixels_never_both_nor_neither(
 # ---- wait -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_wait_returns_once_text_an_element_or_a_url_has_come(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
@@ -211,6 +212,7 @@ async def test_wait_returns_once_text_an_element_or_a_url_has_come(
         assert reply.get("URL") == origin.url("origin.test", "/late/done"), field
 
 
+@pytest.mark.slow
 async def test_wait_for_what_never_comes_is_wait_timeout_and_keeps_the_session(
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
@@ -316,6 +318,7 @@ setInterval(() => { document.title = 'asked:' + prompt('Subscribe?'); }, 10);
 <button id="spin" onclick="while (true) { prompt('Again?'); }">spin</button>"""
 
 
+@pytest.mark.slow
 async def test_a_page_that_prompts_forever_cannot_hold_the_session(
     dispatcher: Dispatcher, services: BrowserServices, origin: Origin
 ) -> None:

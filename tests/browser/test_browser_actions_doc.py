@@ -12,6 +12,7 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
 import trio
 
 from csp_web.app import opsdoc
@@ -85,6 +86,7 @@ async def prepare(
         await services.engine.run(_popup, session_pages(services, SESSION))
 
 
+@pytest.mark.slow
 async def test_every_documented_action_example_is_what_chromium_answers(
     dispatcher: Dispatcher, services: BrowserServices, origin: Origin
 ) -> None:

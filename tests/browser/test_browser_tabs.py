@@ -120,6 +120,7 @@ async def test_the_last_tab_is_closed_by_close_not_close_tab(
     assert error(reply) == "invalid_field:TAB is the session's last: close ends it"
 
 
+@pytest.mark.slow
 async def test_a_session_lists_tabs_up_to_its_page_cap_and_no_more(
     dispatcher: Dispatcher, services: BrowserServices, origin: Origin
 ) -> None:
@@ -133,6 +134,7 @@ async def test_a_session_lists_tabs_up_to_its_page_cap_and_no_more(
     assert session_pages(services, "cap").popups_closed == 1
 
 
+@pytest.mark.slow
 async def test_a_page_opening_a_hundred_popups_keeps_the_session_within_its_cap(
     dispatcher: Dispatcher, services: BrowserServices, origin: Origin
 ) -> None:
