@@ -145,3 +145,21 @@ async def test_a_page_opening_a_hundred_popups_keeps_the_session_within_its_cap(
     assert 2 <= int(listed.get("TABS") or 0) <= cap
     assert len(session_pages(services, "flood").context.pages) <= cap
     ok(await run(dispatcher, (ACT, "extract"), session))
+
+
+SPIN = (
+    b"<!doctype html><title>Spin</title><script>setTimeout(() => { while (true) {} }, 300)</script>"
+)
+
+
+@pytest.mark.slow
+async def test_a_tab_spinning_in_a_script_is_listed_without_its_title_not_waited_on(
+    dispatcher: Dispatcher, services: BrowserServices, origin: Origin
+) -> None:
+    spin = serve(origin, "/spin", SPIN).replace("origin.test", "other.test")  # its own process
+    page = f"""<title>Opener</title><a id="link" href="{spin}" target="_blank">spin</a>"""
+    url, session = await open_session(dispatcher, origin, "spin", "/spinner", page.encode())
+    await open_popup(dispatcher, services, "spin")
+    await services.engine.run(asyncio.sleep, 1.0)  # past the popup's 300 ms: it spins now
+    listed = ok(await run(dispatcher, (ACT, "tabs"), session))
+    assert listed.get_all("TAB") == [f'0 {url} "Opener"', f'1 {spin} ""']
