@@ -163,3 +163,41 @@ async def test_a_tab_spinning_in_a_script_is_listed_without_its_title_not_waited
     await services.engine.run(asyncio.sleep, 1.0)  # past the popup's 300 ms: it spins now
     listed = ok(await run(dispatcher, (ACT, "tabs"), session))
     assert listed.get_all("TAB") == [f'0 {url} "Opener"', f'1 {spin} ""']
+
+
+CLOSING = (
+    b"<!doctype html><title>Closing</title><script>setTimeout(() => window.close(), 300)</script>"
+)
+OPENS_CLOSING = b"""<title>Opener</title>
+<button id="open" onclick="window.open('/closing')">o</button>
+<button id="bye" onclick="window.open('/bye')">b</button>"""
+BYE = b"""<title>Bye</title><button id="close" onclick="window.close()">close</button>"""
+
+
+async def _closed(pages: PageSet) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while len(pages.tabs) > 1:
+            await asyncio.sleep(0.05)
+
+
+async def test_a_tab_that_closes_itself_leaves_the_list_and_the_session_goes_on(
+    dispatcher: Dispatcher, services: BrowserServices, origin: Origin
+) -> None:
+    serve(origin, "/closing", CLOSING)
+    url, session = await open_session(dispatcher, origin, "self", "/opens", OPENS_CLOSING)
+    await open_popup(dispatcher, services, "self", "css:#open")
+    await services.engine.run(_closed, session_pages(services, "self"))
+    listed = ok(await run(dispatcher, (ACT, "tabs"), session))
+    assert listed.get_all("TAB") == [f'0 {url} "Opener"']
+
+
+async def test_the_current_tab_closing_itself_loses_the_session(
+    dispatcher: Dispatcher, services: BrowserServices, origin: Origin
+) -> None:
+    serve(origin, "/bye", BYE)
+    _, session = await open_session(dispatcher, origin, "gone", "/opens", OPENS_CLOSING)
+    await open_popup(dispatcher, services, "gone", "css:#bye")
+    ok(await run(dispatcher, (ACT, "switch"), ("TAB", "1"), session))
+    ok(await run(dispatcher, (ACT, "click"), ("SELECTOR", "css:#close"), session))
+    await services.engine.run(_closed, session_pages(services, "gone"))
+    assert error(await run(dispatcher, (ACT, "tabs"), session)) == "session_lost:gone"
