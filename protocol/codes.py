@@ -125,6 +125,8 @@ class ErrorCode(enum.StrEnum):
     SESSION_LOST = "session_lost", "the session's page was lost between actions; the name is free"
     PAGE_CRASHED = "page_crashed", "the page's renderer crashed mid-action (out of memory, killed)"
     REF_STALE = "ref_stale", "REF names no element now: the page navigated or changed since"
+    TAB_NOT_FOUND = "tab_not_found", "TAB names no open tab of the session"
+    WAIT_TIMEOUT = "wait_timeout", "what the browser waited for did not come before the deadline"
 
     # Cancellation (SPEC C-6).
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"

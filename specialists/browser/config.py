@@ -76,6 +76,12 @@ class BrowserConfig:
     # bound of its own and takes about a second per few thousand elements on a busy 2-core
     # host; a long real page (a Wikipedia article) has 10-20k. Past it: too_large, scope it.
     snapshot_max_elements: int = 50_000
+    # An upload's file, sent to Chromium inline: Playwright refuses inline buffers past
+    # 50 MB; 16 MiB holds what forms take (photos, PDFs, office files) at a third of that.
+    max_upload_bytes: int = 16 * 1024 * 1024
+    # A page printed to PDF, kept as a fileKey: 32 MiB holds a long page with its images
+    # (a 100-page text PDF is ~1 MB) and stops a page built to print without end.
+    max_pdf_bytes: int = 32 * 1024 * 1024
     # A fresh browser process after this many pages: Chromium's memory grows with pages made
     # and closed, and a recycle keeps it flat (the bench measures RSS after 1,000 actions).
     recycle_after_pages: int = 200

@@ -1,7 +1,9 @@
 """The ``browser`` op (IN:TOOL, OUT:BROWSER_RESULT): drive a real Chromium page.
 
     TASK REQ:browser IN:TOOL OUT:BROWSER_RESULT
-    ACTION navigate|click|type|screenshot|extract|close|snapshot
+    ACTION navigate|click|type|screenshot|extract|close|snapshot  (and actions_page's: press,
+           hover, select, check, uncheck, scroll, wait, back, forward, reload, dialog, tabs,
+           switch, close_tab, upload, pdf)
     TARGET_URL https://example.com
     SELECTOR css:.class|xpath://div
     REF e12                   (an element by its ref from snapshot, instead of SELECTOR)
@@ -33,7 +35,7 @@ from protocol import ErrorCode
 from specialists.browser.config import browser_section
 from specialists.extract import extract_article
 
-from . import actions_snapshot
+from . import actions_page, actions_snapshot
 from . import pages as page_ops
 from .errors import translate
 from .pages import PageSet
@@ -42,6 +44,7 @@ from .sessions import SESSION_NAME, owner_of
 from .steps import SCOPE as _SCOPE
 from .steps import (
     Handlers,
+    check_landing,
     element_target,
     on_pages,
     optional_target,
@@ -58,17 +61,11 @@ async def _navigate(services: BrowserServices, ctx: OpContext, params: Params) -
         return await engine.run(page_ops.navigate, pages, url, timeout_ms())
 
     done = await on_pages(services, ctx, params.opt_text("SESSION"), step, url)
-    _check_landing(done.url, services)
+    check_landing(done.url, services)
     fields = [("URL", done.url), ("TITLE", done.title)]
     if done.status is not None:
         fields.append(("HTTP_STATUS", str(done.status)))
     return Result(f"action:navigate,url:{done.url}", _SCOPE, tuple(fields))
-
-
-def _check_landing(url: str, services: BrowserServices) -> None:
-    """The page must end on a URL the gate passes (no file:, chrome: or data: landing)."""
-    if url != "about:blank":
-        check_url(url, services.guard())
 
 
 async def _click_or_type(
@@ -88,6 +85,7 @@ async def _click_or_type(
             return await engine.run(page_ops.type_text, pages, target, value, timeout_ms())
 
     url = await on_pages(services, ctx, params.opt_text("SESSION"), step)
+    check_landing(url, services)  # a click may follow a link anywhere the page points
     return Result(f"action:{action},url:{url}", _SCOPE, (("URL", url), *target.fields()))
 
 
@@ -137,6 +135,7 @@ HANDLERS: Handlers = {
     "extract": _extract,
     "close": _close,
     **actions_snapshot.HANDLERS,
+    **actions_page.HANDLERS,
 }
 
 
@@ -198,6 +197,7 @@ BROWSER_REPLIES = (
     ReplyField("EXEC_TIME", "always", "ms the action took"),
     ReplyField("SESSION", "a SESSION was given (close: always)", "the session"),
     *actions_snapshot.REPLIES,
+    *actions_page.REPLIES,
 )
 
 BROWSER_EXAMPLE = Example(
@@ -231,7 +231,12 @@ OPS: list[Op[BrowserServices]] = [
             FieldSpec("ACTION", "choice", required=True, choices=tuple(HANDLERS)),
             FieldSpec("TARGET_URL", max_chars=2048, doc="navigate: the page to load"),
             FieldSpec("SELECTOR", max_chars=1024, doc="css:<selector> or xpath:<expression>"),
-            FieldSpec("VALUE", max_chars=64 * 1024, doc="type: the text to fill in"),
+            FieldSpec(
+                "VALUE",
+                max_chars=64 * 1024,
+                doc="type: the text to fill in; select: an option's value or label;"
+                " dialog: a prompt's answer",
+            ),
             FieldSpec("SECRET", "bool", default=False, doc="VALUE is never logged"),
             FieldSpec("SESSION", max_chars=64, doc="a page kept between tasks; close ends it"),
             FieldSpec("FULL_PAGE", "bool", default=False, doc="screenshot: the whole page"),
@@ -240,13 +245,15 @@ OPS: list[Op[BrowserServices]] = [
                 "MAX_CHARS", "int", minimum=1, maximum=1_000_000, doc="extract, snapshot: cap"
             ),
             *actions_snapshot.FIELDS,
+            *actions_page.FIELDS,
         ),
         replies=BROWSER_REPLIES,
         example=BROWSER_EXAMPLE,
         doc=(
             "drive a Chromium page through the fetch guard: navigate, click, type, screenshot,"
             " extract (readable Markdown, or SELECTOR's text), snapshot (the accessibility"
-            " tree with refs that REF takes); SESSION keeps the page"
+            " tree with refs that REF takes), press, hover, select, check, scroll, wait, history,"
+            " dialogs, tabs, upload, pdf; SESSION keeps the page"
         ),
     )
 ]

@@ -33,6 +33,15 @@ class ActionError(Exception):
         self.detail = detail
 
 
+@dataclass(frozen=True)
+class DialogAnswer:
+    """How the next alert/confirm/prompt is answered: accepted (with ``text`` for a
+    prompt) or dismissed."""
+
+    accept: bool
+    text: str | None = None
+
+
 @dataclass
 class PageSet:
     """One BrowserContext, its lane into the guard proxy and its main page; popups
@@ -41,7 +50,9 @@ class PageSet:
     browser closed); ``gone`` is set then (engine thread)."""
 
     opened: Opened
-    page: Any
+    page: Any  # the current tab: every action acts on it (``switch`` changes it)
+    tabs: list[Any] = field(default_factory=list)  # the main page, then admitted popups
+    dialog: DialogAnswer | None = None  # armed by ``dialog`` for the next one, then cleared
     popups_kept: int = 0
     popups_closed: int = 0
     popup_decided: asyncio.Event = field(default_factory=asyncio.Event)
@@ -98,10 +109,35 @@ async def open_pages(
         raise
     pages = PageSet(opened, page)
     opened.context.on("page", lambda popup: _admit_popup(pages, popup, guard, max_pages))
-    page.on("crash", lambda _page: pages.mark_lost("renderer crashed"))
-    page.on("close", lambda _page: pages.mark_lost("page closed"))
+    _watch(pages, page)
     opened.context.on("close", lambda _context: pages.mark_lost("context closed"))
     return pages
+
+
+def _watch(pages: PageSet, page: Any) -> None:
+    """Keep ``page`` as a tab: its loss is the session's only while it is the current tab,
+    and its dialogs are answered as armed, else dismissed (what Playwright does to a page
+    nobody listens to)."""
+    pages.tabs.append(page)
+    page.on("crash", lambda _page: _tab_went(pages, page, "renderer crashed"))
+    page.on("close", lambda _page: _tab_went(pages, page, "page closed"))
+    page.on("dialog", lambda dialog: _answer_dialog(pages, dialog))
+
+
+def _tab_went(pages: PageSet, page: Any, reason: str) -> None:
+    if page in pages.tabs:
+        pages.tabs.remove(page)
+    if page is pages.page:
+        pages.mark_lost(reason)
+
+
+async def _answer_dialog(pages: PageSet, dialog: Any) -> None:
+    answer, pages.dialog = pages.dialog, None
+    with contextlib.suppress(Exception):  # the page may have gone meanwhile
+        if answer is not None and answer.accept:
+            await dialog.accept(answer.text)
+        else:
+            await dialog.dismiss()
 
 
 def _admit_popup(pages: PageSet, popup: Any, guard: GuardConfig, max_pages: int) -> None:
@@ -113,6 +149,7 @@ def _admit_popup(pages: PageSet, popup: Any, guard: GuardConfig, max_pages: int)
         _close_soon(popup)
     else:
         pages.popups_kept += 1
+        _watch(pages, popup)
     pages.popup_decided.set()
 
 

@@ -20,7 +20,7 @@ from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Params
 from csp_web.core.api.replies import Result
-from csp_web.net import GuardConfig
+from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
 from specialists.browser.config import BrowserConfig, browser_section
 
@@ -75,6 +75,12 @@ def optional_target(params: Params) -> Target | None:
     if params.opt_text("REF") is None and params.opt_text("SELECTOR") is None:
         return None
     return element_target(params)
+
+
+def check_landing(url: str, services: BrowserServices) -> None:
+    """The page must end on a URL the gate passes (no file:, chrome: or data: landing)."""
+    if url != "about:blank":
+        check_url(url, services.guard())
 
 
 def timeout_ms() -> float:

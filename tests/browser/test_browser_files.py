@@ -1,0 +1,231 @@
+"""Files in and out of a page: ``upload`` (a fileKey's file, or one under a workspace root,
+confined as exec's paths are) and ``pdf`` (the page printed, kept as a fileKey); both capped."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from csp_web.config import Config
+from csp_web.core.api.errors import OpError
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from protocol import ErrorCode, Reply, Status
+from specialists.browser.config import BrowserConfig
+from specialists.browser.services import BrowserServices
+from specialists.browser.workspace_files import read_workspace_file
+from tests.net._origin import Origin
+
+from .actions_support import SHOP, MemoryFiles, dispatcher_under
+from .test_browser_op import error, open_session, run, serve
+
+ACT = "ACTION"
+
+
+def ok(reply: Reply) -> Reply:
+    assert reply.status is Status.OK, reply
+    return reply
+
+
+@pytest.fixture
+def files(services: BrowserServices) -> Iterator[MemoryFiles]:
+    store = MemoryFiles()
+    with services.files.provided(store):
+        yield store
+
+
+@pytest.fixture
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("work")  # apart from the daemon's state dir (tmp_path)
+    (root / "cv.txt").write_bytes(b"Ada Lovelace, analyst")
+    return root
+
+
+# ---- reading a workspace file (no browser) ---------------------------------------------------
+
+
+def test_a_regular_file_under_a_root_is_read(workspace: Path) -> None:
+    path = str(workspace / "cv.txt")
+    assert read_workspace_file([str(workspace)], path, max_bytes=100) == b"Ada Lovelace, analyst"
+
+
+def test_a_file_of_max_bytes_is_read_and_one_more_is_too_large(workspace: Path) -> None:
+    (workspace / "n.bin").write_bytes(b"x" * 1000)
+    (workspace / "n1.bin").write_bytes(b"x" * 1001)
+    roots = [str(workspace)]
+    assert len(read_workspace_file(roots, str(workspace / "n.bin"), max_bytes=1000)) == 1000
+    with pytest.raises(OpError) as refused:
+        read_workspace_file(roots, str(workspace / "n1.bin"), max_bytes=1000)
+    assert refused.value.code is ErrorCode.TOO_LARGE
+
+
+def _refusal(roots: list[str], path: str) -> ErrorCode:
+    with pytest.raises(OpError) as refused:
+        read_workspace_file(roots, path, max_bytes=1 << 20)
+    return refused.value.code
+
+
+def test_paths_that_leave_the_root_or_are_no_regular_file_are_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_bytes(b"secret")
+    (workspace / "link.txt").symlink_to(outside)
+    (workspace / "out").symlink_to(tmp_path)
+    (workspace / "dir").mkdir()
+    os.mkfifo(workspace / "fifo")
+    roots = [str(workspace)]
+    assert _refusal(roots, str(outside)) is ErrorCode.PERMISSION_DENIED
+    assert _refusal(roots, str(workspace / ".." / "secret.txt")) is ErrorCode.PERMISSION_DENIED
+    assert _refusal(roots, str(workspace / "link.txt")) is ErrorCode.PERMISSION_DENIED
+    assert _refusal(roots, str(workspace / "out" / "secret.txt")) is ErrorCode.PERMISSION_DENIED
+    assert _refusal(roots, "/dev/zero") is ErrorCode.PERMISSION_DENIED
+    assert _refusal(roots, "/proc/self/environ") is ErrorCode.PERMISSION_DENIED
+    assert _refusal(roots, str(workspace / "dir")) is ErrorCode.INVALID_FIELD
+    assert _refusal(roots, str(workspace / "fifo")) is ErrorCode.INVALID_FIELD  # and no hang
+    assert _refusal(roots, str(workspace / "none.txt")) is ErrorCode.INVALID_FIELD
+    assert _refusal(roots, "cv.txt") is ErrorCode.INVALID_FIELD
+    assert _refusal([], str(workspace / "cv.txt")) is ErrorCode.NOT_AVAILABLE
+
+
+def test_a_device_under_a_root_is_not_read(tmp_path: Path) -> None:
+    assert _refusal(["/dev"], "/dev/zero") is ErrorCode.INVALID_FIELD
+
+
+# ---- upload --------------------------------------------------------------------------------
+
+
+async def test_upload_of_a_workspace_file_gives_the_file_input_its_bytes(
+    services: BrowserServices,
+    origin: Origin,
+    make_config: functools.partial[Config],
+    workspace: Path,
+) -> None:
+    roots = (str(workspace),)
+    async with dispatcher_under(make_config(), services, workspace_roots=roots) as d:
+        _, session = await open_session(d, origin, "up", "/shop", SHOP)
+        path = str(workspace / "cv.txt")
+        fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", path), session)
+        reply = ok(await run(d, *fields))
+        assert (reply.get("UPLOAD_NAME"), reply.get("UPLOAD_BYTES")) == ("cv.txt", "21")
+        got = "cv.txt:text/plain:21:Ada Lovelace, analyst"
+        ok(await run(d, (ACT, "wait"), ("TEXT", got), session))  # the page read the file
+        outside = await run(d, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", "/etc/passwd"))
+        assert error(outside) == "permission_denied:/etc/passwd"
+
+
+async def test_upload_of_a_file_key_gives_the_file_input_the_stored_file(
+    dispatcher: Dispatcher, services: BrowserServices, origin: Origin, files: MemoryFiles
+) -> None:
+    key = await files.put(
+        b"%PDF-1.4 tiny", url="https://a.test/r", name="r.pdf", content_type="application/pdf"
+    )
+    _, session = await open_session(dispatcher, origin, "key", "/shop", SHOP)
+    fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", key), session)
+    ok(await run(dispatcher, *fields))
+    got = "r.pdf:application/pdf:13:%PDF-1.4 tiny"
+    ok(await run(dispatcher, (ACT, "wait"), ("TEXT", got), session))  # the page read the file
+    unknown = await run(
+        dispatcher,
+        (ACT, "upload"),
+        ("SELECTOR", "css:#doc"),
+        ("FILE_KEY", "fk_aaaaaaaaaaaaaaaa"),
+        session,
+    )
+    assert error(unknown) == "unknown_file_key:fk_aaaaaaaaaaaaaaaa"
+
+
+@pytest.mark.parametrize(("size", "good"), [(1000, True), (1001, False)])
+async def test_an_uploaded_file_key_is_capped_at_n(
+    services: BrowserServices,
+    origin: Origin,
+    make_config: functools.partial[Config],
+    browser_settings: BrowserConfig,
+    files: MemoryFiles,
+    size: int,
+    good: bool,
+) -> None:
+    key = await files.put(b"x" * size, url="https://a.test/x", name="x.bin", content_type="x/y")
+    capped = replace(browser_settings, max_upload_bytes=1000)
+    async with dispatcher_under(make_config(), services, browser=capped) as d:
+        _, session = await open_session(d, origin, "cap", "/shop", SHOP)
+        reply = await run(d, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", key), session)
+    if good:
+        assert ok(reply).get("UPLOAD_BYTES") == "1000"
+    else:
+        assert error(reply).startswith("too_large:")
+
+
+async def test_upload_takes_a_file_key_or_a_path_and_needs_a_store_for_keys(
+    dispatcher: Dispatcher,
+) -> None:
+    neither = await run(dispatcher, (ACT, "upload"), ("SELECTOR", "css:#doc"))
+    assert error(neither).startswith("missing_field:FILE_KEY or PATH")
+    both = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", "/a"), ("FILE_KEY", "fk_a"))
+    assert error(await run(dispatcher, *both)).startswith("missing_field:")
+    keyed = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", "fk_aaaaaaaaaaaaaaaa"))
+    assert error(await run(dispatcher, *keyed)).startswith("not_available:")
+
+
+LEAVING = SHOP.replace(
+    b"document.getElementById('got').textContent =",
+    b"location.href = '/ordered'; document.getElementById('got').textContent =",
+)
+
+
+async def test_a_page_that_navigates_away_mid_upload_leaves_a_clear_answer_and_a_live_session(
+    dispatcher: Dispatcher, origin: Origin, files: MemoryFiles
+) -> None:
+    serve(origin, "/ordered", b"<title>Ordered</title>")
+    key = await files.put(b"y" * 200_000, url="https://a.test/y", name="y.bin", content_type="x/y")
+    _, session = await open_session(dispatcher, origin, "leave", "/leaving", LEAVING)
+    reply = await run(
+        dispatcher, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("FILE_KEY", key), session
+    )
+    assert reply.status is Status.OK or error(reply).split(":")[0] in ("action_failed",)
+    ok(await run(dispatcher, (ACT, "wait"), ("URL", "**/ordered"), session))
+    after = ok(await run(dispatcher, (ACT, "extract"), session))
+    assert after.get("TITLE") == "Ordered"
+
+
+# ---- pdf -----------------------------------------------------------------------------------
+
+
+async def test_pdf_prints_the_page_to_a_file_key(
+    dispatcher: Dispatcher, origin: Origin, files: MemoryFiles
+) -> None:
+    url, session = await open_session(dispatcher, origin, "pdf", "/shop", SHOP)
+    reply = ok(await run(dispatcher, (ACT, "pdf"), session))
+    key = reply.get("FILE_KEY") or ""
+    stored = await files.get(key)
+    assert stored.body.startswith(b"%PDF-")
+    assert (stored.url, stored.name, stored.content_type) == (url, "page.pdf", "application/pdf")
+    assert reply.get("PDF_BYTES") == str(len(stored.body))
+
+
+async def test_pdf_is_capped_at_n_bytes(
+    dispatcher: Dispatcher,
+    services: BrowserServices,
+    origin: Origin,
+    make_config: functools.partial[Config],
+    browser_settings: BrowserConfig,
+    files: MemoryFiles,
+) -> None:
+    _, session = await open_session(dispatcher, origin, "pdfcap", "/shop", SHOP)
+    size = int(ok(await run(dispatcher, (ACT, "pdf"), session)).get("PDF_BYTES") or 0)
+    for cap, good in ((size, True), (size - 1, False)):
+        capped = replace(browser_settings, max_pdf_bytes=cap)
+        async with dispatcher_under(make_config(), services, browser=capped) as d:
+            reply = await run(d, (ACT, "pdf"), session)
+        if good:
+            assert ok(reply).get("PDF_BYTES") == str(size)
+        else:
+            assert error(reply) == f"too_large:PDF over {cap} bytes (tool.browser.max_pdf_bytes)"
+
+
+async def test_pdf_without_a_file_store_is_not_available(dispatcher: Dispatcher) -> None:
+    assert error(await run(dispatcher, (ACT, "pdf"))) == "not_available:pdf: no fileKey store"
