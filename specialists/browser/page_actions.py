@@ -41,7 +41,7 @@ async def select(pages: PageSet, target: Target, value: str, timeout_ms: float) 
     selector_not_found at once (Playwright would wait for one until the deadline)."""
     locator = await locate(pages, target)
     if not await locator.evaluate(_HAS_OPTION, value):
-        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{target.selector}: no such option")
+        raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, f"{target.name}: no such option")
     await locator.select_option(value, timeout=timeout_ms)
     return str(pages.page.url)
 
@@ -99,7 +99,7 @@ async def wait_element(pages: PageSet, target: Target, timeout_ms: float) -> str
             if exc.code is not ErrorCode.SELECTOR_NOT_FOUND:
                 raise
             if asyncio.get_running_loop().time() + _POLL_S > deadline:
-                raise ActionError(ErrorCode.WAIT_TIMEOUT, target.selector) from None
+                raise ActionError(ErrorCode.WAIT_TIMEOUT, target.name) from None
             await asyncio.sleep(_POLL_S)
         else:
             return str(pages.page.url)
