@@ -233,3 +233,18 @@ def test_the_command_line_takes_a_record_mode_and_refuses_an_unknown_one(
     with pytest.raises(SystemExit) as both:
         main(["replay", "--record", "--record-mode", "none", str(transcript)])
     assert both.value.code == 2
+
+
+async def test_recording_a_transcript_without_upstream_requests_makes_no_cassette(
+    tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As vcrpy saves no cassette that recorded nothing: replaying such a transcript stays
+    the plain in-process replay (and over a socket). Its replies are still written in."""
+    text = "> TASK REQ:ping IN:SYS OUT:PONG\n> ID p\n>\n< STATUS OK\n<\n"
+    failures, origin = await _run(tmp_path, ca, text, RecordMode.ALL)
+    assert (failures, origin.requests, _cassette(tmp_path).exists()) == (0, [], False)
+    assert (tmp_path / "t.csp").read_text("utf-8") == (
+        "> TASK REQ:ping IN:SYS OUT:PONG\n> ID p\n>\n< STATUS OK\n< ID p\n< SCOPE [sys]\n"
+        "< DATA pong\n<\n"
+    )
+    assert _printed(capsys, tmp_path) == ["ok   TMP/t.csp", "note: wrote 1 expected reply"]

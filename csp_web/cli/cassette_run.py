@@ -91,7 +91,7 @@ async def record_transcript(
 ) -> list[str]:
     """Play ``transcript`` against the upstreams on a daemon from ``open_daemon``, write what
     they answered to ``cassette_file`` (redacted), and return the differences from the
-    expected replies. With ``kept`` (``new_episodes``), the requests it holds are answered
+    expected replies (no file is made when no request was). With ``kept`` (``new_episodes``), the requests it holds are answered
     from it and only the others go to the upstreams; the file is ``kept`` and then those."""
     recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
     episodes = EpisodeTap(kept or Cassette(), recorder)
@@ -102,7 +102,10 @@ async def record_transcript(
             await _requests_settled(recorder)
     names = credential_variables(config)
     used = tuple(name for name in names if os.environ.get(name, "").strip())
-    text = dump_cassette(episodes.cassette(used))
+    cassette = episodes.cassette(used)
+    if not cassette.exchanges and not await trio.Path(cassette_file).exists():
+        return diffs  # no upstream request: no cassette, as vcrpy saves none (ping, memory)
+    text = dump_cassette(cassette)
     await trio.Path(cassette_file + ".tmp").write_text(text, "utf-8")
     await trio.Path(cassette_file + ".tmp").rename(cassette_file)
     return diffs

@@ -213,7 +213,7 @@ async def _record(file: _File, cassette: str, config: Config, run: _Run, how: Pl
         kept=kept,
     )
     text, changed = rewrite_expected(file.text, file.transcript, heard)
-    notes = [f"{NOTE}recorded {cassette}"]
+    notes = [f"{NOTE}recorded {cassette}"] if await trio.Path(cassette).exists() else []
     if changed:
         await _write_atomically(file.name, text)
         notes.append(f"{NOTE}wrote {changed} expected {'reply' if changed == 1 else 'replies'}")
