@@ -91,8 +91,9 @@ async def record_transcript(
 ) -> list[str]:
     """Play ``transcript`` against the upstreams on a daemon from ``open_daemon``, write what
     they answered to ``cassette_file`` (redacted), and return the differences from the
-    expected replies (no file is made when no request was). With ``kept`` (``new_episodes``), the requests it holds are answered
-    from it and only the others go to the upstreams; the file is ``kept`` and then those."""
+    expected replies (no file is made when no request was). With ``kept``
+    (``new_episodes``), the requests it holds are answered from it and only the others go to
+    the upstreams; the file is ``kept`` and then those."""
     recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
     episodes = EpisodeTap(kept or Cassette(), recorder)
     web = WebTransport(episodes.wrap, upstream.resolver, upstream.ssl_context)
