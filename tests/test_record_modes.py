@@ -13,7 +13,6 @@ import trio
 import trustme
 
 from csp_web.app.compose import open_app_daemon
-from csp_web.app.main import main
 from csp_web.cli.cassette import cassette_path, load_cassette
 from csp_web.cli.record_mode import RecordMode
 from csp_web.cli.replay import replay_files
@@ -24,6 +23,7 @@ from tests.cassette_examples import (
     start_upstream,
     upstream_of,
 )
+from tests.inprocess import run_main
 from tests.net._origin import Origin
 
 WAIT_S = 60.0  # a whole daemon opens per cassette; far past an honest run on a loaded machine
@@ -220,18 +220,18 @@ def test_the_command_line_takes_a_record_mode_and_refuses_an_unknown_one(
     transcript = tmp_path / "t.csp"
     transcript.write_text(ASK_ARTICLE, "utf-8")
     _cassette(tmp_path).write_text('{"version": 1', "utf-8")
-    assert main(["replay", "--record-mode", "none", str(transcript)]) == 1
+    assert run_main(["replay", "--record-mode", "none", str(transcript)]) == 1
     out = _printed(capsys, tmp_path)
     assert out[0] == "FAIL   TMP/t.csp"
     assert out[1].startswith("TMP/t.cassette.json: not JSON (")
     with pytest.raises(SystemExit) as usage:
-        main(["replay", "--record-mode", "rewrite", str(transcript)])
+        run_main(["replay", "--record-mode", "rewrite", str(transcript)])
     assert usage.value.code == 2
     assert "invalid choice: 'rewrite'" in capsys.readouterr().err
-    assert main(["replay", "--record-mode", "once", "--socket", "x.sock", str(transcript)]) == 2
+    assert run_main(["replay", "--record-mode", "once", "--socket", "x.sock", str(transcript)]) == 2
     assert "drop --socket" in capsys.readouterr().err
     with pytest.raises(SystemExit) as both:
-        main(["replay", "--record", "--record-mode", "none", str(transcript)])
+        run_main(["replay", "--record", "--record-mode", "none", str(transcript)])
     assert both.value.code == 2
 
 
