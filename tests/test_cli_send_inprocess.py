@@ -1,6 +1,7 @@
 """``csp-web send`` run in this process (``run_send``, and ``main`` for the command line)
 against a real daemon and real misbehaving peers on Unix sockets: what it prints and its exit
-code. tests/test_cli_send.py and test_cli_send_peers.py run the same as a subprocess; these are measured by coverage."""
+code. tests/test_cli_send.py and test_cli_send_peers.py run the same as a subprocess; these
+are measured by coverage."""
 
 from __future__ import annotations
 
