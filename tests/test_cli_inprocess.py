@@ -11,13 +11,22 @@ from pathlib import Path
 import pytest
 import trio
 
+import yaml
+
 from csp_web.cli.health import HealthOptions, probe
+from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
 from tests.conftest import Daemon
 from tests.inprocess import run_main
 from tests.test_cli import _one_error_line
 from tests.test_health import wait_stats
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _config(tmp_path: Path, **sections: object) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"daemon": {"state_dir": str(tmp_path / "state")}, **sections}))
+    return str(path)
 
 
 @pytest.fixture(autouse=True)
@@ -103,3 +112,50 @@ async def test_the_health_probe_of_a_daemon_with_its_sink_connected_is_healthy(
     with trio.fail_after(60):
         await wait_stats(daemon.socket_path, "OUTBOX", "connected:true")
         assert await probe(HealthOptions(daemon.socket_path, 10.0)) == (0, "healthy")
+
+
+def test_serve_on_a_socket_inside_a_workspace_root_exits_2_before_binding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir(mode=0o700)
+    config = _config(tmp_path, tool={"exec": {"workspace_roots": [str(workspace)]}})
+    socket_path = workspace / "csp.sock"
+    assert run_main(["serve", "--config", config, "--socket", str(socket_path), "--no-stdin"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert _one_error_line(err).startswith(
+        f"csp-web: config: tool.exec.workspace_roots: {workspace} overlaps"
+    )
+    assert not socket_path.exists()
+
+
+def test_serve_on_a_state_dir_another_daemon_holds_exits_2_naming_it(
+    tmp_path: Path, sock_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path)
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    busy = StateDirBusy(str(tmp_path / "state"), os.getpid())
+    with hold_state_dir(str(tmp_path / "state")):
+        assert run_main(["serve", "--config", config, "--socket", socket_path, "--no-stdin"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert _one_error_line(err) == f"csp-web: {busy}"
+    assert not os.path.exists(socket_path)
+
+
+def test_check_config_notes_a_workspace_root_that_overlaps_a_configured_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir(mode=0o700)
+    secret = str(workspace / "keys")
+    exec_section = {"workspace_roots": [str(workspace)], "protected_paths": [secret]}
+    config = _config(tmp_path, tool={"exec": exec_section})
+    assert run_main(["check-config", config]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"ok: {config}"
+    assert (
+        f"note: tool.exec.workspace_roots: {workspace} overlaps {secret}: read-only there"
+        in (lines[1:])
+    )
