@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 import yaml
 
 from csp_web.cli.health import HealthOptions, probe
