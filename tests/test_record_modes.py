@@ -93,6 +93,7 @@ async def test_once_records_a_missing_cassette_and_writes_the_replies_into_the_t
     ]
 
 
+@pytest.mark.slow  # two or three recorded runs, a daemon each
 async def test_once_with_a_cassette_replays_only_and_a_new_request_fails_naming_it(
     tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -121,6 +122,7 @@ async def test_none_never_records_and_without_a_cassette_every_request_is_a_miss
     assert (tmp_path / "t.csp").read_text("utf-8") == ASK_ARTICLE  # nothing written
 
 
+@pytest.mark.slow  # two or three recorded runs, a daemon each
 async def test_the_default_replays_an_existing_cassette_as_none(
     tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -131,6 +133,7 @@ async def test_the_default_replays_an_existing_cassette_as_none(
     assert f"cassette miss: GET {PAGE} {MISS}" in _printed(capsys, tmp_path)
 
 
+@pytest.mark.slow  # two or three recorded runs, a daemon each
 async def test_new_episodes_replays_what_it_holds_and_appends_the_new_requests(
     tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -151,6 +154,7 @@ async def test_new_episodes_replays_what_it_holds_and_appends_the_new_requests(
     assert _printed(capsys, tmp_path) == ["ok   TMP/t.csp"]
 
 
+@pytest.mark.slow  # two or three recorded runs, a daemon each
 async def test_all_records_every_request_again_and_drops_what_was_stale(
     tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
 ) -> None:
