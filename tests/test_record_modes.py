@@ -25,6 +25,7 @@ from tests.cassette_examples import (
 )
 from tests.inprocess import run_main
 from tests.net._origin import Origin
+from tests.test_cassettes import _capped, _too_large
 
 WAIT_S = 60.0  # a whole daemon opens per cassette; far past an honest run on a loaded machine
 ARTICLE = "https://news.example.org/tides"
@@ -36,21 +37,30 @@ MISS = "(not recorded, or its recorded exchanges all used)"
 
 
 async def _run(
-    tmp_path: Path, ca: trustme.CA, text: str | None, mode: RecordMode | None
+    tmp_path: Path,
+    ca: trustme.CA,
+    text: str | None,
+    mode: RecordMode | None,
+    *,
+    max_body_bytes: int | None = None,
 ) -> tuple[int, Origin]:
     """``t.csp`` in ``tmp_path`` (written first when ``text`` is given) replayed under
-    ``mode`` with the local origin as the live upstream; the failures and the origin."""
+    ``mode`` with the local origin as the live upstream (the guard's body cap lowered to
+    ``max_body_bytes`` when given); the failures and the origin."""
     path = tmp_path / "t.csp"
     if text is not None:
         path.write_text(text, "utf-8")
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
+    config = recording_config(str(state))
+    if max_body_bytes is not None:
+        config = _capped(config, max_body_bytes)
     with recording_credentials(), trio.fail_after(WAIT_S):
         async with trio.open_nursery() as nursery:
             origin = await start_upstream(nursery, ca)
             failures = await replay_files(
                 [str(path)],
-                recording_config(str(state)),
+                config,
                 None,
                 open_daemon=open_app_daemon,
                 mode=mode,
@@ -252,3 +262,20 @@ async def test_recording_a_transcript_without_upstream_requests_makes_no_cassett
         "< DATA pong\n<\n"
     )
     assert _printed(capsys, tmp_path) == ["ok   TMP/t.csp", "note: wrote 1 expected reply"]
+
+
+@pytest.mark.slow  # two recorded runs, a daemon each
+async def test_new_episodes_replays_a_body_cut_short_as_it_was_cut(
+    tmp_path: Path, ca: trustme.CA, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kept exchange the client stopped reading at its cap (``truncated``) is answered from
+    the cassette with its head and the bytes read, then a broken body: the op fails
+    too_large as it did, and only the new request leaves the machine."""
+    big = "https://news.example.org/chunked-bytes/300000"
+    failures, _ = await _run(tmp_path, ca, _too_large(big), RecordMode.ONCE, max_body_bytes=1000)
+    assert failures == 0
+    assert load_cassette(_cassette(tmp_path).read_text()).exchanges[-1].truncated
+    text = _too_large(big) + ASK_PAGE
+    failures, origin = await _run(tmp_path, ca, text, RecordMode.NEW_EPISODES, max_body_bytes=1000)
+    assert (failures, origin.paths()) == (0, ["/page"])
+    assert (tmp_path / "t.csp").read_text("utf-8").startswith(_too_large(big))
