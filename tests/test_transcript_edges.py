@@ -14,6 +14,7 @@ from csp_web.app.compose import open_app_daemon
 from csp_web.cli.replay import replay_files
 from csp_web.cli.transcript import TranscriptError, parse_transcript, replay
 from csp_web.config import Config
+from tests.inprocess import run_main
 from tests.test_cli_send_peers import _hang_up_at_once, _serving
 
 PING = "> TASK REQ:ping IN:SYS OUT:PONG\n>\n< STATUS OK\n<\n"
@@ -75,3 +76,22 @@ async def test_replay_against_a_socket_that_hangs_up_fails_the_file_without_a_tr
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"FAIL   {transcript}"
     assert out[1] == "step 1: expected 1 replies, got 0"
+
+
+def test_replay_against_no_daemon_exits_3_with_one_line(
+    sock_dir: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``csp-web replay --socket`` where nothing listens (it used to end in a traceback)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("CSP_WEB_CONFIG", raising=False)
+    path = os.path.join(sock_dir, "none.sock")
+    transcript = tmp_path / "t.csp"
+    transcript.write_text(PING, "utf-8")
+    assert run_main(["replay", "--socket", path, str(transcript)]) == 3
+    assert capsys.readouterr() == (
+        "",
+        f"csp-web: replay: cannot reach {path}: No such file or directory\n",
+    )

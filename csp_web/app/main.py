@@ -312,7 +312,7 @@ def _health(args: argparse.Namespace, config: Config) -> int:
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
-    from csp_web.cli.replay import replay_files
+    from csp_web.cli.replay import Unreachable, replay_files
 
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
         # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
@@ -324,12 +324,16 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        failures = trio.run(
-            partial(replay_files, open_daemon=open_app_daemon, mode=mode),
-            args.files,
-            config,
-            args.socket,
-        )
+        try:
+            failures = trio.run(
+                partial(replay_files, open_daemon=open_app_daemon, mode=mode),
+                args.files,
+                config,
+                args.socket,
+            )
+        except Unreachable as exc:
+            print(f"csp-web: replay: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
     return EXIT_FAIL if failures else EXIT_OK
 
 

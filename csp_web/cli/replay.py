@@ -68,8 +68,19 @@ async def replay_in_memory(
             await client.aclose()
 
 
+class Unreachable(Exception):
+    """The daemon socket a replay was pointed at cannot be connected to."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(f"cannot reach {path}: {cause.strerror or cause}")
+
+
 async def replay_over_socket(transcript: Transcript, path: str) -> list[str]:
-    stream = await trio.open_unix_socket(path)
+    """Replay over a connection to the daemon at ``path``; Unreachable when there is none."""
+    try:
+        stream = await trio.open_unix_socket(path)
+    except OSError as exc:
+        raise Unreachable(path, exc) from exc
     async with stream:
         return await replay(transcript, stream)
 
