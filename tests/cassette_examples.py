@@ -24,6 +24,7 @@ import trustme
 
 from csp_web.app.compose import open_app_daemon
 from csp_web.cli.cassette_run import Upstream
+from csp_web.cli.record_mode import RecordMode
 from csp_web.cli.replay import replay_files
 from csp_web.config import Config, DaemonConfig, GuardConfig, with_section
 from specialists.web.config import WebConfig
@@ -111,7 +112,7 @@ async def record_examples(folder: Path) -> int:
                 config,
                 None,
                 open_daemon=open_app_daemon,
-                record=True,
+                mode=RecordMode.ALL,
                 upstream=upstream_of(origin, ca),
             )
             nursery.cancel_scope.cancel()

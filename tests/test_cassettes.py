@@ -34,6 +34,7 @@ from csp_web.cli.cassette_run import (
     replay_config,
     replay_with_cassette,
 )
+from csp_web.cli.record_mode import RecordMode
 from csp_web.cli.replay import own_memory_sink, replay_files, replay_in_memory
 from csp_web.cli.transcript import parse_transcript
 from csp_web.config import Config, with_section
@@ -100,7 +101,7 @@ async def _record(
                 config,
                 None,
                 open_daemon=open_app_daemon,
-                record=True,
+                mode=RecordMode.ALL,
                 upstream=upstream,
             )
             nursery.cancel_scope.cancel()
@@ -119,7 +120,12 @@ async def _record_examples(folder: Path, ca: trustme.CA) -> int:
             config = recording_config(str(folder / "state"))
             upstream = upstream_of(origin, ca)
             failures = await replay_files(
-                files, config, None, open_daemon=open_app_daemon, record=True, upstream=upstream
+                files,
+                config,
+                None,
+                open_daemon=open_app_daemon,
+                mode=RecordMode.ALL,
+                upstream=upstream,
             )
             nursery.cancel_scope.cancel()
     return failures
@@ -134,6 +140,10 @@ async def test_recording_the_examples_writes_the_committed_cassettes(
     for name in EXAMPLES:
         written = (tmp_path / f"{name}.cassette.json").read_text("utf-8")
         assert written == (FOLDER / f"{name}.cassette.json").read_text("utf-8"), name
+        # The replies received match the expected ones: recording rewrote none of them.
+        replies = (tmp_path / f"{name}.csp").read_text("utf-8")
+        assert replies == (FOLDER / f"{name}.csp").read_text("utf-8"), name
+    assert "note: wrote" not in capsys.readouterr().out
 
 
 async def test_no_secret_reaches_a_recorded_cassette(tmp_path: Path, ca: trustme.CA) -> None:
@@ -584,7 +594,7 @@ async def _record_prefetch(tmp_path: Path, ca: trustme.CA) -> Cassette:
                 config,
                 None,
                 open_daemon=open_app_daemon,
-                record=True,
+                mode=RecordMode.ALL,
                 upstream=upstream_of(origin, ca),
             )
             nursery.cancel_scope.cancel()

@@ -42,7 +42,7 @@ def test_replay_record_against_a_daemon_socket_is_refused(tmp_path: Path) -> Non
     done = _run("replay", "--record", "--socket", socket_path, str(transcript))
     assert done.returncode == 2
     assert done.stderr.decode().splitlines() == [
-        "csp-web replay: --record runs in-process; drop --socket"
+        "csp-web replay: --record and --record-mode run in-process; drop --socket"
     ]
     assert not (tmp_path / "t.cassette.json").exists()
 

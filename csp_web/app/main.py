@@ -29,6 +29,7 @@ from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
 from csp_web.cli.discover import SOCKET_HELP, NoDaemonFound, client_socket, daemon_socket
 from csp_web.cli.memory import MemoryOptions, add_memory_parser, memory_main
+from csp_web.cli.record_mode import RecordMode
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError
 from csp_web.config.load import complete_sections, load_config, serving_socket
@@ -75,11 +76,22 @@ def _parser() -> argparse.ArgumentParser:
         "--socket", metavar="PATH", help="replay against the daemon at PATH instead"
     )
     replay.add_argument("--config", help=_CONFIG_HELP + "; in-process replay only")
-    replay.add_argument(
+    recording = replay.add_mutually_exclusive_group()
+    recording.add_argument(
+        "--record-mode",
+        choices=[mode.value for mode in RecordMode],
+        help="what to do with each FILE's cassette (foo.csp -> foo.cassette.json), as vcrpy:"
+        " none replays only; once records a missing one; new_episodes appends new requests;"
+        " all records again. A recorded FILE gets the replies received as its expected ones."
+        " Default: a cassette that exists replays as none. In-process only",
+    )
+    recording.add_argument(
         "--record",
-        action="store_true",
-        help="run against the live upstreams and write each FILE's cassette"
-        " (foo.csp -> foo.cassette.json, secrets redacted); in-process only",
+        dest="record_mode",
+        action="store_const",
+        const=RecordMode.ALL.value,
+        help="--record-mode all: record every cassette again from the live upstreams"
+        " (secrets redacted) and write the replies into each FILE",
     )
     check = sub.add_parser("check-config", help="load a configuration strictly and report")
     check.add_argument(
@@ -316,20 +328,28 @@ def _memory(args: argparse.Namespace, config: Config) -> int:
 
 def _replay(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
-    from csp_web.cli.replay import replay_files
+    from csp_web.cli.replay import Unreachable, replay_files
 
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
         # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
         config = replace(config, daemon=replace(config.daemon, state_dir=state))
-        if args.record and args.socket:
-            print("csp-web replay: --record runs in-process; drop --socket", file=sys.stderr)
+        mode = None if args.record_mode is None else RecordMode(args.record_mode)
+        if mode is not None and args.socket:
+            print(
+                "csp-web replay: --record and --record-mode run in-process; drop --socket",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
-        failures = trio.run(
-            partial(replay_files, open_daemon=open_app_daemon, record=args.record),
-            args.files,
-            config,
-            args.socket,
-        )
+        try:
+            failures = trio.run(
+                partial(replay_files, open_daemon=open_app_daemon, mode=mode),
+                args.files,
+                config,
+                args.socket,
+            )
+        except Unreachable as exc:
+            print(f"csp-web: replay: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
     return EXIT_FAIL if failures else EXIT_OK
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import trio
 
 from csp_web.config import Config, secret_variables
 
@@ -183,10 +184,28 @@ def _message_json(headers: Headers, body: bytes) -> dict[str, Any]:
     return out
 
 
+async def read_cassette(path: str) -> Cassette | None:
+    """The cassette in file ``path``, None when there is no such file; CassetteError naming
+    the file when it cannot be read, is not UTF-8 or is not a whole cassette."""
+    try:
+        text = await trio.Path(path).read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CassetteError(f"{path}: cannot be read as a cassette: {exc}") from exc
+    return load_cassette(text, path)
+
+
 def load_cassette(text: str, name: str = "<cassette>") -> Cassette:
     """Parse cassette JSON; raises CassetteError naming ``name`` and the bad entry."""
     try:
         document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CassetteError(
+            f"{name}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno});"
+            " a file cut short or edited by hand: restore it or record it again"
+        ) from exc
+    try:
         if document.get("version") != CASSETTE_VERSION:
             raise CassetteError(f"{name}: version must be {CASSETTE_VERSION}")
         credentials = tuple(str(value) for value in document.get("credentials", []))

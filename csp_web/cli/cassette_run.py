@@ -21,10 +21,11 @@ from csp_web.cli.cassette import (
     Redactor,
     credential_variables,
     dump_cassette,
-    load_cassette,
+    read_cassette,
     secrets_in_environment,
     wire_host,
 )
+from csp_web.cli.cassette_episodes import EpisodeTap
 from csp_web.cli.cassette_origin import CassetteOrigin, CassetteResolver, make_replay_tls
 from csp_web.cli.cassette_tap import Recorder, ReplayTap
 from csp_web.cli.transcript import Transcript
@@ -86,19 +87,26 @@ async def record_transcript(
     upstream: Upstream = Upstream(),
     *,
     open_daemon: OpenDaemon,
+    kept: Cassette | None = None,
 ) -> list[str]:
     """Play ``transcript`` against the upstreams on a daemon from ``open_daemon``, write what
     they answered to ``cassette_file`` (redacted), and return the differences from the
-    expected replies."""
+    expected replies (no file is made when no request was). With ``kept``
+    (``new_episodes``), the requests it holds are answered from it and only the others go to
+    the upstreams; the file is ``kept`` and then those."""
     recorder = Recorder(Redactor(secrets_in_environment(config)), upstream.divert)
-    web = WebTransport(recorder.wrap, upstream.resolver, upstream.ssl_context)
+    episodes = EpisodeTap(kept or Cassette(), recorder)
+    web = WebTransport(episodes.wrap, upstream.resolver, upstream.ssl_context)
     async with open_daemon(_isolated(config), web) as daemon, _background(daemon):
         diffs = await play(transcript, daemon.dispatcher)
         with trio.move_on_after(SETTLE_S):
             await _requests_settled(recorder)
     names = credential_variables(config)
     used = tuple(name for name in names if os.environ.get(name, "").strip())
-    text = dump_cassette(Cassette(recorder.exchanges, used))
+    cassette = episodes.cassette(used)
+    if not cassette.exchanges and not await trio.Path(cassette_file).exists():
+        return diffs  # no upstream request: no cassette, as vcrpy saves none (ping, memory)
+    text = dump_cassette(cassette)
     await trio.Path(cassette_file + ".tmp").write_text(text, "utf-8")
     await trio.Path(cassette_file + ".tmp").rename(cassette_file)
     return diffs
@@ -117,7 +125,8 @@ async def replay_with_cassette(
     differences, a line per request the cassette could not answer (each such request failed
     FETCH_FAILED cassette_miss) and one per recorded exchange no request took (the cassette
     is stale: record it again)."""
-    cassette = load_cassette(await trio.Path(cassette_file).read_text("utf-8"), cassette_file)
+    # No file (``--record-mode none``): an empty cassette, so every request is a miss.
+    cassette = await read_cassette(cassette_file) or Cassette()
     hosts = frozenset(wire_host(exchange.url) for exchange in cassette.exchanges)
     with credentials_as_recorded(cassette.credentials, config):
         redactor = Redactor((*secrets_in_environment(config), STAND_IN_CREDENTIAL))

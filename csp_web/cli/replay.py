@@ -3,8 +3,9 @@
 In-process replay brings its own reference Memory Specialist, in a temporary folder that lives
 as long as the replay, so transcripts that write and read memory replay the same on every run.
 A transcript with a cassette beside it (``foo.csp`` + ``foo.cassette.json``) replays with its
-upstream exchanges served offline; ``record`` writes that cassette from the live upstreams
-(csp_web.cli.cassette_run).
+upstream exchanges served offline; a record mode (csp_web.cli.record_mode) writes that
+cassette from the live upstreams (csp_web.cli.cassette_run) and the replies received into the
+transcript (csp_web.cli.transcript_write).
 """
 
 from __future__ import annotations
@@ -15,27 +16,46 @@ import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 
 import trio
 import trio.testing
 
-from csp_web.cli.cassette import CassetteError, cassette_path
+from csp_web.cli.cassette import CassetteError, cassette_path, read_cassette
 from csp_web.cli.cassette_run import (
     OpenDaemon,
     Upstream,
     record_transcript,
     replay_with_cassette,
 )
-from csp_web.cli.transcript import Transcript, TranscriptError, parse_transcript, replay
+from csp_web.cli.record_mode import Plan, RecordMode, plan, recorded
+from csp_web.cli.transcript import (
+    Transcript,
+    TranscriptError,
+    compare,
+    parse_transcript,
+    replay,
+)
+from csp_web.cli.transcript_write import rewrite_expected
 from csp_web.config import Config
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.wire.connection import Shutdown, StreamOptions, serve_connection
 from csp_web.sink.server import serve_memory_sink
+from protocol import Reply
+
+# A line printed under a transcript that says what a recording wrote, not a difference.
+NOTE = "note: "
 
 
-async def replay_in_memory(transcript: Transcript, dispatcher: Dispatcher) -> list[str]:
-    """Replay over an in-memory stream pair served by ``dispatcher``'s connection loop."""
+async def replay_in_memory(
+    transcript: Transcript,
+    dispatcher: Dispatcher,
+    *,
+    heard: list[list[Reply]] | None = None,
+) -> list[str]:
+    """Replay over an in-memory stream pair served by ``dispatcher``'s connection loop;
+    ``heard`` gets each step's replies (``transcript.replay``)."""
     client, server = trio.testing.memory_stream_pair()
     options = StreamOptions(dispatcher.services.config.connection, None)
     async with trio.open_nursery() as nursery:
@@ -43,13 +63,24 @@ async def replay_in_memory(transcript: Transcript, dispatcher: Dispatcher) -> li
             serve_connection, server, dispatcher, Peer("replay"), options, Shutdown()
         )
         try:
-            return await replay(transcript, client)
+            return await replay(transcript, client, heard=heard)
         finally:
             await client.aclose()
 
 
+class Unreachable(Exception):
+    """The daemon socket a replay was pointed at cannot be connected to."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(f"cannot reach {path}: {cause.strerror or cause}")
+
+
 async def replay_over_socket(transcript: Transcript, path: str) -> list[str]:
-    stream = await trio.open_unix_socket(path)
+    """Replay over a connection to the daemon at ``path``; Unreachable when there is none."""
+    try:
+        stream = await trio.open_unix_socket(path)
+    except OSError as exc:
+        raise Unreachable(path, exc) from exc
     async with stream:
         return await replay(transcript, stream)
 
@@ -76,15 +107,15 @@ async def replay_files(
     socket_path: str | None,
     *,
     open_daemon: OpenDaemon,
-    record: bool = False,
+    mode: RecordMode | None = None,
     upstream: Upstream | None = None,
 ) -> int:
     """Replay each file, print its differences; the number of failing files. Without
     ``socket_path`` the replay is in-process (a daemon from ``open_daemon``), with its own
-    Memory Specialist. ``record``
-    (in-process only) writes each file's cassette from ``upstream`` (default: the live
-    internet) and still reports how the replies differ from the transcript."""
-    run = _Run(open_daemon, record, upstream or Upstream())
+    Memory Specialist. ``mode`` (in-process only; csp_web.cli.record_mode) says which
+    cassettes are recorded, from ``upstream`` (default: the live internet); a file whose
+    cassette was recorded gets the replies received written in as its expected ones."""
+    run = _Run(open_daemon, mode, upstream or Upstream())
     if socket_path is not None:
         return await _replay_all(files, config, socket_path, run)
     async with own_memory_sink(config) as with_sink:
@@ -96,8 +127,17 @@ class _Run:
     """How this replay runs its in-process daemons and their cassettes."""
 
     open_daemon: OpenDaemon
-    record: bool
+    mode: RecordMode | None
     upstream: Upstream
+
+
+@dataclass(frozen=True)
+class _File:
+    """One transcript file: its name, its text and what was parsed from it."""
+
+    name: str
+    text: str
+    transcript: Transcript
 
 
 async def _replay_all(
@@ -112,26 +152,28 @@ async def _replay_all(
         for index, name in enumerate(files):
             try:
                 text = await trio.Path(name).read_text("utf-8")
-                transcript = parse_transcript(text, name)
-            except (OSError, TranscriptError) as exc:
+                file = _File(name, text, parse_transcript(text, name))
+            except (OSError, UnicodeDecodeError, TranscriptError) as exc:
                 print(f"FAIL {name}: {exc}")
                 failures += 1
                 continue
             cassette = cassette_path(name)
-            if run.record or await trio.Path(cassette).exists():
+            how = plan(run.mode, await trio.Path(cassette).exists())
+            if how is not Plan.LIVE:
                 own = _own_state(config, index)
-                diffs = await _with_cassette(transcript, cassette, own, socket_path, run)
+                diffs = await _with_cassette(file, cassette, own, socket_path, run, how)
             elif socket_path:
-                diffs = await replay_over_socket(transcript, socket_path)
+                diffs = await replay_over_socket(file.transcript, socket_path)
             else:
                 if shared is None:
                     daemon = await stack.enter_async_context(run.open_daemon(config))
                     shared = daemon.dispatcher
-                diffs = await replay_in_memory(transcript, shared)
-            print(f"{'FAIL' if diffs else 'ok'}   {name}")
+                diffs = await replay_in_memory(file.transcript, shared)
+            failing = any(not line.startswith(NOTE) for line in diffs)
+            print(f"{'FAIL' if failing else 'ok'}   {name}")
             for line in diffs:
                 print(line)
-            failures += bool(diffs)
+            failures += failing
         sys.stdout.flush()
     return failures
 
@@ -144,27 +186,56 @@ def _own_state(config: Config, index: int) -> Config:
 
 
 async def _with_cassette(
-    transcript: Transcript,
+    file: _File,
     cassette: str,
     config: Config,
     socket_path: str | None,
     run: _Run,
+    how: Plan,
 ) -> list[str]:
     if socket_path is not None:
         # A running daemon's client cannot be pointed at the cassette's origin.
         return [f"{cassette}: a cassette replays in-process only (without --socket)"]
-    if run.record:
-        return await record_transcript(
-            transcript,
-            cassette,
-            config,
-            replay_in_memory,
-            run.upstream,
-            open_daemon=run.open_daemon,
-        )
     try:
+        if recorded(how):
+            return await _record(file, cassette, config, run, how)
         return await replay_with_cassette(
-            transcript, cassette, config, replay_in_memory, open_daemon=run.open_daemon
+            file.transcript, cassette, config, replay_in_memory, open_daemon=run.open_daemon
         )
     except (OSError, CassetteError) as exc:
         return [str(exc)]
+
+
+async def _record(file: _File, cassette: str, config: Config, run: _Run, how: Plan) -> list[str]:
+    """Record ``file``'s cassette (appending to it for ``Plan.EPISODES``), then write the
+    replies received into the transcript; the differences left (a reply that never came)
+    and a note of what was written."""
+    kept = None
+    if how is Plan.EPISODES:
+        kept = await read_cassette(cassette)  # a corrupt one is refused, never overwritten
+    heard: list[list[Reply]] = []
+    await record_transcript(
+        file.transcript,
+        cassette,
+        config,
+        partial(replay_in_memory, heard=heard),
+        run.upstream,
+        open_daemon=run.open_daemon,
+        kept=kept,
+    )
+    text, changed = rewrite_expected(file.text, file.transcript, heard)
+    notes = [f"{NOTE}recorded {cassette}"] if await trio.Path(cassette).exists() else []
+    if changed:
+        await _write_atomically(file.name, text)
+        notes.append(f"{NOTE}wrote {changed} expected {'reply' if changed == 1 else 'replies'}")
+    left = parse_transcript(text, file.name)
+    return notes + [
+        f"step {number}: {line}"
+        for number, (step, replies) in enumerate(zip(left.steps, heard, strict=False), 1)
+        for line in compare(step.expected, replies)
+    ]
+
+
+async def _write_atomically(path: str, text: str) -> None:
+    await trio.Path(path + ".tmp").write_text(text, "utf-8")
+    await trio.Path(path + ".tmp").rename(path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 import trio
@@ -107,23 +108,32 @@ def _frame_id(lines: list[str]) -> str | None:
 
 def compare(expected: list[list[str]], actual: list[Reply]) -> list[str]:
     """Human-readable differences; empty when every reply matches."""
-    got = [reply_lines(reply) for reply in actual]
     diffs: list[str] = []
-    if len(got) != len(expected):
-        diffs.append(f"expected {len(expected)} replies, got {len(got)}")
+    if len(actual) != len(expected):
+        diffs.append(f"expected {len(expected)} replies, got {len(actual)}")
+    for index, (want, have) in enumerate(zip(expected, pair(expected, actual), strict=True), 1):
+        diffs += _diff_frame(index, want, have)
+    return diffs
+
+
+def pair(expected: list[list[str]], actual: list[Reply]) -> list[list[str]]:
+    """The lines of the actual reply each expected reply is compared with, in order: the
+    one with its ID where both carry the same ID, else the next unclaimed one ([] if none)."""
+    got = [reply_lines(reply) for reply in actual]
     by_id = {_frame_id(lines): lines for lines in got if _frame_id(lines) is not None}
     unmatched = [
         lines
         for lines in got
         if _frame_id(lines) is None or _frame_id(lines) not in {_frame_id(e) for e in expected}
     ]
-    for index, want in enumerate(expected, 1):
+    paired: list[list[str]] = []
+    for want in expected:
         want_id = _frame_id(want)
         have = by_id.get(want_id) if want_id is not None else None
         if have is None:
             have = unmatched.pop(0) if unmatched else []
-        diffs += _diff_frame(index, want, have)
-    return diffs
+        paired.append(have)
+    return paired
 
 
 def _diff_frame(index: int, want: list[str], have: list[str]) -> list[str]:
@@ -136,13 +146,21 @@ def _diff_frame(index: int, want: list[str], have: list[str]) -> list[str]:
 
 
 async def replay(
-    transcript: Transcript, stream: trio.abc.Stream, *, timeout_s: float = 30.0
+    transcript: Transcript,
+    stream: trio.abc.Stream,
+    *,
+    timeout_s: float = 30.0,
+    heard: list[list[Reply]] | None = None,
 ) -> list[str]:
-    """Play the transcript's steps on ``stream``; the differences from what was expected."""
+    """Play the transcript's steps on ``stream``; the differences from what was expected.
+    ``heard``, when given, gets each played step's replies (``--record`` writes them into
+    the transcript: csp_web.cli.transcript_write)."""
     codec = Connection(Limits(64 << 20, 64 << 20, 100_000))
     diffs: list[str] = []
     for number, step in enumerate(transcript.steps, 1):
         replies = await _play_step(step, stream, codec, timeout_s)
+        if heard is not None:
+            heard.append(replies)
         diffs += [f"step {number}: {line}" for line in compare(step.expected, replies)]
         if len(replies) < len(step.expected):
             break
@@ -153,7 +171,9 @@ async def _play_step(
     step: Step, stream: trio.abc.Stream, codec: Connection, timeout_s: float
 ) -> list[Reply]:
     replies: list[Reply] = []
-    with trio.move_on_after(timeout_s):
+    # A peer that hung up (sending, or reading: a reset) answers no more: the replies it
+    # did not send are the step's differences, never a traceback.
+    with trio.move_on_after(timeout_s), suppress(trio.BrokenResourceError):
         if step.sent:
             await stream.send_all(step.sent)
         while len(replies) < len(step.expected):
