@@ -93,11 +93,13 @@ def test_config_default_prints_the_repositorys_config_yaml(
     assert capsys.readouterr().out == (REPO / "config.yaml").read_text("utf-8")
 
 
-def test_health_without_a_socket_exits_2_and_with_no_daemon_exits_3(
+def test_health_with_no_daemon_found_or_listening_exits_3(
     sock_dir: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_main(["health"]) == 2
-    assert capsys.readouterr() == ("", "csp-web: health needs --socket or socket.path\n")
+    assert run_main(["health"]) == 3
+    out, err = capsys.readouterr()
+    assert out.startswith("unreachable: no running daemon found (looked at the lock file in ")
+    assert (out.count("\n"), err) == (1, "")
     path = os.path.join(sock_dir, "none.sock")
     assert run_main(["health", "--socket", path, "--timeout", "5"]) == 3
     out, err = capsys.readouterr()

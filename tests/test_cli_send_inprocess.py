@@ -148,9 +148,11 @@ async def test_the_send_command_line_reaches_the_daemon(
     assert capsys.readouterr().out == "STATUS OK\nID c1\nSCOPE [sys]\nDATA pong\n\n"
 
 
-def test_send_without_a_socket_given_or_configured_exits_2(
+def test_send_without_a_socket_given_configured_or_found_exits_3(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CSP_WEB_CONFIG", raising=False)
-    assert run_main(["send", "-e", PING]) == 2
-    assert capsys.readouterr() == ("", "csp-web: send needs --socket or socket.path\n")
+    assert run_main(["send", "-e", PING]) == 3
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("csp-web: send: no running daemon found (looked at the lock file in ")

@@ -27,11 +27,13 @@ def _config(tmp_path: Path, **sections: object) -> str:
     return str(path)
 
 
-def test_send_with_no_socket_given_or_configured_exits_2(tmp_path: Path) -> None:
+def test_send_with_no_socket_given_configured_or_found_exits_3(tmp_path: Path) -> None:
     done = _run("send", "--config", _config(tmp_path), "-e", "TASK REQ:ping IN:SYS OUT:PONG")
-    assert done.returncode == 2
+    assert done.returncode == 3
     assert done.stdout == b""
-    assert done.stderr.decode().splitlines() == ["csp-web: send needs --socket or socket.path"]
+    [line] = done.stderr.decode().splitlines()
+    assert line.startswith("csp-web: send: no running daemon found (looked at the lock file in ")
+    assert line.endswith("; pass --socket PATH or set socket.path")
 
 
 def test_replay_record_against_a_daemon_socket_is_refused(tmp_path: Path) -> None:

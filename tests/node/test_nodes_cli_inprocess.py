@@ -80,11 +80,13 @@ async def test_list_shows_a_pending_pairing_approve_pairs_it_and_revoke_forgets_
             assert capsys.readouterr().out.startswith("FAIL ")
 
 
-def test_nodes_without_a_socket_exits_2_and_with_no_daemon_exits_3(
+def test_nodes_with_no_daemon_found_or_listening_exits_3(
     sock_dir: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_main(["nodes", "list"]) == 2
-    assert capsys.readouterr() == ("", "csp-web: nodes needs --socket or socket.path\n")
+    assert run_main(["nodes", "list"]) == 3
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("csp-web: nodes: no running daemon found (looked at the lock file in ")
     path = os.path.join(sock_dir, "none.sock")
     assert run_main(["nodes", "--socket", path, "list"]) == 3
     out, err = capsys.readouterr()
