@@ -469,11 +469,12 @@ async def open_redis_link(config: RedisConfig) -> AsyncIterator[RedisLink | None
     finally:
         with trio.CancelScope(shield=True):
             await link.quiesce()
-            await trio.to_thread.run_sync(_close, link.client, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(_close, link, abandon_on_cancel=True)
 
 
-def _close(client: redis.Redis) -> None:
-    from csp_web.infra.redis_sentinel import close_sentinels
+def _close(link: RedisLink) -> None:
+    link.client.close()
+    if link.config.sentinel is not None:  # the sentinels' connections too
+        from csp_web.infra.redis_sentinel import close_sentinels
 
-    client.close()
-    close_sentinels(client)
+        close_sentinels(link.client)

@@ -65,10 +65,8 @@ def sentinel_master(config: RedisConfig, options: dict[str, Any]) -> redis.Redis
     return client
 
 
-def close_sentinels(client: object) -> None:
+def close_sentinels(client: redis.Redis) -> None:
     """Close the sentinels' own connections behind a ``sentinel_master`` client (its pool
-    keeps the manager); nothing for another client."""
-    pool = getattr(client, "connection_pool", None)
-    manager = getattr(pool, "sentinel_manager", None)
-    for each in getattr(manager, "sentinels", ()):
+    keeps the manager)."""
+    for each in client.connection_pool.sentinel_manager.sentinels:  # type: ignore[attr-defined]
         each.close()
