@@ -202,6 +202,10 @@ class RunClaims:
     def available(self) -> bool:
         return self._link.available()
 
+    def paused(self) -> None:
+        """Count the scheduler's pause (claims unavailable) as the fallback ``cron_paused``."""
+        self._link.fallback("cron_paused")
+
     def _key(self, run: str) -> str:
         return self._link.key("cron", "run", run)
 

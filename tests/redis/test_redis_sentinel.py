@@ -9,16 +9,20 @@ quotas.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 import trio
 
+from csp_web.config import Config
 from csp_web.config.redis import RedisConfig, SentinelConfig
 from csp_web.cron.claims import RunClaims
 from csp_web.infra.redis_link import RedisLink, RedisUnavailable, open_redis_link
@@ -41,6 +45,8 @@ from tests.redis.test_redis_ratelimit import (  # noqa: F401  (collected here, o
 )
 from tests.redis_cluster import free_ports
 from tests.redis_sentinel import MASTER, SentinelGroup
+from tests.tool.cron_support import TrioWall, open_rig, settle
+from tests.tool.test_cron_fleet import KEY, busy, daemon_config, past_window, quiet, ran
 
 pytestmark = pytest.mark.slow  # the sentinel learns its replica in about five seconds
 
@@ -192,6 +198,55 @@ async def test_claims_made_through_a_failover_are_each_won_by_one_daemon_on_the_
     with redis.Redis(port=new_port) as master:
         held = [json.loads(master.get(f"csp-web:cron:run:{key}") or "null") for key in last]
     assert all(claim is not None and claim["state"] == "running" for claim in held)
+
+
+async def test_cron_through_a_failover_pauses_then_runs_each_occurrence_once_on_the_new_master(
+    config: Config,
+    tmp_path: Path,
+    mock_clock: trio.testing.MockClock,
+    open_link: OpenLink,
+    redis_server: SentinelGroup,
+) -> None:
+    """Two daemons' cron on the sentinel's master; the sentinel promotes the replica between
+    two occurrences. The next claims meet broken connections or a master no replica follows
+    yet: cron pauses (counted, no crash), looks again every retry_s, and once a replica
+    holds its claim the occurrence runs once, on the new master."""
+    wall = TrioWall()
+    async with (
+        open_link() as one,
+        open_link() as two,
+        open_rig(daemon_config(config, tmp_path, "a"), wall, link=one) as a,
+        open_rig(daemon_config(config, tmp_path, "b"), wall, link=two) as b,
+    ):
+        await a.add("j", "*/5 * * * *")
+        await settle(lambda: "j" in {job.id for job in b.cron.jobs()})
+        await quiet(one, two)
+        mock_clock.jump(300)
+        await settle(functools.partial(ran, a, b, 1))
+        await quiet(one, two)
+        new_port = await trio.to_thread.run_sync(redis_server.failover)
+        with redis.Redis(port=new_port) as master:
+            followed = master.info("replication")["connected_slaves"]
+        mock_clock.jump(300)  # 00:10:30: due, on the new master
+        deadline = time.monotonic() + 40  # the old master becomes a replica within ~10 s
+        while not ran(a, b, 2):
+            assert time.monotonic() < deadline, "cron did not resume"
+            await quiet(one, two)
+            await past_window(one)
+            await past_window(two)
+            mock_clock.jump(one.config.retry_s)  # the paused schedulers' next look
+            await trio.to_thread.run_sync(time.sleep, 0.05)  # real time: the sentinel's turn
+        await quiet(one, two)
+        assert not busy(a, b)
+        assert (one.up, two.up) == (True, True)
+        fallbacks = one.fallbacks + two.fallbacks
+    assert sorted(a.seen + b.seen) == [KEY, "j@2026-01-10T00:10:00Z"]
+    if followed == 0:  # no replica could acknowledge the first claims: they paused cron
+        assert fallbacks["cron_paused"] >= 1
+        assert fallbacks["unreplicated"] >= 1
+    with redis.Redis(port=new_port) as master:
+        claim = json.loads(master.get("csp-web:cron:run:j@2026-01-10T00:10:00Z") or "null")
+    assert claim["state"] == "done"
 
 
 async def test_a_daemon_whose_sentinel_is_down_starts_and_falls_back() -> None:
