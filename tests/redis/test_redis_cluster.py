@@ -38,6 +38,9 @@ from tests.redis.test_redis_cache import (  # noqa: F401  (collected here, on th
 from tests.redis.test_redis_claims import (  # noqa: F401  (collected here, on the cluster)
     test_one_daemon_wins_a_run_key_and_the_other_watches_it,
 )
+from tests.redis.test_redis_daemon import (  # noqa: F401  (collected here, on the cluster)
+    test_a_scrape_shows_redis_up_how_it_is_reached_and_no_failures,
+)
 from tests.redis.test_redis_ratelimit import (  # noqa: F401  (collected here, on the cluster)
     test_a_burst_of_n_holds_across_two_daemons_and_the_next_call_is_refused,
     test_a_monthly_quota_of_n_holds_across_daemons,

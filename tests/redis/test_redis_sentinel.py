@@ -25,7 +25,7 @@ import trio
 from csp_web.config import Config
 from csp_web.config.redis import RedisConfig, SentinelConfig
 from csp_web.cron.claims import RunClaims
-from csp_web.infra.redis_link import RedisLink, RedisUnavailable, open_redis_link
+from csp_web.infra.redis_link import RedisLink, RedisUnavailable, make_client, open_redis_link
 from tests.redis.conftest import OpenLink
 from tests.redis.test_redis_cache import (  # noqa: F401  (collected here, on the sentinel)
     test_a_page_cached_by_one_daemon_is_a_one_round_trip_hit_on_another,
@@ -36,6 +36,9 @@ from tests.redis.test_redis_cache import (  # noqa: F401  (collected here, on th
 from tests.redis.test_redis_claims import (  # noqa: F401  (collected here, on the sentinel)
     AT,
     test_one_daemon_wins_a_run_key_and_the_other_watches_it,
+)
+from tests.redis.test_redis_daemon import (  # noqa: F401  (collected here, on the sentinel)
+    test_a_scrape_shows_redis_up_how_it_is_reached_and_no_failures,
 )
 from tests.redis.test_redis_ratelimit import (  # noqa: F401  (collected here, on the sentinel)
     test_a_burst_of_n_holds_across_two_daemons_and_the_next_call_is_refused,
@@ -375,3 +378,20 @@ async def test_a_master_the_sentinel_names_gets_only_redis_commands_within_the_d
         nursery.cancel_scope.cancel()
     assert received
     assert all(chunk.startswith(b"*") for chunk in received)  # RESP commands, nothing else
+
+
+def test_with_tls_the_sentinels_and_the_master_are_reached_over_tls(tmp_path: Path) -> None:
+    """``tls: true``: both the sentinels' clients and the master's pool use TLS with the
+    redis.tls_* files (nothing connects until a call)."""
+    sentinel = SentinelConfig(master=MASTER, sentinels=("127.0.0.1:1",), tls=True)
+    ca = str(tmp_path / "ca.pem")
+    client = make_client(RedisConfig(sentinel=sentinel, tls_ca_file=ca))
+    try:
+        pool = client.connection_pool
+        (asked,) = pool.sentinel_manager.sentinels  # type: ignore[attr-defined]
+        for kwargs in (pool.connection_kwargs, asked.connection_pool.connection_kwargs):
+            assert kwargs["ssl_ca_certs"] == ca
+        assert "SSL" in pool.connection_class.__name__
+        assert "SSL" in asked.connection_pool.connection_class.__name__
+    finally:
+        client.close()
