@@ -326,32 +326,37 @@ def _command_end(buffer: bytes) -> int | None:
     return position
 
 
+NOT_FOUND = "MasterNotFoundError"  # refused before any connection is tried
+
+
 @pytest.mark.parametrize(
-    "state",
+    ("state", "error"),
     [
-        {"ip": "127.0.0.1", "port": "not-a-port"},
-        {"ip": "127.0.0.1", "port": "99999"},
-        {"ip": "127.0.0.1", "port": "0"},
-        {"ip": "", "port": "6379"},
-        {"ip": None, "port": "6379"},
-        {"ip": "127.0.0.1", "port": "6379", "flags": None},
-        {"ip": "127.0.0.1", "port": "6379", "num-other-sentinels": "many"},
-        {"ip": "127.0.0.1", "port": "6379", "name": "another-master"},
-        {"ip": "127.0.0.1", "port": "6379", "flags": "master,s_down"},
-        {"ip": "no such host.invalid", "port": "6379"},
+        ({"ip": "127.0.0.1", "port": "not-a-port"}, NOT_FOUND),
+        ({"ip": "127.0.0.1", "port": "99999"}, NOT_FOUND),
+        ({"ip": "127.0.0.1", "port": "0"}, NOT_FOUND),
+        ({"ip": "", "port": "6379"}, NOT_FOUND),  # "": this host's port 6379, never asked
+        ({"ip": None, "port": "6379"}, NOT_FOUND),
+        ({"ip": "127.0.0.1", "port": "6379", "flags": None}, NOT_FOUND),
+        ({"ip": "127.0.0.1", "port": "6379", "num-other-sentinels": "many"}, NOT_FOUND),
+        ({"ip": "127.0.0.1", "port": "6379", "name": "another-master"}, NOT_FOUND),
+        ({"ip": "127.0.0.1", "port": "6379", "flags": "master,s_down"}, NOT_FOUND),
+        ({"ip": "no such host.invalid", "port": "6379"}, "ConnectionError"),
     ],
 )
 async def test_a_sentinel_naming_no_usable_master_is_a_fallback_not_a_crash(
-    state: dict[str, str | None],
+    state: dict[str, str | None], error: str
 ) -> None:
     """A reply redis-py cannot read (a port that is no number or out of range, fields
-    missing, another master's name, a master marked down, a name that does not resolve) is
-    a failed call: the link falls back and names the cause, the daemon goes on."""
+    missing, another master's name, a master marked down) is a failed call before any
+    connection is tried: the link falls back and names the cause, the daemon goes on; a name
+    that does not resolve fails at its connection."""
     async with trio.open_nursery() as nursery:
         port = await serve_fake_sentinel(nursery, masters_reply(**state))
         async with open_redis_link(sentinel_config(f"127.0.0.1:{port}")) as link:
             assert link is not None
             await _falls_back(link)
+            assert f"probe: {error}: " in link.last_error
         nursery.cancel_scope.cancel()
 
 
