@@ -171,6 +171,12 @@ def test_without_the_redis_extra_a_configured_fleet_member_refuses_to_start(
     code, stdout, stderr = _without(tmp_path, "redis", ["serve", "--config", str(config)])
     assert (code, stdout) == (2, "")
     assert stderr.splitlines()[0] == "csp-web: redis.url is set: redis (install csp-web[redis])"
+    config.write_text("redis:\n  sentinel: {master: m, sentinels: ['127.0.0.1:1']}\n")
+    code, stdout, stderr = _without(tmp_path, "redis", ["serve", "--config", str(config)])
+    assert (code, stdout) == (2, "")
+    assert stderr.splitlines()[0] == (
+        "csp-web: redis.sentinel is set: redis (install csp-web[redis])"
+    )
     code, stdout, stderr = _without(tmp_path, "redis", ["serve"], PING_TASK)
     assert (code, stdout) == (0, "STATUS OK\nID p\nSCOPE [sys]\nDATA pong\n\n")
 

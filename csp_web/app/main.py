@@ -190,9 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.command in _RUN_DAEMON and config.redis.url and not extras.installed("redis"):
+    if args.command in _RUN_DAEMON and config.redis.shared and not extras.installed("redis"):
         # A fleet member without its shared state would run cron and quotas alone: refuse.
-        print(f"csp-web: redis.url is set: {extras.install_hint('redis')}", file=sys.stderr)
+        setting = "redis.url" if config.redis.url else "redis.sentinel"
+        print(f"csp-web: {setting} is set: {extras.install_hint('redis')}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
         print(f"ok: {args.path or os.environ.get('CSP_WEB_CONFIG') or 'built-in defaults'}")

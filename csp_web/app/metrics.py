@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from csp_web.core.api.ports import CounterFamily
 from csp_web.core.daemon.compose import Daemon
 from csp_web.core.dispatch.stats import LATENCY_BUCKETS_MS, Stats
 from csp_web.core.dispatch.sysops import SysServices
@@ -47,6 +48,7 @@ class DaemonCollector(Collector):
         yield from self._outbox(sys)
         yield from _storage(sys)
         yield from _lines(sys)
+        yield from counter_metrics(sys.counters)
 
     def _outbox(self, sys: SysServices) -> Iterator[Metric]:
         outbox = sys.memory.outbox if sys.memory is not None else None
@@ -155,7 +157,7 @@ def _lines(sys: SysServices) -> Iterator[Metric]:
         labels=["line", "name", "key"],
     )
     seen: set[tuple[str, str, str]] = set()
-    redis_up: float | None = None
+    redis_line: str | None = None
     for line, value in sorted(sys.lines.items()):
         current = value() if callable(value) else value
         for text in (current,) if isinstance(current, str) else current:
@@ -164,10 +166,47 @@ def _lines(sys: SysServices) -> Iterator[Metric]:
                     seen.add((line, name, key))
                     values.add_metric([line, name, key], number)
             if line == "REDIS":
-                redis_up = float('"state":"up"' in text)
+                redis_line = text
     yield values
-    if redis_up is not None:
-        yield _gauge("redis_up", "1 while the shared Redis answers (redis.url)", redis_up)
+    if redis_line is not None:
+        yield from redis_metrics(redis_line)
+
+
+def redis_metrics(text: str) -> Iterator[Metric]:
+    """Redis' state from its REDIS line: up, how it is reached, fallbacks by kind (the
+    link's own names: a bounded set)."""
+    data = json.loads(text)
+    yield _gauge("redis_up", "1 while the shared Redis answers (redis.url)", data["state"] == "up")
+    mode = GaugeMetricFamily(
+        PREFIX + "redis_mode",
+        "1 for how Redis is reached: single, cluster or sentinel",
+        labels=["mode"],
+    )
+    mode.add_metric([data["mode"]], 1.0)
+    yield mode
+    fallbacks = CounterMetricFamily(
+        PREFIX + "redis_fallbacks",
+        "calls that fell back while Redis was unavailable, by kind",
+        labels=["kind"],
+    )
+    for kind, count in sorted(data["fallbacks"].items()):
+        fallbacks.add_metric([kind], count)
+    yield fallbacks
+    yield _counter("redis_failures", "Redis calls that failed or ran out of time", data["failures"])
+
+
+def counter_metrics(counters: Iterable[CounterFamily]) -> Iterator[Metric]:
+    """The specialists' labelled counters (cache hits by namespace, rate-limit waits by
+    bucket), families of one name merged into one metric."""
+    families: dict[str, CounterMetricFamily] = {}
+    for family in counters:
+        metric = families.get(family.name)
+        if metric is None:
+            metric = CounterMetricFamily(PREFIX + family.name, family.doc, labels=family.labels)
+            families[family.name] = metric
+        for labels, count in family.samples():
+            metric.add_metric(labels, count)
+    yield from families.values()
 
 
 def _numbers(text: str) -> Iterable[tuple[str, str, float]]:

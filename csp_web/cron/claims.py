@@ -8,12 +8,14 @@ per job, last writer wins: each occurrence is run (and recorded) by one daemon.
 
 Runs: before a daemon starts the run ``<job>@<time>`` it claims ``p cron:run:<key>`` with
 ``SET NX`` and a lease (``redis.cron_lease_s``), renewed while the run lasts and replaced by a
-``done`` mark (kept 8 days) when it ends, so exactly one daemon runs each key. A daemon that
-finds the key claimed by another watches it: if the lease runs out without ``done`` (its
-daemon died mid-run), the next daemon to look claims it and the job's missed policy decides
-(``run_once`` runs it again, ``skip`` records it as missed). While Redis is unavailable,
-nothing fires: the scheduler pauses (cursors stay put) and looks again every ``retry_s``; the
-occurrences due meanwhile are then on time or missed as on a restart.
+``done`` mark (kept 8 days) when it ends, so exactly one daemon runs each key (on a
+sentinel's master a claim counts once the replicas hold it, ``sentinel.replica_acks``, so a
+failover cannot lose it). A daemon that finds the key claimed by another watches it: if the
+lease runs out without ``done`` (its daemon died mid-run), the next daemon to look claims it
+and the job's missed policy decides (``run_once`` runs it again, ``skip`` records it as
+missed). While Redis is unavailable, nothing fires: the scheduler pauses (cursors stay put)
+and looks again every ``retry_s``; the occurrences due meanwhile are then on time or missed
+as on a restart.
 
 Manual runs (``ACTION run``) of one job never overlap across the fleet: the daemon running one
 holds ``p cron:manual:<job>`` (``SET NX`` with the same lease, renewed while the run lasts,
@@ -200,6 +202,10 @@ class RunClaims:
     def available(self) -> bool:
         return self._link.available()
 
+    def paused(self) -> None:
+        """Count the scheduler's pause (claims unavailable) as the fallback ``cron_paused``."""
+        self._link.fallback("cron_paused")
+
     def _key(self, run: str) -> str:
         return self._link.key("cron", "run", run)
 
@@ -211,7 +217,9 @@ class RunClaims:
         watched). Raises RedisUnavailable: nobody may run it now."""
         key = self._key(run)
         args: list[str | int] = [self._value("running"), self._lease_ms(), self._link.daemon_id]
-        won = await self._link.call(lambda r: self._claim(keys=[key], args=args, client=r), "claim")
+        won = await self._link.call(
+            lambda r: self._claim(keys=[key], args=args, client=r), "claim", replicated=True
+        )
         if won:
             self.claimed += 1
             return True
@@ -236,7 +244,7 @@ class RunClaims:
                 pipe.get(self._key(run.key))
             return list(pipe.execute())
 
-        answers = await self._link.call(look, "claim_orphans")
+        answers = await self._link.call(look, "claim_orphans", replicated=True)
         orphans = []
         for run, won, current in zip(runs, answers[::2], answers[1::2], strict=True):
             if won:
@@ -265,7 +273,7 @@ class RunClaims:
         RedisUnavailable."""
         key, value, lease_ms = self._manual_key(job_id), self._value("running"), self._lease_ms()
         won = await self._link.call(
-            lambda r: r.set(key, value, nx=True, px=lease_ms), "claim_manual"
+            lambda r: r.set(key, value, nx=True, px=lease_ms), "claim_manual", replicated=True
         )
         return bool(won)
 

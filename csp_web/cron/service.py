@@ -271,6 +271,8 @@ class CronService(JobTable):
         if not self._paused:
             log.warning("cron paused: run claims unavailable (redis); nothing fires twice")
             self._paused = True
+            assert self._claims is not None  # only the fleet's claims pause
+            self._claims.paused()
 
     async def _take_over(self, orphan: Watched) -> None:
         """A run whose daemon died mid-way: the job's missed policy decides, as on a start."""

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -122,8 +122,10 @@ class Cache:
         # Bumped by invalidate(): a read or write that began before it must not bring an old
         # value back into memory after the namespace was emptied.
         self._generation: dict[str, int] = {}
-        self.hits = 0
-        self.misses = 0
+        # By namespace (a bounded set: the ops' own and the configured APIs'), for the
+        # metrics' hit ratio; a plain dict increment on the hot path.
+        self.hits: Counter[str] = Counter()
+        self.misses: Counter[str] = Counter()
         self.storage_full = False  # the last write found the disk full (REQ:stats)
         self.unsafe_rows = 0  # planted rows dropped (SafeJSONDisk)
 
@@ -137,9 +139,9 @@ class Cache:
             if value is not None and generation == self._generation.get(namespace, 0):
                 self._memory.put(key, value, expires_at=expires_at or math.inf)
         if value is None:
-            self.misses += 1
+            self.misses[namespace] += 1
         else:
-            self.hits += 1
+            self.hits[namespace] += 1
         return value
 
     @property

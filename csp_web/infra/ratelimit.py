@@ -14,6 +14,7 @@ import email.utils
 import json
 import math
 import os
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,12 +32,39 @@ class Rate:
     burst: int
 
 
+class LimitCounts:
+    """Waits and refusals by bucket name, for the metrics: a bucket exists only for a
+    configured name (``fetch``, ``search:<backend>``, ``api:<name>``), so the set is bounded.
+    Kept by the daemon's bucket source, so a reload that remakes a bucket keeps its counts."""
+
+    def __init__(self) -> None:
+        self.waits: Counter[str] = Counter()  # calls that waited for a token
+        self.waited_s: defaultdict[str, float] = defaultdict(float)  # seconds they waited
+        self.refusals: Counter[str] = Counter()  # calls refused rate_limited
+
+    async def wait(self, name: str, seconds: float, *, first: bool) -> None:
+        """Sleep ``seconds`` (trio time), counting the time really slept (a cancelled wait
+        too) and, when ``first``, one more waiting call."""
+        self.waits[name] += first
+        start = trio.current_time()
+        try:
+            await trio.sleep(seconds)
+        finally:
+            self.waited_s[name] += trio.current_time() - start
+
+    def refused(self, name: str, retry_after: str) -> OpError:
+        """Count a refusal; the rate_limited error to raise, with its RETRY_AFTER hint."""
+        self.refusals[name] += 1
+        return OpError(ErrorCode.RATE_LIMITED, name, fields=(("RETRY_AFTER", retry_after),))
+
+
 class Bucket:
     """One token bucket on trio's clock (so tests drive it with MockClock)."""
 
-    def __init__(self, name: str, rate: Rate) -> None:
+    def __init__(self, name: str, rate: Rate, counts: LimitCounts | None = None) -> None:
         self.name = name
         self.rate = rate
+        self.counts = LimitCounts() if counts is None else counts
         self._tokens = float(rate.burst)
         self._stamp = trio.current_time()
         self._paused_until = -math.inf
@@ -61,18 +89,16 @@ class Bucket:
 
         Raises OpError(rate_limited) with a RETRY_AFTER field (seconds) otherwise.
         """
+        first = True
         while True:
             wait = self.wait_s()
             if wait <= 0:
                 self._tokens -= 1
                 return
             if trio.current_time() + wait > deadline:
-                raise OpError(
-                    ErrorCode.RATE_LIMITED,
-                    self.name,
-                    fields=(("RETRY_AFTER", str(math.ceil(wait))),),
-                )
-            await trio.sleep(wait)
+                raise self.counts.refused(self.name, str(math.ceil(wait)))
+            await self.counts.wait(self.name, wait, first=first)
+            first = False
 
     def try_acquire_background(self) -> bool:
         """Take a token only if the bucket stays at least half full: prefetch is optional."""
@@ -134,6 +160,7 @@ class RateLimits:
     def __init__(self, rates: dict[str, Rate]) -> None:
         self._rates = rates
         self._buckets: dict[str, Bucket] = {}
+        self.counts = LimitCounts()
 
     def bucket(self, name: str) -> Bucket | None:
         """The bucket for ``name``, or None when that name has no configured rate."""
@@ -141,7 +168,7 @@ class RateLimits:
             rate = self._rates.get(name)
             if rate is None:
                 return None
-            self._buckets[name] = Bucket(name, rate)
+            self._buckets[name] = Bucket(name, rate, self.counts)
         return self._buckets[name]
 
     def reload(self, rates: dict[str, Rate]) -> None:

@@ -34,7 +34,7 @@ import json
 import math
 import os
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -82,8 +82,8 @@ _MISS_GENS = 4096  # generations remembered from misses, for the writes that fol
 class ResponseCache(Protocol):
     """What the ops use of a cache: ``infra.cache.Cache`` and ``RedisCache`` both are one."""
 
-    hits: int
-    misses: int
+    hits: Counter[str]  # by namespace
+    misses: Counter[str]
 
     @property
     def storage_full(self) -> bool:
@@ -131,8 +131,8 @@ class RedisCache:
         self._local_spell = 0
         self._set_script = link.client.register_script(_SET)
         self._invalidate_script = link.client.register_script(_INVALIDATE)
-        self.hits = 0
-        self.misses = 0
+        self.hits: Counter[str] = Counter()  # by namespace, as the embedded cache's
+        self.misses: Counter[str] = Counter()
         link.on_event(f"cache:{store}", self._on_event)
 
     @property
@@ -158,9 +158,9 @@ class RedisCache:
         key = cache_key(namespace, material)
         value = await self._get(namespace, key)
         if value is None:
-            self.misses += 1
+            self.misses[namespace] += 1
         else:
-            self.hits += 1
+            self.hits[namespace] += 1
         return value
 
     async def _get(self, namespace: str, key: str) -> Any | None:

@@ -61,7 +61,6 @@ def make_client(config: RedisConfig) -> redis.Redis:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    assert config.url is not None
     password = os.environ.get(config.password_env) if config.password_env else None
     options: dict[str, Any] = {
         "username": config.username,
@@ -71,6 +70,11 @@ def make_client(config: RedisConfig) -> redis.Redis:
         "retry": Retry(NoBackoff(), 0),
         "max_connections": config.max_threads + 2,
     }
+    if config.sentinel is not None:
+        from csp_web.infra.redis_sentinel import sentinel_master
+
+        return sentinel_master(config, options)
+    assert config.url is not None
     if config.url.startswith("rediss://"):
         options |= {
             "ssl_ca_certs": config.tls_ca_file,
@@ -173,6 +177,14 @@ class RedisLink:
         self.fallbacks: Counter[str] = Counter()
         self.last_error = ""
         self.eviction_policy: str | None = None  # Redis's maxmemory-policy, once read
+        self._replica_acks = config.sentinel.replica_acks if config.sentinel is not None else 0
+
+    @property
+    def mode(self) -> str:
+        """How Redis is reached: ``single`` (one server), ``cluster`` or ``sentinel``."""
+        if self.config.sentinel is not None:
+            return "sentinel"
+        return "cluster" if self.config.cluster else "single"
 
     def key(self, *parts: str) -> str:
         return self.config.key_prefix + ":".join(parts)
@@ -211,11 +223,44 @@ class RedisLink:
         self.fallbacks[kind] += 1
 
     async def call(
-        self, fn: Callable[[redis.Redis], T], what: str, *, timeout_s: float | None = None
+        self,
+        fn: Callable[[redis.Redis], T],
+        what: str,
+        *,
+        timeout_s: float | None = None,
+        replicated: bool = False,
     ) -> T:
         """``fn(client)`` in a worker thread, within ``timeout_s`` (at most
         ``call_timeout_s``); ``fn`` should make one round trip (a pipeline or script counts
-        as one). Raises RedisUnavailable when down, failed or late."""
+        as one). Raises RedisUnavailable when down, failed or late. ``replicated`` (a run
+        claim): on a sentinel's master, the write counts only once ``sentinel.replica_acks``
+        replicas hold it (``WAIT``, a second round trip), so a failover cannot lose it; when
+        they do not in time, RedisUnavailable (counted as the fallback ``unreplicated``,
+        the link staying up: the master answers)."""
+        if replicated and self._replica_acks:
+            return await self._call_replicated(fn, what, timeout_s)
+        return await self._call(fn, what, timeout_s)
+
+    async def _call_replicated(
+        self, fn: Callable[[redis.Redis], T], what: str, timeout_s: float | None
+    ) -> T:
+        acks = self._replica_acks
+        budget = self.config.call_timeout_s if timeout_s is None else timeout_s
+        # WAIT's own timeout ends before the call's deadline (0 would wait for ever).
+        wait_ms = max(1, int(min(budget, self.config.call_timeout_s) * 500))
+
+        def write_and_wait(client: redis.Redis) -> tuple[T, int]:
+            result = fn(client)
+            return result, int(client.wait(acks, wait_ms))
+
+        result, held = await self._call(write_and_wait, what, timeout_s)
+        if held < acks:
+            self.fallback("unreplicated")
+            log.warning("redis %s: %d of %d replicas acknowledged in time", what, held, acks)
+            raise RedisUnavailable(f"{what}: not replicated")
+        return result
+
+    async def _call(self, fn: Callable[[redis.Redis], T], what: str, timeout_s: float | None) -> T:
         if not self.available():
             raise RedisUnavailable(f"{what}: down ({self.last_error})")
         budget = self.config.call_timeout_s if timeout_s is None else timeout_s
@@ -378,6 +423,7 @@ class RedisLink:
         """The ``REDIS`` line of ``REQ:stats``."""
         data: dict[str, Any] = {
             "state": "up" if self.up else "down",
+            "mode": self.mode,
             "events": "live" if self.events_live else "lost",
             "calls": self.calls,
             "failures": self.failures,
@@ -411,9 +457,10 @@ def _close_quietly(pubsub: redis.client.PubSub, errors: tuple[type[Exception], .
 
 @asynccontextmanager
 async def open_redis_link(config: RedisConfig) -> AsyncIterator[RedisLink | None]:
-    """The link when ``config.url`` is set, else None. Its event subscriber is a background
-    task (``serve_events``) the daemon runs, so nothing here wraps a caller's exception."""
-    if config.url is None:
+    """The link when ``config.url`` or ``config.sentinel`` is set, else None. Its event
+    subscriber is a background task (``serve_events``) the daemon runs, so nothing here
+    wraps a caller's exception."""
+    if not config.shared:
         yield None
         return
     link = RedisLink(config, make_client(config))
@@ -422,4 +469,12 @@ async def open_redis_link(config: RedisConfig) -> AsyncIterator[RedisLink | None
     finally:
         with trio.CancelScope(shield=True):
             await link.quiesce()
-            await trio.to_thread.run_sync(link.client.close, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(_close, link, abandon_on_cancel=True)
+
+
+def _close(link: RedisLink) -> None:
+    link.client.close()
+    if link.config.sentinel is not None:  # the sentinels' connections too
+        from csp_web.infra.redis_sentinel import close_sentinels
+
+        close_sentinels(link.client)

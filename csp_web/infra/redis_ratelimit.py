@@ -32,7 +32,7 @@ import trio
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
-from .ratelimit import MAX_PAUSE_S, Bucket, Rate, RateLimits
+from .ratelimit import MAX_PAUSE_S, Bucket, LimitCounts, Rate, RateLimits
 from .redis_link import RedisLink, RedisUnavailable
 
 # Returns {1, wait_ms}: granted, its slot wait_ms from now; {0, wait_ms}: refused, a token in
@@ -111,6 +111,9 @@ class TokenBucket(Protocol):
 class BucketSource(Protocol):
     """``ratelimit.RateLimits`` or ``SharedRateLimits``: buckets by name, reloadable."""
 
+    @property
+    def counts(self) -> LimitCounts: ...  # waits and refusals by bucket name (metrics)
+
     def bucket(self, name: str) -> TokenBucket | None: ...
 
     def reload(self, rates: dict[str, Rate]) -> None: ...
@@ -119,11 +122,14 @@ class BucketSource(Protocol):
 class SharedBucket:
     """One bucket on Redis, with a local bucket at ``share`` of its rate as the fallback."""
 
-    def __init__(self, link: RedisLink, name: str, rate: Rate, share: float) -> None:
+    def __init__(
+        self, link: RedisLink, name: str, rate: Rate, share: float, counts: LimitCounts
+    ) -> None:
         self._link = link
         self.name = name
         self.rate = rate
-        self.local = Bucket(name, fallback_rate(rate, share))
+        self.counts = counts
+        self.local = Bucket(name, fallback_rate(rate, share), counts)
         tag = "{" + name + "}"
         self._keys = [link.key("rl", tag), link.key("rp", tag)]
         self._take = link.client.register_script(_TAKE)
@@ -145,6 +151,7 @@ class SharedBucket:
     async def acquire(self, *, deadline: float) -> None:
         """Take a token, waiting for one that comes before ``deadline`` (trio time); else
         OpError(rate_limited) with RETRY_AFTER (seconds)."""
+        first = True
         while True:
             # Lua reads no "inf": an endless deadline waits at most a month (MAX_PAUSE_S).
             max_wait_ms = min((deadline - trio.current_time()) * 1000, MAX_PAUSE_S * 1000)
@@ -155,15 +162,15 @@ class SharedBucket:
                 await self.local.acquire(deadline=deadline)
                 return
             if granted:
-                await trio.sleep(wait_ms / 1000)  # the reserved slot
+                if wait_ms > 0:  # the reserved slot
+                    await self.counts.wait(self.name, wait_ms / 1000, first=first)
                 return
             if wait_ms > max_wait_ms:  # a pause or a token past the deadline
-                raise OpError(
-                    ErrorCode.RATE_LIMITED,
-                    self.name,
-                    fields=(("RETRY_AFTER", str(max(1, math.ceil(wait_ms / 1000)))),),
-                )
-            await trio.sleep(wait_ms / 1000)  # a pause ends before the deadline: try again
+                retry_after = str(max(1, math.ceil(wait_ms / 1000)))
+                raise self.counts.refused(self.name, retry_after)
+            # A pause ends before the deadline: try again.
+            await self.counts.wait(self.name, wait_ms / 1000, first=first)
+            first = False
 
     async def acquire_background(self) -> bool:
         """Take a token only while the bucket stays at least half full."""
@@ -201,6 +208,7 @@ class SharedRateLimits:
         self._rates = rates
         self._buckets: dict[str, SharedBucket] = {}
         self._quotas: dict[str, SharedQuota] = {}
+        self.counts = LimitCounts()
 
     def bucket(self, name: str) -> SharedBucket | None:
         if name not in self._buckets:
@@ -208,7 +216,7 @@ class SharedRateLimits:
             if rate is None:
                 return None
             self._buckets[name] = SharedBucket(
-                self._link, name, rate, self._link.config.fallback_share
+                self._link, name, rate, self._link.config.fallback_share, self.counts
             )
         return self._buckets[name]
 

@@ -12,9 +12,10 @@ from functools import partial
 
 from csp_web.config import Config, SectionSpec
 from csp_web.core.api.ops import Op
-from csp_web.core.api.ports import StatsLine, StorageChecks
+from csp_web.core.api.ports import CounterFamily, StatsLine, StorageChecks
 from csp_web.core.api.specialist import Background, Commit, Specialist
 from csp_web.cron import WallClock, open_cron, system_now
+from csp_web.infra.counters import cache_counters
 from csp_web.infra.redis_link import RedisLink
 
 from . import ops_cron, ops_exec, ops_mcp
@@ -73,6 +74,11 @@ def _stats_lines(tool: ToolServices) -> Mapping[str, StatsLine]:
     return lines
 
 
+def _counters(tool: ToolServices) -> tuple[CounterFamily, ...]:
+    # exec is swapped whole by a reload (its cache and counts too): read it at each scrape.
+    return cache_counters("exec", lambda: None if tool.exec is None else tool.exec.cache)
+
+
 def _storage(tool: ToolServices) -> StorageChecks:
     def cache_full() -> bool:  # exec is swapped whole by a reload: read it at each check
         return tool.exec is not None and tool.exec.cache.storage_full
@@ -116,6 +122,7 @@ def make_tool(
         stats_lines=_stats_lines,
         storage=_storage,
         reload=_reload,
+        counters=_counters,
     )
 
 

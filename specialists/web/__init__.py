@@ -14,8 +14,9 @@ from contextlib import asynccontextmanager
 
 from csp_web.config import Config, SectionSpec
 from csp_web.core.api.ops import Op
-from csp_web.core.api.ports import Seams, StatsLine
+from csp_web.core.api.ports import CounterFamily, Seams, StatsLine
 from csp_web.core.api.specialist import Background, Commit, Specialist
+from csp_web.infra.counters import cache_counters, limit_counters
 from csp_web.infra.redis_link import RedisLink
 from csp_web.net import Resolver, TransportWrapper
 
@@ -59,6 +60,11 @@ def _background(web: WebServices) -> tuple[Background, ...]:
 
 def _stats_lines(web: WebServices) -> Mapping[str, StatsLine]:
     return {} if web.redis is None else {"REDIS": web.redis.stats_line}  # at each REQ:stats
+
+
+def _counters(web: WebServices) -> tuple[CounterFamily, ...]:
+    # Read at each scrape: a reload keeps the cache and the bucket source (their counts).
+    return (*cache_counters("web", lambda: web.cache), *limit_counters(lambda: web.limits.counts))
 
 
 @asynccontextmanager
@@ -127,6 +133,7 @@ def make_web(
         stats_lines=_stats_lines,
         storage=lambda web: {"cache": lambda: web.cache.storage_full},
         reload=_reload,
+        counters=_counters,
     )
 
 

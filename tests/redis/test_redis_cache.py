@@ -40,7 +40,7 @@ async def test_a_page_cached_by_one_daemon_is_a_one_round_trip_hit_on_another(
         # The second hit comes from the reader's memory tier: no round trip at all.
         assert await reader.get("fetch", "https://example.com/") == {"title": "Example"}
         assert two.round_trips - before == 1
-        assert (reader.hits, reader.misses) == (2, 0)
+        assert (reader.hits.total(), reader.misses.total()) == (2, 0)
 
 
 async def test_values_are_json_with_the_ttl_and_namespace_tag_of_the_entry(

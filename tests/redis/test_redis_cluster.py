@@ -18,7 +18,7 @@ import trio
 from redis.crc import key_slot
 
 from csp_web.config.redis import RedisConfig
-from csp_web.infra.ratelimit import Rate
+from csp_web.infra.ratelimit import LimitCounts, Rate
 from csp_web.infra.redis_cache import RedisCache
 from csp_web.infra.redis_link import RedisUnavailable, open_redis_link
 from csp_web.infra.redis_ratelimit import SharedBucket
@@ -37,6 +37,9 @@ from tests.redis.test_redis_cache import (  # noqa: F401  (collected here, on th
 )
 from tests.redis.test_redis_claims import (  # noqa: F401  (collected here, on the cluster)
     test_one_daemon_wins_a_run_key_and_the_other_watches_it,
+)
+from tests.redis.test_redis_daemon import (  # noqa: F401  (collected here, on the cluster)
+    test_a_scrape_shows_redis_up_how_it_is_reached_and_no_failures,
 )
 from tests.redis.test_redis_ratelimit import (  # noqa: F401  (collected here, on the cluster)
     test_a_burst_of_n_holds_across_two_daemons_and_the_next_call_is_refused,
@@ -96,7 +99,7 @@ async def test_every_multi_key_script_touches_keys_of_one_slot(open_link: OpenLi
         cache = RedisCache(link, memory_bytes=1024)
         bucket_slots = set()
         for name in ("brave", "fetch:example.org"):
-            bucket = SharedBucket(link, name, Rate(60.0, 1), 0.5)
+            bucket = SharedBucket(link, name, Rate(60.0, 1), 0.5, LimitCounts())
             (slot,) = {key_slot(key.encode()) for key in bucket._keys}
             bucket_slots.add(slot)
         namespace_slots = set()

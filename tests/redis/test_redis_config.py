@@ -31,6 +31,15 @@ def test_a_redis_section_loads_with_secrets_named_by_environment_variable() -> N
     assert (config.redis.password_env, config.redis.key_prefix) == ("FLEET_REDIS_PASSWORD", "prod:")
 
 
+SENTINELS_EMPTY = "redis.sentinel: sentinels: expected at least one host:port"
+MASTER_NAME = "redis.sentinel: master: expected the monitored master's name"
+NEGATIVE = "redis.sentinel: db, replica_acks: must not be negative"
+
+
+def not_host_port(entry: str) -> str:
+    return f"redis.sentinel: sentinels: {entry!r} is not host:port"
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
@@ -55,6 +64,33 @@ def test_a_redis_section_loads_with_secrets_named_by_environment_variable() -> N
             {"url": "redis://node1:7000/1", "cluster": True},
             "redis: cluster: a Redis Cluster has only database 0",
         ),
+        (
+            {"url": "redis://x:6379", "sentinel": {"master": "m", "sentinels": ["s:26379"]}},
+            "redis: sentinel: the sentinels name the master: url null, cluster false",
+        ),
+        (
+            {"cluster": True, "sentinel": {"master": "m", "sentinels": ["s:26379"]}},
+            "redis: sentinel: the sentinels name the master: url null, cluster false",
+        ),
+        ({"sentinel": {"master": "m", "sentinels": []}}, SENTINELS_EMPTY),
+        ({"sentinel": {"master": "", "sentinels": ["s:1"]}}, MASTER_NAME),
+        ({"sentinel": {"master": "my master", "sentinels": ["s:1"]}}, MASTER_NAME),
+        ({"sentinel": {"master": "m", "sentinels": ["s"]}}, not_host_port("s")),
+        ({"sentinel": {"master": "m", "sentinels": [":26379"]}}, not_host_port(":26379")),
+        ({"sentinel": {"master": "m", "sentinels": ["s:0"]}}, not_host_port("s:0")),
+        ({"sentinel": {"master": "m", "sentinels": ["s:65536"]}}, not_host_port("s:65536")),
+        ({"sentinel": {"master": "m", "sentinels": ["s:２"]}}, not_host_port("s:２")),
+        ({"sentinel": {"master": "m", "sentinels": ["u@s:1"]}}, not_host_port("u@s:1")),
+        (
+            {"sentinel": {"master": "m", "sentinels": ["s:1", 7]}},
+            "redis.sentinel.sentinels[1]: expected str",
+        ),
+        ({"sentinel": {"master": "m", "sentinels": ["s:1"], "db": -1}}, NEGATIVE),
+        ({"sentinel": {"master": "m", "sentinels": ["s:1"], "replica_acks": -1}}, NEGATIVE),
+        (
+            {"sentinel": {"master": "m", "sentinels": ["s:1"], "port": 1}},
+            "redis.sentinel.port: unknown key",
+        ),
     ],
 )
 def test_a_bad_redis_setting_is_refused_by_its_path(
@@ -67,3 +103,31 @@ def test_a_bad_redis_setting_is_refused_by_its_path(
 
 def test_a_fallback_share_of_exactly_one_is_accepted() -> None:
     assert config_from_mapping({"redis": {"fallback_share": 1}}).redis.fallback_share == 1.0
+
+
+def test_a_sentinel_section_loads_its_sentinels_and_the_link_is_shared() -> None:
+    config = config_from_mapping(
+        {
+            "redis": {
+                "sentinel": {
+                    "master": "mymaster",
+                    "sentinels": ["10.0.0.5:26379", "[fd00::6]:26379", "s3.internal:65535"],
+                    "password_env": "SENTINEL_PASSWORD",
+                    "db": 0,
+                    "tls": True,
+                    "replica_acks": 0,
+                }
+            }
+        }
+    )
+    sentinel = config.redis.sentinel
+    assert sentinel is not None
+    assert sentinel.addresses() == [
+        ("10.0.0.5", 26379),
+        ("fd00::6", 26379),
+        ("s3.internal", 65535),
+    ]
+    assert (sentinel.master, sentinel.replica_acks, sentinel.tls) == ("mymaster", 0, True)
+    assert config.redis.url is None
+    assert config.redis.shared
+    assert not Config().redis.shared

@@ -93,3 +93,21 @@ async def test_stats_show_redis_down_while_it_is_stopped_and_up_once_it_answers(
         again = await daemon.dispatcher.run(stats, Peer("t"))
     assert redis_line(again)["state"] == "up"
     daemon.scope.cancel()
+
+
+async def test_a_scrape_shows_redis_up_how_it_is_reached_and_no_failures(
+    config: Config, sink: Sink, sock_dir: str, redis_config: RedisConfig
+) -> None:
+    """The daemon as ``csp-web serve`` runs it on this module's Redis (one server here; the
+    cluster's and the sentinel's modules run it again), scraped and parsed."""
+    from tests.test_metrics import samples, scrape, serving, value, with_metrics
+
+    mode = "sentinel" if redis_config.sentinel else "cluster" if redis_config.cluster else "single"
+    config = with_metrics(dataclasses.replace(config, redis=redis_config), "127.0.0.1:0")
+    with trio.fail_after(60):
+        async with serving(config, os.path.join(sock_dir, "csp.sock")) as where:
+            assert where is not None
+            found = samples((await scrape(where)).text)
+    assert value(found, "csp_web_redis_up") == 1
+    assert value(found, "csp_web_redis_mode", mode=mode) == 1
+    assert value(found, "csp_web_redis_failures_total") == 0

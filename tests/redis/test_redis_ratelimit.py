@@ -24,7 +24,8 @@ async def test_a_burst_of_n_holds_across_two_daemons_and_the_next_call_is_refuse
 ) -> None:
     async with open_link() as one, open_link() as two:
         a = SharedRateLimits(one, {"fetch": SLOW}).bucket("fetch")
-        b = SharedRateLimits(two, {"fetch": SLOW}).bucket("fetch")
+        b_limits = SharedRateLimits(two, {"fetch": SLOW})
+        b = b_limits.bucket("fetch")
         assert a is not None
         assert b is not None
         now = trio.current_time()
@@ -37,17 +38,22 @@ async def test_a_burst_of_n_holds_across_two_daemons_and_the_next_call_is_refuse
         assert refused.value.detail == "fetch"
         retry = int(dict(refused.value.fields)["RETRY_AFTER"])
         assert 1 <= retry <= 60
+        assert (a.counts.refusals, b_limits.counts.refusals) == ({}, {"fetch": 1})  # metrics
+        assert b_limits.counts.waits == {}
 
 
 async def test_a_wait_within_the_deadline_reserves_the_next_slot(open_link: OpenLink) -> None:
     async with open_link() as link:
-        bucket = SharedRateLimits(link, {"api:x": Rate(6000, 1)}).bucket("api:x")  # 10 ms
+        bucket = SharedRateLimits(link, {"api:x": Rate(60, 1)}).bucket("api:x")  # 1 s
         assert bucket is not None
         with trio.fail_after(5):
             await bucket.acquire(deadline=trio.current_time())
             started = trio.current_time()
-            await bucket.acquire(deadline=started + 1)  # reserved, then slept until its slot
+            await bucket.acquire(deadline=started + 2)  # reserved, then slept until its slot
         assert trio.current_time() > started
+        assert bucket.counts.waits == {"api:x": 1}  # the metrics' waits and seconds waited
+        assert 0 < bucket.counts.waited_s["api:x"] <= trio.current_time() - started
+        assert bucket.counts.refusals == {}
 
 
 async def test_background_calls_take_tokens_only_while_half_the_burst_is_left(
@@ -78,6 +84,25 @@ async def test_a_retry_after_seen_by_one_daemon_pauses_every_daemon(open_link: O
         assert refused.value.code is ErrorCode.RATE_LIMITED
         assert 29 <= int(dict(refused.value.fields)["RETRY_AFTER"]) <= 30
         assert not await b.acquire_background()
+        assert b.counts.refusals == {"search:brave": 1}
+
+
+async def test_a_pause_that_ends_before_the_deadline_is_waited_out_and_counted_once(
+    open_link: OpenLink,
+) -> None:
+    async with open_link() as one, open_link() as two:
+        rates = {"search:brave": Rate(600, 10)}
+        a = SharedRateLimits(one, rates).bucket("search:brave")
+        b = SharedRateLimits(two, rates).bucket("search:brave")
+        assert a is not None
+        assert b is not None
+        await a.pause(trio.current_time() + 0.05)
+        started = trio.current_time()
+        with trio.fail_after(5):
+            await b.acquire(deadline=started + 5)
+        assert trio.current_time() > started
+        assert b.counts.waits == {"search:brave": 1}
+        assert b.counts.waited_s["search:brave"] > 0
 
 
 async def test_while_redis_is_down_each_daemon_spends_its_share_of_the_limit(

@@ -123,6 +123,7 @@ async def test_nothing_fires_while_redis_is_stopped_and_firing_resumes_when_it_a
         mock_clock.jump(link.config.retry_s)  # the paused scheduler's next look
         await settle(lambda: rig.seen == [KEY] and not rig.cron.is_running("j"))
         assert link.up
+        assert link.fallbacks["cron_paused"] == 1  # REQ:stats' REDIS line, the metrics
 
 
 async def past_window(link: RedisLink) -> None:

@@ -9,7 +9,7 @@ the composition root hands them in, so the import graph runs one way.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeAlias, TypeVar
@@ -23,6 +23,20 @@ T = TypeVar("T")
 StatsLine: TypeAlias = str | tuple[str, ...] | Callable[[], str | tuple[str, ...]]
 # Whether a store's disk is full now (SPEC O-6), by the store's name on REQ:stats' STORAGE line.
 StorageChecks: TypeAlias = Mapping[str, Callable[[], bool]]
+
+
+@dataclass(frozen=True)
+class CounterFamily:
+    """A labelled counter a specialist keeps, read at each metrics scrape (csp_web.app.metrics)
+    and never on an op's path: ``samples()`` gives (label values, count) now. Label values
+    come from bounded sets (cache namespaces, configured bucket names), never hosts or URLs.
+    Families of one ``name`` from several specialists are one metric (their labels tell them
+    apart)."""
+
+    name: str  # without the csp_web_ prefix and the _total suffix
+    doc: str
+    labels: tuple[str, ...]
+    samples: Callable[[], Iterable[tuple[tuple[str, ...], float]]]
 
 
 class OutboundRoom(Protocol):

@@ -5,8 +5,9 @@ ops to them, and starts its background tasks; nothing is looked up by a string n
     WEB: Specialist[WebConfig, WebServices] = Specialist(
         name="web", ops=(...), slots=lambda s: s.web, section=web_section, ...)
 
-Every field is required (``kw_only``, no defaults): a specialist cannot forget its slot
-limits, and ``slots`` names a ``SlotsConfig`` field, which mypy checks.
+Every field but ``counters`` is required (``kw_only``, no defaults): a specialist cannot
+forget its slot limits, and ``slots`` names a ``SlotsConfig`` field, which mypy checks.
+``counters`` (metrics only) defaults to none.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import trio
 
 from csp_web.config import Config, SectionSpec, SlotLimits, SlotsConfig
 from csp_web.core.api.ops import BoundOp, Op, OpSpec, bind
-from csp_web.core.api.ports import StatsLine, StorageChecks, TaskPort
+from csp_web.core.api.ports import CounterFamily, StatsLine, StorageChecks, TaskPort
 
 C = TypeVar("C")
 S = TypeVar("S")
@@ -45,6 +46,7 @@ class Opened:
     stats_lines: Mapping[str, StatsLine]
     reload: Reloader | None
     storage: StorageChecks = field(default_factory=dict)
+    counters: tuple[CounterFamily, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +68,8 @@ class Specialist(Generic[C, S]):
     stats_lines: Callable[[S], Mapping[str, StatsLine]]
     storage: Callable[[S], StorageChecks]  # its stores' full-disk checks (SPEC O-6)
     reload: Callable[[S, C, Config], Commit] | None  # checks (ValueError), returns its commit
+    # Its labelled counters for the metrics (cache hits, rate-limit waits); none by default.
+    counters: Callable[[S], tuple[CounterFamily, ...]] = lambda services: ()
 
     @property
     def specs(self) -> tuple[OpSpec, ...]:
@@ -80,6 +84,7 @@ class Specialist(Generic[C, S]):
             self.stats_lines(services),
             self._reloader(services),
             self.storage(services),
+            self.counters(services),
         )
 
     def _reloader(self, services: S) -> Reloader | None:

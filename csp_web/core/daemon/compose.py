@@ -100,7 +100,8 @@ def compose(
         lines.update(memory.stats_lines)
         storage += [("outbox", lambda: memory.outbox.room.storage_full), *memory.storage.items()]
     cancels = Cancels()
-    sys_services = SysServices(table, stats, memory, lines, cancels, tuple(storage))
+    counters = tuple(family for each in opened for family in each.counters)
+    sys_services = SysServices(table, stats, memory, lines, cancels, tuple(storage), counters)
     bound: list[BoundOp] = [bind(op, sys_services) for op in SYS_OPS]
     bound += [op for each in opened for op in each.ops]
     pools = slot_pools(config, specialists)

@@ -10,7 +10,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import ID_PATTERN, Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Op, OpTable
-from csp_web.core.api.ports import MemoryPath, StatsLine
+from csp_web.core.api.ports import CounterFamily, MemoryPath, StatsLine
 from csp_web.core.api.replies import Result
 from csp_web.core.dispatch.cancels import Cancels
 from csp_web.core.dispatch.stats import Stats
@@ -29,6 +29,7 @@ class SysServices:
     lines: Mapping[str, StatsLine]
     cancels: Cancels
     storage: tuple[tuple[str, Callable[[], bool]], ...] = ()  # (store, is its disk full)
+    counters: tuple[CounterFamily, ...] = ()  # the specialists' labelled counters (metrics)
 
 
 async def ping(params: Params, ctx: OpContext, services: SysServices) -> Result:
