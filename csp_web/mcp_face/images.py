@@ -53,22 +53,32 @@ async def images_of(structured: Mapping[str, Any]) -> list[Image]:
 
 
 def read_png(path: str) -> bytes | None:
-    """The PNG at ``path``, or None (logged) when it is no regular file, is larger than
-    MAX_IMAGE_BYTES, cannot be read, or does not start with the PNG signature."""
+    """The PNG at ``path``, or None (logged) when it is no regular file (a symlink is not
+    followed, a FIFO not waited on), is larger than MAX_IMAGE_BYTES, cannot be read, or does
+    not start with the PNG signature."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = _read_regular(path)
     except OSError as exc:
         log.warning("image %s not attached: %s", path, exc.strerror or exc)
         return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_IMAGE_BYTES:
-            log.warning(
-                "image %s not attached: not a file of at most %d bytes", path, MAX_IMAGE_BYTES
-            )
-            return None
-        data = file.read(MAX_IMAGE_BYTES + 1)
-    if len(data) > MAX_IMAGE_BYTES or not data.startswith(PNG_SIGNATURE):
-        log.warning("image %s not attached: not a PNG of at most %d bytes", path, MAX_IMAGE_BYTES)
+    if data is None or not data.startswith(PNG_SIGNATURE):
+        log.warning(
+            "image %s not attached: not a PNG file of at most %d bytes", path, MAX_IMAGE_BYTES
+        )
         return None
     return data
+
+
+def _read_regular(path: str) -> bytes | None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_IMAGE_BYTES:
+            return None
+        chunks, size = [], 0
+        while size <= MAX_IMAGE_BYTES and (chunk := os.read(fd, 1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks) if size <= MAX_IMAGE_BYTES else None
