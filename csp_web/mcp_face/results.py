@@ -117,8 +117,9 @@ def structured_fields(
     """``{"STATUS": ..., KEY: value}``, each value typed as ``shapes`` (the op table) says:
     ``WORD_COUNT`` an integer, a field that may repeat a list even when it came once. A key
     the table does not know is a string, a list when it repeats. A value that does not read
-    as its type is left out (and logged): the text still shows it, and a client that
-    validates against the output schema would refuse the whole result for it."""
+    as its type, or a second value of a field declared single, is left out (and logged): the
+    text still shows it, and a client that validates against the output schema would refuse
+    the whole result for it."""
     shapes = shapes or {}
     out: dict[str, Any] = {"STATUS": str(reply.status)}
     for key, value in reply.fields:
@@ -133,11 +134,13 @@ def structured_fields(
             continue
         if shape.repeat:
             out.setdefault(key, []).append(typed)
-        elif key in out:
+        elif key not in out:
+            out[key] = typed
+        elif key in shapes:  # declared single: a list would fail the schema; the text has all
+            log.warning("reply field %s repeats, but the op table says it does not", key)
+        else:
             previous = out[key]
             out[key] = [*previous, typed] if isinstance(previous, list) else [previous, typed]
-        else:
-            out[key] = typed
     return out
 
 

@@ -240,10 +240,13 @@ def test_a_decimal_field_is_a_number() -> None:
         "replies": [{"name": "ACCURACY_M", "always": False, "type": "number"}],
     }
     node = tool_spec(entry, max_timeout_ms=1000)
-    reply = Reply(Status.OK, (("ACCURACY_M", "10.5"), ("EXTRA", "a"), ("EXTRA", "b")))
+    reply = Reply(
+        Status.OK,
+        (("ACCURACY_M", "10.5"), ("ACCURACY_M", "11"), ("EXTRA", "a"), ("EXTRA", "b")),
+    )
     assert outcome_of(node, reply).structured == {
         "STATUS": "OK",
-        "ACCURACY_M": 10.5,
+        "ACCURACY_M": 10.5,  # declared single: the first (a list would fail the schema)
         "EXTRA": ["a", "b"],  # undeclared and repeated: a list, as before
     }
 
