@@ -36,14 +36,10 @@ _GONE = (
 
 @asynccontextmanager
 async def reporting_progress(
-    report: Report | None, *, every_s: float = PROGRESS_EVERY_S
+    report: Report, *, every_s: float = PROGRESS_EVERY_S
 ) -> AsyncIterator[None]:
     """For as long as the block runs, ``report(elapsed_s, message)`` every ``every_s``
-    seconds; nothing when ``report`` is None (the client asked for no progress). A client
-    that has gone ends the reports, never the block."""
-    if report is None:
-        yield
-        return
+    seconds. A client that has gone ends the reports, never the block."""
 
     async def tick() -> None:
         elapsed = 0.0

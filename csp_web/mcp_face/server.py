@@ -23,7 +23,6 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.types import (
     INVALID_PARAMS,
     CallToolRequestParams,
@@ -172,10 +171,9 @@ async def cancel_in_daemon(client: DaemonCaller, task_id: str) -> None:
         log.info("task %s cancelled in the daemon: %s", task_id, reply.get("ERROR") or "ok")
 
 
-def _progress_of(ctx: ServerRequestContext[Any]) -> Report | None:
-    """How to report this call's progress, or None when the client sent no progressToken."""
-    if progress_token_from_params(ctx.params) is None:
-        return None
+def _progress_of(ctx: ServerRequestContext[Any]) -> Report:
+    """How to report this call's progress: the session sends it only when the client asked
+    (a ``progressToken`` on JSON-RPC, a callback in process), else the report is a no-op."""
 
     async def report(elapsed_s: float, message: str) -> None:
         await ctx.session.report_progress(elapsed_s, None, message)

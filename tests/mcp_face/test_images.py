@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.types import CallToolResult, ImageContent, TextContent
 
 from csp_web.core.daemon.compose import op_table
-from csp_web.mcp_face.images import MAX_IMAGE_BYTES, PNG_SIGNATURE, read_png
+from csp_web.mcp_face.images import MAX_IMAGE_BYTES, PNG_SIGNATURE, images_of, read_png
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import build_tools
@@ -125,3 +125,9 @@ def test_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo.png"
     os.mkfifo(fifo)
     assert read_png(str(fifo)) is None
+
+
+async def test_every_png_a_repeated_field_names_is_attached(tmp_path: Path) -> None:
+    first, second = _png(tmp_path, "a.png"), _png(tmp_path, "b.png")
+    images = await images_of({"SCREENSHOT_REF": [first, second], "SNAPSHOT_REF": 7})
+    assert [image.data for image in images] == [base64.b64encode(PNG).decode()] * 2

@@ -1,5 +1,5 @@
-"""``reporting_progress``: "still running" each interval while a block runs, none when the
-client asked for none, and a client that has gone ends the reports, never the call."""
+"""``reporting_progress``: "still running" each interval while a block runs, and a client
+that has gone ends the reports, never the call."""
 
 from __future__ import annotations
 
@@ -37,11 +37,6 @@ async def test_a_block_shorter_than_the_interval_reports_nothing(
     async with reporting_progress(report):
         await trio.sleep(PROGRESS_EVERY_S / 2)
     assert seen == []
-
-
-async def test_without_a_reporter_the_block_just_runs(autojump_clock: trio.abc.Clock) -> None:
-    async with reporting_progress(None):
-        await trio.sleep(PROGRESS_EVERY_S * 2)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ before, the second exited "state dir in use" and its host saw only "Connection c
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,21 @@ def test_a_state_dir_too_deep_for_a_socket_path_has_no_shared_socket(tmp_path: P
 
     assert run_mcp_face(config, attached=lambda _: 1, own=own) == 0
     assert seen[0].socket.path is None  # served in process, as before, without a socket
+
+
+def test_a_daemon_answering_on_the_users_socket_is_used_not_started(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    path = str(state / "csp.sock")
+    config = Config(daemon=DaemonConfig(state_dir=str(state)))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(4)
+        used: list[str] = []
+
+        def attached(where: str) -> int:
+            used.append(where)
+            return 5
+
+        assert run_mcp_face(config, attached=attached, own=lambda _: 0) == 5
+    assert used == [path]

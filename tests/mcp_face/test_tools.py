@@ -305,3 +305,36 @@ def test_an_op_entry_this_face_cannot_read_is_a_tool_table_error_naming_the_op(
     with pytest.raises(ToolTableError) as raised:
         build_tools([entry], exec_configured=False, max_timeout_ms=1000)
     assert str(raised.value).startswith(f"op fetch IN:{entry['in']} cannot be read (")
+
+
+def test_a_plural_another_field_holds_leaves_the_repeatable_field_one_array() -> None:
+    fields = [
+        {"name": "URL", "type": "text", "repeat": True},
+        {"name": "URLS", "type": "text"},
+        {"name": "KEY", "type": "text", "repeat": True},
+    ]
+    spec = tool_spec({"req": "x", "in": "WEB", "out": "X", "fields": fields}, max_timeout_ms=1)
+    properties = spec.input_schema["properties"]
+    assert (properties["url"]["type"], properties["urls"]["type"]) == ("array", "string")
+    assert properties["keys"]["type"] == "array"  # a vowel before the y: keys, not kies
+    assert spec.lists == frozenset({"url", "keys"})
+
+
+def test_an_op_without_effects_has_no_annotations_and_an_unknown_reply_type_is_text() -> None:
+    """A daemon older than the effects, or newer with a reply type this face does not know."""
+    older = {
+        "req": "x",
+        "in": "WEB",
+        "out": "X",
+        "replies": [{"name": "N", "always": True, "type": "decimal128"}],
+    }
+    spec = tool_spec(older, max_timeout_ms=1)
+    assert spec.annotations is None
+    assert spec.output_schema is not None
+    assert spec.output_schema["properties"]["N"]["type"] == "string"
+    assert tool_spec(entry("fetch"), max_timeout_ms=1).annotations == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": True,
+    }
