@@ -13,7 +13,7 @@ import base64
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,13 @@ class Image:
     mime_type: str = "image/png"
 
 
-async def images_of(structured: Mapping[str, Any]) -> list[Image]:
-    """The PNGs the fields of ``structured`` name, in field order; a path that is not a
-    readable PNG of at most MAX_IMAGE_BYTES is skipped (logged): the result still names it."""
+async def images_of(structured: Mapping[str, Any], declared: Collection[str]) -> list[Image]:
+    """The PNGs the fields of ``structured`` name, in field order, for the PNG fields its op
+    ``declared`` (a field an op relays from elsewhere is never read as a path); a path that
+    is not a readable PNG of at most MAX_IMAGE_BYTES is skipped (logged): the result still
+    names it."""
     paths: list[str] = []
-    for name in PNG_FIELDS:
+    for name in (name for name in PNG_FIELDS if name in declared):
         value = structured.get(name)
         paths += value if isinstance(value, list) else [value] if isinstance(value, str) else []
     images = []

@@ -115,7 +115,7 @@ def build_server(
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         async with reporting_progress(_progress_of(ctx)):
             outcome = await call(client, tool, params.arguments, reply_timeout_s)
-        return await _as_result(outcome)
+        return await _as_result(outcome, tool)
 
     return Server(
         SERVER_NAME,
@@ -192,9 +192,9 @@ def _as_tool(tool: ToolSpec) -> Tool:
     )
 
 
-async def _as_result(outcome: ToolOutcome) -> CallToolResult:
+async def _as_result(outcome: ToolOutcome, tool: ToolSpec) -> CallToolResult:
     """The SDK's result: the text, then each PNG the reply names as an image."""
-    images = await images_of(outcome.structured)
+    images = await images_of(outcome.structured, tool.replies.keys())
     return CallToolResult(
         content=[
             TextContent(text=outcome.text),

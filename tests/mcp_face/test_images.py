@@ -21,6 +21,7 @@ from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import build_tools
 from protocol import Reply, Status, Task
 from specialists.browser import BROWSER
+from specialists.web import WEB
 
 WAIT_S = 10.0
 # A 1x1 transparent PNG.
@@ -129,5 +130,22 @@ def test_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
 
 async def test_every_png_a_repeated_field_names_is_attached(tmp_path: Path) -> None:
     first, second = _png(tmp_path, "a.png"), _png(tmp_path, "b.png")
-    images = await images_of({"SCREENSHOT_REF": [first, second], "SNAPSHOT_REF": 7})
+    declared = ("SCREENSHOT_REF", "SNAPSHOT_REF")
+    images = await images_of({"SCREENSHOT_REF": [first, second], "SNAPSHOT_REF": 7}, declared)
     assert [image.data for image in images] == [base64.b64encode(PNG).decode()] * 2
+
+
+async def test_a_png_field_the_op_does_not_declare_is_not_read(tmp_path: Path) -> None:
+    """A relayed reply (a memory sink's, say) could name any file: only an op that declares
+    the field gets its path read."""
+    path = _png(tmp_path, "shot.png")
+    reply = Reply(Status.OK, (("DATA", "x"), ("SCREENSHOT_REF", path)))
+    tools = build_tools(
+        [op.describe() for op in op_table((WEB,))], exec_configured=False, max_timeout_ms=1000
+    )
+    server = build_server(ScriptedDaemon(reply), ToolSet(tools), max_timeout_ms=1000)
+    with trio.fail_after(WAIT_S):
+        async with Client(server) as client:
+            result = await client.call_tool("web_cabinet", {"file_key": "fk_aaaaaaaaaaaaaaaa"})
+    assert isinstance(result, CallToolResult)
+    assert [content.type for content in result.content] == ["text"]
