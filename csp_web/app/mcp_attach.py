@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable
 
@@ -58,15 +59,22 @@ def user_socket(config: Config) -> str | None:
 
 
 def daemon_answers(path: str) -> bool:
-    """Whether something accepts a connection at ``path`` now (within _PROBE_S)."""
+    """Whether a process of our own uid accepts a connection at ``path`` now (within
+    _PROBE_S). Another uid's listener is refused (logged): with ``socket.path`` in a shared
+    folder, whoever binds it first would otherwise get every call the face makes."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(_PROBE_S)
     try:
         probe.connect(path)
+        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
         return False
     finally:
         probe.close()
+    uid = struct.unpack("3i", creds)[1]
+    if uid != os.getuid():
+        log.warning("not using %s: it is served by uid %d, not ours", path, uid)
+        return False
     return True
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from csp_web.app.mcp_attach import NoDaemonSocket, run_mcp_face, user_socket
+from csp_web.app.mcp_attach import NoDaemonSocket, daemon_answers, run_mcp_face, user_socket
 from csp_web.config import Config, DaemonConfig
 from csp_web.core.daemon.statedir import hold_state_dir
 
@@ -109,3 +111,36 @@ def test_a_daemon_answering_on_the_users_socket_is_used_not_started(tmp_path: Pa
 
         assert run_mcp_face(config, attached=attached, own=lambda _: 0) == 5
     assert used == [path]
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+    reason="serving as another uid needs root and a python it may run",
+)
+def test_a_socket_another_uid_serves_is_not_used() -> None:
+    """socket.path in a shared folder: whoever binds it first must not get the face's calls."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:  # pytest's tmp_path is 0700
+        os.chmod(shared, 0o777)
+        _other_uid_serves(os.path.join(shared, "csp.sock"))
+
+
+def _other_uid_serves(path: str) -> None:
+    server = (
+        "import os, socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]);"
+        " os.chmod(sys.argv[1], 0o777); s.listen(4); print('up', flush=True); sys.stdin.read()"
+    )
+    with subprocess.Popen(
+        [SYSTEM_PYTHON, "-c", server, path],  # the venv's is under /root, closed to nobody
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        user=65534,
+    ) as other:
+        assert other.stdout is not None
+        assert other.stdout.readline() == b"up\n"
+        try:
+            assert not daemon_answers(path)
+        finally:
+            other.communicate(timeout=WAIT_S)
