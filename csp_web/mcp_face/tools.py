@@ -208,9 +208,7 @@ def tool_hints(effects: Any) -> dict[str, bool] | None:
     return {hint: bool(effects[key]) for key, hint in _HINTS.items() if key in effects}
 
 
-def input_schema(
-    fields: Mapping[str, Mapping[str, Any]], lists: frozenset[str] = frozenset()
-) -> dict[str, Any]:
+def input_schema(fields: Mapping[str, Mapping[str, Any]], lists: frozenset[str]) -> dict[str, Any]:
     """A JSON Schema object with one property per argument; unknown arguments are refused."""
     schema: dict[str, Any] = {
         "type": "object",
@@ -225,10 +223,9 @@ def input_schema(
     return schema
 
 
-def property_schema(spec: Mapping[str, Any], *, many: bool | None = None) -> dict[str, Any]:
+def property_schema(spec: Mapping[str, Any], *, many: bool) -> dict[str, Any]:
     """One argument's schema: its type, choices, bounds, default and doc; an argument that
-    takes a list (``many``; by default, a repeatable field) is an array of them, a JSON
-    field an object."""
+    takes a list (``many``) is an array of them, a JSON field an object."""
     kind = spec.get("type", "text")
     one: dict[str, Any] = {"type": "object"} if kind == "json" else {"type": _JSON_TYPES[kind]}
     if spec.get("choices"):
@@ -241,8 +238,6 @@ def property_schema(spec: Mapping[str, Any], *, many: bool | None = None) -> dic
         one["maxLength"] = spec["max_chars"]
     if kind == "text" and spec.get("required"):
         one["minLength"] = 1  # the daemon refuses an empty or blank required text
-    if many is None:
-        many = bool(spec.get("repeat"))
     schema = {"type": "array", "items": one} if many else one
     if "default" in spec:
         schema["default"] = spec["default"]

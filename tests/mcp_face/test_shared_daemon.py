@@ -81,6 +81,14 @@ def test_a_held_state_dir_with_no_socket_answering_is_an_error_after_the_wait(
     )
 
 
+def test_a_held_state_dir_too_deep_for_a_socket_is_busy_at_once(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    config = Config(daemon=DaemonConfig(state_dir=str(deep)))
+    with hold_state_dir(str(deep)), pytest.raises(NoDaemonSocket) as raised:
+        run_mcp_face(config, attached=lambda _: 0, own=lambda _: 0)
+    assert str(raised.value).endswith("; or pass --socket to use it")
+
+
 def test_a_state_dir_too_deep_for_a_socket_path_has_no_shared_socket(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 100)
     config = Config(daemon=DaemonConfig(state_dir=str(deep)))
