@@ -45,13 +45,19 @@ async def open_app_daemon(config: Config, web: WebTransport | None = None) -> As
 @asynccontextmanager
 async def open_in_process_daemon(config: Config) -> AsyncIterator[Client]:
     """Run the daemon as ``csp-web serve`` does (same specialists, outbox, memory link and
-    signals), serving one in-memory stream in place of stdin, and yield its client: the MCP
-    face's daemon without ``--socket``. The caller holds the state directory's lock."""
+    signals), serving one in-memory stream in place of stdin (and ``socket.path`` when set,
+    for the MCP hosts started after this one), and yield its client: the MCP face's daemon
+    without ``--socket``. The caller holds the state directory's lock."""
     client_side, daemon_side = trio.testing.memory_stream_pair()
     async with open_app_daemon(config) as daemon, trio.open_nursery() as nursery:
 
         async def run_daemon(*, task_status: trio.TaskStatus[object]) -> None:
-            await serve(daemon, stdio=daemon_side, socket_path=None, task_status=task_status)
+            await serve(
+                daemon,
+                stdio=daemon_side,
+                socket_path=config.socket.path,
+                task_status=task_status,
+            )
             nursery.cancel_scope.cancel()  # stopped by a signal: so is the face
 
         await nursery.start(run_daemon)

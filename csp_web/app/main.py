@@ -374,28 +374,36 @@ def _mcp(args: argparse.Namespace, config: Config) -> int:
         print(f"csp-web: mcp: not_available:{extras.install_hint('mcp')}", file=sys.stderr)
         return EXIT_USAGE
     from csp_web.app.compose import open_in_process_daemon
-    from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
+    from csp_web.app.mcp_attach import NoDaemonSocket, run_mcp_face
     from csp_web.mcp_face.serve import FaceOptions, serve_mcp_face
     from csp_web.mcp_face.tools import ToolTableError
 
-    options = FaceOptions(args.socket, args.http, tuple(args.tools) if args.tools else None)
+    tools = tuple(args.tools) if args.tools else None
 
-    async def run() -> int:
-        code = EXIT_OK
-        try:
-            await serve_mcp_face(config, options, in_process=open_in_process_daemon)
-        except* ToolTableError as group:
-            print(f"csp-web: mcp: {leaves(group)[0]}", file=sys.stderr)
-            code = EXIT_USAGE
-        return code
+    def face(socket_path: str | None, config: Config) -> int:
+        async def run() -> int:
+            options = FaceOptions(socket_path, args.http, tools)
+            code = EXIT_OK
+            try:
+                await serve_mcp_face(config, options, in_process=open_in_process_daemon)
+            except* ToolTableError as group:
+                print(f"csp-web: mcp: {leaves(group)[0]}", file=sys.stderr)
+                code = EXIT_USAGE
+            return code
+
+        return _run_service(run, "mcp")
 
     if args.socket:
-        return _run_service(run, "mcp")
-    try:
-        with hold_state_dir(config.daemon.state_dir):  # the in-process daemon's state
-            return _run_service(run, "mcp")
-    except StateDirBusy as exc:
-        print(f"csp-web: {exc}; or pass --socket to use it", file=sys.stderr)
+        return face(args.socket, config)
+    try:  # the user's running daemon, else one in process serving its socket for the next
+        return run_mcp_face(
+            config, attached=lambda path: face(path, config), own=partial(face, None)
+        )
+    except NoDaemonSocket as exc:
+        print(f"csp-web: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

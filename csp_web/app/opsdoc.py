@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.core.api.fields import COMMON_REPLY_FIELDS, Example, FieldSpec, ReplyField
-from csp_web.core.api.ops import OpSpec
+from csp_web.core.api.ops import Effects, OpSpec
 from csp_web.core.daemon.compose import op_table
 from protocol import Connection, Reply, Task, serialize
 
@@ -127,13 +127,26 @@ def _cell(text: str) -> str:
 
 
 def _reply_line(field: ReplyField) -> str:
-    return f"| `{field.name}` | {_cell(field.when)} | {_cell(field.doc)} |".replace("  |", " |")
+    shape: list[str] = [field.kind] if field.kind != "text" else []
+    shape += ["list"] if field.repeat else []
+    name = f"`{field.name}` ({', '.join(shape)})" if shape else f"`{field.name}`"
+    return f"| {name} | {_cell(field.when)} | {_cell(field.doc)} |".replace("  |", " |")
+
+
+def _effects_line(effects: Effects) -> str:
+    said = ["reads only" if effects.read_only else "changes state"]
+    if not effects.read_only:
+        said.append("may delete or overwrite" if effects.destructive else "only adds")
+    said.append("idempotent" if effects.idempotent else "not idempotent")
+    said.append("reaches outside the machine" if effects.open_world else "local")
+    return f"Effects (the MCP face's tool annotations): {', '.join(said)}."
 
 
 def _op_lines(op: OpSpec) -> list[str]:
     lines = [f"## `{op.req}` IN:{op.domain} OUT:{op.out}", ""]
     if op.doc:
         lines += [op.doc[0].upper() + op.doc[1:] + ".", ""]
+    lines += [_effects_line(op.effects), ""]
     if op.fields:
         lines += ["| field | type and bounds | meaning |", "|---|---|---|"]
         lines += [_field_line(spec, op.inline).rstrip() for spec in op.fields]

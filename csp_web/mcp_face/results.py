@@ -11,15 +11,25 @@ wait for a rate limit; never a bare protocol error.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from csp_web.mcp_face.tools import ToolSpec, argument_name
+from csp_web.mcp_face.tools import TEXT, ReplyShape, ToolSpec, argument_name
 from protocol import ErrorCode, Field, Reply, Status, Task
+
+log = logging.getLogger(__name__)
 
 # Fields the text shows elsewhere (DATA, ERROR) or that mean nothing to a model (ID).
 _NOT_LISTED = frozenset({"ID", "DATA", "ERROR"})
+# Lists in every reply, declared or not (as tools.reply_shape makes them).
+_ALWAYS_LISTS = frozenset({"CITE", "SNIPPET"})
+_ALWAYS_LIST = ReplyShape(repeat=True)
+# ASCII only (int() and float() take other digits, "_" and spaces); 30 digits bound the work.
+_INT = re.compile(r"-?[0-9]{1,30}")
+_NUMBER = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,7 @@ def task_for(tool: ToolSpec, arguments: Mapping[str, Any] | None) -> Task:
             raise ArgumentError(ErrorCode.UNKNOWN_FIELD, name)
         if value is None:
             continue
-        values = value if spec.get("repeat") and isinstance(value, list) else [value]
+        values = value if name in tool.lists and isinstance(value, list) else [value]
         fields += [(spec["name"], field_value(spec, one)) for one in values]
     return Task(tool.req, tool.domain, tool.out, None, tuple(fields))
 
@@ -85,7 +95,7 @@ def _spelled(spec: Mapping[str, Any], value: Any) -> str:
 
 def outcome_of(tool: ToolSpec, reply: Reply) -> ToolOutcome:
     """The tool result for ``reply``: FAIL is an error result naming its code."""
-    structured = structured_fields(reply)
+    structured = structured_fields(reply, tool.replies)
     lines = []
     if reply.status is Status.FAIL:
         lines.append(f"ERROR {reply.get('ERROR', 'internal_error:no ERROR field')}")
@@ -101,18 +111,48 @@ def outcome_of(tool: ToolSpec, reply: Reply) -> ToolOutcome:
     return ToolOutcome("\n".join(lines), structured, reply.status is Status.FAIL)
 
 
-def structured_fields(reply: Reply) -> dict[str, Any]:
-    """``{"STATUS": ..., KEY: value}``; a key that repeats (CITE, SNIPPET) holds a list."""
+def structured_fields(
+    reply: Reply, shapes: Mapping[str, ReplyShape] | None = None
+) -> dict[str, Any]:
+    """``{"STATUS": ..., KEY: value}``, each value typed as ``shapes`` (the op table) says:
+    ``WORD_COUNT`` an integer, a field that may repeat a list even when it came once. A key
+    the table does not know is a string, a list when it repeats. A value that does not read
+    as its type, or a second value of a field declared single, is left out (and logged): the
+    text still shows it, and a client that validates against the output schema would refuse
+    the whole result for it."""
+    shapes = shapes or {}
     out: dict[str, Any] = {"STATUS": str(reply.status)}
     for key, value in reply.fields:
         if key == "ID":
             continue
-        if key in out:
-            previous = out[key]
-            out[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        shape = shapes.get(key, _ALWAYS_LIST if key in _ALWAYS_LISTS else TEXT)
+        typed = typed_value(shape.kind, value)
+        if typed is None:
+            log.warning(
+                "reply field %s is not the %s the op table says: %.40r", key, shape.kind, value
+            )
+            continue
+        if shape.repeat:
+            out.setdefault(key, []).append(typed)
+        elif key not in out:
+            out[key] = typed
+        elif key in shapes:  # declared single: a list would fail the schema; the text has all
+            log.warning("reply field %s repeats, but the op table says it does not", key)
         else:
-            out[key] = [value] if key in ("CITE", "SNIPPET") else value
+            previous = out[key]
+            out[key] = [*previous, typed] if isinstance(previous, list) else [previous, typed]
     return out
+
+
+def typed_value(kind: str, value: str) -> Any:
+    """``value`` as ``kind`` reads it (int, number, bool, text); None when it does not."""
+    if kind == "int":
+        return int(value) if _INT.fullmatch(value) else None
+    if kind == "number":
+        return float(value) if _NUMBER.fullmatch(value) else None
+    if kind == "bool":
+        return {"true": True, "false": False}.get(value)
+    return value
 
 
 def missing_notes(tool: ToolSpec, reply: Reply) -> list[str]:

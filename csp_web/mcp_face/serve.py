@@ -149,6 +149,9 @@ async def _serve_http(
         if scope["path"] != ENDPOINT:
             await _not_found(send)
             return
+        if scope["method"] == "GET":
+            await _no_stream(send)
+            return
         await manager.handle_request(scope, receive, send)
 
     routed: App = app
@@ -186,6 +189,20 @@ async def _not_found(send: Send) -> None:
     body = b"not found; the MCP endpoint is " + ENDPOINT.encode() + b"\n"
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _no_stream(send: Send) -> None:
+    """405 to a GET: this stateless, JSON-response endpoint sends nothing unasked, so it
+    offers no SSE stream, and the Streamable HTTP transport says to answer 405 then (the
+    SDK's stateless GET instead held the connection open, silent, until it timed out)."""
+    body = b"no server-initiated stream: POST JSON-RPC requests to " + ENDPOINT.encode() + b"\n"
+    headers = [
+        (b"content-type", b"text/plain"),
+        (b"content-length", str(len(body)).encode()),
+        (b"allow", b"POST"),
+    ]
+    await send({"type": "http.response.start", "status": 405, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

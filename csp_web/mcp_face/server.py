@@ -22,19 +22,25 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    ImageContent,
     ListToolsResult,
     PaginatedRequestParams,
     TextContent,
     Tool,
+    ToolAnnotations,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from csp_web import __version__
 from csp_web.client.trio_client import ClientClosed
 from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
+from csp_web.mcp_face.images import images_of
+from csp_web.mcp_face.progress import Report, reporting_progress
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
 from csp_web.mcp_face.tools import ToolSpec
@@ -105,9 +111,11 @@ def build_server(
         ctx: ServerRequestContext[Any], params: CallToolRequestParams
     ) -> CallToolResult:
         tool = toolset.by_name.get(params.name)
-        if tool is None:
-            return _as_result(refused(ErrorCode.UNKNOWN_OP, params.name))
-        return _as_result(await call(client, tool, params.arguments, reply_timeout_s))
+        if tool is None:  # a protocol error, as MCP's tools/call says (not a tool result)
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
+        async with reporting_progress(_progress_of(ctx)):
+            outcome = await call(client, tool, params.arguments, reply_timeout_s)
+        return await _as_result(outcome, tool)
 
     return Server(
         SERVER_NAME,
@@ -163,18 +171,35 @@ async def cancel_in_daemon(client: DaemonCaller, task_id: str) -> None:
         log.info("task %s cancelled in the daemon: %s", task_id, reply.get("ERROR") or "ok")
 
 
+def _progress_of(ctx: ServerRequestContext[Any]) -> Report:
+    """How to report this call's progress: the session sends it only when the client asked
+    (a ``progressToken`` on JSON-RPC, a callback in process), else the report is a no-op."""
+
+    async def report(elapsed_s: float, message: str) -> None:
+        await ctx.session.report_progress(elapsed_s, None, message)
+
+    return report
+
+
 def _as_tool(tool: ToolSpec) -> Tool:
+    hints = tool.annotations
     return Tool(
         name=tool.name,
         description=tool.description,
         input_schema=tool.input_schema,
         output_schema=tool.output_schema,
+        annotations=ToolAnnotations.model_validate(hints) if hints is not None else None,
     )
 
 
-def _as_result(outcome: ToolOutcome) -> CallToolResult:
+async def _as_result(outcome: ToolOutcome, tool: ToolSpec) -> CallToolResult:
+    """The SDK's result: the text, then each PNG the reply names as an image."""
+    images = await images_of(outcome.structured, tool.replies.keys())
     return CallToolResult(
-        content=[TextContent(text=outcome.text)],
+        content=[
+            TextContent(text=outcome.text),
+            *(ImageContent(data=image.data, mime_type=image.mime_type) for image in images),
+        ],
         structured_content=outcome.structured,
         is_error=outcome.is_error,
     )

@@ -7,6 +7,7 @@ Nothing here imports the MCP SDK: a tool is a plain ``ToolSpec``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,10 +26,36 @@ class ToolTableError(ValueError):
     """The daemon's op table cannot be read; the message says which entry and why."""
 
 
+# The op table's effects (SPEC D-5) as MCP's tool annotations.
+_HINTS = {
+    "read_only": "readOnlyHint",
+    "destructive": "destructiveHint",
+    "idempotent": "idempotentHint",
+    "open_world": "openWorldHint",
+}
+# Reply field types (SPEC D-5) as JSON Schema types; a field without one is text.
+_REPLY_TYPES = {"text": "string", "int": "integer", "number": "number", "bool": "boolean"}
+_ALWAYS_LISTS = frozenset({"CITE", "SNIPPET"})  # lists whatever the table says
+
+
+@dataclass(frozen=True)
+class ReplyShape:
+    """How a reply field reads in structured content: ``kind`` (text, int, number, bool) and
+    whether it is a list (``repeat``)."""
+
+    kind: str = "text"
+    repeat: bool = False
+
+
+TEXT = ReplyShape()
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """One op as an MCP tool: ``name`` (e.g. ``web_fetch``) runs ``TASK REQ:<req> IN:<domain>
-    OUT:<out>``; ``fields`` maps each argument name to its CSP/1 field entry."""
+    OUT:<out>``; ``fields`` maps each argument name to its CSP/1 field entry, and ``lists``
+    names the arguments that take a list (a repeatable field's ``urls``); ``replies`` gives
+    each reply field's shape; ``annotations`` MCP's hints, when the op table says them."""
 
     name: str
     req: str
@@ -38,6 +65,9 @@ class ToolSpec:
     input_schema: dict[str, Any]
     fields: Mapping[str, Mapping[str, Any]]
     output_schema: dict[str, Any] | None = None
+    lists: frozenset[str] = frozenset()
+    replies: Mapping[str, ReplyShape] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, bool] | None = None
 
 
 def tool_name(req: str, domain: str) -> str:
@@ -113,7 +143,7 @@ def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
     name = tool_name(entry["req"], entry["in"])
     if not _TOOL_NAME.fullmatch(name):
         raise ToolTableError(f"op {entry['req']} IN:{entry['in']} has no valid tool name")
-    fields = {argument_name(f["name"]): f for f in entry.get("fields", [])}
+    fields, lists = arguments(entry.get("fields", []))
     if "timeout_ms" not in fields:
         fields["timeout_ms"] = {
             "name": "TIMEOUT_MS",
@@ -130,17 +160,61 @@ def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
         domain=entry["in"],
         out=entry["out"],
         description=description.lstrip(". "),
-        input_schema=input_schema(fields),
+        input_schema=input_schema(fields, lists),
         fields=fields,
         output_schema=output_schema(entry.get("replies", [])),
+        lists=lists,
+        replies={f["name"]: reply_shape(f) for f in entry.get("replies", [])},
+        annotations=tool_hints(entry.get("effects")),
     )
 
 
-def input_schema(fields: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """A JSON Schema object with one property per field; unknown arguments are refused."""
+def arguments(
+    specs: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, Mapping[str, Any]], frozenset[str]]:
+    """Each field's argument names and the set of those that take a list. A repeatable field
+    is two: one value under its own name (``url``, what a client expects of a fetch) and a
+    list under its plural (``urls``); a field already named as a plural (``HEADERS``), or
+    whose plural another field holds, is one list argument."""
+    fields: dict[str, Mapping[str, Any]] = {argument_name(f["name"]): f for f in specs}
+    lists = set()
+    for name, spec in list(fields.items()):
+        if not spec.get("repeat"):
+            continue
+        several = plural(name)
+        if several is None or several in fields:
+            lists.add(name)
+            continue
+        fields[several] = {**spec, "name": spec["name"], "required": False, "plural_of": name}
+        lists.add(several)
+    return fields, frozenset(lists)
+
+
+def plural(name: str) -> str | None:
+    """``url``'s list argument is ``urls``, ``query``'s ``queries``; None for a name that
+    already ends in s."""
+    if name.endswith("s"):
+        return None
+    if name.endswith("y") and name[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{name[:-1]}ies"
+    return f"{name}s"
+
+
+def tool_hints(effects: Any) -> dict[str, bool] | None:
+    """The op table's ``effects`` as MCP tool annotations; None when the daemon says none (an
+    older daemon), so the client assumes MCP's defaults."""
+    if not isinstance(effects, Mapping):
+        return None
+    return {hint: bool(effects[key]) for key, hint in _HINTS.items() if key in effects}
+
+
+def input_schema(fields: Mapping[str, Mapping[str, Any]], lists: frozenset[str]) -> dict[str, Any]:
+    """A JSON Schema object with one property per argument; unknown arguments are refused."""
     schema: dict[str, Any] = {
         "type": "object",
-        "properties": {name: property_schema(spec) for name, spec in fields.items()},
+        "properties": {
+            name: property_schema(spec, many=name in lists) for name, spec in fields.items()
+        },
         "additionalProperties": False,
     }
     required = [name for name, spec in fields.items() if spec.get("required")]
@@ -149,9 +223,9 @@ def input_schema(fields: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return schema
 
 
-def property_schema(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """One field's schema: its type, choices, bounds, default and doc; a repeatable field is
-    an array of them, a JSON field an object."""
+def property_schema(spec: Mapping[str, Any], *, many: bool) -> dict[str, Any]:
+    """One argument's schema: its type, choices, bounds, default and doc; an argument that
+    takes a list (``many``) is an array of them, a JSON field an object."""
     kind = spec.get("type", "text")
     one: dict[str, Any] = {"type": "object"} if kind == "json" else {"type": _JSON_TYPES[kind]}
     if spec.get("choices"):
@@ -164,10 +238,14 @@ def property_schema(spec: Mapping[str, Any]) -> dict[str, Any]:
         one["maxLength"] = spec["max_chars"]
     if kind == "text" and spec.get("required"):
         one["minLength"] = 1  # the daemon refuses an empty or blank required text
-    schema = {"type": "array", "items": one} if spec.get("repeat") else one
+    schema = {"type": "array", "items": one} if many else one
     if "default" in spec:
         schema["default"] = spec["default"]
-    if spec.get("doc"):
+    if "plural_of" in spec:
+        schema["description"] = (
+            f"several {spec['plural_of']} values, sent after {spec['plural_of']}"
+        )
+    elif spec.get("doc"):
         schema["description"] = spec["doc"]
     return schema
 
@@ -182,7 +260,6 @@ _COMMON_OUTPUT = {
         "description": "FAIL (and a PARTIAL naming its cause): code:detail",
     },
 }
-_ALWAYS_LISTS = frozenset({"CITE", "SNIPPET"})  # as results.structured_fields makes them
 
 
 def output_schema(replies: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -196,14 +273,20 @@ def output_schema(replies: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": ["STATUS"]}
 
 
+def reply_shape(field: Mapping[str, Any]) -> ReplyShape:
+    """A reply field's shape from its ``REQ:ops`` entry: a type the face does not know is
+    read as text, so a newer daemon's table never stops the face."""
+    kind = field.get("type", "text")
+    repeat = bool(field.get("repeat")) or field["name"] in _ALWAYS_LISTS
+    return ReplyShape(kind if kind in _REPLY_TYPES else "text", repeat)
+
+
 def reply_property(field: Mapping[str, Any]) -> dict[str, Any]:
-    """One reply field's schema: a string, or a list of them when it repeats (CITE and
-    SNIPPET always are lists)."""
-    one = {"type": "string"}
-    if field["name"] in _ALWAYS_LISTS:
-        schema: dict[str, Any] = {"type": "array", "items": one}
-    else:
-        schema = {"type": ["string", "array"], "items": one}
+    """One reply field's schema: its type (a string unless the table types it), an array of
+    them when it may repeat (CITE and SNIPPET always are lists)."""
+    shape = reply_shape(field)
+    one = {"type": _REPLY_TYPES[shape.kind]}
+    schema: dict[str, Any] = {"type": "array", "items": one} if shape.repeat else dict(one)
     when = "always" if field.get("always") else f"when: {field.get('when', 'sometimes')}"
     doc = field.get("doc", "")
     schema["description"] = f"{doc} ({when})" if doc else when

@@ -15,7 +15,7 @@ from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError, audit_failures
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode
 
@@ -112,13 +112,13 @@ async def manage_nodes(params: Params, ctx: OpContext, services: NodeServices) -
 
 NODE_REPLIES = (
     ReplyField("NODE", "always", "the node's name"),
-    ReplyField("EXEC_TIME", "always", "ms from sending to the node's reply"),
-    ReplyField("NODE_TIME", "the node reported it", "ms the node worked (its WORK_MS)"),
+    ReplyField("EXEC_TIME", "always", "ms from sending to the node's reply", kind="int"),
+    ReplyField("NODE_TIME", "the node reported it", "ms the node worked (its WORK_MS)", kind="int"),
     ReplyField(
         "MEDIA_SHA256", "the reply carried media", "the sha256 of the media file DATA names"
     ),
     ReplyField("SOURCE", "location_get", "geoclue or fixed"),
-    ReplyField("ACCURACY_M", "location_get, when known", "metres"),
+    ReplyField("ACCURACY_M", "location_get, when known", "metres", kind="number"),
 )
 
 NODE_EXAMPLE = Example(
@@ -141,11 +141,13 @@ NODES_REPLIES = (
         "NODE",
         "list: one per paired node; approve, revoke: always",
         "list: the node as JSON; approve, revoke: its name",
+        repeat=True,
     ),
     ReplyField(
         "PENDING",
         "list: one per pairing waiting at this daemon",
         "the pairing as JSON: code, name, platform, source, expires_in_s",
+        repeat=True,
     ),
     ReplyField(
         "TLS", "list, when the TLS listener is on", "<address> sha256:<certificate fingerprint>"
@@ -179,6 +181,8 @@ OPS: list[Op[NodeServices]] = [
         replies=NODE_REPLIES,
         example=NODE_EXAMPLE,
         doc="run camera_snap, screen_record, location_get, notify or canvas on a paired node",
+        # Notify and canvas show things on the node; nothing is deleted.
+        effects=Effects(destructive=False),
     ),
     # Audited like a tool op (pool "tool"): pairing and revoking are operator acts on record.
     Op(
@@ -195,5 +199,7 @@ OPS: list[Op[NodeServices]] = [
         replies=NODES_REPLIES,
         example=NODES_EXAMPLE,
         doc="paired nodes: list them, approve a pairing code, revoke a node",
+        # Revoke unpairs a node; approving a code twice fails the second time.
+        effects=Effects(open_world=False),
     ),
 ]

@@ -33,7 +33,7 @@ from dataclasses import replace
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result
 from csp_web.cron import (
     MISSED_POLICIES,
@@ -189,7 +189,7 @@ async def cron(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
 
 
 CRON_REPLIES = (
-    ReplyField("JOB", "list: one per job", "the job as JSON"),
+    ReplyField("JOB", "list: one per job", "the job as JSON", repeat=True),
     ReplyField("JOB_ADDED", "add", "the job's id"),
     ReplyField("JOB_REMOVED", "remove", "the job's id"),
     ReplyField("JOB_ENABLED", "enable", "the job's id"),
@@ -246,5 +246,7 @@ OPS: list[Op[ToolServices]] = [
         replies=CRON_REPLIES,
         example=CRON_EXAMPLE,
         doc="manage cron jobs that run CSP/1 tasks; list, add, remove, enable, disable, run",
+        # Remove deletes a job; run runs any task, which may reach the web.
+        effects=Effects(),
     )
 ]

@@ -23,7 +23,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
 from csp_web.core.api.errors import OpError, audit_failures
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.records import json_record
 from csp_web.core.api.replies import Result
 from csp_web.infra.redis_cache import open_response_cache
@@ -266,8 +266,10 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
 
 
 EXEC_REPLIES = (
-    ReplyField("EXIT_CODE", "the command ran and exited (not at a timeout)", "its exit status"),
-    ReplyField("EXEC_TIME", "the command ran", "ms it ran"),
+    ReplyField(
+        "EXIT_CODE", "the command ran and exited (not at a timeout)", "its exit status", kind="int"
+    ),
+    ReplyField("EXEC_TIME", "the command ran", "ms it ran", kind="int"),
     ReplyField(
         "STDOUT_SUMMARY",
         "the command ran; FAIL: command_failed when it wrote to stdout",
@@ -276,13 +278,13 @@ EXEC_REPLIES = (
     ReplyField(
         "STDERR_SUMMARY", "the command ran; FAIL: command_failed", "its error output, capped"
     ),
-    ReplyField("CPU_MS", "measured", "CPU time used"),
-    ReplyField("PEAK_RSS_KIB", "measured", "peak memory"),
-    ReplyField("SIGNAL", "a signal ended it", "the signal's number"),
-    ReplyField("LIMIT", "one per limit it hit", "which (time, memory, output, ...)"),
+    ReplyField("CPU_MS", "measured", "CPU time used", kind="int"),
+    ReplyField("PEAK_RSS_KIB", "measured", "peak memory", kind="int"),
+    ReplyField("SIGNAL", "a signal ended it", "the signal's number", kind="int"),
+    ReplyField("LIMIT", "one per limit it hit", "which (time, memory, output, ...)", repeat=True),
     ReplyField("SANDBOX", "the command ran", "bwrap or none"),
     ReplyField("LIMITS", "the command ran", "what enforced the limits"),
-    ReplyField("CACHED", "a cached result", "true"),
+    ReplyField("CACHED", "a cached result", "true", kind="bool"),
     ReplyField("COMMAND", "FAIL: the policy refused it", "the command refused"),
     ReplyField("LOG_PATH", "always but refusals", "the exec log file of this run"),
 )
@@ -326,5 +328,7 @@ OPS: list[Op[ToolServices]] = [
         replies=EXEC_REPLIES,
         example=EXEC_EXAMPLE,
         doc="run a command in the sandbox under time, memory, process and output limits",
+        # A command may do anything its sandbox allows (without bwrap, the network too).
+        effects=Effects(),
     )
 ]

@@ -21,7 +21,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError, audit_failures
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode
 from specialists.tool.config import tool_section
@@ -91,14 +91,20 @@ async def _mcp(
 
 
 MCP_REPLIES = (
-    ReplyField("EXEC_TIME", "the server answered", "ms of the call"),
+    ReplyField("EXEC_TIME", "the server answered", "ms of the call", kind="int"),
     ReplyField(
         "STRUCTURED", "call: the tool gave structured content", "it, as compact JSON (capped)"
     ),
-    ReplyField("STRUCTURED_CHARS", "call: structured content was cut", "its whole length"),
-    ReplyField("TEXT_CHARS", "call: the text was cut", "its whole length"),
-    ReplyField("TOOL", "list: one per tool", "the tool's name, description and input schema"),
-    ReplyField("TOOLS_LISTED", "list: more tools than shown", "how many the server listed"),
+    ReplyField(
+        "STRUCTURED_CHARS", "call: structured content was cut", "its whole length", kind="int"
+    ),
+    ReplyField("TEXT_CHARS", "call: the text was cut", "its whole length", kind="int"),
+    ReplyField(
+        "TOOL", "list: one per tool", "the tool's name, description and input schema", repeat=True
+    ),
+    ReplyField(
+        "TOOLS_LISTED", "list: more tools than shown", "how many the server listed", kind="int"
+    ),
     ReplyField("REASON", "FAIL: mcp_unavailable", "why the server is unavailable"),
     ReplyField("ERROR_SUMMARY", "FAIL: the tool reported an error", "its text, capped"),
 )
@@ -131,5 +137,7 @@ OPS: list[Op[ToolServices]] = [
         replies=MCP_REPLIES,
         example=MCP_EXAMPLE,
         doc="call an MCP server's tool, or list its tools",
+        # A configured server's tools may do anything.
+        effects=Effects(),
     )
 ]

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from csp_web.app.mcp_attach import ATTACH_WAIT_S
 from csp_web.core.daemon.statedir import hold_state_dir
 
 from .conftest import catalogue_tools, face_env
@@ -51,14 +54,16 @@ def test_a_daemon_socket_nobody_serves_exits_3(sock_dir: str) -> None:
     assert _error_line(done.stderr).startswith("csp-web: mcp: [Errno 2] No such file")
 
 
+@pytest.mark.slow
 def test_a_state_dir_another_daemon_holds_exits_2_pointing_at_socket(tmp_path: Path) -> None:
+    """The holder serves no socket where the face looks (it waits ATTACH_WAIT_S for one)."""
     with hold_state_dir(str(tmp_path / "state")):
         done = _mcp("--config", _config(tmp_path))
     assert done.returncode == 2
     assert _error_line(done.stderr) == (
         f"csp-web: state dir {tmp_path / 'state'} is in use by another csp-web daemon "
-        f"(pid {os.getpid()}); give each daemon its own daemon.state_dir; or pass --socket "
-        "to use it"
+        f"(pid {os.getpid()}); give each daemon its own daemon.state_dir; no daemon answered "
+        f"at {tmp_path / 'state' / 'csp.sock'} in {ATTACH_WAIT_S:g}s: pass --socket"
     )
 
 

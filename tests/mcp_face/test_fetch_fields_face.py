@@ -99,7 +99,7 @@ async def test_the_new_fetch_fields_arrive_through_the_mcp_face(web_daemon: WebD
     assert {key: cut.structured_content.get(key) for key in WANTED} == WANTED
     assert len(cut.structured_content["SUMMARY"]) == 2
     assert again.structured_content is not None
-    assert again.structured_content["CACHED"] == "true"
+    assert again.structured_content["CACHED"] is True
     assert "CACHED_AT" in again.structured_content
     assert empty.structured_content is not None
     assert (empty.structured_content["STATUS"], empty.structured_content["ERROR"]) == (

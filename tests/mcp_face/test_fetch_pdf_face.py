@@ -28,7 +28,7 @@ async def test_a_pdf_and_a_scan_through_the_mcp_face(web_daemon: WebDaemon) -> N
             empty = await call(client, {"url": web_daemon.url("/scan.pdf")})
     assert not cut.is_error
     assert cut.structured_content is not None
-    assert (cut.structured_content["PAGES"], cut.structured_content["PAGES_READ"]) == ("3", "2")
+    assert (cut.structured_content["PAGES"], cut.structured_content["PAGES_READ"]) == (3, 2)
     assert not empty.is_error
     assert empty.structured_content is not None
     assert (empty.structured_content["STATUS"], empty.structured_content["ERROR"]) == (

@@ -176,3 +176,32 @@ async def test_http_on_a_unix_socket_refuses_a_loopback_port_origin(
             own = await _post_tools_list(http, url, origin="http://localhost")
             port = await _post_tools_list(http, url, origin="http://localhost:8080")
     assert (own, port) == (200, 403)
+
+
+async def _raw_get(where: str, accept: str) -> bytes:
+    """A GET of /mcp on a raw connection: the head of what the face answers."""
+    port = int(where.removeprefix("http://127.0.0.1:").removesuffix("/mcp"))
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        request = (
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: {accept}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        await stream.send_all(request.encode())
+        received = b""
+        while b"\r\n\r\n" not in received and (chunk := await stream.receive_some()):
+            received += chunk
+    return received
+
+
+async def test_a_get_of_the_endpoint_is_answered_405_at_once(web_daemon: WebDaemon) -> None:
+    """Streamable HTTP: a server that offers no SSE stream answers GET with 405. Before,
+    the stateless endpoint held the GET open, sending nothing, for 30 s; the bound here is
+    far inside that."""
+    async with running_face(web_daemon, "0") as where:
+        with trio.fail_after(5):
+            heads = [await _raw_get(where, accept) for accept in ("text/event-stream", "*/*")]
+    for head in heads:
+        status, *headers = head.split(b"\r\n\r\n")[0].split(b"\r\n")
+        assert status == b"HTTP/1.1 405 "
+        assert b"allow: POST" in headers

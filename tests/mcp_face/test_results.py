@@ -110,7 +110,7 @@ def test_a_truncated_fetch_says_the_next_start_to_pass() -> None:
         "TRUNCATED: 7 more characters; call web_fetch again with start=3 for the rest."
     )
     assert outcome.structured["STATUS"] == "PARTIAL"
-    assert outcome.structured["NEXT_START"] == "3"
+    assert outcome.structured["NEXT_START"] == 3
     assert not outcome.is_error
 
 
@@ -170,7 +170,7 @@ def test_a_rate_limit_says_when_to_retry() -> None:
     assert outcome.text == (
         "ERROR rate_limited:search\n\nSCOPE []\nRETRY_AFTER 12\n\nRATE LIMITED: retry after 12 s."
     )
-    assert outcome.structured["RETRY_AFTER"] == "12"
+    assert outcome.structured["RETRY_AFTER"] == 12
 
 
 def test_a_refusal_by_the_face_reads_as_a_daemon_fail() -> None:
@@ -179,3 +179,97 @@ def test_a_refusal_by_the_face_reads_as_a_daemon_fail() -> None:
         {"STATUS": "FAIL", "SCOPE": "mcp", "DATA": "none", "ERROR": "unknown_op:web_nope"},
         True,
     )
+
+
+def test_repeatable_fields_take_one_value_by_name_and_several_by_their_plural() -> None:
+    """Issue 28: a client gives ``url`` one string, as every fetch tool takes it; several go
+    in ``urls``, after ``url`` when both are given."""
+    task = task_for(
+        tool("fetch"), {"url": "https://a.test/", "urls": ["https://b.test/", "https://c.test/"]}
+    )
+    assert task.fields == (
+        ("URL", "https://a.test/"),
+        ("URL", "https://b.test/"),
+        ("URL", "https://c.test/"),
+    )
+    assert task_for(tool("fetch"), {"urls": "https://b.test/"}).fields == (
+        ("URL", "https://b.test/"),
+    )
+    with pytest.raises(ArgumentError) as caught:
+        task_for(tool("fetch"), {"url": ["https://a.test/", "https://b.test/"]})
+    assert (caught.value.code, caught.value.detail) == (
+        ErrorCode.INVALID_FIELD,
+        "url takes one value",
+    )
+
+
+def test_structured_values_are_typed_as_the_op_table_types_them() -> None:
+    """Issue 28: WORD_COUNT is an integer, CACHED a boolean, a field that may repeat a list
+    even when it came once; the text is the wire's, unchanged."""
+    reply = Reply(
+        Status.PARTIAL,
+        (
+            ("SCOPE", "[a.test]"),
+            ("DATA", "abc"),
+            ("WORD_COUNT", "80"),
+            ("CACHED", "false"),
+            ("TRUNCATED", "true"),
+            ("NEXT_START", "-0"),
+            ("SUMMARY", "One point."),
+        ),
+    )
+    outcome = outcome_of(tool("fetch"), reply)
+    assert outcome.structured == {
+        "STATUS": "PARTIAL",
+        "SCOPE": "[a.test]",
+        "DATA": "abc",
+        "WORD_COUNT": 80,
+        "CACHED": False,
+        "TRUNCATED": True,
+        "NEXT_START": 0,
+        "SUMMARY": ["One point."],
+    }
+    assert "WORD_COUNT 80\nCACHED false\nTRUNCATED true" in outcome.text
+
+
+def test_a_decimal_field_is_a_number() -> None:
+    entry = {
+        "req": "node",
+        "in": "TOOL",
+        "out": "NODE_RESULT",
+        "replies": [{"name": "ACCURACY_M", "always": False, "type": "number"}],
+    }
+    node = tool_spec(entry, max_timeout_ms=1000)
+    reply = Reply(
+        Status.OK,
+        (("ACCURACY_M", "10.5"), ("ACCURACY_M", "11"), ("EXTRA", "a"), ("EXTRA", "b")),
+    )
+    assert outcome_of(node, reply).structured == {
+        "STATUS": "OK",
+        "ACCURACY_M": 10.5,  # declared single: the first (a list would fail the schema)
+        "EXTRA": ["a", "b"],  # undeclared and repeated: a list, as before
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("WORD_COUNT", "eighty"),
+        (
+            "WORD_COUNT",
+            "\u0668\u0660",
+        ),  # Arabic-Indic digits: int() reads them, the wire's are ASCII
+        ("WORD_COUNT", "1_000"),
+        ("WORD_COUNT", "9" * 31),
+        ("CACHED", "yes"),
+    ],
+)
+def test_a_value_that_does_not_read_as_its_type_is_left_out_of_structured_content(
+    field: str, value: str
+) -> None:
+    """A client validating against the output schema would refuse the whole result for one
+    wrong value; the text still carries it."""
+    reply = Reply(Status.OK, (("DATA", "x"), (field, value)))
+    outcome = outcome_of(tool("fetch"), reply)
+    assert outcome.structured == {"STATUS": "OK", "DATA": "x"}
+    assert f"{field} {value}" in outcome.text

@@ -7,7 +7,8 @@ import pytest
 import trio
 import trio.testing
 from mcp import Client
-from mcp.types import CallToolResult, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
 from csp_web.client.trio_client import open_stream_client
 from csp_web.core.daemon.compose import op_table
@@ -36,10 +37,19 @@ async def _call_with_closed_daemon(name: str) -> CallToolResult:
     return result
 
 
-async def test_a_tool_the_face_does_not_have_is_an_unknown_op_error_result() -> None:
-    result = await _call_with_closed_daemon("sys_ping")
-    assert result.is_error
-    assert result.content == [TextContent(text="ERROR unknown_op:sys_ping")]
+async def test_a_tool_the_face_does_not_have_is_a_json_rpc_invalid_params_error() -> None:
+    """MCP's tools/call: an unknown tool is a protocol error (-32602), not a tool result."""
+    tools = build_tools(
+        [op.describe() for op in op_table((WEB,))], exec_configured=False, max_timeout_ms=1000
+    )
+    ours, _theirs = trio.testing.memory_stream_pair()
+    with trio.fail_after(WAIT_S):
+        async with open_stream_client(ours) as daemon:
+            server = build_server(daemon, ToolSet(tools), max_timeout_ms=1000)
+            async with Client(server) as client:
+                with pytest.raises(MCPError) as raised:
+                    await client.call_tool("sys_ping", {})
+    assert (raised.value.code, raised.value.message) == (INVALID_PARAMS, "Unknown tool: sys_ping")
 
 
 async def test_a_closed_daemon_connection_is_a_not_available_error_result() -> None:

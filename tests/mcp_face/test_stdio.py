@@ -109,7 +109,7 @@ async def test_a_truncated_fetch_is_partial_and_its_next_start_reads_the_rest(
     content = whole.structured_content["DATA"]
     assert not head.is_error
     assert head.structured_content["STATUS"] == "PARTIAL"
-    assert (start, head.structured_content["REMAINING_CHARS"]) == (100, str(len(content) - 100))
+    assert (start, head.structured_content["REMAINING_CHARS"]) == (100, len(content) - 100)
     assert text_of(head).endswith(
         f"\n\nTRUNCATED: {len(content) - 100} more characters; call web_fetch again with "
         "start=100 for the rest."

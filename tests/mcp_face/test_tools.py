@@ -73,8 +73,7 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
         "type": "object",
         "properties": {
             "url": {
-                "type": "array",
-                "items": {"type": "string"},
+                "type": "string",
                 "description": "an https URL (inline text fills it); repeat for several, at most "
                 "docs.max_urls (5), loaded concurrently",
             },
@@ -122,6 +121,11 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "type": "boolean",
                 "default": False,
                 "description": "add the announcement board (FILE)",
+            },
+            "urls": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "several url values, sent after url",
             },
             "timeout_ms": {
                 "type": "integer",
@@ -195,6 +199,20 @@ async def test_the_op_table_on_the_wire_lists_each_ops_reply_fields(web_daemon: 
         "always": False,
         "when": "per page",
         "doc": "the page (R-4)",
+        "repeat": True,
+    }
+    assert replies["WORD_COUNT"] == {
+        "name": "WORD_COUNT",
+        "always": False,
+        "when": "one page",
+        "doc": "words in the readable content",
+        "type": "int",
+    }
+    assert fetch["effects"] == {
+        "read_only": True,
+        "destructive": False,
+        "idempotent": True,
+        "open_world": True,
     }
     assert {"TITLE", "WORD_COUNT", "NEXT_START", "RETRY_AFTER"} <= replies.keys()
     assert not {"STATUS", "ID", "SCOPE", "DATA", "ERROR"} & replies.keys()
@@ -205,6 +223,7 @@ async def test_the_op_table_on_the_wire_lists_each_ops_reply_fields(web_daemon: 
             "always": False,
             "when": "one per op",
             "doc": "the op as JSON: req, in, out, inline, fields, replies, doc",
+            "repeat": True,
         }
     ]
 
@@ -228,8 +247,7 @@ def test_a_tools_output_schema_lists_its_ops_reply_fields_with_their_docs() -> N
     assert "additionalProperties" not in schema  # a field added later never fails a client
     assert properties["STATUS"] == {"type": "string", "enum": ["OK", "PARTIAL", "FAIL"]}
     assert properties["PAGE_TYPE"] == {
-        "type": ["string", "array"],
-        "items": {"type": "string"},
+        "type": "string",
         "description": "article forum docs listing product collection service "
         "(when: one HTML page the extractor can tell (R-7))",
     }
@@ -238,6 +256,12 @@ def test_a_tools_output_schema_lists_its_ops_reply_fields_with_their_docs() -> N
         "items": {"type": "string"},
         "description": "the page (R-4) (when: per page)",
     }
+    assert properties["WORD_COUNT"] == {
+        "type": "integer",
+        "description": "words in the readable content (when: one page)",
+    }
+    assert properties["CACHED"]["type"] == "boolean"
+    assert properties["FETCH_ERROR"]["type"] == "array"
     assert set(properties) == {"STATUS", "SCOPE", "DATA", "ERROR"} | {
         field["name"] for field in entry("fetch")["replies"]
     }
@@ -253,7 +277,9 @@ def test_the_search_tools_schemas_show_the_hit_fields_and_filters() -> None:
     assert outputs["PUBLISHED"]["description"].startswith("<url> <UTC ISO-8601 date")
     assert "published:<json>" in outputs["HIT"]["description"]
     inputs = spec.input_schema["properties"]
-    assert inputs["site"]["type"] == "array"
+    assert (inputs["site"]["type"], inputs["sites"]["type"]) == ("string", "array")
+    assert (inputs["query"]["type"], inputs["queries"]["type"]) == ("string", "array")
+    assert spec.input_schema["required"] == ["query"]
     assert inputs["vertical"]["enum"] == ["web", "news", "images", "videos"]
     assert inputs["mode"]["enum"] == ["fallback", "fuse"]
     assert {"exclude_site", "after", "before", "undated", "country", "lang"} <= set(inputs)
@@ -279,3 +305,36 @@ def test_an_op_entry_this_face_cannot_read_is_a_tool_table_error_naming_the_op(
     with pytest.raises(ToolTableError) as raised:
         build_tools([entry], exec_configured=False, max_timeout_ms=1000)
     assert str(raised.value).startswith(f"op fetch IN:{entry['in']} cannot be read (")
+
+
+def test_a_plural_another_field_holds_leaves_the_repeatable_field_one_array() -> None:
+    fields = [
+        {"name": "URL", "type": "text", "repeat": True},
+        {"name": "URLS", "type": "text"},
+        {"name": "KEY", "type": "text", "repeat": True},
+    ]
+    spec = tool_spec({"req": "x", "in": "WEB", "out": "X", "fields": fields}, max_timeout_ms=1)
+    properties = spec.input_schema["properties"]
+    assert (properties["url"]["type"], properties["urls"]["type"]) == ("array", "string")
+    assert properties["keys"]["type"] == "array"  # a vowel before the y: keys, not kies
+    assert spec.lists == frozenset({"url", "keys"})
+
+
+def test_an_op_without_effects_has_no_annotations_and_an_unknown_reply_type_is_text() -> None:
+    """A daemon older than the effects, or newer with a reply type this face does not know."""
+    older = {
+        "req": "x",
+        "in": "WEB",
+        "out": "X",
+        "replies": [{"name": "N", "always": True, "type": "decimal128"}],
+    }
+    spec = tool_spec(older, max_timeout_ms=1)
+    assert spec.annotations is None
+    assert spec.output_schema is not None
+    assert spec.output_schema["properties"]["N"]["type"] == "string"
+    assert tool_spec(entry("fetch"), max_timeout_ms=1).annotations == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": True,
+    }

@@ -16,6 +16,7 @@ from csp_web.core.api.errors import FieldError
 from protocol import ErrorCode, Task
 
 Kind = Literal["text", "int", "bool", "choice", "json"]
+ReplyKind = Literal["text", "int", "bool", "number"]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")  # SPEC C-1
 UNIVERSAL = frozenset({"ID", "TIMEOUT_MS"})
@@ -58,20 +59,32 @@ class FieldSpec:
 @dataclass(frozen=True)
 class ReplyField:
     """A field an op's reply can carry besides STATUS, ID, SCOPE, DATA and ERROR (which every
-    reply may carry, SPEC R-1, R-2): its name, when it is sent, and what it means."""
+    reply may carry, SPEC R-1, R-2): its name, when it is sent, and what it means.
+
+    ``kind`` says how its text reads (``int``: ASCII digits with an optional ``-``; ``bool``:
+    ``true`` or ``false``; ``number``: a decimal; ``text``: anything), ``repeat`` that a
+    reply may carry it more than once (a list). The wire is text either way (SPEC V-1); the
+    MCP face gives structured content these types."""
 
     name: str
     when: str = "always"
     doc: str = ""
+    kind: ReplyKind = "text"
+    repeat: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able description ``REQ:ops`` prints: ``name``, ``always`` (whether every
-        reply carries it), ``when`` (the condition, when not always) and ``doc``."""
+        reply carries it), ``when`` (the condition, when not always), ``doc``, ``type`` (when
+        not text) and ``repeat`` (when it may repeat)."""
         out: dict[str, Any] = {"name": self.name, "always": self.when == "always"}
         if self.when != "always":
             out["when"] = self.when
         if self.doc:
             out["doc"] = self.doc
+        if self.kind != "text":
+            out["type"] = self.kind
+        if self.repeat:
+            out["repeat"] = True
         return out
 
 

@@ -29,12 +29,46 @@ Run: TypeAlias = Callable[[Params, "OpContext"], Awaitable["Result"]]
 
 
 @dataclass(frozen=True)
+class Effects:
+    """What running an op does besides answering, as MCP's tool annotations say it (an MCP
+    host may ask before a call that is not ``read_only``, or warn of a ``destructive`` one).
+
+    ``read_only``: it changes nothing anywhere (no file, job, memory or remote state);
+    ``destructive``: it may delete or overwrite what exists (meaningful when not read-only);
+    ``idempotent``: a second identical call has no effect beyond the first's;
+    ``open_world``: it reaches outside this machine (the web, an API, a paired node).
+    The defaults are MCP's own for a tool that says nothing: the worst a client assumes.
+    """
+
+    read_only: bool = False
+    destructive: bool = True
+    idempotent: bool = False
+    open_world: bool = True
+
+    def describe(self) -> dict[str, bool]:
+        """The JSON-able ``effects`` entry of ``REQ:ops``."""
+        return {
+            "read_only": self.read_only,
+            "destructive": self.destructive,
+            "idempotent": self.idempotent,
+            "open_world": self.open_world,
+        }
+
+
+# Ops that only read: what a fetch, a search or a status query does (the cache they fill
+# is the daemon's own, not a change the caller asked for).
+READS_WEB = Effects(read_only=True, destructive=False, idempotent=True, open_world=True)
+READS_LOCAL = Effects(read_only=True, destructive=False, idempotent=True, open_world=False)
+
+
+@dataclass(frozen=True)
 class Op(Generic[S]):
     """One operation: ``TASK REQ:<req> IN:<domain> OUT:<out>`` runs ``handler``.
 
     ``specialist`` names the slot pool it runs in (web, tool, memory, sys); ``inline`` names
     the field that inline header text fills (SPEC D-4); ``replies`` the fields its reply
     can carry beyond the common ones, and ``example`` one exchange (docs/ops.md).
+    ``effects`` what it does besides answering (MCP's tool annotations).
     ``instant``: the handler never waits (no sleep, no I/O), so a connection runs it
     without a task of its own.
     """
@@ -50,6 +84,7 @@ class Op(Generic[S]):
     replies: tuple[ReplyField, ...] = ()
     example: Example | None = None
     instant: bool = False
+    effects: Effects = Effects()
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able entry ``REQ:ops`` prints for this op."""
@@ -60,6 +95,7 @@ class Op(Generic[S]):
         out["replies"] = [field.describe() for field in self.replies]
         if self.doc:
             out["doc"] = self.doc
+        out["effects"] = self.effects.describe()
         return out
 
 
@@ -86,6 +122,8 @@ class OpSpec(Protocol):
     def example(self) -> Example | None: ...
     @property
     def instant(self) -> bool: ...
+    @property
+    def effects(self) -> Effects: ...
 
     def describe(self) -> dict[str, Any]: ...
 

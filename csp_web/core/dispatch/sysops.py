@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import ID_PATTERN, Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op, OpTable
+from csp_web.core.api.ops import READS_LOCAL, Effects, Op, OpTable
 from csp_web.core.api.ports import CounterFamily, MemoryPath, StatsLine
 from csp_web.core.api.replies import Result
 from csp_web.core.dispatch.cancels import Cancels
@@ -108,7 +108,9 @@ CANCEL_FIELDS = (
         doc="the ID of the tasks to cancel (this uid's, on any of its connections)",
     ),
 )
-CANCEL_REPLIES = (ReplyField("CANCELLED", "OK", "how many unfinished tasks were cancelled"),)
+CANCEL_REPLIES = (
+    ReplyField("CANCELLED", "OK", "how many unfinished tasks were cancelled", kind="int"),
+)
 CANCEL_EXAMPLE = Example(
     ("TASK REQ:cancel IN:SYS OUT:ACK\nID 1\nTARGET job-7\n"),
     ("STATUS FAIL\nID 1\nSCOPE [sys]\nDATA none\nERROR unknown_task:job-7\n"),
@@ -121,7 +123,12 @@ PING_EXAMPLE = Example(
 )
 
 OPS_REPLIES = (
-    ReplyField("OP", "one per op", "the op as JSON: req, in, out, inline, fields, replies, doc"),
+    ReplyField(
+        "OP",
+        "one per op",
+        "the op as JSON: req, in, out, inline, fields, replies, doc",
+        repeat=True,
+    ),
 )
 OPS_EXAMPLE = Example(
     ("TASK REQ:ops IN:SYS OUT:OPS\nID 1\n"),
@@ -154,12 +161,15 @@ STATS_REPLIES = (
         "always",
         "full:<stores whose disk is full now> (outbox, cache, memory, media, state) or none",
     ),
-    ReplyField("OP", "one per op run since start", "<op> count, failed, p50_ms, p99_ms"),
+    ReplyField(
+        "OP", "one per op run since start", "<op> count, failed, p50_ms, p99_ms", repeat=True
+    ),
     ReplyField(
         "REJECTED",
         "one per code frames were refused with; a code outside the catalogue (a relayed"
         " reply's) counts as `other`",
         "<code>:<count>",
+        repeat=True,
     ),
     ReplyField("RELOAD", "after a SIGHUP", "the last reload's outcome"),
     ReplyField("REDIS", "redis.url is set", "the shared state's link (web)"),
@@ -171,7 +181,9 @@ STATS_REPLIES = (
         "JSON list of the paths commands may not change or create, even in their working"
         " dir (tool)",
     ),
-    ReplyField("MCP", "MCP servers are configured: one per server", "its state (tool)"),
+    ReplyField(
+        "MCP", "MCP servers are configured: one per server", "its state (tool)", repeat=True
+    ),
     ReplyField("BROWSER", "always", "the browser's state (browser)"),
     ReplyField("NODES", "always", "paired and connected nodes (node)"),
 )
@@ -213,6 +225,8 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         example=CANCEL_EXAMPLE,
         doc="cancel this uid's unfinished tasks with ID TARGET; each answers FAIL cancelled",
         instant=True,
+        # It ends running work; a second cancel finds nothing left to end.
+        effects=Effects(destructive=True, idempotent=True, open_world=False),
     ),
     Op(
         "ping",
@@ -224,6 +238,7 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         example=PING_EXAMPLE,
         doc="liveness check",
         instant=True,
+        effects=READS_LOCAL,
     ),
     Op(
         "ops",
@@ -235,6 +250,7 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         example=OPS_EXAMPLE,
         doc="every op with its fields, reply fields and OUT kind",
         instant=True,
+        effects=READS_LOCAL,
     ),
     Op(
         "stats",
@@ -246,5 +262,6 @@ SYS_OPS: tuple[Op[SysServices], ...] = (
         example=STATS_EXAMPLE,
         doc="counters, latencies, outbox depth",
         instant=True,
+        effects=READS_LOCAL,
     ),
 )

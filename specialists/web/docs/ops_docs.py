@@ -27,7 +27,7 @@ from csp_web.config import workspace_roots
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import READS_LOCAL, Effects, Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
@@ -149,6 +149,7 @@ BOARD_REPLIES = (
         "FILE",
         "one per page on the board",
         '<fileKey> <url> chars:<n> tokens:<n> turns_left:<n> "<title>"',
+        repeat=True,
     ),
 )
 BOARD_EXAMPLE = Example(
@@ -192,11 +193,11 @@ CABINET_REPLIES = (
     ReplyField("NOTE", "saved with one", "the NOTE given to save"),
     ReplyField("SAVED_AT", "OK", "when it was saved"),
     ReplyField("EXPIRES_AT", "OK", "when the cabinet drops it"),
-    ReplyField("CONTENT_LENGTH", "OK", "the whole content's length in chars"),
-    ReplyField("TOKENS", "OK", "about how many model tokens DATA is"),
-    ReplyField("TRUNCATED", "OK", "whether DATA stops before the end"),
-    ReplyField("NEXT_START", "PARTIAL", "START for the next part"),
-    ReplyField("REMAINING_CHARS", "PARTIAL", "chars after this part"),
+    ReplyField("CONTENT_LENGTH", "OK", "the whole content's length in chars", kind="int"),
+    ReplyField("TOKENS", "OK", "about how many model tokens DATA is", kind="int"),
+    ReplyField("TRUNCATED", "OK", "whether DATA stops before the end", kind="bool"),
+    ReplyField("NEXT_START", "PARTIAL", "START for the next part", kind="int"),
+    ReplyField("REMAINING_CHARS", "PARTIAL", "chars after this part", kind="int"),
     ReplyField("CITE", "OK", "the page (R-4)"),
 )
 CABINET_EXAMPLE = Example(
@@ -224,7 +225,7 @@ CABINET_EXAMPLE = Example(
 
 WRITE_FILE_REPLIES = (
     ReplyField("FILE_KEY", "always", "the key written"),
-    ReplyField("BYTES", "OK", "bytes written"),
+    ReplyField("BYTES", "OK", "bytes written", kind="int"),
     ReplyField("CITE", "OK", "the page (R-4)"),
 )
 WRITE_FILE_EXAMPLE = Example(
@@ -257,6 +258,7 @@ OPS: list[Op[WebServices]] = [
         replies=BOARD_REPLIES,
         example=BOARD_EXAMPLE,
         doc="the announcement board: recent fetches",
+        effects=READS_LOCAL,
     ),
     Op(
         "save",
@@ -269,6 +271,8 @@ OPS: list[Op[WebServices]] = [
         replies=SAVE_REPLIES,
         example=SAVE_EXAMPLE,
         doc="keep a fileKey's content in the File Cabinet (Memory Specialist, 30 days)",
+        # A new File Cabinet entry each time (SAVED_AT, EXPIRES_AT move).
+        effects=Effects(destructive=False, open_world=False),
     ),
     Op(
         "cabinet",
@@ -285,6 +289,7 @@ OPS: list[Op[WebServices]] = [
         replies=CABINET_REPLIES,
         example=CABINET_EXAMPLE,
         doc="a File Cabinet entry's content, paged by START/MAX_CHARS",
+        effects=READS_LOCAL,
     ),
     Op(
         "write_file",
@@ -302,5 +307,7 @@ OPS: list[Op[WebServices]] = [
         replies=WRITE_FILE_REPLIES,
         example=WRITE_FILE_EXAMPLE,
         doc="write a fileKey's content to a file in a workspace root",
+        # OVERWRITE replaces a file; writing the same content again changes nothing.
+        effects=Effects(idempotent=True, open_world=False),
     ),
 ]

@@ -43,7 +43,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result, cite
 from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult, GuardConfig, check_url
@@ -369,13 +369,13 @@ def _render(call: ApiCall, answer: Answer, *, cached: bool) -> Result:
 
 
 API_REPLIES = (
-    ReplyField("STATUS_CODE", "the API answered", "its HTTP status"),
-    ReplyField("CACHED", "OK", "whether the answer came from the cache"),
-    ReplyField("TRUNCATED", "DATA was cut", "the answer's whole length in chars"),
+    ReplyField("STATUS_CODE", "the API answered", "its HTTP status", kind="int"),
+    ReplyField("CACHED", "OK", "whether the answer came from the cache", kind="bool"),
+    ReplyField("TRUNCATED", "DATA was cut", "the answer's whole length in chars", kind="int"),
     ReplyField("CITE", "OK", "the URL called and the endpoint (R-4)"),
     ReplyField("SUMMARY", "FAIL: api_error", "the API's own error message"),
     ReplyField("ENDPOINT", "FAIL", "the endpoint asked"),
-    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait", kind="int"),
 )
 API_EXAMPLE = Example(
     ("TASK REQ:api IN:WEB OUT:API_RESPONSE\nID 1\nENDPOINT github:/repos/tides/tables\n"),
@@ -403,5 +403,7 @@ OPS: list[Op[WebServices]] = [
         replies=API_REPLIES,
         example=API_EXAMPLE,
         doc="call a configured API; SCOPE, DATA summary, STATUS_CODE, CACHED, CITE",
+        # METHOD may be POST, PUT or DELETE on the configured API.
+        effects=Effects(),
     )
 ]

@@ -26,7 +26,7 @@ import urllib.parse
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import READS_WEB, Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
@@ -223,15 +223,17 @@ FETCH_REPLIES = (
     ReplyField("PUBLISHED", "one page that declares it", "publication date, ISO-8601 (YYYY-MM-DD)"),
     ReplyField("LANG", "one page that declares it", "its language, a BCP 47 tag (html lang)"),
     ReplyField("SITE_NAME", "one page that declares it", "og:site_name or JSON-LD publisher"),
-    ReplyField("WORD_COUNT", "one page", "words in the readable content"),
+    ReplyField("WORD_COUNT", "one page", "words in the readable content", kind="int"),
     ReplyField(
         "PAGE_TYPE",
         "one HTML page the extractor can tell (R-7)",
         "article forum docs listing product collection service",
     ),
-    ReplyField("PAGES", "one paged document (PDF)", "how many pages it has"),
-    ReplyField("PAGES_READ", "one paged document cut by MAX_PAGES", "how many were read"),
-    ReplyField("CACHED", "one page", "whether it came from the cache"),
+    ReplyField("PAGES", "one paged document (PDF)", "how many pages it has", kind="int"),
+    ReplyField(
+        "PAGES_READ", "one paged document cut by MAX_PAGES", "how many were read", kind="int"
+    ),
+    ReplyField("CACHED", "one page", "whether it came from the cache", kind="bool"),
     ReplyField("CACHED_AT", "one page from the cache", "when it was downloaded, ISO-8601 UTC"),
     ReplyField("RENDERED", "one page read from a browser's DOM", "browser"),
     ReplyField(
@@ -242,15 +244,16 @@ FETCH_REPLIES = (
     ),
     ReplyField("URL", "one page; FAIL: the URL that failed", "the page's final URL"),
     ReplyField("FILE_KEY", "one page; FAIL: unknown_file_key", "the content's fileKey"),
-    ReplyField("CONTENT_LENGTH", "one page", "the whole content's length in chars"),
-    ReplyField("TOKENS", "one page", "about how many model tokens DATA is"),
-    ReplyField("TRUNCATED", "one page", "whether DATA stops before the end"),
-    ReplyField("NEXT_START", "PARTIAL, one page", "START for the next part"),
-    ReplyField("REMAINING_CHARS", "PARTIAL, one page", "chars after this part"),
+    ReplyField("CONTENT_LENGTH", "one page", "the whole content's length in chars", kind="int"),
+    ReplyField("TOKENS", "one page", "about how many model tokens DATA is", kind="int"),
+    ReplyField("TRUNCATED", "one page", "whether DATA stops before the end", kind="bool"),
+    ReplyField("NEXT_START", "PARTIAL, one page", "START for the next part", kind="int"),
+    ReplyField("REMAINING_CHARS", "PARTIAL, one page", "chars after this part", kind="int"),
     ReplyField(
         "SUMMARY",
         "PARTIAL past MAX_CHARS, one page: one per point",
         "a sentence of the whole page's extractive summary",
+        repeat=True,
     ),
     ReplyField(
         "FETCH",
@@ -258,14 +261,20 @@ FETCH_REPLIES = (
         "<fileKey> <url> chars tokens truncated cached [cached_at] [rendered] [pages]"
         " [description author"
         ' published lang site_name] "<title>"',
+        repeat=True,
     ),
     ReplyField(
-        "CONTENT", "several URLs: one per page loaded", "<fileKey>:<content as a JSON string>"
+        "CONTENT",
+        "several URLs: one per page loaded",
+        "<fileKey>:<content as a JSON string>",
+        repeat=True,
     ),
-    ReplyField("FETCH_ERROR", "several URLs: one per URL that failed", "<url> <code>:<detail>"),
-    ReplyField("FILE", "BOARD true: one per page on the board", "as board's FILE"),
-    ReplyField("CITE", "per page", "the page (R-4)"),
-    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+    ReplyField(
+        "FETCH_ERROR", "several URLs: one per URL that failed", "<url> <code>:<detail>", repeat=True
+    ),
+    ReplyField("FILE", "BOARD true: one per page on the board", "as board's FILE", repeat=True),
+    ReplyField("CITE", "per page", "the page (R-4)", repeat=True),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait", kind="int"),
 )
 FETCH_EXAMPLE = Example(
     ("TASK REQ:fetch https://origin.test/tides IN:WEB OUT:CONTENT\nID 1\nMAX_CHARS 120\n"),
@@ -307,9 +316,9 @@ META_REPLIES = (
     ReplyField("SITE_NAME", "found", "the site's name"),
     ReplyField("TYPE", "found", "og:type"),
     ReplyField("OG_URL", "found", "the canonical URL it names"),
-    ReplyField("CITE", "OK", "the page (R-4)"),
+    ReplyField("CITE", "OK", "the page (R-4)", repeat=True),
     ReplyField("URL", "FAIL", "the URL asked"),
-    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait", kind="int"),
 )
 META_EXAMPLE = Example(
     ("TASK REQ:meta https://origin.test/tides IN:WEB OUT:META\nID 1\n"),
@@ -328,7 +337,7 @@ META_EXAMPLE = Example(
 RESOLVE_REPLIES = (
     ReplyField("REDIRECT_CHAIN", "OK", f"every hop, joined by '{ARROW}' (U+2192)"),
     ReplyField("URL", "FAIL", "the URL asked"),
-    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait", kind="int"),
 )
 RESOLVE_EXAMPLE = Example(
     ("TASK REQ:resolve https://origin.test/moved IN:WEB OUT:URL\nID 1\n"),
@@ -393,6 +402,7 @@ OPS: list[Op[WebServices]] = [
         example=FETCH_EXAMPLE,
         doc="pages' readable content with fileKeys, paged by START/MAX_CHARS; PAGE_TYPE when"
         " the extractor can tell (article forum docs listing product collection service)",
+        effects=READS_WEB,
     ),
     Op(
         "meta",
@@ -405,6 +415,7 @@ OPS: list[Op[WebServices]] = [
         replies=META_REPLIES,
         example=META_EXAMPLE,
         doc="a page's card",
+        effects=READS_WEB,
     ),
     Op(
         "resolve",
@@ -417,5 +428,6 @@ OPS: list[Op[WebServices]] = [
         replies=RESOLVE_REPLIES,
         example=RESOLVE_EXAMPLE,
         doc="the final URL after redirects and meta refreshes",
+        effects=READS_WEB,
     ),
 ]

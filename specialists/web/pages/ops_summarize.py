@@ -21,7 +21,7 @@ import trio
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import READS_WEB, Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field
 
@@ -90,11 +90,11 @@ def _page_text(kind: str, text: str, content_type: str, url: str) -> str:
 
 
 SUMMARIZE_REPLIES = (
-    ReplyField("BULLET", "one per bullet", "a sentence of the summary"),
+    ReplyField("BULLET", "one per bullet", "a sentence of the summary", repeat=True),
     ReplyField("METHOD", "OK", "how it was made (model or extractive)"),
     ReplyField("CITE", "URL or FILE_KEY given", "the page (R-4)"),
     ReplyField("URL", "FAIL: unsupported_content", "the URL asked"),
-    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait"),
+    ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait", kind="int"),
 )
 SUMMARIZE_EXAMPLE = Example(
     ("TASK REQ:summarize IN:WEB OUT:SUMMARY\nID 1\nURL https://origin.test/tides\nMAX_BULLETS 2\n"),
@@ -135,5 +135,6 @@ OPS: list[Op[WebServices]] = [
         replies=SUMMARIZE_REPLIES,
         example=SUMMARIZE_EXAMPLE,
         doc="bullet points of TEXT or of the page at URL",
+        effects=READS_WEB,
     ),
 ]

@@ -44,7 +44,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import READS_LOCAL, Effects, Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
@@ -143,12 +143,15 @@ RESULT_REPLIES = (
     ReplyField("QUESTION", "done", "the question asked"),
     ReplyField("METHOD", "done", "how the bullets were made (model or extractive)"),
     ReplyField("MODEL_ERROR", "done, when the model failed", "why; the bullets are extractive"),
-    ReplyField("BULLET", "done: one per bullet", "a finding and its source numbers [n]"),
-    ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order"),
+    ReplyField(
+        "BULLET", "done: one per bullet", "a finding and its source numbers [n]", repeat=True
+    ),
+    ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order", repeat=True),
     ReplyField(
         "STEP",
         "INCLUDE_STEPS: one per finished search, fetch or model call (while running too)",
         "<kind> <target> <outcome> ms:<n>",
+        repeat=True,
     ),
 )
 RESULT_EXAMPLE = Example(
@@ -208,6 +211,8 @@ OPS: list[Op[WebServices]] = [
         replies=RESEARCH_REPLIES,
         example=RESEARCH_EXAMPLE,
         doc="start a research job: search, read the best sources, answer in cited bullets",
+        # Each call starts a new job; it only reads the web.
+        effects=Effects(destructive=False),
     ),
     Op(
         "result",
@@ -235,5 +240,6 @@ OPS: list[Op[WebServices]] = [
         replies=RESULT_REPLIES,
         example=RESULT_EXAMPLE,
         doc="a research job's status, or its bullets and citations",
+        effects=READS_LOCAL,
     ),
 ]

@@ -84,54 +84,70 @@ SEARCH_REPLIES = (
         "SNIPPET",
         "one query: one per hit; several: '<n> ...'",
         "<domain>:<snippet as a JSON string>",
+        repeat=True,
     ),
-    ReplyField("TITLE", "one query: one per hit", "the hit's title"),
-    ReplyField("CITE", "one per hit", "the hit (R-4)"),
+    ReplyField("TITLE", "one query: one per hit", "the hit's title", repeat=True),
+    ReplyField("CITE", "one per hit", "the hit (R-4)", repeat=True),
     ReplyField("BACKEND", "one query", "the backends that answered"),
-    ReplyField("CACHED", "one query", "whether the answer came from the cache"),
+    ReplyField("CACHED", "one query", "whether the answer came from the cache", kind="bool"),
     ReplyField("QUERY", "one query", "the query asked"),
-    ReplyField("TOTAL", "one query, when the backend gave one", "its estimated total"),
-    ReplyField("SCORE", "one query: one per hit", "<url> <relevance>"),
-    ReplyField("THUMBNAIL", "a hit has one", "<url> <thumbnail url> (several: '<n> ...')"),
+    ReplyField("TOTAL", "one query, when the backend gave one", "its estimated total", kind="int"),
+    ReplyField("SCORE", "one query: one per hit", "<url> <relevance>", repeat=True),
+    ReplyField(
+        "THUMBNAIL", "a hit has one", "<url> <thumbnail url> (several: '<n> ...')", repeat=True
+    ),
     ReplyField(
         "PUBLISHED",
         "one query: a hit's backend dated it",
         "<url> <UTC ISO-8601 date, or datetime ending Z>",
+        repeat=True,
     ),
     ReplyField(
         "EXTRA_SNIPPET",
         "one query: per further excerpt (Brave), at most 5 a hit",
         "<url> <excerpt as a JSON string>",
+        repeat=True,
     ),
-    ReplyField("FAVICON", "one query: a hit has one", "<url> <icon url>"),
-    ReplyField("LANG", "one query: the backend named a hit's language", "<url> <code>"),
-    ReplyField("SOURCES", "MODE fuse, one query: one per hit", "<url> <backends, by order>"),
-    ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked"),
+    ReplyField("FAVICON", "one query: a hit has one", "<url> <icon url>", repeat=True),
+    ReplyField(
+        "LANG", "one query: the backend named a hit's language", "<url> <code>", repeat=True
+    ),
+    ReplyField(
+        "SOURCES", "MODE fuse, one query: one per hit", "<url> <backends, by order>", repeat=True
+    ),
+    ReplyField("MISSING_RESULTS", "PARTIAL, one query", "results fewer than asked", kind="int"),
     ReplyField(
         "PREFETCHED",
         "PREFETCH (or search.prefetch_top) above 0",
         "result pages queued for loading into the fetch cache (0: no background task)",
+        kind="int",
     ),
     ReplyField(
         "BACKEND_ERROR",
         "PARTIAL or FAIL: a backend failed; MODE fuse: it dropped out",
         "<backend>:<reason> <hint>",
+        repeat=True,
     ),
     ReplyField(
         "SEARCH",
         "several queries: one per query answered",
         '<n> results total backend cached "<query>"',
+        repeat=True,
     ),
     ReplyField(
         "HIT",
         "several queries: one per hit",
         "<n> <url> score:<s> [published:<json>] [extra_snippets:<json list>] "
         '[favicon:<json>] [lang:<json>] [sources:<json>] "<title>"',
+        repeat=True,
     ),
     ReplyField(
-        "SEARCH_ERROR", "several queries: one per query failed", '<n> <code>:<detail> "<query>"'
+        "SEARCH_ERROR",
+        "several queries: one per query failed",
+        '<n> <code>:<detail> "<query>"',
+        repeat=True,
     ),
-    ReplyField("RETRY_AFTER", "FAIL: rate limited everywhere", "seconds to wait"),
+    ReplyField("RETRY_AFTER", "FAIL: rate limited everywhere", "seconds to wait", kind="int"),
 )
 SEARCH_EXAMPLE = Example(
     (

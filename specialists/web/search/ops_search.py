@@ -41,7 +41,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Params
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import READS_WEB, Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 from specialists.web.config import SearchConfig
@@ -346,5 +346,6 @@ OPS: list[Op[WebServices]] = [
         replies=SEARCH_REPLIES,
         example=SEARCH_EXAMPLE,
         doc="web search through the configured backends; SCOPE, DATA urls, SNIPPET, TITLE, CITE",
+        effects=READS_WEB,
     )
 ]
