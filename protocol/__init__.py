@@ -14,12 +14,14 @@ from ._frames import Field, Frame, Reply, Status, Task
 from ._limits import Limits
 from ._numbers import NumberError, parse_decimal, parse_int, parse_uint
 from ._serialize import serialize
+from ._trace import MAX_TRACEPARENT_CHARS, TraceParent, TraceParentError, parse_traceparent
 from ._values import FREE_TEXT_KEYS
 from .codes import ErrorCode
 
 __all__ = [
     "CLOSED",
     "FREE_TEXT_KEYS",
+    "MAX_TRACEPARENT_CHARS",
     "NEED_DATA",
     "Connection",
     "ErrorCode",
@@ -32,8 +34,11 @@ __all__ = [
     "Sentinel",
     "Status",
     "Task",
+    "TraceParent",
+    "TraceParentError",
     "parse_decimal",
     "parse_int",
+    "parse_traceparent",
     "parse_uint",
     "serialize",
 ]
