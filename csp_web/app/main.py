@@ -229,6 +229,7 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
     from csp_web.app.metrics_serve import open_metrics
+    from csp_web.app.tracing import check_tracing
     from csp_web.core.daemon.lifecycle import serve
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.core.transports.stdio import open_stdio_stream
@@ -242,6 +243,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     try:
         config = serving_socket(config, socket_path)
+        check_tracing(config.otel)
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
