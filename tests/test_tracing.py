@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 import trio
@@ -15,12 +16,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from csp_web.client.trio_client import open_client
-from csp_web.config import Config
+from csp_web.config import Config, SocketConfig
 from csp_web.core.api.context import Peer
 from csp_web.core.api.fields import FRAME_FIELDS
 from csp_web.core.daemon.compose import op_table
+from csp_web.core.transports.unix import Lease, serve_unix
 from csp_web.infra.otel import SCOPE, OtelTracer
-from protocol import MAX_TRACEPARENT_CHARS, Reply, Status, Task
+from protocol import MAX_TRACEPARENT_CHARS, Connection, Reply, Status, Task, serialize
 from tests.conftest import Daemon, Sink, start_daemon
 from tests.harness import SLEEPS, TEST_OPS, given, open_harness
 
@@ -279,3 +281,46 @@ async def test_every_op_line_of_req_ops_lists_the_fields_every_frame_may_carry(
         {"name": "TRACEPARENT", "type": "text", "max_chars": 128, "doc": FRAME_FIELDS[2].spec.doc},
     ]
     assert all(entry["frame_fields"] == expected for entry in entries)
+
+
+async def test_a_relayed_frame_reaches_the_memory_specialist_without_its_traceparent(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """M-3, D-3: the trace goes on only to configured APIs; a Memory Specialist older than
+    TRACEPARENT would refuse it as unknown_field. Its own error word reaches no span."""
+    received: list[Task] = []
+
+    async def memory(stream: trio.SocketStream, peer: Peer, _lease: Lease) -> None:
+        """Stores the daemon's own writes; answers a relayed read in a word of its own."""
+        codec = Connection()
+        while data := await stream.receive_some(65536):
+            codec.receive_data(data)
+            while isinstance(event := codec.next_event(), Task):
+                if event.req == "write":
+                    answer = Reply(Status.OK, (("ID", event.id or ""), ("DATA", "stored")))
+                else:
+                    received.append(event)
+                    answer = Reply(Status.FAIL, (("ID", event.id or ""), ("ERROR", "odd:x")))
+                await stream.send_all(serialize(answer))
+
+    assert config.memory.socket_path is not None
+    await nursery.start(
+        partial(
+            serve_unix, config.memory.socket_path, SocketConfig(), memory, handler_nursery=nursery
+        )
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = OtelTracer(provider.get_tracer(SCOPE), [])
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "c.sock"), tracer=tracer)
+    fields = (("ID", "m-1"), ("PATH", "a.md"), ("TRACEPARENT", TRACEPARENT), ("TIMEOUT_MS", "9000"))
+    reply = await _call(daemon, Task("read", "MEMORY", "CONTENT", None, fields))
+    assert reply.get("ERROR") == "odd:x"
+    (task,) = received
+    assert task.fields == (("ID", "m-1"), ("PATH", "a.md"), ("TIMEOUT_MS", "9000"))
+    assert _only(exporter).attributes == {
+        "csp.domain": "MEMORY",
+        "csp.status": "FAIL",
+        "csp.error_code": "other",
+    }
