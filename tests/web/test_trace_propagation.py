@@ -173,7 +173,7 @@ async def test_fetch_search_and_research_send_no_trace_to_the_sites_they_read(
     assert [reply.status for reply in replies] == [Status.OK] * 3, replies
     assert (done.get("DATA") or "").startswith("status:done"), done
     paths = [seen.target.partition("?")[0] for seen in origin.requests]
-    assert "/tides" in paths and "/searx/search" in paths  # each op reached the origin
+    assert "/tides" in paths  # fetched (research reads it from the cache fetch filled)
     assert paths.count("/searx/search") >= 2  # search's own, and research's
     assert all("traceparent" not in seen.headers for seen in origin.requests)
     assert all("tracestate" not in seen.headers for seen in origin.requests)
