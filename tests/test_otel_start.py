@@ -98,10 +98,7 @@ def _shadow(tmp_path: Path, *packages: str) -> str:
 def test_otel_enabled_without_the_extra_exits_2_naming_csp_web_otel(tmp_path: Path) -> None:
     done = _serve(tmp_path, "  enabled: true\n", python_path=_shadow(tmp_path, "opentelemetry"))
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (
-        "csp-web: config: otel.enabled: OpenTelemetry is not installed "
-        "(pip install 'csp-web[otel]')\n"
-    )
+    assert done.stderr == "csp-web: config: otel.enabled is true: otel (install csp-web[otel])\n"
 
 
 @pytest.mark.slow
@@ -110,8 +107,8 @@ def test_otlp_without_its_exporter_package_exits_2_naming_it(tmp_path: Path) -> 
     done = _serve(tmp_path, "  enabled: true\n  exporter: otlp\n", python_path=shadow)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
-        "csp-web: config: otel.exporter: otlp needs opentelemetry-exporter-otlp-proto-http "
-        "installed (or exporter: console)\n"
+        "csp-web: config: otel.exporter is otlp: opentelemetry-exporter-otlp-proto-http "
+        "(install it, or use exporter: console)\n"
     )
 
 

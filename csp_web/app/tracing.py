@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from csp_web.config import ConfigError, OtelConfig
+from csp_web.core.api.extras import install_hint
 from csp_web.core.api.trace import TaskTracer
 
 SDK = "opentelemetry.sdk.trace"
@@ -24,21 +25,20 @@ def check_tracing(config: OtelConfig) -> None:
     """Raise ConfigError when ``config`` enables tracing without its packages installed."""
     if not config.enabled:
         return
-    if not _installed(SDK):
-        raise ConfigError(
-            "otel.enabled: OpenTelemetry is not installed (pip install 'csp-web[otel]')"
-        )
+    if not _installed(SDK):  # the SDK, not only the API beside it (one namespace package)
+        raise ConfigError(f"otel.enabled is true: {install_hint('otel')}")
     if config.exporter == "otlp" and not _installed(OTLP_EXPORTER):
         raise ConfigError(
-            "otel.exporter: otlp needs opentelemetry-exporter-otlp-proto-http installed "
-            "(or exporter: console)"
+            "otel.exporter is otlp: opentelemetry-exporter-otlp-proto-http "
+            "(install it, or use exporter: console)"
         )
 
 
 def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found, not imported: ``extras.installed``)."""
     try:
         return importlib.util.find_spec(module) is not None
-    except ImportError:  # a parent package is missing, or is not a package
+    except (ImportError, ValueError):  # a parent missing or not a package; a None entry
         return False
 
 

@@ -143,7 +143,8 @@ async def test_fetch_search_and_research_send_no_trace_to_the_sites_they_read(
     web_config: Config, web: WebServices, origin: Origin
 ) -> None:
     page = serve_page(origin, "/tides", PAGE)
-    searx_route(origin, ["/tides"])
+    serve_page(origin, "/surges", PAGE.replace("Tides", "Surges"))
+    searx_route(origin, ["/surges"])
     config = with_search(web_config, origin, order=["searxng"])
     web.config = web_section(config)
     trace = ("TRACEPARENT", TRACEPARENT)
@@ -173,7 +174,8 @@ async def test_fetch_search_and_research_send_no_trace_to_the_sites_they_read(
     assert [reply.status for reply in replies] == [Status.OK] * 3, replies
     assert (done.get("DATA") or "").startswith("status:done"), done
     paths = [seen.target.partition("?")[0] for seen in origin.requests]
-    assert "/tides" in paths  # fetched (research reads it from the cache fetch filled)
+    assert "/tides" in paths  # fetched
+    assert "/surges" in paths  # found, read by search's prefetch or research itself
     assert paths.count("/searx/search") >= 2  # search's own, and research's
     assert all("traceparent" not in seen.headers for seen in origin.requests)
     assert all("tracestate" not in seen.headers for seen in origin.requests)
