@@ -67,11 +67,9 @@ def _config(tmp_path: Path, otel: str) -> str:
 
 
 def _serve(
-    tmp_path: Path, otel: str, *, python_path: str | None = None, flags: tuple[str, ...] = ()
+    tmp_path: Path, otel: str, *, flags: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    if python_path is not None:
-        env["PYTHONPATH"] = python_path
     return subprocess.run(
         [sys.executable, *flags, "-m", "csp_web", "serve", "--config", _config(tmp_path, otel)],
         input=PING,
@@ -82,29 +80,51 @@ def _serve(
     )
 
 
-def _shadow(tmp_path: Path, *packages: str) -> str:
-    """A folder whose empty regular packages (``a/b``) hide the installed ones of that name."""
-    root = tmp_path / "shadow"
-    for package in packages:
-        folder = root / package
-        folder.mkdir(parents=True, exist_ok=True)
-        for parent in (folder, *folder.relative_to(root).parents):
-            if parent != Path("."):
-                (root / parent / "__init__.py").touch()
-    return str(root)
+# Runs the csp-web command with the modules under a prefix made unimportable (as in an
+# environment without them; tests/test_packaging.py blocks whole extras the same way).
+_BLOCKED_RUN = """
+import importlib.abc, sys
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(sys.argv[1]):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Blocker())
+from csp_web.app.start import main
+sys.exit(main(sys.argv[2:]))
+"""
+TRANSCRIPT = str(Path(__file__).parent / "transcripts" / "sys_ops.csp")
+
+
+def _blocked(
+    tmp_path: Path, prefix: str, otel: str, *argv: str
+) -> subprocess.CompletedProcess[str]:
+    config = _config(tmp_path, otel)
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKED_RUN, prefix, argv[0], "--config", config, *argv[1:]],
+        input=PING,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.slow
-def test_otel_enabled_without_the_extra_exits_2_naming_csp_web_otel(tmp_path: Path) -> None:
-    done = _serve(tmp_path, "  enabled: true\n", python_path=_shadow(tmp_path, "opentelemetry"))
+@pytest.mark.parametrize("argv", [("serve",), ("mcp",), ("replay", TRANSCRIPT)])
+def test_otel_enabled_without_the_sdk_stops_an_in_process_daemon_naming_csp_web_otel(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    """serve, and mcp and replay without --socket (their daemon runs in their process)."""
+    done = _blocked(tmp_path, "opentelemetry.sdk", "  enabled: true\n", *argv)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "csp-web: config: otel.enabled is true: otel (install csp-web[otel])\n"
 
 
 @pytest.mark.slow
 def test_otlp_without_its_exporter_package_exits_2_naming_it(tmp_path: Path) -> None:
-    shadow = _shadow(tmp_path, "opentelemetry/sdk/trace", "opentelemetry/exporter")
-    done = _serve(tmp_path, "  enabled: true\n  exporter: otlp\n", python_path=shadow)
+    otel = "  enabled: true\n  exporter: otlp\n"
+    done = _blocked(tmp_path, "opentelemetry.exporter", otel, "serve")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
         "csp-web: config: otel.exporter is otlp: opentelemetry-exporter-otlp-proto-http "

@@ -26,6 +26,7 @@ import trio
 from csp_web import __version__
 from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
+from csp_web.app.tracing import check_tracing
 from csp_web.cli.send import SendOptions, leaves, send_main
 from csp_web.config import Config, ConfigError
 from csp_web.config.load import complete_sections, load_config, serving_socket
@@ -229,7 +230,6 @@ def _run_service(run: Callable[[], Awaitable[int | None]], what: str) -> int:
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
     from csp_web.app.metrics_serve import open_metrics
-    from csp_web.app.tracing import check_tracing
     from csp_web.core.daemon.lifecycle import serve
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
     from csp_web.core.transports.stdio import open_stdio_stream
@@ -304,6 +304,8 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
     from csp_web.cli.replay import replay_files
 
+    if not args.socket and not _tracing_ready(config):
+        return EXIT_USAGE
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
         # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
         config = replace(config, daemon=replace(config.daemon, state_dir=state))
@@ -317,6 +319,16 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
             args.socket,
         )
     return EXIT_FAIL if failures else EXIT_OK
+
+
+def _tracing_ready(config: Config) -> bool:
+    """Whether an in-process daemon may start as ``otel:`` asks; else says why on stderr."""
+    try:
+        check_tracing(config.otel)
+    except ConfigError as exc:
+        print(f"csp-web: config: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _sink(args: argparse.Namespace, config: Config) -> int:
@@ -336,6 +348,8 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 def _mcp(args: argparse.Namespace, config: Config) -> int:
     if not extras.installed("mcp"):
         print(f"csp-web: mcp: not_available:{extras.install_hint('mcp')}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.socket and not _tracing_ready(config):  # its daemon runs in this process
         return EXIT_USAGE
     from csp_web.app.compose import open_in_process_daemon
     from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
