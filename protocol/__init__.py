@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._limits import Limits
     from ._numbers import NumberError, format_decimal, parse_decimal, parse_int, parse_uint
     from ._serialize import serialize
+    from ._trace import MAX_TRACEPARENT_CHARS, TraceParent, TraceParentError, parse_traceparent
     from ._values import FREE_TEXT_KEYS
     from .codes import ErrorCode
 
@@ -47,6 +48,10 @@ _SOURCES = {
     "parse_int": "_numbers",
     "parse_uint": "_numbers",
     "serialize": "_serialize",
+    "MAX_TRACEPARENT_CHARS": "_trace",
+    "TraceParent": "_trace",
+    "TraceParentError": "_trace",
+    "parse_traceparent": "_trace",
     "FREE_TEXT_KEYS": "_values",
     "ErrorCode": "codes",
 }
@@ -54,6 +59,7 @@ _SOURCES = {
 __all__ = [
     "CLOSED",
     "FREE_TEXT_KEYS",
+    "MAX_TRACEPARENT_CHARS",
     "NEED_DATA",
     "Connection",
     "ErrorCode",
@@ -66,9 +72,12 @@ __all__ = [
     "Sentinel",
     "Status",
     "Task",
+    "TraceParent",
+    "TraceParentError",
     "format_decimal",
     "parse_decimal",
     "parse_int",
+    "parse_traceparent",
     "parse_uint",
     "serialize",
 ]

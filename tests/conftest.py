@@ -30,6 +30,7 @@ from csp_web.config import AuditConfig, Config, DaemonConfig, MemoryConfig
 from csp_web.config.load import complete_sections
 from csp_web.core.api.ops import Op
 from csp_web.core.api.specialist import Composable
+from csp_web.core.api.trace import TaskTracer
 from csp_web.core.daemon.compose import Daemon as ComposedDaemon
 from csp_web.core.daemon.compose import open_daemon
 from csp_web.core.daemon.lifecycle import serve
@@ -155,17 +156,19 @@ async def start_daemon(
     ops: Sequence[Op[Any]] | None = None,
     *,
     specialists: bool | Sequence[Composable] = False,
+    tracer: TaskTracer | None = None,
 ) -> Daemon:
     """A daemon serving ``socket_path`` (no stdin) until its scope is cancelled: with ``ops``
     only, with the ``specialists`` given, or (True) with every specialist as ``csp-web serve``
-    runs them (the composition root: redis.url shared state included)."""
+    runs them (the composition root: redis.url shared state included). ``tracer``: a span per
+    task (not with ``specialists=True``, which builds its own from ``otel:``)."""
     scope, stopped = trio.CancelScope(), trio.Event()
 
     def composed() -> AbstractAsyncContextManager[ComposedDaemon]:
         if specialists is True:
             return open_app_daemon(config)
         chosen = specialists or (given(None, ops or []),)
-        return open_daemon(config, chosen, memory=open_memory_path(config))
+        return open_daemon(config, chosen, memory=open_memory_path(config), tracer=tracer)
 
     async def run(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
         try:

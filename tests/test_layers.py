@@ -92,6 +92,7 @@ PUBLIC_CORE = frozenset(
         "wire.stream",  # serve_stream and StreamHandler: the one read loop (the node link's)
         "transports.unix",  # socket helpers, for a specialist that listens (the node socket)
         "api.storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
+        "api.trace",  # TraceContext: the trace an op passes on to a configured API (D-3)
     }
 )
 

@@ -189,7 +189,7 @@ def test_every_extra_named_in_the_code_is_declared_and_all_holds_them() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = extras["optional-dependencies"]
     assert set(MODULES) <= set(declared)
-    assert declared["all"] == ["csp-web[browser,redis,mcp]"]
+    assert declared["all"] == ["csp-web[browser,redis,mcp,otel]"]
     assert "csp-web[all]" in declared["test"]
     for extra, module in MODULES.items():
         assert any(dep.startswith(module) for dep in declared[extra])

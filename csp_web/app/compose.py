@@ -14,9 +14,10 @@ import trio.testing
 
 from csp_web.app.catalog import linked, with_web_transport
 from csp_web.app.memory_path import open_memory_path
+from csp_web.app.tracing import open_tracer
 from csp_web.client.trio_client import Client, open_stream_client
 from csp_web.config import Config
-from csp_web.core.daemon.compose import Daemon, open_daemon
+from csp_web.core.daemon.compose import Daemon, op_table, open_daemon
 from csp_web.core.daemon.lifecycle import serve
 from csp_web.infra.redis_link import open_redis_link
 
@@ -29,8 +30,9 @@ async def open_app_daemon(config: Config, web: WebTransport | None = None) -> As
     """The daemon ``serve`` and ``replay`` run: the fleet's shared state when ``redis.url``
     is set, the catalogue's specialists sharing that state (or, given ``web``, with the web
     specialist's transport wrapped as it says: a cassette run), then the configured memory
-    path (``memory.socket_path``, else the embedded sink); all closed on exit, in reverse
-    order."""
+    path (``memory.socket_path``, else the embedded sink), traced when ``otel.enabled``; all
+    closed on exit, in reverse order. Raises ConfigError when tracing's packages are missing
+    (``csp_web.app.tracing.check_tracing``)."""
     async with open_redis_link(config.redis) as link:
         if web is None:
             chosen = linked(link)
@@ -38,7 +40,11 @@ async def open_app_daemon(config: Config, web: WebTransport | None = None) -> As
             chosen = with_web_transport(
                 web.wrap, resolver=web.resolver, ssl_context=web.ssl_context
             )
-        async with open_daemon(config, chosen, memory=open_memory_path(config)) as daemon:
+        ops = [(op.req, op.domain) for op in op_table(chosen)]
+        async with (
+            open_tracer(config.otel, ops) as tracer,
+            open_daemon(config, chosen, memory=open_memory_path(config), tracer=tracer) as daemon,
+        ):
             yield daemon
 
 

@@ -27,6 +27,7 @@ import trio
 from csp_web import __version__
 from csp_web.app.catalog import config_sections
 from csp_web.app.nodes import add_node_commands, node_run_main, nodes_main
+from csp_web.app.tracing import check_tracing
 from csp_web.cli.discover import SOCKET_HELP, NoDaemonFound, client_socket, daemon_socket
 from csp_web.cli.memory import MemoryOptions, add_memory_parser, memory_main
 from csp_web.cli.record_mode import RecordMode
@@ -263,6 +264,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     try:
         config = serving_socket(config, socket_path)
+        check_tracing(config.otel)
     except ConfigError as exc:
         print(f"csp-web: config: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -331,6 +333,8 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     from csp_web.app.compose import open_app_daemon
     from csp_web.cli.replay import Unreachable, replay_files
 
+    if not args.socket and not _tracing_ready(config):
+        return EXIT_USAGE
     with tempfile.TemporaryDirectory(prefix="csp-web-replay-") as state:
         # Its own state even with --socket: never the outbox or cron jobs of a running daemon.
         config = replace(config, daemon=replace(config.daemon, state_dir=state))
@@ -354,6 +358,16 @@ def _replay(args: argparse.Namespace, config: Config) -> int:
     return EXIT_FAIL if failures else EXIT_OK
 
 
+def _tracing_ready(config: Config) -> bool:
+    """Whether an in-process daemon may start as ``otel:`` asks; else says why on stderr."""
+    try:
+        check_tracing(config.otel)
+    except ConfigError as exc:
+        print(f"csp-web: config: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _sink(args: argparse.Namespace, config: Config) -> int:
     from csp_web.sink.server import serve_memory_sink
 
@@ -372,6 +386,8 @@ def _sink(args: argparse.Namespace, config: Config) -> int:
 def _mcp(args: argparse.Namespace, config: Config) -> int:
     if not extras.installed("mcp"):
         print(f"csp-web: mcp: not_available:{extras.install_hint('mcp')}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.socket and not _tracing_ready(config):  # its daemon runs in this process
         return EXIT_USAGE
     from csp_web.app.compose import open_in_process_daemon
     from csp_web.app.mcp_attach import NoDaemonSocket, run_mcp_face

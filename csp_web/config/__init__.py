@@ -24,6 +24,7 @@ from csp_web.config.errors import ConfigError
 from csp_web.config.guard import GuardConfig, TlsConfig, proxy_address
 from csp_web.config.inputs import daemon_inputs, expand_protected
 from csp_web.config.metrics import MetricsConfig
+from csp_web.config.otel import OtelConfig
 from csp_web.config.redis import RedisConfig
 from csp_web.config.root import (
     ChecksConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "MetricsConfig",
     "NamesSecrets",
     "OpensWorkspaces",
+    "OtelConfig",
     "OutboxConfig",
     "OwnsPaths",
     "ReadsInputs",

@@ -25,6 +25,7 @@ from csp_web.config.core import (
     TasksConfig,
 )
 from csp_web.config.metrics import MetricsConfig
+from csp_web.config.otel import OtelConfig
 from csp_web.config.redis import RedisConfig
 
 
@@ -39,6 +40,7 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
     metrics: MetricsConfig = field(default_factory=MetricsConfig)  # Prometheus; listen null: off
+    otel: OtelConfig = field(default_factory=OtelConfig)  # OpenTelemetry traces; off by default
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
     # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
     sections: tuple[tuple[str, object], ...] = field(default=(), metadata={"internal": True})

@@ -51,6 +51,15 @@ def client_write(task: Task) -> Task:
     return Task(task.req, task.domain, task.out, task.inline, fields)
 
 
+def untraced(task: Task) -> Task:
+    """``task`` without TRACEPARENT: the trace context goes on only to configured APIs (SPEC
+    D-3), and a Memory Specialist older than the field would refuse it as unknown."""
+    if task.get("TRACEPARENT") is None:
+        return task
+    fields = tuple(f for f in task.fields if f[0] != "TRACEPARENT")
+    return Task(task.req, task.domain, task.out, task.inline, fields)
+
+
 def _filed(path: str) -> str:
     """``path`` as a store that resolves ``.``, ``..`` and repeated slashes would file it, so
     ``./audit/x`` or ``notes/../audit/x`` is judged as ``audit/x``."""
@@ -68,7 +77,7 @@ class MemoryRelay:
     async def forward(self, task: Task) -> Reply:
         """The Memory Specialist's reply to ``task``; raises OpError(memory_unavailable), or
         invalid_field for a write that would pass for one of the daemon's own records."""
-        task = client_write(task) if task.req == "write" else task
+        task = untraced(client_write(task) if task.req == "write" else task)
         if self._link is None:
             raise OpError(ErrorCode.MEMORY_UNAVAILABLE, "no Memory Specialist configured")
         # The client's ID is the Memory Specialist's idempotency key: forward it unchanged.

@@ -54,6 +54,10 @@ TransportWrapper = Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport
 _OWNED_HEADERS = ("host", "accept-encoding", "content-length", "transfer-encoding", "connection")
 
 
+# W3C Trace Context's headers: what a caller attached for one origin stays with it.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
 @dataclass(frozen=True)
 class _Plan:
     """One operation's options, already bounded by the config."""
@@ -263,10 +267,12 @@ class GuardedClient:
 def _headers_for(
     following: Hop, current: Hop, headers: httpx.Headers, plan: _Plan
 ) -> httpx.Headers:
-    """The headers ``following`` may carry; credentials never cross to another origin."""
+    """The headers ``following`` may carry; credentials and the trace context never cross to
+    another origin (the trace goes only to the configured API it was sent to: SPEC D-3)."""
     headers = body_headers_dropped(headers, following)
     if following.url.origin == current.url.origin:
         return headers
+    headers = without(headers, TRACE_HEADERS)
     if not carries_credentials(headers, plan.credentials):
         return headers
     if not plan.follow_with_credentials:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from csp_web.config import Config
 from csp_web.core.api.ports import MemoryPath, Outbound
 from csp_web.core.api.records import MemoryWrite, Source, make_write
+from csp_web.core.api.trace import TraceContext
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,15 @@ class Services:
 
 @dataclass(frozen=True)
 class OpContext:
-    """Per-task context; ``task_id`` is the client's ID (``client_id``) or one made up."""
+    """Per-task context; ``task_id`` is the client's ID (``client_id``) or one made up;
+    ``trace`` the trace its calls to configured APIs pass on, if any (SPEC D-3)."""
 
     services: Services
     peer: Peer
     op: str
     task_id: str
     client_id: str | None = None
+    trace: TraceContext | None = None
 
     @property
     def config(self) -> Config:

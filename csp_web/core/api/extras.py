@@ -17,7 +17,12 @@ from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
 # extra -> the top-level module its presence is judged by (the extra's main library).
-MODULES: dict[str, str] = {"browser": "playwright", "redis": "redis", "mcp": "mcp"}
+MODULES: dict[str, str] = {
+    "browser": "playwright",
+    "redis": "redis",
+    "mcp": "mcp",
+    "otel": "opentelemetry",  # a namespace package: csp_web.app.tracing checks for the SDK
+}
 
 
 def install_hint(extra: str) -> str:

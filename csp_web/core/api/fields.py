@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from csp_web.core.api.errors import FieldError
-from protocol import ErrorCode, Task
+from protocol import MAX_TRACEPARENT_CHARS, ErrorCode, Task, parse_traceparent
 
 Kind = Literal["text", "int", "bool", "choice", "json"]
 ReplyKind = Literal["text", "int", "bool", "number"]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")  # SPEC C-1
-UNIVERSAL = frozenset({"ID", "TIMEOUT_MS"})
 # Arrays and objects nested deeper than this are invalid_field: serde_json's default
 # recursion limit, far inside what json.loads survives (it raises RecursionError near 1,000).
 MAX_JSON_DEPTH = 128
@@ -54,6 +53,46 @@ class FieldSpec:
         if self.choices:
             out["choices"] = list(self.choices)
         return out
+
+
+@dataclass(frozen=True)
+class FrameField:
+    """A field every frame may carry, whatever its op (SPEC D-3): its description for
+    ``REQ:ops`` and ``check``, which raises ValueError naming the rule a value breaks. A
+    field with no ``check`` is read where its bound is known (TIMEOUT_MS: the dispatcher,
+    against ``tasks.max_timeout_ms``)."""
+
+    spec: FieldSpec
+    check: Callable[[str], object] | None = None
+
+
+def _check_id(value: str) -> None:
+    if not ID_PATTERN.fullmatch(value):
+        raise ValueError("must be 1-128 of [A-Za-z0-9._:@/-]")
+
+
+# The fields every frame may carry (SPEC D-3), checked in this order after the op's own.
+FRAME_FIELDS = (
+    FrameField(
+        FieldSpec("ID", max_chars=128, doc="the correlation token its replies carry (C-1)"),
+        _check_id,
+    ),
+    FrameField(
+        FieldSpec(
+            "TIMEOUT_MS", "int", minimum=1, doc="the task's deadline, up to tasks.max_timeout_ms"
+        )
+    ),
+    FrameField(
+        FieldSpec(
+            "TRACEPARENT",
+            max_chars=MAX_TRACEPARENT_CHARS,
+            doc="W3C trace context: traces the task, passed on only to configured APIs",
+        ),
+        parse_traceparent,
+    ),
+)
+UNIVERSAL = frozenset(field.spec.name for field in FRAME_FIELDS)
+_CHECKED = tuple((f.spec.name, f.check) for f in FRAME_FIELDS if f.check is not None)
 
 
 @dataclass(frozen=True)
@@ -159,7 +198,7 @@ def validate(task: Task, specs: tuple[FieldSpec, ...], inline: str | None) -> Pa
     values: dict[str, Any] = {}
     for spec in specs:
         values[spec.name] = _field_value(spec, raw.get(spec.name, []))
-    check_id(task)
+    _check_frame_fields(raw)
     return Params(values)
 
 
@@ -175,13 +214,23 @@ def _field_value(spec: FieldSpec, given: list[str]) -> Any:
     return _convert(spec, given[0])
 
 
-def check_id(task: Task) -> None:
-    """Raise FieldError unless the task's ID, if any, is single and well-formed (SPEC C-1)."""
-    given = task.get_all("ID")
-    if len(given) > 1:
-        raise FieldError(ErrorCode.DUPLICATE_FIELD, "ID")
-    if given and not ID_PATTERN.fullmatch(given[0]):
-        raise FieldError(ErrorCode.INVALID_FIELD, "ID must be 1-128 of [A-Za-z0-9._:@/-]")
+def check_frame_fields(task: Task) -> None:
+    """Raise FieldError unless each checked frame field (``FRAME_FIELDS``) the task carries
+    is single and well-formed (SPEC C-1, D-3)."""
+    _check_frame_fields({name: task.get_all(name) for name, _ in _CHECKED})
+
+
+def _check_frame_fields(raw: Mapping[str, list[str]]) -> None:
+    for name, check in _CHECKED:
+        given = raw.get(name)
+        if not given:
+            continue
+        if len(given) > 1:
+            raise FieldError(ErrorCode.DUPLICATE_FIELD, name)
+        try:
+            check(given[0])
+        except ValueError as exc:
+            raise FieldError(ErrorCode.INVALID_FIELD, f"{name} {exc}") from None
 
 
 def _convert(spec: FieldSpec, value: str) -> Any:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from csp_web.core.api.errors import FieldError
-from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.fields import FRAME_FIELDS, Example, FieldSpec, Params, ReplyField
 from protocol import ErrorCode, Task
 
 if TYPE_CHECKING:
@@ -87,11 +87,13 @@ class Op(Generic[S]):
     effects: Effects = Effects()
 
     def describe(self) -> dict[str, Any]:
-        """The JSON-able entry ``REQ:ops`` prints for this op."""
+        """The JSON-able entry ``REQ:ops`` prints for this op (SPEC D-5): its own fields,
+        then those every frame may carry (``frame_fields``, D-3)."""
         out: dict[str, Any] = {"req": self.req, "in": self.domain, "out": self.out}
         if self.inline:
             out["inline"] = self.inline
         out["fields"] = [spec.describe() for spec in self.fields]
+        out["frame_fields"] = [field.spec.describe() for field in FRAME_FIELDS]
         out["replies"] = [field.describe() for field in self.replies]
         if self.doc:
             out["doc"] = self.doc

@@ -18,6 +18,7 @@ from csp_web.core.api.context import Services
 from csp_web.core.api.ops import BoundOp, OpTable, Registry, bind
 from csp_web.core.api.ports import MemoryPath, StatsLine, TaskPort
 from csp_web.core.api.specialist import Background, Composable, Opened, Reloader
+from csp_web.core.api.trace import TaskTracer
 from csp_web.core.dispatch.cancels import Cancels
 from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
 from csp_web.core.dispatch.stats import Stats
@@ -67,19 +68,21 @@ async def open_daemon(
     specialists: Sequence[Composable],
     *,
     memory: MemoryPath | AbstractAsyncContextManager[MemoryPath] | None,
+    tracer: TaskTracer | None = None,
 ) -> AsyncIterator[Daemon]:
     """Open ``specialists`` (tuple order) and compose them with the core over ``memory``: a
     memory path the caller owns, or one to open here once the specialists are open
     (``csp_web.app.memory_path.open_memory_path(config)``: a bad cron.json then stops the
     start before the outbox is touched); None: nothing is audited and IN:MEMORY frames are
-    looked up in the table. What is opened here is closed on exit, in reverse order. Raises
+    looked up in the table. ``tracer``: a span per task (``csp_web.app.tracing``), the
+    caller's. What is opened here is closed on exit, in reverse order. Raises
     what a specialist's ``open_services`` raises, and ValueError for an op declared twice."""
     table = op_table(specialists)
     async with AsyncExitStack() as stack:
         opened = [await specialist.open(config, stack) for specialist in specialists]
         if memory is not None and not isinstance(memory, MemoryPath):
             memory = await stack.enter_async_context(memory)
-        yield compose(config, specialists, opened, table=table, memory=memory)
+        yield compose(config, specialists, opened, table=table, memory=memory, tracer=tracer)
 
 
 def compose(
@@ -89,6 +92,7 @@ def compose(
     *,
     table: OpTable,
     memory: MemoryPath | None,
+    tracer: TaskTracer | None = None,
 ) -> Daemon:
     """The daemon over already opened specialists (``open_daemon`` opens them)."""
     stats = Stats()
@@ -109,7 +113,12 @@ def compose(
         if spec.specialist not in pools:
             pools[spec.specialist] = config.tasks.specialists.pool(spec.specialist)
     dispatcher = Dispatcher(
-        Registry(bound), Services(config, memory), stats, pools=pools, cancels=cancels
+        Registry(bound),
+        Services(config, memory),
+        stats,
+        pools=pools,
+        cancels=cancels,
+        tracer=tracer,
     )
     reloadable, restart_only = reload_paths(specialists)
     return Daemon(

@@ -22,11 +22,12 @@ from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext, Peer, Services, fit_write
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.api.errors import OpError, StorageFull
-from csp_web.core.api.fields import Params, check_id, parse_timeout_ms, validate
+from csp_web.core.api.fields import Params, check_frame_fields, parse_timeout_ms, validate
 from csp_web.core.api.ops import BoundOp, Registry
 from csp_web.core.api.ports import allowed_uids
 from csp_web.core.api.records import MemoryWrite, json_record, make_write
 from csp_web.core.api.replies import fail_reply, ok_reply
+from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.cancels import Cancels, Ticket
 from csp_web.core.dispatch.stats import Stats
@@ -49,8 +50,10 @@ class Dispatcher:
         pools: Mapping[str, SlotLimits],
         cancels: Cancels,
         audit: bool = True,
+        tracer: TaskTracer | None = None,
     ) -> None:
         self.registry = registry
+        self.tracer = tracer  # a span per task (otel.enabled); None: nothing traced
         self.cancels = cancels  # the tickets REQ:cancel (a sys op over the same) cancels
         self.services = services
         self.stats = stats
@@ -91,12 +94,28 @@ class Dispatcher:
         connection's task) the work ends at the grace period's end too, answered
         ``shutting_down`` (SPEC R-1). ``ticket`` (a connection's task, ``Cancels.open``): a
         cancel ends the work, answered ``cancelled`` (SPEC C-6); it is closed once the work
-        ends."""
+        ends. With a tracer the task has a span, ended even when the task is cancelled."""
+        if self.tracer is None:
+            return await self._answer(task, peer, grace, ticket, None)
+        span = self.tracer.start(task)
+        try:
+            return await self._answer(task, peer, grace, ticket, span)
+        finally:
+            span.end(None)  # cancelled, unanswered (once answered, this does nothing)
+
+    async def _answer(
+        self,
+        task: Task,
+        peer: Peer,
+        grace: GracePeriod | None,
+        ticket: Ticket | None,
+        span: TaskSpan | None,
+    ) -> Reply:
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
         op: BoundOp | None = None
-        stage = _Stage()
+        stage = _Stage(span)
         try:
             op = self._lookup(task)
             reply = await self._run(task, op, peer, stage, grace, ticket)
@@ -106,7 +125,7 @@ class Dispatcher:
             self.stats.in_flight -= 1
             if ticket is not None:
                 ticket.close()
-        return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted)
+        return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
         """The reply to ``task`` when it can be given without waiting, else None (then it
@@ -121,6 +140,7 @@ class Dispatcher:
         slots = self.pools["sys"]
         if not slots.take_now():
             return None
+        span = self.tracer.start(task) if self.tracer is not None else None
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
@@ -131,7 +151,7 @@ class Dispatcher:
         finally:
             self.stats.in_flight -= 1
             slots.release()
-        return await self._done(task, op, peer, reply, started, None, False)
+        return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
         self,
@@ -142,9 +162,11 @@ class Dispatcher:
         started: float,
         audit: OpAudit | None,
         admitted: bool,
+        span: TaskSpan | None,
     ) -> Reply:
         """Log, count and audit ``reply``, the outcome of ``task`` started at ``started``;
-        ``storage_full`` instead when an admitted op's record could not be kept (O-6)."""
+        ``storage_full`` instead when an admitted op's record could not be kept (O-6). The
+        task's span, if traced, ends with the reply given."""
         duration_ms = (time.monotonic() - started) * 1000
         code = _error_code(reply)
         if log.isEnabledFor(logging.INFO):
@@ -167,7 +189,9 @@ class Dispatcher:
         try:
             await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
         except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
-            return fail_reply(exc, task.id)
+            reply = fail_reply(exc, task.id)
+        if span is not None:
+            span.end(reply)
         return reply
 
     def is_instant(self, task: Task) -> bool:
@@ -203,7 +227,7 @@ class Dispatcher:
     ) -> Reply:
         config = self.services.config.tasks
         if op is None:
-            check_id(task)  # the Memory Specialist validates the rest of a relayed frame
+            check_frame_fields(task)  # the Memory Specialist validates the rest of it
         spec = op.spec if op is not None else None
         params = validate(task, spec.fields, spec.inline) if spec is not None else None
         timeout_ms = parse_timeout_ms(
@@ -256,7 +280,8 @@ class Dispatcher:
                 assert self.relay is not None
                 return await self.relay.forward(task)
             assert params is not None
-            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+            trace = stage.span.context if stage.span is not None else frame_trace(task)
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, trace)
             try:
                 result = await op.run(params, ctx)
             except OpError as exc:
@@ -294,7 +319,8 @@ class Dispatcher:
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
     async def _run_now(self, task: Task, op: BoundOp, peer: Peer) -> Reply:
-        """``_run`` for an instant op holding a sys slot: validated, then run, no scope."""
+        """``_run`` for an instant op holding a sys slot: validated, then run, no scope. Its
+        context has no trace: an instant op makes no call that could pass one on."""
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
         parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
@@ -434,11 +460,12 @@ def _number(value: int | None) -> str:
 
 class _Stage:
     """How far a task got: whether it waits for outbox room, whether it was admitted, and
-    the audit its op gave."""
+    the audit its op gave; and its span, when traced."""
 
-    __slots__ = ("admitted", "audit", "waiting_for_room")
+    __slots__ = ("admitted", "audit", "span", "waiting_for_room")
 
-    def __init__(self) -> None:
+    def __init__(self, span: TaskSpan | None) -> None:
+        self.span = span  # the task's span, when traced
         self.waiting_for_room = False
         self.admitted = False
         self.audit: OpAudit | None = None  # what the op returned or raised for its record

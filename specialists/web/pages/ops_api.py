@@ -45,6 +45,7 @@ from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result, cite
+from csp_web.core.api.trace import TraceContext
 from csp_web.infra.ratelimit import resume_at
 from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
@@ -196,7 +197,7 @@ async def _answer(
     fallback_s = ctx.config.tasks.default_timeout_ms / 1000
     deadline = trio.current_time() + work_seconds(default_s=fallback_s)
     try:
-        result = await _send_with_retry(services, call, token, deadline=deadline)
+        result = await _send_with_retry(services, call, token, ctx.trace, deadline=deadline)
     finally:
         if call.method != "GET":  # a write may have landed even if we saw no answer
             with trio.CancelScope(shield=True):
@@ -217,14 +218,20 @@ def _token(api_config: ApiConfig) -> str | None:
 
 
 async def _send_with_retry(
-    services: PagesServices, call: ApiCall, token: str | None, *, deadline: float
+    services: PagesServices,
+    call: ApiCall,
+    token: str | None,
+    trace: TraceContext | None,
+    *,
+    deadline: float,
 ) -> FetchResult:
-    """Send, and once more after a rate-limited answer whose pause ends before ``deadline``."""
+    """Send, and once more after a rate-limited answer whose pause ends before ``deadline``;
+    each request joins ``trace`` when the task has one (SPEC D-3)."""
     bucket = services.limits.bucket(f"api:{call.name}")
     for attempt in range(2):
         if bucket is not None:
             await bucket.acquire(deadline=deadline)  # RATE_LIMITED + RETRY_AFTER past it
-        result = await _send(services, call, token, deadline=deadline)
+        result = await _send(services, call, token, trace, deadline=deadline)
         if not _rate_limited(result):
             return result
         now = trio.current_time()
@@ -242,9 +249,16 @@ async def _send_with_retry(
 
 
 async def _send(
-    services: PagesServices, call: ApiCall, token: str | None, *, deadline: float
+    services: PagesServices,
+    call: ApiCall,
+    token: str | None,
+    trace: TraceContext | None,
+    *,
+    deadline: float,
 ) -> FetchResult:
     headers = httpx.Headers(call.api.headers)
+    if trace is not None:  # a configured API only; the client drops it at another origin
+        headers["traceparent"] = trace.traceparent()
     for name, value in call.headers:  # the caller's value wins, whatever its case
         headers[name] = value
     if token is not None:
