@@ -124,6 +124,15 @@ class ErrorCode(enum.StrEnum):
     EVAL_FAILED = "eval_failed", "the canvas expression threw or its result is not JSON"
     SESSION_LOST = "session_lost", "the session's page was lost between actions; the name is free"
     PAGE_CRASHED = "page_crashed", "the page's renderer crashed mid-action (out of memory, killed)"
+    STATE_NOT_FOUND = (
+        "state_not_found",
+        "NAME or STATE names no saved browser state (never saved, forgotten or expired)",
+    )
+    STATE_UNREADABLE = (
+        "state_unreadable",
+        "the saved browser state does not decrypt: tampered with, replaced or another key's",
+    )
+    TOO_MANY_STATES = "too_many_states", "the uid holds max_states_per_peer saved browser states"
 
     # Cancellation (SPEC C-6).
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"
