@@ -40,6 +40,10 @@ from specialists.browser.config import BrowserConfig
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.02  # how often a running download's file is measured against the cap
+# A navigation answered then aborted (ERR_ABORTED) is Chromium turning it into a download,
+# whose event follows by 10-100 ms (seen on a loaded 2-core host), sometimes after the
+# action returned: its action waits this long at most for it.
+_LATE_S = 2.0
 _NAME_MAX = 128  # characters of a file name kept
 # Anything else becomes _: path separators, controls, spaces (the reply field splits on them).
 _UNSAFE = re.compile(r"[^\w.+()-]")
@@ -96,6 +100,9 @@ class Downloads:
     dropped: int = 0
     landed: list[Landed] = field(default_factory=list)
     running: list[tuple[asyncio.Task[Landed], Any, str]] = field(default_factory=list)
+    expected: int = 0  # downloads announced by an aborted navigation, not yet arrived
+    answered: set[Any] = field(default_factory=set)  # this action's answered navigations
+    arrived: asyncio.Event | None = None
 
     @classmethod
     def under(cls, config: BrowserConfig) -> Downloads:
@@ -110,16 +117,39 @@ class Downloads:
         self.armed = False
 
     def pending(self) -> bool:
-        """Whether ``settle`` has anything to tell (any thread)."""
-        return bool(self.running or self.landed or self.dropped)
+        """Whether ``settle`` has anything to tell or wait for (any thread)."""
+        return bool(self.running or self.landed or self.dropped or self.expected)
 
     def watch(self, page: Any) -> None:
         """Take the downloads ``page`` starts (engine thread)."""
         page.on("download", self._admit)
+        page.on("response", self._answered)
+        page.on("requestfinished", self._finished)
+        page.on("requestfailed", self._failed)
+
+    def _answered(self, response: Any) -> None:
+        request = response.request
+        if self.armed and request.is_navigation_request():
+            self.answered.add(request)
+
+    def _finished(self, request: Any) -> None:
+        self.answered.discard(request)
+
+    def _failed(self, request: Any) -> None:
+        """An answered navigation aborted: a download is on its way (its action waits)."""
+        if request in self.answered:
+            self.answered.discard(request)
+            if "ERR_ABORTED" in (request.failure or ""):
+                self.expected += 1
 
     def _admit(self, download: Any) -> None:
         name = safe_name(download.suggested_filename)
-        why = self._refusal()
+        late = self.expected > 0
+        if late:
+            self.expected -= 1
+            if self.arrived is not None:
+                self.arrived.set()
+        why = self._refusal(late)
         if why is None:
             self.taken += 1
             task = asyncio.get_running_loop().create_task(self._land(download, name))
@@ -131,8 +161,8 @@ class Downloads:
         else:
             self.dropped += 1
 
-    def _refusal(self) -> str | None:
-        if not self.armed:
+    def _refusal(self, late: bool) -> str | None:
+        if not (self.armed or late):
             return "between_actions"
         if self.cap == 0:
             return "max_download_bytes:0"
@@ -168,6 +198,7 @@ class Downloads:
     async def settle(self, timeout_s: float) -> tuple[list[Landed], int]:
         """What this action's downloads came to (and any told since the last): waits for
         those running at most ``timeout_s``, then cancels the rest; clears the record."""
+        await self._await_expected(min(timeout_s, _LATE_S))
         self.armed = False
         running, self.running = self.running, []
         if running:
@@ -185,6 +216,18 @@ class Downloads:
         dropped, self.dropped = self.dropped, 0
         self.taken = 0
         return landed, dropped
+
+    async def _await_expected(self, timeout_s: float) -> None:
+        """Wait, at most ``timeout_s``, for the downloads aborted navigations announced."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        while self.expected > 0 and loop.time() < until:
+            self.arrived = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), until - loop.time())
+        self.expected = 0
+        self.arrived = None
+        self.answered.clear()
 
     async def discard(self, landed: Iterable[Landed]) -> None:
         """Remove Playwright's files of ``landed`` (engine thread)."""
