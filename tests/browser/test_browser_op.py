@@ -11,6 +11,7 @@ import trio
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Reply, Status, Task
+from specialists.browser.ops_browser import HANDLERS
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
 from tests.harness import outbox_of
@@ -244,7 +245,7 @@ async def test_bad_fields_are_catalogue_failures(dispatcher: Dispatcher) -> None
         ),
         (
             (("ACTION", "fly"),),
-            "invalid_field:ACTION must be navigate|click|type|screenshot|extract|close",
+            f"invalid_field:ACTION must be {'|'.join(HANDLERS)}",
         ),
     ]
     for fields, expected in cases:
