@@ -60,7 +60,7 @@ REPLIES = (
         "DOWNLOAD_REFUSED",
         "a download not kept",
         "<file name> <why>: max_download_bytes:0, over:<cap>, max_downloads_per_action:<n>,"
-        " between_actions, failed:<reason>, unfinished",
+        " between_actions, failed:<reason>, unfinished, no_file_store",
     ),
     ReplyField("DOWNLOADS_DROPPED", "more refused than are told", "how many more"),
 )
