@@ -247,11 +247,17 @@ def _partial_path(download: Any) -> str | None:
 
 
 async def _discard(download: Any) -> None:
-    """Cancel ``download`` if it runs and remove its file; never raises."""
+    """Cancel ``download`` if it runs and remove its files; never raises. Playwright's delete
+    leaves a cancelled download's ``.crdownload`` to Chromium, which may remove it later or
+    not at all: both names are removed here."""
     with contextlib.suppress(Exception):
         await download.cancel()
     with contextlib.suppress(Exception):
         await download.delete()
+    partial = _partial_path(download)
+    for path in (partial, f"{partial}.crdownload") if partial else ():
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _running_size(path: str) -> int:
