@@ -127,6 +127,15 @@ class ErrorCode(enum.StrEnum):
     REF_STALE = "ref_stale", "REF names no element now: the page navigated or changed since"
     TAB_NOT_FOUND = "tab_not_found", "TAB names no open tab of the session"
     WAIT_TIMEOUT = "wait_timeout", "what the browser waited for did not come before the deadline"
+    STATE_NOT_FOUND = (
+        "state_not_found",
+        "NAME or STATE names no saved browser state (never saved, forgotten or expired)",
+    )
+    STATE_UNREADABLE = (
+        "state_unreadable",
+        "the saved browser state does not decrypt: tampered with, replaced or another key's",
+    )
+    TOO_MANY_STATES = "too_many_states", "the uid holds max_states_per_peer saved browser states"
 
     # Cancellation (SPEC C-6).
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"

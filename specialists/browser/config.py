@@ -92,6 +92,18 @@ class BrowserConfig:
     # Base64 SHA-256 hashes of certificate public keys (SPKI) whose chains Chromium accepts
     # though no system root signs them: a test CA, a private one. Never a blanket ignore.
     trusted_spki: tuple[str, ...] = ()
+    # Downloads a page starts (issue 25): each kept in web's fileKey store up to this many
+    # bytes (50 MiB: a large PDF or office file, far under the store's disk); 0 refuses every
+    # download. One action keeps at most max_downloads_per_action of them; the rest are
+    # cancelled (a page may start a thousand).
+    max_download_bytes: int = 50 * 1024 * 1024
+    max_downloads_per_action: int = 4
+    # Logins kept (save_state, issue 25): a saved state expires after state_ttl_s (30 days, as
+    # the issue asks); a uid keeps at most max_states_per_peer, each at most max_state_bytes
+    # of Playwright's storage_state JSON (1 MiB: cookies and local storage of a few origins).
+    state_ttl_s: float = 30 * 86_400.0
+    max_states_per_peer: int = 16
+    max_state_bytes: int = 1024 * 1024
     canvas: CanvasConfig = field(default_factory=CanvasConfig)
 
     def input_paths(self) -> tuple[str, ...]:
@@ -117,9 +129,15 @@ class BrowserConfig:
             "snapshot_max_refs",
             "snapshot_max_depth",
             "snapshot_max_elements",
+            "max_downloads_per_action",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        for name in ("max_download_bytes", "max_states_per_peer", "max_state_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if self.state_ttl_s <= 0:
+            raise ValueError("state_ttl_s must be positive")
         if self.max_sessions_per_peer > self.max_sessions:
             raise ValueError("max_sessions_per_peer must not exceed max_sessions")
 

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -165,6 +166,9 @@ class BrowserEngine:
         self._handles: list[BrowserHandle] = []
         self._lock: asyncio.Lock | None = None
         self._closed = False
+        # Where Chromium writes downloads while they run (0700, removed at close): each file
+        # is read into the fileKey store and removed after its action (downloads.py).
+        self.downloads_dir = tempfile.mkdtemp(prefix="csp-browser-downloads-")
 
     # ---- the bridge --------------------------------------------------------------------
 
@@ -297,6 +301,7 @@ class BrowserEngine:
                 chromium_sandbox=self.sandbox,
                 timeout=self.config.launch_timeout_s * 1000,
                 env=self.env,
+                downloads_path=self.downloads_dir,
                 handle_sigint=False,
                 handle_sigterm=False,
                 handle_sighup=False,
@@ -353,6 +358,7 @@ class BrowserEngine:
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self._loop.close()
+        shutil.rmtree(self.downloads_dir, ignore_errors=True)
 
     async def aclose(self) -> None:
         """``close_sync`` in a worker thread, shielded: it runs to the end at shutdown."""

@@ -31,11 +31,11 @@ from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
 from csp_web.net import check_url
-from protocol import ErrorCode
+from protocol import ErrorCode, Field
 from specialists.browser.config import browser_section
 from specialists.extract import extract_article
 
-from . import actions_page, actions_snapshot
+from . import actions_page, actions_snapshot, actions_state, downloads
 from . import pages as page_ops
 from .errors import translate
 from .pages import PageSet
@@ -136,13 +136,16 @@ HANDLERS: Handlers = {
     "close": _close,
     **actions_snapshot.HANDLERS,
     **actions_page.HANDLERS,
+    **actions_state.HANDLERS,
 }
 
 
 @dataclass(frozen=True)
 class BrowserAudit(OpAudit):
     """What a browser action adds to its audit record. ``value`` is VALUE as typed, or
-    ``<secret>`` when SECRET is set; ``screenshot`` the saved PNG's path, never its bytes."""
+    ``<secret>`` when SECRET is set; ``screenshot`` the saved PNG's path, never its bytes;
+    ``state`` the NAME or STATE named, never the state itself; ``downloads`` the fileKeys
+    of the downloads kept."""
 
     action: str
     url: str | None
@@ -151,15 +154,22 @@ class BrowserAudit(OpAudit):
     value: str | None
     screenshot: str | None = None
     ref: str | None = None
+    state: str | None = None
+    downloads: tuple[str, ...] = ()
 
 
-def _audit(params: Params, action: str, url: str | None, fields: dict[str, str]) -> BrowserAudit:
+def _audit(
+    params: Params, action: str, url: str | None, fields: dict[str, str], told: list[Field]
+) -> BrowserAudit:
     value = params.opt_text("VALUE")
     if value is not None and params.flag("SECRET"):
         value = "<secret>"
     session, selector = params.opt_text("SESSION"), params.opt_text("SELECTOR")
     screenshot = fields.get("SCREENSHOT_REF")
-    return BrowserAudit(action, url, session, selector, value, screenshot, params.opt_text("REF"))
+    state = params.opt_text("NAME") or params.opt_text("STATE")
+    kept = tuple(text.split(" ", 1)[0] for name, text in told if name == "DOWNLOAD")
+    ref = params.opt_text("REF")
+    return BrowserAudit(action, url, session, selector, value, screenshot, ref, state, kept)
 
 
 async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> Result:
@@ -171,15 +181,17 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
     target = params.opt_text("TARGET_URL")
     started = time.monotonic()
     try:
-        result = await HANDLERS[action](services, ctx, params)
+        with downloads.telling() as told:
+            await actions_state.restore(services, ctx, params)
+            result = await HANDLERS[action](services, ctx, params)
     except Exception as exc:
         error = translate(exc, scope="browser", url=target)
-        error.audit = _audit(params, action, target, {})
+        error.audit = _audit(params, action, target, {}, [])
         raise error from exc
     replied = dict(result.fields)
-    audit = _audit(params, action, replied.get("URL", target), replied)
+    audit = _audit(params, action, replied.get("URL", target), replied, told)
     elapsed = str(int((time.monotonic() - started) * 1000))
-    fields = [*result.fields, ("EXEC_TIME", elapsed)]
+    fields = [*result.fields, *told, ("EXEC_TIME", elapsed)]
     if session is not None:
         fields.append(("SESSION", session))
     return replace(result, fields=tuple(fields), audit=audit)
@@ -198,6 +210,8 @@ BROWSER_REPLIES = (
     ReplyField("SESSION", "a SESSION was given (close: always)", "the session"),
     *actions_snapshot.REPLIES,
     *actions_page.REPLIES,
+    *actions_state.REPLIES,
+    *downloads.REPLIES,
 )
 
 BROWSER_EXAMPLE = Example(
@@ -246,6 +260,7 @@ OPS: list[Op[BrowserServices]] = [
             ),
             *actions_snapshot.FIELDS,
             *actions_page.FIELDS,
+            *actions_state.FIELDS,
         ),
         replies=BROWSER_REPLIES,
         example=BROWSER_EXAMPLE,

@@ -17,6 +17,7 @@ from csp_web.net import GuardConfig, check_url
 from csp_web.net.guard_proxy import Lane
 from protocol import ErrorCode
 
+from .downloads import Downloads
 from .engine import BrowserEngine, BrowserHandle, Opened
 from .refs import RefBook, RefStale
 
@@ -59,6 +60,7 @@ class PageSet:
     lost: str | None = None
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     ref_books: dict[Any, RefBook] = field(default_factory=dict)  # per page: refs.book_of
+    downloads: Downloads = field(default_factory=lambda: Downloads(0, 1))
 
     @property
     def context(self) -> Any:
@@ -93,14 +95,18 @@ async def open_pages(
     width: int,
     height: int,
     script: bool = True,
+    downloads: Downloads | None = None,
+    storage_state: dict[str, Any] | None = None,
 ) -> PageSet:
-    """A fresh context (no shared cookies, storage or cache) with one page; its pages run
-    no script unless ``script``."""
+    """A fresh context (no shared cookies, storage or cache but ``storage_state``'s, a
+    saved login) with one page; its pages run no script unless ``script``, and take the
+    downloads they start into ``downloads`` (none: Chromium refuses them)."""
     opened = await engine.new_context(
         viewport={"width": width, "height": height},
         service_workers="block",
-        accept_downloads=False,
+        accept_downloads=downloads is not None,
         java_script_enabled=script,
+        storage_state=storage_state,
     )
     try:
         page = await opened.context.new_page()
@@ -108,6 +114,9 @@ async def open_pages(
         await engine.close_context(opened)
         raise
     pages = PageSet(opened, page)
+    if downloads is not None:
+        pages.downloads = downloads
+        downloads.watch(page)
     opened.context.on("page", lambda popup: _admit_popup(pages, popup, guard, max_pages))
     _watch(pages, page)
     opened.context.on("close", lambda _context: pages.mark_lost("context closed"))
@@ -150,6 +159,7 @@ def _admit_popup(pages: PageSet, popup: Any, guard: GuardConfig, max_pages: int)
     else:
         pages.popups_kept += 1
         _watch(pages, popup)
+        pages.downloads.watch(popup)
     pages.popup_decided.set()
 
 
@@ -185,8 +195,14 @@ class Navigated:
 
 
 async def navigate(pages: PageSet, url: str, timeout_ms: float) -> Navigated:
-    """Load ``url`` and wait for its load event; the final URL and title."""
-    response = await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
+    """Load ``url`` and wait for its load event; the final URL and title. A URL that
+    turns out a download is no failure: the page stays where it was, the download is told."""
+    try:
+        response = await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
+    except Exception as exc:
+        if "Download is starting" not in str(exc):
+            raise
+        response = None
     return Navigated(pages.page.url, await pages.page.title(), response and response.status)
 
 

@@ -30,6 +30,7 @@ from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
 from .media import MediaStore
 from .sessions import OneShots, SessionTable
+from .states import StateStore
 from .trust import build_home
 
 
@@ -55,6 +56,8 @@ class BrowserServices:
     canvas_claims: CanvasClaims = field(default_factory=CanvasClaims)
     # Web's fileKey store while the web specialist is open (csp_web.core.api.ports).
     files: Port[FileStore] = field(default_factory=lambda: Port("files"))
+    # Saved logins (save_state), encrypted under <state_dir>/browser/states.
+    states: StateStore | None = None
 
     @property
     def engine(self) -> BrowserEngine:
@@ -217,6 +220,7 @@ def _services(
         media,
         guard,
         {"main": LocalCanvas(canvas_engine, guard)},
+        states=StateStore(os.path.join(config.daemon.state_dir, "browser", "states")),
     )
 
 

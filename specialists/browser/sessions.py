@@ -19,6 +19,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -27,6 +28,7 @@ from csp_web.net import GuardConfig
 from protocol import ErrorCode
 from specialists.browser.config import BrowserConfig
 
+from .downloads import Downloads
 from .engine import BrowserEngine
 from .errors import timed_out
 from .pages import PageSet, close_pages, open_pages
@@ -133,7 +135,30 @@ class SessionTable:
             finally:
                 session.last_used = self.clock()
 
-    async def _open(self, key: Key, config: BrowserConfig, guard: GuardConfig) -> Session:
+    async def open_with_state(
+        self,
+        name: str,
+        owner: str,
+        config: BrowserConfig,
+        guard: GuardConfig,
+        storage_state: dict[str, Any],
+    ) -> None:
+        """Make ``owner``'s session ``name`` on a context holding ``storage_state`` (a saved
+        login); invalid_field when it is open already (a state applies to a new session)."""
+        key = (owner, name)
+        if key in self.sessions:
+            raise OpError(
+                ErrorCode.INVALID_FIELD, f"STATE opens a session: {name} is open", scope=_SCOPE
+            )
+        await self._open(key, config, guard, storage_state)
+
+    async def _open(
+        self,
+        key: Key,
+        config: BrowserConfig,
+        guard: GuardConfig,
+        storage_state: dict[str, Any] | None = None,
+    ) -> Session:
         if key in self._opening:
             raise OpError(ErrorCode.BUSY, f"session {key[1]} is opening", scope=_SCOPE)
         self._check_caps(key[0], config)
@@ -146,6 +171,8 @@ class SessionTable:
                 max_pages=config.max_pages_per_session,
                 width=config.viewport_width,
                 height=config.viewport_height,
+                downloads=Downloads.under(config),
+                storage_state=storage_state,
             )
         finally:
             self._opening.discard(key)

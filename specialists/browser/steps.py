@@ -24,7 +24,9 @@ from csp_web.net import GuardConfig, check_url
 from protocol import ErrorCode
 from specialists.browser.config import BrowserConfig, browser_section
 
+from . import downloads as download_ops
 from . import pages as page_ops
+from .downloads import Downloads
 from .errors import refusals_on
 from .pages import PageSet, Target
 from .refs import LABEL
@@ -104,9 +106,40 @@ async def on_pages(
     if session is not None:
         async with services.sessions.use(session, owner, config, guard) as held:
             with refusals_on(held.pages.lane, scope="browser", url=url):
-                return await step(held.pages)
+                return await _acting(services, config, held.pages, step)
     with services.oneshots.hold(owner, config.max_oneshot_per_peer):
         return await _on_fresh_pages(services, config, guard, step, url)
+
+
+async def _acting(
+    services: BrowserServices,
+    config: BrowserConfig,
+    pages: PageSet,
+    step: Callable[[PageSet], Awaitable[T]],
+) -> T:
+    """Run ``step`` taking the downloads it starts, then tell them (download_ops.tell)."""
+    pages.downloads.arm()
+    try:
+        result = await step(pages)
+    finally:
+        pages.downloads.disarm()
+    if pages.downloads.pending():
+        await _keep_downloads(services, config, pages)
+    return result
+
+
+async def _keep_downloads(services: BrowserServices, config: BrowserConfig, pages: PageSet) -> None:
+    """Wait (within the deadline) for ``pages``' downloads, keep each finished one as a
+    fileKey and tell them all; Playwright's files are removed whatever happens."""
+    engine = services.engine
+    landed, dropped = await engine.run(pages.downloads.settle, timeout_ms() / 1000)
+    try:
+        files = services.files.get()
+        cap = config.max_download_bytes
+        download_ops.tell(await download_ops.keep(files, landed, dropped, cap))
+    finally:
+        with trio.CancelScope(shield=True):
+            await engine.run(pages.downloads.discard, landed)
 
 
 async def _on_fresh_pages(
@@ -125,10 +158,11 @@ async def _on_fresh_pages(
         max_pages=config.max_pages_per_session,
         width=config.viewport_width,
         height=config.viewport_height,
+        downloads=Downloads.under(config),
     )
     try:
         with refusals_on(fresh.lane, scope="browser", url=url):
-            return await step(fresh)
+            return await _acting(services, config, fresh, step)
     finally:
         with trio.CancelScope(shield=True):
             await engine.run(page_ops.close_pages, engine, fresh)

@@ -40,7 +40,8 @@ from .fetch_fields import (
     summary_fields,
 )
 from .fetch_many import announce, board_lines, fetch_many
-from .filekeys import held, window
+from .filekeys import window
+from .filepages import held_or_file
 from .loaders import fetch_page, page_view
 from .loading import Page, load_for_op
 from .services import PagesServices
@@ -79,7 +80,7 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
     target = key if key is not None else urls[0]
     with web_audit(target) as notes:
         if key is not None:
-            page = await held(services, key)
+            page = await held_or_file(services, key)
         else:
             no_cache = params.flag("NO_CACHE")
             render = params.opt_text("RENDER")
