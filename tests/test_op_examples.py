@@ -389,12 +389,7 @@ async def test_every_field_other_exchanges_carry_is_declared_by_their_op(run: Ru
                 undeclared.setdefault(op.req, set()).update(missing)
             misread.setdefault(op.req, set()).update(_misread(op, reply))
     assert undeclared == {}
-    # The browser's close sends SESSION twice (its own field and the one every browser reply
-    # adds); specialists/browser is another engineer's, so it is reported, not fixed here.
-    # The MCP face keeps the first (results.structured_fields), so the schema still holds.
-    assert {req: wrong for req, wrong in misread.items() if wrong} == {
-        "browser": {"SESSION repeats"}
-    }
+    assert {req: wrong for req, wrong in misread.items() if wrong} == {}
     # The exchanges reach the shapes they are here for (not all refused alike).
     assert {("fetch", "PARTIAL"), ("fetch", "FAIL"), ("search", "OK"), ("exec", "FAIL")} <= statuses
     assert {("cron", "OK"), ("mcp", "OK"), ("mcp", "FAIL"), ("api", "FAIL")} <= statuses

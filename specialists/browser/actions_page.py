@@ -282,13 +282,13 @@ FIELDS = (
 )
 
 REPLIES = (
-    ReplyField("SCROLL_Y", "scroll", "the page's vertical scroll offset after it"),
+    ReplyField("SCROLL_Y", "scroll", "the page's vertical scroll offset after it", kind="int"),
     ReplyField("DIALOG", "dialog", "accept or dismiss: how the next dialog will be answered"),
-    ReplyField("TABS", "tabs", "how many tabs the session has open"),
-    ReplyField("CURRENT_TAB", "tabs, switch, close_tab", "the current tab's index"),
-    ReplyField("TAB", "tabs, one per tab", '<index> <url> "<title>"'),
+    ReplyField("TABS", "tabs", "how many tabs the session has open", kind="int"),
+    ReplyField("CURRENT_TAB", "tabs, switch, close_tab", "the current tab's index", kind="int"),
+    ReplyField("TAB", "tabs, one per tab", '<index> <url> "<title>"', repeat=True),
     ReplyField("UPLOAD_NAME", "upload", "the file name the page sees"),
-    ReplyField("UPLOAD_BYTES", "upload", "the file's size"),
+    ReplyField("UPLOAD_BYTES", "upload", "the file's size", kind="int"),
     ReplyField("FILE_KEY", "pdf", "the PDF's fileKey (read it with fetch FILE_KEY)"),
-    ReplyField("PDF_BYTES", "pdf", "the PDF's size"),
+    ReplyField("PDF_BYTES", "pdf", "the PDF's size", kind="int"),
 )

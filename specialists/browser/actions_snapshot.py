@@ -150,7 +150,14 @@ FIELDS = (
 
 REPLIES = (
     ReplyField("REF", "an element action given REF", "the element acted on"),
-    ReplyField("REFS", "snapshot", "the refs the snapshot carries (live until the page changes)"),
-    ReplyField("NEXT_START", "snapshot, PARTIAL: more text follows", "START for the next part"),
-    ReplyField("LABELS", "screenshot LABELS true", "how many refs are drawn"),
+    ReplyField(
+        "REFS",
+        "snapshot",
+        "the refs the snapshot carries (live until the page changes)",
+        kind="int",
+    ),
+    ReplyField(
+        "NEXT_START", "snapshot, PARTIAL: more text follows", "START for the next part", kind="int"
+    ),
+    ReplyField("LABELS", "screenshot LABELS true", "how many refs are drawn", kind="int"),
 )

@@ -95,5 +95,7 @@ FIELDS = (
 
 REPLIES = (
     ReplyField("STATE", "save_state, forget_state", "the saved state's name"),
-    ReplyField("STATE_BYTES", "save_state", "the size of what was kept (before encryption)"),
+    ReplyField(
+        "STATE_BYTES", "save_state", "the size of what was kept (before encryption)", kind="int"
+    ),
 )

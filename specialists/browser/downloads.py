@@ -55,14 +55,16 @@ REPLIES = (
         "DOWNLOAD",
         "an action whose page started a download that was kept",
         "<fileKey> <file name> <bytes> <content type>: read it with REQ:fetch FILE_KEY",
+        repeat=True,
     ),
     ReplyField(
         "DOWNLOAD_REFUSED",
         "a download not kept",
         "<file name> <why>: max_download_bytes:0, over:<cap>, max_downloads_per_action:<n>,"
         " between_actions, failed:<reason>, unfinished, no_file_store",
+        repeat=True,
     ),
-    ReplyField("DOWNLOADS_DROPPED", "more refused than are told", "how many more"),
+    ReplyField("DOWNLOADS_DROPPED", "more refused than are told", "how many more", kind="int"),
 )
 
 

@@ -117,7 +117,7 @@ async def _close(services: BrowserServices, ctx: OpContext, params: Params) -> R
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     if not await services.sessions.close(name, owner):
         raise OpError(ErrorCode.SESSION_NOT_FOUND, name, scope=_SCOPE)
-    return Result("action:close", _SCOPE, (("SESSION", name),))
+    return Result("action:close", _SCOPE, ())  # SESSION: added to every session's reply
 
 
 async def _click(services: BrowserServices, ctx: OpContext, params: Params) -> Result:
@@ -200,13 +200,13 @@ async def browser(params: Params, ctx: OpContext, services: BrowserServices) -> 
 BROWSER_REPLIES = (
     ReplyField("URL", "always but close", "the page's URL after the action"),
     ReplyField("TITLE", "navigate, extract, snapshot", "the page's title"),
-    ReplyField("HTTP_STATUS", "navigate, when the page had one", "the HTTP status"),
+    ReplyField("HTTP_STATUS", "navigate, when the page had one", "the HTTP status", kind="int"),
     ReplyField("SELECTOR", "click, type", "the element acted on"),
-    ReplyField("SCREENSHOT_BYTES", "screenshot", "the PNG's size"),
+    ReplyField("SCREENSHOT_BYTES", "screenshot", "the PNG's size", kind="int"),
     ReplyField("SCREENSHOT_REF", "screenshot", "the PNG's path under the state dir"),
     ReplyField("CONTENT", "extract, snapshot", "the text, capped by MAX_CHARS"),
-    ReplyField("REMAINING_CHARS", "extract, snapshot: when cut", "what was left out"),
-    ReplyField("EXEC_TIME", "always", "ms the action took"),
+    ReplyField("REMAINING_CHARS", "extract, snapshot: when cut", "what was left out", kind="int"),
+    ReplyField("EXEC_TIME", "always", "ms the action took", kind="int"),
     ReplyField("SESSION", "a SESSION was given (close: always)", "the session"),
     *actions_snapshot.REPLIES,
     *actions_page.REPLIES,

@@ -157,12 +157,12 @@ async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> R
 
 CANVAS_REPLIES = (
     ReplyField("URL", "present, navigate", "the page shown"),
-    ReplyField("WIDTH", "present on main", "pixels"),
-    ReplyField("HEIGHT", "present on main", "pixels"),
-    ReplyField("SNAPSHOT_BYTES", "snapshot", "the PNG's size"),
+    ReplyField("WIDTH", "present on main", "pixels", kind="int"),
+    ReplyField("HEIGHT", "present on main", "pixels", kind="int"),
+    ReplyField("SNAPSHOT_BYTES", "snapshot", "the PNG's size", kind="int"),
     ReplyField("SNAPSHOT_REF", "snapshot", "the PNG's path under the state dir"),
     ReplyField("RESULT", "eval", "the expression's value as JSON"),
-    ReplyField("EXEC_TIME", "always", "ms the action took"),
+    ReplyField("EXEC_TIME", "always", "ms the action took", kind="int"),
 )
 
 CANVAS_EXAMPLE = Example(
