@@ -140,6 +140,18 @@ async def test_memory_ls_and_cat_answer_in_process_as_the_command_does(
     assert await _memory(capsys, path, "cat", "in/b.md") == (0, "two\n", "")
 
 
+async def test_memory_cat_escapes_what_a_terminal_would_act_on_and_keeps_lines_and_tabs(
+    daemon: Daemon, sink: Sink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A write holds what a page said: its OSC 52 (clipboard) and bidi override reach the
+    screen escaped, its lines and tabs as they are."""
+    hostile = "title\x1b]52;c;cm0gLXJmIH4=\x07\tend\u202e"
+    await _write(daemon, ("pages/hostile.md", hostile))
+    code, out, err = await _memory(capsys, daemon.socket_path, "cat", "pages/hostile.md")
+    assert (code, err) == (0, "")
+    assert out == "title\\x1b]52;c;cm0gLXJmIH4=\\x07\tend\\u202e\n"
+
+
 async def test_memory_against_a_socket_nobody_serves_exits_3(
     sock_dir: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -87,7 +87,7 @@ async def _cat(client: Client, options: MemoryOptions) -> int:
     reply = await client.call(task, timeout_s=options.timeout_s)
     if reply.status is not Status.OK:
         return _failed("cat", reply)
-    sys.stdout.write(reply.get("DATA") or "")
+    sys.stdout.write(shown(reply.get("DATA") or "", keep="\n\t"))
     return EXIT_OK
 
 
@@ -125,11 +125,14 @@ def _failed(action: str, reply: Reply) -> int:
     return EXIT_FAIL
 
 
-def shown(path: str) -> str:
-    """``path`` as a terminal should print it: control and format characters escaped
-    (``\\x1b``, ``\\u202e``, ``\\U000e0001``), everything else as it is."""
+def shown(text: str, keep: str = "") -> str:
+    """``text`` as a terminal should print it: control and format characters escaped
+    (``\\x1b``, ``\\u202e``, ``\\U000e0001``) but those in ``keep``, everything else as
+    it is. A stored write holds what pages said (titles, content), so ``cat`` escapes too:
+    an OSC 52 or a title sequence from a hostile page must not reach the user's terminal."""
     return "".join(
-        _escaped(ord(char)) if unicodedata.category(char) in _HIDDEN else char for char in path
+        _escaped(ord(char)) if unicodedata.category(char) in _HIDDEN and char not in keep else char
+        for char in text
     )
 
 

@@ -26,6 +26,9 @@ _ROLE = re.compile(r"[a-z]+")
 _QUOTED_KEY = re.compile(r"'((?:[^']|'')*)'")
 _PROP = re.compile(r" *- (?:/[a-z]+|text): ")
 _REF_LIKE = re.compile(r"\[ref=")
+# What a page's own text (a name, a text child, a URL) shows in place of ``[ref=``: a page
+# must not print ``Cancel [ref=e12]`` beside the real e12 and have a model believe it.
+_PAGE_REF = "[page-ref="
 _ATTR = re.compile(r" \[([a-z-]+)(?:=([^\]\s]*))?\]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Roles a reader knows to be clickable: their [cursor=pointer] is noise. On other roles
@@ -137,7 +140,7 @@ def rewrite(text: str, label: Callable[[str], str], *, max_refs: int) -> Rewritt
         parsed = _parse(raw)
         if parsed is None:
             if not (_REF_LIKE.search(raw) and _HEAD.match(raw) and not _PROP.match(raw)):
-                kept.append(raw)
+                kept.append(_defanged(raw))
             continue
         ref = next((value for key, value, _ in parsed.attrs if key == "ref"), None)
         if ref is not None and len(out.live) >= max_refs:
@@ -155,7 +158,7 @@ def rewrite(text: str, label: Callable[[str], str], *, max_refs: int) -> Rewritt
 
 def _render(parsed: _Line, label: str | None) -> tuple[str, tuple[float, ...] | None]:
     """The line as a reader gets it, and its box when it had one."""
-    key = [parsed.role, parsed.name]
+    key = [parsed.role, _defanged(parsed.name)]
     box = None
     for name, value, written in parsed.attrs:
         if name == "box":
@@ -169,7 +172,13 @@ def _render(parsed: _Line, label: str | None) -> tuple[str, tuple[float, ...] | 
     text = "".join(key)
     if parsed.quoted:
         text = "'" + text.replace("'", "''") + "'"
-    return f"{parsed.indent}- {text}{parsed.rest}", box
+    return f"{parsed.indent}- {text}{_defanged(parsed.rest)}", box
+
+
+def _defanged(page_text: str) -> str:
+    """The page's own words with every ``[ref=`` shown as ``[page-ref=``: only the labels
+    this module writes look like refs."""
+    return _REF_LIKE.sub(_PAGE_REF, page_text)
 
 
 def _box(value: str | None) -> tuple[float, ...] | None:

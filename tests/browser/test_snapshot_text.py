@@ -30,7 +30,9 @@ def book_labels() -> RefBook:
     return book
 
 
-def test_rewrite_labels_refs_outside_names_and_text_and_drops_noise() -> None:
+def test_rewrite_labels_refs_and_shows_the_pages_own_ref_text_as_page_ref() -> None:
+    """A page that prints ``[ref=e1]`` in a name or a text cannot show a model a ref: only
+    the labels rewrite writes read ``[ref=``."""
     book = book_labels()
     out = rewrite(PLAYWRIGHT, book.label, max_refs=100)
     assert out.text == "\n".join(
@@ -38,12 +40,12 @@ def test_rewrite_labels_refs_outside_names_and_text_and_drops_noise() -> None:
             "- generic [active] [ref=e41]:",
             '  - link "Home" [ref=e42]:',
             "    - /url: /a",
-            """  - 'button "a: b''s [ref=e9]" [ref=e43]': x""",
+            """  - 'button "a: b''s [page-ref=e9]" [ref=e43]': x""",
             "  - iframe [ref=e44]:",
             "    - generic [ref=e45]:",
             '      - button "In frame" [ref=e46]',
-            "      - paragraph [ref=e47]: x [ref=e1]",
-            '  - text: "[ref=e5]"',
+            "      - paragraph [ref=e47]: x [page-ref=e1]",
+            '  - text: "[page-ref=e5]"',
             "  - generic [ref=e48] [cursor=pointer]: clicky",
             "  - button [ref=e49]",
         )
