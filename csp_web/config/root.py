@@ -173,6 +173,17 @@ class OpensWorkspaces(Protocol):
 
 
 @runtime_checkable
+class MasksPaths(Protocol):
+    """A section naming paths hidden from what works in the workspaces (exec's
+    masked_paths): other specialists reading workspace files refuse them through
+    ``masked_paths``."""
+
+    def masked(self) -> tuple[str, ...]:
+        """The paths, as configured."""
+        ...
+
+
+@runtime_checkable
 class RoutesEgress(Protocol):
     """A section naming the forward proxy the daemon's web egress goes through (``web.proxy``):
     the browser's guard proxy sends its upstream connections there too."""
@@ -199,6 +210,18 @@ def workspace_roots(config: Config) -> tuple[str, ...]:
         for root in section.workspaces()
     ]
     return tuple(dict.fromkeys(roots))
+
+
+def masked_paths(config: Config) -> tuple[str, ...]:
+    """Every path an own section masks (``MasksPaths``) and the daemon's own paths
+    (``daemon_paths``): what a command cannot see, nothing else may read from a workspace."""
+    paths = [
+        path
+        for section in own_sections(config)
+        if isinstance(section, MasksPaths)
+        for path in section.masked()
+    ]
+    return tuple(dict.fromkeys([*paths, *daemon_paths(config)]))
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from csp_web.config import workspace_roots
+from csp_web.config import masked_paths, workspace_roots
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import FieldSpec, Params, ReplyField
@@ -210,9 +210,9 @@ async def _upload_file(
         raise OpError(ErrorCode.MISSING_FIELD, "FILE_KEY or PATH (one)", scope=SCOPE)
     cap = browser_section(ctx.config).max_upload_bytes
     if path is not None:
-        roots = workspace_roots(ctx.config)
+        roots, masked = workspace_roots(ctx.config), masked_paths(ctx.config)
         data = await trio.to_thread.run_sync(
-            lambda: read_workspace_file(roots, path, max_bytes=cap)
+            lambda: read_workspace_file(roots, path, max_bytes=cap, masked=masked)
         )
         name = os.path.basename(path)
         return name, mimetypes.guess_type(name)[0] or "application/octet-stream", data

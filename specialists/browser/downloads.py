@@ -61,7 +61,7 @@ REPLIES = (
         "DOWNLOAD_REFUSED",
         "a download not kept",
         "<file name> <why>: max_download_bytes:0, over:<cap>, max_downloads_per_action:<n>,"
-        " between_actions, failed:<reason>, unfinished, no_file_store",
+        " between_actions, failed:<reason>, unfinished, no_file_store, storage_full",
         repeat=True,
     ),
     ReplyField("DOWNLOADS_DROPPED", "more refused than are told", "how many more", kind="int"),
@@ -314,13 +314,28 @@ async def keep(
             continue
         body = await trio.to_thread.run_sync(read_capped, one.path, cap)
         media_type = content_type(one.name, body[:8])
-        key = await files.put(body, url=one.url, name=one.name, content_type=media_type)
-        del body
+        try:
+            key = await files.put(body, url=one.url, name=one.name, content_type=media_type)
+        except OpError as exc:
+            fields.append(("DOWNLOAD_REFUSED", f"{one.name} {_store_refusal(exc)}"))
+            continue
+        finally:
+            del body
         fields.append(("DOWNLOAD", f"{key} {one.name} {one.size} {media_type}"))
         log.info("download kept: %s %s bytes as %s", one.name, one.size, key)
     if dropped:
         fields.append(("DOWNLOADS_DROPPED", str(dropped)))
     return fields
+
+
+def _store_refusal(exc: OpError) -> str:
+    """Why the store did not keep a file, as DOWNLOAD_REFUSED says it: ``storage_full``,
+    ``over:<n>`` (the store's own bound); anything else is no refusal and is raised."""
+    if exc.code is ErrorCode.STORAGE_FULL:
+        return "storage_full"
+    if exc.code is ErrorCode.TOO_LARGE and exc.detail.startswith("over:"):
+        return exc.detail
+    raise exc
 
 
 _TOLD: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(

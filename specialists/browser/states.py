@@ -13,16 +13,21 @@ edited, moved to another name or handed to another owner does not decrypt. Names
 namespace: a name another uid saved answers ``permission_denied`` (never its contents). Every
 file is opened without following symlinks; a file that does not decrypt is
 ``state_unreadable``, one past ``state_ttl_s`` is removed and reads as ``state_not_found``.
+A file is removed only by its header's owner, and only when the file itself is bad: a key or
+I/O failure never removes anything. The uses run in worker threads and hold one lock, so
+reading the owners and writing a name cannot interleave.
 The state's contents never leave this module but to Chromium: not in DATA, logs or audits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +48,25 @@ _SUFFIX = ".state"
 _HEADER_MAX = 512  # a header line is far shorter; a longer one is not ours
 _SCOPE = ("browser",)
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# One lock for every store: the uses run in trio's worker threads, and checking a name's
+# owner then writing it must be one step (else two uids saving one new name both win).
+_USING = threading.Lock()
+
+
+class _Undecryptable(OpError):
+    """A state file that is there but does not decrypt; ``owner`` is its header's owner
+    (unauthenticated), None when the header is not ours."""
+
+    def __init__(self, name: str, owner: str | None) -> None:
+        super().__init__(ErrorCode.STATE_UNREADABLE, name, scope=_SCOPE)
+        self.owner = owner
+
+
+class _NotAFile(OpError):
+    """A symlink or other non-file in a state's place: no one's state, a save replaces it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(ErrorCode.STATE_UNREADABLE, name, scope=_SCOPE)
 
 
 @dataclass(frozen=True)
@@ -89,10 +113,14 @@ class StateStore:
         check_name(name)
         if len(state) > limits.max_bytes:
             raise OpError(ErrorCode.TOO_LARGE, f"state over {limits.max_bytes} bytes", scope=_SCOPE)
+        with _USING:
+            self._save(owner, name, state, limits)
+
+    def _save(self, owner: str, name: str, state: bytes, limits: StateLimits) -> None:
         key = self._key()
-        held = self._owners(key, limits.ttl_s)
-        if held.get(name, owner) != owner:
+        if self._owner_of(key, name, limits.ttl_s) not in (None, owner):
             raise OpError(ErrorCode.PERMISSION_DENIED, f"state {name}", scope=_SCOPE)
+        held = self._owners(key, limits.ttl_s)
         mine = sum(1 for other, who in held.items() if who == owner and other != name)
         if mine >= limits.max_per_owner:
             raise OpError(
@@ -109,7 +137,8 @@ class StateStore:
         permission_denied (another owner's), state_unreadable (tampered, a symlink, another
         key)."""
         check_name(name)
-        header, state = self._open(self._key(), name, limits.ttl_s)
+        with _USING:
+            header, state = self._open(self._key(), name, limits.ttl_s)
         if header.owner != owner:
             raise OpError(ErrorCode.PERMISSION_DENIED, f"state {name}", scope=_SCOPE)
         try:
@@ -121,18 +150,25 @@ class StateStore:
         return loaded
 
     def forget(self, owner: str, name: str, limits: StateLimits) -> None:
-        """Remove ``owner``'s state ``name``; raises as ``load`` does. An unreadable file is
-        removed too, by anyone: what it held can no longer be told from anything."""
+        """Remove ``owner``'s state ``name``; raises as ``load`` does. A file that does not
+        decrypt is removed too, but only when its header names ``owner``: a key or I/O
+        failure, or another owner's file, removes nothing."""
         check_name(name)
-        try:
-            header, _state = self._open(self._key(), name, limits.ttl_s)
-        except OpError as exc:
-            if exc.code is ErrorCode.STATE_UNREADABLE:
-                self._remove(name)
-            raise
-        if header.owner != owner:
-            raise OpError(ErrorCode.PERMISSION_DENIED, f"state {name}", scope=_SCOPE)
-        self._remove(name)
+        with _USING:
+            key = self._key()  # outside the try: a key problem is never the file's fault
+            try:
+                header, _state = self._open(key, name, limits.ttl_s)
+            except _Undecryptable as exc:
+                if exc.owner is not None and exc.owner != owner:
+                    raise OpError(
+                        ErrorCode.PERMISSION_DENIED, f"state {name}", scope=_SCOPE
+                    ) from exc
+                if exc.owner == owner:
+                    self._remove(name)
+                raise
+            if header.owner != owner:
+                raise OpError(ErrorCode.PERMISSION_DENIED, f"state {name}", scope=_SCOPE)
+            self._remove(name)
 
     # ---- files -----------------------------------------------------------------------------
 
@@ -151,22 +187,31 @@ class StateStore:
         """The store's key, made on first use (0600, never replaced once made)."""
         self._ensure_folder()
         path = os.path.join(self.folder, "key")
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        try:
+            return _read_key(path)
+        except FileNotFoundError:
+            self._make_key(path)
+        try:
+            return _read_key(path)
+        except FileNotFoundError as exc:
+            raise OpError(ErrorCode.STATE_UNREADABLE, "the states key cannot be read") from exc
+
+    def _make_key(self, path: str) -> None:
+        """Put a whole key at ``path`` at once: written and synced under a temporary name,
+        then linked, so no one ever reads a half-written key. Losing a race to another
+        maker is fine: its key is the one read."""
+        temp = os.path.join(self.folder, f".key.{secrets.token_hex(8)}.tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        try:
             with os.fdopen(fd, "wb") as made:
                 made.write(secrets.token_bytes(_KEY_BYTES))
-        try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        except OSError as exc:
-            raise OpError(ErrorCode.STATE_UNREADABLE, "the states key cannot be read") from exc
-        with os.fdopen(fd, "rb") as held:
-            info = os.fstat(held.fileno())
-            key = held.read(_KEY_BYTES + 1)
-        if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077:
-            raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is not private")
-        if len(key) != _KEY_BYTES:
-            raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is damaged")
-        return key
+                made.flush()
+                os.fsync(made.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(temp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
     def _read(self, name: str) -> bytes | None:
         """The file's bytes; None when there is none. A symlink or other non-file is
@@ -175,28 +220,48 @@ class StateStore:
             fd = os.open(self._path(name), os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
-        except OSError as exc:  # ELOOP: a symlink put in its place
-            raise OpError(ErrorCode.STATE_UNREADABLE, name, scope=_SCOPE) from exc
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symlink put in its place
+                raise _NotAFile(name) from exc
+            # EMFILE, EACCES...: the file may be fine; no one may act on it now
+            raise OpError(
+                ErrorCode.STATE_UNREADABLE, f"{name} cannot be read now", scope=_SCOPE
+            ) from exc
         with os.fdopen(fd, "rb") as held:
             if not stat.S_ISREG(os.fstat(held.fileno()).st_mode):
-                raise OpError(ErrorCode.STATE_UNREADABLE, name, scope=_SCOPE)
+                raise _NotAFile(name)
             return held.read()
 
     def _open(self, key: bytes, name: str, ttl_s: float) -> tuple[_Header, bytes]:
         sealed = self._read(name)
         if sealed is None:
             raise OpError(ErrorCode.STATE_NOT_FOUND, name, scope=_SCOPE)
-        opened = _unseal(key, sealed, name)
-        if opened is None:
-            raise OpError(ErrorCode.STATE_UNREADABLE, name, scope=_SCOPE)
-        header, state = opened
+        header, state = _unseal(key, sealed, name)
+        if header is None or state is None:
+            raise _Undecryptable(name, header.owner if header else None)
         if self.clock() - header.saved_at >= ttl_s:
             self._remove(name)
             raise OpError(ErrorCode.STATE_NOT_FOUND, f"{name} expired", scope=_SCOPE)
         return header, state
 
+    def _owner_of(self, key: bytes, name: str, ttl_s: float) -> str | None:
+        """Who holds ``name``: its owner, even when the file no longer decrypts (its header
+        says); None when no one does (no file, expired, a symlink or a file not ours). Any
+        other failure to read it raises: a name is never taken over because a read failed."""
+        try:
+            return self._open(key, name, ttl_s)[0].owner
+        except _Undecryptable as exc:
+            return exc.owner
+        except _NotAFile:
+            return None
+        except OpError as exc:
+            if exc.code is ErrorCode.STATE_NOT_FOUND:
+                return None
+            raise
+
     def _owners(self, key: bytes, ttl_s: float) -> dict[str, str]:
-        """Every live, readable state's owner by name; expired ones are removed on the way."""
+        """Every live, readable state's owner by name (for the per-owner count); expired
+        ones are removed on the way."""
         owners: dict[str, str] = {}
         for name in self._names():
             with contextlib.suppress(OpError):
@@ -230,20 +295,36 @@ class StateStore:
             os.unlink(self._path(name))
 
 
-def _unseal(key: bytes, sealed: bytes, name: str) -> tuple[_Header, bytes] | None:
-    """The header and plaintext of a state file, or None when it is not one of this key's
-    for ``name``."""
+def _read_key(path: str) -> bytes:
+    """The key at ``path``; FileNotFoundError when there is none yet."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise OpError(ErrorCode.STATE_UNREADABLE, "the states key cannot be read") from exc
+    with os.fdopen(fd, "rb") as held:
+        info = os.fstat(held.fileno())
+        key = held.read(_KEY_BYTES + 1)
+    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077:
+        raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is not private")
+    if len(key) != _KEY_BYTES:
+        raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is damaged")
+    return key
+
+
+def _unseal(key: bytes, sealed: bytes, name: str) -> tuple[_Header | None, bytes | None]:
+    """The header and plaintext of a state file; the header None when it is not one of
+    ours for ``name``, the plaintext None when it does not decrypt with ``key``."""
     line, newline, _ = sealed[:_HEADER_MAX].partition(b"\n")
-    if not newline:
-        return None
-    header = _header(line, name)
+    header = _header(line, name) if newline else None
     body = sealed[len(line) + 1 :]
     if header is None or len(body) <= _NONCE_BYTES:
-        return None
+        return header, None
     try:
         state = AESGCM(key).decrypt(body[:_NONCE_BYTES], body[_NONCE_BYTES:], line + b"\n")
     except InvalidTag:
-        return None
+        return header, None
     return header, state
 
 

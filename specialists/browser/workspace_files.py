@@ -3,13 +3,16 @@
 The same roots and order of checks as exec's WORKING_DIR and web's write_file (the browser
 may import neither: specialists meet only through core): no root configured is
 ``not_available``; a relative path or one holding NUL is ``invalid_field``; a path under
-/proc or whose directory resolves outside every root is ``permission_denied``, decided before
-anything about its existence is told. The directory is then opened one component at a time
-from its root without following a symlink, and the file in it with ``O_NOFOLLOW`` (a
-symlink, even one pointing inside, is ``permission_denied``: one swapped in after the check
-cannot lead the read out) and ``O_NONBLOCK`` (a FIFO cannot hold the open); only a regular
-file is read (a directory, device or FIFO is ``invalid_field``), and no more than
-``max_bytes`` of it (``too_large``).
+/proc, or whose directory resolves outside every root or into /proc, /sys or /dev, or a
+file under one of exec's masked paths (``masked``: ``csp_web.config.masked_paths``, the
+daemon's own paths among them) that lies inside its root is ``permission_denied``, decided
+before anything about its existence is told. A mask enclosing the root is not one: as in
+exec's sandbox, the root's bind brings what is under it back. The directory is then opened
+one component at a time from its root without following a symlink, and the file in it with
+``O_NOFOLLOW`` (a symlink, even one pointing inside, is ``permission_denied``: one swapped
+in after the check cannot lead the read out) and ``O_NONBLOCK`` (a FIFO cannot hold the
+open); only a regular file is read (a directory, device or FIFO is ``invalid_field``), and
+no more than ``max_bytes`` of it (``too_large``).
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from protocol import ErrorCode
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _SCOPE = ("browser",)
+_KERNEL = ("/proc", "/sys", "/dev")  # never a workspace file, whatever a root resolves to
 
 
-def read_workspace_file(roots: Sequence[str], path: str, *, max_bytes: int) -> bytes:
-    """The bytes of the regular file at ``path`` under one of ``roots``. Blocking: run it in
-    a thread. Raises OpError as the module says."""
-    directory, name = _check(roots, path)
+def read_workspace_file(
+    roots: Sequence[str], path: str, *, max_bytes: int, masked: Sequence[str] = ()
+) -> bytes:
+    """The bytes of the regular file at ``path`` under one of ``roots``, not under one of
+    ``masked``. Blocking: run it in a thread. Raises OpError as the module says."""
+    directory, name = _check(roots, path, masked)
     fd = _open_dir(directory[0], directory[1], path)
     try:
         return _read_at(fd, name, path, max_bytes)
@@ -38,7 +44,7 @@ def read_workspace_file(roots: Sequence[str], path: str, *, max_bytes: int) -> b
         os.close(fd)
 
 
-def _check(roots: Sequence[str], path: str) -> tuple[tuple[str, str], str]:
+def _check(roots: Sequence[str], path: str, masked: Sequence[str]) -> tuple[tuple[str, str], str]:
     """((root, real directory), file name) of ``path``, or the refusals above."""
     real_roots = [os.path.realpath(root) for root in roots]
     if not real_roots:
@@ -50,9 +56,20 @@ def _check(roots: Sequence[str], path: str) -> tuple[tuple[str, str], str]:
         raise OpError(ErrorCode.PERMISSION_DENIED, path, scope=_SCOPE)
     real_dir = os.path.realpath(directory)
     root = max((r for r in real_roots if _within(real_dir, r)), key=len, default=None)
-    if root is None:
+    if root is None or any(_within(real_dir, kernel) for kernel in _KERNEL):
+        raise OpError(ErrorCode.PERMISSION_DENIED, path, scope=_SCOPE)
+    if _masked(os.path.join(real_dir, name), root, masked):
         raise OpError(ErrorCode.PERMISSION_DENIED, path, scope=_SCOPE)
     return (root, real_dir), name
+
+
+def _masked(target: str, root: str, masked: Sequence[str]) -> bool:
+    """``target`` (its directory resolved) lies under a mask that lies inside ``root``."""
+    for mask in masked:
+        real = os.path.realpath(mask)
+        if _within(real, root) and _within(target, real):
+            return True
+    return False
 
 
 def _open_dir(root: str, real_dir: str, shown: str) -> int:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from csp_web.core.api.errors import OpError
+from csp_web.core.api.errors import OpError, StorageFull
 from csp_web.core.api.ports import StoredFile
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import ErrorCode, Reply, Status
@@ -226,6 +226,40 @@ async def test_without_a_file_store_a_download_is_refused(
     origin.routes["/report"] = lambda _seen: attachment(PDF)
     reply = await click_link(dispatcher, origin, "/report")
     assert told(reply, "DOWNLOAD_REFUSED") == ["report.pdf no_file_store"]
+    assert left_on_disk(services) == []
+
+
+class RefusingFiles(MemoryFiles):
+    """A FileStore that keeps nothing: put raises what web's store raises when it cannot."""
+
+    def __init__(self, refusal: OpError) -> None:
+        super().__init__()
+        self.refusal = refusal
+
+    async def put(self, body: bytes, *, url: str, name: str, content_type: str) -> str:
+        raise self.refusal
+
+
+@pytest.mark.parametrize(
+    ("refusal", "why"),
+    [
+        (StorageFull("cache"), "storage_full"),
+        (OpError(ErrorCode.TOO_LARGE, "over:50"), "over:50"),
+    ],
+)
+async def test_a_download_the_store_did_not_keep_is_refused_not_told_as_kept(
+    dispatcher: Dispatcher,
+    origin: Origin,
+    services: BrowserServices,
+    refusal: OpError,
+    why: str,
+) -> None:
+    origin.routes["/report"] = lambda _seen: attachment(PDF)
+    with services.files.provided(RefusingFiles(refusal)):
+        reply = await click_link(dispatcher, origin, "/report")
+    assert reply.status is Status.OK, reply
+    assert told(reply, "DOWNLOAD") == []
+    assert told(reply, "DOWNLOAD_REFUSED") == [f"report.pdf {why}"]
     assert left_on_disk(services) == []
 
 

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from csp_web.config import Config
+from csp_web.config import Config, masked_paths, with_section
 from csp_web.core.api.errors import OpError
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import ErrorCode, Reply, Status
 from specialists.browser.config import BrowserConfig
 from specialists.browser.services import BrowserServices
 from specialists.browser.workspace_files import read_workspace_file
+from specialists.tool.config import ToolConfig
+from specialists.tool.exec.config import ExecConfig
 from tests.net._origin import Origin
 
 from .actions_support import SHOP, MemoryFiles, dispatcher_under
@@ -93,7 +95,56 @@ def test_paths_that_leave_the_root_or_are_no_regular_file_are_refused(
 
 
 def test_a_device_under_a_root_is_not_read(tmp_path: Path) -> None:
-    assert _refusal(["/dev"], "/dev/zero") is ErrorCode.INVALID_FIELD
+    assert _refusal(["/dev"], "/dev/zero") is ErrorCode.PERMISSION_DENIED  # /dev: never a file
+
+
+def test_a_file_under_a_masked_path_inside_the_root_is_refused_even_through_an_alias(
+    workspace: Path,
+) -> None:
+    secrets = workspace / "secrets"
+    secrets.mkdir()
+    (secrets / "token.txt").write_bytes(b"hunter2")
+    (workspace / "alias").symlink_to(secrets)  # a directory link resolving into the mask
+    roots, masked = [str(workspace)], [str(secrets)]
+    for path in (secrets / "token.txt", workspace / "alias" / "token.txt"):
+        with pytest.raises(OpError) as refused:
+            read_workspace_file(roots, str(path), max_bytes=100, masked=masked)
+        assert (refused.value.code, refused.value.detail) == (
+            ErrorCode.PERMISSION_DENIED,
+            str(path),
+        )
+    with pytest.raises(OpError) as masked_file:  # a mask naming the file itself
+        read_workspace_file(
+            roots, str(workspace / "cv.txt"), max_bytes=100, masked=[str(workspace / "cv.txt")]
+        )
+    assert masked_file.value.code is ErrorCode.PERMISSION_DENIED
+    # A mask enclosing the root hides nothing in it: exec's bind of the root brings it back.
+    enclosing = [str(workspace.parent)]
+    cv = str(workspace / "cv.txt")
+    assert (
+        read_workspace_file(roots, cv, max_bytes=100, masked=enclosing) == b"Ada Lovelace, analyst"
+    )
+
+
+def test_a_directory_resolving_into_proc_sys_or_dev_is_refused_under_any_root(
+    tmp_path: Path,
+) -> None:
+    for kernel, leaf in (
+        ("/proc/self", "environ"),
+        ("/sys/kernel", "uevent_seqnum"),
+        ("/dev", "null"),
+    ):
+        link = tmp_path / kernel.strip("/").replace("/", "_")
+        link.symlink_to(kernel)
+        assert _refusal(["/"], str(link / leaf)) is ErrorCode.PERMISSION_DENIED, kernel
+
+
+def test_the_masked_paths_are_execs_and_the_daemons_own(config: Config, workspace: Path) -> None:
+    mask = str(workspace / "secrets")
+    exec_config = ExecConfig(workspace_roots=(str(workspace),), masked_paths=(mask,))
+    masked = masked_paths(with_section(config, "tool", ToolConfig(exec=exec_config)))
+    assert mask in masked
+    assert os.path.abspath(config.daemon.state_dir) in masked
 
 
 # ---- upload --------------------------------------------------------------------------------
@@ -116,6 +167,27 @@ async def test_upload_of_a_workspace_file_gives_the_file_input_its_bytes(
         ok(await run(d, (ACT, "wait"), ("TEXT", got), session))  # the page read the file
         outside = await run(d, (ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", "/etc/passwd"))
         assert error(outside) == "permission_denied:/etc/passwd"
+
+
+async def test_upload_refuses_a_file_under_execs_masked_paths_inside_the_root(
+    services: BrowserServices,
+    origin: Origin,
+    make_config: functools.partial[Config],
+    workspace: Path,
+) -> None:
+    secrets = workspace / "secrets"
+    secrets.mkdir()
+    (secrets / "token.txt").write_bytes(b"hunter2")
+    exec_config = ExecConfig(workspace_roots=(str(workspace),), masked_paths=(str(secrets),))
+    config = with_section(make_config(), "tool", ToolConfig(exec=exec_config))
+    async with dispatcher_under(config, services) as d:
+        _, session = await open_session(d, origin, "up", "/shop", SHOP)
+        path = str(secrets / "token.txt")
+        fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", path), session)
+        assert error(await run(d, *fields)) == f"permission_denied:{path}"
+        cv = str(workspace / "cv.txt")
+        fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", cv), session)
+        assert ok(await run(d, *fields)).get("UPLOAD_BYTES") == "21"
 
 
 async def test_upload_of_a_file_key_gives_the_file_input_the_stored_file(

@@ -5,9 +5,12 @@ expiring, capped at N and N+1, and a tampered, swapped or symlinked file fails c
 from __future__ import annotations
 
 import os
+import secrets
 import stat
+import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -291,3 +294,159 @@ def test_the_key_is_made_once_private_and_a_foreign_key_reads_nothing(tmp_path: 
 @pytest.fixture
 def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
     return replace(browser_config, max_states_per_peer=4)
+
+
+# ---- key and I/O failures never remove a state; one lock around the uses ----------------------
+
+
+def test_another_uid_cannot_remove_a_state_through_a_key_problem(tmp_path: str) -> None:
+    folder = os.path.join(str(tmp_path), "states")
+    store = StateStore(folder)
+    store.save("uid:1", "bank", b'{"cookies":[]}', LIMITS)
+    key_path = os.path.join(folder, "key")
+    os.chmod(key_path, 0o644)  # "not private": the key is refused, the state is not at fault
+    with pytest.raises(OpError) as loose:
+        store.forget("uid:2", "bank", LIMITS)
+    assert loose.value.code is ErrorCode.STATE_UNREADABLE
+    os.chmod(key_path, 0o600)
+    os.chmod(os.path.join(folder, "bank.state"), 0o000)  # EACCES on the file (not as root)
+    if not os.access(os.path.join(folder, "bank.state"), os.R_OK):
+        with pytest.raises(OpError) as denied:
+            store.forget("uid:2", "bank", LIMITS)
+        assert denied.value.code is ErrorCode.STATE_UNREADABLE
+    os.chmod(os.path.join(folder, "bank.state"), 0o600)
+    assert store.load("uid:1", "bank", LIMITS) == {"cookies": []}
+
+
+def test_a_state_that_no_longer_decrypts_is_removed_only_by_its_owner(tmp_path: str) -> None:
+    folder = os.path.join(str(tmp_path), "states")
+    store = StateStore(folder)
+    store.save("uid:1", "bank", b"{}", LIMITS)
+    with open(os.path.join(folder, "key"), "wb") as swapped:
+        swapped.write(os.urandom(32))  # the key changed: every state is undecryptable
+    with pytest.raises(OpError) as other:
+        store.forget("uid:2", "bank", LIMITS)
+    assert (other.value.code, other.value.detail) == (ErrorCode.PERMISSION_DENIED, "state bank")
+    with pytest.raises(OpError) as taken:
+        store.save("uid:2", "bank", b"{}", LIMITS)
+    assert taken.value.code is ErrorCode.PERMISSION_DENIED
+    assert os.path.exists(os.path.join(folder, "bank.state"))
+    with pytest.raises(OpError) as own:
+        store.forget("uid:1", "bank", LIMITS)
+    assert own.value.code is ErrorCode.STATE_UNREADABLE
+    assert not os.path.exists(os.path.join(folder, "bank.state"))
+
+
+def test_an_empty_key_left_by_a_crash_is_refused_and_removes_nothing(tmp_path: str) -> None:
+    folder = os.path.join(str(tmp_path), "states")
+    store = StateStore(folder)
+    store.save("uid:1", "bank", b"{}", LIMITS)
+    os.truncate(os.path.join(folder, "key"), 0)
+    with pytest.raises(OpError) as damaged:
+        store.forget("uid:2", "bank", LIMITS)
+    assert (damaged.value.code, damaged.value.detail) == (
+        ErrorCode.STATE_UNREADABLE,
+        "the states key is damaged",
+    )
+    assert os.path.exists(os.path.join(folder, "bank.state"))
+
+
+def test_stores_racing_to_make_the_key_all_read_one_whole_key(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = os.path.join(str(tmp_path), "states")
+    real_token = secrets.token_bytes
+
+    def slow_token(n: int) -> bytes:  # a slow disk: the key's bytes come late
+        time.sleep(0.05)
+        return real_token(n)
+
+    monkeypatch.setattr(secrets, "token_bytes", slow_token)
+    keys: list[bytes] = []
+    failed: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def make() -> None:
+        start.wait(timeout=10)
+        try:
+            keys.append(StateStore(folder)._key())
+        except BaseException as exc:  # collected and asserted below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert failed == []
+    assert len(keys) == 8
+    assert len(set(keys)) == 1
+    assert len(keys[0]) == 32
+    assert sorted(os.listdir(folder)) == ["key"]  # no temporary key left behind
+
+
+def _race(save: Callable[[int], None], threads: int) -> list[OpError]:
+    """Run ``save(i)`` in ``threads`` threads at once; the OpErrors they raised."""
+    refused: list[OpError] = []
+    start = threading.Barrier(threads)
+
+    def one(i: int) -> None:
+        start.wait(timeout=10)
+        try:
+            save(i)
+        except OpError as exc:
+            refused.append(exc)
+
+    running = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join(timeout=30)
+    return refused
+
+
+def test_two_uids_saving_one_new_name_at_once_one_wins_the_other_is_denied(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = StateStore(os.path.join(str(tmp_path), "states"))
+    store._key()
+    # Widen the window between reading the owners and writing, as a slow disk would.
+    real_owners = StateStore._owners
+
+    def slow_owners(self: StateStore, key: bytes, ttl_s: float) -> dict[str, str]:
+        held = real_owners(self, key, ttl_s)
+        time.sleep(0.05)
+        return held
+
+    monkeypatch.setattr(StateStore, "_owners", slow_owners)
+    refused = _race(lambda i: store.save(f"uid:{i}", "shop", b"{}", LIMITS), 2)
+    assert [(exc.code, exc.detail) for exc in refused] == [
+        (ErrorCode.PERMISSION_DENIED, "state shop")
+    ]
+    loads: list[ErrorCode | None] = []
+    for uid in ("uid:0", "uid:1"):
+        try:
+            store.load(uid, "shop", LIMITS)
+            loads.append(None)
+        except OpError as exc:
+            loads.append(exc.code)
+    assert sorted(loads, key=str) == sorted([None, ErrorCode.PERMISSION_DENIED], key=str)
+
+
+def test_one_uid_saving_in_parallel_stays_within_max_states_per_peer(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = StateStore(os.path.join(str(tmp_path), "states"))
+    store._key()
+    real_owners = StateStore._owners
+
+    def slow_owners(self: StateStore, key: bytes, ttl_s: float) -> dict[str, str]:
+        held = real_owners(self, key, ttl_s)
+        time.sleep(0.05)
+        return held
+
+    monkeypatch.setattr(StateStore, "_owners", slow_owners)
+    refused = _race(lambda i: store.save("uid:1", f"n{i}", b"{}", LIMITS), 4)
+    assert [exc.code for exc in refused] == [ErrorCode.TOO_MANY_STATES] * 2
+    kept = [n for n in os.listdir(store.folder) if n.endswith(".state")]
+    assert len(kept) == LIMITS.max_per_owner

@@ -3,20 +3,24 @@ the response cache, read back as they were put, and nothing else read as one."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
 from csp_web.config import Config
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Port, Seams
+from csp_web.infra.cache import open_cache
 from protocol import ErrorCode
 from specialists.web import make_web
 from specialists.web.config import web_section
 from specialists.web.pages.filekeys import hold
-from specialists.web.pages.filestore import NAMESPACE, CacheFileStore
+from specialists.web.pages.filestore import NAMESPACE, CacheFileStore, max_file_bytes
 from specialists.web.pages.loading import Page
 from specialists.web.services import WebServices
+from tests.storage.conftest import Tmpfs, tmpfs  # noqa: F401 - the fixture, for a full disk
 
 URL = "https://files.example/report.pdf"
 
@@ -85,3 +89,34 @@ def test_a_port_has_one_provider_at_a_time() -> None:
             pass
         assert port.get() == "first"
     assert port.get() is None
+
+
+async def test_a_file_past_an_eighth_of_the_cache_is_refused_at_n_plus_one(
+    web: WebServices,
+) -> None:
+    web.config = replace(web.config, cache=replace(web.config.cache, size_limit_bytes=64 * 1024))
+    store = CacheFileStore(web)
+    n = max_file_bytes(64 * 1024)
+    assert n == (8192 - 1024) // 4 * 3
+    key = await store.put(b"n" * n, url=URL, name="n.bin", content_type="x/y")  # N
+    assert (await store.get(key)).body == b"n" * n
+    with pytest.raises(OpError) as over:
+        await store.put(b"n" * (n + 1), url=URL, name="n1.bin", content_type="x/y")  # N + 1
+    assert (over.value.code, over.value.detail) == (ErrorCode.TOO_LARGE, f"over:{n}")
+
+
+async def test_a_file_the_full_disk_did_not_keep_is_storage_full_not_a_key(
+    web: WebServices,
+    tmpfs: Tmpfs,  # noqa: F811 - the fixture imported above
+) -> None:
+    async with open_cache(os.path.join(tmpfs.path, "cache"), size_limit_bytes=1 << 30) as cache:
+        web.cache = cache
+        store = CacheFileStore(web)
+        tmpfs.fill()
+        big = b"z" * 300_000  # past diskcache's inline size: a file of its own
+        with pytest.raises(OpError) as full:
+            await store.put(big, url=URL, name="big.bin", content_type="x/y")
+        assert (full.value.code, full.value.detail) == (ErrorCode.STORAGE_FULL, "cache")
+        tmpfs.free()
+        key = await store.put(big, url=URL, name="big.bin", content_type="x/y")
+        assert (await store.get(key)).body == big

@@ -185,7 +185,8 @@ class FileStore(Protocol):
 
     async def put(self, body: bytes, *, url: str, name: str, content_type: str) -> str:
         """Keep ``body`` and return its fileKey: the same bytes from the same URL get the
-        same key. Raises OpError(STORAGE_FULL) when the store's disk is full."""
+        same key. Raises OpError(STORAGE_FULL) when the store's disk is full (nothing
+        kept), OpError(TOO_LARGE, "over:<n>") past the largest file it keeps."""
         ...
 
     async def get(self, key: str) -> StoredFile:

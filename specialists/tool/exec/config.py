@@ -196,6 +196,11 @@ class ExecConfig:
         """Its workspace roots (``csp_web.config.OpensWorkspaces``)."""
         return self.workspace_roots
 
+    def masked(self) -> tuple[str, ...]:
+        """Its masked paths (``csp_web.config.MasksPaths``): the browser's upload refuses
+        them as a command cannot see them."""
+        return self.masked_paths
+
     def check_config(self, config: Config) -> None:
         """ValueError for a workspace root among the daemon's own paths
         (``csp_web.config.ChecksConfig``; ``refuse_private_workspaces``)."""

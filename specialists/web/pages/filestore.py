@@ -9,6 +9,12 @@ A file's key has a page key's shape (``fk_`` and 16 base32 characters, here of S
 the URL and the bytes) in a cache namespace of its own, ``file``: a page's key never reads a
 file's snapshot, nor the reverse. The bytes are kept as base64 in the cache's JSON (the cache
 never pickles); a snapshot whose bytes no longer hash to its key reads as unknown.
+
+A put either keeps the file or raises: ``too_large`` (``over:<n>``) for a file whose stored
+form passes an eighth of ``cache.size_limit_bytes`` (a larger one would evict most of what
+the cache holds, pages and other files alike), ``storage_full`` when the cache's write
+found its disk full (the cache itself skips such a write silently: for a page that is only
+a lost optimisation, for a file it is the only copy).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import binascii
 import hashlib
 from typing import Any
 
-from csp_web.core.api.errors import OpError
+from csp_web.core.api.errors import OpError, StorageFull
 from csp_web.core.api.ports import StoredFile
 from protocol import ErrorCode
 
@@ -36,7 +42,11 @@ class CacheFileStore:
         self._services = services
 
     async def put(self, body: bytes, *, url: str, name: str, content_type: str) -> str:
-        """See ``csp_web.core.api.ports.FileStore.put``."""
+        """See ``csp_web.core.api.ports.FileStore.put``. Raises too_large past
+        ``max_file_bytes``, StorageFull("cache") when the write was not kept."""
+        limit = max_file_bytes(self._services.config.cache.size_limit_bytes)
+        if len(body) > limit:
+            raise OpError(ErrorCode.TOO_LARGE, f"over:{limit}")
         key = file_key(url, body)
         value = {
             "v": SNAPSHOT_VERSION,
@@ -46,7 +56,10 @@ class CacheFileStore:
             "body": base64.b64encode(body).decode("ascii"),
         }
         ttl_s = self._services.config.cache.fetch_ttl_s
-        await self._services.cache.set(NAMESPACE, key, value, ttl_s=ttl_s)
+        cache = self._services.cache
+        await cache.set(NAMESPACE, key, value, ttl_s=ttl_s)
+        if cache.storage_full:  # set skipped the disk: nothing durable holds the file
+            raise StorageFull("cache")
         return key
 
     async def get(self, key: str) -> StoredFile:
@@ -56,6 +69,12 @@ class CacheFileStore:
         if stored is None or file_key(stored.url, stored.body) != key:
             raise OpError(ErrorCode.UNKNOWN_FILE_KEY, key, fields=(("FILE_KEY", key),))
         return stored
+
+
+def max_file_bytes(size_limit_bytes: int) -> int:
+    """The largest file kept: one whose base64 (4 characters per 3 bytes) fits in an
+    eighth of the cache, less 1 KiB for the rest of its row."""
+    return max(0, (size_limit_bytes // 8 - 1024) // 4 * 3)
 
 
 def file_key(url: str, body: bytes) -> str:
