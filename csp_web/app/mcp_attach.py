@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import time
 from collections.abc import Callable
 
 from csp_web.config import Config
 from csp_web.config.load import serving_socket
 from csp_web.core.daemon.statedir import StateDirBusy, hold_state_dir
+from csp_web.mcp_face.daemon_link import ForeignDaemon, check_own_daemon
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +66,14 @@ def daemon_answers(path: str) -> bool:
     probe.settimeout(_PROBE_S)
     try:
         probe.connect(path)
-        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        check_own_daemon(probe, path, os.getuid())
+    except ForeignDaemon as exc:
+        log.warning("not using the daemon socket: %s", exc)
+        return False
     except OSError:
         return False
     finally:
         probe.close()
-    uid = struct.unpack("3i", creds)[1]
-    if uid != os.getuid():
-        log.warning("not using %s: it is served by uid %d, not ours", path, uid)
-        return False
     return True
 
 

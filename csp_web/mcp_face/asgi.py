@@ -30,9 +30,13 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Message, Receive, Send], Awaitable[None]]
-# A refusal reason for a new connection, or None to serve it (``peers.uid_gate``); awaited
-# in the connection's own task, so a slow answer holds up only that connection.
-Admit = Callable[[trio.SocketStream], Awaitable[str | None]]
+# A refusal reason for a new connection (str), or the uid of the peer it admits (int)
+# (``peers.uid_gate``); awaited in the connection's own task, so a slow answer holds up only
+# that connection.
+Admit = Callable[[trio.SocketStream], Awaitable[str | int]]
+# The scope key holding the admitted peer's uid (None when no ``Admit`` ran): the face's
+# tools/call reads it (``owners``), as the daemon sees every HTTP peer as the face's own uid.
+PEER_UID = "csp_web.peer_uid"
 
 
 @dataclass(frozen=True)
@@ -66,18 +70,22 @@ async def _admitted(
     stream: trio.abc.Stream, *, app: App, limits: HttpLimits, admit: Admit | None
 ) -> None:
     assert isinstance(stream, trio.SocketStream)  # serve_asgi's listeners are socket listeners
-    refusal = await admit(stream) if admit is not None else None
-    if refusal is None:
-        await serve_connection(stream, app, limits)
+    admission = await admit(stream) if admit is not None else None
+    if not isinstance(admission, str):
+        await serve_connection(stream, app, limits, peer_uid=admission)
         return
+    refusal = admission
     log.warning("MCP HTTP connection refused: %s", refusal)
     async with stream:
         await send_simple(stream, h11.Connection(h11.SERVER), 403, refusal)
         await linger(stream)
 
 
-async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimits) -> None:
-    """One request on ``stream``, answered by ``app``; the stream is closed at the end."""
+async def serve_connection(
+    stream: trio.SocketStream, app: App, limits: HttpLimits, *, peer_uid: int | None = None
+) -> None:
+    """One request on ``stream``, answered by ``app`` (its scope's ``PEER_UID`` is
+    ``peer_uid``); the stream is closed at the end."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
     async with stream:
         try:
@@ -100,7 +108,7 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
         async with trio.open_nursery() as nursery:
             nursery.start_soon(exchange.watch_disconnect)
             try:
-                await app(_scope(request, stream), exchange.receive, exchange.send)
+                await app(_scope(request, stream, peer_uid), exchange.receive, exchange.send)
             except Exception:
                 log.exception("the MCP HTTP app failed on %s", request.target)
             finally:
@@ -109,7 +117,7 @@ async def serve_connection(stream: trio.SocketStream, app: App, limits: HttpLimi
             await send_simple(stream, conn, 500, "internal error")
 
 
-def _scope(request: h11.Request, stream: trio.SocketStream) -> Message:
+def _scope(request: h11.Request, stream: trio.SocketStream, peer_uid: int | None) -> Message:
     target = request.target.decode("ascii", "replace")
     path, _, query = target.partition("?")
     return {
@@ -126,6 +134,7 @@ def _scope(request: h11.Request, stream: trio.SocketStream) -> Message:
         "client": _address(stream.socket.getpeername()),
         "server": _address(stream.socket.getsockname()),
         "state": {},
+        PEER_UID: peer_uid,
     }
 
 

@@ -3,13 +3,19 @@
 Either way the face is a CSP/1 client, so every tool call is a task the daemon admits,
 validates, guards, caches, rate-limits, audits and logs to memory as any other. A running
 daemon may restart under the face: ``DaemonLink`` then reconnects in the background, with
-a bounded backoff, and a call made while it is down waits a bounded time for it.
+a bounded backoff, and a call made while it is down waits a bounded time for it. Every
+connection, the first and each reconnect, is checked to be served by our own uid
+(``check_own_daemon``): whoever binds the socket path while the daemon is down would
+otherwise receive every tool call the face makes.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
+import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -26,12 +32,29 @@ log = logging.getLogger(__name__)
 
 # As ``open_client``'s: a daemon's reply may carry a whole page.
 _LIMITS = Limits(max_line_bytes=64 << 20, max_frame_bytes=64 << 20, max_fields=100_000)
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (unix(7))
 
 
 class DaemonCaller(Protocol):
     """What the face calls the daemon through: ``Client`` (in process) or ``DaemonLink``."""
 
     async def call(self, task: Task, *, timeout_s: float = 60.0) -> Reply: ...
+
+
+class ForeignDaemon(OSError):
+    """The socket is served by a process of another uid than the one expected (ours)."""
+
+
+def check_own_daemon(
+    sock: socket.socket | trio.socket.SocketType, path: str, expected_uid: int
+) -> None:
+    """Raise ForeignDaemon unless the process at the other end of the Unix socket ``sock``
+    (connected to ``path``) runs as ``expected_uid``, by the kernel's word (SO_PEERCRED);
+    OSError when the kernel cannot say."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    uid = _PEERCRED.unpack(creds)[1]
+    if uid != expected_uid:
+        raise ForeignDaemon(f"{path} is served by uid {uid}, not uid {expected_uid}")
 
 
 class DaemonDown(Exception):
@@ -57,12 +80,14 @@ class DaemonLink:
     ``keep`` (run by ``open_daemon_link`` on its first connection) holds one connection at a
     time and, when it ends, connects again with backoff until the link closes. Each
     connection gets fresh automatic IDs. A call that finds no connection waits up to
-    ``Reconnect.call_wait_s`` for one.
+    ``Reconnect.call_wait_s`` for one. A connection not served by ``expected_uid`` (else
+    ours) is closed and counts as no daemon.
     """
 
-    def __init__(self, path: str, policy: Reconnect) -> None:
+    def __init__(self, path: str, policy: Reconnect, *, expected_uid: int | None = None) -> None:
         self.path = path
         self.policy = policy
+        self.expected_uid = os.getuid() if expected_uid is None else expected_uid
         self.connects = 0  # connections made, the first included
         self._client: Client | None = None
         self._up = trio.Event()
@@ -124,10 +149,18 @@ class DaemonLink:
             log.info("reconnected to the daemon at %s", self.path)
 
     async def connect(self) -> trio.SocketStream:
-        """A new connection to the daemon; raises OSError, or trio.TooSlowError after
-        ``connect_timeout_s``."""
+        """A new connection to the daemon, served by ``expected_uid``; raises ForeignDaemon
+        (logged; the connection closed) when another uid serves it, OSError, or
+        trio.TooSlowError after ``connect_timeout_s``."""
         with trio.fail_after(self.policy.connect_timeout_s):
-            return await trio.open_unix_socket(self.path)
+            stream = await trio.open_unix_socket(self.path)
+        try:
+            check_own_daemon(stream.socket, self.path, self.expected_uid)
+        except OSError as exc:
+            stream.socket.close()  # nothing was sent: no graceful close owed
+            log.warning("not using the daemon socket: %s", exc)
+            raise
+        return stream
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         async with stream:
@@ -145,10 +178,13 @@ class DaemonLink:
 
 
 @asynccontextmanager
-async def open_daemon_link(path: str, policy: Reconnect | None = None) -> AsyncIterator[DaemonLink]:
-    """A ``DaemonLink`` to ``path``, connected; it stops reconnecting when the block ends.
-    Raises OSError or trio.TooSlowError when the socket does not answer at first."""
-    link = DaemonLink(path, policy or Reconnect())
+async def open_daemon_link(
+    path: str, policy: Reconnect | None = None, *, expected_uid: int | None = None
+) -> AsyncIterator[DaemonLink]:
+    """A ``DaemonLink`` to ``path`` (served by ``expected_uid``, else ours), connected; it
+    stops reconnecting when the block ends. Raises OSError (ForeignDaemon for another uid's
+    socket) or trio.TooSlowError when the socket does not answer at first."""
+    link = DaemonLink(path, policy or Reconnect(), expected_uid=expected_uid)
     stream = await link.connect()
     async with running_beside(functools.partial(link.keep, stream)):
         yield link

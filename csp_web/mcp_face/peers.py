@@ -48,20 +48,21 @@ def uid_gate(
     read_tables: TableReader | None = None,
 ) -> Admit:
     """An ``Admit`` that serves only peers whose uid is in ``allowed()`` (read per connection,
-    so a reloaded allow-list applies to the next one). ``read_tables`` (default: the kernel's,
-    ``read_uid``) runs in a worker thread, at most ``LOOKUP_THREADS`` at once; a peer whose
-    uid is not known within ``timeout_s`` is refused."""
+    so a reloaded allow-list applies to the next one), giving the uid it admits.
+    ``read_tables`` (default: the kernel's, ``read_uid``) runs in a worker thread, at most
+    ``LOOKUP_THREADS`` at once; a peer whose uid is not known within ``timeout_s`` is
+    refused."""
     reader = read_tables or read_uid
     limiter = trio.CapacityLimiter(LOOKUP_THREADS)
 
-    async def admit(stream: trio.SocketStream) -> str | None:
+    async def admit(stream: trio.SocketStream) -> str | int:
         with trio.move_on_after(timeout_s):
             uid = await peer_uid(stream.socket, reader, limiter)
             if uid is None:
                 return "the peer's uid cannot be known"
             if uid not in allowed():
                 return f"uid {uid} is not allowed (socket.allowed_uids)"
-            return None
+            return uid
         return f"the peer's uid was not known within {timeout_s:g}s"
 
     return admit

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import secrets
 from typing import Any
 
@@ -38,8 +39,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from csp_web import __version__
 from csp_web.client.trio_client import ClientClosed
+from csp_web.mcp_face.asgi import PEER_UID
 from csp_web.mcp_face.daemon_link import DaemonCaller, DaemonDown
 from csp_web.mcp_face.images import images_of
+from csp_web.mcp_face.owners import foreign_refusal
 from csp_web.mcp_face.progress import Report, reporting_progress
 from csp_web.mcp_face.refresh import ToolSet
 from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
@@ -114,7 +117,9 @@ def build_server(
         if tool is None:  # a protocol error, as MCP's tools/call says (not a tool result)
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         async with reporting_progress(_progress_of(ctx)):
-            outcome = await call(client, tool, params.arguments, reply_timeout_s)
+            outcome = await call(
+                client, tool, params.arguments, reply_timeout_s, peer_uid=_peer_uid(ctx)
+            )
         return await _as_result(outcome, tool)
 
     return Server(
@@ -129,14 +134,23 @@ def build_server(
 
 
 async def call(
-    client: DaemonCaller, tool: ToolSpec, arguments: dict[str, Any] | None, timeout_s: float
+    client: DaemonCaller,
+    tool: ToolSpec,
+    arguments: dict[str, Any] | None,
+    timeout_s: float,
+    *,
+    peer_uid: int | None,
 ) -> ToolOutcome:
-    """Run one tool call as a task; the outcome, never an exception, for anything the daemon
-    or the arguments get wrong."""
+    """Run one tool call of ``peer_uid`` (None: not known) as a task; the outcome, never an
+    exception, for anything the daemon or the arguments get wrong, and ``permission_denied``
+    for state the daemon keeps per uid when ``peer_uid`` is not ours (``owners``)."""
     try:
         task = task_for(tool, arguments)
     except ArgumentError as exc:
         return refused(exc.code, exc.detail)
+    if (why := foreign_refusal(task, peer_uid, os.getuid())) is not None:
+        log.warning("%s refused: %s", tool.name, why)
+        return refused(ErrorCode.PERMISSION_DENIED, why)
     task_id = next(_call_ids)
     task = Task(task.req, task.domain, task.out, task.inline, (("ID", task_id), *task.fields))
     answered = False
@@ -169,6 +183,16 @@ async def cancel_in_daemon(client: DaemonCaller, task_id: str) -> None:
             log.info("task %s not cancelled in the daemon: %s", task_id, exc)
             return
         log.info("task %s cancelled in the daemon: %s", task_id, reply.get("ERROR") or "ok")
+
+
+def _peer_uid(ctx: ServerRequestContext[Any]) -> int | None:
+    """Who made this call: over HTTP, the uid the face's gate admitted (``asgi.PEER_UID``;
+    None when unknown); over stdio or in process (no HTTP request), the face's own user."""
+    if ctx.request is None:
+        return os.getuid()
+    scope = getattr(ctx.request, "scope", None)
+    uid = scope.get(PEER_UID) if isinstance(scope, dict) else None
+    return uid if isinstance(uid, int) else None
 
 
 def _progress_of(ctx: ServerRequestContext[Any]) -> Report:

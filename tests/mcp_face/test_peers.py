@@ -210,7 +210,7 @@ async def test_a_peer_listed_with_an_allowed_uid_by_an_injected_table_reader_is_
     client, server = await _accepted_pair("127.0.0.1")
     async with client, server:
         with trio.fail_after(WAIT_S):
-            assert await admit(server) is None
+            assert await admit(server) == ME + 7
 
 
 async def test_a_peer_listed_with_another_uid_by_an_injected_table_reader_is_refused(
@@ -358,7 +358,7 @@ async def test_the_face_keeps_serving_after_a_peer_reset_its_connection_before_t
     gate = uid_gate(lambda: frozenset({ME}))
     reset = trio.Event()
 
-    async def admit_once_reset(stream: trio.SocketStream) -> str | None:
+    async def admit_once_reset(stream: trio.SocketStream) -> str | int:
         await reset.wait()  # the gate runs after the client is gone, deterministically
         return await gate(stream)
 

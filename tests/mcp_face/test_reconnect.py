@@ -27,7 +27,13 @@ from mcp.types import CallToolResult
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config
 from csp_web.core.transports.unix import open_unix_listener
-from csp_web.mcp_face.daemon_link import DaemonDown, DaemonLink, Reconnect, open_daemon_link
+from csp_web.mcp_face.daemon_link import (
+    DaemonDown,
+    DaemonLink,
+    ForeignDaemon,
+    Reconnect,
+    open_daemon_link,
+)
 from csp_web.mcp_face.server import call
 from csp_web.mcp_face.tools import ToolSpec
 from protocol import ErrorCode, Status, Task
@@ -119,7 +125,7 @@ async def test_a_call_when_no_daemon_comes_back_is_daemon_unavailable_after_its_
         async with open_daemon_link(path, policy) as link:
             await stop()
             await _wait_down(link)
-            outcome = await call(link, tool, {}, timeout_s=WAIT_S)
+            outcome = await call(link, tool, {}, timeout_s=WAIT_S, peer_uid=os.getuid())
     assert outcome.is_error
     assert outcome.structured["ERROR"].startswith(f"{ErrorCode.DAEMON_UNAVAILABLE}:no daemon")
     assert path in outcome.structured["ERROR"]
@@ -150,6 +156,47 @@ async def test_a_reply_lost_with_the_connection_is_daemon_unavailable(
         async with open_daemon_link(path, FAST) as link:
             with pytest.raises(DaemonDown, match="closed the connection before the reply"):
                 await link.call(PING)
+    await listener.aclose()
+
+
+async def test_a_first_connection_not_served_by_the_expected_uid_is_refused_and_closed(
+    sock_dir: str,
+) -> None:
+    """Our own listener stands for another uid's: the link expects a uid that is not ours."""
+    path = os.path.join(sock_dir, "csp.sock")
+    other = os.getuid() + 7
+    listener = await open_unix_listener(path, backlog=1)
+    with trio.fail_after(WAIT_S):
+        with pytest.raises(ForeignDaemon, match=f"served by uid {os.getuid()}, not uid {other}"):
+            async with open_daemon_link(path, FAST, expected_uid=other):
+                pass
+        refused = await listener.accept()
+        assert await refused.receive_some(65536) == b""  # closed by the link, nothing sent
+    await refused.aclose()
+    await listener.aclose()
+
+
+async def test_a_reconnection_not_served_by_the_expected_uid_is_refused_and_closed(
+    sock_dir: str,
+) -> None:
+    """Whoever binds the path while the daemon is down gets no call: the link's second
+    connection (after the expected uid is no longer the listener's) is closed unused, and a
+    call is daemon_unavailable naming why."""
+    path = os.path.join(sock_dir, "csp.sock")
+    other = os.getuid() + 7
+    listener = await open_unix_listener(path, backlog=None)
+    policy = Reconnect(backoff_initial_s=0.01, backoff_max_s=0.05, call_wait_s=0.2)
+    with trio.fail_after(WAIT_S):
+        async with open_daemon_link(path, policy) as link:
+            first = await listener.accept()
+            link.expected_uid = other  # the path's next server is "another uid"
+            await first.aclose()  # the daemon goes
+            second = await listener.accept()
+            assert await second.receive_some(65536) == b""  # closed by the link, unused
+            with pytest.raises(DaemonDown, match=f"served by uid {os.getuid()}, not uid {other}"):
+                await link.call(PING)
+            assert (link.connected, link.connects) == (False, 1)
+    await second.aclose()
     await listener.aclose()
 
 
