@@ -10,10 +10,12 @@ from dataclasses import replace
 import pytest
 
 from csp_web.config import Config
+from csp_web.config.cache import CacheConfig
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Port, Seams
 from csp_web.infra.cache import open_cache
 from protocol import ErrorCode
+from specialists.browser.config import BrowserConfig
 from specialists.web import make_web
 from specialists.web.config import web_section
 from specialists.web.pages.filekeys import hold
@@ -91,18 +93,23 @@ def test_a_port_has_one_provider_at_a_time() -> None:
     assert port.get() is None
 
 
-async def test_a_file_past_an_eighth_of_the_cache_is_refused_at_n_plus_one(
+async def test_a_file_past_a_third_of_the_cache_is_refused_at_n_plus_one(
     web: WebServices,
 ) -> None:
     web.config = replace(web.config, cache=replace(web.config.cache, size_limit_bytes=64 * 1024))
     store = CacheFileStore(web)
     n = max_file_bytes(64 * 1024)
-    assert n == (8192 - 1024) // 4 * 3
+    assert n == (64 * 1024 // 3 - 1024) // 4 * 3
     key = await store.put(b"n" * n, url=URL, name="n.bin", content_type="x/y")  # N
     assert (await store.get(key)).body == b"n" * n
     with pytest.raises(OpError) as over:
         await store.put(b"n" * (n + 1), url=URL, name="n1.bin", content_type="x/y")  # N + 1
     assert (over.value.code, over.value.detail) == (ErrorCode.TOO_LARGE, f"over:{n}")
+
+
+def test_the_default_cache_keeps_a_download_of_the_browsers_default_cap() -> None:
+    """config.yaml's defaults (a test keeps them equal to the dataclasses')."""
+    assert max_file_bytes(CacheConfig().size_limit_bytes) >= BrowserConfig().max_download_bytes
 
 
 async def test_a_file_the_full_disk_did_not_keep_is_storage_full_not_a_key(

@@ -11,8 +11,9 @@ file's snapshot, nor the reverse. The bytes are kept as base64 in the cache's JS
 never pickles); a snapshot whose bytes no longer hash to its key reads as unknown.
 
 A put either keeps the file or raises: ``too_large`` (``over:<n>``) for a file whose stored
-form passes an eighth of ``cache.size_limit_bytes`` (a larger one would evict most of what
-the cache holds, pages and other files alike), ``storage_full`` when the cache's write
+form passes a third of ``cache.size_limit_bytes`` (a larger one would evict most of what
+the cache holds, pages and other files alike; a third keeps a 50 MiB download, the
+browser's default cap, in the default 256 MiB cache), ``storage_full`` when the cache's write
 found its disk full (the cache itself skips such a write silently: for a page that is only
 a lost optimisation, for a file it is the only copy).
 """
@@ -72,9 +73,9 @@ class CacheFileStore:
 
 
 def max_file_bytes(size_limit_bytes: int) -> int:
-    """The largest file kept: one whose base64 (4 characters per 3 bytes) fits in an
-    eighth of the cache, less 1 KiB for the rest of its row."""
-    return max(0, (size_limit_bytes // 8 - 1024) // 4 * 3)
+    """The largest file kept: one whose base64 (4 characters per 3 bytes) fits in a
+    third of the cache, less 1 KiB for the rest of its row."""
+    return max(0, (size_limit_bytes // 3 - 1024) // 4 * 3)
 
 
 def file_key(url: str, body: bytes) -> str:
