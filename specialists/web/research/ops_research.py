@@ -49,6 +49,7 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from ..docs.board import owner
+from ..pages.quotes import support_fields
 from ..search import domain
 from ..services import WebServices
 from .jobs import Job
@@ -76,6 +77,7 @@ async def research(params: Params, ctx: OpContext, services: ResearchServices) -
         question,
         sources=sources,
         bullets=bullets,
+        strict=params.text("VERIFY") == "strict",
     )
     return Result("status:running", (), (("JOB_ID", job.job_id),))
 
@@ -109,13 +111,16 @@ def _answer(job: Job, steps: list[Field]) -> Result:
     fields.append(("METHOD", job.method))
     if job.model_error is not None:
         fields.append(("MODEL_ERROR", job.model_error))
-    for text, numbers in job.answer:
-        fields.append(("BULLET", f"{text} {''.join(f'[{n}]' for n in numbers)}"))
+    for finding in job.answer:
+        numbers = "".join(f"[{n}]" for n in finding.sources)
+        fields.append(("BULLET", f"{finding.text} {numbers}"))
+    fields += support_fields(job.supports, job.dropped)
     fields += [cite(url, title) for url, title in job.citations]
     scope = tuple(dict.fromkeys(domain(url) for url, _ in job.citations))
     data = f"status:done,bullets:{len(job.answer)},sources:{len(job.citations)}"
     if not job.answer:  # sources read, yet no sentence to answer with: never an empty OK
-        error = (ErrorCode.EMPTY_CONTENT, "no_sentences")
+        why = "no_verified_bullets" if job.dropped else "no_sentences"
+        error = (ErrorCode.EMPTY_CONTENT, why)
         return Result(data, scope, (*fields, *steps), Status.PARTIAL, error)
     return Result(data, scope, (*fields, *steps))
 
@@ -145,6 +150,20 @@ RESULT_REPLIES = (
     ReplyField("MODEL_ERROR", "done, when the model failed", "why; the bullets are extractive"),
     ReplyField(
         "BULLET", "done: one per bullet", "a finding and its source numbers [n]", repeat=True
+    ),
+    ReplyField(
+        "QUOTE",
+        "done: one per verified bullet",
+        '<n> <fileKey> @<start>-<end> sha256:<hex> "<span>": bullet n\'s words in that '
+        "source's stored text (code points, end exclusive; the hash is of that span)",
+        repeat=True,
+    ),
+    ReplyField(
+        "UNVERIFIED", "done: one per bullet whose quote was not found", "its number", "int", True
+    ),
+    ReplyField("VERIFIED", "done", "how many bullets carry a QUOTE", kind="int"),
+    ReplyField(
+        "UNVERIFIED_COUNT", "done", "bullets whose quote was not found (or left out)", kind="int"
     ),
     ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order", repeat=True),
     ReplyField(
@@ -205,6 +224,14 @@ OPS: list[Op[WebServices]] = [
                 "int",
                 minimum=1,
                 doc="default research.default_bullets (5), at most research.max_bullets (10)",
+            ),
+            FieldSpec(
+                "VERIFY",
+                "choice",
+                default="mark",
+                choices=("mark", "strict"),
+                doc="mark: a bullet whose quote is in no source it cites is UNVERIFIED; strict: "
+                "left out",
             ),
         ),
         inline="QUESTION",
