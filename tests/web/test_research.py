@@ -425,7 +425,9 @@ def test_model_answers_keep_only_bullets_citing_given_sources() -> None:
 
 def test_heuristic_answer_is_deterministic_and_takes_turns_between_sources() -> None:
     sources = [
-        Source("https://a/", "A", "Storm surges flood low coasts often. Cats like warm spots.", "a"),
+        Source(
+            "https://a/", "A", "Storm surges flood low coasts often. Cats like warm spots.", "a"
+        ),
         Source("https://b/", "B", "Surges are worst at spring tide every year.", "b"),
     ]
     first = heuristic_answer("storm surges", sources, 3)
