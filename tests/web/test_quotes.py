@@ -68,7 +68,8 @@ def test_a_quote_retyped_with_curly_quotes_dashes_and_spaces_is_found_in_the_sto
 
 def test_a_quote_across_a_link_or_emphasis_spans_the_markup_in_the_stored_text() -> None:
     span = locate(fold(MARKDOWN), "said the harbour master")
-    assert span is not None and span.text == "said **the** [harbour master"
+    assert span is not None
+    assert span.text == "said **the** [harbour master"
     assert locate(fold(MARKDOWN), "one item of a list") is not None  # list marker dropped
 
 
@@ -87,7 +88,8 @@ def test_with_an_offset_the_nearest_of_several_matches_is_taken() -> None:
 def test_cjk_text_is_matched_as_it_stands() -> None:
     stored = "潮の満ち引きは月の引力で起こる。\n大潮は新月と満月の頃に来る。"
     span = locate(fold(stored), "大潮は新月と満月の頃に来る。")
-    assert span is not None and (span.start, span.end) == (17, 31)
+    assert span is not None
+    assert (span.start, span.end) == (17, 31)
 
 
 def test_a_span_with_control_characters_is_one_escaped_json_string_on_the_wire() -> None:
@@ -142,7 +144,8 @@ async def test_a_page_summary_quotes_the_stored_text_of_its_held_filekey(
     url = serve(origin, "/surges", page)
     reply = await summarize(make_dispatcher(OPS), None, ("URL", url), ("MAX_BULLETS", "2"))
     keys = {source for _, source, *_ in quotes(reply)}
-    assert len(keys) == 1 and reply.get("VERIFIED") == "2"
+    assert len(keys) == 1
+    assert reply.get("VERIFIED") == "2"
     stored = content_of(await held(web, keys.pop()))
     assert_spans_of(stored, reply)
     assert quotes(reply)[0][5].startswith("The [storm surge](https://origin.test")  # the link
@@ -158,7 +161,8 @@ async def test_a_shift_jis_page_is_quoted_in_its_decoded_stored_text(
     ).encode("shift_jis")
     url = serve(origin, "/shio", body, "text/html; charset=shift_jis")
     reply = await summarize(make_dispatcher(OPS), None, ("URL", url), ("MAX_BULLETS", "2"))
-    assert reply.get("UNVERIFIED_COUNT") == "0" and quotes(reply)
+    assert reply.get("UNVERIFIED_COUNT") == "0"
+    assert quotes(reply)
     stored = content_of(await held(web, quotes(reply)[0][1]))
     assert_spans_of(stored, reply)
 

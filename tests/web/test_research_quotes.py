@@ -43,7 +43,7 @@ async def test_every_heuristic_bullet_quotes_the_held_snapshot_of_its_source(
     assert (reply.get("VERIFIED"), reply.get("UNVERIFIED_COUNT")) == ("3", "0")
     for key in {source for _, source, *_ in found}:
         stored = content_of(await held(web, key))
-        for n, source, start, end, _, span in found:
+        for _n, source, start, end, _, span in found:
             if source == key:
                 assert stored[start:end] == span
     assert found[0][5] == "When a storm surge meets a spring tide, low coasts can flood badly."
@@ -65,7 +65,8 @@ async def test_a_model_bullet_is_found_in_the_source_it_cites_and_an_invented_on
     assert reply.get("METHOD") == "llm"
     assert reply.get_all("BULLET") == ["Surges come from wind. [2][1]", "The moon is cheese. [1]"]
     (found,) = quotes(reply)
-    assert found[0] == 1 and found[5] == "strong onshore winds"  # in source 1, not 2
+    assert found[0] == 1
+    assert found[5] == "strong onshore winds"
     stored = content_of(await held(web, found[1]))
     assert_spans_of(stored, reply)
     assert reply.get_all("UNVERIFIED") == ["2"]

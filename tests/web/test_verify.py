@@ -88,7 +88,8 @@ async def test_a_url_alone_is_fetched_and_its_snapshot_held_for_later_checks(
     url = serve(origin, "/tides", ARTICLE)
     reply = await verify(docs, ("URL", url), ("QUOTE", FIRST))
     key = reply.get("FILE_KEY")
-    assert key is not None and reply.get("FOUND") == "1"
+    assert key is not None
+    assert reply.get("FOUND") == "1"
     again = await verify(docs, ("FILE_KEY", key), ("QUOTE", FIRST))
     assert again.get_all("QUOTE") == reply.get_all("QUOTE")
 
@@ -103,7 +104,8 @@ async def test_a_quote_only_in_the_newer_page_is_moved_with_the_newer_filekey(
     await web.cache.invalidate(CACHE_NAMESPACE)  # the fetch cache's day has passed
     reply = await verify(docs, ("FILE_KEY", old), ("URL", url), ("QUOTE", FIRST), ("QUOTE", added))
     new = reply.get_all("QUOTE")[1].split()[-1]
-    assert new != old and new.startswith("fk_")
+    assert new != old
+    assert new.startswith("fk_")
     assert reply.get("FILE_KEY") == old
     assert reply.get_all("QUOTE")[0].startswith("1 found @")
     assert reply.get_all("QUOTE")[1].startswith("2 moved @")
@@ -170,7 +172,9 @@ async def test_a_hostile_quote_with_controls_and_newlines_is_not_found_and_never
     reply = await verify(docs, ("FILE_KEY", key), ("QUOTE", hostile))
     assert reply.get_all("QUOTE") == ["1 not_found"]
     wire = serialize(reply)
-    assert b"\x00" not in wire and b"\x1b" not in wire and b"STATUS OK\n" not in wire[10:]
+    assert b"\x00" not in wire
+    assert b"\x1b" not in wire
+    assert b"STATUS OK\n" not in wire[10:]
 
 
 async def test_bad_requests_are_refused_with_the_field_named(
