@@ -10,8 +10,18 @@ DATA bullets:3
 BULLET "The first point."
 BULLET "The second point."
 BULLET "The third point."
+QUOTE 1 fk_k2n3r5t7v2x4z6b3 @21-37 sha256:9f2c… "The first point."
+QUOTE 2 fk_k2n3r5t7v2x4z6b3 @39-56 sha256:04ab… "The second point."
+UNVERIFIED 3
+VERIFIED 2
+UNVERIFIED_COUNT 1
 METHOD extractive
 CITE https://example.com/article "Article Title"
+
+Each bullet's support is located in the stored text before the reply (``quotes.py``): for a
+URL or FILE_KEY the fileKey's snapshot (a URL's is held, so it can be checked later), for
+TEXT the text itself, named ``text``. A bullet whose quote is not found is ``UNVERIFIED``;
+``VERIFY strict`` leaves it out (and fails ``no_verified_bullets`` when none is left).
 """
 
 from __future__ import annotations
@@ -151,6 +161,12 @@ SUMMARIZE_EXAMPLE = Example(
         'and twenty-five minutes apart."\n'
         'BULLET "Spring tides follow the new and the full moon; neap tides fall '
         'between them."\n'
+        "QUOTE 1 fk_xxxxxxxxxxxxxxxx @26-119 sha256:bc3c2d522b6bb6b528ff517e563cdf5cf01c4e07a9"
+        '89dd1caed45434cab0245c "The North Sea has two high tides every day, about t…\n'
+        "QUOTE 2 fk_xxxxxxxxxxxxxxxx @120-196 sha256:103d31b80e547229b25200a1c2254face35676ea7e"
+        '866fb2556f679c00370b62 "Spring tides follow the new and the full moon; nea…\n'
+        "VERIFIED 2\n"
+        "UNVERIFIED_COUNT 0\n"
         "METHOD extractive\n"
         'CITE https://origin.test/tides "Tides of the North Sea"\n'
     ),

@@ -188,11 +188,29 @@ VERIFY_EXAMPLE = Example(
         "TASK REQ:verify IN:WEB OUT:VERIFY\n"
         "ID 1\n"
         "URL https://origin.test/tides\n"
-        "QUOTE @28-71 The North Sea has two high tides every day\n"
-        "QUOTE “neap tides  fall between them”\n"
+        "QUOTE @26-68 The North Sea has two high tides every day\n"
+        "QUOTE twelve  hours and twenty–five minutes\n"
+        "QUOTE @0-45 Spring tides follow the new and the full moon\n"
         "QUOTE The North Sea has three high tides\n"
     ),
-    "",
+    (
+        "STATUS OK\n"
+        "ID 1\n"
+        "SCOPE [origin.test]\n"
+        "DATA quotes:4\n"
+        "FILE_KEY fk_xxxxxxxxxxxxxxxx\n"
+        "QUOTE 1 found @26-68 sha256:cb2e6db38e6ff5f2f8fcab250aa0fd9111a8d91acf7effbe369c76732fe3"
+        "57b3\n"
+        "QUOTE 2 found @76-112 sha256:f8782464080a8a7c692f3da2a960b332c48aa9ccf8ef330a3309ebbd52c7"
+        "e22a\n"
+        "QUOTE 3 moved @120-165 sha256:84e71800021959cfb018656daf2b1defd2ca679413fa0d947ed2e0070a"
+        "344b5e fk_xxxxxxxxxxxxxxxx\n"
+        "FOUND 2\n"
+        "MOVED 1\n"
+        "NOT_FOUND 1\n"
+        'CITE https://origin.test/tides "Tides of the North Sea"\n'
+        "… 1 more QUOTE\n"
+    ),
 )
 
 
