@@ -16,7 +16,14 @@ from csp_web.config import Config
 from protocol import Reply, serialize
 from specialists.web.pages.filekeys import content_of, held
 from specialists.web.pages.ops_summarize import OPS
-from specialists.web.pages.quotes import fold, folded_quote, locate, quoted
+from specialists.web.pages.quotes import (
+    SHOWN_SPAN_CHARS,
+    fold,
+    folded_quote,
+    locate,
+    locate_all,
+    quoted,
+)
 from specialists.web.services import WebServices
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
@@ -221,3 +228,14 @@ async def test_summarize_refuses_a_verify_mode_it_does_not_know(
 ) -> None:
     reply = await summarize(make_dispatcher(OPS), TEXT, ("VERIFY", "lenient"))
     assert reply.get("ERROR") == "invalid_field:VERIFY must be mark|strict"
+
+
+def test_a_match_padded_past_the_shown_span_cap_is_passed_over() -> None:
+    """A hostile page may pad a quote's words with megabytes of spaces or a link target: such
+    a match is never shown (a later, tight one still is)."""
+    padded = "storm" + " " * SHOWN_SPAN_CHARS + "surge. The storm surge came."
+    span = locate(fold(padded), "storm surge", max_span_chars=SHOWN_SPAN_CHARS)
+    assert span is not None
+    assert span.text == "storm surge"
+    assert locate_all("storm" + " " * SHOWN_SPAN_CHARS + "surge", ["storm surge"]) == [None]
+    assert locate_all("storm" + " " * (SHOWN_SPAN_CHARS - 10) + "surge", ["storm surge"])[0]

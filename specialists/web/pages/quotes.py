@@ -59,6 +59,9 @@ _FOLDS = (
 )
 _RAW_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029]")  # raw in JSON, not on a CSP/1 line (F-5)
 MAX_OCCURRENCES = 1000  # how many matches of one quote are weighed against a given offset
+# The longest span a QUOTE line shows: a quote is at most 600 characters (a model's, cut), and
+# the markup between its words (link targets, emphasis) may add as much again and more.
+SHOWN_SPAN_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -141,15 +144,21 @@ def span_of(stored: str, start: int, end: int) -> Span:
     return Span(start, end, hashlib.sha256(text.encode("utf-8")).hexdigest(), text)
 
 
-def locate(folded: Folded, quote: str, *, near: int | None = None) -> Span | None:
+def locate(
+    folded: Folded, quote: str, *, near: int | None = None, max_span_chars: int | None = None
+) -> Span | None:
     """Where ``quote`` stands in ``folded``'s original: the first match, or with ``near``
     the match starting closest to that offset (the one starting there when there is one);
-    None when it stands nowhere or folds to nothing."""
+    None when it stands nowhere or folds to nothing. A match whose span in the original
+    passes ``max_span_chars`` (a page may pad a few words with megabytes of markup or
+    spaces) is passed over."""
     needle = folded_quote(quote)
     if not needle:
         return None
     best: tuple[int, int] | None = None
     for start, end in _matches(folded, needle):
+        if max_span_chars is not None and end - start > max_span_chars:
+            continue
         if near is None:
             return span_of(folded.original, start, end)
         if best is None or abs(start - near) < abs(best[0] - near):
@@ -167,10 +176,10 @@ def _matches(folded: Folded, needle: str) -> Iterator[tuple[int, int]]:
 
 
 def locate_all(stored: str, quotes: Sequence[str]) -> list[Span | None]:
-    """Each quote's first span in ``stored`` (None where it stands nowhere); ``stored`` is
-    folded once. CPU-bound: callers run it in a worker thread."""
+    """Each quote's first span in ``stored`` of at most SHOWN_SPAN_CHARS (None where there
+    is none); ``stored`` is folded once. CPU-bound: callers run it in a worker thread."""
     folded = fold(stored)
-    return [locate(folded, quote) for quote in quotes]
+    return [locate(folded, quote, max_span_chars=SHOWN_SPAN_CHARS) for quote in quotes]
 
 
 def quoted(text: str) -> str:

@@ -39,7 +39,7 @@ from protocol import ErrorCode
 from ..pages.fetch_fields import empty_error
 from ..pages.filekeys import content_of, file_key, hold
 from ..pages.loaders import load as load_through_loaders
-from ..pages.quotes import Span, fold, locate
+from ..pages.quotes import SHOWN_SPAN_CHARS, Folded, Span, fold, locate
 from ..pages.summarize import clip, own_words, summarize_extractive
 from ..search import SearchQuery
 from .jobs import Finding, Job, Step
@@ -214,17 +214,20 @@ def verified(
     folded = [fold(source.text) for source in sources]
     kept: list[tuple[Finding, tuple[str, Span] | None]] = []
     for finding in answer:
-        support = next(
-            (
-                (sources[n - 1].file_key, span)
-                for n in finding.sources
-                if (span := locate(folded[n - 1], finding.quote)) is not None
-            ),
-            None,
-        )
+        support = _support(finding, sources, folded)
         if support is not None or not strict:
             kept.append((finding, support))
     return tuple(f for f, _ in kept), tuple(s for _, s in kept), len(answer) - len(kept)
+
+
+def _support(
+    finding: Finding, sources: list[Source], folded: list[Folded]
+) -> tuple[str, Span] | None:
+    for number in finding.sources:
+        span = locate(folded[number - 1], finding.quote, max_span_chars=SHOWN_SPAN_CHARS)
+        if span is not None:
+            return sources[number - 1].file_key, span
+    return None
 
 
 def heuristic_answer(question: str, sources: list[Source], bullets: int) -> tuple[Finding, ...]:
