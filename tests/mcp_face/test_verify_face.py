@@ -56,12 +56,14 @@ async def test_verify_and_summarize_quotes_through_the_mcp_face(web_daemon: WebD
             summary = await client.call_tool(
                 "web_summarize", {"url": web_daemon.url(), "max_bullets": 1, "verify": "strict"}
             )
-    assert not checked.is_error and checked.structured_content is not None
+    assert not checked.is_error
+    assert checked.structured_content is not None
     got = checked.structured_content
     assert (got["FOUND"], got["MOVED"], got["NOT_FOUND"]) == (2, 0, 1)
     assert [q.split()[1] for q in got["QUOTE"]] == ["found", "found", "not_found"]
     assert got["FILE_KEY"].startswith("fk_")
-    assert not summary.is_error and summary.structured_content is not None
+    assert not summary.is_error
+    assert summary.structured_content is not None
     bullets = summary.structured_content
     assert (bullets["VERIFIED"], bullets["UNVERIFIED_COUNT"]) == (1, 0)
     assert bullets["QUOTE"][0].startswith(f"1 {got['FILE_KEY']} @")

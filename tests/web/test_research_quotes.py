@@ -5,6 +5,7 @@ local origin, answering in the chat-completions format) wrote it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 
 from csp_web.core.dispatch.dispatcher import Dispatcher
@@ -21,9 +22,9 @@ from tests.web.test_summarize import completion
 __all__ = ["research"]  # the fixture, used by name
 
 
-def with_model(web: WebServices, origin: Origin, *bullets: dict[str, object]) -> None:
+def with_model(web: WebServices, origin: Origin, *bullets: Mapping[str, object]) -> None:
     """Make the origin's api.test the research model, answering ``bullets`` as JSON."""
-    body = completion(json.dumps({"bullets": list(bullets)}))
+    body = completion(json.dumps({"bullets": [dict(bullet) for bullet in bullets]}))
     origin.routes["/v1/chat/completions"] = lambda _seen: OriginReply(
         200, [("content-type", "application/json")], body
     )
