@@ -81,8 +81,10 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
         if not summary.bullets:
             raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_sentences", scope=scope)
         checked = await _checked(summary, text, source, strict=params.text("VERIFY") == "strict")
-        fields = [*checked, ("METHOD", summary.method), *fields]
         bullets = sum(name == "BULLET" for name, _ in checked)
+        if not bullets:  # VERIFY strict left none: never an empty OK
+            raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_verified_bullets", scope=scope)
+        fields = [*checked, ("METHOD", summary.method), *fields]
         return notes.attach(Result(f"bullets:{bullets}", scope, tuple(fields)))
 
 
@@ -94,8 +96,8 @@ async def _held_key(services: PagesServices, page: Page) -> str:
 
 
 async def _checked(summary: Summary, text: str, source: str, *, strict: bool) -> list[Field]:
-    """BULLET lines and their support (``quotes.support_fields``); raises
-    OpError(SUMMARIZE_FAILED, no_verified_bullets) when strict leaves none."""
+    """BULLET lines and their support (``quotes.support_fields``); under ``strict`` only
+    the bullets whose quote was found."""
     locate = functools.partial(locate_all, text, summary.quotes)
     spans = await trio.to_thread.run_sync(locate, abandon_on_cancel=True)
     kept = [
@@ -103,8 +105,6 @@ async def _checked(summary: Summary, text: str, source: str, *, strict: bool) ->
         for bullet, span in zip(summary.bullets, spans, strict=True)
         if span is not None or not strict
     ]
-    if not kept:
-        raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_verified_bullets")
     bullets: list[Field] = [("BULLET", bullet) for bullet, _ in kept]
     return [*bullets, *support_fields([s for _, s in kept], len(spans) - len(kept))]
 
