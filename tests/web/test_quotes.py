@@ -24,6 +24,7 @@ from specialists.web.pages.quotes import (
     locate_all,
     quoted,
 )
+from specialists.web.pages.summarize import parse_llm_bullets
 from specialists.web.services import WebServices
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
@@ -241,3 +242,10 @@ def test_a_match_padded_past_the_shown_span_cap_is_passed_over() -> None:
     at_cap = "storm" + " " * (SHOWN_SPAN_CHARS - 10) + "surge"  # a span of exactly the cap
     assert locate_all(at_cap, ["storm surge"])[0] is not None
     assert locate_all(at_cap.replace(" ", "  ", 1), ["storm surge"]) == [None]
+
+
+def test_a_model_answer_cut_by_max_tokens_keeps_its_whole_bullets() -> None:
+    """A JSON answer stopped mid-object (finish_reason "length") still gives the bullets it
+    finished, each with its quote, rather than none."""
+    cut = '{"bullets": [{"text": "Tides rise.", "quote": "Tides rise"}, {"text": "Surg'
+    assert parse_llm_bullets(completion(cut), 5) == (("Tides rise.", "Tides rise"),)

@@ -81,6 +81,8 @@ _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _LLM_BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_BULLETS_OPENING = re.compile(r'\{\s*"bullets"\s*:\s*\[\s*')
+_DECODER = json.JSONDecoder()
 MODEL_QUOTE_CHARS = 600  # twice a bullet: a longer "quote" is cut, and its start looked for
 
 
@@ -315,15 +317,35 @@ def json_bullets(content: str) -> list[tuple[str, str]] | None:
 
 def json_items(content: str) -> list[dict[str, Any]] | None:
     """The objects of ``{"bullets": [...]}`` in a model's answer (a code fence around it is
-    allowed), or None when ``content`` is not that JSON."""
+    allowed; an answer cut by ``max_tokens`` keeps its whole objects), or None when
+    ``content`` is not that JSON."""
+    text = _FENCE.sub("", content.strip())
     try:
-        data = json.loads(_FENCE.sub("", content.strip()))
+        data = json.loads(text)
     except (ValueError, RecursionError):  # a hostile model may nest past the parser's stack
-        return None
+        return _whole_items(text)
     items = data.get("bullets") if isinstance(data, dict) else None
     if not isinstance(items, list):
         return None
     return [item for item in items if isinstance(item, dict)]
+
+
+def _whole_items(text: str) -> list[dict[str, Any]] | None:
+    """The complete objects of a ``{"bullets": [`` answer cut short, or None."""
+    opening = _BULLETS_OPENING.match(text)
+    if opening is None:
+        return None
+    items: list[dict[str, Any]] = []
+    at = opening.end()
+    while True:
+        try:
+            item, at = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            return items or None
+        if isinstance(item, dict):
+            items.append(item)
+        while at < len(text) and text[at] in ", \t\r\n":
+            at += 1
 
 
 def claimed_quote(item: dict[str, Any], text: str) -> str:
