@@ -11,10 +11,14 @@ bench/fetch.py does; the HTTPS origin runs in its own process, so its work is no
   reading in this process (``reading.read_page``: extraction, outline and head; and the
   extractor alone), per page (goal: round trip - GET - extraction <= 2 ms).
 
+``--reading`` measures only the reading of the dev corpus pages, ``reading.read_page`` (one
+parse for the article and the outline) against each reader alone (a parse each), interleaved,
+in CPU time per page.
+
 ``--no-audit`` turns the ops' audit records off (``audit.enabled``), to tell the fetch's own
 cost from its record's: a fetch's reply waits for its record's commit, a ping's is summarised.
 
-    python bench/fetch_cpu.py [--rounds N] [--no-audit]
+    python bench/fetch_cpu.py [--rounds N] [--no-audit] [--reading]
 """
 
 from __future__ import annotations
@@ -53,8 +57,10 @@ from csp_web.config import AuditConfig  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402
 from protocol import Task  # noqa: E402
-from specialists.extract import extract_article  # noqa: E402
+from specialists.extract import extract_article, outline  # noqa: E402
 from specialists.web import make_web  # noqa: E402
+from specialists.web.pages.appshell import shell_reason  # noqa: E402
+from specialists.web.pages.headmeta import read_head  # noqa: E402
 from specialists.web.pages.reading import read_page  # noqa: E402
 from tests.net._dns import FixedResolver  # noqa: E402
 
@@ -136,6 +142,28 @@ async def uncached(
     )
 
 
+def each_reader_alone(html: str, url: str) -> tuple[object, ...]:
+    article = extract_article(html, url=url)
+    head = read_head(html, base_url=url)
+    return head, article, outline(html), shell_reason(html, article.markdown)
+
+
+def reading(rounds: int = 3) -> None:
+    """CPU per page of ``read_page`` and of each reader alone, interleaved page by page."""
+    spent = {"read_page": 0.0, "alone": 0.0}
+    pages = [body.decode("utf-8", "replace") for body in corpus_pages().values()]
+    for _ in range(rounds):
+        for html in pages:
+            for name, read in (("read_page", read_page), ("alone", each_reader_alone)):
+                started = time.process_time()
+                read(html, "https://origin.test/page")
+                spent[name] += time.process_time() - started
+    one, alone = (spent[name] / (rounds * len(pages)) * 1000 for name in ("read_page", "alone"))
+    print(f"reading, {len(pages)} pages x {rounds}, CPU per page, load {load()}:")
+    print(f"    read_page {one:.2f} ms, each reader alone {alone:.2f} ms, ratio {one / alone:.3f}")
+    print("reproduce: python bench/fetch_cpu.py --reading")
+
+
 def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 1)[0]
 
@@ -181,7 +209,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2000, help="cache hits (and pings) to time")
     parser.add_argument("--no-audit", action="store_true", help="audit.enabled false")
-    trio.run(run, parser.parse_args())
+    parser.add_argument("--reading", action="store_true", help="only read_page vs each reader")
+    args = parser.parse_args()
+    if args.reading:
+        reading()
+    else:
+        trio.run(run, args)
 
 
 if __name__ == "__main__":

@@ -244,8 +244,8 @@ async def _download(
     max_pages: int,
     keep: bool,
 ) -> Page:
-    """The page downloaded now, cached unless not ``keep`` (NO_CACHE neither reads nor
-    writes the fetch cache)."""
+    """The page downloaded now, kept in the fetch cache when ``keep`` (NO_CACHE neither reads
+    nor writes it)."""
     await _take_token(services, deadline=deadline, background=background)
     remaining = deadline - trio.current_time()
     if remaining <= 0:
