@@ -42,9 +42,11 @@ import contextlib
 import errno
 import itertools
 import logging
+import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
@@ -55,7 +57,8 @@ from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
 from .forward_proxy import Proxy, open_trio_tunnel
-from .proxy_peers import PeerCheck
+from .proxy_lanes import ANY_TARGET, LanePolicy
+from .proxy_peers import PeerCheck, peer_credentials
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
 log = logging.getLogger(__name__)
@@ -91,9 +94,11 @@ class Lane:
 
     Thread-safe: the proxy's trio thread records, the action reading it runs on another."""
 
-    def __init__(self, number: int, port: int) -> None:
+    def __init__(self, number: int, port: int, policy: LanePolicy | None = None) -> None:
         self.number = number
         self.port = port
+        self.policy = policy  # a purpose lane's destinations (proxy_lanes.py); None: any
+        self.active = 0  # connections open now (a purpose lane holds at most its cap)
         self.closed = False
         self._lock = threading.Lock()
         self._count = 0
@@ -231,6 +236,61 @@ class GuardProxy:
             with contextlib.suppress(trio.RunFinishedError):  # its listener is closed then
                 token.run_sync_soon(lane.scope.cancel)
 
+    @asynccontextmanager
+    async def open_unix_lane(self, path: str, policy: LanePolicy) -> AsyncIterator[Lane]:
+        """A purpose lane listening on a new Unix socket at ``path`` (mode 0666: the directory
+        it is in decides who reaches it), served in this task until the block ends, when its
+        connections are cut and the socket file removed. Needs no ``serve``. Raises OSError
+        when the socket cannot be made."""
+        lane = Lane(next(self._numbers), 0, policy)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            os.chmod(path, 0o666)
+            sock.listen(_LANE_BACKLOG)
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        self.stats.lanes_opened += 1
+        self.stats.lanes_open += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.serve_listeners, self._serving_purpose(lane), [listener])
+                try:
+                    yield lane
+                finally:
+                    lane.closed = True
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.stats.lanes_open -= 1
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _serving_purpose(self, lane: Lane) -> Callable[[trio.SocketStream], Awaitable[None]]:
+        policy = lane.policy
+        assert policy is not None
+
+        async def serve_one(stream: trio.SocketStream) -> None:
+            if lane.active >= policy.max_connections:
+                self._record(lane, ANY_TARGET, policy.over_cap())
+                await trio.aclose_forcefully(stream)
+                return
+            lane.active += 1
+            try:
+                if policy.uid is not None and peer_credentials(stream.socket)[1] != policy.uid:
+                    self.stats.foreign_peers += 1
+                    await trio.aclose_forcefully(stream)
+                    return
+                await self._serve_one(stream, lane, check_peer=False)
+            finally:
+                lane.active -= 1
+
+        return serve_one
+
     def _start_lane(self, lane: Lane, sock: socket.socket) -> None:
         try:
             if self._nursery is None:
@@ -253,10 +313,16 @@ class GuardProxy:
 
         return serve_one
 
-    async def _serve_one(self, stream: trio.SocketStream, lane: Lane) -> None:
+    async def _serve_one(
+        self, stream: trio.SocketStream, lane: Lane, *, check_peer: bool = True
+    ) -> None:
         try:
             async with stream:
-                if self.peer_check is not None and not await self._peer_allowed(stream):
+                if (
+                    check_peer
+                    and self.peer_check is not None
+                    and not await self._peer_allowed(stream)
+                ):
                     self.stats.foreign_peers += 1
                     return
                 await self._handle(stream, lane)
@@ -284,6 +350,14 @@ class GuardProxy:
             await self._refuse(stream, lane, target.decode("latin-1"), refusal)
             return
         config = self.guard()
+        if lane.policy is not None:
+            text = target.decode("latin-1")
+            judge = lane.policy.judge_connect if method == b"CONNECT" else lane.policy.judge_url
+            named, outside = judge(text)
+            if outside is not None:
+                await self._refuse(stream, lane, named, outside)
+                return
+            config = lane.policy.narrow(config)
         if method == b"CONNECT":
             await self._tunnel(stream, lane, target.decode("latin-1"), rest, config)
         else:
