@@ -99,6 +99,7 @@ class Lane:
         self.port = port
         self.policy = policy  # a purpose lane's destinations (proxy_lanes.py); None: any
         self.active = 0  # connections open now (a purpose lane holds at most its cap)
+        self.over_cap = 0  # connections a purpose lane closed at once, past its cap
         self.closed = False
         self._lock = threading.Lock()
         self._count = 0
@@ -276,7 +277,9 @@ class GuardProxy:
 
         async def serve_one(stream: trio.SocketStream) -> None:
             if lane.active >= policy.max_connections:
-                self._record(lane, ANY_TARGET, policy.over_cap())
+                lane.over_cap += 1
+                if lane.over_cap == 1:  # a flood is one refusal (and one log line), not each
+                    self._record(lane, ANY_TARGET, policy.over_cap())
                 await trio.aclose_forcefully(stream)
                 return
             lane.active += 1

@@ -140,6 +140,7 @@ async def test_a_purpose_lane_holds_its_cap_of_connections_and_refuses_one_more(
             await _wait_active(lane, 3)
             assert lane.refusals_since(0) == []  # N connections: all held
             refused = await _ask(path, b"")  # N+1: closed at once, without a byte
+            assert await _ask(path, b"") == b""  # and N+2: one refusal kept for the flood
             await held.pop().aclose()
             await _wait_active(lane, 2)
             url = http_origin.url("registry.test")
@@ -151,6 +152,7 @@ async def test_a_purpose_lane_holds_its_cap_of_connections_and_refuses_one_more(
         ("*:*", "rate_limited:too-many-connections-3")
     ]
     assert again.startswith(b"HTTP/1.1 200")  # a slot freed is a slot to use
+    assert lane.over_cap == 2
 
 
 async def test_a_purpose_lane_serves_only_its_uid(
