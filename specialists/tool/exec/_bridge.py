@@ -11,9 +11,9 @@ The command may kill or replace it (it runs as the same uid); that costs the com
 network and nothing else, since the lane behind the socket enforces the allow list.
 """
 
+import _socket  # the C modules: socket.py and selectors.py would double the start-up
 import os
-import selectors
-import socket
+import select
 import sys
 
 _CHUNK = 65536
@@ -21,7 +21,9 @@ _CHUNK = 65536
 
 def main(argv: list[str]) -> None:
     port, path, command = int(argv[1]), argv[2], argv[4:]
-    listener = socket.create_server(("127.0.0.1", port), backlog=64)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
     child = os.fork()
     if child == 0:
         if os.fork() == 0:
@@ -43,59 +45,60 @@ def _detach(keep: int) -> None:
     os.closerange(keep + 1, 1 << 16)
 
 
-def _forward(listener: socket.socket, path: str) -> None:
+def _forward(listener: _socket.socket, path: str) -> None:
     """Copy each accepted connection to and from a new connection to ``path``, forever."""
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
-    peers: dict[socket.socket, socket.socket] = {}
+    poll = select.epoll()
+    poll.register(listener.fileno(), select.EPOLLIN)
+    ends: dict[int, _socket.socket] = {}  # by descriptor: each end of every pair
+    peers: dict[int, _socket.socket] = {}  # by descriptor: the other end
     while True:
-        for key, _events in selector.select():
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            if sock is listener:
-                _accept(listener, path, selector, peers)
-            elif sock in peers:
-                _pump(sock, peers, selector)
+        for fd, _events in poll.poll():
+            if fd == listener.fileno():
+                _accept(listener, path, poll, ends, peers)
+            elif fd in ends:
+                _pump(fd, ends, peers, poll)
 
 
 def _accept(
-    listener: socket.socket,
+    listener: _socket.socket,
     path: str,
-    selector: selectors.BaseSelector,
-    peers: dict[socket.socket, socket.socket],
+    poll: select.epoll,
+    ends: dict[int, _socket.socket],
+    peers: dict[int, _socket.socket],
 ) -> None:
-    client, _address = listener.accept()
-    lane = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # socket.py's own accept: _socket.socket._accept() gives the new descriptor.
+    client = _socket.socket(fileno=listener._accept()[0])  # type: ignore[attr-defined]
+    lane = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         lane.connect(path)
     except OSError:
         client.close()
         lane.close()
         return
-    peers[client], peers[lane] = lane, client
-    for sock in (client, lane):
-        selector.register(sock, selectors.EVENT_READ)
+    for one, other in ((client, lane), (lane, client)):
+        ends[one.fileno()], peers[one.fileno()] = one, other
+        poll.register(one.fileno(), select.EPOLLIN)
 
 
 def _pump(
-    sock: socket.socket, peers: dict[socket.socket, socket.socket], selector: selectors.BaseSelector
+    fd: int, ends: dict[int, _socket.socket], peers: dict[int, _socket.socket], poll: select.epoll
 ) -> None:
-    """One read from ``sock`` written whole to its peer; at EOF or an error both close.
+    """One read from ``fd`` written whole to its peer; at EOF or an error both close.
 
     The write blocks: the other end is the guard proxy (which always reads) or an HTTP
     client, which sends its request before it reads the answer. A client that stops
     reading stalls only its own command's network."""
-    other = peers[sock]
+    other = peers[fd]
     try:
-        data = sock.recv(_CHUNK)
+        data = ends[fd].recv(_CHUNK)
         if data:
             other.sendall(data)
             return
     except OSError:
         pass
-    for end in (sock, other):
-        selector.unregister(end)
-        del peers[end]
+    for end in (ends[fd], other):
+        poll.unregister(end.fileno())
+        del ends[end.fileno()], peers[end.fileno()]
         end.close()
 
 
