@@ -60,7 +60,8 @@ def _network(guard: GuardConfig = LOCAL, *, cap: int = 32) -> ExecNetwork:
 
 
 def _script(workspace: str, text: str) -> str:
-    """``text`` written as ``probe.py`` in the workspace, readable by the sandbox user."""
+    """The command running ``text``, written as a script in the workspace that the sandbox
+    user can read."""
     path = os.path.join(workspace, "probe.py")
     with open(path, "w") as f:
         f.write(textwrap.dedent(text))

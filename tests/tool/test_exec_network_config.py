@@ -4,9 +4,12 @@ engine owns or that loads code is a ConfigError naming it."""
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import pytest
+import yaml
 
 from csp_web.app.catalog import config_from_mapping
 from csp_web.config import ConfigError
@@ -127,3 +130,20 @@ def test_a_rule_env_value_must_be_a_string() -> None:
 def test_network_max_connections_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="network_max_connections"):
         config_from_mapping({"tool": {"exec": {"network_max_connections": 0}}})
+
+
+_DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "exec-policy.md")
+
+
+def test_the_documented_network_policy_loads_as_written() -> None:
+    with open(_DOC) as f:
+        (block,) = re.findall(r"```yaml network\n(.*?)```", f.read(), re.DOTALL)
+    exec_config = tool_section(config_from_mapping(yaml.safe_load(block))).exec
+    npm, pip, node = exec_config.allowed_programs
+    assert npm.destinations == (Destination("npm.registry.example", 443),)
+    assert npm.env["npm_config_registry"] == "https://npm.registry.example/"
+    assert pip.destinations == (
+        Destination("pypi.mirror.example", 443),
+        Destination("files.mirror.example", 8443),
+    )
+    assert (node.destinations, exec_config.network_max_connections) == ((), 32)

@@ -11,7 +11,7 @@ The command may kill or replace it (it runs as the same uid); that costs the com
 network and nothing else, since the lane behind the socket enforces the allow list.
 """
 
-import _socket  # the C modules: socket.py and selectors.py would double the start-up
+import _socket  # the C modules: the socket and selectors modules would double the start-up
 import os
 import select
 import sys
@@ -66,7 +66,7 @@ def _accept(
     ends: dict[int, _socket.socket],
     peers: dict[int, _socket.socket],
 ) -> None:
-    # socket.py's own accept: _socket.socket._accept() gives the new descriptor.
+    # The socket module's own accept: _socket.socket._accept() gives the new descriptor.
     client = _socket.socket(fileno=listener._accept()[0])  # type: ignore[attr-defined]
     lane = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
