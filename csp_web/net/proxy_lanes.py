@@ -61,7 +61,7 @@ class LanePolicy:
         shown = f"[{name}]:{port_text}" if ":" in name else f"{name}:{port_text}"
         port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else -1
         if (name, port) not in self.allow:
-            return shown[:300], OpError(ErrorCode.URL_REJECTED, NOT_IN_RULE)
+            return _printable(shown[:300]), OpError(ErrorCode.URL_REJECTED, NOT_IN_RULE)
         return shown, None
 
     def over_cap(self) -> OpError:
@@ -74,3 +74,9 @@ def _canonical(host: str) -> str:
         return ipaddress.ip_address(host).compressed
     except ValueError:
         return host
+
+
+def _printable(text: str) -> str:
+    """``text`` with every character but printable ASCII as ``?``: a refused target is the
+    command's own bytes, and it is shown in replies and logs."""
+    return "".join(c if " " < c < "\x7f" else "?" for c in text)

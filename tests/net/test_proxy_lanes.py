@@ -89,6 +89,7 @@ async def test_a_purpose_lane_refuses_and_records_a_destination_its_rule_omits(
                 path, f"CONNECT registry.test:{port + 1} HTTP/1.1\r\n\r\n".encode()
             )
             suffix = await _ask(path, f"CONNECT x.registry.test:{port} HTTP/1.1\r\n\r\n".encode())
+            await _ask(path, b"CONNECT \x1b]52;c;x\x07\xff:1 HTTP/1.1\r\n\r\n")  # a terminal escape
     for answer in (other, wrong_port, suffix):
         assert answer.startswith(
             b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: url_rejected:not-in-network-rule\r\n"
@@ -97,6 +98,7 @@ async def test_a_purpose_lane_refuses_and_records_a_destination_its_rule_omits(
         (f"other.test:{port}", "url_rejected:not-in-network-rule"),
         (f"registry.test:{port + 1}", "url_rejected:not-in-network-rule"),
         (f"x.registry.test:{port}", "url_rejected:not-in-network-rule"),
+        ("?]52;c;x??:1", "url_rejected:not-in-network-rule"),  # shown, never replayed
     ]
     assert http_origin.connections == 0
     assert dns.calls == []
