@@ -352,20 +352,17 @@ class GuardProxy:
             refusal = OpError(ErrorCode.URL_REJECTED, OUTSIDE_CONTEXT)
             await self._refuse(stream, lane, target.decode("latin-1"), refusal)
             return
-        config = self.guard()
-        if lane.policy is not None:
-            text = target.decode("latin-1")
-            judge = lane.policy.judge_connect if method == b"CONNECT" else lane.policy.judge_url
-            named, outside = judge(text)
-            if outside is not None:
-                await self._refuse(stream, lane, named, outside)
+        config, text = self.guard(), target.decode("latin-1")
+        if lane.policy is not None:  # a purpose lane: its list first, then the whole guard
+            verdict = lane.policy.judge(method == b"CONNECT", text)
+            if verdict.refusal is not None:
+                await self._refuse(stream, lane, verdict.named, verdict.refusal)
                 return
-            config = lane.policy.narrow(config)
+            config, text = lane.policy.narrow(config), verdict.target
         if method == b"CONNECT":
-            await self._tunnel(stream, lane, target.decode("latin-1"), rest, config)
+            await self._tunnel(stream, lane, text, rest, config)
         else:
-            request = (method, target.decode("latin-1"), headers, rest)
-            await self._forward(stream, lane, request, config)
+            await self._forward(stream, lane, (method, text, headers, rest), config)
 
     async def _open_checked(self, url: str, config: GuardConfig) -> tuple[trio.SocketStream, str]:
         """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop.

@@ -25,6 +25,16 @@ ANY_TARGET = "*:*"  # the target a refusal names when none was read (the connect
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """What the list says of one request: the ``host:port`` it names, why it is refused
+    (None: listed), and the target to pass on (a listed one, in its one spelling)."""
+
+    named: str
+    refusal: OpError | None
+    target: str = ""
+
+
+@dataclass(frozen=True)
 class LanePolicy:
     """The destinations (lower-case host, port) a lane may reach, who may connect to it, and
     how many connections it holds at once."""
@@ -39,30 +49,37 @@ class LanePolicy:
         ports = tuple(sorted({port for _host, port in self.allow}))
         return dataclasses.replace(guard, allowed_ports=ports, allow_http=True)
 
-    def judge_connect(self, target: str) -> tuple[str, OpError | None]:
-        """A CONNECT target as ``host:port`` and why it is refused (None: it is listed)."""
-        host, _, port = target.rpartition(":")
-        return self._judge(host.strip("[]"), port)
+    def judge(self, connect: bool, target: str) -> Verdict:
+        """A CONNECT target (``connect``) or an absolute-form URL, judged by the list."""
+        return self._judge_connect(target) if connect else self._judge_url(target)
 
-    def judge_url(self, url: str) -> tuple[str, OpError | None]:
-        """An absolute-form request's ``host:port`` and why it is refused (only ``http://``
-        URLs are forwarded; anything else is named and refused)."""
+    def _judge_connect(self, target: str) -> Verdict:
+        host, _, port = target.rpartition(":")
+        return self._judge(host.strip("[]"), port, "")
+
+    def _judge_url(self, url: str) -> Verdict:
+        """Only ``http://`` URLs are forwarded; anything else is named and refused."""
         try:
             parts = urllib.parse.urlsplit(url)
             host, port = parts.hostname or "", parts.port or 80
         except ValueError:
-            return url[:100], OpError(ErrorCode.URL_REJECTED, "bad-url")
+            return Verdict(_printable(url[:100]), OpError(ErrorCode.URL_REJECTED, "bad-url"))
         if parts.scheme != "http":
-            return f"{host}:{port}", OpError(ErrorCode.URL_REJECTED, "scheme-not-allowed")
-        return self._judge(host, str(port))
+            refusal = OpError(ErrorCode.URL_REJECTED, "scheme-not-allowed")
+            return Verdict(_printable(f"{host}:{port}"[:300]), refusal)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return self._judge(host, str(port), path)
 
-    def _judge(self, host: str, port_text: str) -> tuple[str, OpError | None]:
+    def _judge(self, host: str, port_text: str, path: str) -> Verdict:
         name = _canonical(host.lower().removesuffix("."))
         shown = f"[{name}]:{port_text}" if ":" in name else f"{name}:{port_text}"
         port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else -1
         if (name, port) not in self.allow:
-            return _printable(shown[:300]), OpError(ErrorCode.URL_REJECTED, NOT_IN_RULE)
-        return shown, None
+            return Verdict(_printable(shown[:300]), OpError(ErrorCode.URL_REJECTED, NOT_IN_RULE))
+        # What goes on is rebuilt from the listed name, so the guard can never read another
+        # host out of the original spelling than the one judged here.
+        listed = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+        return Verdict(listed, None, f"http://{listed}{path}" if path else listed)
 
     def over_cap(self) -> OpError:
         return OpError(ErrorCode.RATE_LIMITED, f"{TOO_MANY}-{self.max_connections}")

@@ -193,3 +193,28 @@ async def test_a_purpose_lane_leaves_no_socket_and_no_connection_when_it_closes(
     assert (proxy.stats.lanes_open, lane.closed) == (0, True)
     with pytest.raises(FileNotFoundError), socket.socket(socket.AF_UNIX) as probe:
         probe.connect(path)
+
+
+async def test_a_purpose_lane_goes_only_to_the_host_it_judged_however_the_url_is_spelt(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    port = http_origin.port
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", port))) as lane:
+            hidden_in_userinfo = await _ask(
+                path, f"GET http://registry.test:{port}@other.test/page HTTP/1.1\r\n\r\n".encode()
+            )
+            # The part after the last @ is the host urllib judges: the lane goes there, to
+            # the listed host, whatever the guard's own parser would have made of the rest.
+            behind_userinfo = await _ask(
+                path,
+                f"GET http://other.test\\@registry.test:{port}/page HTTP/1.1\r\n"
+                "Host: x\r\n\r\n".encode(),
+            )
+    assert hidden_in_userinfo.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert [r.target for r in lane.refusals_since(0)] == ["other.test:80"]
+    assert behind_userinfo.startswith(b"HTTP/1.1 200")
+    assert dns.calls == ["registry.test"]

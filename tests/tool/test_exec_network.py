@@ -22,9 +22,10 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig
-from csp_web.net.guard_proxy import GuardProxy
+from csp_web.net.guard_proxy import GuardProxy, Lane
 from protocol import ErrorCode
 from specialists.tool.exec import ExecNetwork, ExecRequest, ExecResult, run_command
+from specialists.tool.exec._network import MAX_REPLY_REFUSALS, Bridge
 from specialists.tool.exec.config import ExecConfig, ProgramRule
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin
@@ -298,3 +299,16 @@ async def test_a_network_rule_needs_a_proxy_and_bubblewrap(workspace: str) -> No
         ErrorCode.NOT_AVAILABLE,
         "network needs bwrap",
     )
+
+
+@pytest.mark.parametrize("distinct", [MAX_REPLY_REFUSALS, MAX_REPLY_REFUSALS + 1])
+def test_a_reply_names_at_most_its_cap_of_distinct_refusals(distinct: int) -> None:
+    lane = Lane(1, 0)
+    refusal = OpError(ErrorCode.URL_REJECTED, "not-in-network-rule")
+    for n in range(distinct):
+        for _ in range(3):  # the same refusal again and again is one line
+            lane.record(f"h{n}.test:443", refusal.code, refusal.detail)
+    bridge = Bridge(lane, "/nonexistent", "/usr/bin/python3")
+    lines = bridge.refused()
+    assert len(lines) == MAX_REPLY_REFUSALS
+    assert lines[0] == "h0.test:443 url_rejected:not-in-network-rule"
