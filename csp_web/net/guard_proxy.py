@@ -32,6 +32,10 @@ and kept on no context's lane; nothing leaves the machine that no op asked for. 
 sockets held by the admitted process tree (for the browser: under the Playwright driver,
 Chromium) may use the proxy (``proxy_peers.py``): a peer found elsewhere (another local
 process) is closed without a byte.
+A **purpose lane** (``open_unix_lane``, for exec: specialists/tool/exec/_network.py) listens
+on a Unix socket instead, for one process tree of one uid (SO_PEERCRED), and passes only the
+``host:port`` destinations it was opened with (proxy_lanes.py), then judges them as above; it
+holds a capped number of connections and lives as long as the block that opened it.
 Owns its listeners; ``serve`` runs until cancelled.
 """
 
@@ -52,13 +56,14 @@ from dataclasses import dataclass
 import trio
 
 from csp_web.core.api.errors import OpError
+from csp_web.core.transports.unix import peer_credentials
 from csp_web.net import GuardConfig, Resolver, SystemResolver, check_url
 from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
 from .forward_proxy import Proxy, open_trio_tunnel
 from .proxy_lanes import ANY_TARGET, LanePolicy
-from .proxy_peers import PeerCheck, peer_credentials
+from .proxy_peers import PeerCheck
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
 log = logging.getLogger(__name__)

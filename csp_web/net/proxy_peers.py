@@ -9,22 +9,9 @@ Another local process is closed without a byte. Linux /proc only.
 from __future__ import annotations
 
 import os
-import socket
-import struct
 from collections.abc import Callable
 
-import trio
-
 PeerCheck = Callable[[tuple[str, int], tuple[str, int]], bool]
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end of a Unix socket, by the kernel's word
-    (SO_PEERCRED): a purpose lane's peer check (``LanePolicy.uid``)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    pid, uid, _gid = _PEERCRED.unpack(raw)
-    return pid, uid
 
 
 def owned_by_tree(root_pid: Callable[[], int | None]) -> PeerCheck:
