@@ -92,19 +92,22 @@ async def open_bridge(
     hidden: Sequence[str],
     search_path: str,
 ) -> AsyncIterator[Bridge]:
-    """A lane to ``destinations`` for one command, in a directory only its uid (``run_as``,
-    else the daemon's) may enter; closed, and the directory removed, on exit.
+    """A lane to ``destinations`` for one command, which only its uid (``run_as``, else the
+    daemon's) may use, in a directory only the daemon may write; closed, and the directory
+    removed, on exit.
 
     Raises NOT_AVAILABLE when no Python the sandbox can see runs the bridge (see
     ``_interpreter``) or the lane's socket cannot be made.
     """
     interpreter = _interpreter(search_path, hidden)
-    directory = tempfile.mkdtemp(prefix="csp-exec-net-")  # 0700
+    directory = tempfile.mkdtemp(prefix="csp-exec-net-")
     try:
+        # The daemon's, and no one else may write there: a host process of the sandbox uid
+        # (nobody) could otherwise put its own socket in the lane's place. Who may use the
+        # lane is the lane's own check (SO_PEERCRED).
+        os.chmod(directory, 0o755)
         shutil.copyfile(_BRIDGE_SOURCE, os.path.join(directory, "bridge.py"))
         uid = os.getuid() if run_as is None else run_as.uid
-        if run_as is not None:
-            os.chown(directory, run_as.uid, run_as.gid)
         allow = frozenset((d.host, d.port) for d in destinations)
         policy = LanePolicy(allow, network.max_connections, uid=uid)
         socket_path = os.path.join(directory, "lane.sock")
