@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
 import pytest
+import trio
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, with_section
@@ -99,3 +100,18 @@ async def test_a_refused_destination_is_named_on_an_ok_reply_too(dispatcher: Dis
     assert reply.get_all("NETWORK_REFUSED") == [
         "other.example:8080 url_rejected:not-in-network-rule"
     ]
+
+
+async def test_a_networked_command_cannot_reach_the_daemons_unix_sockets(
+    dispatcher: Dispatcher, config: Config
+) -> None:
+    path = config.memory.socket_path  # a socket of the daemon's, listening for this test
+    assert path is not None
+    with trio.socket.socket(trio.socket.AF_UNIX) as listener:
+        await listener.bind(path)
+        listener.listen(1)
+        probe = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
+        reply = await _exec(dispatcher, f'python3 -c "{probe}"')
+    assert reply.status is Status.FAIL
+    assert "FileNotFoundError" in (reply.get("STDERR_SUMMARY") or "")
+    assert reply.get_all("NETWORK_REFUSED") == []
