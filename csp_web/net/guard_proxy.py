@@ -32,6 +32,10 @@ and kept on no context's lane; nothing leaves the machine that no op asked for. 
 sockets held by the admitted process tree (for the browser: under the Playwright driver,
 Chromium) may use the proxy (``proxy_peers.py``): a peer found elsewhere (another local
 process) is closed without a byte.
+A **purpose lane** (``open_unix_lane``, for exec: specialists/tool/exec/_network.py) listens
+on a Unix socket instead, for one process tree of one uid (SO_PEERCRED), and passes only the
+``host:port`` destinations it was opened with (proxy_lanes.py), then judges them as above; it
+holds a capped number of connections and lives as long as the block that opened it.
 Owns its listeners; ``serve`` runs until cancelled.
 """
 
@@ -42,19 +46,23 @@ import contextlib
 import errno
 import itertools
 import logging
+import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
 
 from csp_web.core.api.errors import OpError
+from csp_web.core.transports.unix import peer_credentials
 from csp_web.net import GuardConfig, Resolver, SystemResolver, check_url
 from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
 from .forward_proxy import Proxy, open_trio_tunnel
+from .proxy_lanes import ANY_TARGET, LanePolicy
 from .proxy_peers import PeerCheck
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
 
@@ -91,9 +99,12 @@ class Lane:
 
     Thread-safe: the proxy's trio thread records, the action reading it runs on another."""
 
-    def __init__(self, number: int, port: int) -> None:
+    def __init__(self, number: int, port: int, policy: LanePolicy | None = None) -> None:
         self.number = number
         self.port = port
+        self.policy = policy  # a purpose lane's destinations (proxy_lanes.py); None: any
+        self.active = 0  # connections open now (a purpose lane holds at most its cap)
+        self.over_cap = 0  # connections a purpose lane closed at once, past its cap
         self.closed = False
         self._lock = threading.Lock()
         self._count = 0
@@ -231,6 +242,63 @@ class GuardProxy:
             with contextlib.suppress(trio.RunFinishedError):  # its listener is closed then
                 token.run_sync_soon(lane.scope.cancel)
 
+    @asynccontextmanager
+    async def open_unix_lane(self, path: str, policy: LanePolicy) -> AsyncIterator[Lane]:
+        """A purpose lane listening on a new Unix socket at ``path`` (mode 0666: the directory
+        it is in decides who reaches it), served in this task until the block ends, when its
+        connections are cut and the socket file removed. Needs no ``serve``. Raises OSError
+        when the socket cannot be made."""
+        lane = Lane(next(self._numbers), 0, policy)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            os.chmod(path, 0o666)
+            sock.listen(_LANE_BACKLOG)
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        self.stats.lanes_opened += 1
+        self.stats.lanes_open += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.serve_listeners, self._serving_purpose(lane), [listener])
+                try:
+                    yield lane
+                finally:
+                    lane.closed = True
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.stats.lanes_open -= 1
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _serving_purpose(self, lane: Lane) -> Callable[[trio.SocketStream], Awaitable[None]]:
+        policy = lane.policy
+        assert policy is not None
+
+        async def serve_one(stream: trio.SocketStream) -> None:
+            if lane.active >= policy.max_connections:
+                lane.over_cap += 1
+                if lane.over_cap == 1:  # a flood is one refusal (and one log line), not each
+                    self._record(lane, ANY_TARGET, policy.over_cap())
+                await trio.aclose_forcefully(stream)
+                return
+            lane.active += 1
+            try:
+                if policy.uid is not None and peer_credentials(stream.socket)[1] != policy.uid:
+                    self.stats.foreign_peers += 1
+                    await trio.aclose_forcefully(stream)
+                    return
+                await self._serve_one(stream, lane, check_peer=False)
+            finally:
+                lane.active -= 1
+
+        return serve_one
+
     def _start_lane(self, lane: Lane, sock: socket.socket) -> None:
         try:
             if self._nursery is None:
@@ -253,10 +321,16 @@ class GuardProxy:
 
         return serve_one
 
-    async def _serve_one(self, stream: trio.SocketStream, lane: Lane) -> None:
+    async def _serve_one(
+        self, stream: trio.SocketStream, lane: Lane, *, check_peer: bool = True
+    ) -> None:
         try:
             async with stream:
-                if self.peer_check is not None and not await self._peer_allowed(stream):
+                if (
+                    check_peer
+                    and self.peer_check is not None
+                    and not await self._peer_allowed(stream)
+                ):
                     self.stats.foreign_peers += 1
                     return
                 await self._handle(stream, lane)
@@ -283,12 +357,17 @@ class GuardProxy:
             refusal = OpError(ErrorCode.URL_REJECTED, OUTSIDE_CONTEXT)
             await self._refuse(stream, lane, target.decode("latin-1"), refusal)
             return
-        config = self.guard()
+        config, text = self.guard(), target.decode("latin-1")
+        if lane.policy is not None:  # a purpose lane: its list first, then the whole guard
+            verdict = lane.policy.judge(method == b"CONNECT", text)
+            if verdict.refusal is not None:
+                await self._refuse(stream, lane, verdict.named, verdict.refusal)
+                return
+            config, text = lane.policy.narrow(config), verdict.target
         if method == b"CONNECT":
-            await self._tunnel(stream, lane, target.decode("latin-1"), rest, config)
+            await self._tunnel(stream, lane, text, rest, config)
         else:
-            request = (method, target.decode("latin-1"), headers, rest)
-            await self._forward(stream, lane, request, config)
+            await self._forward(stream, lane, (method, text, headers, rest), config)
 
     async def _open_checked(self, url: str, config: GuardConfig) -> tuple[trio.SocketStream, str]:
         """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop.

@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from csp_web.config import Config, daemon_paths
+from csp_web.config import Config, GuardConfig, daemon_paths, egress_proxy, shared_section
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
@@ -28,11 +28,14 @@ from csp_web.core.api.records import json_record
 from csp_web.core.api.replies import Result
 from csp_web.infra.redis_cache import open_response_cache
 from csp_web.infra.redis_link import RedisLink
+from csp_web.net import parse_proxy
+from csp_web.net.guard_proxy import GuardProxy
 from protocol import ErrorCode
 from specialists.tool.config import protected_paths, tool_section
 from specialists.tool.exec.config import ExecConfig
 
 from .exec import (
+    ExecNetwork,
     ExecRequest,
     ExecResult,
     Limit,
@@ -87,7 +90,9 @@ def prepare_exec_reload(tool: ToolServices, config: Config) -> Callable[[], None
     running = tool.exec
     if running is None:
         return lambda: None
-    reloaded = ExecServices(_effective_config(config), running.sandbox, running.cache)
+    exec_config = _effective_config(config)
+    network = _network(config, exec_config)
+    reloaded = ExecServices(exec_config, running.sandbox, running.cache, network)
 
     def commit() -> None:
         tool.exec = reloaded
@@ -133,7 +138,18 @@ async def open_exec_services(
         link=link,  # shared with the fleet when redis.url is set
         store="exec",
     ) as cache:
-        yield ExecServices(exec_config, sandbox, cache)
+        yield ExecServices(exec_config, sandbox, cache, _network(config, exec_config))
+
+
+def _network(config: Config, exec_config: ExecConfig) -> ExecNetwork:
+    """Where a network rule's lanes open: a guard proxy of exec's own (lanes only, no port)
+    judging by ``web.guard`` and going out through ``web.proxy`` as fetch does."""
+    upstream = egress_proxy(config)
+    proxy = GuardProxy(
+        lambda: shared_section(config, GuardConfig),
+        upstream=parse_proxy(upstream) if upstream is not None else None,
+    )
+    return ExecNetwork(proxy, exec_config.network_max_connections)
 
 
 def exec_services(tool: ToolServices) -> ExecServices:
@@ -186,6 +202,7 @@ def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
     fields += [("LIMIT", limit) for limit in sorted(result.limits)]
     fields.append(("SANDBOX", result.sandbox))
     fields.append(("LIMITS", result.limits_by))
+    fields += [("NETWORK_REFUSED", line) for line in result.network_refused]
     return tuple(fields)
 
 
@@ -236,7 +253,9 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
     with audit_failures(audit):
         if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
             return replace(hit, audit=audit)
-        result = await run_command(request, services.config, sandbox=services.sandbox)
+        result = await run_command(
+            request, services.config, sandbox=services.sandbox, network=services.network
+        )
         result = replace(result, timeout_ms=budget)
         # A command the engine timed out is owed its log and reply even when the task's
         # deadline passes during the clear-up (run_command's timeout leaves it only the reserve).
@@ -285,6 +304,12 @@ EXEC_REPLIES = (
     ReplyField("SANDBOX", "the command ran", "bwrap or none"),
     ReplyField("LIMITS", "the command ran", "what enforced the limits"),
     ReplyField("CACHED", "a cached result", "true", kind="bool"),
+    ReplyField(
+        "NETWORK_REFUSED",
+        "one per destination its network lane refused (at most 16)",
+        "<host>:<port> <code>:<detail>",
+        repeat=True,
+    ),
     ReplyField("COMMAND", "FAIL: the policy refused it", "the command refused"),
     ReplyField("LOG_PATH", "always but refusals", "the exec log file of this run"),
 )

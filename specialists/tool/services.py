@@ -24,7 +24,7 @@ from specialists.tool.config import tool_section
 from specialists.tool.exec.config import ExecConfig
 from specialists.tool.mcp.config import McpConfig
 
-from .exec import Sandbox
+from .exec import ExecNetwork, Sandbox
 
 if TYPE_CHECKING:
     from .mcp import McpPool
@@ -34,11 +34,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ExecServices:
-    """The probed sandbox, the effective exec config and the result cache."""
+    """The probed sandbox, the effective exec config, the result cache and the network."""
 
     config: ExecConfig
     sandbox: Sandbox
     cache: ResponseCache
+    network: ExecNetwork | None = None  # the guard proxy that network rules' lanes open on
 
 
 class McpHost:

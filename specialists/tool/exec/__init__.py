@@ -8,11 +8,13 @@
 Layers, each assuming the one before it failed: request checks, the seed's dangerous
 patterns, an argv allow-list with deny rules (no shell unless configured), and the OS:
 bubblewrap (read-only host, private /tmp, no network, own PID namespace), an unprivileged
-uid, rlimits, and a timeout that kills the whole tree.
+uid, rlimits, and a timeout that kills the whole tree. A program rule with ``network`` reaches
+the hosts it lists through a lane of the guard proxy, and nothing else (_network.py).
 """
 
 from ._cache import cache_key, cacheable
 from ._capture import summarize
+from ._network import ExecNetwork
 from ._prepare import PreparedCommand, prepare_command
 from ._request import ExecRequest
 from ._result import ExecResult, Limit
@@ -20,6 +22,7 @@ from ._runner import run_command
 from ._sandbox import Sandbox, SandboxKind, probe_sandbox
 
 __all__ = [
+    "ExecNetwork",
     "ExecRequest",
     "ExecResult",
     "Limit",

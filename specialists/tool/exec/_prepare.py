@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from csp_web.config import expand_protected
 from csp_web.core.api.errors import OpError
-from specialists.tool.exec.config import ExecConfig, overlaps
+from specialists.tool.exec.config import ExecConfig, ProgramRule, overlaps
 
-from ._errors import blocked, denied
+from ._destinations import Destination
+from ._errors import blocked, denied, unavailable
 from ._policy import check_args, check_denied, check_patterns, match_rule, split_command
 from ._protect import Layout, plan_layout
 from ._request import ExecRequest, check_command, check_env, check_timeout, resolve_working_dir
@@ -34,6 +35,8 @@ class PreparedCommand:
     timeout_ms: int
     shell: bool
     layout: Layout = field(default_factory=Layout)  # protected paths inside it (_protect.py)
+    # Where its program rule lets it connect, through a guard proxy lane (_network.py).
+    destinations: tuple[Destination, ...] = ()
 
 
 def prepare_command(
@@ -47,7 +50,8 @@ def prepare_command(
     or at, in or around one of the daemon's own paths, holding a protected path without
     bubblewrap or a symlink on the way to one; executable not executable by the sandbox
     user; DATA exit:126), COMMAND_FAILED (no such program; DATA exit:127),
-    NOT_AVAILABLE (no workspace root configured).
+    NOT_AVAILABLE (no workspace root configured; a program rule with ``network`` and no
+    bubblewrap).
     """
     check_command(request.command)
     timeout_ms = check_timeout(request.timeout_ms, config)
@@ -57,24 +61,36 @@ def prepare_command(
     if any(overlaps(working_dir, path) for path in sandbox.private):
         raise denied(request.working_dir or working_dir)  # the daemon's own state or socket
     layout = _protection(working_dir, config, sandbox)
+    rule = None  # a shell has no rule: no network, no rule env
     try:
         if request.shell:
             program, resolved = "shell", _shell_argv(request.command, config, sandbox, working_dir)
         else:
             program = os.path.basename(argv[0])
-            resolved = _program_argv(argv, config, sandbox, working_dir)
+            rule, resolved = _program_argv(argv, config, sandbox, working_dir)
     except OSError:  # a link the daemon may not read on the way (/proc/1/root/usr/bin/ls)
         raise denied(config.shell_program if request.shell else argv[0]) from None
+    destinations = _network_of(rule, sandbox)
     return PreparedCommand(
         command=request.command,
         argv=tuple(resolved),
         program=program,
         working_dir=working_dir,
-        env=_environment(working_dir, extra_env, config),
+        env={**_environment(working_dir, extra_env, config), **(rule.env if rule else {})},
         timeout_ms=timeout_ms,
         shell=request.shell,
         layout=layout,
+        destinations=destinations,
     )
+
+
+def _network_of(rule: ProgramRule | None, sandbox: Sandbox) -> tuple[Destination, ...]:
+    """The rule's destinations; NOT_AVAILABLE for a rule with some and no bubblewrap: without
+    a network namespace the command would reach everything directly, past the proxy."""
+    destinations = rule.destinations if rule is not None else ()
+    if destinations and sandbox.kind != "bwrap":
+        raise unavailable("network needs bwrap")
+    return destinations
 
 
 def _protection(working_dir: str, config: ExecConfig, sandbox: Sandbox) -> Layout:
@@ -127,7 +143,7 @@ def _shell_argv(command: str, config: ExecConfig, sandbox: Sandbox, working_dir:
 
 def _program_argv(
     argv: list[str], config: ExecConfig, sandbox: Sandbox, working_dir: str
-) -> list[str]:
+) -> tuple[ProgramRule, list[str]]:
     name = argv[0]
     requested = os.path.normpath(os.path.join(working_dir, name)) if os.sep in name else name
     if overlaps(requested, "/proc"):  # other processes' roots: as for WORKING_DIR
@@ -142,4 +158,4 @@ def _program_argv(
         run_as=sandbox.run_as,
     )
     check_denied(os.path.realpath(path), config)  # a symlink to a denied program
-    return [path, *argv[1:]]
+    return rule, [path, *argv[1:]]

@@ -68,6 +68,8 @@ class ExecResult:
     stderr_bytes: int
     stdout_summary: str
     stderr_summary: str
+    # What its network lane refused, ``<host>:<port> <code>:<detail>`` (_network.py).
+    network_refused: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -88,7 +90,7 @@ class ExecResult:
                 f"{self.timeout_ms}ms",
                 scope=SCOPE,
                 data="exit:null",
-                fields=[("COMMAND", self.command)],
+                fields=[("COMMAND", self.command), *self._refused_fields()],
             )
         if self.ok:
             return None
@@ -102,8 +104,12 @@ class ExecResult:
                 ("EXIT_CODE", str(self.exit_code)),
                 *([("STDOUT_SUMMARY", self.stdout_summary)] if self.stdout_bytes else []),
                 ("STDERR_SUMMARY", self.stderr_summary),
+                *self._refused_fields(),
             ],
         )
+
+    def _refused_fields(self) -> list[tuple[str, str]]:
+        return [("NETWORK_REFUSED", line) for line in self.network_refused]
 
 
 def parse_time_report(text: str) -> tuple[int | None, int | None]:

@@ -6,7 +6,8 @@ import errno
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, replace
 from functools import partial
 
 import trio
@@ -20,6 +21,7 @@ from ._capture import CappedOutput, drain
 from ._cgroup import CgroupUsage, CommandCgroup
 from ._errors import SCOPE, unavailable
 from ._limits import cpu_seconds
+from ._network import Bridge, ExecNetwork, open_bridge
 from ._prepare import PreparedCommand, prepare_command
 from ._process import Child, Exit, Pipes, spawn_child
 from ._protect import release_placeholders, take_placeholders
@@ -48,7 +50,13 @@ class _Run:
     exit: Exit | None = None
 
 
-async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sandbox) -> ExecResult:
+async def run_command(
+    request: ExecRequest,
+    config: ExecConfig,
+    *,
+    sandbox: Sandbox,
+    network: ExecNetwork | None = None,
+) -> ExecResult:
     """Run ``request`` under ``config``'s policy and limits inside ``sandbox``.
 
     Returns an ``ExecResult`` for every command that started, however it ended (non-zero exit,
@@ -60,6 +68,9 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
     The timeout counts from this call, not from the spawn, and ends by the task's own work
     deadline at the latest (``work_deadline``): the placeholders and the spawn take a loaded
     host 100 ms and more, which would otherwise eat the reserve kept to report the timeout.
+
+    A command whose program rule has ``network`` runs behind a lane of ``network``'s guard
+    proxy (_network.py); NOT_AVAILABLE when there is none to open it on.
     """
     plan = prepare_command(request, config, sandbox=sandbox)
     deadline = min(trio.current_time() + plan.timeout_ms / 1000, work_deadline())
@@ -78,7 +89,9 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
             partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
         )
         try:
-            run = await _run(plan, config, sandbox, env, token, group, deadline)
+            async with _open_network(plan, network, sandbox, config) as bridge:
+                run = await _run(plan, config, sandbox, env, token, group, deadline, bridge)
+                refused = bridge.refused() if bridge is not None else ()
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(
@@ -90,7 +103,25 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
         if group is not None:
             with trio.CancelScope(shield=True):
                 await group.close()
-    return _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms, usage=usage)
+    result = _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms, usage=usage)
+    return replace(result, network_refused=refused) if refused else result
+
+
+def _open_network(
+    plan: PreparedCommand, network: ExecNetwork | None, sandbox: Sandbox, config: ExecConfig
+) -> AbstractAsyncContextManager[Bridge | None]:
+    """The command's lane when its rule lists destinations, else nothing (no network)."""
+    if not plan.destinations:
+        return nullcontext()
+    if network is None:
+        raise unavailable("network: no guard proxy for exec")
+    return open_bridge(
+        network,
+        plan.destinations,
+        run_as=sandbox.run_as,
+        hidden=sandbox.hidden,
+        search_path=config.search_path,
+    )
 
 
 def _check_wrappers(sandbox: Sandbox) -> None:
@@ -127,12 +158,16 @@ async def _run(
     token: str | None,
     group: CommandCgroup | None,
     deadline: float,
+    bridge: Bridge | None = None,
 ) -> _Run:
+    command, mounts = list(plan.argv), []
+    if bridge is not None:  # the command behind its network bridge (_network.py)
+        command, env, mounts = bridge.argv(plan.argv), bridge.env(env), bridge.mounts()
     working_dir_fd = open_working_dir(plan.working_dir, config)
     try:
         pipes = Pipes(pass_report=sandbox.time is not None)
         argv = wrap_argv(
-            plan.argv,
+            command,
             sandbox=sandbox,
             config=config,
             working_dir=plan.working_dir,
@@ -141,6 +176,7 @@ async def _run(
             working_dir_fd=working_dir_fd,
             cgroup=group,
             layout=plan.layout,
+            mounts=mounts,
         )
         child = await _spawn(argv, env, pipes, plan, token, working_dir_fd)
     finally:

@@ -148,6 +148,7 @@ def wrap_argv(
     working_dir_fd: int | None = None,
     cgroup: CommandCgroup | None = None,
     layout: Layout | None = None,
+    mounts: Sequence[str] = (),
 ) -> list[str]:
     """The full argv that runs ``argv`` (an absolute executable first) under ``sandbox``.
 
@@ -162,6 +163,9 @@ def wrap_argv(
 
     ``layout`` (see _protect.py) says which paths inside the working directory bubblewrap
     binds onto themselves, read-only or as anchors, and whether the directory is read-only.
+
+    ``mounts`` are more bubblewrap options, placed after the working directory (a network
+    lane's directory: _network.py); ignored without bubblewrap.
     """
     nproc = None if cgroup is not None else sandbox.nproc
     limits = prlimit_argv(sandbox.prlimit, config, timeout_ms=timeout_ms, nproc=nproc)
@@ -170,6 +174,7 @@ def wrap_argv(
     if sandbox.kind == "bwrap":
         drop = _setpriv(sandbox, no_new_privs=False) if sandbox.run_as else []
         sandboxed = _bwrap(sandbox, config, working_dir, working_dir_fd, layout or Layout())
+        sandboxed[-1:-1] = mounts  # before the final "--"
         return [*enter, *drop, *sandboxed, *limits, *measure, *argv]
     return [*enter, *limits, *_setpriv(sandbox, no_new_privs=True), *measure, *argv]
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from csp_web.config import daemon_paths
+
+from ._destinations import Destination, check_rule_env, parse_destinations
 
 if TYPE_CHECKING:
     from csp_web.config import Config
@@ -40,6 +43,14 @@ _CODE_LOADING_ENV = frozenset(
 _CODE_LOADING_PREFIXES = ("LD_", "GIT_", "DYLD_")
 
 
+def env_refused(name: str) -> bool:
+    """Whether ``name`` is one no request or program rule may set: the engine's own, or one
+    that makes a program load code (``_CODE_LOADING_ENV``, ``LD_*``, ``GIT_*``, ``DYLD_*``)."""
+    return (
+        name in ENGINE_ENV or name in _CODE_LOADING_ENV or name.startswith(_CODE_LOADING_PREFIXES)
+    )
+
+
 def compile_pattern(pattern: str) -> re.Pattern[str]:
     """``pattern`` compiled; ValueError naming it if it does not compile (re.error is not one)."""
     try:
@@ -61,6 +72,12 @@ class ProgramRule:
     program: str
     args_match: str | None = None
     deny_args: tuple[str, ...] = ()
+    # Where the program may connect, through its own lane of the guard proxy (_network.py,
+    # docs/exec-policy.md): "host" or "host:port" (443). Empty: no network, as any command.
+    network: tuple[str, ...] = ()
+    # Variables the program always gets (NODE_EXTRA_CA_CERTS, npm_config_registry), over the
+    # request's ENV; never the engine's own, a proxy variable or one that loads code.
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.program or (os.sep in self.program and not os.path.isabs(self.program)):
@@ -68,6 +85,14 @@ class ProgramRule:
         for pattern in (self.args_match, *self.deny_args):
             if pattern is not None:
                 compile_pattern(pattern)
+        parse_destinations(self.network)
+        check_rule_env(self.env, env_refused)
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+    @property
+    def destinations(self) -> tuple[Destination, ...]:
+        """``network`` parsed (checked when the rule was made)."""
+        return parse_destinations(self.network)
 
 
 # A starting point that can look at a workspace and nothing more; deployments list their
@@ -176,6 +201,9 @@ class ExecConfig:
     reap_grace_ms: int = 5_000  # a SIGKILLed tree is gone in ms; this only bounds D-state
     cache_ttl_s: int = 60  # the tool seed: "TTL: 60s for safe reads"
     cache_safe_patterns: tuple[str, ...] = ()  # the seed: caching is opt-in
+    # Connections open at once on one command's network lane (a rule with ``network``); one
+    # more is refused. npm keeps at most 15 sockets (its ``maxsockets``), pip's pool 10.
+    network_max_connections: int = 32
 
     def __post_init__(self) -> None:
         _check_positive(self)
@@ -227,6 +255,7 @@ def _check_positive(config: ExecConfig) -> None:
         "output_tail_bytes": config.output_tail_bytes,
         "drain_grace_ms": config.drain_grace_ms,
         "reap_grace_ms": config.reap_grace_ms,
+        "network_max_connections": config.network_max_connections,
         "run_as_uid": config.run_as_uid,  # uid 0 would undo the point of switching
         "run_as_gid": config.run_as_gid,
     }
@@ -262,11 +291,7 @@ def _check_paths(config: ExecConfig) -> None:
 
 def _check_env(names: frozenset[str]) -> None:
     for name in names:
-        if (
-            name in ENGINE_ENV
-            or name in _CODE_LOADING_ENV
-            or name.startswith(_CODE_LOADING_PREFIXES)
-        ):
+        if env_refused(name):
             raise ValueError(
                 f"env_allowed may not list {name}: the engine owns it or it loads code"
             )

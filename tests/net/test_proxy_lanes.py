@@ -1,0 +1,220 @@
+"""Purpose lanes of the guard proxy (csp_web.net.proxy_lanes): a Unix socket that reaches only
+the destinations it was opened with, still through the whole guard, with a connection cap."""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+
+import pytest
+import trio
+
+from csp_web.net import GuardConfig
+from csp_web.net.guard_proxy import GuardProxy, Lane
+from csp_web.net.proxy_lanes import LanePolicy
+
+from ._dns import FixedResolver
+from ._origin import WAIT_S, Origin
+
+LOCAL = GuardConfig(allow_private=("127.0.0.1/32",))  # the tests' origins live on loopback
+
+
+async def _ask(path: str, request: bytes) -> bytes:
+    """``request`` sent on the Unix socket at ``path``, and all that came back before it closed."""
+    received = b""
+    async with await trio.open_unix_socket(path) as stream:
+        await stream.send_all(request)
+        try:
+            while data := await stream.receive_some(65536):
+                received += data
+        except trio.BrokenResourceError:
+            pass
+    return received
+
+
+def _policy(*allow: tuple[str, int], cap: int = 8, uid: int | None = None) -> LanePolicy:
+    return LanePolicy(frozenset(allow), max_connections=cap, uid=uid)
+
+
+@pytest.fixture
+async def http_origin(nursery: trio.Nursery) -> Origin:
+    origin = Origin("http")
+    await nursery.start(functools.partial(origin.serve, ssl_context=None))
+    return origin
+
+
+async def test_a_purpose_lane_forwards_to_a_listed_name_through_the_guard(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", http_origin.port))) as lane:
+            url = http_origin.url("registry.test")
+            answer = await _ask(path, f"GET {url} HTTP/1.1\r\nHost: registry.test\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert http_origin.paths() == ["/page"]
+    assert lane.refusals_since(0) == []
+
+
+async def test_a_purpose_lane_tunnels_connect_to_a_listed_name(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    target = f"registry.test:{http_origin.port}"
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", http_origin.port))):
+            connect = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+            request = "GET /page HTTP/1.1\r\nHost: registry.test\r\nConnection: close\r\n\r\n"
+            answer = await _ask(path, (connect + request).encode())
+    assert answer.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 200")
+    assert proxy.stats.tunnels == 1
+
+
+async def test_a_purpose_lane_refuses_and_records_a_destination_its_rule_omits(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    port = http_origin.port
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", port))) as lane:
+            other = await _ask(path, f"CONNECT other.test:{port} HTTP/1.1\r\n\r\n".encode())
+            wrong_port = await _ask(
+                path, f"CONNECT registry.test:{port + 1} HTTP/1.1\r\n\r\n".encode()
+            )
+            suffix = await _ask(path, f"CONNECT x.registry.test:{port} HTTP/1.1\r\n\r\n".encode())
+            await _ask(path, b"CONNECT \x1b]52;c;x\x07\xff:1 HTTP/1.1\r\n\r\n")  # a terminal escape
+    for answer in (other, wrong_port, suffix):
+        assert answer.startswith(
+            b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: url_rejected:not-in-network-rule\r\n"
+        )
+    assert [(r.target, r.error) for r in lane.refusals_since(0)] == [
+        (f"other.test:{port}", "url_rejected:not-in-network-rule"),
+        (f"registry.test:{port + 1}", "url_rejected:not-in-network-rule"),
+        (f"x.registry.test:{port}", "url_rejected:not-in-network-rule"),
+        ("?]52;c;x??:1", "url_rejected:not-in-network-rule"),  # shown, never replayed
+    ]
+    assert http_origin.connections == 0
+    assert dns.calls == []
+
+
+async def test_a_listed_name_that_resolves_to_a_denied_address_is_refused(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(GuardConfig, resolver=dns)  # the default guard: loopback is denied
+    path = os.path.join(tmp_path, "lane.sock")
+    target = f"registry.test:{http_origin.port}"
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", http_origin.port))) as lane:
+            answer = await _ask(path, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\nX-Csp-Guard: ssrf_blocked:")
+    assert [r.target for r in lane.refusals_since(0)] == [target]
+    assert http_origin.connections == 0
+
+
+async def _hold(path: str) -> trio.SocketStream:
+    """A connection to the lane that sends nothing yet: it holds a slot."""
+    return await trio.open_unix_socket(path)
+
+
+async def _wait_active(lane: Lane, count: int) -> None:
+    while lane.active != count:
+        await trio.sleep(0.01)
+
+
+async def test_a_purpose_lane_holds_its_cap_of_connections_and_refuses_one_more(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    policy = _policy(("registry.test", http_origin.port), cap=3)
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, policy) as lane:
+            held = [await _hold(path) for _ in range(3)]
+            await _wait_active(lane, 3)
+            assert lane.refusals_since(0) == []  # N connections: all held
+            refused = await _ask(path, b"")  # N+1: closed at once, without a byte
+            assert await _ask(path, b"") == b""  # and N+2: one refusal kept for the flood
+            await held.pop().aclose()
+            await _wait_active(lane, 2)
+            url = http_origin.url("registry.test")
+            again = await _ask(path, f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            for stream in held:
+                await stream.aclose()
+    assert refused == b""
+    assert [(r.target, r.error) for r in lane.refusals_since(0)] == [
+        ("*:*", "rate_limited:too-many-connections-3")
+    ]
+    assert again.startswith(b"HTTP/1.1 200")  # a slot freed is a slot to use
+    assert lane.over_cap == 2
+
+
+async def test_a_purpose_lane_serves_only_its_uid(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    url = http_origin.url("registry.test")
+    request = f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    with trio.fail_after(WAIT_S):
+        other = _policy(("registry.test", http_origin.port), uid=os.getuid() + 1)
+        async with proxy.open_unix_lane(path, other):
+            foreign = await _ask(path, request)
+        ours = _policy(("registry.test", http_origin.port), uid=os.getuid())
+        async with proxy.open_unix_lane(path, ours):
+            served = await _ask(path, request)
+    assert foreign == b""
+    assert proxy.stats.foreign_peers == 1
+    assert served.startswith(b"HTTP/1.1 200")
+
+
+async def test_a_purpose_lane_leaves_no_socket_and_no_connection_when_it_closes(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", 443))) as lane:
+            held = await _hold(path)
+            await _wait_active(lane, 1)
+        assert await held.receive_some(10) == b""  # cut when the lane closed
+        await held.aclose()
+    assert not os.path.exists(path)
+    assert (proxy.stats.lanes_open, lane.closed) == (0, True)
+    with pytest.raises(FileNotFoundError), socket.socket(socket.AF_UNIX) as probe:
+        probe.connect(path)
+
+
+async def test_a_purpose_lane_goes_only_to_the_host_it_judged_however_the_url_is_spelt(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    port = http_origin.port
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", port))) as lane:
+            hidden_in_userinfo = await _ask(
+                path, f"GET http://registry.test:{port}@other.test/page HTTP/1.1\r\n\r\n".encode()
+            )
+            # The part after the last @ is the host urllib judges: the lane goes there, to
+            # the listed host, whatever the guard's own parser would have made of the rest.
+            behind_userinfo = await _ask(
+                path,
+                f"GET http://other.test\\@registry.test:{port}/page HTTP/1.1\r\n"
+                "Host: x\r\n\r\n".encode(),
+            )
+    assert hidden_in_userinfo.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert [r.target for r in lane.refusals_since(0)] == ["other.test:80"]
+    assert behind_userinfo.startswith(b"HTTP/1.1 200")
+    assert dns.calls == ["registry.test"]
