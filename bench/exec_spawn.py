@@ -55,6 +55,7 @@ from specialists.tool.exec import (  # noqa: E402
     run_command,
 )
 from specialists.tool.exec._cgroup import CommandCgroup  # noqa: E402
+from specialists.tool.exec._limits import prlimit_argv  # noqa: E402
 from specialists.tool.exec._sandbox import wrap_argv  # noqa: E402
 from specialists.tool.exec._spawner import run_in_spawner  # noqa: E402
 from specialists.tool.exec._tree import kill_tree  # noqa: E402
@@ -238,7 +239,10 @@ def wrapper_chains(config: ExecConfig, sandbox: Sandbox, group: CommandCgroup | 
     setpriv = _cut(argv, sandbox.setpriv)
     if setpriv and sandbox.run_as is not None:
         chains["setpriv (uid switch)"] = setpriv
-    chains["prlimit"] = _cut(argv, sandbox.prlimit)
+    # Built here, not cut out: with a cgroup the engine may have left prlimit out.
+    chains["prlimit"] = prlimit_argv(
+        sandbox.prlimit, config, timeout_ms=config.default_timeout_ms, nproc=None
+    )
     if sandbox.time is not None:
         chains["GNU time"] = [sandbox.time, "-q", "-f", "%U %S %M", "-o", "/dev/null", "--"]
     if sandbox.bwrap is not None:

@@ -73,17 +73,15 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
         # Made and removed in one worker thread: file work (about 40 ms for every default
         # path, bench/exec_protected.py) must not stall the event loop, and the table of held
         # placeholders is shared.
-        chown = sandbox.run_as is not None
-        taken = await trio.to_thread.run_sync(
-            partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
-        )
+        taken = await _take_placeholders(plan, sandbox)
         try:
             run = await _run(plan, config, sandbox, env, token, group, deadline)
         finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(
-                    release_placeholders, taken, limiter=PLACEHOLDER_THREAD
-                )
+            if taken:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        release_placeholders, taken, limiter=PLACEHOLDER_THREAD
+                    )
         duration_ms = round((time.monotonic() - started) * 1000)
         usage = group.usage() if group is not None else None
     finally:
@@ -91,6 +89,19 @@ async def run_command(request: ExecRequest, config: ExecConfig, *, sandbox: Sand
             with trio.CancelScope(shield=True):
                 await group.close()
     return _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms, usage=usage)
+
+
+async def _take_placeholders(plan: PreparedCommand, sandbox: Sandbox) -> list[str]:
+    """The placeholders taken for ``plan`` (``take_placeholders``), made in the one thread
+    that owns their table. A layout without any (most working directories) skips both trips
+    to that thread: each is a wake-up of another thread, 2-6 ms of wall time on a loaded
+    2-core host (bench/exec_spawn.py, "exec true in bwrap")."""
+    if not plan.layout.placeholders:
+        return []
+    chown = sandbox.run_as is not None
+    return await trio.to_thread.run_sync(
+        partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
+    )
 
 
 def _check_wrappers(sandbox: Sandbox) -> None:
