@@ -109,7 +109,7 @@ class CpuMeter:
 
     @classmethod
     def _make(cls, engine_kind: str | None) -> CpuMeter | None:
-        candidates = []
+        candidates: list[tuple[str, str, str | None]] = []
         if engine_kind != "cgroup2":
             candidates.append(("/sys/fs/cgroup/unified", "cpu.stat", "usage_usec"))
             candidates.append(("/sys/fs/cgroup", "cpu.stat", "usage_usec"))
@@ -203,20 +203,19 @@ def cgroup_step(config: ExecConfig, sandbox: Sandbox) -> Step:
     return step
 
 
-def sweep_step() -> Step:
+def sweep_once() -> None:
     """One ``kill_tree`` over /proc for an exited (unreaped) child, with a token as without
-    bwrap: it reads the environment of every process of the child's uid."""
+    bwrap: it reads the environment of every process of the child's uid. The spawn and the
+    reap around it are a bare spawn's (less the anchor, it is the sweep)."""
+    pid = os.posix_spawn(TRUE, [TRUE], {})
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    kill_tree(pid, token=secrets.token_hex(16))
+    os.waitpid(pid, 0)
 
-    async def step() -> object:
-        pid = os.posix_spawn(TRUE, [TRUE], {})
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        started = time.perf_counter()
-        kill_tree(pid, token=secrets.token_hex(16))
-        elapsed = time.perf_counter() - started
-        os.waitpid(pid, 0)
-        return elapsed
 
-    return step
+async def sweep_step() -> object:
+    sweep_once()
+    return None
 
 
 def _popen_true() -> subprocess.Popen[bytes]:
@@ -227,7 +226,9 @@ async def spawner_step() -> object:
     return (await run_in_spawner(_popen_true)).wait()
 
 
-def wrapper_chains(config: ExecConfig, sandbox: Sandbox, group: CommandCgroup | None) -> dict:
+def wrapper_chains(
+    config: ExecConfig, sandbox: Sandbox, group: CommandCgroup | None
+) -> dict[str, list[str]]:
     """Each wrapper program of the engine's chain alone, cut out of the argv it builds."""
     argv = wrap_argv(
         [TRUE], sandbox=sandbox, config=config, working_dir=config.workspace_roots[0],
@@ -303,7 +304,7 @@ async def bench(runs: int) -> tuple[dict[str, Series], Sandbox]:
         steps["daemon: prepare_command"] = prepare_step(config, sandbox)
         if sandbox.cgroup is not None:
             steps["daemon: cgroup made+read+removed"] = cgroup_step(config, sandbox)
-        steps["daemon: one /proc sweep"] = sweep_step()
+        steps["exec: /proc sweep (kill_tree, token)"] = sweep_step
         steps["daemon: Popen on a spawner thread"] = spawner_step
         with _chain_cgroup(config, sandbox) as group:
             for name, argv in wrapper_chains(config, sandbox, group).items():
