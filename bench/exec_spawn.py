@@ -22,7 +22,7 @@ Each prints p50 wall time less the anchor's, and where the bench can give itself
 engine does not use (the unified hierarchy on a hybrid host, or cpuacct) the CPU per run of
 every process involved, daemon and children together, less the anchor's: on a loaded host
 that is steadier than wall time. ``main`` ends with one ``measure<TAB>value<TAB>anchor<TAB>
-ratio<TAB>goal`` line per figure, which ``scripts/bench`` collects.
+ratio<TAB>goal`` line per figure, which the one table of issue 26 (goal 7) collects.
 """
 
 from __future__ import annotations
