@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specialists.tool.exec import cache_key, cacheable
-from specialists.tool.exec._limits import cpu_seconds, prlimit_argv
+from specialists.tool.exec._limits import cpu_seconds, prlimit_argv, ulimit_script
 from specialists.tool.exec.config import ExecConfig, ProgramRule
 
 
@@ -105,6 +105,19 @@ def test_prlimit_argv_leaves_memory_and_processes_to_a_cgroup() -> None:
         "--core=0",
         "--",
     ]
+
+
+def test_ulimit_script_sets_what_prlimit_would_beside_a_cgroup_soft_cpu_limit_first() -> None:
+    script = ulimit_script(ExecConfig(), timeout_ms=30_000)
+    assert script == (
+        f"ulimit -f {64 * 1024 * 1024 // 512} && ulimit -n 1024 && ulimit -c 0"
+        " && ulimit -S -t 30 && ulimit -H -t 31 || exit 125; "
+    )
+
+
+def test_ulimit_script_leaves_a_file_size_of_part_of_a_block_to_prlimit() -> None:
+    assert ulimit_script(ExecConfig(max_file_bytes=1000), timeout_ms=30_000) is None
+    assert ulimit_script(ExecConfig(max_file_bytes=1024), timeout_ms=30_000) is not None
 
 
 def test_cache_key_is_stable_hex_sha256() -> None:

@@ -8,6 +8,7 @@ made, since CI runs as root on a host with the memory and pids controllers (v1 o
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 from collections.abc import Iterator
 from dataclasses import replace
@@ -26,7 +27,7 @@ from specialists.tool.exec import (
 )
 from specialists.tool.exec.config import ProgramRule
 
-from .exec_support import KINDS, make_config, probe, scratch_dir
+from .exec_support import IS_ROOT, KINDS, live_pids, make_config, probe, scratch_dir
 
 MIB = 1024 * 1024
 
@@ -213,6 +214,28 @@ def _children(directories: tuple[str, ...]) -> list[str]:
         for name in os.listdir(d)
         if name.startswith(ours)
     ]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the cgroup holds the command only under another uid")
+async def test_without_bwrap_the_cgroup_kills_a_leftover_that_left_the_tree_and_dropped_the_token(
+    workspace: str,
+) -> None:
+    length = f"{900 + secrets.randbelow(99)}.{secrets.randbelow(10**6):06d}"
+    whole, fraction = length.split(".")
+    # Detached, re-parented to init once the shell exits, and with a fresh environment: the
+    # /proc sweep finds it neither by parent nor by token; its cgroup holds it all the same.
+    command = (
+        f'm={whole}; setsid env -i sleep "$m.{fraction}" >/dev/null 2>&1 & p=$!; '
+        "until grep -q sleep /proc/$p/cmdline 2>/dev/null; do :; done; echo left"
+    )
+    config = make_config(workspace)
+    sandbox = await sandbox_for(workspace, "none")
+    with trio.fail_after(60):
+        result = await run_command(
+            ExecRequest(command, timeout_ms=15_000, shell=True), config, sandbox=sandbox
+        )
+    assert (result.exit_code, result.stdout) == (0, "left\n")
+    assert live_pids(f"sleep {length}") == []
 
 
 @pytest.mark.parametrize("path", ["/run", "/home", "/root", "/dev"])

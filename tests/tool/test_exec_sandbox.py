@@ -16,6 +16,9 @@ import trio
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.tool.exec import ExecRequest, ExecResult, Limit, probe_sandbox, run_command
+from specialists.tool.exec._cgroup import CommandCgroup
+from specialists.tool.exec._limits import ulimit_script
+from specialists.tool.exec._sandbox import wrap_argv
 
 from .exec_support import IS_ROOT, KINDS, SANDBOX_UID, make_config, probe, scratch_dir
 
@@ -231,6 +234,35 @@ async def test_file_of_the_size_limit_is_written_and_one_byte_more_is_killed(
     over = await run(workspace, write.format(MIB + 1), kind=kind, max_file_bytes=MIB)
     assert fits.exit_code == 0
     assert over.limits == {Limit.FILE_SIZE}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_file_size_limit_of_part_of_a_block_is_exact_too(workspace: str, kind: str) -> None:
+    # ulimit -f counts 512-byte blocks: 1000 bytes is left to prlimit, which says it exactly.
+    write = "dd if=/dev/zero of=big bs={} count=1 status=none"
+    fits = await run(workspace, write.format(1000), kind=kind, max_file_bytes=1000)
+    over = await run(workspace, write.format(1001), kind=kind, max_file_bytes=1000)
+    assert fits.exit_code == 0
+    assert over.limits == {Limit.FILE_SIZE}
+
+
+async def test_with_a_cgroup_its_entering_shell_sets_the_limits_and_prlimit_is_left_out(
+    workspace: str,
+) -> None:
+    config = make_config(workspace)
+    sandbox = await probe(config, "bwrap")
+    assert sandbox.cgroup is not None, sandbox.cgroup_reason
+    group = CommandCgroup.create(sandbox.cgroup, "argv", memory_bytes=MIB, max_tasks=10)
+    try:
+        argv = wrap_argv(
+            ["/bin/true"], sandbox=sandbox, config=config, working_dir=workspace,
+            timeout_ms=30_000, cgroup=group,
+        )  # fmt: skip
+    finally:
+        await group.close()
+    assert sandbox.prlimit not in argv
+    assert argv[:3] == group.enter_argv(ulimit_script(config, timeout_ms=30_000) or "")[:3]
+    assert "ulimit -n 1024" in argv[2]
 
 
 @pytest.mark.parametrize("kind", KINDS)

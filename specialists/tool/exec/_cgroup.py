@@ -138,9 +138,10 @@ class CommandCgroup:
     def procs_files(self) -> list[str]:
         return [os.path.join(path, "cgroup.procs") for path in self.directories]
 
-    def enter_argv(self) -> list[str]:
-        """The argv prefix that moves the command into this cgroup before it starts."""
-        return [self.host.shell, "-c", ENTER_SCRIPT, "sh", *self.procs_files(), "--"]
+    def enter_argv(self, limits: str = "") -> list[str]:
+        """The argv prefix that moves the command into this cgroup before it starts, after
+        running ``limits`` (``_limits.ulimit_script``) in the same shell."""
+        return [self.host.shell, "-c", limits + ENTER_SCRIPT, "sh", *self.procs_files(), "--"]
 
     def usage(self) -> CgroupUsage:
         if self.host.kind == "cgroup2":

@@ -74,7 +74,7 @@ async def run_command(
     """
     plan = prepare_command(request, config, sandbox=sandbox)
     deadline = min(trio.current_time() + plan.timeout_ms / 1000, work_deadline())
-    token = secrets.token_hex(16) if sandbox.kind == "none" else None
+    token = secrets.token_hex(16) if _swept(sandbox) else None
     env = {**plan.env, TOKEN_ENV: token} if token else dict(plan.env)
     _check_wrappers(sandbox)
     group = _open_cgroup(sandbox, config)
@@ -84,19 +84,17 @@ async def run_command(
         # Made and removed in one worker thread: file work (about 40 ms for every default
         # path, bench/exec_protected.py) must not stall the event loop, and the table of held
         # placeholders is shared.
-        chown = sandbox.run_as is not None
-        taken = await trio.to_thread.run_sync(
-            partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
-        )
+        taken = await _take_placeholders(plan, sandbox)
         try:
             async with _open_network(plan, network, sandbox, config) as bridge:
                 run = await _run(plan, config, sandbox, env, token, group, deadline, bridge)
                 refused = bridge.refused() if bridge is not None else ()
         finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(
-                    release_placeholders, taken, limiter=PLACEHOLDER_THREAD
-                )
+            if taken:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        release_placeholders, taken, limiter=PLACEHOLDER_THREAD
+                    )
         duration_ms = round((time.monotonic() - started) * 1000)
         usage = group.usage() if group is not None else None
     finally:
@@ -122,6 +120,37 @@ def _open_network(
         hidden=sandbox.hidden,
         search_path=config.search_path,
     )
+
+
+async def _take_placeholders(plan: PreparedCommand, sandbox: Sandbox) -> list[str]:
+    """The placeholders taken for ``plan`` (``take_placeholders``), made in the one thread
+    that owns their table. A layout without any (most working directories) skips both trips
+    to that thread: each is a wake-up of another thread, 2-6 ms of wall time on a loaded
+    2-core host (bench/exec_spawn.py, "exec true in bwrap")."""
+    if not plan.layout.placeholders:
+        return []
+    chown = sandbox.run_as is not None
+    return await trio.to_thread.run_sync(
+        partial(take_placeholders, plan.layout, chown=chown), limiter=PLACEHOLDER_THREAD
+    )
+
+
+def _swept(sandbox: Sandbox) -> bool:
+    """True when leftovers are found by walking /proc (``kill_tree``, with a token in the
+    environment), False when the command's cgroup holds every process of it.
+
+    A cgroup holds them when the command cannot write to any ``cgroup.procs`` to leave it:
+    under bwrap (/sys is read-only there) or as the sandbox uid (the files are root's). Then
+    ``cgroup.kill`` (v2) or a kill of each pid in ``cgroup.procs`` (v1) replaces the sweep,
+    which costs 9-10 ms of CPU and 33-45 ms of wall per command on a loaded 2-core host
+    (bench/exec_spawn.py, "exec: /proc sweep"); it also finds at once what left the tree
+    *and* dropped the token, which only the cgroup's removal found before. A daemon that is
+    not root, without bwrap, runs commands as its own uid, which owns a delegated cgroup:
+    there the sweep stays.
+    """
+    if sandbox.cgroup is not None and (sandbox.kind == "bwrap" or sandbox.run_as is not None):
+        return False
+    return sandbox.kind == "none"
 
 
 def _check_wrappers(sandbox: Sandbox) -> None:
@@ -182,7 +211,7 @@ async def _run(
     finally:
         os.close(working_dir_fd)
     try:
-        return await _supervise(child, config, deadline)
+        return await _supervise(child, config, deadline, group if not _swept(sandbox) else None)
     finally:
         await child.aclose(grace_s=config.reap_grace_ms / 1000)
 
@@ -207,9 +236,12 @@ async def _spawn(
         ) from error
 
 
-async def _supervise(child: Child, config: ExecConfig, deadline: float) -> _Run:
+async def _supervise(
+    child: Child, config: ExecConfig, deadline: float, group: CommandCgroup | None
+) -> _Run:
     """Read both pipes while waiting for exit or the timeout (trio time ``deadline``), then
-    clear up what is left.
+    clear up what is left: every process in ``group`` when the cgroup holds the command
+    (see ``_swept``), else the tree.
 
     After the exit, leftovers are killed (so a daemonised grandchild cannot hold the pipes
     open), then the pipes get ``drain_grace_ms`` to reach EOF; a process that escaped the
@@ -233,7 +265,10 @@ async def _supervise(child: Child, config: ExecConfig, deadline: float) -> _Run:
             # task's deadline passes meanwhile, as it does on a loaded host where killing and
             # reaping outlast the reserve (100 ms of a 500 ms budget).
             owed.shield = run.timed_out
-            if run.timed_out or child.token is not None:
+            if group is not None:
+                group.kill()
+                child.kill_group()
+            elif run.timed_out or child.token is not None:
                 await child.kill_tree()
             else:  # bwrap: the namespace died with its init; only the group is left to check
                 child.kill_group()

@@ -7,8 +7,9 @@ works while the tree is intact, as at a timeout; and by the ``CSP_EXEC_ID`` toke
 puts in the command's environment, which survives setsid and re-parenting to init. A process
 that both left the tree (its parent exited) and dropped the token (``env -i``, execve with a
 fresh environment) is not found; only a cgroup (``cgroup.kill``) or a child subreaper would
-find it, and the daemon has neither to give (a subreaper would change what every other part of
-the daemon sees when it waits for children).
+find it (a subreaper would change what every other part of the daemon sees when it waits for
+children). Where the command's own cgroup holds it, the runner kills the cgroup instead of
+walking /proc (``_runner._swept``).
 
 Each kill goes through a pidfd opened *after* the process was found and re-checked against
 the same test, so a pid reused in between is never signalled.
