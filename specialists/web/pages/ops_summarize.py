@@ -58,7 +58,9 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
         assert text is not None
         text = text[: config.max_text_chars]
         deadline_s = max(0.0, op_deadline(services) - trio.current_time())
-        summary = await make_summary(services.client, config, text, count, deadline_s=deadline_s)
+        summary = await make_summary(
+            services.client, config, text, count, deadline_s=deadline_s, pool=services.pool
+        )
         notes.method = summary.method
         if not summary.bullets:
             raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_sentences", scope=scope)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import trio
-
+from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
+from csp_web.infra.workers import WorkerPool
 from csp_web.net import GuardedClient
 from specialists.web.config import SummarizeConfig
 
@@ -208,15 +208,18 @@ async def summarize(
     max_bullets: int,
     *,
     deadline_s: float,
+    pool: WorkerPool,
 ) -> Summary:
     """Bullets for ``text``: from the model when ``llm_base_url`` is set and it answers
-    usefully, else extractive (CPU-bound, so in a worker thread)."""
+    usefully, else extractive (CPU-bound, so in ``pool``, by the task's own deadline).
+    Raises OpError(WORKER_FAILED) when the extractive work's worker dies or runs past it."""
     if config.llm_base_url is not None:
         bullets = await summarize_llm(client, config, text, max_bullets, deadline_s=deadline_s)
         if bullets:
             return Summary(bullets, "llm")
     extractive = functools.partial(summarize_extractive, text, max_bullets)
-    return Summary(await trio.to_thread.run_sync(extractive, abandon_on_cancel=True), "extractive")
+    bullets = await pool.run(extractive, deadline=work_deadline())
+    return Summary(bullets, "extractive")
 
 
 async def summarize_llm(
