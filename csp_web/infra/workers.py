@@ -70,8 +70,9 @@ class WorkerPool:
     Made by ``open_worker_pool``, which owns and kills the processes.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, answer_max_bytes: int = ANSWER_MAX_BYTES) -> None:
         self.size = size
+        self.answer_max_bytes = answer_max_bytes
         self._turns = trio.CapacityLimiter(max(size, 1))
         self._idle: list[trio.Process] = []
         self._live: set[trio.Process] = set()
@@ -92,7 +93,7 @@ class WorkerPool:
 
         Raises OpError(WORKER_FAILED): ``timeout`` when ``deadline`` (trio time) passes
         first, ``killed:<signal>`` / ``exit:<status>`` when the worker died, ``answer`` when
-        its answer is past ``ANSWER_MAX_BYTES`` or not of the allowed classes."""
+        its answer is past ``answer_max_bytes`` or not of the allowed classes."""
         if self.size == 0:
             return await trio.to_thread.run_sync(task, abandon_on_cancel=True)
         request = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
@@ -105,10 +106,10 @@ class WorkerPool:
     async def _exchange(self, request: bytes) -> bytes:
         """The answer of one worker (idle, else started) to ``request``; the worker goes back
         to the idle ones only when it answered whole."""
-        worker = self._idle.pop() if self._idle else await self._start()
+        worker = await self._idle_or_started()
         answered = False
         try:
-            answer = await _ask(worker, request)
+            answer = await _ask(worker, request, self.answer_max_bytes)
             answered = True
             return answer
         finally:
@@ -116,6 +117,16 @@ class WorkerPool:
                 self._idle.append(worker)
             else:
                 await self._retire(worker)
+
+    async def _idle_or_started(self) -> trio.Process:
+        """An idle worker still alive (one killed while idle, by the OOM killer say, is
+        reaped and fails no task), else a new one."""
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.poll() is None:
+                return worker
+            await self._retire(worker)
+        return await self._start()
 
     async def _start(self) -> trio.Process:
         if self._closed:
@@ -149,25 +160,27 @@ class WorkerPool:
 
 
 @asynccontextmanager
-async def open_worker_pool(size: int) -> AsyncIterator[WorkerPool]:
+async def open_worker_pool(
+    size: int, *, answer_max_bytes: int = ANSWER_MAX_BYTES
+) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers (0: threads of the daemon), all killed and reaped on exit."""
-    pool = WorkerPool(size)
+    pool = WorkerPool(size, answer_max_bytes=answer_max_bytes)
     try:
         yield pool
     finally:
         await pool.aclose()
 
 
-async def _ask(worker: trio.Process, request: bytes) -> bytes:
+async def _ask(worker: trio.Process, request: bytes, cap: int) -> bytes:
     """Send ``request`` to ``worker`` and read its answer. Raises OpError(WORKER_FAILED) when
-    the worker dies first (its status names why) or announces an answer past the cap."""
+    the worker dies first (its status names why) or announces an answer past ``cap`` bytes."""
     assert worker.stdin is not None
     assert worker.stdout is not None
     try:
         await worker.stdin.send_all(_LENGTH.pack(len(request)) + request)
         head = await _exactly(worker.stdout, _LENGTH.size)
         (length,) = _LENGTH.unpack(head)
-        if length > ANSWER_MAX_BYTES:
+        if length > cap:
             raise OpError(ErrorCode.WORKER_FAILED, "answer")
         return await _exactly(worker.stdout, length)
     except (trio.BrokenResourceError, EOFError):
