@@ -22,7 +22,7 @@ of its first page (an interpreter, the extractor's imports, one page).
     python bench/workers.py [--quick] [--passes N]
 
 ``main()`` prints one line per measure, ``measure<TAB>value<TAB>anchor<TAB>ratio<TAB>goal``
-(scripts/bench reads them), then the command and the load average.
+(the one bench command of issue 26 reads them), then the command and the load average.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ while it is busy. What a task prints goes to stderr, never into an answer.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import select
@@ -27,10 +28,16 @@ LENGTH = struct.Struct("!Q")  # workers._LENGTH
 ORPHANED_EXIT = 4  # nobody reads the answers: the daemon is gone
 
 
+def warm(module: str) -> None:
+    """The pool's first task for a new worker: import ``module`` (and what it imports)."""
+    importlib.import_module(module)
+
+
 def answer_of(task: Callable[[], object]) -> bytes:
-    """The pickled outcome of ``task()``: its value, or the exception it raised."""
+    """The pickled outcome of ``task()``: its value, or the exception it raised (or met
+    pickling the value)."""
     try:
-        value = task()
+        payload = pickle.dumps(task(), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # the task's own error goes back to its caller
         text = traceback.format_exc(limit=-8)
         try:
@@ -38,7 +45,6 @@ def answer_of(task: Callable[[], object]) -> bytes:
         except Exception:  # an exception that does not pickle: its traceback alone
             raised = b""
         return pickle.dumps(("raised", (text, raised)), protocol=pickle.HIGHEST_PROTOCOL)
-    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return pickle.dumps(("ok", payload), protocol=pickle.HIGHEST_PROTOCOL)
 
 

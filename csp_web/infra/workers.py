@@ -10,24 +10,26 @@ in a trio worker thread of the daemon, as before the pool.
 
 A worker is a fresh interpreter (``python pool_worker.py``, not a fork): it inherits none of
 the daemon's sockets (close_fds), environment (its credentials: ``WORKER_ENV`` holds only
-PATH and the locale) or trio state. Workers start on first demand, one per task waiting for
-one while fewer than ``size`` live, and then stay: bench/workers.py measures a start (an
-interpreter and the imports of the first task's module) at about 0.3 s of CPU, which a daemon
-that never extracts never pays. A task is the pickle of a callable and its arguments (the
-daemon trusts its workers' code); an answer is read with an unpickler that builds only the
-classes the caller names in ``answers``, so a worker that a hostile page subverted (a native
-bug in lxml) cannot run code in the daemon through its answer.
+PATH and the locale) or trio state. Workers start on demand and then stay: while no worker is
+idle and fewer than ``size`` are warm, a task runs in a thread of the daemon and one more
+worker warms up in the background (an interpreter and the imports of the task's module:
+about 1 s of CPU, bench/workers.py), so no task waits for a start and a daemon that never
+extracts never pays one. A task is the pickle of a callable and its arguments (the daemon
+trusts its workers' code); an answer is read with an unpickler that builds only the classes
+the caller names in ``answers``, so a worker that a hostile page subverted (a native bug in
+lxml) cannot run code in the daemon through its answer.
 
 A worker that dies mid-task (SIGKILL, the kernel's OOM killer, a segfault), or answers past
-``ANSWER_MAX_BYTES`` or out of shape, fails that one task with ``worker_failed:<why>``; a task
-still running at its ``deadline`` fails with ``worker_failed:timeout`` and a cancelled task's
-worker is killed at once: in both cases that worker is killed and the next task starts a
-fresh one. The daemon never waits for a worker that does not answer.
+``answer_max_bytes`` or out of shape, fails that one task with ``worker_failed:<why>``; a
+task still running at its ``deadline`` fails with ``worker_failed:timeout``, and a cancelled
+task's worker is killed at once: in each case that worker is killed and a fresh one warms up
+in its place. The daemon never waits for a worker that does not answer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -44,6 +46,7 @@ from typing import Any, TypeVar
 import trio
 
 from csp_web.core.api.errors import OpError
+from csp_web.infra import pool_worker
 from protocol import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ MAX_WORKERS = 64  # web.workers' bound: past the cores any host we serve has, wo
 # An answer's cap: a page's views of a body of guard.max_decoded_bytes run to a few times its
 # size; far past that, the worker is broken or subverted.
 ANSWER_MAX_BYTES = 256 << 20
+WARM_UP_S = 60.0  # a start is about 1 s of CPU; a loaded host stretches it, a hung one not
 _LENGTH = struct.Struct("!Q")  # every frame each way: its length, then that many bytes
 
 
@@ -67,15 +71,23 @@ def cores() -> int:
 class WorkerPool:
     """``size`` worker processes, or the daemon's own threads when ``size`` is 0.
 
-    Made by ``open_worker_pool``, which owns and kills the processes.
+    Made by ``open_worker_pool``, which owns the processes (it starts them in its nursery and
+    kills them on exit).
     """
 
-    def __init__(self, size: int, *, answer_max_bytes: int = ANSWER_MAX_BYTES) -> None:
+    def __init__(
+        self, size: int, nursery: trio.Nursery, *, answer_max_bytes: int = ANSWER_MAX_BYTES
+    ) -> None:
         self.size = size
         self.answer_max_bytes = answer_max_bytes
-        self._turns = trio.CapacityLimiter(max(size, 1))
-        self._idle: list[trio.Process] = []
-        self._live: set[trio.Process] = set()
+        self._nursery = nursery
+        # Warm workers not running a task; a buffer of ``size``, so returning one never waits.
+        self._give, self._take = trio.open_memory_channel[trio.Process](max(size, 1))
+        self._live: set[trio.Process] = set()  # every worker: warming, idle or busy
+        self._starting = 0  # workers asked for whose process is not made yet
+        self._warm: set[trio.Process] = set()  # those that finished warming: idle or busy
+        self._module = "builtins"  # what the last worker warmed on: its replacement does too
+        self._changed = trio.Event()  # set (and replaced) when a worker ends its warm-up
         self._closed = False
 
     @property
@@ -86,27 +98,56 @@ class WorkerPool:
     async def run(
         self, task: Callable[[], T], *, deadline: float, answers: Iterable[type] = ()
     ) -> T:
-        """``task()``, run in a worker (or, for a pool of size 0, a thread of the daemon,
-        abandoned on cancel). ``task`` and what it captures must pickle; its answer may hold
-        builtins and the classes in ``answers``, and so may an exception it raises, which is
-        raised here (one of another class: RuntimeError with the worker's traceback).
+        """``task()``, run in a worker; in a thread of the daemon (abandoned on cancel) for a
+        pool of size 0, and while no worker is idle and fewer than ``size`` are warm (a
+        worker's start, an interpreter and the imports of ``task``'s module, about 1 s of
+        CPU, runs in the background: no task waits for it). ``task`` and what it captures
+        must pickle; its answer may hold builtins and the classes in ``answers``, and so may
+        an exception it raises, which is raised here (one of another class: RuntimeError
+        with the worker's traceback).
 
         Raises OpError(WORKER_FAILED): ``timeout`` when ``deadline`` (trio time) passes
         first, ``killed:<signal>`` / ``exit:<status>`` when the worker died, ``answer`` when
         its answer is past ``answer_max_bytes`` or not of the allowed classes."""
-        if self.size == 0:
-            return await trio.to_thread.run_sync(task, abandon_on_cancel=True)
-        request = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
         with trio.move_on_at(deadline):
-            async with self._turns:
-                answer = await self._exchange(request)
+            worker = await self._idle_worker(task) if self.size else None
+            if worker is None:
+                return await trio.to_thread.run_sync(task, abandon_on_cancel=True)
+            answer = await self._exchange(worker, pickle.dumps(task, pickle.HIGHEST_PROTOCOL))
             return _outcome(answer, answers)  # type: ignore[no-any-return]
         raise OpError(ErrorCode.WORKER_FAILED, "timeout")
 
-    async def _exchange(self, request: bytes) -> bytes:
-        """The answer of one worker (idle, else started) to ``request``; the worker goes back
-        to the idle ones only when it answered whole."""
-        worker = await self._idle_or_started()
+    async def wait_warm(self, module: str) -> None:
+        """Start every worker (warming on ``module``) and return once all are warm: for a
+        caller that measures or tests the warm pool (bench/workers.py). A worker that does
+        not start is tried again."""
+        while len(self._warm) < self.size:
+            for _ in range(self._room()):
+                self._start_soon(module)
+            changed = self._changed
+            await changed.wait()
+
+    async def _idle_worker(self, task: Callable[[], object]) -> trio.Process | None:
+        """An idle worker, waiting for one when every worker is warm and busy; None when none
+        is idle and fewer than ``size`` are warm (one more then starts warming on ``task``'s
+        module). A worker found dead (killed while idle) is reaped and fails no task."""
+        while True:
+            if len(self._warm) >= self.size:
+                worker = await self._take.receive()
+            else:
+                try:
+                    worker = self._take.receive_nowait()
+                except trio.WouldBlock:
+                    if self._room():
+                        self._start_soon(_module_of(task))
+                    return None
+            if worker.poll() is None:
+                return worker
+            await self._retire(worker)
+
+    async def _exchange(self, worker: trio.Process, request: bytes) -> bytes:
+        """``worker``'s answer to ``request``; the worker goes back to the idle ones only
+        when it answered whole, else it is killed and a fresh one starts warming."""
         answered = False
         try:
             answer = await _ask(worker, request, self.answer_max_bytes)
@@ -114,47 +155,69 @@ class WorkerPool:
             return answer
         finally:
             if answered and not self._closed:
-                self._idle.append(worker)
+                self._give.send_nowait(worker)
             else:
                 await self._retire(worker)
 
-    async def _idle_or_started(self) -> trio.Process:
-        """An idle worker still alive (one killed while idle, by the OOM killer say, is
-        reaped and fails no task), else a new one."""
-        while self._idle:
-            worker = self._idle.pop()
-            if worker.poll() is None:
-                return worker
-            await self._retire(worker)
-        return await self._start()
+    def _room(self) -> int:
+        """How many more workers may start."""
+        return self.size - len(self._live) - self._starting
 
-    async def _start(self) -> trio.Process:
-        if self._closed:
-            raise OpError(ErrorCode.SHUTTING_DOWN, "workers")
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-s", "-X", "utf8", str(WORKER)],
-            env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
-            start_new_session=True,  # a terminal's ^C goes to the daemon, which ends its workers
-        )
+    def _start_soon(self, module: str) -> None:
+        if not self._closed:
+            self._module = module
+            self._starting += 1
+            self._nursery.start_soon(self._warm_up, module)
+
+    async def _warm_up(self, module: str) -> None:
+        """Start a worker, have it import ``module``, then add it to the idle ones (or, when
+        it fails to or the pool closed meanwhile, kill it)."""
+        try:
+            process = await trio.lowlevel.open_process(
+                [sys.executable, "-s", "-X", "utf8", str(WORKER)],
+                env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
+                start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
+            )
+        finally:
+            self._starting -= 1
         self._live.add(process)
-        log.debug("worker %d started (%d live)", process.pid, len(self._live))
-        return process
+        warm = pickle.dumps(functools.partial(pool_worker.warm, module))
+        warmed = False
+        try:
+            with trio.fail_after(WARM_UP_S):
+                _outcome(await _ask(process, warm, self.answer_max_bytes), ())
+            warmed = not self._closed
+        except (OpError, RuntimeError, trio.TooSlowError) as exc:
+            log.warning("a worker did not start (%s): its tasks run in the daemon", exc)
+        finally:
+            if warmed:
+                self._warm.add(process)
+                self._give.send_nowait(process)
+            else:
+                await self._retire(process)
+            self._changed.set()
+            self._changed = trio.Event()
 
     async def _retire(self, process: trio.Process) -> None:
-        """Kill ``process`` (and whatever it started) and reap it, even under cancellation."""
+        """Kill ``process`` (and whatever it started) and reap it, even under cancellation;
+        a warm worker's place starts warming again at once, so that tasks waiting for a
+        worker are served."""
         self._live.discard(process)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+        if process in self._warm:
+            self._warm.discard(process)
+            self._start_soon(self._module)
+        if process.returncode is None:  # once reaped, its pid may name another process
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         with trio.CancelScope(shield=True):
             await process.wait()
 
     async def aclose(self) -> None:
         """Kill every worker, busy ones included (their tasks fail), and reap them."""
         self._closed = True
-        self._idle.clear()
         for process in list(self._live):
             await self._retire(process)
 
@@ -164,11 +227,19 @@ async def open_worker_pool(
     size: int, *, answer_max_bytes: int = ANSWER_MAX_BYTES
 ) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers (0: threads of the daemon), all killed and reaped on exit."""
-    pool = WorkerPool(size, answer_max_bytes=answer_max_bytes)
-    try:
-        yield pool
-    finally:
-        await pool.aclose()
+    async with trio.open_nursery() as nursery:
+        pool = WorkerPool(size, nursery, answer_max_bytes=answer_max_bytes)
+        try:
+            yield pool
+        finally:
+            await pool.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def _module_of(task: Callable[[], object]) -> str:
+    """The module a task's function lives in: what a new worker imports while it warms."""
+    function = task.func if isinstance(task, functools.partial) else task
+    return str(getattr(function, "__module__", None) or "builtins")
 
 
 async def _ask(worker: trio.Process, request: bytes, cap: int) -> bytes:
