@@ -15,9 +15,9 @@ certificate for 127.0.0.1), so its work is not counted as ours. For each setting
 
 The fetch rate limit is raised so it never waits, the web slots to 16 running (the seed's 5
 running + 10 queued would refuse the 16th connection as busy), the body caps to 2 MB (one
-corpus page is over the default 1 MB). A warm-up pass (every page once per connection, not
-timed) starts the workers, whose start is printed on its own: the CPU a worker used by the end
-of its first page (an interpreter, the extractor's imports, one page).
+corpus page is over the default 1 MB). A warm-up pass (the corpus once, over 16 connections,
+not timed) warms the workers; a worker's start is printed on its own: the CPU it uses to start and
+import the extractor (measured on a pool of one in this process).
 
     python bench/workers.py [--quick] [--passes N]
 
@@ -46,6 +46,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/workers.py` finds the pac
 from bench.daemon import wait_for_socket  # noqa: E402
 from bench.fetch import Client, check, corpus_pages, fetch_task, page_path  # noqa: E402
 from bench.processes import start_serving  # noqa: E402
+from csp_web.infra.workers import open_worker_pool  # noqa: E402
 
 FETCH_SCRIPT = str(REPO_ROOT / "bench" / "fetch.py")
 HOST = "127.0.0.1"
@@ -159,24 +160,25 @@ async def timed(pid: int, socket_path: str, urls: list[str], connections: int) -
     return Run(pages, wall_s, cpu_after - cpu_before, loop_after - loop_before)
 
 
-async def measure(
-    workdir: str, port: int, pem: str, workers: int, passes: int
-) -> tuple[dict[int, Run], float | None]:
-    """Runs at 1 and 16 connections, and the CPU a worker used by the end of its first page."""
+async def measure(workdir: str, port: int, pem: str, workers: int, passes: int) -> dict[int, Run]:
+    """Runs at 1 and 16 connections, after a warm-up pass (the workers warm, about 1 s,
+    while its first pages are extracted in the daemon's threads)."""
     base = f"https://{HOST}:{port}"
     urls = [base + page_path(page_id) for page_id in corpus_pages()]
     proc, socket_path = start_daemon(workdir, port, pem, workers)
     try:
-        start_s = None
-        if workers:
-            await fetch_all(socket_path, urls[:1], 1)
-            start_s = max(stat_cpu_s(f"/proc/{child}/stat") for child in children(proc.pid))
-        await fetch_all(socket_path, urls, 16)  # warm-up: every worker started, caches hot
-        runs = {n: await timed(proc.pid, socket_path, urls * passes, n) for n in (1, 16)}
+        await fetch_all(socket_path, urls, 16)
+        return {n: await timed(proc.pid, socket_path, urls * passes, n) for n in (1, 16)}
     finally:
         proc.terminate()
         proc.wait()
-    return runs, start_s
+
+
+async def worker_start_cpu_s() -> float:
+    """The CPU a worker uses to start and warm on the extractor's module."""
+    async with open_worker_pool(1) as pool:
+        await pool.wait_warm("specialists.web.pages.loading")
+        return stat_cpu_s(f"/proc/{pool.pids[0]}/stat")
 
 
 def line(measure: str, value: float, anchor: float, goal: str) -> str:
@@ -184,7 +186,7 @@ def line(measure: str, value: float, anchor: float, goal: str) -> str:
     return f"{measure}\t{value:.3f}\t{anchor:.3f}\t{ratio:.2f}\t{goal}"
 
 
-def report(by_workers: dict[int, dict[int, Run]], start_s: float | None) -> list[str]:
+def report(by_workers: dict[int, dict[int, Run]], start_s: float) -> list[str]:
     """The measure lines: workers=2 against workers=0 (the anchor) in the same run."""
     pool, alone = by_workers[2], by_workers[0]
     lines = [
@@ -206,8 +208,7 @@ def report(by_workers: dict[int, dict[int, Run]], start_s: float | None) -> list
             "-",
         ),
     ]
-    if start_s is not None:
-        lines.append(f"worker start CPU s (first page incl.)\t{start_s:.3f}\t-\t-\t-")
+    lines.append(f"worker start CPU s (interpreter + extractor imports)\t{start_s:.3f}\t-\t-\t-")
     return lines
 
 
@@ -220,13 +221,11 @@ async def run(args: argparse.Namespace) -> list[str]:
         ca.cert_pem.write_to_path(ca_pem)
         origin, port = start_serving(FETCH_SCRIPT, "--origin", pem)
         try:
-            by_workers: dict[int, dict[int, Run]] = {}
-            start_s = None
-            for workers in (0, 2):
-                by_workers[workers], started = await measure(
-                    workdir, port, ca_pem, workers, args.passes
-                )
-                start_s = started if started is not None else start_s
+            by_workers = {
+                workers: await measure(workdir, port, ca_pem, workers, args.passes)
+                for workers in (0, 2)
+            }
+            start_s = await worker_start_cpu_s()
         finally:
             origin.kill()
             origin.wait()

@@ -76,8 +76,15 @@ class WorkerPool:
     """
 
     def __init__(
-        self, size: int, nursery: trio.Nursery, *, answer_max_bytes: int = ANSWER_MAX_BYTES
+        self,
+        size: int,
+        nursery: trio.Nursery | None = None,
+        *,
+        answer_max_bytes: int = ANSWER_MAX_BYTES,
     ) -> None:
+        """Workers start in ``nursery``, which only a pool of size 0 may go without."""
+        if size and nursery is None:
+            raise ValueError("a pool of workers needs a nursery to start them in")
         self.size = size
         self.answer_max_bytes = answer_max_bytes
         self._nursery = nursery
@@ -167,6 +174,7 @@ class WorkerPool:
         if not self._closed:
             self._module = module
             self._starting += 1
+            assert self._nursery is not None  # __init__: a pool with workers has one
             self._nursery.start_soon(self._warm_up, module)
 
     async def _warm_up(self, module: str) -> None:
@@ -291,11 +299,11 @@ def _outcome(answer: bytes, answers: Iterable[type]) -> Any:
         if kind != "raised":
             raise ValueError(kind)
         text, raised = payload
-    except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+    except Exception:  # a broken pickle raises almost anything (IndexError, KeyError, ...)
         raise OpError(ErrorCode.WORKER_FAILED, "answer") from None
     try:
         exc = _Allowed.loads(raised, answers)
-    except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+    except Exception:  # not of an allowed class, or broken: the traceback tells the bug
         exc = None
     if isinstance(exc, BaseException):
         raise exc
