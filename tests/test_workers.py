@@ -196,3 +196,16 @@ async def test_closing_the_pool_leaves_no_worker_process() -> None:
     async with warm_pool(2) as pool:
         assert len(set(pool.pids) & children()) == 2
     assert children() == before
+
+
+async def test_a_task_past_the_workers_address_space_fails_memory_and_a_fresh_worker_follows() -> (
+    None
+):
+    async with warm_pool(1) as pool:
+        [hoarder] = pool.pids
+        with pytest.raises(OpError) as failed:
+            await run(pool, workers_support.hoard)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "memory")
+        with trio.fail_after(WAIT_S):
+            await pool.wait_warm(SUPPORT)
+        assert pool.pids != (hoarder,)

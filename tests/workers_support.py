@@ -52,3 +52,8 @@ class Payload:
 
 def forged_answer(path: str) -> Payload:
     return Payload(path)
+
+
+def hoard() -> int:
+    """Memory past a worker's address space, as a page that makes a parser grow without end."""
+    return len(bytearray(4 << 30))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import resource
 import select
 import struct
 import sys
@@ -26,6 +27,11 @@ from typing import BinaryIO
 
 LENGTH = struct.Struct("!Q")  # workers._LENGTH
 ORPHANED_EXIT = 4  # nobody reads the answers: the daemon is gone
+MEMORY_EXIT = 5  # a task ran out of the address space below: workers.py says "memory"
+# A worker's address space (RLIMIT_AS): a hostile page that makes a parser grow without end
+# meets it here, not the kernel's OOM killer choosing the daemon. Twice the document
+# reader's default (fetch.reader_memory_bytes): a worker holds the whole web specialist.
+MEMORY_BYTES = 2 << 30
 
 
 def warm(module: str) -> None:
@@ -38,6 +44,8 @@ def answer_of(task: Callable[[], object]) -> bytes:
     pickling the value)."""
     try:
         payload = pickle.dumps(task(), protocol=pickle.HIGHEST_PROTOCOL)
+    except MemoryError:  # its heap may be left in pieces: a fresh worker takes its place
+        os._exit(MEMORY_EXIT)
     except Exception as exc:  # the task's own error goes back to its caller
         text = traceback.format_exc(limit=-8)
         try:
@@ -79,6 +87,7 @@ def main() -> int:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a task's print goes to stderr, never into an answer
     die_with_daemon(answers.fileno())
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     tasks = sys.stdin.buffer
     while (request := read_frame(tasks)) is not None:
         answer = answer_of(pickle.loads(request))

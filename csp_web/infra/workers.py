@@ -280,9 +280,12 @@ async def _exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
 
 
 def _death(status: int | None) -> str:
-    """Why a worker is gone, as ``worker_failed``'s detail: ``killed:SIGKILL``, ``exit:1``."""
+    """Why a worker is gone, as ``worker_failed``'s detail: ``killed:SIGKILL``, ``memory``
+    (past its address space, ``pool_worker.MEMORY_BYTES``), ``exit:1``."""
     if status is None:
         return "gone"
+    if status == pool_worker.MEMORY_EXIT:
+        return "memory"
     if status < 0:
         with contextlib.suppress(ValueError):
             return f"killed:{signal.Signals(-status).name}"
