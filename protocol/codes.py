@@ -141,6 +141,12 @@ class ErrorCode(enum.StrEnum):
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"
     UNKNOWN_TASK = "unknown_task", "TARGET names no unfinished task of this uid"
 
+    # The daemon's worker processes (csp_web/infra/workers.py, web.workers).
+    WORKER_FAILED = (
+        "worker_failed",
+        "the worker process running the task's CPU work died, was killed or passed its deadline",
+    )
+
 
 def main() -> None:
     """Print the catalogue, one ``code  meaning`` line each."""

@@ -205,7 +205,7 @@ def _convert(hint: Any, value: object, path: str, *, positive: bool = True) -> o
         members = [arg for arg in args if arg is not type(None)]
         if len(members) > 1:
             return _build(_tagged_member(members, value, path), value, path)
-        return _convert(members[0], value, path)
+        return _convert(members[0], value, path, positive=positive)
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{path}: expected one of {', '.join(map(str, args))}")

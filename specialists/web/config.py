@@ -12,11 +12,13 @@ from typing import Literal
 from csp_web.config import (
     CacheConfig,
     Config,
+    ConfigError,
     GuardConfig,
     TlsConfig,
     proxy_address,
     section_of,
 )
+from csp_web.infra.workers import MAX_WORKERS, cores
 from specialists.web.docs.config import DocsConfig
 
 SECTION = "web"
@@ -151,10 +153,20 @@ class WebConfig:
     # An HTTP forward proxy (http://host:port) every web request tunnels through with CONNECT
     # to the address the guard resolved and approved; companies require one for egress.
     proxy: str | None = None
+    # Worker processes for extraction, document-free parsing and extractive summaries
+    # (csp_web/infra/workers.py): None is the cores this process may use, 0 runs that work in
+    # the daemon's threads (one core for the whole daemon, as before issue 26).
+    workers: int | None = field(default=None, metadata={"zero_ok": True})
 
     def __post_init__(self) -> None:
         if self.proxy is not None:
             proxy_address(self.proxy)
+        if self.workers is not None and not 0 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers: must be 0 to {MAX_WORKERS}")
+
+    def worker_count(self) -> int:
+        """The pool's size: ``workers``, or the cores this process may use when unset."""
+        return cores() if self.workers is None else self.workers
 
     def egress_proxy(self) -> str | None:
         """``web.proxy`` (``csp_web.config.RoutesEgress``): the browser's egress too."""

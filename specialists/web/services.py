@@ -25,6 +25,7 @@ from csp_web.infra.redis_cache import ResponseCache, open_response_cache
 from csp_web.infra.redis_flight import SharedFlights
 from csp_web.infra.redis_link import RedisLink
 from csp_web.infra.redis_ratelimit import BucketSource, shared_or_local
+from csp_web.infra.workers import WorkerPool, open_worker_pool
 from csp_web.net import (
     GuardedClient,
     Resolver,
@@ -63,11 +64,13 @@ class WebServices:
     jobs: ResearchJobs = field(default_factory=ResearchJobs)  # research jobs (research/run.py)
     # The browser's Renderer while the browser specialist is open (csp_web.core.api.ports).
     renderer: Port[Renderer] = field(default_factory=lambda: Port("renderer"))
+    # The worker processes CPU-heavy work runs in (web.workers; size 0: the daemon's threads).
+    pool: WorkerPool = field(default_factory=lambda: WorkerPool(0))
 
     def prepare_reload(self, config: Config) -> Callable[[], None]:
         """The reload hook (``csp_web.config.reload``): new fetch, search, api and summarize
-        settings and rate limits for the ops that start after it. The guard and the cache
-        stay as opened."""
+        settings and rate limits for the ops that start after it. The guard, the cache and
+        the worker pool stay as opened."""
         rates = _rates(web_section(config))
 
         def commit() -> None:
@@ -96,7 +99,8 @@ async def open_web_services(
     link: RedisLink | None = None,
     wrap_transport: TransportWrapper | None = None,
 ) -> AsyncIterator[WebServices]:
-    """Open the guarded client and the cache; both are closed on exit.
+    """Open the guarded client, the cache and the worker pool (``web.workers``, whose
+    processes start on first use); all are closed on exit.
 
     ``resolver`` and ``ssl_context`` exist for tests (fixed DNS, a trustme CA); without
     ``ssl_context``, ``web.tls`` says whom to trust (``csp_web.net.trust``), and ``web.proxy``
@@ -122,11 +126,14 @@ async def open_web_services(
             link=link,
             store="web",
         ) as cache,
+        open_worker_pool(web.worker_count()) as pool,
     ):
         limits = shared_or_local(link, _rates(web))  # the fleet's on Redis, else local
         flights = None if link is None else SharedFlights(link)
         state_dir = config.daemon.state_dir
-        yield WebServices(web, client, cache, limits, state_dir, redis=link, fleet_flights=flights)
+        yield WebServices(
+            web, client, cache, limits, state_dir, redis=link, fleet_flights=flights, pool=pool
+        )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ it reads a byte; the parent kills it at ``deadline`` or when the task is cancell
 comes back as JSON on stdout (never pickle: a subverted worker must not run code in the
 daemon), at most ``bounds.max_output_bytes`` of it. bench/formats.py measures what a worker
 costs (about 0.1 s of spawn and imports per document beside the parse), too little next to a
-download to be worth a pool of warm workers that a hostile file could poison for the next.
+download to be worth a pool of warm workers that a hostile file could poison for the next:
+so documents stay out of the daemon's worker pool (``csp_web.infra.workers``, whose
+long-lived workers cannot hold each task to its own RLIMIT_AS and RLIMIT_CPU either;
+docs/scaling.md, "Every core").
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 import trio
 
 from csp_web.core.api.errors import OpError
+from csp_web.infra.workers import cores
 from protocol import ErrorCode
 from specialists.formats import Document, Limits
 from specialists.formats.feed import is_feed
@@ -112,8 +116,9 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 MAGIC_WINDOW = 1024
 WORKER = Path(__file__).with_name("document_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
-# Workers at once, per trio run (as trio.to_thread's default limiter): one per core, so
-# concurrent fetches of PDFs queue for CPU instead of multiplying address spaces.
+# Workers at once, per trio run (as trio.to_thread's default limiter): one per core this
+# process may use, so concurrent fetches of PDFs queue for CPU instead of multiplying
+# address spaces.
 WORKERS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("document_workers")
 
 
@@ -190,7 +195,7 @@ def workers() -> trio.CapacityLimiter:
     try:
         return WORKERS.get()
     except LookupError:
-        limiter = trio.CapacityLimiter(os.cpu_count() or 1)
+        limiter = trio.CapacityLimiter(cores())
         WORKERS.set(limiter)
         return limiter
 

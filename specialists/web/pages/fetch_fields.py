@@ -23,13 +23,11 @@ import datetime
 import functools
 import json
 
-import trio
-
 from protocol import ErrorCode, Field
 
 from .emptiness import NO_TEXT, is_empty
 from .filekeys import content_of, file_key, hold
-from .loading import Page
+from .loading import Page, op_deadline
 from .services import PagesServices
 from .summarize import summarize_extractive
 
@@ -105,7 +103,7 @@ def page_fields(page: Page) -> list[Field]:
 
 async def summary_fields(services: PagesServices, key: str, content: str) -> list[Field]:
     """SUMMARY lines for the whole of ``content`` (at most ``summarize.max_text_chars`` of it
-    read), by the summarize op's extractive method, in a worker thread: CPU work on a whole
+    read), by the summarize op's extractive method, in the worker pool: CPU work on a whole
     page (about 0.3 s for 200,000 chars), so it is kept under ``key`` (the snapshot's fileKey
     and view) for as long as the snapshot, and paging a long page pays for it once."""
     cached = await services.cache.get(SUMMARY_NAMESPACE, key)
@@ -113,7 +111,7 @@ async def summary_fields(services: PagesServices, key: str, content: str) -> lis
         return [("SUMMARY", bullet) for bullet in cached]
     limit = services.config.summarize.max_text_chars
     work = functools.partial(summarize_extractive, content[:limit], SUMMARY_BULLETS)
-    bullets = list(await trio.to_thread.run_sync(work, abandon_on_cancel=True))
+    bullets = list(await services.pool.run(work, deadline=op_deadline(services)))
     await services.cache.set(
         SUMMARY_NAMESPACE, key, bullets, ttl_s=services.config.cache.fetch_ttl_s
     )

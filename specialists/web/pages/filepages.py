@@ -8,11 +8,7 @@ read, by the same readers and bounds as a fetched response (``loading.document_p
 
 from __future__ import annotations
 
-import functools
-import time
-
 import httpx
-import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.net import FetchResult
@@ -22,7 +18,7 @@ from protocol import ErrorCode
 from .documents import reader_for
 from .filekeys import held
 from .filestore import CacheFileStore
-from .loading import Page, build_page, document_page, op_deadline
+from .loading import Page, document_page, extracted, op_deadline
 from .services import PagesServices
 
 
@@ -57,6 +53,4 @@ async def file_page(services: PagesServices, key: str) -> Page:
     if reader is not None:
         max_pages = services.config.fetch.max_pages
         return await document_page(services, result, reader, max_pages, op_deadline(services))
-    return await trio.to_thread.run_sync(
-        functools.partial(build_page, result, fetched_at=time.time()), abandon_on_cancel=True
-    )
+    return await extracted(services, result)

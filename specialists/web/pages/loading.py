@@ -5,10 +5,10 @@ and search's prefetch).
 
 Order of work: the URL gate; the fetch cache (24 h, seed 000); a download already in flight for
 the same URL (single-flight: concurrent loads share one request); the "fetch" rate bucket; the
-guarded client with robots.txt honoured; then extraction in a worker thread (a document: its
-reader in a worker process, ``documents.py``). What is cached is a
-``Page``: the extracted views of the body (Markdown, outline, compact JSON, plain text) and the
-head's metadata, never the raw body, headers or credentials.
+guarded client with robots.txt honoured; then extraction in the worker pool (``web.workers``,
+``csp_web.infra.workers``; a document: its reader in a process of its own, ``documents.py``).
+What is cached is a ``Page``: the extracted views of the body (Markdown, outline, compact
+JSON, plain text) and the head's metadata, never the raw body, headers or credentials.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import httpx
 import trio
 
 from csp_web.core.api.deadlines import work_deadline
@@ -136,7 +137,8 @@ async def load_page(
     TOO_MANY_REDIRECTS, TOO_LARGE, FETCH_FAILED ("timeout", or "http_<status>" for a status
     of 400 or more, which is not cached), RATE_LIMITED (foreground: no token before
     ``deadline``; background: "fetch:background" when the bucket is below half); a document's
-    reader's codes (``documents.read_document``).
+    reader's codes (``documents.read_document``); WORKER_FAILED when extraction's worker died
+    or passed ``deadline``.
     """
     key = normalise_url(url, services)
     pages = max_pages or services.config.fetch.max_pages
@@ -259,13 +261,21 @@ async def _download(
     if reader is not None:
         page = await document_page(services, result, reader, max_pages, deadline)
     else:
-        # Reading is CPU-bound (about 1 s on adversarial input): off the event loop, and a
-        # cancelled task does not wait for it.
-        build = functools.partial(build_page, result, fetched_at=time.time())
-        page = await trio.to_thread.run_sync(build, abandon_on_cancel=True)
+        page = await extracted(services, result)
     if keep:
         await _store(services, key, page)
     return page
+
+
+async def extracted(services: PagesServices, result: FetchResult) -> Page:
+    """``build_page`` of ``result``, run in the worker pool (``web.workers``): extraction is
+    CPU-bound (about 1 s on adversarial input), so it leaves the event loop and its core;
+    one past ``op_deadline`` from now (the task's own deadline, and for work no task bounds,
+    search's prefetch, ``guard.timeout_s``) is cut there (``worker_failed:timeout``). The
+    headers stay in the daemon (the page needs none of them)."""
+    bare = dataclasses.replace(result, headers=httpx.Headers())
+    build = functools.partial(build_page, bare, fetched_at=time.time())
+    return await services.pool.run(build, deadline=op_deadline(services), answers=(Page,))
 
 
 def document_body(services: PagesServices) -> LargerBody:
@@ -403,7 +413,7 @@ def from_snapshot(data: Any) -> Page | None:
 
 def build_page(result: FetchResult, *, fetched_at: float = 0.0) -> Page:
     """The snapshot of a fetched response: every view its content type allows, and why its
-    main view is empty when it is. Pure, CPU-bound; runs in a worker thread."""
+    main view is empty when it is. Pure, CPU-bound; runs in the worker pool."""
     kind = content_kind(result.content_type, result.body)
     base = Page(
         url=result.url,

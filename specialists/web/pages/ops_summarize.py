@@ -75,7 +75,12 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
         assert text is not None
         deadline_s = max(0.0, op_deadline(services) - trio.current_time())
         summary = await make_summary(
-            services.client, config, text[: config.max_text_chars], count, deadline_s=deadline_s
+            services.client,
+            config,
+            text[: config.max_text_chars],
+            count,
+            deadline_s=deadline_s,
+            pool=services.pool,
         )
         notes.method = summary.method
         if not summary.bullets:

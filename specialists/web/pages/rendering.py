@@ -42,7 +42,15 @@ from protocol import ErrorCode
 
 from .emptiness import RENDERED_EMPTY, SCRIPT_ONLY, is_empty
 from .flights import follow, lead
-from .loading import Page, fresh, from_snapshot, html_page, normalise_url, to_snapshot
+from .loading import (
+    Page,
+    fresh,
+    from_snapshot,
+    html_page,
+    normalise_url,
+    op_deadline,
+    to_snapshot,
+)
 from .services import PagesServices
 
 log = logging.getLogger(__name__)
@@ -153,7 +161,7 @@ async def _render_and_store(
     rendered = await _render(renderer, page.url, deadline)
     check_size(rendered.html, services.config.guard.max_decoded_bytes)
     build = functools.partial(rendered_page, page, rendered, reason, time.time())
-    built = await trio.to_thread.run_sync(build, abandon_on_cancel=True)
+    built = await services.pool.run(build, deadline=op_deadline(services), answers=(Page,))
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(RENDER_NAMESPACE, key, to_snapshot(built), ttl_s=ttl_s)
     return built
@@ -197,7 +205,7 @@ async def _render(renderer: Renderer, url: str, deadline: float) -> Rendered:
 def rendered_page(served: Page, rendered: Rendered, reason: str, fetched_at: float) -> Page:
     """The snapshot of a rendered DOM: the views the extractor makes of it, the served
     page's redirects (and the browser's landing when it moved on), ``rendered`` with its
-    ``reason``. Pure, CPU-bound; runs in a worker thread."""
+    ``reason``. Pure, CPU-bound; runs in the worker pool."""
     chain = served.redirect_chain
     if rendered.url != served.url:
         chain = (*chain, rendered.url)

@@ -1,6 +1,7 @@
 """What the pages product uses of the web specialist's services (``WebServices`` has it all):
 the guarded client, the response cache, the rate buckets, the flights of downloads in the
-daemon and across the fleet, and the peers' board that fetch announces snapshots on."""
+daemon and across the fleet, the peers' board that fetch announces snapshots on, and the
+worker processes CPU-heavy work runs in."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from csp_web.core.api.ports import Port, Renderer
 from csp_web.infra.redis_cache import ResponseCache
 from csp_web.infra.redis_flight import SharedFlights
 from csp_web.infra.redis_ratelimit import BucketSource
+from csp_web.infra.workers import WorkerPool
 from csp_web.net import GuardedClient
 from specialists.web.config import WebConfig
 
@@ -29,3 +31,4 @@ class PagesServices(Protocol):
     fleet_flights: SharedFlights | None  # downloads in flight across the fleet (redis.url)
     board: Board  # fetch puts each snapshot it reads on the peer's board
     renderer: Port[Renderer]  # the browser's, while it is open
+    pool: WorkerPool  # the worker processes extraction and summaries run in (web.workers)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import trio
-
+from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
+from csp_web.infra.workers import WorkerPool
 from csp_web.net import GuardedClient
 from specialists.web.config import SummarizeConfig
 
@@ -219,15 +219,17 @@ async def summarize(
     max_bullets: int,
     *,
     deadline_s: float,
+    pool: WorkerPool,
 ) -> Summary:
     """Bullets for ``text``: from the model when ``llm_base_url`` is set and it answers
-    usefully, else extractive (CPU-bound, so in a worker thread)."""
+    usefully, else extractive (CPU-bound, so in ``pool``, by the task's own deadline).
+    Raises OpError(WORKER_FAILED) when the extractive work's worker dies or runs past it."""
     if config.llm_base_url is not None:
         pairs = await summarize_llm(client, config, text, max_bullets, deadline_s=deadline_s)
         if pairs:
             return Summary(tuple(b for b, _ in pairs), "llm", tuple(q for _, q in pairs))
     extractive = functools.partial(summarize_extractive, text, max_bullets)
-    bullets = await trio.to_thread.run_sync(extractive, abandon_on_cancel=True)
+    bullets = await pool.run(extractive, deadline=work_deadline())
     return Summary(bullets, "extractive", tuple(own_words(bullet) for bullet in bullets))
 
 

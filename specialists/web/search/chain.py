@@ -13,19 +13,23 @@ since the next backend can answer sooner (seed 000's target: a search in under 2
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import logging
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import httpx
 import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from csp_web.infra.redis_ratelimit import SharedRateLimits
-from csp_web.net import GuardConfig, check_url
+from csp_web.net import FetchResult, GuardConfig, check_url
+from protocol import ErrorCode
 from specialists.web.config import SearchConfig, SearchProvider
 from specialists.web.search.breaker import Breaker
 
@@ -247,10 +251,26 @@ async def _call(
         raise BackendFailure(reason, f"{exc.code}:{exc.detail}") from None
     if result.status_code == 429:
         raise await _too_many_requests(services, candidate.name, result.headers)
-    # Parsing a result page (and guessing an undeclared charset) is CPU work: off the loop.
-    hits = await trio.to_thread.run_sync(candidate.backend.parse, result, abandon_on_cancel=True)
+    hits = await _parsed(services, candidate.backend, result, deadline)
     total = candidate.backend.total(result) if candidate.backend.total is not None else None
     return hits, total
+
+
+async def _parsed(
+    services: SearchServices, backend: Backend, result: FetchResult, deadline: float
+) -> list[Hit]:
+    """``backend.parse`` of ``result`` in the worker pool: parsing a result page (JSON, or
+    HTML, and guessing an undeclared charset) is CPU work. The headers stay in the daemon;
+    a worker that died or ran past ``deadline`` is this backend's failure ``worker_failed``,
+    not counted against its circuit (the backend answered)."""
+    bare = dataclasses.replace(result, headers=httpx.Headers())
+    parse = functools.partial(backend.parse, bare)
+    try:
+        return await services.pool.run(parse, deadline=deadline, answers=(Hit, BackendFailure))
+    except OpError as exc:
+        if exc.code is not ErrorCode.WORKER_FAILED:
+            raise
+        raise BackendFailure(exc.code.value, exc.detail, counts=False) from None
 
 
 def _check_base_url(base_url: str, guard: GuardConfig) -> None:

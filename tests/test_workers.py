@@ -1,0 +1,211 @@
+"""The pool of worker processes (csp_web/infra/workers.py): a task's answer and errors come
+back as in process; a worker that dies, hangs or lies fails only its own task, and the pool
+replaces it; workers inherit no socket or secret of the daemon and outlive no pool."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import trio
+
+from csp_web.core.api.errors import OpError
+from csp_web.infra.workers import WorkerPool, open_worker_pool
+from protocol import ErrorCode
+from tests import workers_support
+
+T = TypeVar("T")
+SUPPORT = workers_support.__name__  # what the tests' workers warm up on
+WAIT_S = 30.0  # a worker's first task imports its module: seconds on a loaded machine
+
+
+def children() -> set[int]:
+    """The live (not zombie) child processes of this test process, from /proc."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == os.getpid() and state != "Z":
+            found.add(int(entry))
+    return found
+
+
+async def warm(size: int, **options: int) -> AsyncIterator[WorkerPool]:
+    """A pool of ``size`` workers, every one warm."""
+    async with open_worker_pool(size, **options) as pool:
+        with trio.fail_after(WAIT_S):
+            await pool.wait_warm(SUPPORT)
+        yield pool
+
+
+warm_pool = asynccontextmanager(warm)
+
+
+async def run(pool: WorkerPool, task: Callable[[], T], *answers: type) -> T:
+    with trio.fail_after(WAIT_S):
+        return await pool.run(task, deadline=trio.current_time() + WAIT_S, answers=answers)
+
+
+async def test_a_task_runs_in_the_daemon_while_the_first_worker_warms_then_in_a_worker() -> None:
+    async with open_worker_pool(1) as pool:
+        assert await run(pool, workers_support.own_pid) == os.getpid()
+        with trio.fail_after(WAIT_S):
+            await pool.wait_warm(SUPPORT)
+        assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+
+
+async def test_a_pool_of_size_zero_runs_every_task_in_the_daemon() -> None:
+    async with open_worker_pool(0) as pool:
+        for _ in range(3):
+            assert await run(pool, workers_support.own_pid) == os.getpid()
+        assert pool.pids == ()
+
+
+async def test_a_task_error_of_an_allowed_class_is_raised_as_itself() -> None:
+    async with warm_pool(1) as pool:
+        with pytest.raises(ValueError, match="invalid literal"):
+            await run(pool, functools.partial(int, "x"), ValueError)
+
+
+async def test_a_task_error_of_another_class_is_a_runtime_error_with_its_traceback() -> None:
+    async with warm_pool(1) as pool:
+        with pytest.raises(RuntimeError, match="ValueError"):
+            await run(pool, functools.partial(int, "x"))
+
+
+async def test_a_worker_killed_mid_task_fails_that_task_and_a_fresh_worker_takes_its_place() -> (
+    None
+):
+    path = tempfile.mktemp(prefix="pool", suffix=".sock", dir="/tmp")  # a short socket path
+    listener = trio.socket.socket(trio.socket.AF_UNIX)
+    await listener.bind(path)
+    listener.listen()
+    task = functools.partial(workers_support.announce_then_sleep, path)
+
+    async def kill_when_announced() -> None:
+        conn, _ = await listener.accept()
+        with conn:
+            os.kill(int(await conn.recv(64)), signal.SIGKILL)
+
+    async with warm_pool(1) as pool:
+        [killed] = pool.pids
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_when_announced)
+                with pytest.raises(OpError) as failed:
+                    await run(pool, task)
+            await pool.wait_warm(SUPPORT)  # its place warms up without a task asking
+        assert (failed.value.code, failed.value.detail) == (
+            ErrorCode.WORKER_FAILED,
+            "killed:SIGKILL",
+        )
+        assert await run(pool, workers_support.own_pid) == pool.pids[0] != killed
+    listener.close()
+    os.unlink(path)
+
+
+async def exited(pid: int) -> None:
+    """Return once the process ``pid`` has exited (its pidfd turns readable)."""
+    gone = os.pidfd_open(pid)
+    try:
+        await trio.lowlevel.wait_readable(gone)
+    finally:
+        os.close(gone)
+
+
+async def test_a_worker_killed_while_idle_fails_no_task() -> None:
+    async with warm_pool(1) as pool:
+        [killed] = pool.pids
+        os.kill(killed, signal.SIGKILL)
+        with trio.fail_after(WAIT_S):
+            await exited(killed)
+        assert await run(pool, workers_support.own_pid) in (os.getpid(), *pool.pids)
+        assert killed not in pool.pids
+
+
+@pytest.mark.slow
+async def test_a_task_running_past_its_deadline_is_cut_and_its_worker_replaced() -> None:
+    async with warm_pool(1) as pool:
+        [cut] = pool.pids
+        with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
+            await pool.run(workers_support.spin, deadline=trio.current_time() + 0.5)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "timeout")
+        assert cut not in children()  # killed and reaped, not left spinning
+        with trio.fail_after(WAIT_S):
+            await pool.wait_warm(SUPPORT)
+        assert pool.pids != (cut,)
+
+
+async def test_a_cancelled_task_kills_its_worker() -> None:
+    async with warm_pool(1) as pool:
+        [cancelled] = pool.pids
+        with trio.move_on_after(0.2):
+            await pool.run(workers_support.spin, deadline=trio.current_time() + WAIT_S)
+        assert cancelled not in children()
+
+
+async def test_an_answer_at_the_cap_is_read_and_one_byte_past_it_fails() -> None:
+    value = b"x" * 1000
+    inner = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    size = len(pickle.dumps(("ok", inner), protocol=pickle.HIGHEST_PROTOCOL))
+    task = functools.partial(bytes, value)
+    async with warm_pool(1, answer_max_bytes=size) as pool:
+        assert await run(pool, task) == value
+    async with warm_pool(1, answer_max_bytes=size - 1) as pool:
+        with pytest.raises(OpError) as failed:
+            await run(pool, task)
+    assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
+
+
+async def test_an_answer_that_would_run_code_in_the_daemon_is_refused(tmp_path: Path) -> None:
+    mark = tmp_path / "ran"
+    async with warm_pool(1) as pool:
+        with pytest.raises(OpError) as failed:
+            await run(pool, functools.partial(workers_support.forged_answer, str(mark)))
+    assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
+    assert not mark.exists()
+
+
+async def test_a_worker_inherits_no_secret_and_no_socket_of_the_daemon() -> None:
+    os.environ["CSP_TEST_SECRET"] = "hunter2"
+    try:
+        async with warm_pool(1) as pool:
+            env = await run(pool, workers_support.environment)
+            fds = await run(pool, workers_support.open_descriptors)
+    finally:
+        del os.environ["CSP_TEST_SECRET"]
+    assert set(env) <= {"PATH", "LC_ALL", "LC_CTYPE"}
+    assert not [fd for fd in fds if fd.startswith("socket:")]
+
+
+async def test_closing_the_pool_leaves_no_worker_process() -> None:
+    before = children()
+    async with warm_pool(2) as pool:
+        assert len(set(pool.pids) & children()) == 2
+    assert children() == before
+
+
+async def test_a_task_past_the_workers_address_space_fails_memory_and_a_fresh_worker_follows() -> (
+    None
+):
+    async with warm_pool(1) as pool:
+        [hoarder] = pool.pids
+        with pytest.raises(OpError) as failed:
+            await run(pool, workers_support.hoard)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "memory")
+        with trio.fail_after(WAIT_S):
+            await pool.wait_warm(SUPPORT)
+        assert pool.pids != (hoarder,)

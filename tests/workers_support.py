@@ -1,0 +1,59 @@
+"""Tasks the worker-pool tests hand to a worker (``csp_web.infra.workers``). A worker imports
+this module by name to unpickle a task, so it imports only the standard library."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+
+def spin() -> None:
+    """CPU work that never ends, as a page that makes extraction loop for ever."""
+    while True:
+        pass
+
+
+def announce_then_sleep(path: str) -> None:
+    """Tell the test listening on the Unix socket ``path`` this worker's pid, then sleep:
+    the test knows the task is running before it kills the worker."""
+    with socket.socket(socket.AF_UNIX) as announcer:
+        announcer.connect(path)
+        announcer.sendall(str(os.getpid()).encode())
+        time.sleep(3600)
+
+
+def environment() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def open_descriptors() -> list[str]:
+    """What each open descriptor of this worker points at (sockets show as ``socket:[n]``)."""
+    fds = os.listdir("/proc/self/fd")
+    return [
+        os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")
+    ]
+
+
+def own_pid() -> int:
+    return os.getpid()
+
+
+class Payload:
+    """An answer whose pickle runs a command where it is unpickled: what a subverted worker
+    would send the daemon."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (f"touch {self.path}",)
+
+
+def forged_answer(path: str) -> Payload:
+    return Payload(path)
+
+
+def hoard() -> int:
+    """Memory past a worker's address space, as a page that makes a parser grow without end."""
+    return len(bytearray(4 << 30))
