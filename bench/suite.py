@@ -1,0 +1,110 @@
+"""Run the benches that carry issue 26's figures and print them as one table (``scripts/bench``).
+
+Each bench runs as its own subprocess (``python bench/<name>.py [--quick]``), one after the
+other so that none measures another's load; its figure lines (bench/table.py) become rows. A
+bench that is missing, fails, times out or prints no figure shows as one ``error`` row with
+the reason, and the others still run. Beside each row: the 1-minute load average when the
+bench started and when it ended (/proc/loadavg), as the machine is shared.
+
+    scripts/bench [--quick] [--only NAME ...] [--log-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # so `python bench/suite.py` finds the packages
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.table import Row, failed, parse, render  # noqa: E402
+
+# In the issue's order: cached and uncached fetch, cores (goals 1-3), overload (4), pipelined
+# frames (5), exec (6), then the fleet (3, past one machine).
+BENCHES = ("fetch", "workers", "overload", "daemon", "exec_spawn", "redis_fleet")
+# A quick run must end within 3 minutes in all; a bench stuck past its share is cut off.
+TIMEOUT_S = {"quick": 100.0, "full": 1800.0}
+
+
+def load_average() -> str:
+    """The 1-minute load average, as /proc/loadavg gives it."""
+    with open("/proc/loadavg") as file:
+        return file.read().split()[0]
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+def run_bench(name: str, *, quick: bool, log_dir: Path) -> list[Row]:
+    """The rows of ``bench/<name>.py``; its whole output is kept in ``log_dir/<name>.log``."""
+    script = REPO_ROOT / "bench" / f"{name}.py"
+    command = [sys.executable, str(script), *(["--quick"] if quick else [])]
+    before = load_average()
+    if not script.exists():
+        return [failed(name, f"missing: bench/{name}.py", before)]
+    print(f"running {' '.join(command[1:])} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    timeout_s = TIMEOUT_S["quick" if quick else "full"]
+    try:
+        done = subprocess.run(
+            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s
+        )
+        stdout, stderr, error = done.stdout, done.stderr, exit_error(done.returncode, done.stderr)
+    except subprocess.TimeoutExpired as expired:
+        stdout, stderr = as_text(expired.stdout), as_text(expired.stderr)
+        error = f"timed out after {timeout_s:.0f} s"
+    load = f"{before}→{load_average()}"
+    elapsed = time.monotonic() - started
+    (log_dir / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stdout}\n--- stderr\n{stderr}")
+    rows = parse(name, stdout, load)
+    if error is None and not rows:
+        error = "printed no figure line: " + (last_line(stdout) or "(no output)")
+    print(f"  {name}: {len(rows)} figure(s) in {elapsed:.0f} s", file=sys.stderr, flush=True)
+    return rows + ([failed(name, error, load)] if error else [])
+
+
+def exit_error(returncode: int, stderr: str) -> str | None:
+    if returncode == 0:
+        return None
+    return f"exit {returncode}: {last_line(stderr) or '(no stderr)'}"
+
+
+def as_text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="each bench's quick mode (< 3 min)")
+    parser.add_argument("--only", nargs="+", choices=BENCHES, help="run these benches only")
+    parser.add_argument("--log-dir", type=Path, help="keep each bench's output here")
+    args = parser.parse_args()
+    log_dir = args.log_dir or Path(f"/tmp/csp-bench-logs-{os.getpid()}")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    rows = [
+        row
+        for name in args.only or BENCHES
+        for row in run_bench(name, quick=args.quick, log_dir=log_dir)
+    ]
+    print(render(rows))
+    flags = " --quick" if args.quick else ""
+    flags += f" --only {' '.join(args.only)}" if args.only else ""
+    print(
+        f"\n{os.cpu_count()} cores; {time.monotonic() - started:.0f} s in all; "
+        f"each bench's output in {log_dir}/"
+    )
+    print(f"reproduce: scripts/bench{flags}")
+
+
+if __name__ == "__main__":
+    main()
