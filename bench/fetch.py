@@ -286,10 +286,14 @@ async def measure(daemon: DaemonProcess, port: int, trust: ssl.SSLContext, quick
     pages = corpus_pages()
     by_size = sorted(pages, key=lambda page_id: len(pages[page_id]))
     typical = by_size[len(by_size) // 2]
-    await cached_figures(daemon, base + page_path(typical), 1000 if quick else 4000)
+    started = time.perf_counter()
+    await cached_figures(daemon, base + page_path(typical), 300 if quick else 4000)
+    print(f"(cached figures in {time.perf_counter() - started:.0f} s)")
     await uncached_figures(daemon, base, trust, 1 if quick else 3)
+    print(f"(uncached figures in {time.perf_counter() - started:.0f} s)")
     urls = [base + page_path(page_id) for page_id in pages]
-    await throughput_figures(daemon, urls, 2.0 if quick else 6.0)
+    await throughput_figures(daemon, urls, 1.5 if quick else 6.0)
+    print(f"(throughput figures in {time.perf_counter() - started:.0f} s)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -313,7 +317,9 @@ def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, 2 s windows")
+    parser.add_argument(
+        "--quick", action="store_true", help="300 cached rounds, 1 uncached, 1.5 s windows"
+    )
     parser.add_argument("--workers", type=int, help="web.workers (where the daemon has it)")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores", flush=True)

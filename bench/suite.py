@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/suite.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.daemon_process import descendants  # noqa: E402
 from bench.table import Row, failed, parse, render  # noqa: E402
 
 # In the issue's order: cached and uncached fetch, cores (goals 1-3), overload (4), pipelined
@@ -42,24 +45,27 @@ def last_line(text: str) -> str:
     return lines[-1][:160] if lines else ""
 
 
-def run_bench(name: str, *, quick: bool, log_dir: Path) -> list[Row]:
-    """The rows of ``bench/<name>.py``; its whole output is kept in ``log_dir/<name>.log``."""
-    script = REPO_ROOT / "bench" / f"{name}.py"
+def run_bench(script: Path, *, quick: bool, log_dir: Path, timeout_s: float) -> list[Row]:
+    """The rows of the bench ``script`` (named by its stem), then an error row if it is
+    missing, fails, runs past ``timeout_s`` (then killed) or prints no figure; its whole output
+    is kept in ``log_dir/<name>.log``."""
+    name = script.stem
     command = [sys.executable, str(script), *(["--quick"] if quick else [])]
     before = load_average()
     if not script.exists():
-        return [failed(name, f"missing: bench/{name}.py", before)]
+        return [failed(name, f"missing: {os.path.relpath(script, REPO_ROOT)}", before)]
     print(f"running {' '.join(command[1:])} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
-    timeout_s = TIMEOUT_S["quick" if quick else "full"]
+    proc = subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        done = subprocess.run(
-            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s
-        )
-        stdout, stderr, error = done.stdout, done.stderr, exit_error(done.returncode, done.stderr)
-    except subprocess.TimeoutExpired as expired:
-        stdout, stderr = as_text(expired.stdout), as_text(expired.stderr)
-        error = f"timed out after {timeout_s:.0f} s"
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+        error = exit_error(proc.returncode, stderr)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        stdout, stderr = proc.communicate()
+        error = f"timed out after {timeout_s:g} s"
     load = f"{before}→{load_average()}"
     elapsed = time.monotonic() - started
     (log_dir / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stdout}\n--- stderr\n{stderr}")
@@ -76,10 +82,13 @@ def exit_error(returncode: int, stderr: str) -> str | None:
     return f"exit {returncode}: {last_line(stderr) or '(no stderr)'}"
 
 
-def as_text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode("utf-8", "replace")
-    return output or ""
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it, whatever session each leads (a bench's
+    daemon has its own, so that its workers stop with it): a bench cut off at its time never
+    leaves a daemon, origin or redis-server behind."""
+    for victim in [*descendants(pid), pid]:
+        with suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
 
 
 def main() -> None:
@@ -91,10 +100,16 @@ def main() -> None:
     log_dir = args.log_dir or Path(f"/tmp/csp-bench-logs-{os.getpid()}")
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    timeout_s = TIMEOUT_S["quick" if args.quick else "full"]
     rows = [
         row
         for name in args.only or BENCHES
-        for row in run_bench(name, quick=args.quick, log_dir=log_dir)
+        for row in run_bench(
+            REPO_ROOT / "bench" / f"{name}.py",
+            quick=args.quick,
+            log_dir=log_dir,
+            timeout_s=timeout_s,
+        )
     ]
     print(render(rows))
     flags = " --quick" if args.quick else ""

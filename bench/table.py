@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+ERROR_CHARS = 90
 COLUMNS = ("bench", "measure", "csp-web", "anchor", "ratio", "goal", "met?", "load avg")
 # A number, with thousands commas and a k or M suffix ("1,177k/s"), not a unit's first letter.
 _NUMBER = re.compile(r"([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+))([kM](?![A-Za-z]))?")
@@ -101,8 +102,9 @@ def parse(bench: str, output: str, load: str) -> list[Row]:
 
 
 def failed(bench: str, error: str, load: str) -> Row:
-    """The row that stands for a bench that could not give its figures."""
-    return Row(bench, "(bench failed)", error, "", "", "", "error", load)
+    """The row that stands for a bench that could not give its figures: the reason, cut at
+    ``ERROR_CHARS`` (the bench's log holds it whole), where the measure goes."""
+    return Row(bench, error[:ERROR_CHARS], "", "", "", "", "error", load)
 
 
 def render(rows: Iterable[Row]) -> str:
