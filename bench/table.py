@@ -9,8 +9,8 @@ value / anchor as a number ("1.86" or "1.86x"); ``goal`` is a comparison: agains
 ratio when its unit is ``x`` or ``%`` ("<= 2x", ">= 90%"; a ratio of 0.93 or 93% meets the
 latter), else against the value's leading
 number in the value's own unit ("<= 0.3 ms", ">= 1.3 cores"). Any other line is ignored.
-A goal this module cannot read shows as ``?``, never as met; an empty goal marks a figure
-shown for context.
+A goal this module cannot read shows as ``?``, never as met; an empty goal (or ``-``) marks
+a figure shown for context.
 
 Pure: text in, rows and text out (tests/test_bench_table.py).
 """
@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 ERROR_CHARS = 90
+NO_GOAL = ("", "-", "–")  # a figure shown for context
 COLUMNS = ("bench", "measure", "csp-web", "anchor", "ratio", "goal", "met?", "load avg")
 # A number, with thousands commas and a k or M suffix ("1,177k/s"), not a unit's first letter.
 _NUMBER = re.compile(r"([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+))([kM](?![A-Za-z]))?")
@@ -70,7 +71,7 @@ def verdict(value: str, ratio: str, goal: str) -> str:
     """ "yes" when the figure meets ``goal``, "NO" when it misses, "?" when either cannot be
     read (a goal in words, a missing number), "" when there is no goal (a figure shown for
     context)."""
-    if not goal.strip():
+    if goal.strip() in NO_GOAL:
         return ""
     match = _GOAL.match(goal)
     if match is None:

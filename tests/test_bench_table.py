@@ -62,12 +62,14 @@ def test_goals_at_their_bound_are_met_and_just_past_it_are_not() -> None:
     assert verdict("20,000 frames/s", "", ">= 30k frames/s") == "NO"
     assert verdict("1.2M frames/s", "", ">= 30k frames/s") == "yes"
     assert verdict("2 ms", "", "<= 3ms") == "yes"
+    assert verdict("1.412", "0.71", ">= 1.3") == "yes"  # a bare bound: the value's own unit
 
 
 def test_a_goal_or_figure_that_cannot_be_read_is_never_met() -> None:
     assert verdict("n/a", "n/a", "<= 2x") == "?"
     assert verdict("0.1 ms", "", "fast") == "?"
     assert verdict("", "", "") == ""  # no goal: a figure for context, judged neither way
+    assert verdict("0.2", "0.1", "-") == ""
 
 
 def test_a_failed_bench_is_one_error_row_beside_the_others() -> None:
