@@ -120,7 +120,9 @@ async def cached_figures(daemon: DaemonProcess, url: str, rounds: int) -> None:
             pings.append(ping_ms)
             hits.append(hit_ms)
     cpu = {"ping": 0.0, "hit": 0.0}
-    for _ in range(2):  # alternated blocks, for the same reason
+    # Alternated blocks: the host's load falls on both, and audit writes the outbox batches
+    # after a block ends land in the next block of either kind.
+    for _ in range(2):
         cpu["ping"] += await cpu_per_call_ms(client, daemon.pid, PING, rounds // 2) / 2
         cpu["hit"] += await cpu_per_call_ms(client, daemon.pid, hit, rounds // 2) / 2
     await client.stream.aclose()
