@@ -30,8 +30,10 @@ from bench.table import Row, failed, parse, render  # noqa: E402
 # In the order: cached and uncached fetch, cores (goals 1-3), overload (4), pipelined
 # frames (5), exec (6), then the fleet (3, past one machine).
 BENCHES = ("fetch", "workers", "overload", "daemon", "exec_spawn", "redis_fleet")
-# A quick run must end within 3 minutes in all; a bench stuck past its share is cut off.
-TIMEOUT_S = {"quick": 100.0, "full": 1800.0}
+# A safety net, not the target: quick modes aim at 3 minutes in all on an idle host, but on
+# this 2-core host under a load of 10 fetch.py --quick took 86 s and daemon.py --quick 75 s;
+# a bench past its time is cut off (its figures so far kept), so a run never hangs.
+TIMEOUT_S = {"quick": 150.0, "full": 1800.0}
 
 
 def load_average() -> str:
