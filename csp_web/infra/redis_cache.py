@@ -93,6 +93,8 @@ class ResponseCache(Protocol):
 
     async def set(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None: ...
 
+    async def keep(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None: ...
+
     async def invalidate(self, namespace: str) -> int: ...
 
 
@@ -283,6 +285,7 @@ class RedisCache:
             pipe.pttl(value_key)
             return pipe.execute()
 
+        asked_at = time.time()  # PTTL counts from when Redis answered, after this
         try:
             raw, gen_raw, pttl_ms = await self._link.call(read, "cache_get")
             gen = self._link.integer(gen_raw or 0, "cache_get")
@@ -301,7 +304,7 @@ class RedisCache:
         except ValueError:
             return None
         if self._link.events_live:
-            expires_at = time.time() + pttl_ms / 1000 if pttl_ms > 0 else math.inf
+            expires_at = asked_at + pttl_ms / 1000 if pttl_ms > 0 else math.inf
             self._memory.put(key, (gen, value), expires_at=expires_at)
         return value
 
@@ -332,6 +335,7 @@ class RedisCache:
                 await self._keep_locally(namespace, key, value, text, ttl_s)
                 return
         event = self._link.event(f"cache:{self._store}", key=key)
+        expires_at = time.time() + ttl_s  # before the script: memory never outlives Redis
         ttl_ms = max(1, math.ceil(ttl_s * 1000))
         keys = [value_key, tag_key, gen_key]
         args: list[str | int] = [text, ttl_ms, str(gen), event, self._link.channel]
@@ -344,7 +348,18 @@ class RedisCache:
             await self._keep_locally(namespace, key, value, text, ttl_s)
             return
         if stored and self._link.events_live:
-            self._memory.put(key, (gen, value), expires_at=time.time() + ttl_s)
+            self._memory.put(key, (gen, value), expires_at=expires_at)
+
+    async def keep(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None:
+        """``set``, unless the memory tier holds this very value as read from or written to
+        Redis (not a copy made while it was down) with half of ``ttl_s`` or more to live, and
+        Redis and its events are live: as ``Cache.keep``, a hit then costs no round trip."""
+        key = cache_key(namespace, material)
+        live = self._link.up and self._link.events_live and not self._checked_namespace(namespace)
+        entry = self._memory.get(key) if live else None
+        held = entry is not None and entry[0] >= 0 and entry[1] == value
+        if not (held and self._memory.lives(key, ttl_s / 2)):
+            await self.set(namespace, material, value, ttl_s=ttl_s)
 
     async def invalidate(self, namespace: str) -> int:
         """Drop every entry of ``namespace`` on every daemon; the count dropped from Redis

@@ -158,10 +158,18 @@ def _unsplittable_rule(url: str) -> str:
     return "bad-ipv6-literal" if "[" in authority or "]" in authority else "bad-host"
 
 
+# Visible ASCII but the backslash: every check below passes each of them, so a URL made only
+# of them skips the per-character loop. A 105-char URL: 0.066x the loop's time (5.8 vs 88 us
+# at load 10, /tmp timeit); the loop was ~25 % of a cache hit's fetch op time (issue 26).
+_PLAIN = re.compile(r"[!-\[\]-~]*")
+
+
 def check_characters(text: str, *, max_chars: int) -> None:
     """Refuse text that is too long or holds whitespace, controls or a backslash."""
     if len(text) > max_chars:
         raise _reject("too-long")
+    if _PLAIN.fullmatch(text):  # the usual URL: one C-level scan, not a category per char
+        return
     for char in text:
         if char.isspace():
             raise _reject("whitespace")

@@ -9,7 +9,7 @@ no I/O module (trio, httpx, os, socket, subprocess), nothing of csp_web and no s
 (tests/test_layers.py's ``PURE`` holds it to that).
 """
 
-from ._article import Article, extract_article
+from ._article import Article, article_and_outline, extract_article
 from ._kind import PAGE_TYPES
 from ._outline import outline
 from ._rules import RULES, Rule, census, switched_off
@@ -20,6 +20,7 @@ __all__ = [
     "RULES",
     "Article",
     "Rule",
+    "article_and_outline",
     "census",
     "document_markdown",
     "extract_article",

@@ -36,6 +36,15 @@ def outline(html: str, *, max_items: int = 200) -> str:
         return ""
     try:
         tree = LexborHTMLParser(defuse_nesting(html))
+    except Exception:  # the outline is advisory; a parser edge case must not fail the op
+        return ""
+    return tree_outline(tree, max_items=max_items)
+
+
+def tree_outline(tree: LexborHTMLParser, *, max_items: int = 200) -> str:
+    """`outline` of a page already parsed (as `outline` parses it); reads `tree`, never
+    changes it. Never raises."""
+    try:
         lines = _title_line(tree) + _body_lines(tree.body)
     except Exception:  # the outline is advisory; a parser edge case must not fail the op
         return ""

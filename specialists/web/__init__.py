@@ -1,5 +1,6 @@
 """The web specialist under IN:WEB: search, fetch, meta, resolve, api, summarize, the
-document ops (board, save, cabinet, write_file) and research jobs (research, result).
+document ops (board, save, cabinet, write_file), research jobs (research, result) and
+verify (quotes checked against snapshots).
 
 ``WEB`` is the value the composition root (csp_web.app.catalog) lists; ``make_web`` builds
 it with a test resolver or TLS trust store, and with the daemon's ``Seams``: web consumes the
@@ -27,6 +28,7 @@ from .pages.filestore import CacheFileStore
 from .research import ops_research
 from .search import ops_search
 from .services import WebServices, open_web_services
+from .verify import ops_verify
 
 OPS: tuple[Op[WebServices], ...] = (
     *ops_fetch.OPS,
@@ -35,6 +37,7 @@ OPS: tuple[Op[WebServices], ...] = (
     *ops_api.OPS,
     *ops_docs.OPS,
     *ops_research.OPS,
+    *ops_verify.OPS,
 )
 
 

@@ -103,7 +103,7 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
             "no_cache": {
                 "type": "boolean",
                 "default": False,
-                "description": "download even when cached",
+                "description": "download; the page cache is neither read nor written",
             },
             "max_age": {
                 "type": "integer",

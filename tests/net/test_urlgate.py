@@ -3,10 +3,13 @@ one canonical spelling, and the allow-list never relaxes the syntax rules."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig, ParsedUrl, check_url
+from csp_web.net.urlgate import check_characters
 from protocol import ErrorCode
 
 REJECTED = ErrorCode.URL_REJECTED
@@ -223,3 +226,27 @@ def test_allow_list_never_relaxes_the_syntax_rules(url: str, rule: str) -> None:
     with pytest.raises(OpError) as caught:
         check_url(url, config)
     assert (caught.value.code, caught.value.detail) == (ErrorCode.URL_REJECTED, rule)
+
+
+def _reason_of(char: str) -> str | None:
+    """What the per-character rules say of ``char`` (the reference the fast path must keep)."""
+    if char.isspace():
+        return "whitespace"
+    if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
+        return "control-character"
+    return "backslash" if char == "\\" else None
+
+
+@pytest.mark.parametrize("code", [*range(0x00, 0x100), 0x200B, 0x202E, 0x3000, 0xFEFF])
+def test_the_plain_ascii_fast_path_refuses_exactly_what_the_character_rules_refuse(
+    code: int,
+) -> None:
+    char = chr(code)
+    expected = _reason_of(char)
+    text = f"https://example.com/a{char}b"
+    if expected is None:
+        check_characters(text, max_chars=100)
+        return
+    with pytest.raises(OpError) as refused:
+        check_characters(text, max_chars=100)
+    assert refused.value.detail.endswith(expected), (hex(code), refused.value.detail)

@@ -182,3 +182,26 @@ async def test_an_invalidation_while_redis_is_down_is_applied_when_it_returns(
             peer = RedisCache(two, memory_bytes=MEMORY)
             assert await cache.get("api:github", "/x") is None  # flushes the invalidation
             assert await peer.get("api:github", "/x") is None
+
+
+async def test_keeping_a_value_held_in_memory_costs_no_round_trip_until_a_peer_drops_it(
+    open_link: OpenLink,
+) -> None:
+    """A fileKey's snapshot is kept again at every cache hit: it is written once, and again
+    only once another daemon's write has dropped this daemon's memory copy."""
+    async with open_link() as one, open_link() as two:
+        a, b = RedisCache(one, memory_bytes=MEMORY), RedisCache(two, memory_bytes=MEMORY)
+        await a.keep("filekey", "fk_a", {"markdown": "# Tides"}, ttl_s=3600)
+        before = one.round_trips
+        await a.keep("filekey", "fk_a", {"markdown": "# Tides"}, ttl_s=3600)
+        assert one.round_trips == before
+        seen = event_seen(one)
+        await b.set("filekey", "fk_a", {"markdown": "# Other"}, ttl_s=3600)
+        with trio.fail_after(10):
+            await seen.wait()
+        heard = event_seen(two)
+        await a.keep("filekey", "fk_a", {"markdown": "# Tides"}, ttl_s=3600)
+        assert one.round_trips > before
+        with trio.fail_after(10):
+            await heard.wait()
+        assert await b.get("filekey", "fk_a") == {"markdown": "# Tides"}

@@ -468,6 +468,34 @@ async def test_write_file_without_workspace_roots_is_not_available(
     assert reply.get("ERROR") == "not_available:write_file: no tool.exec.workspace_roots"
 
 
+async def test_write_file_refuses_execs_masked_paths_and_kernel_dirs_under_the_root(
+    web_config: Config, web: WebServices, origin: Origin, workspace: Path
+) -> None:
+    """write_file checks its path as upload does (one opener): a directory exec masks inside
+    the root, or one resolving into /proc, is not written."""
+    secrets = workspace / "secrets"
+    secrets.mkdir()
+    (workspace / "proc_link").symlink_to("/proc/self")
+    exec_config = ExecConfig(workspace_roots=(str(workspace),), masked_paths=(str(secrets),))
+    config = with_section(web_config, "tool", replace(tool_section(web_config), exec=exec_config))
+    web.config = web_section(config)
+    async with open_outbox(config.outbox_path, config.outbox, config.memory) as box:
+        dispatcher = build_dispatcher(config, outbox_path(config, box), WEB.ops, web)
+        url = serve(origin, "/tides", ARTICLE)
+        key = (await ask(dispatcher, "fetch", "CONTENT", ("URL", url))).get("FILE_KEY")
+        assert key is not None
+        for path in (secrets / "token.md", workspace / "proc_link" / "environ"):
+            reply = await ask(
+                dispatcher, "write_file", "PATH", ("FILE_KEY", key), ("PATH", str(path))
+            )
+            assert reply.get("ERROR") == f"permission_denied:{path}", path
+        fine = workspace / "notes.md"
+        reply = await ask(dispatcher, "write_file", "PATH", ("FILE_KEY", key), ("PATH", str(fine)))
+    assert reply.status is Status.OK
+    assert fine.read_text() == MARKDOWN
+    assert os.listdir(secrets) == []
+
+
 # --- the main flow over the daemon's connection loop --------------------------------------
 
 

@@ -22,7 +22,7 @@ from protocol import ErrorCode, Reply, Status, Task
 from specialists.web import WEB
 from specialists.web.config import web_section
 from specialists.web.docs.config import DocsConfig, ResearchConfig
-from specialists.web.research.jobs import Job, ResearchJobs
+from specialists.web.research.jobs import Finding, Job, ResearchJobs
 from specialists.web.research.llm import Source, parse_answer
 from specialists.web.research.run import heuristic_answer
 from specialists.web.services import WebServices
@@ -417,19 +417,23 @@ async def test_shutdown_cancels_a_running_job_with_a_final_status_and_record(
 def test_model_answers_keep_only_bullets_citing_given_sources() -> None:
     content = "Intro line without cites\n1. First [2]\n- Second [1] [3]\n- Third [4]\n- [1]"
     body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
-    assert parse_answer(body, 3, 5) == (("First", (2,)), ("Second", (1, 3)))
+    first, second = Finding("First", (2,), "First"), Finding("Second", (1, 3), "Second")
+    assert parse_answer(body, 3, 5) == (first, second)
     assert parse_answer(b"not json", 3, 5) == ()
-    assert parse_answer(body, 3, 1) == (("First", (2,)),)
+    assert parse_answer(body, 3, 1) == (first,)
 
 
 def test_heuristic_answer_is_deterministic_and_takes_turns_between_sources() -> None:
     sources = [
-        Source("https://a/", "A", "Storm surges flood low coasts often. Cats like warm spots."),
-        Source("https://b/", "B", "Surges are worst at spring tide every year."),
+        Source(
+            "https://a/", "A", "Storm surges flood low coasts often. Cats like warm spots.", "a"
+        ),
+        Source("https://b/", "B", "Surges are worst at spring tide every year.", "b"),
     ]
     first = heuristic_answer("storm surges", sources, 3)
     assert first == heuristic_answer("storm surges", sources, 3)
-    assert [numbers for _, numbers in first] == [(1,), (2,), (1,)]
+    assert [finding.sources for finding in first] == [(1,), (2,), (1,)]
+    assert all(finding.quote == finding.text for finding in first)
 
 
 async def test_a_job_past_job_timeout_s_fails_with_timeout(

@@ -296,9 +296,11 @@ async def test_an_unset_key_variable_skips_the_model(
 
 
 def test_model_bullets_are_parsed_from_marked_lines_or_else_every_line() -> None:
-    assert parse_llm_bullets(completion("1. One\n2) Two\n\n• Three"), 5) == ("One", "Two", "Three")
-    assert parse_llm_bullets(completion("Plain one\nPlain two"), 1) == ("Plain one",)
-    assert parse_llm_bullets(completion("- " + "y" * 400), 5)[0] == clip("y" * 400)
+    """An answer in lines (not the JSON asked for) still gives bullets, each quoting itself."""
+    got = parse_llm_bullets(completion("1. One\n2) Two\n\n• Three"), 5)
+    assert got == (("One", "One"), ("Two", "Two"), ("Three", "Three"))
+    assert parse_llm_bullets(completion("Plain one\nPlain two"), 1) == (("Plain one",) * 2,)
+    assert parse_llm_bullets(completion("- " + "y" * 400), 5)[0][0] == clip("y" * 400)
     assert parse_llm_bullets(b"not json", 5) == ()
     assert parse_llm_bullets(json.dumps({"choices": [{"message": {}}]}).encode(), 5) == ()
 

@@ -136,7 +136,7 @@ OPS_EXAMPLE = Example(
         "STATUS OK\n"
         "ID 1\n"
         "SCOPE [sys]\n"
-        "DATA ops:23\n"
+        "DATA ops:24\n"
         'OP {"req":"exec","in":"SHELL","out":"EXEC_RESULT","inline":"COMMAND"'
         ',"fields":[{"name":"COMMAND","type":"text","required":true,"max_char'
         's":8192},{"name":"TIMEOU…\n'
@@ -146,7 +146,7 @@ OPS_EXAMPLE = Example(
         'OP {"req":"nodes","in":"SYS","out":"NODES","fields":[{"name":"AC'
         'TION","type":"choice","default":"list","choices":["list","approve","'
         'revoke"]},{"name":"CODE","ty…\n'
-        "… 20 more OP\n"
+        "… 21 more OP\n"
     ),
 )
 

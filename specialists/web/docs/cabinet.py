@@ -13,6 +13,11 @@ key (so a line that is not what it claims is never served) and refuses it once `
 has passed (``cabinet.ttl_s``, 30 days). The write goes straight to the Memory Specialist and
 is acknowledged before the op answers, so a read right after a save finds it (SPEC M-8); the
 outbox queue is for records that may arrive later.
+
+An entry keeps the snapshot's whole content, not only the spans a citation quotes: the key
+hashes that content, so every ``QUOTE <n> <fileKey> @<start>-<end> sha256:<hex>`` a summary
+or research answer gave stays checkable (``REQ:verify`` reads the cabinet once the held
+snapshot is gone) for ``cabinet.ttl_s``, with the same offsets and hash.
 """
 
 from __future__ import annotations

@@ -23,12 +23,13 @@ import functools
 
 import trio
 
-from csp_web.config import workspace_roots
+from csp_web.config import masked_paths, workspace_roots
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import READS_LOCAL, Effects, Op
 from csp_web.core.api.replies import Result, cite
+from csp_web.infra.workspace_paths import check_path
 from protocol import ErrorCode, Field, Status
 
 from ..pages.fetch_fields import empty_error
@@ -39,7 +40,6 @@ from ..services import WebServices, web_audit
 from . import cabinet
 from .board import file_lines
 from .services import DocsServices
-from .workspace import check_target
 from .workspace import write_file as write_at
 
 FILE_KEY = FieldSpec("FILE_KEY", required=True, doc="a fileKey from fetch (fk_...)")
@@ -105,7 +105,8 @@ async def write_file(params: Params, ctx: OpContext, services: DocsServices) -> 
     check(key)
     services.board.turn(ctx.peer, services.config.docs.board)
     with web_audit(key) as notes:
-        target = check_target(workspace_roots(ctx.config), path)
+        roots, masked = workspace_roots(ctx.config), masked_paths(ctx.config)
+        target = check_path(roots, path, masked=masked, user="write_file")
         page = await _source(ctx, services, key)
         data = content_of(page).encode("utf-8")
         write = functools.partial(

@@ -6,8 +6,9 @@
 
 The key is derived from the final URL and the page's content, so the same content at the same
 URL always gets the same key, and changed content a new one. The snapshot is kept in the cache
-namespace ``filekey`` as long as fetched pages are (``cache.fetch_ttl_s``), so START paging
-and later ops read exactly what the fetch read, even when the page has changed since.
+namespace ``filekey`` as long as fetched pages are (``cache.fetch_ttl_s``; one handed out by a
+fetch lives half of that at least), so START paging and later ops read exactly what the fetch
+read, even when the page has changed since.
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ def window(content: str, start: int, max_chars: int) -> tuple[str, list[Field], 
 
 
 async def hold(services: PagesServices, key: str, page: Page) -> None:
-    """Keep ``page`` under ``key`` for ``cache.fetch_ttl_s``."""
+    """Keep ``page`` under ``key`` for ``cache.fetch_ttl_s``: written when the cache's memory
+    tier does not already hold this snapshot for half of that or more (``cache.keep``), so a
+    fetch answered from the cache writes nothing, and a fileKey it hands out lives
+    ``cache.fetch_ttl_s / 2`` at least."""
     ttl_s = services.config.cache.fetch_ttl_s
-    await services.cache.set(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
+    await services.cache.keep(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
 
 
 async def held(services: PagesServices, key: str) -> Page:

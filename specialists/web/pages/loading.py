@@ -29,14 +29,12 @@ from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from csp_web.net import FetchResult, LargerBody, check_url, decode_text
 from protocol import ErrorCode
-from specialists.extract import extract_article, outline
 from specialists.formats import PAGE_MARKER, Document, Limits
 
-from .appshell import shell_reason
 from .documents import Bounds, read_document, reader_for, reads_text
 from .emptiness import NO_TEXT, empty_why, is_empty
 from .flights import Flight, Flights, follow, lead
-from .headmeta import read_head
+from .reading import read_page
 from .services import PagesServices
 
 Kind = Literal["html", "json", "text", "document", "other"]
@@ -127,9 +125,9 @@ async def load_page(
 ) -> Page:
     """The page at ``url``: from the cache unless ``no_cache`` (or the snapshot is ``max_age_s``
     old or older), else downloaded (or shared with a download of the same URL already in
-    flight) and cached for ``cache.fetch_ttl_s``. A paged document holds its first
-    ``max_pages`` pages (None: ``fetch.max_pages``); a snapshot read with fewer is a miss, one
-    read with more is cut (``within_pages``).
+    flight) and cached for ``cache.fetch_ttl_s``; ``no_cache`` neither reads nor writes it. A
+    paged document holds its first ``max_pages`` pages (None: ``fetch.max_pages``); a
+    snapshot read with fewer is a miss, one read with more is cut (``within_pages``).
 
     ``deadline`` is trio time and bounds the rate-limit wait and the download. ``background``
     loads (search prefetch) take a rate token only when the bucket is at least half full.
@@ -151,7 +149,13 @@ async def load_page(
         flight = flights.get(key)
         if flight is None:
             page = await _lead(
-                services, key, flights, deadline=deadline, background=background, max_pages=pages
+                services,
+                key,
+                flights,
+                deadline=deadline,
+                background=background,
+                max_pages=pages,
+                keep=not no_cache,
             )
             return within_pages(page, pages) or page  # a fleet peer's read may hold more
         page = within_pages(await _follow(flight, deadline), pages)
@@ -169,9 +173,16 @@ async def _lead(
     deadline: float,
     background: bool,
     max_pages: int,
+    keep: bool,
 ) -> Page:
     download = functools.partial(
-        _download_once, services, key, deadline=deadline, background=background, max_pages=max_pages
+        _download_once,
+        services,
+        key,
+        deadline=deadline,
+        background=background,
+        max_pages=max_pages,
+        keep=keep,
     )
     page = await lead(flights, key, download, shareable=lambda exc: not _own_failure(exc))
     assert isinstance(page, Page)
@@ -194,12 +205,24 @@ async def _follow(flight: Flight, deadline: float) -> Page | None:
 
 
 async def _download_once(
-    services: PagesServices, key: str, *, deadline: float, background: bool, max_pages: int
+    services: PagesServices,
+    key: str,
+    *,
+    deadline: float,
+    background: bool,
+    max_pages: int,
+    keep: bool,
 ) -> Page:
     """``_download``, or a peer daemon's download of the same URL when one is in flight
     (``csp_web.infra.redis_flight``, with ``redis.url``)."""
     download = functools.partial(
-        _download, services, key, deadline=deadline, background=background, max_pages=max_pages
+        _download,
+        services,
+        key,
+        deadline=deadline,
+        background=background,
+        max_pages=max_pages,
+        keep=keep,
     )
     if services.fleet_flights is None:
         return await download()
@@ -213,8 +236,16 @@ async def _download_once(
 
 
 async def _download(
-    services: PagesServices, key: str, *, deadline: float, background: bool, max_pages: int
+    services: PagesServices,
+    key: str,
+    *,
+    deadline: float,
+    background: bool,
+    max_pages: int,
+    keep: bool,
 ) -> Page:
+    """The page downloaded now, kept in the fetch cache when ``keep`` (NO_CACHE neither reads
+    nor writes it)."""
     await _take_token(services, deadline=deadline, background=background)
     remaining = deadline - trio.current_time()
     if remaining <= 0:
@@ -227,14 +258,13 @@ async def _download(
     reader = reader_for(result.content_type, result.body, result.url)
     if reader is not None:
         page = await document_page(services, result, reader, max_pages, deadline)
+    else:
+        # Reading is CPU-bound (about 1 s on adversarial input): off the event loop, and a
+        # cancelled task does not wait for it.
+        build = functools.partial(build_page, result, fetched_at=time.time())
+        page = await trio.to_thread.run_sync(build, abandon_on_cancel=True)
+    if keep:
         await _store(services, key, page)
-        return page
-    # Extraction is CPU-bound (about 1 s on adversarial input): off the event loop, and a
-    # cancelled task does not wait for it.
-    page = await trio.to_thread.run_sync(
-        functools.partial(build_page, result, fetched_at=time.time()), abandon_on_cancel=True
-    )
-    await _store(services, key, page)
     return page
 
 
@@ -397,21 +427,22 @@ def build_page(result: FetchResult, *, fetched_at: float = 0.0) -> Page:
 
 
 def html_page(base: Page, html: str) -> Page:
-    """``base`` with the views of ``html``: the extractor's Markdown, the outline, the head's
-    metadata, and the app-shell tell when the text looks written by scripts."""
-    article = extract_article(html, url=base.url)
-    head = read_head(html, base_url=base.url)
+    """``base`` with the views of ``html`` (``reading.read_page``): the extractor's Markdown,
+    the outline, the head's metadata, and the app-shell tell when the text looks written by
+    scripts."""
+    reading = read_page(html, base.url)
+    article, head = reading.article, reading.head
     return dataclasses.replace(
         base,
         title=article.title or head.meta.get("title"),
         markdown=article.markdown,
-        outline=outline(html),
+        outline=reading.outline,
         description=article.description or head.meta.get("description"),
         word_count=article.word_count,
         page_type=article.page_type,
         meta=head.meta,
         refresh=head.refresh,
-        shell=shell_reason(html, article.markdown),
+        shell=reading.shell,
     )
 
 

@@ -382,7 +382,12 @@ OPS: list[Op[WebServices]] = [
                 doc="a PDF's pages read: default fetch.max_pages (100), at most"
                 " fetch.max_pages_cap (1000)",
             ),
-            FieldSpec("NO_CACHE", "bool", default=False, doc="download even when cached"),
+            FieldSpec(
+                "NO_CACHE",
+                "bool",
+                default=False,
+                doc="download; the page cache is neither read nor written",
+            ),
             FieldSpec(
                 "MAX_AGE",
                 "int",

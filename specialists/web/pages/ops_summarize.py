@@ -10,11 +10,23 @@ DATA bullets:3
 BULLET "The first point."
 BULLET "The second point."
 BULLET "The third point."
+QUOTE 1 fk_k2n3r5t7v2x4z6b3 @21-37 sha256:9f2c… "The first point."
+QUOTE 2 fk_k2n3r5t7v2x4z6b3 @39-56 sha256:04ab… "The second point."
+UNVERIFIED 3
+VERIFIED 2
+UNVERIFIED_COUNT 1
 METHOD extractive
 CITE https://example.com/article "Article Title"
+
+Each bullet's support is located in the stored text before the reply (``quotes.py``): for a
+URL or FILE_KEY the fileKey's snapshot (a URL's is held, so it can be checked later), for
+TEXT the text itself, named ``text``. A bullet whose quote is not found is ``UNVERIFIED``;
+``VERIFY strict`` leaves it out (and fails ``no_verified_bullets`` when none is left).
 """
 
 from __future__ import annotations
+
+import functools
 
 import trio
 
@@ -26,16 +38,19 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from ..services import WebServices, web_audit
-from .filekeys import held
-from .loading import load_for_op, op_deadline
+from .filekeys import content_of, file_key, held, hold
+from .loading import Page, load_for_op, op_deadline
+from .quotes import locate_all, support_fields
 from .services import PagesServices
+from .summarize import Summary
 from .summarize import summarize as make_summary
 
 
 async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> Result:
     """``MAX_BULLETS`` bullets (default summarize.default_bullets, at most max_bullets) of
     TEXT, of the page at URL or of the snapshot FILE_KEY names, exactly one of them; METHOD
-    says how they were made."""
+    says how they were made. Each bullet's quote is located in the text before the reply
+    (QUOTE, else UNVERIFIED; VERIFY strict leaves unverified bullets out)."""
     config = services.config.summarize
     text, url = params.opt_text("TEXT"), params.opt_text("URL")
     key = params.opt_text("FILE_KEY")
@@ -50,21 +65,48 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
             await bucket.acquire(deadline=op_deadline(services))
         fields: list[Field] = []
         scope: tuple[str, ...] = ()
+        source = "text"  # what the quotes name: the TEXT given, or the page's fileKey
         if url is not None or key is not None:
             page = await held(services, key) if key else await load_for_op(services, url or "")
             notes.cache_hit = page.cached
-            text = _page_text(page.kind, page.markdown or page.text, page.content_type, target)
+            text = _page_text(page.kind, content_of(page), page.content_type, target)
+            source = key or await _held_key(services, page)
             scope, fields = (page.host,), [cite(page.url, page.title)]
         assert text is not None
-        text = text[: config.max_text_chars]
         deadline_s = max(0.0, op_deadline(services) - trio.current_time())
-        summary = await make_summary(services.client, config, text, count, deadline_s=deadline_s)
+        summary = await make_summary(
+            services.client, config, text[: config.max_text_chars], count, deadline_s=deadline_s
+        )
         notes.method = summary.method
         if not summary.bullets:
             raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_sentences", scope=scope)
-        bullets = [("BULLET", bullet) for bullet in summary.bullets]
-        fields = [*bullets, ("METHOD", summary.method), *fields]
-        return notes.attach(Result(f"bullets:{len(summary.bullets)}", scope, tuple(fields)))
+        checked = await _checked(summary, text, source, strict=params.text("VERIFY") == "strict")
+        bullets = sum(name == "BULLET" for name, _ in checked)
+        if not bullets:  # VERIFY strict left none: never an empty OK
+            raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_verified_bullets", scope=scope)
+        fields = [*checked, ("METHOD", summary.method), *fields]
+        return notes.attach(Result(f"bullets:{bullets}", scope, tuple(fields)))
+
+
+async def _held_key(services: PagesServices, page: Page) -> str:
+    """The fileKey of a page loaded by URL, its snapshot held so its quotes can be checked."""
+    key = file_key(page)
+    await hold(services, key, page)
+    return key
+
+
+async def _checked(summary: Summary, text: str, source: str, *, strict: bool) -> list[Field]:
+    """BULLET lines and their support (``quotes.support_fields``); under ``strict`` only
+    the bullets whose quote was found."""
+    locate = functools.partial(locate_all, text, summary.quotes)
+    spans = await trio.to_thread.run_sync(locate, abandon_on_cancel=True)
+    kept = [
+        (bullet, None if span is None else (source, span))
+        for bullet, span in zip(summary.bullets, spans, strict=True)
+        if span is not None or not strict
+    ]
+    bullets: list[Field] = [("BULLET", bullet) for bullet, _ in kept]
+    return [*bullets, *support_fields([s for _, s in kept], len(spans) - len(kept))]
 
 
 def _check(text: str | None, url: str | None, count: int, services: PagesServices) -> None:
@@ -91,6 +133,18 @@ def _page_text(kind: str, text: str, content_type: str, url: str) -> str:
 
 SUMMARIZE_REPLIES = (
     ReplyField("BULLET", "one per bullet", "a sentence of the summary", repeat=True),
+    ReplyField(
+        "QUOTE",
+        "one per verified bullet",
+        '<n> <fileKey or text> @<start>-<end> sha256:<hex> "<span>": bullet n\'s words in the '
+        "stored text (code points, end exclusive; the hash is of that span)",
+        repeat=True,
+    ),
+    ReplyField("UNVERIFIED", "one per bullet whose quote was not found", "its number", "int", True),
+    ReplyField("VERIFIED", "OK", "how many bullets carry a QUOTE", kind="int"),
+    ReplyField(
+        "UNVERIFIED_COUNT", "OK", "bullets whose quote was not found (or left out)", kind="int"
+    ),
     ReplyField("METHOD", "OK", "how it was made (model or extractive)"),
     ReplyField("CITE", "URL or FILE_KEY given", "the page (R-4)"),
     ReplyField("URL", "FAIL: unsupported_content", "the URL asked"),
@@ -107,6 +161,12 @@ SUMMARIZE_EXAMPLE = Example(
         'and twenty-five minutes apart."\n'
         'BULLET "Spring tides follow the new and the full moon; neap tides fall '
         'between them."\n'
+        "QUOTE 1 fk_xxxxxxxxxxxxxxxx @26-119 sha256:bc3c2d522b6bb6b528ff517e563cdf5cf01c4e07a9"
+        '89dd1caed45434cab0245c "The North Sea has two high tides every day, about t…\n'
+        "QUOTE 2 fk_xxxxxxxxxxxxxxxx @120-196 sha256:103d31b80e547229b25200a1c2254face35676ea7e"
+        '866fb2556f679c00370b62 "Spring tides follow the new and the full moon; nea…\n'
+        "VERIFIED 2\n"
+        "UNVERIFIED_COUNT 0\n"
         "METHOD extractive\n"
         'CITE https://origin.test/tides "Tides of the North Sea"\n'
     ),
@@ -129,6 +189,13 @@ OPS: list[Op[WebServices]] = [
                 "int",
                 minimum=1,
                 doc="default summarize.default_bullets (5), at most summarize.max_bullets",
+            ),
+            FieldSpec(
+                "VERIFY",
+                "choice",
+                default="mark",
+                choices=("mark", "strict"),
+                doc="mark: a bullet whose quote is not in the text is UNVERIFIED; strict: left out",
             ),
         ),
         inline="TEXT",

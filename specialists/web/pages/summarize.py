@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import trio
 
@@ -42,9 +42,12 @@ def _word_list(text: str) -> list[str]:
     return text.split()
 
 
+# The model names each bullet's support; the daemon looks for it in the text and never
+# takes the model's word that it is there (issue 29).
 LLM_PROMPT = (
-    "Summarize the user's text as at most {n} short bullet points, one per line, each line "
-    "starting with '- '. Use only facts from the text. Answer with the bullets only."
+    "Summarize the user's text as at most {n} short bullet points, using only facts from the "
+    'text. Answer with JSON only: {{"bullets": [{{"text": "<one point>", "quote": "<the '
+    'words of the text it rests on, copied exactly>"}}]}}'
 )
 
 _STOPWORDS = frozenset(
@@ -77,12 +80,20 @@ _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _LLM_BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_BULLETS_OPENING = re.compile(r'\{\s*"bullets"\s*:\s*\[\s*')
+_DECODER = json.JSONDecoder()
+MODEL_QUOTE_CHARS = 600  # twice a bullet: a longer "quote" is cut, and its start looked for
 
 
 @dataclass(frozen=True)
 class Summary:
+    """Bullets and, for each, the words of the text it claims to rest on (``quotes``), to be
+    located before they are shown."""
+
     bullets: tuple[str, ...]
     method: Method
+    quotes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -212,11 +223,18 @@ async def summarize(
     """Bullets for ``text``: from the model when ``llm_base_url`` is set and it answers
     usefully, else extractive (CPU-bound, so in a worker thread)."""
     if config.llm_base_url is not None:
-        bullets = await summarize_llm(client, config, text, max_bullets, deadline_s=deadline_s)
-        if bullets:
-            return Summary(bullets, "llm")
+        pairs = await summarize_llm(client, config, text, max_bullets, deadline_s=deadline_s)
+        if pairs:
+            return Summary(tuple(b for b, _ in pairs), "llm", tuple(q for _, q in pairs))
     extractive = functools.partial(summarize_extractive, text, max_bullets)
-    return Summary(await trio.to_thread.run_sync(extractive, abandon_on_cancel=True), "extractive")
+    bullets = await trio.to_thread.run_sync(extractive, abandon_on_cancel=True)
+    return Summary(bullets, "extractive", tuple(own_words(bullet) for bullet in bullets))
+
+
+def own_words(bullet: str) -> str:
+    """The words an extractive bullet quotes: the bullet without the ``…`` that ``clip``
+    puts after a cut sentence (what is left is still the sentence's own start)."""
+    return bullet.removesuffix("…").rstrip()
 
 
 async def summarize_llm(
@@ -226,10 +244,10 @@ async def summarize_llm(
     max_bullets: int,
     *,
     deadline_s: float,
-) -> tuple[str, ...] | None:
-    """Bullets from the configured chat endpoint, or None on any failure (the caller falls
-    back to extractive). The API key comes from ``llm_api_key_env`` and is never logged,
-    cached or sent on a redirect (``max_redirects=0``)."""
+) -> tuple[tuple[str, str], ...] | None:
+    """(bullet, quote) pairs from the configured chat endpoint, or None on any failure (the
+    caller falls back to extractive). The API key comes from ``llm_api_key_env`` and is
+    never logged, cached or sent on a redirect (``max_redirects=0``)."""
     assert config.llm_base_url is not None
     headers = {"Content-Type": "application/json"}
     if config.llm_api_key_env is not None:
@@ -264,16 +282,73 @@ async def summarize_llm(
     return parse_llm_bullets(result.body, max_bullets) or None
 
 
-def parse_llm_bullets(body: bytes, max_bullets: int) -> tuple[str, ...]:
-    """The bullets in an OpenAI chat completion: ``choices[0].message.content``, one per
-    bulleted line (or per line when none is bulleted); empty when the body is not that."""
+def parse_llm_bullets(body: bytes, max_bullets: int) -> tuple[tuple[str, str], ...]:
+    """(bullet, quote) pairs from an OpenAI chat completion's ``choices[0].message.content``:
+    its JSON ``{"bullets": [{"text", "quote"}]}``, else one bullet per bulleted line (or per
+    line when none is bulleted) quoting itself; empty when the body is not a completion."""
     try:
         content = json.loads(body)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return ()
     if not isinstance(content, str):
         return ()
-    lines = [line for line in content.splitlines() if line.strip()]
-    marked = [m.group(1) for line in lines if (m := _LLM_BULLET.match(line))]
-    bullets = [clip(line) for line in (marked or lines)]
-    return tuple(bullet for bullet in bullets if bullet)[:max_bullets]
+    pairs = json_bullets(content)
+    if pairs is None:
+        lines = [line for line in content.splitlines() if line.strip()]
+        marked = [m.group(1) for line in lines if (m := _LLM_BULLET.match(line))]
+        pairs = [(line, line) for line in (marked or lines)]
+    clipped = [(clip(text), own_words(clip(quote, MODEL_QUOTE_CHARS))) for text, quote in pairs]
+    return tuple((text, quote) for text, quote in clipped if text)[:max_bullets]
+
+
+def json_bullets(content: str) -> list[tuple[str, str]] | None:
+    """The (text, quote) pairs of a model's JSON answer, or None when ``content`` is not
+    that JSON."""
+    items = json_items(content)
+    if items is None:
+        return None
+    texts = [(item, item.get("text")) for item in items]
+    return [
+        (text, claimed_quote(item, text))
+        for item, text in texts
+        if isinstance(text, str) and text.strip()
+    ]
+
+
+def json_items(content: str) -> list[dict[str, Any]] | None:
+    """The objects of ``{"bullets": [...]}`` in a model's answer (a code fence around it is
+    allowed; an answer cut by ``max_tokens`` keeps its whole objects), or None when
+    ``content`` is not that JSON."""
+    text = _FENCE.sub("", content.strip())
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # a hostile model may nest past the parser's stack
+        return _whole_items(text)
+    items = data.get("bullets") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return None
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _whole_items(text: str) -> list[dict[str, Any]] | None:
+    """The complete objects of a ``{"bullets": [`` answer cut short, or None."""
+    opening = _BULLETS_OPENING.match(text)
+    if opening is None:
+        return None
+    items: list[dict[str, Any]] = []
+    at = opening.end()
+    while True:
+        try:
+            item, at = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            return items or None
+        if isinstance(item, dict):
+            items.append(item)
+        while at < len(text) and text[at] in ", \t\r\n":
+            at += 1
+
+
+def claimed_quote(item: dict[str, Any], text: str) -> str:
+    """The quote a model's bullet claims; a bullet giving none quotes itself."""
+    quote = item.get("quote")
+    return quote if isinstance(quote, str) and quote.strip() else text

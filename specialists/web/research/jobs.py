@@ -15,6 +15,8 @@ from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.web.docs.config import ResearchConfig
 
+from ..pages.quotes import Span
+
 Status = Literal["running", "done", "failed", "cancelled"]
 
 
@@ -28,6 +30,16 @@ class Step:
     elapsed_ms: int
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One bullet of an answer: its text, the numbers of the sources it rests on (positions
+    in the citation list) and the words of a source it claims to quote."""
+
+    text: str
+    sources: tuple[int, ...]
+    quote: str
+
+
 @dataclass
 class Job:
     """One research job; ``done`` is set when it leaves ``running``."""
@@ -39,7 +51,10 @@ class Job:
     bullets: int
     status: Status = "running"
     method: str = "heuristic"
-    answer: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (bullet, source numbers)
+    strict: bool = False  # VERIFY strict: bullets whose quote is not found are left out
+    answer: tuple[Finding, ...] = ()
+    supports: tuple[tuple[str, Span] | None, ...] = ()  # per bullet: (fileKey, span) found
+    dropped: int = 0  # bullets left out unverified (strict)
     citations: tuple[tuple[str, str | None], ...] = ()  # (url, title)
     steps: list[Step] = field(default_factory=list)
     error: OpError | None = None
@@ -78,6 +93,7 @@ class ResearchJobs:
         *,
         sources: int,
         bullets: int,
+        strict: bool = False,
     ) -> Job:
         """A new running job, ``run(job)`` in the jobs' nursery; raises OpError(NOT_AVAILABLE)
         without a running nursery and OpError(BUSY) when ``max_jobs`` are held and none has
@@ -85,7 +101,7 @@ class ResearchJobs:
         if self._nursery is None:
             raise OpError(ErrorCode.NOT_AVAILABLE, "research jobs are not running")
         self._make_room(config)
-        job = Job(f"rj_{secrets.token_hex(8)}", owner, question, sources, bullets)
+        job = Job(f"rj_{secrets.token_hex(8)}", owner, question, sources, bullets, strict=strict)
         job.started = trio.current_time()
         self._jobs[job.job_id] = job
         self._nursery.start_soon(run, job)

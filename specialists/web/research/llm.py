@@ -2,12 +2,15 @@
 
     POST <llm_base_url>/chat/completions
     {"model", "temperature": 0, "max_tokens", "messages": [system, user]}
-    -> {"choices": [{"message": {"content": "- A point. [1]\\n- Another. [1][2]"}}]}
+    -> {"choices": [{"message": {"content": '{"bullets": [{"text": "A point.",
+            "sources": [1], "quote": "words copied from source 1"}]}'}}]}
 
 The user message holds the question and the numbered sources' text; the model is asked for
-bullets that end with the numbers of the sources they rest on. A bullet citing no source it
-was given is dropped (the model may not invent one). The key comes from ``llm_api_key_env``
-and is never logged or sent on a redirect (``max_redirects=0``).
+bullets naming the sources they rest on and the words of a source they quote (an answer in
+lines ending with ``[1]`` is read too, each bullet then quoting itself). A bullet citing no
+source it was given is dropped (the model may not invent one), and its quote is only a
+claim: ``run.py`` looks for it in the sources before the answer is shown. The key comes from
+``llm_api_key_env`` and is never logged or sent on a redirect (``max_redirects=0``).
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 from specialists.web.docs.config import ResearchConfig
 
-from ..pages.summarize import clip
+from ..pages.summarize import MODEL_QUOTE_CHARS, claimed_quote, clip, json_items, own_words
+from .jobs import Finding
 
 PROMPT = (
-    "Answer the user's question from the numbered sources only. Reply with at most {n} "
-    "bullet points, one per line, each starting with '- ' and ending with the numbers of "
-    "the sources it rests on in brackets, like [1] or [1][3]. Answer with the bullets only."
+    "Answer the user's question from the numbered sources only, in at most {n} bullet "
+    'points. Answer with JSON only: {{"bullets": [{{"text": "<one point>", "sources": '
+    '[<the numbers of the sources it rests on>], "quote": "<the words of one of those '
+    'sources it rests on, copied exactly>"}}]}}'
 )
 _BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
 _CITES = re.compile(r"\s*((?:\[\d{1,2}\]\s*)+)$")
@@ -37,11 +42,13 @@ _CITES = re.compile(r"\s*((?:\[\d{1,2}\]\s*)+)$")
 
 @dataclass(frozen=True)
 class Source:
-    """One source read for a question: its final URL, title and (capped) text."""
+    """One source read for a question: its final URL, title, (capped) text and the fileKey
+    of its held snapshot (whose stored text ``text`` begins)."""
 
     url: str
     title: str | None
     text: str
+    file_key: str
 
 
 class LlmFailure(Exception):
@@ -60,8 +67,8 @@ async def write_with_model(
     bullets: int,
     *,
     deadline: float,
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Bullets with their source numbers; raises LlmFailure."""
+) -> tuple[Finding, ...]:
+    """Bullets with their source numbers and claimed quotes; raises LlmFailure."""
     assert config.llm_base_url is not None
     headers = {"Content-Type": "application/json"}
     if config.llm_api_key_env is not None:
@@ -107,30 +114,46 @@ def request_body(
     }
 
 
-def parse_answer(
-    body: bytes, sources: int, bullets: int
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def parse_answer(body: bytes, sources: int, bullets: int) -> tuple[Finding, ...]:
     """The cited bullets of a chat completion (``choices[0].message.content``), at most
     ``bullets``; a bullet naming no source in 1..``sources`` is dropped."""
     try:
         content = json.loads(body)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return ()
     if not isinstance(content, str):
         return ()
-    answer: list[tuple[str, tuple[int, ...]]] = []
+    claimed = _json_findings(content) or _line_findings(content)
+    answer: list[Finding] = []
+    for text, cited, quote in claimed:
+        numbers = tuple(dict.fromkeys(n for n in cited if 1 <= n <= sources))
+        bullet = clip(text)
+        if numbers and bullet:
+            answer.append(Finding(bullet, numbers, own_words(clip(quote, MODEL_QUOTE_CHARS))))
+    return tuple(answer[:bullets])
+
+
+def _json_findings(content: str) -> list[tuple[str, list[int], str]]:
+    """(text, source numbers, quote) of a JSON answer; empty when it is not one. A bullet
+    without a quote quotes itself."""
+    findings = []
+    for item in json_items(content) or []:
+        text, cited = item.get("text"), item.get("sources")
+        if isinstance(text, str) and text.strip():
+            numbers = [n for n in cited if type(n) is int] if isinstance(cited, list) else []
+            findings.append((text, numbers, claimed_quote(item, text)))
+    return findings
+
+
+def _line_findings(content: str) -> list[tuple[str, list[int], str]]:
+    """(text, source numbers, quote) of lines ending ``[1]`` or ``[1][3]``, each quoting
+    itself."""
+    findings = []
     for line in content.splitlines():
         match = _BULLET.match(line)
         text = match.group(1) if match else line.strip()
         cites = _CITES.search(text)
-        if not text or cites is None:
-            continue
-        numbers = tuple(
-            dict.fromkeys(
-                int(n) for n in re.findall(r"\d+", cites.group(1)) if 1 <= int(n) <= sources
-            )
-        )
-        bullet = clip(text[: cites.start()])
-        if numbers and bullet:
-            answer.append((bullet, numbers))
-    return tuple(answer[:bullets])
+        if text and cites is not None:
+            numbers = [int(n) for n in re.findall(r"\d+", cites.group(1))]
+            findings.append((text[: cites.start()], numbers, text[: cites.start()]))
+    return findings

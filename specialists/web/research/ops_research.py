@@ -22,15 +22,22 @@ run/result; ``run.py`` does the work).
     METHOD heuristic
     BULLET "Storm surges add wind-driven water to a spring tide. [1]"
     BULLET "Low coasts flood when the surge meets high tide. [2]"
+    QUOTE 1 fk_k2n3r5t7v2x4z6b3 @41-96 sha256:6e1f… "Storm surges add wind-driven water to a…"
+    UNVERIFIED 2
+    VERIFIED 1
+    UNVERIFIED_COUNT 1
     CITE https://coast.example/surges "Storm surges"
     CITE https://sea.example/tides "Tides"
     STEP search "How do storm surges form?" ok ms:41
     STEP fetch https://coast.example/surges ok ms:120
 
-A bullet's ``[n]`` names the n-th CITE line. ``WAIT_MS`` waits for the job to end within the
-task's deadline; a job still running answers ``DATA status:running``, with INCLUDE_STEPS the
-steps finished so far (its progress). A failed job answers
-FAIL with its error; a job of another peer, one expired or never made is
+A bullet's ``[n]`` names the n-th CITE line. ``QUOTE <n>`` is bullet n's support: the
+fileKey of the source it was found in (the snapshot is held, ``cache.fetch_ttl_s``; ``save``
+keeps it 30 days) and the span of that stored text; a bullet whose quote is in no source it
+cites is ``UNVERIFIED <n>``, or left out when the job was started with ``VERIFY strict``.
+``WAIT_MS`` waits for the job to end within the task's deadline; a job still running answers
+``DATA status:running``, with INCLUDE_STEPS the steps finished so far (its progress). A
+failed job answers FAIL with its error; a job of another peer, one expired or never made is
 ``unknown_research_job``.
 """
 
@@ -49,6 +56,7 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
 from ..docs.board import owner
+from ..pages.quotes import support_fields
 from ..search import domain
 from ..services import WebServices
 from .jobs import Job
@@ -76,6 +84,7 @@ async def research(params: Params, ctx: OpContext, services: ResearchServices) -
         question,
         sources=sources,
         bullets=bullets,
+        strict=params.text("VERIFY") == "strict",
     )
     return Result("status:running", (), (("JOB_ID", job.job_id),))
 
@@ -109,13 +118,16 @@ def _answer(job: Job, steps: list[Field]) -> Result:
     fields.append(("METHOD", job.method))
     if job.model_error is not None:
         fields.append(("MODEL_ERROR", job.model_error))
-    for text, numbers in job.answer:
-        fields.append(("BULLET", f"{text} {''.join(f'[{n}]' for n in numbers)}"))
+    for finding in job.answer:
+        numbers = "".join(f"[{n}]" for n in finding.sources)
+        fields.append(("BULLET", f"{finding.text} {numbers}"))
+    fields += support_fields(job.supports, job.dropped)
     fields += [cite(url, title) for url, title in job.citations]
     scope = tuple(dict.fromkeys(domain(url) for url, _ in job.citations))
     data = f"status:done,bullets:{len(job.answer)},sources:{len(job.citations)}"
     if not job.answer:  # sources read, yet no sentence to answer with: never an empty OK
-        error = (ErrorCode.EMPTY_CONTENT, "no_sentences")
+        why = "no_verified_bullets" if job.dropped else "no_sentences"
+        error = (ErrorCode.EMPTY_CONTENT, why)
         return Result(data, scope, (*fields, *steps), Status.PARTIAL, error)
     return Result(data, scope, (*fields, *steps))
 
@@ -146,6 +158,20 @@ RESULT_REPLIES = (
     ReplyField(
         "BULLET", "done: one per bullet", "a finding and its source numbers [n]", repeat=True
     ),
+    ReplyField(
+        "QUOTE",
+        "done: one per verified bullet",
+        '<n> <fileKey> @<start>-<end> sha256:<hex> "<span>": bullet n\'s words in that '
+        "source's stored text (code points, end exclusive; the hash is of that span)",
+        repeat=True,
+    ),
+    ReplyField(
+        "UNVERIFIED", "done: one per bullet whose quote was not found", "its number", "int", True
+    ),
+    ReplyField("VERIFIED", "done", "how many bullets carry a QUOTE", kind="int"),
+    ReplyField(
+        "UNVERIFIED_COUNT", "done", "bullets whose quote was not found (or left out)", kind="int"
+    ),
     ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order", repeat=True),
     ReplyField(
         "STEP",
@@ -175,10 +201,19 @@ RESULT_EXAMPLE = Example(
         'between them. [1]"\n'
         'BULLET "Tide tables give the times of high and low water for each port, '
         'and harbour masters publish them a year ahead. [1]"\n'
+        "QUOTE 1 fk_xxxxxxxxxxxxxxxx @26-119 sha256:bc3c2d522b6bb6b528ff517e563cdf5cf01c4e07a9"
+        '89dd1caed45434cab0245c "The North Sea has two high tides every day, about t…\n'
+        "QUOTE 2 fk_xxxxxxxxxxxxxxxx @120-196 sha256:103d31b80e547229b25200a1c2254face35676ea7e"
+        '866fb2556f679c00370b62 "Spring tides follow the new and the full moon; nea…\n'
+        "QUOTE 3 fk_xxxxxxxxxxxxxxxx @198-308 sha256:0a8457f5b983d41b8932afb5c00dc38f4d8c6cb09a"
+        '5e39cfe4ef34437d8c0c1d "Tide tables give the times of high and low water f…\n'
+        "VERIFIED 4\n"
+        "UNVERIFIED_COUNT 0\n"
         'CITE https://origin.test/tides "Tides of the North Sea"\n'
         'STEP search "north sea tides" ok ms:0\n'
         "STEP fetch https://origin.test/tides ok ms:0\n"
         "… 1 more BULLET\n"
+        "… 1 more QUOTE\n"
     ),
 )
 
@@ -205,6 +240,14 @@ OPS: list[Op[WebServices]] = [
                 "int",
                 minimum=1,
                 doc="default research.default_bullets (5), at most research.max_bullets (10)",
+            ),
+            FieldSpec(
+                "VERIFY",
+                "choice",
+                default="mark",
+                choices=("mark", "strict"),
+                doc="mark: a bullet whose quote is in no source it cites is UNVERIFIED; strict: "
+                "left out",
             ),
         ),
         inline="QUESTION",

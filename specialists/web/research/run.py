@@ -10,8 +10,11 @@ writes bullets: with ``research.llm_base_url`` set, an OpenAI-compatible chat mo
 from the sources' text (``max_tokens`` and ``llm_timeout_s`` bound it); without one, or when
 the model fails, they are the sources' most relevant sentences (``heuristic``, as seed 001's
 web_summarize names it). Every bullet ends with the numbers of the sources it rests on, ``[1]``;
-the numbers are the positions in the citation list. Each search and fetch is a step with its
-outcome and time.
+the numbers are the positions in the citation list. Each bullet's quote (the model's claim,
+or the heuristic's own sentence) is then looked for in the held snapshots of the sources it
+cites, first found first: a bullet found carries that source's fileKey and span, one not
+found is unverified, or left out under VERIFY strict. Each search and fetch is a step with
+its outcome and time.
 
 Jobs live in the daemon's memory: each for ``research.job_ttl_s`` after it ends, at most
 ``research.max_jobs`` at once, each bounded by ``research.job_timeout_s``; at shutdown the
@@ -34,11 +37,12 @@ from csp_web.core.api.records import json_record, make_write
 from protocol import ErrorCode
 
 from ..pages.fetch_fields import empty_error
-from ..pages.filekeys import content_of
+from ..pages.filekeys import content_of, file_key, hold
 from ..pages.loaders import load as load_through_loaders
-from ..pages.summarize import clip, summarize_extractive
+from ..pages.quotes import SHOWN_SPAN_CHARS, Folded, Span, fold, locate
+from ..pages.summarize import clip, own_words, summarize_extractive
 from ..search import SearchQuery
-from .jobs import Job, Step
+from .jobs import Finding, Job, Step
 from .llm import LlmFailure, Source, write_with_model
 from .services import ResearchServices
 
@@ -55,11 +59,14 @@ def start_job(
     *,
     sources: int,
     bullets: int,
+    strict: bool = False,
 ) -> Job:
     """Start researching ``question`` for ``owner``; see ``ResearchJobs.start`` for errors."""
     config = services.config.docs.research
     run = functools.partial(_run, services, outbox)
-    return services.jobs.start(config, owner, question, run, sources=sources, bullets=bullets)
+    return services.jobs.start(
+        config, owner, question, run, sources=sources, bullets=bullets, strict=strict
+    )
 
 
 async def _run(services: ResearchServices, outbox: Outbound, job: Job) -> None:
@@ -168,8 +175,10 @@ async def _read_one(
     if empty is not None:  # empty_content, or no_text_layer for a scan or an encrypted PDF
         job.steps.append(Step("fetch", url, f"{empty[0]}:{empty[1]}", _ms(began)))
         return
+    key = file_key(page)
+    await hold(services, key, page)  # so the quotes it supports can be checked after the job
     job.steps.append(Step("fetch", url, "ok", _ms(began)))
-    read[url] = Source(page.url, page.title, text[:limit])
+    read[url] = Source(page.url, page.title, text[:limit], key)
 
 
 async def _answer(
@@ -184,18 +193,44 @@ async def _answer(
             )
             job.method = "llm"
             job.steps.append(Step("model", config.llm_model, "ok", _ms(began)))
-            return
         except LlmFailure as failure:
             job.model_error = failure.reason
             job.steps.append(Step("model", config.llm_model, failure.reason, _ms(began)))
-    make = functools.partial(heuristic_answer, job.question, sources, job.bullets)
-    job.answer = await trio.to_thread.run_sync(make, abandon_on_cancel=True)
-    job.method = "heuristic"
+    if job.method != "llm":
+        make = functools.partial(heuristic_answer, job.question, sources, job.bullets)
+        job.answer = await trio.to_thread.run_sync(make, abandon_on_cancel=True)
+    check = functools.partial(verified, job.answer, sources, strict=job.strict)
+    job.answer, job.supports, job.dropped = await trio.to_thread.run_sync(
+        check, abandon_on_cancel=True
+    )
 
 
-def heuristic_answer(
-    question: str, sources: list[Source], bullets: int
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def verified(
+    answer: tuple[Finding, ...], sources: list[Source], *, strict: bool
+) -> tuple[tuple[Finding, ...], tuple[tuple[str, Span] | None, ...], int]:
+    """The answer's bullets, each with its quote's (fileKey, span) in the first source it
+    cites that holds it, else None; under ``strict`` only the found ones, and how many were
+    left out. Each source is folded once."""
+    folded = [fold(source.text) for source in sources]
+    kept: list[tuple[Finding, tuple[str, Span] | None]] = []
+    for finding in answer:
+        support = _support(finding, sources, folded)
+        if support is not None or not strict:
+            kept.append((finding, support))
+    return tuple(f for f, _ in kept), tuple(s for _, s in kept), len(answer) - len(kept)
+
+
+def _support(
+    finding: Finding, sources: list[Source], folded: list[Folded]
+) -> tuple[str, Span] | None:
+    for number in finding.sources:
+        span = locate(folded[number - 1], finding.quote, max_span_chars=SHOWN_SPAN_CHARS)
+        if span is not None:
+            return sources[number - 1].file_key, span
+    return None
+
+
+def heuristic_answer(question: str, sources: list[Source], bullets: int) -> tuple[Finding, ...]:
     """Each source's best sentences (the extractive summariser's), the ones sharing most
     words with the question first, taken in turn from the sources; deterministic."""
     terms = {word.lower() for word in _WORD.findall(question) if len(word) > 2}
@@ -204,13 +239,14 @@ def heuristic_answer(
         picked = summarize_extractive(source.text, bullets)
         ranked = sorted(picked, key=lambda s: -len(terms & {w.lower() for w in _WORD.findall(s)}))
         per_source.append(ranked)
-    answer: list[tuple[str, tuple[int, ...]]] = []
+    answer: list[Finding] = []
     seen: set[str] = set()
     for depth in range(bullets):
         for number, ranked in enumerate(per_source, 1):
             if depth < len(ranked) and len(answer) < bullets and ranked[depth] not in seen:
                 seen.add(ranked[depth])
-                answer.append((clip(ranked[depth]), (number,)))
+                bullet = clip(ranked[depth])
+                answer.append(Finding(bullet, (number,), own_words(bullet)))
     return tuple(answer)
 
 

@@ -1,0 +1,1 @@
+"""Quotes checked against stored snapshots: the ``verify`` op (issue 29)."""
