@@ -4,10 +4,11 @@
 
 A local HTTPS origin (trustme, its own process) serves a small page at 127.0.0.1. Measured:
 
-- warm navigate+extract and screenshot through the op (dispatcher, guard proxy, engine thread,
-  one SESSION) against a plain Playwright script doing the same steps on the same Chromium
-  (the floor: no proxy, no trio, one page), rounds alternating so that the host's load weighs
-  on both alike; p50 and the ratio (issue 10: <= 1.3x);
+- warm navigate+extract and screenshot through the op, sent to a ``csp-web serve`` process over
+  its Unix socket (CSP/1, dispatcher, guard proxy, engine thread, one SESSION) against a plain
+  Playwright script doing the same steps on the same Chromium (the floor: no proxy, no trio,
+  one page), rounds alternating so that the host's load weighs on both alike; p50 and the
+  ratio (issue 10: <= 1.3x);
 - navigate + snapshot through @playwright/mcp (npm, into a temporary directory, pointed at the
   same Chromium) against our navigate + extract; p50;
 - cold start: a fresh daemon's first action, Chromium launch included;
@@ -42,21 +43,13 @@ import trustme
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.csp_client import Client, connect
+from bench.daemon_process import DaemonProcess, running_daemon
 from bench.processes import start_serving
-from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config, DaemonConfig, with_section
-from csp_web.core.api.context import Peer
-from csp_web.core.dispatch.dispatcher import Dispatcher
-from csp_web.memory.outbox import open_outbox
-from csp_web.net import GuardConfig
 from protocol import Reply, Status, Task
-from specialists.browser import browser_ops
-from specialists.browser.config import SECTION, BrowserConfig
+from specialists.browser.config import BrowserConfig
 from specialists.browser.engine import find_executable, sandboxed
-from specialists.browser.services import BrowserServices, open_browser_services
-from specialists.web.config import WebConfig
 from tests.browser.support import chromium_processes, spki_hash
-from tests.harness import build_dispatcher
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 
@@ -91,24 +84,21 @@ def start_origin(issuer: trustme.CA, workdir: str) -> tuple[subprocess.Popen[str
     return start_serving(str(Path(__file__).resolve()), "--origin", pem_path)
 
 
-# ---- ours --------------------------------------------------------------------------------
+# ---- ours: a csp-web serve process, over its socket --------------------------------------
 
 
-def bench_config(workdir: str, port: int, spki: str, recycle: int) -> Config:
-    guard = GuardConfig(allowed_ports=(port,), allow_private=("127.0.0.1/32",))
-    browser = BrowserConfig(trusted_spki=(spki,), recycle_after_pages=recycle)
-    return with_section(
-        Config(
-            daemon=DaemonConfig(state_dir=workdir, log_level="warning"),
-            sections=((SECTION, browser),),
-        ),
-        "web",
-        WebConfig(guard=guard),
-    )
+def daemon_settings(workdir: str, port: int, spki: str, recycle: int) -> dict[str, Any]:
+    """The daemon's config: the origin's port and 127.0.0.1 opened, its key trusted by
+    Chromium (trusted_spki), pages recycled as ``--recycle`` says."""
+    return {
+        "daemon": {"state_dir": os.path.join(workdir, "state"), "log_level": "warning"},
+        "web": {"guard": {"allowed_ports": [port], "allow_private": ["127.0.0.1/32"]}},
+        "tool": {"browser": {"trusted_spki": [spki], "recycle_after_pages": recycle}},
+    }
 
 
-async def call(dispatcher: Dispatcher, req: str, out: str, *fields: tuple[str, str]) -> Reply:
-    reply = await dispatcher.run(Task(req, "TOOL", out, None, fields), Peer("bench", uid=0))
+async def call(client: Client, req: str, out: str, *fields: tuple[str, str]) -> Reply:
+    reply = await client.call(Task(req, "TOOL", out, None, fields))
     if reply.status is not Status.OK:
         raise SystemExit(f"{req} failed: {reply}")
     return reply
@@ -127,12 +117,11 @@ def p50(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def chromium_pss_kib(services: BrowserServices) -> int:
+def chromium_pss_kib(daemon_pid: int) -> int:
     """The Chromium processes' proportional set size (PSS: shared pages split between the
     processes sharing them, so the sum is what the browser really holds)."""
-    driver = services.engine.driver_pid
     total = 0
-    for pid in chromium_processes(driver) if driver else []:
+    for pid in chromium_processes(daemon_pid):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as rollup:
                 for line in rollup:
@@ -143,70 +132,56 @@ def chromium_pss_kib(services: BrowserServices) -> int:
     return total
 
 
+async def launches(client: Client) -> str:
+    """How many Chromiums the daemon launched, from its stats' BROWSER line."""
+    reply = await client.call(Task("stats", "SYS", "STATS", None, ()))
+    words = dict(word.partition(":")[::2] for word in (reply.get("BROWSER") or "").split())
+    return words.get("launches", "?")
+
+
 async def bench_ours(
-    config: Config, url: str, rounds: int, actions: int, floor: Floor
+    daemon: DaemonProcess, url: str, rounds: int, actions: int, floor: Floor
 ) -> dict[str, Any]:
-    os.makedirs(config.daemon.state_dir, exist_ok=True)
     out: dict[str, Any] = {}
-    async with (
-        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_browser_services(config) as services,
-    ):
-        dispatcher = build_dispatcher(config, outbox_path(config, outbox), browser_ops(), services)
-        start = time.perf_counter()
-        await call(
-            dispatcher, "browser", "BROWSER_RESULT", ("ACTION", "navigate"), ("TARGET_URL", url)
-        )
-        out["cold_ms"] = (time.perf_counter() - start) * 1000
-        session = ("SESSION", "bench")
+    client = await connect(daemon.socket_path)
+    start = time.perf_counter()
+    await call(client, "browser", "BROWSER_RESULT", ("ACTION", "navigate"), ("TARGET_URL", url))
+    out["cold_ms"] = (time.perf_counter() - start) * 1000
+    session = ("SESSION", "bench")
 
-        async def nav_extract() -> None:
-            await call(
-                dispatcher,
-                "browser",
-                "BROWSER_RESULT",
-                ("ACTION", "navigate"),
-                ("TARGET_URL", url),
-                session,
-            )
-            await call(dispatcher, "browser", "BROWSER_RESULT", ("ACTION", "extract"), session)
+    async def nav_extract() -> None:
+        navigate = (("ACTION", "navigate"), ("TARGET_URL", url), session)
+        await call(client, "browser", "BROWSER_RESULT", *navigate)
+        await call(client, "browser", "BROWSER_RESULT", ("ACTION", "extract"), session)
 
-        async def shot() -> None:
-            await call(dispatcher, "browser", "BROWSER_RESULT", ("ACTION", "screenshot"), session)
+    async def shot() -> None:
+        await call(client, "browser", "BROWSER_RESULT", ("ACTION", "screenshot"), session)
 
-        await nav_extract()
-        await floor.measure("nav_extract")
-        for name, step in (("nav_extract", nav_extract), ("screenshot", shot)):
-            out[name], out[f"floor_{name}"] = [], []
-            for _ in range(rounds):  # alternating: the same load weighs on both
-                out[name] += await timed(1, step)
-                out[f"floor_{name}"].append(await floor.measure(name))
+    await nav_extract()
+    await floor.measure("nav_extract")
+    for name, step in (("nav_extract", nav_extract), ("screenshot", shot)):
+        out[name], out[f"floor_{name}"] = [], []
+        for _ in range(rounds):  # alternating: the same load weighs on both
+            out[name] += await timed(1, step)
+            out[f"floor_{name}"].append(await floor.measure(name))
 
-        async def present_snapshot() -> None:
-            await call(
-                dispatcher,
-                "canvas",
-                "CANVAS_RESULT",
-                ("ACTION", "present"),
-                ("URL", url),
-                ("WIDTH", "1280"),
-                ("HEIGHT", "720"),
-            )
-            await call(dispatcher, "canvas", "CANVAS_RESULT", ("ACTION", "snapshot"))
+    async def present_snapshot() -> None:
+        size = (("WIDTH", "1280"), ("HEIGHT", "720"))
+        await call(client, "canvas", "CANVAS_RESULT", ("ACTION", "present"), ("URL", url), *size)
+        await call(client, "canvas", "CANVAS_RESULT", ("ACTION", "snapshot"))
 
-        out["canvas"] = await timed(rounds, present_snapshot)
-        # Free what pins the current browser, so recycling can retire it.
-        await call(dispatcher, "canvas", "CANVAS_RESULT", ("ACTION", "hide"))
-        await call(dispatcher, "browser", "BROWSER_RESULT", ("ACTION", "close"), session)
-        rss = [chromium_pss_kib(services)]
-        for i in range(actions):
-            await call(
-                dispatcher, "browser", "BROWSER_RESULT", ("ACTION", "navigate"), ("TARGET_URL", url)
-            )
-            if i + 1 in (actions // 2, actions):
-                rss.append(chromium_pss_kib(services))
-        out["pss_kib"] = rss
-        out["launches"] = services.engine.stats.launches
+    out["canvas"] = await timed(rounds, present_snapshot)
+    # Free what pins the current browser, so recycling can retire it.
+    await call(client, "canvas", "CANVAS_RESULT", ("ACTION", "hide"))
+    await call(client, "browser", "BROWSER_RESULT", ("ACTION", "close"), session)
+    rss = [chromium_pss_kib(daemon.pid)]
+    for i in range(actions):
+        await call(client, "browser", "BROWSER_RESULT", ("ACTION", "navigate"), ("TARGET_URL", url))
+        if i + 1 in (actions // 2, actions):
+            rss.append(chromium_pss_kib(daemon.pid))
+    out["pss_kib"] = rss
+    out["launches"] = await launches(client)
+    await client.stream.aclose()
     return out
 
 
@@ -372,9 +347,10 @@ def run(
         f"  cpus: {os.cpu_count()}"
     )
     floor = Floor(executable, spki, url, workdir)
-    config = bench_config(os.path.join(workdir, "state"), port, spki, args.recycle)
+    settings = daemon_settings(workdir, port, spki, args.recycle)
     try:
-        ours = trio.run(bench_ours, config, url, args.rounds, args.actions, floor)
+        with running_daemon(workdir, settings) as daemon:
+            ours = trio.run(bench_ours, daemon, url, args.rounds, args.actions, floor)
     finally:
         floor.close()
     for name in ("nav_extract", "screenshot"):
@@ -383,6 +359,8 @@ def run(
             f"{name:12s} p50 ours {mine:7.1f} ms  playwright {base:7.1f} ms"
             f"  ratio {mine / base:4.2f}x (target <= 1.3x)"
         )
+        figure = (f"browser {name} p50", f"{mine:.1f} ms", f"{base:.1f} ms Playwright")
+        print("\t".join((*figure, f"{mine / base:.2f}x", "<= 1.3x")))  # for scripts/bench
     print(f"cold start   first action {ours['cold_ms']:.0f} ms (Chromium launch included)")
     rss = ours["pss_kib"]
     marks = [0, args.actions // 2, args.actions]

@@ -9,9 +9,10 @@ of the same content:
 - bytes: our CONTENT against @playwright/mcp's whole tool result (the text a model reads)
   and against its YAML alone (the tree without its headers), as ratios (goal: <= 1.0);
 - round trip on the form: snapshot, then click the Save button by its ref (ours: ACTION
-  snapshot + ACTION click REF, through the dispatcher, guard proxy and engine thread, one
-  SESSION; theirs: browser_snapshot + browser_click over MCP stdio), rounds alternating so
-  the host's load weighs on both alike; p50 and the ratio (goal: <= 1.0).
+  snapshot + ACTION click REF to a csp-web serve process over its socket, through its guard
+  proxy and engine thread, one SESSION; theirs: browser_snapshot + browser_click over MCP
+  stdio), rounds alternating so the host's load weighs on both alike; p50 and the ratio
+  (goal: <= 1.0).
 
 @playwright/mcp is npm-installed into a temporary directory (never the project's runtime)
 and pointed at the same system Chromium; if npm cannot install it, the run says so. Timings
@@ -39,17 +40,13 @@ import trustme
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.browser import bench_config, call, install_mcp, p50
+from bench.browser import call, daemon_settings, install_mcp, p50
+from bench.csp_client import connect
+from bench.daemon_process import running_daemon
 from bench.processes import start_serving
-from csp_web.app.memory_path import outbox_path
-from csp_web.config import Config
-from csp_web.memory.outbox import open_outbox
-from specialists.browser import browser_ops
 from specialists.browser.config import BrowserConfig
 from specialists.browser.engine import find_executable, sandboxed
-from specialists.browser.services import open_browser_services
 from tests.browser.support import spki_hash
-from tests.harness import build_dispatcher
 from tests.net._origin import Origin, Route
 from tests.net._origin import Reply as OriginReply
 
@@ -233,18 +230,14 @@ def ref_of(snapshot: str, line_start: str) -> str:
 # ---- the run -----------------------------------------------------------------------------
 
 
-async def bench(config: Config, base: str, peer: McpPeer, rounds: int) -> dict[str, Any]:
-    os.makedirs(config.daemon.state_dir, exist_ok=True)
+async def bench(socket_path: str, base: str, peer: McpPeer, rounds: int) -> dict[str, Any]:
     out: dict[str, Any] = {"bytes": {}}
-    async with (
-        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
-        open_browser_services(config) as services,
-    ):
-        dispatcher = build_dispatcher(config, outbox_path(config, outbox), browser_ops(), services)
+    client = await connect(socket_path)
+    async with client.stream:
         session = ("SESSION", "bench")
 
         async def ours(*fields: tuple[str, str]) -> str:
-            reply = await call(dispatcher, "browser", "BROWSER_RESULT", *fields, session)
+            reply = await call(client, "browser", "BROWSER_RESULT", *fields, session)
             return reply.get("CONTENT") or ""
 
         for name in PAGES:
@@ -314,9 +307,10 @@ def run(args: argparse.Namespace, executable: str, spki: str, port: int, workdir
         print(f"@playwright/mcp: cannot run here: {exc}")
         return
     print(f"@playwright/mcp {version} (npm, in a temporary directory), the same Chromium")
-    config = bench_config(os.path.join(workdir, "state"), port, spki, 200)
     try:
-        got = trio.run(bench, config, f"https://127.0.0.1:{port}", peer, args.rounds)
+        with running_daemon(workdir, daemon_settings(workdir, port, spki, 200)) as daemon:
+            base = f"https://127.0.0.1:{port}"
+            got = trio.run(bench, daemon.socket_path, base, peer, args.rounds)
     finally:
         peer.close()
     print("snapshot bytes   ours   @playwright/mcp (whole / yaml)   ratio (whole / yaml)")

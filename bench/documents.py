@@ -1,5 +1,5 @@
 """Document benchmarks over the real Unix socket (issue 14): an in-process daemon with every web
-op and its embedded Memory Specialist, and bench/fetch.py's local HTTPS origin process serving
+op and its embedded Memory Specialist, and bench/origin.py's local HTTPS origin process serving
 the extraction dev corpus.
 
 - (a) five pages uncached (NO_CACHE true): five fetch tasks one after another, against one
@@ -29,16 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/documents.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fetch import (  # noqa: E402
-    HOST,
-    Client,
-    bench_config,
-    check,
-    corpus_pages,
-    page_path,
-    percentiles,
-    start_origin,
-)
+from bench.csp_client import Client, check, percentiles  # noqa: E402
+from bench.origin import HOST, bench_config, corpus_pages, page_path, start_origin  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402

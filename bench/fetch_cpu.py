@@ -1,6 +1,7 @@
 """CPU time of a cached and of an uncached fetch, each beside its anchor in the same run (issue 26
-goals 1 and 2). The daemon runs in this process and is called over its Unix socket, as
-bench/fetch.py does; the HTTPS origin runs in its own process, so its work is not counted.
+goals 1 and 2). The daemon runs in this process (bench/fetch.py runs it as a process of its
+own) and is called over its Unix socket; the HTTPS origin (bench/origin.py) runs in its own
+process, so its work is not counted.
 
 - (a) a cache hit: ``time.process_time()`` around ``--rounds`` fetches of one primed page of
   median size, and around as many pings, interleaved in blocks, on one connection: CPU per
@@ -42,16 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch_cpu.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fetch import (  # noqa: E402
-    HOST,
-    Client,
-    bench_config,
-    check,
-    corpus_pages,
-    fetch_task,
-    page_path,
-)
-from bench.processes import start_serving  # noqa: E402
+from bench.csp_client import Client, check, fetch_task  # noqa: E402
+from bench.origin import HOST, bench_config, corpus_pages, page_path, start_origin  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.config import AuditConfig  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
@@ -173,9 +166,7 @@ async def run(args: argparse.Namespace) -> None:
     trust = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ca.configure_trust(trust)
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
-        pem_path = os.path.join(workdir, "origin.pem")
-        ca.issue_cert(HOST, "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(pem_path)
-        proc, port = start_serving(str(REPO_ROOT / "bench" / "fetch.py"), "--origin", pem_path)
+        proc, port = start_origin(ca, workdir)
         try:
             config = bench_config(workdir, port, "normal")
             if args.no_audit:

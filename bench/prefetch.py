@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/prefetch.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fetch import Client, check, percentiles  # noqa: E402
+from bench.csp_client import Client, check, percentiles  # noqa: E402
 from bench.processes import start_serving  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.config import (  # noqa: E402

@@ -33,7 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/redis_down.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fetch import corpus_pages, fetch_task, page_path  # noqa: E402
+from bench.csp_client import fetch_task  # noqa: E402
+from bench.origin import corpus_pages, page_path  # noqa: E402
 from bench.redis_fleet import (  # noqa: E402
     HOST,
     Fleet,

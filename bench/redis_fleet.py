@@ -12,13 +12,20 @@ their own process; the client talks CSP/1 over each daemon's Unix socket.
 - (e) a fetch rate limit of N/min held fleet-wide: three fresh daemons with ``fetch.rate`` N/min
   (burst N) each send N fetches of distinct URLs; the origin counts what reached it.
 
-    python bench/redis_fleet.py [--pages N] [--concurrency C] [--limit N]
+- (g) two daemons on one Redis serving cached fetches (issue 26, goal 3: past one machine):
+  a page fetched through daemon A is a hit in daemon B, and the fetches/s of the pair against
+  one daemon, the same connections in all, as figure lines for scripts/bench (bench/table.py).
+
+    python bench/redis_fleet.py [--quick] [--pages N] [--concurrency C] [--limit N]
+
+``--quick`` runs (g) alone, on 30 pages and 2 s windows.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -41,7 +48,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/redis_fleet.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fetch import Client, corpus_pages, fetch_task, page_path  # noqa: E402
+from bench.csp_client import Client, fetch_task  # noqa: E402
+from bench.origin import corpus_pages, page_path  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.config import CacheConfig, Config, DaemonConfig, with_section  # noqa: E402
 from csp_web.config.redis import RedisConfig  # noqa: E402
@@ -378,10 +386,83 @@ async def redis_cost_section(fleet: Fleet) -> None:
     )
 
 
+def emit(measure: str, value: str, anchor: str, ratio: str, goal: str) -> None:
+    """One figure line for scripts/bench's table."""
+    print("\t".join((measure, value, anchor, ratio, goal)), flush=True)
+
+
+async def cached_rate(
+    sockets: list[str], urls: list[str], connections: int, seconds: float
+) -> float:
+    """Cache hits/s over ``connections`` clients spread over ``sockets``, each looping over
+    ``urls`` for ``seconds``; exits the bench on a FAIL or a miss."""
+    clients = [await connect(sockets[index % len(sockets)]) for index in range(connections)]
+    served = [0]
+    end = time.perf_counter() + seconds
+
+    async def loop(client: Client, offset: int) -> None:
+        for url in itertools.islice(itertools.cycle(urls), offset, None):
+            if time.perf_counter() >= end:
+                return
+            await timed_fetches(client, [url], expect_cached=True)
+            served[0] += 1
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for offset, client in enumerate(clients):
+            nursery.start_soon(loop, client, offset)
+    elapsed = time.perf_counter() - started
+    for client in clients:
+        await client.stream.aclose()
+    return served[0] / elapsed
+
+
+async def pair_section(fleet: Fleet, urls: list[str], connections: int, seconds: float) -> None:
+    """(g): daemons A and B on one Redis (a key prefix of their own); A fetches each page, B
+    asks for it; then cached fetches/s through A alone and through A and B, alternated."""
+    a = fleet.daemon("pair-a", redis=True, prefix="bench-pair:")
+    b = fleet.daemon("pair-b", redis=True, prefix="bench-pair:")
+    fetcher, asker = await connect(a), await connect(b)
+    await timed_fetches(fetcher, urls, expect_cached=False)
+    hits = 0
+    redis_hits: list[float] = []
+    for url in urls:
+        started = time.perf_counter()
+        reply = await asker.call(fetch_task(url))
+        check(reply, url)
+        redis_hits.append((time.perf_counter() - started) * 1000)
+        hits += reply.get("CACHED") == "true"
+    memory_hits = await timed_fetches(asker, urls, expect_cached=True)
+    await timed_fetches(fetcher, urls, expect_cached=True)  # A's memory tier holds them too
+    emit(
+        f"cross-daemon cache hit: fetched via A, asked of B ({len(urls)} pages)",
+        f"{hits}/{len(urls)} hits",
+        f"B's hit p50 {statistics.median(redis_hits):.2f} ms (then memory "
+        f"{statistics.median(memory_hits):.2f} ms)",
+        f"{hits / len(urls):.0%}",
+        ">= 100%",
+    )
+    one, two = [], []
+    for _ in range(2):  # alternated, so both see the same load on this shared host
+        one.append(await cached_rate([a], urls, connections, seconds))
+        two.append(await cached_rate([a, b], urls, connections, seconds))
+    emit(
+        f"cached fetches/s, two daemons on one Redis vs one ({connections} connections)",
+        f"{max(two):.0f}/s",
+        f"{max(one):.0f}/s one daemon",
+        f"{max(two) / max(one):.2f}x",
+        "",
+    )
+
+
 async def measure(fleet: Fleet, args: argparse.Namespace) -> None:
     base = f"https://{HOST}:{fleet.port}"
     pages = sorted(corpus_pages())
     urls = [base + page_path(page_id) for page_id in pages[: args.pages]]
+    seconds = 2.0 if args.quick else 5.0
+    await pair_section(fleet, urls, args.concurrency, seconds)
+    if args.quick:
+        return
     await hits_section(fleet, urls)
     paths = {name: os.path.join(fleet.workdir, f"{name}.sock") for name in ("d1", "d2")}
     paths["d3"] = fleet.daemon("d3", redis=True)
@@ -428,20 +509,23 @@ def run(args: argparse.Namespace) -> None:
     """Start redis-server and the origin, measure, stop everything."""
     with open_fleet("csp-fleet-") as (fleet, _server):
         trio.run(measure, fleet, args)
+    print(f"load average after: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
     print(
-        f"reproduce: python bench/redis_fleet.py --pages {args.pages} "
-        f"--concurrency {args.concurrency} --limit {args.limit}"
+        f"reproduce: python bench/redis_fleet.py{' --quick' if args.quick else ''} "
+        f"--pages {args.pages} --concurrency {args.concurrency} --limit {args.limit}"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pages", type=int, default=100, help="pages for the hit latencies")
+    parser.add_argument("--quick", action="store_true", help="(g) alone, 30 pages, 2 s windows")
+    parser.add_argument("--pages", type=int, help="pages for the hits (default 100, quick 30)")
     parser.add_argument("--concurrency", type=int, default=6, help="connections for (c)")
     parser.add_argument("--limit", type=int, default=10, help="fetch rate N/min for (e)")
     parser.add_argument("--origin", help=argparse.SUPPRESS)  # internal: the origin process
     parser.add_argument("--daemon", help=argparse.SUPPRESS)  # internal: one daemon process
     args = parser.parse_args()
+    args.pages = args.pages or (30 if args.quick else 100)
     if args.origin:
         trio.run(serve_origin, args.origin)
     elif args.daemon:

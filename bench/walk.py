@@ -33,7 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/walk.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fetch import HOST, Client, bench_config, check, fetch_task  # noqa: E402
+from bench.csp_client import Client, check, fetch_task  # noqa: E402
+from bench.origin import HOST, bench_config  # noqa: E402
 from csp_web.app.memory_path import open_memory_path  # noqa: E402
 from csp_web.core.daemon.compose import open_daemon  # noqa: E402
 from csp_web.core.daemon.lifecycle import serve  # noqa: E402
