@@ -296,8 +296,11 @@ class _Session(StreamHandler):
 
     async def wait_turn(self, *, instant: bool = False) -> None:
         """This connection's turn to start a frame (L-10), replies queued sent first if it
-        must wait for it."""
-        if self.starts.must_wait(instant=instant):
+        must wait past the next round for it. A wait of one round (the round's budget
+        spent, nobody else waiting) keeps them queued for the read's one send: sending at
+        each round's end sent a pipelining connection's replies eight at a time (20 % of
+        the daemon's samples, bench/daemon.py --quick under py-spy, issue 26)."""
+        if self.starts.waits_long(instant=instant):
             await self.flush()
         await self.starts.wait_start(self.seat, instant=instant)
 
