@@ -393,8 +393,9 @@ class Dispatcher:
                 await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         if not admitted and _error_code(reply) == ErrorCode.BUSY and self.sys_audits is not None:
-            # Refused, nothing ran: summarised as IN:SYS frames are (SPEC O-4); a record per
-            # refusal was most of its cost (bench/overload.py: ... us with, ... us without).
+            # Refused, nothing ran: summarised as IN:SYS frames are (SPEC O-4). A record of
+            # its own, committed, delivered and stored, made most of a refusal's 575 us of
+            # daemon CPU; 145 us so and answered in the reader (bench/overload.py, load 10).
             await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         error = reply.get("ERROR")
