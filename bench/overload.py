@@ -5,8 +5,8 @@ Against `csp-web serve` in its own process, over its Unix socket, with a local H
 process of its own (so its serving work is not counted as the daemon's); every op audited into
 the durable outbox as in production.
 
-- **refused frame**: with the web pool held full (one fetch the origin never answers, the pool
-  at 1 running + 0 queued), one connection pipelines fetches that are all answered ``busy``;
+- **refused frame**: with the web pool held full (two fetches the origin never answers, the
+  pool at 1 running + 1 queued), one connection pipelines fetches that are all answered ``busy``;
   the daemon's CPU per refusal, against its CPU per pipelined audited ping in the same daemon
   (the cheapest frame it answers). Goal <= 50 us.
 - **throughput at 1 / 16 / 64 connections**, each a closed loop (send one fetch, wait for its
@@ -89,7 +89,7 @@ def web_config(port: int, pools: str | None) -> str:
 def fetch_frame(url: str, *, no_cache: bool, timeout_ms: int | None = None) -> bytes:
     extra = "NO_CACHE true\n" if no_cache else ""
     extra += f"TIMEOUT_MS {timeout_ms}\n" if timeout_ms else ""
-    return f"TASK REQ:fetch {url} IN:WEB OUT:PAGE\n{extra}\n".encode()
+    return f"TASK REQ:fetch {url} IN:WEB OUT:CONTENT\n{extra}\n".encode()
 
 
 async def one_reply(stream: trio.SocketStream, codec: Connection) -> Reply:
@@ -179,8 +179,9 @@ async def refusal_rows(path: str, pid: int, base: str, frames: int) -> list[str]
     """Daemon CPU per ``busy`` refusal and per audited ping, pipelined on one connection."""
     holder = await trio.open_unix_socket(path)
     async with holder:
-        await holder.send_all(fetch_frame(f"{base}/hold/0", no_cache=True, timeout_ms=600000))
-        await trio.sleep(0.5)  # the held fetch now runs: the pool (1 + 0) is full
+        held = fetch_frame(f"{base}/hold/0", no_cache=True, timeout_ms=600000)
+        await holder.send_all(held * 2)
+        await trio.sleep(0.5)  # one held fetch runs, one waits: the pool (1 + 1) is full
         refused = await pipelined_cpu_us(
             path, pid, fetch_frame(f"{base}/hold/1", no_cache=True), frames
         )
@@ -246,7 +247,7 @@ def main() -> None:
                 finally:
                     proc.terminate()
                     proc.wait(30)
-            tight = web_config(port, "{max_running: 1, max_queued: 0}")
+            tight = web_config(port, "{max_running: 1, max_queued: 1}")
             proc, path = run_daemon(workdir, "refusals", tight)
             try:
                 rows += trio.run(refusal_rows, path, proc.pid, base, frames)
