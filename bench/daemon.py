@@ -273,7 +273,7 @@ def start_echo(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def measure_line(measure: str, value: str, anchor: str, ratio: float, goal: str) -> str:
-    """One row of ``scripts/bench``'s table: measure, csp-web, anchor, ratio, goal."""
+    """One row of the benches' summary table: measure, csp-web, anchor, ratio, goal."""
     return "\t".join((measure, value, anchor, f"{ratio:.2f}", goal))
 
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import trio
@@ -117,22 +118,24 @@ class Tally:
             self.other[code] = self.other.get(code, 0) + 1
 
 
-async def closed_loop(path: str, frames: itertools.count[bytes], end: float, tally: Tally) -> None:
+async def closed_loop(path: str, frames: Iterator[bytes], end: float, tally: Tally) -> None:
     """One client: a frame, its reply, the next, until ``end`` (perf_counter)."""
     stream = await trio.open_unix_socket(path)
     codec = Connection()
     async with stream:
         while time.perf_counter() < end:
-            await stream.send_all(next(frames))  # type: ignore[call-overload]
+            await stream.send_all(next(frames))
             tally.count(await one_reply(stream, codec))
 
 
-async def throughput(path: str, make: object, connections: int, seconds: float) -> Tally:
+async def throughput(
+    path: str, make: Callable[[int, int], bytes], connections: int, seconds: float
+) -> Tally:
     tally = Tally()
     end = time.perf_counter() + seconds
     async with trio.open_nursery() as nursery:
         for client in range(connections):
-            frames = (make(client, n) for n in itertools.count())  # type: ignore[operator]
+            frames = (make(client, n) for n in itertools.count())
             nursery.start_soon(closed_loop, path, frames, end, tally)
     return tally
 

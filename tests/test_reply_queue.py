@@ -77,7 +77,9 @@ async def test_queued_replies_are_joined_up_to_the_write_cap_and_a_larger_one_go
     for chunk in (half, half, b"b", large, b"c", b"d"):
         queue.put(chunk)
     with trio.fail_after(1):
-        _, writes = await queue.take()
+        taken = await queue.take()
+    assert taken is not None
+    writes = taken[1]
     assert writes == [half + half, b"b", large, b"cd"]
     assert all(len(w) <= WRITE_BYTES for w in writes if w is not large)
     assert writes[2] is large  # not copied

@@ -39,10 +39,10 @@ def web_config(origin: Origin, tmp_path: Path) -> Config:
 
 def _held_urls(origin: Origin, count: int, release: trio.Event) -> list[str]:
     """``count`` distinct pages (no two share a load) that answer once ``release`` is set."""
+    reply = OriginReply(200, [("content-type", "text/html")], PAGE, hold=release)
     urls = []
     for n in range(count):
-        reply = OriginReply(200, [("content-type", "text/html")], PAGE, hold=release)
-        origin.routes[f"/held/{n}"] = lambda _seen, reply=reply: reply
+        origin.routes[f"/held/{n}"] = lambda _seen: reply
         urls.append(origin.url("origin.test", f"/held/{n}"))
     return urls
 
