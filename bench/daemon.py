@@ -20,7 +20,13 @@ thread), or with ``--memory-sink external`` a ``csp-web memory-sink`` process.
 `--no-audit-sys` measures with sys ops not audited.
 
     python bench/daemon.py [--no-audit-sys] [--memory-sink embedded|external] [--seconds 5]
-        [--quick]  # only the 1-client ping and the pipelined figures (A/B runs)
+        [--quick]  # only the 1-client ping and the pipelined figures (A/B runs, ~40 s)
+
+The 1-client ping and the pipelined figures are printed as rows
+``measure<TAB>value<TAB>anchor<TAB>ratio<TAB>goal`` against an anchor measured in the same run:
+an echo server in its own process that parses the same frames with the same sans-IO codec and
+answers each read's frames in one send (the floor under the daemon's per-frame cost). Issue 26
+goal 5: >= 30,000 audited pipelined pings/s, <= 30 us of daemon CPU per frame.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol import CLOSED, NEED_DATA, Connection, Reply
+from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, serialize
 
 PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
 
@@ -66,7 +72,12 @@ def start_daemon(
     synchronous: str,
     memory_socket: str | None,
     frames_per_round: int | None = None,
+    *,
+    extra: str = "",
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``csp-web serve`` on a socket under ``workdir`` (made if need be), and that socket;
+    ``extra`` is YAML for sections the bench's own settings leave alone (``tasks``, ``web``)."""
+    os.makedirs(workdir, exist_ok=True)
     socket_path = os.path.join(workdir, "s", "csp.sock")
     config = os.path.join(workdir, "bench.yaml")
     memory = f"memory: {{socket_path: {memory_socket}}}\n" if memory_socket else ""
@@ -78,7 +89,7 @@ def start_daemon(
             + (f", frames_per_round: {frames_per_round}" if frames_per_round else "")
             + "}\n"
             f"audit: {{sys_ops: {str(audit_sys).lower()}}}\n"
-            f"outbox: {{synchronous: {synchronous}}}\n" + memory
+            f"outbox: {{synchronous: {synchronous}}}\n" + memory + extra
         )
     proc = subprocess.Popen(
         [
@@ -113,12 +124,17 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def read_replies(stream: trio.SocketStream, codec: Connection, count: int) -> None:
+async def read_replies(
+    stream: trio.SocketStream, codec: Connection, count: int, out: list[Reply] | None = None
+) -> None:
+    """Read ``count`` replies from ``stream`` (kept in ``out`` when given)."""
     got = 0
     while got < count:
         event = codec.next_event()
         if isinstance(event, Reply):
             got += 1
+            if out is not None:
+                out.append(event)
             continue
         if event is CLOSED:
             raise SystemExit("daemon closed the connection")
@@ -226,31 +242,98 @@ async def sustained(path: str, seconds: float) -> None:
     )
 
 
-async def pipelined_figures(path: str, pid: int) -> None:
+async def pipelined_figures(path: str, pid: int) -> tuple[float, float]:
+    """Pings pipelined on one connection: the best rate of 3 x 20,000 frames, and the
+    server's CPU per frame over the three."""
     cpu_before = cpu_s(pid)
     rates = [await pipelined(path, 20_000) for _ in range(3)]
-    cpu_us = (cpu_s(pid) - cpu_before) / 60_000 * 1e6
-    print(f"pipelined on one connection: {max(rates):,.0f} frames/s (best of 3 x 20,000)")
-    print(f"daemon CPU per pipelined frame: {cpu_us:.1f} us (= {1e6 / cpu_us:,.0f} frames/s/core)")
+    return max(rates), (cpu_s(pid) - cpu_before) / 60_000 * 1e6
 
 
-async def run(path: str, pid: int, seconds: float, quick: bool) -> None:
+async def serve_echo(path: str) -> None:
+    """The anchor: a Trio server on ``path`` that parses CSP frames with the same sans-IO
+    codec and answers each with one OK, a read's replies in one send: the floor under the
+    daemon's per-frame cost (no dispatch, no audit, no stats)."""
+    pong = serialize(Reply(Status.OK, (("SCOPE", "public"), ("DATA", "PONG"))))
+
+    async def answer(stream: trio.SocketStream) -> None:
+        codec = Connection()
+        while data := await stream.receive_some(1 << 16):
+            codec.receive_data(data)
+            count = 0
+            while codec.next_event() not in (NEED_DATA, CLOSED):
+                count += 1
+            await stream.send_all(pong * count)
+
+    sock = trio.socket.socket(trio.socket.AF_UNIX)
+    await sock.bind(path)
+    sock.listen()
+    await trio.serve_listeners(answer, [trio.SocketListener(sock)])
+
+
+def start_echo(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    path = os.path.join(workdir, "echo.sock")
+    proc = subprocess.Popen([sys.executable, __file__, "--echo", path])
+    wait_for_socket(proc, path, "echo anchor")
+    return proc, path
+
+
+def measure_line(measure: str, value: str, anchor: str, ratio: float, goal: str) -> str:
+    """One row of the benches' summary table: measure, csp-web, anchor, ratio, goal."""
+    return "\t".join((measure, value, anchor, f"{ratio:.2f}", goal))
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as file:
+        return " ".join(file.read().split()[:3])
+
+
+async def ping_p50(path: str) -> float:
+    await ping_loop(path, 500, [])  # warm-up
+    samples: list[float] = []
+    await ping_loop(path, 5000, samples)
+    return statistics.median(samples)
+
+
+async def quick_rows(path: str, pid: int, echo_path: str, echo_pid: int) -> list[str]:
+    """The figures ``--quick`` measures, each against the echo anchor in the same run."""
+    p50, echo_p50 = await ping_p50(path), await ping_p50(echo_path)
+    rate, cpu_us = await pipelined_figures(path, pid)
+    echo_rate, echo_cpu_us = await pipelined_figures(echo_path, echo_pid)
+    return [
+        measure_line(
+            "ping p50, 1 client",
+            f"{p50:.3f} ms",
+            f"{echo_p50:.3f} ms echo",
+            p50 / echo_p50,
+            "<= 0.3 ms",
+        ),
+        measure_line(
+            "pipelined pings, audited",
+            f"{rate:,.0f}/s",
+            f"{echo_rate:,.0f}/s echo",
+            rate / echo_rate,
+            ">= 30,000/s",
+        ),
+        measure_line(
+            "daemon CPU per pipelined ping",
+            f"{cpu_us:.1f} us",
+            f"{echo_cpu_us:.1f} us echo",
+            cpu_us / echo_cpu_us,
+            "<= 30 us",
+        ),
+    ]
+
+
+async def run(path: str, pid: int, seconds: float) -> None:
+    """The figures beyond ``--quick``: 64 clients, RSS, sustained audited load."""
     await trio.sleep(0.5)
     idle = rss_mb(pid)
-    warm: list[float] = []
-    await ping_loop(path, 500, warm)
-    one: list[float] = []
-    await ping_loop(path, 5000, one)
-    print(f"ping, 1 client:    {percentiles(one)}")
-    if quick:
-        await pipelined_figures(path, pid)
-        return
     many: list[float] = []
     async with trio.open_nursery() as nursery:
         for _ in range(64):
             nursery.start_soon(ping_loop, path, 200, many)
     print(f"ping, 64 clients:  {percentiles(many)}")
-    await pipelined_figures(path, pid)
     print(f"RSS idle: {idle:.1f} MB")
     loaded = await idle_connections(path, 1000, pid)
     print(f"RSS with 1,000 idle connections: {loaded:.1f} MB (+{loaded - idle:.1f} MB)")
@@ -269,7 +352,12 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="only the 1-client ping and the pipelined figures"
     )
+    parser.add_argument("--echo", help=argparse.SUPPRESS)  # the anchor's process
     args = parser.parse_args()
+    if args.echo:
+        trio.run(serve_echo, args.echo)
+        return
+    print(f"# load average before: {loadavg()}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
         sink, memory_socket = None, None
         if args.memory_sink == "external":
@@ -277,15 +365,21 @@ def main() -> None:
         proc, path = start_daemon(
             workdir, not args.no_audit_sys, args.synchronous, memory_socket, args.frames_per_round
         )
+        echo: subprocess.Popen[bytes] | None = None
         try:
-            print(f"memory sink: {args.memory_sink}, {os.cpu_count()} cpus")
-            trio.run(run, path, proc.pid, args.seconds, args.quick)
+            echo, echo_path = start_echo(workdir)
+            print(f"# memory sink: {args.memory_sink}, {os.cpu_count()} cpus", file=sys.stderr)
+            rows = trio.run(quick_rows, path, proc.pid, echo_path, echo.pid)
+            if not args.quick:
+                trio.run(run, path, proc.pid, args.seconds)
         finally:
-            proc.terminate()
-            proc.wait(30)
-            if sink is not None:
-                sink.terminate()
-                sink.wait(30)
+            for child in (proc, echo, sink):
+                if child is not None:
+                    child.terminate()
+                    child.wait(30)
+    for row in rows:
+        print(row)
+    print(f"# load average after: {loadavg()}", file=sys.stderr)
     flag = " --no-audit-sys" if args.no_audit_sys else ""
     flag += " --quick" if args.quick else ""
     flag += f" --frames-per-round {args.frames_per_round}" if args.frames_per_round else ""

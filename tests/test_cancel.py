@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
 import trio
 import trio.testing
 
-from csp_web.config import Config
+from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.deadlines import CUT_DETAIL, work_deadline
 from csp_web.core.api.errors import OpError
@@ -144,11 +145,17 @@ async def test_another_uid_cannot_cancel_a_task_and_is_told_only_unknown_task(
         assert await _frames(owner, 1) == [_slept("mine", 3000)]
 
 
+def _web_runs_5(config: Config) -> Config:
+    """The web pool (TEST_OPS' sleep) at the seed's 5 running + 10 queued."""
+    slots = SlotsConfig(web=SlotLimits(max_running=5, max_queued=10))
+    return replace(config, tasks=TasksConfig(specialists=slots))
+
+
 async def test_a_task_waiting_in_its_pools_queue_is_cancelled_and_frees_its_place(
     config: Config, autojump_clock: trio.testing.MockClock
 ) -> None:
     """C-3, C-6: the web pool runs 5; the sixth waits in its queue until cancelled."""
-    async with open_harness(config) as harness:
+    async with open_harness(_web_runs_5(config)) as harness:
         end = _connect(harness, Peer("a", 1000))
         await end.send(b"".join(_sleep(f"r{n}", 2000) for n in range(5)))
         await _in_flight(harness, 5)
@@ -206,7 +213,7 @@ async def test_a_task_admitted_from_the_queue_during_the_grace_period_is_cut_as_
     """The issue's case: queued work that starts while the daemon stops gets the grace
     period's end as its deadline; it is answered shutting_down, not timeout_exceeded."""
     ops = [*TEST_OPS, Op("patient", "TEST", "DONE", "web", _until_work_deadline)]
-    async with open_harness(config, ops) as harness:
+    async with open_harness(_web_runs_5(config), ops) as harness:
         end = _connect(harness, Peer("a", 1000))
         patient = serialize(Task("patient", "TEST", "DONE", None, (("TIMEOUT_MS", "60000"),)))
         await end.send(b"".join(_sleep(f"r{n}", 500) for n in range(5)))

@@ -198,7 +198,7 @@ async def test_delivery_keeps_delivering_while_a_flood_of_audited_ops_keeps_comm
     while their writes are delivered, and each is stored exactly once. Before, the flood took
     nearly every turn of the loop and the backlog grew with every round of commits."""
     config = _small_window(config)
-    producers = 12  # within the web pool (5 running, 10 queued): none refused busy
+    producers = 12  # within the web pool (32 running, 96 queued): none refused busy
     bound = TURN_AT + TURN_AT + TURN_AT + producers
     target = 40 * TURN_AT
     deepest = 0

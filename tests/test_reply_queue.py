@@ -6,14 +6,14 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.core.wire.reply_queue import ReplyOrder, ReplyQueue
+from csp_web.core.wire.reply_queue import WRITE_BYTES, ReplyOrder, ReplyQueue
 
 
 async def test_replies_queued_while_the_writer_waits_go_out_as_one_write_dated_by_the_first(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     queue = ReplyQueue(max_chunks=8)
-    taken: list[tuple[float, bytes] | None] = []
+    taken: list[tuple[float, list[bytes]] | None] = []
 
     async def writer() -> None:
         taken.append(await queue.take())
@@ -27,7 +27,7 @@ async def test_replies_queued_while_the_writer_waits_go_out_as_one_write_dated_b
             autojump_clock.jump(2.0)
             queue.put(b"OK 2\n\n")
             queue.put(b"OK 3\n\n")
-    assert taken == [(first, b"OK 1\n\nOK 2\n\nOK 3\n\n")]
+    assert taken == [(first, [b"OK 1\n\nOK 2\n\nOK 3\n\n"])]
     assert len(queue) == 0
 
 
@@ -37,10 +37,10 @@ async def test_a_reply_queued_after_a_take_starts_a_new_batch_with_its_own_time(
     queue = ReplyQueue(max_chunks=8)
     queue.put(b"a")
     with trio.fail_after(1):
-        assert await queue.take() == (trio.current_time(), b"a")
+        assert await queue.take() == (trio.current_time(), [b"a"])
         autojump_clock.jump(5.0)
         queue.put(b"b")
-        assert await queue.take() == (trio.current_time(), b"b")
+        assert await queue.take() == (trio.current_time(), [b"b"])
         queue.close()
         assert await queue.take() is None
 
@@ -64,8 +64,25 @@ async def test_a_producer_waits_for_room_at_max_chunks_and_goes_on_after_a_take(
             nursery.start_soon(producer)
             await trio.testing.wait_all_tasks_blocked()
             assert not waited.is_set()
-            assert await queue.take() == (queued_at, b"ab")
+            assert await queue.take() == (queued_at, [b"ab"])
     assert waited.is_set()
+
+
+async def test_queued_replies_are_joined_up_to_the_write_cap_and_a_larger_one_goes_alone() -> None:
+    """Replies fill one send up to WRITE_BYTES (N joins, N+1 starts the next send); a reply
+    past the cap is sent as it is, in its place, between the runs around it."""
+    queue = ReplyQueue(max_chunks=8)
+    half = b"a" * (WRITE_BYTES // 2)
+    large = b"L" * (WRITE_BYTES + 1)
+    for chunk in (half, half, b"b", large, b"c", b"d"):
+        queue.put(chunk)
+    with trio.fail_after(1):
+        taken = await queue.take()
+    assert taken is not None
+    writes = taken[1]
+    assert writes == [half + half, b"b", large, b"cd"]
+    assert all(len(w) <= WRITE_BYTES for w in writes if w is not large)
+    assert writes[2] is large  # not copied
 
 
 def test_replies_of_frames_without_id_are_released_in_request_order() -> None:
@@ -110,7 +127,7 @@ async def test_the_writer_waits_one_round_for_more_replies_only_while_more_are_c
     finally:
         trio.lowlevel.remove_instrument(counter)
     assert taken is not None
-    assert taken[1] == b"a"
+    assert taken[1] == [b"a"]
     assert asked == [more_coming]
     assert counter.yields == yields
 
@@ -121,7 +138,7 @@ async def test_a_lingering_take_keeps_waiting_when_its_chunks_were_taken_at_once
     """The reader may send queued replies itself (``take_now``) while the writer lingers a
     round; the writer's take then waits for the next reply instead of writing b""."""
     queue = ReplyQueue(max_chunks=8)
-    taken: list[tuple[float, bytes] | None] = []
+    taken: list[tuple[float, list[bytes]] | None] = []
 
     async def writer() -> None:
         taken.append(await queue.take(linger=lambda: True))
@@ -131,8 +148,8 @@ async def test_a_lingering_take_keeps_waiting_when_its_chunks_were_taken_at_once
             queue.put(b"a")
             nursery.start_soon(writer)
             await trio.lowlevel.checkpoint()  # the writer runs and lingers one round
-            assert queue.take_now() == (trio.current_time(), b"a")
+            assert queue.take_now() == (trio.current_time(), [b"a"])
             await trio.testing.wait_all_tasks_blocked()
             assert taken == []
             queue.put(b"b")
-    assert taken == [(trio.current_time(), b"b")]
+    assert taken == [(trio.current_time(), [b"b"])]

@@ -379,7 +379,7 @@ async def test_a_non_reading_peer_is_closed_at_the_write_limit_while_others_keep
         with trio.move_on_at(sent_at + read_at_s):
             await done.wait()
         assert done.is_set() is closed
-        assert len(answers) > 400  # 5 running (10 queued) 0.1 s frames all along: ~500 done
+        assert len(answers) > 400  # 5 or more 0.1 s frames running all along: 500 or more done
         assert {reply.get("DATA") for reply in answers} == {"slept:100"}
         harness.nursery.cancel_scope.cancel()
 

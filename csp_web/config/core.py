@@ -80,8 +80,12 @@ class SlotsConfig:
 
     RELOAD_AS_ONE: ClassVar[bool] = True  # a reload reports "tasks.specialists", as one setting
 
-    web: SlotLimits = field(default_factory=SlotLimits)
-    tool: SlotLimits = field(default_factory=SlotLimits)
+    # Web work waits on the network, so more of it runs at once: 64 concurrent fetch clients
+    # (connection.max_running_frames' 64 frames) wait rather than fail with 32 running and
+    # 96 queued (twice those frames, for cron and research work, which L-10 does not hold).
+    # The seed's 5 + 10 refused 93 % of 64 clients' slow fetches (bench/overload.py, issue 26).
+    web: SlotLimits = field(default_factory=lambda: SlotLimits(max_running=32, max_queued=96))
+    tool: SlotLimits = field(default_factory=SlotLimits)  # exec: CPU and memory, the seed's
     memory: SlotLimits = field(default_factory=SlotLimits)
     sys: SlotLimits = field(default_factory=SlotLimits)  # ping, ops, stats
 

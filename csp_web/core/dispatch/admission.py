@@ -30,6 +30,17 @@ class Slots:
     def queued(self) -> int:
         return self._holders - self.running
 
+    @property
+    def full(self) -> bool:
+        """Whether a task now would be refused ``busy``: every running and queued place taken."""
+        return self._holders >= self.max_running + self.max_queued
+
+    def busy(self) -> Busy:
+        """The refusal of a task that finds the pool ``full`` (SPEC C-3)."""
+        return Busy(
+            ErrorCode.BUSY, f"{self.name}: {self.max_running} running, {self.max_queued} queued"
+        )
+
     def admit(self) -> _Admission:
         """``async with slots.admit():`` runs the body in a slot, waiting in the queue if
         needed; raises Busy when full. (A class, not a generator: it runs once per frame.)"""
@@ -57,11 +68,8 @@ class _Admission:
 
     async def __aenter__(self) -> None:
         slots = self._slots
-        if slots._holders >= slots.max_running + slots.max_queued:
-            raise Busy(
-                ErrorCode.BUSY,
-                f"{slots.name}: {slots.max_running} running, {slots.max_queued} queued",
-            )
+        if slots.full:
+            raise slots.busy()
         slots._holders += 1
         try:
             slots._semaphore.acquire_nowait()

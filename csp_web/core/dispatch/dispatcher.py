@@ -130,12 +130,15 @@ class Dispatcher:
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
         """The reply to ``task`` when it can be given without waiting, else None (then it
         runs as a task of its own, ``run``). Without waiting: an IN:SYS op that neither
-        sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3). It
-        reaches no checkpoint, so neither a deadline nor the grace period can end it; its one
-        wait is its audit summary's commit when it fills one (O-4), shielded there, so a
-        shutdown that stops the reader never takes its reply."""
+        sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3); or
+        the ``busy`` refusal of a valid task whose specialist's pool is full (C-3,
+        ``refuses``). It reaches no checkpoint, so neither a deadline nor the grace period
+        can end it; its one wait is its audit summary's commit when it fills one (O-4),
+        shielded there, so a shutdown that stops the reader never takes its reply."""
         op = self._instant_kind(task)
-        if op is None or self._must_pace(peer):
+        if op is None:
+            return await self._refuse_now(task, peer)
+        if self._must_pace(peer):
             return None
         slots = self.pools["sys"]
         if not slots.take_now():
@@ -193,6 +196,41 @@ class Dispatcher:
         if span is not None:
             span.end(reply)
         return reply
+
+    def refuses(self, task: Task) -> bool:
+        """Whether ``task`` would be refused ``busy`` now: it names an op of the registry
+        whose specialist's pool is full. The connection then answers it in its reader
+        (``try_now``) rather than as a task of its own: a refusal as a task cost 560 us of
+        daemon CPU, 4.9 pipelined pings (bench/overload.py --quick, load 10, issue 26)."""
+        return self._full_pool_op(task) is not None
+
+    def _full_pool_op(self, task: Task) -> BoundOp | None:
+        if self.shutting_down or (task.domain == "MEMORY" and self.relay is not None):
+            return None
+        try:
+            op = self.registry.lookup(task)
+        except OpError:
+            return None
+        return op if self.pools[op.spec.specialist].full else None
+
+    async def _refuse_now(self, task: Task, peer: Peer) -> Reply | None:
+        """``busy`` for a valid ``task`` whose pool is full (as ``run`` would answer it once
+        its fields are checked), else None. Its audit joins the connection's summary (O-4)."""
+        op = self._full_pool_op(task)
+        if op is None:
+            return None
+        config = self.services.config.tasks
+        try:
+            validate(task, op.spec.fields, op.spec.inline)
+            parse_timeout_ms(
+                task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
+            )
+        except OpError:
+            return None  # answered by a task of its own, as any invalid frame
+        span = self.tracer.start(task) if self.tracer is not None else None
+        self.stats.frames += 1
+        reply = fail_reply(self.pools[op.spec.specialist].busy(), task.id)
+        return await self._done(task, op, peer, reply, time.monotonic(), None, False, span)
 
     def is_instant(self, task: Task) -> bool:
         """Whether ``task`` names an op that never waits (``Op.instant``, IN:SYS), whatever
@@ -349,10 +387,16 @@ class Dispatcher:
         stored (SPEC O-6)."""
         if not self.audit:
             return
+        config = self.services.config.audit
         if op is not None and op.spec.specialist == "sys":
-            config = self.services.config.audit
             if config.sys_ops and self.sys_audits is not None:  # summarised (SPEC O-4)
                 await self.sys_audits.add(task, peer, reply, duration_ms, config)
+            return
+        if not admitted and _error_code(reply) == ErrorCode.BUSY and self.sys_audits is not None:
+            # Refused, nothing ran: summarised as IN:SYS frames are (SPEC O-4). A record of
+            # its own, committed, delivered and stored, made most of a refusal's 575 us of
+            # daemon CPU; 145 us so and answered in the reader (bench/overload.py, load 10).
+            await self.sys_audits.add(task, peer, reply, duration_ms, config)
             return
         error = reply.get("ERROR")
         max_bytes = self.services.config.outbox.max_write_bytes

@@ -271,13 +271,15 @@ class _Session(StreamHandler):
     # --- starting frames
 
     async def answer_now(self, task: Task) -> bool:
-        """Answer ``task`` in the reader when it is an instant op (``Dispatcher.try_now``):
+        """Answer ``task`` in the reader when it is an instant op, or refused ``busy`` as
+        its specialist's pool is full (``Dispatcher.try_now``):
         it takes neither an in-flight place nor a running one, so slow work filling both
         never holds it back (issue 21), and a task of its own would cost more than the op
         (bench/daemon.py --quick, pipelined pings: 115 us of daemon CPU per frame answered
         here, 195 us as tasks; 1-client ping p50 0.8 ms against 3.8 ms; one loaded 2-core
         host, issue 23). It still takes its turn (L-10). False: start a task of its own."""
-        if self.options.sequential or not self.dispatcher.is_instant(task):
+        dispatcher = self.dispatcher
+        if self.options.sequential or not (dispatcher.is_instant(task) or dispatcher.refuses(task)):
             return False
         await self.wait_turn(instant=True)  # a turn, no running place
         reply = await self.dispatcher.try_now(task, self.peer)
@@ -296,8 +298,11 @@ class _Session(StreamHandler):
 
     async def wait_turn(self, *, instant: bool = False) -> None:
         """This connection's turn to start a frame (L-10), replies queued sent first if it
-        must wait for it."""
-        if self.starts.must_wait(instant=instant):
+        must wait past the next round for it. A wait of one round (the round's budget
+        spent, nobody else waiting) keeps them queued for the read's one send: sending at
+        each round's end sent a pipelining connection's replies eight at a time (20 % of
+        the daemon's samples, bench/daemon.py --quick under py-spy, issue 26)."""
+        if self.starts.waits_long(instant=instant):
             await self.flush()
         await self.starts.wait_start(self.seat, instant=instant)
 

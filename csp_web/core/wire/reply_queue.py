@@ -7,6 +7,12 @@ from collections.abc import Callable
 
 import trio
 
+# What the writer sends in one ``send()``: the replies queued are joined up to this many bytes,
+# and a reply past it goes alone, uncopied, so one large reply neither waits for a copy of
+# itself nor holds the small ones ahead of it. 64 KiB, as the reader's ``RECEIVE_BYTES``:
+# 1,600 pongs per send, a third of a Unix socket's default send buffer (212,992 bytes).
+WRITE_BYTES = 65536
+
 
 class ReplyOrder:
     """Releases replies of frames without ID in request order (SPEC C-2)."""
@@ -82,8 +88,10 @@ class ReplyQueue:
         self._closed = True
         self._ready.unpark_all()
 
-    async def take(self, linger: Callable[[], bool] | None = None) -> tuple[float, bytes] | None:
-        """Everything queued as one write, and when its oldest part was queued. When
+    async def take(
+        self, linger: Callable[[], bool] | None = None
+    ) -> tuple[float, list[bytes]] | None:
+        """Everything queued as writes (``take_now``), and when its oldest part was queued. When
         ``linger()`` says more replies are coming, wait one scheduler round for them first
         (once: the write limit still runs from the oldest's queueing)."""
         while True:
@@ -96,10 +104,28 @@ class ReplyQueue:
             if self._chunks:  # else the reader sent them itself meanwhile (``take_now``)
                 return self.take_now()
 
-    def take_now(self) -> tuple[float, bytes]:
-        """Everything queued as one write, without waiting (the queue must not be empty)."""
-        data = b"".join(self._chunks)
-        self._chunks.clear()
+    def take_now(self) -> tuple[float, list[bytes]]:
+        """Everything queued, without waiting (the queue must not be empty), in request
+        order as the buffers to send: runs of replies joined up to ``WRITE_BYTES``, each
+        reply past it on its own; and when the oldest was queued."""
+        writes = _joined(self._chunks)
+        self._chunks = []
         if self._room:
             self._room.unpark_all()
-        return self._oldest, data
+        return self._oldest, writes
+
+
+def _joined(chunks: list[bytes]) -> list[bytes]:
+    if len(chunks) == 1:
+        return chunks
+    writes: list[bytes] = []
+    run: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        if run and size + len(chunk) > WRITE_BYTES:
+            writes.append(b"".join(run))
+            run, size = [], 0
+        run.append(chunk)
+        size += len(chunk)
+    writes.append(b"".join(run))
+    return writes

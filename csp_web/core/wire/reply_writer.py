@@ -74,23 +74,24 @@ class ReplyWriter:
         ends it (the writer, cancelled with it, cancels ``send_scope``)."""
         if not len(self.replies) or self.writing or self.writer_batch:
             return True
-        queued_at, data = self.replies.take_now()
+        queued_at, writes = self.replies.take_now()
         sent = False
         with trio.CancelScope(shield=True) as self.send_scope:
-            sent = await self.write(queued_at, data)
+            sent = await self.write(queued_at, writes)
         self.send_scope = None
         self.send_done.unpark_all()
         return sent
 
-    async def write(self, queued_at: float, data: bytes) -> bool:
-        """Send ``data`` by ``queued_at`` + the write limit (L-7), else cut the connection;
-        drop it when the peer has gone."""
+    async def write(self, queued_at: float, writes: list[bytes]) -> bool:
+        """Send ``writes`` in order by ``queued_at`` + the write limit (L-7), else cut the
+        connection; drop them when the peer has gone."""
         if self.peer_gone:
             return True
         self.writing = True
         try:
             with trio.fail_at(queued_at + self.write_timeout_s):
-                await self.stream.send_all(data)
+                for data in writes:
+                    await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.info("connection %s: the peer has gone; replies dropped", self.connection)
             self.on_hangup()

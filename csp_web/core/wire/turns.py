@@ -72,6 +72,12 @@ class FairStarts:
         """Whether ``wait_start`` would wait now (it returns at once otherwise)."""
         return bool(self.waiting) or self._budget <= 0 or not (instant or self._has_room())
 
+    def waits_long(self, *, instant: bool = False) -> bool:
+        """Whether ``wait_start`` would wait past the pump's next round: others wait for
+        their turns, or (not ``instant``) every running place is taken. False while only
+        this round's budget is spent: the start comes in the next round."""
+        return bool(self.waiting) or not (instant or self._has_room())
+
     def _round_of(self, seat: Seat) -> int:
         if seat.next_round < self.round:  # nothing started last round: new or idle
             return self.round - 1
