@@ -141,6 +141,12 @@ class ErrorCode(enum.StrEnum):
     CANCELLED = "cancelled", "the task was cancelled: by REQ:cancel, or its connection closed"
     UNKNOWN_TASK = "unknown_task", "TARGET names no unfinished task of this uid"
 
+    # Budgets (SPEC D-3).
+    BUDGET_EXHAUSTED = (
+        "budget_exhausted",
+        "the task's BUDGET (or its BUDGET_ID's) has no more of the named dimension",
+    )
+
 
 def main() -> None:
     """Print the catalogue, one ``code  meaning`` line each."""

@@ -22,6 +22,7 @@ from typing import Literal
 
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 from specialists.web.config import SummarizeConfig
@@ -247,6 +248,7 @@ async def summarize_llm(
         ],
     }
     try:
+        budget.require("llm_tokens")  # none left: summarised extractively
         result = await client.fetch(
             config.llm_base_url.rstrip("/") + "/chat/completions",
             method="POST",
@@ -258,6 +260,8 @@ async def summarize_llm(
     except OpError as exc:
         log.warning("summarize: model endpoint failed (%s); summarising extractively", exc.code)
         return None
+    # No usage named: about 4 characters a token (OpenAI's rule of thumb), in and out.
+    await budget.spend_tokens(result.body, (len(text) + len(result.body)) // 4)
     if result.status_code != 200:
         log.warning("summarize: model endpoint answered %d", result.status_code)
         return None
