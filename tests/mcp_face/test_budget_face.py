@@ -28,7 +28,8 @@ def test_every_tool_takes_a_budget_and_a_budget_id_from_the_frame_fields() -> No
         "description": "a budget tasks share: made by the first frame naming it with BUDGET,"
         " its uid's",
     }
-    assert "id" not in properties and "traceparent" not in properties  # the face's own
+    assert "id" not in properties  # the face's own, as TRACEPARENT
+    assert "traceparent" not in properties
 
 
 async def call(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:

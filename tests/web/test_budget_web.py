@@ -146,7 +146,8 @@ async def test_a_research_job_draws_on_its_frames_budget_and_answers_with_what_i
     assert _exhausted(reply, "fetches")
     assert reply.get("BUDGET_LEFT") == "searches:0,fetches:0"
     data = reply.get("DATA") or ""  # which of the two pages came first is the race's
-    assert data.startswith("status:done,bullets:") and data.endswith(",sources:1")
+    assert data.startswith("status:done,bullets:")
+    assert data.endswith(",sources:1")
     assert reply.get_all("BULLET")
     assert len(reply.get_all("CITE")) == 1
     outcomes = sorted(outcome for kind, _, outcome in steps(reply) if kind == "fetch")
