@@ -105,11 +105,9 @@ async def on_pages(
     guard = services.guard()
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     if session is not None:
-        async with (
-            services.sessions.use(session, owner, config, guard) as held,
-            budget.held_by(held),
-        ):
-            await budget.take("browser_actions")  # the session's budget, or this frame's
+        async with services.sessions.use(session, owner, config, guard) as held:
+            budget.adopt(held)  # the session's budget, or this frame's for it from now on
+            await budget.take("browser_actions")
             with refusals_on(held.pages.lane, scope="browser", url=url):
                 return await _acting(services, config, held.pages, step)
     await budget.take("browser_actions")

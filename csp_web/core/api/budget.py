@@ -25,12 +25,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
 from typing import Protocol, TypeVar
-
-import trio
 
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Task
@@ -70,7 +67,7 @@ class TaskBudget:
     """A task's view of its budget: the dimensions it limits and what was last seen left of
     each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
 
-    __slots__ = ("budget_id", "exhausted", "ledger", "left", "opened", "uid")
+    __slots__ = ("budget_id", "exhausted", "ledger", "left", "uid")
 
     def __init__(
         self,
@@ -85,7 +82,6 @@ class TaskBudget:
         self.budget_id = budget_id
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
-        self.opened = trio.current_time()  # the task's wall time counts from here
 
     async def take(self, dimension: str, amount: int = 1) -> None:
         """Charge ``amount`` of ``dimension`` if it fits, else raise BudgetExhausted and
@@ -202,21 +198,16 @@ class HoldsBudget(Protocol):
     budget: TaskBudget | None
 
 
-@asynccontextmanager
-async def held_by(holder: HoldsBudget) -> AsyncIterator[None]:
-    """Run the block under the budget of ``holder`` (SPEC D-3: a browser session keeps the
-    budget of the frame that opened it): a task with a budget of its own gives it to the
-    holder; one without runs under the holder's."""
+def adopt(holder: HoldsBudget) -> None:
+    """Share a budget between the running task and ``holder`` (SPEC D-3: a browser session
+    keeps the budget of the frame that opened it): a task with a budget of its own gives it
+    to the holder; one without takes the holder's for the rest of the task (its reply then
+    carries it, ``running`` being what the dispatcher settles)."""
     current = _running.get()
-    if current is not None or holder.budget is None:
-        holder.budget = current or holder.budget
-        yield
-        return
-    token = _running.set(holder.budget)
-    try:
-        yield
-    finally:
-        _running.reset(token)
+    if current is not None:
+        holder.budget = current
+    elif holder.budget is not None:
+        _running.set(holder.budget)
 
 
 def bound(job: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:

@@ -44,12 +44,12 @@ def wall_deadline_ms(task_budget: TaskBudget, timeout_ms: int) -> tuple[int, boo
     return wall_ms, True
 
 
-async def settle(task_budget: TaskBudget, reply: Reply, wall_cut: bool) -> Reply:
-    """``reply`` once the task's wall time (trio's clock, as its deadline) is charged: with
-    BUDGET_LEFT, PARTIAL when the budget ran out (``replies.budgeted``). ``wall_cut``: the
-    deadline ``wall_ms`` set is what ended it, so its ``timeout_exceeded`` is the wall
-    budget running out."""
-    elapsed_s = trio.current_time() - task_budget.opened
+async def settle(task_budget: TaskBudget, reply: Reply, began: float, wall_cut: bool) -> Reply:
+    """``reply`` once the task's wall time since ``began`` (trio's clock, as its deadline)
+    is charged: with BUDGET_LEFT, PARTIAL when the budget ran out (``replies.budgeted``).
+    ``wall_cut``: the deadline ``wall_ms`` set is what ended it, so its ``timeout_exceeded``
+    is the wall budget running out."""
+    elapsed_s = trio.current_time() - began
     try:
         await task_budget.spend("wall_ms", round(elapsed_s * 1000))
     except OpError as exc:  # the ledger is unreachable: the reply says what was last seen

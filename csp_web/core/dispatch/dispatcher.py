@@ -19,7 +19,7 @@ import trio
 
 from csp_web.config import SlotLimits
 from csp_web.core.api.audit import OpAudit
-from csp_web.core.api.budget import Ledger, TaskBudget, enter, leave
+from csp_web.core.api.budget import Ledger, TaskBudget, enter, leave, running
 from csp_web.core.api.context import OpContext, Peer, Services, fit_write
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.api.errors import OpError, StorageFull
@@ -130,7 +130,7 @@ class Dispatcher:
             if ticket is not None:
                 ticket.close()
         if stage.budget is not None:
-            reply = await settle(stage.budget, reply, stage.wall_cut)
+            reply = await settle(stage.budget, reply, stage.began, stage.wall_cut)
         return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
@@ -159,7 +159,7 @@ class Dispatcher:
             self.stats.in_flight -= 1
             slots.release()
         if stage.budget is not None:  # the local ledger and a task's own budget never wait
-            reply = await settle(stage.budget, reply, False)
+            reply = await settle(stage.budget, reply, stage.began, False)
         return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
@@ -307,6 +307,7 @@ class Dispatcher:
                 stage.audit = exc.audit
                 raise
             finally:
+                stage.budget = running()  # its own, or one the op adopted (a session's)
                 leave(token)
             stage.audit = result.audit
             return ok_reply(result, task.id)
@@ -489,7 +490,7 @@ class _Stage:
     """How far a task got: whether it waits for outbox room, whether it was admitted, and
     the audit its op gave; its span, when traced; its budget, once opened."""
 
-    __slots__ = ("admitted", "audit", "budget", "span", "waiting_for_room", "wall_cut")
+    __slots__ = ("admitted", "audit", "began", "budget", "span", "waiting_for_room", "wall_cut")
 
     def __init__(self, span: TaskSpan | None) -> None:
         self.span = span  # the task's span, when traced
@@ -497,6 +498,7 @@ class _Stage:
         self.admitted = False
         self.audit: OpAudit | None = None  # what the op returned or raised for its record
         self.budget: TaskBudget | None = None  # the task's budget (SPEC D-3), once opened
+        self.began = trio.current_time()  # its wall time (wall_ms) counts from here
         self.wall_cut = False  # whether its deadline is the budget's wall_ms
 
 
