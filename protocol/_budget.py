@@ -12,6 +12,7 @@ read, so no ledger ever holds a number past int64. ``BUDGET_LEFT`` on replies is
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ._numbers import MAX_DIGITS
@@ -45,6 +46,13 @@ def parse_budget(text: str) -> Budget:
     """The amounts ``text`` names, by dimension, in ``DIMENSIONS`` order. Raises BudgetError
     for an empty value, an unknown or repeated dimension, or an amount that is not digits
     (with a unit, for ``bytes`` only) or is above ``MAX_AMOUNT``."""
+    return dict(_parsed(text))
+
+
+# An agent sends one BUDGET on frame after frame, and each is read twice (checked with the
+# frame, then opened): the last few are kept. A value that fails is never kept.
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> tuple[tuple[str, int], ...]:
     if not text:
         raise BudgetError("is empty")
     if len(text) > MAX_BUDGET_CHARS:
@@ -59,7 +67,7 @@ def parse_budget(text: str) -> Budget:
         if name in amounts:
             raise BudgetError(f"{name} given twice")
         amounts[name] = _amount(name, amount)
-    return {name: amounts[name] for name in DIMENSIONS if name in amounts}
+    return tuple((name, amounts[name]) for name in DIMENSIONS if name in amounts)
 
 
 def format_budget(amounts: Budget) -> str:
