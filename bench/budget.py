@@ -58,7 +58,8 @@ def ping(*fields: tuple[str, str]) -> Task:
 
 async def at_once(dispatcher: Dispatcher, task: Task) -> None:
     reply = await dispatcher.try_now(task, PEER)
-    assert reply is not None and reply.status is Status.OK, reply
+    assert reply is not None, "a ping was not answered at once"
+    assert reply.status is Status.OK, reply
 
 
 async def as_task(dispatcher: Dispatcher, task: Task) -> None:
