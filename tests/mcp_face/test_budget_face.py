@@ -35,8 +35,9 @@ def test_every_tool_takes_a_budget_and_a_budget_id_from_the_frame_fields() -> No
 async def call(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
     result = await client.call_tool("web_fetch", arguments)
     assert isinstance(result, CallToolResult)
-    assert result.structured_content is not None
-    return result.structured_content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
 
 
 @pytest.mark.slow  # a child interpreter importing the MCP SDK: seconds

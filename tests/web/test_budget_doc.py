@@ -43,7 +43,7 @@ async def test_every_checked_example_is_what_the_daemon_answers(
 ) -> None:
     for path in ("/tides", "/surges", "/moon"):
         serve(origin, path, PAGE)
-    dispatcher = make_dispatcher(WEB.ops)
+    dispatcher = make_dispatcher(list(WEB.ops))
     ledger = LocalLedger(web_config.daemon.state_dir, web_config.budgets)
     dispatcher.ledger = ledger
     try:

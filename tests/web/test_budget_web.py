@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import trio
@@ -57,7 +58,7 @@ def _exhausted(reply: Reply, dimension: str) -> bool:
 async def test_a_fetch_of_several_urls_fetches_as_many_as_its_budget_allows(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
-    dispatcher = make_dispatcher(WEB.ops)
+    dispatcher = make_dispatcher(list(WEB.ops))
     urls = [serve(origin, f"/p{n}", PAGE) for n in range(3)]
     at = await fetch(dispatcher, urls[0], ("BUDGET", "fetches:1"))
     over = await run(
@@ -75,7 +76,7 @@ async def test_a_fetch_of_several_urls_fetches_as_many_as_its_budget_allows(
 async def test_bytes_allow_a_body_of_exactly_the_budget_and_one_byte_more_is_partial(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
-    dispatcher = make_dispatcher(WEB.ops)
+    dispatcher = make_dispatcher(list(WEB.ops))
     size = len(PAGE.encode())
     await fetch(dispatcher, serve(origin, "/warm", PAGE))  # robots.txt is read and cached
     at = await fetch(dispatcher, serve(origin, "/a", PAGE), ("BUDGET", f"bytes:{size}"))
@@ -127,7 +128,7 @@ async def summarize_with(dispatcher: Dispatcher, budget: str) -> Reply:
     return await run(dispatcher, "summarize", "SUMMARY", TEXT, ("BUDGET", budget))
 
 
-def _research(web: WebServices, origin: Origin, **research: object) -> None:
+def _research(web: WebServices, origin: Origin, **research: Any) -> None:
     serve(origin, "/surges", SURGES)
     serve(origin, "/tides", TIDES)
     searx_route(origin, ["/surges", "/tides"])
