@@ -43,5 +43,7 @@ class BudgetsConfig:
 
     def default_for(self, uid: int | None) -> Budget | None:
         """The budget ``uid``'s unbudgeted frames get; None: none (the stdin pipe too)."""
-        text = self.per_uid.get(str(uid)) if uid is not None else None
+        if not self.per_uid or uid is None:  # the common case, met on every frame
+            return None
+        text = self.per_uid.get(str(uid))
         return parse_budget(text) if text is not None else None

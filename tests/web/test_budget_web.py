@@ -5,6 +5,7 @@ against the local origin playing the pages, SearXNG and an OpenAI-compatible mod
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -14,18 +15,23 @@ import trio
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
-from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status
 from specialists.web import WEB
 from specialists.web.config import web_section
+from specialists.web.search.ops_search import OPS as SEARCH_OPS
 from specialists.web.services import WebServices
 from tests.harness import build_dispatcher
+from tests.net._dns import FixedResolver
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory
+from tests.web.fixtures import open_web_dispatcher, with_search
+from tests.web.fixtures import run as search
 from tests.web.pages_support import fetch, run, serve
 from tests.web.test_research import QUESTION, SURGES, TIDES, configure, run_job, searx_route, steps
+from tests.web.test_search_filters import WAIT_S, searx_json
 from tests.web.test_summarize import KEY, KEY_ENV, TEXT, completion, llm_dispatcher
 
 PAGE = (
@@ -200,3 +206,27 @@ async def test_a_research_model_is_asked_for_no_more_tokens_than_are_left(
         "llm_tokens:10",
     )
     assert reply.get("QUESTION") == QUESTION
+
+
+async def test_a_prefetch_loads_under_the_search_frames_budget(
+    web_config: Config,
+    origin: Origin,
+    dns: FixedResolver,
+    trust: ssl.SSLContext,
+    nursery: trio.Nursery,
+) -> None:
+    """searches:1,fetches:1 with three results to prefetch: the search, then one page."""
+    for n in range(3):
+        serve(origin, f"/page{n}", PAGE)
+    origin.routes["/searx/search"] = searx_json(
+        *((origin.url("origin.test", f"/page{n}"), None) for n in range(3))
+    )
+    config = with_search(web_config, origin, order=["searxng"])
+    fields = [("QUERY", "q"), ("PREFETCH", "3"), ("BUDGET", "searches:1,fetches:1")]
+    async with open_web_dispatcher(config, SEARCH_OPS, dns=dns, trust=trust) as (dispatcher, web):
+        await nursery.start(web.prefetch.serve, DispatchPort(dispatcher))  # WEB's background
+        with trio.fail_after(WAIT_S):
+            reply = await search(dispatcher, "search", "URL_REFS", *fields)
+            await web.prefetch.wait_idle()
+    assert (reply.status, reply.get("PREFETCHED")) == (Status.OK, "3")
+    assert len([p for p in origin.paths() if p.startswith("/page")]) == 1

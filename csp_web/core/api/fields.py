@@ -153,8 +153,9 @@ class ReplyField:
         return out
 
 
-# Every reply may carry these (SPEC ); an op declares only the rest.
-COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR"})
+# Every reply may carry these (SPEC, and BUDGET_LEFT a budgeted task's, D-3); an op
+# declares only the rest.
+COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR", "BUDGET_LEFT"})
 
 
 @dataclass(frozen=True)
