@@ -260,11 +260,11 @@ async def summarize_llm(
     except OpError as exc:
         log.warning("summarize: model endpoint failed (%s); summarising extractively", exc.code)
         return None
-    # No usage named: about 4 characters a token (OpenAI's rule of thumb), in and out.
-    await budget.spend_tokens(result.body, (len(text) + len(result.body)) // 4)
     if result.status_code != 200:
         log.warning("summarize: model endpoint answered %d", result.status_code)
         return None
+    # No usage named: about 4 characters a token (OpenAI's rule of thumb), in and out.
+    await budget.spend_tokens(result.body, (len(text) + len(result.body)) // 4)
     return parse_llm_bullets(result.body, max_bullets) or None
 
 

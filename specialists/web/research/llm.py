@@ -83,9 +83,9 @@ async def write_with_model(
         )
     except OpError as exc:
         raise LlmFailure(f"{exc.code}:{exc.detail}") from None
-    await budget.spend_tokens(result.body, config.llm_max_tokens)
     if result.status_code != 200:
         raise LlmFailure(f"http_{result.status_code}")
+    await budget.spend_tokens(result.body, config.llm_max_tokens)
     answer = parse_answer(result.body, len(sources), bullets)
     if not answer:
         raise LlmFailure("no_cited_bullets")
