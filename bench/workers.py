@@ -43,12 +43,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # so `python bench/workers.py` finds the packages
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.csp_client import Client, check, fetch_task  # noqa: E402
 from bench.daemon import wait_for_socket  # noqa: E402
-from bench.fetch import Client, check, corpus_pages, fetch_task, page_path  # noqa: E402
-from bench.processes import start_serving  # noqa: E402
+from bench.origin import corpus_pages, page_path, start_origin  # noqa: E402
 from csp_web.infra.workers import open_worker_pool  # noqa: E402
 
-FETCH_SCRIPT = str(REPO_ROOT / "bench" / "fetch.py")
 HOST = "127.0.0.1"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -218,11 +217,9 @@ def report(by_workers: dict[int, dict[int, Run]], start_s: float) -> list[str]:
 async def run(args: argparse.Namespace) -> list[str]:
     ca = trustme.CA()
     with tempfile.TemporaryDirectory(prefix="csp-bench-", dir="/tmp") as workdir:
-        pem = os.path.join(workdir, "origin.pem")
-        ca.issue_cert(HOST).private_key_and_cert_chain_pem.write_to_path(pem)
         ca_pem = os.path.join(workdir, "ca.pem")
         ca.cert_pem.write_to_path(ca_pem)
-        origin, port = start_serving(FETCH_SCRIPT, "--origin", pem)
+        origin, port = start_origin(ca, workdir)
         try:
             by_workers = {
                 workers: await measure(workdir, port, ca_pem, workers, args) for workers in (0, 2)

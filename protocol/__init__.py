@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 __csp_web__ = True
 
 if TYPE_CHECKING:
+    from ._budget import DIMENSIONS, MAX_AMOUNT, Budget, BudgetError, format_budget, parse_budget
     from ._connection import CLOSED, NEED_DATA, Connection, Sentinel
     from ._errors import ProtocolError
     from ._frames import Field, Frame, Reply, Status, Task
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _SOURCES = {
+    "DIMENSIONS": "_budget",
+    "MAX_AMOUNT": "_budget",
+    "Budget": "_budget",
+    "BudgetError": "_budget",
+    "format_budget": "_budget",
+    "parse_budget": "_budget",
     "CLOSED": "_connection",
     "NEED_DATA": "_connection",
     "Connection": "_connection",
@@ -58,9 +65,13 @@ _SOURCES = {
 
 __all__ = [
     "CLOSED",
+    "DIMENSIONS",
     "FREE_TEXT_KEYS",
+    "MAX_AMOUNT",
     "MAX_TRACEPARENT_CHARS",
     "NEED_DATA",
+    "Budget",
+    "BudgetError",
     "Connection",
     "ErrorCode",
     "Field",
@@ -74,7 +85,9 @@ __all__ = [
     "Task",
     "TraceParent",
     "TraceParentError",
+    "format_budget",
     "format_decimal",
+    "parse_budget",
     "parse_decimal",
     "parse_int",
     "parse_traceparent",

@@ -147,6 +147,12 @@ class ErrorCode(enum.StrEnum):
         "the worker process running the task's CPU work died, was killed or passed its deadline",
     )
 
+    # Budgets (SPEC D-3).
+    BUDGET_EXHAUSTED = (
+        "budget_exhausted",
+        "the task's BUDGET (or its BUDGET_ID's) has no more of the named dimension",
+    )
+
 
 def main() -> None:
     """Print the catalogue, one ``code  meaning`` line each."""

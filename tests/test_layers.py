@@ -93,6 +93,7 @@ PUBLIC_CORE = frozenset(
         "transports.unix",  # socket helpers, for a specialist that listens (the node socket)
         "api.storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
         "api.trace",  # TraceContext: the trace an op passes on to a configured API (D-3)
+        "api.budget",  # the task's budget: one line at each place work is charged (D-3)
     }
 )
 

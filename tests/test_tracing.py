@@ -279,6 +279,8 @@ async def test_every_op_line_of_req_ops_lists_the_fields_every_frame_may_carry(
         {"name": "ID", "type": "text", "max_chars": 128, "doc": FRAME_FIELDS[0].spec.doc},
         {"name": "TIMEOUT_MS", "type": "int", "minimum": 1, "doc": FRAME_FIELDS[1].spec.doc},
         {"name": "TRACEPARENT", "type": "text", "max_chars": 128, "doc": FRAME_FIELDS[2].spec.doc},
+        {"name": "BUDGET", "type": "text", "max_chars": 256, "doc": FRAME_FIELDS[3].spec.doc},
+        {"name": "BUDGET_ID", "type": "text", "max_chars": 64, "doc": FRAME_FIELDS[4].spec.doc},
     ]
     assert all(entry["frame_fields"] == expected for entry in entries)
 

@@ -19,6 +19,7 @@ from csp_web.client.trio_client import Client, open_stream_client
 from csp_web.config import Config
 from csp_web.core.daemon.compose import Daemon, op_table, open_daemon
 from csp_web.core.daemon.lifecycle import serve
+from csp_web.infra.redis_budget import RedisLedger
 from csp_web.infra.redis_link import open_redis_link
 
 if TYPE_CHECKING:  # only a cassette run passes one: the CLI stays unimported at start
@@ -41,9 +42,12 @@ async def open_app_daemon(config: Config, web: WebTransport | None = None) -> As
                 web.wrap, resolver=web.resolver, ssl_context=web.ssl_context
             )
         ops = [(op.req, op.domain) for op in op_table(chosen)]
+        # BUDGET_IDs on the fleet's Redis, so every daemon draws from one; else the state dir's.
+        ledger = RedisLedger(link, config.budgets) if link is not None else None
+        memory = open_memory_path(config)
         async with (
             open_tracer(config.otel, ops) as tracer,
-            open_daemon(config, chosen, memory=open_memory_path(config), tracer=tracer) as daemon,
+            open_daemon(config, chosen, memory=memory, tracer=tracer, ledger=ledger) as daemon,
         ):
             yield daemon
 

@@ -8,6 +8,7 @@ specialist keeps its section in its own folder and names it in its
 (``tool.browser``) do. Shared infrastructure's settings that a specialist's section holds
 (the guard, the cache) are here, found by their class (``shared_section``)."""
 
+from csp_web.config.budgets import BudgetsConfig
 from csp_web.config.cache import CacheConfig
 from csp_web.config.core import (
     AuditConfig,
@@ -50,6 +51,7 @@ from csp_web.config.root import (
 
 __all__ = [
     "AuditConfig",
+    "BudgetsConfig",
     "CacheConfig",
     "ChecksConfig",
     "Config",

@@ -27,6 +27,7 @@ RELOADABLE = (
     "tasks.default_timeout_ms",
     "tasks.max_timeout_ms",
     "tasks.cancel_on_disconnect",  # read at each hang-up
+    "budgets.per_uid",  # read at each unbudgeted frame
 )
 # Under a reloadable path, still fixed for the daemon's life (none of the core's own).
 RESTART_ONLY: tuple[str, ...] = ()

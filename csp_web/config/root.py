@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
+from csp_web.config.budgets import BudgetsConfig
 from csp_web.config.cache import CacheConfig
 from csp_web.config.core import (
     AuditConfig,
@@ -41,6 +42,7 @@ class Config:
     redis: RedisConfig = field(default_factory=RedisConfig)  # shared state; url null: none
     metrics: MetricsConfig = field(default_factory=MetricsConfig)  # Prometheus; listen null: off
     otel: OtelConfig = field(default_factory=OtelConfig)  # OpenTelemetry traces; off by default
+    budgets: BudgetsConfig = field(default_factory=BudgetsConfig)  # BUDGET_IDs, per-uid defaults
     # The sections of specialists that own theirs (``SectionSpec``), by top-level key, as the
     # loader built them from the catalogue; ``section_of`` reads one (its defaults if absent).
     sections: tuple[tuple[str, object], ...] = field(default=(), metadata={"internal": True})

@@ -36,6 +36,9 @@ _HINTS = {
 # Reply field types (SPEC D-5) as JSON Schema types; a field without one is text.
 _REPLY_TYPES = {"text": "string", "int": "integer", "number": "number", "bool": "boolean"}
 _ALWAYS_LISTS = frozenset({"CITE", "SNIPPET"})  # lists whatever the table says
+# The frame fields (SPEC D-3) a tool takes as arguments: a budget is the caller's to set; ID
+# and TRACEPARENT are the face's own.
+TOOL_FRAME_FIELDS = frozenset({"BUDGET", "BUDGET_ID"})
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,8 @@ def build_tools(
 
 
 def tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
-    """One op table entry as a tool; every op also takes ``timeout_ms`` (SPEC C-4). Raises
+    """One op table entry as a tool; every op also takes ``timeout_ms`` (SPEC C-4), and
+    ``budget`` and ``budget_id`` when the daemon lists them as frame fields (D-3). Raises
     ToolTableError for an entry this face cannot read (a daemon of another version may
     describe an op with a field type it has no schema for): never a KeyError or TypeError,
     which at a refresh would end the face."""
@@ -152,6 +156,9 @@ def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
             "maximum": max_timeout_ms,
             "doc": "the task's deadline in milliseconds (default: the daemon's)",
         }
+    for spec in entry.get("frame_fields", []):
+        if spec["name"] in TOOL_FRAME_FIELDS:
+            fields.setdefault(argument_name(spec["name"]), spec)
     doc = entry.get("doc", "")
     description = f"{doc[:1].upper()}{doc[1:]}. CSP/1: REQ:{entry['req']} IN:{entry['in']}."
     return ToolSpec(
@@ -258,6 +265,10 @@ _COMMON_OUTPUT = {
     "ERROR": {
         "type": "string",
         "description": "FAIL (and a PARTIAL naming its cause): code:detail",
+    },
+    "BUDGET_LEFT": {
+        "type": "string",
+        "description": "what is left of the task's budget, in BUDGET's syntax (when budgeted)",
     },
 }
 

@@ -51,12 +51,16 @@ def client_write(task: Task) -> Task:
     return Task(task.req, task.domain, task.out, task.inline, fields)
 
 
+_DAEMONS_FIELDS = ("TRACEPARENT", "BUDGET", "BUDGET_ID")
+
+
 def untraced(task: Task) -> Task:
-    """``task`` without TRACEPARENT: the trace context goes on only to configured APIs (SPEC
-    D-3), and a Memory Specialist older than the field would refuse it as unknown."""
-    if task.get("TRACEPARENT") is None:
+    """``task`` without TRACEPARENT, BUDGET and BUDGET_ID: the trace context goes on only to
+    configured APIs and the budget is the daemon's to keep (SPEC D-3), and a Memory
+    Specialist older than the fields would refuse them as unknown."""
+    if all(task.get(name) is None for name in _DAEMONS_FIELDS):
         return task
-    fields = tuple(f for f in task.fields if f[0] != "TRACEPARENT")
+    fields = tuple(f for f in task.fields if f[0] not in _DAEMONS_FIELDS)
     return Task(task.req, task.domain, task.out, task.inline, fields)
 
 

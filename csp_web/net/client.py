@@ -22,6 +22,7 @@ import httpx
 import trio
 
 from csp_web.config.guard import GuardConfig
+from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, LargerBody, check_header_bytes, read_capped
@@ -208,6 +209,7 @@ class GuardedClient:
         while True:
             if plan.respect_robots:
                 await self._require_robots(hop.url)
+            budget.require("bytes")  # settled after each body: at most one body past it
             async with self._send(hop, headers) as response:
                 if not is_redirect(response):
                     body = await read_capped(
@@ -217,6 +219,7 @@ class GuardedClient:
                         larger=plan.larger_body,
                         url=hop.url.url,
                     )
+                    await budget.spend("bytes", len(body))
                     return _result(response, body, chain, trio.current_time() - started)
                 if len(chain) > plan.max_redirects:
                     raise OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{plan.max_redirects}")

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from csp_web.core.api.budget import TaskBudget
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardConfig
 from protocol import ErrorCode
@@ -49,6 +50,7 @@ class Session:
     pages: PageSet
     last_used: float
     lock: trio.Lock = field(default_factory=trio.Lock)
+    budget: TaskBudget | None = None  # its actions' (SPEC D-3): the last frame's that named one
 
 
 def owner_of(uid: int | None, connection: str) -> str:

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import OpError
@@ -105,8 +106,11 @@ async def on_pages(
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     if session is not None:
         async with services.sessions.use(session, owner, config, guard) as held:
+            budget.adopt(held)  # the session's budget, or this frame's for it from now on
+            await budget.take("browser_actions")
             with refusals_on(held.pages.lane, scope="browser", url=url):
                 return await _acting(services, config, held.pages, step)
+    await budget.take("browser_actions")
     with services.oneshots.hold(owner, config.max_oneshot_per_peer):
         return await _on_fresh_pages(services, config, guard, step, url)
 

@@ -30,6 +30,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from csp_web.core.api import budget
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
@@ -182,8 +183,10 @@ async def cron(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
     service = cron_service(tool)
     action = params.text("ACTION")
     _check_applies(params, action)
-    if action == "add":  # the job will run under its author's uid
-        job = await service.add(replace(_new_job(params, service), owner_uid=ctx.peer.uid))
+    if action == "add":  # the job will run under its author's uid, and draw on its budget
+        new = _new_job(params, service)
+        task = new.task and await budget.inherited(new.task)
+        job = await service.add(replace(new, owner_uid=ctx.peer.uid, task=task))
         return _result(service, ("JOB_ADDED", job.id), *_next_run(job))
     return await _HANDLERS[action](service, params)
 

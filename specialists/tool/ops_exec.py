@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from csp_web.config import Config, GuardConfig, daemon_paths, egress_proxy, shared_section
+from csp_web.core.api import budget as task_budget
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
@@ -253,9 +254,11 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
     with audit_failures(audit):
         if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
             return replace(hit, audit=audit)
+        task_budget.require("exec_cpu_ms")
         result = await run_command(
             request, services.config, sandbox=services.sandbox, network=services.network
         )
+        await task_budget.spend("exec_cpu_ms", result.cpu_ms or 0)
         result = replace(result, timeout_ms=budget)
         # A command the engine timed out is owed its log and reply even when the task's
         # deadline passes during the clear-up (run_command's timeout leaves it only the reserve).

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 
+from csp_web.core.api.fields import FRAME_FIELDS
 from csp_web.core.daemon.compose import op_table
 from csp_web.mcp_face.daemon_link import open_daemon_link
 from csp_web.mcp_face.tools import ToolTableError, build_tools, parse_op_table, tool_spec
@@ -132,6 +133,16 @@ def test_fetch_schema_carries_types_bounds_choices_defaults_and_docs() -> None:
                 "minimum": 1,
                 "maximum": MAX_MS,
                 "description": "the task's deadline in milliseconds (default: the daemon's)",
+            },
+            "budget": {
+                "type": "string",
+                "maxLength": 256,
+                "description": FRAME_FIELDS[3].spec.doc,
+            },
+            "budget_id": {
+                "type": "string",
+                "maxLength": 64,
+                "description": FRAME_FIELDS[4].spec.doc,
             },
         },
         "additionalProperties": False,
@@ -262,7 +273,7 @@ def test_a_tools_output_schema_lists_its_ops_reply_fields_with_their_docs() -> N
     }
     assert properties["CACHED"]["type"] == "boolean"
     assert properties["FETCH_ERROR"]["type"] == "array"
-    assert set(properties) == {"STATUS", "SCOPE", "DATA", "ERROR"} | {
+    assert set(properties) == {"STATUS", "SCOPE", "DATA", "ERROR", "BUDGET_LEFT"} | {
         field["name"] for field in entry("fetch")["replies"]
     }
 

@@ -11,7 +11,7 @@ from typing import cast
 
 import pytest
 
-from protocol import ErrorCode
+from protocol import DIMENSIONS, ErrorCode
 from protocol.codes import main
 
 from .samples import SAMPLES
@@ -71,7 +71,8 @@ def test_every_code_the_spec_names_is_in_the_catalogue() -> None:
     named |= {"bad_frame", "bad_header", "bad_encoding", "bad_value", "frame_too_large", "busy"}
     records = {"web_op", "browser_op", "canvas_op", "exec_log", "research_job", "cron_run"}
     ops_keys = {"frame_fields", "read_only", "open_world"}  # REQ:ops JSON keys (D-5)
-    not_codes = {*records, *ops_keys, "cron_due", "max_incomplete_event_size"}
+    dimensions = set(DIMENSIONS)  # BUDGET's (D-3)
+    not_codes = {*records, *ops_keys, *dimensions, "cron_due", "max_incomplete_event_size"}
     assert sorted(named - not_codes - {code.value for code in ErrorCode}) == []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from csp_web.config import Config
+from csp_web.core.api.budget import TaskBudget, running
 from csp_web.core.api.ports import MemoryPath, Outbound
 from csp_web.core.api.records import MemoryWrite, Source, make_write
 from csp_web.core.api.trace import TraceContext
@@ -52,6 +53,12 @@ class OpContext:
     @property
     def config(self) -> Config:
         return self.services.config
+
+    @property
+    def budget(self) -> TaskBudget | None:
+        """The task's budget (SPEC D-3; ``csp_web.core.api.budget``): ``await
+        ctx.budget.take("fetches")``; None when unbudgeted."""
+        return running()
 
     async def remember(
         self,

@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from csp_web.core.api.errors import FieldError
-from protocol import MAX_TRACEPARENT_CHARS, ErrorCode, Task, parse_traceparent
+from protocol import MAX_TRACEPARENT_CHARS, ErrorCode, Task, parse_budget, parse_traceparent
+from protocol._budget import MAX_BUDGET_CHARS
 
 Kind = Literal["text", "int", "bool", "choice", "json"]
 ReplyKind = Literal["text", "int", "bool", "number"]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,128}")  # SPEC C-1
+# A BUDGET_ID (SPEC D-3): an ID's characters, at most 64 of them (a Redis key and a SQLite
+# primary key stay short; an agent's run id or a UUID fits).
+BUDGET_ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,64}")
 # Arrays and objects nested deeper than this are invalid_field: serde_json's default
 # recursion limit, far inside what json.loads survives (it raises RecursionError near 1,000).
 MAX_JSON_DEPTH = 128
@@ -71,6 +75,11 @@ def _check_id(value: str) -> None:
         raise ValueError("must be 1-128 of [A-Za-z0-9._:@/-]")
 
 
+def _check_budget_id(value: str) -> None:
+    if not BUDGET_ID_PATTERN.fullmatch(value):
+        raise ValueError("must be 1-64 of [A-Za-z0-9._:@/-]")
+
+
 # The fields every frame may carry (SPEC D-3), checked in this order after the op's own.
 FRAME_FIELDS = (
     FrameField(
@@ -89,6 +98,23 @@ FRAME_FIELDS = (
             doc="W3C trace context: traces the task, passed on only to configured APIs",
         ),
         parse_traceparent,
+    ),
+    FrameField(
+        FieldSpec(
+            "BUDGET",
+            max_chars=MAX_BUDGET_CHARS,
+            doc="what the task and the work it starts may spend: searches:5,fetches:20,bytes:5MB,"
+            "llm_tokens:N,exec_cpu_ms:N,browser_actions:N,wall_ms:N (any subset)",
+        ),
+        parse_budget,
+    ),
+    FrameField(
+        FieldSpec(
+            "BUDGET_ID",
+            max_chars=64,
+            doc="a budget tasks share: made by the first frame naming it with BUDGET, its uid's",
+        ),
+        _check_budget_id,
     ),
 )
 UNIVERSAL = frozenset(field.spec.name for field in FRAME_FIELDS)
@@ -127,8 +153,9 @@ class ReplyField:
         return out
 
 
-# Every reply may carry these (SPEC ); an op declares only the rest.
-COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR"})
+# Every reply may carry these (SPEC, and BUDGET_LEFT a budgeted task's, D-3); an op
+# declares only the rest.
+COMMON_REPLY_FIELDS = frozenset({"ID", "SCOPE", "DATA", "ERROR", "BUDGET_LEFT"})
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.budget import TaskBudget
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Field, Reply, Status
 
@@ -69,3 +70,33 @@ def with_id(reply: Reply, task_id: str | None) -> Reply:
     if task_id is not None:
         fields = (("ID", task_id), *fields)
     return Reply(reply.status, fields)
+
+
+def budgeted(reply: Reply, task_budget: TaskBudget) -> Reply:
+    """``reply`` of a budgeted task: ``BUDGET_LEFT`` last (unless the op gave one, for the
+    work it reports on: a research job's), and, when the budget ran out, ``PARTIAL`` with
+    ``ERROR budget_exhausted:<dimension>`` in place of any other error, whatever the op made
+    of it (SPEC D-3, R-2): what it did so far stays in DATA and the fields."""
+    fields = list(reply.fields)
+    status = reply.status
+    if task_budget.exhausted is not None:
+        status = Status.PARTIAL
+        error = ("ERROR", f"{ErrorCode.BUDGET_EXHAUSTED}:{task_budget.exhausted}")
+        fields = [field for field in fields if field[0] != "ERROR"]
+        at = next((i + 1 for i, field in enumerate(fields) if field[0] == "DATA"), len(fields))
+        fields.insert(at, error)
+    if not any(name == "BUDGET_LEFT" for name, _ in fields):
+        fields.append(("BUDGET_LEFT", task_budget.reply_text))
+    return Reply(status, tuple(fields))
+
+
+def with_budget(result: Result, task_budget: TaskBudget | None) -> Result:
+    """``result`` reporting on work that ran under ``task_budget`` (a research job's): its
+    ``BUDGET_LEFT``, and ``PARTIAL`` with ``budget_exhausted:<dimension>`` when it ran out."""
+    if task_budget is None:
+        return result
+    fields = (*result.fields, ("BUDGET_LEFT", task_budget.reply_text))
+    if task_budget.exhausted is None:
+        return replace(result, fields=fields)
+    error = (ErrorCode.BUDGET_EXHAUSTED, task_budget.exhausted)
+    return replace(result, fields=fields, status=Status.PARTIAL, error=error)

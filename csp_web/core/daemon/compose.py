@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from csp_web.config import Config, SlotLimits, SlotsConfig
 from csp_web.config.reload import RELOADABLE, RESTART_ONLY
+from csp_web.core.api.budget import Ledger
 from csp_web.core.api.context import Services
 from csp_web.core.api.ops import BoundOp, OpTable, Registry, bind
 from csp_web.core.api.ports import MemoryPath, StatsLine, TaskPort
@@ -21,6 +22,7 @@ from csp_web.core.api.specialist import Background, Composable, Opened, Reloader
 from csp_web.core.api.trace import TaskTracer
 from csp_web.core.dispatch.cancels import Cancels
 from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
+from csp_web.core.dispatch.ledger import LocalLedger
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sysops import SYS_OPS, SysServices
 
@@ -69,20 +71,29 @@ async def open_daemon(
     *,
     memory: MemoryPath | AbstractAsyncContextManager[MemoryPath] | None,
     tracer: TaskTracer | None = None,
+    ledger: Ledger | None = None,
 ) -> AsyncIterator[Daemon]:
     """Open ``specialists`` (tuple order) and compose them with the core over ``memory``: a
     memory path the caller owns, or one to open here once the specialists are open
     (``csp_web.app.memory_path.open_memory_path(config)``: a bad cron.json then stops the
     start before the outbox is touched); None: nothing is audited and IN:MEMORY frames are
     looked up in the table. ``tracer``: a span per task (``csp_web.app.tracing``), the
-    caller's. What is opened here is closed on exit, in reverse order. Raises
+    caller's. ``ledger``: where BUDGET_IDs live (the fleet's, ``csp_web.infra.redis_budget``),
+    the caller's; None: the embedded one in the state dir, opened on first use and closed
+    here. What is opened here is closed on exit, in reverse order. Raises
     what a specialist's ``open_services`` raises, and ValueError for an op declared twice."""
     table = op_table(specialists)
     async with AsyncExitStack() as stack:
         opened = [await specialist.open(config, stack) for specialist in specialists]
         if memory is not None and not isinstance(memory, MemoryPath):
             memory = await stack.enter_async_context(memory)
-        yield compose(config, specialists, opened, table=table, memory=memory, tracer=tracer)
+        if ledger is None:
+            local = LocalLedger(config.daemon.state_dir, config.budgets)
+            stack.callback(local.close)
+            ledger = local
+        yield compose(
+            config, specialists, opened, table=table, memory=memory, tracer=tracer, ledger=ledger
+        )
 
 
 def compose(
@@ -93,6 +104,7 @@ def compose(
     table: OpTable,
     memory: MemoryPath | None,
     tracer: TaskTracer | None = None,
+    ledger: Ledger | None = None,
 ) -> Daemon:
     """The daemon over already opened specialists (``open_daemon`` opens them)."""
     stats = Stats()
@@ -119,6 +131,7 @@ def compose(
         pools=pools,
         cancels=cancels,
         tracer=tracer,
+        ledger=ledger,
     )
     reloadable, restart_only = reload_paths(specialists)
     return Daemon(

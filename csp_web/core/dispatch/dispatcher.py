@@ -19,6 +19,7 @@ import trio
 
 from csp_web.config import SlotLimits
 from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.budget import Ledger, TaskBudget, enter, leave, running
 from csp_web.core.api.context import OpContext, Peer, Services, fit_write
 from csp_web.core.api.deadlines import CUT_DETAIL, GracePeriod, task_deadline
 from csp_web.core.api.errors import OpError, StorageFull
@@ -29,6 +30,7 @@ from csp_web.core.api.records import MemoryWrite, json_record, make_write
 from csp_web.core.api.replies import fail_reply, ok_reply
 from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
+from csp_web.core.dispatch.budgets import open_budget, settle, wall_deadline_ms
 from csp_web.core.dispatch.cancels import Cancels, Ticket
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sys_audits import SysAudits
@@ -51,8 +53,10 @@ class Dispatcher:
         cancels: Cancels,
         audit: bool = True,
         tracer: TaskTracer | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.registry = registry
+        self.ledger = ledger  # where BUDGET_IDs live (SPEC D-3); None: frames may not name one
         self.tracer = tracer  # a span per task (otel.enabled); None: nothing traced
         self.cancels = cancels  # the tickets REQ:cancel (a sys op over the same) cancels
         self.services = services
@@ -125,6 +129,8 @@ class Dispatcher:
             self.stats.in_flight -= 1
             if ticket is not None:
                 ticket.close()
+        if stage.budget is not None:
+            reply = await settle(stage.budget, reply, stage.began, stage.wall_cut)
         return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
@@ -147,13 +153,16 @@ class Dispatcher:
         started = time.monotonic()
         self.stats.frames += 1
         self.stats.in_flight += 1
+        stage = _Stage(span)
         try:
-            reply = await self._run_now(task, op, peer)
+            reply = await self._run_now(task, op, peer, stage)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
             self.stats.in_flight -= 1
             slots.release()
+        if stage.budget is not None:  # the local ledger and a task's own budget never wait
+            reply = await settle(stage.budget, reply, stage.began, False)
         return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
@@ -245,6 +254,12 @@ class Dispatcher:
             op = self.registry.lookup(task)
         except OpError:
             return None  # refused: answered (and audited) by a task of its own
+        if (
+            task.get("BUDGET_ID") is not None
+            and self.ledger is not None
+            and not self.ledger.instant
+        ):
+            return None  # its ledger may wait (Redis): a task of its own
         return op if op.spec.instant and op.spec.specialist == "sys" else None
 
     def _lookup(self, task: Task) -> BoundOp | None:
@@ -271,6 +286,9 @@ class Dispatcher:
         timeout_ms = parse_timeout_ms(
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
+        stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
+        if stage.budget is not None:
+            timeout_ms, stage.wall_cut = wall_deadline_ms(stage.budget, timeout_ms)
         if ticket is not None and ticket.cancelled:  # cancelled while it waited to start
             raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
         audited = self.audit and (spec is None or spec.specialist != "sys")
@@ -320,11 +338,15 @@ class Dispatcher:
             assert params is not None
             trace = stage.span.context if stage.span is not None else frame_trace(task)
             ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id, trace)
+            token = enter(stage.budget)  # the op's work, and what it starts, is charged to it
             try:
                 result = await op.run(params, ctx)
             except OpError as exc:
                 stage.audit = exc.audit
                 raise
+            finally:
+                stage.budget = running()  # its own, or one the op adopted (a session's)
+                leave(token)
             stage.audit = result.audit
             return ok_reply(result, task.id)
 
@@ -356,12 +378,18 @@ class Dispatcher:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
-    async def _run_now(self, task: Task, op: BoundOp, peer: Peer) -> Reply:
+    async def _run_now(self, task: Task, op: BoundOp, peer: Peer, stage: _Stage) -> Reply:
         """``_run`` for an instant op holding a sys slot: validated, then run, no scope. Its
-        context has no trace: an instant op makes no call that could pass one on."""
+        context has no trace: an instant op makes no call that could pass one on. Its budget
+        (on ``stage``) is opened without waiting: one of its own, or the local ledger's."""
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
-        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        timeout_ms = parse_timeout_ms(
+            task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
+        )
+        stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
+        if stage.budget is not None:
+            wall_deadline_ms(stage.budget, timeout_ms)  # none left: exhausted before it runs
         ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
         return ok_reply(await op.run(params, ctx), task.id)
 
@@ -504,15 +532,18 @@ def _number(value: int | None) -> str:
 
 class _Stage:
     """How far a task got: whether it waits for outbox room, whether it was admitted, and
-    the audit its op gave; and its span, when traced."""
+    the audit its op gave; its span, when traced; its budget, once opened."""
 
-    __slots__ = ("admitted", "audit", "span", "waiting_for_room")
+    __slots__ = ("admitted", "audit", "began", "budget", "span", "waiting_for_room", "wall_cut")
 
     def __init__(self, span: TaskSpan | None) -> None:
         self.span = span  # the task's span, when traced
         self.waiting_for_room = False
         self.admitted = False
         self.audit: OpAudit | None = None  # what the op returned or raised for its record
+        self.budget: TaskBudget | None = None  # the task's budget (SPEC D-3), once opened
+        self.began = trio.current_time()  # its wall time (wall_ms) counts from here
+        self.wall_cut = False  # whether its deadline is the budget's wall_ms
 
 
 _task_ids = itertools.count(1)

@@ -23,6 +23,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
@@ -114,6 +115,7 @@ async def load(
     as ``render`` (RENDER's mode; None: ``web.fetch.render``) says; a cached snapshot only
     when younger than ``max_age_s`` (None: any the cache holds); a document's first
     ``max_pages`` pages (None: ``fetch.max_pages``)."""
+    await budget.take("fetches")  # each page asked for, from the cache or not (SPEC D-3)
     mode = mode_of(services, render)
     page = await _load_served(
         services,

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import httpx
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from csp_web.net import FetchResult, LargerBody, check_url, decode_text
@@ -499,6 +500,7 @@ def _refuse_constant(name: str) -> Any:
 async def load_for_op(services: PagesServices, url: str, *, no_cache: bool = False) -> Page:
     """``load_page`` under the op's deadline, its failures carrying a ``URL`` field as seed
     000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows."""
+    await budget.take("fetches")  # each page asked for, from the cache or not (SPEC D-3)
     try:
         return await load_page(services, url, no_cache=no_cache, deadline=op_deadline(services))
     except OpError as exc:

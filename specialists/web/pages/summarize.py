@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from csp_web.core.api import budget
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from csp_web.infra.workers import WorkerPool
@@ -267,6 +268,7 @@ async def summarize_llm(
         ],
     }
     try:
+        budget.require("llm_tokens")  # none left: summarised extractively
         result = await client.fetch(
             config.llm_base_url.rstrip("/") + "/chat/completions",
             method="POST",
@@ -281,6 +283,8 @@ async def summarize_llm(
     if result.status_code != 200:
         log.warning("summarize: model endpoint answered %d", result.status_code)
         return None
+    # No usage named: about 4 characters a token (OpenAI's rule of thumb), in and out.
+    await budget.spend_tokens(result.body, (len(text) + len(result.body)) // 4)
     return parse_llm_bullets(result.body, max_bullets) or None
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 import trio
 
+from csp_web.core.api.budget import TaskBudget, running
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 from specialists.web.docs.config import ResearchConfig
@@ -62,6 +63,7 @@ class Job:
     started: float = 0.0  # trio time
     ended: float | None = None
     done: trio.Event = field(default_factory=trio.Event)
+    budget: TaskBudget | None = field(default_factory=running)  # the research frame's (D-3)
 
 
 class ResearchJobs:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 from specialists.web.docs.config import ResearchConfig
@@ -78,6 +79,7 @@ async def write_with_model(
         headers["Authorization"] = f"Bearer {key}"
     budget_s = min(config.llm_timeout_s, deadline - trio.current_time())
     try:
+        budget.require("llm_tokens")  # none left: a failure like any, the bullets extractive
         result = await client.fetch(
             config.llm_base_url.rstrip("/") + "/chat/completions",
             method="POST",
@@ -90,6 +92,7 @@ async def write_with_model(
         raise LlmFailure(f"{exc.code}:{exc.detail}") from None
     if result.status_code != 200:
         raise LlmFailure(f"http_{result.status_code}")
+    await budget.spend_tokens(result.body, config.llm_max_tokens)
     answer = parse_answer(result.body, len(sources), bullets)
     if not answer:
         raise LlmFailure("no_cited_bullets")
@@ -106,7 +109,7 @@ def request_body(
     return {
         "model": config.llm_model,
         "temperature": 0,
-        "max_tokens": config.llm_max_tokens,
+        "max_tokens": budget.cap("llm_tokens", config.llm_max_tokens),
         "messages": [
             {"role": "system", "content": PROMPT.format(n=bullets)},
             {"role": "user", "content": f"Question: {question}\n\nSources:\n\n{numbered}"},

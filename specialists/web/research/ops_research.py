@@ -52,7 +52,7 @@ from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
 from csp_web.core.api.ops import READS_LOCAL, Effects, Op
-from csp_web.core.api.replies import Result, cite
+from csp_web.core.api.replies import Result, cite, with_budget
 from protocol import ErrorCode, Field, Status
 
 from ..docs.board import owner
@@ -100,7 +100,12 @@ async def result(params: Params, ctx: OpContext, services: ResearchServices) -> 
             await job.done.wait()
     steps = _steps(job) if params.flag("INCLUDE_STEPS") else []
     if job.status == "running":
-        return Result("status:running", (), (("JOB_ID", job.job_id), *steps))
+        return with_budget(
+            Result("status:running", (), (("JOB_ID", job.job_id), *steps)), job.budget
+        )
+    if job.budget is not None and job.budget.exhausted and not job.answer:  # what it did: steps
+        fields = (("JOB_ID", job.job_id), ("JOB_STATUS", job.status), *steps)
+        return with_budget(Result(f"status:{job.status}", (), fields), job.budget)
     if job.error is not None:
         error = job.error
         own = error.code is ErrorCode.RESEARCH_FAILED
@@ -110,7 +115,7 @@ async def result(params: Params, ctx: OpContext, services: ResearchServices) -> 
             detail,
             fields=(("JOB_ID", job.job_id), ("JOB_STATUS", job.status), *steps),
         )
-    return _answer(job, steps)
+    return with_budget(_answer(job, steps), job.budget)
 
 
 def _answer(job: Job, steps: list[Field]) -> Result:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import httpx
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.infra.ratelimit import MonthlyQuota, resume_at
 from csp_web.infra.redis_ratelimit import SharedRateLimits
@@ -234,6 +235,7 @@ async def _call(
     await _take_token(services, candidate.name, deadline if wait else trio.current_time())
     if candidate.provider.monthly_quota is not None:
         await _take_quota(services, candidate.name, candidate.provider.monthly_quota)
+    await budget.take("searches")  # each backend request, research's too (SPEC D-3)
     request = candidate.backend.build(query, candidate.base_url, candidate.key)
     budget_s = min(deadline - trio.current_time(), services.config.guard.timeout_s)
     try:

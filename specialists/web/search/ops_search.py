@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -313,7 +314,8 @@ def start_prefetch(services: SearchServices, hits: Sequence[Hit], top: int) -> i
     task, at background priority (seed 004); the number queued: 0 when ``top`` is 0 or that
     task is not running (``csp-web replay`` runs it as the daemon does)."""
     urls = [hit.url for hit in hits[:top]]
-    if not urls or not services.prefetch.submit(functools.partial(prefetch, services, urls)):
+    job = budget.bound(functools.partial(prefetch, services, urls))  # the search's budget
+    if not urls or not services.prefetch.submit(job):
         return 0
     return len(urls)
 
@@ -326,6 +328,7 @@ async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
     for url in urls:
         deadline = trio.current_time() + services.config.guard.timeout_s
         try:
+            await budget.take("fetches")
             page = await load_page(services, url, deadline=deadline, background=True)
             await prepare_fetch(services, page)
         except OpError as exc:

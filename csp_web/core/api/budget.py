@@ -1,0 +1,258 @@
+"""One budget per task (SPEC D-3, BUDGET and BUDGET_ID): what a task and the work it starts may
+spend, charged where the spending happens.
+
+The dispatcher opens a ``TaskBudget`` for a budgeted frame and makes it the running task's
+(``running``, a context variable): trio copies it into every task the op starts (a research
+job, a prefetch), so each charge site is one line and needs no context passed down::
+
+    await budget.take("fetches")                 # a count, checked before the fetch starts
+    limit = budget.cap("bytes", max_bytes)       # the most a body may now take
+    await budget.spend("bytes", len(body))       # a cost known only after, settled
+
+``take`` raises ``BudgetExhausted`` (an OpError: ``budget_exhausted:<dimension>``) and charges
+nothing when the amount does not fit; ``spend`` always charges and, past the limit, marks the
+budget exhausted without raising, since the work it pays for is done: the dispatcher answers
+such a task ``PARTIAL`` with that error (never a silent overrun). Outside a budgeted task every
+call does nothing.
+
+A budget without BUDGET_ID is the task's own, held in the ``TaskBudget``; one with a BUDGET_ID
+lives in the daemon's ``Ledger`` (SQLite in the state dir, or Redis for a fleet), so tasks on
+other connections, later cron runs and other daemons draw from the same amounts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar, Token
+from typing import Protocol, TypeVar
+
+from csp_web.core.api.errors import OpError
+from protocol import ErrorCode, Task
+from protocol._budget import MAX_AMOUNT, Budget, format_budget
+
+T = TypeVar("T")
+
+
+class BudgetExhausted(OpError):
+    """A dimension of the task's budget has not enough left; ``dimension`` names it."""
+
+    def __init__(self, dimension: str) -> None:
+        super().__init__(ErrorCode.BUDGET_EXHAUSTED, dimension)
+        self.dimension = dimension
+
+
+class Ledger(Protocol):
+    """Where budgets with a BUDGET_ID live; every call is one atomic step of the store.
+
+    ``open`` makes ``budget_id`` for ``uid`` with ``limits`` when it is not held (``limits``
+    None: it must be), and returns what is left of each limited dimension; it raises OpError
+    ``permission_denied`` when another uid made it and FieldError when it is not held and
+    no limits are given. ``charge`` adds ``amount`` to one dimension and returns what is
+    left after it; ``strict``: only if it fits, else charges nothing and returns None.
+    ``instant``: its calls never wait (reach no checkpoint), so an instant op may use it."""
+
+    instant: bool
+
+    async def open(self, budget_id: str, uid: int | None, limits: Budget | None) -> Budget: ...
+
+    async def charge(
+        self, budget_id: str, dimension: str, amount: int, *, strict: bool
+    ) -> int | None: ...
+
+
+class TaskBudget:
+    """A task's view of its budget: the dimensions it limits and what was last seen left of
+    each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
+
+    __slots__ = ("budget_id", "exhausted", "ledger", "left", "uid")
+
+    def __init__(
+        self,
+        left: Budget,
+        *,
+        ledger: Ledger | None = None,
+        budget_id: str | None = None,
+        uid: int | None = None,
+    ) -> None:
+        self.left = dict(left)
+        self.ledger = ledger  # where a BUDGET_ID lives (or would, once ``shared_id`` makes one)
+        self.budget_id = budget_id
+        self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
+        self.exhausted: str | None = None
+
+    async def take(self, dimension: str, amount: int = 1) -> None:
+        """Charge ``amount`` of ``dimension`` if it fits, else raise BudgetExhausted and
+        charge nothing (a count checked before the work starts)."""
+        if dimension not in self.left:
+            return
+        left = await self._charge(dimension, amount, strict=True)
+        if left is None:
+            self.exhausted = self.exhausted or dimension
+            raise BudgetExhausted(dimension)
+
+    async def spend(self, dimension: str, amount: int) -> None:
+        """Charge ``amount`` of ``dimension`` whatever is left (a cost known only once the
+        work is done); past the limit the budget is marked exhausted."""
+        if dimension not in self.left or amount <= 0:
+            return
+        left = await self._charge(dimension, amount, strict=False)
+        if left is not None and left < 0:
+            self.exhausted = self.exhausted or dimension
+
+    def cap(self, dimension: str, amount: int) -> int:
+        """``amount``, or what was last seen left of ``dimension`` when that is less
+        (never below 0): a bound to give work whose cost is settled after it."""
+        left = self.left.get(dimension)
+        return amount if left is None else max(0, min(amount, left))
+
+    def require(self, dimension: str) -> None:
+        """Raise BudgetExhausted when nothing was last seen left of ``dimension``: work
+        whose cost is settled after it does not start on an empty budget."""
+        if self.left.get(dimension, 1) <= 0:
+            self.exhausted = self.exhausted or dimension
+            raise BudgetExhausted(dimension)
+
+    @property
+    def reply_text(self) -> str:
+        """``BUDGET_LEFT``'s value: what was last seen left (SPEC D-3)."""
+        return format_budget(self.left)
+
+    async def shared_id(self) -> str:
+        """The BUDGET_ID of this budget, made now in the ledger (with what is left, for the
+        task's uid) when it has none: work sent later (a cron job's runs, after a restart
+        too) draws from it. OpError(not_available) without a ledger."""
+        if self.budget_id is None:
+            if self.ledger is None:
+                raise OpError(ErrorCode.NOT_AVAILABLE, "no budget ledger to share the budget in")
+            budget_id = f"task.{secrets.token_hex(12)}"
+            self.left = await self.ledger.open(budget_id, self.uid, dict(self.left))
+            self.budget_id = budget_id
+        return self.budget_id
+
+    async def _charge(self, dimension: str, amount: int, *, strict: bool) -> int | None:
+        if self.budget_id is None or self.ledger is None:
+            left = self.left[dimension] - amount
+            if strict and left < 0:
+                return None
+        else:
+            charged = await self.ledger.charge(self.budget_id, dimension, amount, strict=strict)
+            if charged is None:
+                return None
+            left = charged
+        self.left[dimension] = left
+        return left
+
+
+_running: ContextVar[TaskBudget | None] = ContextVar("csp_web_task_budget", default=None)
+
+
+def running() -> TaskBudget | None:
+    """The running task's budget (inherited by the tasks it started); None: unbudgeted."""
+    return _running.get()
+
+
+def enter(task_budget: TaskBudget | None) -> Token[TaskBudget | None]:
+    """Make ``task_budget`` the running one (``leave`` with the token ends it); a browser
+    session's later actions enter the budget of the frame that opened it."""
+    return _running.set(task_budget)
+
+
+def leave(token: Token[TaskBudget | None]) -> None:
+    _running.reset(token)
+
+
+async def take(dimension: str, amount: int = 1) -> None:
+    """``TaskBudget.take`` on the running budget, if any."""
+    current = _running.get()
+    if current is not None:
+        await current.take(dimension, amount)
+
+
+async def spend(dimension: str, amount: int) -> None:
+    """``TaskBudget.spend`` on the running budget, if any."""
+    current = _running.get()
+    if current is not None:
+        await current.spend(dimension, amount)
+
+
+def cap(dimension: str, amount: int) -> int:
+    """``TaskBudget.cap`` on the running budget, else ``amount``."""
+    current = _running.get()
+    return amount if current is None else current.cap(dimension, amount)
+
+
+def require(dimension: str) -> None:
+    """``TaskBudget.require`` on the running budget, if any."""
+    current = _running.get()
+    if current is not None:
+        current.require(dimension)
+
+
+class HoldsBudget(Protocol):
+    """Something long-lived that tasks act through (a browser session): the budget its
+    work is charged to between tasks."""
+
+    budget: TaskBudget | None
+
+
+def adopt(holder: HoldsBudget) -> None:
+    """Share a budget between the running task and ``holder`` (SPEC D-3: a browser session
+    keeps the budget of the frame that opened it): a task with a budget of its own gives it
+    to the holder; one without takes the holder's for the rest of the task (its reply then
+    carries it, ``running`` being what the dispatcher settles)."""
+    current = _running.get()
+    if current is not None:
+        holder.budget = current
+    elif holder.budget is not None:
+        _running.set(holder.budget)
+
+
+def bound(job: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+    """``job`` run later, in another task (a queued prefetch), under the running budget."""
+    current = _running.get()
+    if current is None:
+        return job
+
+    async def run() -> T:
+        token = _running.set(current)
+        try:
+            return await job()
+        finally:
+            _running.reset(token)
+
+    return run
+
+
+async def inherited(task: Task) -> Task:
+    """``task`` (a cron job's, sent later and after restarts) drawing from the running
+    budget through its BUDGET_ID, made now if the budget has none; unchanged when
+    unbudgeted or when the task names a budget of its own."""
+    current = _running.get()
+    if current is None or task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None:
+        return task
+    budget_id = await current.shared_id()
+    return dataclasses.replace(task, fields=(*task.fields, ("BUDGET_ID", budget_id)))
+
+
+async def spend_tokens(body: bytes, fallback: int) -> None:
+    """Charge ``llm_tokens`` with the ``usage.total_tokens`` of an OpenAI-compatible
+    response ``body``; ``fallback`` (the request's max_tokens) when it names none, since a
+    model that does not say what it used is charged the most it could have."""
+    if _running.get() is not None:
+        await spend("llm_tokens", _total_tokens(body, fallback))
+
+
+def _total_tokens(body: bytes, fallback: int) -> int:
+    try:
+        usage = json.loads(body)["usage"]
+        total = usage.get("total_tokens")
+        if total is None:
+            total = usage["prompt_tokens"] + usage["completion_tokens"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return fallback
+    if not isinstance(total, int) or isinstance(total, bool) or not 0 <= total <= MAX_AMOUNT:
+        return fallback
+    return total

@@ -1,0 +1,398 @@
+"""One budget per task (SPEC D-3): BUDGET and BUDGET_ID on any frame, BUDGET_LEFT on its
+replies, PARTIAL budget_exhausted:<dimension> when a dimension runs out; the embedded ledger
+that keeps BUDGET_IDs across connections and restarts."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from csp_web.client.trio_client import open_client
+from csp_web.config import BudgetsConfig, Config
+from csp_web.core.api import budget
+from csp_web.core.api.budget import BudgetExhausted, TaskBudget
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.errors import Busy, FieldError, OpError
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Op
+from csp_web.core.api.replies import Result
+from csp_web.core.dispatch.ledger import LocalLedger
+from protocol import DIMENSIONS, ErrorCode, Reply, Status, Task
+from tests.conftest import Daemon, Sink, start_daemon
+from tests.harness import TEST_OPS, open_harness
+
+WAIT_S = 20.0
+OWNER = Peer("a", 1000, 1)
+
+
+async def _charge(params: Params, ctx: OpContext, _: Any) -> Result:
+    """Takes N of DIMENSION (a count, before its work) or, with SETTLE, spends it after."""
+    assert ctx.budget is budget.running()
+    dimension, amount = params.text("DIMENSION"), params.integer("N")
+    if params.flag("SETTLE"):
+        await budget.spend(dimension, amount)
+    else:
+        await budget.take(dimension, amount)
+    return Result(f"charged:{amount}", ("test",))
+
+
+CHARGE = Op(
+    "charge",
+    "TEST",
+    "CHARGED",
+    "web",
+    _charge,
+    (
+        FieldSpec("DIMENSION", "choice", required=True, choices=DIMENSIONS),
+        FieldSpec("N", "int", default=1, minimum=0),
+        FieldSpec("SETTLE", "bool", default=False),
+    ),
+)
+OPS = [*TEST_OPS, CHARGE]
+
+
+def charge(*fields: tuple[str, str], dimension: str = "fetches", n: int = 1) -> Task:
+    return Task(
+        "charge", "TEST", "CHARGED", None, (("DIMENSION", dimension), ("N", str(n)), *fields)
+    )
+
+
+def ping(*fields: tuple[str, str]) -> Task:
+    return Task("ping", "SYS", "PONG", None, fields)
+
+
+async def call(daemon: Daemon, task: Task) -> Reply:
+    async with open_client(daemon.socket_path) as client:
+        return await client.call(task, timeout_s=WAIT_S)
+
+
+@asynccontextmanager
+async def dispatching(config: Config) -> AsyncIterator[Any]:
+    """A dispatcher over OPS with the embedded ledger in the state dir."""
+    async with open_harness(config, OPS) as harness:
+        ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+        harness.dispatcher.ledger = ledger
+        try:
+            yield harness.dispatcher
+        finally:
+            ledger.close()
+
+
+async def run(dispatcher: Any, task: Task, peer: Peer = OWNER) -> Reply:
+    with trio.fail_after(WAIT_S):
+        reply: Reply = await dispatcher.run(task, peer)
+        return reply
+
+
+# --- the task's own budget (BUDGET) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dimension", [d for d in DIMENSIONS if d != "wall_ms"])
+async def test_each_dimension_allows_its_amount_and_the_next_charge_answers_partial(
+    config: Config, dimension: str
+) -> None:
+    """N allowed, N+1 refused: a count taken before its work charges nothing when refused."""
+    async with dispatching(config) as dispatcher:
+        allowed = await run(
+            dispatcher, charge(("ID", "c"), ("BUDGET", f"{dimension}:3"), dimension=dimension, n=3)
+        )
+        refused = await run(
+            dispatcher, charge(("ID", "c"), ("BUDGET", f"{dimension}:3"), dimension=dimension, n=4)
+        )
+    assert allowed == Reply(
+        Status.OK,
+        (
+            ("ID", "c"),
+            ("SCOPE", "[test]"),
+            ("DATA", "charged:3"),
+            ("BUDGET_LEFT", f"{dimension}:0"),
+        ),
+    )
+    assert refused == Reply(
+        Status.PARTIAL,
+        (
+            ("ID", "c"),
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", f"budget_exhausted:{dimension}"),
+            ("BUDGET_LEFT", f"{dimension}:3"),
+        ),
+    )
+
+
+async def test_a_cost_settled_after_its_work_is_allowed_to_the_limit_and_past_it_is_partial(
+    config: Config,
+) -> None:
+    """bytes, tokens and CPU are known only once spent: at N the reply is OK; at N+1 the work
+    is done (its DATA kept) but the reply is PARTIAL, never a silent overrun."""
+    async with dispatching(config) as dispatcher:
+        at = await run(
+            dispatcher, charge(("BUDGET", "bytes:10"), ("SETTLE", "true"), dimension="bytes", n=10)
+        )
+        past = await run(
+            dispatcher, charge(("BUDGET", "bytes:10"), ("SETTLE", "true"), dimension="bytes", n=11)
+        )
+    assert (at.status, at.get("BUDGET_LEFT")) == (Status.OK, "bytes:0")
+    assert past == Reply(
+        Status.PARTIAL,
+        (
+            ("SCOPE", "[test]"),
+            ("DATA", "charged:11"),
+            ("ERROR", "budget_exhausted:bytes"),
+            ("BUDGET_LEFT", "bytes:0"),
+        ),
+    )
+
+
+async def test_a_dimension_the_budget_does_not_name_is_not_limited(config: Config) -> None:
+    async with dispatching(config) as dispatcher:
+        reply = await run(dispatcher, charge(("BUDGET", "searches:1"), dimension="fetches", n=50))
+    assert (reply.status, reply.get("BUDGET_LEFT")) == (Status.OK, "searches:1")
+
+
+async def test_an_unbudgeted_task_replies_as_before(config: Config) -> None:
+    async with dispatching(config) as dispatcher:
+        reply = await run(dispatcher, charge(n=10**6))
+    assert reply == Reply(Status.OK, (("SCOPE", "[test]"), ("DATA", "charged:1000000")))
+
+
+async def test_a_ping_with_a_budget_is_answered_at_once_with_what_is_left(config: Config) -> None:
+    async with dispatching(config) as dispatcher:
+        reply = await dispatcher.try_now(ping(("ID", "p"), ("BUDGET", "searches:2")), OWNER)
+    assert reply == Reply(
+        Status.OK,
+        (("ID", "p"), ("SCOPE", "[sys]"), ("DATA", "pong"), ("BUDGET_LEFT", "searches:2")),
+    )
+
+
+async def test_wall_ms_is_the_deadline_when_it_is_the_nearer_and_its_end_is_partial(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    sleep = Task("sleep", "TEST", "SLEPT", None, (("MS", "60000"), ("BUDGET", "wall_ms:1000")))
+    async with dispatching(config) as dispatcher:
+        reply = await run(dispatcher, sleep)
+    assert reply == Reply(
+        Status.PARTIAL,
+        (
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", "budget_exhausted:wall_ms"),
+            ("BUDGET_LEFT", "wall_ms:0"),
+        ),
+    )
+
+
+async def test_wall_ms_is_charged_by_the_time_tasks_took_and_a_spent_one_stops_the_next(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Tasks sharing wall_ms:1000: 400 ms and 500 ms run whole; the next is cut at the 100 ms
+    left (its deadline); the one after is refused before it runs."""
+
+    def sleep(ms: int) -> Task:
+        fields = (("MS", str(ms)), ("BUDGET_ID", "w"), ("BUDGET", "wall_ms:1000"))
+        return Task("sleep", "TEST", "SLEPT", None, fields)
+
+    async with dispatching(config) as dispatcher:
+        replies = [await run(dispatcher, sleep(ms)) for ms in (400, 500, 200, 1)]
+    assert [(r.status, r.get("DATA"), r.get("BUDGET_LEFT")) for r in replies] == [
+        (Status.OK, "slept:400", "wall_ms:600"),
+        (Status.OK, "slept:500", "wall_ms:100"),
+        (Status.PARTIAL, "none", "wall_ms:0"),
+        (Status.PARTIAL, "none", "wall_ms:0"),
+    ]
+    assert {r.get("ERROR") for r in replies[2:]} == {"budget_exhausted:wall_ms"}
+
+
+async def test_a_uid_default_budget_applies_to_its_frames_that_name_none(config: Config) -> None:
+    budgets = BudgetsConfig(per_uid={"1000": "fetches:2"})
+    async with dispatching(dataclasses.replace(config, budgets=budgets)) as dispatcher:
+        own = await run(dispatcher, charge(n=2))
+        over = await run(dispatcher, charge(n=3))
+        named = await run(dispatcher, charge(("BUDGET", "fetches:5"), n=3))
+        other = await run(dispatcher, charge(n=3), Peer("b", 1001, 2))
+    assert (own.status, own.get("BUDGET_LEFT")) == (Status.OK, "fetches:0")
+    assert (over.status, over.get("ERROR")) == (Status.PARTIAL, "budget_exhausted:fetches")
+    assert (named.status, named.get("BUDGET_LEFT")) == (Status.OK, "fetches:2")
+    assert (other.status, other.get("BUDGET_LEFT")) == (Status.OK, None)
+
+
+# --- shared budgets (BUDGET_ID) -------------------------------------------------------------
+
+
+async def test_tasks_naming_one_budget_id_draw_from_one_budget(config: Config) -> None:
+    async with dispatching(config) as dispatcher:
+        made = await run(dispatcher, charge(("BUDGET_ID", "run-1"), ("BUDGET", "fetches:2")))
+        drawn = await run(dispatcher, charge(("BUDGET_ID", "run-1")))
+        spent = await run(dispatcher, charge(("BUDGET_ID", "run-1"), ("BUDGET", "fetches:99")))
+    assert [r.get("BUDGET_LEFT") for r in (made, drawn)] == ["fetches:1", "fetches:0"]
+    assert (spent.status, spent.get("ERROR")) == (Status.PARTIAL, "budget_exhausted:fetches")
+
+
+async def test_a_budget_id_not_held_needs_a_budget_to_make_it(config: Config) -> None:
+    async with dispatching(config) as dispatcher:
+        reply = await run(dispatcher, charge(("BUDGET_ID", "nobody")))
+    assert reply == Reply(
+        Status.FAIL,
+        (("SCOPE", "[]"), ("DATA", "none"), ("ERROR", "invalid_field:BUDGET_ID nobody not held")),
+    )
+
+
+async def test_another_uids_budget_id_is_permission_denied(config: Config) -> None:
+    async with dispatching(config) as dispatcher:
+        await run(dispatcher, charge(("BUDGET_ID", "mine"), ("BUDGET", "fetches:5")))
+        theirs = await run(dispatcher, charge(("BUDGET_ID", "mine")), Peer("b", 1001, 2))
+        again = await run(
+            dispatcher, charge(("BUDGET_ID", "mine"), ("BUDGET", "fetches:9")), Peer("b", 1001, 2)
+        )
+        own = await run(dispatcher, charge(("BUDGET_ID", "mine")))
+    for reply in (theirs, again):
+        assert reply == Reply(
+            Status.FAIL,
+            (
+                ("SCOPE", "[]"),
+                ("DATA", "none"),
+                ("ERROR", "permission_denied:BUDGET_ID mine is another uid's"),
+            ),
+        )
+    assert own.get("BUDGET_LEFT") == "fetches:3"
+
+
+async def test_a_budget_id_is_shared_across_two_connections_and_survives_a_restart(
+    nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str
+) -> None:
+    path = os.path.join(sock_dir, "b.sock")
+    daemon = await start_daemon(nursery, config, path, OPS)
+    shared = (("BUDGET_ID", "agent-run"), ("BUDGET", "searches:3"))
+    async with open_client(path) as one, open_client(path) as two:
+        first = await one.call(charge(*shared, dimension="searches"), timeout_s=WAIT_S)
+        second = await two.call(
+            charge(("BUDGET_ID", "agent-run"), dimension="searches"), timeout_s=WAIT_S
+        )
+    await daemon.stop()
+    daemon = await start_daemon(nursery, config, path, OPS)
+    third = await call(daemon, charge(("BUDGET_ID", "agent-run"), dimension="searches"))
+    fourth = await call(daemon, charge(("BUDGET_ID", "agent-run"), dimension="searches"))
+    left = [r.get("BUDGET_LEFT") for r in (first, second, third)]
+    assert left == ["searches:2", "searches:1", "searches:0"]
+    assert (fourth.status, fourth.get("ERROR")) == (Status.PARTIAL, "budget_exhausted:searches")
+
+
+# --- hostile values over the socket ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "detail"),
+    [
+        ("BUDGET", "bytes:5mb", "BUDGET bytes must be digits with an optional B, KB, MB or GB"),
+        ("BUDGET", "bytes:5 MB", "BUDGET bytes must be digits with an optional B, KB, MB or GB"),
+        ("BUDGET", "bytes:1.5MB", "BUDGET bytes must be digits with an optional B, KB, MB or GB"),
+        ("BUDGET", "fetches:-1", "BUDGET fetches must be digits"),
+        ("BUDGET", "fetches:99999999999999999999", "BUDGET fetches above 1125899906842624"),
+        ("BUDGET", "dollars:5", "BUDGET unknown dimension 'dollars'"),
+        ("BUDGET", "fetches:1,fetches:1", "BUDGET fetches given twice"),
+        ("BUDGET_ID", "a" * 65, "BUDGET_ID must be 1-64 of [A-Za-z0-9._:@/-]"),
+        ("BUDGET_ID", "run 1", "BUDGET_ID must be 1-64 of [A-Za-z0-9._:@/-]"),
+        ("BUDGET_ID", "run{1}", "BUDGET_ID must be 1-64 of [A-Za-z0-9._:@/-]"),
+    ],
+)
+async def test_a_hostile_budget_fails_invalid_field_on_any_op(
+    nursery: trio.Nursery,
+    config: Config,
+    sink: Sink,
+    sock_dir: str,
+    field: str,
+    value: str,
+    detail: str,
+) -> None:
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "c.sock"), OPS)
+    memory = Task("read", "MEMORY", "CONTENT", None, ((field, value),))
+    for task in (ping((field, value)), charge((field, value)), memory):
+        reply = await call(daemon, task)
+        assert reply.status is Status.FAIL, task
+        assert reply.fields[-1] == ("ERROR", f"invalid_field:{detail}"), task
+
+
+async def test_a_repeated_budget_is_duplicate_field(
+    nursery: trio.Nursery, config: Config, sink: Sink, sock_dir: str
+) -> None:
+    daemon = await start_daemon(nursery, config, os.path.join(sock_dir, "c.sock"), OPS)
+    reply = await call(daemon, charge(("BUDGET", "fetches:1"), ("BUDGET", "fetches:1")))
+    assert reply.get("ERROR") == "duplicate_field:BUDGET"
+
+
+# --- the embedded ledger --------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_budget_id_idle_past_its_ttl_is_forgotten(tmp_path: os.PathLike[str]) -> None:
+    clock = Clock()
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig(idle_ttl_s=60.0), clock=clock)
+    await ledger.open("r", 1, {"fetches": 2})
+    clock.now += 59.0
+    assert await ledger.open("r", 1, None) == {"fetches": 2}  # used: its idle time starts anew
+    clock.now += 60.0
+    with pytest.raises(FieldError, match="BUDGET_ID r not held"):
+        await ledger.open("r", 1, None)
+    ledger.close()
+
+
+async def test_the_ledger_holds_max_ids_and_refuses_one_more(tmp_path: os.PathLike[str]) -> None:
+    clock = Clock()
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig(max_ids=3, max_ids_per_uid=2), clock=clock)
+    await ledger.open("a1", 1, {"fetches": 1})
+    await ledger.open("a2", 1, {"fetches": 1})
+    with pytest.raises(Busy, match="2 BUDGET_IDs held by uid 1"):
+        await ledger.open("a3", 1, {"fetches": 1})
+    await ledger.open("b1", 2, {"fetches": 1})
+    with pytest.raises(Busy, match="3 BUDGET_IDs held"):
+        await ledger.open("c1", 3, {"fetches": 1})
+    clock.now += BudgetsConfig().idle_ttl_s + 1
+    await ledger.open("c1", 3, {"fetches": 1})  # the idle ones expired: room again
+    ledger.close()
+
+
+async def test_a_charge_that_does_not_fit_charges_nothing(tmp_path: os.PathLike[str]) -> None:
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig())
+    await ledger.open("r", None, {"bytes": 10})
+    assert await ledger.charge("r", "bytes", 11, strict=True) is None
+    assert await ledger.charge("r", "bytes", 10, strict=True) == 0
+    assert await ledger.charge("r", "bytes", 5, strict=False) == -5
+    assert await ledger.charge("r", "fetches", 1, strict=True) is None  # not limited here
+    ledger.close()
+
+
+async def test_a_task_budget_made_shared_keeps_what_is_left_under_a_new_budget_id(
+    tmp_path: os.PathLike[str],
+) -> None:
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig())
+    own = TaskBudget({"fetches": 3}, ledger=ledger, uid=1000)
+    await own.take("fetches")
+    budget_id = await own.shared_id()
+    assert budget_id == await own.shared_id()
+    assert await ledger.open(budget_id, 1000, None) == {"fetches": 2}
+    with pytest.raises(OpError) as denied:
+        await ledger.open(budget_id, 1001, None)
+    assert denied.value.code is ErrorCode.PERMISSION_DENIED
+    ledger.close()
+
+
+async def test_exhaustion_is_an_op_error_naming_its_dimension() -> None:
+    own = TaskBudget({"searches": 0})
+    with pytest.raises(BudgetExhausted) as raised:
+        await own.take("searches")
+    assert raised.value.wire_text == "budget_exhausted:searches"
+    assert own.exhausted == "searches"

@@ -1,0 +1,74 @@
+"""exec's measured CPU charged to the task's budget (SPEC D-3: exec_cpu_ms)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from csp_web.app.memory_path import outbox_path
+from csp_web.config import Config, with_section
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.memory.outbox import open_outbox
+from protocol import Reply, Status, Task
+from specialists.tool import TOOL
+from specialists.tool.config import ToolConfig
+from specialists.tool.ops_exec import open_exec_services
+from specialists.tool.services import ToolServices
+from tests.harness import build_dispatcher, outbox_of
+from tests.tool.exec_support import make_config, scratch_dir
+
+BURN = 'python3 -c "print(sum(range(3_000_000)))"'  # tens of ms of CPU, at least
+
+
+@pytest.fixture
+def workspace() -> Iterator[str]:
+    with scratch_dir() as path:
+        yield path
+
+
+@pytest.fixture
+async def dispatcher(config: Config, workspace: str) -> AsyncIterator[Dispatcher]:
+    config = with_section(config, "tool", ToolConfig(exec=make_config(workspace)))
+    async with (
+        open_outbox(config.outbox_path, config.outbox, config.memory) as outbox,
+        open_exec_services(config) as services,
+    ):
+        yield build_dispatcher(
+            config, outbox_path(config, outbox), TOOL.ops, ToolServices(services, None, None)
+        )
+
+
+async def _exec(dispatcher: Dispatcher, budget: str) -> Reply:
+    task = Task("exec", "SHELL", "EXEC_RESULT", BURN, (("BUDGET", budget),))
+    return await dispatcher.run(task, Peer("t", 1000, 4242))
+
+
+async def test_a_commands_cpu_time_is_charged_as_it_measured_it(dispatcher: Dispatcher) -> None:
+    reply = await _exec(dispatcher, "exec_cpu_ms:600000")
+    assert reply.status is Status.OK, reply
+    cpu_ms = int(reply.get("CPU_MS") or "x")
+    assert reply.get("BUDGET_LEFT") == f"exec_cpu_ms:{600000 - cpu_ms}"
+
+
+async def test_a_command_past_its_cpu_budget_keeps_its_output_and_answers_partial(
+    dispatcher: Dispatcher,
+) -> None:
+    reply = await _exec(dispatcher, "exec_cpu_ms:1")
+    assert (reply.status, reply.get("ERROR")) == (Status.PARTIAL, "budget_exhausted:exec_cpu_ms")
+    assert (reply.get("DATA"), reply.get("STDOUT_SUMMARY")) == ("exit:0", "4499998500000")
+    assert reply.get("BUDGET_LEFT") == "exec_cpu_ms:0"
+
+
+async def test_no_cpu_left_refuses_the_command_before_it_runs(dispatcher: Dispatcher) -> None:
+    reply = await _exec(dispatcher, "exec_cpu_ms:0")
+    assert reply.fields == (
+        ("SCOPE", "[]"),
+        ("DATA", "none"),
+        ("ERROR", "budget_exhausted:exec_cpu_ms"),
+        ("BUDGET_LEFT", "exec_cpu_ms:0"),
+    )
+    assert reply.status is Status.PARTIAL
+    logs = [w for _, w in outbox_of(dispatcher)._store.oldest(1000) if w.type == "exec_log"]
+    assert logs == []
