@@ -83,7 +83,7 @@ _LLM_BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _BULLETS_OPENING = re.compile(r'\{\s*"bullets"\s*:\s*\[\s*')
 _DECODER = json.JSONDecoder()
-MODEL_QUOTE_CHARS = 600  # twice a bullet: a longer "quote" is cut, and its start looked for
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a model's JSON may escape one alone: no UTF-8
 
 
 @dataclass(frozen=True)
@@ -203,13 +203,19 @@ def _near_duplicate(one: _Sentence, other: _Sentence) -> bool:
 
 
 def clip(text: str, limit: int = BULLET_CHARS) -> str:
-    """``text`` on one line, cut at a word boundary to at most ``limit`` characters."""
-    text = " ".join(text.split())
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters, a lone
+    surrogate (which no reply line can encode) read as U+FFFD."""
+    text = " ".join(scrubbed(text).split())
     if len(text) <= limit:
         return text
     cut = text[: limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+def scrubbed(text: str) -> str:
+    """``text`` with each lone surrogate (``"\\ud800"`` in a model's JSON) as U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 async def summarize(
@@ -297,7 +303,7 @@ def parse_llm_bullets(body: bytes, max_bullets: int) -> tuple[tuple[str, str], .
         lines = [line for line in content.splitlines() if line.strip()]
         marked = [m.group(1) for line in lines if (m := _LLM_BULLET.match(line))]
         pairs = [(line, line) for line in (marked or lines)]
-    clipped = [(clip(text), own_words(clip(quote, MODEL_QUOTE_CHARS))) for text, quote in pairs]
+    clipped = [(clip(text), scrubbed(quote)) for text, quote in pairs]  # a quote is never cut
     return tuple((text, quote) for text, quote in clipped if text)[:max_bullets]
 
 
@@ -349,6 +355,10 @@ def _whole_items(text: str) -> list[dict[str, Any]] | None:
 
 
 def claimed_quote(item: dict[str, Any], text: str) -> str:
-    """The quote a model's bullet claims; a bullet giving none quotes itself."""
-    quote = item.get("quote")
-    return quote if isinstance(quote, str) and quote.strip() else text
+    """The quote a model's bullet claims: a bullet giving none (no ``quote`` key) quotes
+    itself; one that is not a string is no quote (``""``, never found), as one holding
+    only spaces or separators is not found (``quotes.supports``)."""
+    if "quote" not in item:
+        return text
+    quote = item["quote"]
+    return quote if isinstance(quote, str) else ""

@@ -27,7 +27,7 @@ from csp_web.core.api.errors import OpError
 from csp_web.net import GuardedClient
 from specialists.web.docs.config import ResearchConfig
 
-from ..pages.summarize import MODEL_QUOTE_CHARS, claimed_quote, clip, json_items, own_words
+from ..pages.summarize import claimed_quote, clip, json_items, scrubbed
 from .jobs import Finding
 
 PROMPT = (
@@ -43,12 +43,14 @@ _CITES = re.compile(r"\s*((?:\[\d{1,2}\]\s*)+)$")
 @dataclass(frozen=True)
 class Source:
     """One source read for a question: its final URL, title, (capped) text and the fileKey
-    of its held snapshot (whose stored text ``text`` begins)."""
+    of its held snapshot (whose stored text ``text`` begins), and whether that text is
+    Markdown (``quotes.is_markdown``: how its quotes are matched)."""
 
     url: str
     title: str | None
     text: str
     file_key: str
+    markdown: bool = True
 
 
 class LlmFailure(Exception):
@@ -129,7 +131,7 @@ def parse_answer(body: bytes, sources: int, bullets: int) -> tuple[Finding, ...]
         numbers = tuple(dict.fromkeys(n for n in cited if 1 <= n <= sources))
         bullet = clip(text)
         if numbers and bullet:
-            answer.append(Finding(bullet, numbers, own_words(clip(quote, MODEL_QUOTE_CHARS))))
+            answer.append(Finding(bullet, numbers, scrubbed(quote)))  # a quote is never cut
     return tuple(answer[:bullets])
 
 
