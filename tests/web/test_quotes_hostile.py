@@ -42,17 +42,28 @@ CRAFTED = ("[", "![", "](", "[a](", "[a](x]", "[![](a](", "\n ", "\\", "*_`")
 
 
 @pytest.mark.slow
-def test_folding_a_page_of_crafted_brackets_takes_linear_time_under_a_cpu_limit() -> None:
-    """200,000 repetitions of each bracket pattern fold in a child process the kernel kills
-    after CPU_SECONDS of CPU time: the sre engine holds the GIL, so a quadratic pattern
-    would freeze the whole daemon. No wall-clock assertion: the rlimit is the bound."""
+@pytest.mark.parametrize(
+    ("module", "work"),
+    [
+        ("specialists.web.pages.quotes", "fold(page)"),
+        ("specialists.web.pages.summarize", "summarize_extractive(page, 5)"),
+    ],
+)
+def test_reading_a_page_of_crafted_brackets_takes_linear_time_under_a_cpu_limit(
+    module: str, work: str
+) -> None:
+    """200,000 repetitions of each bracket pattern are folded (and summarised) in a child
+    process the kernel kills after CPU_SECONDS of CPU time: the sre engine holds the GIL, so
+    a quadratic pattern would freeze the whole daemon. No wall-clock assertion: the rlimit
+    is the bound."""
     script = textwrap.dedent(
         f"""
         import resource
         resource.setrlimit(resource.RLIMIT_CPU, ({CPU_SECONDS}, {CPU_SECONDS}))
-        from specialists.web.pages.quotes import fold
+        from {module} import *
         for unit in {CRAFTED!r}:
-            fold(unit * 200_000)
+            page = unit * 200_000
+            {work}
         print("folded")
         """
     )
