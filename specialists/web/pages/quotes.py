@@ -17,13 +17,17 @@ text and the quote are folded alike:
   zero-width characters are dropped;
 - curly quotes and primes read as ``'`` or ``"``, guillemets as ``"``, every dash and the
   minus sign as ``-``, the ellipsis ``…`` as ``...``;
-- Markdown markup reads as the text it marks: emphasis and code marks (``*``, ``_``, a
-  backtick) and backslash escapes are dropped, a link ``[words](url)`` reads as ``words``, an
-  image as nothing, and a heading, list or blockquote marker at a line's start as nothing.
-  So a quote may run across a link or emphasis; its span then holds the markup too.
+- in Markdown text only (``fold(markdown=True)``: an HTML page's or a document's stored
+  text), markup reads as the text it marks: emphasis and code marks (``*``, ``_``, a
+  backtick) where they delimit (not between two letters or digits) and backslash escapes
+  are dropped, a link ``[words](url)`` reads as ``words``, an image as nothing, and a
+  heading, list or blockquote marker at a line's start as nothing. So a quote may run
+  across a link or emphasis; its span then holds the markup too.
 
-Letter case, digits and other punctuation must match as they are. A match begins and ends on
-a character of the stored text that the quote's first and last characters stand for.
+A quote is folded as plain text: its ``#`` or ``>`` is a character it claims. Letter case,
+digits and other punctuation must match as they are. A match begins and ends on a character
+of the stored text that the quote's first and last characters stand for, never inside a
+folded one. ``supports`` says whether a model's quote could hold a bullet at all.
 """
 
 from __future__ import annotations

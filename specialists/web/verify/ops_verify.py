@@ -19,8 +19,9 @@
     CITE https://origin.test/tides "Tides of the North Sea"
 
 A QUOTE is ``[@<start>-<end> ]<words>``: the words, and where a citation said they stand
-(``quotes.py`` says how words match and what offsets mean). Each answers ``found`` (at the
-offsets given, or anywhere when none were), ``moved`` (elsewhere in the snapshot, or, when
+(``quotes.py`` says how words match and what offsets mean; offsets that are negative,
+reversed or past the text are invalid_field). Each answers ``found`` (starting at the
+offset given, or anywhere when none was), ``moved`` (elsewhere in the snapshot, or, when
 URL is given beside FILE_KEY, only in the page URL has now, with that page's fileKey) or
 ``not_found``. The snapshot is the fileKey's held one (``cache.fetch_ttl_s``), else its File
 Cabinet entry (``cabinet.ttl_s``, 30 days: the cabinet keeps the whole content the key
