@@ -82,7 +82,7 @@ _LINK = re.compile(r"\[([^\[\]]*)\]\([^()]*\)")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _LLM_BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_OPENING_FENCE = re.compile(r"```(?:json)?\s*")  # matched at the start only: linear
 _BULLETS_OPENING = re.compile(r'\{\s*"bullets"\s*:\s*\[\s*')
 _DECODER = json.JSONDecoder()
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # a model's JSON may escape one alone: no UTF-8
@@ -327,7 +327,7 @@ def json_items(content: str) -> list[dict[str, Any]] | None:
     """The objects of ``{"bullets": [...]}`` in a model's answer (a code fence around it is
     allowed; an answer cut by ``max_tokens`` keeps its whole objects), or None when
     ``content`` is not that JSON."""
-    text = _FENCE.sub("", content.strip())
+    text = _unfenced(content.strip())
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # a hostile model may nest past the parser's stack
@@ -336,6 +336,14 @@ def json_items(content: str) -> list[dict[str, Any]] | None:
     if not isinstance(items, list):
         return None
     return [item for item in items if isinstance(item, dict)]
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without a code fence around it. Not one ``sub`` of ``\\s*```$``: tried at
+    every space of a long run of them, that scan was quadratic in a model's answer."""
+    opening = _OPENING_FENCE.match(text)
+    text = text[opening.end() :] if opening else text
+    return text[:-3].rstrip() if text.endswith("```") else text
 
 
 def _whole_items(text: str) -> list[dict[str, Any]] | None:
