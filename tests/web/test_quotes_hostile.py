@@ -38,7 +38,7 @@ from tests.web.test_verify import docs, fetched_key, verify, workspace
 __all__ = ["docs", "workspace"]  # the fixtures, used by name
 
 CPU_SECONDS = 5  # the old, quadratic folding took minutes on each of these pages
-CRAFTED = ("[", "![", "](", "[a](", "[a](x]", "[![](a](", "\n ", "\\", "*_`")
+CRAFTED = ("[", "![", "](", "[a](", "[a](x]", "[![](a](", "\n ", "\\", "*_`", "  ", "[1] ")
 
 
 @pytest.mark.slow
@@ -48,6 +48,7 @@ CRAFTED = ("[", "![", "](", "[a](", "[a](x]", "[![](a](", "\n ", "\\", "*_`")
         ("specialists.web.pages.quotes", "fold(page)"),
         ("specialists.web.pages.summarize", "summarize_extractive(page, 5)"),
         ("specialists.web.pages.summarize", "json_items('{' + page + '}')"),  # a model answer
+        ("specialists.web.research.llm", "parse_answer(completion('a' + page + 'b'), 2, 5)"),
     ],
 )
 def test_reading_crafted_brackets_or_spaces_takes_linear_time_under_a_cpu_limit(
@@ -62,6 +63,7 @@ def test_reading_crafted_brackets_or_spaces_takes_linear_time_under_a_cpu_limit(
         import resource
         resource.setrlimit(resource.RLIMIT_CPU, ({CPU_SECONDS}, {CPU_SECONDS}))
         from {module} import *
+        from tests.web.test_summarize import completion
         for unit in {CRAFTED!r}:
             page = unit * 200_000
             {work}
