@@ -22,6 +22,15 @@ bullets), its anchor the CPU µs to extract the page, the ratio the check of all
 bullets over that extraction, summed over pages, and the goal a tenth: checking every bullet
 costs under a tenth of reading the page. `fold_us_per_page` and `locate_us_per_quote` split it;
 `quotes_found` is the share of the summariser's quotes found (goal: all).
+
+`--crafted` measures instead what a hostile page costs: each crafted text of 1 MB (runs of
+``[``, ``![``, ``](``, ``[a](``, mixed brackets, ``–a``) and a 5 MB one folded, in CPU µs per
+MB with the tracemalloc peak in bytes per input character; the anchor is the same text size
+of plain prose, folded in the same run, so the ratio is the crafted page's cost over an
+ordinary page's (goal: a small constant, not growing with the size); the peak's anchor is
+the crafted text's own size in memory::
+
+    python bench/verify.py --crafted
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import argparse
 import gzip
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,13 +130,72 @@ def lines(costs: list[PageCost]) -> list[str]:
     return out
 
 
+PROSE = "The North Sea has two high tides every day, about twelve hours apart. "
+CRAFTED = {
+    "open": "[",
+    "image": "![",
+    "close": "](",
+    "link_open": "[a](",
+    "mixed": "[![](a](x]",
+    "dash": "\u2013a",
+}
+CRAFTED_GOAL = 10.0  # a crafted MB may cost a few ordinary ones, never a quadratic amount
+
+
+def text_of(unit: str, chars: int) -> str:
+    """``unit`` repeated to ``chars`` characters."""
+    return (unit * (chars // len(unit) + 1))[:chars]
+
+
+def fold_cost(text: str, repeat: int) -> tuple[float, int]:
+    """(least CPU µs to fold ``text``, tracemalloc peak bytes of one fold)."""
+    cpu = best_us(lambda: fold(text), repeat)
+    tracemalloc.start()
+    try:
+        fold(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return cpu, peak
+
+
+def crafted_lines(repeat: int) -> list[str]:
+    """``measure value anchor ratio goal`` lines for the crafted pages: CPU against prose
+    of the same size, memory against the crafted text's own size."""
+    out = []
+    for size in (1_000_000, 5_000_000):
+        anchor_us, _ = fold_cost(text_of(PROSE, size), repeat)
+        units = CRAFTED.items() if size == 1_000_000 else [("mixed", CRAFTED["mixed"])]
+        for name, unit in units:
+            text = text_of(unit, size)
+            cpu_us, peak = fold_cost(text, repeat)
+            own = sys.getsizeof(text)
+            mb = size / 1_000_000
+            out.append(
+                f"fold_{name}_{mb:g}MB_cpu_us_per_MB\t{cpu_us / mb:.0f}\t"
+                f"prose={anchor_us / mb:.0f}\t{cpu_us / anchor_us:.2f}\t<={CRAFTED_GOAL:g}"
+            )
+            out.append(
+                f"fold_{name}_{mb:g}MB_peak_bytes_per_char\t{peak / size:.1f}\t"
+                f"text_bytes_per_char={own / size:.1f}\t{peak / own:.2f}\t<={CRAFTED_GOAL:g}"
+            )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK_PAGES} pages")
     parser.add_argument("--bullets", type=int, default=5, help="bullets per page (default 5)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per page, best kept")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--crafted", action="store_true", help="hostile 1 MB and 5 MB texts")
     args = parser.parse_args()
+    if args.crafted:
+        print("measure\tvalue\tanchor\tratio\tgoal")
+        for line in crafted_lines(args.repeat):
+            print(line)
+        print(f"reproduce: python bench/verify.py --crafted --repeat {args.repeat}")
+        return
     pages = QUICK_PAGES if args.quick else None
     costs = measure(args.corpus, pages=pages, bullets=args.bullets, repeat=args.repeat)
     print("measure\tvalue\tanchor\tratio\tgoal")

@@ -240,8 +240,9 @@ def test_a_match_padded_past_the_shown_span_cap_is_passed_over() -> None:
     assert span is not None
     assert span.text == "storm surge"
     at_cap = "storm" + " " * (SHOWN_SPAN_CHARS - 10) + "surge"  # a span of exactly the cap
-    assert locate_all(at_cap, ["storm surge"])[0] is not None
-    assert locate_all(at_cap.replace(" ", "  ", 1), ["storm surge"]) == [None]
+    claim = [("Storm surge.", "storm surge")]
+    assert locate_all(at_cap, claim, markdown=True)[0] is not None
+    assert locate_all(at_cap.replace(" ", "  ", 1), claim, markdown=True) == [None]
 
 
 def test_a_model_answer_cut_by_max_tokens_keeps_its_whole_bullets() -> None:

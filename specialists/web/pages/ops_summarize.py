@@ -40,7 +40,7 @@ from protocol import ErrorCode, Field
 from ..services import WebServices, web_audit
 from .filekeys import content_of, file_key, held, hold
 from .loading import Page, load_for_op, op_deadline
-from .quotes import locate_all, support_fields
+from .quotes import is_markdown, locate_all, support_fields
 from .services import PagesServices
 from .summarize import Summary
 from .summarize import summarize as make_summary
@@ -66,26 +66,25 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
         fields: list[Field] = []
         scope: tuple[str, ...] = ()
         source = "text"  # what the quotes name: the TEXT given, or the page's fileKey
+        markdown = False  # a TEXT given is matched as it stands
         if url is not None or key is not None:
             page = await held(services, key) if key else await load_for_op(services, url or "")
             notes.cache_hit = page.cached
             text = _page_text(page.kind, content_of(page), page.content_type, target)
             source = key or await _held_key(services, page)
+            markdown = is_markdown(page.kind)
             scope, fields = (page.host,), [cite(page.url, page.title)]
         assert text is not None
+        text = text[: config.max_text_chars]  # what was summarised is what is searched
         deadline_s = max(0.0, op_deadline(services) - trio.current_time())
         summary = await make_summary(
-            services.client,
-            config,
-            text[: config.max_text_chars],
-            count,
-            deadline_s=deadline_s,
-            pool=services.pool,
+            services.client, config, text, count, deadline_s=deadline_s, pool=services.pool
         )
         notes.method = summary.method
         if not summary.bullets:
             raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_sentences", scope=scope)
-        checked = await _checked(summary, text, source, strict=params.text("VERIFY") == "strict")
+        strict = params.text("VERIFY") == "strict"
+        checked = await _checked(summary, text, source, markdown=markdown, strict=strict)
         bullets = sum(name == "BULLET" for name, _ in checked)
         if not bullets:  # VERIFY strict left none: never an empty OK
             raise OpError(ErrorCode.SUMMARIZE_FAILED, "no_verified_bullets", scope=scope)
@@ -100,10 +99,13 @@ async def _held_key(services: PagesServices, page: Page) -> str:
     return key
 
 
-async def _checked(summary: Summary, text: str, source: str, *, strict: bool) -> list[Field]:
+async def _checked(
+    summary: Summary, text: str, source: str, *, markdown: bool, strict: bool
+) -> list[Field]:
     """BULLET lines and their support (``quotes.support_fields``); under ``strict`` only
     the bullets whose quote was found."""
-    locate = functools.partial(locate_all, text, summary.quotes)
+    claims = tuple(zip(summary.bullets, summary.quotes, strict=True))
+    locate = functools.partial(locate_all, text, claims, markdown=markdown)
     spans = await trio.to_thread.run_sync(locate, abandon_on_cancel=True)
     kept = [
         (bullet, None if span is None else (source, span))

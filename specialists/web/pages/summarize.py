@@ -76,15 +76,17 @@ _LAST_WORD = re.compile(r"(\S+)$")
 _DOTTED = re.compile(r"(?:\w\.)+\w")  # U.S, e.g: dotted abbreviations
 _WORDS = re.compile(r"\w+")
 _BLOCK_SPLIT = re.compile(r"\n\s*\n")
-_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
-_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+# No pattern scans past a bracket or parenthesis that could start another match: linear on a
+# page of ``[[[[`` (once 12 s of CPU time for 40,000 of them, the GIL held throughout).
+_IMAGE = re.compile(r"!\[[^\[\]]*\]\([^()]*\)")
+_LINK = re.compile(r"\[([^\[\]]*)\]\([^()]*\)")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _LLM_BULLET = re.compile(r"^\s*(?:[-*+•–]|\d{1,3}[.)])\s+(.*)$")
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_OPENING_FENCE = re.compile(r"```(?:json)?\s*")  # matched at the start only: linear
 _BULLETS_OPENING = re.compile(r'\{\s*"bullets"\s*:\s*\[\s*')
 _DECODER = json.JSONDecoder()
-MODEL_QUOTE_CHARS = 600  # twice a bullet: a longer "quote" is cut, and its start looked for
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a model's JSON may escape one alone: no UTF-8
 
 
 @dataclass(frozen=True)
@@ -204,13 +206,19 @@ def _near_duplicate(one: _Sentence, other: _Sentence) -> bool:
 
 
 def clip(text: str, limit: int = BULLET_CHARS) -> str:
-    """``text`` on one line, cut at a word boundary to at most ``limit`` characters."""
-    text = " ".join(text.split())
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters, a lone
+    surrogate (which no reply line can encode) read as U+FFFD."""
+    text = " ".join(scrubbed(text).split())
     if len(text) <= limit:
         return text
     cut = text[: limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+def scrubbed(text: str) -> str:
+    """``text`` with each lone surrogate (``"\\ud800"`` in a model's JSON) as U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 async def summarize(
@@ -303,7 +311,7 @@ def parse_llm_bullets(body: bytes, max_bullets: int) -> tuple[tuple[str, str], .
         lines = [line for line in content.splitlines() if line.strip()]
         marked = [m.group(1) for line in lines if (m := _LLM_BULLET.match(line))]
         pairs = [(line, line) for line in (marked or lines)]
-    clipped = [(clip(text), own_words(clip(quote, MODEL_QUOTE_CHARS))) for text, quote in pairs]
+    clipped = [(clip(text), scrubbed(quote)) for text, quote in pairs]  # a quote is never cut
     return tuple((text, quote) for text, quote in clipped if text)[:max_bullets]
 
 
@@ -325,7 +333,7 @@ def json_items(content: str) -> list[dict[str, Any]] | None:
     """The objects of ``{"bullets": [...]}`` in a model's answer (a code fence around it is
     allowed; an answer cut by ``max_tokens`` keeps its whole objects), or None when
     ``content`` is not that JSON."""
-    text = _FENCE.sub("", content.strip())
+    text = _unfenced(content.strip())
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # a hostile model may nest past the parser's stack
@@ -334,6 +342,14 @@ def json_items(content: str) -> list[dict[str, Any]] | None:
     if not isinstance(items, list):
         return None
     return [item for item in items if isinstance(item, dict)]
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without a code fence around it. Not one ``sub`` of ``\\s*```$``: tried at
+    every space of a long run of them, that scan was quadratic in a model's answer."""
+    opening = _OPENING_FENCE.match(text)
+    text = text[opening.end() :] if opening else text
+    return text[:-3].rstrip() if text.endswith("```") else text
 
 
 def _whole_items(text: str) -> list[dict[str, Any]] | None:
@@ -355,6 +371,10 @@ def _whole_items(text: str) -> list[dict[str, Any]] | None:
 
 
 def claimed_quote(item: dict[str, Any], text: str) -> str:
-    """The quote a model's bullet claims; a bullet giving none quotes itself."""
-    quote = item.get("quote")
-    return quote if isinstance(quote, str) and quote.strip() else text
+    """The quote a model's bullet claims: a bullet giving none (no ``quote`` key) quotes
+    itself; one that is not a string is no quote (``""``, never found), as one holding
+    only spaces or separators is not found (``quotes.supports``)."""
+    if "quote" not in item:
+        return text
+    quote = item["quote"]
+    return quote if isinstance(quote, str) else ""

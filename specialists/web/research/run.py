@@ -39,7 +39,7 @@ from protocol import ErrorCode
 from ..pages.fetch_fields import empty_error
 from ..pages.filekeys import content_of, file_key, hold
 from ..pages.loaders import load as load_through_loaders
-from ..pages.quotes import SHOWN_SPAN_CHARS, Folded, Span, fold, locate
+from ..pages.quotes import Folded, Span, fold, is_markdown, support_span
 from ..pages.summarize import clip, own_words, summarize_extractive
 from ..search import SearchQuery
 from .jobs import Finding, Job, Step
@@ -178,7 +178,7 @@ async def _read_one(
     key = file_key(page)
     await hold(services, key, page)  # so the quotes it supports can be checked after the job
     job.steps.append(Step("fetch", url, "ok", _ms(began)))
-    read[url] = Source(page.url, page.title, text[:limit], key)
+    read[url] = Source(page.url, page.title, text[:limit], key, is_markdown(page.kind))
 
 
 async def _answer(
@@ -211,7 +211,7 @@ def verified(
     """The answer's bullets, each with its quote's (fileKey, span) in the first source it
     cites that holds it, else None; under ``strict`` only the found ones, and how many were
     left out. Each source is folded once."""
-    folded = [fold(source.text) for source in sources]
+    folded = [fold(source.text, markdown=source.markdown) for source in sources]
     kept: list[tuple[Finding, tuple[str, Span] | None]] = []
     for finding in answer:
         support = _support(finding, sources, folded)
@@ -224,7 +224,7 @@ def _support(
     finding: Finding, sources: list[Source], folded: list[Folded]
 ) -> tuple[str, Span] | None:
     for number in finding.sources:
-        span = locate(folded[number - 1], finding.quote, max_span_chars=SHOWN_SPAN_CHARS)
+        span = support_span(folded[number - 1], finding.text, finding.quote)
         if span is not None:
             return sources[number - 1].file_key, span
     return None

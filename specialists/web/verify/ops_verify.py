@@ -19,8 +19,9 @@
     CITE https://origin.test/tides "Tides of the North Sea"
 
 A QUOTE is ``[@<start>-<end> ]<words>``: the words, and where a citation said they stand
-(``quotes.py`` says how words match and what offsets mean). Each answers ``found`` (at the
-offsets given, or anywhere when none were), ``moved`` (elsewhere in the snapshot, or, when
+(``quotes.py`` says how words match and what offsets mean; offsets that are negative,
+reversed or past the text are invalid_field). Each answers ``found`` (starting at the
+offset given, or anywhere when none was), ``moved`` (elsewhere in the snapshot, or, when
 URL is given beside FILE_KEY, only in the page URL has now, with that page's fileKey) or
 ``not_found``. The snapshot is the fileKey's held one (``cache.fetch_ttl_s``), else its File
 Cabinet entry (``cabinet.ttl_s``, 30 days: the cabinet keeps the whole content the key
@@ -49,12 +50,23 @@ from protocol import ErrorCode, Field
 from ..docs import cabinet
 from ..pages.filekeys import content_of, file_key, held, hold
 from ..pages.loading import Page, load_for_op
-from ..pages.quotes import Folded, Span, fold, folded_quote, locate
+from ..pages.quotes import (
+    SHOWN_SPAN_CHARS,
+    Folded,
+    Span,
+    fold,
+    holds_words,
+    is_markdown,
+    locate,
+    located_at,
+)
 from ..services import WebServices, web_audit
 
 MAX_QUOTES = 50  # five research answers' worth (research.max_bullets is 10)
-QUOTE_MAX_CHARS = 2000  # a paragraph; a bullet's own quote is at most 600 (MODEL_QUOTE_CHARS)
-_CLAIM = re.compile(r"@(\d{1,9})-(\d{1,9})\s+(.*)", re.DOTALL)
+QUOTE_MAX_CHARS = SHOWN_SPAN_CHARS  # the longest quote a bullet may carry
+# ``@<start>-<end>`` before the words: any ``@``, digits and dash there are offsets, checked
+# (a negative, reversed or too large one is invalid_field), never taken as words.
+_CLAIM = re.compile(r"@(-?\d+)-(-?\d+)(?:\s+(.*))?", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ async def verify(params: Params, ctx: OpContext, services: WebServices) -> Resul
         current = await _current(services, url) if url is not None else None
         snapshot = stored or current
         assert snapshot is not None
+        _check_offsets(claims, snapshot)
         newer = current if stored is not None else None
         check = functools.partial(_answers, claims, snapshot, newer)
         answers = await trio.to_thread.run_sync(check, abandon_on_cancel=True)
@@ -107,12 +120,27 @@ _KINDS = ("found", "moved", "not_found")
 
 def _claim(number: int, value: str) -> Claim:
     match = _CLAIM.fullmatch(value)
-    claim = Claim(value) if match is None else Claim(match[3], int(match[1]), int(match[2]))
-    if claim.start is not None and claim.end is not None and claim.start >= claim.end:
-        raise FieldError(ErrorCode.INVALID_FIELD, f"QUOTE {number}: @start-end is empty")
-    if not folded_quote(claim.words):
+    if match is None:
+        claim = Claim(value)
+    else:
+        start, end = int(match[1]), int(match[2])
+        claim = Claim(match[3] or "", start, end)
+        if start < 0:
+            raise FieldError(ErrorCode.INVALID_FIELD, f"QUOTE {number}: @start-end is negative")
+        if start >= end:
+            raise FieldError(ErrorCode.INVALID_FIELD, f"QUOTE {number}: @start-end is empty")
+    if not holds_words(claim.words):
         raise FieldError(ErrorCode.INVALID_FIELD, f"QUOTE {number} holds no words")
     return claim
+
+
+def _check_offsets(claims: list[Claim], snapshot: Snapshot) -> None:
+    """Raises FieldError(INVALID_FIELD) for a claim ending past the snapshot's text."""
+    length = len(snapshot.folded.original)
+    for number, claim in enumerate(claims, 1):
+        if claim.end is not None and claim.end > length:
+            detail = f"QUOTE {number}: @start-end past the text ({length} chars)"
+            raise FieldError(ErrorCode.INVALID_FIELD, detail)
 
 
 async def _stored(ctx: OpContext, services: WebServices, key: str) -> Snapshot:
@@ -140,7 +168,7 @@ async def _current(services: WebServices, url: str) -> Snapshot:
 
 
 async def _snapshot(key: str, page: Page) -> Snapshot:
-    make = functools.partial(fold, content_of(page))
+    make = functools.partial(fold, content_of(page), markdown=is_markdown(page.kind))
     return Snapshot(key, page, await trio.to_thread.run_sync(make, abandon_on_cancel=True))
 
 
@@ -152,9 +180,13 @@ def _answers(
 
 
 def _answer(claim: Claim, snapshot: Snapshot, newer: Snapshot | None) -> tuple[str, str]:
+    if claim.start is not None:  # first where it was said to be, however often it occurs
+        there = located_at(snapshot.folded, claim.words, claim.start)
+        if there is not None:
+            return "found", _place(there)
     span = locate(snapshot.folded, claim.words, near=claim.start)
     if span is not None:
-        if claim.start is None or (span.start, span.end) == (claim.start, claim.end):
+        if claim.start is None:
             return "found", _place(span)
         return "moved", f"{_place(span)} {snapshot.file_key}"
     moved = None if newer is None else locate(newer.folded, claim.words, near=claim.start)
