@@ -114,6 +114,7 @@ class Lane:
         self.over_cap = 0  # connections a purpose lane closed at once, past its cap
         self.over_budget = 0  # connections a purpose lane closed unread, past its refusals
         self.dropped = 0  # refusals recorded but not kept (a purpose lane's past its first)
+        self.failures = 0  # connections a bug in the proxy cost
         self.namespace: str | None = None  # a pinned purpose lane's peers' network namespace
         self.closed = False
         self._lock = threading.Lock()
@@ -367,7 +368,9 @@ class GuardProxy:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return  # either side hung up; nothing to report to anyone
         except Exception:  # a bug must cost one connection, never the proxy (and the daemon)
-            log.exception("proxy connection failed")
+            lane.failures += 1  # and one traceback per lane, not one per connection of a loop
+            level = logging.ERROR if lane.failures == 1 else logging.DEBUG
+            log.log(level, "proxy connection failed (lane %d)", lane.number, exc_info=True)
 
     async def _peer_allowed(self, stream: trio.SocketStream) -> bool:
         """``peer_check`` in a worker thread: its walk of /proc (proxy_peers.py) must not stall

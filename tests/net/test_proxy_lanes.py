@@ -303,7 +303,9 @@ async def test_a_purpose_lane_past_its_refusal_budget_closes_connections_unread(
     policy = dataclasses.replace(_policy(("registry.test", 443)), max_refusals=3)
     with trio.fail_after(WAIT_S):
         async with proxy.open_unix_lane(path, policy) as lane:
-            answers = [await _ask(path, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n") for _ in range(5)]
+            answers = [
+                await _ask(path, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n") for _ in range(5)
+            ]
     assert [a[:12] for a in answers] == [b"HTTP/1.1 403"] * 3 + [b""] * 2
     assert (proxy.stats.refused, lane.over_budget, lane.refused_total) == (3, 2, 5)
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -323,3 +325,26 @@ async def test_a_pinned_purpose_lane_refuses_a_peer_in_the_daemons_network_names
             answer = await _ask(path, f"GET {url} HTTP/1.1\r\n\r\n".encode())
     assert (answer, http_origin.paths(), lane.namespace) == (b"", [], None)
     assert proxy.stats.foreign_peers == 1
+
+
+class _BrokenResolver:
+    """A resolver with a bug: every lookup raises what no caller expects."""
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError(f"bug resolving {host}")
+
+
+async def test_a_bug_met_on_every_connection_logs_one_traceback_per_lane(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="csp_web.net.guard_proxy")
+    proxy = GuardProxy(lambda: LOCAL, resolver=_BrokenResolver())
+    path = os.path.join(tmp_path, "lane.sock")
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", 443))) as lane:
+            for _ in range(3):
+                await _ask(path, b"CONNECT registry.test:443 HTTP/1.1\r\n\r\n")
+    failed = [r for r in caplog.records if r.getMessage().startswith("proxy connection failed")]
+    assert [r.levelno for r in failed] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
+    assert lane.failures == 3

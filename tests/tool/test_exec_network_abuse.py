@@ -69,7 +69,8 @@ _THIEF = """
             s = socket.socket(socket.AF_UNIX)
             try:
                 s.connect(path)
-                s.sendall(b"GET http://registry.test:%s/stolen HTTP/1.1\\r\\n\\r\\n" % sys.argv[1].encode())
+                port = sys.argv[1].encode()
+                s.sendall(b"GET http://registry.test:%s/stolen HTTP/1.1\\r\\n\\r\\n" % port)
                 print(path, s.recv(100)[:12])
             except OSError as error:
                 print(path, error)
@@ -135,7 +136,9 @@ async def test_a_command_looping_refusals_is_cut_off_and_named_by_its_first(
             ExecRequest(command, timeout_ms=60000), config, sandbox=sandbox, network=network
         )
     assert result.stdout.strip() == str(count)
-    shown = [f"x{n}.evil.test:443 url_rejected:not-in-network-rule" for n in range(MAX_REPLY_REFUSALS)]
+    shown = [
+        f"x{n}.evil.test:443 url_rejected:not-in-network-rule" for n in range(MAX_REPLY_REFUSALS)
+    ]
     assert list(result.network_refused) == shown
     assert result.network_refused_more == count - MAX_REPLY_REFUSALS
     assert network.proxy.stats.refused == MAX_REFUSALS

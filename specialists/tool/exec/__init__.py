@@ -23,7 +23,6 @@ from ._sandbox import Sandbox, SandboxKind, probe_sandbox
 
 __all__ = [
     "ExecNetwork",
-    "sweep_lane_roots",
     "ExecRequest",
     "ExecResult",
     "Limit",
@@ -36,4 +35,5 @@ __all__ = [
     "probe_sandbox",
     "run_command",
     "summarize",
+    "sweep_lane_roots",
 ]

@@ -40,10 +40,7 @@ def _hello(path: str) -> None:
     """Connect to the lane once and hang up, before the command exists: the lane pins the
     network namespace of its first peer (this one), so nothing outside it can use the lane."""
     lane = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        lane.connect(path)
-    except OSError:
-        pass  # the command's connections will fail the same way, and say so
+    lane.connect_ex(path)  # a failure: the command's connections fail the same way
     lane.close()
 
 

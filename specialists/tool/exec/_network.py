@@ -4,21 +4,23 @@ exactly those, through a lane of the guard proxy, and nothing else.
 Every command runs in its own network namespace (bubblewrap ``--unshare-net``): loopback only,
 no route, no resolver. For a rule with ``network``, the engine opens a purpose lane of the guard
 proxy (csp_web.net.proxy_lanes) on a Unix socket in a fresh directory, which bubblewrap binds
-read-only at ``SANDBOX_DIR`` in that command's sandbox alone; the bridge (_bridge.py) listens on 127.0.0.1:``BRIDGE_PORT``
-inside the namespace and copies each connection to that socket, and the usual proxy variables
-point there. So every connection the command makes is one proxy request (CONNECT, or an
-absolute ``http://`` URL), judged twice: by the rule (the exact ``host:port`` listed), then by
-the whole guard (the URL gate, every resolved address through the deny table, the connect
-pinned). What is refused is named in the reply (``NETWORK_REFUSED <host>:<port> <reason>``).
+read-only at ``SANDBOX_DIR`` in that command's sandbox alone; the bridge (_bridge.py) listens
+on 127.0.0.1:``BRIDGE_PORT`` inside the namespace and copies each connection to that socket,
+and the usual proxy variables point there. So every connection the command makes is one proxy
+request (CONNECT, or an absolute ``http://`` URL), judged twice: by the rule (the exact
+``host:port`` listed), then by the whole guard (the URL gate, every resolved address through
+the deny table, the connect pinned). What is refused is named in the reply
+(``NETWORK_REFUSED <host>:<port> <reason>``).
 Names resolve only in the proxy: the namespace has no route to any DNS server.
 
-Only that command may use its lane. Its directory is made in the daemon's lane root, a 0700
-directory under the host's /tmp (``LANE_ROOT_PREFIX``), never under TMPDIR: every sandbox
-mounts a tmpfs of its own over /tmp, so no other command can reach the socket's path, and
-a host process of the sandbox uid cannot list the root (mode 0711) to learn its random name. Reaching the path is still not
-enough: the lane admits only the sandbox uid (SO_PEERCRED), from a network namespace other
-than the daemon's, and pins the namespace of its first peer, which is the bridge's own
-connection made before the command starts; every command has a network namespace of its own.
+Only that command may use its lane. Its directory is made in the daemon's lane root, under the
+host's /tmp (``LANE_ROOT_PREFIX``), never under TMPDIR: every sandbox mounts a tmpfs of its own
+over /tmp, so no other command can reach the socket's path, and a host process of the sandbox
+uid cannot list the root (mode 0711: searchable, since a root daemon's bwrap runs as that uid)
+to learn the directory's random name. Reaching the path is still not enough: the lane admits
+only the sandbox uid (SO_PEERCRED), from a network namespace other than the daemon's, and pins
+the namespace of its first peer, which is the bridge's own connection, made before the command
+starts; every command has a network namespace of its own.
 
 The lane lives as long as the command: it is closed, its connections cut and its directory
 removed when the command has been reaped. A daemon killed first leaves its root behind; the
@@ -103,7 +105,7 @@ class Bridge:
         kept = self.lane.refusals_since(0)
         lines = tuple(dict.fromkeys(f"{r.target} {r.error}" for r in kept))
         shown = lines[:MAX_REPLY_REFUSALS]
-        standing = sum(1 for r in kept if f"{r.target} {r.error}" in shown[:MAX_REPLY_REFUSALS])
+        standing = sum(1 for r in kept if f"{r.target} {r.error}" in shown)
         return shown, self.lane.refused_total - standing
 
 
