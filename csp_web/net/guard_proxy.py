@@ -33,9 +33,12 @@ sockets held by the admitted process tree (for the browser: under the Playwright
 Chromium) may use the proxy (``proxy_peers.py``): a peer found elsewhere (another local
 process) is closed without a byte.
 A **purpose lane** (``open_unix_lane``, for exec: specialists/tool/exec/_network.py) listens
-on a Unix socket instead, for one process tree of one uid (SO_PEERCRED), and passes only the
-``host:port`` destinations it was opened with (proxy_lanes.py), then judges them as above; it
-holds a capped number of connections and lives as long as the block that opened it.
+on a Unix socket instead, for one process tree of one uid (SO_PEERCRED) in one network
+namespace (that of its first peer, when pinned), and passes only the ``host:port``
+destinations it was opened with (proxy_lanes.py), then judges them as above, with the listed
+name as the ``Host`` of a forwarded request and as the only server name a tunnel's TLS may ask
+for; it holds a capped number of connections, answers a budget of refusals (then closes
+connections unread), and lives as long as the block that opened it.
 Owns its listeners; ``serve`` runs until cancelled.
 """
 

@@ -4,8 +4,9 @@ A browser context's lane goes wherever the guard allows; a purpose lane (exec's,
 rule with ``network``: specialists/tool/exec/_network.py) goes only to the destinations it was
 opened with, and then still through the whole guard: the URL gate on the name, every address
 it resolves to through the deny table, the connect pinned to those addresses. The lane listens
-on a Unix socket (``GuardProxy.open_unix_lane``) that only ``uid`` may use, and holds at most
-``max_connections`` connections at once.
+on a Unix socket (``GuardProxy.open_unix_lane``) that only ``uid`` may use (from one network
+namespace, when ``pin_namespace``), holds at most ``max_connections`` connections at once,
+and answers at most ``max_refusals`` refusals.
 """
 
 from __future__ import annotations
