@@ -6,6 +6,8 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
+import shutil
+import stat
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from csp_web.net import GuardConfig
 from csp_web.net.guard_proxy import GuardProxy
 from csp_web.net.proxy_lanes import MAX_REFUSALS
 from specialists.tool.exec import ExecNetwork, ExecRequest, run_command, sweep_lane_roots
-from specialists.tool.exec._network import LANE_ROOT_PREFIX, MAX_REPLY_REFUSALS
+from specialists.tool.exec._network import LANE_ROOT_PREFIX, MAX_REPLY_REFUSALS, _lane_root
 from specialists.tool.exec.config import ExecConfig, ProgramRule
 from tests.net._dns import FixedResolver
 from tests.net._origin import Origin
@@ -191,3 +193,14 @@ def test_lane_roots_left_by_a_killed_daemon_are_swept_and_live_ones_kept() -> No
             )
         finally:
             os.close(held)
+
+
+def test_a_lane_root_removed_under_the_daemon_is_made_anew_and_private() -> None:
+    first = _lane_root()
+    shutil.rmtree(first)  # as a /tmp cleaner does to what an idle daemon left untouched
+    second = _lane_root()
+    assert second != first
+    assert (os.path.dirname(second), stat.S_IMODE(os.stat(second).st_mode)) == ("/tmp", 0o711)
+    assert _lane_root() == second
+    sweep_lane_roots(os.path.dirname(second))
+    assert os.path.isdir(second)  # held: this daemon's own

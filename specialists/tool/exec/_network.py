@@ -29,10 +29,12 @@ next one removes it (``sweep_lane_roots``).
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import logging
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -153,13 +155,19 @@ async def open_bridge(
 
 
 _root_lock = threading.Lock()
-_root: list[str] = []  # this daemon's lane root, made at its first lane; its lock fd is held
+_root: dict[str, int] = {}  # this daemon's lane root and its held lock's descriptor
 
 
 def _lane_root() -> str:
     """This daemon's lane root: a 0711 directory under ``HOST_TMP``, locked for as long as the
-    daemon lives (``sweep_lane_roots`` removes the ones no daemon holds)."""
+    daemon lives (``sweep_lane_roots`` removes the ones no daemon holds). A new one when it is
+    gone (a /tmp cleaner removes what an idle daemon has not touched for days) or is not the
+    daemon's own directory any more."""
     with _root_lock:
+        for root, lock in list(_root.items()):
+            if not _owned_directory(root):
+                os.close(lock)
+                del _root[root]
         if not _root:
             root = tempfile.mkdtemp(prefix=LANE_ROOT_PREFIX, dir=HOST_TMP)
             # Searchable, not listable: a root daemon's bwrap runs as the sandbox uid and
@@ -167,8 +175,17 @@ def _lane_root() -> str:
             os.chmod(root, 0o711)
             lock = os.open(os.path.join(root, _LOCK_NAME), os.O_CREAT | os.O_RDWR, 0o600)
             fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel when the daemon ends
-            _root.append(root)
-        return _root[0]
+            atexit.register(shutil.rmtree, root, ignore_errors=True)  # a clean exit's part
+            _root[root] = lock
+        return next(iter(_root))
+
+
+def _owned_directory(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def sweep_lane_roots(directory: str = HOST_TMP) -> int:
