@@ -57,9 +57,9 @@ def _detach(keep: int) -> None:
 def _forward(listener: _socket.socket, path: str) -> None:
     """Copy each accepted connection to and from a new connection to ``path``, forever.
 
-    In one batch of events, a pair closed by an earlier event is skipped (its descriptors'
-    later events are stale), and the listener is served last: a connection accepted earlier
-    in the batch could be given a descriptor number a stale event still names."""
+    In one batch of events, the listener is served last: a connection accepted earlier in the
+    batch could be given the descriptor number of a pair closed earlier in it, whose later
+    events are stale; so an event whose descriptor is no longer in ``ends`` is skipped."""
     poll = select.epoll()
     listening = listener.fileno()
     poll.register(listening, select.EPOLLIN)
@@ -67,10 +67,9 @@ def _forward(listener: _socket.socket, path: str) -> None:
     peers: dict[int, _socket.socket] = {}  # by descriptor: the other end
     while True:
         events = poll.poll()
-        closed: set[int] = set()
         for fd, _events in events:
-            if fd != listening and fd in ends and fd not in closed:
-                _pump(fd, ends, peers, poll, closed)
+            if fd in ends:
+                _pump(fd, ends, peers, poll)
         if any(fd == listening for fd, _events in events):
             _accept(listener, path, poll, ends, peers)
 
@@ -98,14 +97,9 @@ def _accept(
 
 
 def _pump(
-    fd: int,
-    ends: dict[int, _socket.socket],
-    peers: dict[int, _socket.socket],
-    poll: select.epoll,
-    closed: set[int],
+    fd: int, ends: dict[int, _socket.socket], peers: dict[int, _socket.socket], poll: select.epoll
 ) -> None:
-    """One read from ``fd`` written whole to its peer; at EOF or an error both close, and
-    their descriptors go in ``closed``.
+    """One read from ``fd`` written whole to its peer; at EOF or an error both close.
 
     Both ends are non-blocking, so a stale event can never block the forwarder in a read.
     The write waits for its peer (``_send_all``): the other end is the guard proxy (which
@@ -125,7 +119,6 @@ def _pump(
         number = end.fileno()
         poll.unregister(number)
         del ends[number], peers[number]
-        closed.add(number)
         end.close()
 
 
