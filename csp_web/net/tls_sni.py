@@ -33,7 +33,7 @@ def read_hello(data: bytes) -> Hello:
         return Hello(True)
     try:
         return Hello(True, _server_name(message))
-    except (IndexError, ValueError):
+    except IndexError:  # malformed: no server completes a handshake with it either
         return Hello(True)
 
 
@@ -80,6 +80,7 @@ def _host_name(body: bytes) -> str | None:
         kind, size = body[at], int.from_bytes(body[at + 1 : at + 3], "big")
         name = body[at + 3 : at + 3 + size]
         if kind == _HOST_NAME:
-            return name.decode("ascii").lower().removesuffix(".")  # not ASCII: ValueError
+            # Not ASCII (no DNS name is): kept, marked, so it is refused as another host.
+            return name.decode("ascii", "replace").lower().removesuffix(".")
         at += 3 + size
     return None
