@@ -33,9 +33,12 @@ sockets held by the admitted process tree (for the browser: under the Playwright
 Chromium) may use the proxy (``proxy_peers.py``): a peer found elsewhere (another local
 process) is closed without a byte.
 A **purpose lane** (``open_unix_lane``, for exec: specialists/tool/exec/_network.py) listens
-on a Unix socket instead, for one process tree of one uid (SO_PEERCRED), and passes only the
-``host:port`` destinations it was opened with (proxy_lanes.py), then judges them as above; it
-holds a capped number of connections and lives as long as the block that opened it.
+on a Unix socket instead, for one process tree of one uid (SO_PEERCRED) in one network
+namespace (that of its first peer, when pinned), and passes only the ``host:port``
+destinations it was opened with (proxy_lanes.py), then judges them as above, with the listed
+name as the ``Host`` of a forwarded request and as the only server name a tunnel's TLS may ask
+for; it holds a capped number of connections, answers a budget of refusals (then closes
+connections unread), and lives as long as the block that opened it.
 Owns its listeners; ``serve`` runs until cancelled.
 """
 
@@ -49,6 +52,7 @@ import logging
 import os
 import socket
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -62,13 +66,15 @@ from csp_web.net.resolver import resolve_checked
 from protocol import ErrorCode
 
 from .forward_proxy import Proxy, open_trio_tunnel
-from .proxy_lanes import ANY_TARGET, LanePolicy
+from .proxy_lanes import ANY_TARGET, SNI_MISMATCH, LanePolicy
 from .proxy_peers import PeerCheck
 from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
+from .tls_sni import read_hello
 
 log = logging.getLogger(__name__)
 OUTSIDE_CONTEXT = "outside-context"  # the refusal of every request on the main port
-MAX_LANE_REFUSALS = 64  # a lane keeps its latest refusals; an action reads those since it began
+MAX_LANE_REFUSALS = 64  # a browser lane keeps its latest refusals, a purpose lane its first
+_LOGGED_REFUSALS = 8  # per lane at INFO; the rest at DEBUG (a loop must not fill the log)
 _LANE_BACKLOG = 128
 _PEER_CHECK_THREADS = 2  # peer checks (proxy_peers.py) in worker threads at once
 _HOP_HEADERS = frozenset(
@@ -97,6 +103,10 @@ class Refusal:
 class Lane:
     """One context's own listener on the proxy and the refusals of what came through it.
 
+    A browser lane keeps its latest refusals (an action reads those since it began); a
+    purpose lane keeps its first, so a command cannot push what it tried first out of its
+    reply, and counts the rest (``dropped``).
+
     Thread-safe: the proxy's trio thread records, the action reading it runs on another."""
 
     def __init__(self, number: int, port: int, policy: LanePolicy | None = None) -> None:
@@ -105,10 +115,15 @@ class Lane:
         self.policy = policy  # a purpose lane's destinations (proxy_lanes.py); None: any
         self.active = 0  # connections open now (a purpose lane holds at most its cap)
         self.over_cap = 0  # connections a purpose lane closed at once, past its cap
+        self.over_budget = 0  # connections a purpose lane closed unread, past its refusals
+        self.dropped = 0  # refusals recorded but not kept (a purpose lane's past its first)
+        self.failures = 0  # connections a bug in the proxy cost
+        self.namespace: str | None = None  # a pinned purpose lane's peers' network namespace
         self.closed = False
         self._lock = threading.Lock()
         self._count = 0
-        self._kept: collections.deque[Refusal] = collections.deque(maxlen=MAX_LANE_REFUSALS)
+        keep = None if policy is not None else MAX_LANE_REFUSALS
+        self._kept: collections.deque[Refusal] = collections.deque(maxlen=keep)
         self.scope = trio.CancelScope()  # its listener's and connections': entered by the proxy
 
     @property
@@ -124,8 +139,18 @@ class Lane:
         with self._lock:
             self._count += 1
             refusal = Refusal(self.number, target, code, detail, self._count)
-            self._kept.append(refusal)
+            if self.policy is not None and len(self._kept) >= MAX_LANE_REFUSALS:
+                self.dropped += 1
+            else:
+                self._kept.append(refusal)
         return refusal
+
+    @property
+    def refused_total(self) -> int:
+        """Every connection this lane refused: recorded, or closed unread past its cap or
+        its budget of refusals."""
+        with self._lock:
+            return self._count + self.over_budget + max(0, self.over_cap - 1)
 
     def refusals_since(self, mark: int) -> list[Refusal]:
         with self._lock:
@@ -188,7 +213,8 @@ class GuardProxy:
     def _record(self, lane: Lane, target: str, exc: OpError) -> str:
         self.stats.refused += 1
         refusal = lane.record(target, exc.code, exc.detail)
-        log.info("proxy refused %s (lane %d): %s", target, lane.number, refusal.error)
+        level = logging.INFO if refusal.seq <= _LOGGED_REFUSALS else logging.DEBUG
+        log.log(level, "proxy refused %s (lane %d): %s", target, lane.number, refusal.error)
         if self.on_refusal is not None:
             self.on_refusal(refusal)
         return refusal.error
@@ -272,6 +298,8 @@ class GuardProxy:
                     nursery.cancel_scope.cancel()
         finally:
             self.stats.lanes_open -= 1
+            if lane.over_budget:
+                log.info("lane %d closed %d connections unread", lane.number, lane.over_budget)
             sock.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -281,6 +309,12 @@ class GuardProxy:
         assert policy is not None
 
         async def serve_one(stream: trio.SocketStream) -> None:
+            if lane.mark() >= policy.max_refusals:  # closed unread: see MAX_REFUSALS
+                lane.over_budget += 1
+                if lane.over_budget == 1:
+                    log.warning("lane %d: %d refusals, reading no more", lane.number, lane.mark())
+                await trio.aclose_forcefully(stream)
+                return
             if lane.active >= policy.max_connections:
                 lane.over_cap += 1
                 if lane.over_cap == 1:  # a flood is one refusal (and one log line), not each
@@ -289,7 +323,7 @@ class GuardProxy:
                 return
             lane.active += 1
             try:
-                if policy.uid is not None and peer_credentials(stream.socket)[1] != policy.uid:
+                if not _peer_admitted(stream, lane, policy):
                     self.stats.foreign_peers += 1
                     await trio.aclose_forcefully(stream)
                     return
@@ -337,7 +371,9 @@ class GuardProxy:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return  # either side hung up; nothing to report to anyone
         except Exception:  # a bug must cost one connection, never the proxy (and the daemon)
-            log.exception("proxy connection failed")
+            lane.failures += 1  # and one traceback per lane, not one per connection of a loop
+            level = logging.ERROR if lane.failures == 1 else logging.DEBUG
+            log.log(level, "proxy connection failed (lane %d)", lane.number, exc_info=True)
 
     async def _peer_allowed(self, stream: trio.SocketStream) -> bool:
         """``peer_check`` in a worker thread: its walk of /proc (proxy_peers.py) must not stall
@@ -423,6 +459,12 @@ class GuardProxy:
                 cut = OpError(ErrorCode.URL_REJECTED, "http-not-allowed")
                 self._record(lane, f"{host}:{port}", cut)
                 return
+            if lane.policy is not None and first[0] == _TLS_HANDSHAKE:
+                first, name = await _client_hello(stream, first)
+                if name is not None and name != host:
+                    cut = OpError(ErrorCode.URL_REJECTED, SNI_MISMATCH)
+                    self._record(lane, _printable_host(name, port), cut)
+                    return
             await upstream.send_all(first)
             await splice(stream, upstream)
 
@@ -439,7 +481,49 @@ class GuardProxy:
             self.stats.forwarded += 1
             parsed = check_url(url, config)
             lines = [method + b" " + parsed.target.encode() + b" HTTP/1.1"]
+            if lane.policy is not None:  # the origin hears the listed name, not the command's
+                headers = [(k, v) for k, v in headers if k.lower() != b"host"]
+                headers.append((b"Host", urllib.parse.urlsplit(url).netloc.encode()))
             lines += [k + b": " + v for k, v in headers if k.lower() not in _HOP_HEADERS]
             lines.append(b"Connection: close")
             await upstream.send_all(b"\r\n".join(lines) + b"\r\n\r\n" + rest)
             await splice(stream, upstream)
+
+
+def _peer_admitted(stream: trio.SocketStream, lane: Lane, policy: LanePolicy) -> bool:
+    """Whether a purpose lane's peer is its command's (``LanePolicy.uid``, ``pin_namespace``):
+    the uid SO_PEERCRED says, and the network namespace of the pid it says, which must not be
+    the daemon's and must be the one of the lane's first peer."""
+    pid, uid = peer_credentials(stream.socket)
+    if policy.uid is not None and uid != policy.uid:
+        return False
+    if not policy.pin_namespace:
+        return True
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:  # gone already, or not ours to look at
+        return False
+    if namespace == os.readlink("/proc/self/ns/net"):
+        return False
+    if lane.namespace is None:
+        lane.namespace = namespace
+    return namespace == lane.namespace
+
+
+async def _client_hello(stream: trio.SocketStream, first: bytes) -> tuple[bytes, str | None]:
+    """The tunnel's first bytes, read on to the end of the ClientHello they start (at most
+    ``MAX_HELLO_BYTES``), and the server name it asks for."""
+    data = first
+    hello = read_hello(data)
+    while not hello.complete:
+        more = await stream.receive_some(CHUNK_BYTES)
+        if not more:
+            break
+        data += more
+        hello = read_hello(data)
+    return data, hello.name
+
+
+def _printable_host(name: str, port: int) -> str:
+    shown = "".join(c if " " < c < "\x7f" else "?" for c in name[:253])
+    return f"{shown}:{port}"

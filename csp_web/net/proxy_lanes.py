@@ -4,14 +4,16 @@ A browser context's lane goes wherever the guard allows; a purpose lane (exec's,
 rule with ``network``: specialists/tool/exec/_network.py) goes only to the destinations it was
 opened with, and then still through the whole guard: the URL gate on the name, every address
 it resolves to through the deny table, the connect pinned to those addresses. The lane listens
-on a Unix socket (``GuardProxy.open_unix_lane``) that only ``uid`` may use, and holds at most
-``max_connections`` connections at once.
+on a Unix socket (``GuardProxy.open_unix_lane``) that only ``uid`` may use (from one network
+namespace, when ``pin_namespace``), holds at most ``max_connections`` connections at once,
+and answers at most ``max_refusals`` refusals.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import urllib.parse
 from dataclasses import dataclass
 
@@ -22,6 +24,11 @@ from protocol import ErrorCode
 NOT_IN_RULE = "not-in-network-rule"  # url_rejected's detail: a destination the rule omits
 TOO_MANY = "too-many-connections"  # rate_limited's detail: past ``max_connections``
 ANY_TARGET = "*:*"  # the target a refusal names when none was read (the connection cap)
+SNI_MISMATCH = "sni-not-in-network-rule"  # a CONNECT whose TLS names another host
+# Refusals a lane answers before it stops reading: past them a looping command costs the daemon
+# one accept and one close per connection, not a parse, a judgement and a log line.
+MAX_REFUSALS = 256
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() is true for "²"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,10 @@ class LanePolicy:
     allow: frozenset[tuple[str, int]]
     max_connections: int
     uid: int | None = None  # SO_PEERCRED must say this uid; None: any (a test's own socket)
+    # SO_PEERCRED's pid must be in another network namespace than the daemon's, and every
+    # connection in the one of the first (the bridge's, made before the command starts).
+    pin_namespace: bool = False
+    max_refusals: int = MAX_REFUSALS
 
     def narrow(self, guard: GuardConfig) -> GuardConfig:
         """The guard for this lane: its ports are the allow list's, and plain http is allowed
@@ -73,7 +84,7 @@ class LanePolicy:
     def _judge(self, host: str, port_text: str, path: str) -> Verdict:
         name = _canonical(host.lower().removesuffix("."))
         shown = f"[{name}]:{port_text}" if ":" in name else f"{name}:{port_text}"
-        port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else -1
+        port = int(port_text) if _PORT.fullmatch(port_text) else -1
         if (name, port) not in self.allow:
             return Verdict(_printable(shown[:300]), OpError(ErrorCode.URL_REJECTED, NOT_IN_RULE))
         # What goes on is rebuilt from the listed name, so the guard can never read another

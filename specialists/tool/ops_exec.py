@@ -44,6 +44,7 @@ from .exec import (
     cacheable,
     probe_sandbox,
     run_command,
+    sweep_lane_roots,
 )
 from .services import ExecServices, ToolServices
 
@@ -145,6 +146,7 @@ async def open_exec_services(
 def _network(config: Config, exec_config: ExecConfig) -> ExecNetwork:
     """Where a network rule's lanes open: a guard proxy of exec's own (lanes only, no port)
     judging by ``web.guard`` and going out through ``web.proxy`` as fetch does."""
+    sweep_lane_roots()  # a daemon killed before it removed its lanes left them behind
     upstream = egress_proxy(config)
     proxy = GuardProxy(
         lambda: shared_section(config, GuardConfig),
@@ -204,6 +206,8 @@ def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
     fields.append(("SANDBOX", result.sandbox))
     fields.append(("LIMITS", result.limits_by))
     fields += [("NETWORK_REFUSED", line) for line in result.network_refused]
+    if result.network_refused_more:
+        fields.append(("NETWORK_REFUSED_MORE", str(result.network_refused_more)))
     return tuple(fields)
 
 
@@ -312,6 +316,12 @@ EXEC_REPLIES = (
         "one per destination its network lane refused (at most 16)",
         "<host>:<port> <code>:<detail>",
         repeat=True,
+    ),
+    ReplyField(
+        "NETWORK_REFUSED_MORE",
+        "its lane refused connections the NETWORK_REFUSED lines do not name",
+        "how many",
+        kind="int",
     ),
     ReplyField("COMMAND", "FAIL: the policy refused it", "the command refused"),
     ReplyField("LOG_PATH", "always but refusals", "the exec log file of this run"),

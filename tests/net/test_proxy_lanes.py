@@ -3,16 +3,21 @@ the destinations it was opened with, still through the whole guard, with a conne
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import logging
 import os
 import socket
+import ssl
 
 import pytest
 import trio
 
 from csp_web.net import GuardConfig
-from csp_web.net.guard_proxy import GuardProxy, Lane
-from csp_web.net.proxy_lanes import LanePolicy
+from csp_web.net.guard_proxy import MAX_LANE_REFUSALS, GuardProxy, Lane
+from csp_web.net.proxy_lanes import NOT_IN_RULE, SNI_MISMATCH, LanePolicy
+from protocol import ErrorCode
 
 from ._dns import FixedResolver
 from ._origin import WAIT_S, Origin
@@ -218,3 +223,128 @@ async def test_a_purpose_lane_goes_only_to_the_host_it_judged_however_the_url_is
     assert [r.target for r in lane.refusals_since(0)] == ["other.test:80"]
     assert behind_userinfo.startswith(b"HTTP/1.1 200")
     assert dns.calls == ["registry.test"]
+
+
+@pytest.mark.parametrize("port", ["4\u00b23", "\u0664\u0664\u0663", "443 ", "+443", "000000443"])
+def test_a_port_of_anything_but_ascii_digits_is_refused_as_unlisted(port: str) -> None:
+    policy = _policy(("registry.test", 443))
+    verdict = policy.judge(True, f"registry.test:{port}")
+    assert verdict.refusal is not None
+    assert (verdict.refusal.code, verdict.refusal.detail) == ("url_rejected", NOT_IN_RULE)
+
+
+def _client_hello(name: str | None) -> bytes:
+    """The first flight of a TLS client asking for ``name`` (no SNI when None)."""
+    context = ssl.create_default_context()
+    if name is None:
+        context.check_hostname = False
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname=name)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize(("sni", "refused"), [("evil.example", True), (None, False)])
+async def test_a_purpose_lane_refuses_a_tunnel_whose_tls_names_another_host(
+    http_origin: Origin, tmp_path: os.PathLike[str], sni: str | None, refused: bool
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    target = f"registry.test:{http_origin.port}"
+    hello = _client_hello(sni)
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", http_origin.port))) as lane:
+            await _ask(path, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode() + hello)
+    found = [(r.target, r.error) for r in lane.refusals_since(0)]
+    expected = [(f"evil.example:{http_origin.port}", f"url_rejected:{SNI_MISMATCH}")]
+    assert found == (expected if refused else [])
+
+
+async def test_a_purpose_lane_sends_the_listed_host_whatever_host_header_came(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    url = http_origin.url("registry.test")
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", http_origin.port))):
+            request = f"GET {url} HTTP/1.1\r\nHost: evil.example\r\nhost: evil2.example\r\n\r\n"
+            answer = await _ask(path, request.encode())
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert [seen.headers["host"] for seen in http_origin.requests] == [
+        f"registry.test:{http_origin.port}"
+    ]
+
+
+def _recorded(lane: Lane, count: int) -> None:
+    for n in range(count):
+        lane.record(f"h{n}.test:443", ErrorCode.URL_REJECTED, NOT_IN_RULE)
+
+
+@pytest.mark.parametrize("count", [MAX_LANE_REFUSALS, MAX_LANE_REFUSALS + 1])
+def test_a_purpose_lane_keeps_its_first_refusals_and_counts_the_rest(count: int) -> None:
+    lane = Lane(1, 0, _policy(("registry.test", 443)))
+    _recorded(lane, count)
+    kept = lane.refusals_since(0)
+    assert [r.target for r in kept] == [f"h{n}.test:443" for n in range(MAX_LANE_REFUSALS)]
+    assert lane.dropped == count - MAX_LANE_REFUSALS
+    assert lane.refused_total == count
+
+
+async def test_a_purpose_lane_past_its_refusal_budget_closes_connections_unread(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="csp_web.net.guard_proxy")
+    proxy = GuardProxy(lambda: LOCAL, resolver=FixedResolver({}))
+    path = os.path.join(tmp_path, "lane.sock")
+    policy = dataclasses.replace(_policy(("registry.test", 443)), max_refusals=3)
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, policy) as lane:
+            answers = [
+                await _ask(path, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n") for _ in range(5)
+            ]
+    assert [a[:12] for a in answers] == [b"HTTP/1.1 403"] * 3 + [b""] * 2
+    assert (proxy.stats.refused, lane.over_budget, lane.refused_total) == (3, 2, 5)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [f"lane {lane.number}: 3 refusals, reading no more"]
+
+
+async def test_a_pinned_purpose_lane_refuses_a_peer_in_the_daemons_network_namespace(
+    http_origin: Origin, tmp_path: os.PathLike[str]
+) -> None:
+    dns = FixedResolver({"registry.test": ["127.0.0.1"]})
+    proxy = GuardProxy(lambda: LOCAL, resolver=dns)
+    path = os.path.join(tmp_path, "lane.sock")
+    policy = dataclasses.replace(_policy(("registry.test", http_origin.port)), pin_namespace=True)
+    url = http_origin.url("registry.test")
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, policy) as lane:
+            answer = await _ask(path, f"GET {url} HTTP/1.1\r\n\r\n".encode())
+    assert (answer, http_origin.paths(), lane.namespace) == (b"", [], None)
+    assert proxy.stats.foreign_peers == 1
+
+
+class _BrokenResolver:
+    """A resolver with a bug: every lookup raises what no caller expects."""
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError(f"bug resolving {host}")
+
+
+async def test_a_bug_met_on_every_connection_logs_one_traceback_per_lane(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="csp_web.net.guard_proxy")
+    proxy = GuardProxy(lambda: LOCAL, resolver=_BrokenResolver())
+    path = os.path.join(tmp_path, "lane.sock")
+    with trio.fail_after(WAIT_S):
+        async with proxy.open_unix_lane(path, _policy(("registry.test", 443))) as lane:
+            for _ in range(3):
+                await _ask(path, b"CONNECT registry.test:443 HTTP/1.1\r\n\r\n")
+    failed = [r for r in caplog.records if r.getMessage().startswith("proxy connection failed")]
+    assert [r.levelno for r in failed] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
+    assert lane.failures == 3

@@ -310,6 +310,7 @@ def test_a_reply_names_at_most_its_cap_of_distinct_refusals(distinct: int) -> No
         for _ in range(3):  # the same refusal again and again is one line
             lane.record(f"h{n}.test:443", refusal.code, refusal.detail)
     bridge = Bridge(lane, "/nonexistent", "/usr/bin/python3")
-    lines = bridge.refused()
+    lines, more = bridge.refused()
     assert len(lines) == MAX_REPLY_REFUSALS
+    assert more == 3 * (distinct - MAX_REPLY_REFUSALS)
     assert lines[0] == "h0.test:443 url_rejected:not-in-network-rule"

@@ -14,7 +14,7 @@ import yaml
 from csp_web.app.catalog import config_from_mapping
 from csp_web.config import ConfigError
 from specialists.tool.config import tool_section
-from specialists.tool.exec._destinations import MAX_DESTINATIONS, Destination
+from specialists.tool.exec._destinations import MAX_DESTINATIONS, RULE_ENV, Destination
 from specialists.tool.exec.config import ProgramRule
 
 
@@ -120,6 +120,26 @@ def test_a_rule_lists_at_most_its_cap_of_destinations() -> None:
 def test_a_rule_env_may_not_set_engine_proxy_or_code_loading_variables(name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         _load({"program": "npm", "env": {name: "x"}})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("PYTHONWARNINGS", "BROWSER", "npm_config_script_shell", "npm_config_node_options"),
+        *("npm_config_onload_script", "npm_config_userconfig", "npm_config_globalconfig"),
+        *("PERL5DB", "PYTHONINSPECT", "LUA_INIT", "RUSTC_WRAPPER", "PHPRC", "PHP_INI_SCAN_DIR"),
+        *("JAVA_OPTIONS", "MAVEN_OPTS", "GRADLE_OPTS", "CLASSPATH", "TCLLIBPATH", "OPENSSL_CONF"),
+        *("OPENSSL_ENGINES", "PIP_CONFIG_FILE", "LESSOPEN", "EDITOR", "PAGER", "SSH_ASKPASS"),
+    ],
+)
+def test_a_rule_env_sets_only_the_allowed_names(name: str) -> None:
+    with pytest.raises(ConfigError, match=f"env may not set {name}: a rule sets only"):
+        _load({"program": "npm", "env": {name: "x"}})
+
+
+@pytest.mark.parametrize("name", sorted(RULE_ENV))
+def test_a_rule_env_may_set_each_allowed_name(name: str) -> None:
+    assert dict(_load({"program": "npm", "env": {name: "x"}}).env) == {name: "x"}
 
 
 def test_a_rule_env_value_must_be_a_string() -> None:

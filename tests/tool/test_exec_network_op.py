@@ -19,6 +19,7 @@ from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
 from specialists.tool.config import ToolConfig
+from specialists.tool.exec._network import MAX_REPLY_REFUSALS
 from specialists.tool.exec.config import ProgramRule
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
@@ -115,3 +116,16 @@ async def test_a_networked_command_cannot_reach_the_daemons_unix_sockets(
     assert reply.status is Status.FAIL
     assert "FileNotFoundError" in (reply.get("STDERR_SUMMARY") or "")
     assert reply.get_all("NETWORK_REFUSED") == []
+
+
+@pytest.mark.parametrize(("ok", "status"), [("", Status.FAIL), (" -k", Status.OK)])
+async def test_refusals_past_the_lines_shown_are_counted_on_the_reply(
+    dispatcher: Dispatcher, ok: str, status: Status
+) -> None:
+    urls = " ".join(f"http://h{n}.example/" for n in range(MAX_REPLY_REFUSALS + 3))
+    reply = await _exec(dispatcher, f"python3 fetch.py {urls} http://h0.example/{ok}")
+    assert reply.status is status, reply
+    assert reply.get_all("NETWORK_REFUSED") == [
+        f"h{n}.example:80 url_rejected:not-in-network-rule" for n in range(MAX_REPLY_REFUSALS)
+    ]
+    assert reply.get("NETWORK_REFUSED_MORE") == "3"  # h0 again is one of the lines shown

@@ -14,7 +14,7 @@ the hosts it lists through a lane of the guard proxy, and nothing else (_network
 
 from ._cache import cache_key, cacheable
 from ._capture import summarize
-from ._network import ExecNetwork
+from ._network import ExecNetwork, sweep_lane_roots
 from ._prepare import PreparedCommand, prepare_command
 from ._request import ExecRequest
 from ._result import ExecResult, Limit
@@ -35,4 +35,5 @@ __all__ = [
     "probe_sandbox",
     "run_command",
     "summarize",
+    "sweep_lane_roots",
 ]

@@ -24,6 +24,7 @@ def main(argv: list[str]) -> None:
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
+    _hello(path)
     child = os.fork()
     if child == 0:
         if os.fork() == 0:
@@ -33,6 +34,14 @@ def main(argv: list[str]) -> None:
     os.waitpid(child, 0)
     listener.close()
     os.execv(command[0], command)
+
+
+def _hello(path: str) -> None:
+    """Connect to the lane once and hang up, before the command exists: the lane pins the
+    network namespace of its first peer (this one), so nothing outside it can use the lane."""
+    lane = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    lane.connect_ex(path)  # a failure: the command's connections fail the same way
+    lane.close()
 
 
 def _detach(keep: int) -> None:
@@ -46,17 +55,23 @@ def _detach(keep: int) -> None:
 
 
 def _forward(listener: _socket.socket, path: str) -> None:
-    """Copy each accepted connection to and from a new connection to ``path``, forever."""
+    """Copy each accepted connection to and from a new connection to ``path``, forever.
+
+    In one batch of events, the listener is served last: a connection accepted earlier in the
+    batch could be given the descriptor number of a pair closed earlier in it, whose later
+    events are stale; so an event whose descriptor is no longer in ``ends`` is skipped."""
     poll = select.epoll()
-    poll.register(listener.fileno(), select.EPOLLIN)
+    listening = listener.fileno()
+    poll.register(listening, select.EPOLLIN)
     ends: dict[int, _socket.socket] = {}  # by descriptor: each end of every pair
     peers: dict[int, _socket.socket] = {}  # by descriptor: the other end
     while True:
-        for fd, _events in poll.poll():
-            if fd == listener.fileno():
-                _accept(listener, path, poll, ends, peers)
-            elif fd in ends:
+        events = poll.poll()
+        for fd, _events in events:
+            if fd in ends:
                 _pump(fd, ends, peers, poll)
+        if any(fd == listening for fd, _events in events):
+            _accept(listener, path, poll, ends, peers)
 
 
 def _accept(
@@ -76,6 +91,7 @@ def _accept(
         lane.close()
         return
     for one, other in ((client, lane), (lane, client)):
+        one.setblocking(False)
         ends[one.fileno()], peers[one.fileno()] = one, other
         poll.register(one.fileno(), select.EPOLLIN)
 
@@ -85,21 +101,37 @@ def _pump(
 ) -> None:
     """One read from ``fd`` written whole to its peer; at EOF or an error both close.
 
-    The write blocks: the other end is the guard proxy (which always reads) or an HTTP
-    client, which sends its request before it reads the answer. A client that stops
-    reading stalls only its own command's network."""
+    Both ends are non-blocking, so a stale event can never block the forwarder in a read.
+    The write waits for its peer (``_send_all``): the other end is the guard proxy (which
+    always reads) or an HTTP client, which sends its request before it reads the answer. A
+    client that stops reading stalls only its own command's network."""
     other = peers[fd]
     try:
         data = ends[fd].recv(_CHUNK)
         if data:
-            other.sendall(data)
+            _send_all(other, data)
             return
+    except BlockingIOError:
+        return  # nothing to read after all
     except OSError:
         pass
     for end in (ends[fd], other):
-        poll.unregister(end.fileno())
-        del ends[end.fileno()], peers[end.fileno()]
+        number = end.fileno()
+        poll.unregister(number)
+        del ends[number], peers[number]
         end.close()
+
+
+def _send_all(sock: _socket.socket, data: bytes) -> None:
+    """``data`` written whole to the non-blocking ``sock``, waiting while its buffer is full."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except BlockingIOError:
+            wait = select.poll()
+            wait.register(sock.fileno(), select.POLLOUT)
+            wait.poll()
 
 
 if __name__ == "__main__":

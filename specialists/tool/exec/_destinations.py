@@ -112,14 +112,41 @@ def _ip_host(text: str, entry: str) -> str:
     return ip.compressed
 
 
+# What a rule's env may set: an allow list, since the names that make some tool load code
+# are endless (PYTHONWARNINGS with BROWSER, npm_config_script_shell, PERL5DB, LUA_INIT,
+# RUSTC_WRAPPER, PHPRC, MAVEN_OPTS, CLASSPATH, OPENSSL_CONF, PIP_CONFIG_FILE, EDITOR...).
+# Each below names a file of certificates, a registry or index URL, or a yes/no, a count or
+# a time: none is a path to code or a command line.
+RULE_ENV = frozenset(
+    {
+        # CA bundles for a TLS-inspecting proxy or a private registry
+        *("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"),
+        *("CURL_CA_BUNDLE", "PIP_CERT", "npm_config_cafile"),
+        # where packages come from
+        *("npm_config_registry", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST"),
+        # how hard a tool tries and what it chatters about
+        *("npm_config_fetch_retries", "npm_config_fetch_timeout", "npm_config_audit"),
+        *("npm_config_fund", "npm_config_update_notifier", "npm_config_progress"),
+        *("PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_CACHE_DIR", "PIP_TIMEOUT", "PIP_RETRIES"),
+        *("PIP_NO_INPUT", "PIP_PROGRESS_BAR", "TZ", "LANG", "LC_ALL", "NO_COLOR"),
+    }
+)
+
+
 def check_rule_env(env: Mapping[str, str], refused: Callable[[str], bool]) -> None:
     """ValueError naming a variable a rule may not set: a malformed name, one ``refused``
     says no to (the engine's own and code-loading names: ``config.env_refused``), a proxy
-    variable, which the engine sets for a network rule (``PROXY_ENV``), or a value with a NUL."""
+    variable, which the engine sets for a network rule (``PROXY_ENV``), anything else not in
+    ``RULE_ENV``, or a value with a NUL."""
     for name, value in env.items():
         if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"env: {name!r} is not a variable name")
         if refused(name) or name in PROXY_ENV:
             raise ValueError(f"env may not set {name}: the engine owns it or it loads code")
+        if name not in RULE_ENV:
+            raise ValueError(
+                f"env may not set {name}: a rule sets only certificate, registry and"
+                " quiet-down variables (docs/exec-policy.md)"
+            )
         if "\0" in value:
             raise ValueError(f"env: {name} holds a NUL")

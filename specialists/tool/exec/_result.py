@@ -70,6 +70,7 @@ class ExecResult:
     stderr_summary: str
     # What its network lane refused, ``<host>:<port> <code>:<detail>`` (_network.py).
     network_refused: tuple[str, ...] = ()
+    network_refused_more: int = 0  # refused connections those lines do not stand for
 
     @property
     def ok(self) -> bool:
@@ -109,7 +110,9 @@ class ExecResult:
         )
 
     def _refused_fields(self) -> list[tuple[str, str]]:
-        return [("NETWORK_REFUSED", line) for line in self.network_refused]
+        fields = [("NETWORK_REFUSED", line) for line in self.network_refused]
+        more = self.network_refused_more
+        return [*fields, ("NETWORK_REFUSED_MORE", str(more))] if more else fields
 
 
 def parse_time_report(text: str) -> tuple[int | None, int | None]:

@@ -88,7 +88,7 @@ async def run_command(
         try:
             async with _open_network(plan, network, sandbox, config) as bridge:
                 run = await _run(plan, config, sandbox, env, token, group, deadline, bridge)
-                refused = bridge.refused() if bridge is not None else ()
+                refused, more = bridge.refused() if bridge is not None else ((), 0)
         finally:
             if taken:
                 with trio.CancelScope(shield=True):
@@ -102,7 +102,9 @@ async def run_command(
             with trio.CancelScope(shield=True):
                 await group.close()
     result = _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms, usage=usage)
-    return replace(result, network_refused=refused) if refused else result
+    if not refused and not more:
+        return result
+    return replace(result, network_refused=refused, network_refused_more=more)
 
 
 def _open_network(
