@@ -31,6 +31,7 @@ import time
 
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Outbound
 from csp_web.core.api.records import json_record, make_write
@@ -120,7 +121,11 @@ async def _research(services: ResearchServices, job: Job, deadline: float) -> No
 
     asked = Asked(SearchQuery(job.question, min(job.sources * 2, 10)))
     began = time.monotonic()
-    await ask(services, asked, False, deadline)
+    try:
+        await ask(services, asked, False, deadline)
+    except OpError as exc:  # refused before it ran (a budget with no search left): a step too
+        job.steps.append(Step("search", job.question, f"{exc.code}:{exc.detail}", _ms(began)))
+        raise
     outcome = "ok" if asked.error is None else f"{asked.error.code}:{asked.error.detail}"
     job.steps.append(Step("search", job.question, outcome, _ms(began)))
     if asked.error is not None:
@@ -162,7 +167,8 @@ async def _read_one(
 ) -> None:
     began = time.monotonic()
     try:
-        page = await load_through_loaders(services, url, no_cache=False, deadline=deadline)
+        with budget.work():  # a budget running out cuts it, kept as this source's failure
+            page = await load_through_loaders(services, url, no_cache=False, deadline=deadline)
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return
