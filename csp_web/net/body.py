@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
+import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.net.result import parse_content_type
@@ -34,6 +35,9 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate":
 # The decoded bytes a LargerBody judges a body by: the most the reader table's sniffs read
 # (a feed's root element, specialists/formats/feed.py SNIFF_BYTES; magic bytes need 1,024).
 HEAD_BYTES = 4096
+# How long a cancelled read may take to close its connection: a close is one send to the
+# socket buffer, so this bounds only a peer that stopped reading (the shutdown grace is 5 s).
+ABANDON_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,10 @@ async def read_capped(
                 gauge(body.decoder.produced)
     except OpError:
         await _abandon(response, chunks)
+        raise
+    except trio.Cancelled:  # a deadline, or a budget run out (SPEC D-3): the origin is told
+        with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_S):
+            await _abandon(response, chunks)
         raise
     return body.decoder.finish()
 

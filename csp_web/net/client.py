@@ -194,7 +194,8 @@ class GuardedClient:
 
     async def _follow(self, hop: Hop, plan: _Plan) -> FetchResult:
         try:
-            return await self._follow_untranslated(hop, plan)
+            with budget.work():  # on the wire: a budget running out cancels it (SPEC D-3)
+                return await self._follow_untranslated(hop, plan)
         except OpError:
             raise
         except Exception as exc:

@@ -115,7 +115,7 @@ class TaskBudget:
             return
         left = await self._charge(dimension, amount, strict=False)
         if left is not None and left < 0:
-            self.run_out(dimension)
+            self.run_out(dimension, spare=_unit.get())  # the work paid for is done: kept
 
     def cap(self, dimension: str, amount: int) -> int:
         """``amount``, or what was last seen left of ``dimension`` when that is less
@@ -130,13 +130,15 @@ class TaskBudget:
             self.run_out(dimension)
             raise BudgetExhausted(dimension)
 
-    def run_out(self, dimension: str) -> None:
+    def run_out(self, dimension: str, spare: trio.CancelScope | None = None) -> None:
         """Mark the budget exhausted by ``dimension`` (the first to run out names it) and
-        cancel the work still running under it: what it would spend is past the budget."""
+        cancel the work still running under it, but ``spare``: what it would spend is past
+        the budget."""
         self.exhausted = self.exhausted or dimension
         self._cut = self._cut or dimension
         for scope in self._units:
-            scope.cancel()
+            if scope is not spare:
+                scope.cancel()
 
     @contextmanager
     def work(self) -> Iterator[None]:
@@ -146,10 +148,12 @@ class TaskBudget:
         self._units.add(scope)
         if self._cut is not None:
             scope.cancel()
+        token = _unit.set(scope)
         try:
             with scope:
                 yield
         finally:
+            _unit.reset(token)
             self._units.discard(scope)
         if scope.cancelled_caught and self._cut is not None:
             raise BudgetExhausted(self._cut)
@@ -218,11 +222,14 @@ class Meter:
 
     def release(self) -> None:
         """Give back what this work drew, its cost now settled or abandoned."""
-        if self.budget is not None:
+        if self.budget is not None and self.drawn:
             self.budget._drawn[self.dimension] -= self.drawn
 
 
 _running: ContextVar[TaskBudget | None] = ContextVar("csp_web_task_budget", default=None)
+# The unit of work (``TaskBudget.work``) the running code is part of: its own charge past
+# the budget, for work already done, does not cancel it.
+_unit: ContextVar[trio.CancelScope | None] = ContextVar("csp_web_budget_unit", default=None)
 
 
 def running() -> TaskBudget | None:

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import trio
 
-from csp_web.core.api import budget
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Params
@@ -116,15 +115,14 @@ async def _load(
     max_age_s, max_pages = bounds
     try:
         render = params.opt_text("RENDER")
-        with budget.work():  # a budget running out cuts it: its FETCH_ERROR says so
-            page = await fetch_page(
-                services,
-                outcome.url,
-                no_cache=no_cache,
-                max_age_s=max_age_s,
-                render=render,
-                max_pages=max_pages,
-            )
+        page = await fetch_page(
+            services,
+            outcome.url,
+            no_cache=no_cache,
+            max_age_s=max_age_s,
+            render=render,
+            max_pages=max_pages,
+        )
         content = page_view(page, params.text("EXTRACT"), outcome.url)  # refuse no view
         empty = empty_error(page, content)
         if empty is not None:  # loaded, but nothing to read: a failure of this URL

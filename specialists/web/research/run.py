@@ -31,7 +31,6 @@ import time
 
 import trio
 
-from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Outbound
 from csp_web.core.api.records import json_record, make_write
@@ -167,8 +166,7 @@ async def _read_one(
 ) -> None:
     began = time.monotonic()
     try:
-        with budget.work():  # a budget running out cuts it, kept as this source's failure
-            page = await load_through_loaders(services, url, no_cache=False, deadline=deadline)
+        page = await load_through_loaders(services, url, no_cache=False, deadline=deadline)
     except OpError as exc:
         job.steps.append(Step("fetch", url, f"{exc.code}:{exc.detail}", _ms(began)))
         return

@@ -329,9 +329,8 @@ async def prefetch(services: SearchServices, urls: Sequence[str]) -> None:
         deadline = trio.current_time() + services.config.guard.timeout_s
         try:
             await budget.take("fetches")
-            with budget.work():  # the search's budget running out cuts it
-                page = await load_page(services, url, deadline=deadline, background=True)
-                await prepare_fetch(services, page)
+            page = await load_page(services, url, deadline=deadline, background=True)
+            await prepare_fetch(services, page)
         except OpError as exc:
             log.debug("prefetch of %s skipped: %s", url, exc)
         except Exception:
