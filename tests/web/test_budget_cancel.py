@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from csp_web.config import Config
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.dispatch.ledger import LocalLedger
-from csp_web.config import Config
 from protocol import Reply, Status
 from specialists.web import WEB
 from specialists.web.services import WebServices
@@ -21,7 +21,7 @@ from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import fetch, run, serve
 from tests.web.test_budget_web import PAGE, _research, research  # noqa: F401 (a fixture)
-from tests.web.test_research import run_job, steps
+from tests.web.test_research import run_job, searx_route, steps
 from tests.web.test_search_filters import WAIT_S
 
 BIG = "<html><head><title>W</title></head><body><p>" + "Waves break. " * 8000 + "</p></body></html>"
@@ -169,14 +169,13 @@ async def test_a_task_sharing_a_budget_id_spent_by_another_cancels_its_work_on_i
 
 
 async def test_a_research_source_passing_the_bytes_left_is_cut_and_the_job_answers_from_the_rest(
-    research: tuple[Dispatcher, WebServices], origin: Origin
+    research: tuple[Dispatcher, WebServices],
+    origin: Origin,  # noqa: F811 (the fixture)
 ) -> None:
     """Two sources, the second a body that never ends: it is cut as the job's bytes run
     out, and the job answers PARTIAL budget_exhausted:bytes with the first one's bullets."""
     dispatcher, web = research
     _research(web, origin)
-    from tests.web.test_research import searx_route
-
     drip(origin, "/tides", 8192)
     searx_route(origin, ["/surges", "/tides"])
     reply = await run_job(dispatcher, ("MAX_SOURCES", "2"), ("BUDGET", "bytes:100000"))
