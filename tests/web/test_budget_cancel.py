@@ -169,8 +169,8 @@ async def test_a_task_sharing_a_budget_id_spent_by_another_cancels_its_work_on_i
 
 
 async def test_a_research_source_passing_the_bytes_left_is_cut_and_the_job_answers_from_the_rest(
-    research: tuple[Dispatcher, WebServices],
-    origin: Origin,  # noqa: F811 (the fixture)
+    research: tuple[Dispatcher, WebServices],  # noqa: F811 (the fixture)
+    origin: Origin,
 ) -> None:
     """Two sources, the second a body that never ends: it is cut as the job's bytes run
     out, and the job answers PARTIAL budget_exhausted:bytes with the first one's bullets."""
