@@ -267,6 +267,12 @@ def cap(dimension: str, amount: int) -> int:
     return amount if current is None else current.cap(dimension, amount)
 
 
+def left(dimension: str) -> int | None:
+    """What was last seen left of ``dimension`` in the running budget; None: not limited."""
+    current = _running.get()
+    return None if current is None else current.left.get(dimension)
+
+
 def require(dimension: str) -> None:
     """``TaskBudget.require`` on the running budget, if any."""
     current = _running.get()

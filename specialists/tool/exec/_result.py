@@ -70,6 +70,7 @@ class ExecResult:
     stderr_summary: str
     # What its network lane refused, ``<host>:<port> <code>:<detail>`` (_network.py).
     network_refused: tuple[str, ...] = ()
+    cpu_cut_ms: int | None = None  # killed at this CPU time, past the task's budget
 
     @property
     def ok(self) -> bool:
