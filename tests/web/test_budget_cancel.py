@@ -5,7 +5,7 @@ a task sharing a BUDGET_ID learns that another task spent it on its next charge.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -29,7 +29,7 @@ HTML = [("content-type", "text/html; charset=utf-8")]
 
 
 @pytest.fixture
-def dispatcher(make_dispatcher: DispatcherFactory, web_config: Config) -> AsyncIterator[Dispatcher]:
+def dispatcher(make_dispatcher: DispatcherFactory, web_config: Config) -> Iterator[Dispatcher]:
     """Every web op, with the embedded ledger for BUDGET_IDs."""
     dispatcher = make_dispatcher(list(WEB.ops))
     ledger = LocalLedger(web_config.daemon.state_dir, web_config.budgets)
