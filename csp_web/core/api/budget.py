@@ -15,13 +15,14 @@ budget exhausted without raising, since the work it pays for is done: the dispat
 such a task ``PARTIAL`` with that error (never a silent overrun). Outside a budgeted task every
 call does nothing.
 
-Work still running when a cost runs out is cancelled at once (SPEC D-3). Each unit of work an
-op gathers (a page of a multi-URL fetch, a research source, a prefetch) runs in ``work()``,
-whose cancel scope the budget holds: a charge that finds a dimension's cost past what is left
-(``spend``, ``require``, a body's ``meter``), in the task's own budget or in the shared ledger
-(another task's charges show in what the ledger answers), cancels every unit, and each one
-ends raising ``BudgetExhausted``, which the op's gather code keeps as that unit's failure
-beside the units already done. A count refused (``take``) cancels nothing: the work already
+Work still running when a cost runs out is cancelled at once (SPEC D-3). Each unit of work
+that spends runs in ``work()``, whose cancel scope the budget holds: every request of the HTTP
+client (a page of a multi-URL fetch, a research source, a prefetch, a model call). A charge
+that finds a dimension's cost past what is left (``spend``, ``require``, a body's ``meter``),
+in the task's own budget or in the shared ledger (another task's charges show in what the
+ledger answers), cancels every unit, and each one ends raising ``BudgetExhausted``, which the
+op keeps as that unit's failure beside the units already done. exec's command is watched
+apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A count refused (``take``) cancels nothing: the work already
 running was paid for within it, and is what the reply is made of.
 
 A budget without BUDGET_ID is the task's own, held in the ``TaskBudget``; one with a BUDGET_ID
