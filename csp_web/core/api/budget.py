@@ -22,8 +22,9 @@ that finds a dimension's cost past what is left (``spend``, ``require``, a body'
 in the task's own budget or in the shared ledger (another task's charges show in what the
 ledger answers), cancels every unit, and each one ends raising ``BudgetExhausted``, which the
 op keeps as that unit's failure beside the units already done. exec's command is watched
-apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A count refused (``take``) cancels nothing: the work already
-running was paid for within it, and is what the reply is made of.
+apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A
+count refused (``take``) cancels nothing: the work already running was paid for within it,
+and is what the reply is made of.
 
 A budget without BUDGET_ID is the task's own, held in the ``TaskBudget``; one with a BUDGET_ID
 lives in the daemon's ``Ledger`` (SQLite in the state dir, or Redis for a fleet), so tasks on
