@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
+import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.net.result import parse_content_type
@@ -34,6 +35,9 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate":
 # The decoded bytes a LargerBody judges a body by: the most the reader table's sniffs read
 # (a feed's root element, specialists/formats/feed.py SNIFF_BYTES; magic bytes need 1,024).
 HEAD_BYTES = 4096
+# How long a cancelled read may take to close its connection: a close is one send to the
+# socket buffer, so this bounds only a peer that stopped reading (the shutdown grace is 5 s).
+ABANDON_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ async def read_capped(
     max_decoded_bytes: int,
     larger: LargerBody | None = None,
     url: str = "",
+    gauge: Callable[[int], None] | None = None,
 ) -> bytes:
     """The decoded body of a streamed ``response`` (requested as ``url``), read until the end
     or a cap: ``larger``'s when it applies to the response (see the module's docstring).
@@ -160,7 +165,9 @@ async def read_capped(
     Raises OpError(TOO_LARGE, "max_body_bytes") as soon as the declared Content-Length or
     the bytes received pass ``max_body_bytes``, OpError(TOO_LARGE, "max_decoded_bytes") as
     soon as decoding passes ``max_decoded_bytes``; OpError(TOO_LARGE, larger.name) past the
-    larger cap. The caller owns and closes ``response``.
+    larger cap. ``gauge`` is told the bytes decoded so far after each chunk: what it raises
+    (a budget passed: ``budget.Meter.draw``) cuts the body off the same way. The caller owns
+    and closes ``response``.
     """
     if response.request.method == "HEAD" or response.status_code in _NO_BODY_STATUSES:
         return b""  # their Content-Length and Content-Encoding describe a body never sent
@@ -170,8 +177,14 @@ async def read_capped(
     try:
         async for chunk in chunks:
             body.receive(chunk)
+            if gauge is not None:
+                gauge(body.decoder.produced)
     except OpError:
         await _abandon(response, chunks)
+        raise
+    except trio.Cancelled:  # a deadline, or a budget run out (SPEC D-3): the origin is told
+        with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_S):
+            await _abandon(response, chunks)
         raise
     return body.decoder.finish()
 

@@ -23,6 +23,7 @@ import trio
 
 from csp_web.config.guard import GuardConfig
 from csp_web.core.api import budget
+from csp_web.core.api.budget import BudgetExhausted
 from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, LargerBody, check_header_bytes, read_capped
@@ -193,7 +194,8 @@ class GuardedClient:
 
     async def _follow(self, hop: Hop, plan: _Plan) -> FetchResult:
         try:
-            return await self._follow_untranslated(hop, plan)
+            with budget.work():  # on the wire: a budget running out cancels it (SPEC D-3)
+                return await self._follow_untranslated(hop, plan)
         except OpError:
             raise
         except Exception as exc:
@@ -209,17 +211,10 @@ class GuardedClient:
         while True:
             if plan.respect_robots:
                 await self._require_robots(hop.url)
-            budget.require("bytes")  # settled after each body: at most one body past it
+            budget.require("bytes")  # none left: no request
             async with self._send(hop, headers) as response:
                 if not is_redirect(response):
-                    body = await read_capped(
-                        response,
-                        max_body_bytes=plan.max_body_bytes,
-                        max_decoded_bytes=plan.max_decoded_bytes,
-                        larger=plan.larger_body,
-                        url=hop.url.url,
-                    )
-                    await budget.spend("bytes", len(body))
+                    body = await _read_metered(response, plan, hop.url.url)
                     return _result(response, body, chain, trio.current_time() - started)
                 if len(chain) > plan.max_redirects:
                     raise OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{plan.max_redirects}")
@@ -281,6 +276,28 @@ def _headers_for(
     if not plan.follow_with_credentials:
         raise OpError(ErrorCode.FETCH_FAILED, "credentials_redirect")
     return without(headers, plan.credentials)
+
+
+async def _read_metered(response: httpx.Response, plan: _Plan, url: str) -> bytes:
+    """The body of ``response`` (``read_capped`` under ``plan``'s caps), its decoded bytes
+    charged to the running budget's ``bytes``: cut off as soon as they pass what is left
+    (SPEC D-3), and what was received charged then too."""
+    with budget.meter("bytes") as meter:
+        try:
+            body = await read_capped(
+                response,
+                max_body_bytes=plan.max_body_bytes,
+                max_decoded_bytes=plan.max_decoded_bytes,
+                larger=plan.larger_body,
+                url=url,
+                gauge=meter.draw,
+            )
+        except BudgetExhausted:
+            with trio.CancelScope(shield=True):  # its own cut cancelled the task's other work
+                await budget.spend("bytes", meter.drawn)
+            raise
+    await budget.spend("bytes", len(body))
+    return body
 
 
 def _result(

@@ -260,9 +260,13 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
             return replace(hit, audit=audit)
         task_budget.require("exec_cpu_ms")
         result = await run_command(
-            request, services.config, sandbox=services.sandbox, network=services.network
+            request,
+            services.config,
+            sandbox=services.sandbox,
+            network=services.network,
+            cpu_left_ms=task_budget.left("exec_cpu_ms"),  # killed once past it
         )
-        await task_budget.spend("exec_cpu_ms", result.cpu_ms or 0)
+        await task_budget.spend("exec_cpu_ms", max(result.cpu_ms or 0, result.cpu_cut_ms or 0))
         result = replace(result, timeout_ms=budget)
         # A command the engine timed out is owed its log and reply even when the task's
         # deadline passes during the clear-up (run_command's timeout leaves it only the reserve).

@@ -37,6 +37,7 @@ class Reply:
     drip: bool = False
     hangup: bool = False  # close the connection without any response
     hold: trio.Event | None = None  # answer only once it is set (a step held mid-way)
+    drip_bytes: int = 1  # what ``drip`` sends each interval
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Origin:
     sni_names: list[str | None] = field(default_factory=list)
     robots: Reply = field(default_factory=lambda: Reply(404))
     routes: dict[str, Route] = field(default_factory=dict)
+    cut: list[str] = field(default_factory=list)  # paths whose client left mid-answer
     _requested: dict[str, trio.Event] = field(default_factory=dict)
 
     def url(self, host: str, path: str = "/page") -> str:
@@ -132,7 +134,11 @@ class Origin:
             return False
         if reply.hold is not None:
             await reply.hold.wait()
-        await _send(conn, stream, reply, head=seen.method == "HEAD")
+        try:
+            await _send(conn, stream, reply, head=seen.method == "HEAD")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.cut.append(urllib.parse.urlsplit(seen.target).path)
+            raise
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     def _route(self, seen: Seen) -> Reply:
@@ -217,7 +223,7 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply, *, 
         return
     if reply.drip:
         while True:
-            await stream.send_all(conn.send(h11.Data(data=b"x")) or b"")
+            await stream.send_all(conn.send(h11.Data(data=b"x" * reply.drip_bytes)) or b"")
             await trio.sleep(DRIP_INTERVAL_S)
     for start in range(0, len(reply.body), 16384):
         await stream.send_all(conn.send(h11.Data(data=reply.body[start : start + 16384])) or b"")

@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import trio
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, with_section
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.dispatch.ledger import LocalLedger
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
 from specialists.tool.config import ToolConfig
+from specialists.tool.exec._runner import CPU_POLL_S
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
@@ -72,3 +75,31 @@ async def test_no_cpu_left_refuses_the_command_before_it_runs(dispatcher: Dispat
     assert reply.status is Status.PARTIAL
     logs = [w for _, w in outbox_of(dispatcher)._store.oldest(1000) if w.type == "exec_log"]
     assert logs == []
+
+
+SPIN = (
+    "python3 -c \"import time; print('spinning', flush=True); t = time.process_time()\n"
+    'while time.process_time() - t < 20: pass"'
+)
+
+
+@pytest.mark.slow
+async def test_a_command_whose_cpu_passes_the_budget_is_killed_near_it_with_its_output(
+    dispatcher: Dispatcher, config: Config
+) -> None:
+    """A 20 s CPU loop under exec_cpu_ms:1500 is killed once a reading (every CPU_POLL_S)
+    finds it past 1500 ms: charged at most one poll interval of CPU past the budget, not
+    20 s after the fact; PARTIAL budget_exhausted:exec_cpu_ms with what it printed."""
+    ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+    dispatcher.ledger = ledger
+    fields = (("BUDGET_ID", "spin"), ("BUDGET", "exec_cpu_ms:1500"), ("TIMEOUT_MS", "60000"))
+    with trio.fail_after(60):
+        reply = await dispatcher.run(
+            Task("exec", "SHELL", "EXEC_RESULT", SPIN, fields), Peer("t", 1000, 4242)
+        )
+    charged = 1500 - (await ledger.charge("spin", "exec_cpu_ms", 0, strict=False) or 0)
+    ledger.close()
+    assert (reply.status, reply.get("ERROR")) == (Status.PARTIAL, "budget_exhausted:exec_cpu_ms")
+    assert reply.get("STDOUT_SUMMARY") == "spinning"
+    assert reply.get("BUDGET_LEFT") == "exec_cpu_ms:0"
+    assert 1500 < charged <= 1500 + CPU_POLL_S * 1000  # one reading late: the loop is one core

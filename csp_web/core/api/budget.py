@@ -15,6 +15,17 @@ budget exhausted without raising, since the work it pays for is done: the dispat
 such a task ``PARTIAL`` with that error (never a silent overrun). Outside a budgeted task every
 call does nothing.
 
+Work still running when a cost runs out is cancelled at once (SPEC D-3). Each unit of work
+that spends runs in ``work()``, whose cancel scope the budget holds: every request of the HTTP
+client (a page of a multi-URL fetch, a research source, a prefetch, a model call). A charge
+that finds a dimension's cost past what is left (``spend``, ``require``, a body's ``meter``),
+in the task's own budget or in the shared ledger (another task's charges show in what the
+ledger answers), cancels every unit, and each one ends raising ``BudgetExhausted``, which the
+op keeps as that unit's failure beside the units already done. exec's command is watched
+apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A
+count refused (``take``) cancels nothing: the work already running was paid for within it,
+and is what the reply is made of.
+
 A budget without BUDGET_ID is the task's own, held in the ``TaskBudget``; one with a BUDGET_ID
 lives in the daemon's ``Ledger`` (SQLite in the state dir, or Redis for a fleet), so tasks on
 other connections, later cron runs and other daemons draw from the same amounts.
@@ -25,9 +36,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Protocol, TypeVar
+
+import trio
 
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Task
@@ -67,7 +81,7 @@ class TaskBudget:
     """A task's view of its budget: the dimensions it limits and what was last seen left of
     each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
 
-    __slots__ = ("budget_id", "exhausted", "ledger", "left", "uid")
+    __slots__ = ("_cut", "_drawn", "_units", "budget_id", "exhausted", "ledger", "left", "uid")
 
     def __init__(
         self,
@@ -82,6 +96,9 @@ class TaskBudget:
         self.budget_id = budget_id
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
+        self._units: set[trio.CancelScope] = set()  # the work running under it (``work``)
+        self._cut: str | None = None  # the cost that ran out and cancelled that work
+        self._drawn: dict[str, int] = {}  # received by bodies still being read (``meter``)
 
     async def take(self, dimension: str, amount: int = 1) -> None:
         """Charge ``amount`` of ``dimension`` if it fits, else raise BudgetExhausted and
@@ -100,7 +117,7 @@ class TaskBudget:
             return
         left = await self._charge(dimension, amount, strict=False)
         if left is not None and left < 0:
-            self.exhausted = self.exhausted or dimension
+            self.run_out(dimension, spare=_unit.get())  # the work paid for is done: kept
 
     def cap(self, dimension: str, amount: int) -> int:
         """``amount``, or what was last seen left of ``dimension`` when that is less
@@ -112,8 +129,46 @@ class TaskBudget:
         """Raise BudgetExhausted when nothing was last seen left of ``dimension``: work
         whose cost is settled after it does not start on an empty budget."""
         if self.left.get(dimension, 1) <= 0:
-            self.exhausted = self.exhausted or dimension
+            self.run_out(dimension)
             raise BudgetExhausted(dimension)
+
+    def run_out(self, dimension: str, spare: trio.CancelScope | None = None) -> None:
+        """Mark the budget exhausted by ``dimension`` (the first to run out names it) and
+        cancel the work still running under it, but ``spare``: what it would spend is past
+        the budget."""
+        self.exhausted = self.exhausted or dimension
+        self._cut = self._cut or dimension
+        for scope in self._units:
+            if scope is not spare:
+                scope.cancel()
+
+    @contextmanager
+    def work(self) -> Iterator[None]:
+        """A unit of work that exhaustion cancels: raises BudgetExhausted when that is how
+        it ended (at once when the budget had already run out)."""
+        scope = trio.CancelScope()
+        self._units.add(scope)
+        if self._cut is not None:
+            scope.cancel()
+        token = _unit.set(scope)
+        try:
+            with scope:
+                yield
+        finally:
+            _unit.reset(token)
+            self._units.discard(scope)
+        if scope.cancelled_caught and self._cut is not None:
+            raise BudgetExhausted(self._cut)
+
+    @contextmanager
+    def meter(self, dimension: str) -> Iterator[Meter]:
+        """A ``Meter`` of work that spends ``dimension`` as it goes (a body being read),
+        whose drawing is given back on exit, for ``spend`` to settle."""
+        meter = Meter(self if dimension in self.left else None, dimension)
+        try:
+            yield meter
+        finally:
+            meter.release()
 
     @property
     def reply_text(self) -> str:
@@ -146,7 +201,37 @@ class TaskBudget:
         return left
 
 
+class Meter:
+    """What one piece of work has spent so far of a dimension (``TaskBudget.meter``)."""
+
+    __slots__ = ("budget", "dimension", "drawn")
+
+    def __init__(self, task_budget: TaskBudget | None, dimension: str) -> None:
+        self.budget, self.dimension, self.drawn = task_budget, dimension, 0
+
+    def draw(self, total: int) -> None:
+        """Record ``total`` spent so far; once that, with what the task's other work is
+        drawing, passes what was last seen left, the budget runs out (cancelling its other
+        work) and BudgetExhausted is raised for this one to stop."""
+        if self.budget is None:
+            return
+        drawn, left = self.budget._drawn, self.budget.left[self.dimension]
+        drawn[self.dimension] = drawn.get(self.dimension, 0) + total - self.drawn
+        self.drawn = total
+        if drawn[self.dimension] > left:
+            self.budget.run_out(self.dimension)
+            raise BudgetExhausted(self.dimension)
+
+    def release(self) -> None:
+        """Give back what this work drew, its cost now settled or abandoned."""
+        if self.budget is not None and self.drawn:
+            self.budget._drawn[self.dimension] -= self.drawn
+
+
 _running: ContextVar[TaskBudget | None] = ContextVar("csp_web_task_budget", default=None)
+# The unit of work (``TaskBudget.work``) the running code is part of: its own charge past
+# the budget, for work already done, does not cancel it.
+_unit: ContextVar[trio.CancelScope | None] = ContextVar("csp_web_budget_unit", default=None)
 
 
 def running() -> TaskBudget | None:
@@ -184,11 +269,39 @@ def cap(dimension: str, amount: int) -> int:
     return amount if current is None else current.cap(dimension, amount)
 
 
+def left(dimension: str) -> int | None:
+    """What was last seen left of ``dimension`` in the running budget; None: not limited."""
+    current = _running.get()
+    return None if current is None else current.left.get(dimension)
+
+
 def require(dimension: str) -> None:
     """``TaskBudget.require`` on the running budget, if any."""
     current = _running.get()
     if current is not None:
         current.require(dimension)
+
+
+@contextmanager
+def work() -> Iterator[None]:
+    """``TaskBudget.work`` on the running budget; unbudgeted work runs as it is."""
+    current = _running.get()
+    if current is None:
+        yield
+    else:
+        with current.work():
+            yield
+
+
+@contextmanager
+def meter(dimension: str) -> Iterator[Meter]:
+    """``TaskBudget.meter`` on the running budget; unbudgeted, a meter that limits nothing."""
+    current = _running.get()
+    if current is None:
+        yield Meter(None, dimension)
+    else:
+        with current.meter(dimension) as gauge:
+            yield gauge
 
 
 class HoldsBudget(Protocol):

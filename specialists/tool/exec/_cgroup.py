@@ -157,6 +157,13 @@ class CommandCgroup:
             peak_bytes=peak,
         )
 
+    def cpu_ms(self) -> int | None:
+        """The CPU time its processes used so far (cgroup v2's ``cpu.stat``); None on v1."""
+        if self.host.kind != "cgroup2":
+            return None
+        usec = _keyed(os.path.join(self.memory_dir, "cpu.stat")).get("usage_usec")
+        return None if usec is None else usec // 1000
+
     def kill(self) -> None:
         """SIGKILL every process left in the cgroup (v2: ``cgroup.kill``; v1: one by one)."""
         kill_file = os.path.join(self.memory_dir, "cgroup.kill")

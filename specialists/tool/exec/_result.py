@@ -71,6 +71,7 @@ class ExecResult:
     # What its network lane refused, ``<host>:<port> <code>:<detail>`` (_network.py).
     network_refused: tuple[str, ...] = ()
     network_refused_more: int = 0  # refused connections those lines do not stand for
+    cpu_cut_ms: int | None = None  # killed at this CPU time, past the task's budget
 
     @property
     def ok(self) -> bool:

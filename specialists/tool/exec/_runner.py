@@ -28,7 +28,7 @@ from ._protect import release_placeholders, take_placeholders
 from ._request import ExecRequest, open_working_dir
 from ._result import ExecResult, Limit, describe_status, limits_from_signal, parse_time_report
 from ._sandbox import Sandbox, wrap_argv
-from ._tree import TOKEN_ENV
+from ._tree import TOKEN_ENV, tree_cpu_ms
 
 # One thread makes and removes placeholders: their table (_protect._held) is shared.
 PLACEHOLDER_THREAD = trio.CapacityLimiter(1)
@@ -37,6 +37,10 @@ PLACEHOLDER_THREAD = trio.CapacityLimiter(1)
 # resolved beforehand: a wrapper that vanished means the host changed under the daemon.
 _SPAWN_UNAVAILABLE = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC})
 _REPORT_BYTES = 1024  # GNU time writes one short line
+# How often a command's CPU time is read against the task's budget (exec_cpu_ms): it may
+# pass the budget by at most this much CPU per core it uses before it is killed. Each read
+# is one cgroup file, or a walk of /proc without a cgroup (~1 ms on a busy host).
+CPU_POLL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -47,6 +51,7 @@ class _Run:
     stderr: CappedOutput
     report: CappedOutput  # GNU time's line; the command inherits the pipe and may write too
     timed_out: bool = False
+    cpu_cut_ms: int | None = None  # its CPU time when killed for passing the task's budget
     exit: Exit | None = None
 
 
@@ -56,6 +61,7 @@ async def run_command(
     *,
     sandbox: Sandbox,
     network: ExecNetwork | None = None,
+    cpu_left_ms: int | None = None,
 ) -> ExecResult:
     """Run ``request`` under ``config``'s policy and limits inside ``sandbox``.
 
@@ -71,6 +77,9 @@ async def run_command(
 
     A command whose program rule has ``network`` runs behind a lane of ``network``'s guard
     proxy (_network.py); NOT_AVAILABLE when there is none to open it on.
+
+    ``cpu_left_ms``: the task's budget of CPU time (SPEC D-3, exec_cpu_ms); the command is
+    killed once its CPU time, read every ``CPU_POLL_S``, passes it (``ExecResult.cpu_cut_ms``).
     """
     plan = prepare_command(request, config, sandbox=sandbox)
     deadline = min(trio.current_time() + plan.timeout_ms / 1000, work_deadline())
@@ -87,7 +96,8 @@ async def run_command(
         taken = await _take_placeholders(plan, sandbox)
         try:
             async with _open_network(plan, network, sandbox, config) as bridge:
-                run = await _run(plan, config, sandbox, env, token, group, deadline, bridge)
+                watch = _CpuWatch(cpu_left_ms, group)
+                run = await _run(plan, config, sandbox, env, token, watch, deadline, bridge)
                 refused, more = bridge.refused() if bridge is not None else ((), 0)
         finally:
             if taken:
@@ -102,6 +112,8 @@ async def run_command(
             with trio.CancelScope(shield=True):
                 await group.close()
     result = _result(plan, run, config, sandbox=sandbox, duration_ms=duration_ms, usage=usage)
+    if run.cpu_cut_ms is not None:
+        result = replace(result, cpu_cut_ms=run.cpu_cut_ms)
     if not refused and not more:
         return result
     return replace(result, network_refused=refused, network_refused_more=more)
@@ -187,7 +199,7 @@ async def _run(
     sandbox: Sandbox,
     env: dict[str, str],
     token: str | None,
-    group: CommandCgroup | None,
+    watch: _CpuWatch,
     deadline: float,
     bridge: Bridge | None = None,
 ) -> _Run:
@@ -205,7 +217,7 @@ async def _run(
             timeout_ms=plan.timeout_ms,
             report_fd=pipes.report_fd,
             working_dir_fd=working_dir_fd,
-            cgroup=group,
+            cgroup=watch.group,
             layout=plan.layout,
             mounts=mounts,
         )
@@ -213,7 +225,8 @@ async def _run(
     finally:
         os.close(working_dir_fd)
     try:
-        return await _supervise(child, config, deadline, group if not _swept(sandbox) else None)
+        cleared = watch.group if not _swept(sandbox) else None
+        return await _supervise(child, config, deadline, cleared, watch)
     finally:
         await child.aclose(grace_s=config.reap_grace_ms / 1000)
 
@@ -239,7 +252,11 @@ async def _spawn(
 
 
 async def _supervise(
-    child: Child, config: ExecConfig, deadline: float, group: CommandCgroup | None
+    child: Child,
+    config: ExecConfig,
+    deadline: float,
+    group: CommandCgroup | None,
+    watch: _CpuWatch,
 ) -> _Run:
     """Read both pipes while waiting for exit or the timeout (trio time ``deadline``), then
     clear up what is left: every process in ``group`` when the cgroup holds the command
@@ -260,7 +277,7 @@ async def _supervise(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_drain_all, child, run, drained)
             with trio.move_on_at(deadline) as timer:
-                await child.wait_exited()
+                run.cpu_cut_ms = await watch.until_exited(child)
             run.timed_out = timer.cancelled_caught
             # Past its own timer the op owes the caller the timeout reply (COMMAND, exit:null,
             # the log): the clear-up below, bounded by the two graces, finishes even if the
@@ -270,7 +287,7 @@ async def _supervise(
             if group is not None:
                 group.kill()
                 child.kill_group()
-            elif run.timed_out or child.token is not None:
+            elif run.timed_out or run.cpu_cut_ms is not None or child.token is not None:
                 await child.kill_tree()
             else:  # bwrap: the namespace died with its init; only the group is left to check
                 child.kill_group()
@@ -279,6 +296,43 @@ async def _supervise(
                 await drained.wait()
             nursery.cancel_scope.cancel()
     return run
+
+
+@dataclass(slots=True)
+class _CpuWatch:
+    """The command's cgroup, and the CPU time (ms) it may use before it is killed (None:
+    no budget limits it)."""
+
+    left_ms: int | None
+    group: CommandCgroup | None
+
+    async def until_exited(self, child: Child) -> int | None:
+        """Wait for ``child`` to exit: None; or, at once, the CPU time (ms) it had used when
+        that was read to have passed ``left_ms``, for the caller to kill it."""
+        if self.left_ms is None:
+            await child.wait_exited()
+            return None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_when_exited, child, nursery.cancel_scope)
+            while True:
+                await trio.sleep(CPU_POLL_S)
+                used = self._cpu_ms(child)
+                if used > self.left_ms:
+                    nursery.cancel_scope.cancel()
+                    return used
+        return None  # it exited first
+
+    def _cpu_ms(self, child: Child) -> int:
+        if self.group is not None:
+            used = self.group.cpu_ms()
+            if used is not None:
+                return used
+        return tree_cpu_ms(child.pid)
+
+
+async def _cancel_when_exited(child: Child, scope: trio.CancelScope) -> None:
+    await child.wait_exited()
+    scope.cancel()
 
 
 async def _drain_all(child: Child, run: _Run, drained: trio.Event) -> None:

@@ -54,6 +54,24 @@ def _kill_pinned(targets: set[int], *, family: set[int], token: str | None) -> N
             os.close(fd)
 
 
+def tree_cpu_ms(root: int) -> int:
+    """The CPU time (user + system, ms) of ``root`` and its live descendants, with what each
+    counts of the children it reaped: a command's CPU so far, read from /proc."""
+    pids = {root} | _descendants(root, _parents())
+    ticks = sum(_cpu_ticks(pid) for pid in pids)
+    return ticks * 1000 // os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime + cutime + cstime of ``pid`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return sum(int(field) for field in fields[11:15])
+
+
 def _parents() -> dict[int, int]:
     """pid -> PPid of every live (not zombie) process in /proc."""
     table = {}

@@ -120,7 +120,11 @@ async def _research(services: ResearchServices, job: Job, deadline: float) -> No
 
     asked = Asked(SearchQuery(job.question, min(job.sources * 2, 10)))
     began = time.monotonic()
-    await ask(services, asked, False, deadline)
+    try:
+        await ask(services, asked, False, deadline)
+    except OpError as exc:  # refused before it ran (a budget with no search left): a step too
+        job.steps.append(Step("search", job.question, f"{exc.code}:{exc.detail}", _ms(began)))
+        raise
     outcome = "ok" if asked.error is None else f"{asked.error.code}:{asked.error.detail}"
     job.steps.append(Step("search", job.question, outcome, _ms(began)))
     if asked.error is not None:
