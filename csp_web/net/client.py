@@ -73,6 +73,52 @@ class _Plan:
     larger_body: LargerBody | None = None
 
 
+@dataclass
+class _Bill:
+    """A body's ``bytes``: reserved before it was asked for, and what it took."""
+
+    reserved: int
+    cut: bool  # the budget, not the config, caps the body
+    used: int = 0  # not read through: not charged (as a body the config's caps refuse)
+
+
+@asynccontextmanager
+async def _reserved_bytes(plan: _Plan) -> AsyncIterator[_Bill]:
+    """The task's ``bytes`` for one response: the most its body may take (or what is left
+    when less; BudgetExhausted when none is) reserved on entry, what it did not take given
+    back on exit, cancelled too (SPEC D-3)."""
+    most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
+    reserved = await budget.reserve("bytes", most)
+    bill = _Bill(reserved, cut=reserved < most)
+    try:
+        yield bill
+    finally:
+        with trio.CancelScope(shield=True):
+            await budget.settle("bytes", bill.reserved, bill.used)
+
+
+async def _read_budgeted(response: httpx.Response, plan: _Plan, url: str, bill: _Bill) -> bytes:
+    """``read_capped`` of ``response`` within ``bill``'s reserve: a body the budget cuts is
+    ``budget_exhausted:bytes`` and takes all of it."""
+    try:
+        body = await read_capped(
+            response,
+            max_body_bytes=min(plan.max_body_bytes, bill.reserved)
+            if bill.cut
+            else plan.max_body_bytes,
+            max_decoded_bytes=min(plan.max_decoded_bytes, bill.reserved),
+            larger=None if bill.cut else plan.larger_body,
+            url=url,
+        )
+    except OpError as exc:
+        if bill.cut and exc.code == ErrorCode.TOO_LARGE:
+            bill.used = bill.reserved
+            raise budget.exhausted("bytes") from exc
+        raise
+    bill.used = len(body)
+    return body
+
+
 class _RefuseCookies(http.cookiejar.DefaultCookiePolicy):
     """Ops share one client, so a cookie one site sets must never ride along on another op."""
 
@@ -209,17 +255,10 @@ class GuardedClient:
         while True:
             if plan.respect_robots:
                 await self._require_robots(hop.url)
-            budget.require("bytes")  # settled after each body: at most one body past it
-            async with self._send(hop, headers) as response:
+            # The most its body may take is reserved before a byte is asked for.
+            async with _reserved_bytes(plan) as bill, self._send(hop, headers) as response:
                 if not is_redirect(response):
-                    body = await read_capped(
-                        response,
-                        max_body_bytes=plan.max_body_bytes,
-                        max_decoded_bytes=plan.max_decoded_bytes,
-                        larger=plan.larger_body,
-                        url=hop.url.url,
-                    )
-                    await budget.spend("bytes", len(body))
+                    body = await _read_budgeted(response, plan, hop.url.url, bill)
                     return _result(response, body, chain, trio.current_time() - started)
                 if len(chain) > plan.max_redirects:
                     raise OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{plan.max_redirects}")

@@ -6,14 +6,16 @@ The dispatcher opens a ``TaskBudget`` for a budgeted frame and makes it the runn
 job, a prefetch), so each charge site is one line and needs no context passed down::
 
     await budget.take("fetches")                 # a count, checked before the fetch starts
-    limit = budget.cap("bytes", max_bytes)       # the most a body may now take
-    await budget.spend("bytes", len(body))       # a cost known only after, settled
+    limit = await budget.reserve("bytes", most)  # the most a body may take, taken now
+    await budget.settle("bytes", limit, len(body))  # the rest given back once it is known
 
 ``take`` raises ``BudgetExhausted`` (an OpError: ``budget_exhausted:<dimension>``) and charges
-nothing when the amount does not fit; ``spend`` always charges and, past the limit, marks the
-budget exhausted without raising, since the work it pays for is done: the dispatcher answers
-such a task ``PARTIAL`` with that error (never a silent overrun). Outside a budgeted task every
-call does nothing.
+nothing when the amount does not fit; ``reserve`` takes the amount or what is left when less
+(BudgetExhausted when none is), so tasks drawing on one BUDGET_ID at once never each spend
+the same amount; ``spend`` (and a ``settle`` past its reserve) charges what fits and, past the
+limit, marks the budget exhausted without raising, since the work it pays for is done: the
+dispatcher answers such a task ``PARTIAL`` with that error. What is left never goes below 0.
+Outside a budgeted task every call does nothing.
 
 A budget without BUDGET_ID is the task's own, held in the ``TaskBudget``; one with a BUDGET_ID
 lives in the daemon's ``Ledger`` (SQLite in the state dir, or Redis for a fleet), so tasks on
@@ -52,6 +54,8 @@ class Ledger(Protocol):
     ``permission_denied`` when another uid made it and FieldError when it is not held and
     no limits are given. ``charge`` adds ``amount`` to one dimension and returns what is
     left after it; ``strict``: only if it fits, else charges nothing and returns None.
+    A refund is a negative non-strict ``charge``; ``take_up_to`` is how everything else is
+    charged, so what is left never goes below 0.
     ``instant``: its calls never wait (reach no checkpoint), so an instant op may use it."""
 
     instant: bool
@@ -61,6 +65,13 @@ class Ledger(Protocol):
     async def charge(
         self, budget_id: str, dimension: str, amount: int, *, strict: bool
     ) -> int | None: ...
+
+    async def take_up_to(
+        self, budget_id: str, dimension: str, amount: int
+    ) -> tuple[int, int] | None:
+        """Charge ``amount`` of ``dimension``, or what is left of it when less (never below
+        0 left): ``(taken, left after)``; None when ``budget_id`` is not held (any more)."""
+        ...
 
 
 class TaskBudget:
@@ -94,26 +105,39 @@ class TaskBudget:
             raise BudgetExhausted(dimension)
 
     async def spend(self, dimension: str, amount: int) -> None:
-        """Charge ``amount`` of ``dimension`` whatever is left (a cost known only once the
-        work is done); past the limit the budget is marked exhausted."""
+        """Charge ``amount`` of ``dimension``, as much of it as is left (a cost known only
+        once the work is done); when it did not all fit, or the BUDGET_ID is gone, the
+        budget is marked exhausted (what is left never goes below 0)."""
         if dimension not in self.left or amount <= 0:
             return
-        left = await self._charge(dimension, amount, strict=False)
-        if left is not None and left < 0:
+        if await self._take_up_to(dimension, amount) < amount:
             self.exhausted = self.exhausted or dimension
 
-    def cap(self, dimension: str, amount: int) -> int:
-        """``amount``, or what was last seen left of ``dimension`` when that is less
-        (never below 0): a bound to give work whose cost is settled after it."""
-        left = self.left.get(dimension)
-        return amount if left is None else max(0, min(amount, left))
-
-    def require(self, dimension: str) -> None:
-        """Raise BudgetExhausted when nothing was last seen left of ``dimension``: work
-        whose cost is settled after it does not start on an empty budget."""
-        if self.left.get(dimension, 1) <= 0:
+    async def reserve(self, dimension: str, amount: int, *, fallback: bool = False) -> int:
+        """Take ``amount`` of ``dimension`` now, or what is left when less, before work
+        whose cost is settled after it: the bound to give that work (a body's cap, a
+        model's max_tokens, a deadline), ``settle`` it after. Tasks drawing on one
+        BUDGET_ID at once each get their own share, never the same bytes twice.
+        BudgetExhausted when none is left (``fallback``: 0, the budget not marked exhausted,
+        for a caller that does its work another way); ``amount`` when ``dimension`` is not
+        limited."""
+        if dimension not in self.left:
+            return amount
+        taken = await self._take_up_to(dimension, amount)
+        if taken <= 0 < amount and not fallback:
             self.exhausted = self.exhausted or dimension
             raise BudgetExhausted(dimension)
+        return taken
+
+    async def settle(self, dimension: str, reserved: int, used: int) -> None:
+        """Settle a ``reserve`` of ``reserved`` by what the work ``used``: the rest goes
+        back to the budget; past it, the excess is ``spend``'s."""
+        if dimension not in self.left:
+            return
+        if used < reserved:
+            await self._refund(dimension, reserved - used)
+        elif used > reserved:
+            await self.spend(dimension, used - reserved)
 
     @property
     def reply_text(self) -> str:
@@ -146,6 +170,22 @@ class TaskBudget:
         return left
 
 
+    async def _take_up_to(self, dimension: str, amount: int) -> int:
+        """What ``take_up_to`` took (0 when the BUDGET_ID is gone)."""
+        if self.budget_id is None or self.ledger is None:
+            taken = min(amount, max(0, self.left[dimension]))
+            self.left[dimension] -= taken
+            return taken
+        charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
+        if charged is None:
+            return 0
+        taken, self.left[dimension] = charged
+        return taken
+
+    async def _refund(self, dimension: str, amount: int) -> None:
+        await self._charge(dimension, -amount, strict=False)  # a gone BUDGET_ID: to no one
+
+
 _running: ContextVar[TaskBudget | None] = ContextVar("csp_web_task_budget", default=None)
 
 
@@ -171,6 +211,27 @@ async def take(dimension: str, amount: int = 1) -> None:
         await current.take(dimension, amount)
 
 
+async def reserve(dimension: str, amount: int, *, fallback: bool = False) -> int:
+    """``TaskBudget.reserve`` on the running budget, else ``amount``."""
+    current = _running.get()
+    if current is None:
+        return amount
+    return await current.reserve(dimension, amount, fallback=fallback)
+
+
+def limits(dimension: str) -> bool:
+    """Whether the running budget limits ``dimension``."""
+    current = _running.get()
+    return current is not None and dimension in current.left
+
+
+async def settle(dimension: str, reserved: int, used: int) -> None:
+    """``TaskBudget.settle`` on the running budget, if any."""
+    current = _running.get()
+    if current is not None:
+        await current.settle(dimension, reserved, used)
+
+
 async def spend(dimension: str, amount: int) -> None:
     """``TaskBudget.spend`` on the running budget, if any."""
     current = _running.get()
@@ -178,17 +239,13 @@ async def spend(dimension: str, amount: int) -> None:
         await current.spend(dimension, amount)
 
 
-def cap(dimension: str, amount: int) -> int:
-    """``TaskBudget.cap`` on the running budget, else ``amount``."""
-    current = _running.get()
-    return amount if current is None else current.cap(dimension, amount)
-
-
-def require(dimension: str) -> None:
-    """``TaskBudget.require`` on the running budget, if any."""
+def exhausted(dimension: str) -> BudgetExhausted:
+    """BudgetExhausted for ``dimension``, marked on the running budget: work has reached the
+    cap its ``reserve`` gave it, short of its own."""
     current = _running.get()
     if current is not None:
-        current.require(dimension)
+        current.exhausted = current.exhausted or dimension
+    return BudgetExhausted(dimension)
 
 
 class HoldsBudget(Protocol):
@@ -237,12 +294,12 @@ async def inherited(task: Task) -> Task:
     return dataclasses.replace(task, fields=(*task.fields, ("BUDGET_ID", budget_id)))
 
 
-async def spend_tokens(body: bytes, fallback: int) -> None:
-    """Charge ``llm_tokens`` with the ``usage.total_tokens`` of an OpenAI-compatible
-    response ``body``; ``fallback`` (the request's max_tokens) when it names none, since a
-    model that does not say what it used is charged the most it could have."""
+async def settle_tokens(reserved: int, body: bytes, fallback: int) -> None:
+    """Settle a ``reserve`` of ``llm_tokens`` with the ``usage.total_tokens`` of an
+    OpenAI-compatible response ``body``; ``fallback`` when it names none, since a model
+    that does not say what it used is charged the most it could have."""
     if _running.get() is not None:
-        await spend("llm_tokens", _total_tokens(body, fallback))
+        await settle("llm_tokens", reserved, _total_tokens(body, fallback))
 
 
 def _total_tokens(body: bytes, fallback: int) -> int:

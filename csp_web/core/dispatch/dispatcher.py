@@ -30,7 +30,7 @@ from csp_web.core.api.records import MemoryWrite, json_record, make_write
 from csp_web.core.api.replies import fail_reply, ok_reply
 from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
-from csp_web.core.dispatch.budgets import open_budget, settle, wall_deadline_ms
+from csp_web.core.dispatch.budgets import open_budget, reserve_wall, settle
 from csp_web.core.dispatch.cancels import Cancels, Ticket
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sys_audits import SysAudits
@@ -130,7 +130,9 @@ class Dispatcher:
             if ticket is not None:
                 ticket.close()
         if stage.budget is not None:
-            reply = await settle(stage.budget, reply, stage.began, stage.wall_cut)
+            reply = await settle(
+                stage.budget, reply, stage.began, stage.wall_ms, stage.timeout_ms
+            )
         return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
@@ -162,7 +164,7 @@ class Dispatcher:
             self.stats.in_flight -= 1
             slots.release()
         if stage.budget is not None:  # the local ledger and a task's own budget never wait
-            reply = await settle(stage.budget, reply, stage.began, False)
+            reply = await settle(stage.budget, reply, stage.began, None, 0)
         return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
@@ -287,8 +289,11 @@ class Dispatcher:
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
         stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
-        if stage.budget is not None:
-            timeout_ms, stage.wall_cut = wall_deadline_ms(stage.budget, timeout_ms)
+        # A sys op (ping, cancel, stats) is never refused nor charged by a budget: an agent
+        # whose budget ran out can still cancel its work and see what is left.
+        if stage.budget is not None and (spec is None or spec.specialist != "sys"):
+            stage.timeout_ms = timeout_ms
+            timeout_ms = stage.wall_ms = await reserve_wall(stage.budget, timeout_ms)
         if ticket is not None and ticket.cancelled:  # cancelled while it waited to start
             raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
         audited = self.audit and (spec is None or spec.specialist != "sys")
@@ -384,12 +389,9 @@ class Dispatcher:
         (on ``stage``) is opened without waiting: one of its own, or the local ledger's."""
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
-        timeout_ms = parse_timeout_ms(
-            task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
-        )
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        # its budget is opened for its BUDGET_LEFT alone: a sys op is never refused by one
         stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
-        if stage.budget is not None:
-            wall_deadline_ms(stage.budget, timeout_ms)  # none left: exhausted before it runs
         ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
         return ok_reply(await op.run(params, ctx), task.id)
 
@@ -534,7 +536,16 @@ class _Stage:
     """How far a task got: whether it waits for outbox room, whether it was admitted, and
     the audit its op gave; its span, when traced; its budget, once opened."""
 
-    __slots__ = ("admitted", "audit", "began", "budget", "span", "waiting_for_room", "wall_cut")
+    __slots__ = (
+        "admitted",
+        "audit",
+        "began",
+        "budget",
+        "span",
+        "timeout_ms",
+        "waiting_for_room",
+        "wall_ms",
+    )
 
     def __init__(self, span: TaskSpan | None) -> None:
         self.span = span  # the task's span, when traced
@@ -543,7 +554,8 @@ class _Stage:
         self.audit: OpAudit | None = None  # what the op returned or raised for its record
         self.budget: TaskBudget | None = None  # the task's budget (SPEC D-3), once opened
         self.began = trio.current_time()  # its wall time (wall_ms) counts from here
-        self.wall_cut = False  # whether its deadline is the budget's wall_ms
+        self.wall_ms: int | None = None  # the wall time reserved for it (None: not charged)
+        self.timeout_ms = 0  # its TIMEOUT_MS: a reserve of less set its deadline
 
 
 _task_ids = itertools.count(1)
