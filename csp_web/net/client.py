@@ -10,6 +10,7 @@ under the byte caps. Any failure is an OpError with a catalogue code.
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import ssl
 import urllib.request
@@ -44,7 +45,7 @@ from csp_web.net.robots import RobotsCache
 from csp_web.net.settings import GuardSettings
 from csp_web.net.translate import translate
 from csp_web.net.urlgate import ParsedUrl, check_url
-from protocol import ErrorCode
+from protocol import ErrorCode, NumberError, parse_uint
 
 T = TypeVar("T")
 # Wraps the guarded transport: the one seam that sees every request a web op makes (the
@@ -83,11 +84,15 @@ class _Bill:
 
 
 @asynccontextmanager
-async def _reserved_bytes(plan: _Plan) -> AsyncIterator[_Bill]:
-    """The task's ``bytes`` for one response: the most its body may take (or what is left
-    when less; BudgetExhausted when none is) reserved on entry, what it did not take given
-    back on exit, cancelled too (SPEC D-3)."""
+async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterator[_Bill]:
+    """The task's ``bytes`` for ``response``'s body: the most it may take (its declared
+    length when not encoded, else the caps; what is left when less, BudgetExhausted when
+    none is) reserved on entry, so bodies read at once share what is left; what it did not
+    take given back on exit, cancelled too (SPEC D-3)."""
     most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
+    if not response.headers.get("content-encoding"):
+        with contextlib.suppress(NumberError):  # h11 refuses a body longer than it said
+            most = min(most, parse_uint(response.headers.get("content-length", "")))
     reserved = await budget.reserve("bytes", most)
     bill = _Bill(reserved, cut=reserved < most)
     try:
@@ -255,10 +260,11 @@ class GuardedClient:
         while True:
             if plan.respect_robots:
                 await self._require_robots(hop.url)
-            # The most its body may take is reserved before a byte is asked for.
-            async with _reserved_bytes(plan) as bill, self._send(hop, headers) as response:
+            budget.require("bytes")  # none left: not even asked for
+            async with self._send(hop, headers) as response:
                 if not is_redirect(response):
-                    body = await _read_budgeted(response, plan, hop.url.url, bill)
+                    async with _reserved_bytes(response, plan) as bill:
+                        body = await _read_budgeted(response, plan, hop.url.url, bill)
                     return _result(response, body, chain, trio.current_time() - started)
                 if len(chain) > plan.max_redirects:
                     raise OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{plan.max_redirects}")

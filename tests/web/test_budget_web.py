@@ -235,3 +235,25 @@ async def test_a_prefetch_loads_under_the_search_frames_budget(
             await web.prefetch.wait_idle()
     assert (reply.status, reply.get("PREFETCHED")) == (Status.OK, "3")
     assert len([p for p in origin.paths() if p.startswith("/page")]) == 1
+
+
+async def test_a_fetch_of_several_urls_reads_no_byte_past_its_bytes(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """Three pages read at once under bytes for two: two are read, the third is cut, and
+    what is left is 0, never less (each body reserves its length before it is read)."""
+    dispatcher = make_dispatcher(list(WEB.ops))
+    size = len(PAGE.encode())
+    await fetch(dispatcher, serve(origin, "/warm", PAGE))  # robots.txt is read and cached
+    urls = [serve(origin, f"/q{n}", PAGE) for n in range(3)]
+    reply = await run(
+        dispatcher,
+        "fetch",
+        "CONTENT",
+        None,
+        *(("URL", u) for u in urls),
+        ("BUDGET", f"bytes:{2 * size}"),
+    )
+    assert _exhausted(reply, "bytes")
+    assert (len(reply.get_all("FETCH")), len(reply.get_all("FETCH_ERROR"))) == (2, 1)
+    assert reply.get("BUDGET_LEFT") == "bytes:0"

@@ -139,6 +139,14 @@ class TaskBudget:
         elif used > reserved:
             await self.spend(dimension, used - reserved)
 
+    def require(self, dimension: str) -> None:
+        """Raise BudgetExhausted when nothing was last seen left of ``dimension``: work
+        that reserves its cost only once it knows it (a body, after its headers) does not
+        start on an empty budget."""
+        if self.left.get(dimension, 1) <= 0:
+            self.exhausted = self.exhausted or dimension
+            raise BudgetExhausted(dimension)
+
     @property
     def reply_text(self) -> str:
         """``BUDGET_LEFT``'s value: what was last seen left (SPEC D-3)."""
@@ -168,7 +176,6 @@ class TaskBudget:
             left = charged
         self.left[dimension] = left
         return left
-
 
     async def _take_up_to(self, dimension: str, amount: int) -> int:
         """What ``take_up_to`` took (0 when the BUDGET_ID is gone)."""
@@ -237,6 +244,13 @@ async def spend(dimension: str, amount: int) -> None:
     current = _running.get()
     if current is not None:
         await current.spend(dimension, amount)
+
+
+def require(dimension: str) -> None:
+    """``TaskBudget.require`` on the running budget, if any."""
+    current = _running.get()
+    if current is not None:
+        current.require(dimension)
 
 
 def exhausted(dimension: str) -> BudgetExhausted:
