@@ -22,7 +22,7 @@ from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import Busy, FieldError, OpError
 from csp_web.core.api.fields import FieldSpec, Params
 from csp_web.core.api.ops import Op
-from csp_web.core.api.replies import Result
+from csp_web.core.api.replies import Result, budgeted
 from csp_web.core.dispatch.ledger import LocalLedger
 from protocol import DIMENSIONS, ErrorCode, Reply, Status, Task
 from tests.conftest import Daemon, Sink, start_daemon
@@ -518,3 +518,24 @@ def test_a_uid_default_of_no_wall_time_is_refused_as_it_would_lock_the_uid_out()
         "searches": 0,
         "wall_ms": 1,
     }
+
+
+@pytest.mark.parametrize("code", ["cancelled", "shutting_down"])
+def test_a_cancelled_or_shut_down_task_says_so_even_when_its_budget_ran_out(code: str) -> None:
+    spent = TaskBudget({"bytes": 0})
+    spent.exhausted = "bytes"
+    reply = Reply(
+        Status.FAIL, (("ID", "t"), ("SCOPE", "[]"), ("DATA", "none"), ("ERROR", f"{code}:x"))
+    )
+    assert budgeted(reply, spent) == Reply(
+        Status.FAIL,
+        (
+            ("ID", "t"),
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", f"{code}:x"),
+            ("BUDGET_LEFT", "bytes:0"),
+        ),
+    )
+    timed_out = Reply(Status.FAIL, (("DATA", "none"), ("ERROR", "timeout_exceeded:9ms")))
+    assert budgeted(timed_out, spent).get("ERROR") == "budget_exhausted:bytes"
