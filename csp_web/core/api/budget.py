@@ -78,7 +78,7 @@ class TaskBudget:
     """A task's view of its budget: the dimensions it limits and what was last seen left of
     each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
 
-    __slots__ = ("budget_id", "exhausted", "ledger", "left", "uid")
+    __slots__ = ("budget_id", "exhausted", "ledger", "left", "named", "uid")
 
     def __init__(
         self,
@@ -87,8 +87,10 @@ class TaskBudget:
         ledger: Ledger | None = None,
         budget_id: str | None = None,
         uid: int | None = None,
+        named: bool = True,
     ) -> None:
         self.left = dict(left)
+        self.named = named  # the frame named it (False: its uid's default, the task's alone)
         self.ledger = ledger  # where a BUDGET_ID lives (or would, once ``shared_id`` makes one)
         self.budget_id = budget_id
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
@@ -300,9 +302,12 @@ def bound(job: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
 async def inherited(task: Task) -> Task:
     """``task`` (a cron job's, sent later and after restarts) drawing from the running
     budget through its BUDGET_ID, made now if the budget has none; unchanged when
-    unbudgeted or when the task names a budget of its own."""
+    unbudgeted, when the budget is the uid's default (each run gets its own default, not
+    one shared for the job's life), or when the task names a budget of its own."""
     current = _running.get()
-    if current is None or task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None:
+    if current is None or not current.named:
+        return task
+    if task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None:
         return task
     budget_id = await current.shared_id()
     return dataclasses.replace(task, fields=(*task.fields, ("BUDGET_ID", budget_id)))

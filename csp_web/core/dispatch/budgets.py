@@ -26,8 +26,10 @@ async def open_budget(
     limits = parse_budget(text) if text is not None else None
     budget_id = task.get("BUDGET_ID")
     if budget_id is None:
-        limits = limits or settings.default_for(uid)
-        return None if limits is None else TaskBudget(limits, ledger=ledger, uid=uid)
+        if limits is not None:
+            return TaskBudget(limits, ledger=ledger, uid=uid)
+        default = settings.default_for(uid)
+        return None if default is None else TaskBudget(default, ledger=ledger, uid=uid, named=False)
     if ledger is None:
         raise OpError(ErrorCode.NOT_AVAILABLE, "this daemon keeps no BUDGET_IDs")
     left = await ledger.open(budget_id, uid, limits)

@@ -130,9 +130,7 @@ class Dispatcher:
             if ticket is not None:
                 ticket.close()
         if stage.budget is not None:
-            reply = await settle(
-                stage.budget, reply, stage.began, stage.wall_ms, stage.timeout_ms
-            )
+            reply = await settle(stage.budget, reply, stage.began, stage.wall_ms, stage.timeout_ms)
         return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
