@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from csp_web.client.trio_client import open_client
-from csp_web.config import BudgetsConfig, Config
+from csp_web.config import BudgetsConfig, Config, SlotLimits, SlotsConfig, TasksConfig
 from csp_web.core.api import budget
 from csp_web.core.api.budget import BudgetExhausted, TaskBudget
 from csp_web.core.api.context import OpContext, Peer
@@ -539,3 +539,21 @@ def test_a_cancelled_or_shut_down_task_says_so_even_when_its_budget_ran_out(code
     )
     timed_out = Reply(Status.FAIL, (("DATA", "none"), ("ERROR", "timeout_exceeded:9ms")))
     assert budgeted(timed_out, spent).get("ERROR") == "budget_exhausted:bytes"
+
+
+async def test_a_busy_refusal_carries_budget_left_on_the_fast_path_as_on_the_slow(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    limits = SlotsConfig(web=SlotLimits(max_running=1, max_queued=0))
+    config = dataclasses.replace(config, tasks=TasksConfig(specialists=limits))
+    sleep = Task("sleep", "TEST", "SLEPT", None, (("MS", "1000"),))
+    budgeted_sleep = Task("sleep", "TEST", "SLEPT", None, (("MS", "1"), ("BUDGET", "fetches:3")))
+    async with dispatching(config) as dispatcher, trio.open_nursery() as nursery:
+        nursery.start_soon(run, dispatcher, sleep)
+        await trio.testing.wait_all_tasks_blocked()
+        fast = await dispatcher.try_now(budgeted_sleep, OWNER)
+        slow = await run(dispatcher, budgeted_sleep)
+    assert fast == slow
+    assert fast is not None
+    assert (fast.get("ERROR") or "").startswith("busy")
+    assert fast.get("BUDGET_LEFT") == "fetches:3"

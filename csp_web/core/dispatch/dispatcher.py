@@ -27,7 +27,7 @@ from csp_web.core.api.fields import Params, check_frame_fields, parse_timeout_ms
 from csp_web.core.api.ops import BoundOp, Registry
 from csp_web.core.api.ports import allowed_uids
 from csp_web.core.api.records import MemoryWrite, json_record, make_write
-from csp_web.core.api.replies import fail_reply, ok_reply
+from csp_web.core.api.replies import budgeted, fail_reply, ok_reply
 from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.budgets import open_budget, reserve_wall, settle
@@ -229,16 +229,23 @@ class Dispatcher:
         if op is None:
             return None
         config = self.services.config.tasks
+        if self._ledger_waits(task):
+            return None  # its budget's BUDGET_LEFT needs a round trip: a task of its own
         try:
             validate(task, op.spec.fields, op.spec.inline)
             parse_timeout_ms(
                 task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
+            )
+            task_budget = await open_budget(
+                task, peer.uid, self.services.config.budgets, self.ledger
             )
         except OpError:
             return None  # answered by a task of its own, as any invalid frame
         span = self.tracer.start(task) if self.tracer is not None else None
         self.stats.frames += 1
         reply = fail_reply(self.pools[op.spec.specialist].busy(), task.id)
+        if task_budget is not None:  # with its BUDGET_LEFT, as the slow path's busy
+            reply = budgeted(reply, task_budget)
         return await self._done(task, op, peer, reply, time.monotonic(), None, False, span)
 
     def is_instant(self, task: Task) -> bool:
@@ -254,13 +261,17 @@ class Dispatcher:
             op = self.registry.lookup(task)
         except OpError:
             return None  # refused: answered (and audited) by a task of its own
-        if (
+        if self._ledger_waits(task):
+            return None  # its ledger may wait (Redis): a task of its own
+        return op if op.spec.instant and op.spec.specialist == "sys" else None
+
+    def _ledger_waits(self, task: Task) -> bool:
+        """Whether opening ``task``'s budget may wait (a BUDGET_ID on Redis)."""
+        return (
             task.get("BUDGET_ID") is not None
             and self.ledger is not None
             and not self.ledger.instant
-        ):
-            return None  # its ledger may wait (Redis): a task of its own
-        return op if op.spec.instant and op.spec.specialist == "sys" else None
+        )
 
     def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:
