@@ -49,7 +49,8 @@ end
 return out
 """
 
-# KEYS: the hash. ARGV: dimension, amount, strict (1/0), ttl_s.
+# KEYS: the hash. ARGV: dimension, amount, strict (1/0), ttl_s. Not strict (a refund): the
+# used amount is clamped to 0..limit, so what is left never goes below 0.
 # Returns {0}: refused (or not held, or the dimension not limited); {1, left}: charged.
 _CHARGE = """
 local limit = redis.call('HGET', KEYS[1], 'lim:' .. ARGV[1])
@@ -57,7 +58,8 @@ if not limit then return {0} end
 local used = tonumber(redis.call('HGET', KEYS[1], 'used:' .. ARGV[1]))
 local amount = tonumber(ARGV[2])
 if ARGV[3] == '1' and used + amount > tonumber(limit) then return {0} end
-used = redis.call('HINCRBY', KEYS[1], 'used:' .. ARGV[1], amount)
+used = math.max(0, math.min(used + amount, tonumber(limit)))  -- never below 0 left
+redis.call('HSET', KEYS[1], 'used:' .. ARGV[1], string.format('%d', used))
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {1, tonumber(limit) - used}
 """

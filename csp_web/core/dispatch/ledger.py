@@ -39,8 +39,11 @@ _SCHEMA = (
 _LEFT = ", ".join(f"lim_{d} - used_{d}" for d in DIMENSIONS)
 _HELD = f"SELECT touched, {_LEFT} FROM budgets WHERE id = ? AND uid IS ? AND touched > ?"
 # One statement per dimension and kind, made once: the column names come from DIMENSIONS.
+# A non-strict charge (a refund, or ``take_up_to``'s) is clamped to 0..limit: what is left
+# never goes below 0, whatever a caller charges.
 _CHARGE = {
-    (d, strict): f"UPDATE budgets SET used_{d} = used_{d} + ?1, touched = ?2 WHERE id = ?3"
+    (d, strict): f"UPDATE budgets SET used_{d} = max(0, min(used_{d} + ?1, lim_{d})),"
+    f" touched = ?2 WHERE id = ?3"
     f" AND lim_{d} IS NOT NULL{f' AND used_{d} + ?1 <= lim_{d}' if strict else ''}"
     f" RETURNING lim_{d} - used_{d}"
     for d in DIMENSIONS
