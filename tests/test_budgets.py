@@ -557,3 +557,20 @@ async def test_a_busy_refusal_carries_budget_left_on_the_fast_path_as_on_the_slo
     assert fast is not None
     assert (fast.get("ERROR") or "").startswith("busy")
     assert fast.get("BUDGET_LEFT") == "fetches:3"
+
+
+async def test_a_charge_whose_budget_id_was_forgotten_mid_task_exhausts_the_task(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Nobody pays for it: the task is answered PARTIAL rather than charging nothing."""
+    clock = Clock()
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig(idle_ttl_s=60.0), clock=clock)
+    try:
+        task_budget = TaskBudget(await ledger.open("r", 1, {"bytes": 100}), ledger=ledger)
+        task_budget.budget_id, task_budget.uid = "r", 1
+        clock.now += 61.0
+        await ledger.open("other", 1, {"bytes": 1})  # making an id forgets the idle ones
+        await task_budget.spend("bytes", 10)
+        assert task_budget.exhausted == "bytes"
+    finally:
+        ledger.close()
