@@ -15,14 +15,14 @@ import trio
 import trio.testing
 
 from csp_web.client.trio_client import open_client
-from csp_web.config import BudgetsConfig, Config
+from csp_web.config import BudgetsConfig, Config, SlotLimits, SlotsConfig, TasksConfig
 from csp_web.core.api import budget
 from csp_web.core.api.budget import BudgetExhausted, TaskBudget
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import Busy, FieldError, OpError
 from csp_web.core.api.fields import FieldSpec, Params
 from csp_web.core.api.ops import Op
-from csp_web.core.api.replies import Result
+from csp_web.core.api.replies import Result, budgeted
 from csp_web.core.dispatch.ledger import LocalLedger
 from protocol import DIMENSIONS, ErrorCode, Reply, Status, Task
 from tests.conftest import Daemon, Sink, start_daemon
@@ -370,7 +370,7 @@ async def test_a_charge_that_does_not_fit_charges_nothing(tmp_path: os.PathLike[
     await ledger.open("r", None, {"bytes": 10})
     assert await ledger.charge("r", "bytes", 11, strict=True) is None
     assert await ledger.charge("r", "bytes", 10, strict=True) == 0
-    assert await ledger.charge("r", "bytes", 5, strict=False) == -5
+    assert await ledger.charge("r", "bytes", 5, strict=False) == 0  # never below 0
     assert await ledger.charge("r", "fetches", 1, strict=True) is None  # not limited here
     ledger.close()
 
@@ -396,3 +396,181 @@ async def test_exhaustion_is_an_op_error_naming_its_dimension() -> None:
         await own.take("searches")
     assert raised.value.wire_text == "budget_exhausted:searches"
     assert own.exhausted == "searches"
+
+
+# --- tasks drawing on one budget at once (reserve, then settle) -----------------------------
+
+
+async def test_tasks_settling_on_one_budget_id_at_once_never_take_it_below_zero(
+    config: Config,
+) -> None:
+    """Five tasks each settle 1000 bytes on an id holding 1000: one is paid for, the other
+    four are PARTIAL, and nothing is left, never less."""
+    task = charge(("BUDGET_ID", "s"), ("BUDGET", "bytes:1000"), ("SETTLE", "true"), n=1000)
+    replies: list[Reply] = []
+    async with dispatching(config) as dispatcher:
+
+        async def one() -> None:
+            replies.append(await run(dispatcher, replace_dimension(task, "bytes")))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(one)
+        held = await dispatcher.ledger.open("s", OWNER.uid, None)
+    assert sorted(r.status for r in replies) == [Status.OK, *[Status.PARTIAL] * 4]
+    assert {r.get("BUDGET_LEFT") for r in replies} == {"bytes:0"}
+    assert held == {"bytes": 0}
+
+
+def replace_dimension(task: Task, dimension: str) -> Task:
+    fields = tuple((n, dimension if n == "DIMENSION" else v) for n, v in task.fields)
+    return dataclasses.replace(task, fields=fields)
+
+
+async def test_reserves_on_one_budget_id_share_what_is_left_and_give_back_the_rest(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Five tasks reserve 1000 bytes at once on an id holding 1000: one gets it, four are
+    refused; what the one did not use goes back to the id."""
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig())
+    try:
+        await ledger.open("s", 1000, {"bytes": 1000})
+        budgets = [TaskBudget({"bytes": 1000}, ledger=ledger, budget_id="s") for _ in range(5)]
+        taken: list[int] = []
+
+        async def reserve(task_budget: TaskBudget) -> None:
+            try:
+                taken.append(await task_budget.reserve("bytes", 1000))
+            except BudgetExhausted:
+                taken.append(0)
+
+        async with trio.open_nursery() as nursery:
+            for task_budget in budgets:
+                nursery.start_soon(reserve, task_budget)
+        assert sorted(taken) == [0, 0, 0, 0, 1000]
+        winner = budgets[taken.index(1000)]
+        await winner.settle("bytes", 1000, 300)
+        assert await ledger.open("s", 1000, None) == {"bytes": 700}
+        await winner.settle("bytes", 0, 5000)  # past what is left: all of it, then exhausted
+        assert (await ledger.open("s", 1000, None), winner.exhausted) == ({"bytes": 0}, "bytes")
+    finally:
+        ledger.close()
+
+
+async def test_concurrent_tasks_on_one_budget_id_share_its_wall_time(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Three 600 ms tasks at once on wall_ms:1000: the first reserves the 1000 as its
+    deadline, the other two find none left; the 400 it did not use goes back."""
+    fields = (("MS", "600"), ("BUDGET_ID", "w"), ("BUDGET", "wall_ms:1000"))
+    sleep = Task("sleep", "TEST", "SLEPT", None, fields)
+    replies: list[Reply] = []
+    async with dispatching(config) as dispatcher:
+
+        async def one() -> None:
+            replies.append(await run(dispatcher, sleep))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(one)
+        after = await dispatcher.try_now(ping(("BUDGET_ID", "w")), OWNER)
+    assert sorted((r.status, r.get("DATA")) for r in replies) == [
+        (Status.OK, "slept:600"),
+        (Status.PARTIAL, "none"),
+        (Status.PARTIAL, "none"),
+    ]
+    assert after is not None
+    assert after.get("BUDGET_LEFT") == "wall_ms:400"
+
+
+# --- sys ops and defaults that would lock a uid out ------------------------------------------
+
+
+async def test_ping_and_cancel_are_answered_when_the_shared_wall_time_is_spent(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An agent whose budget ran out can still ping and cancel, and see what is left."""
+    sleep = Task(
+        "sleep",
+        "TEST",
+        "SLEPT",
+        None,
+        (("MS", "500"), ("BUDGET_ID", "w"), ("BUDGET", "wall_ms:100")),
+    )
+    cancel = Task("cancel", "SYS", "ACK", None, (("ID", "k"), ("TARGET", "x"), ("BUDGET_ID", "w")))
+    async with dispatching(config) as dispatcher:
+        spent = await run(dispatcher, sleep)
+        pong = await dispatcher.try_now(ping(("ID", "p"), ("BUDGET_ID", "w")), OWNER)
+        cancelled = await run(dispatcher, cancel)
+    assert spent.get("ERROR") == "budget_exhausted:wall_ms"
+    assert pong == Reply(
+        Status.OK,
+        (("ID", "p"), ("SCOPE", "[sys]"), ("DATA", "pong"), ("BUDGET_LEFT", "wall_ms:0")),
+    )
+    assert not (cancelled.get("ERROR") or "").startswith("budget_exhausted")
+    assert cancelled.get("BUDGET_LEFT") == "wall_ms:0"
+
+
+def test_a_uid_default_of_no_wall_time_is_refused_as_it_would_lock_the_uid_out() -> None:
+    with pytest.raises(ValueError, match=r"per_uid\.1000: wall_ms:0 refuses every task"):
+        BudgetsConfig(per_uid={"1000": "wall_ms:0"})
+    assert BudgetsConfig(per_uid={"1000": "wall_ms:1,searches:0"}).default_for(1000) == {
+        "searches": 0,
+        "wall_ms": 1,
+    }
+
+
+@pytest.mark.parametrize("code", ["cancelled", "shutting_down"])
+def test_a_cancelled_or_shut_down_task_says_so_even_when_its_budget_ran_out(code: str) -> None:
+    spent = TaskBudget({"bytes": 0})
+    spent.exhausted = "bytes"
+    reply = Reply(
+        Status.FAIL, (("ID", "t"), ("SCOPE", "[]"), ("DATA", "none"), ("ERROR", f"{code}:x"))
+    )
+    assert budgeted(reply, spent) == Reply(
+        Status.FAIL,
+        (
+            ("ID", "t"),
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", f"{code}:x"),
+            ("BUDGET_LEFT", "bytes:0"),
+        ),
+    )
+    timed_out = Reply(Status.FAIL, (("DATA", "none"), ("ERROR", "timeout_exceeded:9ms")))
+    assert budgeted(timed_out, spent).get("ERROR") == "budget_exhausted:bytes"
+
+
+async def test_a_busy_refusal_carries_budget_left_on_the_fast_path_as_on_the_slow(
+    config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    limits = SlotsConfig(web=SlotLimits(max_running=1, max_queued=0))
+    config = dataclasses.replace(config, tasks=TasksConfig(specialists=limits))
+    sleep = Task("sleep", "TEST", "SLEPT", None, (("MS", "1000"),))
+    budgeted_sleep = Task("sleep", "TEST", "SLEPT", None, (("MS", "1"), ("BUDGET", "fetches:3")))
+    async with dispatching(config) as dispatcher, trio.open_nursery() as nursery:
+        nursery.start_soon(run, dispatcher, sleep)
+        await trio.testing.wait_all_tasks_blocked()
+        fast = await dispatcher.try_now(budgeted_sleep, OWNER)
+        slow = await run(dispatcher, budgeted_sleep)
+    assert fast == slow
+    assert fast is not None
+    assert (fast.get("ERROR") or "").startswith("busy")
+    assert fast.get("BUDGET_LEFT") == "fetches:3"
+
+
+async def test_a_charge_whose_budget_id_was_forgotten_mid_task_exhausts_the_task(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Nobody pays for it: the task is answered PARTIAL rather than charging nothing."""
+    clock = Clock()
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig(idle_ttl_s=60.0), clock=clock)
+    try:
+        task_budget = TaskBudget(await ledger.open("r", 1, {"bytes": 100}), ledger=ledger)
+        task_budget.budget_id, task_budget.uid = "r", 1
+        clock.now += 61.0
+        await ledger.open("other", 1, {"bytes": 1})  # making an id forgets the idle ones
+        await task_budget.spend("bytes", 10)
+        assert task_budget.exhausted == "bytes"
+    finally:
+        ledger.close()

@@ -18,8 +18,9 @@ def _no_defaults() -> Mapping[str, str]:
 @dataclass(frozen=True)
 class BudgetsConfig:
     # uid -> BUDGET (its syntax) for that uid's frames that carry neither BUDGET nor
-    # BUDGET_ID: a cap on each task an agent sends without saying (issue 29: a quota spent
-    # in two days). Empty: such frames are unbudgeted.
+    # BUDGET_ID: a default for each task an agent sends without saying (issue 29: a quota
+    # spent in two days), not a cap (a frame naming a BUDGET of its own gets that one).
+    # Empty: such frames are unbudgeted. wall_ms:0 is refused: it would lock the uid out.
     per_uid: Mapping[str, str] = field(default_factory=_no_defaults)
     # A BUDGET_ID unused this long is forgotten (its charges with it): an agent's run is
     # hours, not days; a cron job drawing from one keeps it alive with each run.
@@ -35,7 +36,8 @@ class BudgetsConfig:
             try:
                 if str(parse_uint(uid, maximum=2**32 - 1)) != uid:
                     raise NumberError("leading zeros")
-                parse_budget(text)
+                if parse_budget(text).get("wall_ms") == 0:
+                    raise BudgetError("wall_ms:0 refuses every task the uid sends")
             except (NumberError, BudgetError) as exc:
                 raise ValueError(f"per_uid.{uid}: {exc}") from None
         if self.max_ids_per_uid > self.max_ids:

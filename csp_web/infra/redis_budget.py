@@ -49,7 +49,8 @@ end
 return out
 """
 
-# KEYS: the hash. ARGV: dimension, amount, strict (1/0), ttl_s.
+# KEYS: the hash. ARGV: dimension, amount, strict (1/0), ttl_s. Not strict (a refund): the
+# used amount is clamped to 0..limit, so what is left never goes below 0.
 # Returns {0}: refused (or not held, or the dimension not limited); {1, left}: charged.
 _CHARGE = """
 local limit = redis.call('HGET', KEYS[1], 'lim:' .. ARGV[1])
@@ -57,9 +58,22 @@ if not limit then return {0} end
 local used = tonumber(redis.call('HGET', KEYS[1], 'used:' .. ARGV[1]))
 local amount = tonumber(ARGV[2])
 if ARGV[3] == '1' and used + amount > tonumber(limit) then return {0} end
-used = redis.call('HINCRBY', KEYS[1], 'used:' .. ARGV[1], amount)
+used = math.max(0, math.min(used + amount, tonumber(limit)))  -- never below 0 left
+redis.call('HSET', KEYS[1], 'used:' .. ARGV[1], string.format('%d', used))
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {1, tonumber(limit) - used}
+"""
+
+# KEYS: the hash. ARGV: dimension, amount, ttl_s. Charges the amount or what is left when less.
+# Returns {0}: not held (or the dimension not limited); {1, taken, left}: charged.
+_TAKE_UP_TO = """
+local limit = redis.call('HGET', KEYS[1], 'lim:' .. ARGV[1])
+if not limit then return {0} end
+local used = tonumber(redis.call('HGET', KEYS[1], 'used:' .. ARGV[1]))
+local taken = math.min(tonumber(ARGV[2]), math.max(0, tonumber(limit) - used))
+used = redis.call('HINCRBY', KEYS[1], 'used:' .. ARGV[1], string.format('%d', taken))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return {1, taken, tonumber(limit) - used}
 """
 
 
@@ -73,6 +87,7 @@ class RedisLedger:
         self._settings = settings
         self._open = link.client.register_script(_OPEN)
         self._charge = link.client.register_script(_CHARGE)
+        self._take_up_to = link.client.register_script(_TAKE_UP_TO)
 
     async def open(self, budget_id: str, uid: int | None, limits: Budget | None) -> Budget:
         args: list[str | int] = [_owner(uid), self._ttl_s()]
@@ -95,6 +110,15 @@ class RedisLedger:
         args: list[str | int] = [dimension, amount, int(strict), self._ttl_s()]
         reply = await self._call(self._charge, budget_id, args)
         return self._link.integer(reply[1], "budget") if reply[0] == 1 else None
+
+    async def take_up_to(
+        self, budget_id: str, dimension: str, amount: int
+    ) -> tuple[int, int] | None:
+        reply = await self._call(self._take_up_to, budget_id, [dimension, amount, self._ttl_s()])
+        if reply[0] != 1:
+            return None
+        integer = self._link.integer
+        return integer(reply[1], "budget"), integer(reply[2], "budget")
 
     async def _call(self, script: object, budget_id: str, args: list[str | int]) -> list[object]:
         keys = [self._link.key("budget", "{" + budget_id + "}")]

@@ -10,6 +10,7 @@ under the byte caps. Any failure is an OpError with a catalogue code.
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import ssl
 import urllib.request
@@ -23,7 +24,6 @@ import trio
 
 from csp_web.config.guard import GuardConfig
 from csp_web.core.api import budget
-from csp_web.core.api.budget import BudgetExhausted
 from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
 from csp_web.net.body import ACCEPT_ENCODING, LargerBody, check_header_bytes, read_capped
@@ -45,7 +45,7 @@ from csp_web.net.robots import RobotsCache
 from csp_web.net.settings import GuardSettings
 from csp_web.net.translate import translate
 from csp_web.net.urlgate import ParsedUrl, check_url
-from protocol import ErrorCode
+from protocol import ErrorCode, NumberError, parse_uint
 
 T = TypeVar("T")
 # Wraps the guarded transport: the one seam that sees every request a web op makes (the
@@ -72,6 +72,56 @@ class _Plan:
     credentials: frozenset[str]
     follow_with_credentials: bool
     larger_body: LargerBody | None = None
+
+
+@dataclass
+class _Bill:
+    """A body's ``bytes``: reserved before it was asked for, and what it took."""
+
+    reserved: int
+    cut: bool  # the budget, not the config, caps the body
+    used: int = 0  # not read through: not charged (as a body the config's caps refuse)
+
+
+@asynccontextmanager
+async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterator[_Bill]:
+    """The task's ``bytes`` for ``response``'s body: the most it may take (its declared
+    length when not encoded, else the caps; what is left when less, BudgetExhausted when
+    none is) reserved on entry, so bodies read at once share what is left; what it did not
+    take given back on exit, cancelled too (SPEC D-3)."""
+    most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
+    if not response.headers.get("content-encoding"):
+        with contextlib.suppress(NumberError):  # h11 refuses a body longer than it said
+            most = min(most, parse_uint(response.headers.get("content-length", "")))
+    reserved = await budget.reserve("bytes", most)
+    bill = _Bill(reserved, cut=reserved < most)
+    try:
+        yield bill
+    finally:
+        with trio.CancelScope(shield=True):
+            await budget.settle("bytes", bill.reserved, bill.used)
+
+
+async def _read_budgeted(response: httpx.Response, plan: _Plan, url: str, bill: _Bill) -> bytes:
+    """``read_capped`` of ``response`` within ``bill``'s reserve: a body the budget cuts is
+    ``budget_exhausted:bytes`` and takes all of it."""
+    try:
+        body = await read_capped(
+            response,
+            max_body_bytes=min(plan.max_body_bytes, bill.reserved)
+            if bill.cut
+            else plan.max_body_bytes,
+            max_decoded_bytes=min(plan.max_decoded_bytes, bill.reserved),
+            larger=None if bill.cut else plan.larger_body,
+            url=url,
+        )
+    except OpError as exc:
+        if bill.cut and exc.code == ErrorCode.TOO_LARGE:
+            bill.used = bill.reserved
+            raise budget.exhausted("bytes") from exc
+        raise
+    bill.used = len(body)
+    return body
 
 
 class _RefuseCookies(http.cookiejar.DefaultCookiePolicy):
@@ -211,10 +261,11 @@ class GuardedClient:
         while True:
             if plan.respect_robots:
                 await self._require_robots(hop.url)
-            budget.require("bytes")  # none left: no request
+            budget.require("bytes")  # none left: not even asked for
             async with self._send(hop, headers) as response:
                 if not is_redirect(response):
-                    body = await _read_metered(response, plan, hop.url.url)
+                    async with _reserved_bytes(response, plan) as bill:
+                        body = await _read_budgeted(response, plan, hop.url.url, bill)
                     return _result(response, body, chain, trio.current_time() - started)
                 if len(chain) > plan.max_redirects:
                     raise OpError(ErrorCode.TOO_MANY_REDIRECTS, f"max_{plan.max_redirects}")
@@ -276,28 +327,6 @@ def _headers_for(
     if not plan.follow_with_credentials:
         raise OpError(ErrorCode.FETCH_FAILED, "credentials_redirect")
     return without(headers, plan.credentials)
-
-
-async def _read_metered(response: httpx.Response, plan: _Plan, url: str) -> bytes:
-    """The body of ``response`` (``read_capped`` under ``plan``'s caps), its decoded bytes
-    charged to the running budget's ``bytes``: cut off as soon as they pass what is left
-    (SPEC D-3), and what was received charged then too."""
-    with budget.meter("bytes") as meter:
-        try:
-            body = await read_capped(
-                response,
-                max_body_bytes=plan.max_body_bytes,
-                max_decoded_bytes=plan.max_decoded_bytes,
-                larger=plan.larger_body,
-                url=url,
-                gauge=meter.draw,
-            )
-        except BudgetExhausted:
-            with trio.CancelScope(shield=True):  # its own cut cancelled the task's other work
-                await budget.spend("bytes", meter.drawn)
-            raise
-    await budget.spend("bytes", len(body))
-    return body
 
 
 def _result(

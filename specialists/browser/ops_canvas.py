@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from csp_web.core.api import extras
+from csp_web.core.api import budget, extras
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
@@ -144,6 +144,8 @@ async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> R
     audit = CanvasAudit(action, name, params.opt_text("URL"))
     started = time.monotonic()
     try:
+        if action != "hide":  # each action is a browser action (SPEC D-3); hiding is free
+            await budget.take("browser_actions")
         detail, fields = await _act(services, ctx, params, action, name)
     except Exception as exc:
         error = translate(exc, scope="canvas", url=params.opt_text("URL"))

@@ -46,6 +46,8 @@ from .exec import (
     run_command,
     sweep_lane_roots,
 )
+from .exec._limits import cpu_seconds
+from .exec._request import check_timeout
 from .services import ExecServices, ToolServices
 
 log = logging.getLogger(__name__)
@@ -247,6 +249,30 @@ def _cached_result(value: Any) -> Result | None:
     return Result(str(value["data"]), tuple(value["scope"]), fields)
 
 
+async def _run_budgeted(request: ExecRequest, services: ExecServices) -> ExecResult:
+    """``run_command`` with its CPU time reserved from ``exec_cpu_ms`` before it starts (the
+    most RLIMIT_CPU lets it take, or what is left when less), killed once its CPU passes the
+    reserve (SPEC D-3), and settled by what it used: past the reserve, the budget runs out."""
+    timeout_ms = check_timeout(request.timeout_ms, services.config)
+    most_ms = cpu_seconds(timeout_ms, services.config.cpu_cores) * 1000
+    limited = task_budget.left("exec_cpu_ms") is not None
+    reserved = await task_budget.reserve("exec_cpu_ms", most_ms)
+    used = 0  # a command that did not finish is not charged, as before reserving
+    try:
+        result = await run_command(
+            request,
+            services.config,
+            sandbox=services.sandbox,
+            network=services.network,
+            cpu_left_ms=reserved if limited else None,  # killed once past it
+        )
+        used = max(result.cpu_ms or 0, result.cpu_cut_ms or 0)
+        return result
+    finally:
+        with trio.CancelScope(shield=True):  # what it did not take goes back, cancelled too
+            await task_budget.settle("exec_cpu_ms", reserved, used)
+
+
 async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
     services = exec_services(tool)
     request, budget = _request(params, services)
@@ -258,15 +284,7 @@ async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Re
     with audit_failures(audit):
         if use_cache and (hit := _cached_result(await services.cache.get("exec", key))):
             return replace(hit, audit=audit)
-        task_budget.require("exec_cpu_ms")
-        result = await run_command(
-            request,
-            services.config,
-            sandbox=services.sandbox,
-            network=services.network,
-            cpu_left_ms=task_budget.left("exec_cpu_ms"),  # killed once past it
-        )
-        await task_budget.spend("exec_cpu_ms", max(result.cpu_ms or 0, result.cpu_cut_ms or 0))
+        result = await _run_budgeted(request, services)
         result = replace(result, timeout_ms=budget)
         # A command the engine timed out is owed its log and reply even when the task's
         # deadline passes during the clear-up (run_command's timeout leaves it only the reserve).

@@ -128,3 +128,18 @@ async def test_eval_is_off_unless_configured(dispatcher: Dispatcher, make_config
     dispatcher.services.config = with_section(config, SECTION, browser)
     reply = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "1"))
     assert error(reply) == "not_available:canvas eval is off (canvas.allow_eval)"
+
+
+async def test_each_canvas_action_but_hide_takes_a_browser_action(dispatcher: Dispatcher) -> None:
+    """present is paid for; the snapshot that does not fit is refused before it runs;
+    hiding is free, as closing a session."""
+    html = ("HTML", "<title>inline</title>hi")
+    shown = await canvas(dispatcher, ("ACTION", "present"), html, ("BUDGET", "browser_actions:1"))
+    snap = await canvas(dispatcher, ("ACTION", "snapshot"), ("BUDGET", "browser_actions:0"))
+    hidden = await canvas(dispatcher, ("ACTION", "hide"), ("BUDGET", "browser_actions:0"))
+    assert (shown.status, shown.get("BUDGET_LEFT")) == (Status.OK, "browser_actions:0")
+    assert (snap.status, snap.get("ERROR")) == (
+        Status.PARTIAL,
+        "budget_exhausted:browser_actions",
+    )
+    assert (hidden.status, hidden.get("BUDGET_LEFT")) == (Status.OK, "browser_actions:0")

@@ -53,11 +53,24 @@ def test_a_browser_call_naming_per_uid_state_is_refused_for_another_uid(
     assert f"calls the daemon as uid {ME}, not uid {OTHER}" in why
 
 
+@pytest.mark.parametrize("req", ["fetch", "search", "browser", "exec"])
+def test_any_call_naming_a_budget_id_is_refused_for_another_uid(req: str) -> None:
+    """The face's owner's BUDGET_IDs would pay for another uid's calls (and leak whether
+    an id exists); a BUDGET of the call's own is fine."""
+    task = Task(req, "WEB", "CONTENT", None, (("URL", "https://a.test/"), ("BUDGET_ID", "run")))
+    why = foreign_refusal(task, OTHER, ME)
+    assert why is not None
+    assert why.startswith(f"{req} BUDGET_ID: ")
+    assert foreign_refusal(task, ME, ME) is None
+    own = Task(req, "WEB", "CONTENT", None, (("BUDGET", "fetches:1"),))
+    assert foreign_refusal(own, OTHER, ME) is None
+
+
 def test_the_refusal_names_what_was_refused() -> None:
     task = _browser(("ACTION", "save_state"), ("SESSION", "s"), ("NAME", "n"))
     assert foreign_refusal(task, OTHER, ME) == (
-        "browser NAME, SESSION, ACTION save_state: sessions and saved logins are kept per "
-        f"uid, and this face calls the daemon as uid {ME}, not uid {OTHER}; use the daemon's "
+        "browser NAME, SESSION, ACTION save_state: sessions, saved logins and budgets are kept "
+        f"per uid, and this face calls the daemon as uid {ME}, not uid {OTHER}; use the daemon's "
         "socket as your own uid"
     )
 
@@ -137,5 +150,5 @@ async def test_a_connection_admitted_as_another_uid_gets_permission_denied_and_n
     assert result.is_error
     assert result.structured_content is not None
     error = result.structured_content["ERROR"]
-    assert error.startswith("permission_denied:browser SESSION: sessions and saved logins")
+    assert error.startswith("permission_denied:browser SESSION: sessions, saved logins and budgets")
     assert tasks == []

@@ -64,8 +64,23 @@ async def test_a_redis_budget_id_is_its_makers_and_must_be_made_with_a_budget(
         assert denied.value.code is ErrorCode.PERMISSION_DENIED
         assert await ledger.open("r", None, {"bytes": 1}) == {"bytes": 5, "wall_ms": 9}
         assert await ledger.charge("r", "bytes", 6, strict=True) is None
-        assert await ledger.charge("r", "bytes", 6, strict=False) == -1
+        assert await ledger.charge("r", "bytes", 6, strict=False) == 0  # never below 0
         assert await ledger.charge("r", "searches", 1, strict=True) is None  # not limited
+
+
+async def test_a_redis_reserve_takes_what_is_left_when_less_and_a_refund_gives_it_back(
+    open_link: OpenLink,
+) -> None:
+    async with open_link() as link:
+        ledger = RedisLedger(link, BudgetsConfig())
+        await ledger.open("t", 1000, {"bytes": 10, "llm_tokens": 2**50})
+        assert await ledger.take_up_to("t", "bytes", 4) == (4, 6)
+        assert await ledger.take_up_to("t", "bytes", 10) == (6, 0)
+        assert await ledger.take_up_to("t", "bytes", 1) == (0, 0)
+        assert await ledger.charge("t", "bytes", -6, strict=False) == 6
+        assert await ledger.take_up_to("t", "llm_tokens", 2**50) == (2**50, 0)
+        assert await ledger.take_up_to("t", "searches", 1) is None  # not limited
+        assert await ledger.take_up_to("gone", "bytes", 1) is None
 
 
 async def test_a_redis_budget_id_expires_after_its_idle_ttl(

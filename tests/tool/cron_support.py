@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -85,10 +85,11 @@ class Rig:
     cron: CronService
     seen: list[str]
     scope: trio.CancelScope
+    peer: Peer = field(default_factory=lambda: Peer("test"))  # the sender (no uid: stdin's)
 
     async def call(self, *fields: Field, inline: str | None = None) -> Reply:
         task = Task("cron", "TOOL", "CRON_RESULT", inline, fields)
-        return await self.dispatcher.run(task, Peer("test"))
+        return await self.dispatcher.run(task, self.peer)
 
     async def add(self, job_id: str, schedule: str, task: str = TICK, *more: Field) -> Reply:
         fields = (("JOB_ID", job_id), ("SCHEDULE", schedule), ("TASK", task), *more)

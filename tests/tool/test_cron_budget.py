@@ -3,11 +3,14 @@ the budget's BUDGET_ID, kept in the ledger, so runs after a restart draw from it
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 
 import trio.testing
 
-from csp_web.config import Config
+from csp_web.config import BudgetsConfig, Config
+from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.ledger import LocalLedger
 from csp_web.cron import store_path
 from protocol import Status
@@ -50,3 +53,25 @@ async def test_a_job_naming_its_own_budget_keeps_it(
     with open(store_path(config), encoding="utf-8") as file:
         (stored,) = json.load(file)["jobs"]
     assert "BUDGET_ID" not in stored["task"]
+
+
+async def test_a_job_added_under_its_uids_default_gets_the_default_at_each_run(
+    config: Config, mock_clock: trio.testing.MockClock
+) -> None:
+    """A per-uid default is each task's own: the job does not turn it into one budget for
+    its whole life, so each run gets the default afresh."""
+    config = cron_config(config)
+    uid = str(os.getuid())
+    config = dataclasses.replace(config, budgets=BudgetsConfig(per_uid={uid: "fetches:1"}))
+    async with open_rig(config, TrioWall(), [CHARGE]) as rig:
+        ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+        rig.dispatcher.ledger = ledger
+        rig.peer = Peer("test", int(uid), 1)
+        added = await rig.add("daily", "0 3 * * *", CHARGE_TASK)
+        runs = [await rig.call(("ACTION", "run"), ("JOB_ID", "daily")) for _ in range(3)]
+        ledger.close()
+    assert added.get("BUDGET_LEFT") == "fetches:1"
+    with open(store_path(config), encoding="utf-8") as file:
+        (stored,) = json.load(file)["jobs"]
+    assert "BUDGET" not in stored["task"]
+    assert [run.get("RUN_STATUS") for run in runs] == ["OK", "OK", "OK"]

@@ -84,6 +84,23 @@ async def test_get_returns_compact_json_with_status_and_citation(
     assert seen.headers["x-github-api-version"] == "2022-11-28"
 
 
+async def test_each_api_call_takes_one_of_the_tasks_fetches(
+    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
+) -> None:
+    """An API call is a page the task asks for (SPEC D-3): fetches:1 allows one call, the
+    next is refused before any request."""
+    origin.routes["/repos/python-trio/trio"] = serve("github_repo.json")
+    config = with_github(web_config, origin)
+    fields = (*api_fields("github:repos/python-trio/trio"), ("NO_CACHE", "true"))
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            at = await run(dispatcher, "api", "API_RESPONSE", *fields, ("BUDGET", "fetches:1"))
+            over = await run(dispatcher, "api", "API_RESPONSE", *fields, ("BUDGET", "fetches:0"))
+    assert (at.status, at.get("BUDGET_LEFT")) == (Status.OK, "fetches:0")
+    assert (over.status, over.get("ERROR")) == (Status.PARTIAL, "budget_exhausted:fetches")
+    assert len(origin.requests) == 1
+
+
 async def test_endpoint_may_come_as_inline_text(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:

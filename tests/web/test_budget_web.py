@@ -79,7 +79,7 @@ async def test_a_fetch_of_several_urls_fetches_as_many_as_its_budget_allows(
     assert over.get("BUDGET_LEFT") == "fetches:0"
 
 
-async def test_bytes_allow_a_body_of_exactly_the_budget_and_cut_one_a_byte_larger(
+async def test_bytes_allow_a_body_of_exactly_the_budget_and_cut_one_a_byte_over(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
     dispatcher = make_dispatcher(list(WEB.ops))
@@ -89,7 +89,7 @@ async def test_bytes_allow_a_body_of_exactly_the_budget_and_cut_one_a_byte_large
     over = await fetch(dispatcher, serve(origin, "/b", PAGE), ("BUDGET", f"bytes:{size - 1}"))
     assert (at.status, at.get("BUDGET_LEFT")) == (Status.OK, "bytes:0")
     assert _exhausted(over, "bytes")
-    assert over.get("DATA") == "none"  # cut as its bytes passed the budget
+    assert over.get("DATA") == "none"  # cut at the budget: never a byte past it
     assert over.get("BUDGET_LEFT") == "bytes:0"
     spent = await fetch(dispatcher, serve(origin, "/c", PAGE), ("BUDGET", "bytes:0"))
     assert _exhausted(spent, "bytes")
@@ -101,7 +101,9 @@ async def test_summarize_charges_the_models_usage_to_llm_tokens(
     web_config: Config, web: WebServices, origin: Origin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The completion's usage says 15 tokens: 15 allowed, 14 answered PARTIAL with the
-    model's bullets kept; none left, the bullets are extractive (no model call)."""
+    model's bullets kept; none left, the bullets are extractive (no model call), a complete
+    answer (OK: the refusal did not end the work), and the model is asked for at most what
+    is left as its max_tokens."""
     monkeypatch.setenv(KEY_ENV, KEY)
     calls: list[Seen] = []
 
@@ -125,9 +127,12 @@ async def test_summarize_charges_the_models_usage_to_llm_tokens(
         "llm",
         ["Tides follow the moon.", "Surges flood coasts."],
     )
-    assert _exhausted(none, "llm_tokens")
-    assert none.get("METHOD") == "extractive"
-    assert len(calls) == 2
+    assert (none.status, none.get("METHOD"), none.get("BUDGET_LEFT")) == (
+        Status.OK,
+        "extractive",
+        "llm_tokens:0",
+    )
+    assert [json.loads(call.body)["max_tokens"] for call in calls] == [15, 14]
 
 
 async def summarize_with(dispatcher: Dispatcher, budget: str) -> Reply:
@@ -230,3 +235,25 @@ async def test_a_prefetch_loads_under_the_search_frames_budget(
             await web.prefetch.wait_idle()
     assert (reply.status, reply.get("PREFETCHED")) == (Status.OK, "3")
     assert len([p for p in origin.paths() if p.startswith("/page")]) == 1
+
+
+async def test_a_fetch_of_several_urls_reads_no_byte_past_its_bytes(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """Three pages read at once under bytes for two: two are read, the third is cut, and
+    what is left is 0, never less (each body reserves its length before it is read)."""
+    dispatcher = make_dispatcher(list(WEB.ops))
+    size = len(PAGE.encode())
+    await fetch(dispatcher, serve(origin, "/warm", PAGE))  # robots.txt is read and cached
+    urls = [serve(origin, f"/q{n}", PAGE) for n in range(3)]
+    reply = await run(
+        dispatcher,
+        "fetch",
+        "CONTENT",
+        None,
+        *(("URL", u) for u in urls),
+        ("BUDGET", f"bytes:{2 * size}"),
+    )
+    assert _exhausted(reply, "bytes")
+    assert (len(reply.get_all("FETCH")), len(reply.get_all("FETCH_ERROR"))) == (2, 1)
+    assert reply.get("BUDGET_LEFT") == "bytes:0"

@@ -4,6 +4,7 @@ answers in each provider's recorded format."""
 from __future__ import annotations
 
 import json
+import pathlib
 import ssl
 import urllib.parse
 from collections.abc import Callable
@@ -664,6 +665,26 @@ async def test_monthly_quota_of_two_allows_two_calls_then_falls_back(
     assert backends == ["brave", "brave", "duckduckgo"]
     assert list(counts.values()) == [2]
     assert len(hits_of(origin, "/brave")) == 2
+
+
+async def test_a_search_out_of_budget_spends_none_of_the_providers_monthly_quota(
+    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
+) -> None:
+    """A looping agent whose searches are spent is refused before the quota is counted."""
+    origin.routes["/brave"] = serve("brave_web_search.json")
+    config = with_search(web_config, origin, order=["brave"], brave={"monthly_quota": 5})
+    fields = search_fields("q", ("MAX_RESULTS", "3"), ("NO_CACHE", "true"))
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, web):
+        with trio.fail_after(WAIT_S):
+            replies = [
+                await run(dispatcher, "search", "URL_REFS", *fields, ("BUDGET", "searches:0"))
+                for _ in range(3)
+            ]
+        quota = pathlib.Path(quota_path(web))
+        counts = json.loads(quota.read_text(encoding="utf-8")) if quota.exists() else {}
+    assert {r.get("ERROR") for r in replies} == {"budget_exhausted:searches"}
+    assert sum(counts.values()) == 0
+    assert hits_of(origin, "/brave") == []
 
 
 async def test_spent_local_bucket_skips_to_the_next_backend_without_waiting(

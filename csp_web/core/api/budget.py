@@ -6,19 +6,21 @@ The dispatcher opens a ``TaskBudget`` for a budgeted frame and makes it the runn
 job, a prefetch), so each charge site is one line and needs no context passed down::
 
     await budget.take("fetches")                 # a count, checked before the fetch starts
-    limit = budget.cap("bytes", max_bytes)       # the most a body may now take
-    await budget.spend("bytes", len(body))       # a cost known only after, settled
+    limit = await budget.reserve("bytes", most)  # the most a body may take, taken now
+    await budget.settle("bytes", limit, len(body))  # the rest given back once it is known
 
 ``take`` raises ``BudgetExhausted`` (an OpError: ``budget_exhausted:<dimension>``) and charges
-nothing when the amount does not fit; ``spend`` always charges and, past the limit, marks the
-budget exhausted without raising, since the work it pays for is done: the dispatcher answers
-such a task ``PARTIAL`` with that error (never a silent overrun). Outside a budgeted task every
-call does nothing.
+nothing when the amount does not fit; ``reserve`` takes the amount or what is left when less
+(BudgetExhausted when none is), so tasks drawing on one BUDGET_ID at once never each spend
+the same amount; ``spend`` (and a ``settle`` past its reserve) charges what fits and, past the
+limit, marks the budget exhausted without raising, since the work it pays for is done: the
+dispatcher answers such a task ``PARTIAL`` with that error. What is left never goes below 0.
+Outside a budgeted task every call does nothing.
 
 Work still running when a cost runs out is cancelled at once (SPEC D-3). Each unit of work
 that spends runs in ``work()``, whose cancel scope the budget holds: every request of the HTTP
 client (a page of a multi-URL fetch, a research source, a prefetch, a model call). A charge
-that finds a dimension's cost past what is left (``spend``, ``require``, a body's ``meter``),
+that finds a dimension's cost past what is left (``spend``, ``require``, a body past its reserve),
 in the task's own budget or in the shared ledger (another task's charges show in what the
 ledger answers), cancels every unit, and each one ends raising ``BudgetExhausted``, which the
 op keeps as that unit's failure beside the units already done. exec's command is watched
@@ -66,6 +68,8 @@ class Ledger(Protocol):
     ``permission_denied`` when another uid made it and FieldError when it is not held and
     no limits are given. ``charge`` adds ``amount`` to one dimension and returns what is
     left after it; ``strict``: only if it fits, else charges nothing and returns None.
+    A refund is a negative non-strict ``charge``; ``take_up_to`` is how everything else is
+    charged, so what is left never goes below 0.
     ``instant``: its calls never wait (reach no checkpoint), so an instant op may use it."""
 
     instant: bool
@@ -76,12 +80,19 @@ class Ledger(Protocol):
         self, budget_id: str, dimension: str, amount: int, *, strict: bool
     ) -> int | None: ...
 
+    async def take_up_to(
+        self, budget_id: str, dimension: str, amount: int
+    ) -> tuple[int, int] | None:
+        """Charge ``amount`` of ``dimension``, or what is left of it when less (never below
+        0 left): ``(taken, left after)``; None when ``budget_id`` is not held (any more)."""
+        ...
+
 
 class TaskBudget:
     """A task's view of its budget: the dimensions it limits and what was last seen left of
     each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
 
-    __slots__ = ("_cut", "_drawn", "_units", "budget_id", "exhausted", "ledger", "left", "uid")
+    __slots__ = ("_cut", "_units", "budget_id", "exhausted", "ledger", "left", "named", "uid")
 
     def __init__(
         self,
@@ -90,15 +101,16 @@ class TaskBudget:
         ledger: Ledger | None = None,
         budget_id: str | None = None,
         uid: int | None = None,
+        named: bool = True,
     ) -> None:
         self.left = dict(left)
+        self.named = named  # the frame named it (False: its uid's default, the task's alone)
         self.ledger = ledger  # where a BUDGET_ID lives (or would, once ``shared_id`` makes one)
         self.budget_id = budget_id
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
         self._units: set[trio.CancelScope] = set()  # the work running under it (``work``)
         self._cut: str | None = None  # the cost that ran out and cancelled that work
-        self._drawn: dict[str, int] = {}  # received by bodies still being read (``meter``)
 
     async def take(self, dimension: str, amount: int = 1) -> None:
         """Charge ``amount`` of ``dimension`` if it fits, else raise BudgetExhausted and
@@ -111,23 +123,44 @@ class TaskBudget:
             raise BudgetExhausted(dimension)
 
     async def spend(self, dimension: str, amount: int) -> None:
-        """Charge ``amount`` of ``dimension`` whatever is left (a cost known only once the
-        work is done); past the limit the budget is marked exhausted."""
+        """Charge ``amount`` of ``dimension``, as much of it as is left (a cost known only
+        once the work is done); when it did not all fit, or the BUDGET_ID is gone, the
+        budget is marked exhausted (what is left never goes below 0)."""
         if dimension not in self.left or amount <= 0:
             return
-        left = await self._charge(dimension, amount, strict=False)
-        if left is not None and left < 0:
+        if await self._take_up_to(dimension, amount) < amount:
             self.run_out(dimension, spare=_unit.get())  # the work paid for is done: kept
 
-    def cap(self, dimension: str, amount: int) -> int:
-        """``amount``, or what was last seen left of ``dimension`` when that is less
-        (never below 0): a bound to give work whose cost is settled after it."""
-        left = self.left.get(dimension)
-        return amount if left is None else max(0, min(amount, left))
+    async def reserve(self, dimension: str, amount: int, *, fallback: bool = False) -> int:
+        """Take ``amount`` of ``dimension`` now, or what is left when less, before work
+        whose cost is settled after it: the bound to give that work (a body's cap, a
+        model's max_tokens, a deadline), ``settle`` it after. Tasks drawing on one
+        BUDGET_ID at once each get their own share, never the same bytes twice.
+        BudgetExhausted when none is left (``fallback``: 0, the budget not marked exhausted,
+        for a caller that does its work another way); ``amount`` when ``dimension`` is not
+        limited."""
+        if dimension not in self.left:
+            return amount
+        taken = await self._take_up_to(dimension, amount)
+        if taken <= 0 < amount and not fallback:
+            self.exhausted = self.exhausted or dimension
+            raise BudgetExhausted(dimension)
+        return taken
+
+    async def settle(self, dimension: str, reserved: int, used: int) -> None:
+        """Settle a ``reserve`` of ``reserved`` by what the work ``used``: the rest goes
+        back to the budget; past it, the excess is ``spend``'s."""
+        if dimension not in self.left:
+            return
+        if used < reserved:
+            await self._refund(dimension, reserved - used)
+        elif used > reserved:
+            await self.spend(dimension, used - reserved)
 
     def require(self, dimension: str) -> None:
         """Raise BudgetExhausted when nothing was last seen left of ``dimension``: work
-        whose cost is settled after it does not start on an empty budget."""
+        that reserves its cost only once it knows it (a body, after its headers) does not
+        start on an empty budget."""
         if self.left.get(dimension, 1) <= 0:
             self.run_out(dimension)
             raise BudgetExhausted(dimension)
@@ -160,16 +193,6 @@ class TaskBudget:
         if scope.cancelled_caught and self._cut is not None:
             raise BudgetExhausted(self._cut)
 
-    @contextmanager
-    def meter(self, dimension: str) -> Iterator[Meter]:
-        """A ``Meter`` of work that spends ``dimension`` as it goes (a body being read),
-        whose drawing is given back on exit, for ``spend`` to settle."""
-        meter = Meter(self if dimension in self.left else None, dimension)
-        try:
-            yield meter
-        finally:
-            meter.release()
-
     @property
     def reply_text(self) -> str:
         """``BUDGET_LEFT``'s value: what was last seen left (SPEC D-3)."""
@@ -200,32 +223,20 @@ class TaskBudget:
         self.left[dimension] = left
         return left
 
+    async def _take_up_to(self, dimension: str, amount: int) -> int:
+        """What ``take_up_to`` took (0 when the BUDGET_ID is gone)."""
+        if self.budget_id is None or self.ledger is None:
+            taken = min(amount, max(0, self.left[dimension]))
+            self.left[dimension] -= taken
+            return taken
+        charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
+        if charged is None:
+            return 0
+        taken, self.left[dimension] = charged
+        return taken
 
-class Meter:
-    """What one piece of work has spent so far of a dimension (``TaskBudget.meter``)."""
-
-    __slots__ = ("budget", "dimension", "drawn")
-
-    def __init__(self, task_budget: TaskBudget | None, dimension: str) -> None:
-        self.budget, self.dimension, self.drawn = task_budget, dimension, 0
-
-    def draw(self, total: int) -> None:
-        """Record ``total`` spent so far; once that, with what the task's other work is
-        drawing, passes what was last seen left, the budget runs out (cancelling its other
-        work) and BudgetExhausted is raised for this one to stop."""
-        if self.budget is None:
-            return
-        drawn, left = self.budget._drawn, self.budget.left[self.dimension]
-        drawn[self.dimension] = drawn.get(self.dimension, 0) + total - self.drawn
-        self.drawn = total
-        if drawn[self.dimension] > left:
-            self.budget.run_out(self.dimension)
-            raise BudgetExhausted(self.dimension)
-
-    def release(self) -> None:
-        """Give back what this work drew, its cost now settled or abandoned."""
-        if self.budget is not None and self.drawn:
-            self.budget._drawn[self.dimension] -= self.drawn
+    async def _refund(self, dimension: str, amount: int) -> None:
+        await self._charge(dimension, -amount, strict=False)  # a gone BUDGET_ID: to no one
 
 
 _running: ContextVar[TaskBudget | None] = ContextVar("csp_web_task_budget", default=None)
@@ -256,17 +267,32 @@ async def take(dimension: str, amount: int = 1) -> None:
         await current.take(dimension, amount)
 
 
+async def reserve(dimension: str, amount: int, *, fallback: bool = False) -> int:
+    """``TaskBudget.reserve`` on the running budget, else ``amount``."""
+    current = _running.get()
+    if current is None:
+        return amount
+    return await current.reserve(dimension, amount, fallback=fallback)
+
+
+def limits(dimension: str) -> bool:
+    """Whether the running budget limits ``dimension``."""
+    current = _running.get()
+    return current is not None and dimension in current.left
+
+
+async def settle(dimension: str, reserved: int, used: int) -> None:
+    """``TaskBudget.settle`` on the running budget, if any."""
+    current = _running.get()
+    if current is not None:
+        await current.settle(dimension, reserved, used)
+
+
 async def spend(dimension: str, amount: int) -> None:
     """``TaskBudget.spend`` on the running budget, if any."""
     current = _running.get()
     if current is not None:
         await current.spend(dimension, amount)
-
-
-def cap(dimension: str, amount: int) -> int:
-    """``TaskBudget.cap`` on the running budget, else ``amount``."""
-    current = _running.get()
-    return amount if current is None else current.cap(dimension, amount)
 
 
 def left(dimension: str) -> int | None:
@@ -293,15 +319,13 @@ def work() -> Iterator[None]:
             yield
 
 
-@contextmanager
-def meter(dimension: str) -> Iterator[Meter]:
-    """``TaskBudget.meter`` on the running budget; unbudgeted, a meter that limits nothing."""
+def exhausted(dimension: str) -> BudgetExhausted:
+    """BudgetExhausted for ``dimension``, the running budget run out by it (its other work
+    cancelled, SPEC D-3): work has reached the cap its ``reserve`` gave it, short of its own."""
     current = _running.get()
-    if current is None:
-        yield Meter(None, dimension)
-    else:
-        with current.meter(dimension) as gauge:
-            yield gauge
+    if current is not None:
+        current.run_out(dimension, spare=_unit.get())
+    return BudgetExhausted(dimension)
 
 
 class HoldsBudget(Protocol):
@@ -342,20 +366,23 @@ def bound(job: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
 async def inherited(task: Task) -> Task:
     """``task`` (a cron job's, sent later and after restarts) drawing from the running
     budget through its BUDGET_ID, made now if the budget has none; unchanged when
-    unbudgeted or when the task names a budget of its own."""
+    unbudgeted, when the budget is the uid's default (each run gets its own default, not
+    one shared for the job's life), or when the task names a budget of its own."""
     current = _running.get()
-    if current is None or task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None:
+    if current is None or not current.named:
+        return task
+    if task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None:
         return task
     budget_id = await current.shared_id()
     return dataclasses.replace(task, fields=(*task.fields, ("BUDGET_ID", budget_id)))
 
 
-async def spend_tokens(body: bytes, fallback: int) -> None:
-    """Charge ``llm_tokens`` with the ``usage.total_tokens`` of an OpenAI-compatible
-    response ``body``; ``fallback`` (the request's max_tokens) when it names none, since a
-    model that does not say what it used is charged the most it could have."""
+async def settle_tokens(reserved: int, body: bytes, fallback: int) -> None:
+    """Settle a ``reserve`` of ``llm_tokens`` with the ``usage.total_tokens`` of an
+    OpenAI-compatible response ``body``; ``fallback`` when it names none, since a model
+    that does not say what it used is charged the most it could have."""
     if _running.get() is not None:
-        await spend("llm_tokens", _total_tokens(body, fallback))
+        await settle("llm_tokens", reserved, _total_tokens(body, fallback))
 
 
 def _total_tokens(body: bytes, fallback: int) -> int:

@@ -75,11 +75,12 @@ def with_id(reply: Reply, task_id: str | None) -> Reply:
 def budgeted(reply: Reply, task_budget: TaskBudget) -> Reply:
     """``reply`` of a budgeted task: ``BUDGET_LEFT`` last (unless the op gave one, for the
     work it reports on: a research job's), and, when the budget ran out, ``PARTIAL`` with
-    ``ERROR budget_exhausted:<dimension>`` in place of any other error, whatever the op made
-    of it (SPEC D-3, R-2): what it did so far stays in DATA and the fields."""
+    ``ERROR budget_exhausted:<dimension>`` in place of any other error but ``cancelled`` and
+    ``shutting_down``, whatever the op made of it (SPEC D-3, R-2): what it did so far stays
+    in DATA and the fields."""
     fields = list(reply.fields)
     status = reply.status
-    if task_budget.exhausted is not None:
+    if task_budget.exhausted is not None and not _ended_by_the_daemon(reply):
         status = Status.PARTIAL
         error = ("ERROR", f"{ErrorCode.BUDGET_EXHAUSTED}:{task_budget.exhausted}")
         fields = [field for field in fields if field[0] != "ERROR"]
@@ -88,6 +89,13 @@ def budgeted(reply: Reply, task_budget: TaskBudget) -> Reply:
     if not any(name == "BUDGET_LEFT" for name, _ in fields):
         fields.append(("BUDGET_LEFT", task_budget.reply_text))
     return Reply(status, tuple(fields))
+
+
+def _ended_by_the_daemon(reply: Reply) -> bool:
+    """Whether ``reply`` says a cancel or a shutdown ended the task: what ended it, not the
+    budget, is what the agent must be told."""
+    code = (reply.get("ERROR") or "").partition(":")[0]
+    return code in (ErrorCode.CANCELLED, ErrorCode.SHUTTING_DOWN)
 
 
 def with_budget(result: Result, task_budget: TaskBudget | None) -> Result:

@@ -26,34 +26,37 @@ async def open_budget(
     limits = parse_budget(text) if text is not None else None
     budget_id = task.get("BUDGET_ID")
     if budget_id is None:
-        limits = limits or settings.default_for(uid)
-        return None if limits is None else TaskBudget(limits, ledger=ledger, uid=uid)
+        if limits is not None:
+            return TaskBudget(limits, ledger=ledger, uid=uid)
+        default = settings.default_for(uid)
+        return None if default is None else TaskBudget(default, ledger=ledger, uid=uid, named=False)
     if ledger is None:
         raise OpError(ErrorCode.NOT_AVAILABLE, "this daemon keeps no BUDGET_IDs")
     left = await ledger.open(budget_id, uid, limits)
     return TaskBudget(left, ledger=ledger, budget_id=budget_id, uid=uid)
 
 
-def wall_deadline_ms(task_budget: TaskBudget, timeout_ms: int) -> tuple[int, bool]:
-    """The task's deadline in ms under ``wall_ms`` (the earlier of it and ``timeout_ms``),
-    and whether the budget set it; BudgetExhausted when no wall time is left."""
-    wall_ms = task_budget.left.get("wall_ms")
-    if wall_ms is None or wall_ms >= timeout_ms:
-        return timeout_ms, False
-    task_budget.require("wall_ms")
-    return wall_ms, True
+async def reserve_wall(task_budget: TaskBudget, timeout_ms: int) -> int:
+    """The wall time reserved for the task, its deadline in ms: ``timeout_ms``, or what is
+    left of ``wall_ms`` when less (taken now, so tasks on one BUDGET_ID at once share what is
+    left, not each spend all of it); BudgetExhausted when none is left."""
+    return await task_budget.reserve("wall_ms", timeout_ms)
 
 
-async def settle(task_budget: TaskBudget, reply: Reply, began: float, wall_cut: bool) -> Reply:
+async def settle(
+    task_budget: TaskBudget, reply: Reply, began: float, wall_ms: int | None, timeout_ms: int
+) -> Reply:
     """``reply`` once the task's wall time since ``began`` (trio's clock, as its deadline)
-    is charged: with BUDGET_LEFT, PARTIAL when the budget ran out (``replies.budgeted``).
-    ``wall_cut``: the deadline ``wall_ms`` set is what ended it, so its ``timeout_exceeded``
-    is the wall budget running out."""
-    elapsed_s = trio.current_time() - began
-    try:
-        await task_budget.spend("wall_ms", round(elapsed_s * 1000))
-    except OpError as exc:  # the ledger is unreachable: the reply says what was last seen
-        log.warning("budget %s: wall time not charged (%s)", task_budget.budget_id, exc.code)
-    if wall_cut and (reply.get("ERROR") or "").startswith(f"{ErrorCode.TIMEOUT_EXCEEDED}:"):
-        task_budget.exhausted = task_budget.exhausted or "wall_ms"
+    is settled against the ``wall_ms`` reserved for it (None: a sys op, never charged): with
+    BUDGET_LEFT, PARTIAL when the budget ran out (``replies.budgeted``). A deadline the
+    reserve set (less than ``timeout_ms``) ending it is the wall budget running out."""
+    if wall_ms is not None:
+        elapsed_ms = round((trio.current_time() - began) * 1000)
+        try:
+            await task_budget.settle("wall_ms", wall_ms, elapsed_ms)
+        except OpError as exc:  # the ledger is unreachable: the reply says what was last seen
+            log.warning("budget %s: wall time not charged (%s)", task_budget.budget_id, exc.code)
+        timed_out = (reply.get("ERROR") or "").startswith(f"{ErrorCode.TIMEOUT_EXCEEDED}:")
+        if wall_ms < timeout_ms and timed_out:
+            task_budget.exhausted = task_budget.exhausted or "wall_ms"
     return budgeted(reply, task_budget)

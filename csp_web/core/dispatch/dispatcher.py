@@ -27,10 +27,10 @@ from csp_web.core.api.fields import Params, check_frame_fields, parse_timeout_ms
 from csp_web.core.api.ops import BoundOp, Registry
 from csp_web.core.api.ports import allowed_uids
 from csp_web.core.api.records import MemoryWrite, json_record, make_write
-from csp_web.core.api.replies import fail_reply, ok_reply
+from csp_web.core.api.replies import budgeted, fail_reply, ok_reply
 from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
-from csp_web.core.dispatch.budgets import open_budget, settle, wall_deadline_ms
+from csp_web.core.dispatch.budgets import open_budget, reserve_wall, settle
 from csp_web.core.dispatch.cancels import Cancels, Ticket
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sys_audits import SysAudits
@@ -130,7 +130,7 @@ class Dispatcher:
             if ticket is not None:
                 ticket.close()
         if stage.budget is not None:
-            reply = await settle(stage.budget, reply, stage.began, stage.wall_cut)
+            reply = await settle(stage.budget, reply, stage.began, stage.wall_ms, stage.timeout_ms)
         return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
@@ -162,7 +162,7 @@ class Dispatcher:
             self.stats.in_flight -= 1
             slots.release()
         if stage.budget is not None:  # the local ledger and a task's own budget never wait
-            reply = await settle(stage.budget, reply, stage.began, False)
+            reply = await settle(stage.budget, reply, stage.began, None, 0)
         return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
@@ -229,16 +229,23 @@ class Dispatcher:
         if op is None:
             return None
         config = self.services.config.tasks
+        if self._ledger_waits(task):
+            return None  # its budget's BUDGET_LEFT needs a round trip: a task of its own
         try:
             validate(task, op.spec.fields, op.spec.inline)
             parse_timeout_ms(
                 task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
+            )
+            task_budget = await open_budget(
+                task, peer.uid, self.services.config.budgets, self.ledger
             )
         except OpError:
             return None  # answered by a task of its own, as any invalid frame
         span = self.tracer.start(task) if self.tracer is not None else None
         self.stats.frames += 1
         reply = fail_reply(self.pools[op.spec.specialist].busy(), task.id)
+        if task_budget is not None:  # with its BUDGET_LEFT, as the slow path's busy
+            reply = budgeted(reply, task_budget)
         return await self._done(task, op, peer, reply, time.monotonic(), None, False, span)
 
     def is_instant(self, task: Task) -> bool:
@@ -254,13 +261,17 @@ class Dispatcher:
             op = self.registry.lookup(task)
         except OpError:
             return None  # refused: answered (and audited) by a task of its own
-        if (
+        if self._ledger_waits(task):
+            return None  # its ledger may wait (Redis): a task of its own
+        return op if op.spec.instant and op.spec.specialist == "sys" else None
+
+    def _ledger_waits(self, task: Task) -> bool:
+        """Whether opening ``task``'s budget may wait (a BUDGET_ID on Redis)."""
+        return (
             task.get("BUDGET_ID") is not None
             and self.ledger is not None
             and not self.ledger.instant
-        ):
-            return None  # its ledger may wait (Redis): a task of its own
-        return op if op.spec.instant and op.spec.specialist == "sys" else None
+        )
 
     def _lookup(self, task: Task) -> BoundOp | None:
         if self.shutting_down:
@@ -287,8 +298,11 @@ class Dispatcher:
             task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
         )
         stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
-        if stage.budget is not None:
-            timeout_ms, stage.wall_cut = wall_deadline_ms(stage.budget, timeout_ms)
+        # A sys op (ping, cancel, stats) is never refused nor charged by a budget: an agent
+        # whose budget ran out can still cancel its work and see what is left.
+        if stage.budget is not None and (spec is None or spec.specialist != "sys"):
+            stage.timeout_ms = timeout_ms
+            timeout_ms = stage.wall_ms = await reserve_wall(stage.budget, timeout_ms)
         if ticket is not None and ticket.cancelled:  # cancelled while it waited to start
             raise OpError(ErrorCode.CANCELLED, ticket.reason or "")
         audited = self.audit and (spec is None or spec.specialist != "sys")
@@ -384,12 +398,9 @@ class Dispatcher:
         (on ``stage``) is opened without waiting: one of its own, or the local ledger's."""
         config = self.services.config.tasks
         params = validate(task, op.spec.fields, op.spec.inline)
-        timeout_ms = parse_timeout_ms(
-            task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
-        )
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        # its budget is opened for its BUDGET_LEFT alone: a sys op is never refused by one
         stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
-        if stage.budget is not None:
-            wall_deadline_ms(stage.budget, timeout_ms)  # none left: exhausted before it runs
         ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
         return ok_reply(await op.run(params, ctx), task.id)
 
@@ -534,7 +545,16 @@ class _Stage:
     """How far a task got: whether it waits for outbox room, whether it was admitted, and
     the audit its op gave; its span, when traced; its budget, once opened."""
 
-    __slots__ = ("admitted", "audit", "began", "budget", "span", "waiting_for_room", "wall_cut")
+    __slots__ = (
+        "admitted",
+        "audit",
+        "began",
+        "budget",
+        "span",
+        "timeout_ms",
+        "waiting_for_room",
+        "wall_ms",
+    )
 
     def __init__(self, span: TaskSpan | None) -> None:
         self.span = span  # the task's span, when traced
@@ -543,7 +563,8 @@ class _Stage:
         self.audit: OpAudit | None = None  # what the op returned or raised for its record
         self.budget: TaskBudget | None = None  # the task's budget (SPEC D-3), once opened
         self.began = trio.current_time()  # its wall time (wall_ms) counts from here
-        self.wall_cut = False  # whether its deadline is the budget's wall_ms
+        self.wall_ms: int | None = None  # the wall time reserved for it (None: not charged)
+        self.timeout_ms = 0  # its TIMEOUT_MS: a reserve of less set its deadline
 
 
 _task_ids = itertools.count(1)

@@ -2,7 +2,8 @@
 
 One row per BUDGET_ID: its owner, when it was last used, and a limit and a spent amount per
 dimension (a NULL limit: not limited). A charge is one ``UPDATE ... RETURNING`` whose WHERE
-clause holds the check, so check-and-charge is atomic without a transaction of its own; a task
+clause holds the check, so check-and-charge is atomic without a transaction of its own (a
+charge of what is left, ``take_up_to``, reads then writes in one ``BEGIN IMMEDIATE``); a task
 opening its budget reads one row (its owner and idle time in the WHERE clause). Idle ids are
 deleted when an id is made (the count bound is judged then) or found idle.
 
@@ -38,13 +39,18 @@ _SCHEMA = (
 _LEFT = ", ".join(f"lim_{d} - used_{d}" for d in DIMENSIONS)
 _HELD = f"SELECT touched, {_LEFT} FROM budgets WHERE id = ? AND uid IS ? AND touched > ?"
 # One statement per dimension and kind, made once: the column names come from DIMENSIONS.
+# A non-strict charge (a refund, or ``take_up_to``'s) is clamped to 0..limit: what is left
+# never goes below 0, whatever a caller charges.
 _CHARGE = {
-    (d, strict): f"UPDATE budgets SET used_{d} = used_{d} + ?1, touched = ?2 WHERE id = ?3"
+    (d, strict): f"UPDATE budgets SET used_{d} = max(0, min(used_{d} + ?1, lim_{d})),"
+    f" touched = ?2 WHERE id = ?3"
     f" AND lim_{d} IS NOT NULL{f' AND used_{d} + ?1 <= lim_{d}' if strict else ''}"
     f" RETURNING lim_{d} - used_{d}"
     for d in DIMENSIONS
     for strict in (True, False)
 }
+
+_LEFT_OF = {d: f"SELECT lim_{d} - used_{d} FROM budgets WHERE id = ?" for d in DIMENSIONS}
 
 
 class LocalLedger:
@@ -109,6 +115,22 @@ class LocalLedger:
                 self._connected().execute(statement, (amount, self._clock(), budget_id)).fetchone()
             )
         return None if row is None else int(row[0])
+
+    async def take_up_to(
+        self, budget_id: str, dimension: str, amount: int
+    ) -> tuple[int, int] | None:
+        with storage_seam("state"):
+            db = self._connected()
+            db.execute("BEGIN IMMEDIATE")  # another daemon on this state dir waits its turn
+            try:
+                row = db.execute(_LEFT_OF[dimension], (budget_id,)).fetchone()
+                if row is None or row[0] is None:
+                    return None
+                taken = min(amount, max(0, int(row[0])))
+                db.execute(_CHARGE[dimension, False], (taken, self._clock(), budget_id))
+                return taken, int(row[0]) - taken
+            finally:
+                db.execute("COMMIT")
 
     def close(self) -> None:
         if self._db is not None:

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import trio
 
+from csp_web.core.api import budget
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -187,6 +188,7 @@ def _headers(lines: list[str], api_config: ApiConfig) -> tuple[tuple[str, str], 
 async def _answer(
     services: PagesServices, call: ApiCall, no_cache: bool, ctx: OpContext
 ) -> tuple[Answer, bool]:
+    await budget.take("fetches")  # each call asked for, from the cache or not, as fetch's pages
     namespace = f"api:{call.name}"
     material = {"method": call.method, "url": call.url, "headers": sorted(call.headers)}
     if call.method == "GET" and not no_cache:

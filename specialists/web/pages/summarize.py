@@ -45,6 +45,10 @@ def _word_list(text: str) -> list[str]:
 
 # The model names each bullet's support; the daemon looks for it in the text and never
 # takes the model's word that it is there (issue 29).
+# The answer's max_tokens under an llm_tokens budget (reserved from it, or what is left when
+# less): BULLET_CHARS at about 4 characters a token is 75 tokens a bullet, and max_bullets is
+# at most 20, so 2048 holds a whole answer with room for its JSON.
+BUDGETED_MAX_TOKENS = 2048
 LLM_PROMPT = (
     "Summarize the user's text as at most {n} short bullet points, using only facts from the "
     'text. Answer with JSON only: {{"bullets": [{{"text": "<one point>", "quote": "<the '
@@ -275,8 +279,15 @@ async def summarize_llm(
             {"role": "user", "content": text},
         ],
     }
+    # Under an llm_tokens budget the answer's tokens are reserved first and are its
+    # max_tokens (none left: summarised extractively, a complete answer, not PARTIAL).
+    reserved = 0
+    if budget.limits("llm_tokens"):
+        reserved = await budget.reserve("llm_tokens", BUDGETED_MAX_TOKENS, fallback=True)
+        if reserved == 0:
+            return None
+        body["max_tokens"] = reserved
     try:
-        budget.require("llm_tokens")  # none left: summarised extractively
         result = await client.fetch(
             config.llm_base_url.rstrip("/") + "/chat/completions",
             method="POST",
@@ -286,13 +297,15 @@ async def summarize_llm(
             deadline_s=deadline_s,
         )
     except OpError as exc:
+        await budget.settle("llm_tokens", reserved, 0)
         log.warning("summarize: model endpoint failed (%s); summarising extractively", exc.code)
         return None
     if result.status_code != 200:
+        await budget.settle("llm_tokens", reserved, 0)
         log.warning("summarize: model endpoint answered %d", result.status_code)
         return None
     # No usage named: about 4 characters a token (OpenAI's rule of thumb), in and out.
-    await budget.spend_tokens(result.body, (len(text) + len(result.body)) // 4)
+    await budget.settle_tokens(reserved, result.body, (len(text) + len(result.body)) // 4)
     return parse_llm_bullets(result.body, max_bullets) or None
 
 

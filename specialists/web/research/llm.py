@@ -83,21 +83,27 @@ async def write_with_model(
             raise LlmFailure("no_api_key")
         headers["Authorization"] = f"Bearer {key}"
     budget_s = min(config.llm_timeout_s, deadline - trio.current_time())
+    # The answer's tokens are reserved before it is asked for (none left: a failure like
+    # any, the bullets extractive) and are the model's max_tokens; settled by its usage.
+    max_tokens = 0
     try:
-        budget.require("llm_tokens")  # none left: a failure like any, the bullets extractive
+        max_tokens = await budget.reserve("llm_tokens", config.llm_max_tokens)
+        body = request_body(config, question, sources, bullets, max_tokens)
         result = await client.fetch(
             config.llm_base_url.rstrip("/") + "/chat/completions",
             method="POST",
             headers=headers,
-            content=json.dumps(request_body(config, question, sources, bullets)).encode(),
+            content=json.dumps(body).encode(),
             max_redirects=0,
             deadline_s=max(0.0, budget_s),
         )
     except OpError as exc:
+        await budget.settle("llm_tokens", max_tokens, 0)
         raise LlmFailure(f"{exc.code}:{exc.detail}") from None
     if result.status_code != 200:
+        await budget.settle("llm_tokens", max_tokens, 0)
         raise LlmFailure(f"http_{result.status_code}")
-    await budget.spend_tokens(result.body, config.llm_max_tokens)
+    await budget.settle_tokens(max_tokens, result.body, max_tokens)
     answer = parse_answer(result.body, len(sources), bullets)
     if not answer:
         raise LlmFailure("no_cited_bullets")
@@ -105,7 +111,11 @@ async def write_with_model(
 
 
 def request_body(
-    config: ResearchConfig, question: str, sources: Sequence[Source], bullets: int
+    config: ResearchConfig,
+    question: str,
+    sources: Sequence[Source],
+    bullets: int,
+    max_tokens: int,
 ) -> dict[str, object]:
     numbered = "\n\n".join(
         f"[{n}] {source.title or source.url}\n{source.url}\n{source.text}"
@@ -114,7 +124,7 @@ def request_body(
     return {
         "model": config.llm_model,
         "temperature": 0,
-        "max_tokens": budget.cap("llm_tokens", config.llm_max_tokens),
+        "max_tokens": max_tokens,
         "messages": [
             {"role": "system", "content": PROMPT.format(n=bullets)},
             {"role": "user", "content": f"Question: {question}\n\nSources:\n\n{numbered}"},

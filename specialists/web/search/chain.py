@@ -232,10 +232,17 @@ async def _call(
     wait: bool,
 ) -> tuple[list[Hit], int | None]:
     _check_base_url(candidate.base_url, services.config.guard)
-    await _take_token(services, candidate.name, deadline if wait else trio.current_time())
-    if candidate.provider.monthly_quota is not None:
-        await _take_quota(services, candidate.name, candidate.provider.monthly_quota)
-    await budget.take("searches")  # each backend request, research's too (SPEC D-3)
+    # Each backend request is charged, research's too (SPEC D-3), before the rate token and
+    # the provider's monthly quota: a task out of searches spends none of either; a request
+    # that then gets neither is not sent and gives its search back.
+    await budget.take("searches")
+    try:
+        await _take_token(services, candidate.name, deadline if wait else trio.current_time())
+        if candidate.provider.monthly_quota is not None:
+            await _take_quota(services, candidate.name, candidate.provider.monthly_quota)
+    except BackendFailure:
+        await budget.settle("searches", 1, 0)
+        raise
     request = candidate.backend.build(query, candidate.base_url, candidate.key)
     budget_s = min(deadline - trio.current_time(), services.config.guard.timeout_s)
     try:
