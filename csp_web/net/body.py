@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -157,6 +157,7 @@ async def read_capped(
     max_decoded_bytes: int,
     larger: LargerBody | None = None,
     url: str = "",
+    gauge: Callable[[int], Awaitable[None]] | None = None,
 ) -> bytes:
     """The decoded body of a streamed ``response`` (requested as ``url``), read until the end
     or a cap: ``larger``'s when it applies to the response (see the module's docstring).
@@ -164,7 +165,9 @@ async def read_capped(
     Raises OpError(TOO_LARGE, "max_body_bytes") as soon as the declared Content-Length or
     the bytes received pass ``max_body_bytes``, OpError(TOO_LARGE, "max_decoded_bytes") as
     soon as decoding passes ``max_decoded_bytes``; OpError(TOO_LARGE, larger.name) past the
-    larger cap. The caller owns and closes ``response``.
+    larger cap. ``gauge`` is awaited with the bytes decoded so far after each chunk: what it
+    raises (a budget that cannot cover them: ``client._Bill.cover``) cuts the body off the
+    same way. The caller owns and closes ``response``.
     """
     if response.request.method == "HEAD" or response.status_code in _NO_BODY_STATUSES:
         return b""  # their Content-Length and Content-Encoding describe a body never sent
@@ -174,6 +177,8 @@ async def read_capped(
     try:
         async for chunk in chunks:
             body.receive(chunk)
+            if gauge is not None:
+                await gauge(body.decoder.produced)
     except OpError:
         await _abandon(response, chunks)
         raise

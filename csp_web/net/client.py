@@ -74,27 +74,46 @@ class _Plan:
     larger_body: LargerBody | None = None
 
 
+# A body of unknown length (chunked, or encoded) reserves this much of a task's ``bytes`` first
+# and twice what it holds each time it passes it: bodies read at once share what is left by
+# what they really receive, and a budget on Redis costs a round trip per doubling, not a chunk.
+_FIRST_BYTES = 64 * 1024
+
+
 @dataclass
 class _Bill:
-    """A body's ``bytes``: reserved before it was asked for, and what it took."""
+    """A body's ``bytes``: what it has reserved so far, and what it took."""
 
     reserved: int
-    cut: bool  # the budget, not the config, caps the body
+    limited: bool  # the task's budget limits bytes (else nothing is reserved as it goes)
     used: int = 0  # not read through: not charged (as a body the config's caps refuse)
+
+    async def cover(self, total: int) -> None:
+        """Reserve more as the body passes what it holds; a budget that cannot cover
+        ``total`` runs out (``budget_exhausted:bytes``, the task's other work cancelled)
+        and the body, cut there, takes all it reserved."""
+        while total > self.reserved:
+            want = max(total - self.reserved, self.reserved, _FIRST_BYTES)
+            got = await budget.reserve("bytes", want, fallback=True)
+            self.reserved += got
+            if got < want and total > self.reserved:
+                self.used = self.reserved
+                raise budget.exhausted("bytes")
 
 
 @asynccontextmanager
 async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterator[_Bill]:
-    """The task's ``bytes`` for ``response``'s body: the most it may take (its declared
-    length when not encoded, else the caps; what is left when less, BudgetExhausted when
-    none is) reserved on entry, so bodies read at once share what is left; what it did not
-    take given back on exit, cancelled too (SPEC D-3)."""
+    """The task's ``bytes`` for ``response``'s body: its declared length when not encoded,
+    else ``_FIRST_BYTES`` (what is left when less; BudgetExhausted when none is) reserved on
+    entry and more as it arrives (``_Bill.cover``), so bodies read at once share what is
+    left; what it did not take given back on exit, cancelled too (SPEC D-3)."""
     most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
+    limited = budget.left("bytes") is not None
+    first = min(most, _FIRST_BYTES) if limited else most
     if not response.headers.get("content-encoding"):
         with contextlib.suppress(NumberError):  # h11 refuses a body longer than it said
-            most = min(most, parse_uint(response.headers.get("content-length", "")))
-    reserved = await budget.reserve("bytes", most)
-    bill = _Bill(reserved, cut=reserved < most)
+            first = min(most, parse_uint(response.headers.get("content-length", "")))
+    bill = _Bill(await budget.reserve("bytes", first), limited)
     try:
         yield bill
     finally:
@@ -103,23 +122,16 @@ async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterato
 
 
 async def _read_budgeted(response: httpx.Response, plan: _Plan, url: str, bill: _Bill) -> bytes:
-    """``read_capped`` of ``response`` within ``bill``'s reserve: a body the budget cuts is
-    ``budget_exhausted:bytes`` and takes all of it."""
-    try:
-        body = await read_capped(
-            response,
-            max_body_bytes=min(plan.max_body_bytes, bill.reserved)
-            if bill.cut
-            else plan.max_body_bytes,
-            max_decoded_bytes=min(plan.max_decoded_bytes, bill.reserved),
-            larger=None if bill.cut else plan.larger_body,
-            url=url,
-        )
-    except OpError as exc:
-        if bill.cut and exc.code == ErrorCode.TOO_LARGE:
-            bill.used = bill.reserved
-            raise budget.exhausted("bytes") from exc
-        raise
+    """``read_capped`` of ``response`` under the config's caps, its bytes covered by
+    ``bill`` as they arrive."""
+    body = await read_capped(
+        response,
+        max_body_bytes=plan.max_body_bytes,
+        max_decoded_bytes=plan.max_decoded_bytes,
+        larger=plan.larger_body,
+        url=url,
+        gauge=bill.cover if bill.limited else None,
+    )
     bill.used = len(body)
     return body
 

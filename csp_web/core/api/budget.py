@@ -136,14 +136,15 @@ class TaskBudget:
         whose cost is settled after it: the bound to give that work (a body's cap, a
         model's max_tokens, a deadline), ``settle`` it after. Tasks drawing on one
         BUDGET_ID at once each get their own share, never the same bytes twice.
-        BudgetExhausted when none is left (``fallback``: 0, the budget not marked exhausted,
+        BudgetExhausted when none is left, the task's other work cancelled (``fallback``: 0,
+        the budget not marked exhausted,
         for a caller that does its work another way); ``amount`` when ``dimension`` is not
         limited."""
         if dimension not in self.left:
             return amount
         taken = await self._take_up_to(dimension, amount)
         if taken <= 0 < amount and not fallback:
-            self.exhausted = self.exhausted or dimension
+            self.run_out(dimension, spare=_unit.get())  # a cost ran out: the rest is cancelled
             raise BudgetExhausted(dimension)
         return taken
 
