@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import resource
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -45,9 +46,9 @@ def children() -> set[int]:
 
 async def warm(size: int, **options: int) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers, every one warm."""
-    async with open_worker_pool(size, **options) as pool:
+    async with open_worker_pool(size, warm=SUPPORT, **options) as pool:
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+            await pool.wait_warm()
         yield pool
 
 
@@ -59,12 +60,26 @@ async def run(pool: WorkerPool, task: Callable[[], T], *answers: type) -> T:
         return await pool.run(task, deadline=trio.current_time() + WAIT_S, answers=answers)
 
 
-async def test_a_task_runs_in_the_daemon_while_the_first_worker_warms_then_in_a_worker() -> None:
-    async with open_worker_pool(1) as pool:
-        assert await run(pool, workers_support.own_pid) == os.getpid()
-        with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+async def test_a_task_arriving_before_any_worker_is_warm_waits_for_one_not_the_daemon() -> None:
+    async with open_worker_pool(1, warm=SUPPORT) as pool:
         assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+
+
+async def test_a_task_arriving_while_a_dead_worker_is_replaced_runs_in_the_fresh_worker() -> None:
+    async with warm_pool(1) as pool:
+        with pytest.raises(OpError):
+            await run(pool, workers_support.hoard)
+        assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+
+
+async def test_a_task_waiting_for_a_busy_worker_fails_timeout_at_its_deadline() -> None:
+    async with warm_pool(1) as pool, trio.open_nursery() as nursery:
+        nursery.start_soon(run, pool, workers_support.spin)
+        await trio.sleep(0.1)
+        with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
+            await pool.run(workers_support.own_pid, deadline=trio.current_time() + 0.2)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "timeout")
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_pool_of_size_zero_runs_every_task_in_the_daemon() -> None:
@@ -107,7 +122,7 @@ async def test_a_worker_killed_mid_task_fails_that_task_and_a_fresh_worker_takes
                 nursery.start_soon(kill_when_announced)
                 with pytest.raises(OpError) as failed:
                     await run(pool, task)
-            await pool.wait_warm(SUPPORT)  # its place warms up without a task asking
+            await pool.wait_warm()  # its place warms up without a task asking
         assert (failed.value.code, failed.value.detail) == (
             ErrorCode.WORKER_FAILED,
             "killed:SIGKILL",
@@ -132,7 +147,7 @@ async def test_a_worker_killed_while_idle_fails_no_task() -> None:
         os.kill(killed, signal.SIGKILL)
         with trio.fail_after(WAIT_S):
             await exited(killed)
-        assert await run(pool, workers_support.own_pid) in (os.getpid(), *pool.pids)
+        assert await run(pool, workers_support.own_pid) in pool.pids
         assert killed not in pool.pids
 
 
@@ -145,7 +160,7 @@ async def test_a_task_running_past_its_deadline_is_cut_and_its_worker_replaced()
         assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "timeout")
         assert cut not in children()  # killed and reaped, not left spinning
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+            await pool.wait_warm()
         assert pool.pids != (cut,)
 
 
@@ -207,5 +222,55 @@ async def test_a_task_past_the_workers_address_space_fails_memory_and_a_fresh_wo
             await run(pool, workers_support.hoard)
         assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "memory")
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+            await pool.wait_warm()
         assert pool.pids != (hoarder,)
+
+
+def descriptors_in_use() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_worker_that_cannot_start_fails_its_tasks_start_and_the_pool_serves_on() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors_in_use() + 1, hard))  # no pipes
+    try:
+        async with open_worker_pool(1, warm=SUPPORT) as pool:
+            with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
+                await pool.run(workers_support.own_pid, deadline=trio.current_time() + 0.5)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "start")
+            assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_worker_cannot_read_the_daemons_environment_reach_the_network_or_write_files(
+    tmp_path: Path,
+) -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    environ = functools.partial(workers_support.error_of, "read", f"/proc/{os.getpid()}/environ")
+    connect = functools.partial(workers_support.error_of, "connect", f"127.0.0.1:{port}")
+    write = functools.partial(workers_support.error_of, "write", str(tmp_path / "planted"))
+    async with warm_pool(1) as pool:
+        errors = [await run(pool, task) for task in (environ, connect, write)]
+    listener.close()
+    assert errors[0] == "PermissionError"
+    assert errors[1] in ("OSError", "ConnectionRefusedError")  # no route, or a loopback down
+    assert errors[2] == "OSError"  # EFBIG: the worker may write no byte
+    assert not (tmp_path / "planted").exists() or not (tmp_path / "planted").stat().st_size
+
+
+async def test_a_worker_is_replaced_after_its_share_of_tasks() -> None:
+    async with warm_pool(1, recycle_tasks=2) as pool:
+        first = [await run(pool, workers_support.own_pid) for _ in range(2)]
+        third = await run(pool, workers_support.own_pid)
+    assert first[0] == first[1] != third
+
+
+async def test_a_workers_task_runs_under_a_cpu_limit() -> None:
+    async with warm_pool(1) as pool:
+        soft, _ = await run(pool, functools.partial(resource.getrlimit, resource.RLIMIT_CPU))
+    assert soft != resource.RLIM_INFINITY
