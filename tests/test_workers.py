@@ -5,22 +5,29 @@ replaces it; workers inherit no socket or secret of the daemon and outlive no po
 from __future__ import annotations
 
 import functools
+import operator
 import os
-import pickle
 import resource
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import trio
 
 from csp_web.core.api.errors import OpError
-from csp_web.infra.workers import WorkerPool, open_worker_pool
+from csp_web.infra import answers
+from csp_web.infra.workers import (
+    ANSWER_FLOOR_BYTES,
+    ANSWER_PER_TASK_BYTE,
+    WorkerPool,
+    open_worker_pool,
+)
 from protocol import ErrorCode
+from specialists.web.pages.loading import Page
 from tests import workers_support
 
 T = TypeVar("T")
@@ -55,9 +62,16 @@ async def warm(size: int, **options: int) -> AsyncIterator[WorkerPool]:
 warm_pool = asynccontextmanager(warm)
 
 
-async def run(pool: WorkerPool, task: Callable[[], T], *answers: type) -> T:
+async def run(
+    pool: WorkerPool,
+    task: Callable[[], T],
+    shape: Any = int,
+    *,
+    raises: tuple[type[BaseException], ...] = (),
+) -> T:
     with trio.fail_after(WAIT_S):
-        return await pool.run(task, deadline=trio.current_time() + WAIT_S, answers=answers)
+        deadline = trio.current_time() + WAIT_S
+        return await pool.run(task, deadline=deadline, shape=shape, raises=raises)
 
 
 async def test_a_task_arriving_before_any_worker_is_warm_waits_for_one_not_the_daemon() -> None:
@@ -92,7 +106,7 @@ async def test_a_pool_of_size_zero_runs_every_task_in_the_daemon() -> None:
 async def test_a_task_error_of_an_allowed_class_is_raised_as_itself() -> None:
     async with warm_pool(1) as pool:
         with pytest.raises(ValueError, match="invalid literal"):
-            await run(pool, functools.partial(int, "x"), ValueError)
+            await run(pool, functools.partial(int, "x"), raises=(ValueError,))
 
 
 async def test_a_task_error_of_another_class_is_a_runtime_error_with_its_traceback() -> None:
@@ -173,24 +187,43 @@ async def test_a_cancelled_task_kills_its_worker() -> None:
 
 
 async def test_an_answer_at_the_cap_is_read_and_one_byte_past_it_fails() -> None:
-    value = b"x" * 1000
-    inner = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    size = len(pickle.dumps(("ok", inner), protocol=pickle.HIGHEST_PROTOCOL))
-    task = functools.partial(bytes, value)
+    value = "x" * 1000
+    size = len(answers.encode_value(value))
+    task = functools.partial(str, value)
     async with warm_pool(1, answer_max_bytes=size) as pool:
-        assert await run(pool, task) == value
+        assert await run(pool, task, str) == value
     async with warm_pool(1, answer_max_bytes=size - 1) as pool:
         with pytest.raises(OpError) as failed:
-            await run(pool, task)
+            await run(pool, task, str)
     assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
 
 
-async def test_an_answer_that_would_run_code_in_the_daemon_is_refused(tmp_path: Path) -> None:
+async def test_an_answer_far_larger_than_its_task_fails_answer_and_its_worker_is_replaced() -> None:
+    size = ANSWER_FLOOR_BYTES + 1000 * ANSWER_PER_TASK_BYTE  # past the cap of a task this small
+    async with warm_pool(1) as pool:
+        [bloated] = pool.pids
+        with pytest.raises(OpError) as failed:
+            await run(pool, functools.partial(operator.mul, "x", size), str)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
+        assert await run(pool, workers_support.own_pid) not in (bloated, os.getpid())
+
+
+async def test_an_answer_not_of_the_tasks_shape_fails_answer_and_its_worker_is_replaced() -> None:
+    async with warm_pool(1) as pool:
+        [bent] = pool.pids
+        with pytest.raises(OpError) as failed:
+            await run(pool, workers_support.bent_page, Page)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
+        assert await run(pool, workers_support.own_pid) not in (bent, os.getpid())
+
+
+async def test_an_answer_that_would_run_code_in_the_daemon_never_leaves_its_worker(
+    tmp_path: Path,
+) -> None:
     mark = tmp_path / "ran"
     async with warm_pool(1) as pool:
-        with pytest.raises(OpError) as failed:
+        with pytest.raises(RuntimeError, match="TypeError"):
             await run(pool, functools.partial(workers_support.forged_answer, str(mark)))
-    assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
     assert not mark.exists()
 
 
@@ -198,8 +231,8 @@ async def test_a_worker_inherits_no_secret_and_no_socket_of_the_daemon() -> None
     os.environ["CSP_TEST_SECRET"] = "hunter2"
     try:
         async with warm_pool(1) as pool:
-            env = await run(pool, workers_support.environment)
-            fds = await run(pool, workers_support.open_descriptors)
+            env = await run(pool, workers_support.environment, dict[str, str])
+            fds = await run(pool, workers_support.open_descriptors, list[str])
     finally:
         del os.environ["CSP_TEST_SECRET"]
     assert set(env) <= {"PATH", "LC_ALL", "LC_CTYPE"}
@@ -255,7 +288,7 @@ async def test_a_worker_cannot_read_the_daemons_environment_reach_the_network_or
     connect = functools.partial(workers_support.error_of, "connect", f"127.0.0.1:{port}")
     write = functools.partial(workers_support.error_of, "write", str(tmp_path / "planted"))
     async with warm_pool(1) as pool:
-        errors = [await run(pool, task) for task in (environ, connect, write)]
+        errors = [await run(pool, task, str) for task in (environ, connect, write)]
     listener.close()
     assert errors[0] == "PermissionError"
     assert errors[1] in ("OSError", "ConnectionRefusedError")  # no route, or a loopback down
@@ -272,5 +305,6 @@ async def test_a_worker_is_replaced_after_its_share_of_tasks() -> None:
 
 async def test_a_workers_task_runs_under_a_cpu_limit() -> None:
     async with warm_pool(1) as pool:
-        soft, _ = await run(pool, functools.partial(resource.getrlimit, resource.RLIMIT_CPU))
+        limit = functools.partial(resource.getrlimit, resource.RLIMIT_CPU)
+        soft, _ = await run(pool, limit, tuple[int, int])
     assert soft != resource.RLIM_INFINITY

@@ -1,13 +1,14 @@
 """One worker process of the daemon's pool (``workers.py`` starts it).
 
-    python pool_worker.py   < tasks (length, pickle)   > answers (length, pickle)
+    python pool_worker.py   < tasks (length, pickle)   > answers (length, JSON)
 
 Run as a script, not as ``-m``: it imports nothing of the daemon's until a task names its
 module (unpickling the task imports it, once per worker). Each task is the pickle of a
-callable taking no argument; the answer is ``("ok", pickled value)`` or ``("raised",
-(traceback text, pickled exception))``. The worker exits at the end of its input (the pool
-closed it) and when the daemon's end of its answers closes (the daemon died, even by SIGKILL)
-while it is busy. What a task prints goes to stderr, never into an answer.
+callable taking no argument; the answer is its value or the exception it raised, as JSON
+(``answers.py``: no shared references, so its size bounds what it becomes in the daemon).
+The worker exits at the end of its input (the pool closed it) and when the daemon's end
+of its answers closes (the daemon died, even by SIGKILL) while it is busy. What a task
+prints goes to stderr, never into an answer.
 
 Before its first task it confines itself (``confine``): a network namespace of its own, no
 file writes, no core dump, a bounded address space, and CPU time bounded per task (the
@@ -50,20 +51,16 @@ def warm(module: str) -> None:
 
 
 def answer_of(task: Callable[[], object]) -> bytes:
-    """The pickled outcome of ``task()``: its value, or the exception it raised (or met
-    pickling the value)."""
+    """The outcome of ``task()`` as an answer (``answers.py``, JSON): its value, or the
+    exception it raised (or met encoding the value)."""
+    from csp_web.infra import answers  # once sys.path names this checkout
+
     try:
-        payload = pickle.dumps(task(), protocol=pickle.HIGHEST_PROTOCOL)
+        return answers.encode_value(task())
     except MemoryError:  # its heap may be left in pieces: a fresh worker takes its place
         os._exit(MEMORY_EXIT)
     except Exception as exc:  # the task's own error goes back to its caller
-        text = traceback.format_exc(limit=-8)
-        try:
-            raised = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # an exception that does not pickle: its traceback alone
-            raised = b""
-        return pickle.dumps(("raised", (text, raised)), protocol=pickle.HIGHEST_PROTOCOL)
-    return pickle.dumps(("ok", payload), protocol=pickle.HIGHEST_PROTOCOL)
+        return answers.encode_raised(exc, traceback.format_exc(limit=-8))
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:

@@ -1,7 +1,7 @@
 """A pool of worker processes for the daemon's CPU-heavy work (issue 26: every core works).
 
     async with open_worker_pool(size, warm="specialists.web.pages.loading") as pool:
-        page = await pool.run(functools.partial(build_page, result), deadline=d, answers=(Page,))
+        page = await pool.run(functools.partial(build_page, result), deadline=d, shape=Page)
 
 One event loop runs on one core; extraction, summaries and large JSON parses are pure
 functions of bytes and strings, so they run in ``size`` worker processes
@@ -17,10 +17,11 @@ The ``size`` workers start in the background when the pool opens (an interpreter
 imports of the ``warm`` module: about 1 s of CPU each, bench/workers.py); a task waits,
 until its deadline, for an idle worker. A hostile page's work never runs in the daemon: only
 a pool of size 0 runs tasks in its threads. A task is the pickle of a callable and its
-arguments (the daemon trusts its workers' code); an answer is read with an unpickler that
-builds only the classes the caller names in ``answers``, so a worker that a hostile page
-subverted (a native bug in lxml) cannot run code in the daemon through its answer. A worker
-is replaced after ``recycle_tasks`` tasks or ``RECYCLE_S`` seconds.
+arguments (the daemon trusts its workers' code); an answer is JSON, rebuilt as the ``shape``
+the caller names with every field's type checked (answers.py), and at most a few times the
+task's size: a worker that a hostile page subverted (a native bug in lxml) can neither run
+code in the daemon through its answer nor make it expand (pickle's shared references could).
+A worker is replaced after ``recycle_tasks`` tasks or ``RECYCLE_S`` seconds.
 
 A worker that dies mid-task (SIGKILL, the kernel's OOM killer, a segfault), or answers past
 ``answer_max_bytes`` or out of shape, fails that one task with ``worker_failed:<why>``; a
@@ -36,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import io
 import logging
 import os
 import pickle
@@ -44,7 +44,7 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 import trio
 
 from csp_web.core.api.errors import OpError
-from csp_web.infra import pool_worker
+from csp_web.infra import answers, pool_worker
 from protocol import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,12 @@ T = TypeVar("T")
 WORKER = Path(__file__).with_name("pool_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 MAX_WORKERS = 64  # web.workers' bound: past the cores any host we serve has, workers only queue
-# An answer's cap: a page's views of a body of guard.max_decoded_bytes run to a few times its
-# size; far past that, the worker is broken or subverted.
+# An answer's cap: a page's views (Markdown, outline, text, compact JSON) of a body run to a
+# few times its size, and JSON's escapes (\u0001 is 6 bytes) to a few times more: 16 times
+# the task's pickle (which holds the body), plus 1 MiB for a small task's answer. Past that
+# the worker is broken or subverted. ``answer_max_bytes`` bounds every answer whatever its task.
+ANSWER_PER_TASK_BYTE = 16
+ANSWER_FLOOR_BYTES = 1 << 20
 ANSWER_MAX_BYTES = 256 << 20
 WARM_UP_S = 60.0  # a start is about 1 s of CPU; a loaded host stretches it, a hung one not
 # Starts under way at once: each is about 1 s of CPU, so more than the host's cores only
@@ -129,26 +133,32 @@ class WorkerPool:
         return tuple(process.pid for process in self._live)
 
     async def run(
-        self, task: Callable[[], T], *, deadline: float, answers: Iterable[type] = ()
+        self,
+        task: Callable[[], T],
+        *,
+        deadline: float,
+        shape: Any = None,
+        raises: tuple[type[BaseException], ...] = (),
     ) -> T:
         """``task()``, run in a worker, waiting (until ``deadline``) for one to be idle; in a
         thread of the daemon (abandoned on cancel) only for a pool of size 0. ``task`` and
-        what it captures must pickle; its answer may hold builtins and the classes in
-        ``answers``, and so may an exception it raises, which is raised here (one of another
-        class: RuntimeError with the worker's traceback).
+        what it captures must pickle; its answer is rebuilt as ``shape`` (the type ``task``
+        returns: ``Page``, ``tuple[str, ...]``); an exception it raises of a class in
+        ``raises`` is raised here, one of another class as RuntimeError with the worker's
+        traceback.
 
         Raises OpError(WORKER_FAILED): ``timeout`` when ``deadline`` (trio time) passes
         first, ``start`` when it passes while no worker could start, ``killed:<signal>`` /
         ``exit:<status>`` / ``memory`` when the worker died, ``answer`` when its answer is
-        past ``answer_max_bytes`` or not of the allowed classes."""
+        past its cap (``ANSWER_PER_TASK_BYTE``) or not of ``shape``."""
         if not self.size:
             with trio.move_on_at(deadline):
                 return await trio.to_thread.run_sync(task, abandon_on_cancel=True)
             raise OpError(ErrorCode.WORKER_FAILED, "timeout")
+        request = pickle.dumps(task, pickle.HIGHEST_PROTOCOL)
         with trio.move_on_at(deadline):
             worker = await self._idle_worker()
-            answer = await self._exchange(worker, pickle.dumps(task, pickle.HIGHEST_PROTOCOL))
-            return _outcome(answer, answers)  # type: ignore[no-any-return]
+            return await self._exchange(worker, request, shape, raises)  # type: ignore[no-any-return]
         raise OpError(ErrorCode.WORKER_FAILED, "start" if self._failures else "timeout")
 
     async def wait_warm(self) -> None:
@@ -187,17 +197,31 @@ class WorkerPool:
                 return worker
             await self._retire(worker)
 
-    async def _exchange(self, worker: trio.Process, request: bytes) -> bytes:
-        """``worker``'s answer to ``request``; the worker goes back to the idle ones only
-        when it answered whole and has not served its time (``recycle_tasks`` tasks or
-        ``RECYCLE_S`` seconds), else it is killed and a fresh one starts."""
-        answered = False
+    async def _exchange(
+        self,
+        worker: trio.Process,
+        request: bytes,
+        shape: Any,
+        raises: tuple[type[BaseException], ...],
+    ) -> Any:
+        """``worker``'s answer to ``request``, rebuilt as ``shape``; the worker goes back to
+        the idle ones only when it answered whole and well formed and has not served its
+        time (``recycle_tasks`` tasks or ``RECYCLE_S`` seconds), else it is killed and a
+        fresh one starts."""
+        healthy = False
+        cap = min(self.answer_max_bytes, ANSWER_FLOOR_BYTES + ANSWER_PER_TASK_BYTE * len(request))
         try:
-            answer = await _ask(worker, request, self.answer_max_bytes)
-            answered = True
-            return answer
+            answer = await _ask(worker, request, cap)
+            healthy = True  # the task's own error, raised from its answer, leaves it sound
+            return answers.decode(answer, shape, raises)
+        except answers.Malformed:
+            healthy = False
+            raise OpError(ErrorCode.WORKER_FAILED, "answer") from None
+        except answers.TaskRaised as exc:
+            # A bug in the task: its traceback repr'd (a subverted worker forges no log line).
+            raise RuntimeError(f"worker task raised: {exc.text!r}") from None
         finally:
-            if answered and not self._closed and not self._served_its_time(worker):
+            if healthy and not self._closed and not self._served_its_time(worker):
                 self._give.send_nowait(worker)
             else:
                 await self._retire(worker)
@@ -228,9 +252,9 @@ class WorkerPool:
         warmed = False
         try:
             with trio.fail_after(WARM_UP_S):
-                _outcome(await _ask(process, warm, self.answer_max_bytes), ())
+                answers.decode(await _ask(process, warm, ANSWER_FLOOR_BYTES), None)
             warmed = not self._closed
-        except (OpError, RuntimeError, trio.TooSlowError) as exc:
+        except (OpError, answers.Malformed, answers.TaskRaised, trio.TooSlowError) as exc:
             self._started(False, exc)
         finally:
             if warmed:
@@ -371,42 +395,3 @@ def _death(status: int | None) -> str:
             return f"killed:{signal.Signals(-status).name}"
         return f"killed:{-status}"
     return f"exit:{status}"
-
-
-def _outcome(answer: bytes, answers: Iterable[type]) -> Any:
-    """The value a worker's answer carries, or the exception it carries raised."""
-    try:
-        kind, payload = _Allowed.loads(answer, ())
-        if kind == "ok":
-            return _Allowed.loads(payload, answers)
-        if kind != "raised":
-            raise ValueError(kind)
-        text, raised = payload
-    except Exception:  # a broken pickle raises almost anything (IndexError, KeyError, ...)
-        raise OpError(ErrorCode.WORKER_FAILED, "answer") from None
-    try:
-        exc = _Allowed.loads(raised, answers)
-    except Exception:  # not of an allowed class, or broken: the traceback tells the bug
-        exc = None
-    if isinstance(exc, BaseException):
-        raise exc
-    # A bug in the task: its traceback, repr'd (a subverted worker's text forges no log line).
-    raise RuntimeError(f"worker task raised: {text!r}")
-
-
-class _Allowed(pickle.Unpickler):
-    """An unpickler that builds builtins' containers and scalars and the classes given."""
-
-    def __init__(self, data: bytes, allowed: Iterable[type]) -> None:
-        super().__init__(io.BytesIO(data))
-        self._allowed = {(cls.__module__, cls.__qualname__): cls for cls in allowed}
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return self._allowed[module, name]
-        except KeyError:
-            raise pickle.UnpicklingError(f"{module}.{name} is not an allowed answer") from None
-
-    @classmethod
-    def loads(cls, data: bytes, allowed: Iterable[type]) -> Any:
-        return cls(data, allowed).load()

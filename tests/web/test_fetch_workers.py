@@ -59,7 +59,7 @@ async def test_a_page_built_in_a_worker_equals_the_page_built_in_process(name: s
     async with open_worker_pool(1, warm=LOADING) as pool:
         with trio.fail_after(WAIT_S):
             await pool.wait_warm()
-            page = await pool.run(build, deadline=trio.current_time() + WAIT_S, answers=(Page,))
+            page = await pool.run(build, deadline=trio.current_time() + WAIT_S, shape=Page)
         assert pool.pids
     assert page == build()
     assert page.markdown
