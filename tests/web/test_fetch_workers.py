@@ -48,6 +48,12 @@ PAGES = {
 SLOW_PAGE = "<html><body>" + "<div><a href='/x'>a</a> b</div>" * 30_000 + "</body></html>"
 
 
+@pytest.fixture
+def web_config(web_config: Config) -> Config:
+    """The web tests' config with two workers: these tests are about the pool."""
+    return with_section(web_config, "web", replace(web_section(web_config), workers=2))
+
+
 def response(body: bytes) -> FetchResult:
     url = "https://origin.test/page"
     return FetchResult(url, 200, httpx.Headers(), body, "text/html", None, (url,), 0.1)
