@@ -178,8 +178,8 @@ async def measure(
 
 async def worker_start_cpu_s() -> float:
     """The CPU a worker uses to start and warm on the extractor's module."""
-    async with open_worker_pool(1) as pool:
-        await pool.wait_warm("specialists.web.pages.loading")
+    async with open_worker_pool(1, warm="specialists.web.pages.loading") as pool:
+        await pool.wait_warm()
         return stat_cpu_s(f"/proc/{pool.pids[0]}/stat")
 
 

@@ -5,21 +5,29 @@ replaces it; workers inherit no socket or secret of the daemon and outlive no po
 from __future__ import annotations
 
 import functools
+import operator
 import os
-import pickle
+import resource
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import trio
 
 from csp_web.core.api.errors import OpError
-from csp_web.infra.workers import WorkerPool, open_worker_pool
+from csp_web.infra import answers
+from csp_web.infra.workers import (
+    ANSWER_FLOOR_BYTES,
+    ANSWER_PER_TASK_BYTE,
+    WorkerPool,
+    open_worker_pool,
+)
 from protocol import ErrorCode
+from specialists.web.pages.loading import Page
 from tests import workers_support
 
 T = TypeVar("T")
@@ -45,26 +53,47 @@ def children() -> set[int]:
 
 async def warm(size: int, **options: int) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers, every one warm."""
-    async with open_worker_pool(size, **options) as pool:
+    async with open_worker_pool(size, warm=SUPPORT, **options) as pool:
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+            await pool.wait_warm()
         yield pool
 
 
 warm_pool = asynccontextmanager(warm)
 
 
-async def run(pool: WorkerPool, task: Callable[[], T], *answers: type) -> T:
+async def run(
+    pool: WorkerPool,
+    task: Callable[[], T],
+    shape: Any = int,
+    *,
+    raises: tuple[type[BaseException], ...] = (),
+) -> T:
     with trio.fail_after(WAIT_S):
-        return await pool.run(task, deadline=trio.current_time() + WAIT_S, answers=answers)
+        deadline = trio.current_time() + WAIT_S
+        return await pool.run(task, deadline=deadline, shape=shape, raises=raises)
 
 
-async def test_a_task_runs_in_the_daemon_while_the_first_worker_warms_then_in_a_worker() -> None:
-    async with open_worker_pool(1) as pool:
-        assert await run(pool, workers_support.own_pid) == os.getpid()
-        with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+async def test_a_task_arriving_before_any_worker_is_warm_waits_for_one_not_the_daemon() -> None:
+    async with open_worker_pool(1, warm=SUPPORT) as pool:
         assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+
+
+async def test_a_task_arriving_while_a_dead_worker_is_replaced_runs_in_the_fresh_worker() -> None:
+    async with warm_pool(1) as pool:
+        with pytest.raises(OpError):
+            await run(pool, workers_support.hoard)
+        assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+
+
+async def test_a_task_waiting_for_a_busy_worker_fails_timeout_at_its_deadline() -> None:
+    async with warm_pool(1) as pool, trio.open_nursery() as nursery:
+        nursery.start_soon(run, pool, workers_support.spin)
+        await trio.sleep(0.1)
+        with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
+            await pool.run(workers_support.own_pid, deadline=trio.current_time() + 0.2)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "timeout")
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_pool_of_size_zero_runs_every_task_in_the_daemon() -> None:
@@ -77,7 +106,7 @@ async def test_a_pool_of_size_zero_runs_every_task_in_the_daemon() -> None:
 async def test_a_task_error_of_an_allowed_class_is_raised_as_itself() -> None:
     async with warm_pool(1) as pool:
         with pytest.raises(ValueError, match="invalid literal"):
-            await run(pool, functools.partial(int, "x"), ValueError)
+            await run(pool, functools.partial(int, "x"), raises=(ValueError,))
 
 
 async def test_a_task_error_of_another_class_is_a_runtime_error_with_its_traceback() -> None:
@@ -107,7 +136,7 @@ async def test_a_worker_killed_mid_task_fails_that_task_and_a_fresh_worker_takes
                 nursery.start_soon(kill_when_announced)
                 with pytest.raises(OpError) as failed:
                     await run(pool, task)
-            await pool.wait_warm(SUPPORT)  # its place warms up without a task asking
+            await pool.wait_warm()  # its place warms up without a task asking
         assert (failed.value.code, failed.value.detail) == (
             ErrorCode.WORKER_FAILED,
             "killed:SIGKILL",
@@ -132,7 +161,7 @@ async def test_a_worker_killed_while_idle_fails_no_task() -> None:
         os.kill(killed, signal.SIGKILL)
         with trio.fail_after(WAIT_S):
             await exited(killed)
-        assert await run(pool, workers_support.own_pid) in (os.getpid(), *pool.pids)
+        assert await run(pool, workers_support.own_pid) in pool.pids
         assert killed not in pool.pids
 
 
@@ -145,7 +174,7 @@ async def test_a_task_running_past_its_deadline_is_cut_and_its_worker_replaced()
         assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "timeout")
         assert cut not in children()  # killed and reaped, not left spinning
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+            await pool.wait_warm()
         assert pool.pids != (cut,)
 
 
@@ -158,24 +187,43 @@ async def test_a_cancelled_task_kills_its_worker() -> None:
 
 
 async def test_an_answer_at_the_cap_is_read_and_one_byte_past_it_fails() -> None:
-    value = b"x" * 1000
-    inner = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    size = len(pickle.dumps(("ok", inner), protocol=pickle.HIGHEST_PROTOCOL))
-    task = functools.partial(bytes, value)
+    value = "x" * 1000
+    size = len(answers.encode_value(value))
+    task = functools.partial(str, value)
     async with warm_pool(1, answer_max_bytes=size) as pool:
-        assert await run(pool, task) == value
+        assert await run(pool, task, str) == value
     async with warm_pool(1, answer_max_bytes=size - 1) as pool:
         with pytest.raises(OpError) as failed:
-            await run(pool, task)
+            await run(pool, task, str)
     assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
 
 
-async def test_an_answer_that_would_run_code_in_the_daemon_is_refused(tmp_path: Path) -> None:
+async def test_an_answer_far_larger_than_its_task_fails_answer_and_its_worker_is_replaced() -> None:
+    size = ANSWER_FLOOR_BYTES + 1000 * ANSWER_PER_TASK_BYTE  # past the cap of a task this small
+    async with warm_pool(1) as pool:
+        [bloated] = pool.pids
+        with pytest.raises(OpError) as failed:
+            await run(pool, functools.partial(operator.mul, "x", size), str)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
+        assert await run(pool, workers_support.own_pid) not in (bloated, os.getpid())
+
+
+async def test_an_answer_not_of_the_tasks_shape_fails_answer_and_its_worker_is_replaced() -> None:
+    async with warm_pool(1) as pool:
+        [bent] = pool.pids
+        with pytest.raises(OpError) as failed:
+            await run(pool, workers_support.bent_page, Page)
+        assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
+        assert await run(pool, workers_support.own_pid) not in (bent, os.getpid())
+
+
+async def test_an_answer_that_would_run_code_in_the_daemon_never_leaves_its_worker(
+    tmp_path: Path,
+) -> None:
     mark = tmp_path / "ran"
     async with warm_pool(1) as pool:
-        with pytest.raises(OpError) as failed:
+        with pytest.raises(RuntimeError, match="TypeError"):
             await run(pool, functools.partial(workers_support.forged_answer, str(mark)))
-    assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "answer")
     assert not mark.exists()
 
 
@@ -183,8 +231,8 @@ async def test_a_worker_inherits_no_secret_and_no_socket_of_the_daemon() -> None
     os.environ["CSP_TEST_SECRET"] = "hunter2"
     try:
         async with warm_pool(1) as pool:
-            env = await run(pool, workers_support.environment)
-            fds = await run(pool, workers_support.open_descriptors)
+            env = await run(pool, workers_support.environment, dict[str, str])
+            fds = await run(pool, workers_support.open_descriptors, list[str])
     finally:
         del os.environ["CSP_TEST_SECRET"]
     assert set(env) <= {"PATH", "LC_ALL", "LC_CTYPE"}
@@ -207,5 +255,56 @@ async def test_a_task_past_the_workers_address_space_fails_memory_and_a_fresh_wo
             await run(pool, workers_support.hoard)
         assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "memory")
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(SUPPORT)
+            await pool.wait_warm()
         assert pool.pids != (hoarder,)
+
+
+def descriptors_in_use() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_worker_that_cannot_start_fails_its_tasks_start_and_the_pool_serves_on() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors_in_use() + 1, hard))  # no pipes
+    try:
+        async with open_worker_pool(1, warm=SUPPORT) as pool:
+            with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
+                await pool.run(workers_support.own_pid, deadline=trio.current_time() + 0.5)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "start")
+            assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_worker_cannot_read_the_daemons_environment_reach_the_network_or_write_files(
+    tmp_path: Path,
+) -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    environ = functools.partial(workers_support.error_of, "read", f"/proc/{os.getpid()}/environ")
+    connect = functools.partial(workers_support.error_of, "connect", f"127.0.0.1:{port}")
+    write = functools.partial(workers_support.error_of, "write", str(tmp_path / "planted"))
+    async with warm_pool(1) as pool:
+        errors = [await run(pool, task, str) for task in (environ, connect, write)]
+    listener.close()
+    assert errors[0] == "PermissionError"
+    assert errors[1] in ("OSError", "ConnectionRefusedError")  # no route, or a loopback down
+    assert errors[2] == "OSError"  # EFBIG: the worker may write no byte
+    assert not (tmp_path / "planted").exists() or not (tmp_path / "planted").stat().st_size
+
+
+async def test_a_worker_is_replaced_after_its_share_of_tasks() -> None:
+    async with warm_pool(1, recycle_tasks=2) as pool:
+        first = [await run(pool, workers_support.own_pid) for _ in range(2)]
+        third = await run(pool, workers_support.own_pid)
+    assert first[0] == first[1] != third
+
+
+async def test_a_workers_task_runs_under_a_cpu_limit() -> None:
+    async with warm_pool(1) as pool:
+        limit = functools.partial(resource.getrlimit, resource.RLIMIT_CPU)
+        soft, _ = await run(pool, limit, tuple[int, int])
+    assert soft != resource.RLIM_INFINITY

@@ -54,6 +54,34 @@ def forged_answer(path: str) -> Payload:
     return Payload(path)
 
 
+def bent_page() -> object:
+    """A Page whose fields are not of their types, with an attribute it does not declare:
+    what a subverted worker would answer to poison the cache."""
+    from specialists.web.pages.loading import Page  # only in the tests that ask for it
+
+    page = Page(url=["https://a.test/"], status=200, content_type="text/html", kind="html")  # type: ignore[arg-type]
+    object.__setattr__(page, "markdown", 7)
+    return page
+
+
 def hoard() -> int:
     """Memory past a worker's address space, as a page that makes a parser grow without end."""
     return len(bytearray(4 << 30))
+
+
+def error_of(act: str, where: str) -> str:
+    """The class name of the error a worker meets trying ``act`` ("read" a file, "connect"
+    to host:port, "write" a file) at ``where``; "" when it succeeds."""
+    try:
+        if act == "read":
+            with open(where, "rb") as file:
+                file.read()
+        elif act == "connect":
+            host, port = where.rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()
+        else:
+            with open(where, "wb") as file:
+                file.write(b"planted")
+    except OSError as exc:
+        return type(exc).__name__
+    return ""

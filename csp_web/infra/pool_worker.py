@@ -1,13 +1,20 @@
 """One worker process of the daemon's pool (``workers.py`` starts it).
 
-    python pool_worker.py   < tasks (length, pickle)   > answers (length, pickle)
+    python pool_worker.py   < tasks (length, pickle)   > answers (length, JSON)
 
 Run as a script, not as ``-m``: it imports nothing of the daemon's until a task names its
 module (unpickling the task imports it, once per worker). Each task is the pickle of a
-callable taking no argument; the answer is ``("ok", pickled value)`` or ``("raised",
-(traceback text, pickled exception))``. The worker exits at the end of its input (the pool
-closed it) and when the daemon's end of its answers closes (the daemon died, even by SIGKILL)
-while it is busy. What a task prints goes to stderr, never into an answer.
+callable taking no argument; the answer is its value or the exception it raised, as JSON
+(``answers.py``: no shared references, so its size bounds what it becomes in the daemon).
+The worker exits at the end of its input (the pool closed it) and when the daemon's end
+of its answers closes (the daemon died, even by SIGKILL) while it is busy. What a task
+prints goes to stderr, never into an answer.
+
+Before its first task it confines itself (``confine``): a network namespace of its own, no
+file writes, no core dump, a bounded address space, and CPU time bounded per task (the
+backstop for a task stuck in a C call that holds the GIL after the daemon died, when the
+watching thread cannot run). Not PR_SET_PDEATHSIG: trio forks workers from its worker
+threads, and the kernel sends that signal when the forking *thread* retires (issue 21).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import os
 import pickle
 import resource
 import select
+import signal
 import struct
 import sys
 import threading
@@ -32,6 +40,9 @@ MEMORY_EXIT = 5  # a task ran out of the address space below: workers.py says "m
 # meets it here, not the kernel's OOM killer choosing the daemon. Twice the document
 # reader's default (fetch.reader_memory_bytes): a worker holds the whole web specialist.
 MEMORY_BYTES = 2 << 30
+# CPU seconds one task may use (RLIMIT_CPU's soft limit, moved before each task; SIGXCPU past
+# it): far past any deadline the pool gives a task, so it only ends an orphan's runaway C call.
+TASK_CPU_S = 120
 
 
 def warm(module: str) -> None:
@@ -40,20 +51,16 @@ def warm(module: str) -> None:
 
 
 def answer_of(task: Callable[[], object]) -> bytes:
-    """The pickled outcome of ``task()``: its value, or the exception it raised (or met
-    pickling the value)."""
+    """The outcome of ``task()`` as an answer (``answers.py``, JSON): its value, or the
+    exception it raised (or met encoding the value)."""
+    from csp_web.infra import answers  # once sys.path names this checkout
+
     try:
-        payload = pickle.dumps(task(), protocol=pickle.HIGHEST_PROTOCOL)
+        return answers.encode_value(task())
     except MemoryError:  # its heap may be left in pieces: a fresh worker takes its place
         os._exit(MEMORY_EXIT)
     except Exception as exc:  # the task's own error goes back to its caller
-        text = traceback.format_exc(limit=-8)
-        try:
-            raised = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # an exception that does not pickle: its traceback alone
-            raised = b""
-        return pickle.dumps(("raised", (text, raised)), protocol=pickle.HIGHEST_PROTOCOL)
-    return pickle.dumps(("ok", payload), protocol=pickle.HIGHEST_PROTOCOL)
+        return answers.encode_raised(exc, traceback.format_exc(limit=-8))
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:
@@ -64,6 +71,30 @@ def read_frame(stream: BinaryIO) -> bytes | None:
     (length,) = LENGTH.unpack(head)
     body = stream.read(length)
     return body if len(body) == length else None
+
+
+def confine() -> None:
+    """Bound this process before it reads hostile input: no network (``offline``), no file
+    written (RLIMIT_FSIZE 0, SIGXFSZ ignored: the write fails with EFBIG), no core dump, an
+    address space of ``MEMORY_BYTES``. Must run while the process has one thread."""
+    from csp_web.infra.confine import offline  # once sys.path names this checkout
+
+    offline()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+
+def allow_cpu(seconds: int) -> None:
+    """Let the next task use ``seconds`` more of CPU before the kernel's SIGXCPU ends it."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(usage.ru_utime + usage.ru_stime) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    soft = used + seconds
+    resource.setrlimit(
+        resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
+    )
 
 
 def die_with_daemon(answers: int) -> None:
@@ -86,10 +117,11 @@ def main() -> int:
     sys.path[0] = str(Path(__file__).resolve().parents[2])  # the packages, not this folder
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a task's print goes to stderr, never into an answer
+    confine()
     die_with_daemon(answers.fileno())
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     tasks = sys.stdin.buffer
     while (request := read_frame(tasks)) is not None:
+        allow_cpu(TASK_CPU_S)
         answer = answer_of(pickle.loads(request))
         answers.write(LENGTH.pack(len(answer)) + answer)
         answers.flush()

@@ -1,7 +1,7 @@
 """A pool of worker processes for the daemon's CPU-heavy work (issue 26: every core works).
 
-    async with open_worker_pool(size) as pool:
-        page = await pool.run(functools.partial(build_page, result), deadline=d, answers=(Page,))
+    async with open_worker_pool(size, warm="specialists.web.pages.loading") as pool:
+        page = await pool.run(functools.partial(build_page, result), deadline=d, shape=Page)
 
 One event loop runs on one core; extraction, summaries and large JSON parses are pure
 functions of bytes and strings, so they run in ``size`` worker processes
@@ -10,27 +10,33 @@ in a trio worker thread of the daemon, as before the pool.
 
 A worker is a fresh interpreter (``python pool_worker.py``, not a fork): it inherits none of
 the daemon's sockets (close_fds), environment (its credentials: ``WORKER_ENV`` holds only
-PATH and the locale) or trio state. Workers start on demand and then stay: while no worker is
-idle and fewer than ``size`` are warm, a task runs in a thread of the daemon and one more
-worker warms up in the background (an interpreter and the imports of the task's module:
-about 1 s of CPU, bench/workers.py), so no task waits for a start and a daemon that never
-extracts never pays one. A task is the pickle of a callable and its arguments (the daemon
-trusts its workers' code); an answer is read with an unpickler that builds only the classes
-the caller names in ``answers``, so a worker that a hostile page subverted (a native bug in
-lxml) cannot run code in the daemon through its answer.
+PATH and the locale) or trio state, and before its first task it confines itself (no
+network, no file writes, bounded memory and CPU: pool_worker.py). The daemon turns
+non-dumpable, so a worker of the same uid cannot read its /proc/<pid>/environ either.
+The ``size`` workers start in the background when the pool opens (an interpreter and the
+imports of the ``warm`` module: about 1 s of CPU each, bench/workers.py); a task waits,
+until its deadline, for an idle worker. A hostile page's work never runs in the daemon: only
+a pool of size 0 runs tasks in its threads. A task is the pickle of a callable and its
+arguments (the daemon trusts its workers' code); an answer is JSON, rebuilt as the ``shape``
+the caller names with every field's type checked (answers.py), and at most a few times the
+task's size: a worker that a hostile page subverted (a native bug in lxml) can neither run
+code in the daemon through its answer nor make it expand (pickle's shared references could).
+A worker is replaced after ``recycle_tasks`` tasks or ``RECYCLE_S`` seconds.
 
 A worker that dies mid-task (SIGKILL, the kernel's OOM killer, a segfault), or answers past
 ``answer_max_bytes`` or out of shape, fails that one task with ``worker_failed:<why>``; a
 task still running at its ``deadline`` fails with ``worker_failed:timeout``, and a cancelled
 task's worker is killed at once: in each case that worker is killed and a fresh one warms up
-in its place. The daemon never waits for a worker that does not answer.
+in its place. The daemon never waits for a worker that does not answer. A worker that cannot
+start (EMFILE, EAGAIN) is tried again with a back-off; meanwhile tasks fail
+``worker_failed:start`` at their deadline and the daemon serves on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
-import io
 import logging
 import os
 import pickle
@@ -38,7 +44,7 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +52,7 @@ from typing import Any, TypeVar
 import trio
 
 from csp_web.core.api.errors import OpError
-from csp_web.infra import pool_worker
+from csp_web.infra import answers, pool_worker
 from protocol import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -56,10 +62,27 @@ T = TypeVar("T")
 WORKER = Path(__file__).with_name("pool_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 MAX_WORKERS = 64  # web.workers' bound: past the cores any host we serve has, workers only queue
-# An answer's cap: a page's views of a body of guard.max_decoded_bytes run to a few times its
-# size; far past that, the worker is broken or subverted.
+# An answer's cap: a page's views (Markdown, outline, text, compact JSON) of a body run to a
+# few times its size, and JSON's escapes (\u0001 is 6 bytes) to a few times more: 16 times
+# the task's pickle (which holds the body), plus 1 MiB for a small task's answer. Past that
+# the worker is broken or subverted. ``answer_max_bytes`` bounds every answer whatever its task.
+ANSWER_PER_TASK_BYTE = 16
+ANSWER_FLOOR_BYTES = 1 << 20
 ANSWER_MAX_BYTES = 256 << 20
 WARM_UP_S = 60.0  # a start is about 1 s of CPU; a loaded host stretches it, a hung one not
+# Starts under way at once: each is about 1 s of CPU, so more than the host's cores only
+# slows the daemon's own loop while the pool fills (bench/workers.py).
+START_AT_ONCE = max(1, len(os.sched_getaffinity(0)))
+# A failed start (EMFILE, EAGAIN) is tried again after 0.1 s, doubling up to 5 s: a host out
+# of descriptors or processes gets room back without the daemon spinning on it.
+START_BACKOFF_S = 0.1
+START_BACKOFF_MAX_S = 5.0
+# A worker is replaced after this many tasks or seconds, so one a hostile page subverted (a
+# native bug in a parser) serves other pages only that long (docs/scaling.md, "Every core").
+RECYCLE_TASKS = 200
+RECYCLE_S = 600.0
+REAP_S = 5.0  # a SIGKILLed worker is reaped in ms; one in uninterruptible sleep is left
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _LENGTH = struct.Struct("!Q")  # every frame each way: its length, then that many bytes
 
 
@@ -71,8 +94,8 @@ def cores() -> int:
 class WorkerPool:
     """``size`` worker processes, or the daemon's own threads when ``size`` is 0.
 
-    Made by ``open_worker_pool``, which owns the processes (it starts them in its nursery and
-    kills them on exit).
+    Made by ``open_worker_pool``, which owns the processes (it keeps ``size`` of them started
+    in its nursery and kills them on exit).
     """
 
     def __init__(
@@ -80,21 +103,28 @@ class WorkerPool:
         size: int,
         nursery: trio.Nursery | None = None,
         *,
+        warm: str = "builtins",
         answer_max_bytes: int = ANSWER_MAX_BYTES,
+        recycle_tasks: int = RECYCLE_TASKS,
     ) -> None:
-        """Workers start in ``nursery``, which only a pool of size 0 may go without."""
+        """Workers start in ``nursery``, which only a pool of size 0 may go without; each
+        imports ``warm`` before it takes a task."""
         if size and nursery is None:
             raise ValueError("a pool of workers needs a nursery to start them in")
         self.size = size
         self.answer_max_bytes = answer_max_bytes
+        self.recycle_tasks = recycle_tasks
         self._nursery = nursery
+        self._module = warm
         # Warm workers not running a task; a buffer of ``size``, so returning one never waits.
         self._give, self._take = trio.open_memory_channel[trio.Process](max(size, 1))
         self._live: set[trio.Process] = set()  # every worker: warming, idle or busy
         self._starting = 0  # workers asked for whose process is not made yet
         self._warm: set[trio.Process] = set()  # those that finished warming: idle or busy
-        self._module = "builtins"  # what the last worker warmed on: its replacement does too
-        self._changed = trio.Event()  # set (and replaced) when a worker ends its warm-up
+        self._served: dict[trio.Process, int] = {}  # tasks each warm worker has answered
+        self._born: dict[trio.Process, float] = {}  # when each warm worker finished warming
+        self._failures = 0  # starts failed in a row (OSError, or no warm-up): the back-off
+        self._changed = trio.Event()  # set (and replaced) when a worker warms, fails or ends
         self._closed = False
 
     @property
@@ -103,125 +133,166 @@ class WorkerPool:
         return tuple(process.pid for process in self._live)
 
     async def run(
-        self, task: Callable[[], T], *, deadline: float, answers: Iterable[type] = ()
+        self,
+        task: Callable[[], T],
+        *,
+        deadline: float,
+        shape: Any = None,
+        raises: tuple[type[BaseException], ...] = (),
     ) -> T:
-        """``task()``, run in a worker; in a thread of the daemon (abandoned on cancel) for a
-        pool of size 0, and while no worker is idle and fewer than ``size`` are warm (a
-        worker's start, an interpreter and the imports of ``task``'s module, about 1 s of
-        CPU, runs in the background: no task waits for it). ``task`` and what it captures
-        must pickle; its answer may hold builtins and the classes in ``answers``, and so may
-        an exception it raises, which is raised here (one of another class: RuntimeError
-        with the worker's traceback).
+        """``task()``, run in a worker, waiting (until ``deadline``) for one to be idle; in a
+        thread of the daemon (abandoned on cancel) only for a pool of size 0. ``task`` and
+        what it captures must pickle; its answer is rebuilt as ``shape`` (the type ``task``
+        returns: ``Page``, ``tuple[str, ...]``); an exception it raises of a class in
+        ``raises`` is raised here, one of another class as RuntimeError with the worker's
+        traceback.
 
         Raises OpError(WORKER_FAILED): ``timeout`` when ``deadline`` (trio time) passes
-        first, ``killed:<signal>`` / ``exit:<status>`` when the worker died, ``answer`` when
-        its answer is past ``answer_max_bytes`` or not of the allowed classes."""
-        with trio.move_on_at(deadline):
-            worker = await self._idle_worker(task) if self.size else None
-            if worker is None:
+        first, ``start`` when it passes while no worker could start, ``killed:<signal>`` /
+        ``exit:<status>`` / ``memory`` when the worker died, ``answer`` when its answer is
+        past its cap (``ANSWER_PER_TASK_BYTE``) or not of ``shape``."""
+        if not self.size:
+            with trio.move_on_at(deadline):
                 return await trio.to_thread.run_sync(task, abandon_on_cancel=True)
-            answer = await self._exchange(worker, pickle.dumps(task, pickle.HIGHEST_PROTOCOL))
-            return _outcome(answer, answers)  # type: ignore[no-any-return]
-        raise OpError(ErrorCode.WORKER_FAILED, "timeout")
+            raise OpError(ErrorCode.WORKER_FAILED, "timeout")
+        request = pickle.dumps(task, pickle.HIGHEST_PROTOCOL)
+        with trio.move_on_at(deadline):
+            worker = await self._idle_worker()
+            return await self._exchange(worker, request, shape, raises)  # type: ignore[no-any-return]
+        raise OpError(ErrorCode.WORKER_FAILED, "start" if self._failures else "timeout")
 
-    async def wait_warm(self, module: str) -> None:
-        """Start every worker (warming on ``module``) and return once all are warm: for a
-        caller that measures or tests the warm pool (bench/workers.py). A worker that does
-        not start is tried again."""
+    async def wait_warm(self) -> None:
+        """Return once all ``size`` workers are warm: for a caller that measures or tests the
+        warm pool (bench/workers.py). Raises OpError(WORKER_FAILED, "start") when a start
+        fails meanwhile (the pool keeps trying, backing off)."""
         while len(self._warm) < self.size:
-            for _ in range(self._room()):
-                self._start_soon(module)
             changed = self._changed
             await changed.wait()
+            if self._failures:
+                raise OpError(ErrorCode.WORKER_FAILED, "start")
 
-    async def _idle_worker(self, task: Callable[[], object]) -> trio.Process | None:
-        """An idle worker, waiting for one when every worker is warm and busy; None when none
-        is idle and fewer than ``size`` are warm (one more then starts warming on ``task``'s
-        module). A worker found dead (killed while idle) is reaped and fails no task."""
+    async def serve_workers(self) -> None:
+        """Keep ``size`` workers started until the pool closes: at once when it opens (in the
+        background: the daemon serves meanwhile) and after any worker ends. A failed start
+        (EMFILE, EAGAIN, a worker that does not warm) is logged once per run of failures and
+        tried again after a back-off doubling up to ``START_BACKOFF_MAX_S``."""
+        assert self._nursery is not None  # __init__: a pool with workers has one
+        while not self._closed:
+            for _ in range(min(self._room(), START_AT_ONCE - self._starting)):
+                self._starting += 1
+                self._nursery.start_soon(self._warm_up)
+            changed = self._changed
+            await changed.wait()
+            if self._failures:
+                await trio.sleep(
+                    min(START_BACKOFF_S * 2 ** (self._failures - 1), START_BACKOFF_MAX_S)
+                )
+
+    async def _idle_worker(self) -> trio.Process:
+        """An idle worker, waiting for one. A worker found dead (killed while idle) is reaped
+        and fails no task."""
         while True:
-            if len(self._warm) >= self.size:
-                worker = await self._take.receive()
-            else:
-                try:
-                    worker = self._take.receive_nowait()
-                except trio.WouldBlock:
-                    if self._room():
-                        self._start_soon(_module_of(task))
-                    return None
+            worker = await self._take.receive()
             if worker.poll() is None:
                 return worker
             await self._retire(worker)
 
-    async def _exchange(self, worker: trio.Process, request: bytes) -> bytes:
-        """``worker``'s answer to ``request``; the worker goes back to the idle ones only
-        when it answered whole, else it is killed and a fresh one starts warming."""
-        answered = False
+    async def _exchange(
+        self,
+        worker: trio.Process,
+        request: bytes,
+        shape: Any,
+        raises: tuple[type[BaseException], ...],
+    ) -> Any:
+        """``worker``'s answer to ``request``, rebuilt as ``shape``; the worker goes back to
+        the idle ones only when it answered whole and well formed and has not served its
+        time (``recycle_tasks`` tasks or ``RECYCLE_S`` seconds), else it is killed and a
+        fresh one starts."""
+        healthy = False
+        cap = min(self.answer_max_bytes, ANSWER_FLOOR_BYTES + ANSWER_PER_TASK_BYTE * len(request))
         try:
-            answer = await _ask(worker, request, self.answer_max_bytes)
-            answered = True
-            return answer
+            answer = await _ask(worker, request, cap)
+            healthy = True  # the task's own error, raised from its answer, leaves it sound
+            return answers.decode(answer, shape, raises)
+        except answers.Malformed:
+            healthy = False
+            raise OpError(ErrorCode.WORKER_FAILED, "answer") from None
+        except answers.TaskRaised as exc:
+            # A bug in the task: its traceback repr'd (a subverted worker forges no log line).
+            raise RuntimeError(f"worker task raised: {exc.text!r}") from None
         finally:
-            if answered and not self._closed:
+            if healthy and not self._closed and not self._served_its_time(worker):
                 self._give.send_nowait(worker)
             else:
                 await self._retire(worker)
+
+    def _served_its_time(self, worker: trio.Process) -> bool:
+        """Count one more task for ``worker``; True when it is due for replacement (a worker
+        a hostile page subverted serves no longer than that)."""
+        self._served[worker] = self._served.get(worker, 0) + 1
+        age = trio.current_time() - self._born.get(worker, trio.current_time())
+        return self._served[worker] >= self.recycle_tasks or age >= RECYCLE_S
 
     def _room(self) -> int:
         """How many more workers may start."""
         return self.size - len(self._live) - self._starting
 
-    def _start_soon(self, module: str) -> None:
-        if not self._closed:
-            self._module = module
-            self._starting += 1
-            assert self._nursery is not None  # __init__: a pool with workers has one
-            self._nursery.start_soon(self._warm_up, module)
-
-    async def _warm_up(self, module: str) -> None:
-        """Start a worker, have it import ``module``, then add it to the idle ones (or, when
-        it fails to or the pool closed meanwhile, kill it)."""
+    async def _warm_up(self) -> None:
+        """Start a worker, have it import the pool's module, then add it to the idle ones
+        (or, when it fails to or the pool closed meanwhile, kill it)."""
         try:
-            process = await trio.lowlevel.open_process(
-                [sys.executable, "-s", "-X", "utf8", str(WORKER)],
-                env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
-                start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
-            )
+            process = await _open_worker()
+        except OSError as exc:
+            self._started(False, exc)
+            return
         finally:
             self._starting -= 1
         self._live.add(process)
-        warm = pickle.dumps(functools.partial(pool_worker.warm, module))
+        warm = pickle.dumps(functools.partial(pool_worker.warm, self._module))
         warmed = False
         try:
             with trio.fail_after(WARM_UP_S):
-                _outcome(await _ask(process, warm, self.answer_max_bytes), ())
+                answers.decode(await _ask(process, warm, ANSWER_FLOOR_BYTES), None)
             warmed = not self._closed
-        except (OpError, RuntimeError, trio.TooSlowError) as exc:
-            log.warning("a worker did not start (%s): its tasks run in the daemon", exc)
+        except (OpError, answers.Malformed, answers.TaskRaised, trio.TooSlowError) as exc:
+            self._started(False, exc)
         finally:
             if warmed:
+                self._started(True, None)
                 self._warm.add(process)
+                self._born[process] = trio.current_time()
                 self._give.send_nowait(process)
             else:
                 await self._retire(process)
-            self._changed.set()
-            self._changed = trio.Event()
+
+    def _started(self, ok: bool, error: BaseException | None) -> None:
+        """Count a start that worked or failed, logging the first failure of a run and the
+        recovery after one, and wake whoever waits on the pool's workers."""
+        if ok and self._failures:
+            log.warning("workers start again after %d failed starts", self._failures)
+        elif not ok and not self._failures:
+            log.warning("a worker did not start (%s): trying again, backing off", error)
+        self._failures = 0 if ok else self._failures + 1
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def _retire(self, process: trio.Process) -> None:
-        """Kill ``process`` (and whatever it started) and reap it, even under cancellation;
-        a warm worker's place starts warming again at once, so that tasks waiting for a
-        worker are served."""
+        """Kill ``process`` (and whatever it started) and reap it, even under cancellation,
+        waiting at most ``REAP_S`` (a process in uninterruptible sleep is left, logged);
+        ``serve_workers`` starts its replacement."""
         self._live.discard(process)
-        if process in self._warm:
-            self._warm.discard(process)
-            self._start_soon(self._module)
+        self._warm.discard(process)
+        self._served.pop(process, None)
+        self._born.pop(process, None)
         if process.returncode is None:  # once reaped, its pid may name another process
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-        with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True), trio.move_on_after(REAP_S) as waited:
             await process.wait()
+        if waited.cancelled_caught:
+            log.warning("worker %d not reaped %.0f s after SIGKILL: left", process.pid, REAP_S)
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def aclose(self) -> None:
         """Kill every worker, busy ones included (their tasks fail), and reap them."""
@@ -232,11 +303,22 @@ class WorkerPool:
 
 @asynccontextmanager
 async def open_worker_pool(
-    size: int, *, answer_max_bytes: int = ANSWER_MAX_BYTES
+    size: int,
+    *,
+    warm: str = "builtins",
+    answer_max_bytes: int = ANSWER_MAX_BYTES,
+    recycle_tasks: int = RECYCLE_TASKS,
 ) -> AsyncIterator[WorkerPool]:
-    """A pool of ``size`` workers (0: threads of the daemon), all killed and reaped on exit."""
+    """A pool of ``size`` workers (0: threads of the daemon), each warmed on the module
+    ``warm``; they start in the background at once, and are all killed and reaped on exit.
+    With workers, the daemon turns non-dumpable first (``seal_daemon``)."""
     async with trio.open_nursery() as nursery:
-        pool = WorkerPool(size, nursery, answer_max_bytes=answer_max_bytes)
+        pool = WorkerPool(
+            size, nursery, warm=warm, answer_max_bytes=answer_max_bytes, recycle_tasks=recycle_tasks
+        )
+        if size:
+            seal_daemon()
+            nursery.start_soon(pool.serve_workers)
         try:
             yield pool
         finally:
@@ -244,10 +326,32 @@ async def open_worker_pool(
             nursery.cancel_scope.cancel()
 
 
-def _module_of(task: Callable[[], object]) -> str:
-    """The module a task's function lives in: what a new worker imports while it warms."""
-    function = task.func if isinstance(task, functools.partial) else task
-    return str(getattr(function, "__module__", None) or "builtins")
+def seal_daemon() -> None:
+    """Make this process non-dumpable (prctl PR_SET_DUMPABLE 0): a process of the same uid
+    (a worker a hostile page subverted, a sandboxed command) can then neither ptrace it nor
+    read its /proc/<pid>/environ or mem, where the daemon's credentials live. The daemon's
+    own /proc/self reads still work; a same-uid debugger (py-spy) then needs root."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("could not make the daemon non-dumpable (errno %d)", ctypes.get_errno())
+
+
+def _backoff_s(failures: int) -> float:
+    """The wait before the next start after ``failures`` failed starts in a row."""
+    return float(min(START_BACKOFF_S * 2 ** min(failures - 1, 32), START_BACKOFF_MAX_S))
+
+
+async def _open_worker() -> trio.Process:
+    """A new worker process (``pool_worker.py`` beside this module). Raises OSError when the
+    host refuses one (EMFILE, EAGAIN, ENOMEM)."""
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-s", "-X", "utf8", str(WORKER)],
+        env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
+        start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
+    )
 
 
 async def _ask(worker: trio.Process, request: bytes, cap: int) -> bytes:
@@ -291,42 +395,3 @@ def _death(status: int | None) -> str:
             return f"killed:{signal.Signals(-status).name}"
         return f"killed:{-status}"
     return f"exit:{status}"
-
-
-def _outcome(answer: bytes, answers: Iterable[type]) -> Any:
-    """The value a worker's answer carries, or the exception it carries raised."""
-    try:
-        kind, payload = _Allowed.loads(answer, ())
-        if kind == "ok":
-            return _Allowed.loads(payload, answers)
-        if kind != "raised":
-            raise ValueError(kind)
-        text, raised = payload
-    except Exception:  # a broken pickle raises almost anything (IndexError, KeyError, ...)
-        raise OpError(ErrorCode.WORKER_FAILED, "answer") from None
-    try:
-        exc = _Allowed.loads(raised, answers)
-    except Exception:  # not of an allowed class, or broken: the traceback tells the bug
-        exc = None
-    if isinstance(exc, BaseException):
-        raise exc
-    # A bug in the task: its traceback, repr'd (a subverted worker's text forges no log line).
-    raise RuntimeError(f"worker task raised: {text!r}")
-
-
-class _Allowed(pickle.Unpickler):
-    """An unpickler that builds builtins' containers and scalars and the classes given."""
-
-    def __init__(self, data: bytes, allowed: Iterable[type]) -> None:
-        super().__init__(io.BytesIO(data))
-        self._allowed = {(cls.__module__, cls.__qualname__): cls for cls in allowed}
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return self._allowed[module, name]
-        except KeyError:
-            raise pickle.UnpicklingError(f"{module}.{name} is not an allowed answer") from None
-
-    @classmethod
-    def loads(cls, data: bytes, allowed: Iterable[type]) -> Any:
-        return cls(data, allowed).load()

@@ -42,6 +42,8 @@ from .research.jobs import ResearchJobs
 from .search.breaker import Breaker
 from .search.prefetch import Prefetcher
 
+EXTRACTION = "specialists.web.pages.loading"  # what the pool's workers import as they start
+
 
 @dataclass
 class WebServices:
@@ -126,7 +128,7 @@ async def open_web_services(
             link=link,
             store="web",
         ) as cache,
-        open_worker_pool(web.worker_count()) as pool,
+        open_worker_pool(web.worker_count(), warm=EXTRACTION) as pool,
     ):
         limits = shared_or_local(link, _rates(web))  # the fleet's on Redis, else local
         flights = None if link is None else SharedFlights(link)

@@ -43,12 +43,15 @@ def dns() -> FixedResolver:
 
 @pytest.fixture
 def web_config(origin: Origin, tmp_path: Path) -> Config:
-    """Embedded defaults, loopback opened for the origin's port, state in tmp_path."""
+    """Embedded defaults, loopback opened for the origin's port, state in tmp_path; no worker
+    processes (``workers: 0``): a task would wait about 1 s for the first worker to start,
+    past the deadlines of a few tests that are not about the pool (test_fetch_workers.py is,
+    and opens its own)."""
     guard = GuardConfig(allowed_ports=(origin.port,), allow_private=("127.0.0.1",))
     return with_section(
         Config(daemon=DaemonConfig(state_dir=str(tmp_path / "state"))),
         "web",
-        replace(WebConfig(), guard=guard),
+        replace(WebConfig(), guard=guard, workers=0),
     )
 
 

@@ -128,7 +128,8 @@ def test_an_offline_worker_reaches_no_host() -> None:
         done = _in_worker(
             f"""
             import socket
-            if not worker.offline():
+            from csp_web.infra.confine import offline  # what document_worker.main calls
+            if not offline():
                 print("refused")
                 raise SystemExit
             try:

@@ -48,6 +48,12 @@ PAGES = {
 SLOW_PAGE = "<html><body>" + "<div><a href='/x'>a</a> b</div>" * 30_000 + "</body></html>"
 
 
+@pytest.fixture
+def web_config(web_config: Config) -> Config:
+    """The web tests' config with two workers: these tests are about the pool."""
+    return with_section(web_config, "web", replace(web_section(web_config), workers=2))
+
+
 def response(body: bytes) -> FetchResult:
     url = "https://origin.test/page"
     return FetchResult(url, 200, httpx.Headers(), body, "text/html", None, (url,), 0.1)
@@ -56,10 +62,10 @@ def response(body: bytes) -> FetchResult:
 @pytest.mark.parametrize("name", sorted(PAGES))
 async def test_a_page_built_in_a_worker_equals_the_page_built_in_process(name: str) -> None:
     build = functools.partial(build_page, response(PAGES[name]), fetched_at=1.0)
-    async with open_worker_pool(1) as pool:
+    async with open_worker_pool(1, warm=LOADING) as pool:
         with trio.fail_after(WAIT_S):
-            await pool.wait_warm(LOADING)
-            page = await pool.run(build, deadline=trio.current_time() + WAIT_S, answers=(Page,))
+            await pool.wait_warm()
+            page = await pool.run(build, deadline=trio.current_time() + WAIT_S, shape=Page)
         assert pool.pids
     assert page == build()
     assert page.markdown
@@ -74,7 +80,7 @@ async def test_a_page_loaded_with_workers_equals_the_page_loaded_without(
         config = with_section(web_config, "web", replace(web_section(web_config), workers=workers))
         async with open_web_services(config, resolver=dns, ssl_context=trust) as services:
             with trio.fail_after(WAIT_S):
-                await services.pool.wait_warm(LOADING)
+                await services.pool.wait_warm()
                 deadline = trio.current_time() + WAIT_S
                 page = await load_page(services, url, no_cache=True, deadline=deadline)
             assert (services.pool.size, len(services.pool.pids)) == (workers, workers)
@@ -88,7 +94,7 @@ async def test_a_page_whose_extraction_outlasts_the_task_fails_and_the_next_fetc
     make_dispatcher: DispatcherFactory, origin: Origin, web: WebServices
 ) -> None:
     with trio.fail_after(WAIT_S):
-        await web.pool.wait_warm(LOADING)
+        await web.pool.wait_warm()
     cut = set(web.pool.pids)
     web.config = replace(web.config, guard=replace(web.config.guard, timeout_s=1.0))
     dispatcher = make_dispatcher(OPS)
@@ -118,7 +124,7 @@ async def test_after_a_worker_is_killed_mid_task_the_next_fetch_succeeds(
 
     task = functools.partial(workers_support.announce_then_sleep, path)
     with trio.fail_after(WAIT_S):
-        await web.pool.wait_warm(LOADING)
+        await web.pool.wait_warm()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(kill_when_announced)
             with pytest.raises(OpError, match="worker_failed:killed:SIGKILL"):

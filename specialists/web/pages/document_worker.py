@@ -16,7 +16,6 @@ file, a MemoryError or a RecursionError (a file nested deeper than a converter w
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import importlib
 import json
@@ -32,8 +31,6 @@ from typing import Any
 HEADER_MAX_BYTES = 65_536
 REPORTED_EXIT = 3  # documents.REPORTED_EXIT
 ORPHANED_EXIT = 4  # nobody reads the answer: the daemon is gone
-CLONE_NEWUSER = 0x10000000  # <linux/sched.h>
-CLONE_NEWNET = 0x40000000
 
 
 def bound(header: dict[str, Any]) -> None:
@@ -45,16 +42,6 @@ def bound(header: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-
-
-def offline() -> bool:
-    """Move this process into a network namespace of its own (no interface but a loopback
-    that is down), through a user namespace of its own so no privilege is needed: a reader
-    subverted by a file reaches no host. False where the kernel refuses unprivileged user
-    namespaces; the other bounds still hold there. Must run while the process has one thread
-    (unshare(2) refuses CLONE_NEWUSER to a threaded process)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return bool(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0)
 
 
 def die_with_reader() -> None:
@@ -94,6 +81,8 @@ def read(header: dict[str, Any], data: bytes) -> tuple[int, dict[str, Any]]:
 
 def main() -> int:
     sys.path[0] = str(Path(__file__).resolve().parents[3])  # the packages, not this folder
+    from csp_web.infra.confine import offline  # once sys.path names this checkout
+
     offline()
     die_with_reader()
     header = json.loads(sys.stdin.buffer.readline(HEADER_MAX_BYTES))

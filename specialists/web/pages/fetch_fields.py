@@ -111,7 +111,9 @@ async def summary_fields(services: PagesServices, key: str, content: str) -> lis
         return [("SUMMARY", bullet) for bullet in cached]
     limit = services.config.summarize.max_text_chars
     work = functools.partial(summarize_extractive, content[:limit], SUMMARY_BULLETS)
-    bullets = list(await services.pool.run(work, deadline=op_deadline(services)))
+    bullets = list(
+        await services.pool.run(work, deadline=op_deadline(services), shape=tuple[str, ...])
+    )
     await services.cache.set(
         SUMMARY_NAMESPACE, key, bullets, ttl_s=services.config.cache.fetch_ttl_s
     )

@@ -276,7 +276,7 @@ async def extracted(services: PagesServices, result: FetchResult) -> Page:
     headers stay in the daemon (the page needs none of them)."""
     bare = dataclasses.replace(result, headers=httpx.Headers())
     build = functools.partial(build_page, bare, fetched_at=time.time())
-    return await services.pool.run(build, deadline=op_deadline(services), answers=(Page,))
+    return await services.pool.run(build, deadline=op_deadline(services), shape=Page)
 
 
 def document_body(services: PagesServices) -> LargerBody:

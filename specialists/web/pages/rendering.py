@@ -161,7 +161,7 @@ async def _render_and_store(
     rendered = await _render(renderer, page.url, deadline)
     check_size(rendered.html, services.config.guard.max_decoded_bytes)
     build = functools.partial(rendered_page, page, rendered, reason, time.time())
-    built = await services.pool.run(build, deadline=op_deadline(services), answers=(Page,))
+    built = await services.pool.run(build, deadline=op_deadline(services), shape=Page)
     ttl_s = services.config.cache.fetch_ttl_s
     await services.cache.set(RENDER_NAMESPACE, key, to_snapshot(built), ttl_s=ttl_s)
     return built

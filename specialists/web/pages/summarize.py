@@ -242,7 +242,7 @@ async def summarize(
         if pairs:
             return Summary(tuple(b for b, _ in pairs), "llm", tuple(q for _, q in pairs))
     extractive = functools.partial(summarize_extractive, text, max_bullets)
-    bullets = await pool.run(extractive, deadline=work_deadline())
+    bullets = await pool.run(extractive, deadline=work_deadline(), shape=tuple[str, ...])
     return Summary(bullets, "extractive", tuple(own_words(bullet) for bullet in bullets))
 
 

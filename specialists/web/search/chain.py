@@ -275,7 +275,9 @@ async def _parsed(
     bare = dataclasses.replace(result, headers=httpx.Headers())
     parse = functools.partial(backend.parse, bare)
     try:
-        return await services.pool.run(parse, deadline=deadline, answers=(Hit, BackendFailure))
+        return await services.pool.run(
+            parse, deadline=deadline, shape=list[Hit], raises=(BackendFailure,)
+        )
     except OpError as exc:
         if exc.code is not ErrorCode.WORKER_FAILED:
             raise
