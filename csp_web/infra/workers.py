@@ -270,7 +270,7 @@ class WorkerPool:
         recovery after one, and wake whoever waits on the pool's workers."""
         if ok and self._failures:
             log.warning("workers start again after %d failed starts", self._failures)
-        elif not ok and not self._failures:
+        elif not ok and not self._failures and not self._closed:  # closing kills starts
             log.warning("a worker did not start (%s): trying again, backing off", error)
         self._failures = 0 if ok else self._failures + 1
         self._changed.set()
