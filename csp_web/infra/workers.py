@@ -311,19 +311,30 @@ async def open_worker_pool(
 ) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers (0: threads of the daemon), each warmed on the module
     ``warm``; they start in the background at once, and are all killed and reaped on exit.
-    With workers, the daemon turns non-dumpable first (``seal_daemon``)."""
-    async with trio.open_nursery() as nursery:
-        pool = WorkerPool(
-            size, nursery, warm=warm, answer_max_bytes=answer_max_bytes, recycle_tasks=recycle_tasks
-        )
-        if size:
-            seal_daemon()
-            nursery.start_soon(pool.serve_workers)
-        try:
-            yield pool
-        finally:
-            await pool.aclose()
-            nursery.cancel_scope.cancel()
+    With workers, the daemon turns non-dumpable first (``seal_daemon``). The block's own
+    exception comes back as itself, not inside the nursery's group: the daemon's start-up
+    errors (a bad cron.json opened inside this block) stay what callers catch."""
+    try:
+        async with trio.open_nursery() as nursery:
+            pool = WorkerPool(
+                size,
+                nursery,
+                warm=warm,
+                answer_max_bytes=answer_max_bytes,
+                recycle_tasks=recycle_tasks,
+            )
+            if size:
+                seal_daemon()
+                nursery.start_soon(pool.serve_workers)
+            try:
+                yield pool
+            finally:
+                await pool.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 def seal_daemon() -> None:
