@@ -259,13 +259,25 @@ async def test_a_task_past_the_workers_address_space_fails_memory_and_a_fresh_wo
         assert pool.pids != (hoarder,)
 
 
-def descriptors_in_use() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def fill_descriptor_holes() -> tuple[int, list[int]]:
+    """(the highest descriptor number open, the descriptors opened to fill every free number
+    below it). RLIMIT_NOFILE bounds descriptor numbers, not their count: a hole left by a
+    descriptor closed earlier would let a pipe be made under a limit meant to forbid it."""
+    open_now = {int(name) for name in os.listdir("/proc/self/fd")}
+    highest = max(open_now)
+    fillers: list[int] = []
+    while True:
+        fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        if fd > highest:
+            os.close(fd)
+            return highest, fillers
+        fillers.append(fd)
 
 
 async def test_a_worker_that_cannot_start_fails_its_tasks_start_and_the_pool_serves_on() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors_in_use() + 1, hard))  # no pipes
+    highest, fillers = fill_descriptor_holes()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 2, hard))  # one more fd: no pipe
     try:
         async with open_worker_pool(1, warm=SUPPORT) as pool:
             with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
@@ -275,6 +287,8 @@ async def test_a_worker_that_cannot_start_fails_its_tasks_start_and_the_pool_ser
             assert await run(pool, workers_support.own_pid) == pool.pids[0] != os.getpid()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in fillers:
+            os.close(fd)
 
 
 async def test_a_worker_cannot_read_the_daemons_environment_reach_the_network_or_write_files(

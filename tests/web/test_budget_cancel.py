@@ -96,7 +96,11 @@ async def test_a_multi_url_fetch_within_its_bytes_keeps_both_pages_and_one_byte_
     errors = over.get_all("FETCH_ERROR")
     assert errors
     assert all(error.endswith(" budget_exhausted:bytes") for error in errors)
-    assert over.get("BUDGET_LEFT") == "bytes:0"
+    if over.get("DATA") == "fetched:1,failed:1":
+        assert over.get("BUDGET_LEFT") == "bytes:0"
+    else:  # both cancelled: what they had reserved and not read is given back
+        left = int((over.get("BUDGET_LEFT") or "").removeprefix("bytes:"))
+        assert 0 <= left < total - 1
 
 
 async def test_a_body_passing_the_bytes_left_is_cut_and_the_pages_done_are_replied(
