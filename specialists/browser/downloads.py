@@ -41,8 +41,10 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.02  # how often a running download's file is measured against the cap
 # A navigation answered then aborted (ERR_ABORTED) is Chromium turning it into a download,
-# whose event follows by 10-100 ms (seen on a loaded 2-core host), sometimes after the
-# action returned: its action waits this long at most for it.
+# whose event follows by 10-100 ms (seen on a loaded 2-core host; seconds under heavier
+# load), sometimes after the action returned. An answer that says ``attachment`` is sure to
+# be a download: its action waits for it within its deadline. Any other aborted answer (a
+# 204, a navigation another replaced) may be one: its action waits this long at most.
 _LATE_S = 2.0
 _NAME_MAX = 128  # characters of a file name kept
 # Anything else becomes _: path separators, controls, spaces (the reply field splits on them).
@@ -103,7 +105,9 @@ class Downloads:
     landed: list[Landed] = field(default_factory=list)
     running: list[tuple[asyncio.Task[Landed], Any, str]] = field(default_factory=list)
     expected: int = 0  # downloads announced by an aborted navigation, not yet arrived
-    answered: set[Any] = field(default_factory=set)  # this action's answered navigations
+    sure: int = 0  # of those, announced by an ``attachment`` answer
+    # This action's navigations not ended yet: whether their answer said ``attachment``.
+    answered: dict[Any, bool] = field(default_factory=dict)
     arrived: asyncio.Event | None = None
 
     @classmethod
@@ -120,37 +124,49 @@ class Downloads:
 
     def pending(self) -> bool:
         """Whether ``settle`` has anything to tell or wait for (any thread)."""
-        return bool(self.running or self.landed or self.dropped or self.expected)
+        return bool(self.running or self.landed or self.dropped or self.expected or self.answered)
 
     def watch(self, page: Any) -> None:
         """Take the downloads ``page`` starts (engine thread)."""
         page.on("download", self._admit)
+        page.on("request", self._asked)
         page.on("response", self._answered)
         page.on("requestfinished", self._finished)
         page.on("requestfailed", self._failed)
 
+    def _asked(self, request: Any) -> None:
+        if self.armed and request.is_navigation_request():
+            self.answered[request] = False  # not answered yet: its action waits for it
+
     def _answered(self, response: Any) -> None:
         request = response.request
-        if self.armed and request.is_navigation_request():
-            self.answered.add(request)
+        if request in self.answered:
+            self.answered[request] = _says_attachment(response)
 
     def _finished(self, request: Any) -> None:
-        self.answered.discard(request)
+        if self.answered.pop(request, None) is not None:
+            self._wake()
 
     def _failed(self, request: Any) -> None:
         """An answered navigation aborted: a download is on its way (its action waits)."""
         if request in self.answered:
-            self.answered.discard(request)
+            sure = self.answered.pop(request)
             if "ERR_ABORTED" in (request.failure or ""):
                 self.expected += 1
+                self.sure += sure
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.arrived is not None:
+            self.arrived.set()
 
     def _admit(self, download: Any) -> None:
         name = safe_name(download.suggested_filename)
         late = self.expected > 0
         if late:
             self.expected -= 1
-            if self.arrived is not None:
-                self.arrived.set()
+            self.sure = min(self.sure, self.expected)
+            self._wake()
         why = self._refusal(late)
         if why is None:
             self.taken += 1
@@ -200,7 +216,7 @@ class Downloads:
     async def settle(self, timeout_s: float) -> tuple[list[Landed], int]:
         """What this action's downloads came to (and any told since the last): waits for
         those running at most ``timeout_s``, then cancels the rest; clears the record."""
-        await self._await_expected(min(timeout_s, _LATE_S))
+        await self._await_expected(timeout_s)
         self.armed = False
         running, self.running = self.running, []
         if running:
@@ -220,14 +236,21 @@ class Downloads:
         return landed, dropped
 
     async def _await_expected(self, timeout_s: float) -> None:
-        """Wait, at most ``timeout_s``, for the downloads aborted navigations announced."""
+        """Wait for this action's answered navigations to end and for the downloads the
+        aborted ones announced: at most ``timeout_s`` while an ``attachment`` answer's is
+        missing, else at most ``_LATE_S``."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + timeout_s
-        while self.expected > 0 and loop.time() < until:
+        start = loop.time()
+
+        def until() -> float:
+            sure = self.sure or any(self.answered.values())
+            return start + (timeout_s if sure else min(timeout_s, _LATE_S))
+
+        while (self.expected > 0 or self.answered) and loop.time() < until():
             self.arrived = asyncio.Event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.arrived.wait(), until - loop.time())
-        self.expected = 0
+                await asyncio.wait_for(self.arrived.wait(), until() - loop.time())
+        self.expected = self.sure = 0
         self.arrived = None
         self.answered.clear()
 
@@ -235,6 +258,15 @@ class Downloads:
         """Remove Playwright's files of ``landed`` (engine thread)."""
         for one in landed:
             await _discard(one.download)
+
+
+def _says_attachment(response: Any) -> bool:
+    """Whether ``response`` names itself an attachment (Chromium downloads it, always)."""
+    try:
+        disposition = response.headers.get("content-disposition", "")
+    except Exception:  # a response Playwright no longer holds
+        return False
+    return str(disposition).strip().lower().startswith("attachment")
 
 
 def _partial_path(download: Any) -> str | None:
