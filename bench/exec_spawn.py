@@ -15,7 +15,9 @@ p50, minus the anchor's p50, at most 10 ms. The rest break that total down:
   ``kill_tree`` walks after every command without bubblewrap, and at every timeout);
 - each program of the wrapper chain alone in front of /bin/true: the shell entering the
   cgroup, setpriv, prlimit, GNU time, bubblewrap with the engine's own mounts (run after
-  setpriv as the sandbox uid, so it is setpriv+bwrap less setpriv);
+  setpriv as the sandbox uid, so it is setpriv+bwrap less setpriv), and bubblewrap with no
+  mount but ``/`` and no namespace but the user's (what is left of the former is what the
+  engine's mounts and namespaces cost);
 - a Popen of /bin/true on the engine's spawner threads (the spawn path itself).
 
 Each prints p50 wall time less the anchor's, and where the bench can give itself a cgroup the
@@ -67,6 +69,7 @@ BLOCK = 5  # runs of one series in a row: small, so drift spreads evenly over th
 GOAL_MS = 10.0
 ANCHOR = "bare posix_spawn"
 TOTAL = "exec true, bwrap"
+BARE_BWRAP = "setpriv + bwrap, no mounts"
 
 Step = Callable[[], Awaitable[object]]
 
@@ -249,6 +252,17 @@ def wrapper_chains(
     if sandbox.bwrap is not None:
         # Run as the sandbox uid, as in the engine; less the setpriv series when there is one.
         chains["setpriv + bwrap"] = [*setpriv, *_cut(argv, sandbox.bwrap)]
+        # bwrap's own start (exec, user namespace, pivot, init), without the engine's mounts
+        # and other namespaces: the rest of "setpriv + bwrap" is what those cost.
+        chains[BARE_BWRAP] = [
+            *setpriv,
+            sandbox.bwrap,
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-user",
+            "--",
+        ]
     return chains
 
 
@@ -362,6 +376,9 @@ def figures(series: dict[str, Series]) -> list[tuple[str, str, str, str, str]]:
         elif name == "exec: setpriv + bwrap" and setpriv is not None:
             extra = one.p50 - setpriv.p50
             label = "exec: bwrap with the engine's mounts"
+        elif name == f"exec: {BARE_BWRAP}" and setpriv is not None:
+            extra = one.p50 - setpriv.p50
+            label = "exec: bwrap alone (read-only /, user namespace)"
         elif name.startswith("daemon:"):
             extra = one.p50  # in-process work: its own time, no spawn to subtract
         rows.append((label, f"{extra:.2f} ms", anchor_text, f"{extra / anchor.p50:.2f}x", ""))
