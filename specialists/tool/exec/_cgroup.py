@@ -179,8 +179,9 @@ class CommandCgroup:
         The first removal is tried before any kill: after a command the runner has killed
         the cgroup's tasks already (``_runner._supervise``), and a directory that still
         holds a task refuses ``rmdir`` (EBUSY), so nothing escapes being killed below. A
-        second kill up front read ``cgroup.procs`` again for nothing: 0.3 ms of CPU per
-        command on cgroup v1 (bench/exec_spawn.py, "daemon: cgroup made+read+removed").
+        second kill up front read ``cgroup.procs`` again for nothing (with the unused memory
+        high mark ``usage`` read, 0.93 -> 0.56-0.74 ms p50 on cgroup v1 at load 10:
+        bench/exec_spawn.py, "daemon: cgroup made+read+removed").
         """
         left = list(self.directories)
         pause_s = 0.001  # doubling to 64 ms: a killed task is usually gone within a few ms
