@@ -8,6 +8,7 @@ import shlex
 import socket
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -263,6 +264,25 @@ async def test_with_a_cgroup_its_entering_shell_sets_the_limits_and_prlimit_is_l
     assert sandbox.prlimit not in argv
     assert argv[:3] == group.enter_argv(ulimit_script(config, timeout_ms=30_000) or "")[:3]
     assert "ulimit -n 1024" in argv[2]
+
+
+async def test_closing_a_command_cgroup_kills_what_is_still_in_it_and_removes_it(
+    workspace: str,
+) -> None:
+    # close tries rmdir before any kill: a task left inside must still be killed, not kept.
+    sandbox = await probe(make_config(workspace), "bwrap")
+    assert sandbox.cgroup is not None, sandbox.cgroup_reason
+    group = CommandCgroup.create(sandbox.cgroup, "left", memory_bytes=64 * MIB, max_tasks=10)
+    left = await trio.lowlevel.open_process([*group.enter_argv(), "/bin/sleep", "60"])
+    try:
+        with trio.fail_after(10):
+            while not any(Path(path).read_text().strip() for path in group.procs_files()):
+                await trio.sleep(0.01)
+            await group.close()
+            assert await left.wait() == -9
+    finally:
+        left.kill()
+    assert not any(os.path.exists(path) for path in group.directories)
 
 
 @pytest.mark.parametrize("kind", KINDS)
