@@ -12,7 +12,7 @@ CPU time and peak RSS do not come from ``wait4`` here: bwrap's monitor exits as 
 namespace's init reports the command's status over an eventfd, without reaping that init, so
 its rusage holds none of the sandbox's work; and a vfork'd child's ``ru_maxrss`` starts from
 the daemon's own high-water RSS. GNU time inside the chain reports them over a fourth pipe;
-it costs 1.2-1.3 ms of CPU per command (bench/exec_spawn.py, "exec: GNU time"), kept for the
+it costs 1.0-1.3 ms of CPU per command (bench/exec_spawn.py, "exec: GNU time"), kept for the
 reply's CPU_MS and PEAK_RSS_KIB, which the cgroup's figures would not match (its memory high
 mark counts page cache and tmpfs, and v1 keeps CPU in another hierarchy).
 """
