@@ -4,14 +4,15 @@ file, ``<a download>``): capped, kept in web's fileKey store, told in the action
 A context's ``Downloads`` (``PageSet.downloads``) lives on the engine thread. Chromium
 fetches a download through the context's own proxy lane, so the guard judges it as any
 request. A download is taken only while an action runs on its pages (``arm`` / ``disarm``
-from the action's side: a flag, no round trip), at most ``max_downloads_per_action`` per
-action; each is watched while it runs and cancelled once its file passes
-``max_download_bytes`` (0: every download is cancelled at once). ``settle`` waits for those
-running when the action ends, bounded by its deadline; ``keep`` (trio side) reads each
-finished file once, puts it in the ``FileStore`` and removes Playwright's file whatever
-happens. The reply says ``DOWNLOAD <fileKey> <name> <bytes> <content type>`` for each kept,
-``DOWNLOAD_REFUSED <name> <why>`` for each refused (at most as many), and
-``DOWNLOADS_DROPPED <n>`` for the rest.
+from the action's side: a flag, no round trip) or within ``_LATE_S`` after it (a script the
+action ran may start one a moment later: it is kept and told with the next action's reply),
+at most ``max_downloads_per_action`` per action; each is watched while it runs and cancelled
+once its file passes ``max_download_bytes`` (0: every download is cancelled at once).
+``settle`` waits for those running when the action ends, bounded by its deadline; ``keep``
+(trio side) reads each finished file once, puts it in the ``FileStore`` and removes
+Playwright's file whatever happens. The reply says ``DOWNLOAD <fileKey> <name> <bytes>
+<content type>`` for each kept, ``DOWNLOAD_REFUSED <name> <why>`` for each refused (at most
+as many), and ``DOWNLOADS_DROPPED <n>`` for the rest.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import mimetypes
 import os
 import re
 import stat
+import time
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -44,7 +47,8 @@ _POLL_S = 0.02  # how often a running download's file is measured against the ca
 # whose event follows by 10-100 ms (seen on a loaded 2-core host; seconds under heavier
 # load), sometimes after the action returned. An answer that says ``attachment`` is sure to
 # be a download: its action waits for it within its deadline. Any other aborted answer (a
-# 204, a navigation another replaced) may be one: its action waits this long at most.
+# 204, a navigation another replaced) may be one: its action waits this long at most. A
+# download that starts this long after an action ended is still that action's.
 _LATE_S = 2.0
 _NAME_MAX = 128  # characters of a file name kept
 # Anything else becomes _: path separators, controls, spaces (the reply field splits on them).
@@ -109,6 +113,7 @@ class Downloads:
     # This action's navigations not ended yet: whether their answer said ``attachment``.
     answered: dict[Any, bool] = field(default_factory=dict)
     arrived: asyncio.Event | None = None
+    ended: float = -math.inf  # when the last action ended (time.monotonic)
 
     @classmethod
     def under(cls, config: BrowserConfig) -> Downloads:
@@ -121,6 +126,7 @@ class Downloads:
 
     def disarm(self) -> None:
         self.armed = False
+        self.ended = time.monotonic()
 
     def pending(self) -> bool:
         """Whether ``settle`` has anything to tell or wait for (any thread)."""
@@ -180,7 +186,7 @@ class Downloads:
             self.dropped += 1
 
     def _refusal(self, late: bool) -> str | None:
-        if not (self.armed or late):
+        if not (self.armed or late or time.monotonic() - self.ended < _LATE_S):
             return "between_actions"
         if self.cap == 0:
             return "max_download_bytes:0"

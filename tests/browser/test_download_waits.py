@@ -5,7 +5,8 @@ download event follows, by milliseconds on a quiet host and by seconds on a load
 tests play Playwright's events in that order on small stand-ins (the order is what is under
 test, and a real Chromium cannot be made late on demand): an ``attachment`` answer is waited
 for within the action's deadline; any other aborted answer (a 204, a replaced navigation) at
-most ``_LATE_S``.
+most ``_LATE_S``; a download that starts within ``_LATE_S`` after an action is the next
+reply's, later ones are refused.
 """
 
 from __future__ import annotations
@@ -112,3 +113,31 @@ def test_an_attachment_answer_is_waited_for_past_the_short_wait(report: Path) ->
 def test_another_aborted_answer_is_waited_for_only_the_short_wait(report: Path) -> None:
     landed = asyncio.run(an_aborted_navigation_then_a_late_download({}, report))
     assert landed == []
+
+
+async def a_download_after_an_action(delay_s: float, file: Path) -> list[Landed]:
+    """An action that ends, then a download its page starts ``delay_s`` later; what the
+    next action's settle tells."""
+    tracker = Downloads(cap=1000, max_count=3)
+    page = Page()
+    tracker.watch(page)
+    tracker.arm()
+    tracker.disarm()
+    await asyncio.sleep(delay_s)
+    page.fire("download", Download(file))
+    tracker.arm()
+    tracker.disarm()
+    landed, _ = await tracker.settle(timeout_s=30)
+    return landed
+
+
+def test_a_download_that_starts_just_after_an_action_is_kept_for_the_next_reply(
+    report: Path,
+) -> None:
+    landed = asyncio.run(a_download_after_an_action(0, report))
+    assert [(one.name, one.refused) for one in landed] == [("report.pdf", None)]
+
+
+def test_a_download_that_starts_long_after_an_action_is_refused(report: Path) -> None:
+    landed = asyncio.run(a_download_after_an_action(4 * LATE_S, report))
+    assert [(one.name, one.refused) for one in landed] == [("report.pdf", "between_actions")]
