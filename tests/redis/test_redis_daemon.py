@@ -108,6 +108,9 @@ async def test_a_scrape_shows_redis_up_how_it_is_reached_and_no_failures(
         async with serving(config, os.path.join(sock_dir, "csp.sock")) as where:
             assert where is not None
             found = samples((await scrape(where)).text)
+            while value(found, "csp_web_redis_up") != 1:  # 0 until the link has connected
+                await trio.sleep(0.05)
+                found = samples((await scrape(where)).text)
     assert value(found, "csp_web_redis_up") == 1
     assert value(found, "csp_web_redis_mode", mode=mode) == 1
     assert value(found, "csp_web_redis_failures_total") == 0
