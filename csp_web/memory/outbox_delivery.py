@@ -2,9 +2,10 @@
 
 ``serve`` connects over the link and keeps up to ``outbox.delivery_window`` batches of
 ``memory.batch_size`` in flight (while one is, the next goes when it is full: Nagle's rule;
-while none is, a partial batch lingers ``LINGER_S`` for more), reconnecting with exponential backoff. A write leaves the store only when its ACK (``STATUS
-OK`` with the same ID) arrives; a ``FAIL`` moves it to the ``rejected`` table, so one bad
-write cannot block the queue forever.
+while none is, a partial batch lingers ``LINGER_S`` for more), reconnecting with exponential
+backoff. A write leaves the store only when its ACK (``STATUS OK`` with the same ID) arrives;
+a ``FAIL`` moves it to the ``rejected`` table, so one bad write cannot block the queue
+forever.
 """
 
 from __future__ import annotations
