@@ -44,6 +44,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.daemon_process import wait_for_listener
 from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, serialize
 
 PING = b"TASK REQ:ping IN:SYS OUT:PONG\n\n"
@@ -64,6 +65,7 @@ def wait_for_socket(proc: subprocess.Popen[bytes], path: str, name: str) -> None
         if time.monotonic() > deadline or proc.poll() is not None:
             raise SystemExit(f"{name} did not start")
         time.sleep(0.05)
+    wait_for_listener(path)
 
 
 def start_daemon(

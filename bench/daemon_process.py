@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,6 +69,22 @@ def wait_for_socket(proc: subprocess.Popen[bytes], path: str, log_path: str) -> 
             with open(log_path, errors="replace") as log:
                 tail = log.read()[-2000:]
             raise SystemExit(f"the daemon did not start:\n{tail}")
+        time.sleep(0.05)
+    wait_for_listener(path)
+
+
+def wait_for_listener(path: str) -> None:
+    """Until ``path`` accepts a connection: its file exists once bound, before listen()
+    (scripts/bench hit ECONNREFUSED in bench/workers.py, then in bench/overload.py)."""
+    deadline = time.monotonic() + START_S
+    while True:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(path)
+                return
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
         time.sleep(0.05)
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -128,22 +127,7 @@ def start_daemon(
     command = [sys.executable, "-m", "csp_web", "serve", "--config", config]
     proc = subprocess.Popen([*command, "--socket", socket_path, "--no-stdin"])
     wait_for_socket(proc, socket_path, "daemon")
-    wait_for_listener(socket_path)
     return proc, socket_path
-
-
-def wait_for_listener(path: str) -> None:
-    """Until ``path`` accepts a connection: the file exists once bound, before listen()."""
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(path)
-                return
-            except ConnectionRefusedError:
-                if time.monotonic() > deadline:
-                    raise
-        time.sleep(0.05)
 
 
 async def fetch_all(socket_path: str, urls: list[str], connections: int) -> int:

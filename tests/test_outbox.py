@@ -774,6 +774,7 @@ class _Arrivals:
 
     def __init__(self) -> None:
         self.ids: list[str] = []
+        self.reads: list[list[str]] = []  # the IDs each read of the peer's socket brought
         self._more = trio.Event()
 
     def add(self, task_id: str) -> None:
@@ -810,7 +811,9 @@ async def _held_acks_memory(
             acks.start_soon(acknowledge)
             while data := await stream.receive_some(1 << 16):
                 codec.receive_data(data)
+                received.reads.append([])
                 while isinstance(event := codec.next_event(), Task):
+                    received.reads[-1].append(event.id or "")
                     received.add(event.id or "")
                     send_ids.send_nowait(event.id or "")
                 assert event in (NEED_DATA, CLOSED), event
@@ -823,8 +826,8 @@ async def _held_acks_memory(
 async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
     nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
 ) -> None:
-    """Nagle's rule for delivery (issue 8.8): a write with nothing in flight goes at once;
-    while a batch is unacknowledged, batch_size - 1 new writes wait and the batch_size-th
+    """Nagle's rule for delivery (issue 8.8): a write with nothing in flight goes after the
+    linger; while a batch is unacknowledged, batch_size - 1 new writes wait and the batch_size-th
     sends them all as one batch; the rest goes once the ACKs are in, in put order."""
     assert config.memory.socket_path is not None
     received, release = await _held_acks_memory(nursery, config.memory.socket_path)
@@ -845,6 +848,25 @@ async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
             release()
             await outbox.wait_drained()
     assert received.ids == [f"w-test-{n}" for n in range(6)]
+
+
+async def test_writes_put_one_after_another_with_nothing_in_flight_go_as_one_batch(
+    nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
+) -> None:
+    """The linger (issue 26): a lone write waits ``LINGER_S`` for company, so the audit
+    records of ops answered one at a time reach the Memory Specialist in one batch, not one
+    batch (store, ACK, settle) each."""
+    assert config.memory.socket_path is not None
+    received, release = await _held_acks_memory(nursery, config.memory.socket_path)
+    release()
+    async with open_outbox(_outbox_path(tmp_path), OutboxConfig(), config.memory) as outbox:
+        with trio.fail_after(WAIT_S):
+            await _wait_connected(outbox)
+            for n in range(3):
+                await outbox.put(_write(n))
+            await received.wait_for(3)
+            await outbox.wait_drained()
+    assert received.reads == [["w-test-0", "w-test-1", "w-test-2"]]
 
 
 @pytest.mark.parametrize(

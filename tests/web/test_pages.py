@@ -4,6 +4,7 @@ background), the op deadline, and content sniffing."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import trio
@@ -92,6 +93,19 @@ async def test_the_key_is_the_gates_canonical_spelling(web: WebServices) -> None
     assert normalise_url(f"HTTPS://ORIGIN.test:{port}/a?b=1#frag", web) == expected
     with pytest.raises(OpError) as caught:
         normalise_url("ftp://origin.test/", web)
+    assert caught.value.code is ErrorCode.URL_REJECTED
+
+
+async def test_a_url_the_gate_let_through_is_refused_once_a_reload_closes_its_port(
+    web: WebServices,
+) -> None:
+    """The gate's canonical spellings are kept per guard settings (issue 26): a reload's
+    rules apply to the next load at once, to URLs already seen too."""
+    url = f"https://origin.test:{web.config.guard.allowed_ports[0]}/a"
+    assert normalise_url(url, web) == url
+    web.config = replace(web.config, guard=replace(web.config.guard, allowed_ports=(443,)))
+    with pytest.raises(OpError) as caught:
+        normalise_url(url, web)
     assert caught.value.code is ErrorCode.URL_REJECTED
 
 
