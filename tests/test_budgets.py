@@ -17,7 +17,7 @@ import trio.testing
 from csp_web.client.trio_client import open_client
 from csp_web.config import BudgetsConfig, Config, SlotLimits, SlotsConfig, TasksConfig
 from csp_web.core.api import budget
-from csp_web.core.api.budget import BudgetExhausted, TaskBudget
+from csp_web.core.api.budget import BudgetExhausted, Ledger, TaskBudget
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import Busy, FieldError, OpError
 from csp_web.core.api.fields import FieldSpec, Params
@@ -574,3 +574,86 @@ async def test_a_charge_whose_budget_id_was_forgotten_mid_task_exhausts_the_task
         assert task_budget.exhausted == "bytes"
     finally:
         ledger.close()
+
+
+# --- a reserve that finds nothing left cancels only the work holding no reserve -------------
+
+
+async def race_for_the_last_bytes(mine: Ledger, theirs: Ledger) -> dict[str, str]:
+    """Three units of one task on BUDGET_ID ``race`` (100 bytes, in ``mine``): ``paid``
+    reserves 60 of them, all it needs, and goes on working; ``idle`` holds no reserve yet;
+    another task (on ``theirs``: another connection or daemon) takes the other 40; then
+    ``late`` reserves 10, finds nothing left and runs the budget out. How each ended."""
+    await mine.open("race", 1000, {"bytes": 100})
+    task = TaskBudget(await mine.open("race", 1000, None), ledger=mine, budget_id="race", uid=1000)
+    other = TaskBudget(await theirs.open("race", 1000, None), ledger=theirs, budget_id="race")
+    ended: dict[str, str] = {}
+    reserved, finish = trio.Event(), trio.Event()
+
+    async def unit(name: str, amount: int, ready: trio.Event | None) -> None:
+        try:
+            with budget.work():
+                if amount and await budget.reserve("bytes", amount) == amount:
+                    budget.paid()
+                if ready is not None:
+                    ready.set()
+                await finish.wait()  # the rest of its work: a body still arriving
+            ended[name] = "kept"
+        except BudgetExhausted as exc:
+            ended[name] = exc.wire_text
+
+    token = budget.enter(task)
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(unit, "paid", 60, reserved)
+                nursery.start_soon(unit, "idle", 0, None)
+                await reserved.wait()
+                assert await other.reserve("bytes", 100) == 40
+                await unit("late", 10, None)
+                finish.set()
+    finally:
+        budget.leave(token)
+    ended["left"] = task.reply_text
+    return ended
+
+
+async def test_a_reserve_finding_nothing_cancels_only_the_work_that_holds_no_reserve(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """On the embedded ledger (tests/redis runs the same race on Redis)."""
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig())
+    try:
+        ended = await race_for_the_last_bytes(ledger, ledger)
+    finally:
+        ledger.close()
+    assert ended == {
+        "late": "budget_exhausted:bytes",
+        "idle": "budget_exhausted:bytes",
+        "paid": "kept",
+        "left": "bytes:0",
+    }
+
+
+async def test_a_reserve_a_restart_leaves_unsettled_stays_spent_and_is_never_given_back_twice(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The daemon dies between a reserve and its settle: the ledger, reopened, keeps the
+    reserve as spent (the work it bounded may have spent it all: a model bills its tokens
+    whether or not the daemon lived to read its usage), so the budget is never overrun; it
+    costs at most that reserve, once, and the id is still forgotten when idle past its TTL."""
+    clock = Clock()
+    settings = BudgetsConfig(idle_ttl_s=60.0)
+    before = LocalLedger(str(tmp_path), settings, clock=clock)
+    await before.open("r", 1, {"llm_tokens": 1000})
+    task = TaskBudget({"llm_tokens": 1000}, ledger=before, budget_id="r", uid=1)
+    assert await task.reserve("llm_tokens", 700) == 700
+    before.close()  # killed before the settle
+    after = LocalLedger(str(tmp_path), settings, clock=clock)
+    try:
+        assert await after.open("r", 1, None) == {"llm_tokens": 300}
+        clock.now += 61.0
+        await after.open("other", 1, {"bytes": 1})  # making an id forgets the idle ones
+        assert await after.open("r", 1, {"llm_tokens": 1000}) == {"llm_tokens": 1000}
+    finally:
+        after.close()

@@ -20,10 +20,14 @@ Outside a budgeted task every call does nothing.
 Work still running when a cost runs out is cancelled at once (SPEC D-3). Each unit of work
 that spends runs in ``work()``, whose cancel scope the budget holds: every request of the HTTP
 client (a page of a multi-URL fetch, a research source, a prefetch, a model call). A charge
-that finds a dimension's cost past what is left (``spend``, ``require``, a body past its reserve),
-in the task's own budget or in the shared ledger (another task's charges show in what the
-ledger answers), cancels every unit, and each one ends raising ``BudgetExhausted``, which the
-op keeps as that unit's failure beside the units already done. exec's command is watched
+that finds a dimension's cost past what is left (``spend``, ``require``, a reserve that finds
+nothing, a body past its reserve), in the task's own budget or in the shared ledger (another
+task's charges show in what the ledger answers), cancels every unit that does not hold a
+reserve of all it will spend (``paid``: a body whose whole declared length is reserved), and
+each one ends raising ``BudgetExhausted``, which the op keeps as that unit's failure beside the
+units already done. A paid unit finishes and is kept: what it spends is already taken, so
+letting it finish overspends nothing, and cancelling it would make what a task keeps depend on
+which of its bodies' headers came first. exec's command is watched
 apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A
 count refused (``take``) cancels nothing: the work already running was paid for within it,
 and is what the reply is made of.
@@ -92,7 +96,17 @@ class TaskBudget:
     """A task's view of its budget: the dimensions it limits and what was last seen left of
     each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
 
-    __slots__ = ("_cut", "_units", "budget_id", "exhausted", "ledger", "left", "named", "uid")
+    __slots__ = (
+        "_cut",
+        "_paid",
+        "_units",
+        "budget_id",
+        "exhausted",
+        "ledger",
+        "left",
+        "named",
+        "uid",
+    )
 
     def __init__(
         self,
@@ -110,6 +124,7 @@ class TaskBudget:
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
         self._units: set[trio.CancelScope] = set()  # the work running under it (``work``)
+        self._paid: set[trio.CancelScope] = set()  # units holding all they will spend (``paid``)
         self._cut: str | None = None  # the cost that ran out and cancelled that work
 
     async def take(self, dimension: str, amount: int = 1) -> None:
@@ -168,13 +183,21 @@ class TaskBudget:
 
     def run_out(self, dimension: str, spare: trio.CancelScope | None = None) -> None:
         """Mark the budget exhausted by ``dimension`` (the first to run out names it) and
-        cancel the work still running under it, but ``spare``: what it would spend is past
-        the budget."""
+        cancel the work still running under it, but ``spare`` (the unit whose own charge
+        ran out: it ends with its own error) and the units ``paid`` for: what the others
+        would spend is past the budget. Work started after it is cancelled at once."""
         self.exhausted = self.exhausted or dimension
         self._cut = self._cut or dimension
-        for scope in self._units:
+        for scope in self._units - self._paid:
             if scope is not spare:
                 scope.cancel()
+
+    def paid(self, unit: trio.CancelScope | None) -> None:
+        """Mark ``unit`` (a ``work`` scope; None: outside one, nothing to mark) as holding a
+        reserve of all it will spend: running out later lets it finish. Not once the
+        budget has run out: cancelled already, it stays cancelled."""
+        if unit is not None and unit in self._units and not unit.cancel_called:
+            self._paid.add(unit)
 
     @contextmanager
     def work(self) -> Iterator[None]:
@@ -191,6 +214,7 @@ class TaskBudget:
         finally:
             _unit.reset(token)
             self._units.discard(scope)
+            self._paid.discard(scope)
         if scope.cancelled_caught and self._cut is not None:
             raise BudgetExhausted(self._cut)
 
@@ -318,6 +342,15 @@ def work() -> Iterator[None]:
     else:
         with current.work():
             yield
+
+
+def paid() -> None:
+    """``TaskBudget.paid`` for the running unit of work: it holds a reserve of all it will
+    spend (a body whose declared length is reserved whole), so it finishes and is kept
+    when a cost runs out elsewhere in the task."""
+    current = _running.get()
+    if current is not None:
+        current.paid(_unit.get())
 
 
 def exhausted(dimension: str) -> BudgetExhausted:

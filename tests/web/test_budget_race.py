@@ -1,0 +1,237 @@
+"""Bodies of one task racing for the last bytes (SPEC D-3): a body that reserved its whole
+declared length is paid for, finishes and is kept; the one that finds too little is cut with
+``budget_exhausted:bytes`` before a byte of it is read, and cancels only the task's work that
+holds no reserve of its own. The origin holds each answer until the test lets it go, so every
+arrival order is played on purpose, and the ledger of the task's BUDGET_ID shows each reserve
+as it is taken."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from csp_web.config import Config
+from csp_web.core.api.errors import FieldError
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.dispatch.ledger import LocalLedger
+from protocol import Reply, Status
+from protocol._budget import Budget
+from specialists.web import WEB
+from tests.net._origin import Origin
+from tests.net._origin import Reply as OriginReply
+from tests.web.conftest import DispatcherFactory
+from tests.web.pages_support import fetch, run, serve
+from tests.web.test_budget_web import PAGE
+from tests.web.test_search_filters import WAIT_S
+
+# Ten times PAGE, short of fetch's token cap (a page it truncates is PARTIAL of its own).
+BIG = "<html><head><title>W</title></head><body><p>" + "Waves break. " * 300 + "</p></body></html>"
+HTML = [("content-type", "text/html; charset=utf-8")]
+SIZE, BIG_SIZE = len(PAGE.encode()), len(BIG.encode())
+RUN = "run-1"
+
+
+@pytest.fixture
+def ledger(web_config: Config) -> Iterator[LocalLedger]:
+    ledger = LocalLedger(web_config.daemon.state_dir, web_config.budgets)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture
+async def dispatcher(
+    make_dispatcher: DispatcherFactory, ledger: LocalLedger, origin: Origin
+) -> Dispatcher:
+    """Every web op on the embedded ledger, robots.txt already read and cached."""
+    dispatcher = make_dispatcher(list(WEB.ops))
+    dispatcher.ledger = ledger
+    await fetch(dispatcher, serve(origin, "/warm", PAGE))
+    return dispatcher
+
+
+def body_held(origin: Origin, path: str, body: str, until: trio.Event) -> str:
+    """``body`` at ``path``: its headers at once, its bytes once ``until`` is set."""
+    origin.routes[path] = lambda _seen: OriginReply(200, HTML, body.encode(), hold_body=until)
+    return origin.url("origin.test", path)
+
+
+def headers_held(origin: Origin, path: str, body: str, until: trio.Event) -> str:
+    """``body`` at ``path``, answered only once ``until`` is set."""
+    origin.routes[path] = lambda _seen: OriginReply(200, HTML, body.encode(), hold=until)
+    return origin.url("origin.test", path)
+
+
+def drip_held(origin: Origin, path: str, until: trio.Event) -> str:
+    """A body of unknown length at ``path`` that never ends, begun once ``until`` is set."""
+    origin.routes[path] = lambda _seen: OriginReply(200, HTML, drip=True, hold=until)
+    return origin.url("origin.test", path)
+
+
+async def left_is(ledger: LocalLedger, bytes_left: int) -> None:
+    """Return once the ledger holds ``bytes_left`` of RUN's bytes, the task having made
+    RUN (bounded)."""
+    with trio.fail_after(WAIT_S):
+        while await _left(ledger) != {"bytes": bytes_left}:
+            await trio.sleep(0.01)
+
+
+async def _left(ledger: LocalLedger) -> Budget | None:
+    try:
+        return await ledger.open(RUN, None, None)
+    except FieldError:  # not made yet
+        return None
+
+
+async def closed(origin: Origin, path: str) -> None:
+    """Return once the client has left ``path``'s answer mid-way (bounded)."""
+    with trio.fail_after(WAIT_S):
+        while path not in origin.cut:
+            await trio.sleep(0.01)
+
+
+class Task:
+    """A fetch of several URLs under RUN, run in the background; ``reply`` once it ends."""
+
+    def __init__(self, dispatcher: Dispatcher, urls: list[str], budget: str) -> None:
+        self.fields = [*(("URL", url) for url in urls), ("BUDGET_ID", RUN), ("BUDGET", budget)]
+        self.dispatcher = dispatcher
+        self.done = trio.Event()
+        self.reply: Reply | None = None
+
+    async def run(self) -> None:
+        self.reply = await run(self.dispatcher, "fetch", "CONTENT", None, *self.fields)
+        self.done.set()
+
+
+def outcome(reply: Reply | None) -> tuple[object, ...]:
+    """The reply's status, error, counts, pages kept, pages cut (sorted) and BUDGET_LEFT."""
+    assert reply is not None
+    kept = sorted(line.split(" ")[1] for line in reply.get_all("FETCH"))
+    return (
+        reply.status,
+        reply.get("ERROR"),
+        reply.get("DATA"),
+        kept,
+        sorted(reply.get_all("FETCH_ERROR")),
+        reply.get("BUDGET_LEFT"),
+    )
+
+
+@pytest.mark.parametrize("last", [0, 1, 2])
+async def test_a_body_finding_no_bytes_left_is_cut_and_the_paid_bodies_in_flight_are_kept(
+    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin, last: int
+) -> None:
+    """Three URLs under bytes for two pages: the two whose headers come first reserve their
+    length; the third (any of the three) comes while their bodies are still held, finds
+    nothing left and is cut, its connection closed; then the two bodies arrive and are kept.
+    Before the rule, the cut cancelled the two bodies still in flight."""
+    bodies, third = trio.Event(), trio.Event()
+    paths = [f"/q{n}" for n in range(3)]
+    urls = [
+        drip_held(origin, path, third) if n == last else body_held(origin, path, PAGE, bodies)
+        for n, path in enumerate(paths)
+    ]
+    task = Task(dispatcher, urls, f"bytes:{2 * SIZE}")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task.run)
+        await left_is(ledger, 0)  # both pages reserved, their bodies held
+        third.set()
+        await closed(origin, paths[last])  # cut at its reserve
+        assert not task.done.is_set()  # the paid bodies are waited for, not cancelled
+        bodies.set()
+    kept = [url for n, url in enumerate(urls) if n != last]
+    assert outcome(task.reply) == (
+        Status.PARTIAL,
+        "budget_exhausted:bytes",
+        "fetched:2,failed:1",
+        sorted(kept),
+        [f"{urls[last]} budget_exhausted:bytes"],
+        "bytes:0",
+    )
+
+
+@pytest.mark.parametrize("bodies_first", [True, False])
+async def test_a_page_whose_length_does_not_fit_is_cut_unread_whether_or_not_the_others_are_done(
+    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin, bodies_first: bool
+) -> None:
+    """Three pages under bytes for two: the third's headers come once the two have
+    reserved, before or after their bodies are let go; either way the two are kept, the
+    third is cut before a byte is read, and nothing is left (never less)."""
+    bodies, third = trio.Event(), trio.Event()
+    urls = [body_held(origin, f"/p{n}", PAGE, bodies) for n in range(2)]
+    urls.append(headers_held(origin, "/p2", PAGE, third))
+    task = Task(dispatcher, urls, f"bytes:{2 * SIZE}")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task.run)
+        await left_is(ledger, 0)
+        for event in (bodies, third) if bodies_first else (third, bodies):
+            event.set()
+    assert outcome(task.reply) == (
+        Status.PARTIAL,
+        "budget_exhausted:bytes",
+        "fetched:2,failed:1",
+        sorted(urls[:2]),
+        [f"{urls[2]} budget_exhausted:bytes"],
+        "bytes:0",
+    )
+
+
+@pytest.mark.parametrize("big_first", [True, False])
+@pytest.mark.parametrize("short_by", [0, 1])
+async def test_two_pages_under_bytes_for_both_are_kept_and_a_byte_less_cuts_the_later_one(
+    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin, big_first: bool, short_by: int
+) -> None:
+    """A small and a large page under bytes for both (N) or a byte less (N-1), in each
+    order: at N both are kept and nothing is left; at N-1 the first whose headers come is
+    kept and the later one, finding a byte too few, is cut unread and charged nothing."""
+    later_in, bodies = trio.Event(), trio.Event()
+    order = [("/big", BIG), ("/small", PAGE)] if big_first else [("/small", PAGE), ("/big", BIG)]
+    (first_path, first_body), (later_path, later_body) = order
+    first = body_held(origin, first_path, first_body, bodies)
+    later = headers_held(origin, later_path, later_body, later_in)
+    total = SIZE + BIG_SIZE - short_by
+    task = Task(dispatcher, [first, later], f"bytes:{total}")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task.run)
+        await left_is(ledger, total - len(first_body.encode()))
+        later_in.set()
+        bodies.set()
+    if short_by == 0:
+        assert outcome(task.reply) == (
+            Status.OK,
+            None,
+            "fetched:2,failed:0",
+            sorted([first, later]),
+            [],
+            "bytes:0",
+        )
+    else:
+        assert outcome(task.reply) == (
+            Status.PARTIAL,
+            "budget_exhausted:bytes",
+            "fetched:1,failed:1",
+            [first],
+            [f"{later} budget_exhausted:bytes"],
+            f"bytes:{len(later_body.encode()) - 1}",
+        )
+
+
+async def test_a_page_cut_for_its_length_leaves_what_it_gave_back_to_a_smaller_one(
+    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin
+) -> None:
+    """The large page is cut unread (a byte too few): what it reserved goes back, so a later
+    task on the same BUDGET_ID still reads a page that fits."""
+    big = serve(origin, "/big", BIG)
+    over = await fetch(dispatcher, big, ("BUDGET_ID", RUN), ("BUDGET", f"bytes:{BIG_SIZE - 1}"))
+    small = await fetch(dispatcher, serve(origin, "/small", PAGE), ("BUDGET_ID", RUN))
+    assert (over.status, over.get("ERROR"), over.get("BUDGET_LEFT")) == (
+        Status.PARTIAL,
+        "budget_exhausted:bytes",
+        f"bytes:{BIG_SIZE - 1}",
+    )
+    assert (small.status, small.get("BUDGET_LEFT")) == (
+        Status.OK,
+        f"bytes:{BIG_SIZE - 1 - SIZE}",
+    )
