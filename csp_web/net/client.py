@@ -114,12 +114,11 @@ async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterato
     of it or is cut before a byte is read (``_reserve_whole``); one of unknown length
     (encoded, chunked) reserves ``_FIRST_BYTES`` (what is left when less; BudgetExhausted
     when none is) and more as it arrives (``_Bill.cover``), so bodies read at once share
-    what is left by what they really receive. So does one stating more than the caps: they
-    refuse it, and a hostile length must not run the task's budget out."""
+    what is left by what they really receive."""
     most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
     if budget.left("bytes") is None:
         bill = _Bill(most, limited=False)
-    elif (length := _declared_length(response)) is not None and length <= most:
+    elif (length := _stated_length(response, plan)) is not None:
         bill = _Bill(await _reserve_whole(length), limited=True)
     else:
         bill = _Bill(await budget.reserve("bytes", min(most, _FIRST_BYTES)), limited=True)
@@ -130,16 +129,20 @@ async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterato
             await budget.settle("bytes", bill.reserved, bill.used)
 
 
-def _declared_length(response: httpx.Response) -> int | None:
-    """The bytes ``response``'s body will bring, when its headers say (None: not known)."""
+def _stated_length(response: httpx.Response, plan: _Plan) -> int | None:
+    """The bytes ``response``'s body will bring, when its headers say so and the caps
+    surely let that many through; None: not known, or past the caps (refused before a byte
+    is read, or by the larger cap once its head is judged: a hostile length must not run
+    the task's budget out), reserved as it arrives."""
     if not sends_body(response):
         return 0
     if response.headers.get("content-encoding"):
         return None  # its Content-Length is of the encoded bytes
-    try:
-        return parse_uint(response.headers.get("content-length", ""))
+    try:  # h11 refuses a body longer than it said, so a stated length holds
+        length = parse_uint(response.headers.get("content-length", ""))
     except NumberError:
-        return None  # h11 refuses a body longer than it said, so a stated length holds
+        return None
+    return length if length <= min(plan.max_body_bytes, plan.max_decoded_bytes) else None
 
 
 async def _reserve_whole(length: int) -> int:

@@ -19,12 +19,15 @@ from csp_web.core.dispatch.ledger import LocalLedger
 from protocol import Reply, Status
 from protocol._budget import Budget
 from specialists.web import WEB
-from tests.net._origin import Origin
+from specialists.web.pages.summarize import BUDGETED_MAX_TOKENS
+from specialists.web.services import WebServices
+from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import fetch, run, serve
 from tests.web.test_budget_web import PAGE
 from tests.web.test_search_filters import WAIT_S
+from tests.web.test_summarize import KEY, KEY_ENV, TEXT, completion, llm_dispatcher
 
 # Ten times PAGE, short of fetch's token cap (a page it truncates is PARTIAL of its own).
 BIG = "<html><head><title>W</title></head><body><p>" + "Waves break. " * 300 + "</p></body></html>"
@@ -235,3 +238,54 @@ async def test_a_page_cut_for_its_length_leaves_what_it_gave_back_to_a_smaller_o
         Status.OK,
         f"bytes:{BIG_SIZE - 1 - SIZE}",
     )
+
+
+async def test_a_model_call_holding_its_tokens_runs_on_when_another_task_finds_none_left(
+    web_config: Config, web: WebServices, origin: Origin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two summaries on one BUDGET_ID of llm_tokens for one model call: the first reserves
+    them all and its answer is held; the second finds none, is summarised without the model
+    (a complete answer); the first's answer then comes, is kept, and gives back what its
+    usage did not take."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    answer, calls = trio.Event(), []
+
+    def model(seen: Seen) -> OriginReply:
+        calls.append(seen)
+        body = completion("- Tides follow the moon.")
+        return OriginReply(200, [("content-type", "application/json")], body, hold=answer)
+
+    origin.routes["/v1/chat/completions"] = model
+    fields = (("BUDGET_ID", "tok"),)
+    replies: dict[str, Reply] = {}
+    async with llm_dispatcher(web_config, web, origin) as dispatcher:
+        ledger = LocalLedger(web_config.daemon.state_dir, web_config.budgets)
+        dispatcher.ledger = ledger
+        await ledger.open("tok", None, {"llm_tokens": BUDGETED_MAX_TOKENS})
+
+        async def first() -> None:
+            replies["first"] = await run(dispatcher, "summarize", "SUMMARY", TEXT, *fields)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first)
+                with trio.fail_after(WAIT_S):
+                    while await ledger.open("tok", None, None) != {"llm_tokens": 0}:
+                        await trio.sleep(0.01)  # the first holds them all, its answer held
+                replies["second"] = await run(dispatcher, "summarize", "SUMMARY", TEXT, *fields)
+                answer.set()
+        finally:
+            ledger.close()
+    second, kept = replies["second"], replies["first"]
+    assert (second.status, second.get("METHOD"), second.get("BUDGET_LEFT")) == (
+        Status.OK,
+        "extractive",
+        "llm_tokens:0",
+    )
+    assert (kept.status, kept.get("METHOD"), kept.get_all("BULLET")) == (
+        Status.OK,
+        "llm",
+        ["Tides follow the moon."],
+    )
+    assert kept.get("BUDGET_LEFT") == f"llm_tokens:{BUDGETED_MAX_TOKENS - 15}"
+    assert len(calls) == 1
