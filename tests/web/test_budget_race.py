@@ -289,3 +289,21 @@ async def test_a_model_call_holding_its_tokens_runs_on_when_another_task_finds_n
     )
     assert kept.get("BUDGET_LEFT") == f"llm_tokens:{BUDGETED_MAX_TOKENS - 15}"
     assert len(calls) == 1
+
+
+async def test_a_paid_body_its_tasks_deadline_cuts_gives_back_what_it_did_not_receive(
+    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin
+) -> None:
+    """The reserve of a body whose bytes never come is settled when the deadline cancels it:
+    nothing received, nothing charged, all of it back for the BUDGET_ID's next task."""
+    never = trio.Event()
+    task = Task(dispatcher, [body_held(origin, "/stuck", PAGE, never)], f"bytes:{SIZE}")
+    task.fields.append(("TIMEOUT_MS", "500"))
+    await task.run()
+    assert task.reply is not None
+    assert (task.reply.status, task.reply.get("ERROR"), task.reply.get("BUDGET_LEFT")) == (
+        Status.FAIL,
+        "fetch_failed:timeout",
+        f"bytes:{SIZE}",
+    )
+    assert await ledger.open(RUN, None, None) == {"bytes": SIZE}
