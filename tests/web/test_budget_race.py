@@ -3,19 +3,22 @@ declared length is paid for, finishes and is kept; the one that finds too little
 ``budget_exhausted:bytes`` before a byte of it is read, and cancels only the task's work that
 holds no reserve of its own. The origin holds each answer until the test lets it go, so every
 arrival order is played on purpose, and the ledger of the task's BUDGET_ID shows each reserve
-as it is taken."""
+as it is taken; each on the embedded ledger and on Redis."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 import trio
 
 from csp_web.config import Config
+from csp_web.core.api.budget import Ledger
 from csp_web.core.api.errors import FieldError
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.dispatch.ledger import LocalLedger
+from csp_web.infra.redis_budget import RedisLedger
 from protocol import Reply, Status
 from protocol._budget import Budget
 from specialists.web import WEB
@@ -23,6 +26,7 @@ from specialists.web.pages.summarize import BUDGETED_MAX_TOKENS
 from specialists.web.services import WebServices
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
+from tests.redis.conftest import OpenLink, open_link, redis_config, redis_server  # noqa: F401
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import fetch, run, serve
 from tests.web.test_budget_web import PAGE
@@ -36,18 +40,46 @@ SIZE, BIG_SIZE = len(PAGE.encode()), len(BIG.encode())
 RUN = "run-1"
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+def open_ledger(
+    request: pytest.FixtureRequest, web_config: Config
+) -> Callable[[], AbstractAsyncContextManager[Ledger]]:
+    """The embedded ledger, or one on a real redis-server (tests/redis's fixtures)."""
+    settings = web_config.budgets
+    if request.param == "redis":
+        open_link: OpenLink = request.getfixturevalue("open_link")
+
+        @asynccontextmanager
+        async def on_redis() -> AsyncIterator[Ledger]:
+            async with open_link() as link:
+                yield RedisLedger(link, settings)
+
+        return on_redis
+
+    @asynccontextmanager
+    async def embedded() -> AsyncIterator[Ledger]:
+        ledger = LocalLedger(web_config.daemon.state_dir, settings)
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+
+    return embedded
+
+
 @pytest.fixture
-def ledger(web_config: Config) -> Iterator[LocalLedger]:
-    ledger = LocalLedger(web_config.daemon.state_dir, web_config.budgets)
-    yield ledger
-    ledger.close()
+async def ledger(
+    open_ledger: Callable[[], AbstractAsyncContextManager[Ledger]],
+) -> AsyncIterator[Ledger]:
+    async with open_ledger() as ledger:
+        yield ledger
 
 
 @pytest.fixture
 async def dispatcher(
-    make_dispatcher: DispatcherFactory, ledger: LocalLedger, origin: Origin
+    make_dispatcher: DispatcherFactory, ledger: Ledger, origin: Origin
 ) -> Dispatcher:
-    """Every web op on the embedded ledger, robots.txt already read and cached."""
+    """Every web op on the ledger, robots.txt already read and cached."""
     dispatcher = make_dispatcher(list(WEB.ops))
     dispatcher.ledger = ledger
     await fetch(dispatcher, serve(origin, "/warm", PAGE))
@@ -72,7 +104,7 @@ def drip_held(origin: Origin, path: str, until: trio.Event) -> str:
     return origin.url("origin.test", path)
 
 
-async def left_is(ledger: LocalLedger, bytes_left: int) -> None:
+async def left_is(ledger: Ledger, bytes_left: int) -> None:
     """Return once the ledger holds ``bytes_left`` of RUN's bytes, the task having made
     RUN (bounded)."""
     with trio.fail_after(WAIT_S):
@@ -80,7 +112,7 @@ async def left_is(ledger: LocalLedger, bytes_left: int) -> None:
             await trio.sleep(0.01)
 
 
-async def _left(ledger: LocalLedger) -> Budget | None:
+async def _left(ledger: Ledger) -> Budget | None:
     try:
         return await ledger.open(RUN, None, None)
     except FieldError:  # not made yet
@@ -124,7 +156,7 @@ def outcome(reply: Reply | None) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("last", [0, 1, 2])
 async def test_a_body_finding_no_bytes_left_is_cut_and_the_paid_bodies_in_flight_are_kept(
-    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin, last: int
+    dispatcher: Dispatcher, ledger: Ledger, origin: Origin, last: int
 ) -> None:
     """Three URLs under bytes for two pages: the two whose headers come first reserve their
     length; the third (any of the three) comes while their bodies are still held, finds
@@ -157,7 +189,7 @@ async def test_a_body_finding_no_bytes_left_is_cut_and_the_paid_bodies_in_flight
 
 @pytest.mark.parametrize("bodies_first", [True, False])
 async def test_a_page_whose_length_does_not_fit_is_cut_unread_whether_or_not_the_others_are_done(
-    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin, bodies_first: bool
+    dispatcher: Dispatcher, ledger: Ledger, origin: Origin, bodies_first: bool
 ) -> None:
     """Three pages under bytes for two: the third's headers come once the two have
     reserved, before or after their bodies are let go; either way the two are kept, the
@@ -184,7 +216,7 @@ async def test_a_page_whose_length_does_not_fit_is_cut_unread_whether_or_not_the
 @pytest.mark.parametrize("big_first", [True, False])
 @pytest.mark.parametrize("short_by", [0, 1])
 async def test_two_pages_under_bytes_for_both_are_kept_and_a_byte_less_cuts_the_later_one(
-    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin, big_first: bool, short_by: int
+    dispatcher: Dispatcher, ledger: Ledger, origin: Origin, big_first: bool, short_by: int
 ) -> None:
     """A small and a large page under bytes for both (N) or a byte less (N-1), in each
     order: at N both are kept and nothing is left; at N-1 the first whose headers come is
@@ -222,7 +254,7 @@ async def test_two_pages_under_bytes_for_both_are_kept_and_a_byte_less_cuts_the_
 
 
 async def test_a_page_cut_for_its_length_leaves_what_it_gave_back_to_a_smaller_one(
-    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin
+    dispatcher: Dispatcher, ledger: Ledger, origin: Origin
 ) -> None:
     """The large page is cut unread (a byte too few): what it reserved goes back, so a later
     task on the same BUDGET_ID still reads a page that fits."""
@@ -292,7 +324,7 @@ async def test_a_model_call_holding_its_tokens_runs_on_when_another_task_finds_n
 
 
 async def test_a_paid_body_its_tasks_deadline_cuts_gives_back_what_it_did_not_receive(
-    dispatcher: Dispatcher, ledger: LocalLedger, origin: Origin
+    dispatcher: Dispatcher, ledger: Ledger, origin: Origin
 ) -> None:
     """The reserve of a body whose bytes never come is settled when the deadline cancels it:
     nothing received, nothing charged, all of it back for the BUDGET_ID's next task."""
