@@ -657,3 +657,32 @@ async def test_a_reserve_a_restart_leaves_unsettled_stays_spent_and_is_never_giv
         assert await after.open("r", 1, {"llm_tokens": 1000}) == {"llm_tokens": 1000}
     finally:
         after.close()
+
+
+async def test_a_client_hanging_up_mid_task_leaves_no_wall_time_reserved_on_its_budget_id(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """A task on a shared id reserves its 30 s deadline of wall_ms; its client hangs up: the
+    task is cancelled and its reserve settled by the time it ran, not kept for good."""
+    path = os.path.join(sock_dir, "w.sock")
+    await start_daemon(nursery, config, path, OPS)
+    ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+    fields = (("BUDGET_ID", "w"), ("BUDGET", "wall_ms:100000"), ("TIMEOUT_MS", "30000"))
+    try:
+        with trio.fail_after(WAIT_S):
+            async with open_client(path) as client, trio.open_nursery() as calls:
+                calls.start_soon(client.call, Task("sleep", "TEST", "SLEPT", "60000", fields))
+                while await _wall_left(ledger) != 70000:
+                    await trio.sleep(0.01)  # the deadline is reserved: the task is running
+                calls.cancel_scope.cancel()
+            while (await _wall_left(ledger) or 0) < 90000:
+                await trio.sleep(0.01)  # given back once the daemon sees the hang-up
+    finally:
+        ledger.close()
+
+
+async def _wall_left(ledger: LocalLedger) -> int | None:
+    try:
+        return (await ledger.open("w", os.getuid(), None))["wall_ms"]
+    except FieldError:  # not made yet
+        return None

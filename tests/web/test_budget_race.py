@@ -333,9 +333,8 @@ async def test_a_paid_body_its_tasks_deadline_cuts_gives_back_what_it_did_not_re
     task.fields.append(("TIMEOUT_MS", "500"))
     await task.run()
     assert task.reply is not None
-    assert (task.reply.status, task.reply.get("ERROR"), task.reply.get("BUDGET_LEFT")) == (
-        Status.FAIL,
-        "fetch_failed:timeout",
-        f"bytes:{SIZE}",
-    )
+    # The fetch's own deadline or the task's, whichever a loaded host lets fire first.
+    error = task.reply.get("ERROR") or ""
+    assert error == "fetch_failed:timeout" or error.startswith("timeout_exceeded:"), task.reply
+    assert (task.reply.status, task.reply.get("BUDGET_LEFT")) == (Status.FAIL, f"bytes:{SIZE}")
     assert await ledger.open(RUN, None, None) == {"bytes": SIZE}
