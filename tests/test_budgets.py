@@ -593,8 +593,8 @@ async def race_for_the_last_bytes(mine: Ledger, theirs: Ledger) -> dict[str, str
     async def unit(name: str, amount: int, ready: trio.Event | None) -> None:
         try:
             with budget.work():
-                if amount and await budget.reserve("bytes", amount) == amount:
-                    budget.paid()
+                if amount:
+                    await budget.reserve_whole("bytes", amount)
                 if ready is not None:
                     ready.set()
                 await finish.wait()  # the rest of its work: a body still arriving
@@ -686,3 +686,90 @@ async def _wall_left(ledger: LocalLedger) -> int | None:
         return (await ledger.open("w", os.getuid(), None))["wall_ms"]
     except FieldError:  # not made yet
         return None
+
+
+class SlowLedger(LocalLedger):
+    """The embedded ledger whose first reserve answers only once ``gate`` is set, as a
+    Redis reply still on its way back after its script ran."""
+
+    def __init__(self, state_dir: str) -> None:
+        super().__init__(state_dir, BudgetsConfig())
+        self.gate, self.taken = trio.Event(), trio.Event()
+
+    async def take_up_to(
+        self, budget_id: str, dimension: str, amount: int
+    ) -> tuple[int, int] | None:
+        charged = await super().take_up_to(budget_id, dimension, amount)
+        if not self.taken.is_set():
+            self.taken.set()
+            await self.gate.wait()
+        return charged
+
+
+async def test_a_unit_whose_whole_reserve_is_on_its_way_is_not_cut_by_a_run_out_meanwhile(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The ledger has taken the first unit's 60 bytes but not yet answered when the second
+    finds 40 of the 50 it needs: the second is cut, the first (paid as soon as the ledger
+    took its reserve) is not, and once its answer comes it finishes and is kept."""
+    ledger = SlowLedger(str(tmp_path))
+    await ledger.open("race", 1000, {"bytes": 100})
+    task = TaskBudget({"bytes": 100}, ledger=ledger, budget_id="race", uid=1000)
+    ended: dict[str, str] = {}
+
+    async def unit(name: str, amount: int) -> None:
+        try:
+            with budget.work():
+                await budget.reserve_whole("bytes", amount)
+                await trio.lowlevel.checkpoint()  # then reads its body
+            ended[name] = "kept"
+        except BudgetExhausted as exc:
+            ended[name] = exc.wire_text
+
+    token = budget.enter(task)
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(unit, "first", 60)
+                await ledger.taken.wait()
+                await unit("second", 50)
+                ledger.gate.set()
+    finally:
+        budget.leave(token)
+        ledger.close()
+    assert ended == {"second": "budget_exhausted:bytes", "first": "kept"}
+    assert task.reply_text == "bytes:40"  # the second's 40 given back
+
+
+async def test_a_reserve_whose_work_is_cancelled_while_the_ledger_takes_it_is_given_back(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The work is cancelled (its deadline) after the ledger took its 60 bytes, before the
+    answer came back: the ledger step is not abandoned, so the work's settle knows what it
+    reserved and gives it all back (abandoned, the 60 bytes were spent for good)."""
+    ledger = SlowLedger(str(tmp_path))
+    await ledger.open("race", 1000, {"bytes": 100})
+    task = TaskBudget({"bytes": 100}, ledger=ledger, budget_id="race", uid=1000)
+    deadline = trio.CancelScope()
+
+    async def work() -> None:
+        with deadline:
+            reserved = await budget.reserve("bytes", 60)
+            try:
+                await trio.sleep_forever()  # its body, never read
+            finally:
+                with trio.CancelScope(shield=True):
+                    await budget.settle("bytes", reserved, 0)
+
+    token = budget.enter(task)
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(work)
+                await ledger.taken.wait()
+                deadline.cancel()
+                ledger.gate.set()
+        assert await ledger.open("race", 1000, None) == {"bytes": 100}
+    finally:
+        budget.leave(token)
+        ledger.close()

@@ -111,15 +111,15 @@ class _Bill:
 async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterator[_Bill]:
     """The task's ``bytes`` for ``response``'s body, reserved on entry; what it did not
     take given back on exit, cancelled too (SPEC D-3). A body of known length reserves all
-    of it or is cut before a byte is read (``_reserve_whole``); one of unknown length
-    (encoded, chunked) reserves ``_FIRST_BYTES`` (what is left when less; BudgetExhausted
-    when none is) and more as it arrives (``_Bill.cover``), so bodies read at once share
-    what is left by what they really receive."""
+    of it, and is then paid for, or is cut before a byte is read (``reserve_whole``); one
+    of unknown length (encoded, chunked) reserves ``_FIRST_BYTES`` (what is left when less;
+    BudgetExhausted when none is) and more as it arrives (``_Bill.cover``), so bodies read
+    at once share what is left by what they really receive."""
     most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
     if budget.left("bytes") is None:
         bill = _Bill(most, limited=False)
     elif (length := _stated_length(response, plan)) is not None:
-        bill = _Bill(await _reserve_whole(length), limited=True)
+        bill = _Bill(await budget.reserve_whole("bytes", length), limited=True)
     else:
         bill = _Bill(await budget.reserve("bytes", min(most, _FIRST_BYTES)), limited=True)
     try:
@@ -143,21 +143,6 @@ def _stated_length(response: httpx.Response, plan: _Plan) -> int | None:
     except NumberError:
         return None
     return length if length <= min(plan.max_body_bytes, plan.max_decoded_bytes) else None
-
-
-async def _reserve_whole(length: int) -> int:
-    """Reserve ``length`` bytes and mark the running unit paid (it finishes and is kept
-    whatever the task's other work finds later); when less is left, give back what was
-    taken and raise BudgetExhausted (the task's unpaid work cancelled first, so nothing
-    of it takes what is given back): the body could not be kept, so none of it is read."""
-    got = await budget.reserve("bytes", length)
-    if got < length:
-        error = budget.exhausted("bytes")
-        with trio.CancelScope(shield=True):
-            await budget.settle("bytes", got, 0)
-        raise error
-    budget.paid()
-    return got
 
 
 async def _read_budgeted(response: httpx.Response, plan: _Plan, url: str, bill: _Bill) -> bytes:

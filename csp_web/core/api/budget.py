@@ -23,7 +23,8 @@ client (a page of a multi-URL fetch, a research source, a prefetch, a model call
 that finds a dimension's cost past what is left (``spend``, ``require``, a reserve that finds
 nothing, a body past its reserve), in the task's own budget or in the shared ledger (another
 task's charges show in what the ledger answers), cancels every unit that does not hold a
-reserve of all it will spend (``paid``: a body whose whole declared length is reserved), and
+reserve of all it will spend (a body whose whole declared length is reserved:
+``reserve_whole``), and
 each one ends raising ``BudgetExhausted``, which the op keeps as that unit's failure beside the
 units already done. A paid unit finishes and is kept: what it spends is already taken, so
 letting it finish overspends nothing, and cancelling it would make what a task keeps depend on
@@ -124,7 +125,9 @@ class TaskBudget:
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
         self._units: set[trio.CancelScope] = set()  # the work running under it (``work``)
-        self._paid: set[trio.CancelScope] = set()  # units holding all they will spend (``paid``)
+        self._paid: set[trio.CancelScope] = (
+            set()
+        )  # units holding all they will spend (``reserve_whole``)
         self._cut: str | None = None  # the cost that ran out and cancelled that work
 
     async def take(self, dimension: str, amount: int = 1) -> None:
@@ -184,20 +187,36 @@ class TaskBudget:
     def run_out(self, dimension: str, spare: trio.CancelScope | None = None) -> None:
         """Mark the budget exhausted by ``dimension`` (the first to run out names it) and
         cancel the work still running under it, but ``spare`` (the unit whose own charge
-        ran out: it ends with its own error) and the units ``paid`` for: what the others
-        would spend is past the budget. Work started after it is cancelled at once."""
+        ran out: it ends with its own error) and the units paid for (``reserve_whole``):
+        what the others would spend is past the budget. Work started after it is cancelled
+        at once."""
         self.exhausted = self.exhausted or dimension
         self._cut = self._cut or dimension
         for scope in self._units - self._paid:
             if scope is not spare:
                 scope.cancel()
 
-    def paid(self, unit: trio.CancelScope | None) -> None:
-        """Mark ``unit`` (a ``work`` scope; None: outside one, nothing to mark) as holding a
-        reserve of all it will spend: running out later lets it finish. Not once the
-        budget has run out: cancelled already, it stays cancelled."""
+    async def reserve_whole(self, dimension: str, amount: int) -> int:
+        """Take all of ``amount`` for the running unit of work, which is then *paid*: a cost
+        running out later lets it finish (it is counted paid while the ledger takes it, so
+        a run-out meanwhile cannot cut a unit whose reserve is on its way). When less is
+        left, what was taken goes back and BudgetExhausted is raised, the task's unpaid
+        work cancelled first (nothing of it takes what is given back). ``amount`` when
+        ``dimension`` is not limited."""
+        if dimension not in self.left:
+            return amount
+        unit = _unit.get()
         if unit is not None and unit in self._units and not unit.cancel_called:
             self._paid.add(unit)
+        got = await self._take_up_to(dimension, amount)
+        if got < amount:
+            if unit is not None:
+                self._paid.discard(unit)
+            self.run_out(dimension, spare=unit)
+            if got:
+                await self._refund(dimension, got)
+            raise BudgetExhausted(dimension)
+        return got
 
     @contextmanager
     def work(self) -> Iterator[None]:
@@ -241,7 +260,8 @@ class TaskBudget:
             if strict and left < 0:
                 return None
         else:
-            charged = await self.ledger.charge(self.budget_id, dimension, amount, strict=strict)
+            with trio.CancelScope(shield=True):  # see ``_take_up_to``
+                charged = await self.ledger.charge(self.budget_id, dimension, amount, strict=strict)
             if charged is None:
                 return None
             left = charged
@@ -254,7 +274,10 @@ class TaskBudget:
             taken = min(amount, max(0, self.left[dimension]))
             self.left[dimension] -= taken
             return taken
-        charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
+        # A ledger step is never abandoned midway (a Redis call's thread is, when cancelled):
+        # what it took must be known to be given back. Redis bounds it by call_timeout_s.
+        with trio.CancelScope(shield=True):
+            charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
         if charged is None:
             return 0
         taken, self.left[dimension] = charged
@@ -344,13 +367,12 @@ def work() -> Iterator[None]:
             yield
 
 
-def paid() -> None:
-    """``TaskBudget.paid`` for the running unit of work: it holds a reserve of all it will
-    spend (a body whose declared length is reserved whole), so it finishes and is kept
-    when a cost runs out elsewhere in the task."""
+async def reserve_whole(dimension: str, amount: int) -> int:
+    """``TaskBudget.reserve_whole`` on the running budget, else ``amount``."""
     current = _running.get()
-    if current is not None:
-        current.paid(_unit.get())
+    if current is None:
+        return amount
+    return await current.reserve_whole(dimension, amount)
 
 
 def exhausted(dimension: str) -> BudgetExhausted:
