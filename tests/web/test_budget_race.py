@@ -86,10 +86,24 @@ async def dispatcher(
     return dispatcher
 
 
-def body_held(origin: Origin, path: str, body: str, until: trio.Event) -> str:
-    """``body`` at ``path``: its headers at once, its bytes once ``until`` is set."""
-    origin.routes[path] = lambda _seen: OriginReply(200, HTML, body.encode(), hold_body=until)
+def body_held(
+    origin: Origin, path: str, body: str, until: trio.Event, heads: trio.Event | None = None
+) -> str:
+    """``body`` at ``path``: its headers once ``heads`` is set (None: at once), its bytes
+    once ``until`` is."""
+    origin.routes[path] = lambda _seen: OriginReply(
+        200, HTML, body.encode(), hold=heads, hold_body=until
+    )
     return origin.url("origin.test", path)
+
+
+async def requested(origin: Origin, paths: list[str]) -> None:
+    """Return once every one of ``paths`` has been asked for (bounded): a URL whose unit
+    starts after the budget is spent is refused before it is asked for, as it should be,
+    but then the order the test means to play is not the one played."""
+    with trio.fail_after(WAIT_S):
+        for path in paths:
+            await origin.wait_request(path)
 
 
 def headers_held(origin: Origin, path: str, body: str, until: trio.Event) -> str:
@@ -162,15 +176,19 @@ async def test_a_body_finding_no_bytes_left_is_cut_and_the_paid_bodies_in_flight
     length; the third (any of the three) comes while their bodies are still held, finds
     nothing left and is cut, its connection closed; then the two bodies arrive and are kept.
     Before the rule, the cut cancelled the two bodies still in flight."""
-    bodies, third = trio.Event(), trio.Event()
+    heads, bodies, third = trio.Event(), trio.Event(), trio.Event()
     paths = [f"/q{n}" for n in range(3)]
     urls = [
-        drip_held(origin, path, third) if n == last else body_held(origin, path, PAGE, bodies)
+        drip_held(origin, path, third)
+        if n == last
+        else body_held(origin, path, PAGE, bodies, heads)
         for n, path in enumerate(paths)
     ]
     task = Task(dispatcher, urls, f"bytes:{2 * SIZE}")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(task.run)
+        await requested(origin, paths)
+        heads.set()
         await left_is(ledger, 0)  # both pages reserved, their bodies held
         third.set()
         await closed(origin, paths[last])  # cut at its reserve
@@ -194,12 +212,14 @@ async def test_a_page_whose_length_does_not_fit_is_cut_unread_whether_or_not_the
     """Three pages under bytes for two: the third's headers come once the two have
     reserved, before or after their bodies are let go; either way the two are kept, the
     third is cut before a byte is read, and nothing is left (never less)."""
-    bodies, third = trio.Event(), trio.Event()
-    urls = [body_held(origin, f"/p{n}", PAGE, bodies) for n in range(2)]
+    heads, bodies, third = trio.Event(), trio.Event(), trio.Event()
+    urls = [body_held(origin, f"/p{n}", PAGE, bodies, heads) for n in range(2)]
     urls.append(headers_held(origin, "/p2", PAGE, third))
     task = Task(dispatcher, urls, f"bytes:{2 * SIZE}")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(task.run)
+        await requested(origin, ["/p0", "/p1", "/p2"])
+        heads.set()
         await left_is(ledger, 0)
         for event in (bodies, third) if bodies_first else (third, bodies):
             event.set()
