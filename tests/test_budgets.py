@@ -17,7 +17,7 @@ import trio.testing
 from csp_web.client.trio_client import open_client
 from csp_web.config import BudgetsConfig, Config, SlotLimits, SlotsConfig, TasksConfig
 from csp_web.core.api import budget
-from csp_web.core.api.budget import BudgetExhausted, TaskBudget
+from csp_web.core.api.budget import BudgetExhausted, Ledger, TaskBudget
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import Busy, FieldError, OpError
 from csp_web.core.api.fields import FieldSpec, Params
@@ -573,4 +573,203 @@ async def test_a_charge_whose_budget_id_was_forgotten_mid_task_exhausts_the_task
         await task_budget.spend("bytes", 10)
         assert task_budget.exhausted == "bytes"
     finally:
+        ledger.close()
+
+
+# --- a reserve that finds nothing left cancels only the work holding no reserve -------------
+
+
+async def race_for_the_last_bytes(mine: Ledger, theirs: Ledger) -> dict[str, str]:
+    """Three units of one task on BUDGET_ID ``race`` (100 bytes, in ``mine``): ``paid``
+    reserves 60 of them, all it needs, and goes on working; ``idle`` holds no reserve yet;
+    another task (on ``theirs``: another connection or daemon) takes the other 40; then
+    ``late`` reserves 10, finds nothing left and runs the budget out. How each ended."""
+    await mine.open("race", 1000, {"bytes": 100})
+    task = TaskBudget(await mine.open("race", 1000, None), ledger=mine, budget_id="race", uid=1000)
+    other = TaskBudget(await theirs.open("race", 1000, None), ledger=theirs, budget_id="race")
+    ended: dict[str, str] = {}
+    reserved, finish = trio.Event(), trio.Event()
+
+    async def unit(name: str, amount: int, ready: trio.Event | None) -> None:
+        try:
+            with budget.work():
+                if amount:
+                    await budget.reserve_whole("bytes", amount)
+                if ready is not None:
+                    ready.set()
+                await finish.wait()  # the rest of its work: a body still arriving
+            ended[name] = "kept"
+        except BudgetExhausted as exc:
+            ended[name] = exc.wire_text
+
+    token = budget.enter(task)
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(unit, "paid", 60, reserved)
+                nursery.start_soon(unit, "idle", 0, None)
+                await reserved.wait()
+                assert await other.reserve("bytes", 100) == 40
+                await unit("late", 10, None)
+                finish.set()
+    finally:
+        budget.leave(token)
+    ended["left"] = task.reply_text
+    return ended
+
+
+async def test_a_reserve_finding_nothing_cancels_only_the_work_that_holds_no_reserve(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """On the embedded ledger (tests/redis runs the same race on Redis)."""
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig())
+    try:
+        ended = await race_for_the_last_bytes(ledger, ledger)
+    finally:
+        ledger.close()
+    assert ended == {
+        "late": "budget_exhausted:bytes",
+        "idle": "budget_exhausted:bytes",
+        "paid": "kept",
+        "left": "bytes:0",
+    }
+
+
+async def test_a_reserve_a_restart_leaves_unsettled_stays_spent_and_is_never_given_back_twice(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The daemon dies between a reserve and its settle: the ledger, reopened, keeps the
+    reserve as spent (the work it bounded may have spent it all: a model bills its tokens
+    whether or not the daemon lived to read its usage), so the budget is never overrun; it
+    costs at most that reserve, once, and the id is still forgotten when idle past its TTL."""
+    clock = Clock()
+    settings = BudgetsConfig(idle_ttl_s=60.0)
+    before = LocalLedger(str(tmp_path), settings, clock=clock)
+    await before.open("r", 1, {"llm_tokens": 1000})
+    task = TaskBudget({"llm_tokens": 1000}, ledger=before, budget_id="r", uid=1)
+    assert await task.reserve("llm_tokens", 700) == 700
+    before.close()  # killed before the settle
+    after = LocalLedger(str(tmp_path), settings, clock=clock)
+    try:
+        assert await after.open("r", 1, None) == {"llm_tokens": 300}
+        clock.now += 61.0
+        await after.open("other", 1, {"bytes": 1})  # making an id forgets the idle ones
+        assert await after.open("r", 1, {"llm_tokens": 1000}) == {"llm_tokens": 1000}
+    finally:
+        after.close()
+
+
+async def test_a_client_hanging_up_mid_task_leaves_no_wall_time_reserved_on_its_budget_id(
+    nursery: trio.Nursery, config: Config, sock_dir: str
+) -> None:
+    """A task on a shared id reserves its 30 s deadline of wall_ms; its client hangs up: the
+    task is cancelled and its reserve settled by the time it ran, not kept for good."""
+    path = os.path.join(sock_dir, "w.sock")
+    await start_daemon(nursery, config, path, OPS)
+    ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+    fields = (("BUDGET_ID", "w"), ("BUDGET", "wall_ms:100000"), ("TIMEOUT_MS", "30000"))
+    try:
+        with trio.fail_after(WAIT_S):
+            async with open_client(path) as client, trio.open_nursery() as calls:
+                calls.start_soon(client.call, Task("sleep", "TEST", "SLEPT", "60000", fields))
+                while await _wall_left(ledger) != 70000:
+                    await trio.sleep(0.01)  # the deadline is reserved: the task is running
+                calls.cancel_scope.cancel()
+            while (await _wall_left(ledger) or 0) < 90000:
+                await trio.sleep(0.01)  # given back once the daemon sees the hang-up
+    finally:
+        ledger.close()
+
+
+async def _wall_left(ledger: LocalLedger) -> int | None:
+    try:
+        return (await ledger.open("w", os.getuid(), None))["wall_ms"]
+    except FieldError:  # not made yet
+        return None
+
+
+class SlowLedger(LocalLedger):
+    """The embedded ledger whose first reserve answers only once ``gate`` is set, as a
+    Redis reply still on its way back after its script ran."""
+
+    def __init__(self, state_dir: str) -> None:
+        super().__init__(state_dir, BudgetsConfig())
+        self.gate, self.taken = trio.Event(), trio.Event()
+
+    async def take_up_to(
+        self, budget_id: str, dimension: str, amount: int
+    ) -> tuple[int, int] | None:
+        charged = await super().take_up_to(budget_id, dimension, amount)
+        if not self.taken.is_set():
+            self.taken.set()
+            await self.gate.wait()
+        return charged
+
+
+async def test_a_unit_whose_whole_reserve_is_on_its_way_is_not_cut_by_a_run_out_meanwhile(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The ledger has taken the first unit's 60 bytes but not yet answered when the second
+    finds 40 of the 50 it needs: the second is cut, the first (paid as soon as the ledger
+    took its reserve) is not, and once its answer comes it finishes and is kept."""
+    ledger = SlowLedger(str(tmp_path))
+    await ledger.open("race", 1000, {"bytes": 100})
+    task = TaskBudget({"bytes": 100}, ledger=ledger, budget_id="race", uid=1000)
+    ended: dict[str, str] = {}
+
+    async def unit(name: str, amount: int) -> None:
+        try:
+            with budget.work():
+                await budget.reserve_whole("bytes", amount)
+                await trio.lowlevel.checkpoint()  # then reads its body
+            ended[name] = "kept"
+        except BudgetExhausted as exc:
+            ended[name] = exc.wire_text
+
+    token = budget.enter(task)
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(unit, "first", 60)
+                await ledger.taken.wait()
+                await unit("second", 50)
+                ledger.gate.set()
+    finally:
+        budget.leave(token)
+        ledger.close()
+    assert ended == {"second": "budget_exhausted:bytes", "first": "kept"}
+    assert task.reply_text == "bytes:40"  # the second's 40 given back
+
+
+async def test_a_reserve_whose_work_is_cancelled_while_the_ledger_takes_it_is_given_back(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The work is cancelled (its deadline) after the ledger took its 60 bytes, before the
+    answer came back: the ledger step is not abandoned, so the work's settle knows what it
+    reserved and gives it all back (abandoned, the 60 bytes were spent for good)."""
+    ledger = SlowLedger(str(tmp_path))
+    await ledger.open("race", 1000, {"bytes": 100})
+    task = TaskBudget({"bytes": 100}, ledger=ledger, budget_id="race", uid=1000)
+    deadline = trio.CancelScope()
+
+    async def work() -> None:
+        with deadline:
+            reserved = await budget.reserve("bytes", 60)
+            try:
+                await trio.sleep_forever()  # its body, never read
+            finally:
+                with trio.CancelScope(shield=True):
+                    await budget.settle("bytes", reserved, 0)
+
+    token = budget.enter(task)
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(work)
+                await ledger.taken.wait()
+                deadline.cancel()
+                ledger.gate.set()
+        assert await ledger.open("race", 1000, None) == {"bytes": 100}
+    finally:
+        budget.leave(token)
         ledger.close()

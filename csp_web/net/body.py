@@ -150,6 +150,12 @@ def check_header_bytes(response: httpx.Response, max_bytes: int) -> None:
         raise OpError(ErrorCode.TOO_LARGE, "max_header_bytes")
 
 
+def sends_body(response: httpx.Response) -> bool:
+    """Whether ``response`` is followed by a body: a HEAD answer's or a 204/304's
+    Content-Length and Content-Encoding describe a body never sent."""
+    return response.request.method != "HEAD" and response.status_code not in _NO_BODY_STATUSES
+
+
 async def read_capped(
     response: httpx.Response,
     *,
@@ -169,7 +175,7 @@ async def read_capped(
     raises (a budget that cannot cover them: ``client._Bill.cover``) cuts the body off the
     same way. The caller owns and closes ``response``.
     """
-    if response.request.method == "HEAD" or response.status_code in _NO_BODY_STATUSES:
+    if not sends_body(response):
         return b""  # their Content-Length and Content-Encoding describe a body never sent
     body = _Body(response, max_body_bytes, max_decoded_bytes, larger, url)
     body.judge(b"", final=larger is None)  # before any read: nothing to abandon yet

@@ -10,7 +10,6 @@ under the byte caps. Any failure is an OpError with a catalogue code.
 
 from __future__ import annotations
 
-import contextlib
 import http.cookiejar
 import ssl
 import urllib.request
@@ -26,7 +25,13 @@ from csp_web.config.guard import GuardConfig
 from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
 from csp_web.net.backend import GuardedTransport, PinnedBackend
-from csp_web.net.body import ACCEPT_ENCODING, LargerBody, check_header_bytes, read_capped
+from csp_web.net.body import (
+    ACCEPT_ENCODING,
+    LargerBody,
+    check_header_bytes,
+    read_capped,
+    sends_body,
+)
 from csp_web.net.forward_proxy import Proxy
 from csp_web.net.redirects import (
     Hop,
@@ -86,12 +91,12 @@ class _Bill:
 
     reserved: int
     limited: bool  # the task's budget limits bytes (else nothing is reserved as it goes)
-    used: int = 0  # not read through: not charged (as a body the config's caps refuse)
+    used: int = 0  # received so far: what it is charged, kept or cut
 
     async def cover(self, total: int) -> None:
         """Reserve more as the body passes what it holds; a budget that cannot cover
-        ``total`` runs out (``budget_exhausted:bytes``, the task's other work cancelled)
-        and the body, cut there, takes all it reserved."""
+        ``total`` runs out (``budget_exhausted:bytes``, the task's other work cancelled
+        but what is paid for) and the body, cut there, takes all it reserved."""
         while total > self.reserved:
             want = max(total - self.reserved, self.reserved, _FIRST_BYTES)
             got = await budget.reserve("bytes", want, fallback=True)
@@ -99,26 +104,45 @@ class _Bill:
             if got < want and total > self.reserved:
                 self.used = self.reserved
                 raise budget.exhausted("bytes")
+        self.used = total
 
 
 @asynccontextmanager
 async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterator[_Bill]:
-    """The task's ``bytes`` for ``response``'s body: its declared length when not encoded,
-    else ``_FIRST_BYTES`` (what is left when less; BudgetExhausted when none is) reserved on
-    entry and more as it arrives (``_Bill.cover``), so bodies read at once share what is
-    left; what it did not take given back on exit, cancelled too (SPEC D-3)."""
+    """The task's ``bytes`` for ``response``'s body, reserved on entry; what it did not
+    take given back on exit, cancelled too (SPEC D-3). A body of known length reserves all
+    of it, and is then paid for, or is cut before a byte is read (``reserve_whole``); one
+    of unknown length (encoded, chunked) reserves ``_FIRST_BYTES`` (what is left when less;
+    BudgetExhausted when none is) and more as it arrives (``_Bill.cover``), so bodies read
+    at once share what is left by what they really receive."""
     most = max(plan.max_decoded_bytes, plan.larger_body.max_bytes if plan.larger_body else 0)
-    limited = budget.left("bytes") is not None
-    first = min(most, _FIRST_BYTES) if limited else most
-    if not response.headers.get("content-encoding"):
-        with contextlib.suppress(NumberError):  # h11 refuses a body longer than it said
-            first = min(most, parse_uint(response.headers.get("content-length", "")))
-    bill = _Bill(await budget.reserve("bytes", first), limited)
+    if budget.left("bytes") is None:
+        bill = _Bill(most, limited=False)
+    elif (length := _stated_length(response, plan)) is not None:
+        bill = _Bill(await budget.reserve_whole("bytes", length), limited=True)
+    else:
+        bill = _Bill(await budget.reserve("bytes", min(most, _FIRST_BYTES)), limited=True)
     try:
         yield bill
     finally:
         with trio.CancelScope(shield=True):
             await budget.settle("bytes", bill.reserved, bill.used)
+
+
+def _stated_length(response: httpx.Response, plan: _Plan) -> int | None:
+    """The bytes ``response``'s body will bring, when its headers say so and the caps
+    surely let that many through; None: not known, or past the caps (refused before a byte
+    is read, or by the larger cap once its head is judged: a hostile length must not run
+    the task's budget out), reserved as it arrives."""
+    if not sends_body(response):
+        return 0
+    if response.headers.get("content-encoding"):
+        return None  # its Content-Length is of the encoded bytes
+    try:  # h11 refuses a body longer than it said, so a stated length holds
+        length = parse_uint(response.headers.get("content-length", ""))
+    except NumberError:
+        return None
+    return length if length <= min(plan.max_body_bytes, plan.max_decoded_bytes) else None
 
 
 async def _read_budgeted(response: httpx.Response, plan: _Plan, url: str, bill: _Bill) -> bytes:

@@ -28,7 +28,7 @@ BOMB_DECODED_BYTES = 20_000_000
 @dataclass
 class Reply:
     """What a route answers; ``drip`` sends the body one byte per interval, forever; ``hold``
-    keeps the answer back until the test sets it."""
+    keeps the answer back until the test sets it, ``hold_body`` the body after the headers."""
 
     status: int = 200
     headers: list[tuple[str, str]] = field(default_factory=list)
@@ -37,6 +37,7 @@ class Reply:
     drip: bool = False
     hangup: bool = False  # close the connection without any response
     hold: trio.Event | None = None  # answer only once it is set (a step held mid-way)
+    hold_body: trio.Event | None = None  # send the headers, then the body once it is set
     drip_bytes: int = 1  # what ``drip`` sends each interval
 
 
@@ -221,6 +222,8 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply, *, 
     if head:  # a HEAD answer declares the body's length but sends none (RFC 9110 §9.3.2)
         await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
         return
+    if reply.hold_body is not None:
+        await reply.hold_body.wait()
     if reply.drip:
         while True:
             await stream.send_all(conn.send(h11.Data(data=b"x" * reply.drip_bytes)) or b"")

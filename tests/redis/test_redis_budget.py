@@ -25,7 +25,7 @@ from tests.conftest import Sink
 from tests.harness import given
 from tests.redis.conftest import OpenLink, past_down_window
 from tests.redis_server import RedisServer
-from tests.test_budgets import OPS, charge
+from tests.test_budgets import OPS, charge, race_for_the_last_bytes
 
 WAIT_S = 20.0
 
@@ -152,3 +152,18 @@ async def test_two_daemons_on_one_redis_share_a_budget_id(
         (Status.PARTIAL, "fetches:0"),
     ]
     assert replies[2].get("ERROR") == "budget_exhausted:fetches"
+
+
+async def test_on_redis_a_reserve_finding_nothing_cancels_only_the_work_holding_no_reserve(
+    open_link: OpenLink,
+) -> None:
+    """The race of tests/test_budgets.py, the other task on another daemon's link."""
+    async with open_link() as one, open_link() as two:
+        mine, theirs = RedisLedger(one, BudgetsConfig()), RedisLedger(two, BudgetsConfig())
+        ended = await race_for_the_last_bytes(mine, theirs)
+    assert ended == {
+        "late": "budget_exhausted:bytes",
+        "idle": "budget_exhausted:bytes",
+        "paid": "kept",
+        "left": "bytes:0",
+    }

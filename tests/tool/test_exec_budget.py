@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -21,6 +22,7 @@ from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
 from tests.tool.exec_support import make_config, scratch_dir
 
+WAIT_S = 20.0
 BURN = 'python3 -c "print(sum(range(3_000_000)))"'  # tens of ms of CPU, at least
 
 
@@ -103,3 +105,49 @@ async def test_a_command_whose_cpu_passes_the_budget_is_killed_near_it_with_its_
     assert reply.get("BUDGET_LEFT") == "exec_cpu_ms:0"
     assert charged == 1500  # all of it, never more: what is left never goes below 0
     assert reply.get("EXIT_CODE") == "137"  # killed (SIGKILL), not run to the loop's end
+
+
+async def test_a_command_holding_its_cpu_reserve_runs_on_when_another_task_finds_none_left(
+    dispatcher: Dispatcher, config: Config, workspace: str
+) -> None:
+    """Two commands on one BUDGET_ID: the first reserves all of exec_cpu_ms and waits; the
+    second finds nothing left and is refused before it runs; the first, holding a reserve of
+    its own, is not cut by that refusal: it ends OK and gives back what it did not use."""
+    ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+    dispatcher.ledger = ledger
+    go = os.path.join(workspace, "go")
+    wait = f"python3 -c \"import os, time\nwhile not os.path.exists('{go}'): time.sleep(0.01)\""
+    await ledger.open("pair", 1000, {"exec_cpu_ms": 5000})
+    fields = (("BUDGET_ID", "pair"),)
+    replies: dict[str, Reply] = {}
+
+    async def first() -> None:
+        task = Task("exec", "SHELL", "EXEC_RESULT", wait, fields)
+        replies["first"] = await dispatcher.run(task, Peer("t", 1000, 4242))
+
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first)
+                while await ledger.open("pair", 1000, None) != {"exec_cpu_ms": 0}:
+                    await trio.sleep(0.01)  # the first command holds all of it
+                task = Task("exec", "SHELL", "EXEC_RESULT", BURN, fields)
+                replies["second"] = await dispatcher.run(task, Peer("t", 1000, 4242))
+                with open(go, "w"):
+                    pass
+        left = await ledger.open("pair", 1000, None)
+    finally:
+        ledger.close()
+    second, kept = replies["second"], replies["first"]
+    assert (second.status, second.get("ERROR"), second.get("DATA")) == (
+        Status.PARTIAL,
+        "budget_exhausted:exec_cpu_ms",
+        "none",
+    )
+    assert (kept.status, kept.get("DATA")) == (Status.OK, "exit:0")
+    cpu_ms = int(kept.get("CPU_MS") or "x")
+    assert (
+        kept.get("BUDGET_LEFT")
+        == f"exec_cpu_ms:{5000 - cpu_ms}"
+        == f"exec_cpu_ms:{left['exec_cpu_ms']}"
+    )

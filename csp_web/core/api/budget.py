@@ -20,10 +20,15 @@ Outside a budgeted task every call does nothing.
 Work still running when a cost runs out is cancelled at once (SPEC D-3). Each unit of work
 that spends runs in ``work()``, whose cancel scope the budget holds: every request of the HTTP
 client (a page of a multi-URL fetch, a research source, a prefetch, a model call). A charge
-that finds a dimension's cost past what is left (``spend``, ``require``, a body past its reserve),
-in the task's own budget or in the shared ledger (another task's charges show in what the
-ledger answers), cancels every unit, and each one ends raising ``BudgetExhausted``, which the
-op keeps as that unit's failure beside the units already done. exec's command is watched
+that finds a dimension's cost past what is left (``spend``, ``require``, a reserve that finds
+nothing, a body past its reserve), in the task's own budget or in the shared ledger (another
+task's charges show in what the ledger answers), cancels every unit that does not hold a
+reserve of all it will spend (a body whose whole declared length is reserved:
+``reserve_whole``), and
+each one ends raising ``BudgetExhausted``, which the op keeps as that unit's failure beside the
+units already done. A paid unit finishes and is kept: what it spends is already taken, so
+letting it finish overspends nothing, and cancelling it would make what a task keeps depend on
+which of its bodies' headers came first. exec's command is watched
 apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A
 count refused (``take``) cancels nothing: the work already running was paid for within it,
 and is what the reply is made of.
@@ -92,7 +97,17 @@ class TaskBudget:
     """A task's view of its budget: the dimensions it limits and what was last seen left of
     each, its ledger entry when it has a BUDGET_ID, and the dimension it ran out of, if any."""
 
-    __slots__ = ("_cut", "_units", "budget_id", "exhausted", "ledger", "left", "named", "uid")
+    __slots__ = (
+        "_cut",
+        "_paid",
+        "_units",
+        "budget_id",
+        "exhausted",
+        "ledger",
+        "left",
+        "named",
+        "uid",
+    )
 
     def __init__(
         self,
@@ -110,6 +125,9 @@ class TaskBudget:
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
         self._units: set[trio.CancelScope] = set()  # the work running under it (``work``)
+        self._paid: set[trio.CancelScope] = (
+            set()
+        )  # units holding all they will spend (``reserve_whole``)
         self._cut: str | None = None  # the cost that ran out and cancelled that work
 
     async def take(self, dimension: str, amount: int = 1) -> None:
@@ -168,13 +186,37 @@ class TaskBudget:
 
     def run_out(self, dimension: str, spare: trio.CancelScope | None = None) -> None:
         """Mark the budget exhausted by ``dimension`` (the first to run out names it) and
-        cancel the work still running under it, but ``spare``: what it would spend is past
-        the budget."""
+        cancel the work still running under it, but ``spare`` (the unit whose own charge
+        ran out: it ends with its own error) and the units paid for (``reserve_whole``):
+        what the others would spend is past the budget. Work started after it is cancelled
+        at once."""
         self.exhausted = self.exhausted or dimension
         self._cut = self._cut or dimension
-        for scope in self._units:
+        for scope in self._units - self._paid:
             if scope is not spare:
                 scope.cancel()
+
+    async def reserve_whole(self, dimension: str, amount: int) -> int:
+        """Take all of ``amount`` for the running unit of work, which is then *paid*: a cost
+        running out later lets it finish (it is counted paid while the ledger takes it, so
+        a run-out meanwhile cannot cut a unit whose reserve is on its way). When less is
+        left, what was taken goes back and BudgetExhausted is raised, the task's unpaid
+        work cancelled first (nothing of it takes what is given back). ``amount`` when
+        ``dimension`` is not limited."""
+        if dimension not in self.left:
+            return amount
+        unit = _unit.get()
+        if unit is not None and unit in self._units and not unit.cancel_called:
+            self._paid.add(unit)
+        got = await self._take_up_to(dimension, amount)
+        if got < amount:
+            if unit is not None:
+                self._paid.discard(unit)
+            self.run_out(dimension, spare=unit)
+            if got:
+                await self._refund(dimension, got)
+            raise BudgetExhausted(dimension)
+        return got
 
     @contextmanager
     def work(self) -> Iterator[None]:
@@ -191,6 +233,7 @@ class TaskBudget:
         finally:
             _unit.reset(token)
             self._units.discard(scope)
+            self._paid.discard(scope)
         if scope.cancelled_caught and self._cut is not None:
             raise BudgetExhausted(self._cut)
 
@@ -217,7 +260,8 @@ class TaskBudget:
             if strict and left < 0:
                 return None
         else:
-            charged = await self.ledger.charge(self.budget_id, dimension, amount, strict=strict)
+            with trio.CancelScope(shield=True):  # see ``_take_up_to``
+                charged = await self.ledger.charge(self.budget_id, dimension, amount, strict=strict)
             if charged is None:
                 return None
             left = charged
@@ -230,7 +274,10 @@ class TaskBudget:
             taken = min(amount, max(0, self.left[dimension]))
             self.left[dimension] -= taken
             return taken
-        charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
+        # A ledger step is never abandoned midway (a Redis call's thread is, when cancelled):
+        # what it took must be known to be given back. Redis bounds it by call_timeout_s.
+        with trio.CancelScope(shield=True):
+            charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
         if charged is None:
             return 0
         taken, self.left[dimension] = charged
@@ -318,6 +365,14 @@ def work() -> Iterator[None]:
     else:
         with current.work():
             yield
+
+
+async def reserve_whole(dimension: str, amount: int) -> int:
+    """``TaskBudget.reserve_whole`` on the running budget, else ``amount``."""
+    current = _running.get()
+    if current is None:
+        return amount
+    return await current.reserve_whole(dimension, amount)
 
 
 def exhausted(dimension: str) -> BudgetExhausted:

@@ -53,7 +53,10 @@ async def settle(
     if wall_ms is not None:
         elapsed_ms = round((trio.current_time() - began) * 1000)
         try:
-            await task_budget.settle("wall_ms", wall_ms, elapsed_ms)
+            # A shutdown cancelling the task's answer would leave the reserve taken for good;
+            # the settle is one ledger call, which Redis bounds by ``redis.call_timeout_s``.
+            with trio.CancelScope(shield=True):
+                await task_budget.settle("wall_ms", wall_ms, elapsed_ms)
         except OpError as exc:  # the ledger is unreachable: the reply says what was last seen
             log.warning("budget %s: wall time not charged (%s)", task_budget.budget_id, exc.code)
         timed_out = (reply.get("ERROR") or "").startswith(f"{ErrorCode.TIMEOUT_EXCEEDED}:")
