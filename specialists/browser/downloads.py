@@ -5,7 +5,8 @@ A context's ``Downloads`` (``PageSet.downloads``) lives on the engine thread. Ch
 fetches a download through the context's own proxy lane, so the guard judges it as any
 request. A download is taken only while an action runs on its pages (``arm`` / ``disarm``
 from the action's side: a flag, no round trip) or within ``_LATE_S`` after it (a script the
-action ran may start one a moment later: it is kept and told with the next action's reply),
+action ran may start one a moment later: it is kept and told with the session's next
+action's reply; a one-shot action's pages close with its reply, and such a download with them),
 at most ``max_downloads_per_action`` per action; each is watched while it runs and cancelled
 once its file passes ``max_download_bytes`` (0: every download is cancelled at once).
 ``settle`` waits for those running when the action ends, bounded by its deadline; ``keep``
