@@ -274,8 +274,10 @@ class TaskBudget:
             taken = min(amount, max(0, self.left[dimension]))
             self.left[dimension] -= taken
             return taken
-        # A ledger step is never abandoned midway (a Redis call's thread is, when cancelled):
-        # what it took must be known to be given back. Redis bounds it by call_timeout_s.
+        # A ledger step is not abandoned by a cancel (a Redis call's thread is, when
+        # cancelled): what it took must be known to be given back. Redis bounds it by
+        # call_timeout_s; one timed out after its script ran leaves its take spent (the
+        # caller sees not_available, gives nothing back): fail-closed, never an overspend.
         with trio.CancelScope(shield=True):
             charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
         if charged is None:
