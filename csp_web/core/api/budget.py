@@ -160,7 +160,7 @@ class TaskBudget:
         limited."""
         if dimension not in self.left:
             return amount
-        taken = await self._take_up_to(dimension, amount)
+        taken = await self._take_up_to(dimension, amount) if amount else 0
         if taken <= 0 < amount and not fallback:
             self.run_out(dimension, spare=_unit.get())  # a cost ran out: the rest is cancelled
             raise BudgetExhausted(dimension)
@@ -208,7 +208,8 @@ class TaskBudget:
         unit = _unit.get()
         if unit is not None and unit in self._units and not unit.cancel_called:
             self._paid.add(unit)
-        got = await self._take_up_to(dimension, amount)
+        # Nothing to take (a HEAD answer's, a 204's body): no ledger step to wait for.
+        got = await self._take_up_to(dimension, amount) if amount else 0
         if got < amount:
             if unit is not None:
                 self._paid.discard(unit)
