@@ -181,3 +181,22 @@ async def test_a_command_cancelled_midway_is_charged_the_cpu_it_burned(
     finally:
         ledger.close()
     assert 60000 - left["exec_cpu_ms"] >= 300
+
+
+async def test_a_command_killed_at_its_timeout_is_charged_the_cpu_it_burned(
+    dispatcher: Dispatcher,
+) -> None:
+    """A CPU loop killed at its own TIMEOUT_MS leaves no report of its CPU time (GNU time
+    dies with it): it is charged the CPU read before the kill, not nothing."""
+    loop = 'python3 -c "while 1: pass"'
+    fields = (("BUDGET", "exec_cpu_ms:60000"), ("TIMEOUT_MS", "1500"))
+    with trio.fail_after(WAIT_S):
+        reply = await dispatcher.run(
+            Task("exec", "SHELL", "EXEC_RESULT", loop, fields), Peer("t", 1000, 4242)
+        )
+    assert (reply.status, (reply.get("ERROR") or "").split(":")[0]) == (
+        Status.FAIL,
+        "timeout_exceeded",
+    )
+    left = int((reply.get("BUDGET_LEFT") or "x:x").split(":")[1])
+    assert left < 60000
