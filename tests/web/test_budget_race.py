@@ -408,3 +408,59 @@ async def test_a_body_stating_a_length_its_chunked_framing_overrides_is_not_paid
         [],
         sorted(f"{url} budget_exhausted:bytes" for url in (lying, flood)),
     )
+
+
+def _page_of(size: int) -> str:
+    """An HTML page of exactly ``size`` bytes."""
+    head, tail = "<html><head><title>S</title></head><body><p>", "</p></body></html>"
+    return (
+        head
+        + "Sea " * ((size - len(head) - len(tail)) // 4)
+        + "." * ((size - len(head) - len(tail)) % 4)
+        + tail
+    )
+
+
+@pytest.mark.parametrize(
+    ("sizes", "kept"), [((600, 500, 400), (600,)), ((400, 500, 600), (400, 500))]
+)
+async def test_which_stated_lengths_fit_depends_on_the_order_their_headers_arrive_in(
+    dispatcher: Dispatcher,
+    ledger: Ledger,
+    origin: Origin,
+    sizes: tuple[int, ...],
+    kept: tuple[int, ...],
+) -> None:
+    """docs/budgets.md's example: under bytes for 1000, pages stating 600, 500, 400 whose
+    headers come in that order keep the 600 alone (the 500 finds 400 left and runs the
+    budget out, cancelling the 400 still waiting); in the order 400, 500, 600, the 400 and
+    the 500 are kept."""
+    assert all(len(_page_of(size)) == size for size in sizes)
+    heads = [trio.Event() for _ in sizes]
+    urls = [
+        headers_held(origin, f"/o{size}", _page_of(size), head)
+        for size, head in zip(sizes, heads, strict=True)
+    ]
+    task = Task(dispatcher, urls, "bytes:1000")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task.run)
+        await requested(origin, [f"/o{size}" for size in sizes])
+        left = 1000
+        for size, head in zip(sizes, heads, strict=True):
+            head.set()
+            if size > left:
+                break
+            left -= size
+            await left_is(ledger, left)
+        with trio.fail_after(WAIT_S):
+            await task.done.wait()
+        for head in heads:
+            head.set()
+    by_size = dict(zip(sizes, urls, strict=True))
+    cut = sorted(f"{by_size[size]} budget_exhausted:bytes" for size in sizes if size not in kept)
+    assert outcome(task.reply)[1:5] == (
+        "budget_exhausted:bytes",
+        f"fetched:{len(kept)},failed:{len(sizes) - len(kept)}",
+        sorted(by_size[size] for size in kept),
+        cut,
+    )
