@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -773,3 +774,15 @@ async def test_a_reserve_whose_work_is_cancelled_while_the_ledger_takes_it_is_gi
     finally:
         budget.leave(token)
         ledger.close()
+
+
+async def test_a_reserve_of_nothing_asks_the_ledger_nothing(tmp_path: os.PathLike[str]) -> None:
+    """A HEAD answer's or a 204's body reserves 0 bytes: no ledger step (here one fails, the
+    ledger's file being a directory); a reserve of 1 still asks it."""
+    ledger = LocalLedger(str(tmp_path), BudgetsConfig())
+    os.makedirs(ledger.path)
+    shared = TaskBudget({"bytes": 10}, ledger=ledger, budget_id="z", uid=1000)
+    assert await shared.reserve_whole("bytes", 0) == 0
+    assert await shared.reserve("bytes", 0) == 0
+    with pytest.raises(sqlite3.Error):
+        await shared.reserve("bytes", 1)

@@ -15,6 +15,7 @@ from csp_web.net.forward_proxy import Proxy, parse_proxy
 from csp_web.net.resolver import Resolver, SystemResolver
 from csp_web.net.result import FetchResult, decode_text
 from csp_web.net.settings import GuardSettings
+from csp_web.net.translate import never_sent
 from csp_web.net.trust import trust_context
 from csp_web.net.urlgate import ParsedUrl, check_url
 
@@ -33,6 +34,7 @@ __all__ = [
     "check_url",
     "decode_text",
     "deny_rule",
+    "never_sent",
     "open_guarded_client",
     "parse_proxy",
     "trust_context",

@@ -92,11 +92,17 @@ class _Bill:
     reserved: int
     limited: bool  # the task's budget limits bytes (else nothing is reserved as it goes)
     used: int = 0  # received so far: what it is charged, kept or cut
+    whole: bool = False  # reserved all its stated length (paid): it may not pass it
 
     async def cover(self, total: int) -> None:
         """Reserve more as the body passes what it holds; a budget that cannot cover
         ``total`` runs out (``budget_exhausted:bytes``, the task's other work cancelled
-        but what is paid for) and the body, cut there, takes all it reserved."""
+        but what is paid for) and the body, cut there, takes all it reserved. A body paid
+        for its stated length that passes it lied: it is cut (``protocol_error``), charged
+        what it received, and reserves nothing more."""
+        if self.whole and total > self.reserved:
+            self.used = total
+            raise OpError(ErrorCode.FETCH_FAILED, "protocol_error")
         while total > self.reserved:
             want = max(total - self.reserved, self.reserved, _FIRST_BYTES)
             got = await budget.reserve("bytes", want, fallback=True)
@@ -119,7 +125,7 @@ async def _reserved_bytes(response: httpx.Response, plan: _Plan) -> AsyncIterato
     if budget.left("bytes") is None:
         bill = _Bill(most, limited=False)
     elif (length := _stated_length(response, plan)) is not None:
-        bill = _Bill(await budget.reserve_whole("bytes", length), limited=True)
+        bill = _Bill(await budget.reserve_whole("bytes", length), limited=True, whole=True)
     else:
         bill = _Bill(await budget.reserve("bytes", min(most, _FIRST_BYTES)), limited=True)
     try:
@@ -136,8 +142,10 @@ def _stated_length(response: httpx.Response, plan: _Plan) -> int | None:
     the task's budget out), reserved as it arrives."""
     if not sends_body(response):
         return 0
-    if response.headers.get("content-encoding"):
+    if "content-encoding" in response.headers:
         return None  # its Content-Length is of the encoded bytes
+    if "transfer-encoding" in response.headers:
+        return None  # it frames the body and wins over a Content-Length (h11, RFC 9112 6.3)
     try:  # h11 refuses a body longer than it said, so a stated length holds
         length = parse_uint(response.headers.get("content-length", ""))
     except NumberError:

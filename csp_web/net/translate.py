@@ -33,6 +33,28 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode, str], ...] = (
 )
 
 
+# Failures that prove a request never left the daemon: the guard refused it, or no connection
+# was made (no address; nothing accepted it). Any other failure may come after the server
+# read it: a model may bill the tokens it generated for an answer that never arrived.
+_NEVER_SENT_CODES = frozenset(
+    {
+        ErrorCode.URL_REJECTED,
+        ErrorCode.SSRF_BLOCKED,
+        ErrorCode.DNS_FAILED,
+        ErrorCode.ROBOTS_DISALLOWED,
+    }
+)
+_NEVER_SENT_DETAILS = frozenset(
+    {(ErrorCode.FETCH_FAILED, "connect_failed"), (ErrorCode.PROXY_FAILED, "unreachable")}
+)
+
+
+def never_sent(error: OpError) -> bool:
+    """Whether ``error`` proves its request was never sent (refused before it left, or no
+    connection made), so nothing it asked for can have been billed."""
+    return error.code in _NEVER_SENT_CODES or (error.code, error.detail) in _NEVER_SENT_DETAILS
+
+
 def translate(exc: Exception) -> OpError | None:
     """The OpError ``exc`` stands for, or None when it is not a network error (a bug)."""
     if isinstance(exc, OpError):

@@ -36,6 +36,7 @@ from specialists.tool.config import protected_paths, tool_section
 from specialists.tool.exec.config import ExecConfig
 
 from .exec import (
+    CpuSpent,
     ExecNetwork,
     ExecRequest,
     ExecResult,
@@ -252,12 +253,15 @@ def _cached_result(value: Any) -> Result | None:
 async def _run_budgeted(request: ExecRequest, services: ExecServices) -> ExecResult:
     """``run_command`` with its CPU time reserved from ``exec_cpu_ms`` before it starts (the
     most RLIMIT_CPU lets it take, or what is left when less), killed once its CPU passes the
-    reserve (SPEC D-3), and settled by what it used: past the reserve, the budget runs out."""
+    reserve (SPEC D-3), and settled by what it used: past the reserve, the budget runs out.
+    A command cut short (cancelled, timed out) is charged the CPU read before it was killed,
+    the whole reserve when that could not be read; only one never started is charged 0."""
     timeout_ms = check_timeout(request.timeout_ms, services.config)
     most_ms = cpu_seconds(timeout_ms, services.config.cpu_cores) * 1000
     limited = task_budget.left("exec_cpu_ms") is not None
     reserved = await task_budget.reserve("exec_cpu_ms", most_ms)
-    used = 0  # a command that did not finish is not charged, as before reserving
+    spent = CpuSpent()
+    result = None
     try:
         result = await run_command(
             request,
@@ -265,12 +269,24 @@ async def _run_budgeted(request: ExecRequest, services: ExecServices) -> ExecRes
             sandbox=services.sandbox,
             network=services.network,
             cpu_left_ms=reserved if limited else None,  # killed once past it
+            spent=spent,
         )
-        used = max(result.cpu_ms or 0, result.cpu_cut_ms or 0)
         return result
     finally:
         with trio.CancelScope(shield=True):  # what it did not take goes back, cancelled too
-            await task_budget.settle("exec_cpu_ms", reserved, used)
+            await task_budget.settle("exec_cpu_ms", reserved, _cpu_used(result, spent, reserved))
+
+
+def _cpu_used(result: ExecResult | None, spent: CpuSpent, reserved: int) -> int:
+    """What a command's budget is charged: its measured CPU time; 0 if it never started;
+    all of ``reserved`` if it started and nothing measured it (it may have burned it all)."""
+    readings: tuple[int | None, ...] = (spent.cpu_ms,)
+    if result is not None:
+        readings += (result.cpu_ms, result.cpu_cut_ms)
+    measured = [reading for reading in readings if reading is not None]
+    if measured:
+        return max(measured)
+    return reserved if spent.started else 0
 
 
 async def exec_command(params: Params, ctx: OpContext, tool: ToolServices) -> Result:

@@ -39,6 +39,9 @@ class Reply:
     hold: trio.Event | None = None  # answer only once it is set (a step held mid-way)
     hold_body: trio.Event | None = None  # send the headers, then the body once it is set
     drip_bytes: int = 1  # what ``drip`` sends each interval
+    # Sent as they stand, ``hold_body`` awaited after the first, then the connection closed:
+    # a framing h11 would refuse to send (Content-Length beside Transfer-Encoding).
+    raw: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,9 @@ async def _next_event(
 
 
 async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply, *, head: bool) -> None:
+    if reply.raw:
+        await _send_raw(stream, reply)
+        return
     headers = list(reply.headers)
     if not (reply.chunked or reply.drip):
         headers.append(("content-length", str(len(reply.body))))
@@ -231,6 +237,15 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply, *, 
     for start in range(0, len(reply.body), 16384):
         await stream.send_all(conn.send(h11.Data(data=reply.body[start : start + 16384])) or b"")
     await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+
+
+async def _send_raw(stream: trio.abc.Stream, reply: Reply) -> None:
+    first, *rest = reply.raw
+    await stream.send_all(first)
+    if reply.hold_body is not None:
+        await reply.hold_body.wait()
+    for piece in rest:
+        await stream.send_all(piece)
 
 
 async def start_https_origin(

@@ -151,3 +151,52 @@ async def test_a_command_holding_its_cpu_reserve_runs_on_when_another_task_finds
         == f"exec_cpu_ms:{5000 - cpu_ms}"
         == f"exec_cpu_ms:{left['exec_cpu_ms']}"
     )
+
+
+async def test_a_command_cancelled_midway_is_charged_the_cpu_it_burned(
+    dispatcher: Dispatcher, config: Config, workspace: str
+) -> None:
+    """A CPU loop under a BUDGET_ID, cancelled (a hang-up) once it has burned 300 ms, keeps
+    at least those 300 ms charged: a cancelled exec does not give its whole reserve back,
+    which repeated would run for ever on one exec_cpu_ms."""
+    ledger = LocalLedger(config.daemon.state_dir, config.budgets)
+    dispatcher.ledger = ledger
+    mark = os.path.join(workspace, "burned")
+    loop = (
+        'python3 -c "import time; t = time.process_time()\n'
+        "while time.process_time() - t < 0.3: pass\n"
+        f"open('{mark}', 'w').close()\n"
+        'while 1: pass"'
+    )
+    fields = (("BUDGET_ID", "hangup"), ("BUDGET", "exec_cpu_ms:60000"), ("TIMEOUT_MS", "60000"))
+    try:
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                task = Task("exec", "SHELL", "EXEC_RESULT", loop, fields)
+                nursery.start_soon(dispatcher.run, task, Peer("t", 1000, 4242))
+                while not os.path.exists(mark):
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        left = await ledger.open("hangup", 1000, None)
+    finally:
+        ledger.close()
+    assert 60000 - left["exec_cpu_ms"] >= 300
+
+
+async def test_a_command_killed_at_its_timeout_is_charged_the_cpu_it_burned(
+    dispatcher: Dispatcher,
+) -> None:
+    """A CPU loop killed at its own TIMEOUT_MS leaves no report of its CPU time (GNU time
+    dies with it): it is charged the CPU read before the kill, not nothing."""
+    loop = 'python3 -c "while 1: pass"'
+    fields = (("BUDGET", "exec_cpu_ms:60000"), ("TIMEOUT_MS", "1500"))
+    with trio.fail_after(WAIT_S):
+        reply = await dispatcher.run(
+            Task("exec", "SHELL", "EXEC_RESULT", loop, fields), Peer("t", 1000, 4242)
+        )
+    assert (reply.status, (reply.get("ERROR") or "").split(":")[0]) == (
+        Status.FAIL,
+        "timeout_exceeded",
+    )
+    left = int((reply.get("BUDGET_LEFT") or "x:x").split(":")[1])
+    assert left < 60000

@@ -358,3 +358,109 @@ async def test_a_paid_body_its_tasks_deadline_cuts_gives_back_what_it_did_not_re
     assert error == "fetch_failed:timeout" or error.startswith("timeout_exceeded:"), task.reply
     assert (task.reply.status, task.reply.get("BUDGET_LEFT")) == (Status.FAIL, f"bytes:{SIZE}")
     assert await ledger.open(RUN, None, None) == {"bytes": SIZE}
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def liar(origin: Origin, path: str, rest: trio.Event) -> str:
+    """A page stating ``Content-Length: 1`` beside ``Transfer-Encoding: chunked`` (which
+    frames it: h11 lets it win): its first chunk at once, the rest once ``rest`` is set."""
+    page = BIG.encode()
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n"
+        b"content-length: 1\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    half = len(page) // 2
+    origin.routes[path] = lambda _seen: OriginReply(
+        raw=(head + _chunk(page[:half]), _chunk(page[half:]) + b"0\r\n\r\n"), hold_body=rest
+    )
+    return origin.url("origin.test", path)
+
+
+async def test_a_body_stating_a_length_its_chunked_framing_overrides_is_not_paid_for(
+    dispatcher: Dispatcher, ledger: Ledger, origin: Origin
+) -> None:
+    """A page stating 1 byte but framed chunked is of unknown length, not paid for by a
+    1-byte reserve: when an honest sibling runs the budget out, the liar is cancelled with
+    it, not spared to stream on. Before, it reserved 1 byte, counted paid, and was kept."""
+    rest, heads = trio.Event(), trio.Event()
+    lying = liar(origin, "/liar", rest)
+    origin.routes["/flood"] = lambda _seen: OriginReply(
+        200, HTML, drip=True, drip_bytes=16384, hold=heads
+    )
+    flood = origin.url("origin.test", "/flood")
+    task = Task(dispatcher, [lying, flood], "bytes:100000")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task.run)
+        await requested(origin, ["/liar", "/flood"])
+        with trio.fail_after(WAIT_S):  # the liar's first chunk is in: 64 KiB reserved
+            while ((await _left(ledger)) or {}).get("bytes", 100000) > 100000 - 65536:
+                await trio.sleep(0.01)
+        heads.set()
+        await closed(origin, "/flood")  # it ran the budget out
+        rest.set()
+    assert outcome(task.reply)[:5] == (
+        Status.PARTIAL,
+        "budget_exhausted:bytes",
+        "none",
+        [],
+        sorted(f"{url} budget_exhausted:bytes" for url in (lying, flood)),
+    )
+
+
+def _page_of(size: int) -> str:
+    """An HTML page of exactly ``size`` bytes."""
+    head, tail = "<html><head><title>S</title></head><body><p>", "</p></body></html>"
+    return (
+        head
+        + "Sea " * ((size - len(head) - len(tail)) // 4)
+        + "." * ((size - len(head) - len(tail)) % 4)
+        + tail
+    )
+
+
+@pytest.mark.parametrize(
+    ("sizes", "kept"), [((600, 500, 400), (600,)), ((400, 500, 600), (400, 500))]
+)
+async def test_which_stated_lengths_fit_depends_on_the_order_their_headers_arrive_in(
+    dispatcher: Dispatcher,
+    ledger: Ledger,
+    origin: Origin,
+    sizes: tuple[int, ...],
+    kept: tuple[int, ...],
+) -> None:
+    """docs/budgets.md's example: under bytes for 1000, pages stating 600, 500, 400 whose
+    headers come in that order keep the 600 alone (the 500 finds 400 left and runs the
+    budget out, cancelling the 400 still waiting); in the order 400, 500, 600, the 400 and
+    the 500 are kept."""
+    assert all(len(_page_of(size)) == size for size in sizes)
+    heads = [trio.Event() for _ in sizes]
+    urls = [
+        headers_held(origin, f"/o{size}", _page_of(size), head)
+        for size, head in zip(sizes, heads, strict=True)
+    ]
+    task = Task(dispatcher, urls, "bytes:1000")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task.run)
+        await requested(origin, [f"/o{size}" for size in sizes])
+        left = 1000
+        for size, head in zip(sizes, heads, strict=True):
+            head.set()
+            if size > left:
+                break
+            left -= size
+            await left_is(ledger, left)
+        with trio.fail_after(WAIT_S):
+            await task.done.wait()
+        for head in heads:
+            head.set()
+    by_size = dict(zip(sizes, urls, strict=True))
+    cut = sorted(f"{by_size[size]} budget_exhausted:bytes" for size in sizes if size not in kept)
+    assert outcome(task.reply)[1:5] == (
+        "budget_exhausted:bytes",
+        f"fetched:{len(kept)},failed:{len(sizes) - len(kept)}",
+        sorted(by_size[size] for size in kept),
+        cut,
+    )

@@ -19,7 +19,7 @@ from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
 from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status
 from specialists.web import WEB
-from specialists.web.config import web_section
+from specialists.web.config import SummarizeConfig, web_section
 from specialists.web.search.ops_search import OPS as SEARCH_OPS
 from specialists.web.services import WebServices
 from tests.harness import build_dispatcher
@@ -133,6 +133,51 @@ async def test_summarize_charges_the_models_usage_to_llm_tokens(
         "llm_tokens:0",
     )
     assert [json.loads(call.body)["max_tokens"] for call in calls] == [15, 14]
+
+
+def _held_model(origin: Origin) -> None:
+    """The model reads the request and never answers: a call cut by its own timeout."""
+    never = trio.Event()
+    answer = completion("- Tides follow the moon.")
+    origin.routes["/v1/chat/completions"] = lambda _: OriginReply(
+        200, [("content-type", "application/json")], answer, hold=never
+    )
+
+
+async def test_a_summarize_model_call_cut_by_its_timeout_keeps_its_max_tokens_charged(
+    web_config: Config, web: WebServices, origin: Origin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model has the request but answers past summarize's deadline (the guard's
+    timeout_s): the bullets are extractive, and the 2048 tokens it was asked for stay
+    charged, since the provider may have billed them."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    _held_model(origin)
+    web.config = replace(web.config, guard=replace(web.config.guard, timeout_s=0.5))
+    async with llm_dispatcher(web_config, web, origin) as dispatcher:
+        reply = await summarize_with(dispatcher, "llm_tokens:5000")
+    assert (reply.status, reply.get("METHOD"), reply.get("BUDGET_LEFT")) == (
+        Status.OK,
+        "extractive",
+        "llm_tokens:2952",
+    )
+    assert origin.paths() == ["/v1/chat/completions"]
+
+
+async def test_a_summarize_model_call_that_never_left_gives_its_max_tokens_back(
+    web_config: Config, web: WebServices, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose host does not resolve was never asked: extractive, nothing charged."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    nowhere = SummarizeConfig(llm_base_url="https://nowhere.test/v1/", llm_api_key_env=KEY_ENV)
+    services = replace(web, config=replace(web.config, summarize=nowhere))
+    async with open_outbox(web_config.outbox_path, web_config.outbox, web_config.memory) as box:
+        dispatcher = build_dispatcher(web_config, outbox_path(web_config, box), WEB.ops, services)
+        reply = await summarize_with(dispatcher, "llm_tokens:5000")
+    assert (reply.status, reply.get("METHOD"), reply.get("BUDGET_LEFT")) == (
+        Status.OK,
+        "extractive",
+        "llm_tokens:5000",
+    )
 
 
 async def summarize_with(dispatcher: Dispatcher, budget: str) -> Reply:
@@ -260,3 +305,22 @@ async def test_a_fetch_of_several_urls_reads_no_byte_past_its_bytes(
     assert (reply.get("DATA"), reply.get("BUDGET_LEFT")) == ("fetched:2,failed:1", "bytes:0")
     (error,) = reply.get_all("FETCH_ERROR")
     assert error.endswith(" budget_exhausted:bytes")
+
+
+async def test_a_research_model_call_cut_by_its_timeout_keeps_its_max_tokens_charged(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    """The model has the request but answers past llm_timeout_s: the job answers from its
+    sources without it, and the 321 tokens it asked for stay charged."""
+    dispatcher, web = research
+    _held_model(origin)
+    _research(
+        web,
+        origin,
+        llm_base_url=origin.url("api.test", "/v1"),
+        llm_max_tokens=321,
+        llm_timeout_s=0.5,
+    )
+    reply = await run_job(dispatcher, ("MAX_SOURCES", "1"), ("BUDGET", "llm_tokens:1000"))
+    assert "/v1/chat/completions" in origin.paths()
+    assert (reply.status, reply.get("BUDGET_LEFT")) == (Status.OK, "llm_tokens:679")

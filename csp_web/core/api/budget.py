@@ -160,7 +160,7 @@ class TaskBudget:
         limited."""
         if dimension not in self.left:
             return amount
-        taken = await self._take_up_to(dimension, amount)
+        taken = await self._take_up_to(dimension, amount) if amount else 0
         if taken <= 0 < amount and not fallback:
             self.run_out(dimension, spare=_unit.get())  # a cost ran out: the rest is cancelled
             raise BudgetExhausted(dimension)
@@ -208,7 +208,8 @@ class TaskBudget:
         unit = _unit.get()
         if unit is not None and unit in self._units and not unit.cancel_called:
             self._paid.add(unit)
-        got = await self._take_up_to(dimension, amount)
+        # Nothing to take (a HEAD answer's, a 204's body): no ledger step to wait for.
+        got = await self._take_up_to(dimension, amount) if amount else 0
         if got < amount:
             if unit is not None:
                 self._paid.discard(unit)
@@ -274,8 +275,10 @@ class TaskBudget:
             taken = min(amount, max(0, self.left[dimension]))
             self.left[dimension] -= taken
             return taken
-        # A ledger step is never abandoned midway (a Redis call's thread is, when cancelled):
-        # what it took must be known to be given back. Redis bounds it by call_timeout_s.
+        # A ledger step is not abandoned by a cancel (a Redis call's thread is, when
+        # cancelled): what it took must be known to be given back. Redis bounds it by
+        # call_timeout_s; one timed out after its script ran leaves its take spent (the
+        # caller sees not_available, gives nothing back): fail-closed, never an overspend.
         with trio.CancelScope(shield=True):
             charged = await self.ledger.take_up_to(self.budget_id, dimension, amount)
         if charged is None:

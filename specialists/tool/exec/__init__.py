@@ -18,10 +18,11 @@ from ._network import ExecNetwork, sweep_lane_roots
 from ._prepare import PreparedCommand, prepare_command
 from ._request import ExecRequest
 from ._result import ExecResult, Limit
-from ._runner import run_command
+from ._runner import CpuSpent, run_command
 from ._sandbox import Sandbox, SandboxKind, probe_sandbox
 
 __all__ = [
+    "CpuSpent",
     "ExecNetwork",
     "ExecRequest",
     "ExecResult",

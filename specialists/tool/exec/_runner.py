@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets
 import time
@@ -30,6 +31,8 @@ from ._result import ExecResult, Limit, describe_status, limits_from_signal, par
 from ._sandbox import Sandbox, wrap_argv
 from ._tree import TOKEN_ENV, tree_cpu_ms
 
+log = logging.getLogger(__name__)
+
 # One thread makes and removes placeholders: their table (_protect._held) is shared.
 PLACEHOLDER_THREAD = trio.CapacityLimiter(1)
 
@@ -41,6 +44,26 @@ _REPORT_BYTES = 1024  # GNU time writes one short line
 # pass the budget by at most this much CPU per core it uses before it is killed. Each read
 # is one cgroup file, or a walk of /proc without a cgroup (~1 ms on a busy host).
 CPU_POLL_S = 1.0
+
+
+@dataclass(slots=True)
+class CpuSpent:
+    """What a command that ended without a result (cancelled, failed) or killed before its own
+    report burned, for its CPU budget (SPEC D-3): ``started`` once its spawn was tried (it may
+    have run), ``cpu_ms`` its CPU time read just before it was killed (None: never read)."""
+
+    started: bool = False
+    cpu_ms: int | None = None
+
+    def read(self, watch: _CpuWatch, child: Child) -> None:
+        """Note ``child``'s CPU time now; left unknown (None) when it cannot be read."""
+        try:
+            used = watch.cpu_ms(child)
+        except OSError:
+            log.warning("exec: CPU time of a killed command not readable", exc_info=True)
+            return
+        if used is not None:
+            self.cpu_ms = max(self.cpu_ms or 0, used)
 
 
 @dataclass(slots=True)
@@ -62,6 +85,7 @@ async def run_command(
     sandbox: Sandbox,
     network: ExecNetwork | None = None,
     cpu_left_ms: int | None = None,
+    spent: CpuSpent | None = None,
 ) -> ExecResult:
     """Run ``request`` under ``config``'s policy and limits inside ``sandbox``.
 
@@ -80,6 +104,9 @@ async def run_command(
 
     ``cpu_left_ms``: the task's budget of CPU time (SPEC D-3, exec_cpu_ms); the command is
     killed once its CPU time, read every ``CPU_POLL_S``, passes it (``ExecResult.cpu_cut_ms``).
+    ``spent``: filled with whether the command was started and, when it is killed other than
+    by its own exit or the budget (cancelled, timed out), the CPU time it had burned then:
+    what a budget charges a command that has no measured result.
     """
     plan = prepare_command(request, config, sandbox=sandbox)
     deadline = min(trio.current_time() + plan.timeout_ms / 1000, work_deadline())
@@ -97,7 +124,9 @@ async def run_command(
         try:
             async with _open_network(plan, network, sandbox, config) as bridge:
                 watch = _CpuWatch(cpu_left_ms, group)
-                run = await _run(plan, config, sandbox, env, token, watch, deadline, bridge)
+                run = await _run(
+                    plan, config, sandbox, env, token, watch, deadline, bridge, spent or CpuSpent()
+                )
                 refused, more = bridge.refused() if bridge is not None else ((), 0)
         finally:
             if taken:
@@ -201,7 +230,8 @@ async def _run(
     token: str | None,
     watch: _CpuWatch,
     deadline: float,
-    bridge: Bridge | None = None,
+    bridge: Bridge | None,
+    spent: CpuSpent,
 ) -> _Run:
     command, mounts = list(plan.argv), []
     if bridge is not None:  # the command behind its network bridge (_network.py)
@@ -221,12 +251,16 @@ async def _run(
             layout=plan.layout,
             mounts=mounts,
         )
-        child = await _spawn(argv, env, pipes, plan, token, working_dir_fd)
+        spent.started = True  # a spawn cancelled midway may have started it
+        child = await _spawn(argv, env, pipes, plan, token, working_dir_fd, spent)
     finally:
         os.close(working_dir_fd)
     try:
         cleared = watch.group if not _swept(sandbox) else None
-        return await _supervise(child, config, deadline, cleared, watch)
+        return await _supervise(child, config, deadline, cleared, watch, spent)
+    except BaseException:
+        spent.read(watch, child)  # still running: aclose kills it
+        raise
     finally:
         await child.aclose(grace_s=config.reap_grace_ms / 1000)
 
@@ -238,12 +272,14 @@ async def _spawn(
     plan: PreparedCommand,
     token: str | None,
     working_dir_fd: int,
+    spent: CpuSpent,
 ) -> Child:
     try:
         return await spawn_child(
             argv, env=env, cwd=plan.working_dir, pipes=pipes, token=token, cwd_fd=working_dir_fd
         )
     except OSError as error:
+        spent.started = False  # Popen raises only when nothing was started
         if error.errno in _SPAWN_UNAVAILABLE:
             raise unavailable(argv[0]) from error
         raise OpError(
@@ -257,6 +293,7 @@ async def _supervise(
     deadline: float,
     group: CommandCgroup | None,
     watch: _CpuWatch,
+    spent: CpuSpent,
 ) -> _Run:
     """Read both pipes while waiting for exit or the timeout (trio time ``deadline``), then
     clear up what is left: every process in ``group`` when the cgroup holds the command
@@ -284,6 +321,8 @@ async def _supervise(
             # task's deadline passes meanwhile, as it does on a loaded host where killing and
             # reaping outlast the reserve (100 ms of a 500 ms budget).
             owed.shield = run.timed_out
+            if run.timed_out:
+                spent.read(watch, child)  # GNU time is killed with it: no report
             if group is not None:
                 group.kill()
                 child.kill_group()
@@ -316,18 +355,20 @@ class _CpuWatch:
             nursery.start_soon(_cancel_when_exited, child, nursery.cancel_scope)
             while True:
                 await trio.sleep(CPU_POLL_S)
-                used = self._cpu_ms(child)
-                if used > self.left_ms:
+                used = self.cpu_ms(child)
+                if used is not None and used > self.left_ms:
                     nursery.cancel_scope.cancel()
                     return used
         return None  # it exited first
 
-    def _cpu_ms(self, child: Child) -> int:
+    def cpu_ms(self, child: Child) -> int | None:
+        """The CPU time (ms) of ``child``'s command so far: its cgroup's, else its tree's;
+        None once it is reaped without a cgroup (its pid may name another process)."""
         if self.group is not None:
             used = self.group.cpu_ms()
             if used is not None:
                 return used
-        return tree_cpu_ms(child.pid)
+        return tree_cpu_ms(child.pid) if child.exit is None else None
 
 
 async def _cancel_when_exited(child: Child, scope: trio.CancelScope) -> None:

@@ -24,7 +24,7 @@ from csp_web.core.api import budget
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from csp_web.infra.workers import WorkerPool
-from csp_web.net import GuardedClient
+from csp_web.net import GuardedClient, never_sent
 from specialists.web.config import SummarizeConfig
 
 log = logging.getLogger(__name__)
@@ -297,7 +297,8 @@ async def summarize_llm(
             deadline_s=deadline_s,
         )
     except OpError as exc:
-        await budget.settle("llm_tokens", reserved, 0)
+        # Cut midway (its timeout, a budget run out), the model may have billed all of it.
+        await budget.settle("llm_tokens", reserved, 0 if never_sent(exc) else reserved)
         log.warning("summarize: model endpoint failed (%s); summarising extractively", exc.code)
         return None
     if result.status_code != 200:

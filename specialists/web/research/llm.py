@@ -25,7 +25,7 @@ import trio
 
 from csp_web.core.api import budget
 from csp_web.core.api.errors import OpError
-from csp_web.net import GuardedClient
+from csp_web.net import GuardedClient, never_sent
 from specialists.web.docs.config import ResearchConfig
 
 from ..pages.summarize import claimed_quote, clip, json_items, scrubbed
@@ -98,7 +98,8 @@ async def write_with_model(
             deadline_s=max(0.0, budget_s),
         )
     except OpError as exc:
-        await budget.settle("llm_tokens", max_tokens, 0)
+        # Cut midway (its timeout, a budget run out), the model may have billed all of it.
+        await budget.settle("llm_tokens", max_tokens, 0 if never_sent(exc) else max_tokens)
         raise LlmFailure(f"{exc.code}:{exc.detail}") from None
     if result.status_code != 200:
         await budget.settle("llm_tokens", max_tokens, 0)
