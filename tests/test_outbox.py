@@ -853,7 +853,7 @@ async def test_while_a_batch_is_in_flight_the_next_goes_only_once_full(
 async def test_writes_put_one_after_another_with_nothing_in_flight_go_as_one_batch(
     nursery: trio.Nursery, tmp_path: os.PathLike[str], config: Config
 ) -> None:
-    """The linger (issue 26): a lone write waits ``LINGER_S`` for company, so the audit
+    """The linger (issue 26): a lone write waits ``outbox.linger_s`` for company, so the audit
     records of ops answered one at a time reach the Memory Specialist in one batch, not one
     batch (store, ACK, settle) each."""
     assert config.memory.socket_path is not None

@@ -2,10 +2,10 @@
 
 ``serve`` connects over the link and keeps up to ``outbox.delivery_window`` batches of
 ``memory.batch_size`` in flight (while one is, the next goes when it is full: Nagle's rule;
-while none is, a partial batch lingers ``LINGER_S`` for more), reconnecting with exponential
-backoff. A write leaves the store only when its ACK (``STATUS OK`` with the same ID) arrives;
-a ``FAIL`` moves it to the ``rejected`` table, so one bad write cannot block the queue
-forever.
+while none is, a partial batch lingers ``outbox.linger_s`` for more), reconnecting with
+exponential backoff. A write leaves the store only when its ACK (``STATUS OK`` with the same
+ID) arrives; a ``FAIL`` moves it to the ``rejected`` table, so one bad write cannot block the
+queue forever.
 """
 
 from __future__ import annotations
@@ -26,12 +26,6 @@ from csp_web.memory.outbox_room import OutboxRoom
 from csp_web.memory.outbox_store import OutboxStore
 
 log = logging.getLogger(__name__)
-
-# How long a lone partial batch waits for company before it goes. An audit record is durable
-# once committed to the outbox (before its op answers), so this delays only its copy at the
-# Memory Specialist. Batches of one made the audit 30 % of the daemon's CPU per cache hit
-# (delivery, the embedded sink's commit and ACK, the settle: py-spy --gil, load 6; issue 26).
-LINGER_S = 0.02
 
 
 class Delivery:
@@ -135,13 +129,13 @@ class Delivery:
                 nursery.start_soon(self._settle_batch, batch, rows, window)
 
     async def _linger(self) -> None:
-        """With nothing in flight and a partial batch unsent, wait up to ``LINGER_S`` for it
+        """With nothing in flight and a partial batch unsent, wait up to ``linger_s`` for it
         to fill (Kafka's ``linger.ms``): one op at a time otherwise sends, stores, ACKs and
         settles a batch of one write per op."""
         unsent = self._room.depth - self._room.in_flight
         if self._room.in_flight or not 0 < unsent < self._memory.batch_size:
             return
-        with trio.move_on_after(LINGER_S):
+        with trio.move_on_after(self._config.linger_s):
             while self._room.depth - self._room.in_flight < self._memory.batch_size:
                 await self._commits.wait_new_rows()
 

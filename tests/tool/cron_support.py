@@ -8,6 +8,7 @@ threads, to finish.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import time
@@ -150,3 +151,9 @@ def job_lines(reply: Reply) -> list[dict[str, Any]]:
 def code(reply: Reply) -> str:
     assert reply.status is Status.FAIL, reply
     return (reply.get("ERROR") or "").partition(":")[0]
+
+
+def without_linger(config: Config) -> Config:
+    """``config`` with an outbox that sends a partial batch at once: under ``mock_clock``
+    time stands still unless a test jumps it, so ``outbox.linger_s`` would never end."""
+    return dataclasses.replace(config, outbox=dataclasses.replace(config.outbox, linger_s=0.0))

@@ -25,7 +25,7 @@ from specialists.tool.ops_cron import OPS
 from specialists.tool.services import ToolServices
 from tests.conftest import Sink, sink_records, sink_text
 from tests.harness import given, outbox_of
-from tests.tool.cron_support import TrioWall, settle
+from tests.tool.cron_support import TrioWall, settle, without_linger
 
 SWEEP = (
     "TASK REQ:write IN:MEMORY OUT:ACK\nFROM sys\nTYPE document\nPATH notes/sweep.md\nDATA swept\n"
@@ -51,6 +51,7 @@ def _cron_runs(sink: Sink) -> list[dict[str, object]]:
 async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_key(
     config: Config, sink: Sink, sock_dir: str, mock_clock: trio.testing.MockClock
 ) -> None:
+    config = without_linger(config)
     socket_path = os.path.join(sock_dir, "csp.sock")
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
 

@@ -22,7 +22,7 @@ from specialists.tool.ops_cron import OPS
 from specialists.tool.services import ToolServices
 from tests.conftest import Daemon, Sink, sink_records, sink_text
 from tests.harness import given, outbox_of
-from tests.tool.cron_support import TrioWall, cron_config, open_rig, settle
+from tests.tool.cron_support import TrioWall, cron_config, open_rig, settle, without_linger
 
 # The seed's example, field for field (ACTION add of "list|add|remove|enable|disable").
 SEED_ADD = (
@@ -74,6 +74,7 @@ async def test_a_reminder_survives_a_restart(
 async def test_each_run_of_a_reminder_is_a_cron_due_record_in_memory(
     config: Config, sink: Sink, sock_dir: str, mock_clock: trio.testing.MockClock
 ) -> None:
+    config = without_linger(config)
     socket_path = os.path.join(sock_dir, "csp.sock")
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
 
