@@ -24,12 +24,11 @@ that finds a dimension's cost past what is left (``spend``, ``require``, a reser
 nothing, a body past its reserve), in the task's own budget or in the shared ledger (another
 task's charges show in what the ledger answers), cancels every unit that does not hold a
 reserve of all it will spend (a body whose whole declared length is reserved:
-``reserve_whole``), and
-each one ends raising ``BudgetExhausted``, which the op keeps as that unit's failure beside the
-units already done. A paid unit finishes and is kept: what it spends is already taken, so
-letting it finish overspends nothing, and cancelling it would make what a task keeps depend on
-which of its bodies' headers came first. exec's command is watched
-apart: it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A
+``reserve_whole``), and each one ends raising ``BudgetExhausted``, which the op keeps as that
+unit's failure beside the units already done. A paid unit finishes and is kept: what it spends
+is already taken, so letting it finish overspends nothing, and cancelling it would make what a
+task keeps depend on which of its bodies' headers came first. exec's command is watched apart:
+it is killed once its CPU time passes the ``exec_cpu_ms`` left (exec/_runner.py). A
 count refused (``take``) cancels nothing: the work already running was paid for within it,
 and is what the reply is made of.
 
@@ -125,9 +124,8 @@ class TaskBudget:
         self.uid = uid  # the task's uid: a BUDGET_ID made from this budget is its
         self.exhausted: str | None = None
         self._units: set[trio.CancelScope] = set()  # the work running under it (``work``)
-        self._paid: set[trio.CancelScope] = (
-            set()
-        )  # units holding all they will spend (``reserve_whole``)
+        # The units holding all they will spend (``reserve_whole``): a run-out spares them.
+        self._paid: set[trio.CancelScope] = set()
         self._cut: str | None = None  # the cost that ran out and cancelled that work
 
     async def take(self, dimension: str, amount: int = 1) -> None:
@@ -155,9 +153,8 @@ class TaskBudget:
         model's max_tokens, a deadline), ``settle`` it after. Tasks drawing on one
         BUDGET_ID at once each get their own share, never the same bytes twice.
         BudgetExhausted when none is left, the task's other work cancelled (``fallback``: 0,
-        the budget not marked exhausted,
-        for a caller that does its work another way); ``amount`` when ``dimension`` is not
-        limited."""
+        the budget not marked exhausted, for a caller that does its work another way);
+        ``amount`` when ``dimension`` is not limited."""
         if dimension not in self.left:
             return amount
         taken = await self._take_up_to(dimension, amount) if amount else 0
