@@ -326,6 +326,28 @@ async def test_on_cgroup_v1_the_entering_shell_moves_itself_by_its_tasks_files(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+async def test_a_command_cannot_move_itself_out_of_its_cgroup_by_any_entry_file(
+    workspace: str, kind: str
+) -> None:
+    sandbox = await probe(make_config(workspace), kind)
+    assert sandbox.cgroup is not None, sandbox.cgroup_reason
+    files = [
+        os.path.join(parent, name)
+        for parent in sandbox.cgroup.directories
+        for name in ("tasks", "cgroup.procs", "cgroup.threads")
+        if os.path.exists(os.path.join(parent, name))
+    ]
+    code = (
+        "import sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n        open(path, 'w').write('0')\n    except OSError:\n        continue\n"
+        "    print(path)"
+    )
+    result = await run(workspace, python(code, *files), kind=kind)
+    assert (result.exit_code, result.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("kind", KINDS)
 async def test_without_a_cgroup_address_space_fits_up_to_the_limit_and_not_a_page_beyond(
     workspace: str, kind: str
 ) -> None:
