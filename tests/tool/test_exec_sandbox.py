@@ -340,7 +340,8 @@ async def test_a_command_cannot_move_itself_out_of_its_cgroup_by_any_entry_file(
     code = (
         "import sys\n"
         "for path in sys.argv[1:]:\n"
-        "    try:\n        open(path, 'w').write('0')\n    except OSError:\n        continue\n"
+        "    try:\n        with open(path, 'w') as f:\n            f.write('0')\n"
+        "    except OSError:\n        continue\n"
         "    print(path)"
     )
     result = await run(workspace, python(code, *files), kind=kind)

@@ -145,11 +145,11 @@ class CommandCgroup:
         ``cgroup_threadgroup_rwsem``, whose write side waits out an RCU grace period unless
         another move came just before: 3-6 ms of wall time per write, two per command on v1
         (memory and pids), most of it asleep (bench/exec_spawn.py, "exec true in bwrap: its
-        cgroup costs", 11.1 ms before). A v1 ``tasks`` write of ``0`` moves the writing thread
-        alone and skips that lock; the shell has one thread, so that is the whole process,
-        and everything it starts is born inside. cgroup v2 refuses a lone thread into a
-        domain cgroup (EOPNOTSUPP), so it keeps ``cgroup.procs`` (its mount option
-        ``favordynmods`` takes the wait away there: docs/exec-policy.md).
+        cgroup costs": 8.4-17.3 ms p50 then, 0.5-4.3 ms now). A v1 ``tasks`` write of ``0``
+        moves the writing thread alone and skips that lock; the shell has one thread, so that
+        is the whole process, and everything it starts is born inside. cgroup v2 refuses a
+        lone thread into a domain cgroup (EOPNOTSUPP), so it keeps ``cgroup.procs`` (its
+        mount option ``favordynmods`` takes the wait away there: docs/exec-policy.md).
         """
         name = "tasks" if self.host.kind == "cgroup1" else "cgroup.procs"
         return [os.path.join(path, name) for path in self.directories]
