@@ -20,6 +20,11 @@ p50, minus the anchor's p50, at most 10 ms. The rest break that total down:
   engine's mounts and namespaces cost);
 - a Popen of /bin/true on the engine's spawner threads (the spawn path itself).
 
+The wrapper series run back to back, five in a row, so a cost that only shows after the
+kernel has been idle for a few ms hides from them: a cgroup v1 ``cgroup.procs`` write slept
+an RCU grace period (3-6 ms) only when no other move came just before, as between commands.
+The engine's ablations ("without its cgroup", "without GNU time") catch such costs.
+
 Each prints p50 wall time less the anchor's, and where the bench can give itself a cgroup the
 engine does not use (the unified hierarchy on a hybrid host, or cpuacct) the CPU per run of
 every process involved, daemon and children together, less the anchor's: on a loaded host

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -283,6 +284,68 @@ async def test_closing_a_command_cgroup_kills_what_is_still_in_it_and_removes_it
     finally:
         left.kill()
     assert not any(os.path.exists(path) for path in group.directories)
+
+
+async def test_a_process_started_through_the_entering_shell_is_in_every_directory_of_its_cgroup(
+    workspace: str,
+) -> None:
+    sandbox = await probe(make_config(workspace), "bwrap")
+    assert sandbox.cgroup is not None, sandbox.cgroup_reason
+    group = CommandCgroup.create(sandbox.cgroup, "entry", memory_bytes=64 * MIB, max_tasks=10)
+    # The shell forks before its exec: the child must be born inside, as the command's are.
+    script = "/bin/sleep 60 & echo $!; wait"
+    started = await trio.lowlevel.open_process(
+        [*group.enter_argv(), "/bin/sh", "-c", script], stdout=subprocess.PIPE
+    )
+    try:
+        with trio.fail_after(10):
+            assert started.stdout is not None
+            child = int((await started.stdout.receive_some(64)).decode())
+            members = [set(Path(path).read_text().split()) for path in group.procs_files()]
+            assert all({str(started.pid), str(child)} <= found for found in members), members
+    finally:
+        started.kill()
+        await group.close()
+        await started.wait()
+
+
+async def test_on_cgroup_v1_the_entering_shell_moves_itself_by_its_tasks_files(
+    workspace: str,
+) -> None:
+    # A cgroup.procs write waits out an RCU grace period (3-6 ms each, two per command); a
+    # tasks write of the shell's one thread skips that lock (_cgroup.CommandCgroup.entry_files).
+    sandbox = await probe(make_config(workspace), "bwrap")
+    if sandbox.cgroup is None or sandbox.cgroup.kind != "cgroup1":
+        pytest.skip("needs cgroup v1")
+    group = CommandCgroup.create(sandbox.cgroup, "tasks", memory_bytes=MIB, max_tasks=10)
+    try:
+        files = group.enter_argv()[4:-1]
+    finally:
+        await group.close()
+    assert files == [os.path.join(path, "tasks") for path in group.directories]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_command_cannot_move_itself_out_of_its_cgroup_by_any_entry_file(
+    workspace: str, kind: str
+) -> None:
+    sandbox = await probe(make_config(workspace), kind)
+    assert sandbox.cgroup is not None, sandbox.cgroup_reason
+    files = [
+        os.path.join(parent, name)
+        for parent in sandbox.cgroup.directories
+        for name in ("tasks", "cgroup.procs", "cgroup.threads")
+        if os.path.exists(os.path.join(parent, name))
+    ]
+    code = (
+        "import sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n        with open(path, 'w') as f:\n            f.write('0')\n"
+        "    except OSError:\n        continue\n"
+        "    print(path)"
+    )
+    result = await run(workspace, python(code, *files), kind=kind)
+    assert (result.exit_code, result.stdout) == (0, "")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -22,8 +22,8 @@ Where the host offers one (probed once, at start-up):
 
 Each command gets a fresh child ``csp-exec-<daemon pid>-<token>`` in each hierarchy. The
 process enters it before anything of the command runs: the argv starts with ``sh -c`` writing
-``0`` (itself) into each ``cgroup.procs`` and exec'ing the rest, so every later process is
-born inside.
+``0`` (itself) into each directory's entry file (``CommandCgroup.entry_files``) and exec'ing
+the rest, so every later process is born inside.
 After the command, whatever is left in the cgroup is killed and the cgroup removed.
 """
 
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 CgroupKind = Literal["cgroup2", "cgroup1"]
 
-# sh -c ENTER sh FILE... -- ARGV...: writes 0 (the writer itself) into each cgroup.procs, then
+# sh -c ENTER sh FILE... -- ARGV...: writes 0 (the writer itself) into each entry file, then
 # execs ARGV. Exit 125 (the shell's own failure) if a write is refused.
 ENTER_SCRIPT = (
     'for f do [ "$f" = -- ] && break; echo 0 > "$f" || exit 125; shift; done; shift; exec "$@"'
@@ -99,7 +99,7 @@ def find_cgroup_host(
 
 
 class CommandCgroup:
-    """One command's cgroup(s). ``create`` makes and limits them; ``procs_files`` is what the
+    """One command's cgroup(s). ``create`` makes and limits them; ``entry_files`` is what the
     entering shell writes to; ``close`` kills what is left and removes them."""
 
     def __init__(self, host: CgroupHost, directories: tuple[str, ...]) -> None:
@@ -135,12 +135,29 @@ class CommandCgroup:
         return self.directories[-1]
 
     def procs_files(self) -> list[str]:
+        """Each directory's ``cgroup.procs``: the processes in it, to read."""
         return [os.path.join(path, "cgroup.procs") for path in self.directories]
+
+    def entry_files(self) -> list[str]:
+        """The files the entering shell writes ``0`` (itself) to: ``tasks`` on cgroup v1.
+
+        A write to ``cgroup.procs`` moves a whole thread group, under the kernel's global
+        ``cgroup_threadgroup_rwsem``, whose write side waits out an RCU grace period unless
+        another move came just before: 3-6 ms of wall time per write, two per command on v1
+        (memory and pids), most of it asleep (bench/exec_spawn.py, "exec true in bwrap: its
+        cgroup costs": 8.4-17.3 ms p50 then, 0.5-4.3 ms now). A v1 ``tasks`` write of ``0``
+        moves the writing thread alone and skips that lock; the shell has one thread, so that
+        is the whole process, and everything it starts is born inside. cgroup v2 refuses a
+        lone thread into a domain cgroup (EOPNOTSUPP), so it keeps ``cgroup.procs`` (its
+        mount option ``favordynmods`` takes the wait away there: docs/exec-policy.md).
+        """
+        name = "tasks" if self.host.kind == "cgroup1" else "cgroup.procs"
+        return [os.path.join(path, name) for path in self.directories]
 
     def enter_argv(self, limits: str = "") -> list[str]:
         """The argv prefix that moves the command into this cgroup before it starts, after
         running ``limits`` (``_limits.ulimit_script``) in the same shell."""
-        return [self.host.shell, "-c", limits + ENTER_SCRIPT, "sh", *self.procs_files(), "--"]
+        return [self.host.shell, "-c", limits + ENTER_SCRIPT, "sh", *self.entry_files(), "--"]
 
     def usage(self) -> CgroupUsage:
         """What the reply's ``limit:memory`` and ``limit:processes`` are read from."""

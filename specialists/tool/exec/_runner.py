@@ -182,8 +182,9 @@ def _swept(sandbox: Sandbox) -> bool:
     """True when leftovers are found by walking /proc (``kill_tree``, with a token in the
     environment), False when the command's cgroup holds every process of it.
 
-    A cgroup holds them when the command cannot write to any ``cgroup.procs`` to leave it:
-    under bwrap (/sys is read-only there) or as the sandbox uid (the files are root's). Then
+    A cgroup holds them when the command cannot write to any ``cgroup.procs`` or ``tasks``
+    to leave it: under bwrap (/sys is read-only there) or as the sandbox uid (the files are
+    root's; tests/tool/test_exec_sandbox.py tries every entry file from inside). Then
     ``cgroup.kill`` (v2) or a kill of each pid in ``cgroup.procs`` (v1) replaces the sweep,
     which costs 9-10 ms of CPU and 33-45 ms of wall per command on a loaded 2-core host
     (bench/exec_spawn.py, "exec: /proc sweep"); it also finds at once what left the tree

@@ -2,7 +2,7 @@
 
 With bubblewrap every command runs as::
 
-    [sh -c ENTER sh <cgroup.procs>... --] [setpriv --reuid --regid --clear-groups --]
+    [sh -c ENTER sh <tasks | cgroup.procs>... --] [setpriv --reuid --regid --clear-groups --]
         bwrap <mounts> <namespaces> -- prlimit <limits> -- [time -f '%U %S %M' -o /dev/fd/N --]
         cmd args
 
