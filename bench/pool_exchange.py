@@ -1,7 +1,8 @@
 """The event loop's CPU per worker task (issue 26, goal 3: the loop only moves a task's input
 and answer): ``build_page`` of every other dev corpus page through a pool of one warm worker,
 the daemon's side of the exchange timed with ``time.thread_time``, pipes of the kernel's default
-64 KiB (the anchor) against ``workers.PIPE_BYTES``, in the same run.
+64 KiB (the anchor) against ``workers.PIPE_BYTES``, in the same run; and the daemon's rebuild of
+those pages' answers (``answers.decode`` as a ``Page``) against parsing their JSON alone.
 
     python bench/pool_exchange.py [--rounds N]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
+import json
 import sys
 import time
 from pathlib import Path
@@ -23,12 +25,13 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/pool_exchange.py` finds t
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.origin import CORPUS  # noqa: E402
-from csp_web.infra import workers  # noqa: E402
+from csp_web.infra import answers, workers  # noqa: E402
 from csp_web.net import FetchResult  # noqa: E402
 from specialists.web.pages.loading import Page, build_page  # noqa: E402
 
 DEFAULT_PIPE_BYTES = 1 << 16  # Linux's pipe(7) capacity
 WAIT_S = 60.0
+DECODE_ROUNDS = 20
 
 
 def results() -> list[FetchResult]:
@@ -62,8 +65,28 @@ async def loop_ms_per_task(pages: list[FetchResult], pipe_bytes: int) -> float:
         return (time.thread_time() - started) / len(tasks) * 1000
 
 
+def decode_figure(pages: list[FetchResult]) -> None:
+    """The CPU of ``answers.decode`` per page answer, against ``json.loads`` of the same."""
+    encoded = [answers.encode_value(build_page(page)) for page in pages]
+    started = time.process_time()
+    for data in encoded * DECODE_ROUNDS:
+        answers.decode(data, Page)
+    decode_s = time.process_time() - started
+    started = time.process_time()
+    for data in encoded * DECODE_ROUNDS:
+        json.loads(data.decode("utf-8", "surrogatepass"))
+    parse_s = time.process_time() - started
+    each = 1e6 / (len(encoded) * DECODE_ROUNDS)
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(
+        f"decode of a Page answer\t{decode_s * each:.0f} us\t{parse_s * each:.0f} us json.loads\t"
+        f"{decode_s / parse_s:.2f}x\tload {load}"
+    )
+
+
 async def measure(rounds: int) -> None:
     pages = results()
+    decode_figure(pages)
     wide = workers.PIPE_BYTES
     for _ in range(rounds):
         anchor = await loop_ms_per_task(pages, DEFAULT_PIPE_BYTES)
