@@ -23,6 +23,7 @@ from csp_web.infra import answers
 from csp_web.infra.workers import (
     ANSWER_FLOOR_BYTES,
     ANSWER_PER_TASK_BYTE,
+    PIPE_BYTES,
     WorkerPool,
     open_worker_pool,
 )
@@ -322,3 +323,9 @@ async def test_a_workers_task_runs_under_a_cpu_limit() -> None:
         limit = functools.partial(resource.getrlimit, resource.RLIMIT_CPU)
         soft, _ = await run(pool, limit, tuple[int, int])
     assert soft != resource.RLIM_INFINITY
+
+
+async def test_a_workers_pipes_each_hold_a_large_page_in_one_write() -> None:
+    async with warm_pool(1) as pool:
+        sizes = await run(pool, workers_support.pipe_sizes, list[int])
+    assert sizes == [PIPE_BYTES, PIPE_BYTES]

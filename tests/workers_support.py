@@ -3,6 +3,7 @@ this module by name to unpickle a task, so it imports only the standard library.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import time
@@ -33,6 +34,19 @@ def open_descriptors() -> list[str]:
     return [
         os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")
     ]
+
+
+def pipe_sizes() -> list[int]:
+    """What each pipe this worker holds (its tasks' and its answers') can buffer."""
+    sizes = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:  # the listing's own descriptor is closed by now
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target.startswith("pipe:"):
+            sizes.append(fcntl.fcntl(int(fd), fcntl.F_GETPIPE_SZ))
+    return sizes
 
 
 def own_pid() -> int:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import logging
 import os
@@ -84,6 +85,12 @@ RECYCLE_S = 600.0
 REAP_S = 5.0  # a SIGKILLed worker is reaped in ms; one in uninterruptible sleep is left
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _LENGTH = struct.Struct("!Q")  # every frame each way: its length, then that many bytes
+# Each pipe to and from a worker holds this much (F_SETPIPE_SZ; Linux's fs.pipe-max-size by
+# default, so an unprivileged daemon may ask it): a task's pickle holds a page's body (a median
+# dev page is 122 KB), which the default 64 KiB took in pieces, the event loop waking for
+# each: the loop's CPU per build_page task 0.80-1.00x (one round of 9: 1.27x), median 0.89x,
+# about 0.12 ms a page (``python bench/pool_exchange.py``, load 3.8-4.1; issue 26).
+PIPE_BYTES = 1 << 20
 
 
 def cores() -> int:
@@ -355,7 +362,7 @@ def _backoff_s(failures: int) -> float:
 async def _open_worker() -> trio.Process:
     """A new worker process (``pool_worker.py`` beside this module). Raises OSError when the
     host refuses one (EMFILE, EAGAIN, ENOMEM)."""
-    return await trio.lowlevel.open_process(
+    process = await trio.lowlevel.open_process(
         [sys.executable, "-s", "-X", "utf8", str(WORKER)],
         env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
         stdin=subprocess.PIPE,
@@ -363,6 +370,16 @@ async def _open_worker() -> trio.Process:
         stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
         start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
     )
+    for pipe in (process.stdin, process.stdout):
+        _widen(pipe)
+    return process
+
+
+def _widen(pipe: trio.abc.SendStream | trio.abc.ReceiveStream | None) -> None:
+    """Make ``pipe`` hold ``PIPE_BYTES``; a host that caps pipes lower keeps the default."""
+    if isinstance(pipe, trio.lowlevel.FdStream):
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 async def _ask(worker: trio.Process, request: bytes, cap: int) -> bytes:
