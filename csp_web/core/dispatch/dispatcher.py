@@ -32,6 +32,7 @@ from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.budgets import open_budget, reserve_wall, settle
 from csp_web.core.dispatch.cancels import Cancels, Ticket
+from csp_web.core.dispatch.hot import answer_hot
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
@@ -142,8 +143,9 @@ class Dispatcher:
         can end it; its one wait is its audit summary's commit when it fills one (O-4),
         shielded there, so a shutdown that stops the reader never takes its reply."""
         op = self._instant_kind(task)
-        if op is None:
-            return await self._refuse_now(task, peer)
+        if op is None:  # a hot answer (a cache hit: hot.py), else busy, else a task
+            reply = await answer_hot(self, task, peer)
+            return reply if reply is not None else await self._refuse_now(task, peer)
         if self._must_pace(peer):
             return None
         slots = self.pools["sys"]

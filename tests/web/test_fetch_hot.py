@@ -1,0 +1,162 @@
+"""fetch's hot route (issue 26 goal 1): a page the cache's memory tier holds is answered in the
+connection's reader (``Dispatcher.try_now``) with the very reply, audit record and cache
+state that its task would leave; whatever its task would do otherwise is left to the task."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+
+from csp_web.config import Config
+from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.dispatcher import Dispatcher
+from protocol import Field, Reply, Task
+from specialists.web.pages.ops_fetch import OPS
+from specialists.web.services import WebServices
+from tests.net._origin import Origin
+from tests.web.conftest import DispatcherFactory
+from tests.web.pages_support import ARTICLE, WAIT_S, fetch, hits, serve, web_audits
+from tests.web.test_fetch_cache_writes import cache_db, rows_by_namespace, writes_seen
+
+PEER = Peer("t")
+
+
+def fetch_task(url: str, *fields: Field) -> Task:
+    return Task("fetch", "WEB", "CONTENT", url, (("ID", "7"), *fields))
+
+
+async def now(dispatcher: Dispatcher, task: Task) -> Reply | None:
+    with trio.fail_after(WAIT_S):
+        return await dispatcher.try_now(task, PEER)
+
+
+async def slow(dispatcher: Dispatcher, task: Task) -> Reply:
+    with trio.fail_after(WAIT_S):
+        return await dispatcher.run(task, PEER)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (),
+        (("MAX_CHARS", "100"),),  # PARTIAL, with the SUMMARY its task kept
+        (("MAX_CHARS", "100"), ("START", "100"), ("EXTRACT", "html")),
+        (("BOARD", "true"), ("MAX_AGE", "3600"), ("RENDER", "auto")),
+    ],
+)
+async def test_a_hot_hit_replies_the_whole_frame_its_task_replies(
+    make_dispatcher: DispatcherFactory, origin: Origin, fields: tuple[Field, ...]
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    task = fetch_task(url, *fields)
+    await slow(dispatcher, task)  # downloaded: the page, its fileKey and summary are kept
+    from_task = await slow(dispatcher, task)
+    hot = await now(dispatcher, task)
+    assert hot == from_task
+    assert hot.get("CACHED") == "true"
+    assert hits(origin, "/tides") == 1
+
+
+async def test_a_hot_hit_leaves_the_audit_record_its_task_leaves(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    await slow(dispatcher, fetch_task(url))
+    assert await now(dispatcher, fetch_task(url)) is not None
+    from_task, hot = web_audits(dispatcher)[-2:]
+    varying = ("time", "duration_ms")
+    assert {k: v for k, v in hot.items() if k not in varying} == {
+        k: v for k, v in from_task.items() if k not in varying
+    }
+    assert hot["cache_hit"] is True
+    assert hot["target"] == url
+
+
+async def test_a_thousand_hot_hits_write_nothing_to_the_cache(
+    make_dispatcher: DispatcherFactory, origin: Origin, web_config: Config
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url, ("MAX_CHARS", "100"))
+    path = os.path.join(web_config.cache_dir, "cache.db")
+    with cache_db(web_config) as db:
+        rows, version, size = rows_by_namespace(db), writes_seen(db), os.path.getsize(path)
+        for _ in range(1000):
+            reply = await now(dispatcher, fetch_task(url, ("MAX_CHARS", "100")))
+            assert reply is not None
+            assert reply.get("CACHED") == "true"
+        assert (rows_by_namespace(db), writes_seen(db)) == (rows, version)
+        assert os.path.getsize(path) == size
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (("NO_CACHE", "true"),),
+        (("MAX_AGE", "0"),),
+        (("RENDER", "always"),),
+        (("MAX_CHARS", "999999999"),),  # past fetch.max_chars_cap: its task refuses it
+        (("EXTRACT", "json"),),  # a view the page lacks: its task refuses it
+        (("START", "999999"),),  # past the end: its task refuses it
+        (("BUDGET", "fetches=1"),),  # charged by its task
+        (("TIMEOUT_MS", "nonsense"),),
+        (("URL", "https://origin.test/other"),),  # a second URL
+    ],
+)
+async def test_a_hit_its_task_would_answer_otherwise_is_left_to_its_task(
+    make_dispatcher: DispatcherFactory, origin: Origin, fields: tuple[Field, ...]
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    assert await now(dispatcher, fetch_task(url, *fields)) is None
+    assert await now(dispatcher, fetch_task(url)) is not None
+
+
+async def test_a_page_never_fetched_is_left_to_its_task(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    assert await now(dispatcher, fetch_task(url)) is None
+    assert hits(origin, "/tides") == 0
+
+
+async def test_no_hot_hit_crosses_an_invalidation(
+    make_dispatcher: DispatcherFactory, origin: Origin, web: WebServices
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    await web.cache.invalidate("fetch")
+    assert await now(dispatcher, fetch_task(url)) is None
+    assert (await slow(dispatcher, fetch_task(url))).get("CACHED") == "false"
+
+
+async def test_a_hit_whose_filekey_would_be_kept_again_is_left_to_its_task(
+    make_dispatcher: DispatcherFactory, origin: Origin, web: WebServices
+) -> None:
+    """The task writes the fileKey's snapshot again when the memory tier lost it: that is a
+    write, so not the hot route's to answer."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    await web.cache.invalidate("filekey")
+    assert await now(dispatcher, fetch_task(url)) is None
+    await slow(dispatcher, fetch_task(url))  # kept again
+    assert await now(dispatcher, fetch_task(url)) is not None
+
+
+async def test_a_hot_hit_is_not_answered_while_the_daemon_stops(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    dispatcher.shutting_down = True
+    assert await now(dispatcher, fetch_task(url)) is None
