@@ -4,6 +4,7 @@ state that its task would leave; whatever its task would do otherwise is left to
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -12,9 +13,11 @@ import trio
 from csp_web.config import Config
 from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.wire.connection import Shutdown
 from protocol import Field, Reply, Task
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices
+from tests.harness import Harness, outbox_of
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import ARTICLE, WAIT_S, fetch, hits, serve, web_audits
@@ -160,3 +163,33 @@ async def test_a_hot_hit_is_not_answered_while_the_daemon_stops(
     await fetch(dispatcher, url)
     dispatcher.shutting_down = True
     assert await now(dispatcher, fetch_task(url)) is None
+
+
+def frame(url: str, frame_id: str) -> bytes:
+    return f"TASK REQ:fetch {url} IN:WEB OUT:CONTENT\nID {frame_id}\n\n".encode()
+
+
+@pytest.mark.slow
+async def test_a_thousand_pipelined_hits_on_a_connection_answer_as_their_tasks_do(
+    make_dispatcher: DispatcherFactory, origin: Origin, nursery: trio.Nursery
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    peer = Harness(dispatcher, nursery, Shutdown()).connect()
+    with trio.fail_after(60):
+        await peer.send(frame(url, "miss"))
+        assert (await peer.reply()) is not None
+        from_task = await slow(dispatcher, fetch_task(url))
+        await peer.send(b"".join(frame(url, f"h{n}") for n in range(1000)))
+        replies = await peer.replies(1000)
+    expected = [
+        Reply(from_task.status, (("ID", f"h{n}"), *from_task.fields[1:])) for n in range(1000)
+    ]
+    assert replies == expected
+    assert dispatcher.stats.frames >= 1001
+    assert hits(origin, "/tides") == 1
+    rows = outbox_of(dispatcher)._store.oldest(2000)  # the durable store is what to observe
+    records = [json.loads(write.data) for _, write in rows if write.type == "audit"]
+    hot = [record for record in records if str(record.get("id", "")).startswith("h")]
+    assert len(hot) == 1000  # one record per frame
+    assert all(record["cache_hit"] is True for record in hot)

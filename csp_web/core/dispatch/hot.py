@@ -18,59 +18,85 @@ Issue 26 goal 1: ``python bench/fetch.py --quick`` figures are in the commit tha
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext, Peer, Services
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Params, parse_timeout_ms, validate
-from csp_web.core.api.ops import BoundOp
+from csp_web.core.api.ops import BoundOp, Registry
 from csp_web.core.api.replies import fail_reply, ok_reply
-from csp_web.core.api.trace import frame_trace
+from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
+from csp_web.core.dispatch.stats import Stats
 from protocol import Reply, Task
 
-if TYPE_CHECKING:
-    from csp_web.core.dispatch.dispatcher import Dispatcher
+
+class Dispatching(Protocol):
+    """What the hot route reads of the dispatcher (``Dispatcher`` is one), and its ``_done``:
+    the one place a reply is logged, counted, audited and its span ended."""
+
+    registry: Registry
+    services: Services
+    stats: Stats
+    tracer: TaskTracer | None
+    audit: bool
+    shutting_down: bool
+
+    async def _done(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        reply: Reply,
+        started: float,
+        audit: OpAudit | None,
+        admitted: bool,
+        span: TaskSpan | None,
+    ) -> Reply: ...
 
 
-def likely(dispatcher: Dispatcher, task: Task) -> bool:
+def likely(dispatcher: Dispatching, task: Task) -> bool:
     """Whether ``task`` names an op with a hot route whose cheap guess says it answers: the
     connection then gives it a turn without a running place and asks ``try_now``."""
     op = _hot_op(dispatcher, task)
     return op is not None and op.likely_now is not None and op.likely_now(task)
 
 
-async def answer_hot(dispatcher: Dispatcher, task: Task, peer: Peer) -> Reply | None:
-    """The reply to ``task`` from its op's hot route, audited as the slow route audits it,
-    or None when the route declines (then ``task`` runs as a task of its own). Never
-    raises: an unexpected error is answered ``internal_error``, as a task's would be."""
+async def answer_hot(
+    dispatcher: Dispatching,
+    task: Task,
+    peer: Peer,
+    task_id: str,
+    as_op_error: Callable[[Exception, Task], OpError],
+) -> Reply | None:
+    """The reply to ``task`` (its op's context named ``task_id``) from its op's hot route,
+    audited as the slow route audits it, or None when the route declines (then ``task`` runs
+    as a task of its own). Never raises: an unexpected error is answered as
+    ``as_op_error`` (the dispatcher's) makes it, as a task's would be."""
     op = _hot_op(dispatcher, task)
     if op is None or op.answer_now is None or not _may_start_now(dispatcher, task, peer):
         return None
     params = _valid(dispatcher, task, op)
     if params is None:
         return None
-    from csp_web.core.dispatch import dispatcher as module  # the slow route's own helpers
-
     started = time.monotonic()
-    ctx = OpContext(
-        dispatcher.services, peer, op.req, task.id or module._make_id(), task.id, frame_trace(task)
-    )
+    ctx = OpContext(dispatcher.services, peer, op.req, task_id, task.id, frame_trace(task))
+    audit: OpAudit | None = None
     try:
         result = op.answer_now(params, ctx)
     except Exception as exc:  # a bug in the route: answered as the task would answer it
-        result = None
-        reply = fail_reply(module._as_op_error(exc, task), task.id)
+        reply = fail_reply(as_op_error(exc, task), task.id)
     else:
         if result is None:
             return None
-        reply = ok_reply(result, task.id)
+        reply, audit = ok_reply(result, task.id), result.audit
     span = dispatcher.tracer.start(task) if dispatcher.tracer is not None else None
     dispatcher.stats.frames += 1
-    audit = result.audit if result is not None else None
     return await dispatcher._done(task, op, peer, reply, started, audit, True, span)
 
 
-def _hot_op(dispatcher: Dispatcher, task: Task) -> BoundOp | None:
+def _hot_op(dispatcher: Dispatching, task: Task) -> BoundOp | None:
     """The op ``task`` names when it has a hot route (never an IN:MEMORY relay's)."""
     if dispatcher.shutting_down or task.domain in ("SYS", "MEMORY"):
         return None
@@ -81,7 +107,7 @@ def _hot_op(dispatcher: Dispatcher, task: Task) -> BoundOp | None:
     return op if op.answer_now is not None else None
 
 
-def _may_start_now(dispatcher: Dispatcher, task: Task, peer: Peer) -> bool:
+def _may_start_now(dispatcher: Dispatching, task: Task, peer: Peer) -> bool:
     """Whether the slow route would start ``task`` without waiting and charge it nothing:
     no budget opens for it (BUDGET, BUDGET_ID or the uid's default) and, when audited, the
     outbox has room for its record now."""
@@ -93,7 +119,7 @@ def _may_start_now(dispatcher: Dispatcher, task: Task, peer: Peer) -> bool:
     return not dispatcher.audit or dispatcher.services.outbox.has_room_now(peer.connection)
 
 
-def _valid(dispatcher: Dispatcher, task: Task, op: BoundOp) -> Params | None:
+def _valid(dispatcher: Dispatching, task: Task, op: BoundOp) -> Params | None:
     """``task``'s fields as the slow route validates them; None when it would refuse them."""
     config = dispatcher.services.config.tasks
     try:
