@@ -12,6 +12,7 @@ import trio
 
 from csp_web.config import Config
 from csp_web.core.api.context import Peer
+from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.wire.connection import Shutdown
 from protocol import Field, Reply, Task
@@ -193,3 +194,23 @@ async def test_a_thousand_pipelined_hits_on_a_connection_answer_as_their_tasks_d
     hot = [record for record in records if str(record.get("id", "")).startswith("h")]
     assert len(hot) == 1000  # one record per frame
     assert all(record["cache_hit"] is True for record in hot)
+
+
+async def test_a_hot_hit_is_answered_while_the_web_pool_is_full_and_a_miss_is_busy(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """A hit holds no slot (it never waits, nothing runs on): a full pool (C-3) refuses
+    what would run, not what is answered at once."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    other = serve(origin, "/other", ARTICLE)
+    await fetch(dispatcher, url)
+    dispatcher.pools["web"] = pool = Slots("web", max_running=1, max_queued=0)
+    assert pool.take_now()
+    hot = await now(dispatcher, fetch_task(url))
+    assert hot is not None
+    assert hot.get("CACHED") == "true"
+    refused = await now(dispatcher, fetch_task(other))
+    assert refused is not None
+    assert refused.get("ERROR") == "busy:web: 1 running, 0 queued"
+    assert hits(origin, "/other") == 0

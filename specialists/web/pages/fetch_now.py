@@ -14,9 +14,9 @@ that would be rendered (RENDER always, or an app shell), a snapshot not in memor
 for MAX_AGE, a fileKey whose snapshot ``hold`` would write again, or a long page's SUMMARY not
 in memory. Nothing is changed before it is known that the route answers.
 
-Issue 26 goal 1: a hit as a task cost 1.0-1.9 ms of daemon CPU against 0.23-0.40 ms per ping
-(``python bench/fetch.py --quick``); the figures of this route are in its commit and the
-report.
+Issue 26 goal 1, ``python bench/fetch.py --quick`` A/B on one loaded 2-core host (load 3.9-5.9):
+daemon CPU per hit against a ping's 4.67-5.78x as a task, 3.36-3.62x here; round trip p50
+2.58-2.95x a ping's as a task, 1.83-2.36x here.
 """
 
 from __future__ import annotations
