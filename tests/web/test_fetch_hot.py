@@ -12,6 +12,7 @@ import trio
 
 from csp_web.config import Config
 from csp_web.core.api.context import Peer
+from csp_web.core.dispatch import hot
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.wire.connection import Shutdown
@@ -58,9 +59,9 @@ async def test_a_hot_hit_replies_the_whole_frame_its_task_replies(
     task = fetch_task(url, *fields)
     await slow(dispatcher, task)  # downloaded: the page, its fileKey and summary are kept
     from_task = await slow(dispatcher, task)
-    hot = await now(dispatcher, task)
-    assert hot == from_task
-    assert hot.get("CACHED") == "true"
+    answered = await now(dispatcher, task)
+    assert answered == from_task
+    assert answered.get("CACHED") == "true"
     assert hits(origin, "/tides") == 1
 
 
@@ -72,13 +73,13 @@ async def test_a_hot_hit_leaves_the_audit_record_its_task_leaves(
     await fetch(dispatcher, url)
     await slow(dispatcher, fetch_task(url))
     assert await now(dispatcher, fetch_task(url)) is not None
-    from_task, hot = web_audits(dispatcher)[-2:]
+    from_task, answered = web_audits(dispatcher)[-2:]
     varying = ("time", "duration_ms")
-    assert {k: v for k, v in hot.items() if k not in varying} == {
+    assert {k: v for k, v in answered.items() if k not in varying} == {
         k: v for k, v in from_task.items() if k not in varying
     }
-    assert hot["cache_hit"] is True
-    assert hot["target"] == url
+    assert answered["cache_hit"] is True
+    assert answered["target"] == url
 
 
 async def test_a_thousand_hot_hits_write_nothing_to_the_cache(
@@ -191,9 +192,9 @@ async def test_a_thousand_pipelined_hits_on_a_connection_answer_as_their_tasks_d
     assert hits(origin, "/tides") == 1
     rows = outbox_of(dispatcher)._store.oldest(2000)  # the durable store is what to observe
     records = [json.loads(write.data) for _, write in rows if write.type == "audit"]
-    hot = [record for record in records if str(record.get("id", "")).startswith("h")]
-    assert len(hot) == 1000  # one record per frame
-    assert all(record["cache_hit"] is True for record in hot)
+    answered = [record for record in records if str(record.get("id", "")).startswith("h")]
+    assert len(answered) == 1000  # one record per frame
+    assert all(record["cache_hit"] is True for record in answered)
 
 
 async def test_a_hot_hit_is_answered_while_the_web_pool_is_full_and_a_miss_is_busy(
@@ -207,10 +208,24 @@ async def test_a_hot_hit_is_answered_while_the_web_pool_is_full_and_a_miss_is_bu
     await fetch(dispatcher, url)
     dispatcher.pools["web"] = pool = Slots("web", max_running=1, max_queued=0)
     assert pool.take_now()
-    hot = await now(dispatcher, fetch_task(url))
-    assert hot is not None
-    assert hot.get("CACHED") == "true"
+    answered = await now(dispatcher, fetch_task(url))
+    assert answered is not None
+    assert answered.get("CACHED") == "true"
     refused = await now(dispatcher, fetch_task(other))
     assert refused is not None
     assert refused.get("ERROR") == "busy:web: 1 running, 0 queued"
     assert hits(origin, "/other") == 0
+
+
+async def test_only_a_held_page_under_no_budget_is_guessed_hot_before_its_turn(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """The connection's guess (``hot.likely``): a wrong one costs the frame a second turn."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    assert not hot.likely(dispatcher, fetch_task(url), PEER)
+    await fetch(dispatcher, url)
+    assert hot.likely(dispatcher, fetch_task(url), PEER)
+    assert not hot.likely(dispatcher, fetch_task(url, ("BUDGET", "fetches=1")), PEER)
+    assert not hot.likely(dispatcher, fetch_task("https://origin.test/else"), PEER)
+    assert not hot.likely(dispatcher, fetch_task("http://[::1"), PEER)

@@ -60,11 +60,14 @@ class Dispatching(Protocol):
     ) -> Reply: ...
 
 
-def likely(dispatcher: Dispatching, task: Task) -> bool:
-    """Whether ``task`` names an op with a hot route whose cheap guess says it answers: the
-    connection then gives it a turn without a running place and asks ``try_now``."""
+def likely(dispatcher: Dispatching, task: Task, peer: Peer) -> bool:
+    """Whether ``task`` of ``peer`` names an op with a hot route whose cheap guess says it
+    answers, and may start now: the connection then gives it a turn without a running place
+    and asks ``try_now`` (a guess that proves wrong costs the frame a second turn)."""
     op = _hot_op(dispatcher, task)
-    return op is not None and op.likely_now is not None and op.likely_now(task)
+    if op is None or op.likely_now is None or not _may_start_now(dispatcher, task, peer):
+        return False
+    return op.likely_now(task)
 
 
 async def answer_hot(

@@ -282,7 +282,9 @@ class _Session(StreamHandler):
         host, issue 23). It still takes its turn (L-10). False: start a task of its own."""
         dispatcher = self.dispatcher
         now = (
-            dispatcher.is_instant(task) or dispatcher.refuses(task) or hot.likely(dispatcher, task)
+            dispatcher.is_instant(task)
+            or dispatcher.refuses(task)
+            or hot.likely(dispatcher, task, self.peer)
         )
         if self.options.sequential or not now:
             return False
