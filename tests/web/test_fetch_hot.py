@@ -187,7 +187,7 @@ async def test_a_thousand_pipelined_hits_on_a_connection_answer_as_their_tasks_d
     expected = [
         Reply(from_task.status, (("ID", f"h{n}"), *from_task.fields[1:])) for n in range(1000)
     ]
-    assert replies == expected
+    assert sorted(replies, key=lambda r: int((r.id or "h-1")[1:])) == expected  # any order (C-2)
     assert dispatcher.stats.frames >= 1001
     assert hits(origin, "/tides") == 1
     rows = outbox_of(dispatcher)._store.oldest(2000)  # the durable store is what to observe
