@@ -229,3 +229,22 @@ async def test_only_a_held_page_under_no_budget_is_guessed_hot_before_its_turn(
     assert not hot.likely(dispatcher, fetch_task(url, ("BUDGET", "fetches=1")), PEER)
     assert not hot.likely(dispatcher, fetch_task("https://origin.test/else"), PEER)
     assert not hot.likely(dispatcher, fetch_task("http://[::1"), PEER)
+
+
+async def test_a_client_hanging_up_amid_pipelined_hits_leaves_the_daemon_answering(
+    make_dispatcher: DispatcherFactory, origin: Origin, nursery: trio.Nursery
+) -> None:
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    harness = Harness(dispatcher, nursery, Shutdown())
+    gone = harness.connect()
+    with trio.fail_after(WAIT_S):
+        await gone.send(b"".join(frame(url, f"h{n}") for n in range(200)))
+        await gone.replies(3)
+        await gone.stream.aclose()  # 197 replies have nobody to read them
+        peer = harness.connect()
+        await peer.send(frame(url, "after"))
+        reply = await peer.reply()
+    assert reply is not None
+    assert (reply.id, reply.get("CACHED")) == ("after", "true")
