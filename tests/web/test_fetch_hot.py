@@ -49,6 +49,7 @@ async def slow(dispatcher: Dispatcher, task: Task) -> Reply:
         (("MAX_CHARS", "100"),),  # PARTIAL, with the SUMMARY its task kept
         (("MAX_CHARS", "100"), ("START", "100"), ("EXTRACT", "html")),
         (("BOARD", "true"), ("MAX_AGE", "3600"), ("RENDER", "auto")),
+        (("MAX_CHARS", "50000"), ("MAX_PAGES", "1000")),  # at fetch's caps (N)
     ],
 )
 async def test_a_hot_hit_replies_the_whole_frame_its_task_replies(
@@ -105,7 +106,8 @@ async def test_a_thousand_hot_hits_write_nothing_to_the_cache(
         (("NO_CACHE", "true"),),
         (("MAX_AGE", "0"),),
         (("RENDER", "always"),),
-        (("MAX_CHARS", "999999999"),),  # past fetch.max_chars_cap: its task refuses it
+        (("MAX_CHARS", "50001"),),  # past fetch.max_chars_cap (N+1): its task refuses it
+        (("MAX_PAGES", "1001"),),  # past fetch.max_pages_cap (N+1): its task refuses it
         (("EXTRACT", "json"),),  # a view the page lacks: its task refuses it
         (("START", "999999"),),  # past the end: its task refuses it
         (("BUDGET", "fetches=1"),),  # charged by its task
