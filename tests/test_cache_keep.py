@@ -98,3 +98,30 @@ async def _disk_expiry(cache: Cache, namespace: str, material: str) -> float | N
     key = cache_key(namespace, material)
     _, expires = await trio.to_thread.run_sync(lambda: cache._store.get(key, expire_time=True))
     return expires if isinstance(expires, float) else None
+
+
+async def test_peek_answers_only_an_unexpired_memory_entry_and_counts_no_hit(
+    tmp_path: Path,
+) -> None:
+    """The hot route's read (``peek``): what the memory tier holds, never past its expiry
+    nor across an invalidation, without waiting; a hit is counted once it answers."""
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        await cache.set("fetch", "a", SNAPSHOT, ttl_s=3600)
+        await cache.set("fetch", "gone", SNAPSHOT, ttl_s=-1)  # expired as it was written
+        assert cache.peek("fetch", "a") == SNAPSHOT
+        assert cache.peek("fetch", "gone") is None
+        assert cache.peek("fetch", "never") is None
+        assert cache.hits["fetch"] == 0
+        cache.count_hit("fetch")
+        assert cache.hits["fetch"] == 1
+        await cache.invalidate("fetch")
+        assert cache.peek("fetch", "a") is None
+
+
+async def test_holds_says_whether_keep_would_write(tmp_path: Path) -> None:
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        await cache.set("filekey", "fk_a", SNAPSHOT, ttl_s=1000)
+        assert cache.holds("filekey", "fk_a", dict(SNAPSHOT), ttl_s=1900)  # over half left
+        assert not cache.holds("filekey", "fk_a", SNAPSHOT, ttl_s=3000)  # under half left
+        assert not cache.holds("filekey", "fk_a", {**SNAPSHOT, "v": 6}, ttl_s=1900)
+        assert not cache.holds("filekey", "fk_b", SNAPSHOT, ttl_s=1900)

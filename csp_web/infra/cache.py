@@ -149,6 +149,20 @@ class Cache:
             self.hits[namespace] += 1
         return value
 
+    def peek(self, namespace: str, material: Any) -> Any | None:
+        """The value the memory tier holds unexpired, without waiting and without counting
+        a hit (``count_hit`` does, once the caller answers with it); None: ask ``get``."""
+        return self._memory.get(cache_key(namespace, material))
+
+    def holds(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> bool:
+        """Whether ``keep(namespace, material, value, ttl_s=ttl_s)`` would write nothing."""
+        key = cache_key(namespace, material)
+        return self._memory.get(key) == value and self._memory.lives(key, ttl_s / 2)
+
+    def count_hit(self, namespace: str) -> None:
+        """Count a hit answered from ``peek``, as ``get`` counts its own."""
+        self.hits[namespace] += 1
+
     @property
     def _store(self) -> diskcache.Cache:
         """The disk store, opened now if it was not; raises StorageFull("cache") when a full
@@ -195,8 +209,7 @@ class Cache:
         every cache hit keeps again, so a hit writes nothing and what it hands out still
         lives ``ttl_s / 2`` at least. Issue 26: that write made a fetch hit cost 6.1-6.2 ms
         of CPU against 4.0-4.2 ms without it (``python bench/fetch_cpu.py``, load 10-11)."""
-        key = cache_key(namespace, material)
-        if self._memory.get(key) != value or not self._memory.lives(key, ttl_s / 2):
+        if not self.holds(namespace, material, value, ttl_s=ttl_s):
             await self.set(namespace, material, value, ttl_s=ttl_s)
 
     async def invalidate(self, namespace: str) -> int:

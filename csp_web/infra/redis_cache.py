@@ -95,6 +95,15 @@ class ResponseCache(Protocol):
 
     async def keep(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> None: ...
 
+    def peek(self, namespace: str, material: Any) -> Any | None:
+        """What ``get`` would answer from memory without waiting; None: ask ``get``. Counts
+        nothing (``count_hit``)."""
+
+    def holds(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> bool:
+        """Whether ``keep`` of the same would write nothing."""
+
+    def count_hit(self, namespace: str) -> None: ...
+
     async def invalidate(self, namespace: str) -> int: ...
 
 
@@ -354,12 +363,36 @@ class RedisCache:
         """``set``, unless the memory tier holds this very value as read from or written to
         Redis (not a copy made while it was down) with half of ``ttl_s`` or more to live, and
         Redis and its events are live: as ``Cache.keep``, a hit then costs no round trip."""
-        key = cache_key(namespace, material)
-        live = self._link.up and self._link.events_live and not self._checked_namespace(namespace)
-        entry = self._memory.get(key) if live else None
-        held = entry is not None and entry[0] >= 0 and entry[1] == value
-        if not (held and self._memory.lives(key, ttl_s / 2)):
+        if not self.holds(namespace, material, value, ttl_s=ttl_s):
             await self.set(namespace, material, value, ttl_s=ttl_s)
+
+    def holds(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> bool:
+        """Whether ``keep`` of the same would write nothing (see ``keep``)."""
+        key = cache_key(namespace, material)
+        entry = self._memory.get(key) if self._memory_answers(namespace) else None
+        held = entry is not None and entry[0] >= 0 and entry[1] == value
+        return held and self._memory.lives(key, ttl_s / 2)
+
+    def peek(self, namespace: str, material: Any) -> Any | None:
+        """The value ``get`` would answer from the memory tier without a round trip or a
+        disk copy: only while Redis and its events are live, no earlier outage's copies are
+        held, no invalidation of ``namespace`` is pending and the namespace is not checked;
+        None otherwise (then ask ``get``). Counts nothing (``count_hit``)."""
+        if self._local or namespace in self._pending or not self._memory_answers(namespace):
+            return None
+        entry = self._memory.get(cache_key(namespace, material))
+        return None if entry is None or entry[0] < 0 else entry[1]
+
+    def count_hit(self, namespace: str) -> None:
+        """Count a hit answered from ``peek``, as ``get`` counts its own."""
+        self.hits[namespace] += 1
+
+    def _memory_answers(self, namespace: str) -> bool:
+        """Whether a memory copy of ``namespace`` answers for Redis on its own: Redis and its
+        events are live (every write elsewhere drops our copy) and the namespace is not
+        checked against Redis on each hit."""
+        link = self._link
+        return link.up and link.events_live and not self._checked_namespace(namespace)
 
     async def invalidate(self, namespace: str) -> int:
         """Drop every entry of ``namespace`` on every daemon; the count dropped from Redis

@@ -85,6 +85,13 @@ class Outbox:
             raise self.room.refuse_storage_full()
         await self.room.wait_room(owner)
 
+    def has_room_now(self, owner: str) -> bool:
+        """Whether ``wait_room(owner)`` would return at once, without a probe of the disk:
+        delivery is not behind (O-5), the outbox and ``owner``'s share have room (O-1, O-2)
+        and its disk is not marked full (O-6)."""
+        room = self.room
+        return not (room.storage_full or room.behind or room.full or room.peer_full(owner))
+
     async def put(
         self, write: MemoryWrite, *, use_reserve: bool = True, owner: str | None = None
     ) -> None:

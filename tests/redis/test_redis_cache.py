@@ -213,3 +213,31 @@ async def test_keeping_a_value_held_in_memory_costs_no_round_trip_until_a_peer_d
         with trio.fail_after(10):
             await heard.wait()
         assert await b.get("filekey", "fk_a") == {"markdown": "# Tides"}
+
+
+async def test_peek_answers_what_get_answers_from_memory_and_nothing_redis_must_decide(
+    open_link: OpenLink, redis_server: RedisServer
+) -> None:
+    """The hot route's read: a memory copy while Redis and its events are live, never in a
+    checked namespace, never once a peer's write or invalidation dropped it, never while
+    Redis is down (then ``get`` decides, with its disk tier and its settling)."""
+    async with open_link() as one, open_link() as two:
+        a, b = RedisCache(one, memory_bytes=MEMORY), RedisCache(two, memory_bytes=MEMORY)
+        await a.set("fetch", "u", "v1", ttl_s=60)
+        await a.set("api:x", "u", "v", ttl_s=60)
+        assert b.peek("fetch", "u") is None  # not read yet
+        assert await b.get("fetch", "u") == "v1"
+        assert await b.get("api:x", "u") == "v"
+        assert b.peek("fetch", "u") == "v1"
+        assert b.peek("api:x", "u") is None  # checked against Redis at each hit
+        seen = event_seen(two, sender=one)
+        await a.invalidate("fetch")
+        with trio.fail_after(10):
+            await seen.wait()
+        assert b.peek("fetch", "u") is None
+        assert await b.get("fetch", "u") is None
+        await b.set("fetch", "u", "v2", ttl_s=60)
+        assert b.peek("fetch", "u") == "v2"
+        redis_server.stop()
+        await wait_live(two, False)
+        assert b.peek("fetch", "u") is None

@@ -26,6 +26,22 @@ if TYPE_CHECKING:
 S = TypeVar("S")
 Handler: TypeAlias = Callable[[Params, "OpContext", S], Awaitable["Result"]]
 Run: TypeAlias = Callable[[Params, "OpContext"], Awaitable["Result"]]
+# An op's answer without waiting (no checkpoint, no I/O), or None: then it runs as a task.
+NowHandler: TypeAlias = Callable[[Params, "OpContext", S], "Result | None"]
+AnswerNow: TypeAlias = Callable[[Params, "OpContext"], "Result | None"]
+
+
+@dataclass(frozen=True)
+class Hot(Generic[S]):
+    """How an op may be answered at once, in the connection's reader (``Dispatcher.try_now``,
+    dispatch/hot.py) rather than as a task of its own: ``likely(task, services)`` is a cheap
+    guess that ``answer`` will not decline (a cache hit: its entry is in memory), asked
+    before the frame takes its turn; ``answer(params, ctx, services)`` gives exactly the
+    result ``handler`` would, or None (then the handler runs as usual). ``answer`` must not
+    wait, and must change nothing before it knows it answers (a declined frame runs again)."""
+
+    likely: Callable[[Task, S], bool]
+    answer: NowHandler[S]
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,7 @@ class Op(Generic[S]):
     example: Example | None = None
     instant: bool = False
     effects: Effects = Effects()
+    hot: Hot[S] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able entry ``REQ:ops`` prints for this op (SPEC D-5): its own fields,
@@ -132,10 +149,13 @@ class OpSpec(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BoundOp:
-    """An op bound to its services: ``run(params, ctx)`` is its handler with them."""
+    """An op bound to its services: ``run(params, ctx)`` is its handler with them;
+    ``likely_now`` and ``answer_now`` its ``Hot`` route's, when it has one."""
 
     spec: OpSpec
     run: Run
+    likely_now: Callable[[Task], bool] | None = None
+    answer_now: AnswerNow | None = None
 
     @property
     def req(self) -> str:
@@ -157,7 +177,17 @@ def bind(op: Op[S], services: S) -> BoundOp:
     async def run(params: Params, ctx: OpContext) -> Result:
         return await handler(params, ctx, services)
 
-    return BoundOp(op, run)
+    if op.hot is None:
+        return BoundOp(op, run)
+    likely, answer = op.hot.likely, op.hot.answer
+
+    def likely_now(task: Task) -> bool:
+        return likely(task, services)
+
+    def answer_now(params: Params, ctx: OpContext) -> Result | None:
+        return answer(params, ctx, services)
+
+    return BoundOp(op, run, likely_now, answer_now)
 
 
 class _Keyed(Protocol):

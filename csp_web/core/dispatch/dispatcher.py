@@ -32,6 +32,7 @@ from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.budgets import open_budget, reserve_wall, settle
 from csp_web.core.dispatch.cancels import Cancels, Ticket
+from csp_web.core.dispatch.hot import answer_hot
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
@@ -136,14 +137,16 @@ class Dispatcher:
     async def try_now(self, task: Task, peer: Peer) -> Reply | None:
         """The reply to ``task`` when it can be given without waiting, else None (then it
         runs as a task of its own, ``run``). Without waiting: an IN:SYS op that neither
-        sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3); or
-        the ``busy`` refusal of a valid task whose specialist's pool is full (C-3,
-        ``refuses``). It reaches no checkpoint, so neither a deadline nor the grace period
-        can end it; its one wait is its audit summary's commit when it fills one (O-4),
-        shielded there, so a shutdown that stops the reader never takes its reply."""
+        sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3); an
+        op's hot answer (``Op.hot``, hot.py: a cache hit held in memory); or the ``busy``
+        refusal of a valid task whose specialist's pool is full (C-3, ``refuses``). It
+        reaches no checkpoint, so neither a deadline nor the grace period can end it; its
+        one wait is its audit's commit (a summary's when it fills one, O-4), shielded there,
+        so a shutdown that stops the reader never takes its reply."""
         op = self._instant_kind(task)
-        if op is None:
-            return await self._refuse_now(task, peer)
+        if op is None:  # a hot answer (a cache hit: hot.py), else busy, else a task
+            reply = await answer_hot(self, task, peer, task.id or _make_id(), _as_op_error)
+            return reply if reply is not None else await self._refuse_now(task, peer)
         if self._must_pace(peer):
             return None
         slots = self.pools["sys"]

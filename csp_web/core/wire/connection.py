@@ -38,6 +38,7 @@ from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.replies import fail_reply
+from csp_web.core.dispatch import hot
 from csp_web.core.dispatch.cancels import Ticket
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.transports.unix import Lease
@@ -271,15 +272,21 @@ class _Session(StreamHandler):
     # --- starting frames
 
     async def answer_now(self, task: Task) -> bool:
-        """Answer ``task`` in the reader when it is an instant op, or refused ``busy`` as
-        its specialist's pool is full (``Dispatcher.try_now``):
+        """Answer ``task`` in the reader when it is an instant op, an op's hot answer (a
+        cache hit, dispatch/hot.py), or refused ``busy`` as its specialist's pool is full
+        (``Dispatcher.try_now``):
         it takes neither an in-flight place nor a running one, so slow work filling both
         never holds it back (issue 21), and a task of its own would cost more than the op
         (bench/daemon.py --quick, pipelined pings: 115 us of daemon CPU per frame answered
         here, 195 us as tasks; 1-client ping p50 0.8 ms against 3.8 ms; one loaded 2-core
         host, issue 23). It still takes its turn (L-10). False: start a task of its own."""
         dispatcher = self.dispatcher
-        if self.options.sequential or not (dispatcher.is_instant(task) or dispatcher.refuses(task)):
+        now = (
+            dispatcher.is_instant(task)
+            or dispatcher.refuses(task)
+            or hot.likely(dispatcher, task, self.peer)
+        )
+        if self.options.sequential or not now:
             return False
         await self.wait_turn(instant=True)  # a turn, no running place
         reply = await self.dispatcher.try_now(task, self.peer)

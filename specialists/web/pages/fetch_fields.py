@@ -23,10 +23,11 @@ import datetime
 import functools
 import json
 
-from protocol import ErrorCode, Field
+from csp_web.core.api.replies import Result, cite
+from protocol import ErrorCode, Field, Status
 
 from .emptiness import NO_TEXT, is_empty
-from .filekeys import content_of, file_key, hold
+from .filekeys import content_of, file_key, hold, window
 from .loading import Page, op_deadline
 from .services import PagesServices
 from .summarize import summarize_extractive
@@ -131,3 +132,29 @@ async def prepare_fetch(services: PagesServices, page: Page) -> None:
     long = len(content) > services.config.fetch.default_max_chars  # ops_fetch's PARTIAL test
     if page.kind in ("html", "json", "text") and long:
         await summary_fields(services, f"{key}:text", content)
+
+
+def fetch_result(
+    page: Page, content: str, part: tuple[int, int], file_key: str, summary: list[Field]
+) -> Result:
+    """The reply for ``part`` (START, MAX_CHARS) of one page: PARTIAL, with ``summary`` when
+    cut at MAX_CHARS, or when the page yields no text (with ``ERROR empty_content:<why>``, or
+    for a document without a text layer ``ERROR no_text_layer:<why>``,
+    SPEC R-2; never an OK with empty content)."""
+    text, paging, status = window(content, *part)
+    fields: list[Field] = [("TITLE", page.title)] if page.title else []
+    fields += declared_fields(page)
+    fields.append(("WORD_COUNT", str(page.word_count)))
+    if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
+        fields.append(("PAGE_TYPE", page.page_type))
+    fields += page_fields(page)
+    fields.append(("CACHED", "true" if page.cached else "false"))
+    fields += render_fields(page)
+    if (when := cached_at(page)) is not None:
+        fields.append(("CACHED_AT", when))
+    fields += [("URL", page.url), ("FILE_KEY", file_key), *paging, *summary]
+    fields.append(cite(page.url, page.title))
+    error = empty_error(page, content)
+    if error is not None:
+        status = Status.PARTIAL
+    return Result(text, (page.host,), tuple(fields), status, error)

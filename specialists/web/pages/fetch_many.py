@@ -58,11 +58,16 @@ async def announce(ctx: OpContext, services: PagesServices, page: Page) -> str:
     """Hold ``page`` under its fileKey and put it on the peer's board; returns the key."""
     key = file_key(page)
     await hold(services, key, page)
+    post(ctx, services, page, key)
+    return key
+
+
+def post(ctx: OpContext, services: PagesServices, page: Page, key: str) -> None:
+    """Put ``page``, held under ``key``, on the peer's board at its current turn."""
     content = content_of(page)
     turn = services.board.current(ctx.peer)
     entry = Entry(key, page.url, page.title, len(content), token_estimate(content), turn)
     services.board.announce(ctx.peer, entry, services.config.docs.board)
-    return key
 
 
 def board_lines(ctx: OpContext, services: PagesServices) -> list[Field]:

@@ -26,24 +26,17 @@ import urllib.parse
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
-from csp_web.core.api.ops import READS_WEB, Op
+from csp_web.core.api.ops import READS_WEB, Hot, Op
 from csp_web.core.api.replies import Result, cite
-from protocol import ErrorCode, Field, Status
+from protocol import ErrorCode, Field
 
 from ..services import WebServices, web_audit
-from .fetch_fields import (
-    cached_at,
-    declared_fields,
-    empty_error,
-    page_fields,
-    render_fields,
-    summary_fields,
-)
+from .fetch_fields import fetch_result, summary_fields
 from .fetch_many import announce, board_lines, fetch_many
-from .filekeys import window
+from .fetch_now import answer_hit, likely_hit
 from .filepages import held_or_file
 from .loaders import fetch_page, page_view
-from .loading import Page, load_for_op
+from .loading import load_for_op
 from .services import PagesServices
 
 ARROW = "→"  # seed 000's REDIRECT_CHAIN separator
@@ -102,7 +95,7 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
         if start + max_chars < len(content):  # PARTIAL: say what the rest holds
             view = f"{file_key}:{params.text('EXTRACT')}"
             summary = await summary_fields(services, view, content)
-        result = _fetch_result(page, content, (start, max_chars), file_key, summary)
+        result = fetch_result(page, content, (start, max_chars), file_key, summary)
         if params.flag("BOARD"):
             board = board_lines(ctx, services)
             result = dataclasses.replace(result, fields=(*result.fields, *board))
@@ -140,32 +133,6 @@ def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) 
         raise FieldError(ErrorCode.INVALID_FIELD, f"more than {max_urls} URL fields")
     if len(urls) > 1 and start:
         raise FieldError(ErrorCode.INVALID_FIELD, "START pages one source: use its FILE_KEY")
-
-
-def _fetch_result(
-    page: Page, content: str, part: tuple[int, int], file_key: str, summary: list[Field]
-) -> Result:
-    """The reply for ``part`` (START, MAX_CHARS) of one page: PARTIAL, with ``summary`` when
-    cut at MAX_CHARS, or when the page yields no text (with ``ERROR empty_content:<why>``, or
-    for a document without a text layer ``ERROR no_text_layer:<why>``,
-    SPEC R-2; never an OK with empty content)."""
-    text, paging, status = window(content, *part)
-    fields: list[Field] = [("TITLE", page.title)] if page.title else []
-    fields += declared_fields(page)
-    fields.append(("WORD_COUNT", str(page.word_count)))
-    if page.page_type:  # only when the extractor can tell (extract.PAGE_TYPES)
-        fields.append(("PAGE_TYPE", page.page_type))
-    fields += page_fields(page)
-    fields.append(("CACHED", "true" if page.cached else "false"))
-    fields += render_fields(page)
-    if (when := cached_at(page)) is not None:
-        fields.append(("CACHED_AT", when))
-    fields += [("URL", page.url), ("FILE_KEY", file_key), *paging, *summary]
-    fields.append(cite(page.url, page.title))
-    error = empty_error(page, content)
-    if error is not None:
-        status = Status.PARTIAL
-    return Result(text, (page.host,), tuple(fields), status, error)
 
 
 async def meta(params: Params, ctx: OpContext, services: PagesServices) -> Result:
@@ -409,6 +376,7 @@ OPS: list[Op[WebServices]] = [
         doc="pages' readable content with fileKeys, paged by START/MAX_CHARS; PAGE_TYPE when"
         " the extractor can tell (article forum docs listing product collection service)",
         effects=READS_WEB,
+        hot=Hot(likely_hit, answer_hit),
     ),
     Op(
         "meta",

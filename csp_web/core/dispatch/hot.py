@@ -1,0 +1,141 @@
+"""The hot route: a task whose op can answer it without waiting (``Op.hot``: a fetch whose page
+the cache's memory tier holds) is answered in the connection's reader, as an instant IN:SYS op
+is (``Dispatcher.try_now``), instead of as a task of its own with admission, a slot and a
+deadline scope.
+
+Only a task that the slow route would answer the same way without waiting takes it: one the
+op's ``likely`` guess picks (the connection asks ``likely`` before the frame's turn), valid
+(fields and TIMEOUT_MS: an invalid one is refused by a task of its own, as ever), under no
+budget (its charges and BUDGET_LEFT are the slow route's), while the daemon is not stopping
+and the outbox has room for its record now (the slow route would wait for it, SPEC O-1, O-2,
+O-5). The op's answer then goes through the dispatcher's own ``_done``: the same log line,
+stats, span and audit record, committed before the reply (O-1; storage_full when it could
+not be kept, O-6). A task its op declines runs as a task of its own, as before.
+
+Issue 26 goal 1 (``python bench/fetch.py --quick``, A/B, load 3.9-5.9): a cache hit's daemon
+CPU fell from 4.67-5.78x a ping's to 3.36-3.62x, its round trip p50 from 2.58-2.95x a ping's
+to 1.83-2.36x (fetch_now.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.context import OpContext, Peer, Services
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Params, parse_timeout_ms, validate
+from csp_web.core.api.ops import BoundOp, Registry
+from csp_web.core.api.replies import fail_reply, ok_reply
+from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
+from csp_web.core.dispatch.stats import Stats
+from protocol import Reply, Task
+
+
+class Dispatching(Protocol):
+    """What the hot route reads of the dispatcher (``Dispatcher`` is one), and its ``_done``:
+    the one place a reply is logged, counted, audited and its span ended."""
+
+    registry: Registry
+    services: Services
+    stats: Stats
+    tracer: TaskTracer | None
+    audit: bool
+    shutting_down: bool
+
+    async def _done(
+        self,
+        task: Task,
+        op: BoundOp | None,
+        peer: Peer,
+        reply: Reply,
+        started: float,
+        audit: OpAudit | None,
+        admitted: bool,
+        span: TaskSpan | None,
+    ) -> Reply: ...
+
+
+def likely(dispatcher: Dispatching, task: Task, peer: Peer) -> bool:
+    """Whether ``task`` of ``peer`` names an op with a hot route whose cheap guess says it
+    answers, and may start now: the connection then gives it a turn without a running place
+    and asks ``try_now`` (a guess that proves wrong costs the frame a second turn)."""
+    op = _hot_op(dispatcher, task)
+    if op is None or op.likely_now is None or not _may_start_now(dispatcher, task, peer):
+        return False
+    return op.likely_now(task)
+
+
+async def answer_hot(
+    dispatcher: Dispatching,
+    task: Task,
+    peer: Peer,
+    task_id: str,
+    as_op_error: Callable[[Exception, Task], OpError],
+) -> Reply | None:
+    """The reply to ``task`` (its op's context named ``task_id``) from its op's hot route,
+    audited as the slow route audits it, or None when the route declines (then ``task`` runs
+    as a task of its own). Never raises: an unexpected error is answered as
+    ``as_op_error`` (the dispatcher's) makes it, as a task's would be."""
+    op = _hot_op(dispatcher, task)
+    if op is None or op.answer_now is None or not _may_start_now(dispatcher, task, peer):
+        return None
+    params = _valid(dispatcher, task, op)
+    if params is None:
+        return None
+    started = time.monotonic()
+    ctx = OpContext(dispatcher.services, peer, op.req, task_id, task.id, frame_trace(task))
+    audit: OpAudit | None = None
+    try:
+        result = op.answer_now(params, ctx)
+    except Exception as exc:  # a bug in the route: answered as the task would answer it
+        reply = fail_reply(as_op_error(exc, task), task.id)
+    else:
+        if result is None:
+            return None
+        reply, audit = ok_reply(result, task.id), result.audit
+    span = dispatcher.tracer.start(task) if dispatcher.tracer is not None else None
+    dispatcher.stats.frames += 1
+    # Its one wait, the record's commit (O-1), is shielded as an IN:SYS summary's is: a
+    # shutdown that stops the reader then never takes a reply whose record was kept.
+    with trio.CancelScope(shield=True):
+        reply = await dispatcher._done(task, op, peer, reply, started, audit, True, span)
+    return reply
+
+
+def _hot_op(dispatcher: Dispatching, task: Task) -> BoundOp | None:
+    """The op ``task`` names when it has a hot route (never an IN:MEMORY relay's)."""
+    if dispatcher.shutting_down or task.domain in ("SYS", "MEMORY"):
+        return None
+    try:
+        op = dispatcher.registry.lookup(task)
+    except OpError:
+        return None  # refused: answered (and audited) by a task of its own
+    return op if op.answer_now is not None else None
+
+
+def _may_start_now(dispatcher: Dispatching, task: Task, peer: Peer) -> bool:
+    """Whether the slow route would start ``task`` without waiting and charge it nothing:
+    no budget opens for it (BUDGET, BUDGET_ID or the uid's default) and, when audited, the
+    outbox has room for its record now."""
+    config = dispatcher.services.config
+    if task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None:
+        return False
+    if config.budgets.default_for(peer.uid) is not None:
+        return False
+    return not dispatcher.audit or dispatcher.services.outbox.has_room_now(peer.connection)
+
+
+def _valid(dispatcher: Dispatching, task: Task, op: BoundOp) -> Params | None:
+    """``task``'s fields as the slow route validates them; None when it would refuse them."""
+    config = dispatcher.services.config.tasks
+    try:
+        params = validate(task, op.spec.fields, op.spec.inline)
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+    except OpError:
+        return None
+    return params
