@@ -7,7 +7,7 @@ import enum
 from ._buffer import LineBuffer
 from ._errors import ProtocolError
 from ._frames import Frame
-from ._grammar import parse_frame, salvage_id
+from ._grammar import parse_block, parse_frame, salvage_id
 from ._limits import Limits
 from ._serialize import serialize
 from .codes import ErrorCode
@@ -64,10 +64,12 @@ class Connection:
         """The next complete frame, NEED_DATA, or CLOSED; raises ProtocolError."""
         while True:
             if not (self._lines or self._skip_line or self._skip_frame):
-                self._skip_blank_lines()
+                # A whole frame first: the blank lines' scan is for when none starts here.
                 frame = self._whole_frame()
                 if frame is not None:
                     return frame
+                if self._skip_blank_lines():
+                    continue
             if self._skip_line and not self._buffer.skip_line():
                 return CLOSED if self._eof else NEED_DATA
             self._skip_line = False
@@ -82,32 +84,42 @@ class Connection:
         """The bytes that carry ``frame`` to the peer."""
         return serialize(frame)
 
-    def _skip_blank_lines(self) -> None:
+    def _skip_blank_lines(self) -> bool:
+        """Drop the empty lines at the front; whether there were any."""
         most = self.limits.max_blank_lines
-        self._blank_run += self._buffer.skip_blank_lines(most + 1 - self._blank_run)
+        skipped = self._buffer.skip_blank_lines(most + 1 - self._blank_run)
+        self._blank_run += skipped
         if self._blank_run > most:
             self._blank_run = 0
             raise ProtocolError(
                 ErrorCode.TOO_MANY_BLANK_LINES, f"over {most} empty lines outside a frame"
             )
+        return skipped > 0
 
     def _whole_frame(self) -> Frame | None:
         # Only a frame within every limit takes the fast path; the line-by-line path
         # handles anything else, so both report errors identically.
         limits = self.limits
-        block = self._buffer.peek_block(limits.max_frame_bytes + 2 * (limits.max_fields + 2))
-        if block is None:
+        peeked = self._buffer.peek_block(limits.max_frame_bytes + 2 * (limits.max_fields + 2))
+        if peeked is None:
             return None
-        lines, end = block
+        block, end = peeked
+        if b"\r" in block:  # a CRLF frame: its lines without their CRs
+            lines = [line.removesuffix(b"\r") for line in block.split(b"\n")]
+            block = b"\n".join(lines)
+        # A block within one line's limit holds no longer line: the common case asks no split.
         if (
-            len(lines) > limits.max_fields + 1
-            or max(map(len, lines)) > limits.max_line_bytes
-            or sum(map(len, lines)) + len(lines) > limits.max_frame_bytes
+            block.count(b"\n") > limits.max_fields
+            or len(block) >= limits.max_frame_bytes
+            or (
+                len(block) > limits.max_line_bytes
+                and max(map(len, block.split(b"\n"))) > limits.max_line_bytes
+            )
         ):
             return None
         self._buffer.consume_to(end)
         self._blank_run = 0
-        return parse_frame(lines)
+        return parse_block(block)
 
     def _no_full_line(self) -> Frame | Sentinel:
         # A CR that may be the first half of a CRLF does not count against the line.
