@@ -37,6 +37,9 @@ from csp_web.core.dispatch.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
 
 log = logging.getLogger(__name__)
+# (REQ, OUT) pairs whose instant op is remembered: the sys ops' few, and room for strays
+# (an unknown name is remembered as None), cleared when full as protocol's header table.
+_MAX_INSTANT_HEADERS = 256
 
 
 class Dispatcher:
@@ -71,6 +74,9 @@ class Dispatcher:
             name: Slots(name, max_running=limits.max_running, max_queued=limits.max_queued)
             for name, limits in pools.items()
         }
+        # The instant IN:SYS op of each (REQ, OUT) asked about (None: not one). The registry
+        # is fixed for the dispatcher's life; a ping's lookup was two per frame.
+        self._instant: dict[tuple[str, str], BoundOp | None] = {}
 
     def connection_closed(self, peer: Peer) -> None:
         """``peer``'s connection has closed: write its open IN:SYS audit summary (O-4)."""
@@ -140,7 +146,11 @@ class Dispatcher:
         the ``busy`` refusal of a valid task whose specialist's pool is full (C-3,
         ``refuses``). It reaches no checkpoint, so neither a deadline nor the grace period
         can end it; its one wait is its audit summary's commit when it fills one (O-4),
-        shielded there, so a shutdown that stops the reader never takes its reply."""
+        shielded there, so a shutdown that stops the reader never takes its reply.
+
+        Its steps are plain calls, not coroutines, but for the op itself and the rare
+        budget and summary commit: a coroutine per step (stage, budget, done, audit) was
+        half the calls of a pipelined ping (bench/daemon.py --quick, issue 26)."""
         op = self._instant_kind(task)
         if op is None:
             return await self._refuse_now(task, peer)
@@ -151,18 +161,29 @@ class Dispatcher:
             return None
         span = self.tracer.start(task) if self.tracer is not None else None
         started = time.monotonic()
-        self.stats.frames += 1
-        self.stats.in_flight += 1
-        stage = _Stage(span)
+        stats = self.stats
+        stats.frames += 1
+        stats.in_flight += 1
+        task_budget: TaskBudget | None = None
         try:
-            reply = await self._run_now(task, op, peer, stage)
+            params = validate(task, op.spec.fields, op.spec.inline)
+            config = self.services.config
+            if task.fields:  # a frame with no fields names no deadline nor budget
+                tasks = config.tasks
+                parse_timeout_ms(
+                    task, default_ms=tasks.default_timeout_ms, max_ms=tasks.max_timeout_ms
+                )
+            if task.fields or config.budgets.per_uid:  # for its BUDGET_LEFT alone
+                task_budget = await open_budget(task, peer.uid, config.budgets, self.ledger)
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+            reply = ok_reply(await op.run(params, ctx), task.id)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
-            self.stats.in_flight -= 1
+            stats.in_flight -= 1
             slots.release()
-        if stage.budget is not None:  # the local ledger and a task's own budget never wait
-            reply = await settle(stage.budget, reply, stage.began, None, 0)
+        if task_budget is not None:  # the local ledger and a task's own budget never wait
+            reply = await settle(task_budget, reply, trio.current_time(), None, 0)
         return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
@@ -248,21 +269,34 @@ class Dispatcher:
             reply = budgeted(reply, task_budget)
         return await self._done(task, op, peer, reply, time.monotonic(), None, False, span)
 
-    def is_instant(self, task: Task) -> bool:
-        """Whether ``task`` names an op that never waits (``Op.instant``, IN:SYS), whatever
-        the pools' state: a connection gives it a turn without a running place (L-10), then
-        asks ``try_now`` for its reply."""
-        return self._instant_kind(task) is not None
+    def answers_now(self, task: Task) -> bool:
+        """Whether ``try_now`` may answer ``task``: it names an op that never waits
+        (``Op.instant``, IN:SYS), whatever the pools' state, or one ``refuses``. A
+        connection then gives it a turn without a running place (L-10) and asks
+        ``try_now`` for its reply."""
+        return self._instant_kind(task) is not None or self.refuses(task)
 
     def _instant_kind(self, task: Task) -> BoundOp | None:
         if task.domain != "SYS" or self.shutting_down:
             return None
+        header = (task.req, task.out)
+        try:
+            op = self._instant[header]
+        except KeyError:
+            op = self._instant_op(task)
+            if len(self._instant) >= _MAX_INSTANT_HEADERS:
+                self._instant.clear()  # a peer inventing names must not grow the table
+            self._instant[header] = op
+        if op is None or self._ledger_waits(task):
+            return None  # its ledger may wait (Redis): a task of its own
+        return op
+
+    def _instant_op(self, task: Task) -> BoundOp | None:
+        """The instant IN:SYS op ``task``'s header names, else None."""
         try:
             op = self.registry.lookup(task)
         except OpError:
             return None  # refused: answered (and audited) by a task of its own
-        if self._ledger_waits(task):
-            return None  # its ledger may wait (Redis): a task of its own
         return op if op.spec.instant and op.spec.specialist == "sys" else None
 
     def _ledger_waits(self, task: Task) -> bool:
@@ -391,18 +425,6 @@ class Dispatcher:
         if stage.waiting_for_room:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
-
-    async def _run_now(self, task: Task, op: BoundOp, peer: Peer, stage: _Stage) -> Reply:
-        """``_run`` for an instant op holding a sys slot: validated, then run, no scope. Its
-        context has no trace: an instant op makes no call that could pass one on. Its budget
-        (on ``stage``) is opened without waiting: one of its own, or the local ledger's."""
-        config = self.services.config.tasks
-        params = validate(task, op.spec.fields, op.spec.inline)
-        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
-        # its budget is opened for its BUDGET_LEFT alone: a sys op is never refused by one
-        stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
-        ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
-        return ok_reply(await op.run(params, ctx), task.id)
 
     def _must_pace(self, peer: Peer) -> bool:
         """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""
