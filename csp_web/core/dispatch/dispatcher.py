@@ -11,7 +11,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -219,10 +219,15 @@ class Dispatcher:
             self.stats.record(op.req, duration_ms, code, reply.status)
         elif code is not None:
             self.stats.reject(code)
-        try:
-            await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
-        except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
-            reply = fail_reply(exc, task.id)
+        if self.audit and self._summarised(op, reply, admitted):
+            filled = self._summarise(task, op, peer, reply, duration_ms)
+            if filled is not None:
+                await filled  # a summary is folded when there is no room: never refused
+        elif self.audit:
+            try:
+                await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
+            except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
+                reply = fail_reply(exc, task.id)
         if span is not None:
             span.end(reply)
         return reply
@@ -433,6 +438,30 @@ class Dispatcher:
         outbox = self.services.outbox
         return outbox.room.full or outbox.room.peer_full(peer.connection)
 
+    def _summarised(self, op: BoundOp | None, reply: Reply, admitted: bool) -> bool:
+        """Whether the audit of a frame answered ``reply`` joins its connection's summary
+        (SPEC O-4) rather than a record of its own: an IN:SYS op's, and a ``busy``
+        refusal's (nothing ran). A record of its own, committed, delivered and stored, made
+        most of a refusal's 575 us of daemon CPU; 145 us so and answered in the reader
+        (bench/overload.py, load 10)."""
+        if op is not None and op.spec.specialist == "sys":
+            return True
+        busy = _error_code(reply) == ErrorCode.BUSY
+        return not admitted and self.sys_audits is not None and busy
+
+    def _summarise(
+        self, task: Task, op: BoundOp | None, peer: Peer, reply: Reply, duration_ms: float
+    ) -> Awaitable[None] | None:
+        """Count a ``_summarised`` frame in its connection's summary (an IN:SYS op's only
+        with ``audit.sys_ops``); the write to await when that filled it, else None."""
+        config = self.services.config.audit
+        sys_audits = self.sys_audits
+        sys_op = op is not None and op.spec.specialist == "sys"
+        if sys_audits is None or (sys_op and not config.sys_ops):
+            return None
+        filled = sys_audits.add(task, peer, reply, duration_ms, config)
+        return None if filled is None else sys_audits.write(filled)
+
     async def _audit(
         self,
         task: Task,
@@ -443,22 +472,9 @@ class Dispatcher:
         extra: OpAudit | None,
         admitted: bool,
     ) -> None:
-        """Write the task's one audit record, with what its op added (``extra``), folded
-        when there is no room; raises StorageFull when an admitted op's record could not be
-        stored (SPEC O-6)."""
-        if not self.audit:
-            return
-        config = self.services.config.audit
-        if op is not None and op.spec.specialist == "sys":
-            if config.sys_ops and self.sys_audits is not None:  # summarised (SPEC O-4)
-                await self.sys_audits.add(task, peer, reply, duration_ms, config)
-            return
-        if not admitted and _error_code(reply) == ErrorCode.BUSY and self.sys_audits is not None:
-            # Refused, nothing ran: summarised as IN:SYS frames are (SPEC O-4). A record of
-            # its own, committed, delivered and stored, made most of a refusal's 575 us of
-            # daemon CPU; 145 us so and answered in the reader (bench/overload.py, load 10).
-            await self.sys_audits.add(task, peer, reply, duration_ms, config)
-            return
+        """Write the task's one audit record (not ``_summarised``), with what its op added
+        (``extra``), folded when there is no room; raises StorageFull when an admitted op's
+        record could not be stored (SPEC O-6)."""
         error = reply.get("ERROR")
         max_bytes = self.services.config.outbox.max_write_bytes
         record = audit_record(task, peer, reply, round(duration_ms, 3), extra, max_bytes)
