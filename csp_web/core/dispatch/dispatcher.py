@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from csp_web.config import SlotLimits
+from csp_web.config import BudgetsConfig, SlotLimits
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.budget import Ledger, TaskBudget, enter, leave, running
 from csp_web.core.api.context import OpContext, Peer, Services, fit_write
@@ -173,7 +173,7 @@ class Dispatcher:
                 parse_timeout_ms(
                     task, default_ms=tasks.default_timeout_ms, max_ms=tasks.max_timeout_ms
                 )
-            if task.fields or config.budgets.per_uid:  # for its BUDGET_LEFT alone
+            if _may_have_budget(task, config.budgets):  # for its BUDGET_LEFT alone
                 task_budget = await open_budget(task, peer.uid, config.budgets, self.ledger)
             ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
             reply = ok_reply(await op.run(params, ctx), task.id)
@@ -257,14 +257,15 @@ class Dispatcher:
         config = self.services.config.tasks
         if self._ledger_waits(task):
             return None  # its budget's BUDGET_LEFT needs a round trip: a task of its own
+        task_budget: TaskBudget | None = None
         try:
             validate(task, op.spec.fields, op.spec.inline)
             parse_timeout_ms(
                 task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
             )
-            task_budget = await open_budget(
-                task, peer.uid, self.services.config.budgets, self.ledger
-            )
+            budgets = self.services.config.budgets
+            if _may_have_budget(task, budgets):
+                task_budget = await open_budget(task, peer.uid, budgets, self.ledger)
         except OpError:
             return None  # answered by a task of its own, as any invalid frame
         span = self.tracer.start(task) if self.tracer is not None else None
@@ -611,6 +612,14 @@ _task_ids = itertools.count(1)
 def _make_id() -> str:
     # A counter, not os.urandom: this runs once per frame and a syscall per frame shows up.
     return f"t-{next(_task_ids)}"
+
+
+def _may_have_budget(task: Task, budgets: BudgetsConfig) -> bool:
+    """Whether ``open_budget`` may find ``task`` a budget: it names one, or some uid has a
+    default. Else the fast path makes no coroutine to learn it has none."""
+    if budgets.per_uid:
+        return True
+    return task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None
 
 
 def _error_code(reply: Reply) -> str | None:
