@@ -11,9 +11,10 @@ import trio.testing
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
+from csp_web.core.api import fields as fields_module
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import FieldError, OpError
-from csp_web.core.api.fields import MAX_JSON_DEPTH, Params, validate
+from csp_web.core.api.fields import MAX_JSON_DEPTH, FieldSpec, Params, validate
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
 from csp_web.core.daemon.compose import op_table
@@ -468,3 +469,21 @@ async def test_a_ping_behind_a_full_sys_pool_queues_in_a_task_of_its_own_and_is_
     assert answered_after_s >= 1.0  # it waited for a sleep's slot, not run in the reader
     assert sorted(r.id or "" for r in replies) == ["p", "s0", "s1", "s2", "s3", "s4"]
     assert {r.status for r in replies} == {Status.OK}
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_field_names_table_stays_bounded_and_never_confuses_two_ops(extra: int) -> None:
+    """``validate`` remembers each op's field names by its specs tuple: N tuples fill the
+    table, the N+1th starts it afresh, and a tuple made where a dead one stood (the same
+    id) is judged by its own names."""
+    bound = fields_module._NAMES_BOUND
+    for n in range(bound + extra):
+        specs = (FieldSpec(f"F{n}"),)
+        params = validate(Task("x", "TEST", "X", None, ((f"F{n}", "v"),)), specs, None)
+        assert params.text(f"F{n}") == "v"
+        with pytest.raises(FieldError) as error:
+            validate(Task("x", "TEST", "X", None, (("F", "v"),)), specs, None)
+        assert error.value.code is ErrorCode.UNKNOWN_FIELD
+        del specs
+        assert len(fields_module._NAMES) <= bound
+    assert len(fields_module._NAMES) == (1 if extra else bound)
