@@ -66,23 +66,25 @@ class LineBuffer:
         self._consume(end)
         return most
 
-    def peek_block(self, max_bytes: int) -> tuple[list[bytes], int] | None:
-        """The lines of a complete frame at the front and where it ends, without consuming.
+    def peek_block(self, max_bytes: int) -> tuple[bytes, int] | None:
+        """The lines of a complete frame at the front, joined by LF as they stand, and where
+        the frame ends, without consuming.
 
-        The fast path for whole frames in one chunk: one regex search and one split instead
-        of a Python loop per line. None when the buffer does not start with a complete,
-        non-empty frame within ``max_bytes``; the line-by-line path then decides.
+        The fast path for whole frames in one chunk: one regex search instead of a Python
+        loop per line. None when the buffer does not start with a complete, non-empty frame
+        within ``max_bytes``; the line-by-line path then decides. The block may hold CRs
+        (a CRLF frame): the caller decides what to make of them.
         """
-        pending = self.pending()
-        if not pending or pending > max_bytes or self._data[self._start] in (0x0A, 0x0D):
+        start = self._start
+        data = self._data
+        if start == len(data) or data[start] in (0x0A, 0x0D):
             return None
         # Resume two bytes back, so a "\n\r\n" split across chunks is still found.
-        match = _BLANK_LINE.search(self._data, max(self._start, self._block_scanned - 2))
+        match = _BLANK_LINE.search(data, max(start, self._block_scanned - 2), start + max_bytes)
         if match is None:
-            self._block_scanned = len(self._data)
+            self._block_scanned = min(len(data), start + max_bytes)
             return None
-        lines = bytes(self._data[self._start : match.start()]).split(b"\n")
-        return [line[:-1] if line.endswith(b"\r") else line for line in lines], match.end()
+        return bytes(data[start : match.start()]), match.end()
 
     def consume_to(self, end: int) -> None:
         """Drop everything before offset ``end`` (from ``peek_block``)."""

@@ -16,11 +16,17 @@ def parse_frame(lines: list[bytes]) -> Frame:
 
     Raises ProtocolError carrying the frame's ID when that line could be read.
     """
+    return parse_block(b"\n".join(lines))
+
+
+def parse_block(block: bytes) -> Frame:
+    """``parse_frame`` of the lines ``block`` holds, joined by LF: a frame as it stands in
+    the buffer when it has no CR, parsed with no split and join of its lines."""
     try:
-        texts = _decode_lines(lines)
+        texts = _decode_lines(block)
         fields = tuple([_parse_field(text) for text in texts[1:]])
     except ProtocolError as exc:
-        exc.frame_id = salvage_id(lines)
+        exc.frame_id = salvage_id(block.split(b"\n"))
         raise
     try:
         return _parse_header(texts[0], fields)
@@ -29,15 +35,15 @@ def parse_frame(lines: list[bytes]) -> Frame:
         raise
 
 
-def _decode_lines(lines: list[bytes]) -> list[str]:
+def _decode_lines(block: bytes) -> list[str]:
     # One decode and one scan for the whole frame; when either finds a fault, the line-by-line
     # path below reports it (the byte offset is the line's own, as always).
     try:
-        text = b"\n".join(lines).decode("utf-8")
+        text = block.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     if text is None or has_forbidden_raw_in_lines(text):
-        return [_decode_line(line) for line in lines]
+        return [_decode_line(line) for line in block.split(b"\n")]
     return text.split("\n")
 
 

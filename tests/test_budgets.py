@@ -224,6 +224,21 @@ async def test_a_uid_default_budget_applies_to_its_frames_that_name_none(config:
     assert (other.status, other.get("BUDGET_LEFT")) == (Status.OK, None)
 
 
+async def test_a_fieldless_ping_answered_now_carries_its_uid_default_budget(
+    config: Config,
+) -> None:
+    """D-3: ``try_now`` skips a fieldless frame's budget only when its uid has no default:
+    a bare ping of a uid with one still reports what is left, like the slow path."""
+    budgets = BudgetsConfig(per_uid={"1000": "fetches:2"})
+    async with dispatching(dataclasses.replace(config, budgets=budgets)) as dispatcher:
+        own = await dispatcher.try_now(ping(), OWNER)
+        other = await dispatcher.try_now(ping(), Peer("b", 1001, 2))
+    assert own == Reply(
+        Status.OK, (("SCOPE", "[sys]"), ("DATA", "pong"), ("BUDGET_LEFT", "fetches:2"))
+    )
+    assert other == Reply(Status.OK, (("SCOPE", "[sys]"), ("DATA", "pong")))
+
+
 # --- shared budgets (BUDGET_ID) -------------------------------------------------------------
 
 

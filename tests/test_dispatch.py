@@ -11,12 +11,14 @@ import trio.testing
 
 from csp_web.app.catalog import SPECIALISTS
 from csp_web.config import Config, SlotLimits, SlotsConfig, TasksConfig
+from csp_web.core.api import fields as fields_module
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import FieldError, OpError
-from csp_web.core.api.fields import MAX_JSON_DEPTH, Params, validate
+from csp_web.core.api.fields import MAX_JSON_DEPTH, FieldSpec, Params, validate
 from csp_web.core.api.ops import Op
 from csp_web.core.api.replies import Result
 from csp_web.core.daemon.compose import op_table
+from csp_web.core.dispatch import dispatcher as dispatcher_module
 from protocol import ErrorCode, Reply, Status, Task
 from tests.harness import TEST_OPS, build_dispatcher, open_harness
 
@@ -417,6 +419,33 @@ async def test_an_instant_op_answered_now_is_validated_and_counted_as_any_task(
     assert dispatcher.stats.frames == 3
 
 
+@pytest.mark.parametrize("ms", ["0", "x", "600001"])
+async def test_an_instant_op_answered_now_checks_its_timeout_ms(config: Config, ms: str) -> None:
+    """C-4: a frame with fields has its TIMEOUT_MS read on the fast path too."""
+    dispatcher = build_dispatcher(config, None, [], None)
+    task = Task("ping", "SYS", "PONG", None, (("ID", "p"), ("TIMEOUT_MS", ms)))
+    reply = await dispatcher.try_now(task, Peer("a"))
+    assert reply is not None
+    assert (reply.id, _error(reply)) == ("p", "invalid_field")
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_the_instant_op_table_stays_bounded_under_invented_names(
+    config: Config, extra: int
+) -> None:
+    """A peer inventing IN:SYS names cannot grow the dispatcher's table of instant ops past
+    its bound (N names fill it, the N+1th starts it afresh); each still gets its reply."""
+    dispatcher = build_dispatcher(config, None, [], None)
+    peer = Peer("a")
+    bound = dispatcher_module._MAX_INSTANT_HEADERS
+    for n in range(bound + extra):
+        assert await dispatcher.try_now(Task(f"nope{n}", "SYS", "PONG"), peer) is None
+    assert len(dispatcher._instant) == (1 if extra else bound)
+    reply = await dispatcher.try_now(Task("ping", "SYS", "PONG"), peer)
+    assert reply is not None
+    assert reply.status is Status.OK
+
+
 async def test_a_ping_behind_a_full_sys_pool_queues_in_a_task_of_its_own_and_is_answered(
     config: Config, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -440,3 +469,22 @@ async def test_a_ping_behind_a_full_sys_pool_queues_in_a_task_of_its_own_and_is_
     assert answered_after_s >= 1.0  # it waited for a sleep's slot, not run in the reader
     assert sorted(r.id or "" for r in replies) == ["p", "s0", "s1", "s2", "s3", "s4"]
     assert {r.status for r in replies} == {Status.OK}
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_field_names_table_stays_bounded_and_never_confuses_two_ops(extra: int) -> None:
+    """``validate`` remembers each op's field names by its specs tuple: N tuples fill the
+    table, the N+1th starts it afresh, and a tuple made where a dead one stood (the same
+    id) is judged by its own names."""
+    bound = fields_module._NAMES_BOUND
+    fields_module._NAMES.clear()  # the table is the process's: other tests filled some of it
+    for n in range(bound + extra):
+        specs = (FieldSpec(f"F{n}"),)
+        params = validate(Task("x", "TEST", "X", None, ((f"F{n}", "v"),)), specs, None)
+        assert params.text(f"F{n}") == "v"
+        with pytest.raises(FieldError) as error:
+            validate(Task("x", "TEST", "X", None, (("F", "v"),)), specs, None)
+        assert error.value.code is ErrorCode.UNKNOWN_FIELD
+        del specs
+        assert len(fields_module._NAMES) <= bound
+    assert len(fields_module._NAMES) == (1 if extra else bound)

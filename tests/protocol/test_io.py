@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import CLOSED, NEED_DATA, Connection, Reply, Status, serialize
+from protocol import (
+    CLOSED,
+    NEED_DATA,
+    Connection,
+    ErrorCode,
+    ProtocolError,
+    Reply,
+    Status,
+    Task,
+    serialize,
+)
 
 from .helpers import byte_by_byte, close, drain, feed, run
 from .samples import REPLIES, REQUESTS, SAMPLES, Sample, sample_id
@@ -201,3 +211,23 @@ def test_in_frame_is_false_after_a_malformed_frame_is_skipped() -> None:
 def test_send_writes_what_serialize_writes(sample: Sample) -> None:
     """V-6: Connection.send is the serializer."""
     assert Connection().send(sample.frame) == sample.wire
+
+
+def test_frames_read_ahead_wait_their_turn_and_a_full_lookahead_parses_no_more() -> None:
+    """F-1, R-6: ``read_ahead`` parses at most ``most`` frames, an error raised in its turn;
+    while any waits, another ``read_ahead`` parses nothing (the rest stays buffered)."""
+    conn = Connection()
+    ping = b"TASK REQ:ping IN:SYS OUT:PONG\n"
+    conn.receive_data(ping + b"ID a\n\nBOGUS\n\n" + ping + b"ID b\n\n" + ping + b"ID c\n\n")
+    conn.read_ahead(3)
+    assert conn.next_event() == Task("ping", "SYS", "PONG", None, (("ID", "a"),))
+    conn.read_ahead(3)  # two still wait: nothing more is parsed
+    with pytest.raises(ProtocolError) as error:
+        conn.next_event()
+    assert error.value.code is ErrorCode.BAD_HEADER
+    assert conn.next_event() == Task("ping", "SYS", "PONG", None, (("ID", "b"),))
+    assert conn.next_event() == Task("ping", "SYS", "PONG", None, (("ID", "c"),))
+    assert conn.next_event() is NEED_DATA
+    conn.receive_data(b"")
+    conn.read_ahead(3)
+    assert conn.next_event() is CLOSED

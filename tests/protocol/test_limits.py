@@ -392,3 +392,18 @@ def test_max_blank_lines_may_be_zero_but_not_negative() -> None:
     assert run([GOOD + GOOD], limits=Limits(max_blank_lines=0)) == [GOOD_FRAME] * 2
     with pytest.raises(ValueError, match="max_blank_lines"):
         Limits(max_blank_lines=-1)
+
+
+@pytest.mark.parametrize("size", [SMALL.max_frame_bytes, SMALL.max_frame_bytes + 1])
+@pytest.mark.parametrize("ends", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_frame_at_n_and_n_plus_one_is_judged_alike_ahead_of_a_full_buffer(
+    size: int, ends: bytes
+) -> None:
+    """L-2: a frame followed in the same read by more than a frame's worth of bytes (the
+    whole-frame path searches only as far as a frame may reach) is judged as when it
+    arrives alone, with LF or CRLF line ends; so are the oversized frames after it."""
+    wire, frame = frame_of_size(size)
+    oversized, _ = frame_of_size(SMALL.max_frame_bytes + 1)
+    stream = (wire + oversized * 3 + GOOD).replace(b"\n", ends)
+    first = frame if size == SMALL.max_frame_bytes else TOO_LARGE
+    assert run([stream], limits=SMALL) == [first, TOO_LARGE, TOO_LARGE, TOO_LARGE, GOOD_FRAME]

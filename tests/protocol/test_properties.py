@@ -12,7 +12,20 @@ import warnings
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from protocol import FREE_TEXT_KEYS, ErrorCode, Frame, Limits, Reply, Status, Task, serialize
+from protocol import (
+    CLOSED,
+    FREE_TEXT_KEYS,
+    NEED_DATA,
+    Connection,
+    ErrorCode,
+    Frame,
+    Limits,
+    ProtocolError,
+    Reply,
+    Status,
+    Task,
+    serialize,
+)
 
 from .helpers import Failed, byte_by_byte, run
 from .strategies import (
@@ -184,3 +197,34 @@ def test_mutated_frames_give_the_same_events_whole_in_chunks_and_byte_by_byte(
     once = run([stream], limits=TIGHTEST)
     assert run(data.draw(chunkings(stream)), limits=TIGHTEST) == once
     assert run(byte_by_byte(stream), limits=TIGHTEST) == once
+
+
+def run_ahead(chunks: list[bytes], most: int, limits: Limits) -> list[Failed | Frame]:
+    """``run``, with ``read_ahead(most)`` before every ``next_event``, EOF included."""
+    conn = Connection(limits)
+    outcomes: list[Failed | Frame] = []
+    for chunk in [*chunks, b""]:
+        conn.receive_data(chunk)
+        while True:
+            conn.read_ahead(most)
+            try:
+                event = conn.next_event()
+            except ProtocolError as exc:
+                outcomes.append(Failed(exc.code, exc.frame_id))
+                continue
+            if event is NEED_DATA or event is CLOSED:
+                break
+            assert isinstance(event, Task | Reply)
+            outcomes.append(event)
+    return outcomes
+
+
+@QUICK
+@given(mutated_streams(), st.data(), st.integers(1, 5))
+def test_frames_read_ahead_come_out_as_read_one_by_one(
+    stream: bytes, data: st.DataObject, most: int
+) -> None:
+    """R-6, L-1 to L-8: parsing ahead changes neither the events, their order, the errors
+    raised in their turn, nor where the stream ends, however it was cut."""
+    chunks = [chunk for chunk in data.draw(chunkings(stream)) if chunk]
+    assert run_ahead(chunks, most, TIGHTEST) == run([stream], limits=TIGHTEST)

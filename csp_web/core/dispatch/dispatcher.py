@@ -11,13 +11,13 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import trio
 
-from csp_web.config import SlotLimits
+from csp_web.config import BudgetsConfig, SlotLimits
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.budget import Ledger, TaskBudget, enter, leave, running
 from csp_web.core.api.context import OpContext, Peer, Services, fit_write
@@ -33,11 +33,15 @@ from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.budgets import open_budget, reserve_wall, settle
 from csp_web.core.dispatch.cancels import Cancels, Ticket
 from csp_web.core.dispatch.hot import answer_hot
+from csp_web.core.dispatch.hot import likely as hot_likely
 from csp_web.core.dispatch.stats import Stats
 from csp_web.core.dispatch.sys_audits import SysAudits
 from protocol import ErrorCode, Reply, Status, Task
 
 log = logging.getLogger(__name__)
+# (REQ, OUT) pairs whose instant op is remembered: the sys ops' few, and room for strays
+# (an unknown name is remembered as None), cleared when full as protocol's header table.
+_MAX_INSTANT_HEADERS = 256
 
 
 class Dispatcher:
@@ -72,6 +76,9 @@ class Dispatcher:
             name: Slots(name, max_running=limits.max_running, max_queued=limits.max_queued)
             for name, limits in pools.items()
         }
+        # The instant IN:SYS op of each (REQ, OUT) asked about (None: not one). The registry
+        # is fixed for the dispatcher's life; a ping's lookup was two per frame.
+        self._instant: dict[tuple[str, str], BoundOp | None] = {}
 
     def connection_closed(self, peer: Peer) -> None:
         """``peer``'s connection has closed: write its open IN:SYS audit summary (O-4)."""
@@ -142,7 +149,11 @@ class Dispatcher:
         refusal of a valid task whose specialist's pool is full (C-3, ``refuses``). It
         reaches no checkpoint, so neither a deadline nor the grace period can end it; its
         one wait is its audit's commit (a summary's when it fills one, O-4), shielded there,
-        so a shutdown that stops the reader never takes its reply."""
+        so a shutdown that stops the reader never takes its reply.
+
+        Its steps are plain calls, not coroutines, but for the op itself and the rare
+        budget and summary commit: a coroutine per step (stage, budget, done, audit) was
+        half the calls of a pipelined ping (bench/daemon.py --quick, issue 26)."""
         op = self._instant_kind(task)
         if op is None:  # a hot answer (a cache hit: hot.py), else busy, else a task
             reply = await answer_hot(self, task, peer, task.id or _make_id(), _as_op_error)
@@ -154,18 +165,29 @@ class Dispatcher:
             return None
         span = self.tracer.start(task) if self.tracer is not None else None
         started = time.monotonic()
-        self.stats.frames += 1
-        self.stats.in_flight += 1
-        stage = _Stage(span)
+        stats = self.stats
+        stats.frames += 1
+        stats.in_flight += 1
+        task_budget: TaskBudget | None = None
         try:
-            reply = await self._run_now(task, op, peer, stage)
+            params = validate(task, op.spec.fields, op.spec.inline)
+            config = self.services.config
+            if task.fields:  # a frame with no fields names no deadline nor budget
+                tasks = config.tasks
+                parse_timeout_ms(
+                    task, default_ms=tasks.default_timeout_ms, max_ms=tasks.max_timeout_ms
+                )
+            if _may_have_budget(task, config.budgets):  # for its BUDGET_LEFT alone
+                task_budget = await open_budget(task, peer.uid, config.budgets, self.ledger)
+            ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
+            reply = ok_reply(await op.run(params, ctx), task.id)
         except Exception as exc:
             reply = fail_reply(_as_op_error(exc, task), task.id)
         finally:
-            self.stats.in_flight -= 1
+            stats.in_flight -= 1
             slots.release()
-        if stage.budget is not None:  # the local ledger and a task's own budget never wait
-            reply = await settle(stage.budget, reply, stage.began, None, 0)
+        if task_budget is not None:  # the local ledger and a task's own budget never wait
+            reply = await settle(task_budget, reply, trio.current_time(), None, 0)
         return await self._done(task, op, peer, reply, started, None, False, span)
 
     async def _done(
@@ -201,10 +223,15 @@ class Dispatcher:
             self.stats.record(op.req, duration_ms, code, reply.status)
         elif code is not None:
             self.stats.reject(code)
-        try:
-            await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
-        except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
-            reply = fail_reply(exc, task.id)
+        if self.audit and self._summarised(op, reply, admitted):
+            filled = self._summarise(task, op, peer, reply, duration_ms)
+            if filled is not None:
+                await filled  # a summary is folded when there is no room: never refused
+        elif self.audit:
+            try:
+                await self._audit(task, op, peer, reply, duration_ms, audit, admitted)
+            except StorageFull as exc:  # its record could not be kept: not acknowledged (O-6)
+                reply = fail_reply(exc, task.id)
         if span is not None:
             span.end(reply)
         return reply
@@ -234,14 +261,15 @@ class Dispatcher:
         config = self.services.config.tasks
         if self._ledger_waits(task):
             return None  # its budget's BUDGET_LEFT needs a round trip: a task of its own
+        task_budget: TaskBudget | None = None
         try:
             validate(task, op.spec.fields, op.spec.inline)
             parse_timeout_ms(
                 task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
             )
-            task_budget = await open_budget(
-                task, peer.uid, self.services.config.budgets, self.ledger
-            )
+            budgets = self.services.config.budgets
+            if _may_have_budget(task, budgets):
+                task_budget = await open_budget(task, peer.uid, budgets, self.ledger)
         except OpError:
             return None  # answered by a task of its own, as any invalid frame
         span = self.tracer.start(task) if self.tracer is not None else None
@@ -251,21 +279,38 @@ class Dispatcher:
             reply = budgeted(reply, task_budget)
         return await self._done(task, op, peer, reply, time.monotonic(), None, False, span)
 
-    def is_instant(self, task: Task) -> bool:
-        """Whether ``task`` names an op that never waits (``Op.instant``, IN:SYS), whatever
-        the pools' state: a connection gives it a turn without a running place (L-10), then
-        asks ``try_now`` for its reply."""
-        return self._instant_kind(task) is not None
+    def answers_now(self, task: Task, peer: Peer) -> bool:
+        """Whether ``try_now`` may answer ``task`` of ``peer``: it names an op that never
+        waits (``Op.instant``, IN:SYS), whatever the pools' state, one whose hot route's
+        cheap guess says it answers (``hot.likely``), or one ``refuses``. A connection then
+        gives it a turn without a running place (L-10) and asks ``try_now`` for its reply."""
+        return (
+            self._instant_kind(task) is not None
+            or self.refuses(task)
+            or hot_likely(self, task, peer)
+        )
 
     def _instant_kind(self, task: Task) -> BoundOp | None:
         if task.domain != "SYS" or self.shutting_down:
             return None
+        header = (task.req, task.out)
+        try:
+            op = self._instant[header]
+        except KeyError:
+            op = self._instant_op(task)
+            if len(self._instant) >= _MAX_INSTANT_HEADERS:
+                self._instant.clear()  # a peer inventing names must not grow the table
+            self._instant[header] = op
+        if op is None or self._ledger_waits(task):
+            return None  # its ledger may wait (Redis): a task of its own
+        return op
+
+    def _instant_op(self, task: Task) -> BoundOp | None:
+        """The instant IN:SYS op ``task``'s header names, else None."""
         try:
             op = self.registry.lookup(task)
         except OpError:
             return None  # refused: answered (and audited) by a task of its own
-        if self._ledger_waits(task):
-            return None  # its ledger may wait (Redis): a task of its own
         return op if op.spec.instant and op.spec.specialist == "sys" else None
 
     def _ledger_waits(self, task: Task) -> bool:
@@ -395,24 +440,36 @@ class Dispatcher:
             raise OpError(ErrorCode.OUTBOX_FULL, f"no room for its log within {timeout_ms}ms")
         raise OpError(ErrorCode.TIMEOUT_EXCEEDED, f"{timeout_ms}ms")
 
-    async def _run_now(self, task: Task, op: BoundOp, peer: Peer, stage: _Stage) -> Reply:
-        """``_run`` for an instant op holding a sys slot: validated, then run, no scope. Its
-        context has no trace: an instant op makes no call that could pass one on. Its budget
-        (on ``stage``) is opened without waiting: one of its own, or the local ledger's."""
-        config = self.services.config.tasks
-        params = validate(task, op.spec.fields, op.spec.inline)
-        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
-        # its budget is opened for its BUDGET_LEFT alone: a sys op is never refused by one
-        stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
-        ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
-        return ok_reply(await op.run(params, ctx), task.id)
-
     def _must_pace(self, peer: Peer) -> bool:
         """Whether an IN:SYS op of ``peer`` must wait for the outbox to drain (O-3)."""
         if not (self.audit and self.services.config.audit.sys_ops):
             return False
         outbox = self.services.outbox
         return outbox.room.full or outbox.room.peer_full(peer.connection)
+
+    def _summarised(self, op: BoundOp | None, reply: Reply, admitted: bool) -> bool:
+        """Whether the audit of a frame answered ``reply`` joins its connection's summary
+        (SPEC O-4) rather than a record of its own: an IN:SYS op's, and a ``busy``
+        refusal's (nothing ran). A record of its own, committed, delivered and stored, made
+        most of a refusal's 575 us of daemon CPU; 145 us so and answered in the reader
+        (bench/overload.py, load 10)."""
+        if op is not None and op.spec.specialist == "sys":
+            return True
+        busy = _error_code(reply) == ErrorCode.BUSY
+        return not admitted and self.sys_audits is not None and busy
+
+    def _summarise(
+        self, task: Task, op: BoundOp | None, peer: Peer, reply: Reply, duration_ms: float
+    ) -> Awaitable[None] | None:
+        """Count a ``_summarised`` frame in its connection's summary (an IN:SYS op's only
+        with ``audit.sys_ops``); the write to await when that filled it, else None."""
+        config = self.services.config.audit
+        sys_audits = self.sys_audits
+        sys_op = op is not None and op.spec.specialist == "sys"
+        if sys_audits is None or (sys_op and not config.sys_ops):
+            return None
+        filled = sys_audits.add(task, peer, reply, duration_ms, config)
+        return None if filled is None else sys_audits.write(filled)
 
     async def _audit(
         self,
@@ -424,22 +481,9 @@ class Dispatcher:
         extra: OpAudit | None,
         admitted: bool,
     ) -> None:
-        """Write the task's one audit record, with what its op added (``extra``), folded
-        when there is no room; raises StorageFull when an admitted op's record could not be
-        stored (SPEC O-6)."""
-        if not self.audit:
-            return
-        config = self.services.config.audit
-        if op is not None and op.spec.specialist == "sys":
-            if config.sys_ops and self.sys_audits is not None:  # summarised (SPEC O-4)
-                await self.sys_audits.add(task, peer, reply, duration_ms, config)
-            return
-        if not admitted and _error_code(reply) == ErrorCode.BUSY and self.sys_audits is not None:
-            # Refused, nothing ran: summarised as IN:SYS frames are (SPEC O-4). A record of
-            # its own, committed, delivered and stored, made most of a refusal's 575 us of
-            # daemon CPU; 145 us so and answered in the reader (bench/overload.py, load 10).
-            await self.sys_audits.add(task, peer, reply, duration_ms, config)
-            return
+        """Write the task's one audit record (not ``_summarised``), with what its op added
+        (``extra``), folded when there is no room; raises StorageFull when an admitted op's
+        record could not be stored (SPEC O-6)."""
         error = reply.get("ERROR")
         max_bytes = self.services.config.outbox.max_write_bytes
         record = audit_record(task, peer, reply, round(duration_ms, 3), extra, max_bytes)
@@ -576,6 +620,14 @@ _task_ids = itertools.count(1)
 def _make_id() -> str:
     # A counter, not os.urandom: this runs once per frame and a syscall per frame shows up.
     return f"t-{next(_task_ids)}"
+
+
+def _may_have_budget(task: Task, budgets: BudgetsConfig) -> bool:
+    """Whether ``open_budget`` may find ``task`` a budget: it names one, or some uid has a
+    default. Else the fast path makes no coroutine to learn it has none."""
+    if budgets.per_uid:
+        return True
+    return task.get("BUDGET") is not None or task.get("BUDGET_ID") is not None
 
 
 def _error_code(reply: Reply) -> str | None:

@@ -94,24 +94,30 @@ class SysAudits:
     def __len__(self) -> int:
         return len(self._open)
 
-    async def add(
+    def add(
         self, task: Task, peer: Peer, reply: Reply, duration_ms: float, config: AuditConfig
-    ) -> None:
-        """Count one answered IN:SYS frame; when that fills the summary, write it and return
-        once it is durable (or folded)."""
+    ) -> _Summary | None:
+        """Count one answered IN:SYS frame; the summary it filled (taken from the open ones),
+        which ``write`` must then be awaited for, else None. A plain call: it runs once per
+        pipelined ping, a coroutine only once per summary."""
         summary = self._open.get(peer.connection)
         if summary is None:
             due = trio.current_time() + config.sys_summary_interval_s
             summary = self._open[peer.connection] = _Summary(peer, due)
             self._start_timer()
         summary.add(task, reply, duration_ms)
-        if summary.frames >= config.sys_summary_max_frames:
-            del self._open[peer.connection]
-            write, counts = _write(summary)
-            # Shielded: the frame's reply waits for it, and a frame run in a connection's
-            # reader (Dispatcher.try_now) must not lose its reply to a shutdown here.
-            with trio.CancelScope(shield=True):
-                await self._outbox.put_or_fold(write, counts, owner=peer.connection)
+        if summary.frames < config.sys_summary_max_frames:
+            return None
+        del self._open[peer.connection]
+        return summary
+
+    async def write(self, summary: _Summary) -> None:
+        """Write a summary ``add`` filled; return once it is durable (or folded)."""
+        write, counts = _write(summary)
+        # Shielded: the frame's reply waits for it, and a frame run in a connection's
+        # reader (Dispatcher.try_now) must not lose its reply to a shutdown here.
+        with trio.CancelScope(shield=True):
+            await self._outbox.put_or_fold(write, counts, owner=summary.peer.connection)
 
     def close(self, connection: str) -> None:
         """Write ``connection``'s open summary, if any (it has closed)."""

@@ -32,8 +32,13 @@ class SysServices:
     counters: tuple[CounterFamily, ...] = ()  # the specialists' labelled counters (metrics)
 
 
+# Every pong is the same frozen Result: building one was a tenth of a pipelined ping's
+# dataclass construction (py-spy on bench/daemon.py --quick, issue 26).
+_PONG = Result("pong", scope=("sys",))
+
+
 async def ping(params: Params, ctx: OpContext, services: SysServices) -> Result:
-    return Result("pong", scope=("sys",))
+    return _PONG
 
 
 async def ops(params: Params, ctx: OpContext, services: SysServices) -> Result:

@@ -38,7 +38,6 @@ from csp_web.core.api.context import Peer
 from csp_web.core.api.deadlines import CUT_DETAIL
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.replies import fail_reply
-from csp_web.core.dispatch import hot
 from csp_web.core.dispatch.cancels import Ticket
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.transports.unix import Lease
@@ -255,7 +254,8 @@ class _Session(StreamHandler):
     async def on_task(self, task: Task) -> bool:
         self.last_activity = trio.current_time()
         self.held = task  # answered shutting_down if the daemon stops before it starts
-        if not await self.answer_now(task):
+        instant = not self.options.sequential and self.dispatcher.answers_now(task, self.peer)
+        if not (instant and await self.answer_now(task)):
             await self.start_task(task)
         return True
 
@@ -279,16 +279,10 @@ class _Session(StreamHandler):
         never holds it back (issue 21), and a task of its own would cost more than the op
         (bench/daemon.py --quick, pipelined pings: 115 us of daemon CPU per frame answered
         here, 195 us as tasks; 1-client ping p50 0.8 ms against 3.8 ms; one loaded 2-core
-        host, issue 23). It still takes its turn (L-10). False: start a task of its own."""
-        dispatcher = self.dispatcher
-        now = (
-            dispatcher.is_instant(task)
-            or dispatcher.refuses(task)
-            or hot.likely(dispatcher, task, self.peer)
-        )
-        if self.options.sequential or not now:
-            return False
-        await self.wait_turn(instant=True)  # a turn, no running place
+        host, issue 23). It still takes its turn (L-10). False: start a task of its own.
+        Only a task ``Dispatcher.answers_now`` comes here (``on_task`` asks)."""
+        if not self.starts.start_now(self.seat, instant=True):
+            await self.wait_turn(instant=True)  # a turn, no running place
         reply = await self.dispatcher.try_now(task, self.peer)
         if reply is None:  # the sys pool filled or pacing began meanwhile: it waits like any
             return False

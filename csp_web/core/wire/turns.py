@@ -89,12 +89,9 @@ class FairStarts:
         Returns at once (no checkpoint) while nobody waits and this round's budget lasts.
         An ``instant`` start needs no running place and is not followed by ``done``.
         Cancellation before the grant gives the place up and starts nothing."""
-        key = self._round_of(seat)
-        if not self.must_wait(instant=instant) or (instant and self._first_in_line(seat, key)):
-            self._budget -= 1  # a newcomer's may run into the next round's (``_refill``)
-            self.running += not instant
-            seat.next_round = key + 1
+        if self.start_now(seat, instant=instant):
             return
+        key = self._round_of(seat)
         ticket = _Ticket((key, next(self._arrivals)), seat, instant)
         heapq.heappush(self._instant if instant else self._waiting, ticket)
         self._wake_pump()
@@ -103,6 +100,17 @@ class FairStarts:
         except BaseException:
             ticket.abandoned = True  # the pump skips it; nothing was granted (Event semantics)
             raise
+
+    def start_now(self, seat: Seat, *, instant: bool = False) -> bool:
+        """Start ``seat``'s next frame now if ``wait_start`` would not wait: True when
+        started. A plain call, no coroutine: a pipelining reader asks once per frame."""
+        key = self._round_of(seat)
+        if self.must_wait(instant=instant) and not (instant and self._first_in_line(seat, key)):
+            return False
+        self._budget -= 1  # a newcomer's may run into the next round's (``_refill``)
+        self.running += not instant
+        seat.next_round = key + 1
+        return True
 
     def _first_in_line(self, seat: Seat, key: int) -> bool:
         """Whether ``seat`` is a new or idle connection's that the pump would grant before
