@@ -6,7 +6,9 @@ bench/fetch.py. For 1, 16 and 64 connections in turn, each a closed loop over th
 pages, the same number of fetches each (cached: every page primed; uncached: NO_CACHE): the
 event loop's thread CPU per fetch and the daemon's processes' (with its workers), each against
 the 1-connection figure of the same run. Goal: the ratio stays near 1x (per-op work that is
-O(connections) would grow it); docs/scaling.md has the diagnosis.
+O(connections) would grow it); docs/scaling.md has the diagnosis. Each point also prints the
+worker processes started during it: a worker is replaced after 200 tasks, about 1 s of CPU
+each, which lands in whichever point it falls in (the processes' figure, not the loop's).
 
     python bench/fetch_scaling.py [--cached N] [--uncached N]
 """
@@ -28,7 +30,13 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/fetch_scaling.py` finds t
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.csp_client import check, connect, fetch_task  # noqa: E402
-from bench.daemon_process import DaemonProcess, cpu_s, running_daemon, tree_cpu_s  # noqa: E402
+from bench.daemon_process import (  # noqa: E402
+    DaemonProcess,
+    cpu_s,
+    descendants,
+    running_daemon,
+    tree_cpu_s,
+)
 from bench.fetch import NO_CACHE, daemon_settings, emit  # noqa: E402
 from bench.origin import ADDRESS, corpus_pages, page_path, start_origin  # noqa: E402
 
@@ -39,10 +47,12 @@ async def cpu_per_fetch_ms(
     daemon: DaemonProcess, urls: list[str], connections: int, fetches: int, cached: bool
 ) -> tuple[float, float]:
     """The event loop's and the daemon's processes' CPU (ms) per fetch, over ``fetches``
-    spread across ``connections`` closed-loop clients."""
+    spread across ``connections`` closed-loop clients; prints the workers started meanwhile."""
     clients = [await connect(daemon.socket_path) for _ in range(connections)]
     next_url, fields = itertools.cycle(urls), (() if cached else (NO_CACHE,))
     left = fetches
+    workers_before = set(descendants(daemon.pid))
+    workers_seen = set(workers_before)
 
     async def loop(client_index: int) -> None:
         nonlocal left
@@ -50,6 +60,7 @@ async def cpu_per_fetch_ms(
             left -= 1
             task = fetch_task(next(next_url), *fields)
             check(await clients[client_index].call(task), task.req)
+            workers_seen.update(descendants(daemon.pid))
 
     loop_before, tree_before = cpu_s(daemon.pid, daemon.pid), tree_cpu_s(daemon.pid)
     async with trio.open_nursery() as nursery:
@@ -59,6 +70,9 @@ async def cpu_per_fetch_ms(
     tree_ms = (tree_cpu_s(daemon.pid) - tree_before) * 1000 / fetches
     for client in clients:
         await client.stream.aclose()
+    kind = "cached" if cached else "uncached"
+    started = len(workers_seen - workers_before)
+    print(f"{kind} x{connections}: {fetches} fetches, {started} worker processes started")
     return loop_ms, tree_ms
 
 
