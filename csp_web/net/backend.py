@@ -22,6 +22,7 @@ import trio
 from csp_web.config.guard import GuardConfig
 from csp_web.core.api.errors import OpError
 from csp_web.net.forward_proxy import Proxy, open_tunnel
+from csp_web.net.pool import LinearPool
 from csp_web.net.resolver import Resolver, resolve_checked
 from csp_web.net.settings import GuardSettings
 from protocol import ErrorCode
@@ -103,8 +104,9 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         # httpx 0.28 builds its pool in __init__ and takes no network_backend (discussion
         # encode/httpx#3180; PR #3749 adds it), so replace the unused pool with one that
         # differs only in its backend. pyproject pins httpx <0.29 for this private attribute;
-        # the pinned-address tests fail loudly if it ever stops being used.
-        self._pool = httpcore.AsyncConnectionPool(
+        # the pinned-address tests fail loudly if it ever stops being used. LinearPool: httpcore's
+        # pool, its per-request assignment pass made linear (net/pool.py).
+        self._pool = LinearPool(
             ssl_context=context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
