@@ -145,7 +145,7 @@ class Dispatcher:
         so a shutdown that stops the reader never takes its reply."""
         op = self._instant_kind(task)
         if op is None:  # a hot answer (a cache hit: hot.py), else busy, else a task
-            reply = await answer_hot(self, task, peer, task.id or _make_id(), _as_op_error)
+            reply = await answer_hot(self, task, peer, task.id or _make_id())
             return reply if reply is not None else await self._refuse_now(task, peer)
         if self._must_pace(peer):
             return None

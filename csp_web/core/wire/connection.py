@@ -281,14 +281,24 @@ class _Session(StreamHandler):
         here, 195 us as tasks; 1-client ping p50 0.8 ms against 3.8 ms; one loaded 2-core
         host, issue 23). It still takes its turn (L-10). False: start a task of its own."""
         dispatcher = self.dispatcher
-        now = (
-            dispatcher.is_instant(task)
-            or dispatcher.refuses(task)
-            or hot.likely(dispatcher, task, self.peer)
-        )
-        if self.options.sequential or not now:
+        instant = dispatcher.is_instant(task)
+        hot_now = not instant and hot.likely(dispatcher, task, self.peer)
+        if self.options.sequential or not (instant or hot_now or dispatcher.refuses(task)):
             return False
-        await self.wait_turn(instant=True)  # a turn, no running place
+        # A hot frame is cancellable while it waits for its turn, as a task is (C-6): if it
+        # was, its task answers it ``cancelled``, exactly as the task route does.
+        ticket = dispatcher.cancels.open(self.peer, task.id) if hot_now else None
+        try:
+            await self.wait_turn(instant=True)  # a turn, no running place
+        except BaseException:
+            if ticket is not None:
+                ticket.close()
+            raise
+        if ticket is not None and ticket.cancelled:  # by REQ:cancel, or its peer hung up
+            await self.start_task(task, ticket)
+            return True
+        if ticket is not None:
+            ticket.close()  # no checkpoint from here until its work ends
         reply = await self.dispatcher.try_now(task, self.peer)
         if reply is None:  # the sys pool filled or pacing began meanwhile: it waits like any
             return False
@@ -318,13 +328,15 @@ class _Session(StreamHandler):
         a send under way (the writer's) takes them after its own."""
         await self.writer.send_at_once()
 
-    async def start_task(self, task: Task) -> None:
+    async def start_task(self, task: Task, ticket: Ticket | None = None) -> None:
         """Start ``task`` as a task of its own once it has an in-flight place (L-4) and its
-        turn (L-10); ``sequential``: run it here."""
+        turn (L-10); ``sequential``: run it here. ``ticket``: its cancel ticket, opened
+        already (``answer_now``'s)."""
         # IN:SYS ops never wait for work, so there is nothing to cancel (and a REQ:cancel
         # naming its own ID cannot cancel itself). A ticket opened after the peer hung up
         # is cancelled at once (``Cancels.open``).
-        ticket = self.dispatcher.cancels.open(self.peer, task.id) if task.domain != "SYS" else None
+        if ticket is None and task.domain != "SYS":
+            ticket = self.dispatcher.cancels.open(self.peer, task.id)
         try:
             # Wait only at the cap: every frame through wait_slot (a checkpoint and the
             # hang-up watch) cost 651 us of daemon CPU per pipelined frame against 195 us
