@@ -8,23 +8,30 @@ import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import trio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
 from csp_web.core.api.context import OpContext, Peer
-from csp_web.core.api.fields import Params
-from csp_web.core.api.ops import Hot, Op
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Hot, NowHandler, Op
 from csp_web.core.api.replies import Result
+from csp_web.core.api.trace import TraceContext
 from csp_web.core.dispatch import hot
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.wire import connection
 from csp_web.core.wire.connection import Shutdown
+from csp_web.infra.otel import SCOPE, OtelTracer
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status, Task
+from specialists.web.pages.fetch_now import answer_hit, likely_hit
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices
 from tests.harness import Harness, build_dispatcher, outbox_of
@@ -344,6 +351,13 @@ async def test_under_full_sync_a_hit_is_left_to_its_task_not_held_for_its_fsync(
         assert (await slow(dispatcher, fetch_task(url))).get("CACHED") == "true"
 
 
+def _with_route(
+    likely: Callable[[Task, WebServices], bool], answer: NowHandler[WebServices]
+) -> list[Op[WebServices]]:
+    """OPS with fetch's hot route made of ``likely`` and ``answer``."""
+    return [dataclasses.replace(op, hot=Hot(likely, answer)) if op.hot else op for op in OPS]
+
+
 def _failing_route(guess: bool) -> list[Op[WebServices]]:
     """fetch with a hot route that has a bug: in its guess (``guess``) or in its answer."""
 
@@ -355,7 +369,7 @@ def _failing_route(guess: bool) -> list[Op[WebServices]]:
     def answer(params: Params, ctx: OpContext, services: WebServices) -> Result | None:
         raise KeyError("a bug in the answer")
 
-    return [dataclasses.replace(op, hot=Hot(likely, answer)) if op.hot else op for op in OPS]
+    return _with_route(likely, answer)
 
 
 @pytest.mark.parametrize("guess", [True, False], ids=["in_its_guess", "in_its_answer"])
@@ -374,3 +388,69 @@ async def test_a_bug_in_the_hot_route_leaves_the_frame_to_its_task(
             await peer.send(frame(url, f"h{n}"))
             reply = await peer.reply()
             assert reply == Reply(from_task.status, (("ID", f"h{n}"), *from_task.fields))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (("NO_CACHE", "true"),),
+        (("MAX_AGE", "0"),),
+        (("RENDER", "always"),),
+        (("FILE_KEY", "fk_ht57pi5xvpe3ih5a"),),
+        (("URL", "https://origin.test/other"),),  # a second URL
+        (("COLOUR", "red"),),  # a field fetch does not know: its task refuses it
+    ],
+)
+async def test_a_frame_its_hot_route_will_decline_is_not_guessed_hot(
+    make_dispatcher: DispatcherFactory, origin: Origin, fields: tuple[Field, ...]
+) -> None:
+    """The guess checks the cheap declines: a wrong one takes an instant turn (L-10's
+    frames_per_round) and then a second turn."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    assert hot.likely(dispatcher, fetch_task(url), PEER)
+    assert not hot.likely(dispatcher, fetch_task(url, *fields), PEER)
+
+
+async def test_a_field_the_hot_route_does_not_know_leaves_the_frame_to_its_task(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """Refused by default: a field added to fetch is answered by its task until the hot
+    route handles it, never ignored by a hit."""
+    added = FieldSpec("LANGUAGE", doc="a field fetch gained after its hot route")
+    ops = [dataclasses.replace(op, fields=(*op.fields, added)) if op.hot else op for op in OPS]
+    dispatcher = make_dispatcher(ops)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    assert await now(dispatcher, fetch_task(url)) is not None
+    assert await now(dispatcher, fetch_task(url, ("LANGUAGE", "nl"))) is None
+
+
+async def test_a_hot_answer_runs_inside_its_span_and_a_declined_one_leaves_no_span(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """The span covers the op's answer, whose context is the span's (as a task's op's);
+    a declined answer's span is dropped: only its task's span is exported."""
+    seen: list[TraceContext | None] = []
+
+    def answer(params: Params, ctx: OpContext, services: WebServices) -> Result | None:
+        seen.append(ctx.trace)
+        return answer_hit(params, ctx, services) if params.flag("BOARD") else None
+
+    dispatcher = make_dispatcher(_with_route(likely_hit, answer))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    dispatcher.tracer = OtelTracer(provider.get_tracer(SCOPE), [("fetch", "WEB")])
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    exporter.clear()
+    assert await now(dispatcher, fetch_task(url, ("BOARD", "true"))) is not None
+    (span,) = exporter.get_finished_spans()
+    assert seen[-1] is not None
+    assert seen[-1].span_id == f"{span.context.span_id:016x}"
+    exporter.clear()
+    assert await now(dispatcher, fetch_task(url)) is None  # declined: its task runs it
+    await slow(dispatcher, fetch_task(url))
+    assert len(exporter.get_finished_spans()) == 1
