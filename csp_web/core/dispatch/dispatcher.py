@@ -217,13 +217,27 @@ class Dispatcher:
         return self._full_pool_op(task) is not None
 
     def _full_pool_op(self, task: Task) -> BoundOp | None:
+        op = self.now_op(task)
+        return op if op is not None and self.pools[op.spec.specialist].full else None
+
+    def now_op(self, task: Task) -> BoundOp | None:
+        """The op ``task`` names when the reader may answer it (``try_now``'s one lookup,
+        for each of its routes): None while the daemon stops, for an IN:MEMORY frame the
+        relay takes, or a frame the registry refuses (a task of its own answers that)."""
         if self.shutting_down or (task.domain == "MEMORY" and self.relay is not None):
             return None
         try:
-            op = self.registry.lookup(task)
+            return self.registry.lookup(task)
         except OpError:
             return None
-        return op if self.pools[op.spec.specialist].full else None
+
+    def checked(self, task: Task, op: BoundOp) -> Params:
+        """``task``'s fields for ``op`` as every route checks them (its own fields and
+        TIMEOUT_MS); raises OpError."""
+        config = self.services.config.tasks
+        params = validate(task, op.spec.fields, op.spec.inline)
+        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        return params
 
     async def _refuse_now(self, task: Task, peer: Peer) -> Reply | None:
         """``busy`` for a valid ``task`` whose pool is full (as ``run`` would answer it once
@@ -231,14 +245,10 @@ class Dispatcher:
         op = self._full_pool_op(task)
         if op is None:
             return None
-        config = self.services.config.tasks
         if self._ledger_waits(task):
             return None  # its budget's BUDGET_LEFT needs a round trip: a task of its own
         try:
-            validate(task, op.spec.fields, op.spec.inline)
-            parse_timeout_ms(
-                task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
-            )
+            self.checked(task, op)
             task_budget = await open_budget(
                 task, peer.uid, self.services.config.budgets, self.ledger
             )
@@ -258,13 +268,8 @@ class Dispatcher:
         return self._instant_kind(task) is not None
 
     def _instant_kind(self, task: Task) -> BoundOp | None:
-        if task.domain != "SYS" or self.shutting_down:
-            return None
-        try:
-            op = self.registry.lookup(task)
-        except OpError:
-            return None  # refused: answered (and audited) by a task of its own
-        if self._ledger_waits(task):
+        op = self.now_op(task) if task.domain == "SYS" else None
+        if op is None or self._ledger_waits(task):
             return None  # its ledger may wait (Redis): a task of its own
         return op if op.spec.instant and op.spec.specialist == "sys" else None
 
@@ -399,9 +404,7 @@ class Dispatcher:
         """``_run`` for an instant op holding a sys slot: validated, then run, no scope. Its
         context has no trace: an instant op makes no call that could pass one on. Its budget
         (on ``stage``) is opened without waiting: one of its own, or the local ledger's."""
-        config = self.services.config.tasks
-        params = validate(task, op.spec.fields, op.spec.inline)
-        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        params = self.checked(task, op)
         # its budget is opened for its BUDGET_LEFT alone: a sys op is never refused by one
         stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
         ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)

@@ -33,7 +33,7 @@ import trio
 from csp_web.core.api.audit import OpAudit
 from csp_web.core.api.context import OpContext, Peer, Services
 from csp_web.core.api.errors import OpError
-from csp_web.core.api.fields import Params, parse_timeout_ms, validate
+from csp_web.core.api.fields import Params
 from csp_web.core.api.ops import BoundOp, Registry
 from csp_web.core.api.replies import ok_reply
 from csp_web.core.api.trace import TaskSpan, TaskTracer, frame_trace
@@ -53,6 +53,10 @@ class Dispatching(Protocol):
     tracer: TaskTracer | None
     audit: bool
     shutting_down: bool
+
+    def now_op(self, task: Task) -> BoundOp | None: ...
+
+    def checked(self, task: Task, op: BoundOp) -> Params: ...
 
     async def _done(
         self,
@@ -115,14 +119,9 @@ async def answer_hot(dispatcher: Dispatching, task: Task, peer: Peer, task_id: s
 
 
 def _hot_op(dispatcher: Dispatching, task: Task) -> BoundOp | None:
-    """The op ``task`` names when it has a hot route (never an IN:MEMORY relay's)."""
-    if dispatcher.shutting_down or task.domain in ("SYS", "MEMORY"):
-        return None
-    try:
-        op = dispatcher.registry.lookup(task)
-    except OpError:
-        return None  # refused: answered (and audited) by a task of its own
-    return op if op.answer_now is not None else None
+    """The op ``task`` names when it has a hot route (never an IN:SYS or IN:MEMORY op's)."""
+    op = dispatcher.now_op(task) if task.domain not in ("SYS", "MEMORY") else None
+    return op if op is not None and op.answer_now is not None else None
 
 
 def _may_start_now(dispatcher: Dispatching, task: Task, peer: Peer) -> bool:
@@ -141,11 +140,8 @@ def _may_start_now(dispatcher: Dispatching, task: Task, peer: Peer) -> bool:
 
 
 def _valid(dispatcher: Dispatching, task: Task, op: BoundOp) -> Params | None:
-    """``task``'s fields as the slow route validates them; None when it would refuse them."""
-    config = dispatcher.services.config.tasks
+    """``task``'s fields as every route checks them; None when it would refuse them."""
     try:
-        params = validate(task, op.spec.fields, op.spec.inline)
-        parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms)
+        return dispatcher.checked(task, op)
     except OpError:
         return None
-    return params
