@@ -107,7 +107,7 @@ def answer_hit(params: Params, ctx: OpContext, services: PagesServices) -> Resul
     if summary is None:
         return None
     services.cache.count_hit(CACHE_NAMESPACE)  # as the task's load counts it
-    if summary:  # its SUMMARY was read from the cache, as the task counts it
+    if sum(part) < len(content):  # cut: its SUMMARY was read from the cache, as the task's
         services.cache.count_hit(SUMMARY_NAMESPACE)
     services.board.turn(ctx.peer, services.config.docs.board)
     notes = WebNotes(url)
