@@ -151,14 +151,17 @@ class Harness:
         connection: ConnectionConfig | None = None,
         idle_timeout_s: float | None = None,
         lockstep: bool = False,
+        peer: Peer | None = None,
     ) -> ClientEnd:
-        """Serve a fresh connection; ``lockstep`` makes writes block until the peer reads."""
+        """Serve a fresh connection; ``lockstep`` makes writes block until the peer reads.
+        Its ``peer`` is ``Peer("test")`` unless given: connections of one name share its
+        hang-up (a ticket opened on a name whose peer hung up is cancelled, C-6)."""
         pair = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
         client, server = pair()
         config = connection or self.dispatcher.services.config.connection
         options = StreamOptions(config, idle_timeout_s)
         self.nursery.start_soon(
-            serve_connection, server, self.dispatcher, Peer("test"), options, self.shutdown
+            serve_connection, server, self.dispatcher, peer or Peer("test"), options, self.shutdown
         )
         return ClientEnd(client, Connection(Limits(1 << 24, 1 << 24, 10_000)))
 

@@ -4,22 +4,37 @@ state that its task would leave; whatever its task would do otherwise is left to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import trio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config
-from csp_web.core.api.context import Peer
+from csp_web.core.api.context import OpContext, Peer
+from csp_web.core.api.fields import FieldSpec, Params
+from csp_web.core.api.ops import Hot, NowHandler, Op
+from csp_web.core.api.replies import Result
+from csp_web.core.api.trace import TraceContext
 from csp_web.core.dispatch import hot
 from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.wire import connection
 from csp_web.core.wire.connection import Shutdown
-from protocol import Field, Reply, Task
+from csp_web.infra.otel import SCOPE, OtelTracer
+from csp_web.memory.outbox import open_outbox
+from protocol import Field, Reply, Status, Task
+from specialists.web.pages.fetch_now import answer_hit, likely_hit
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices
-from tests.harness import Harness, outbox_of
+from tests.harness import Harness, build_dispatcher, outbox_of
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import ARTICLE, WAIT_S, fetch, hits, serve, web_audits
@@ -202,7 +217,7 @@ async def test_a_thousand_pipelined_hits_on_a_connection_answer_as_their_tasks_d
 async def test_a_hot_hit_is_answered_while_the_web_pool_is_full_and_a_miss_is_busy(
     make_dispatcher: DispatcherFactory, origin: Origin
 ) -> None:
-    """A hit holds no slot (it never waits, nothing runs on): a full pool (C-3) refuses
+    """C-7: a hit holds no slot (it never waits, nothing runs on): a full pool (C-3) refuses
     what would run, not what is answered at once."""
     dispatcher = make_dispatcher(OPS)
     url = serve(origin, "/tides", ARTICLE)
@@ -245,8 +260,197 @@ async def test_a_client_hanging_up_amid_pipelined_hits_leaves_the_daemon_answeri
         await gone.send(b"".join(frame(url, f"h{n}") for n in range(200)))
         await gone.replies(3)
         await gone.stream.aclose()  # 197 replies have nobody to read them
-        peer = harness.connect()
+        peer = harness.connect(peer=Peer("after"))
         await peer.send(frame(url, "after"))
         reply = await peer.reply()
     assert reply is not None
     assert (reply.id, reply.get("CACHED")) == ("after", "true")
+
+
+async def test_a_hot_frame_cancelled_while_it_waits_for_its_turn_answers_cancelled(
+    make_dispatcher: DispatcherFactory,
+    origin: Origin,
+    nursery: trio.Nursery,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """C-6, C-7: a REQ:cancel from another connection of the uid reaches a hit held in its
+    turn's wait (other connections starting first): it counts it, and the frame answers
+    ``cancelled``, as a task would."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    parked, gate = trio.Event(), trio.Event()
+    turn = connection._Session.wait_turn
+
+    async def contended_turn(session: connection._Session, *, instant: bool = False) -> None:
+        if not parked.is_set():  # the hit's turn: a round in which others start first
+            parked.set()
+            await gate.wait()
+        await turn(session, instant=instant)
+
+    monkeypatch.setattr(connection._Session, "wait_turn", contended_turn)
+    harness = Harness(dispatcher, nursery, Shutdown())
+    held, canceller = harness.connect(), harness.connect()
+    with trio.fail_after(WAIT_S):
+        await held.send(frame(url, "7"))
+        await parked.wait()
+        await canceller.send(b"TASK REQ:cancel IN:SYS OUT:ACK\nTARGET 7\n\n")
+        cancel = await canceller.reply()
+        gate.set()
+        answered = await held.reply()
+    assert cancel == Reply(
+        Status.OK, (("SCOPE", "[sys]"), ("DATA", "cancelled"), ("CANCELLED", "1"))
+    )
+    cancelled = (("ID", "7"), ("SCOPE", "[]"), ("DATA", "none"))
+    assert answered == Reply(Status.FAIL, (*cancelled, ("ERROR", "cancelled:by REQ:cancel")))
+
+
+async def test_hits_read_after_their_client_hung_up_are_audited_cancelled_as_tasks_are(
+    make_dispatcher: DispatcherFactory, origin: Origin, nursery: trio.Nursery
+) -> None:
+    """C-6: once a reply finds the peer gone, the frames read after are cancelled, not
+    answered from the cache to nobody; each frame is audited once, either way."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    gone = Harness(dispatcher, nursery, Shutdown()).connect()
+    with trio.fail_after(WAIT_S):
+        await gone.send(b"".join(frame(url, f"h{n}") for n in range(200)))
+        await gone.stream.aclose()  # before any reply: the first one written finds it gone
+        while len(_audits_of(dispatcher, "h")) < 200:  # the last records' commits
+            await trio.sleep(0.01)
+    outcomes = Counter((r["outcome"], r.get("error")) for r in _audits_of(dispatcher, "h"))
+    assert set(outcomes) <= {("OK", None), ("FAIL", "cancelled:the client hung up")}
+    assert outcomes[("FAIL", "cancelled:the client hung up")] > 0
+
+
+def _audits_of(dispatcher: Dispatcher, prefix: str) -> list[dict[str, object]]:
+    rows = outbox_of(dispatcher)._store.oldest(5000)
+    records = [json.loads(write.data) for _, write in rows if write.type == "audit"]
+    return [record for record in records if str(record.get("id", "")).startswith(prefix)]
+
+
+@pytest.fixture
+def full_sync(web_config: Config) -> Config:
+    return dataclasses.replace(
+        web_config, outbox=dataclasses.replace(web_config.outbox, synchronous="full")
+    )
+
+
+async def test_under_full_sync_a_hit_is_left_to_its_task_not_held_for_its_fsync(
+    origin: Origin, full_sync: Config, web: WebServices
+) -> None:
+    """C-7: with ``outbox.synchronous: full`` a record's commit is an fsync in a thread: the
+    reader would wait one per hit, where tasks share a group commit. The task answers it."""
+    async with open_outbox(full_sync.outbox_path, full_sync.outbox, full_sync.memory) as box:
+        dispatcher = build_dispatcher(full_sync, outbox_path(full_sync, box), OPS, web)
+        url = serve(origin, "/tides", ARTICLE)
+        await fetch(dispatcher, url)
+        assert not hot.likely(dispatcher, fetch_task(url), PEER)
+        assert await now(dispatcher, fetch_task(url)) is None
+        assert (await slow(dispatcher, fetch_task(url))).get("CACHED") == "true"
+
+
+def _with_route(
+    likely: Callable[[Task, WebServices], bool], answer: NowHandler[WebServices]
+) -> list[Op[WebServices]]:
+    """OPS with fetch's hot route made of ``likely`` and ``answer``."""
+    return [dataclasses.replace(op, hot=Hot(likely, answer)) if op.hot else op for op in OPS]
+
+
+def _failing_route(guess: bool) -> list[Op[WebServices]]:
+    """fetch with a hot route that has a bug: in its guess (``guess``) or in its answer."""
+
+    def likely(task: Task, services: WebServices) -> bool:
+        if guess:
+            raise KeyError("a bug in the guess")
+        return True
+
+    def answer(params: Params, ctx: OpContext, services: WebServices) -> Result | None:
+        raise KeyError("a bug in the answer")
+
+    return _with_route(likely, answer)
+
+
+@pytest.mark.parametrize("guess", [True, False], ids=["in_its_guess", "in_its_answer"])
+async def test_a_bug_in_the_hot_route_leaves_the_frame_to_its_task(
+    make_dispatcher: DispatcherFactory, origin: Origin, nursery: trio.Nursery, guess: bool
+) -> None:
+    """A hot route that raises (its guess runs in the reader) neither ends the connection
+    nor answers ``internal_error``: the frame is answered by its task, as ever."""
+    dispatcher = make_dispatcher(_failing_route(guess))
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    from_task = await fetch(dispatcher, url)  # a hit, answered by the task
+    peer = Harness(dispatcher, nursery, Shutdown()).connect()
+    with trio.fail_after(WAIT_S):
+        for n in range(2):
+            await peer.send(frame(url, f"h{n}"))
+            reply = await peer.reply()
+            assert reply == Reply(from_task.status, (("ID", f"h{n}"), *from_task.fields))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (("NO_CACHE", "true"),),
+        (("MAX_AGE", "0"),),
+        (("RENDER", "always"),),
+        (("FILE_KEY", "fk_ht57pi5xvpe3ih5a"),),
+        (("URL", "https://origin.test/other"),),  # a second URL
+        (("COLOUR", "red"),),  # a field fetch does not know: its task refuses it
+    ],
+)
+async def test_a_frame_its_hot_route_will_decline_is_not_guessed_hot(
+    make_dispatcher: DispatcherFactory, origin: Origin, fields: tuple[Field, ...]
+) -> None:
+    """The guess checks the cheap declines: a wrong one takes an instant turn (L-10's
+    frames_per_round) and then a second turn."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    assert hot.likely(dispatcher, fetch_task(url), PEER)
+    assert not hot.likely(dispatcher, fetch_task(url, *fields), PEER)
+
+
+async def test_a_field_the_hot_route_does_not_know_leaves_the_frame_to_its_task(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """Refused by default: a field added to fetch is answered by its task until the hot
+    route handles it, never ignored by a hit."""
+    added = FieldSpec("LANGUAGE", doc="a field fetch gained after its hot route")
+    ops = [dataclasses.replace(op, fields=(*op.fields, added)) if op.hot else op for op in OPS]
+    dispatcher = make_dispatcher(ops)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    assert await now(dispatcher, fetch_task(url)) is not None
+    assert await now(dispatcher, fetch_task(url, ("LANGUAGE", "nl"))) is None
+
+
+async def test_a_hot_answer_runs_inside_its_span_and_a_declined_one_leaves_no_span(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """The span covers the op's answer, whose context is the span's (as a task's op's);
+    a declined answer's span is dropped: only its task's span is exported."""
+    seen: list[TraceContext | None] = []
+
+    def answer(params: Params, ctx: OpContext, services: WebServices) -> Result | None:
+        seen.append(ctx.trace)
+        return answer_hit(params, ctx, services) if params.flag("BOARD") else None
+
+    dispatcher = make_dispatcher(_with_route(likely_hit, answer))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    dispatcher.tracer = OtelTracer(provider.get_tracer(SCOPE), [("fetch", "WEB")])
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    exporter.clear()
+    assert await now(dispatcher, fetch_task(url, ("BOARD", "true"))) is not None
+    (span,) = exporter.get_finished_spans()
+    assert seen[-1] is not None
+    assert seen[-1].span_id == f"{span.context.span_id:016x}"
+    exporter.clear()
+    assert await now(dispatcher, fetch_task(url)) is None  # declined: its task runs it
+    await slow(dispatcher, fetch_task(url))
+    assert len(exporter.get_finished_spans()) == 1

@@ -179,6 +179,10 @@ class Params:
     def __contains__(self, name: str) -> bool:
         return self._values.get(name) is not None
 
+    def given(self) -> list[str]:
+        """The names of the fields that have a value, sent or by their default."""
+        return [name for name, value in self._values.items() if value is not None]
+
     def text(self, name: str) -> str:
         value = self._values[name]
         assert isinstance(value, str), name

@@ -6,6 +6,7 @@ OpError becomes its FAIL reply, anything else ``internal_error`` plus a logged t
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import math
@@ -42,6 +43,14 @@ log = logging.getLogger(__name__)
 # (REQ, OUT) pairs whose instant op is remembered: the sys ops' few, and room for strays
 # (an unknown name is remembered as None), cleared when full as protocol's header table.
 _MAX_INSTANT_HEADERS = 256
+
+
+class Now(enum.Enum):
+    """How the reader may answer a frame itself (``Dispatcher.answers_now``)."""
+
+    INSTANT = "instant"  # an IN:SYS op that neither sleeps nor does I/O (Op.instant)
+    HOT = "hot"  # an op's hot route guesses it answers (a cache hit held in memory, C-7)
+    BUSY = "busy"  # its specialist's pool is full: refused at once (C-3)
 
 
 class Dispatcher:
@@ -156,7 +165,7 @@ class Dispatcher:
         half the calls of a pipelined ping (bench/daemon.py --quick, issue 26)."""
         op = self._instant_kind(task)
         if op is None:  # a hot answer (a cache hit: hot.py), else busy, else a task
-            reply = await answer_hot(self, task, peer, task.id or _make_id(), _as_op_error)
+            reply = await answer_hot(self, task, peer, task.id or _make_id())
             return reply if reply is not None else await self._refuse_now(task, peer)
         if self._must_pace(peer):
             return None
@@ -170,15 +179,10 @@ class Dispatcher:
         stats.in_flight += 1
         task_budget: TaskBudget | None = None
         try:
-            params = validate(task, op.spec.fields, op.spec.inline)
-            config = self.services.config
-            if task.fields:  # a frame with no fields names no deadline nor budget
-                tasks = config.tasks
-                parse_timeout_ms(
-                    task, default_ms=tasks.default_timeout_ms, max_ms=tasks.max_timeout_ms
-                )
-            if _may_have_budget(task, config.budgets):  # for its BUDGET_LEFT alone
-                task_budget = await open_budget(task, peer.uid, config.budgets, self.ledger)
+            params = self.checked(task, op)
+            budgets = self.services.config.budgets
+            if _may_have_budget(task, budgets):  # for its BUDGET_LEFT alone
+                task_budget = await open_budget(task, peer.uid, budgets, self.ledger)
             ctx = OpContext(self.services, peer, op.req, task.id or _make_id(), task.id)
             reply = ok_reply(await op.run(params, ctx), task.id)
         except Exception as exc:
@@ -244,13 +248,30 @@ class Dispatcher:
         return self._full_pool_op(task) is not None
 
     def _full_pool_op(self, task: Task) -> BoundOp | None:
+        op = self.now_op(task)
+        return op if op is not None and self.pools[op.spec.specialist].full else None
+
+    def now_op(self, task: Task) -> BoundOp | None:
+        """The op ``task`` names when the reader may answer it (``try_now``'s one lookup,
+        for each of its routes): None while the daemon stops, for an IN:MEMORY frame the
+        relay takes, or a frame the registry refuses (a task of its own answers that)."""
         if self.shutting_down or (task.domain == "MEMORY" and self.relay is not None):
             return None
         try:
-            op = self.registry.lookup(task)
+            return self.registry.lookup(task)
         except OpError:
             return None
-        return op if self.pools[op.spec.specialist].full else None
+
+    def checked(self, task: Task, op: BoundOp) -> Params:
+        """``task``'s fields for ``op`` as every route checks them (its own fields and
+        TIMEOUT_MS); raises OpError."""
+        params = validate(task, op.spec.fields, op.spec.inline)
+        if task.fields:  # a frame with no fields names no TIMEOUT_MS
+            config = self.services.config.tasks
+            parse_timeout_ms(
+                task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
+            )
+        return params
 
     async def _refuse_now(self, task: Task, peer: Peer) -> Reply | None:
         """``busy`` for a valid ``task`` whose pool is full (as ``run`` would answer it once
@@ -258,15 +279,11 @@ class Dispatcher:
         op = self._full_pool_op(task)
         if op is None:
             return None
-        config = self.services.config.tasks
         if self._ledger_waits(task):
             return None  # its budget's BUDGET_LEFT needs a round trip: a task of its own
         task_budget: TaskBudget | None = None
         try:
-            validate(task, op.spec.fields, op.spec.inline)
-            parse_timeout_ms(
-                task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
-            )
+            self.checked(task, op)
             budgets = self.services.config.budgets
             if _may_have_budget(task, budgets):
                 task_budget = await open_budget(task, peer.uid, budgets, self.ledger)
@@ -279,16 +296,17 @@ class Dispatcher:
             reply = budgeted(reply, task_budget)
         return await self._done(task, op, peer, reply, time.monotonic(), None, False, span)
 
-    def answers_now(self, task: Task, peer: Peer) -> bool:
-        """Whether ``try_now`` may answer ``task`` of ``peer``: it names an op that never
-        waits (``Op.instant``, IN:SYS), whatever the pools' state, one whose hot route's
-        cheap guess says it answers (``hot.likely``), or one ``refuses``. A connection then
-        gives it a turn without a running place (L-10) and asks ``try_now`` for its reply."""
-        return (
-            self._instant_kind(task) is not None
-            or self.refuses(task)
-            or hot_likely(self, task, peer)
-        )
+    def answers_now(self, task: Task, peer: Peer) -> Now | None:
+        """The route by which ``try_now`` may answer ``task`` of ``peer``, else None (a task
+        of its own): an op that never waits (``Op.instant``, IN:SYS), whatever the pools'
+        state; one whose hot route's cheap guess says it answers (``hot.likely``, even on a
+        full pool: C-7); or one ``refuses``. A connection then gives it a turn without a
+        running place (L-10) and asks ``try_now`` for its reply."""
+        if self._instant_kind(task) is not None:
+            return Now.INSTANT
+        if hot_likely(self, task, peer):
+            return Now.HOT
+        return Now.BUSY if self.refuses(task) else None
 
     def _instant_kind(self, task: Task) -> BoundOp | None:
         if task.domain != "SYS" or self.shutting_down:
@@ -307,9 +325,8 @@ class Dispatcher:
 
     def _instant_op(self, task: Task) -> BoundOp | None:
         """The instant IN:SYS op ``task``'s header names, else None."""
-        try:
-            op = self.registry.lookup(task)
-        except OpError:
+        op = self.now_op(task)
+        if op is None:
             return None  # refused: answered (and audited) by a task of its own
         return op if op.spec.instant and op.spec.specialist == "sys" else None
 

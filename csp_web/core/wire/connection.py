@@ -39,7 +39,7 @@ from csp_web.core.api.deadlines import CUT_DETAIL
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.replies import fail_reply
 from csp_web.core.dispatch.cancels import Ticket
-from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.core.dispatch.dispatcher import Dispatcher, Now
 from csp_web.core.transports.unix import Lease
 from csp_web.core.wire.reply_writer import ReplyWriter
 from csp_web.core.wire.shutdown import Shutdown
@@ -254,8 +254,8 @@ class _Session(StreamHandler):
     async def on_task(self, task: Task) -> bool:
         self.last_activity = trio.current_time()
         self.held = task  # answered shutting_down if the daemon stops before it starts
-        instant = not self.options.sequential and self.dispatcher.answers_now(task, self.peer)
-        if not (instant and await self.answer_now(task)):
+        route = None if self.options.sequential else self.dispatcher.answers_now(task, self.peer)
+        if not (route is not None and await self.answer_now(task, route)):
             await self.start_task(task)
         return True
 
@@ -271,7 +271,7 @@ class _Session(StreamHandler):
 
     # --- starting frames
 
-    async def answer_now(self, task: Task) -> bool:
+    async def answer_now(self, task: Task, route: Now) -> bool:
         """Answer ``task`` in the reader when it is an instant op, an op's hot answer (a
         cache hit, dispatch/hot.py), or refused ``busy`` as its specialist's pool is full
         (``Dispatcher.try_now``):
@@ -280,9 +280,22 @@ class _Session(StreamHandler):
         (bench/daemon.py --quick, pipelined pings: 115 us of daemon CPU per frame answered
         here, 195 us as tasks; 1-client ping p50 0.8 ms against 3.8 ms; one loaded 2-core
         host, issue 23). It still takes its turn (L-10). False: start a task of its own.
-        Only a task ``Dispatcher.answers_now`` comes here (``on_task`` asks)."""
-        if not self.starts.start_now(self.seat, instant=True):
-            await self.wait_turn(instant=True)  # a turn, no running place
+        Only a task ``Dispatcher.answers_now`` names a route for comes here (``on_task``)."""
+        # A hot frame is cancellable while it waits for its turn, as a task is (C-6): if it
+        # was, its task answers it ``cancelled``, exactly as the task route does.
+        ticket = self.dispatcher.cancels.open(self.peer, task.id) if route is Now.HOT else None
+        try:
+            if not self.starts.start_now(self.seat, instant=True):
+                await self.wait_turn(instant=True)  # a turn, no running place
+        except BaseException:
+            if ticket is not None:
+                ticket.close()
+            raise
+        if ticket is not None:
+            if ticket.cancelled:  # by REQ:cancel, or its peer hung up
+                await self.start_task(task, ticket)
+                return True
+            ticket.close()  # no checkpoint from here until its work ends
         reply = await self.dispatcher.try_now(task, self.peer)
         if reply is None:  # the sys pool filled or pacing began meanwhile: it waits like any
             return False
@@ -312,13 +325,15 @@ class _Session(StreamHandler):
         a send under way (the writer's) takes them after its own."""
         await self.writer.send_at_once()
 
-    async def start_task(self, task: Task) -> None:
+    async def start_task(self, task: Task, ticket: Ticket | None = None) -> None:
         """Start ``task`` as a task of its own once it has an in-flight place (L-4) and its
-        turn (L-10); ``sequential``: run it here."""
+        turn (L-10); ``sequential``: run it here. ``ticket``: its cancel ticket, opened
+        already (``answer_now``'s)."""
         # IN:SYS ops never wait for work, so there is nothing to cancel (and a REQ:cancel
         # naming its own ID cannot cancel itself). A ticket opened after the peer hung up
         # is cancelled at once (``Cancels.open``).
-        ticket = self.dispatcher.cancels.open(self.peer, task.id) if task.domain != "SYS" else None
+        if ticket is None and task.domain != "SYS":
+            ticket = self.dispatcher.cancels.open(self.peer, task.id)
         try:
             # Wait only at the cap: every frame through wait_slot (a checkpoint and the
             # hang-up watch) cost 651 us of daemon CPU per pipelined frame against 195 us

@@ -23,6 +23,8 @@ import datetime
 import functools
 import json
 
+from csp_web.core.api.errors import FieldError
+from csp_web.core.api.fields import Params
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 
@@ -102,14 +104,65 @@ def page_fields(page: Page) -> list[Field]:
     return fields
 
 
+def fetch_limits(params: Params, services: PagesServices) -> tuple[int, int | None]:
+    """fetch's ``(MAX_CHARS, MAX_PAGES)`` (None: ``fetch.max_pages``) once its sources and
+    limits are checked as fetch checks them, for either route; raises FieldError."""
+    urls, key = params.texts("URL"), params.opt_text("FILE_KEY")
+    _check_sources(urls, key, services.config.docs.max_urls, params.integer("START"))
+    if key is not None and params.opt_integer("MAX_AGE") is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "MAX_AGE applies to URL: a FILE_KEY is fixed")
+    if key is not None and params.opt_text("RENDER") is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "RENDER applies to URL: a FILE_KEY is fixed")
+    return _max_chars(params, services), _max_pages(params, services, key)
+
+
+def _max_chars(params: Params, services: PagesServices) -> int:
+    limits = services.config.fetch
+    max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
+    if max_chars > limits.max_chars_cap:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_CHARS above {limits.max_chars_cap}")
+    return max_chars
+
+
+def _max_pages(params: Params, services: PagesServices, key: str | None) -> int | None:
+    """MAX_PAGES as given (None: ``fetch.max_pages``), at most ``fetch.max_pages_cap``; it
+    reads a URL: a FILE_KEY's snapshot is fixed."""
+    max_pages = params.opt_integer("MAX_PAGES")
+    if max_pages is None:
+        return None
+    if key is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "MAX_PAGES applies to URL: a FILE_KEY is fixed")
+    cap = services.config.fetch.max_pages_cap
+    if max_pages > cap:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_PAGES above {cap}")
+    return max_pages
+
+
+def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) -> None:
+    if not urls and key is None:
+        raise FieldError(ErrorCode.MISSING_FIELD, "URL or FILE_KEY")
+    if urls and key is not None:
+        raise FieldError(ErrorCode.INVALID_FIELD, "give URL or FILE_KEY, not both")
+    if len(urls) > max_urls:
+        raise FieldError(ErrorCode.INVALID_FIELD, f"more than {max_urls} URL fields")
+    if len(urls) > 1 and start:
+        raise FieldError(ErrorCode.INVALID_FIELD, "START pages one source: use its FILE_KEY")
+
+
+def held_summary(services: PagesServices, key: str) -> list[Field] | None:
+    """``summary_fields``' lines for ``key`` when the cache's memory tier holds them (a
+    peek: nothing counted, nothing waited for), else None."""
+    return _summary_lines(services.cache.peek(SUMMARY_NAMESPACE, key))
+
+
 async def summary_fields(services: PagesServices, key: str, content: str) -> list[Field]:
     """SUMMARY lines for the whole of ``content`` (at most ``summarize.max_text_chars`` of it
     read), by the summarize op's extractive method, in the worker pool: CPU work on a whole
     page (about 0.3 s for 200,000 chars), so it is kept under ``key`` (the snapshot's fileKey
     and view) for as long as the snapshot, and paging a long page pays for it once."""
-    cached = await services.cache.get(SUMMARY_NAMESPACE, key)
-    if isinstance(cached, list) and all(isinstance(bullet, str) for bullet in cached):
-        return [("SUMMARY", bullet) for bullet in cached]
+    cached = _summary_lines(await services.cache.get(SUMMARY_NAMESPACE, key))
+    if cached is not None:
+        return cached
     limit = services.config.summarize.max_text_chars
     work = functools.partial(summarize_extractive, content[:limit], SUMMARY_BULLETS)
     bullets = list(
@@ -119,6 +172,14 @@ async def summary_fields(services: PagesServices, key: str, content: str) -> lis
         SUMMARY_NAMESPACE, key, bullets, ttl_s=services.config.cache.fetch_ttl_s
     )
     return [("SUMMARY", bullet) for bullet in bullets]
+
+
+def _summary_lines(cached: object) -> list[Field] | None:
+    """The SUMMARY lines a cached summary holds; None when it is not one (absent, or
+    not a list of strings)."""
+    if isinstance(cached, list) and all(isinstance(bullet, str) for bullet in cached):
+        return [("SUMMARY", bullet) for bullet in cached]
+    return None
 
 
 async def prepare_fetch(services: PagesServices, page: Page) -> None:

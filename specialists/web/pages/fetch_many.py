@@ -40,7 +40,7 @@ from protocol import Field, Status
 
 from ..docs.board import Entry, file_lines
 from ..services import web_audit
-from .fetch_fields import cached_at, declared_attributes, empty_error
+from .fetch_fields import cached_at, declared_attributes, empty_error, fetch_result
 from .filekeys import content_of, file_key, hold, token_estimate
 from .loaders import fetch_page, page_view
 from .loading import Page
@@ -68,6 +68,26 @@ def post(ctx: OpContext, services: PagesServices, page: Page, key: str) -> None:
     turn = services.board.current(ctx.peer)
     entry = Entry(key, page.url, page.title, len(content), token_estimate(content), turn)
     services.board.announce(ctx.peer, entry, services.config.docs.board)
+
+
+def answer_page(
+    params: Params,
+    ctx: OpContext,
+    services: PagesServices,
+    loaded: tuple[Page, str, str],
+    part: tuple[int, int],
+    summary: list[Field],
+) -> Result:
+    """fetch's answer for one page once ``loaded`` (the page, the view it sends and its
+    fileKey, held): posted on the peer's board, the ``part`` (START, MAX_CHARS) of the view
+    with ``summary``, and the board's FILE lines when BOARD asks. Both of fetch's routes
+    answer through it (ops_fetch.fetch, fetch_now.answer_hit), so they cannot drift."""
+    page, content, key = loaded
+    post(ctx, services, page, key)
+    result = fetch_result(page, content, part, key, summary)
+    if params.flag("BOARD"):
+        result = dataclasses.replace(result, fields=(*result.fields, *board_lines(ctx, services)))
+    return result
 
 
 def board_lines(ctx: OpContext, services: PagesServices) -> list[Field]:

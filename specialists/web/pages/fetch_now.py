@@ -5,14 +5,18 @@ admission, worker thread or cache write.
     TASK REQ:fetch https://example.com/article IN:WEB OUT:CONTENT      # held in memory:
     ID 7                                                               # answered here
 
-The answer is exactly ``ops_fetch.fetch``'s for the same frame: the same ``fetch_result``,
-board turn and entry, hit count and audit (``WebAudit(url, cache_hit=True)``). Anything that
-fetch would do differently or would wait for declines (None), and the frame runs as a task:
-several URLs or a FILE_KEY, NO_CACHE, a field fetch refuses (MAX_CHARS or MAX_PAGES past
-their caps, START past the end, an EXTRACT view the page lacks), Firecrawl asked first, a page
-that would be rendered (RENDER always, or an app shell), a snapshot not in memory or too old
-for MAX_AGE, a fileKey whose snapshot ``hold`` would write again, or a long page's SUMMARY not
-in memory. Nothing is changed before it is known that the route answers.
+The answer is exactly ``ops_fetch.fetch``'s for the same frame: both check their fields with
+``fetch_limits`` and answer the loaded page with ``fetch_many.answer_page`` (board entry,
+reply fields, BOARD lines); this route adds the board turn, hit counts and audit
+(``WebAudit(url, cache_hit=True)``) fetch's load and ``web_audit`` make. Anything that fetch
+would do differently or would wait for declines (None), and the frame runs as a task: a
+field this route does not know, or a known one with a value it does not answer (several URLs,
+a FILE_KEY, NO_CACHE, MAX_AGE 0, RENDER always), a field fetch refuses (MAX_CHARS or
+MAX_PAGES past their caps, START past the end, an EXTRACT view the page lacks), Firecrawl
+asked first, an app shell, a snapshot not in memory or too old for MAX_AGE, a fileKey whose
+snapshot ``hold`` would write again, or a long page's SUMMARY not in memory. Nothing is
+changed before it is known that the route answers. ``likely_hit`` asks the same of the frame
+before its turn, so one that will decline does not take an instant turn.
 
 Issue 26 goal 1, ``python bench/fetch.py --quick`` A/B on one loaded 2-core host (load 3.9-5.9):
 daemon CPU per hit against a ping's 4.67-5.78x as a task, 3.36-3.62x here; round trip p50
@@ -21,48 +25,73 @@ daemon CPU per hit against a ping's 4.67-5.78x as a task, 3.36-3.62x here; round
 
 from __future__ import annotations
 
-import dataclasses
-
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
-from csp_web.core.api.fields import Params
+from csp_web.core.api.fields import UNIVERSAL, Params
 from csp_web.core.api.replies import Result
 from protocol import Field, Task
 
 from ..services import WebNotes
-from .fetch_fields import SUMMARY_NAMESPACE, fetch_result
-from .fetch_many import board_lines, post
-from .filekeys import NAMESPACE as FILE_KEYS
-from .filekeys import file_key
+from .fetch_fields import SUMMARY_NAMESPACE, fetch_limits, held_summary
+from .fetch_many import answer_page
+from .filekeys import file_key, holds
 from .loaders import page_view, plan
-from .loading import (
-    CACHE_NAMESPACE,
-    Page,
-    fresh,
-    from_snapshot,
-    normalise_url,
-    to_snapshot,
-    within_pages,
-)
+from .loading import CACHE_NAMESPACE, Page, fresh, from_snapshot, normalise_url, within_pages
 from .services import PagesServices
+
+# The fields this route answers as fetch does, each with the one value it answers it with
+# (None: any value fetch accepts). Any other field, or another value, declines: a field
+# added to fetch stays its task's until it is handled here.
+_ANSWERED: dict[str, object] = {
+    "URL": None,  # one (``_plain``)
+    "EXTRACT": None,  # a view the page lacks: declined by ``page_view``
+    "MAX_CHARS": None,  # past its cap: declined by ``fetch_limits``
+    "START": None,  # past the end: declined by ``_held_summary``
+    "MAX_PAGES": None,
+    "MAX_AGE": None,  # 0 or too old: declined by ``fresh``
+    "RENDER": None,  # always: declined by ``_plain``
+    "BOARD": None,
+    "NO_CACHE": False,
+}
 
 
 def likely_hit(task: Task, services: PagesServices) -> bool:
-    """Whether the memory tier holds a snapshot of the URL ``task`` names (inline or its one
-    URL field): a cheap guess, asked before the frame's turn, that ``answer_hit`` answers."""
-    url = task.inline if task.inline is not None else task.get("URL")
-    if url is None:
+    """Whether ``answer_hit`` will likely answer ``task``: one URL (inline or its one URL
+    field) whose snapshot the memory tier holds, and none of the cheap declines (a field the
+    route does not answer, NO_CACHE, MAX_AGE 0, RENDER always). A guess asked before the
+    frame's turn: a wrong one costs the frame a second turn."""
+    urls = [value for name, value in task.fields if name == "URL"]
+    if task.inline is not None:
+        urls.append(task.inline)
+    if len(urls) != 1 or any(_declines(name, value) for name, value in task.fields):
+        return False
+    if task.get("RENDER") is None and services.config.fetch.render == "always":
         return False
     try:
-        key = normalise_url(url, services)
+        key = normalise_url(urls[0], services)
     except OpError:
         return False  # refused by the gate: the task answers it
     return services.cache.peek(CACHE_NAMESPACE, key) is not None
 
 
+def _declines(name: str, value: str) -> bool:
+    """Whether a frame's field ``name`` with ``value`` (its text) makes ``answer_hit``
+    decline whatever the cache holds: unknown to it, NO_CACHE, MAX_AGE 0 or RENDER always."""
+    return (
+        (name not in _ANSWERED and name not in UNIVERSAL)
+        or (name == "NO_CACHE" and value != "false")
+        or (name == "MAX_AGE" and value == "0")
+        or (name == "RENDER" and value == "always")
+    )
+
+
 def answer_hit(params: Params, ctx: OpContext, services: PagesServices) -> Result | None:
     """``fetch``'s result for ``params`` when its one URL is answered from the memory tier
     as it would be by the task (see the module), else None, having changed nothing."""
+    try:
+        part = (params.integer("START"), fetch_limits(params, services)[0])
+    except OpError:
+        return None  # its task refuses it
     if not _plain(params, services):
         return None
     url = params.texts("URL")[0]
@@ -73,61 +102,31 @@ def answer_hit(params: Params, ctx: OpContext, services: PagesServices) -> Resul
         content = page_view(page, params.text("EXTRACT"), url)
     except OpError:
         return None  # the task answers unsupported_content
-    start, max_chars = params.integer("START"), _max_chars(params, services)
     key = file_key(page)
-    summary = _held_summary(services, page, key, content, (start, max_chars), params)
+    summary = _held_summary(services, (page, content, key), part, params.text("EXTRACT"))
     if summary is None:
         return None
-    return _answer(params, ctx, services, page, content, key, summary)
-
-
-def _answer(
-    params: Params,
-    ctx: OpContext,
-    services: PagesServices,
-    page: Page,
-    content: str,
-    key: str,
-    summary: list[Field],
-) -> Result:
-    """What ``fetch`` does once its page is loaded, every step of it that cannot wait."""
-    part = (params.integer("START"), _max_chars(params, services))
-    services.cache.count_hit(CACHE_NAMESPACE)
-    if sum(part) < len(content):  # its SUMMARY was read from the cache
+    services.cache.count_hit(CACHE_NAMESPACE)  # as the task's load counts it
+    if sum(part) < len(content):  # cut: its SUMMARY was read from the cache, as the task's
         services.cache.count_hit(SUMMARY_NAMESPACE)
     services.board.turn(ctx.peer, services.config.docs.board)
-    post(ctx, services, page, key)
-    result = fetch_result(page, content, part, key, summary)
-    if params.flag("BOARD"):
-        result = dataclasses.replace(result, fields=(*result.fields, *board_lines(ctx, services)))
-    notes = WebNotes(params.texts("URL")[0])
+    notes = WebNotes(url)
     notes.cache_hit = True
-    return notes.attach(result)
+    return notes.attach(answer_page(params, ctx, services, (page, content, key), part, summary))
 
 
 def _plain(params: Params, services: PagesServices) -> bool:
-    """Whether ``params`` ask one URL of the cache, with fields fetch accepts, of a daemon
-    that reads its own cache first (no Firecrawl first)."""
-    limits = services.config.fetch
-    max_pages = params.opt_integer("MAX_PAGES")
+    """Whether ``params`` name only fields this route answers, each with a value it answers
+    (one URL, no RENDER always), of a daemon that reads its own cache first (no Firecrawl)."""
+    for name in params.given():
+        if name not in _ANSWERED or _ANSWERED[name] not in (None, params.json(name)):
+            return False
+    render = params.opt_text("RENDER") or services.config.fetch.render
     return (
         len(params.texts("URL")) == 1
-        and params.opt_text("FILE_KEY") is None
-        and not params.flag("NO_CACHE")
-        and _max_chars(params, services) <= limits.max_chars_cap
-        and (max_pages is None or max_pages <= limits.max_pages_cap)
-        and _mode(params, services) != "always"
+        and render != "always"
         and plan(services)[0][0].loader == "direct"
     )
-
-
-def _mode(params: Params, services: PagesServices) -> str:
-    render = params.opt_text("RENDER")
-    return render if render is not None else services.config.fetch.render
-
-
-def _max_chars(params: Params, services: PagesServices) -> int:
-    return params.opt_integer("MAX_CHARS") or services.config.fetch.default_max_chars
 
 
 def _held_page(params: Params, services: PagesServices, url: str) -> Page | None:
@@ -147,24 +146,14 @@ def _held_page(params: Params, services: PagesServices, url: str) -> Page | None
 
 
 def _held_summary(
-    services: PagesServices,
-    page: Page,
-    key: str,
-    content: str,
-    part: tuple[int, int],
-    params: Params,
+    services: PagesServices, loaded: tuple[Page, str, str], part: tuple[int, int], extract: str
 ) -> list[Field] | None:
-    """The SUMMARY lines fetch adds for ``part`` of ``content`` ([] when it is not cut),
-    when ``page``'s fileKey ``key`` needs no write and they are in memory; else None."""
+    """The SUMMARY lines fetch adds for ``part`` of the loaded view ([] when it is not cut),
+    when the page's fileKey needs no write (``holds``) and they are in memory; else None."""
+    page, content, key = loaded
     start, max_chars = part
-    ttl_s = services.config.cache.fetch_ttl_s
-    if start > len(content) or not services.cache.holds(
-        FILE_KEYS, key, to_snapshot(page), ttl_s=ttl_s
-    ):
+    if start > len(content) or not holds(services, key, page):
         return None
     if start + max_chars >= len(content):
         return []
-    bullets = services.cache.peek(SUMMARY_NAMESPACE, f"{key}:{params.text('EXTRACT')}")
-    if not (isinstance(bullets, list) and all(isinstance(bullet, str) for bullet in bullets)):
-        return None
-    return [("SUMMARY", bullet) for bullet in bullets]
+    return held_summary(services, f"{key}:{extract}")

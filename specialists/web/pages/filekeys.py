@@ -71,6 +71,13 @@ async def hold(services: PagesServices, key: str, page: Page) -> None:
     await services.cache.keep(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
 
 
+def holds(services: PagesServices, key: str, page: Page) -> bool:
+    """Whether ``hold`` would write nothing now: the memory tier holds this snapshot under
+    ``key`` for long enough (a peek, for fetch's hot route)."""
+    ttl_s = services.config.cache.fetch_ttl_s
+    return services.cache.holds(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
+
+
 async def held(services: PagesServices, key: str) -> Page:
     """The snapshot ``key`` names; raises OpError(INVALID_FIELD) for a malformed key and
     OpError(UNKNOWN_FILE_KEY) for one not held (expired, or never fetched here)."""

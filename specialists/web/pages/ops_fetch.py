@@ -20,7 +20,6 @@ through ``loaders.fetch_page``, Firecrawl behind it when configured).
 
 from __future__ import annotations
 
-import dataclasses
 import urllib.parse
 
 from csp_web.core.api.context import OpContext
@@ -31,9 +30,11 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from ..services import WebServices, web_audit
-from .fetch_fields import fetch_result, summary_fields
-from .fetch_many import announce, board_lines, fetch_many
+from .fetch_fields import fetch_limits, summary_fields
+from .fetch_many import answer_page, fetch_many
 from .fetch_now import answer_hit, likely_hit
+from .filekeys import file_key as file_key_of
+from .filekeys import hold
 from .filepages import held_or_file
 from .loaders import fetch_page, page_view
 from .loading import load_for_op
@@ -57,17 +58,10 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
     ``MAX_CHARS`` of it from ``START``; PARTIAL with NEXT_START and REMAINING_CHARS when more
     is left (SPEC R-3). Later pages read the same snapshot, by URL (the cache) or FILE_KEY.
     Several URL fields load concurrently (``fetch_many.py``)."""
-    docs = services.config.docs
-    max_chars = _max_chars(params, services)
+    max_chars, max_pages = fetch_limits(params, services)
     urls, key = params.texts("URL"), params.opt_text("FILE_KEY")
-    _check_sources(urls, key, docs.max_urls, params.integer("START"))
     max_age_s = params.opt_integer("MAX_AGE")
-    if key is not None and max_age_s is not None:
-        raise FieldError(ErrorCode.INVALID_FIELD, "MAX_AGE applies to URL: a FILE_KEY is fixed")
-    if key is not None and params.opt_text("RENDER") is not None:
-        raise FieldError(ErrorCode.INVALID_FIELD, "RENDER applies to URL: a FILE_KEY is fixed")
-    max_pages = _max_pages(params, services, key)
-    services.board.turn(ctx.peer, docs.board)
+    services.board.turn(ctx.peer, services.config.docs.board)
     if len(urls) > 1:
         return await fetch_many(params, ctx, services, urls, max_chars, max_age_s, max_pages)
     target = key if key is not None else urls[0]
@@ -90,49 +84,14 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
         start = params.integer("START")
         if start > len(content):
             raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
-        file_key = await announce(ctx, services, page)
+        file_key = file_key_of(page)
+        await hold(services, file_key, page)
         summary: list[Field] = []
         if start + max_chars < len(content):  # PARTIAL: say what the rest holds
             view = f"{file_key}:{params.text('EXTRACT')}"
             summary = await summary_fields(services, view, content)
-        result = fetch_result(page, content, (start, max_chars), file_key, summary)
-        if params.flag("BOARD"):
-            board = board_lines(ctx, services)
-            result = dataclasses.replace(result, fields=(*result.fields, *board))
-        return notes.attach(result)
-
-
-def _max_chars(params: Params, services: PagesServices) -> int:
-    limits = services.config.fetch
-    max_chars = params.opt_integer("MAX_CHARS") or limits.default_max_chars
-    if max_chars > limits.max_chars_cap:
-        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_CHARS above {limits.max_chars_cap}")
-    return max_chars
-
-
-def _max_pages(params: Params, services: PagesServices, key: str | None) -> int | None:
-    """MAX_PAGES as given (None: ``fetch.max_pages``), at most ``fetch.max_pages_cap``; it
-    reads a URL: a FILE_KEY's snapshot is fixed."""
-    max_pages = params.opt_integer("MAX_PAGES")
-    if max_pages is None:
-        return None
-    if key is not None:
-        raise FieldError(ErrorCode.INVALID_FIELD, "MAX_PAGES applies to URL: a FILE_KEY is fixed")
-    cap = services.config.fetch.max_pages_cap
-    if max_pages > cap:
-        raise FieldError(ErrorCode.INVALID_FIELD, f"MAX_PAGES above {cap}")
-    return max_pages
-
-
-def _check_sources(urls: list[str], key: str | None, max_urls: int, start: int) -> None:
-    if not urls and key is None:
-        raise FieldError(ErrorCode.MISSING_FIELD, "URL or FILE_KEY")
-    if urls and key is not None:
-        raise FieldError(ErrorCode.INVALID_FIELD, "give URL or FILE_KEY, not both")
-    if len(urls) > max_urls:
-        raise FieldError(ErrorCode.INVALID_FIELD, f"more than {max_urls} URL fields")
-    if len(urls) > 1 and start:
-        raise FieldError(ErrorCode.INVALID_FIELD, "START pages one source: use its FILE_KEY")
+        loaded = (page, content, file_key)
+        return notes.attach(answer_page(params, ctx, services, loaded, (start, max_chars), summary))
 
 
 async def meta(params: Params, ctx: OpContext, services: PagesServices) -> Result:
