@@ -28,6 +28,7 @@ from csp_web.core.dispatch.admission import Slots
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.core.wire import connection
 from csp_web.core.wire.connection import Shutdown
+from csp_web.core.wire.turns import FairStarts
 from csp_web.infra.otel import SCOPE, OtelTracer
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status, Task
@@ -289,6 +290,8 @@ async def test_a_hot_frame_cancelled_while_it_waits_for_its_turn_answers_cancell
         await turn(session, instant=instant)
 
     monkeypatch.setattr(connection._Session, "wait_turn", contended_turn)
+    # Contended: no frame starts without waiting its turn (FairStarts.start_now says no).
+    monkeypatch.setattr(FairStarts, "start_now", lambda *_args, **_kwargs: False)
     harness = Harness(dispatcher, nursery, Shutdown())
     held, canceller = harness.connect(), harness.connect()
     with trio.fail_after(WAIT_S):
