@@ -1,5 +1,6 @@
 """CPU of the reference sink's group commit (csp_web/sink/commit.py) of small batches, committed
-on the event loop against the same batches in a worker thread (the anchor), in one run.
+on the event loop against the same batches in a worker thread (the anchor), in one run,
+whatever ``INLINE_ROWS`` picks for that size.
 
 Batches of ``--per`` audit-sized writes (what delivery sends at one audited op at a time:
 about nine per ``outbox.linger_s``) are staged and committed ``--rounds`` times each way,
@@ -31,7 +32,7 @@ RECORD = (
     '"op":"fetch","outcome":"OK","pid":4242,"time":1764300000.123,"uid":1000,'
     '"url":"https://origin.test/page/17","cached":true}'
 )
-WAYS = {"loop": commit.INLINE_ROWS, "thread": 0}  # INLINE_ROWS 0: every batch in a thread
+WAYS = {"loop": sys.maxsize, "thread": 0}  # as INLINE_ROWS: every batch on the loop, or none
 
 
 async def measure(rounds: int, per: int) -> dict[str, float]:

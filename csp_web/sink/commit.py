@@ -41,9 +41,12 @@ SWEEP_INTERVAL_S = 60.0
 # Batches up to this many writes are committed on the event loop, larger ones in a worker
 # thread. Delivery at one audited op at a time sends about nine writes a batch (linger_s
 # 0.02): committed on the loop, such a batch costs 48-51 us of CPU per write against 82-84 us
-# in a thread, and a batch of one 210 us against 449 us (python bench/sink_commit.py
-# [--per 1 --rounds 1000], load 4.8-5.1).
-INLINE_ROWS = 64
+# in a thread, a batch of one 210 us against 449 us (load 4.8-5.1), of 16 41 us against 63,
+# of 64 28 against 37 (load 1.5; python bench/sink_commit.py --per N). Past a few dozen
+# writes the hop is a small share and a commit on the loop (some 0.7 ms at 16) would hold the
+# daemon's ops, while in a thread its SQLite steps run on the second core: under load
+# (bench/fetch.py --quick, 64 connections) batches are large and stay in the thread.
+INLINE_ROWS = 16
 
 
 class Gate(Protocol):
