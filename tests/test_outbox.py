@@ -93,6 +93,25 @@ async def _stored(path: str) -> tuple[tuple[int, int], list[MemoryWrite]]:
     return await trio.to_thread.run_sync(read)
 
 
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
+async def test_a_lone_write_and_a_group_are_each_on_disk_in_order_once_insert_returns(
+    tmp_path: os.PathLike[str], synchronous: str
+) -> None:
+    """O-1: a commit of one write (its statement alone, outbox_store.py) is as durable as a
+    group's: a second store on the file sees both, in insertion order, with their content."""
+    path = _outbox_path(tmp_path)
+    store = OutboxStore(path, synchronous)
+    try:
+        store.insert([_write(0)])
+        store.insert([_write(1), _write(2)])
+        store.insert([_write(3)])
+        totals, pending = await _stored(path)
+    finally:
+        store.close()
+    assert pending == [_write(n) for n in range(4)]
+    assert totals == (4, sum(len(f"line {n}") + len("order/log.txt") for n in range(4)))
+
+
 async def _rejected_rows(path: str) -> list[tuple[str, str]]:
     def read() -> list[tuple[str, str]]:
         db = sqlite3.connect(path)

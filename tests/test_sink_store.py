@@ -6,7 +6,9 @@ Failures are real: a trigger in the database aborts an insert, as a full disk wo
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
+import threading
 
 import pytest
 import trio
@@ -14,16 +16,18 @@ import trio
 from csp_web.client.trio_client import ClientClosed, open_stream_client
 from csp_web.config import MemoryConfig
 from csp_web.core.api.context import Peer
+from csp_web.sink.commit import INLINE_ROWS, GroupCommit
 from csp_web.sink.server import MemorySink, open_memory_sink
 from csp_web.sink.store import (
     LOOKUP_IDS,
     STORE_FILE,
+    Committed,
     Retention,
     Row,
     SinkStore,
     content_hash,
 )
-from protocol import ErrorCode, Reply, Status, Task
+from protocol import ErrorCode, Reply, Status, Task, serialize
 from tests.conftest import sink_text
 
 DAY_S = 86400.0
@@ -153,6 +157,61 @@ async def test_no_write_of_a_failed_commit_is_acknowledged_and_a_resend_stores_e
     assert failed.group_contains(ClientClosed)
     assert all(r.status is Status.OK for r in replies)
     assert sink_text(directory, "f.log") == "0\n1\n2\n3\n4\n"
+
+
+class _ThreadNotingStore(SinkStore):
+    """A real store that notes the thread each commit ran in."""
+
+    def __init__(self, directory: str, retention: Retention) -> None:
+        super().__init__(directory, retention)
+        self.threads: list[int] = []
+
+    def commit(self, rows: list[Row], now: float) -> Committed:
+        self.threads.append(threading.get_ident())
+        return super().commit(rows, now)
+
+
+@pytest.mark.parametrize(("rows", "on_loop"), [(INLINE_ROWS, True), (INLINE_ROWS + 1, False)])
+async def test_a_batch_of_up_to_inline_rows_is_committed_on_the_loop_a_larger_one_in_a_thread(
+    tmp_path: os.PathLike[str], rows: int, on_loop: bool
+) -> None:
+    """A small batch costs less committed on the event loop than the worker thread's hop
+    (commit.py); a large one still runs beside the loop. Either is durable when it returns."""
+    store = _ThreadNotingStore(os.path.join(tmp_path, "mem"), Retention(10**9, DAY_S))
+    commits = GroupCommit(store)
+    for n in range(rows):
+        assert commits.stage("web", "web_op", "p.log", str(n), f"w-{n}")
+    with trio.fail_after(10):
+        await commits.wait_committed()
+    assert len(store.threads) == 1
+    assert (store.threads[0] == threading.get_ident()) is on_loop
+    assert (store.totals()[0], commits.commits) == (rows, 1)
+    store.close()
+
+
+async def test_writes_two_connections_bring_in_one_tick_share_one_commit(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The first connection to wait for a commit lets the scheduler pass once, so what the
+    other stages in the same tick joins its transaction (as the outbox's group commit)."""
+    directory = os.path.join(tmp_path, "mem")
+    async with open_memory_sink(directory, MemoryConfig()) as sink:
+        clients, servers = zip(*(socket.socketpair() for _ in range(2)), strict=True)
+        for n, client in enumerate(clients):  # both writes wait in their sockets
+            client.sendall(serialize(_write(f"t-{n}", "tick.log", str(n))))
+            client.shutdown(socket.SHUT_WR)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for server in servers:
+                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(server))
+                    nursery.start_soon(sink.serve_connection, stream, Peer("test"))
+        replies = [client.recv(4096) for client in clients]
+        for client in clients:
+            client.close()
+        commits = sink.commits.commits
+    assert all(b"STATUS OK" in reply for reply in replies), replies
+    assert commits == 1
+    assert sink_text(directory, "tick.log") in ("0\n1\n", "1\n0\n")
 
 
 @pytest.mark.parametrize(("size", "ok"), [(64, True), (65, False)])

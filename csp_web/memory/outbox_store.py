@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS rejected (
 """
 
 
+_INSERT = "INSERT INTO pending (id, source, type, path, data) VALUES (?, ?, ?, ?, ?)"
+
+
 class OutboxStore:
     """Pending writes in insertion order, in a WAL-mode database private to the daemon.
 
@@ -88,11 +91,18 @@ class OutboxStore:
         """Append ``writes`` in one transaction: durable when this returns. Raises
         StorageFull("outbox") when the disk is full, nothing of ``writes`` kept."""
         self.setup()
+        if len(writes) == 1:
+            # One op at a time, each commit holds one write: the statement alone is the
+            # transaction (autocommit), as durable, and 42-45 us of CPU against 50-54 us with
+            # BEGIN, executemany and COMMIT (A/B in one process, 6,000 each, load 3.7-3.8).
+            (w,) = writes
+            with storage_seam("outbox"):
+                self._db.execute(_INSERT, (w.id, w.source, w.type, w.path, w.data))
+            return
         with storage_seam("outbox"), self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
-                "INSERT INTO pending (id, source, type, path, data) VALUES (?, ?, ?, ?, ?)",
-                [(w.id, w.source, w.type, w.path, w.data) for w in writes],
+                _INSERT, [(w.id, w.source, w.type, w.path, w.data) for w in writes]
             )
 
     def has_room(self) -> bool:

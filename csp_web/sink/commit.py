@@ -3,11 +3,16 @@
 A write is *staged* as its frame is handled: checked (path, size, a repeated ID) and queued in
 arrival order, so the connection loop reads on without waiting for the disk. One commit at a
 time takes everything staged so far in one transaction (as the outbox does, and databases batch
-fsyncs), then the next batch. The connection that first waits for a commit runs it in a worker
-thread (one at a time, so the store's writer connection has one user), off the event loop: the
-SQLite work of an embedded sink then runs on a second core beside the daemon it shares a
-process with (sqlite3 releases the GIL while it steps), and while one commit runs the next
-batch grows. Retention sweeps of an idle store run the same way; commits wait for them. A
+fsyncs), then the next batch. The connection that first waits for a commit lets the scheduler
+pass once (the writes other connections stage in the same tick join it), then runs it, one at
+a time, so the store's writer connection has one user: a batch of up to ``INLINE_ROWS`` writes
+on the event loop, a larger one in a worker thread, where its SQLite work runs on a second
+core beside the daemon an embedded sink shares a process with (sqlite3 releases the GIL while
+it steps) and the next batch grows meanwhile. A small batch is not worth the thread: the hop,
+and the GIL passed back and forth with the loop around each of the commit's SQLite calls,
+cost more than the commit (WAL at ``synchronous=NORMAL``: no fsync but a checkpoint's, about
+one per thousand pages, as the outbox's own commits on the loop). Retention sweeps of an idle
+store run in a worker thread; commits wait for them. A
 connection sends the replies of what it staged only after ``wait_settled`` returned for them
 and its gate is not ``broken``: an ``OK`` is never sent for a write that is not on disk. When
 a commit fails, each connection open at that moment (each gate) is marked broken and closed
@@ -33,6 +38,15 @@ log = logging.getLogger(__name__)
 
 # Retention also runs when no write arrives, so an idle store still ages out.
 SWEEP_INTERVAL_S = 60.0
+# Batches up to this many writes are committed on the event loop, larger ones in a worker
+# thread. Delivery at one audited op at a time sends about nine writes a batch (linger_s
+# 0.02): committed on the loop, such a batch costs 48-51 us of CPU per write against 82-84 us
+# in a thread, a batch of one 210 us against 449 us (load 4.8-5.1), of 16 41 us against 63,
+# of 64 28 against 37 (load 1.5; python bench/sink_commit.py --per N). Past a few dozen
+# writes the hop is a small share and a commit on the loop (some 0.7 ms at 16) would hold the
+# daemon's ops, while in a thread its SQLite steps run on the second core: under load
+# (bench/fetch.py --quick, 64 connections) batches are large and stay in the thread.
+INLINE_ROWS = 16
 
 
 class Gate(Protocol):
@@ -107,11 +121,15 @@ class GroupCommit:
     async def wait_settled(self, upto: int) -> None:
         """Return once the first ``upto`` writes staged have been committed (or failed); at
         once, without a checkpoint, when they already are. The first waiter commits everything
-        staged so far itself, in a worker thread; others wait for it."""
+        staged so far itself (a large batch in a worker thread); others wait for it."""
         while self._settled_count < upto:
             if self._busy:
                 await self._progress.wait()
-            else:
+                continue
+            # One pass of the scheduler lets the writes other connections stage in this tick
+            # join the commit (shielded: a staged write is never left uncommitted by a cancel).
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if not self._busy and self._settled_count < upto:
                 await self._commit_staged()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -147,7 +165,10 @@ class GroupCommit:
         try:
             # Not abandoned on cancel: the commit finishes and is accounted before this
             # returns, so a write is never left half-way between staged and settled.
-            change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
+            if len(batch) <= INLINE_ROWS:
+                change = self.store.commit(batch, time.time())
+            else:
+                change = await trio.to_thread.run_sync(self.store.commit, batch, time.time())
         except StorageFull:
             # A condition, not a fault: each write is answered storage_full:memory, which its
             # writer retries (the outbox keeps it pending), and the connections stay open.
