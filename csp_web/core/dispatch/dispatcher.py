@@ -150,7 +150,7 @@ class Dispatcher:
             reply = await settle(stage.budget, reply, stage.began, stage.wall_ms, stage.timeout_ms)
         return await self._done(task, op, peer, reply, started, stage.audit, stage.admitted, span)
 
-    async def try_now(self, task: Task, peer: Peer) -> Reply | None:
+    async def try_now(self, task: Task, peer: Peer, route: Now | None = None) -> Reply | None:
         """The reply to ``task`` when it can be given without waiting, else None (then it
         runs as a task of its own, ``run``). Without waiting: an IN:SYS op that neither
         sleeps nor does I/O (``Op.instant``), with a free sys slot, not paced now (O-3); an
@@ -162,11 +162,20 @@ class Dispatcher:
 
         Its steps are plain calls, not coroutines, but for the op itself and the rare
         budget and summary commit: a coroutine per step (stage, budget, done, audit) was
-        half the calls of a pipelined ping (bench/daemon.py --quick, issue 26)."""
+        half the calls of a pipelined ping (bench/daemon.py --quick, issue 26).
+
+        ``route`` is what ``answers_now`` said of ``task`` when the reader asked it: a frame
+        it named ``BUSY`` is not offered to the hot route again (its guess, a URL's
+        canonical form and a cache lookup, then a second validation, made a refused fetch
+        cost 125-135 us of daemon CPU against 90-100 before the hot route, 75-120 with this
+        skip: bench/overload.py --quick, load 1.1-1.6, a noisy figure in 5 us steps)."""
         op = self._instant_kind(task)
         if op is None:  # a hot answer (a cache hit: hot.py), else busy, else a task
-            reply = await answer_hot(self, task, peer, task.id or _make_id())
-            return reply if reply is not None else await self._refuse_now(task, peer)
+            if route is not Now.BUSY:
+                reply = await answer_hot(self, task, peer, task.id or _make_id())
+                if reply is not None:
+                    return reply
+            return await self._refuse_now(task, peer)
         if self._must_pace(peer):
             return None
         slots = self.pools["sys"]

@@ -296,7 +296,7 @@ class _Session(StreamHandler):
                 await self.start_task(task, ticket)
                 return True
             ticket.close()  # no checkpoint from here until its work ends
-        reply = await self.dispatcher.try_now(task, self.peer)
+        reply = await self.dispatcher.try_now(task, self.peer, route)
         if reply is None:  # the sys pool filled or pacing began meanwhile: it waits like any
             return False
         self.held = None
