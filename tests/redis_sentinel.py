@@ -113,6 +113,15 @@ class SentinelGroup:
         self._until(lambda: self._writable(new), "writable after the failover")
         return new
 
+    def rejoin(self) -> None:
+        """Make the server that is not the master the master's replica now, as the sentinel
+        does when it next looks at it (a loaded host's sentinel may sit in TILT for minutes)."""
+        master = self.master_port()
+        for port in self.ports.values():
+            if port not in (master, self.ports["sentinel"]):
+                with redis.Redis(port=port) as client:
+                    client.execute_command("REPLICAOF", "127.0.0.1", master)
+
     def _writable(self, port: int) -> bool:
         with redis.Redis(port=port) as client:
             return bool(client.info("replication").get("role") == "master")
