@@ -318,6 +318,18 @@ setInterval(() => { document.title = 'asked:' + prompt('Subscribe?'); }, 10);
 <button id="spin" onclick="while (true) { prompt('Again?'); }">spin</button>"""
 
 
+def within_deadline(reply: Reply) -> bool:
+    """Whether ``reply`` is OK; else it must be its deadline's answer. Each prompt is answered
+    at once, so the page still serves between them, but on a loaded host (CI at load 2: the
+    click itself) an action may not finish by its deadline: then the answer is the deadline's,
+    never a hang or another error."""
+    if reply.status is Status.OK:
+        return True
+    code = error(reply)
+    assert code == "navigation_failed:timeout" or code.startswith("timeout_exceeded:"), reply
+    return False
+
+
 @pytest.mark.slow
 async def test_a_page_that_prompts_forever_cannot_hold_the_session(
     dispatcher: Dispatcher, services: BrowserServices, origin: Origin
@@ -328,15 +340,13 @@ async def test_a_page_that_prompts_forever_cannot_hold_the_session(
     ok(await run(dispatcher, (ACT, "dialog"), ("ACCEPT", "true"), ("VALUE", "no"), session))
     ok(await run(dispatcher, (ACT, "wait"), ("TEXT", "nag"), session))
     spin = ((ACT, "click"), ("SELECTOR", "css:#spin"), session)
-    ok(await run(dispatcher, *spin))  # the click is done; its handler prompts on and on
+    with trio.fail_after(20):  # the click is done; its handler prompts on and on
+        clicked = await run(dispatcher, *spin)
+    within_deadline(clicked)
     with trio.fail_after(20):  # a prompt loop: an answer by the deadline, never a hang
         after = await run(dispatcher, (ACT, "extract"), session, ("TIMEOUT_MS", "3000"))
-    # Each prompt is answered at once, so the page still serves between them; on a loaded
-    # host it may not within 3 s, and then the answer is the deadline's, never a hang.
-    if after.status is Status.OK:
+    if within_deadline(after):
         assert "nag" in (after.get("CONTENT") or "")
-    else:
-        assert error(after) in ("navigation_failed:timeout", "timeout_exceeded:3000ms")
     ok(
         await run(
             dispatcher,
