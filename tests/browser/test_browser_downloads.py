@@ -4,10 +4,12 @@ thousand, or naming its file ``../../etc/passwd``, gets nothing more."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import trio
@@ -17,7 +19,7 @@ from csp_web.core.api.ports import StoredFile
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import ErrorCode, Reply, Status
 from specialists.browser.config import BrowserConfig
-from specialists.browser.downloads import safe_name
+from specialists.browser.downloads import Downloads, safe_name
 from specialists.browser.services import BrowserServices
 from tests.conftest import wait_until
 from tests.net._origin import Origin
@@ -328,3 +330,67 @@ async def test_a_running_download_is_cancelled_once_past_the_cap(
     assert told(reply, "DOWNLOAD_REFUSED") == ["endless.bin over:10"]  # not at the deadline
     assert files.kept == {}
     assert left_on_disk(services) == []
+
+
+class HeldDownload:
+    """A download as Playwright hands it over, whose file is ready once ``finish`` is called:
+    what ``Downloads`` reads of one (its engine-thread side runs on asyncio)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.suggested_filename = name
+        self.url = f"https://origin.test/{name}"
+        self.file = directory / name
+        self.ready = asyncio.Event()
+
+    def finish(self) -> None:
+        self.file.write_bytes(b"x" * 10)
+        self.ready.set()
+
+    async def path(self) -> Path:
+        await self.ready.wait()
+        return self.file
+
+    async def failure(self) -> None:
+        return None
+
+    async def cancel(self) -> None:
+        self.ready.set()
+
+    async def delete(self) -> None:
+        self.file.unlink(missing_ok=True)
+
+
+def test_downloads_taken_while_an_action_settles_count_toward_the_next_actions_cap(
+    tmp_path: Path,
+) -> None:
+    """A download a page starts just after its action (within the late window) while that
+    action still waits for its own is told with the next action, and counts toward the next
+    action's cap: never more than ``max_downloads_per_action`` told in one reply."""
+
+    async def actions() -> list[int]:
+        downloads = Downloads(cap=1000, max_count=3)
+        first = HeldDownload(tmp_path, "first.bin")
+        downloads.arm()
+        downloads._admit(first)
+        downloads.disarm()  # the action ended; its download still runs
+        settling = asyncio.ensure_future(downloads.settle(5.0))
+        await asyncio.sleep(0.05)  # settle waits for ``first``
+        late = [HeldDownload(tmp_path, f"late{i}.bin") for i in range(2)]
+        for one in late:
+            downloads._admit(one)  # late: taken for the next action
+        first.finish()
+        told = [len((await settling)[0])]
+        downloads.arm()
+        more = [HeldDownload(tmp_path, f"next{i}.bin") for i in range(3)]
+        for one in more:
+            downloads._admit(one)
+        downloads.disarm()
+        for one in late + more:
+            one.finish()
+        landed, _ = await downloads.settle(5.0)
+        told.append(sum(1 for one in landed if one.path is not None))
+        return told
+
+    first, second = asyncio.run(actions())
+    assert first == 1
+    assert second == 3  # the two late ones and one of the next three; two refused

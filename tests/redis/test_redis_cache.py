@@ -223,8 +223,11 @@ async def test_peek_answers_what_get_answers_from_memory_and_nothing_redis_must_
     Redis is down (then ``get`` decides, with its disk tier and its settling)."""
     async with open_link() as one, open_link() as two:
         a, b = RedisCache(one, memory_bytes=MEMORY), RedisCache(two, memory_bytes=MEMORY)
+        written = event_seen(two, sender=one)
         await a.set("fetch", "u", "v1", ttl_s=60)
         await a.set("api:x", "u", "v", ttl_s=60)
+        with trio.fail_after(10):  # else its event, late on a loaded host, drops b's copy
+            await written.wait()
         assert b.peek("fetch", "u") is None  # not read yet
         assert await b.get("fetch", "u") == "v1"
         assert await b.get("api:x", "u") == "v"
