@@ -25,18 +25,30 @@ daemon CPU per hit against a ping's 4.67-5.78x as a task, 3.36-3.62x here; round
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import UNIVERSAL, Params
 from csp_web.core.api.replies import Result
+from csp_web.infra.cache import Memo
 from protocol import Field, Task
 
 from ..services import WebNotes
-from .fetch_fields import SUMMARY_NAMESPACE, fetch_limits, held_summary
+from .fetch_fields import SUMMARY_NAMESPACE, Described, describe, fetch_limits, held_summary
 from .fetch_many import answer_page
 from .filekeys import file_key, holds
 from .loaders import page_view, plan
-from .loading import CACHE_NAMESPACE, Page, fresh, from_snapshot, normalise_url, within_pages
+from .loading import (
+    CACHE_NAMESPACE,
+    Page,
+    fresh,
+    from_snapshot,
+    normalise_url,
+    to_snapshot,
+    within_pages,
+)
 from .services import PagesServices
 
 # The fields this route answers as fetch does, each with the one value it answers it with
@@ -95,24 +107,25 @@ def answer_hit(params: Params, ctx: OpContext, services: PagesServices) -> Resul
     if not _plain(params, services):
         return None
     url = params.texts("URL")[0]
-    page = _held_page(params, services, url)
-    if page is None:
+    held = _held_page(params, services, url)
+    if held is None:
         return None
-    try:
-        content = page_view(page, params.text("EXTRACT"), url)
-    except OpError:
+    page, memo = held
+    view = _held_view(page, memo, params.text("EXTRACT"), url)
+    if view is None:
         return None  # the task answers unsupported_content
-    key = file_key(page)
-    summary = _held_summary(services, (page, content, key), part, params.text("EXTRACT"))
+    summary = _held_summary(services, view, part, params.text("EXTRACT"))
     if summary is None:
         return None
     services.cache.count_hit(CACHE_NAMESPACE)  # as the task's load counts it
-    if sum(part) < len(content):  # cut: its SUMMARY was read from the cache, as the task's
+    if sum(part) < len(view.content):  # cut: its SUMMARY was read from the cache, as the task's
         services.cache.count_hit(SUMMARY_NAMESPACE)
     services.board.turn(ctx.peer, services.config.docs.board)
     notes = WebNotes(url)
     notes.cache_hit = True
-    return notes.attach(answer_page(params, ctx, services, (page, content, key), part, summary))
+    loaded = (page, view.content, view.key)
+    result = answer_page(params, ctx, services, loaded, part, summary, described=view.described)
+    return notes.attach(result)
 
 
 def _plain(params: Params, services: PagesServices) -> bool:
@@ -129,31 +142,76 @@ def _plain(params: Params, services: PagesServices) -> bool:
     )
 
 
-def _held_page(params: Params, services: PagesServices, url: str) -> Page | None:
+def _held_page(params: Params, services: PagesServices, url: str) -> tuple[Page, Memo] | None:
     """The snapshot ``load_page`` would read first for ``url`` (fresh enough for MAX_AGE,
     read with enough of a document's pages), when the memory tier holds it and it would
-    not be rendered; else None."""
+    not be rendered, with the memo of its cache entry (empty for a document cut at
+    MAX_PAGES, which is made anew); else None."""
     try:
         key = normalise_url(url, services)
     except OpError:
         return None
+    held = services.cache.peek_memo(CACHE_NAMESPACE, key)
+    if held is None:
+        return None
+    snapshot, memo = held
+    stored = memo.get(_PAGE)
+    if stored is None:
+        stored = from_snapshot(snapshot)
+        if stored is None:
+            return None  # another version's snapshot: a miss, as the task reads it
+        memo[_PAGE] = stored
     pages = params.opt_integer("MAX_PAGES") or services.config.fetch.max_pages
-    snapshot = from_snapshot(services.cache.peek(CACHE_NAMESPACE, key))
-    page = within_pages(fresh(snapshot, params.opt_integer("MAX_AGE")), pages)
+    page = within_pages(fresh(stored, params.opt_integer("MAX_AGE")), pages)
     if page is None or (page.kind == "html" and page.shell is not None):
         return None  # an app shell: rendered, or marked as not, by the task (rendering.py)
-    return page
+    return page, (memo if page is stored else {})
+
+
+@dataclass(frozen=True)
+class _View:
+    """What every hit of one cache entry derives alike for one EXTRACT view of its page:
+    the view, its fileKey, the reply's description of it and the page's snapshot as
+    ``hold`` keeps it (``holds`` compares it). Kept in the entry's memo (``MemoryTier``), so
+    it goes with the entry: a new snapshot, its expiry or an invalidation makes a new one.
+    Issue 26: the page, view, fileKey and reply fields made again on each hit cost 140-165 us
+    of CPU per hit in ``_held_page``, ``_held_summary``, ``answer_page`` and ``file_key``;
+    kept here, 53 (those and ``_held_view``, timed in an in-process daemon over 2,000 hits of
+    bench/fetch_cpu.py's page, A/B twice, load 1.5-1.7)."""
+
+    content: str
+    key: str
+    described: Described
+    snapshot: dict[str, Any]
+
+
+_PAGE = ("fetch_now", "page")  # the entry's Page (``from_snapshot``), in its memo
+
+
+def _held_view(page: Page, memo: Memo, extract: str, url: str) -> _View | None:
+    """``page``'s ``_View`` for ``extract`` from ``memo``, made and kept there at the entry's
+    first hit (at most one per EXTRACT value); None when the page lacks that view."""
+    view = memo.get(("fetch_now", extract))
+    if isinstance(view, _View):
+        return view
+    try:
+        content = page_view(page, extract, url)
+    except OpError:
+        return None
+    key = file_key(page)
+    view = _View(content, key, describe(page, content, key), to_snapshot(page))
+    memo[("fetch_now", extract)] = view
+    return view
 
 
 def _held_summary(
-    services: PagesServices, loaded: tuple[Page, str, str], part: tuple[int, int], extract: str
+    services: PagesServices, view: _View, part: tuple[int, int], extract: str
 ) -> list[Field] | None:
-    """The SUMMARY lines fetch adds for ``part`` of the loaded view ([] when it is not cut),
-    when the page's fileKey needs no write (``holds``) and they are in memory; else None."""
-    page, content, key = loaded
+    """The SUMMARY lines fetch adds for ``part`` of ``view`` ([] when it is not cut), when
+    the page's fileKey needs no write (``holds``) and they are in memory; else None."""
     start, max_chars = part
-    if start > len(content) or not holds(services, key, page):
+    if start > len(view.content) or not holds(services, view.key, view.snapshot):
         return None
-    if start + max_chars >= len(content):
+    if start + max_chars >= len(view.content):
         return []
-    return held_summary(services, f"{key}:{extract}")
+    return held_summary(services, f"{view.key}:{extract}")
