@@ -15,8 +15,10 @@ a FILE_KEY, NO_CACHE, MAX_AGE 0, RENDER always), a field fetch refuses (MAX_CHAR
 MAX_PAGES past their caps, START past the end, an EXTRACT view the page lacks), Firecrawl
 asked first, an app shell, a snapshot not in memory or too old for MAX_AGE, a fileKey whose
 snapshot ``hold`` would write again, or a long page's SUMMARY not in memory. Nothing is
-changed before it is known that the route answers. ``likely_hit`` asks the same of the frame
-before its turn, so one that will decline does not take an instant turn.
+changed before it is known that the route answers, but for what it derives from the cache
+entry alone (``_View``), which it keeps in the entry's memo for the entry's next hits.
+``likely_hit`` asks the same of the frame before its turn, so one that will decline does
+not take an instant turn.
 
 Issue 26 goal 1, ``python bench/fetch.py --quick`` A/B on one loaded 2-core host (load 3.9-5.9):
 daemon CPU per hit against a ping's 4.67-5.78x as a task, 3.36-3.62x here; round trip p50
