@@ -262,3 +262,18 @@ def test_a_text_key_is_the_key_of_its_json() -> None:
         digest = hashlib.sha256(json.dumps(text).encode()).hexdigest()
         assert cache_key("fetch", text) == cache_key("fetch", text) == f"fetch:{digest}"
     assert cache_key("fetch", "1") != cache_key("fetch", 1)
+
+
+def test_remembered_text_keys_are_bounded_at_1024() -> None:
+    """The text keys a hit asks for are remembered, 1,024 at most: the 1,025th evicts one."""
+    from csp_web.infra.cache import _text_key
+
+    _text_key.cache_clear()
+    for n in range(1024):
+        cache_key("bound", f"https://example.com/{n}")
+    assert _text_key.cache_info().currsize == 1024
+    cache_key("bound", "https://example.com/1024")
+    assert _text_key.cache_info().currsize == 1024
+    assert cache_key("bound", "https://example.com/0") == cache_key(
+        "bound", "https://example.com/0"
+    )
