@@ -115,11 +115,11 @@ def answer_hit(params: Params, ctx: OpContext, services: PagesServices) -> Resul
     held = _held_page(params, services, url)
     if held is None:
         return None
-    page, memo = held
+    page, snapshot, memo = held
     view = _held_view(page, memo, params.text("EXTRACT"), url)
     if view is None:
         return None  # the task answers unsupported_content
-    summary = _held_summary(services, view, part, params.text("EXTRACT"))
+    summary = _held_summary(services, (view, snapshot), part, params.text("EXTRACT"))
     if summary is None:
         return None
     services.cache.count_hit(CACHE_NAMESPACE)  # as the task's load counts it
@@ -147,11 +147,14 @@ def _plain(params: Params, services: PagesServices) -> bool:
     )
 
 
-def _held_page(params: Params, services: PagesServices, url: str) -> tuple[Page, Memo] | None:
+def _held_page(
+    params: Params, services: PagesServices, url: str
+) -> tuple[Page, dict[str, Any], Memo] | None:
     """The snapshot ``load_page`` would read first for ``url`` (fresh enough for MAX_AGE,
     read with enough of a document's pages), when the memory tier holds it and it would
-    not be rendered, with the memo of its cache entry (empty for a document cut at
-    MAX_PAGES, which is made anew); else None."""
+    not be rendered: the page, its ``to_snapshot`` (what ``hold`` keeps) and the memo of
+    its cache entry (empty for a document cut at MAX_PAGES, which is made anew); else
+    None."""
     try:
         key = normalise_url(url, services)
     except OpError:
@@ -159,25 +162,37 @@ def _held_page(params: Params, services: PagesServices, url: str) -> tuple[Page,
     held = services.cache.peek_memo(CACHE_NAMESPACE, key)
     if held is None:
         return None
-    snapshot, memo = held
-    stored = memo.get(_PAGE)
+    entry, memo = held
+    if _PAGE not in memo:
+        memo[_PAGE] = _stored(entry)
+    stored, snapshot = memo[_PAGE]
     if stored is None:
-        stored = from_snapshot(snapshot)
-        if stored is None:
-            return None  # another version's snapshot: a miss, as the task reads it
-        memo[_PAGE] = stored
+        return None  # another version's snapshot: a miss, as the task reads it
     pages = params.opt_integer("MAX_PAGES") or services.config.fetch.max_pages
     page = within_pages(fresh(stored, params.opt_integer("MAX_AGE")), pages)
     if page is None or (page.kind == "html" and page.shell is not None):
         return None  # an app shell: rendered, or marked as not, by the task (rendering.py)
-    return page, (memo if page is stored else {})
+    if page is not stored:  # a document cut at MAX_PAGES: its own snapshot, no memo
+        return page, to_snapshot(page), {}
+    return page, snapshot, memo
+
+
+def _stored(entry: object) -> tuple[Page | None, dict[str, Any]]:
+    """The Page a fetch cache entry holds (None: another version's) and its ``to_snapshot``:
+    the entry's own dict when equal to it (a snapshot this daemon wrote is), so the memo
+    holds no copy of it."""
+    page = from_snapshot(entry)
+    if page is None:
+        return None, {}
+    snapshot = to_snapshot(page)
+    return page, (entry if entry == snapshot and isinstance(entry, dict) else snapshot)
 
 
 @dataclass(frozen=True)
 class _View:
     """What every hit of one cache entry derives alike for one EXTRACT view of its page:
-    the view, its fileKey, the reply's description of it and the page's snapshot as
-    ``hold`` keeps it (``holds`` compares it). Kept in the entry's memo (``MemoryTier``), so
+    the view, its fileKey and the reply's description of it, which refer to the page's own
+    strings but for a few short ones. Kept in the entry's memo (``MemoryTier``), so
     it goes with the entry: a new snapshot, its expiry or an invalidation makes a new one.
     Issue 26: the page, view, fileKey and reply fields made again on each hit cost 140-165 us
     of CPU per hit in ``_held_page``, ``_held_summary``, ``answer_page`` and ``file_key``;
@@ -187,10 +202,9 @@ class _View:
     content: str
     key: str
     described: Described
-    snapshot: dict[str, Any]
 
 
-_PAGE = ("fetch_now", "page")  # the entry's Page (``from_snapshot``), in its memo
+_PAGE = ("fetch_now", "page")  # the entry's Page and snapshot (``_stored``), in its memo
 
 
 def _held_view(page: Page, memo: Memo, extract: str, url: str) -> _View | None:
@@ -204,18 +218,23 @@ def _held_view(page: Page, memo: Memo, extract: str, url: str) -> _View | None:
     except OpError:
         return None
     key = file_key(page)
-    view = _View(content, key, describe(page, content, key), to_snapshot(page))
+    view = _View(content, key, describe(page, content, key))
     memo[("fetch_now", extract)] = view
     return view
 
 
 def _held_summary(
-    services: PagesServices, view: _View, part: tuple[int, int], extract: str
+    services: PagesServices,
+    held: tuple[_View, dict[str, Any]],
+    part: tuple[int, int],
+    extract: str,
 ) -> list[Field] | None:
-    """The SUMMARY lines fetch adds for ``part`` of ``view`` ([] when it is not cut), when
-    the page's fileKey needs no write (``holds``) and they are in memory; else None."""
+    """The SUMMARY lines fetch adds for ``part`` of ``held``'s view ([] when it is not cut),
+    when the page (its snapshot) needs no write under its fileKey (``holds``) and they are
+    in memory; else None."""
+    view, snapshot = held
     start, max_chars = part
-    if start > len(view.content) or not holds(services, view.key, view.snapshot):
+    if start > len(view.content) or not holds(services, view.key, snapshot):
         return None
     if start + max_chars >= len(view.content):
         return []
