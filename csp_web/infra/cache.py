@@ -86,7 +86,10 @@ class MemoryTier:
     Each entry has a memo, a dict that is born empty with the entry and goes with it (when
     it is replaced, expires, is dropped or evicted): what a caller derives from the value
     alone, kept for the entry's next hits (``held``). It is not counted in ``bytes``: a
-    caller keeps in it a bounded number of small things that refer to the value's parts."""
+    caller keeps in it a bounded number of small things that refer to the value's parts
+    (fetch's hot route: its Page and two views' descriptions take 1.9 KB median, 3.4 KB at
+    most, over the 88 pages of bench/origin.py's corpus, 0.20 to 0.54 of the entry's own
+    counted size; tracemalloc)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
