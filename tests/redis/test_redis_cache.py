@@ -250,7 +250,10 @@ async def test_a_memo_goes_with_its_memory_copy_when_a_peer_writes_the_key(
     peer's write of the key drops both, and the next copy starts with an empty memo."""
     async with open_link() as one, open_link() as two:
         a, b = RedisCache(one, memory_bytes=MEMORY), RedisCache(two, memory_bytes=MEMORY)
+        written = event_seen(two, sender=one)
         await a.set("fetch", "u", "v1", ttl_s=60)
+        with trio.fail_after(10):  # heard before the read: a late event would drop its copy
+            await written.wait()
         assert await b.get("fetch", "u") == "v1"
         held = b.peek_memo("fetch", "u")
         assert held is not None
