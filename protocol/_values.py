@@ -14,6 +14,7 @@ _FORBIDDEN_RAW = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _FORBIDDEN_RAW_BUT_LF = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # What json.dumps(ensure_ascii=False) leaves raw but a CSP/1 line may not hold.
 _ESCAPE_AFTER_JSON = re.compile(r"[\x7f-\x9f]")
+_C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")  # a C1 control in UTF-8 (0xc2 is never a tail byte)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 
@@ -38,14 +39,24 @@ FREE_TEXT_KEYS = frozenset(
 )
 
 
+# ASCII text (``str.isascii`` reads a flag: O(1)) is checked with ``str.isprintable``, whose
+# non-printable ASCII characters are exactly the C0 controls and DEL: a C loop at about 1 ns a
+# character, where the regexes' character classes take 6 (issue 26, ``python -m timeit`` on a
+# 2,655-character page view: 0.4 against 16 us). Other text keeps the regexes.
+
+
 def has_forbidden_raw(text: str) -> bool:
     """Whether ``text`` holds a character that may not stand raw on a line."""
+    if text.isascii():
+        return not text.replace("\t", "").isprintable()
     return _FORBIDDEN_RAW.search(text) is not None
 
 
 def has_forbidden_raw_in_lines(text: str) -> bool:
     """Whether one of the LF-joined lines of ``text`` holds a character ``has_forbidden_raw``
     refuses."""
+    if text.isascii():
+        return not text.replace("\t", "").replace("\n", "").isprintable()
     return _FORBIDDEN_RAW_BUT_LF.search(text) is not None
 
 
@@ -74,8 +85,8 @@ def needs_quoting(value: str) -> bool:
         not value
         or value[0] in '" \t'
         or value[-1] in " \t"
-        or _FORBIDDEN_RAW.search(value) is not None
         or "\t" in value
+        or has_forbidden_raw(value)
     )
 
 
@@ -86,7 +97,16 @@ def encode_value(value: str, *, quote: bool = False) -> str:
     """
     if not (quote or needs_quoting(value)):
         return value
-    if _SURROGATE.search(value):
-        raise ValueError("value holds a lone surrogate")
     text = json.dumps(value, ensure_ascii=False)
+    if text.isascii():  # no surrogate, no C1 control: DEL alone is left to escape (O(1) test)
+        return text.replace("\x7f", "\\u007f")
+    # Other text is looked at as UTF-8, whose strict encoder refuses a lone surrogate and
+    # where a C1 control has a literal lead byte: 6.5 us on a 2,655-character page view
+    # against 33 us for the two character-class regexes over the text (issue 26).
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("value holds a lone surrogate") from None
+    if b"\x7f" not in encoded and _C1_UTF8.search(encoded) is None:
+        return text
     return _ESCAPE_AFTER_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

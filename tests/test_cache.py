@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -185,3 +187,93 @@ def test_every_diskcache_store_in_the_repository_reads_with_the_safe_disk() -> N
             "diskcache.Cache(self.directory, size_limit=limit, disk=SafeJSONDisk)",
         ),
     ]
+
+
+def test_an_entry_memo_lives_while_its_entry_does_and_is_born_empty_with_a_new_one() -> None:
+    """The memo (what callers derive from a value) goes with its entry: replaced, dropped,
+    its namespace dropped or expired, the next entry starts with an empty one."""
+    tier = MemoryTier(max_bytes=8000)
+    later = time.time() + 60
+    tier.put("fetch:a", "v1", expires_at=later)
+    held = tier.held("fetch:a")
+    assert held is not None
+    held[1]["derived"] = "from v1"
+    assert tier.held("fetch:a") == ("v1", {"derived": "from v1"})
+    tier.put("fetch:a", "v2", expires_at=later)  # a new value under the same key
+    assert tier.held("fetch:a") == ("v2", {})
+    drops: list[Callable[[], None]] = [
+        functools.partial(tier.drop, "fetch:a"),
+        functools.partial(tier.drop_namespace, "fetch"),
+    ]
+    for drop in drops:
+        tier.put("fetch:a", "v3", expires_at=later)
+        held = tier.held("fetch:a")
+        assert held is not None
+        held[1]["derived"] = "from v3"
+        drop()
+        assert tier.held("fetch:a") is None
+        tier.put("fetch:a", "v3", expires_at=later)
+        assert tier.held("fetch:a") == ("v3", {})
+    tier.put("fetch:old", "v", expires_at=time.time() - 1)
+    assert tier.held("fetch:old") is None
+
+
+def test_an_entry_memo_is_evicted_with_its_entry_at_the_byte_bound() -> None:
+    """The memo is bounded by the tier's own bound: N entries that fit keep theirs, the
+    N+1th evicts the least recent entry and its memo with it."""
+    size = approximate_size("x" * 900)
+    fits = 8000 // size
+    tier = MemoryTier(max_bytes=8000)
+    for n in range(fits):
+        tier.put(f"fetch:{n}", "x" * 900, expires_at=time.time() + 60)
+        held = tier.held(f"fetch:{n}")
+        assert held is not None
+        held[1]["n"] = n
+    assert all(tier.held(f"fetch:{n}") == ("x" * 900, {"n": n}) for n in range(fits))
+    tier.put(f"fetch:{fits}", "x" * 900, expires_at=time.time() + 60)
+    assert tier.held("fetch:0") is None
+    assert tier.held(f"fetch:{fits}") == ("x" * 900, {})
+    assert tier.held("fetch:1") == ("x" * 900, {"n": 1})
+
+
+async def test_peek_memo_answers_what_peek_does_and_a_set_or_invalidation_empties_it(
+    tmp_path: Path,
+) -> None:
+    async with open_cache(str(tmp_path / "c"), size_limit_bytes=1 << 20) as cache:
+        assert cache.peek_memo("fetch", "u") is None
+        await cache.set("fetch", "u", {"page": 1}, ttl_s=60)
+        held = cache.peek_memo("fetch", "u")
+        assert held is not None
+        assert held[0] == cache.peek("fetch", "u") == {"page": 1}
+        held[1]["derived"] = 1
+        assert cache.peek_memo("fetch", "u") == ({"page": 1}, {"derived": 1})
+        await cache.set("fetch", "u", {"page": 2}, ttl_s=60)
+        assert cache.peek_memo("fetch", "u") == ({"page": 2}, {})
+        await cache.invalidate("fetch")
+        assert cache.peek_memo("fetch", "u") is None
+
+
+def test_a_text_key_is_the_key_of_its_json() -> None:
+    """Remembered text keys are the keys ``cache_key`` makes of any material's JSON."""
+    import hashlib
+    import json
+
+    for text in ("https://example.com/a", "fk_abcdefghijklmnop:text", 'quote " é \ud800'):
+        digest = hashlib.sha256(json.dumps(text).encode()).hexdigest()
+        assert cache_key("fetch", text) == cache_key("fetch", text) == f"fetch:{digest}"
+    assert cache_key("fetch", "1") != cache_key("fetch", 1)
+
+
+def test_remembered_text_keys_are_bounded_at_1024() -> None:
+    """The text keys a hit asks for are remembered, 1,024 at most: the 1,025th evicts one."""
+    from csp_web.infra.cache import _text_key
+
+    _text_key.cache_clear()
+    for n in range(1024):
+        cache_key("bound", f"https://example.com/{n}")
+    assert _text_key.cache_info().currsize == 1024
+    cache_key("bound", "https://example.com/1024")
+    assert _text_key.cache_info().currsize == 1024
+    assert cache_key("bound", "https://example.com/0") == cache_key(
+        "bound", "https://example.com/0"
+    )

@@ -901,7 +901,10 @@ async def test_writes_put_one_after_another_with_nothing_in_flight_go_as_one_bat
         "trailing tab\t",
         "",
         "bell\x07 and c1\x85",
+        "del\x7f in ascii",
+        "escape\x1b in ascii",
         "ünïcödé ✓",
+        "ünïcödé then space ",
         "x" * 5000,
     ],
 )

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
-from .cache import MemoryTier, cache_key, open_cache
+from .cache import Memo, MemoryTier, cache_key, open_cache
 from .cache_local import LocalTier
 from .redis_link import RedisLink, RedisUnavailable
 
@@ -98,6 +98,9 @@ class ResponseCache(Protocol):
     def peek(self, namespace: str, material: Any) -> Any | None:
         """What ``get`` would answer from memory without waiting; None: ask ``get``. Counts
         nothing (``count_hit``)."""
+
+    def peek_memo(self, namespace: str, material: Any) -> tuple[Any, Memo] | None:
+        """``peek``'s value and the memo of its memory entry (``MemoryTier``), or None."""
 
     def holds(self, namespace: str, material: Any, value: Any, *, ttl_s: float) -> bool:
         """Whether ``keep`` of the same would write nothing."""
@@ -378,10 +381,18 @@ class RedisCache:
         disk copy: only while Redis and its events are live, no earlier outage's copies are
         held, no invalidation of ``namespace`` is pending and the namespace is not checked;
         None otherwise (then ask ``get``). Counts nothing (``count_hit``)."""
+        held = self.peek_memo(namespace, material)
+        return None if held is None else held[0]
+
+    def peek_memo(self, namespace: str, material: Any) -> tuple[Any, Memo] | None:
+        """``peek``'s value and the memo of its entry in the memory tier, under the same
+        conditions; None otherwise."""
         if self._local or namespace in self._pending or not self._memory_answers(namespace):
             return None
-        entry = self._memory.get(cache_key(namespace, material))
-        return None if entry is None or entry[0] < 0 else entry[1]
+        held = self._memory.held(cache_key(namespace, material))
+        if held is None or held[0][0] < 0:
+            return None
+        return held[0][1], held[1]
 
     def count_hit(self, namespace: str) -> None:
         """Count a hit answered from ``peek``, as ``get`` counts its own."""

@@ -28,9 +28,8 @@ def batch_frames(rows: list[tuple[int, MemoryWrite]]) -> tuple[list[str], bytes]
     return [w.id for _, w in rows], "".join(map(write_frame, (w for _, w in rows))).encode()
 
 
-# What makes a value unfit to stand raw on a line (``protocol``'s rule, V-3): a control
-# character (tab and LF included), or a quote or space at its start, a space at its end.
-_NOT_RAW = re.compile(r"[\x00-\x1f\x7f-\x9f]|^[\" ]| $")
+# A character that may not stand raw on a line (``protocol``'s rule, V-3; TAB and LF included).
+_NOT_RAW_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def write_frame(write: MemoryWrite) -> str:
@@ -38,12 +37,25 @@ def write_frame(write: MemoryWrite) -> str:
     five values raw when each may stand raw (an audit record always may), else the codec's
     serialisation (quoting) of the whole frame."""
     values = (write.id, write.source, write.type, write.path, write.data)
-    if all(values) and not any(_NOT_RAW.search(value) for value in values):
+    if all(map(_raw, values)):
         return (
             f"TASK REQ:write IN:MEMORY OUT:ACK\nID {write.id}\nFROM {write.source}\n"
             f"TYPE {write.type}\nPATH {write.path}\nDATA {write.data}\n\n"
         )
     return serialize(write.to_task()).decode("utf-8")
+
+
+def _raw(value: str) -> bool:
+    """Whether ``value`` may stand raw on a line: not empty, no quote or space at its start,
+    no space at its end, no control character. ASCII (an audit record's JSON always is) is
+    checked by ``str.isprintable``, whose non-printable ASCII are the controls and DEL: an
+    audit write's frame (a 465-character record) in 4.5 against 24.6 us of CPU with one regex
+    of the controls, a quote or space at the start and a space at the end (issue 26)."""
+    if not value or value[0] in '" ' or value[-1] == " ":
+        return False
+    if value.isascii():
+        return value.isprintable()
+    return _NOT_RAW_CHAR.search(value) is None
 
 
 def sort_replies(

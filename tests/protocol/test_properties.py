@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import re
 import warnings
 
-from hypothesis import Phase, given, settings
+import pytest
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from protocol import (
@@ -25,6 +27,12 @@ from protocol import (
     Status,
     Task,
     serialize,
+)
+from protocol._values import (
+    encode_value,
+    has_forbidden_raw,
+    has_forbidden_raw_in_lines,
+    needs_quoting,
 )
 
 from .helpers import Failed, byte_by_byte, run
@@ -228,3 +236,45 @@ def test_frames_read_ahead_come_out_as_read_one_by_one(
     raised in their turn, nor where the stream ends, however it was cut."""
     chunks = [chunk for chunk in data.draw(chunkings(stream)) if chunk]
     assert run_ahead(chunks, most, TIGHTEST) == run([stream], limits=TIGHTEST)
+
+
+# Any text, ASCII alone (the checks' fast path) and with controls, C1 and lone surrogates.
+_any_text = st.text(st.characters(max_codepoint=0x7F)) | st.text(
+    st.characters(max_codepoint=0x10FFFF, blacklist_categories=())
+)
+_ESCAPE_AFTER_JSON = re.compile(r"[\x7f-\x9f]")
+
+
+@QUICK
+@given(_any_text)
+@example("tab\there\nline\x7f")
+@example("\u00e9\x9f\t")
+def test_raw_checks_agree_with_the_line_rule_on_any_text(text: str) -> None:
+    """F-5: the checks' ASCII path (``isprintable``) refuses exactly what the rule's regex
+    does, on a line and on LF-joined lines."""
+    assert has_forbidden_raw(text) == bool(_FORBIDDEN.search(text))
+    in_lines = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+    assert has_forbidden_raw_in_lines(text) == bool(in_lines.search(text))
+
+
+@QUICK
+@given(_any_text, st.booleans())
+@example("a\x7fb", True)
+@example("caf\u00e9 \x85 \u2014\x7f", False)
+@example("\u00e9\ud800", True)
+@example("\u00a0\u00bf\u0100", True)
+def test_a_quoted_value_is_its_json_with_del_and_c1_escaped_or_a_surrogate_error(
+    text: str, quote: bool
+) -> None:
+    """V-2, V-3: a quoted value is ``json.dumps`` (non-ASCII kept) with DEL and the C1
+    controls escaped as \\u00XX; a lone surrogate raises ValueError."""
+    if not (quote or needs_quoting(text)):
+        assert encode_value(text, quote=quote) == text
+        return
+    if re.search(r"[\ud800-\udfff]", text):
+        with pytest.raises(ValueError, match="surrogate"):
+            encode_value(text, quote=quote)
+        return
+    escape = _ESCAPE_AFTER_JSON.sub
+    expected = escape(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))
+    assert encode_value(text, quote=quote) == expected

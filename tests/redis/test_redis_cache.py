@@ -244,3 +244,28 @@ async def test_peek_answers_what_get_answers_from_memory_and_nothing_redis_must_
         redis_server.stop()
         await wait_live(two, False)
         assert b.peek("fetch", "u") is None
+
+
+async def test_a_memo_goes_with_its_memory_copy_when_a_peer_writes_the_key(
+    open_link: OpenLink,
+) -> None:
+    """What a hit derived from a memory copy (``peek_memo``) never outlives the copy: a
+    peer's write of the key drops both, and the next copy starts with an empty memo."""
+    async with open_link() as one, open_link() as two:
+        a, b = RedisCache(one, memory_bytes=MEMORY), RedisCache(two, memory_bytes=MEMORY)
+        written = event_seen(two, sender=one)
+        await a.set("fetch", "u", "v1", ttl_s=60)
+        with trio.fail_after(10):  # heard before the read: a late event would drop its copy
+            await written.wait()
+        assert await b.get("fetch", "u") == "v1"
+        held = b.peek_memo("fetch", "u")
+        assert held is not None
+        held[1]["derived"] = "from v1"
+        assert b.peek_memo("fetch", "u") == ("v1", {"derived": "from v1"})
+        seen = event_seen(two, sender=one)
+        await a.set("fetch", "u", "v2", ttl_s=60)
+        with trio.fail_after(10):
+            await seen.wait()
+        assert b.peek_memo("fetch", "u") is None
+        assert await b.get("fetch", "u") == "v2"
+        assert b.peek_memo("fetch", "u") == ("v2", {})

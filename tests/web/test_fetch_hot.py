@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -32,6 +33,7 @@ from csp_web.core.wire.turns import FairStarts
 from csp_web.infra.otel import SCOPE, OtelTracer
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status, Task
+from specialists.web.config import web_section
 from specialists.web.pages.fetch_now import answer_hit, likely_hit
 from specialists.web.pages.ops_fetch import OPS
 from specialists.web.services import WebServices
@@ -457,3 +459,45 @@ async def test_a_hot_answer_runs_inside_its_span_and_a_declined_one_leaves_no_sp
     assert await now(dispatcher, fetch_task(url)) is None  # declined: its task runs it
     await slow(dispatcher, fetch_task(url))
     assert len(exporter.get_finished_spans()) == 1
+
+
+async def test_a_hot_hit_after_the_page_changed_answers_the_new_snapshot_as_its_task_does(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """What a hit keeps of a cache entry (its page, view, fileKey and fields) goes with the
+    entry: the page downloaded again under the same URL is answered anew, never from what
+    the earlier snapshot's hits kept."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    first = await now(dispatcher, fetch_task(url))
+    assert first is not None
+    assert "lighthouse" not in (first.get("DATA") or "")
+    changed = ARTICLE.replace("</article>", "<p>A lighthouse keeps the watch.</p></article>")
+    serve(origin, "/tides", changed)
+    assert (await fetch(dispatcher, url, ("MAX_AGE", "0"))).get("CACHED") == "false"  # kept
+    answered = await now(dispatcher, fetch_task(url))
+    assert answered is not None
+    assert "lighthouse" in (answered.get("DATA") or "")
+    assert answered.get("FILE_KEY") != first.get("FILE_KEY")
+    assert answered == await slow(dispatcher, fetch_task(url))
+
+
+async def test_no_hot_hit_outlives_its_entry_ttl(
+    make_dispatcher: DispatcherFactory,
+    origin: Origin,
+    web_config: Config,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``cache.fetch_ttl_s`` the entry and what its hits kept are gone: the hot route
+    declines and the task downloads the page again."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    assert await now(dispatcher, fetch_task(url)) is not None  # its memo made
+    assert await now(dispatcher, fetch_task(url)) is not None  # and read
+    later = time.time() + web_section(web_config).cache.fetch_ttl_s + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert await now(dispatcher, fetch_task(url)) is None
+    assert (await slow(dispatcher, fetch_task(url))).get("CACHED") == "false"
+    assert hits(origin, "/tides") == 2

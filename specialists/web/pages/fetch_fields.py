@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+from dataclasses import dataclass
 
 from csp_web.core.api.errors import FieldError
 from csp_web.core.api.fields import Params
@@ -195,14 +196,20 @@ async def prepare_fetch(services: PagesServices, page: Page) -> None:
         await summary_fields(services, f"{key}:text", content)
 
 
-def fetch_result(
-    page: Page, content: str, part: tuple[int, int], file_key: str, summary: list[Field]
-) -> Result:
-    """The reply for ``part`` (START, MAX_CHARS) of one page: PARTIAL, with ``summary`` when
-    cut at MAX_CHARS, or when the page yields no text (with ``ERROR empty_content:<why>``, or
-    for a document without a text layer ``ERROR no_text_layer:<why>``,
-    SPEC R-2; never an OK with empty content)."""
-    text, paging, status = window(content, *part)
+@dataclass(frozen=True)
+class Described:
+    """What fetch's reply says of one loaded view besides its window, the same for any START
+    and MAX_CHARS: the fields before the window's (TITLE to FILE_KEY), the CITE after them,
+    the page's SCOPE and its ``empty_error``."""
+
+    head: tuple[Field, ...]
+    cite: Field
+    scope: tuple[str, ...]
+    error: tuple[ErrorCode, str] | None
+
+
+def describe(page: Page, content: str, file_key: str) -> Described:
+    """``fetch_result``'s description of ``content``, the view of ``page`` it sends."""
     fields: list[Field] = [("TITLE", page.title)] if page.title else []
     fields += declared_fields(page)
     fields.append(("WORD_COUNT", str(page.word_count)))
@@ -213,9 +220,20 @@ def fetch_result(
     fields += render_fields(page)
     if (when := cached_at(page)) is not None:
         fields.append(("CACHED_AT", when))
-    fields += [("URL", page.url), ("FILE_KEY", file_key), *paging, *summary]
-    fields.append(cite(page.url, page.title))
-    error = empty_error(page, content)
-    if error is not None:
+    fields += [("URL", page.url), ("FILE_KEY", file_key)]
+    cited = cite(page.url, page.title)
+    return Described(tuple(fields), cited, (page.host,), empty_error(page, content))
+
+
+def fetch_result(
+    content: str, part: tuple[int, int], described: Described, summary: list[Field]
+) -> Result:
+    """The reply for ``part`` (START, MAX_CHARS) of ``content``, a page's view as
+    ``described``: PARTIAL, with ``summary`` when cut at MAX_CHARS, or when the page yields no
+    text (with ``ERROR empty_content:<why>``, or for a document without a text layer
+    ``ERROR no_text_layer:<why>``, SPEC R-2; never an OK with empty content)."""
+    text, paging, status = window(content, *part)
+    fields = (*described.head, *paging, *summary, described.cite)
+    if described.error is not None:
         status = Status.PARTIAL
-    return Result(text, (page.host,), tuple(fields), status, error)
+    return Result(text, described.scope, fields, status, described.error)

@@ -40,7 +40,14 @@ from protocol import Field, Status
 
 from ..docs.board import Entry, file_lines
 from ..services import web_audit
-from .fetch_fields import cached_at, declared_attributes, empty_error, fetch_result
+from .fetch_fields import (
+    Described,
+    cached_at,
+    declared_attributes,
+    describe,
+    empty_error,
+    fetch_result,
+)
 from .filekeys import content_of, file_key, hold, token_estimate
 from .loaders import fetch_page, page_view
 from .loading import Page
@@ -77,14 +84,19 @@ def answer_page(
     loaded: tuple[Page, str, str],
     part: tuple[int, int],
     summary: list[Field],
+    *,
+    described: Described | None = None,
 ) -> Result:
     """fetch's answer for one page once ``loaded`` (the page, the view it sends and its
     fileKey, held): posted on the peer's board, the ``part`` (START, MAX_CHARS) of the view
     with ``summary``, and the board's FILE lines when BOARD asks. Both of fetch's routes
-    answer through it (ops_fetch.fetch, fetch_now.answer_hit), so they cannot drift."""
+    answer through it (ops_fetch.fetch, fetch_now.answer_hit), so they cannot drift; the hot
+    route passes the view's description it keeps (``describe``'s, made once per entry)."""
     page, content, key = loaded
     post(ctx, services, page, key)
-    result = fetch_result(page, content, part, key, summary)
+    if described is None:
+        described = describe(page, content, key)
+    result = fetch_result(content, part, described, summary)
     if params.flag("BOARD"):
         result = dataclasses.replace(result, fields=(*result.fields, *board_lines(ctx, services)))
     return result

@@ -15,28 +15,45 @@ a FILE_KEY, NO_CACHE, MAX_AGE 0, RENDER always), a field fetch refuses (MAX_CHAR
 MAX_PAGES past their caps, START past the end, an EXTRACT view the page lacks), Firecrawl
 asked first, an app shell, a snapshot not in memory or too old for MAX_AGE, a fileKey whose
 snapshot ``hold`` would write again, or a long page's SUMMARY not in memory. Nothing is
-changed before it is known that the route answers. ``likely_hit`` asks the same of the frame
-before its turn, so one that will decline does not take an instant turn.
+changed before it is known that the route answers, but for what it derives from the cache
+entry alone (``_View``), which it keeps in the entry's memo for the entry's next hits.
+``likely_hit`` asks the same of the frame before its turn, so one that will decline does
+not take an instant turn.
 
 Issue 26 goal 1, ``python bench/fetch.py --quick`` A/B on one loaded 2-core host (load 3.9-5.9):
 daemon CPU per hit against a ping's 4.67-5.78x as a task, 3.36-3.62x here; round trip p50
-2.58-2.95x a ping's as a task, 1.83-2.36x here.
+2.58-2.95x a ping's as a task, 1.83-2.36x here. With the entry's memo (``_View``) and the
+protocol's and outbox's cheaper value checks, at load 2.0-2.8: 3.38-3.45x against 3.92-4.55x,
+round trip p50 2.07-2.08x against 3.05-3.31x; ``python bench/fetch_cpu.py --rounds 3000``
+(client and daemon, hit less ping): 854-870 us against 1,278-1,469 us (load 1.4-2.4).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import UNIVERSAL, Params
 from csp_web.core.api.replies import Result
+from csp_web.infra.cache import Memo
 from protocol import Field, Task
 
 from ..services import WebNotes
-from .fetch_fields import SUMMARY_NAMESPACE, fetch_limits, held_summary
+from .fetch_fields import SUMMARY_NAMESPACE, Described, describe, fetch_limits, held_summary
 from .fetch_many import answer_page
 from .filekeys import file_key, holds
 from .loaders import page_view, plan
-from .loading import CACHE_NAMESPACE, Page, fresh, from_snapshot, normalise_url, within_pages
+from .loading import (
+    CACHE_NAMESPACE,
+    Page,
+    fresh,
+    from_snapshot,
+    normalise_url,
+    to_snapshot,
+    within_pages,
+)
 from .services import PagesServices
 
 # The fields this route answers as fetch does, each with the one value it answers it with
@@ -95,24 +112,25 @@ def answer_hit(params: Params, ctx: OpContext, services: PagesServices) -> Resul
     if not _plain(params, services):
         return None
     url = params.texts("URL")[0]
-    page = _held_page(params, services, url)
-    if page is None:
+    held = _held_page(params, services, url)
+    if held is None:
         return None
-    try:
-        content = page_view(page, params.text("EXTRACT"), url)
-    except OpError:
+    page, snapshot, memo = held
+    view = _held_view(page, memo, params.text("EXTRACT"), url)
+    if view is None:
         return None  # the task answers unsupported_content
-    key = file_key(page)
-    summary = _held_summary(services, (page, content, key), part, params.text("EXTRACT"))
+    summary = _held_summary(services, (view, snapshot), part, params.text("EXTRACT"))
     if summary is None:
         return None
     services.cache.count_hit(CACHE_NAMESPACE)  # as the task's load counts it
-    if sum(part) < len(content):  # cut: its SUMMARY was read from the cache, as the task's
+    if sum(part) < len(view.content):  # cut: its SUMMARY was read from the cache, as the task's
         services.cache.count_hit(SUMMARY_NAMESPACE)
     services.board.turn(ctx.peer, services.config.docs.board)
     notes = WebNotes(url)
     notes.cache_hit = True
-    return notes.attach(answer_page(params, ctx, services, (page, content, key), part, summary))
+    loaded = (page, view.content, view.key)
+    result = answer_page(params, ctx, services, loaded, part, summary, described=view.described)
+    return notes.attach(result)
 
 
 def _plain(params: Params, services: PagesServices) -> bool:
@@ -129,31 +147,95 @@ def _plain(params: Params, services: PagesServices) -> bool:
     )
 
 
-def _held_page(params: Params, services: PagesServices, url: str) -> Page | None:
+def _held_page(
+    params: Params, services: PagesServices, url: str
+) -> tuple[Page, dict[str, Any], Memo] | None:
     """The snapshot ``load_page`` would read first for ``url`` (fresh enough for MAX_AGE,
     read with enough of a document's pages), when the memory tier holds it and it would
-    not be rendered; else None."""
+    not be rendered: the page, its ``to_snapshot`` (what ``hold`` keeps) and the memo of
+    its cache entry (empty for a document cut at MAX_PAGES, which is made anew); else
+    None."""
     try:
         key = normalise_url(url, services)
     except OpError:
         return None
+    held = services.cache.peek_memo(CACHE_NAMESPACE, key)
+    if held is None:
+        return None
+    entry, memo = held
+    if _PAGE not in memo:
+        memo[_PAGE] = _stored(entry)
+    stored, snapshot = memo[_PAGE]
+    if stored is None:
+        return None  # another version's snapshot: a miss, as the task reads it
     pages = params.opt_integer("MAX_PAGES") or services.config.fetch.max_pages
-    snapshot = from_snapshot(services.cache.peek(CACHE_NAMESPACE, key))
-    page = within_pages(fresh(snapshot, params.opt_integer("MAX_AGE")), pages)
+    page = within_pages(fresh(stored, params.opt_integer("MAX_AGE")), pages)
     if page is None or (page.kind == "html" and page.shell is not None):
         return None  # an app shell: rendered, or marked as not, by the task (rendering.py)
-    return page
+    if page is not stored:  # a document cut at MAX_PAGES: its own snapshot, no memo
+        return page, to_snapshot(page), {}
+    return page, snapshot, memo
+
+
+def _stored(entry: object) -> tuple[Page | None, dict[str, Any]]:
+    """The Page a fetch cache entry holds (None: another version's) and its ``to_snapshot``:
+    the entry's own dict when equal to it (a snapshot this daemon wrote is), so the memo
+    holds no copy of it."""
+    page = from_snapshot(entry)
+    if page is None:
+        return None, {}
+    snapshot = to_snapshot(page)
+    return page, (entry if entry == snapshot and isinstance(entry, dict) else snapshot)
+
+
+@dataclass(frozen=True)
+class _View:
+    """What every hit of one cache entry derives alike for one EXTRACT view of its page:
+    the view, its fileKey and the reply's description of it, which refer to the page's own
+    strings but for a few short ones. Kept in the entry's memo (``MemoryTier``), so
+    it goes with the entry: a new snapshot, its expiry or an invalidation makes a new one.
+    Issue 26: the page, view, fileKey and reply fields made again on each hit cost 140-165 us
+    of CPU per hit in ``_held_page``, ``_held_summary``, ``answer_page`` and ``file_key``;
+    kept here, 53 (those and ``_held_view``, timed in an in-process daemon over 2,000 hits of
+    bench/fetch_cpu.py's page, A/B twice, load 1.5-1.7)."""
+
+    content: str
+    key: str
+    described: Described
+
+
+_PAGE = ("fetch_now", "page")  # the entry's Page and snapshot (``_stored``), in its memo
+
+
+def _held_view(page: Page, memo: Memo, extract: str, url: str) -> _View | None:
+    """``page``'s ``_View`` for ``extract`` from ``memo``, made and kept there at the entry's
+    first hit (at most one per EXTRACT value); None when the page lacks that view."""
+    view = memo.get(("fetch_now", extract))
+    if isinstance(view, _View):
+        return view
+    try:
+        content = page_view(page, extract, url)
+    except OpError:
+        return None
+    key = file_key(page)
+    view = _View(content, key, describe(page, content, key))
+    memo[("fetch_now", extract)] = view
+    return view
 
 
 def _held_summary(
-    services: PagesServices, loaded: tuple[Page, str, str], part: tuple[int, int], extract: str
+    services: PagesServices,
+    held: tuple[_View, dict[str, Any]],
+    part: tuple[int, int],
+    extract: str,
 ) -> list[Field] | None:
-    """The SUMMARY lines fetch adds for ``part`` of the loaded view ([] when it is not cut),
-    when the page's fileKey needs no write (``holds``) and they are in memory; else None."""
-    page, content, key = loaded
+    """The SUMMARY lines fetch adds for ``part`` of ``held``'s view ([] when it is not cut),
+    when the page (its snapshot) needs no write under its fileKey (``holds``) and they are
+    in memory; else None."""
+    view, snapshot = held
     start, max_chars = part
-    if start > len(content) or not holds(services, key, page):
+    if start > len(view.content) or not holds(services, view.key, snapshot):
         return None
-    if start + max_chars >= len(content):
+    if start + max_chars >= len(view.content):
         return []
-    return held_summary(services, f"{key}:{extract}")
+    return held_summary(services, f"{view.key}:{extract}")

@@ -17,6 +17,7 @@ import base64
 import hashlib
 import math
 import re
+from typing import Any
 
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Field, Status
@@ -38,7 +39,9 @@ def content_of(page: Page) -> str:
 def file_key(page: Page) -> str:
     """The fileKey of ``page``'s snapshot: ``fk_`` and 16 lower-case base32 characters."""
     digest = hashlib.sha256(f"{page.url}\0{content_of(page)}".encode()).digest()
-    return "fk_" + base64.b32encode(digest).decode("ascii")[:16].lower()
+    # 16 base32 characters are the digest's first 80 bits, 10 bytes: base64's pure-Python
+    # b32encode of those alone takes 6.6 us, of the whole digest 16 (issue 26).
+    return "fk_" + base64.b32encode(digest[:10]).decode("ascii").lower()
 
 
 def token_estimate(text: str) -> int:
@@ -71,11 +74,12 @@ async def hold(services: PagesServices, key: str, page: Page) -> None:
     await services.cache.keep(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
 
 
-def holds(services: PagesServices, key: str, page: Page) -> bool:
-    """Whether ``hold`` would write nothing now: the memory tier holds this snapshot under
-    ``key`` for long enough (a peek, for fetch's hot route)."""
+def holds(services: PagesServices, key: str, snapshot: dict[str, Any]) -> bool:
+    """Whether ``hold`` of the page whose ``to_snapshot`` is ``snapshot`` would write nothing
+    now: the memory tier holds it under ``key`` for long enough (a peek, for fetch's hot
+    route, which keeps each page's snapshot)."""
     ttl_s = services.config.cache.fetch_ttl_s
-    return services.cache.holds(NAMESPACE, key, to_snapshot(page), ttl_s=ttl_s)
+    return services.cache.holds(NAMESPACE, key, snapshot, ttl_s=ttl_s)
 
 
 async def held(services: PagesServices, key: str) -> Page:
