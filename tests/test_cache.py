@@ -236,6 +236,41 @@ def test_an_entry_memo_is_evicted_with_its_entry_at_the_byte_bound() -> None:
     assert tier.held("fetch:1") == ("x" * 900, {"n": 1})
 
 
+def test_what_a_memo_keeps_counts_toward_the_tiers_bound_at_n_and_n_plus_1() -> None:
+    """``Memo.keep`` counts its bytes in the tier: a memo that brings the tier to its bound
+    exactly evicts nothing, one byte more evicts the least recent entry, never the entry
+    whose memo grew (it was just used)."""
+    size = approximate_size("x" * 900)
+    tier = MemoryTier(max_bytes=8 * size + 100)  # eight entries, each at most an eighth
+    for n in range(8):
+        tier.put(f"fetch:{n}", "x" * 900, expires_at=time.time() + 60)
+    held = tier.held("fetch:7")
+    assert held is not None
+    held[1].keep("derived", "d", 100)
+    assert tier.bytes == tier.max_bytes
+    assert tier.held("fetch:0") is not None  # N: nothing evicted; fetch:0 now most recent
+    held = tier.held("fetch:7")
+    assert held is not None
+    held[1].keep("more", "m", 1)
+    assert tier.bytes == 7 * size + 101
+    assert tier.held("fetch:1") is None  # N+1: the least recent goes
+    assert tier.held("fetch:7") == ("x" * 900, {"derived": "d", "more": "m"})
+
+
+def test_a_replaced_entrys_old_memo_counts_nothing_against_the_new_entry() -> None:
+    tier = MemoryTier(max_bytes=1 << 20)
+    tier.put("fetch:u", "old", expires_at=time.time() + 60)
+    held = tier.held("fetch:u")
+    assert held is not None
+    tier.put("fetch:u", "new", expires_at=time.time() + 60)
+    before = tier.bytes
+    held[1].keep("derived", "from old", 5000)  # a hit still holding the old entry's memo
+    assert tier.bytes == before
+    assert tier.held("fetch:u") == ("new", {})
+    tier.drop("fetch:u")
+    assert tier.bytes == 0
+
+
 async def test_peek_memo_answers_what_peek_does_and_a_set_or_invalidation_empties_it(
     tmp_path: Path,
 ) -> None:

@@ -76,20 +76,36 @@ def approximate_size(value: Any) -> int:
     return total
 
 
-Memo = dict[Hashable, Any]  # what callers derive from one entry's value (``MemoryTier.held``)
+class Memo(dict[Hashable, Any]):
+    """What callers derive from one entry's value alone, kept for the entry's next hits
+    (``MemoryTier.held``): born empty with the entry, gone with it. ``keep`` counts what it
+    adds toward the tier's byte bound, so the bound holds memos included."""
+
+    __slots__ = ("_charge",)
+
+    def __init__(self, charge: Callable[[Memo, int], None] | None = None) -> None:
+        super().__init__()
+        self._charge = charge
+
+    def keep(self, name: Hashable, value: Any, nbytes: int) -> None:
+        """Keep ``value`` under ``name``, counting ``nbytes`` (roughly what it holds that the
+        entry's value does not) toward the tier's bound: the tier may evict older entries."""
+        self[name] = value
+        if self._charge is not None:
+            self._charge(self, nbytes)
 
 
 class MemoryTier:
     """A byte-bounded LRU of recent entries in front of the disk, so a hot hit costs a dict
     lookup instead of a worker thread and a decode. Values are shared: never mutate one.
 
-    Each entry has a memo, a dict that is born empty with the entry and goes with it (when
-    it is replaced, expires, is dropped or evicted): what a caller derives from the value
-    alone, kept for the entry's next hits (``held``). It is not counted in ``bytes``: a
-    caller keeps in it a bounded number of small things that refer to the value's parts
-    (fetch's hot route: its Page and two views' descriptions take 1.9 KB median, 3.4 KB at
-    most, over the 88 pages of bench/origin.py's corpus, 0.20 to 0.54 of the entry's own
-    counted size; tracemalloc)."""
+    Each entry has a memo (``Memo``) that is born empty with the entry and goes with it
+    (when it is replaced, expires, is dropped or evicted): what a caller derives from the
+    value alone, kept for the entry's next hits (``held``). What a caller keeps there counts
+    in ``bytes`` (``Memo.keep``): fetch's hot route keeps its Page and two views'
+    descriptions, 1.9 KB median, 3.4 KB at most over the 88 pages of bench/origin.py's
+    corpus (0.20 to 0.54 of the entry's own counted size; tracemalloc), which uncounted
+    would let the tier hold about 1.5 times its bound."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -126,8 +142,21 @@ class MemoryTier:
         self.drop(key)
         if size > self.max_bytes // 8:  # one huge entry must not flush all the others
             return
-        self._entries[key] = (expires_at, value, size, {})
+        self._entries[key] = (expires_at, value, size, Memo(functools.partial(self._charge, key)))
         self.bytes += size
+        self._evict()
+
+    def _charge(self, key: str, memo: Memo, nbytes: int) -> None:
+        """Count ``nbytes`` more for ``key``'s entry, if ``memo`` is still its memo (not one
+        of an entry since replaced), then evict the least recently used past the bound."""
+        entry = self._entries.get(key)
+        if entry is None or entry[3] is not memo:
+            return
+        self._entries[key] = (entry[0], entry[1], entry[2] + nbytes, memo)
+        self.bytes += nbytes
+        self._evict()
+
+    def _evict(self) -> None:
         while self.bytes > self.max_bytes:
             self.drop(next(iter(self._entries)))
 

@@ -37,7 +37,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import UNIVERSAL, Params
 from csp_web.core.api.replies import Result
-from csp_web.infra.cache import Memo
+from csp_web.infra.cache import Memo, approximate_size
 from protocol import Field, Task
 
 from ..services import WebNotes
@@ -164,7 +164,10 @@ def _held_page(
         return None
     entry, memo = held
     if _PAGE not in memo:
-        memo[_PAGE] = _stored(entry)
+        stored = _stored(entry)
+        memo.keep(
+            _PAGE, stored, _PAGE_BYTES + (0 if stored[1] is entry else approximate_size(stored[1]))
+        )
     stored, snapshot = memo[_PAGE]
     if stored is None:
         return None  # another version's snapshot: a miss, as the task reads it
@@ -173,7 +176,7 @@ def _held_page(
     if page is None or (page.kind == "html" and page.shell is not None):
         return None  # an app shell: rendered, or marked as not, by the task (rendering.py)
     if page is not stored:  # a document cut at MAX_PAGES: its own snapshot, no memo
-        return page, to_snapshot(page), {}
+        return page, to_snapshot(page), Memo()
     return page, snapshot, memo
 
 
@@ -205,6 +208,9 @@ class _View:
 
 
 _PAGE = ("fetch_now", "page")  # the entry's Page and snapshot (``_stored``), in its memo
+# What a Page made from a snapshot holds beyond the snapshot's own strings: 304 bytes by
+# tracemalloc (100 Pages of one snapshot), counted as 512 toward the memory tier's bound.
+_PAGE_BYTES = 512
 
 
 def _held_view(page: Page, memo: Memo, extract: str, url: str) -> _View | None:
@@ -219,7 +225,8 @@ def _held_view(page: Page, memo: Memo, extract: str, url: str) -> _View | None:
         return None
     key = file_key(page)
     view = _View(content, key, describe(page, content, key))
-    memo[("fetch_now", extract)] = view
+    described = view.described
+    memo.keep(("fetch_now", extract), view, approximate_size((described.head, described.cite, key)))
     return view
 
 
