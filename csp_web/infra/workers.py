@@ -8,13 +8,17 @@ functions of bytes and strings, so they run in ``size`` worker processes
 (``pool_worker.py``) and the loop only moves their inputs and answers. ``size`` 0 runs them
 in a trio worker thread of the daemon, as before the pool.
 
-A worker is a fresh interpreter (``python pool_worker.py``, not a fork): it inherits none of
-the daemon's sockets (close_fds), environment (its credentials: ``WORKER_ENV`` holds only
-PATH and the locale) or trio state, and before its first task it confines itself (no
-network, no file writes, bounded memory and CPU: pool_worker.py). The daemon turns
-non-dumpable, so a worker of the same uid cannot read its /proc/<pid>/environ either.
-The ``size`` workers start in the background when the pool opens (an interpreter and the
-imports of the ``warm`` module: about 1 s of CPU each, bench/workers.py); a task waits,
+A worker is never a fork of the daemon: it inherits none of the daemon's sockets,
+environment (its credentials: ``WORKER_ENV`` holds only PATH and the locale) or trio state,
+and before its first task it confines itself (no network, no file writes, bounded memory and
+CPU: pool_worker.py). The daemon turns non-dumpable, so a worker of the same uid cannot read
+its /proc/<pid>/environ either. Each worker is forked by the pool's template
+(worker_template.py), an interpreter started like a fresh worker that imported the ``warm``
+module once; a fresh interpreter (``python pool_worker.py``) starts one only while no
+template serves (it died, hung, or failed ``TEMPLATE_TRIES`` times in a row), or when the
+pool is opened with ``template=False``. The ``size`` workers start in the background when
+the pool opens (the template's start is about 1 s of CPU, each fork a few ms against about
+1 s for a fresh interpreter, bench/worker_starts.py); a task waits,
 until its deadline, for an idle worker. A hostile page's work never runs in the daemon: only
 a pool of size 0 runs tasks in its threads. A task is the pickle of a callable and its
 arguments (the daemon trusts its workers' code); an answer is JSON, rebuilt as the ``shape``
@@ -44,7 +48,6 @@ import pickle
 import signal
 import struct
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -53,12 +56,13 @@ from typing import Any, TypeVar
 import trio
 
 from csp_web.core.api.errors import OpError
-from csp_web.infra import answers, pool_worker
+from csp_web.infra import answers, pool_worker, worker_template
 from protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Worker = trio.Process | worker_template.Forked
 
 WORKER = Path(__file__).with_name("pool_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
@@ -83,6 +87,9 @@ START_BACKOFF_MAX_S = 5.0
 RECYCLE_TASKS = 200
 RECYCLE_S = 600.0
 REAP_S = 5.0  # a SIGKILLed worker is reaped in ms; one in uninterruptible sleep is left
+# A template that fails this many times in a row (its import fails, it dies, it hangs) is not
+# started again: the pool's workers are fresh interpreters from then on.
+TEMPLATE_TRIES = 3
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _LENGTH = struct.Struct("!Q")  # every frame each way: its length, then that many bytes
 # Each pipe to and from a worker holds this much (F_SETPIPE_SZ; Linux's fs.pipe-max-size by
@@ -113,9 +120,11 @@ class WorkerPool:
         warm: str = "builtins",
         answer_max_bytes: int = ANSWER_MAX_BYTES,
         recycle_tasks: int = RECYCLE_TASKS,
+        template: bool = True,
     ) -> None:
         """Workers start in ``nursery``, which only a pool of size 0 may go without; each
-        imports ``warm`` before it takes a task."""
+        imports ``warm`` before it takes a task, forked from a template warmed on it unless
+        ``template`` is False."""
         if size and nursery is None:
             raise ValueError("a pool of workers needs a nursery to start them in")
         self.size = size
@@ -124,20 +133,28 @@ class WorkerPool:
         self._nursery = nursery
         self._module = warm
         # Warm workers not running a task; a buffer of ``size``, so returning one never waits.
-        self._give, self._take = trio.open_memory_channel[trio.Process](max(size, 1))
-        self._live: set[trio.Process] = set()  # every worker: warming, idle or busy
+        self._give, self._take = trio.open_memory_channel[Worker](max(size, 1))
+        self._live: set[Worker] = set()  # every worker: warming, idle or busy
         self._starting = 0  # workers asked for whose process is not made yet
-        self._warm: set[trio.Process] = set()  # those that finished warming: idle or busy
-        self._served: dict[trio.Process, int] = {}  # tasks each warm worker has answered
-        self._born: dict[trio.Process, float] = {}  # when each warm worker finished warming
+        self._warm: set[Worker] = set()  # those that finished warming: idle or busy
+        self._served: dict[Worker, int] = {}  # tasks each warm worker has answered
+        self._born: dict[Worker, float] = {}  # when each warm worker finished warming
         self._failures = 0  # starts failed in a row (OSError, or no warm-up): the back-off
         self._changed = trio.Event()  # set (and replaced) when a worker warms, fails or ends
         self._closed = False
+        self._template: worker_template.Template | None = None
+        self._template_tries = TEMPLATE_TRIES if template else 0  # left before fresh ones only
+        self._templating = trio.Lock()  # one template starts at a time
 
     @property
     def pids(self) -> tuple[int, ...]:
         """The worker processes alive now (bench/workers.py sums their CPU)."""
         return tuple(process.pid for process in self._live)
+
+    @property
+    def template_pid(self) -> int | None:
+        """The template process's, while one serves."""
+        return self._template.process.pid if self._template else None
 
     async def run(
         self,
@@ -195,7 +212,7 @@ class WorkerPool:
                     min(START_BACKOFF_S * 2 ** (self._failures - 1), START_BACKOFF_MAX_S)
                 )
 
-    async def _idle_worker(self) -> trio.Process:
+    async def _idle_worker(self) -> Worker:
         """An idle worker, waiting for one. A worker found dead (killed while idle) is reaped
         and fails no task."""
         while True:
@@ -206,7 +223,7 @@ class WorkerPool:
 
     async def _exchange(
         self,
-        worker: trio.Process,
+        worker: Worker,
         request: bytes,
         shape: Any,
         raises: tuple[type[BaseException], ...],
@@ -233,7 +250,7 @@ class WorkerPool:
             else:
                 await self._retire(worker)
 
-    def _served_its_time(self, worker: trio.Process) -> bool:
+    def _served_its_time(self, worker: Worker) -> bool:
         """Count one more task for ``worker``; True when it is due for replacement (a worker
         a hostile page subverted serves no longer than that)."""
         self._served[worker] = self._served.get(worker, 0) + 1
@@ -248,13 +265,15 @@ class WorkerPool:
         """Start a worker, have it import the pool's module, then add it to the idle ones
         (or, when it fails to or the pool closed meanwhile, kill it)."""
         try:
-            process = await _open_worker()
+            process = await self._open()
         except OSError as exc:
             self._started(False, exc)
             return
         finally:
             self._starting -= 1
         self._live.add(process)
+        for pipe in (process.stdin, process.stdout):
+            _widen(pipe)
         warm = pickle.dumps(functools.partial(pool_worker.warm, self._module))
         warmed = False
         try:
@@ -272,6 +291,53 @@ class WorkerPool:
             else:
                 await self._retire(process)
 
+    async def _open(self) -> Worker:
+        """A new worker: forked from the pool's template when one serves, else a fresh
+        interpreter. A template that fails is dropped (the workers it made serve on). Raises
+        OSError when the host refuses a process, a clone or descriptors."""
+        template = await self._serving_template()
+        if template is not None:
+            try:
+                return await template.fork()
+            except worker_template.Failed as exc:
+                await self._drop_template(template, exc)
+        return await _open_worker()
+
+    async def _serving_template(self) -> worker_template.Template | None:
+        """The template to fork from: started here when there is none (or the last one
+        served its time), unless ``TEMPLATE_TRIES`` failed in a row. Raises OSError when
+        the host refuses it a process or descriptors (a failed start: the pool backs off)."""
+        async with self._templating:
+            if self._template is not None and self._template.due():
+                await self._drop_template(self._template, None)
+            if self._template is None and self._template_tries and not self._closed:
+                try:
+                    template = await worker_template.Template.start(
+                        self._module, env=WORKER_ENV, ready_s=WARM_UP_S
+                    )
+                except worker_template.Failed as exc:
+                    self._template_tries -= 1
+                    log.warning("the workers' template did not start (%s)", exc)
+                    return None
+                if self._closed:
+                    await template.aclose()
+                    return None
+                self._template_tries = TEMPLATE_TRIES
+                self._template = template
+            return self._template
+
+    async def _drop_template(
+        self, template: worker_template.Template, failure: worker_template.Failed | None
+    ) -> None:
+        """Stop forking from ``template`` and end it; a ``failure`` counts against
+        ``TEMPLATE_TRIES``."""
+        if self._template is template:
+            self._template = None
+            if failure is not None:
+                self._template_tries -= 1
+                log.warning("the workers' template failed (%s): dropped", failure)
+        await template.aclose()
+
     def _started(self, ok: bool, error: BaseException | None) -> None:
         """Count a start that worked or failed, logging the first failure of a run and the
         recovery after one, and wake whoever waits on the pool's workers."""
@@ -283,7 +349,7 @@ class WorkerPool:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _retire(self, process: trio.Process) -> None:
+    async def _retire(self, process: Worker) -> None:
         """Kill ``process`` (and whatever it started) and reap it, even under cancellation,
         waiting at most ``REAP_S`` (a process in uninterruptible sleep is left, logged);
         ``serve_workers`` starts its replacement."""
@@ -294,6 +360,7 @@ class WorkerPool:
         if process.returncode is None:  # once reaped, its pid may name another process
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+            process.kill()  # a forked worker in the instant before it leads its own group
         with trio.CancelScope(shield=True), trio.move_on_after(REAP_S) as waited:
             await process.wait()
         if waited.cancelled_caught:
@@ -306,6 +373,8 @@ class WorkerPool:
         self._closed = True
         for process in list(self._live):
             await self._retire(process)
+        if self._template is not None:
+            await self._drop_template(self._template, None)
 
 
 @asynccontextmanager
@@ -315,12 +384,14 @@ async def open_worker_pool(
     warm: str = "builtins",
     answer_max_bytes: int = ANSWER_MAX_BYTES,
     recycle_tasks: int = RECYCLE_TASKS,
+    template: bool = True,
 ) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers (0: threads of the daemon), each warmed on the module
-    ``warm``; they start in the background at once, and are all killed and reaped on exit.
-    With workers, the daemon turns non-dumpable first (``seal_daemon``). The block's own
-    exception comes back as itself, not inside the nursery's group: the daemon's start-up
-    errors (a bad cron.json opened inside this block) stay what callers catch."""
+    ``warm`` (forked from a template warmed on it, unless ``template`` is False); they start
+    in the background at once, and are all killed and reaped on exit. With workers, the
+    daemon turns non-dumpable first (``seal_daemon``). The block's own exception comes back
+    as itself, not inside the nursery's group: the daemon's start-up errors (a bad cron.json
+    opened inside this block) stay what callers catch."""
     try:
         async with trio.open_nursery() as nursery:
             pool = WorkerPool(
@@ -329,6 +400,7 @@ async def open_worker_pool(
                 warm=warm,
                 answer_max_bytes=answer_max_bytes,
                 recycle_tasks=recycle_tasks,
+                template=template,
             )
             if size:
                 seal_daemon()
@@ -362,17 +434,14 @@ def _backoff_s(failures: int) -> float:
 async def _open_worker() -> trio.Process:
     """A new worker process (``pool_worker.py`` beside this module). Raises OSError when the
     host refuses one (EMFILE, EAGAIN, ENOMEM)."""
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-s", "-X", "utf8", str(WORKER)],
+    return await trio.lowlevel.open_process(
+        [*worker_template.INTERPRETER, str(WORKER)],
         env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
         start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
     )
-    for pipe in (process.stdin, process.stdout):
-        _widen(pipe)
-    return process
 
 
 def _widen(pipe: trio.abc.SendStream | trio.abc.ReceiveStream | None) -> None:
@@ -382,7 +451,7 @@ def _widen(pipe: trio.abc.SendStream | trio.abc.ReceiveStream | None) -> None:
             fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
-async def _ask(worker: trio.Process, request: bytes, cap: int) -> bytes:
+async def _ask(worker: Worker, request: bytes, cap: int) -> bytes:
     """Send ``request`` to ``worker`` and read its answer. Raises OpError(WORKER_FAILED) when
     the worker dies first (its status names why) or announces an answer past ``cap`` bytes."""
     assert worker.stdin is not None
