@@ -1,0 +1,217 @@
+"""The pool's template process (csp_web/infra/worker_template.py, pool_template.py): workers
+are forked from it yet share nothing a fork could leak, its failures cost no task, and no
+process the pool made outlives the pool or the daemon."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from csp_web.infra import worker_template
+from csp_web.infra.workers import WorkerPool, open_worker_pool
+from tests import workers_support, workers_support_threaded
+from tests.test_workers import WAIT_S, run, warm_pool
+
+SUPPORT = workers_support.__name__
+
+
+def reaped(pid: int) -> bool:
+    """True when ``pid``, once this process's child, is reaped (no zombie left)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat past the command (state, ppid, ...); [] when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    return stat(pid)[:1] not in ([], ["Z"])
+
+
+@asynccontextmanager
+async def announced(path: str) -> AsyncIterator[trio.socket.SocketType]:
+    """A Unix socket listening at ``path`` for ``workers_support.announce_then_wait``."""
+    listener = trio.socket.socket(trio.socket.AF_UNIX)
+    await listener.bind(path)
+    listener.listen()
+    try:
+        yield listener
+    finally:
+        listener.close()
+        os.unlink(path)
+
+
+async def test_each_worker_is_forked_from_the_template_as_a_child_of_the_daemon() -> None:
+    async with warm_pool(2) as pool:
+        scripts = {await run(pool, workers_support.main_script, str) for _ in range(4)}
+        assert pool.template_pid is not None
+        parents = {int(stat(pid)[1]) for pid in pool.pids}
+    assert scripts == {"pool_template.py"}
+    assert parents == {os.getpid()}
+
+
+async def test_forked_workers_share_no_network_namespace_and_no_random_state() -> None:
+    async with warm_pool(2, recycle_tasks=1) as pool:
+        seen = [await run(pool, workers_support.identity, tuple[str, int]) for _ in range(4)]
+    namespaces = {namespace for namespace, _ in seen}
+    assert len(namespaces) == 4
+    assert os.readlink("/proc/self/ns/net") not in namespaces
+    assert len({bits for _, bits in seen}) == 4
+
+
+async def test_a_forked_worker_can_ptrace_neither_the_template_nor_the_daemon() -> None:
+    async with warm_pool(1) as pool:
+        # Its user namespace already denies it; the template is non-dumpable besides (for a
+        # host without user namespaces), which its fork inherits.
+        assert await run(pool, workers_support.dumpable) == 0
+        assert pool.template_pid is not None
+        targets = (pool.template_pid, os.getpid())
+        failures = [
+            await run(pool, functools.partial(workers_support.ptrace_error, pid)) for pid in targets
+        ]
+        reads = [
+            await run(
+                pool,
+                functools.partial(workers_support.error_of, "read", f"/proc/{pid}/environ"),
+                str,
+            )
+            for pid in targets
+        ]
+    assert failures == [errno.EPERM, errno.EPERM]
+    assert reads == ["PermissionError", "PermissionError"]
+
+
+async def test_a_forked_worker_holds_only_its_two_pipes_and_stderr() -> None:
+    async with warm_pool(1) as pool:
+        held = await run(pool, workers_support.open_descriptors, list[str])
+    # stdin (tasks), stdout and stderr (both /dev/null), the answers' pipe: as a fresh worker
+    assert sorted(target.split(":")[0] for target in held) == [
+        "/dev/null",
+        "/dev/null",
+        "pipe",
+        "pipe",
+    ]
+
+
+async def test_the_template_killed_while_a_worker_is_busy_loses_no_task_and_a_new_one_follows() -> (
+    None
+):
+    path = tempfile.mktemp(prefix="tmpl", suffix=".sock", dir="/tmp")  # a short socket path
+    async with announced(path) as listener, warm_pool(1, recycle_tasks=1) as pool:
+        killed = pool.template_pid
+        assert killed is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                run, pool, functools.partial(workers_support.announce_then_wait, path)
+            )
+            with trio.fail_after(WAIT_S):
+                connection, _ = await listener.accept()
+                os.kill(killed, signal.SIGKILL)
+                while running(killed):
+                    await trio.sleep(0.01)
+                await connection.send(b"g")
+        connection.close()
+        # The busy worker answered; its replacement found the template dead: a fresh
+        # interpreter took its place, and the next one is forked from a new template.
+        scripts = [await run(pool, workers_support.main_script, str) for _ in range(2)]
+        assert scripts == ["pool_worker.py", "pool_template.py"]
+        assert pool.template_pid not in (None, killed)
+    assert reaped(killed)
+
+
+async def test_a_warm_module_that_starts_a_thread_leaves_fresh_interpreters_serving() -> None:
+    async with open_worker_pool(1, warm=workers_support_threaded.__name__, recycle_tasks=1) as pool:
+        scripts = [await run(pool, workers_support.main_script, str) for _ in range(5)]
+        assert pool.template_pid is None
+    assert scripts == ["pool_worker.py"] * 5
+
+
+async def test_a_pool_without_template_starts_fresh_interpreters() -> None:
+    async with open_worker_pool(1, warm=SUPPORT, template=False) as pool:
+        assert await run(pool, workers_support.main_script, str) == "pool_worker.py"
+        assert pool.template_pid is None
+
+
+async def test_a_template_is_replaced_after_its_share_of_forks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_template, "TEMPLATE_FORKS", 2)
+    templates = set()
+    async with warm_pool(1, recycle_tasks=1) as pool:
+        for _ in range(5):
+            await run(pool, workers_support.own_pid)
+            templates.add(pool.template_pid)
+    assert len(templates) >= 2
+    assert all(reaped(pid) for pid in templates if pid is not None)
+
+
+async def every_pid(pool: WorkerPool, tasks: int) -> set[int]:
+    """The pids of the workers that ran ``tasks`` tasks and of the templates seen meanwhile,
+    the template killed halfway."""
+    pids = set()
+    for turn in range(tasks):
+        pids.add(await run(pool, workers_support.own_pid))
+        template = pool.template_pid
+        if template is not None:
+            pids.add(template)
+            if turn == tasks // 2:
+                os.kill(template, signal.SIGKILL)
+    return pids
+
+
+async def test_closing_the_pool_reaps_every_process_it_ever_made_the_templates_included() -> None:
+    async with warm_pool(2, recycle_tasks=1) as pool:
+        pids = await every_pid(pool, 8)
+    assert len(pids) >= 8
+    assert [pid for pid in pids if not reaped(pid)] == []
+
+
+POOL_THEN_SLEEP = """
+import os, sys, trio
+from csp_web.infra.workers import open_worker_pool
+
+async def main():
+    async with open_worker_pool(2, warm="tests.workers_support") as pool:
+        await pool.wait_warm()
+        print(*pool.pids, pool.template_pid, flush=True)
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+@pytest.mark.slow
+async def test_a_daemon_killed_leaves_no_worker_and_no_template_running() -> None:
+    command = [sys.executable, "-c", POOL_THEN_SLEEP]
+    with subprocess.Popen(command, stdout=subprocess.PIPE) as daemon:
+        assert daemon.stdout is not None
+        try:
+            with trio.fail_after(WAIT_S):
+                line = await trio.to_thread.run_sync(daemon.stdout.readline)
+        finally:
+            daemon.kill()
+    pids = [int(pid) for pid in line.split()]
+    assert len(pids) == 3
+    with trio.fail_after(WAIT_S):
+        while any(running(pid) for pid in pids):
+            await trio.sleep(0.05)
