@@ -202,14 +202,19 @@ trio.run(main)
 
 @pytest.mark.slow
 async def test_a_daemon_killed_leaves_no_worker_and_no_template_running() -> None:
-    command = [sys.executable, "-c", POOL_THEN_SLEEP]
-    with subprocess.Popen(command, stdout=subprocess.PIPE) as daemon:
-        assert daemon.stdout is not None
-        try:
-            with trio.fail_after(WAIT_S):
-                line = await trio.to_thread.run_sync(daemon.stdout.readline)
-        finally:
-            daemon.kill()
+    daemon = await trio.lowlevel.open_process(
+        [sys.executable, "-c", POOL_THEN_SLEEP], stdout=subprocess.PIPE
+    )
+    assert daemon.stdout is not None
+    line = b""
+    try:
+        with trio.fail_after(WAIT_S):
+            while not line.endswith(b"\n"):
+                line += await daemon.stdout.receive_some()
+    finally:
+        daemon.kill()
+        await daemon.wait()
+        await daemon.stdout.aclose()
     pids = [int(pid) for pid in line.split()]
     assert len(pids) == 3
     with trio.fail_after(WAIT_S):

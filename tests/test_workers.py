@@ -52,7 +52,7 @@ def children() -> set[int]:
     return found
 
 
-async def warm(size: int, **options: int) -> AsyncIterator[WorkerPool]:
+async def warm(size: int, **options: Any) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers, every one warm."""
     async with open_worker_pool(size, warm=SUPPORT, **options) as pool:
         with trio.fail_after(WAIT_S):

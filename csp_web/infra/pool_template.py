@@ -114,6 +114,8 @@ def serve_forks(control: socket.socket) -> int:
 def main() -> int:
     sys.path[0] = str(Path(__file__).resolve().parents[2])  # the packages, not this folder
     control = socket.socket(fileno=0)
+    if platform.machine() not in SYS_CLONE:
+        return 1  # no clone number known here: the pool starts fresh interpreters
     if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         return 1  # a worker could ptrace the template: better fresh interpreters
     for module in (*WORKER_MODULES, sys.argv[1]):

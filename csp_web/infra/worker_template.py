@@ -51,12 +51,12 @@ class Forked:
     ``kill``). It owns its two pipe ends and a pidfd, closed once it is reaped."""
 
     def __init__(self, pid: int, tasks: int, answers: int) -> None:
+        # Its pid stays this worker's until the daemon reaps it (it is the daemon's child).
+        self._pidfd = os.pidfd_open(pid)  # first: it may fail (EMFILE) before the pipes are ours
         self.pid = pid
         self.returncode: int | None = None
         self.stdin = trio.lowlevel.FdStream(tasks)
         self.stdout = trio.lowlevel.FdStream(answers)
-        # Its pid stays this worker's until the daemon reaps it (it is the daemon's child).
-        self._pidfd = os.pidfd_open(pid)
         self._waiting = trio.Lock()  # one task at a time may wait on the pidfd
 
     def poll(self) -> int | None:
@@ -133,7 +133,12 @@ class Template:
             if pid < 0:
                 raise OSError(-pid, os.strerror(-pid))
             self.forks += 1
-            worker = Forked(pid, tasks_write, answers_read)
+            try:
+                worker = Forked(pid, tasks_write, answers_read)
+            except OSError:  # no descriptor for its pidfd: end it, or it would stay a zombie
+                os.kill(pid, signal.SIGKILL)  # not reaped yet, so still this worker's pid
+                await trio.to_thread.run_sync(os.waitpid, pid, 0)
+                raise
             ours.pop_all()  # the worker owns them now
         return worker
 
