@@ -177,8 +177,9 @@ async def measure(
 
 
 async def worker_start_cpu_s() -> float:
-    """The CPU a worker uses to start and warm on the extractor's module."""
-    async with open_worker_pool(1, warm="specialists.web.pages.loading") as pool:
+    """The CPU a fresh worker uses to start and warm on the extractor's module (the pool's
+    workers fork from a template: bench/worker_starts.py compares the two)."""
+    async with open_worker_pool(1, warm="specialists.web.pages.loading", template=False) as pool:
         await pool.wait_warm()
         return stat_cpu_s(f"/proc/{pool.pids[0]}/stat")
 
