@@ -121,9 +121,8 @@ async def test_the_template_killed_while_a_worker_is_busy_loses_no_task_and_a_ne
         killed = pool.template_pid
         assert killed is not None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                run, pool, functools.partial(workers_support.announce_then_wait, path)
-            )
+            task = functools.partial(workers_support.announce_then_wait, path)
+            nursery.start_soon(run, pool, task)
             with trio.fail_after(WAIT_S):
                 connection, _ = await listener.accept()
                 os.kill(killed, signal.SIGKILL)
@@ -131,12 +130,25 @@ async def test_the_template_killed_while_a_worker_is_busy_loses_no_task_and_a_ne
                     await trio.sleep(0.01)
                 await connection.send(b"g")
         connection.close()
-        # The busy worker answered; its replacement found the template dead: a fresh
-        # interpreter took its place, and the next one is forked from a new template.
-        scripts = [await run(pool, workers_support.main_script, str) for _ in range(2)]
-        assert scripts == ["pool_worker.py", "pool_template.py"]
+        # The busy worker answered; its replacement is forked from a new template.
+        assert await run(pool, workers_support.main_script, str) == "pool_template.py"
         assert pool.template_pid not in (None, killed)
     assert reaped(killed)
+
+
+async def test_a_hung_template_is_killed_and_the_start_that_met_it_is_a_fresh_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_template, "FORK_S", 0.5)
+    async with warm_pool(1, recycle_tasks=1) as pool:
+        hung = pool.template_pid
+        assert hung is not None
+        os.kill(hung, signal.SIGSTOP)
+        scripts = [await run(pool, workers_support.main_script, str) for _ in range(3)]
+        assert pool.template_pid not in (None, hung)
+    # The first ran in the worker forked before; the second's start met the hung template.
+    assert scripts == ["pool_template.py", "pool_worker.py", "pool_template.py"]
+    assert reaped(hung)
 
 
 async def test_a_warm_module_that_starts_a_thread_leaves_fresh_interpreters_serving() -> None:

@@ -307,27 +307,36 @@ class WorkerPool:
         return await _open_worker()
 
     async def _serving_template(self) -> worker_template.Template | None:
-        """The template to fork from: started here when there is none (or the last one
-        served its time), unless ``TEMPLATE_TRIES`` failed in a row. Raises OSError when
-        the host refuses it a process or descriptors (a failed start: the pool backs off)."""
+        """The template to fork from: a new one when there is none, the last one served its
+        time or died meanwhile (a failure), unless ``TEMPLATE_TRIES`` failed in a row. Raises
+        OSError when the host refuses it a process or descriptors (a failed start: the pool
+        backs off)."""
         async with self._templating:
-            if self._template is not None and self._template.due():
-                await self._drop_template(self._template, None)
+            template = self._template
+            if template is not None and template.process.poll() is not None:
+                await self._drop_template(template, worker_template.Failed("it died"))
+            elif template is not None and template.due():
+                await self._drop_template(template, None)
             if self._template is None and self._template_tries and not self._closed:
-                try:
-                    template = await worker_template.Template.start(
-                        self._module, env=WORKER_ENV, ready_s=WARM_UP_S
-                    )
-                except worker_template.Failed as exc:
-                    self._template_tries -= 1
-                    log.warning("the workers' template did not start (%s)", exc)
-                    return None
-                if self._closed:
-                    await template.aclose()
-                    return None
-                self._template_tries = TEMPLATE_TRIES
-                self._template = template
+                self._template = await self._start_template()
             return self._template
+
+    async def _start_template(self) -> worker_template.Template | None:
+        """A template warmed on the pool's module, or None when it failed to get ready (a
+        failure) or the pool closed meanwhile."""
+        try:
+            template = await worker_template.Template.start(
+                self._module, env=WORKER_ENV, ready_s=WARM_UP_S
+            )
+        except worker_template.Failed as exc:
+            self._template_tries -= 1
+            log.warning("the workers' template did not start (%s)", exc)
+            return None
+        if self._closed:
+            await template.aclose()
+            return None
+        self._template_tries = TEMPLATE_TRIES
+        return template
 
     async def _drop_template(
         self, template: worker_template.Template, failure: worker_template.Failed | None
