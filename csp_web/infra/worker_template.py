@@ -1,8 +1,9 @@
-"""A pool's template process, from the daemon's side (the process itself: pool_template.py).
+"""Where a pool's workers come from: its template process, seen from the daemon (the
+process itself: pool_template.py), or a fresh interpreter.
 
-    template = await Template.start("specialists.web.pages.loading", env=WORKER_ENV)
-    worker = await template.fork()   # a Forked: the daemon's child, talking over two pipes
-    await template.aclose()
+    starts = WorkerStarts("specialists.web.pages.loading", env=WORKER_ENV, ready_s=60)
+    worker = await starts.open()   # a Forked (the daemon's child, on two pipes) or a Process
+    await starts.aclose()          # ends the template; the workers are the pool's to end
 
 A fresh worker is an interpreter that imports the web specialist: about 1 s of CPU per start,
 a fifth of the daemon's processes' CPU per uncached page when workers are recycled
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -29,8 +31,14 @@ import trio
 
 from csp_web.infra.pool_template import PID, READY
 
+log = logging.getLogger(__name__)
+
 TEMPLATE = Path(__file__).with_name("pool_template.py")
+WORKER = Path(__file__).with_name("pool_worker.py")
 INTERPRETER = (sys.executable, "-s", "-X", "utf8")  # a fresh worker's and the template's
+# A template that fails this many times in a row (its import fails, it starts a thread, it
+# dies, it hangs) is not started again: the pool's workers are fresh interpreters from then on.
+TEMPLATE_TRIES = 3
 # A template is replaced after this many forks or seconds (as a worker, workers.RECYCLE_S): its
 # workers share its address layout and its hash seeds (str's, libxml2's dictionaries'), which a
 # subverted worker could learn and a page could then aim at the next workers. One start is about
@@ -194,3 +202,96 @@ async def _exactly(control: trio.socket.SocketType, size: int) -> bytes:
             raise EOFError
         data += chunk
     return data
+
+
+class WorkerStarts:
+    """A pool's worker starts: forked from its template while one serves, else fresh
+    interpreters. Owns the template (``aclose``); the workers are the caller's."""
+
+    def __init__(self, module: str, *, env: dict[str, str], ready_s: float, template: bool) -> None:
+        """Workers and template warm on ``module``, with the environment ``env``; a template
+        not ready within ``ready_s`` fails. ``template`` False: fresh interpreters only."""
+        self._module = module
+        self._env = env
+        self._ready_s = ready_s
+        self._template: Template | None = None
+        self._tries = TEMPLATE_TRIES if template else 0  # failures left before fresh ones only
+        self._starting = trio.Lock()  # one template starts at a time
+        self._closed = False
+
+    @property
+    def template_pid(self) -> int | None:
+        """The template process's, while one serves."""
+        return self._template.process.pid if self._template else None
+
+    async def open(self) -> trio.Process | Forked:
+        """A new worker: forked from the template when one serves, else a fresh interpreter.
+        A template that fails is dropped (the workers it made serve on). Raises OSError when
+        the host refuses a process, a clone or descriptors (the pool backs off)."""
+        # A fork costs 12-14 ms of CPU against 640-650 ms for a fresh interpreter warmed on
+        # the extractor (the template's own start, 0.55-0.75 s, spread over its 32 forks:
+        # 17-23 ms more); python bench/worker_starts.py, load 2.6-2.8.
+        template = await self._serving()
+        if template is not None:
+            try:
+                return await template.fork()
+            except Failed as exc:
+                await self._drop(template, exc)
+        return await open_fresh(self._env)
+
+    async def aclose(self) -> None:
+        """End the template; no other starts one."""
+        self._closed = True
+        if self._template is not None:
+            await self._drop(self._template, None)
+
+    async def _serving(self) -> Template | None:
+        """The template to fork from: a new one when there is none, or the last one served its
+        time or died meanwhile (a failure), unless ``TEMPLATE_TRIES`` failed in a row."""
+        async with self._starting:
+            template = self._template
+            if template is not None and template.process.poll() is not None:
+                await self._drop(template, Failed("it died"))
+            elif template is not None and template.due():
+                await self._drop(template, None)
+            if self._template is None and self._tries and not self._closed:
+                self._template = await self._start()
+            return self._template
+
+    async def _start(self) -> Template | None:
+        """A template warmed on the module, or None when it failed to get ready (a failure)
+        or the pool closed meanwhile."""
+        try:
+            template = await Template.start(self._module, env=self._env, ready_s=self._ready_s)
+        except Failed as exc:
+            self._tries -= 1
+            log.warning("the workers' template did not start (%s)", exc)
+            return None
+        if self._closed:
+            await template.aclose()
+            return None
+        self._tries = TEMPLATE_TRIES
+        return template
+
+    async def _drop(self, template: Template, failure: Failed | None) -> None:
+        """Stop forking from ``template`` and end it; a ``failure`` counts against
+        ``TEMPLATE_TRIES``."""
+        if self._template is template:
+            self._template = None
+            if failure is not None:
+                self._tries -= 1
+                log.warning("the workers' template failed (%s): dropped", failure)
+        await template.aclose()
+
+
+async def open_fresh(env: dict[str, str]) -> trio.Process:
+    """A fresh worker: a new interpreter running ``pool_worker.py``. Raises OSError when the
+    host refuses one (EMFILE, EAGAIN, ENOMEM)."""
+    return await trio.lowlevel.open_process(
+        [*INTERPRETER, str(WORKER)],
+        env=env,  # no credential of the daemon's reaches a hostile page's worker
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
+        start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
+    )

@@ -15,16 +15,16 @@ CPU: pool_worker.py). The daemon turns non-dumpable, so a worker of the same uid
 its /proc/<pid>/environ either. Each worker is forked by the pool's template
 (worker_template.py), an interpreter started like a fresh worker that imported the ``warm``
 module once; a fresh interpreter (``python pool_worker.py``) starts one only while no
-template serves (it died, hung, or failed ``TEMPLATE_TRIES`` times in a row), or when the
-pool is opened with ``template=False``. The ``size`` workers start in the background when
-the pool opens (the template's start is about 1 s of CPU, each fork a few ms against about
-1 s for a fresh interpreter, bench/worker_starts.py); a task waits,
-until its deadline, for an idle worker. A hostile page's work never runs in the daemon: only
-a pool of size 0 runs tasks in its threads. A task is the pickle of a callable and its
-arguments (the daemon trusts its workers' code); an answer is JSON, rebuilt as the ``shape``
-the caller names with every field's type checked (answers.py), and at most a few times the
-task's size: a worker that a hostile page subverted (a native bug in lxml) can neither run
-code in the daemon through its answer nor make it expand (pickle's shared references could).
+template serves (``WorkerStarts``), or when the pool is opened with ``template=False``. The
+``size`` workers start in the background when the pool opens (the template's start is about
+1 s of CPU, each fork a few ms against about 1 s for a fresh interpreter,
+bench/worker_starts.py); a task waits, until its deadline, for an idle worker. A hostile
+page's work never runs in the daemon: only a pool of size 0 runs tasks in its threads. A
+task is the pickle of a callable and its arguments (the daemon trusts its workers' code); an
+answer is JSON, rebuilt as the ``shape`` the caller names with every field's type checked
+(answers.py), and at most a few times the task's size: a worker that a hostile page
+subverted (a native bug in lxml) can neither run code in the daemon through its answer nor
+make it expand (pickle's shared references could).
 A worker is replaced after ``recycle_tasks`` tasks or ``RECYCLE_S`` seconds.
 
 A worker that dies mid-task (SIGKILL, the kernel's OOM killer, a segfault), or answers past
@@ -47,10 +47,8 @@ import os
 import pickle
 import signal
 import struct
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
@@ -64,7 +62,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Worker = trio.Process | worker_template.Forked
 
-WORKER = Path(__file__).with_name("pool_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 MAX_WORKERS = 64  # web.workers' bound: past the cores any host we serve has, workers only queue
 # An answer's cap: a page's views (Markdown, outline, text, compact JSON) of a body run to a
@@ -87,9 +84,6 @@ START_BACKOFF_MAX_S = 5.0
 RECYCLE_TASKS = 200
 RECYCLE_S = 600.0
 REAP_S = 5.0  # a SIGKILLed worker is reaped in ms; one in uninterruptible sleep is left
-# A template that fails this many times in a row (its import fails, it dies, it hangs) is not
-# started again: the pool's workers are fresh interpreters from then on.
-TEMPLATE_TRIES = 3
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _LENGTH = struct.Struct("!Q")  # every frame each way: its length, then that many bytes
 # Each pipe to and from a worker holds this much (F_SETPIPE_SZ; Linux's fs.pipe-max-size by
@@ -142,9 +136,9 @@ class WorkerPool:
         self._failures = 0  # starts failed in a row (OSError, or no warm-up): the back-off
         self._changed = trio.Event()  # set (and replaced) when a worker warms, fails or ends
         self._closed = False
-        self._template: worker_template.Template | None = None
-        self._template_tries = TEMPLATE_TRIES if template else 0  # left before fresh ones only
-        self._templating = trio.Lock()  # one template starts at a time
+        self._starts = worker_template.WorkerStarts(
+            warm, env=WORKER_ENV, ready_s=WARM_UP_S, template=template
+        )
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -154,7 +148,7 @@ class WorkerPool:
     @property
     def template_pid(self) -> int | None:
         """The template process's, while one serves."""
-        return self._template.process.pid if self._template else None
+        return self._starts.template_pid
 
     async def run(
         self,
@@ -265,7 +259,7 @@ class WorkerPool:
         """Start a worker, have it import the pool's module, then add it to the idle ones
         (or, when it fails to or the pool closed meanwhile, kill it)."""
         try:
-            process = await self._open()
+            process = await self._starts.open()
         except OSError as exc:
             self._started(False, exc)
             return
@@ -290,65 +284,6 @@ class WorkerPool:
                 self._give.send_nowait(process)
             else:
                 await self._retire(process)
-
-    async def _open(self) -> Worker:
-        """A new worker: forked from the pool's template when one serves, else a fresh
-        interpreter. A template that fails is dropped (the workers it made serve on). Raises
-        OSError when the host refuses a process, a clone or descriptors."""
-        # A fork costs 12-14 ms of CPU against 640-650 ms for a fresh interpreter warmed on
-        # the extractor (the template's own start, 0.55-0.75 s, spread over its 32 forks:
-        # 17-23 ms more); python bench/worker_starts.py, load 2.6-2.8.
-        template = await self._serving_template()
-        if template is not None:
-            try:
-                return await template.fork()
-            except worker_template.Failed as exc:
-                await self._drop_template(template, exc)
-        return await _open_worker()
-
-    async def _serving_template(self) -> worker_template.Template | None:
-        """The template to fork from: a new one when there is none, the last one served its
-        time or died meanwhile (a failure), unless ``TEMPLATE_TRIES`` failed in a row. Raises
-        OSError when the host refuses it a process or descriptors (a failed start: the pool
-        backs off)."""
-        async with self._templating:
-            template = self._template
-            if template is not None and template.process.poll() is not None:
-                await self._drop_template(template, worker_template.Failed("it died"))
-            elif template is not None and template.due():
-                await self._drop_template(template, None)
-            if self._template is None and self._template_tries and not self._closed:
-                self._template = await self._start_template()
-            return self._template
-
-    async def _start_template(self) -> worker_template.Template | None:
-        """A template warmed on the pool's module, or None when it failed to get ready (a
-        failure) or the pool closed meanwhile."""
-        try:
-            template = await worker_template.Template.start(
-                self._module, env=WORKER_ENV, ready_s=WARM_UP_S
-            )
-        except worker_template.Failed as exc:
-            self._template_tries -= 1
-            log.warning("the workers' template did not start (%s)", exc)
-            return None
-        if self._closed:
-            await template.aclose()
-            return None
-        self._template_tries = TEMPLATE_TRIES
-        return template
-
-    async def _drop_template(
-        self, template: worker_template.Template, failure: worker_template.Failed | None
-    ) -> None:
-        """Stop forking from ``template`` and end it; a ``failure`` counts against
-        ``TEMPLATE_TRIES``."""
-        if self._template is template:
-            self._template = None
-            if failure is not None:
-                self._template_tries -= 1
-                log.warning("the workers' template failed (%s): dropped", failure)
-        await template.aclose()
 
     def _started(self, ok: bool, error: BaseException | None) -> None:
         """Count a start that worked or failed, logging the first failure of a run and the
@@ -385,8 +320,7 @@ class WorkerPool:
         self._closed = True
         for process in list(self._live):
             await self._retire(process)
-        if self._template is not None:
-            await self._drop_template(self._template, None)
+        await self._starts.aclose()
 
 
 @asynccontextmanager
@@ -441,19 +375,6 @@ def seal_daemon() -> None:
 def _backoff_s(failures: int) -> float:
     """The wait before the next start after ``failures`` failed starts in a row."""
     return float(min(START_BACKOFF_S * 2 ** min(failures - 1, 32), START_BACKOFF_MAX_S))
-
-
-async def _open_worker() -> trio.Process:
-    """A new worker process (``pool_worker.py`` beside this module). Raises OSError when the
-    host refuses one (EMFILE, EAGAIN, ENOMEM)."""
-    return await trio.lowlevel.open_process(
-        [*worker_template.INTERPRETER, str(WORKER)],
-        env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
-        start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
-    )
 
 
 def _widen(pipe: trio.abc.SendStream | trio.abc.ReceiveStream | None) -> None:
