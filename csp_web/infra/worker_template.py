@@ -228,9 +228,9 @@ class WorkerStarts:
         """A new worker: forked from the template when one serves, else a fresh interpreter.
         A template that fails is dropped (the workers it made serve on). Raises OSError when
         the host refuses a process, a clone or descriptors (the pool backs off)."""
-        # A fork costs 12-14 ms of CPU against 640-650 ms for a fresh interpreter warmed on
-        # the extractor (the template's own start, 0.55-0.75 s, spread over its 32 forks:
-        # 17-23 ms more); python bench/worker_starts.py, load 2.6-2.8.
+        # A fork costs 12-16 ms of CPU against 640-770 ms for a fresh interpreter warmed on
+        # the extractor (the template's own start, 0.55-0.70 s, spread over its 32 forks:
+        # 17-22 ms more); python bench/worker_starts.py, two runs, load 2.6-2.8.
         template = await self._serving()
         if template is not None:
             try:
