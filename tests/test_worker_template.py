@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -18,10 +19,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from csp_web.core.api.errors import OpError
 from csp_web.infra import worker_template
 from csp_web.infra.workers import WorkerPool, open_worker_pool
+from protocol import ErrorCode
 from tests import workers_support, workers_support_threaded
-from tests.test_workers import WAIT_S, run, warm_pool
+from tests.test_workers import WAIT_S, fill_descriptor_holes, run, warm_pool
 
 SUPPORT = workers_support.__name__
 
@@ -151,6 +154,23 @@ async def test_a_hung_template_is_killed_and_the_start_that_met_it_is_a_fresh_in
     assert reaped(hung)
 
 
+async def test_a_template_refused_descriptors_is_a_failed_start_and_the_pool_forks_after() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    highest, fillers = fill_descriptor_holes()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 2, hard))  # no socket pair
+    try:
+        async with open_worker_pool(1, warm=SUPPORT) as pool:
+            with trio.fail_after(WAIT_S), pytest.raises(OpError) as failed:
+                await pool.run(workers_support.own_pid, deadline=trio.current_time() + 0.5)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            assert (failed.value.code, failed.value.detail) == (ErrorCode.WORKER_FAILED, "start")
+            assert await run(pool, workers_support.main_script, str) == "pool_template.py"
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in fillers:
+            os.close(fd)
+
+
 async def test_a_warm_module_that_starts_a_thread_leaves_fresh_interpreters_serving() -> None:
     async with open_worker_pool(1, warm=workers_support_threaded.__name__, recycle_tasks=1) as pool:
         scripts = [await run(pool, workers_support.main_script, str) for _ in range(5)]
@@ -213,7 +233,10 @@ trio.run(main)
 
 
 @pytest.mark.slow
-async def test_a_daemon_killed_leaves_no_worker_and_no_template_running() -> None:
+@pytest.mark.parametrize("ending", [signal.SIGKILL, signal.SIGINT])
+async def test_a_daemon_that_ends_leaves_no_worker_and_no_template_running(
+    ending: signal.Signals,
+) -> None:
     daemon = await trio.lowlevel.open_process(
         [sys.executable, "-c", POOL_THEN_SLEEP], stdout=subprocess.PIPE
     )
@@ -224,8 +247,9 @@ async def test_a_daemon_killed_leaves_no_worker_and_no_template_running() -> Non
             while not line.endswith(b"\n"):
                 line += await daemon.stdout.receive_some()
     finally:
-        daemon.kill()
-        await daemon.wait()
+        daemon.send_signal(ending)  # SIGINT: trio raises KeyboardInterrupt, the pool closes
+        with trio.fail_after(WAIT_S):
+            await daemon.wait()
         await daemon.stdout.aclose()
     pids = [int(pid) for pid in line.split()]
     assert len(pids) == 3
