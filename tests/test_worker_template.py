@@ -4,6 +4,7 @@ process the pool made outlives the pool or the daemon."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -256,3 +257,38 @@ async def test_a_daemon_that_ends_leaves_no_worker_and_no_template_running(
     with trio.fail_after(WAIT_S):
         while any(running(pid) for pid in pids):
             await trio.sleep(0.05)
+
+
+def pool_processes(daemon: int) -> set[int]:
+    """The daemon's children that run the pool's scripts (its template and forked workers
+    show the template's command line)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and stat(int(entry))[1:2] == [str(daemon)]:
+            with contextlib.suppress(OSError):
+                if b"pool_" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.add(int(entry))
+    return found
+
+
+@pytest.mark.slow
+async def test_the_daemon_forks_its_web_workers_from_a_template_and_leaves_none_on_exit(
+    sock_dir: str,
+) -> None:
+    config = Path(sock_dir) / "csp.yaml"
+    config.write_text(f"daemon: {{state_dir: {sock_dir}/state}}\nweb: {{workers: 2}}\n")
+    command = ["serve", "--config", str(config), "--no-stdin", "--socket", f"{sock_dir}/s.sock"]
+    daemon = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "csp_web", *command], stderr=subprocess.DEVNULL
+    )
+    try:
+        with trio.fail_after(WAIT_S * 2):
+            while len(made := pool_processes(daemon.pid)) < 3:  # the template and 2 workers
+                await trio.sleep(0.05)
+            scripts = {Path(f"/proc/{pid}/cmdline").read_text().split("\0")[4] for pid in made}
+            daemon.send_signal(signal.SIGINT)
+            assert await daemon.wait() == 0
+    finally:
+        daemon.kill()
+    assert [Path(script).name for script in scripts] == ["pool_template.py"]
+    assert [pid for pid in made if running(pid)] == []
