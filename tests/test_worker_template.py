@@ -185,10 +185,11 @@ async def test_a_pool_without_template_starts_fresh_interpreters() -> None:
         assert pool.template_pid is None
 
 
-async def test_a_template_is_replaced_after_its_share_of_forks(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("bound", "value"), [("TEMPLATE_FORKS", 2), ("TEMPLATE_S", 0.0)])
+async def test_a_template_is_replaced_after_its_share_of_forks_or_time(
+    monkeypatch: pytest.MonkeyPatch, bound: str, value: float
 ) -> None:
-    monkeypatch.setattr(worker_template, "TEMPLATE_FORKS", 2)
+    monkeypatch.setattr(worker_template, bound, value)
     templates = set()
     async with warm_pool(1, recycle_tasks=1) as pool:
         for _ in range(5):

@@ -54,7 +54,10 @@ def clone_for_daemon() -> int:
     """``os.fork()``, but the child is this process's parent's (CLONE_PARENT): 0 in the
     child, its pid here. Python's fork hooks run on both sides as for os.fork (the child's
     reseed ``random``). Raises OSError when the kernel refuses (EAGAIN, ENOMEM), KeyError on
-    an architecture not in ``SYS_CLONE``."""
+    an architecture not in ``SYS_CLONE``. Unlike glibc's fork(), the raw call leaves the
+    child's glibc thread record naming the template's thread id: glibc signals its own thread
+    by gettid() and a mutex's owner only needs to be consistent within the child, so nothing a
+    worker runs is misled (os.fork() offers no CLONE_PARENT)."""
     number = SYS_CLONE[platform.machine()]
     flags = ctypes.c_long(CLONE_PARENT | signal.SIGCHLD)
     _python.PyOS_BeforeFork()
