@@ -172,6 +172,18 @@ async def test_a_template_refused_descriptors_is_a_failed_start_and_the_pool_for
             os.close(fd)
 
 
+@pytest.mark.parametrize("error", [errno.EAGAIN, errno.ENOMEM])
+def test_a_clone_the_host_refuses_for_now_is_a_failed_start(error: int) -> None:
+    refused = worker_template.refusal(error)
+    assert isinstance(refused, OSError)
+    assert refused.errno == error
+
+
+@pytest.mark.parametrize("error", [errno.EPERM, errno.ENOSYS, errno.EINVAL])
+def test_a_clone_refused_for_good_drops_the_template(error: int) -> None:
+    assert isinstance(worker_template.refusal(error), worker_template.Failed)
+
+
 async def test_a_warm_module_that_starts_a_thread_leaves_fresh_interpreters_serving() -> None:
     async with open_worker_pool(1, warm=workers_support_threaded.__name__, recycle_tasks=1) as pool:
         scripts = [await run(pool, workers_support.main_script, str) for _ in range(5)]

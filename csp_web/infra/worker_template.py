@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -133,13 +134,13 @@ class Template:
 
     async def fork(self) -> Forked:
         """A new worker on two fresh pipes. Raises OSError when the host refuses descriptors
-        or the clone (the kernel's errno), Failed when the template is gone or hung."""
+        or, for now, the clone (``refusal``); Failed when the template is gone or hung."""
         with contextlib.ExitStack() as ours, contextlib.ExitStack() as theirs:
             tasks_read, tasks_write = _pipe(theirs, ours)
             answers_read, answers_write = _pipe(ours, theirs)
             (pid,) = PID.unpack(await self._ask(tasks_read, answers_write))
             if pid < 0:
-                raise OSError(-pid, os.strerror(-pid))
+                raise refusal(-pid)
             self.forks += 1
             try:
                 worker = Forked(pid, tasks_write, answers_read)
@@ -183,6 +184,16 @@ class Template:
                 except (OSError, EOFError, trio.ClosedResourceError) as exc:
                     raise Failed(f"gone ({exc!r})") from None
             raise Failed("hung")
+
+
+def refusal(error: int) -> OSError | Failed:
+    """What the template's clone refused with ``error`` means: OSError (a failed start, tried
+    again after a back-off) when the host is short of processes or memory for now; Failed
+    (the template dropped: fresh interpreters after ``TEMPLATE_TRIES``) for any other errno,
+    as EPERM from a seccomp filter that forbids CLONE_PARENT, which no back-off ends."""
+    if error in (errno.EAGAIN, errno.ENOMEM):
+        return OSError(error, os.strerror(error))
+    return Failed(f"clone refused: {os.strerror(error)}")
 
 
 def _pipe(reader: contextlib.ExitStack, writer: contextlib.ExitStack) -> tuple[int, int]:
