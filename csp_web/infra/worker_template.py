@@ -42,8 +42,8 @@ INTERPRETER = (sys.executable, "-s", "-X", "utf8")  # a fresh worker's and the t
 TEMPLATE_TRIES = 3
 # A template is replaced after this many forks or seconds (as a worker, workers.RECYCLE_S): its
 # workers share its address layout and its hash seeds (str's, libxml2's dictionaries'), which a
-# subverted worker could learn and a page could then aim at the next workers. One start is about
-# 1 s of CPU; 32 workers of 200 tasks each spread it over 6,400 tasks.
+# subverted worker could learn and a page could then aim at the next workers. One start is
+# 0.55-0.70 s of CPU (bench/worker_starts.py): 32 forks make it 17-22 ms more per worker.
 TEMPLATE_FORKS = 32
 TEMPLATE_S = 600.0
 FORK_S = 5.0  # a fork answers in ms; a template that takes this long is hung, and dropped
