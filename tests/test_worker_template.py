@@ -4,6 +4,7 @@ process the pool made outlives the pool or the daemon."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -16,6 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -24,7 +26,13 @@ from csp_web.core.api.errors import OpError
 from csp_web.infra import worker_template
 from csp_web.infra.workers import WorkerPool, open_worker_pool
 from protocol import ErrorCode
-from tests import workers_support, workers_support_threaded
+from tests import (
+    workers_support,
+    workers_support_forkdies,
+    workers_support_liar,
+    workers_support_nofork,
+    workers_support_threaded,
+)
 from tests.test_workers import WAIT_S, fill_descriptor_holes, run, warm_pool
 
 SUPPORT = workers_support.__name__
@@ -65,25 +73,54 @@ async def announced(path: str) -> AsyncIterator[trio.socket.SocketType]:
         os.unlink(path)
 
 
-async def test_each_worker_is_forked_from_the_template_as_a_child_of_the_daemon() -> None:
+def zombies() -> list[int]:
+    """This process's children that ended and nobody reaped."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and stat(int(entry))[:2] == ["Z", str(os.getpid())]:
+            found.append(int(entry))
+    return found
+
+
+def short_socket_path() -> str:
+    """A path for a Unix socket, short enough for sun_path, in a fresh directory."""
+    return os.path.join(tempfile.mkdtemp(prefix="tmpl", dir="/tmp"), "s")
+
+
+async def test_each_worker_is_forked_from_the_template_as_its_child() -> None:
     async with warm_pool(2) as pool:
         scripts = {await run(pool, workers_support.main_script, str) for _ in range(4)}
-        assert pool.template_pid is not None
-        parents = {int(stat(pid)[1]) for pid in pool.pids}
+        parents = {await run(pool, workers_support.parent_pid) for _ in range(4)}
+        assert parents == {pool.template_pid}
     assert scripts == {"pool_template.py"}
-    assert parents == {os.getpid()}
 
 
-async def test_forked_workers_share_no_network_namespace_and_no_random_state() -> None:
-    async with warm_pool(2, recycle_tasks=1) as pool:
-        seen = [await run(pool, workers_support.identity, tuple[str, int]) for _ in range(4)]
+async def test_forked_workers_alive_at_once_share_no_network_namespace_and_no_random_state() -> (
+    None
+):
+    path = short_socket_path()
+    async with announced(path) as listener, warm_pool(4) as pool:
+        seen: list[tuple[str, int]] = []
+
+        async def identify() -> None:
+            task = functools.partial(workers_support.identity_once_told, path)
+            seen.append(await run(pool, task, tuple[str, int]))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(identify)
+            with trio.fail_after(WAIT_S):
+                connections = [(await listener.accept())[0] for _ in range(4)]
+            for connection in connections:  # four workers busy at once: four live namespaces
+                await connection.send(b"g")
+                connection.close()
     namespaces = {namespace for namespace, _ in seen}
     assert len(namespaces) == 4
     assert os.readlink("/proc/self/ns/net") not in namespaces
     assert len({bits for _, bits in seen}) == 4
 
 
-async def test_a_forked_worker_can_ptrace_neither_the_template_nor_the_daemon() -> None:
+async def test_a_forked_worker_is_non_dumpable_and_can_ptrace_neither_template_nor_daemon() -> None:
     async with warm_pool(1) as pool:
         # Its user namespace already denies it; the template is non-dumpable besides (for a
         # host without user namespaces), which its fork inherits.
@@ -120,7 +157,7 @@ async def test_a_forked_worker_holds_only_its_two_pipes_and_stderr() -> None:
 async def test_the_template_killed_while_a_worker_is_busy_loses_no_task_and_a_new_one_follows() -> (
     None
 ):
-    path = tempfile.mktemp(prefix="tmpl", suffix=".sock", dir="/tmp")  # a short socket path
+    path = short_socket_path()
     async with announced(path) as listener, warm_pool(1, recycle_tasks=1) as pool:
         killed = pool.template_pid
         assert killed is not None
@@ -172,16 +209,107 @@ async def test_a_template_refused_descriptors_is_a_failed_start_and_the_pool_for
             os.close(fd)
 
 
-@pytest.mark.parametrize("error", [errno.EAGAIN, errno.ENOMEM])
-def test_a_clone_the_host_refuses_for_now_is_a_failed_start(error: int) -> None:
+@pytest.mark.parametrize("error", [errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE])
+def test_a_fork_the_host_refuses_for_now_is_a_failed_start(error: int) -> None:
     refused = worker_template.refusal(error)
     assert isinstance(refused, OSError)
     assert refused.errno == error
 
 
 @pytest.mark.parametrize("error", [errno.EPERM, errno.ENOSYS, errno.EINVAL])
-def test_a_clone_refused_for_good_drops_the_template(error: int) -> None:
-    assert isinstance(worker_template.refusal(error), worker_template.Failed)
+def test_a_fork_refused_for_good_is_a_lasting_failure(error: int) -> None:
+    refused = worker_template.refusal(error)
+    assert isinstance(refused, worker_template.Failed)
+    assert refused.lasting
+
+
+def count_template_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids of the templates started from now on (``Template.start`` runs as ever)."""
+    started: list[int] = []
+    start = worker_template.Template.start
+
+    async def counted(module: str, **options: Any) -> worker_template.Template:
+        template = await start(module, **options)
+        started.append(template.process.pid)
+        return template
+
+    monkeypatch.setattr(worker_template.Template, "start", counted)
+    return started
+
+
+async def test_a_template_whose_forks_are_refused_for_good_is_the_only_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = count_template_starts(monkeypatch)
+    async with open_worker_pool(1, warm=workers_support_nofork.__name__, recycle_tasks=1) as pool:
+        tries = worker_template.TEMPLATE_TRIES + 2
+        scripts = [await run(pool, workers_support.main_script, str) for _ in range(tries)]
+        assert pool.template_pid is None
+    assert scripts == ["pool_worker.py"] * tries
+    assert len(started) == 1
+
+
+async def test_templates_dying_at_each_fork_stop_after_the_tries_and_leave_no_zombie(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = count_template_starts(monkeypatch)
+    warm = workers_support_forkdies.__name__
+    async with open_worker_pool(1, warm=warm, recycle_tasks=1) as pool:
+        tries = worker_template.TEMPLATE_TRIES + 2
+        scripts = [await run(pool, workers_support.main_script, str) for _ in range(tries)]
+        assert pool.template_pid is None
+    assert scripts == ["pool_worker.py"] * tries
+    assert len(started) == worker_template.TEMPLATE_TRIES  # the 3rd failure ends them, not the 2nd
+    assert zombies() == []
+
+
+async def test_a_template_answering_with_a_process_not_its_child_is_dropped() -> None:
+    async with open_worker_pool(1, warm=workers_support_liar.__name__, recycle_tasks=1) as pool:
+        scripts = [await run(pool, workers_support.main_script, str) for _ in range(2)]
+    assert scripts == ["pool_worker.py"] * 2
+
+
+async def test_workers_whose_template_died_are_retired_before_another_task() -> None:
+    async with warm_pool(2) as pool:
+        orphans = set(pool.pids)
+        template = pool.template_pid
+        assert template is not None
+        os.kill(template, signal.SIGKILL)
+        with trio.fail_after(WAIT_S):
+            while running(template):
+                await trio.sleep(0.01)
+        served = {await run(pool, workers_support.own_pid) for _ in range(4)}
+        assert not served & orphans
+        with trio.fail_after(WAIT_S):
+            while any(running(pid) for pid in orphans):
+                await trio.sleep(0.01)
+
+
+async def test_a_busy_worker_ending_after_its_template_died_fails_its_task_exit_unknown() -> None:
+    path = short_socket_path()
+    failures: list[OpError] = []
+
+    async def doomed(pool: WorkerPool) -> None:
+        with pytest.raises(OpError) as failed:
+            await run(pool, functools.partial(workers_support.announce_then_wait, path))
+        failures.append(failed.value)
+
+    async with announced(path) as listener, warm_pool(1) as pool:
+        template = pool.template_pid
+        assert template is not None
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(doomed, pool)
+                connection, _ = await listener.accept()
+                worker = int(await connection.recv(16))
+                os.kill(template, signal.SIGKILL)
+                while running(template):
+                    await trio.sleep(0.01)
+                os.kill(worker, signal.SIGKILL)
+        connection.close()
+    assert [(failed.code, failed.detail) for failed in failures] == [
+        (ErrorCode.WORKER_FAILED, "exit:unknown")
+    ]
 
 
 async def test_a_warm_module_that_starts_a_thread_leaves_fresh_interpreters_serving() -> None:
@@ -197,18 +325,40 @@ async def test_a_pool_without_template_starts_fresh_interpreters() -> None:
         assert pool.template_pid is None
 
 
-@pytest.mark.parametrize(("bound", "value"), [("TEMPLATE_FORKS", 2), ("TEMPLATE_S", 0.0)])
-async def test_a_template_is_replaced_after_its_share_of_forks_or_time(
-    monkeypatch: pytest.MonkeyPatch, bound: str, value: float
+@pytest.mark.parametrize("forks", [2, 3])
+async def test_a_template_forks_exactly_its_share_of_workers(
+    monkeypatch: pytest.MonkeyPatch, forks: int
 ) -> None:
-    monkeypatch.setattr(worker_template, bound, value)
-    templates = set()
+    monkeypatch.setattr(worker_template, "TEMPLATE_FORKS", forks)
     async with warm_pool(1, recycle_tasks=1) as pool:
-        for _ in range(5):
-            await run(pool, workers_support.own_pid)
-            templates.add(pool.template_pid)
-    assert len(templates) >= 2
-    assert all(reaped(pid) for pid in templates if pid is not None)
+        parents = [await run(pool, workers_support.parent_pid) for _ in range(forks * 3)]
+    assert sorted(collections.Counter(parents).values()) == [forks] * 3
+    assert all(reaped(pid) for pid in parents)
+
+
+async def test_a_template_is_replaced_after_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_template, "TEMPLATE_S", 0.0)
+    async with warm_pool(1, recycle_tasks=1) as pool:
+        parents = [await run(pool, workers_support.parent_pid) for _ in range(3)]
+    assert len(set(parents)) == 3
+
+
+async def test_renewing_the_template_under_concurrent_starts_loses_no_fork_and_no_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_template, "TEMPLATE_FORKS", 2)
+    scripts: list[str] = []
+
+    async def script(pool: WorkerPool) -> None:
+        scripts.append(await run(pool, workers_support.main_script, str))
+
+    async with warm_pool(4, recycle_tasks=1) as pool:
+        for _ in range(6):  # four workers retire at once, four starts meet each renewal
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(script, pool)
+    assert scripts == ["pool_template.py"] * 24
+    assert zombies() == []
 
 
 async def every_pid(pool: WorkerPool, tasks: int) -> set[int]:
@@ -273,14 +423,16 @@ async def test_a_daemon_that_ends_leaves_no_worker_and_no_template_running(
 
 
 def pool_processes(daemon: int) -> set[int]:
-    """The daemon's children that run the pool's scripts (its template and forked workers
-    show the template's command line)."""
+    """The daemon's processes that run the pool's scripts: its template, and the template's
+    children, the workers (which show the template's command line)."""
     found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and stat(int(entry))[1:2] == [str(daemon)]:
-            with contextlib.suppress(OSError):
-                if b"pool_" in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.add(int(entry))
+    for parent in (daemon, None):
+        for entry in os.listdir("/proc"):
+            ppid = stat(int(entry))[1:2] if entry.isdigit() else []
+            if ppid == [str(daemon)] or (parent is None and ppid and int(ppid[0]) in found):
+                with contextlib.suppress(OSError):
+                    if b"pool_" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                        found.add(int(entry))
     return found
 
 

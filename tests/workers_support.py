@@ -140,3 +140,15 @@ def dumpable() -> int:
     """This worker's PR_GET_DUMPABLE (a forked worker inherits its template's)."""
     pr_get_dumpable = 3  # <linux/prctl.h>
     return int(ctypes.CDLL(None).prctl(pr_get_dumpable, 0, 0, 0, 0))
+
+
+def identity_once_told(path: str) -> tuple[str, int]:
+    """``identity`` once the test listening at ``path`` sends its byte (``announce_then_wait``):
+    the test holds several workers alive at once."""
+    announce_then_wait(path)
+    return identity()
+
+
+def parent_pid() -> int:
+    """This worker's parent's pid (a forked worker's: its template's)."""
+    return os.getppid()

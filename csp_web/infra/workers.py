@@ -305,9 +305,10 @@ class WorkerPool:
         self._served.pop(process, None)
         self._born.pop(process, None)
         if process.returncode is None:  # once reaped, its pid may name another process
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.kill()  # a forked worker in the instant before it leads its own group
+            if isinstance(process, trio.Process):  # the daemon's child: it reaps it
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.kill()  # a forked worker kills its group itself, by its pidfd's word
         with trio.CancelScope(shield=True), trio.move_on_after(REAP_S) as waited:
             await process.wait()
         if waited.cancelled_caught:
@@ -415,9 +416,11 @@ async def _exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
 
 def _death(status: int | None) -> str:
     """Why a worker is gone, as ``worker_failed``'s detail: ``killed:SIGKILL``, ``memory``
-    (past its address space, ``pool_worker.MEMORY_BYTES``), ``exit:1``."""
+    (past its address space, ``pool_worker.MEMORY_BYTES``), ``exit:1``, ``exit:unknown``."""
     if status is None:
         return "gone"
+    if status == worker_template.UNKNOWN:
+        return "exit:unknown"  # it ended after its template, which would have said how, died
     if status == pool_worker.MEMORY_EXIT:
         return "memory"
     if status < 0:
