@@ -5,7 +5,8 @@ A pool of one worker warmed on the extractor (``specialists.web.pages.loading``,
 specialist's pool) replaces its worker after every task (``recycle_tasks=1``), so ``--starts``
 tasks make that many starts, the last one warmed before the pool closes. The CPU counted is
 this process's (the pool's side: the event loop, its threads) and every child it reaped (the
-workers and the template), from getrusage once the pool has closed and reaped them all. For
+fresh workers, the templates, and through them the workers they forked and reaped), from
+getrusage once the pool has closed and reaped them all. For
 the template, its own start (about 1 s: an interpreter and the imports) is in the figure,
 spread over ``--starts``; the fork alone is the figure without the template process's CPU.
 The two settings alternate, ``--rounds`` times each, so a change in the host's load falls on
