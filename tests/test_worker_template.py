@@ -62,7 +62,8 @@ def running(pid: int) -> bool:
 
 @asynccontextmanager
 async def announced(path: str) -> AsyncIterator[trio.socket.SocketType]:
-    """A Unix socket listening at ``path`` for ``workers_support.announce_then_wait``."""
+    """A Unix socket listening at ``path`` (a ``short_socket_path``) for
+    ``workers_support.announce_then_wait``."""
     listener = trio.socket.socket(trio.socket.AF_UNIX)
     await listener.bind(path)
     listener.listen()
@@ -71,6 +72,7 @@ async def announced(path: str) -> AsyncIterator[trio.socket.SocketType]:
     finally:
         listener.close()
         os.unlink(path)
+        os.rmdir(os.path.dirname(path))  # short_socket_path's own directory
 
 
 def zombies() -> list[int]:

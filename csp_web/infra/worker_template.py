@@ -50,8 +50,8 @@ TEMPLATE_TRIES = 3
 # workers share what a fork copies, its address layout, its hash seeds (str's, libxml2's
 # dictionaries'), glibc's stack canary and pointer guard, which a subverted worker could
 # learn, and a page could then aim a native bug at its siblings past those mitigations. One
-# start is 0.55-0.70 s of CPU (bench/worker_starts.py): 8 forks make it 70-90 ms more per
-# worker, still several times cheaper than a fresh interpreter, and bound the siblings to 7.
+# start is 0.6-0.8 s of CPU (bench/worker_starts.py): 8 forks make it 75-100 ms more per
+# worker, 0.12x a fresh interpreter's start in all, and bound the siblings to 7.
 TEMPLATE_FORKS = 8
 TEMPLATE_S = 600.0
 FORK_S = 5.0  # a fork answers in ms; a template that takes this long is hung, and dropped
@@ -231,12 +231,14 @@ class Template:
         serve, the pool retires it)."""
         try:
             info = Path(f"/proc/self/fdinfo/{pidfd}").read_text()
-            parent = _parent(pid)
-        except (OSError, ValueError):
-            parent = None
+        except OSError:
             info = ""
         if f"\nPid:\t{pid}\n" not in info:
             raise Failed(f"broke its protocol: no pidfd of {pid}")
+        try:
+            parent: int | None = _parent(pid)
+        except (OSError, ValueError, IndexError):
+            parent = None  # gone already (then its pidfd is readable)
         # Read before the pidfd is seen live: the pid was that process's while /proc was read.
         if parent != self.process.pid and not _readable(pidfd):
             raise Failed(f"broke its protocol: {pid} is not its child")
@@ -357,9 +359,9 @@ class WorkerStarts:
         """A new worker: forked from the template when one serves, else a fresh interpreter.
         A template that fails is dropped. Raises OSError when the host refuses a process, a
         fork or descriptors (the pool backs off), or the pool is closing."""
-        # A fork costs 12-16 ms of CPU against 640-770 ms for a fresh interpreter warmed on
-        # the extractor (the template's own start, 0.55-0.70 s, spread over its 8 forks:
-        # 70-90 ms more); python bench/worker_starts.py, two runs, load 2.6-2.8.
+        # A fork costs 15-16 ms of CPU against 750-800 ms for a fresh interpreter warmed on
+        # the extractor; with the template's own start (0.6-0.8 s) spread over its 8 forks,
+        # 92-115 ms (0.12x); python bench/worker_starts.py, load 2.9.
         template = await self._serving()
         if template is not None:
             try:
