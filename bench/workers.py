@@ -45,6 +45,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/workers.py` finds the pac
 
 from bench.csp_client import Client, check, fetch_task  # noqa: E402
 from bench.daemon import wait_for_socket  # noqa: E402
+from bench.daemon_process import descendants  # noqa: E402
 from bench.origin import corpus_pages, page_path, start_origin  # noqa: E402
 from csp_web.infra.workers import open_worker_pool  # noqa: E402
 
@@ -85,25 +86,11 @@ def stat_cpu_s(path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def children(pid: int) -> list[int]:
-    """The daemon's child processes (its workers) alive now."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    ppid = int(file.read().rpartition(")")[2].split()[1])
-            except (OSError, IndexError):
-                continue
-            if ppid == pid:
-                found.append(int(entry))
-    return found
-
-
 def daemon_cpu_s(pid: int) -> tuple[float, float]:
-    """(CPU of the daemon and its live children, CPU of its event loop's thread)."""
+    """(CPU of the daemon and its live descendants, CPU of its event loop's thread): its
+    workers are its template's children."""
     total = stat_cpu_s(f"/proc/{pid}/stat")
-    total += sum(stat_cpu_s(f"/proc/{child}/stat") for child in children(pid))
+    total += sum(stat_cpu_s(f"/proc/{child}/stat") for child in descendants(pid))
     return total, stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
 
 
