@@ -45,6 +45,7 @@ if str(REPO_ROOT) not in sys.path:  # so `python bench/workers.py` finds the pac
 
 from bench.csp_client import Client, check, fetch_task  # noqa: E402
 from bench.daemon import wait_for_socket  # noqa: E402
+from bench.daemon_process import descendants  # noqa: E402
 from bench.origin import corpus_pages, page_path, start_origin  # noqa: E402
 from csp_web.infra.workers import open_worker_pool  # noqa: E402
 
@@ -85,25 +86,11 @@ def stat_cpu_s(path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def children(pid: int) -> list[int]:
-    """The daemon's child processes (its workers) alive now."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    ppid = int(file.read().rpartition(")")[2].split()[1])
-            except (OSError, IndexError):
-                continue
-            if ppid == pid:
-                found.append(int(entry))
-    return found
-
-
 def daemon_cpu_s(pid: int) -> tuple[float, float]:
-    """(CPU of the daemon and its live children, CPU of its event loop's thread)."""
+    """(CPU of the daemon and its live descendants, CPU of its event loop's thread): its
+    workers are its template's children."""
     total = stat_cpu_s(f"/proc/{pid}/stat")
-    total += sum(stat_cpu_s(f"/proc/{child}/stat") for child in children(pid))
+    total += sum(stat_cpu_s(f"/proc/{child}/stat") for child in descendants(pid))
     return total, stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
 
 
@@ -177,8 +164,9 @@ async def measure(
 
 
 async def worker_start_cpu_s() -> float:
-    """The CPU a worker uses to start and warm on the extractor's module."""
-    async with open_worker_pool(1, warm="specialists.web.pages.loading") as pool:
+    """The CPU a fresh worker uses to start and warm on the extractor's module (the pool's
+    workers fork from a template: bench/worker_starts.py compares the two)."""
+    async with open_worker_pool(1, warm="specialists.web.pages.loading", template=False) as pool:
         await pool.wait_warm()
         return stat_cpu_s(f"/proc/{pool.pids[0]}/stat")
 

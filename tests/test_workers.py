@@ -37,8 +37,9 @@ WAIT_S = 30.0  # a worker's first task imports its module: seconds on a loaded m
 
 
 def children() -> set[int]:
-    """The live (not zombie) child processes of this test process, from /proc."""
-    found = set()
+    """The live (not zombie) processes this test process started, from /proc: its children,
+    and theirs (a worker forked by the pool's template is the template's child)."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -47,12 +48,13 @@ def children() -> set[int]:
         except OSError:
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == os.getpid() and state != "Z":
-            found.add(int(entry))
-    return found
+        if state != "Z":
+            parents[int(entry)] = int(ppid)
+    mine = {pid for pid, ppid in parents.items() if ppid == os.getpid()}
+    return mine | {pid for pid, ppid in parents.items() if ppid in mine}
 
 
-async def warm(size: int, **options: int) -> AsyncIterator[WorkerPool]:
+async def warm(size: int, **options: Any) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers, every one warm."""
     async with open_worker_pool(size, warm=SUPPORT, **options) as pool:
         with trio.fail_after(WAIT_S):
@@ -148,8 +150,12 @@ async def test_a_worker_killed_mid_task_fails_that_task_and_a_fresh_worker_takes
 
 
 async def exited(pid: int) -> None:
-    """Return once the process ``pid`` has exited (its pidfd turns readable)."""
-    gone = os.pidfd_open(pid)
+    """Return once the process ``pid`` has exited (its pidfd turns readable, or it is reaped
+    already: a forked worker's template reaps it at once)."""
+    try:
+        gone = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
     try:
         await trio.lowlevel.wait_readable(gone)
     finally:

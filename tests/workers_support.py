@@ -3,8 +3,10 @@ this module by name to unpickle a task, so it imports only the standard library.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
+import random  # seeded when imported: in a template, before it forks
 import socket
 import time
 
@@ -99,3 +101,54 @@ def error_of(act: str, where: str) -> str:
     except OSError as exc:
         return type(exc).__name__
     return ""
+
+
+def main_script() -> str:
+    """The file name of the script this worker runs as (a forked worker: the template's)."""
+    import __main__
+
+    return os.path.basename(__main__.__file__)
+
+
+def identity() -> tuple[str, int]:
+    """(this worker's network namespace, 64 bits of its ``random``): what a fork must not
+    share between workers."""
+    return os.readlink("/proc/self/ns/net"), random.getrandbits(64)
+
+
+def ptrace_error(pid: int) -> int:
+    """The errno of PTRACE_ATTACH to ``pid`` from this worker (0: attached, then detached)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ptrace_attach, ptrace_detach = 16, 17  # <sys/ptrace.h>
+    if libc.ptrace(ptrace_attach, pid, None, None) == 0:
+        libc.ptrace(ptrace_detach, pid, None, None)
+        return 0
+    return ctypes.get_errno()
+
+
+def announce_then_wait(path: str) -> int:
+    """Tell the test listening on the Unix socket ``path`` this worker's pid, wait for its
+    one byte, then return the pid: the test acts while the task runs."""
+    with socket.socket(socket.AF_UNIX) as announcer:
+        announcer.connect(path)
+        announcer.sendall(str(os.getpid()).encode())
+        announcer.recv(1)
+    return os.getpid()
+
+
+def dumpable() -> int:
+    """This worker's PR_GET_DUMPABLE (a forked worker inherits its template's)."""
+    pr_get_dumpable = 3  # <linux/prctl.h>
+    return int(ctypes.CDLL(None).prctl(pr_get_dumpable, 0, 0, 0, 0))
+
+
+def identity_once_told(path: str) -> tuple[str, int]:
+    """``identity`` once the test listening at ``path`` sends its byte (``announce_then_wait``):
+    the test holds several workers alive at once."""
+    announce_then_wait(path)
+    return identity()
+
+
+def parent_pid() -> int:
+    """This worker's parent's pid (a forked worker's: its template's)."""
+    return os.getppid()

@@ -115,6 +115,13 @@ def die_with_daemon(answers: int) -> None:
 
 def main() -> int:
     sys.path[0] = str(Path(__file__).resolve().parents[2])  # the packages, not this folder
+    return serve()
+
+
+def serve() -> int:
+    """Confine this process, then answer the tasks of stdin on stdout until stdin ends (a
+    fresh worker's ``main``, and each worker a template forks: pool_template.py). Must run
+    while the process has one thread."""
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a task's print goes to stderr, never into an answer
     confine()

@@ -8,19 +8,23 @@ functions of bytes and strings, so they run in ``size`` worker processes
 (``pool_worker.py``) and the loop only moves their inputs and answers. ``size`` 0 runs them
 in a trio worker thread of the daemon, as before the pool.
 
-A worker is a fresh interpreter (``python pool_worker.py``, not a fork): it inherits none of
-the daemon's sockets (close_fds), environment (its credentials: ``WORKER_ENV`` holds only
-PATH and the locale) or trio state, and before its first task it confines itself (no
-network, no file writes, bounded memory and CPU: pool_worker.py). The daemon turns
-non-dumpable, so a worker of the same uid cannot read its /proc/<pid>/environ either.
-The ``size`` workers start in the background when the pool opens (an interpreter and the
-imports of the ``warm`` module: about 1 s of CPU each, bench/workers.py); a task waits,
-until its deadline, for an idle worker. A hostile page's work never runs in the daemon: only
-a pool of size 0 runs tasks in its threads. A task is the pickle of a callable and its
-arguments (the daemon trusts its workers' code); an answer is JSON, rebuilt as the ``shape``
-the caller names with every field's type checked (answers.py), and at most a few times the
-task's size: a worker that a hostile page subverted (a native bug in lxml) can neither run
-code in the daemon through its answer nor make it expand (pickle's shared references could).
+A worker is never a fork of the daemon: it inherits none of the daemon's sockets,
+environment (its credentials: ``WORKER_ENV`` holds only PATH and the locale) or trio state,
+and before its first task it confines itself (no network, no file writes, bounded memory and
+CPU: pool_worker.py). The daemon turns non-dumpable, so a worker of the same uid cannot read
+its /proc/<pid>/environ either. Each worker is forked by the pool's template
+(worker_template.py), an interpreter started like a fresh worker that imported the ``warm``
+module once; a fresh interpreter (``python pool_worker.py``) starts one only while no
+template serves (``WorkerStarts``), or when the pool is opened with ``template=False``. The
+``size`` workers start in the background when the pool opens (the template's start is about
+1 s of CPU, each fork a few ms against about 1 s for a fresh interpreter,
+bench/worker_starts.py); a task waits, until its deadline, for an idle worker. A hostile
+page's work never runs in the daemon: only a pool of size 0 runs tasks in its threads. A
+task is the pickle of a callable and its arguments (the daemon trusts its workers' code); an
+answer is JSON, rebuilt as the ``shape`` the caller names with every field's type checked
+(answers.py), and at most a few times the task's size: a worker that a hostile page
+subverted (a native bug in lxml) can neither run code in the daemon through its answer nor
+make it expand (pickle's shared references could).
 A worker is replaced after ``recycle_tasks`` tasks or ``RECYCLE_S`` seconds.
 
 A worker that dies mid-task (SIGKILL, the kernel's OOM killer, a segfault), or answers past
@@ -43,24 +47,21 @@ import os
 import pickle
 import signal
 import struct
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
 from csp_web.core.api.errors import OpError
-from csp_web.infra import answers, pool_worker
+from csp_web.infra import answers, pool_worker, worker_template
 from protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Worker = trio.Process | worker_template.Forked
 
-WORKER = Path(__file__).with_name("pool_worker.py")
 WORKER_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 MAX_WORKERS = 64  # web.workers' bound: past the cores any host we serve has, workers only queue
 # An answer's cap: a page's views (Markdown, outline, text, compact JSON) of a body run to a
@@ -113,9 +114,11 @@ class WorkerPool:
         warm: str = "builtins",
         answer_max_bytes: int = ANSWER_MAX_BYTES,
         recycle_tasks: int = RECYCLE_TASKS,
+        template: bool = True,
     ) -> None:
         """Workers start in ``nursery``, which only a pool of size 0 may go without; each
-        imports ``warm`` before it takes a task."""
+        imports ``warm`` before it takes a task, forked from a template warmed on it unless
+        ``template`` is False."""
         if size and nursery is None:
             raise ValueError("a pool of workers needs a nursery to start them in")
         self.size = size
@@ -124,20 +127,28 @@ class WorkerPool:
         self._nursery = nursery
         self._module = warm
         # Warm workers not running a task; a buffer of ``size``, so returning one never waits.
-        self._give, self._take = trio.open_memory_channel[trio.Process](max(size, 1))
-        self._live: set[trio.Process] = set()  # every worker: warming, idle or busy
+        self._give, self._take = trio.open_memory_channel[Worker](max(size, 1))
+        self._live: set[Worker] = set()  # every worker: warming, idle or busy
         self._starting = 0  # workers asked for whose process is not made yet
-        self._warm: set[trio.Process] = set()  # those that finished warming: idle or busy
-        self._served: dict[trio.Process, int] = {}  # tasks each warm worker has answered
-        self._born: dict[trio.Process, float] = {}  # when each warm worker finished warming
+        self._warm: set[Worker] = set()  # those that finished warming: idle or busy
+        self._served: dict[Worker, int] = {}  # tasks each warm worker has answered
+        self._born: dict[Worker, float] = {}  # when each warm worker finished warming
         self._failures = 0  # starts failed in a row (OSError, or no warm-up): the back-off
         self._changed = trio.Event()  # set (and replaced) when a worker warms, fails or ends
         self._closed = False
+        self._starts = worker_template.WorkerStarts(
+            warm, env=WORKER_ENV, ready_s=WARM_UP_S, template=template
+        )
 
     @property
     def pids(self) -> tuple[int, ...]:
         """The worker processes alive now (bench/workers.py sums their CPU)."""
         return tuple(process.pid for process in self._live)
+
+    @property
+    def template_pid(self) -> int | None:
+        """The template process's, while one serves."""
+        return self._starts.template_pid
 
     async def run(
         self,
@@ -195,7 +206,7 @@ class WorkerPool:
                     min(START_BACKOFF_S * 2 ** (self._failures - 1), START_BACKOFF_MAX_S)
                 )
 
-    async def _idle_worker(self) -> trio.Process:
+    async def _idle_worker(self) -> Worker:
         """An idle worker, waiting for one. A worker found dead (killed while idle) is reaped
         and fails no task."""
         while True:
@@ -206,7 +217,7 @@ class WorkerPool:
 
     async def _exchange(
         self,
-        worker: trio.Process,
+        worker: Worker,
         request: bytes,
         shape: Any,
         raises: tuple[type[BaseException], ...],
@@ -233,7 +244,7 @@ class WorkerPool:
             else:
                 await self._retire(worker)
 
-    def _served_its_time(self, worker: trio.Process) -> bool:
+    def _served_its_time(self, worker: Worker) -> bool:
         """Count one more task for ``worker``; True when it is due for replacement (a worker
         a hostile page subverted serves no longer than that)."""
         self._served[worker] = self._served.get(worker, 0) + 1
@@ -248,13 +259,15 @@ class WorkerPool:
         """Start a worker, have it import the pool's module, then add it to the idle ones
         (or, when it fails to or the pool closed meanwhile, kill it)."""
         try:
-            process = await _open_worker()
+            process = await self._starts.open()
         except OSError as exc:
             self._started(False, exc)
             return
         finally:
             self._starting -= 1
         self._live.add(process)
+        for pipe in (process.stdin, process.stdout):
+            _widen(pipe)
         warm = pickle.dumps(functools.partial(pool_worker.warm, self._module))
         warmed = False
         try:
@@ -283,7 +296,7 @@ class WorkerPool:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _retire(self, process: trio.Process) -> None:
+    async def _retire(self, process: Worker) -> None:
         """Kill ``process`` (and whatever it started) and reap it, even under cancellation,
         waiting at most ``REAP_S`` (a process in uninterruptible sleep is left, logged);
         ``serve_workers`` starts its replacement."""
@@ -292,8 +305,10 @@ class WorkerPool:
         self._served.pop(process, None)
         self._born.pop(process, None)
         if process.returncode is None:  # once reaped, its pid may name another process
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            if isinstance(process, trio.Process):  # the daemon's child: it reaps it
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.kill()  # a forked worker kills its group itself, by its pidfd's word
         with trio.CancelScope(shield=True), trio.move_on_after(REAP_S) as waited:
             await process.wait()
         if waited.cancelled_caught:
@@ -306,6 +321,7 @@ class WorkerPool:
         self._closed = True
         for process in list(self._live):
             await self._retire(process)
+        await self._starts.aclose()
 
 
 @asynccontextmanager
@@ -315,12 +331,14 @@ async def open_worker_pool(
     warm: str = "builtins",
     answer_max_bytes: int = ANSWER_MAX_BYTES,
     recycle_tasks: int = RECYCLE_TASKS,
+    template: bool = True,
 ) -> AsyncIterator[WorkerPool]:
     """A pool of ``size`` workers (0: threads of the daemon), each warmed on the module
-    ``warm``; they start in the background at once, and are all killed and reaped on exit.
-    With workers, the daemon turns non-dumpable first (``seal_daemon``). The block's own
-    exception comes back as itself, not inside the nursery's group: the daemon's start-up
-    errors (a bad cron.json opened inside this block) stay what callers catch."""
+    ``warm`` (forked from a template warmed on it, unless ``template`` is False); they start
+    in the background at once, and are all killed and reaped on exit. With workers, the
+    daemon turns non-dumpable first (``seal_daemon``). The block's own exception comes back
+    as itself, not inside the nursery's group: the daemon's start-up errors (a bad cron.json
+    opened inside this block) stay what callers catch."""
     try:
         async with trio.open_nursery() as nursery:
             pool = WorkerPool(
@@ -329,6 +347,7 @@ async def open_worker_pool(
                 warm=warm,
                 answer_max_bytes=answer_max_bytes,
                 recycle_tasks=recycle_tasks,
+                template=template,
             )
             if size:
                 seal_daemon()
@@ -359,22 +378,6 @@ def _backoff_s(failures: int) -> float:
     return float(min(START_BACKOFF_S * 2 ** min(failures - 1, 32), START_BACKOFF_MAX_S))
 
 
-async def _open_worker() -> trio.Process:
-    """A new worker process (``pool_worker.py`` beside this module). Raises OSError when the
-    host refuses one (EMFILE, EAGAIN, ENOMEM)."""
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-s", "-X", "utf8", str(WORKER)],
-        env=WORKER_ENV,  # no credential of the daemon's reaches a hostile page's worker
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,  # a subverted worker forges no log line
-        start_new_session=True,  # a terminal's ^C goes to the daemon, which ends them
-    )
-    for pipe in (process.stdin, process.stdout):
-        _widen(pipe)
-    return process
-
-
 def _widen(pipe: trio.abc.SendStream | trio.abc.ReceiveStream | None) -> None:
     """Make ``pipe`` hold ``PIPE_BYTES``; a host that caps pipes lower keeps the default."""
     if isinstance(pipe, trio.lowlevel.FdStream):
@@ -382,7 +385,7 @@ def _widen(pipe: trio.abc.SendStream | trio.abc.ReceiveStream | None) -> None:
             fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
-async def _ask(worker: trio.Process, request: bytes, cap: int) -> bytes:
+async def _ask(worker: Worker, request: bytes, cap: int) -> bytes:
     """Send ``request`` to ``worker`` and read its answer. Raises OpError(WORKER_FAILED) when
     the worker dies first (its status names why) or announces an answer past ``cap`` bytes."""
     assert worker.stdin is not None
@@ -413,9 +416,11 @@ async def _exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
 
 def _death(status: int | None) -> str:
     """Why a worker is gone, as ``worker_failed``'s detail: ``killed:SIGKILL``, ``memory``
-    (past its address space, ``pool_worker.MEMORY_BYTES``), ``exit:1``."""
+    (past its address space, ``pool_worker.MEMORY_BYTES``), ``exit:1``, ``exit:unknown``."""
     if status is None:
         return "gone"
+    if status == worker_template.UNKNOWN:
+        return "exit:unknown"  # it ended after its template, which would have said how, died
     if status == pool_worker.MEMORY_EXIT:
         return "memory"
     if status < 0:
