@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from csp_web.infra.cache import MemoryTier, approximate_size, cache_key, open_cache
+from csp_web.infra.cache import MEMO_BYTES, MemoryTier, approximate_size, cache_key, open_cache
 from csp_web.infra.cache_disk import UnsafeCacheRow
 
 
@@ -222,7 +222,7 @@ def test_an_entry_memo_is_evicted_with_its_entry_at_the_byte_bound() -> None:
     """The memo is bounded by the tier's own bound: N entries that fit keep theirs, the
     N+1th evicts the least recent entry and its memo with it."""
     size = approximate_size("x" * 900)
-    fits = 8000 // size
+    fits = 8000 // (size + MEMO_BYTES)  # each memo counted from its entry's first ``held``
     tier = MemoryTier(max_bytes=8000)
     for n in range(fits):
         tier.put(f"fetch:{n}", "x" * 900, expires_at=time.time() + 60)
@@ -231,29 +231,31 @@ def test_an_entry_memo_is_evicted_with_its_entry_at_the_byte_bound() -> None:
         held[1]["n"] = n
     assert all(tier.held(f"fetch:{n}") == ("x" * 900, {"n": n}) for n in range(fits))
     tier.put(f"fetch:{fits}", "x" * 900, expires_at=time.time() + 60)
-    assert tier.held("fetch:0") is None
     assert tier.held(f"fetch:{fits}") == ("x" * 900, {})
+    assert tier.get("fetch:0") is None
     assert tier.held("fetch:1") == ("x" * 900, {"n": 1})
 
 
 def test_what_a_memo_keeps_counts_toward_the_tiers_bound_at_n_and_n_plus_1() -> None:
-    """``Memo.keep`` counts its bytes in the tier: a memo that brings the tier to its bound
-    exactly evicts nothing, one byte more evicts the least recent entry, never the entry
-    whose memo grew (it was just used)."""
+    """A memo counts from its entry's first ``held``, and ``Memo.keep`` counts what it keeps:
+    a memo that brings the tier to its bound exactly evicts nothing, one byte more evicts the
+    least recent entry, never the entry whose memo grew (it was just used). An entry only
+    read (``get``) carries no memo."""
     size = approximate_size("x" * 900)
-    tier = MemoryTier(max_bytes=8 * size + 100)  # eight entries, each at most an eighth
+    tier = MemoryTier(max_bytes=8 * size + MEMO_BYTES + 100)  # eight, each at most an eighth
     for n in range(8):
         tier.put(f"fetch:{n}", "x" * 900, expires_at=time.time() + 60)
+    assert tier.get("fetch:3") is not None
+    assert tier.bytes == 8 * size
     held = tier.held("fetch:7")
     assert held is not None
+    assert tier.bytes == 8 * size + MEMO_BYTES
     held[1].keep("derived", "d", 100)
     assert tier.bytes == tier.max_bytes
-    assert tier.held("fetch:0") is not None  # N: nothing evicted; fetch:0 now most recent
-    held = tier.held("fetch:7")
-    assert held is not None
+    assert tier.get("fetch:0") is not None  # N: nothing evicted; fetch:0 now recent
     held[1].keep("more", "m", 1)
-    assert tier.bytes == 7 * size + 101
-    assert tier.held("fetch:1") is None  # N+1: the least recent goes
+    assert tier.bytes == 7 * size + MEMO_BYTES + 101
+    assert tier.get("fetch:1") is None  # N+1: the least recent goes
     assert tier.held("fetch:7") == ("x" * 900, {"derived": "d", "more": "m"})
 
 

@@ -78,31 +78,37 @@ def approximate_size(value: Any) -> int:
 
 class Memo(dict[Hashable, Any]):
     """What callers derive from one entry's value alone, kept for the entry's next hits
-    (``MemoryTier.held``): born empty with the entry, gone with it. ``keep`` counts what it
-    adds toward the tier's byte bound, so the bound holds memos included."""
+    (``MemoryTier.held``): made at the entry's first ``held``, gone with the entry. ``keep``
+    counts what it adds toward the tier's byte bound, so the bound holds memos included."""
 
-    __slots__ = ("_charge",)
+    __slots__ = ("_key", "_tier")
 
-    def __init__(self, charge: Callable[[Memo, int], None] | None = None) -> None:
+    def __init__(self, tier: MemoryTier | None = None, key: str = "") -> None:
         super().__init__()
-        self._charge = charge
+        self._tier = tier
+        self._key = key
 
     def keep(self, name: Hashable, value: Any, nbytes: int) -> None:
         """Keep ``value`` under ``name``, counting ``nbytes`` (roughly what it holds that the
         entry's value does not) toward the tier's bound: the tier may evict older entries."""
         self[name] = value
-        if self._charge is not None:
-            self._charge(self, nbytes)
+        if self._tier is not None:
+            self._tier.charge(self._key, self, nbytes)
+
+
+# An empty memo, counted when an entry's first ``held`` makes it: 166 bytes by tracemalloc
+# (2,000 memos, the entry's tuple made again included).
+MEMO_BYTES = 256
 
 
 class MemoryTier:
     """A byte-bounded LRU of recent entries in front of the disk, so a hot hit costs a dict
     lookup instead of a worker thread and a decode. Values are shared: never mutate one.
 
-    Each entry has a memo (``Memo``) that is born empty with the entry and goes with it
-    (when it is replaced, expires, is dropped or evicted): what a caller derives from the
-    value alone, kept for the entry's next hits (``held``). What a caller keeps there counts
-    in ``bytes`` (``Memo.keep``): fetch's hot route keeps its Page and two views'
+    An entry a caller derives from gets a memo (``Memo``, at its first ``held``) that goes
+    with it (when it is replaced, expires, is dropped or evicted): what a caller derives from
+    the value alone, kept for the entry's next hits. The memo and what a caller keeps there
+    count in ``bytes`` (``Memo.keep``): fetch's hot route keeps its Page and two views'
     descriptions, 1.9 KB median, 3.4 KB at most over the 88 pages of bench/origin.py's
     corpus (0.20 to 0.54 of the entry's own counted size; tracemalloc), which uncounted
     would let the tier hold about 1.5 times its bound."""
@@ -110,14 +116,27 @@ class MemoryTier:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._entries: OrderedDict[str, tuple[float, Any, int, Memo]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, Any, int, Memo | None]] = OrderedDict()
 
     def get(self, key: str) -> Any | None:
-        held = self.held(key)
-        return None if held is None else held[0]
+        entry = self._live(key)
+        return None if entry is None else entry[1]
 
     def held(self, key: str) -> tuple[Any, Memo] | None:
-        """``key``'s unexpired value and its entry's memo, or None."""
+        """``key``'s unexpired value and its entry's memo (made now at its first ``held``,
+        so only entries a caller derives from carry one), or None."""
+        entry = self._live(key)
+        if entry is None:
+            return None
+        memo = entry[3]
+        if memo is None:
+            memo = Memo(self, key)
+            self._entries[key] = (entry[0], entry[1], entry[2], memo)
+            self.charge(key, memo, MEMO_BYTES)
+        return entry[1], memo
+
+    def _live(self, key: str) -> tuple[float, Any, int, Memo | None] | None:
+        """``key``'s entry, now the most recently used, unless it is missing or expired."""
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -125,7 +144,7 @@ class MemoryTier:
             self.drop(key)
             return None
         self._entries.move_to_end(key)
-        return entry[1], entry[3]
+        return entry
 
     def lives(self, key: str, seconds: float) -> bool:
         """Whether ``key``'s entry lives ``seconds`` more at least."""
@@ -142,11 +161,11 @@ class MemoryTier:
         self.drop(key)
         if size > self.max_bytes // 8:  # one huge entry must not flush all the others
             return
-        self._entries[key] = (expires_at, value, size, Memo(functools.partial(self._charge, key)))
+        self._entries[key] = (expires_at, value, size, None)
         self.bytes += size
         self._evict()
 
-    def _charge(self, key: str, memo: Memo, nbytes: int) -> None:
+    def charge(self, key: str, memo: Memo, nbytes: int) -> None:
         """Count ``nbytes`` more for ``key``'s entry, if ``memo`` is still its memo (not one
         of an entry since replaced), then evict the least recently used past the bound."""
         entry = self._entries.get(key)

@@ -501,3 +501,44 @@ async def test_no_hot_hit_outlives_its_entry_ttl(
     assert await now(dispatcher, fetch_task(url)) is None
     assert (await slow(dispatcher, fetch_task(url))).get("CACHED") == "false"
     assert hits(origin, "/tides") == 2
+
+
+VIEWS = [
+    [("EXTRACT", "html")],
+    [],
+    [("MAX_CHARS", "100")],
+    [("MAX_CHARS", "100"), ("START", "100")],
+    [("EXTRACT", "html"), ("MAX_CHARS", "80"), ("START", "40")],
+    [("MAX_AGE", "3600")],
+    [("EXTRACT", "json")],
+    [],
+]
+
+
+async def answered_alike(
+    dispatcher: Dispatcher, urls: tuple[str, ...], views: list[list[Field]]
+) -> int:
+    """Ask each of ``views`` of each of ``urls`` hot, then as a task: every hot answer is its
+    task's whole frame; how many were answered hot."""
+    answered = 0
+    for fields in views:
+        for url in urls:
+            task = fetch_task(url, *fields)
+            hot_reply = await now(dispatcher, task)
+            if hot_reply is not None:
+                answered += 1
+                assert hot_reply == await slow(dispatcher, task), (url, fields)
+    return answered
+
+
+async def test_hits_of_one_entry_in_turn_each_answer_their_own_view_and_window(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """What one hit derives and keeps in its entry's memo (a view, its window's fields) never
+    answers another's: EXTRACT, START, MAX_CHARS and MAX_AGE in turn, under three spellings
+    of one URL, each hot answer is its task's."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await slow(dispatcher, fetch_task(url))
+    variants = (url, url + "#frag", url.replace("origin.test", "ORIGIN.test"))
+    assert await answered_alike(dispatcher, variants, VIEWS) >= len(variants) * 4  # 12 of 24

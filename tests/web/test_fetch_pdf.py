@@ -21,6 +21,7 @@ from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import fetch, hits, run, serve
 from tests.web.pdf_support import PDF_TYPE, fixture, flate_bomb, many_pages
+from tests.web.test_fetch_hot import answered_alike, fetch_task, slow
 
 
 @pytest.fixture
@@ -223,3 +224,18 @@ async def test_several_urls_name_each_pdf_s_pages_on_its_fetch_line(
     (line,) = [value for name, value in reply.fields if name == "FETCH"]
     assert " pages:1 " in line
     assert reply.get("FETCH_ERROR") == f"{scan} no_text_layer:scanned"
+
+
+@pytest.mark.parametrize("order", [("1", "3", "2", "3", "1"), ("3", "1", "3", "2", "3")])
+async def test_hits_of_a_document_at_several_max_pages_each_answer_their_own_pages(
+    make_dispatcher: DispatcherFactory, origin: Origin, order: tuple[str, ...]
+) -> None:
+    """A document cut at MAX_PAGES is its own snapshot, never the entry's memo: hits asking
+    for fewer or more pages in turn each answer what their task answers."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/three.pdf", fixture("lo_02_serif_title"), PDF_TYPE)
+    views = [[("MAX_PAGES", p), ("MAX_CHARS", "50000")] for p in order]
+    views += [[("MAX_PAGES", p), ("MAX_CHARS", "30")] for p in order]
+    for fields in views:
+        await slow(dispatcher, fetch_task(url, *fields))
+    assert await answered_alike(dispatcher, (url,), views) > 0
