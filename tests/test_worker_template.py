@@ -24,13 +24,14 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.infra import worker_template
-from csp_web.infra.workers import WorkerPool, open_worker_pool
+from csp_web.infra.workers import WORKER_ENV, WorkerPool, open_worker_pool
 from protocol import ErrorCode
 from tests import (
     workers_support,
     workers_support_forkdies,
     workers_support_liar,
     workers_support_nofork,
+    workers_support_quick,
     workers_support_threaded,
 )
 from tests.test_workers import WAIT_S, fill_descriptor_holes, run, warm_pool
@@ -75,6 +76,14 @@ async def announced(path: str) -> AsyncIterator[trio.socket.SocketType]:
         os.rmdir(os.path.dirname(path))  # short_socket_path's own directory
 
 
+async def told(listener: trio.socket.SocketType, pool: WorkerPool) -> trio.socket.SocketType:
+    """The next connection of ``workers_support.announce_then_wait``, once it has told its
+    pid (a pool's worker): a byte sent earlier could meet the worker still sending (EPIPE)."""
+    connection, _ = await listener.accept()
+    assert int(await connection.recv(16)) in pool.pids
+    return connection
+
+
 def zombies() -> list[int]:
     """This process's children that ended and nobody reaped."""
     found = []
@@ -112,7 +121,7 @@ async def test_forked_workers_alive_at_once_share_no_network_namespace_and_no_ra
             for _ in range(4):
                 nursery.start_soon(identify)
             with trio.fail_after(WAIT_S):
-                connections = [(await listener.accept())[0] for _ in range(4)]
+                connections = [await told(listener, pool) for _ in range(4)]
             for connection in connections:  # four workers busy at once: four live namespaces
                 await connection.send(b"g")
                 connection.close()
@@ -167,7 +176,7 @@ async def test_the_template_killed_while_a_worker_is_busy_loses_no_task_and_a_ne
             task = functools.partial(workers_support.announce_then_wait, path)
             nursery.start_soon(run, pool, task)
             with trio.fail_after(WAIT_S):
-                connection, _ = await listener.accept()
+                connection = await told(listener, pool)
                 os.kill(killed, signal.SIGKILL)
                 while running(killed):
                     await trio.sleep(0.01)
@@ -269,6 +278,23 @@ async def test_a_template_answering_with_a_process_not_its_child_is_dropped() ->
     async with open_worker_pool(1, warm=workers_support_liar.__name__, recycle_tasks=1) as pool:
         scripts = [await run(pool, workers_support.main_script, str) for _ in range(2)]
     assert scripts == ["pool_worker.py"] * 2
+
+
+async def test_a_template_whose_workers_end_at_once_is_kept_and_their_status_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = count_template_starts(monkeypatch)
+    starts = worker_template.WorkerStarts(
+        workers_support_quick.__name__, env=WORKER_ENV, ready_s=WAIT_S, template=True
+    )
+    ended = []
+    with trio.fail_after(WAIT_S):
+        for _ in range(5):
+            worker = await starts.open()
+            ended.append((type(worker), await worker.wait()))
+        await starts.aclose()
+    assert ended == [(worker_template.Forked, 1)] * 5
+    assert len(started) == 1
 
 
 async def test_workers_whose_template_died_are_retired_before_another_task() -> None:

@@ -227,12 +227,15 @@ class Template:
 
     def _check_child(self, pid: int, pidfd: int) -> None:
         """Raise Failed unless ``pidfd`` is a pidfd of ``pid`` and ``pid`` the template's
-        child (one that has already ended may be anyone's: it can be neither signalled nor
-        serve, the pool retires it)."""
+        child. A pidfd of a process that ended and was reaped reads ``Pid: -1`` (the template
+        reaps its worker at once): accepted, it can be neither signalled nor serve, its status
+        comes on the status pipe and the pool retires it."""
         try:
             info = Path(f"/proc/self/fdinfo/{pidfd}").read_text()
         except OSError:
             info = ""
+        if "\nPid:\t-1\n" in info and _readable(pidfd):
+            return
         if f"\nPid:\t{pid}\n" not in info:
             raise Failed(f"broke its protocol: no pidfd of {pid}")
         try:
