@@ -8,13 +8,14 @@ import collections
 import contextlib
 import errno
 import functools
+import gc
 import os
 import resource
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -338,6 +339,32 @@ async def test_a_busy_worker_ending_after_its_template_died_fails_its_task_exit_
     assert [(failed.code, failed.detail) for failed in failures] == [
         (ErrorCode.WORKER_FAILED, "exit:unknown")
     ]
+
+
+async def failure(pool: WorkerPool, task: Callable[..., object], *args: object) -> str:
+    """The detail of the WORKER_FAILED that ``task(*args)`` ends with on ``pool``."""
+    with pytest.raises(OpError) as failed:
+        await run(pool, functools.partial(task, *args))
+    assert failed.value.code == ErrorCode.WORKER_FAILED
+    return failed.value.detail
+
+
+async def test_a_stopped_template_leaves_a_dead_workers_status_unknown_and_holds_nothing(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_template, "FORK_S", 0.5)  # the replacements' starts meet it
+    held = len(os.listdir("/proc/self/fd"))
+    with trio.fail_after(WAIT_S):
+        async with warm_pool(2) as pool:
+            template = pool.template_pid
+            assert template is not None
+            os.kill(template, signal.SIGSTOP)  # as a subverted worker of its uid may
+            details = [await failure(pool, workers_support.exit_now, 7) for _ in range(2)]
+    assert details == ["exit:unknown"] * 2  # never a guess at the status the template keeps
+    gc.collect()  # the workers' task pipes, held by the failures' tracebacks till then
+    assert len(os.listdir("/proc/self/fd")) == held  # pidfds and status pipes closed
+    assert "not reaped" not in caplog.text
+    assert reaped(template)
 
 
 async def test_a_warm_module_that_starts_a_thread_leaves_fresh_interpreters_serving() -> None:

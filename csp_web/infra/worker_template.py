@@ -56,6 +56,10 @@ TEMPLATE_FORKS = 8
 TEMPLATE_S = 600.0
 FORK_S = 5.0  # a fork answers in ms; a template that takes this long is hung, and dropped
 REAP_S = 5.0  # workers.REAP_S
+# A dead worker's status comes from its template in ms; one stopped (SIGSTOP by a subverted
+# worker of its uid) or paged out must not hold a retirement: past this, the status is
+# unknown. Under the 1 s workers._ask gives a dead worker's pipes to say how it ended.
+STATUS_S = 0.5
 # A worker's status when it ended after its template died: nobody reaped it who could tell.
 UNKNOWN = -1000
 # A fork refused for now: the pool backs off and tries again. Any other errno is for good.
@@ -107,15 +111,18 @@ class Forked:
 
     async def wait(self) -> int:
         """Wait for it to end and return its status: the template's word (``UNKNOWN`` when
-        it died or says nothing within ``REAP_S``)."""
+        it died or says nothing within ``STATUS_S``). Once it has ended its descriptors are
+        closed, even when this wait is cancelled meanwhile (its status then unknown)."""
         async with self._waiting:
             if self.returncode is None:
                 await trio.lowlevel.wait_readable(self._pidfd)
                 status = None
-                with trio.move_on_after(REAP_S):
-                    await trio.lowlevel.wait_readable(self._status)
-                    status = self._read_status()
-                self._ended(UNKNOWN if status is None else status)
+                try:
+                    with trio.move_on_after(STATUS_S):
+                        await trio.lowlevel.wait_readable(self._status)
+                        status = self._read_status()
+                finally:
+                    self._ended(UNKNOWN if status is None else status)
         assert self.returncode is not None
         return self.returncode
 
