@@ -30,6 +30,7 @@ from protocol import ErrorCode
 from tests import (
     workers_support,
     workers_support_forkdies,
+    workers_support_impostor,
     workers_support_liar,
     workers_support_nofork,
     workers_support_quick,
@@ -275,10 +276,29 @@ async def test_templates_dying_at_each_fork_stop_after_the_tries_and_leave_no_zo
     assert zombies() == []
 
 
-async def test_a_template_answering_with_a_process_not_its_child_is_dropped() -> None:
-    async with open_worker_pool(1, warm=workers_support_liar.__name__, recycle_tasks=1) as pool:
+@pytest.mark.parametrize(
+    ("liar", "lie"),
+    [
+        (workers_support_liar.__name__, "no pidfd of"),  # a pidfd of another process
+        (workers_support_impostor.__name__, "is not its child"),  # pid and pidfd of itself
+    ],
+)
+async def test_a_template_answering_with_a_process_not_its_child_is_dropped(
+    caplog: pytest.LogCaptureFixture, liar: str, lie: str
+) -> None:
+    async with open_worker_pool(1, warm=liar, recycle_tasks=1) as pool:
         scripts = [await run(pool, workers_support.main_script, str) for _ in range(2)]
     assert scripts == ["pool_worker.py"] * 2
+    assert lie in caplog.text
+
+
+@pytest.mark.parametrize("template", [True, False])
+async def test_a_retired_worker_takes_the_processes_of_its_group_along(template: bool) -> None:
+    async with open_worker_pool(1, warm=SUPPORT, recycle_tasks=1, template=template) as pool:
+        sleeper = await run(pool, workers_support.start_sleeper)  # then its worker retires
+        with trio.fail_after(WAIT_S):
+            while running(sleeper):
+                await trio.sleep(0.01)
 
 
 async def test_a_template_whose_workers_end_at_once_is_kept_and_their_status_known(

@@ -8,6 +8,7 @@ import fcntl
 import os
 import random  # seeded when imported: in a template, before it forks
 import socket
+import subprocess
 import time
 
 
@@ -157,3 +158,11 @@ def parent_pid() -> int:
 def exit_now(status: int) -> None:
     """End this worker at once with ``status`` (no answer)."""
     os._exit(status)
+
+
+def start_sleeper() -> int:
+    """Start a ``sleep`` in this worker's process group and return its pid: left behind when
+    the worker ends, unless the pool kills the group."""
+    return subprocess.Popen(
+        ["sleep", "1000"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    ).pid
