@@ -11,7 +11,7 @@ import socket
 import __main__
 
 
-def adopt_as_self(forks: __main__.Forks, pid: int, status: int) -> None:  # type: ignore[name-defined]
+def adopt_as_self(forks: __main__.Forks, pid: int, status: int) -> None:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     os.close(status)

@@ -10,7 +10,7 @@ import socket
 import __main__
 
 
-def adopt_reaped(forks: __main__.Forks, pid: int, status: int) -> None:  # type: ignore[name-defined]
+def adopt_reaped(forks: __main__.Forks, pid: int, status: int) -> None:
     pidfd = os.pidfd_open(pid)
     _, code = os.waitpid(pid, 0)
     os.write(status, __main__.STATUS.pack(os.waitstatus_to_exitcode(code)))
