@@ -369,6 +369,33 @@ async def failure(pool: WorkerPool, task: Callable[..., object], *args: object) 
     return failed.value.detail
 
 
+async def test_a_forked_worker_that_ends_on_its_own_takes_its_group_along() -> None:
+    path = short_socket_path()
+    async with announced(path) as listener, warm_pool(1) as pool:
+        detail = await failure(pool, workers_support.exit_leaving_sleeper, path)
+        with trio.fail_after(WAIT_S):
+            connection, _ = await listener.accept()
+            sleeper = int(await connection.recv(16))
+            connection.close()
+            while running(sleeper):  # its template kills the group before reaping it
+                await trio.sleep(0.01)
+    assert detail == "exit:7"
+
+
+async def test_a_worker_whose_template_died_is_retired_with_its_group() -> None:
+    async with warm_pool(1) as pool:
+        sleeper = await run(pool, workers_support.start_sleeper)
+        template = pool.template_pid
+        assert template is not None
+        os.kill(template, signal.SIGKILL)
+        with trio.fail_after(WAIT_S):
+            while running(template):
+                await trio.sleep(0.01)
+            await run(pool, workers_support.own_pid)  # meets the orphan first: retires it
+            while running(sleeper):
+                await trio.sleep(0.01)
+
+
 async def test_a_stopped_template_leaves_a_dead_workers_status_unknown_and_holds_nothing(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -166,3 +166,12 @@ def start_sleeper() -> int:
     return subprocess.Popen(
         ["sleep", "1000"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     ).pid
+
+
+def exit_leaving_sleeper(path: str) -> None:
+    """Start a ``sleep`` in this worker's process group, tell its pid to the test listening
+    on the Unix socket ``path``, and end this worker at once (status 7)."""
+    with socket.socket(socket.AF_UNIX) as announcer:
+        announcer.connect(path)
+        announcer.sendall(str(start_sleeper()).encode())
+    os._exit(7)

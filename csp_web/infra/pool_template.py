@@ -133,10 +133,14 @@ class Forks:
         socket.send_fds(self.control, [PID.pack(pid)], [pidfd])
 
     def relay_exit(self, pidfd: int) -> None:
-        """Reap the worker whose ``pidfd`` turned readable and write its exit status on its
-        status pipe (the daemon may have closed it: nothing to tell)."""
+        """Kill what is left of the process group of the worker whose ``pidfd`` turned
+        readable, reap it and write its exit status on its status pipe (the daemon may have
+        closed it: nothing to tell). Unreaped, the worker holds its pid, so its group's
+        number names no one else's group: no reuse race, which a fresh worker's daemon has."""
         pid, status = self.children.pop(pidfd)
         self.poller.unregister(pidfd)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # it leads its group (become_worker's setsid)
         _, code = os.waitpid(pid, 0)
         with contextlib.suppress(OSError):
             os.write(status, STATUS.pack(os.waitstatus_to_exitcode(code)))

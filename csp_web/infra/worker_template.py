@@ -127,14 +127,15 @@ class Forked:
         return self.returncode
 
     def kill(self) -> None:
-        """SIGKILL it and its process group, nothing once it has ended. Through its pidfd
-        (no pid reuse race); the group by number only while the pidfd says it runs: a live
-        leader keeps its pid, and pids are handed out in a cycle, not reused in the instant
-        between the two calls."""
+        """SIGKILL it and its process group, nothing once it has ended. It through its pidfd
+        (no pid reuse race); its group is killed by its template before reaping it, or, when
+        the template died, here by number while the pidfd says it runs: a live leader keeps
+        its pid, and pids are handed out in a cycle, not reused between the two calls."""
         if self.returncode is not None or _readable(self._pidfd):
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
+        if self._template.process.poll() is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
