@@ -86,11 +86,14 @@ async def told(listener: trio.socket.SocketType, pool: WorkerPool) -> trio.socke
     return connection
 
 
-def zombies() -> list[int]:
-    """This process's children that ended and nobody reaped."""
+def zombies(*parents: int) -> list[int]:
+    """The children of this process and of ``parents`` (templates: a worker is their
+    child) that ended and nobody reaped."""
+    watched = {str(pid) for pid in (os.getpid(), *parents)}
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and stat(int(entry))[:2] == ["Z", str(os.getpid())]:
+        fields = stat(int(entry)) if entry.isdigit() else []
+        if fields[:1] == ["Z"] and fields[1] in watched:
             found.append(int(entry))
     return found
 
@@ -450,6 +453,7 @@ async def test_renewing_the_template_under_concurrent_starts_loses_no_fork_and_n
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker_template, "TEMPLATE_FORKS", 2)
+    started = count_template_starts(monkeypatch)
     scripts: list[str] = []
 
     async def script(pool: WorkerPool) -> None:
@@ -460,8 +464,9 @@ async def test_renewing_the_template_under_concurrent_starts_loses_no_fork_and_n
             async with trio.open_nursery() as nursery:
                 for _ in range(4):
                     nursery.start_soon(script, pool)
+        left = zombies(*started)  # a template keeps no worker unreaped, nor the daemon one
     assert scripts == ["pool_template.py"] * 24
-    assert zombies() == []
+    assert left == []
 
 
 async def every_pid(pool: WorkerPool, tasks: int) -> set[int]:
