@@ -63,6 +63,17 @@ def running(pid: int) -> bool:
     return stat(pid)[:1] not in ([], ["Z"])
 
 
+async def kill_template(pool: WorkerPool) -> int:
+    """SIGKILL ``pool``'s template and return its pid once it no longer runs."""
+    template = pool.template_pid
+    assert template is not None
+    os.kill(template, signal.SIGKILL)
+    with trio.fail_after(WAIT_S):
+        while running(template):
+            await trio.sleep(0.01)
+    return template
+
+
 @asynccontextmanager
 async def announced(path: str) -> AsyncIterator[trio.socket.SocketType]:
     """A Unix socket listening at ``path`` (a ``short_socket_path``) for
@@ -324,12 +335,7 @@ async def test_a_template_whose_workers_end_at_once_is_kept_and_their_status_kno
 async def test_workers_whose_template_died_are_retired_before_another_task() -> None:
     async with warm_pool(2) as pool:
         orphans = set(pool.pids)
-        template = pool.template_pid
-        assert template is not None
-        os.kill(template, signal.SIGKILL)
-        with trio.fail_after(WAIT_S):
-            while running(template):
-                await trio.sleep(0.01)
+        await kill_template(pool)
         served = {await run(pool, workers_support.own_pid) for _ in range(4)}
         assert not served & orphans
         with trio.fail_after(WAIT_S):
@@ -347,16 +353,12 @@ async def test_a_busy_worker_ending_after_its_template_died_fails_its_task_exit_
         failures.append(failed.value)
 
     async with announced(path) as listener, warm_pool(1) as pool:
-        template = pool.template_pid
-        assert template is not None
         with trio.fail_after(WAIT_S):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(doomed, pool)
                 connection, _ = await listener.accept()
                 worker = int(await connection.recv(16))
-                os.kill(template, signal.SIGKILL)
-                while running(template):
-                    await trio.sleep(0.01)
+                await kill_template(pool)
                 os.kill(worker, signal.SIGKILL)
         connection.close()
     assert [(failed.code, failed.detail) for failed in failures] == [
@@ -388,12 +390,8 @@ async def test_a_forked_worker_that_ends_on_its_own_takes_its_group_along() -> N
 async def test_a_worker_whose_template_died_is_retired_with_its_group() -> None:
     async with warm_pool(1) as pool:
         sleeper = await run(pool, workers_support.start_sleeper)
-        template = pool.template_pid
-        assert template is not None
-        os.kill(template, signal.SIGKILL)
+        await kill_template(pool)
         with trio.fail_after(WAIT_S):
-            while running(template):
-                await trio.sleep(0.01)
             await run(pool, workers_support.own_pid)  # meets the orphan first: retires it
             while running(sleeper):
                 await trio.sleep(0.01)
