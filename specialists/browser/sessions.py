@@ -6,8 +6,9 @@ action that names it, used by one action at a time, closed by ``ACTION close``, 
 timeout (``reap_idle``, run by ``serve_reaper``), by an action that ran out of time on it,
 or at shutdown. Names are per owner: two uids naming ``s`` hold two sessions, and neither can
 learn the other's exists. A page lost between actions (its browser died, its renderer
-crashed, it closed itself, or the session was closed idle) is told once, as ``session_lost``,
-by the next action naming it; the session is dropped then and the name is free.
+crashed, it closed itself, or the session was closed idle or by an action that ran out of
+time) is told once, as ``session_lost``, by the next action naming it; the session is
+dropped then and the name is free.
 Caps: ``max_sessions`` overall and ``max_sessions_per_peer``, checked before any page opens;
 actions without SESSION have their own per-peer cap (``OneShots``).
 """
@@ -37,9 +38,10 @@ from .pages import PageSet, close_pages, open_pages
 SESSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _REAP_FLOOR_S = 1.0  # the reaper never wakes more often than this
 _SCOPE = ("browser",)
-# Names of idle-closed sessions kept to tell their next action: 64 times the default overall
-# cap of sessions; past it the oldest is forgotten (and its name simply opens afresh).
-_REAPED_KEPT = 1024
+# Names of sessions closed idle or by a timed-out action, kept to tell their next action: 64
+# times the default overall cap of sessions; past it the oldest is forgotten (and its name
+# simply opens afresh).
+_UNTOLD_KEPT = 1024
 Key = tuple[str, str]  # (owner, name): names are per owner
 
 
@@ -87,7 +89,8 @@ class SessionTable:
         self.clock = clock or trio.current_time
         self.sessions: dict[Key, Session] = {}
         self._opening: set[Key] = set()  # while their contexts open
-        self._reaped: dict[Key, None] = {}  # idle-closed, not yet told (insertion order)
+        # Closed idle or by a timed-out action, not yet told (insertion order).
+        self._untold: dict[Key, None] = {}
         self.closed_idle = 0
         self.changed = trio.Event()  # set when a session opens: the reaper recomputes its sleep
 
@@ -114,14 +117,14 @@ class SessionTable:
         """``owner``'s session ``name`` (made now if new), locked for one action.
 
         Raises OpError(session_lost) once when its page went since its last action, or it
-        was closed idle (the session is dropped: the next action under the name makes a new
-        one),
+        was closed idle or by a timed-out action (the session is dropped: the next action
+        under the name makes a new one),
         OpError(too_many_sessions) past a cap, BrowserUnavailable when Chromium cannot
         start. An action that runs out of time or is cancelled closes the session, since its
         page may still spin; one that fails otherwise leaves it as it is."""
         key = (owner, name)
-        if key in self._reaped and key not in self.sessions:
-            del self._reaped[key]
+        if key in self._untold and key not in self.sessions:
+            del self._untold[key]
             raise OpError(ErrorCode.SESSION_LOST, name, scope=_SCOPE)
         session = self.sessions.get(key) or await self._open(key, config, guard)
         async with session.lock:
@@ -131,8 +134,10 @@ class SessionTable:
             try:
                 yield session
             except BaseException as exc:
-                if timed_out(exc):
-                    await self._discard(key, session)
+                # Its reply names the timeout, not the page's loss: the next action under
+                # the name hears session_lost, never an OK on a new, empty page.
+                if timed_out(exc) and await self._discard(key, session):
+                    self._remember_untold(key)
                 raise
             finally:
                 session.last_used = self.clock()
@@ -180,6 +185,7 @@ class SessionTable:
             self._opening.discard(key)
         session = Session(key[1], key[0], pages, self.clock())
         self.sessions[key] = session
+        self._untold.pop(key, None)  # a new session under the name: its loss is moot
         self.changed.set()
         return session
 
@@ -209,15 +215,15 @@ class SessionTable:
             if left <= 0:
                 if await self._discard(key, session):
                     self.closed_idle += 1
-                    self._remember_reaped(key)
+                    self._remember_untold(key)
             else:
                 next_s = min(next_s, left)
         return next_s
 
-    def _remember_reaped(self, key: Key) -> None:
-        self._reaped[key] = None
-        while len(self._reaped) > _REAPED_KEPT:
-            del self._reaped[next(iter(self._reaped))]
+    def _remember_untold(self, key: Key) -> None:
+        self._untold[key] = None
+        while len(self._untold) > _UNTOLD_KEPT:
+            del self._untold[next(iter(self._untold))]
 
     async def serve_reaper(
         self,

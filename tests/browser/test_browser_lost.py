@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.net import GuardConfig
 from protocol import Status
 from specialists.browser.canvas import LocalCanvas
 from specialists.browser.config import BrowserConfig
@@ -96,8 +97,8 @@ async def test_a_page_that_allocates_without_bound_crashes_alone(
 
 
 @pytest.mark.slow
-async def test_a_spinning_page_times_out_and_its_session_next_action_works(
-    dispatcher: Dispatcher, origin: Origin
+async def test_a_spinning_page_times_out_and_its_session_is_told_lost_once_then_works(
+    dispatcher: Dispatcher, services: BrowserServices, origin: Origin
 ) -> None:
     session = ("SESSION", "spin")
     url = serve(origin, "/spin", SPIN)
@@ -105,9 +106,38 @@ async def test_a_spinning_page_times_out_and_its_session_next_action_works(
         dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session, ("TIMEOUT_MS", "3000")
     )
     assert error(hung) in TIMED_OUT
+    assert services.sessions.count() == 0  # its page closed: it may still spin
+    # The timeout's reply named the timeout: the next action hears the loss, never an OK on
+    # a new, empty page.
+    assert error(await run(dispatcher, ("ACTION", "extract"), session)) == "session_lost:spin"
     form = serve(origin, "/form", FORM)
     after = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", form), session)
     assert (after.status, after.get("TITLE")) == (Status.OK, "Form"), after
+
+
+@pytest.mark.slow
+async def test_a_session_made_again_under_a_timed_out_name_is_not_told_lost(
+    dispatcher: Dispatcher,
+    services: BrowserServices,
+    origin: Origin,
+    guard: GuardConfig,
+    browser_settings: BrowserConfig,
+) -> None:
+    """A saved login (STATE) opens a session under the name before any action heard the
+    timeout's loss: that loss is moot, and the new session's actions run on it."""
+    session = ("SESSION", "spin")
+    url = serve(origin, "/spin", SPIN)
+    hung = await run(
+        dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session, ("TIMEOUT_MS", "3000")
+    )
+    assert error(hung) in TIMED_OUT
+    await services.sessions.open_with_state("spin", "uid:1000", browser_settings, guard, {})
+    form = serve(origin, "/form", FORM)
+    after = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", form), session)
+    assert (after.status, after.get("TITLE")) == (Status.OK, "Form"), after
+    assert (await run(dispatcher, ("ACTION", "close"), session)).status is Status.OK
+    fresh = await run(dispatcher, ("ACTION", "extract"), session)  # closed by its client
+    assert (fresh.status, fresh.get("URL")) == (Status.OK, "about:blank"), fresh
 
 
 @pytest.mark.slow
