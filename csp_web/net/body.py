@@ -217,7 +217,8 @@ class _Body:
 
     def judge(self, head: bytes, *, final: bool) -> None:
         """Settle the cap when ``larger`` applies given ``head`` (or when ``final``: the head
-        is all there will be to judge by); once settled, hold the declared length to it."""
+        is all there will be to judge by); hold the declared length to the settled cap, or
+        before that to the larger of the two."""
         larger = self.larger
         if larger is not None and larger.applies(self.media_type, self.url, head):
             self.max_bytes, self.name = larger.max_bytes, larger.name
@@ -225,7 +226,10 @@ class _Body:
             self.larger = None
         elif final:
             self.larger = None
-        if self.larger is None and self.declared > self.max_bytes:
+        # Unsettled, a length past every cap is refused now, not once a stalled origin's
+        # head (or the deadline) settles which cap applies.
+        cap = self.max_bytes if self.larger is None else max(self.max_bytes, self.larger.max_bytes)
+        if self.declared > cap:
             raise OpError(ErrorCode.TOO_LARGE, self.name)
 
     def receive(self, chunk: bytes) -> None:

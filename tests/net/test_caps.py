@@ -175,3 +175,31 @@ async def test_a_body_the_larger_cap_does_not_apply_to_keeps_the_guard_s_caps(
 ) -> None:
     over = _serve_gzip(origin, "/page", "text/html", b"<p>" + b"a" * 1_000_000)
     assert await too_large(client, over, larger_body=LARGER) == "max_decoded_bytes"  # type: ignore[arg-type]
+
+
+def _serve_declared(origin: Origin, path: str, declared: int, sent: bytes) -> str:
+    """A body of octet-stream (the larger cap unsettled until its head) declaring ``declared``
+    bytes, of which only ``sent`` arrive: then the origin stalls, never closing."""
+    head = (
+        f"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: {declared}"
+    )
+    raw = (head.encode() + b"\r\n\r\n" + sent, b"")
+    origin.routes[path] = lambda _seen: Reply(raw=raw, hold_body=trio.Event())
+    return origin.url("origin.test", path)
+
+
+async def test_a_declared_length_past_every_cap_is_refused_before_the_head_settles_which(
+    client: GuardedClient, origin: Origin
+) -> None:
+    """Past the larger cap too, a declared length is too large whichever cap applies: refused
+    at once, not at the deadline of an origin that sent a few bytes and stalled."""
+    over = _serve_declared(origin, "/over", LARGER.max_bytes + 1, b"%PDF-1.7")
+    assert await too_large(client, over, larger_body=LARGER) == "max_body_bytes"  # type: ignore[arg-type]
+    body = b"%PDF-" + b"a" * (LARGER.max_bytes - 5)
+    at = origin.url("origin.test", "/at")
+    origin.routes["/at"] = lambda _seen: Reply(
+        headers=[("content-type", "application/octet-stream")], body=body
+    )
+    with trio.fail_after(WAIT_S):
+        result = await client.fetch(at, larger_body=LARGER)
+    assert len(result.body) == LARGER.max_bytes  # at the cap, declared: judged by its head
