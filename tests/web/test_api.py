@@ -269,6 +269,10 @@ async def test_base_url_with_a_path_keeps_calls_under_it(
         "PROXY-AUTHORIZATION:x",
         "no colon here",
         "Bad Name:x",
+        "X-A: b\r\nX-Injected: 1",
+        "X-A: b\nX-Injected: 1",
+        "X-A: nul\x00",
+        "X-A: caf\u00e9",
     ],
 )
 async def test_headers_may_not_carry_credentials_or_routing(

@@ -62,6 +62,9 @@ SUMMARY_MAX_CHARS = 300  # seed 000's snippet size, for an error's message
 # GitHub's advice when a rate-limited answer names no time: wait at least a minute.
 DEFAULT_PAUSE_S = 60.0
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 §5.6.2 header name
+# A value as sent: visible ASCII, spaces and tabs (RFC 9110 §5.5, without obs-text, which
+# httpx would not encode): a CR or LF would split it into a header of the client's making.
+_VALUE = re.compile(r"[\t\x20-\x7e]*")
 # Headers a caller may not set: identity, routing, framing; the API's auth header joins them.
 _REFUSED_HEADERS = frozenset(
     {
@@ -179,6 +182,10 @@ def _headers(lines: list[str], api_config: ApiConfig) -> tuple[tuple[str, str], 
         name, value = name.strip(), value.strip()
         if not sep or not _TOKEN.fullmatch(name):
             raise FieldError(ErrorCode.INVALID_FIELD, "HEADERS must be Name:value")
+        if not _VALUE.fullmatch(value):
+            raise FieldError(
+                ErrorCode.INVALID_FIELD, f"HEADERS {name}: value must be visible ASCII"
+            )
         if name.lower() in refused:
             raise FieldError(ErrorCode.INVALID_FIELD, f"HEADERS may not set {name}")
         headers.append((name, value))
