@@ -23,6 +23,13 @@ from .refs import RefBook, RefStale
 
 # The schemes a popup may show; anything else (file:, chrome:, data:, javascript:) is closed.
 _WEB_SCHEMES = ("https:", "http:", "about:blank")
+# What Playwright's count() says of a SELECTOR that does not parse (its own CSS parser; the
+# page's querySelectorAll or evaluate): the client's field, not the action, failed.
+_SELECTOR_SYNTAX = (
+    "while parsing css selector",
+    "is not a valid selector",
+    "is not a valid XPath expression",
+)
 
 
 class ActionError(Exception):
@@ -234,7 +241,13 @@ async def locate(pages: PageSet, target: Target) -> Any:
     if target.ref is not None:
         return await _locate_ref(pages, target.ref)
     locator = pages.page.locator(_engine_selector(target.name))
-    if await locator.count() == 0:
+    try:
+        found = await locator.count()
+    except Exception as exc:
+        if not any(text in str(exc) for text in _SELECTOR_SYNTAX):
+            raise
+        raise ActionError(ErrorCode.INVALID_FIELD, "SELECTOR is not a valid selector") from None
+    if found == 0:
         raise ActionError(ErrorCode.SELECTOR_NOT_FOUND, target.name)
     return locator.first
 

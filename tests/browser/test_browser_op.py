@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import trio
 
 from csp_web.core.api.context import Peer
@@ -187,6 +188,21 @@ async def test_a_selector_matching_nothing_is_selector_not_found_for_every_actio
         assert error(reply) == "selector_not_found:css:#nope", action
     xpath = await run(dispatcher, ("ACTION", "click"), ("SELECTOR", "xpath://nav"), session)
     assert error(xpath) == "selector_not_found:xpath://nav"
+
+
+@pytest.mark.parametrize(
+    "selector", ['css:#head"]', "css:p[", "css::nosuch(p)", "xpath://p[", "xpath:)("]
+)
+async def test_a_selector_that_does_not_parse_is_invalid_field_for_every_action(
+    dispatcher: Dispatcher, origin: Origin, selector: str
+) -> None:
+    """The client's field failed, not the action: no Playwright internals in the detail."""
+    _, session = await open_session(dispatcher, origin, "bad")
+    for action, extra in (("click", ()), ("extract", ()), ("wait", ())):
+        reply = await run(dispatcher, ("ACTION", action), ("SELECTOR", selector), *extra, session)
+        assert error(reply) == "invalid_field:SELECTOR is not a valid selector", (action, reply)
+    kept = await run(dispatcher, ("ACTION", "extract"), ("SELECTOR", "css:#head"), session)
+    assert kept.get("CONTENT") == "Hello form", kept  # the session is as it was
 
 
 async def test_screenshot_writes_a_png_into_the_private_media_folder(
