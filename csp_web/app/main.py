@@ -37,7 +37,7 @@ from csp_web.config.load import complete_sections, load_config, serving_socket
 from csp_web.core.api import extras
 from csp_web.core.api.logs import setup_logging
 from csp_web.core.transports.unix import SocketSetupError
-from specialists.tool.config import workspace_overlaps
+from specialists.tool.config import workspace_overlaps, workspace_unwritable
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ok: {args.path or os.environ.get('CSP_WEB_CONFIG') or 'built-in defaults'}")
         for root, path in workspace_overlaps(config):
             print(f"note: tool.exec.workspace_roots: {root} overlaps {path}: read-only there")
+        for unwritable in workspace_unwritable(config):
+            print(f"note: tool.exec.workspace_roots: {unwritable}")
         return EXIT_OK
     as_json = getattr(args, "log_json", False) or config.daemon.log_json
     level = config.daemon.log_level

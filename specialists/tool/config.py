@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from csp_web.config import Config, daemon_inputs, expand_protected, section_of
 from csp_web.cron.config import CronConfig
+from specialists.tool.exec._access import RunAs, may_write
 from specialists.tool.exec.config import ExecConfig, overlaps
 from specialists.tool.mcp.config import McpConfig
 
@@ -35,6 +36,23 @@ def protected_paths(config: Config) -> tuple[str, ...]:
     """``tool.exec.protected_paths`` (``~`` expanded) and every daemon input, deduplicated."""
     own = tool_section(config).exec.protected_paths
     return expand_protected((*own, *daemon_inputs(config)))
+
+
+def workspace_unwritable(config: Config, *, euid: int | None = None) -> list[str]:
+    """What to say of each workspace root commands cannot write to: a root daemon (``euid``,
+    this process's by default) runs them as ``run_as_uid``/``run_as_gid``, so a root must be
+    that user's to write. None for a daemon that is not root: commands run as it.
+    check-config notes each, and the daemon warns of each at start."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return []
+    exec_config = tool_section(config).exec
+    run_as = RunAs(exec_config.run_as_uid, exec_config.run_as_gid)
+    return [
+        f"{root} is not writable by uid {run_as.uid}, which commands run as under a root"
+        f" daemon: chown {run_as.uid}:{run_as.gid} {root}"
+        for root in exec_config.workspace_roots
+        if not may_write(root, run_as)
+    ]
 
 
 def workspace_overlaps(config: Config) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ from csp_web.infra.redis_link import RedisLink
 from csp_web.net import parse_proxy
 from csp_web.net.guard_proxy import GuardProxy
 from protocol import ErrorCode
-from specialists.tool.config import protected_paths, tool_section
+from specialists.tool.config import protected_paths, tool_section, workspace_unwritable
 from specialists.tool.exec.config import ExecConfig
 
 from .exec import (
@@ -135,6 +135,8 @@ async def open_exec_services(
         )
     else:
         log.info("exec limits: %s under %s", sandbox.limits, sandbox.cgroup.memory_dir)
+    for unwritable in workspace_unwritable(config):
+        log.warning("tool.exec.workspace_roots: %s", unwritable)
     directory = os.path.join(config.cache_dir, "exec")
     async with open_response_cache(
         directory,

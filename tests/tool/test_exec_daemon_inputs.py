@@ -27,7 +27,7 @@ from csp_web.config.errors import ConfigError
 from protocol import Status, Task
 from specialists.browser.config import BrowserConfig
 from specialists.node.config import NodesConfig, NodeTlsConfig
-from specialists.tool.config import ToolConfig, workspace_overlaps
+from specialists.tool.config import ToolConfig, workspace_overlaps, workspace_unwritable
 from specialists.tool.exec.config import ExecConfig
 from specialists.tool.mcp.config import McpConfig, StdioServerConfig
 from tests.conftest import wait_until
@@ -128,7 +128,56 @@ def test_check_config_names_each_protected_path_a_workspace_root_holds(
     for protected in (path, f"{home}/", f"{home}/.bashrc", f"{home}/.config/"):
         line = f"note: tool.exec.workspace_roots: {home} overlaps {protected}: read-only there"
         assert line in notes
-    assert len(notes) == len(workspace_overlaps(load_config(path)))
+    overlapping = [note for note in notes if " overlaps " in note]
+    assert len(overlapping) == len(workspace_overlaps(load_config(path)))
+
+
+def _workspace_config(root: str, *, run_as: int = NOBODY) -> Config:
+    exec_config = ExecConfig(workspace_roots=(root,), run_as_uid=run_as, run_as_gid=run_as)
+    return with_section(Config(), "tool", ToolConfig(exec=exec_config))
+
+
+@pytest.mark.parametrize(
+    ("owner", "mode", "writable"),
+    [
+        (0, 0o755, False),  # root's: commands (nobody) could only read it
+        (0, 0o777, True),
+        (0, 0o773, True),  # other: w and x are what a new file needs
+        (0, 0o775, False),
+        (NOBODY, 0o755, True),
+        (NOBODY, 0o555, False),
+    ],
+)
+def test_a_root_daemon_names_each_workspace_root_its_commands_cannot_write(
+    owner: int, mode: int, writable: bool
+) -> None:
+    if not IS_ROOT:
+        pytest.skip("chowns a directory to nobody (run as root, as CI does)")
+    with scratch_dir(owner=owner, mode=mode) as root:
+        said = workspace_unwritable(_workspace_config(root), euid=0)
+        assert said == ([] if writable else [f"{root} {UNWRITABLE_TAIL} {root}"])
+        assert workspace_unwritable(_workspace_config(root), euid=1000) == []  # runs as itself
+
+
+def test_check_config_notes_a_workspace_root_commands_cannot_write(tmp_path: Path) -> None:
+    if not IS_ROOT:
+        pytest.skip("only a root daemon switches commands to run_as_uid")
+    with scratch_dir(owner=0) as root:
+        path = tmp_path / "config.yaml"
+        path.write_text(_config_text(root, str(tmp_path / "state")))
+        argv = [sys.executable, "-m", "csp_web", "check-config", str(path)]
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=True)
+        note = f"note: tool.exec.workspace_roots: {root} {UNWRITABLE_TAIL} {root}"
+        assert note in done.stdout.decode().splitlines()
+        os.chown(root, NOBODY, NOBODY)
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=True)
+        assert "not writable" not in done.stdout.decode()
+
+
+UNWRITABLE_TAIL = (
+    f"is not writable by uid {NOBODY}, which commands run as under a root daemon:"
+    f" chown {NOBODY}:{NOBODY}"
+)
 
 
 def _config_text(home: str, state: str, *, clients: tuple[int, ...] = ()) -> str:

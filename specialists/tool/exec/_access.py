@@ -52,6 +52,22 @@ def may_search(directory: str, run_as: RunAs | None) -> bool:
     return True
 
 
+def may_write(directory: str, run_as: RunAs) -> bool:
+    """True if ``run_as`` may enter ``directory`` and make files in it (its own bits only:
+    w and x for the class ``run_as`` falls in)."""
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return False
+    if info.st_uid == run_as.uid:
+        wanted = stat.S_IWUSR | stat.S_IXUSR
+    elif info.st_gid == run_as.gid:
+        wanted = stat.S_IWGRP | stat.S_IXGRP
+    else:
+        wanted = stat.S_IWOTH | stat.S_IXOTH
+    return stat.S_ISDIR(info.st_mode) and info.st_mode & wanted == wanted
+
+
 def _ancestors(path: str) -> list[str]:
     parents = []
     while path != os.path.dirname(path):
