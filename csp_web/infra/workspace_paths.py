@@ -13,7 +13,9 @@ sandbox (browser ``upload PATH``, web ``write_file``): one set of checks, in one
 
 ``open_directory`` then opens the checked directory one component at a time from its root
 without following a symlink, so a symlink swapped in after the check cannot lead the caller
-out; the caller opens the file in it by descriptor with ``O_NOFOLLOW``.
+out. The caller opens the file in it by descriptor with ``O_NOFOLLOW`` and ``O_NONBLOCK`` (a
+FIFO must not hold the open) and refuses what ``fstat`` says is not a regular file, or never
+opens the client's name at all (web ``write_file`` writes a new file and renames it there).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class WorkspacePath:
 
     def denied(self) -> OpError:
         return OpError(ErrorCode.PERMISSION_DENIED, self.shown, scope=self.scope)
+
+    def too_long(self) -> OpError:
+        """ENAMETOOLONG: the client's mistake, not a permission (a name past 255 bytes)."""
+        return OpError(ErrorCode.INVALID_FIELD, "PATH has a name too long for its file system")
 
 
 def check_path(
@@ -94,6 +100,8 @@ def open_directory(place: WorkspacePath) -> int:
         os.close(fd)
         if exc.errno == errno.ENOENT:
             raise OpError(ErrorCode.INVALID_FIELD, "PATH's directory does not exist") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise place.too_long() from None
         raise place.denied() from None
     return fd
 

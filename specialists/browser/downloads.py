@@ -328,7 +328,8 @@ def content_type(name: str, head: bytes) -> str:
 def read_capped(path: str, cap: int) -> bytes:
     """The file's bytes, read once (a regular file, not followed through a symlink, at most
     ``cap`` bytes, else too_large). Blocking: run it in a thread."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK: a FIFO in the downloads folder fails the type check below, never holds the open.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as held:
         info = os.fstat(held.fileno())
         if not stat.S_ISREG(info.st_mode):

@@ -298,16 +298,18 @@ class StateStore:
 def _read_key(path: str) -> bytes:
     """The key at ``path``; FileNotFoundError when there is none yet."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        # O_NONBLOCK, and the type checked before a read: a FIFO put in the key's place
+        # must not hold a thread the op cannot cancel.
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise OpError(ErrorCode.STATE_UNREADABLE, "the states key cannot be read") from exc
     with os.fdopen(fd, "rb") as held:
         info = os.fstat(held.fileno())
+        if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077:
+            raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is not private")
         key = held.read(_KEY_BYTES + 1)
-    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077:
-        raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is not private")
     if len(key) != _KEY_BYTES:
         raise OpError(ErrorCode.STATE_UNREADABLE, "the states key is damaged")
     return key

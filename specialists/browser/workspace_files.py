@@ -4,12 +4,13 @@ The path is checked and its directory opened as for every op that touches a work
 (``csp_web.infra.workspace_paths``: roots, masks, /proc, /sys, /dev, no symlink on the way).
 The file is opened in it with ``O_NOFOLLOW`` (a symlink, even one pointing inside, is
 ``permission_denied``) and ``O_NONBLOCK`` (a FIFO cannot hold the open); only a regular file
-is read (a directory, device or FIFO is ``invalid_field``), and no more than ``max_bytes`` of
-it (``too_large``).
+is read (a directory, device or FIFO is ``invalid_field``, as is a name too long), and no
+more than ``max_bytes`` of it (``too_large``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -40,7 +41,9 @@ def _read_at(dir_fd: int, place: WorkspacePath, max_bytes: int) -> bytes:
         fd = os.open(place.name, _FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise OpError(ErrorCode.INVALID_FIELD, "PATH does not exist") from None
-    except OSError:  # ELOOP: the name is a symlink; EACCES, ENXIO and the like
+    except OSError as exc:  # ELOOP: the name is a symlink; EACCES, ENXIO and the like
+        if exc.errno == errno.ENAMETOOLONG:
+            raise place.too_long() from None
         raise place.denied() from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

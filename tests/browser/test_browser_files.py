@@ -94,6 +94,12 @@ def test_paths_that_leave_the_root_or_are_no_regular_file_are_refused(
     assert _refusal([], str(workspace / "cv.txt")) is ErrorCode.NOT_AVAILABLE
 
 
+def test_a_name_too_long_for_the_file_system_is_invalid_field(workspace: Path) -> None:
+    roots = [str(workspace)]
+    assert _refusal(roots, str(workspace / ("n" * 256))) is ErrorCode.INVALID_FIELD
+    assert _refusal(roots, str(workspace / ("d" * 256) / "cv.txt")) is ErrorCode.INVALID_FIELD
+
+
 def test_a_device_under_a_root_is_not_read(tmp_path: Path) -> None:
     assert _refusal(["/dev"], "/dev/zero") is ErrorCode.PERMISSION_DENIED  # /dev: never a file
 

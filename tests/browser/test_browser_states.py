@@ -291,6 +291,34 @@ def test_the_key_is_made_once_private_and_a_foreign_key_reads_nothing(tmp_path: 
     assert foreign.value.code is ErrorCode.STATE_UNREADABLE
 
 
+def test_a_fifo_in_the_keys_place_is_refused_at_once_not_waited_on(tmp_path: str) -> None:
+    folder = os.path.join(str(tmp_path), "states")
+    store = StateStore(folder)
+    store.save("uid:1", "a", b"{}", LIMITS)
+    key_path = os.path.join(folder, "key")
+    os.unlink(key_path)
+    os.mkfifo(key_path, 0o600)
+    writer = os.open(key_path, os.O_RDWR)  # a writer that never writes: a read would wait
+    rescued: list[bool] = []
+
+    def rescue() -> None:  # a regression fails the test at 5 s instead of hanging it
+        rescued.append(True)
+        os.close(writer)
+
+    timer = threading.Timer(5.0, rescue)
+    timer.start()
+    try:
+        with pytest.raises(OpError) as refused:
+            store.load("uid:1", "a", LIMITS)
+    finally:
+        timer.cancel()
+        timer.join()
+        if not rescued:
+            os.close(writer)
+    assert refused.value.code is ErrorCode.STATE_UNREADABLE
+    assert rescued == []
+
+
 @pytest.fixture
 def browser_settings(browser_config: BrowserConfig) -> BrowserConfig:
     return replace(browser_config, max_states_per_peer=4)

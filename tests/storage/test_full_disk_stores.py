@@ -6,6 +6,7 @@ leaves nothing half-written behind."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,14 @@ from csp_web.core.api.context import Peer
 from csp_web.core.api.errors import StorageFull
 from csp_web.core.daemon.statedir import hold_state_dir, served_socket
 from csp_web.infra.cache import open_cache
+from csp_web.infra.workspace_paths import check_path
 from csp_web.sink.server import MemorySink, open_memory_sink
 from protocol import Reply, Status, Task
 from specialists.browser.media import MediaStore
 from specialists.node.results import save_media
 from specialists.node.store import NodeStore
 from specialists.node.wire import Hello, MediaInfo
+from specialists.web.docs.workspace import write_file
 from tests.storage.conftest import Tmpfs
 
 
@@ -121,6 +124,27 @@ def test_a_node_capture_on_a_full_disk_is_storage_full_and_leaves_no_file(tmpfs:
         save_media(folder, "lab1", "t-1", info, b"\x89PNG" * 100_000)
     assert raised.value.wire_text == "storage_full:media"
     assert os.listdir(folder) == []
+
+
+def test_write_file_on_a_full_disk_is_storage_full_and_leaves_path_as_it_was(
+    tmpfs: Tmpfs,
+) -> None:
+    """web write_file into a workspace root on a full disk: storage_full:workspace, the old
+    file kept whole and no temporary file left behind."""
+    workspace = os.path.join(tmpfs.path, "ws")
+    os.mkdir(workspace)
+    path = Path(workspace, "notes.md")
+    path.write_text("old")
+    target = check_path([workspace], str(path), masked=(), user="write_file")
+    tmpfs.fill()
+    for overwrite in (True, False):
+        name = path if overwrite else path.with_name("new.md")
+        place = replace(target, name=name.name)
+        with pytest.raises(StorageFull) as raised:
+            write_file(place, b"x" * 200_000, max_bytes=1 << 20, overwrite=overwrite)
+        assert raised.value.wire_text == "storage_full:workspace"
+    assert sorted(os.listdir(workspace)) == ["notes.md"]
+    assert path.read_text() == "old"
 
 
 def test_pairing_on_a_full_disk_is_storage_full_and_pairs_nothing(tmpfs: Tmpfs) -> None:

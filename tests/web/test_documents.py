@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -494,6 +495,124 @@ async def test_write_file_refuses_execs_masked_paths_and_kernel_dirs_under_the_r
     assert reply.status is Status.OK
     assert fine.read_text() == MARKDOWN
     assert os.listdir(secrets) == []
+
+
+OVERWRITE = ("OVERWRITE", "true")
+NOT_A_FILE = "invalid_field:PATH is not a regular file"
+TOO_LONG = "invalid_field:PATH has a name too long for its file system"
+
+
+async def fetched_key(docs: Dispatcher, origin: Origin) -> str:
+    key = (await ask(docs, "fetch", "CONTENT", ("URL", serve(origin, "/tides", ARTICLE)))).get(
+        "FILE_KEY"
+    )
+    assert key is not None
+    return key
+
+
+async def write_over(docs: Dispatcher, key: str, path: Path) -> Reply:
+    """write_file with OVERWRITE true; a FIFO that held the write's open (the bug: openat waits
+    for a reader in a thread nothing can cancel) is opened for reading at WAIT_S, so a
+    regression fails the test instead of hanging it."""
+
+    async def free_a_held_fifo() -> None:
+        await trio.sleep(WAIT_S)
+        if stat.S_ISFIFO(os.lstat(path).st_mode):
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(free_a_held_fifo)
+        with trio.fail_after(WAIT_S / 2):
+            reply = await ask(
+                docs, "write_file", "PATH", ("FILE_KEY", key), ("PATH", str(path)), OVERWRITE
+            )
+        nursery.cancel_scope.cancel()
+    return reply
+
+
+async def test_write_file_onto_a_fifo_without_a_reader_fails_at_once(
+    docs: Dispatcher, origin: Origin, workspace: Path
+) -> None:
+    key = await fetched_key(docs, origin)
+    fifo = workspace / "fifo"
+    os.mkfifo(fifo)
+    reply = await write_over(docs, key, fifo)
+    assert reply.get("ERROR") == NOT_A_FILE
+    plain = await ask(docs, "write_file", "PATH", ("FILE_KEY", key), ("PATH", str(fifo)))
+    assert plain.get("ERROR") == f"file_exists:{fifo}"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert os.listdir(workspace) == ["fifo"]
+
+
+async def test_write_file_onto_a_fifo_with_a_reader_fails_and_writes_nothing_to_it(
+    docs: Dispatcher, origin: Origin, workspace: Path
+) -> None:
+    key = await fetched_key(docs, origin)
+    fifo = workspace / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        reply = await write_over(docs, key, fifo)
+        try:
+            got = os.read(reader, 1 << 16)
+        except BlockingIOError:  # a writer still holds it open, with nothing written
+            got = b""
+    finally:
+        os.close(reader)
+    assert reply.get("ERROR") == NOT_A_FILE
+    assert got == b""
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+async def test_write_file_onto_a_character_device_is_refused(
+    docs: Dispatcher, origin: Origin, workspace: Path
+) -> None:
+    device = workspace / "null"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    except PermissionError:
+        pytest.skip("mknod needs CAP_MKNOD")
+    key = await fetched_key(docs, origin)
+    reply = await write_over(docs, key, device)
+    assert reply.get("ERROR") == NOT_A_FILE
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+async def test_write_file_over_a_hard_link_leaves_the_file_outside_the_root_unchanged(
+    docs: Dispatcher, origin: Origin, workspace: Path, tmp_path: Path
+) -> None:
+    """The write replaces the name in the root; the outside name keeps the old file. The
+    new file keeps the old one's permission bits, as writing it in place did."""
+    key = await fetched_key(docs, origin)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside")
+    outside.chmod(0o600)
+    inside = workspace / "hardlink"
+    os.link(outside, inside)
+    reply = await write_over(docs, key, inside)
+    assert reply.status is Status.OK
+    assert outside.read_text() == "outside"
+    assert inside.read_text() == MARKDOWN
+    assert stat.S_IMODE(inside.stat().st_mode) == 0o600
+    assert os.listdir(workspace) == ["hardlink"]
+
+
+async def test_write_file_takes_a_255_byte_name_and_refuses_a_longer_one_as_invalid_field(
+    docs: Dispatcher, origin: Origin, workspace: Path
+) -> None:
+    key = await fetched_key(docs, origin)
+
+    async def write(path: Path, *more: tuple[str, str]) -> str | None:
+        reply = await ask(docs, "write_file", "PATH", ("FILE_KEY", key), ("PATH", str(path)), *more)
+        return reply.get("ERROR")
+
+    longest = workspace / ("n" * 255)
+    assert await write(longest) is None
+    assert await write(workspace / ("n" * 256)) == TOO_LONG
+    assert await write(workspace / ("n" * 300), OVERWRITE) == TOO_LONG
+    assert await write(workspace / ("d" * 256) / "a.md") == TOO_LONG
+    assert longest.read_text() == MARKDOWN
+    assert os.listdir(workspace) == [longest.name]  # no temporary file left by a failure
 
 
 # --- the main flow over the daemon's connection loop --------------------------------------

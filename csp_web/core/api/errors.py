@@ -62,7 +62,8 @@ class Busy(OpError):
 
 class StorageFull(OpError):
     """A write to one of the daemon's stores failed for want of space: ``which`` is
-    ``outbox``, ``cache``, ``memory``, ``media`` or ``state``, the ERROR line's detail."""
+    ``outbox``, ``cache``, ``memory``, ``media``, ``state`` or ``workspace`` (web write_file),
+    the ERROR line's detail."""
 
     def __init__(self, which: str) -> None:
         super().__init__(ErrorCode.STORAGE_FULL, which)

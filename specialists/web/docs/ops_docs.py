@@ -301,9 +301,18 @@ OPS: list[Op[WebServices]] = [
         (
             FILE_KEY,
             FieldSpec(
-                "PATH", required=True, doc="an absolute path under tool.exec.workspace_roots"
+                "PATH",
+                required=True,
+                doc="an absolute path under tool.exec.workspace_roots: a new name, or with"
+                " OVERWRITE a regular file (a symlink, directory, FIFO, device or socket"
+                " is refused)",
             ),
-            FieldSpec("OVERWRITE", "bool", default=False, doc="replace an existing file"),
+            FieldSpec(
+                "OVERWRITE",
+                "bool",
+                default=False,
+                doc="replace an existing file (renamed over: another hard link keeps the old)",
+            ),
         ),
         replies=WRITE_FILE_REPLIES,
         example=WRITE_FILE_EXAMPLE,

@@ -2,51 +2,126 @@
 
 The path is checked and its directory opened as for every op that touches a workspace file
 (``csp_web.infra.workspace_paths``: roots, exec's masked paths and the daemon's own files,
-/proc, /sys, /dev, no symlink on the way), and the file is created in it by descriptor with
-``O_NOFOLLOW``: a symlink swapped in after the check cannot lead the write out of the root.
-An existing file is ``file_exists`` unless OVERWRITE; content past ``cabinet.max_file_bytes``
-is ``too_large``.
+/proc, /sys, /dev, no symlink on the way). The client's PATH is never opened: the content is
+written to a new temporary file in the same directory (``O_CREAT|O_EXCL``, so it is a fresh
+regular file, never a FIFO, device or link someone put there) and then put in PATH's place by
+name. Opening PATH itself could hang on a FIFO with no reader (openat waits for a partner and a
+thread cannot be cancelled) and would write through a hard link into a file outside the root.
+
+- without OVERWRITE the temporary file is linked to PATH: ``linkat`` never replaces an
+  existing name, so an existing PATH (whatever it is) is ``file_exists`` with no race;
+- with OVERWRITE, an existing PATH must be a regular file the daemon may write: a symlink is
+  ``permission_denied``, a directory or any other non-file (FIFO, device, socket)
+  ``invalid_field``; the temporary file takes its permission bits (and its owner, where the
+  daemon may give it) and is renamed onto it, atomically: a reader sees the old content or
+  the new, and another hard link to the old file keeps the old content.
+
+A new file is ``FILE_MODE`` less the umask, as ``open(O_CREAT)`` made it before. A failed write
+leaves no temporary file behind and PATH as it was. Content past ``cabinet.max_file_bytes`` is
+``too_large``; a name longer than the file system allows is ``invalid_field``; a full disk or
+quota is ``storage_full:workspace``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
+import stat
 
-from csp_web.core.api.errors import OpError
+from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.storage import is_storage_full
 from csp_web.infra.workspace_paths import WorkspacePath, open_directory
 from protocol import ErrorCode
 
 FILE_MODE = 0o644
+# O_NONBLOCK is moot for a file O_EXCL just made; it is there so no open here can ever wait.
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def write_file(target: WorkspacePath, data: bytes, *, max_bytes: int, overwrite: bool) -> str:
     """Write ``data`` at ``target``; returns the file's real path. Blocking: run it in a
-    thread. Raises OpError: TOO_LARGE, FILE_EXISTS, INVALID_FIELD, PERMISSION_DENIED."""
+    thread. Raises OpError: TOO_LARGE, FILE_EXISTS, INVALID_FIELD, PERMISSION_DENIED,
+    STORAGE_FULL."""
     if len(data) > max_bytes:
         detail = f"{len(data)} bytes; cabinet.max_file_bytes is {max_bytes}"
         raise OpError(ErrorCode.TOO_LARGE, detail)
     fd = open_directory(target)
     try:
         _write_at(fd, target, data, overwrite=overwrite)
+    except OSError as exc:
+        raise _refusal(exc, target) from exc
     finally:
         os.close(fd)
     return target.path
 
 
 def _write_at(dir_fd: int, target: WorkspacePath, data: bytes, *, overwrite: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    flags |= os.O_TRUNC if overwrite else os.O_EXCL
+    old = _replaceable(dir_fd, target) if overwrite else None
+    temp = f".csp-web-write-{secrets.token_hex(8)}.tmp"  # short: PATH's name may be 255 bytes
+    fd = os.open(temp, _TEMP_FLAGS, FILE_MODE, dir_fd=dir_fd)
+    placed = False
     try:
-        fd = os.open(target.name, flags, FILE_MODE, dir_fd=dir_fd)
-    except FileExistsError:
-        raise OpError(ErrorCode.FILE_EXISTS, target.shown) from None
-    except IsADirectoryError:
-        raise OpError(ErrorCode.INVALID_FIELD, "PATH names a directory") from None
-    except OSError as exc:  # ELOOP: the name is a symlink; EACCES and the like
-        raise target.denied() from exc
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        try:
+            if old is not None:
+                _take_mode_and_owner(fd, old)
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        if overwrite:
+            os.replace(temp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            placed = True
+        else:
+            os.link(temp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
-        os.close(fd)
+        if not placed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=dir_fd)
+
+
+def _replaceable(dir_fd: int, target: WorkspacePath) -> os.stat_result | None:
+    """The existing file OVERWRITE replaces (None when there is none), or the refusal: a
+    symlink, a non-file, or a file the daemon could not have opened for writing. Renaming
+    does not follow what the check saw, so a swap after it changes only which name goes."""
+    try:
+        old = os.stat(target.name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(old.st_mode):
+        raise target.denied()
+    if stat.S_ISDIR(old.st_mode):
+        raise OpError(ErrorCode.INVALID_FIELD, "PATH names a directory")
+    if not stat.S_ISREG(old.st_mode):
+        raise OpError(ErrorCode.INVALID_FIELD, "PATH is not a regular file")
+    if not os.access(target.name, os.W_OK, dir_fd=dir_fd, effective_ids=True):
+        raise target.denied()  # as opening it O_WRONLY was before
+    return old
+
+
+def _take_mode_and_owner(fd: int, old: os.stat_result) -> None:
+    """Keep what overwriting in place kept: the permission bits (not set-id ones) and, where
+    the daemon may give it (root, or its own file), the owner."""
+    os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
+    if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, old.st_uid, old.st_gid)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _refusal(exc: OSError, target: WorkspacePath) -> OpError:
+    """The reply for an OSError of the write (the seam's table)."""
+    if is_storage_full(exc):
+        return StorageFull("workspace")
+    if exc.errno == errno.EEXIST:
+        return OpError(ErrorCode.FILE_EXISTS, target.shown)
+    if exc.errno == errno.EISDIR:  # a directory put at PATH after the check
+        return OpError(ErrorCode.INVALID_FIELD, "PATH names a directory")
+    if exc.errno == errno.ENAMETOOLONG:
+        return target.too_long()
+    return target.denied()  # EACCES, EPERM, EROFS and the like
