@@ -352,6 +352,20 @@ def _integer(spec: FieldSpec, value: str) -> int:
     return number
 
 
+def past_the_end(start: int, length: int) -> bool:
+    """Whether START ``start`` lies past a text of ``length`` characters: beyond it, or at
+    the end of a non-empty one, whose page would be an empty OK (never a silent empty OK,
+    R-2). START 0 of an empty text is its one page (the op says why it is empty)."""
+    return start > 0 and start >= length
+
+
+def check_start(start: int, length: int) -> None:
+    """Raise FieldError invalid_field when ``start`` is ``past_the_end`` of a text of
+    ``length`` characters (fetch, cabinet and the browser's snapshot page alike)."""
+    if past_the_end(start, length):
+        raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({length})")
+
+
 def parse_timeout_ms(task: Task, *, default_ms: int, max_ms: int) -> int:
     """The task's deadline in ms: TIMEOUT_MS if given (1..max_ms), else ``default_ms``."""
     values = task.get_all("TIMEOUT_MS")
