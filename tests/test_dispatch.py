@@ -51,6 +51,7 @@ async def _one(config: Config, frame: bytes) -> Reply:
         (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nMODE c\n\n", "invalid_field"),
         (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nLOUD yes\n\n", "invalid_field"),
         (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nPARAMS {nope\n\n", "invalid_field"),
+        (b'TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nPARAMS {"a":1,"a":2}\n\n', "invalid_field"),
         (b'TASK REQ:echo IN:TEST OUT:ECHO\nTEXT "  "\n\n', "invalid_field"),
         (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nID bad id\n\n", "invalid_field"),
         (b"TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nID a\nID b\n\n", "duplicate_field"),

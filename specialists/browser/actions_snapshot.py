@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
-from csp_web.core.api.fields import FieldSpec, Params, ReplyField
+from csp_web.core.api.fields import FieldSpec, Params, ReplyField, check_start
 from csp_web.core.api.replies import Result
 from protocol import ErrorCode, Field, Status
 from specialists.browser.config import BrowserConfig, browser_section
@@ -69,8 +69,7 @@ def _snapshot_reply(
 ) -> Result:
     """OK with the text; PARTIAL with NEXT_START when more follows (as fetch), or with ERROR
     too_large when the ref cap cut the snapshot itself."""
-    if start > len(taken.text):
-        raise OpError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(taken.text)})")
+    check_start(start, len(taken.text))
     text, next_start = page_of(taken.text, start, max_chars)
     fields: list[Field] = [
         ("URL", taken.url),

@@ -233,8 +233,11 @@ async def test_snapshot_pages_at_line_ends_with_next_start(
         assert reply.get("REMAINING_CHARS") == str(len(whole) - start)
     assert "".join(parts) == whole
     assert len(parts) > 2
-    beyond = await snapshot(dispatcher, ("START", str(len(whole) + 1)), session)
-    assert error(beyond) == f"invalid_field:START beyond the end ({len(whole)})"
+    last = await snapshot(dispatcher, ("START", str(len(whole) - 1)), session)
+    assert (last.status, last.get("CONTENT")) == (Status.OK, whole[-1])
+    for start in (len(whole), len(whole) + 1):  # at the end: no empty OK, as fetch
+        beyond = await snapshot(dispatcher, ("START", str(start)), session)
+        assert error(beyond) == f"invalid_field:START beyond the end ({len(whole)})"
 
 
 async def test_max_chars_and_depth_are_bounded_at_their_caps(

@@ -100,3 +100,39 @@ async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_
         assert [r["status"] for r in records] == ["OK", "OK"]
         assert records[1]["key"] == SCHEDULED_KEY
         nursery.cancel_scope.cancel()
+
+
+async def test_an_in_memory_job_a_run_would_refuse_is_refused_at_add(
+    config: Config, sink: Sink, sock_dir: str, mock_clock: trio.testing.MockClock
+) -> None:
+    """A relayed IN:MEMORY task is checked at add as each run checks it before the relay
+    (its TIMEOUT_MS and the fields every frame may carry; review: it was not checked)."""
+    socket_path = os.path.join(sock_dir, "csp.sock")
+    async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
+
+        async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
+            cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
+            memory = open_memory_path(config)
+            async with open_daemon(config, (cron_only,), memory=memory) as daemon:
+                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
+
+        await nursery.start(run_daemon)
+        async with open_client(socket_path) as client:
+            errors: list[str | None] = []
+            for extra in ("TIMEOUT_MS 0\n", "TIMEOUT_MS 5\nTIMEOUT_MS 6\n", "BUDGET x\n", ""):
+                added = await client.call(
+                    _cron(
+                        ("ACTION", "add"),
+                        ("JOB_ID", f"sweep{len(errors)}"),
+                        ("SCHEDULE", "0 3 * * *"),
+                        ("TASK", SWEEP + extra),
+                    )
+                )
+                errors.append(added.get("ERROR"))
+        assert errors[:2] == [
+            "invalid_field:TASK: invalid_field:TIMEOUT_MS below 1",
+            "invalid_field:TASK: duplicate_field:TIMEOUT_MS",
+        ]
+        assert (errors[2] or "").startswith("invalid_field:TASK: invalid_field:BUDGET "), errors
+        assert errors[3] is None  # the valid task is added
+        nursery.cancel_scope.cancel()

@@ -15,6 +15,7 @@ from csp_web.app.memory_path import outbox_path
 from csp_web.config import Config, SocketConfig
 from csp_web.core.api.context import Peer
 from csp_web.cron import store_path
+from csp_web.cron.jobs import parse_job_task
 from csp_web.memory.outbox import open_outbox
 from protocol import Connection, Field, Reply, Status, Task
 from specialists.tool.ops_cron import OPS
@@ -198,6 +199,47 @@ async def test_the_seed_frame_with_a_quoted_task_is_accepted(
         job_task = rig.cron.job("memory-daily-sweep").task
         assert job_task is not None
         assert job_task.fields == (("NOTE", "swept"),)
+
+
+PING = "TASK REQ:ping IN:SYS OUT:PONG\n"
+MAX_TIMEOUT_MS = Config().tasks.max_timeout_ms
+
+
+@pytest.mark.parametrize(
+    ("task", "error"),
+    [
+        (PING + "TIMEOUT_MS 0", "invalid_field:TIMEOUT_MS below 1"),
+        (TICK + "TIMEOUT_MS 0", "invalid_field:TIMEOUT_MS below 1"),
+        (PING + "TIMEOUT_MS abc", "invalid_field:TIMEOUT_MS must be an integer"),
+        (PING + "TIMEOUT_MS 5\nTIMEOUT_MS 6", "duplicate_field:TIMEOUT_MS"),
+        (
+            PING + f"TIMEOUT_MS {MAX_TIMEOUT_MS + 1}",
+            f"invalid_field:TIMEOUT_MS above {MAX_TIMEOUT_MS}",
+        ),
+        (PING + f"TIMEOUT_MS {MAX_TIMEOUT_MS}", None),
+        (TICK + "TIMEOUT_MS 1", None),
+    ],
+)
+async def test_a_task_is_checked_at_add_as_each_run_checks_it(
+    config: Config, mock_clock: MockClock, task: str, error: str | None
+) -> None:
+    """A TIMEOUT_MS every run would refuse is refused at add, with the run's own error
+    (review: it was accepted, then each run failed); one a run accepts is added and runs."""
+    config = cron_config(config)
+    assert config.tasks.max_timeout_ms == MAX_TIMEOUT_MS
+    async with open_rig(config, TrioWall()) as rig:
+        added = await rig.call(*_add(task=task))
+        if error is not None:
+            assert added == Reply(
+                Status.FAIL,
+                (("SCOPE", "[cron]"), ("DATA", "none"), ("ERROR", f"invalid_field:TASK: {error}")),
+            )
+            direct = await rig.dispatcher.run(parse_job_task(task), Peer("test"))
+            assert direct.get("ERROR") == error  # the very check a run makes
+            return
+        assert added.get("JOB_ADDED") == "j", added
+        ran = await rig.call(("ACTION", "run"), ("JOB_ID", "j"))
+        assert ran.get("RUN_STATUS") == "OK", ran
 
 
 async def test_without_the_cron_service_the_op_is_not_available(config: Config) -> None:

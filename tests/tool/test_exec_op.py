@@ -86,6 +86,26 @@ async def test_a_failed_commands_audit_names_its_exit_and_log_but_never_its_env(
     assert all("tok-s3cret" not in w.data for _, w in outbox_of(dispatcher)._store.oldest(1000))
 
 
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ('{"LANG":"x","LANG":"y"}', 'invalid_field:ENV repeats the key "LANG"'),
+        ('{"A":"1","B":"2","A":"1"}', 'invalid_field:ENV repeats the key "A"'),
+        (
+            '{"K' + "k" * 80 + '":"1","K' + "k" * 80 + '":"2"}',
+            'invalid_field:ENV repeats the key "K' + "k" * 59 + "...",
+        ),
+    ],
+)
+async def test_env_naming_a_variable_twice_is_invalid_field_not_the_last_kept(
+    dispatcher: Dispatcher, env: str, error: str
+) -> None:
+    """json keeps the last of a repeated key silently (review nit): refused before it runs."""
+    reply = await _exec(dispatcher, "true", ("ENV", env))
+    assert reply == Reply(Status.FAIL, (("SCOPE", "[]"), ("DATA", "none"), ("ERROR", error)))
+    assert _writes(dispatcher, "exec") == []
+
+
 async def test_nonzero_exit_is_command_failed_with_stderr_summary(dispatcher: Dispatcher) -> None:
     reply = await _exec(dispatcher, "python3 -c \"import sys; sys.exit('no jest')\"")
     assert reply.status is Status.FAIL

@@ -65,6 +65,11 @@ async def test_mcp_list_gives_each_tool_with_its_input_schema(dispatcher: Dispat
         ((("SERVER", "nope"), ("TOOL", "echo")), "mcp_unavailable"),
         ((("SERVER", "toy"),), "missing_field"),
         ((("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", "[1, 2]")), "invalid_field"),
+        (
+            (("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", '{"text":"a","text":"b"}')),
+            "invalid_field",
+        ),
+        ((("SERVER", "toy"), ("TOOL", "echo"), ("PARAMS", '{"o":{"k":1,"k":2}}')), "invalid_field"),
         ((("SERVER", "toy"), ("TOOL", "fail")), "mcp_tool_error"),
     ],
 )

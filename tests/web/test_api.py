@@ -330,6 +330,20 @@ async def test_payload_with_get_is_refused(
     assert (reply.get("ERROR") or "").startswith("invalid_field:")
 
 
+async def test_a_payload_naming_a_key_twice_is_refused_before_any_request(
+    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
+) -> None:
+    """json keeps the last of a repeated key silently (review nit): refused, nested too."""
+    origin.routes["/repos/o/r/issues"] = serve("github_repo.json")
+    config = with_github(web_config, origin)
+    payload = ("PAYLOAD", '{"title":"t","labels":{"x":1,"x":2}}')
+    fields = api_fields("github:repos/o/r/issues", ("METHOD", "POST"), payload)
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+        reply = await run(dispatcher, "api", "API_RESPONSE", *fields)
+    assert reply.get("ERROR") == 'invalid_field:PAYLOAD repeats the key "x"'
+    assert origin.requests == []
+
+
 async def test_redirect_is_refused_while_credentials_are_attached(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:

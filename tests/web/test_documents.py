@@ -276,6 +276,24 @@ async def test_save_then_read_back_from_the_cabinet_through_the_memory_specialis
     assert (back.get("NEXT_START"), back.get("REMAINING_CHARS")) == ("20", str(len(MARKDOWN) - 20))
 
 
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+async def test_cabinet_start_pages_to_the_last_character_and_is_refused_at_the_end_and_past_it(
+    docs: Dispatcher, origin: Origin, extra: int
+) -> None:
+    """As fetch: START N-1 answers the last character; N (once an empty OK) and N+1 refuse."""
+    url = serve(origin, "/tides", ARTICLE)
+    key = (await ask(docs, "fetch", "CONTENT", ("URL", url))).get("FILE_KEY")
+    assert key is not None
+    assert (await ask(docs, "save", "ACK", ("FILE_KEY", key))).status is Status.OK
+    start = ("START", str(len(MARKDOWN) + extra))
+    back = await ask(docs, "cabinet", "CONTENT", ("FILE_KEY", key), start)
+    if extra < 0:
+        assert (back.status, back.get("DATA")) == (Status.OK, MARKDOWN[-1])
+    else:
+        assert back.status is Status.FAIL, back
+        assert back.get("ERROR") == f"invalid_field:START beyond the end ({len(MARKDOWN)})"
+
+
 async def test_a_saved_page_with_no_text_reads_back_partial_with_empty_content(
     docs: Dispatcher, origin: Origin
 ) -> None:

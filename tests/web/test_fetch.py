@@ -360,15 +360,17 @@ async def test_max_chars_defaults_to_the_configured_8000(
     assert (len(reply.get("DATA") or ""), reply.get("NEXT_START")) == (8000, "8000")
 
 
-@pytest.mark.parametrize(("extra", "ok"), [(0, True), (1, False)])
-async def test_start_is_accepted_at_the_end_and_refused_past_it(
-    make_dispatcher: DispatcherFactory, origin: Origin, extra: int, ok: bool
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+async def test_start_pages_to_the_last_character_and_is_refused_at_the_end_and_past_it(
+    make_dispatcher: DispatcherFactory, origin: Origin, extra: int
 ) -> None:
+    """START N-1 answers the last character; N (once an empty OK, review) and N+1 refuse."""
     url = serve(origin, "/tides", ARTICLE)
     reply = await fetch(make_dispatcher(OPS), url, ("START", str(len(MARKDOWN) + extra)))
-    if ok:
-        assert (reply.status, reply.get("DATA")) == (Status.OK, "")
+    if extra < 0:
+        assert (reply.status, reply.get("DATA")) == (Status.OK, MARKDOWN[-1])
     else:
+        assert reply.status is Status.FAIL, reply
         assert reply.get("ERROR") == f"invalid_field:START beyond the end ({len(MARKDOWN)})"
 
 

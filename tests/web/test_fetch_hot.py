@@ -40,7 +40,7 @@ from specialists.web.services import WebServices
 from tests.harness import Harness, build_dispatcher, outbox_of
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
-from tests.web.pages_support import ARTICLE, WAIT_S, fetch, hits, serve, web_audits
+from tests.web.pages_support import ARTICLE, MARKDOWN, WAIT_S, fetch, hits, serve, web_audits
 from tests.web.test_fetch_cache_writes import cache_db, rows_by_namespace, writes_seen
 
 PEER = Peer("t")
@@ -141,6 +141,34 @@ async def test_a_hit_its_task_would_answer_otherwise_is_left_to_its_task(
     await fetch(dispatcher, url)
     assert await now(dispatcher, fetch_task(url, *fields)) is None
     assert await now(dispatcher, fetch_task(url)) is not None
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+async def test_start_on_a_hit_answers_as_its_task_at_the_last_character_the_end_and_past_it(
+    make_dispatcher: DispatcherFactory, origin: Origin, extra: int
+) -> None:
+    """START N-1 is answered hot with its task's reply; N and N+1 are left to the task,
+    which refuses them (START N was an empty OK on both routes, review)."""
+    dispatcher = make_dispatcher(OPS)
+    url = serve(origin, "/tides", ARTICLE)
+    await fetch(dispatcher, url)
+    task = fetch_task(url, ("START", str(len(MARKDOWN) + extra)))
+    answered = await now(dispatcher, task)
+    from_task = await slow(dispatcher, task)
+    if extra < 0:
+        assert answered == from_task
+        assert (from_task.status, from_task.get("DATA")) == (Status.OK, MARKDOWN[-1])
+    else:
+        assert answered is None
+        assert from_task == Reply(
+            Status.FAIL,
+            (
+                ("ID", "7"),
+                ("SCOPE", "[]"),
+                ("DATA", "none"),
+                ("ERROR", f"invalid_field:START beyond the end ({len(MARKDOWN)})"),
+            ),
+        )
 
 
 async def test_a_page_never_fetched_is_left_to_its_task(

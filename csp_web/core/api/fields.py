@@ -28,6 +28,7 @@ BUDGET_ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,64}")
 MAX_JSON_DEPTH = 128
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
+_MAX_KEY_CHARS = 64  # of a repeated JSON key quoted in an ERROR line
 
 
 @dataclass(frozen=True)
@@ -313,9 +314,36 @@ def _json(spec: FieldSpec, value: str) -> Any:
             ErrorCode.INVALID_FIELD, f"{spec.name} nests deeper than {MAX_JSON_DEPTH} levels"
         )
     try:
-        return json.loads(value)
+        return json.loads(value, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        key = json.dumps(exc.key)  # quoted and ASCII: a reply line holds any key
+        if len(key) > _MAX_KEY_CHARS:
+            key = key[: _MAX_KEY_CHARS - 3] + "..."
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} repeats the key {key}") from None
     except ValueError:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is not JSON") from None
+
+
+class DuplicateKey(ValueError):
+    """A JSON object of a client's names ``key`` twice (``unique_keys``)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` for JSON a client sends: the object, or
+    DuplicateKey (a ValueError) when it names a key twice, which ``json`` would otherwise
+    resolve silently by keeping the last (RFC 8259 4: names SHOULD be unique)."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
 
 
 def json_depth(text: str, *, limit: int = MAX_JSON_DEPTH) -> int:
@@ -350,6 +378,20 @@ def _integer(spec: FieldSpec, value: str) -> int:
     if spec.maximum is not None and number > spec.maximum:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} above {spec.maximum}")
     return number
+
+
+def past_the_end(start: int, length: int) -> bool:
+    """Whether START ``start`` lies past a text of ``length`` characters: beyond it, or at
+    the end of a non-empty one, whose page would be an empty OK (never a silent empty OK,
+    R-2). START 0 of an empty text is its one page (the op says why it is empty)."""
+    return start > 0 and start >= length
+
+
+def check_start(start: int, length: int) -> None:
+    """Raise FieldError invalid_field when ``start`` is ``past_the_end`` of a text of
+    ``length`` characters (fetch, cabinet and the browser's snapshot page alike)."""
+    if past_the_end(start, length):
+        raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({length})")
 
 
 def parse_timeout_ms(task: Task, *, default_ms: int, max_ms: int) -> int:

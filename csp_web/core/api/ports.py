@@ -121,8 +121,10 @@ class TaskPort(Protocol):
         ...
 
     def check(self, task: Task) -> None:
-        """Raise OpError unless ``task`` names an op and its fields are valid (a relayed
-        IN:MEMORY task is the Memory Specialist's to judge: not checked)."""
+        """Raise OpError unless ``task`` passes the checks each run of it makes before it
+        starts: it names an op, its fields and TIMEOUT_MS are valid (a relayed IN:MEMORY
+        task: the fields every frame may carry and TIMEOUT_MS; the rest is the Memory
+        Specialist's to judge)."""
         ...
 
     async def submit(self, task: Task, *, uid: int | None) -> Reply:

@@ -272,15 +272,34 @@ class Dispatcher:
             return None
 
     def checked(self, task: Task, op: BoundOp) -> Params:
-        """``task``'s fields for ``op`` as every route checks them (its own fields and
-        TIMEOUT_MS); raises OpError."""
-        params = validate(task, op.spec.fields, op.spec.inline)
-        if task.fields:  # a frame with no fields names no TIMEOUT_MS
-            config = self.services.config.tasks
-            parse_timeout_ms(
-                task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
-            )
+        """``task``'s fields for ``op`` as every route checks them (``_fields``); raises
+        OpError."""
+        params, _timeout_ms = self._fields(task, op)
+        assert params is not None  # an op's frame is validated into its params
         return params
+
+    def check(self, task: Task) -> None:
+        """Raise OpError unless ``task`` names an op and passes every check of its fields
+        a run makes before it starts (``_fields``): what a task stored to run later (a
+        cron job's) is checked with when it is stored. Whether the daemon is stopping and
+        what its budget's ledger holds are a run's to judge, not checked here."""
+        relayed = task.domain == "MEMORY" and self.relay is not None
+        self._fields(task, None if relayed else self.registry.lookup(task))
+
+    def _fields(self, task: Task, op: BoundOp | None) -> tuple[Params | None, int]:
+        """``task``'s params for ``op`` and its deadline in ms, as every route checks them:
+        the op's fields, the fields every frame may carry, and TIMEOUT_MS against
+        ``tasks.max_timeout_ms``; raises OpError. ``op`` None: a relayed IN:MEMORY frame,
+        of which only the fields every frame may carry are checked here (the Memory
+        Specialist validates the rest; params None)."""
+        if op is None:
+            check_frame_fields(task)
+            params = None
+        else:
+            params = validate(task, op.spec.fields, op.spec.inline)
+        config = self.services.config.tasks
+        max_ms = config.max_timeout_ms
+        return params, parse_timeout_ms(task, default_ms=config.default_timeout_ms, max_ms=max_ms)
 
     async def _refuse_now(self, task: Task, peer: Peer) -> Reply | None:
         """``busy`` for a valid ``task`` whose pool is full (as ``run`` would answer it once
@@ -363,14 +382,8 @@ class Dispatcher:
         grace: GracePeriod | None,
         ticket: Ticket | None,
     ) -> Reply:
-        config = self.services.config.tasks
-        if op is None:
-            check_frame_fields(task)  # the Memory Specialist validates the rest of it
         spec = op.spec if op is not None else None
-        params = validate(task, spec.fields, spec.inline) if spec is not None else None
-        timeout_ms = parse_timeout_ms(
-            task, default_ms=config.default_timeout_ms, max_ms=config.max_timeout_ms
-        )
+        params, timeout_ms = self._fields(task, op)
         stage.budget = await open_budget(task, peer.uid, self.services.config.budgets, self.ledger)
         # A sys op (ping, cancel, stats) is never refused nor charged by a budget: an agent
         # whose budget ran out can still cancel its work and see what is left.
@@ -541,11 +554,7 @@ class DispatchPort:
         return not self._dispatcher.shutting_down
 
     def check(self, task: Task) -> None:
-        dispatcher = self._dispatcher
-        if task.domain == "MEMORY" and dispatcher.relay is not None:
-            return  # the Memory Specialist validates relayed frames itself
-        spec = dispatcher.registry.lookup(task).spec
-        validate(task, spec.fields, spec.inline)
+        self._dispatcher.check(task)  # one path: what a run checks (``Dispatcher._fields``)
 
     async def submit(self, task: Task, *, uid: int | None) -> Reply:
         dispatcher = self._dispatcher

@@ -24,7 +24,7 @@ from mcp.types import (
 )
 
 from csp_web.core.api.errors import OpError
-from csp_web.core.api.fields import MAX_JSON_DEPTH, json_depth
+from csp_web.core.api.fields import MAX_JSON_DEPTH, json_depth, unique_keys
 from protocol import ErrorCode
 from specialists.tool.mcp.config import McpConfig
 
@@ -121,7 +121,7 @@ def parse_params(text: str | None) -> dict[str, Any]:
 
     This is the one place wire text becomes arguments: ``McpPool.call_tool`` takes the dict.
     Raises OpError(INVALID_FIELD, "PARAMS") for text that is not one JSON object
-    (arrays, scalars, NaN/Infinity, nesting past ``MAX_JSON_DEPTH``).
+    (arrays, scalars, NaN/Infinity, a repeated key, nesting past ``MAX_JSON_DEPTH``).
     """
     if text is None:
         return {}
@@ -130,8 +130,8 @@ def parse_params(text: str | None) -> dict[str, Any]:
     ):  # the bound every JSON field has (csp_web.core.api.fields)
         raise _invalid_params()
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError):  # a repeated key too (``unique_keys``)
         raise _invalid_params() from None
     return check_params(value)
 

@@ -26,7 +26,7 @@ import trio
 from csp_web.config import masked_paths, workspace_roots
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
-from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField, check_start
 from csp_web.core.api.ops import READS_LOCAL, Effects, Op
 from csp_web.core.api.replies import Result, cite
 from csp_web.infra.workspace_paths import check_path
@@ -81,8 +81,7 @@ async def from_cabinet(params: Params, ctx: OpContext, services: DocsServices) -
         saved = await cabinet.load(ctx.services.outbox, services.config.docs.cabinet, key)
         await announce(ctx, services, saved.page())
         content, start = saved.content, params.integer("START")
-        if start > len(content):
-            raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
+        check_start(start, len(content))
         text, paging, status = window(content, start, _max_chars(params, services))
         fields: list[Field] = [("TITLE", saved.title)] if saved.title else []
         fields += [("URL", saved.url), ("FILE_KEY", key)]

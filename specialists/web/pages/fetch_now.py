@@ -35,7 +35,7 @@ from typing import Any
 
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
-from csp_web.core.api.fields import UNIVERSAL, Params
+from csp_web.core.api.fields import UNIVERSAL, Params, past_the_end
 from csp_web.core.api.replies import Result
 from csp_web.infra.cache import Memo, approximate_size
 from protocol import Field, Task
@@ -241,7 +241,7 @@ def _held_summary(
     in memory; else None."""
     view, snapshot = held
     start, max_chars = part
-    if start > len(view.content) or not holds(services, view.key, snapshot):
+    if past_the_end(start, len(view.content)) or not holds(services, view.key, snapshot):
         return None
     if start + max_chars >= len(view.content):
         return []

@@ -23,8 +23,8 @@ from __future__ import annotations
 import urllib.parse
 
 from csp_web.core.api.context import OpContext
-from csp_web.core.api.errors import FieldError, OpError
-from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
+from csp_web.core.api.errors import OpError
+from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField, check_start
 from csp_web.core.api.ops import READS_WEB, Hot, Op
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field
@@ -82,8 +82,7 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
         notes.cache_hit = page.cached
         content = page_view(page, params.text("EXTRACT"), target)
         start = params.integer("START")
-        if start > len(content):
-            raise FieldError(ErrorCode.INVALID_FIELD, f"START beyond the end ({len(content)})")
+        check_start(start, len(content))
         file_key = file_key_of(page)
         await hold(services, file_key, page)
         summary: list[Field] = []
