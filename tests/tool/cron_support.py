@@ -20,7 +20,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 
-from csp_web.app.memory_path import outbox_path
+from csp_web.app.memory_path import open_memory_path, outbox_path
 from csp_web.config import Config, with_section
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import OpError
@@ -28,6 +28,8 @@ from csp_web.core.api.fields import FieldSpec, Params
 from csp_web.core.api.ops import Op
 from csp_web.core.api.records import MemoryWrite
 from csp_web.core.api.replies import Result
+from csp_web.core.daemon.compose import open_daemon
+from csp_web.core.daemon.lifecycle import serve
 from csp_web.core.dispatch.dispatcher import Dispatcher, DispatchPort
 from csp_web.cron import CronService, open_cron
 from csp_web.cron.config import CronConfig
@@ -37,7 +39,7 @@ from protocol import ErrorCode, Field, Reply, Status, Task
 from specialists.tool.config import ToolConfig
 from specialists.tool.ops_cron import OPS
 from specialists.tool.services import ToolServices
-from tests.harness import build_dispatcher, outbox_of
+from tests.harness import build_dispatcher, given, outbox_of
 
 UTC = datetime.UTC
 # Winter, so Europe/Paris is UTC+1; 30 s past a whole minute, so occurrences are not "now".
@@ -157,3 +159,18 @@ def without_linger(config: Config) -> Config:
     """``config`` with an outbox that sends a partial batch at once: under ``mock_clock``
     time stands still unless a test jumps it, so ``outbox.linger_s`` would never end."""
     return dataclasses.replace(config, outbox=dataclasses.replace(config.outbox, linger_s=0.0))
+
+
+async def start_cron_daemon(
+    nursery: trio.Nursery, config: Config, cron: CronService, socket_path: str
+) -> Dispatcher:
+    """A daemon serving only the cron op on ``socket_path`` until ``nursery`` ends: the
+    scheduler as its background task, its memory path the one ``config`` names."""
+
+    async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
+        cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
+        async with open_daemon(config, (cron_only,), memory=open_memory_path(config)) as daemon:
+            await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
+
+    dispatcher: Dispatcher = await nursery.start(run_daemon)
+    return dispatcher

@@ -13,19 +13,13 @@ import os
 import trio
 import trio.testing
 
-from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.core.daemon.compose import open_daemon
-from csp_web.core.daemon.lifecycle import serve
-from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.cron import open_cron
 from protocol import Reply, Status, Task
-from specialists.tool.ops_cron import OPS
-from specialists.tool.services import ToolServices
 from tests.conftest import Sink, sink_records, sink_text
-from tests.harness import given, outbox_of
-from tests.tool.cron_support import TrioWall, settle, without_linger
+from tests.harness import outbox_of
+from tests.tool.cron_support import TrioWall, settle, start_cron_daemon, without_linger
 
 SWEEP = (
     "TASK REQ:write IN:MEMORY OUT:ACK\nFROM sys\nTYPE document\nPATH notes/sweep.md\nDATA swept\n"
@@ -54,14 +48,7 @@ async def test_an_in_memory_job_is_stored_by_the_memory_specialist_with_its_run_
     config = without_linger(config)
     socket_path = os.path.join(sock_dir, "csp.sock")
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
-
-        async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-            cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
-            memory = open_memory_path(config)
-            async with open_daemon(config, (cron_only,), memory=memory) as daemon:
-                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
-
-        dispatcher: Dispatcher = await nursery.start(run_daemon)
+        dispatcher = await start_cron_daemon(nursery, config, cron, socket_path)
         async with open_client(socket_path) as client:
             added = await client.call(
                 _cron(
@@ -109,14 +96,7 @@ async def test_an_in_memory_job_a_run_would_refuse_is_refused_at_add(
     (its TIMEOUT_MS and the fields every frame may carry; review: it was not checked)."""
     socket_path = os.path.join(sock_dir, "csp.sock")
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
-
-        async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-            cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
-            memory = open_memory_path(config)
-            async with open_daemon(config, (cron_only,), memory=memory) as daemon:
-                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
-
-        await nursery.start(run_daemon)
+        await start_cron_daemon(nursery, config, cron, socket_path)
         async with open_client(socket_path) as client:
             errors: list[str | None] = []
             for extra in ("TIMEOUT_MS 0\n", "TIMEOUT_MS 5\nTIMEOUT_MS 6\n", "BUDGET x\n", ""):

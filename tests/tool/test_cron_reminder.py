@@ -10,19 +10,20 @@ import pytest
 import trio
 import trio.testing
 
-from csp_web.app.memory_path import open_memory_path
 from csp_web.client.trio_client import open_client
 from csp_web.config import Config
-from csp_web.core.daemon.compose import open_daemon
-from csp_web.core.daemon.lifecycle import serve
-from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.cron import open_cron, store_path
 from protocol import Reply, Status, Task
-from specialists.tool.ops_cron import OPS
-from specialists.tool.services import ToolServices
 from tests.conftest import Daemon, Sink, sink_records, sink_text
-from tests.harness import given, outbox_of
-from tests.tool.cron_support import TrioWall, cron_config, open_rig, settle, without_linger
+from tests.harness import outbox_of
+from tests.tool.cron_support import (
+    TrioWall,
+    cron_config,
+    open_rig,
+    settle,
+    start_cron_daemon,
+    without_linger,
+)
 
 # The seed's example, field for field (ACTION add of "list|add|remove|enable|disable").
 SEED_ADD = (
@@ -77,14 +78,7 @@ async def test_each_run_of_a_reminder_is_a_cron_due_record_in_memory(
     config = without_linger(config)
     socket_path = os.path.join(sock_dir, "csp.sock")
     async with open_cron(config, now_wall=TrioWall()) as cron, trio.open_nursery() as nursery:
-
-        async def run_daemon(*, task_status: trio.TaskStatus[Dispatcher]) -> None:
-            cron_only = given(ToolServices(None, None, cron), OPS, background=(cron.serve,))
-            memory = open_memory_path(config)
-            async with open_daemon(config, (cron_only,), memory=memory) as daemon:
-                await serve(daemon, stdio=None, socket_path=socket_path, task_status=task_status)
-
-        dispatcher: Dispatcher = await nursery.start(run_daemon)
+        dispatcher = await start_cron_daemon(nursery, config, cron, socket_path)
         async with open_client(socket_path) as client:
             assert (await client.call(_cron(*SEED_ADD))).status is Status.OK
             ran = await client.call(_cron(("ACTION", "run"), ("JOB_ID", "memory-daily-sweep")))
