@@ -11,6 +11,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,9 +24,9 @@ import pytest
 import trio
 import yaml
 
-from csp_web.app.catalog import SPECIALISTS, config_from_mapping, config_sections
+from csp_web.app.catalog import SPECIALISTS, config_from_mapping, config_sections, load_config
 from csp_web.client.trio_client import open_client
-from csp_web.config import Config, SocketConfig, with_section
+from csp_web.config import Config, ConfigError, SocketConfig, with_section
 from csp_web.config.reload import plan_reload
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import allowed_uids
@@ -191,6 +192,35 @@ async def test_a_bad_file_at_sighup_keeps_the_running_settings_and_logs_why(
     assert (await served.run("echo hi")).status is Status.OK
     assert "Traceback" not in served.log()
     assert await served.stop() == 0
+
+
+async def test_a_fifo_in_the_configs_place_at_sighup_is_refused_and_later_reloads_apply(
+    served: Served,
+) -> None:
+    """A FIFO with no writer once held the reload's open for good, and every later SIGHUP
+    (a uid revoked, say) waited behind it, unlogged."""
+    served.config_path.unlink()
+    os.mkfifo(served.config_path)
+    try:
+        await served.hangup_and_wait_for(
+            "SIGHUP: reload refused, keeping the running settings:"
+            f" {served.config_path}: not a regular file"
+        )
+    finally:
+        served.config_path.unlink()
+    served.write_config(["printf"])
+    await served.hangup_and_wait_for(
+        "SIGHUP: settings reloaded; applied: tool.exec.allowed_programs"
+    )
+    assert _error(await served.run("echo hi")) == "command_blocked"
+    assert await served.stop() == 0
+
+
+def test_a_config_path_naming_a_device_or_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^/dev/null: not a regular file$"):
+        load_config("/dev/null")  # once read as an empty file: the embedded defaults
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(tmp_path))}: "):
+        load_config(str(tmp_path))
 
 
 def _config(**data: Any) -> Config:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,7 +39,7 @@ def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()
     if not path:
         return Config()
     try:
-        with open(path, encoding="utf-8") as file:
+        with _open_regular(path) as file:
             data = yaml.load(file, Loader=_StrictLoader)  # a SafeLoader: no Python tags
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
@@ -48,6 +49,21 @@ def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     config = config_from_mapping(data or {}, sections=sections)
     return dataclasses.replace(config, source=os.path.abspath(path))
+
+
+def _open_regular(path: str) -> typing.TextIO:
+    """``path`` opened for reading as text, when it is a regular file. Opened non-blocking
+    and typed first: a FIFO put in the config's place would otherwise hold the open until a
+    writer came (a SIGHUP's reload waited for good, and every later one behind it), and a
+    device could be read without end. Raises ConfigError for anything else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        return open(fd, encoding="utf-8", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def complete_sections(config: Config, sections: Sequence[SectionSpec]) -> Config:
