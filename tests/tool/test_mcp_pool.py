@@ -24,6 +24,8 @@ from tests.conftest import wait_until
 
 from .mcp_servers.support import process_exists, toy_config, toy_stdio
 
+HERE = Path(__file__).resolve().parent / "mcp_servers"
+
 # Generous bounds on whole tests: they catch a wedge, they time nothing.
 WEDGE_S = 30.0
 
@@ -195,6 +197,19 @@ async def test_crashed_server_is_restarted_after_backoff_in_a_new_process() -> N
     assert not process_exists(int(before.data))
     assert (stats.state, stats.restarts) == ("running", 1)
     assert "closed" in stats.last_error
+
+
+async def test_a_line_that_is_not_utf8_on_stdout_is_skipped_and_the_call_answers() -> None:
+    """Stray bytes once ended the SDK's reader without ending the stream: the call waited
+    for its whole timeout and was answered call_timeout, a wrong cause."""
+    raw = StdioServerConfig(command=sys.executable, args=(str(HERE / "raw_server.py"),))
+    async with open_mcp_pool(toy_config(servers={"raw": raw})) as pool:
+        with trio.fail_after(WEDGE_S):
+            garbled = await pool.call_tool("raw", "garble", {}, timeout_s=10)
+            again = await pool.call_tool("raw", "garble", {}, timeout_s=10)
+        stats = pool.stats()["raw"]
+    assert (garbled.data, again.data) == ("clean", "clean")
+    assert (stats.state, stats.restarts) == ("running", 0)
 
 
 async def test_hung_call_fails_within_its_deadline_and_the_next_call_works() -> None:

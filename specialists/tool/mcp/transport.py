@@ -154,8 +154,15 @@ def _watched(
 
 def _stdio_parameters(server: StdioServerConfig) -> StdioServerParameters:
     env = dict(server.env) | _read_env(server.env_from)
+    # "replace": a line that is not UTF-8 then fails as JSON, one message the session skips.
+    # Strict decoding ended the SDK's reader without ending its stream: the call in flight
+    # waited out its whole timeout and was answered call_timeout, a wrong cause.
     return StdioServerParameters(
-        command=server.command, args=list(server.args), env=env, cwd=server.cwd
+        command=server.command,
+        args=list(server.args),
+        env=env,
+        cwd=server.cwd,
+        encoding_error_handler="replace",
     )
 
 
