@@ -73,15 +73,15 @@ class CronService(JobTable):
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_RUNS)
         self._nursery: trio.Nursery | None = None
 
-    async def run_now(self, job_id: str) -> RunHandle:
-        """Run a job at once, out of schedule, and wait for its reply.
+    async def run_now(self, job_id: str, *, owner_uid: int | None) -> RunHandle:
+        """Run ``owner_uid``'s job at once, out of schedule, and wait for its reply.
 
         The run belongs to the scheduler: if the caller is cancelled it still completes and
         is recorded. Raises OpError: unknown_job, cron_error (already running, store failed),
         not_available (the scheduler is not running; Redis unavailable), busy (with
         ``redis.url``: a manual run of the job goes on at another daemon).
         """
-        job = self.job(job_id)
+        job = self.owned(job_id, owner_uid)
         if self._nursery is None:
             raise OpError(ErrorCode.NOT_AVAILABLE, "the cron scheduler is not running", scope=SCOPE)
         if job.id in self._running:

@@ -1,6 +1,13 @@
 """The cron job table as the ``cron`` op edits it: add, remove, enable, disable, list, and
 the store it is persisted to (the job file, or the fleet's Redis hash with ``redis.url``).
 
+Jobs are kept per uid: the op sees, counts and changes only the jobs whose ``owner_uid`` is
+its peer's uid; another uid's job answers as a missing one (``unknown_job``). The stdin peer
+(uid None, the orchestrator that started the daemon) owns the jobs added without a uid, as
+boards and research jobs give it its own (``specialists.web.docs.board.owner``). Job IDs
+are one namespace for the whole table (the store, the run keys and the fleet's claims are by
+id), so an add of an id another uid holds is refused as a duplicate is, naming no owner.
+
 Every change is persisted before it is answered; a failed write is undone and reported as
 ``cron_error``. The scheduler (``service.CronService``) extends the table with running it.
 """
@@ -71,22 +78,40 @@ class JobTable:
         return sorted(self._jobs.values(), key=lambda job: job.id)
 
     def job(self, job_id: str) -> Job:
-        """The job ``job_id``; raises OpError(unknown_job)."""
+        """The job ``job_id``, whoever owns it (the scheduler's view); raises
+        OpError(unknown_job)."""
         job = self._jobs.get(job_id)
         if job is None:
             raise OpError(ErrorCode.UNKNOWN_JOB, job_id, scope=SCOPE)
         return job
 
-    def counts(self) -> tuple[int, int, int]:
-        """(jobs, enabled, disabled), the seed's ``DATA jobs:5,active:3,disabled:2``."""
-        active = sum(job.enabled for job in self._jobs.values())
-        return len(self._jobs), active, len(self._jobs) - active
+    def jobs_of(self, owner_uid: int | None) -> list[Job]:
+        """``owner_uid``'s jobs, by id (None: the stdin peer's)."""
+        return [job for job in self.jobs() if job.owner_uid == owner_uid]
+
+    def owned(self, job_id: str, owner_uid: int | None) -> Job:
+        """``owner_uid``'s job ``job_id``; raises OpError(unknown_job) for one that is
+        missing or another uid's, alike (another uid's job is not there for this one)."""
+        job = self._jobs.get(job_id)
+        if job is None or job.owner_uid != owner_uid:
+            raise OpError(ErrorCode.UNKNOWN_JOB, job_id, scope=SCOPE)
+        return job
+
+    def counts(self, owner_uid: int | None) -> tuple[int, int, int]:
+        """``owner_uid``'s (jobs, enabled, disabled), the seed's ``DATA jobs:5,active:3,
+        disabled:2``."""
+        jobs = self.jobs_of(owner_uid)
+        active = sum(job.enabled for job in jobs)
+        return len(jobs), active, len(jobs) - active
 
     def is_running(self, job_id: str) -> bool:
         return job_id in self._running
 
     async def add(self, new: NewJob) -> Job:
-        """Add and persist a job; raises OpError(cron_error) for a duplicate or a full table."""
+        """Add and persist a job; raises OpError(cron_error) for a duplicate or a full table.
+
+        An id is taken whoever holds it; the refusal reads the same either way and names no
+        owner (ids are one namespace: the store, run keys and claims are by id)."""
         if new.id in self._jobs:
             raise OpError(ErrorCode.CRON_ERROR, f"job {new.id} exists", scope=SCOPE)
         if len(self._jobs) >= self.config.max_jobs:
@@ -106,16 +131,18 @@ class JobTable:
         await self._commit(lambda: self._jobs.pop(job.id, None))
         return job
 
-    async def remove(self, job_id: str) -> Job:
-        """Remove a job (a run in flight finishes); raises OpError(unknown_job, cron_error)."""
-        job = self.job(job_id)
+    async def remove(self, job_id: str, *, owner_uid: int | None) -> Job:
+        """Remove ``owner_uid``'s job (a run in flight finishes); raises OpError(unknown_job,
+        cron_error)."""
+        job = self.owned(job_id, owner_uid)
         del self._jobs[job_id]
         await self._commit(lambda: self._jobs.setdefault(job_id, job))
         return job
 
-    async def set_enabled(self, job_id: str, enabled: bool) -> Job:
-        """Enable or disable a job. Occurrences while it was disabled are not caught up."""
-        job = self.job(job_id)
+    async def set_enabled(self, job_id: str, enabled: bool, *, owner_uid: int | None) -> Job:
+        """Enable or disable ``owner_uid``'s job; raises OpError(unknown_job, cron_error).
+        Occurrences while it was disabled are not caught up."""
+        job = self.owned(job_id, owner_uid)
         if job.enabled == enabled:
             return job
         cursor = job.cursor

@@ -19,6 +19,10 @@ action. ``list`` adds one ``JOB <json>`` line per job; ``run`` adds ``JOB_RUN``,
 ``RUN_STATUS`` and, when the job's task failed, ``RUN_ERROR`` (the cron op itself is OK: it
 ran the job). TOOL opens the service (``ToolServices.cron``) and runs its scheduler.
 
+Jobs are the caller's uid's (``csp_web.cron.table``): ``list`` shows and counts only its
+jobs, and another uid's job is ``unknown_job`` to every per-job action. The stdin peer (no
+uid) has its own jobs, those added without a uid.
+
 Without ``TASK`` (the seed's own example) the job is a reminder: each run writes a
 ``cron_due`` record (job, run key, scheduled time, description) to the Memory Specialist.
 """
@@ -91,13 +95,13 @@ def _check_applies(params: Params, action: str) -> None:
             raise _invalid(f"{name} applies only to ACTION add")
 
 
-def _counts(service: CronService) -> str:
-    jobs, active, disabled = service.counts()
+def _counts(service: CronService, uid: int | None) -> str:
+    jobs, active, disabled = service.counts(uid)
     return f"jobs:{jobs},active:{active},disabled:{disabled}"
 
 
-def _result(service: CronService, *fields: Field) -> Result:
-    return Result(_counts(service), SCOPE, tuple(fields))
+def _result(service: CronService, uid: int | None, *fields: Field) -> Result:
+    return Result(_counts(service, uid), SCOPE, tuple(fields))
 
 
 def _next_run(job: Job) -> tuple[Field, ...]:
@@ -120,11 +124,11 @@ def _new_job(params: Params, service: CronService) -> NewJob:
     return NewJob(job_id, schedule, task, description, missed)
 
 
-async def _list(service: CronService, params: Params) -> Result:
+async def _list(service: CronService, params: Params, uid: int | None) -> Result:
     job_id = _job_id(params, required=False)
-    jobs = [service.job(job_id)] if job_id else service.jobs()
+    jobs = [service.owned(job_id, uid)] if job_id else service.jobs_of(uid)
     lines = [("JOB", _job_json(job, service)) for job in jobs]
-    return _result(service, *lines)
+    return _result(service, uid, *lines)
 
 
 def _job_json(job: Job, service: CronService) -> str:
@@ -133,24 +137,24 @@ def _job_json(job: Job, service: CronService) -> str:
     return json.dumps(described, ensure_ascii=False, separators=(",", ":"))
 
 
-async def _remove(service: CronService, params: Params) -> Result:
-    job = await service.remove(_required_id(params))
-    return _result(service, ("JOB_REMOVED", job.id))
+async def _remove(service: CronService, params: Params, uid: int | None) -> Result:
+    job = await service.remove(_required_id(params), owner_uid=uid)
+    return _result(service, uid, ("JOB_REMOVED", job.id))
 
 
-async def _enable(service: CronService, params: Params) -> Result:
-    job = await service.set_enabled(_required_id(params), True)
-    return _result(service, ("JOB_ENABLED", job.id), *_next_run(job))
+async def _enable(service: CronService, params: Params, uid: int | None) -> Result:
+    job = await service.set_enabled(_required_id(params), True, owner_uid=uid)
+    return _result(service, uid, ("JOB_ENABLED", job.id), *_next_run(job))
 
 
-async def _disable(service: CronService, params: Params) -> Result:
-    job = await service.set_enabled(_required_id(params), False)
-    return _result(service, ("JOB_DISABLED", job.id))
+async def _disable(service: CronService, params: Params, uid: int | None) -> Result:
+    job = await service.set_enabled(_required_id(params), False, owner_uid=uid)
+    return _result(service, uid, ("JOB_DISABLED", job.id))
 
 
-async def _run(service: CronService, params: Params) -> Result:
+async def _run(service: CronService, params: Params, uid: int | None) -> Result:
     job_id = _required_id(params)
-    handle = await service.run_now(job_id)
+    handle = await service.run_now(job_id, owner_uid=uid)
     if handle.result is None:
         raise OpError(ErrorCode.CRON_ERROR, f"run {handle.key} was interrupted", scope=SCOPE)
     fields: list[Field] = [
@@ -161,7 +165,7 @@ async def _run(service: CronService, params: Params) -> Result:
     error = handle.result.error
     if error is not None:
         fields.append(("RUN_ERROR", error))
-    return _result(service, *fields)
+    return _result(service, uid, *fields)
 
 
 def _required_id(params: Params) -> str:
@@ -170,7 +174,8 @@ def _required_id(params: Params) -> str:
     return job_id
 
 
-_HANDLERS: dict[str, Callable[[CronService, Params], Awaitable[Result]]] = {
+# Each gets the caller's uid: it sees and changes only that uid's jobs.
+_HANDLERS: dict[str, Callable[[CronService, Params, int | None], Awaitable[Result]]] = {
     "list": _list,
     "remove": _remove,
     "enable": _enable,
@@ -187,8 +192,8 @@ async def cron(params: Params, ctx: OpContext, tool: ToolServices) -> Result:
         new = _new_job(params, service)
         task = new.task and await budget.inherited(new.task)
         job = await service.add(replace(new, owner_uid=ctx.peer.uid, task=task))
-        return _result(service, ("JOB_ADDED", job.id), *_next_run(job))
-    return await _HANDLERS[action](service, params)
+        return _result(service, ctx.peer.uid, ("JOB_ADDED", job.id), *_next_run(job))
+    return await _HANDLERS[action](service, params, ctx.peer.uid)
 
 
 CRON_REPLIES = (

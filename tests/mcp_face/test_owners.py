@@ -22,6 +22,8 @@ from csp_web.mcp_face.server import build_server
 from csp_web.mcp_face.tools import build_tools
 from protocol import Reply, Status, Task
 from specialists.browser import BROWSER
+from specialists.tool import TOOL
+from specialists.web import WEB
 
 from .test_http import http_client
 from .test_images import ScriptedDaemon
@@ -69,9 +71,8 @@ def test_any_call_naming_a_budget_id_is_refused_for_another_uid(req: str) -> Non
 def test_the_refusal_names_what_was_refused() -> None:
     task = _browser(("ACTION", "save_state"), ("SESSION", "s"), ("NAME", "n"))
     assert foreign_refusal(task, OTHER, ME) == (
-        "browser NAME, SESSION, ACTION save_state: sessions, saved logins and budgets are kept "
-        f"per uid, and this face calls the daemon as uid {ME}, not uid {OTHER}; use the daemon's "
-        "socket as your own uid"
+        "browser NAME, SESSION, ACTION save_state: this state is kept per uid, and this face "
+        f"calls the daemon as uid {ME}, not uid {OTHER}; use the daemon's socket as your own uid"
     )
 
 
@@ -90,6 +91,35 @@ def test_another_uids_sessionless_browser_calls_and_other_ops_are_not_refused() 
     assert foreign_refusal(_browser(("ACTION", "navigate")), OTHER, ME) is None
     fetch = Task("fetch", "WEB", "PAGE", None, (("TARGET_URL", "https://a.test/"),))
     assert foreign_refusal(fetch, OTHER, ME) is None
+
+
+FK = "fk_aaaaaaaaaaaaaaaa"
+# Every op whose state the daemon keeps per uid, as a call of it (security review B).
+_PER_UID_CALLS = [
+    Task("board", "WEB", "BOARD", None, ()),
+    Task("save", "WEB", "ACK", None, (("FILE_KEY", FK),)),
+    Task("cabinet", "WEB", "CONTENT", None, (("FILE_KEY", FK),)),
+    Task("research", "WEB", "RESEARCH", None, (("QUESTION", "q"),)),
+    Task("result", "WEB", "RESEARCH", None, (("JOB_ID", "rj_0"),)),
+    Task("cron", "TOOL", "CRON_RESULT", None, (("ACTION", "list"),)),
+    Task("cron", "TOOL", "CRON_RESULT", None, (("ACTION", "run"), ("JOB_ID", "j"))),
+    Task("canvas", "TOOL", "CANVAS_RESULT", None, (("ACTION", "snapshot"),)),
+    Task("fetch", "WEB", "CONTENT", None, (("URL", "https://a.test/"), ("BOARD", "true"))),
+]
+
+
+@pytest.mark.parametrize("task", _PER_UID_CALLS, ids=lambda task: task.req)
+def test_a_call_of_per_uid_state_is_refused_for_another_uid_and_run_for_the_owner(
+    task: Task,
+) -> None:
+    """Boards, the cabinet, research jobs, cron jobs, canvases: the face owner's, never
+    another uid's through the face (a board listed root's fileKeys to uid 65534)."""
+    why = foreign_refusal(task, OTHER, ME)
+    assert why is not None
+    assert why.startswith(f"{task.req}")
+    assert f"calls the daemon as uid {ME}, not uid {OTHER}" in why
+    assert foreign_refusal(task, None, ME) is not None
+    assert foreign_refusal(task, ME, ME) is None
 
 
 _NAVIGATED = Reply(
@@ -150,5 +180,59 @@ async def test_a_connection_admitted_as_another_uid_gets_permission_denied_and_n
     assert result.is_error
     assert result.structured_content is not None
     error = result.structured_content["ERROR"]
-    assert error.startswith("permission_denied:browser SESSION: sessions, saved logins and budgets")
+    assert error.startswith("permission_denied:browser SESSION: this state is kept per uid")
     assert tasks == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("web_board", {}),
+        ("web_save", {"file_key": FK}),
+        ("web_cabinet", {"file_key": FK}),
+        ("web_result", {"job_id": "rj_0"}),
+        ("tool_cron", {"action": "list"}),
+        ("tool_canvas", {"action": "snapshot"}),
+    ],
+)
+async def test_per_uid_tools_over_http_are_refused_for_another_uid_and_answered_for_the_owner(
+    sock_dir: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    """Through the real HTTP face: another uid's call is permission_denied and never sent;
+    the owner's reaches the daemon and is answered."""
+
+    async def as_other(stream: trio.SocketStream) -> str | int:
+        return OTHER
+
+    path = os.path.join(sock_dir, "face.sock")
+    refused, sent = await _tool_over_http(path, as_other, tool, arguments)
+    assert refused.is_error
+    assert refused.structured_content is not None
+    assert refused.structured_content["ERROR"].startswith("permission_denied:")
+    assert sent == []
+    own = os.path.join(sock_dir, "own.sock")
+    answered, sent = await _tool_over_http(
+        own, uid_gate(lambda: frozenset({ME, OTHER})), tool, arguments
+    )
+    assert not answered.is_error
+    assert len(sent) == 1
+
+
+async def _tool_over_http(
+    socket_path: str, admit: Admit, tool: str, arguments: dict[str, Any]
+) -> tuple[CallToolResult, list[Task]]:
+    tools = build_tools(
+        [op.describe() for op in op_table((BROWSER, WEB, TOOL))],
+        exec_configured=False,
+        max_timeout_ms=1000,
+    )
+    daemon = ScriptedDaemon(Reply(Status.OK, (("DATA", "ok"),)))
+    server = build_server(daemon, ToolSet(tools), max_timeout_ms=1000)
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            where = await nursery.start(partial(_serve_http, server, socket_path, admit))
+            async with http_client(where) as client:
+                result = await client.call_tool(tool, arguments)
+            nursery.cancel_scope.cancel()
+    assert isinstance(result, CallToolResult)
+    return result, daemon.tasks

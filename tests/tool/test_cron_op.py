@@ -294,6 +294,9 @@ async def test_a_job_runs_under_its_authors_uid_until_that_uid_is_revoked(
         assert any(a["op"] == "tick" and a["uid"] == me for a in audits)
     revoked = replace(cron_config(config), socket=SocketConfig(allowed_uids=(me + 1,)))
     async with open_rig(revoked, lambda: at(1, 0)) as rig:
-        ran = await rig.dispatcher.run(run, Peer("t", me + 1, 1))
-        assert ran.get("RUN_STATUS") == "FAIL"
-        assert (ran.get("RUN_ERROR") or "").startswith("permission_denied:")
+        # Another uid cannot run it (jobs are per uid); the scheduler's run is refused.
+        assert code(await rig.dispatcher.run(run, Peer("t", me + 1, 1))) == "unknown_job"
+        handle = await rig.cron.run_now("owned", owner_uid=me)
+        assert handle.result is not None
+        assert handle.result.status is Status.FAIL
+        assert (handle.result.error or "").startswith("permission_denied:")
