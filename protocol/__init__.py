@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ._frames import Field, Frame, Reply, Status, Task
     from ._limits import Limits
     from ._numbers import NumberError, format_decimal, parse_decimal, parse_int, parse_uint
-    from ._serialize import serialize
+    from ._serialize import Oversize, oversize, serialize
     from ._trace import MAX_TRACEPARENT_CHARS, TraceParent, TraceParentError, parse_traceparent
     from ._values import FREE_TEXT_KEYS
     from .codes import ErrorCode
@@ -54,6 +54,8 @@ _SOURCES = {
     "parse_decimal": "_numbers",
     "parse_int": "_numbers",
     "parse_uint": "_numbers",
+    "Oversize": "_serialize",
+    "oversize": "_serialize",
     "serialize": "_serialize",
     "MAX_TRACEPARENT_CHARS": "_trace",
     "TraceParent": "_trace",
@@ -78,6 +80,7 @@ __all__ = [
     "Frame",
     "Limits",
     "NumberError",
+    "Oversize",
     "ProtocolError",
     "Reply",
     "Sentinel",
@@ -87,6 +90,7 @@ __all__ = [
     "TraceParentError",
     "format_budget",
     "format_decimal",
+    "oversize",
     "parse_budget",
     "parse_decimal",
     "parse_int",

@@ -39,6 +39,10 @@ Admit = Callable[[trio.SocketStream], Awaitable[str | int]]
 PEER_UID = "csp_web.peer_uid"
 
 
+class PeerGone(OSError):
+    """The HTTP peer left: a write to it failed (what ``send`` raises from then on)."""
+
+
 @dataclass(frozen=True)
 class HttpLimits:
     # The SDK's own request cap (mcp.server.transport_security.DEFAULT_MAX_REQUEST_BODY_SIZE).
@@ -109,12 +113,23 @@ async def serve_connection(
             nursery.start_soon(exchange.watch_disconnect)
             try:
                 await app(_scope(request, stream, peer_uid), exchange.receive, exchange.send)
-            except Exception:
-                log.exception("the MCP HTTP app failed on %s", request.target)
+            except Exception as exc:
+                if not _peer_left(exc):
+                    log.exception("the MCP HTTP app failed on %s", request.target)
+                else:
+                    log.info("the HTTP peer left before its response to %s ended", request.target)
             finally:
                 nursery.cancel_scope.cancel()
-        if not exchange.started:
+        if not exchange.started and not exchange.broken:
             await send_simple(stream, conn, 500, "internal error")
+
+
+def _peer_left(exc: Exception) -> bool:
+    """Whether ``exc`` is only the peer leaving (PeerGone, alone or every leaf of a group):
+    the app's own affair, worth a log line, not a traceback."""
+    if isinstance(exc, ExceptionGroup):
+        return exc.split(PeerGone)[1] is None
+    return isinstance(exc, PeerGone)
 
 
 def _scope(request: h11.Request, stream: trio.SocketStream, peer_uid: int | None) -> Message:
@@ -152,6 +167,7 @@ class _Exchange:
         self._gone = trio.Event()
         self.started = False
         self._ended = False
+        self._broken = False  # a write failed: the peer has gone
 
     async def receive(self) -> Message:
         if self._body is not None:
@@ -171,9 +187,18 @@ class _Exchange:
         self._gone.set()
 
     async def send(self, message: Message) -> None:
+        """Write ``message``; raises PeerGone once the peer has left (ASGI: send on a closed
+        connection raises an OSError), and ignores what comes after the response ended. A
+        second ``http.response.start`` (an app answering an error after it began its
+        response) is dropped: h11 cannot start another response on this connection."""
+        if self._broken:
+            raise PeerGone("the HTTP peer went away")
         if self._ended:
             return
         if message["type"] == "http.response.start":
+            if self.started:
+                log.warning("the MCP HTTP app started a second response; dropped")
+                return
             headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
             response = h11.Response(
                 status_code=message["status"], headers=[*headers, (b"connection", b"close")]
@@ -193,5 +218,11 @@ class _Exchange:
             if data:
                 await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._broken = True
             self._gone.set()
-            raise OSError("the HTTP peer went away") from None
+            raise PeerGone("the HTTP peer went away") from None
+
+    @property
+    def broken(self) -> bool:
+        """Whether a write found the peer gone."""
+        return self._broken

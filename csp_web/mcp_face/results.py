@@ -1,11 +1,13 @@
 """Tool calls as CSP/1 tasks, and CSP/1 replies as tool results (SDK-free).
 
 Arguments are only spelled as fields here; the daemon validates them (SPEC D-3), so a bad
-argument gets the same ``invalid_field`` as on the wire. A reply becomes text (what a model
-reads) plus structured content (the reply's fields). PARTIAL and FAIL say what is missing:
-``isError`` with ``ERROR code:detail`` for FAIL, the cause a PARTIAL names (R-2) on its
-first line, the next START for a truncated page, the
-wait for a rate limit; never a bare protocol error.
+argument gets the same ``invalid_field`` as on the wire. Their size is checked here, though:
+a frame the daemon's parser would refuse (``fitting``) is never sent, as each would count
+against the malformed-frame budget of the connection every caller of the face shares.
+A reply becomes text (what a model reads) plus structured content (the reply's fields).
+PARTIAL and FAIL say what is missing: ``isError`` with ``ERROR code:detail`` for FAIL, the
+cause a PARTIAL names (R-2) on its first line, the next START for a truncated page, the wait
+for a rate limit; never a bare protocol error.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from csp_web.mcp_face.tools import TEXT, ReplyShape, ToolSpec, argument_name
-from protocol import ErrorCode, Field, Reply, Status, Task
+from protocol import ErrorCode, Field, Limits, Reply, Status, Task, oversize
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,8 @@ _ALWAYS_LIST = ReplyShape(repeat=True)
 # ASCII only (int() and float() take other digits, "_" and spaces); 30 digits bound the work.
 _INT = re.compile(r"-?[0-9]{1,30}")
 _NUMBER = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
+# The budgets a daemon reads frames with when its configuration names none (SPEC L-1 to L-3).
+DAEMON_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,18 @@ class ArgumentError(Exception):
         self.detail = detail
 
 
-def task_for(tool: ToolSpec, arguments: Mapping[str, Any] | None) -> Task:
-    """The task a call of ``tool`` sends; raises ArgumentError(unknown_field, invalid_field)."""
-    fields: list[Field] = []
+def task_for(
+    tool: ToolSpec,
+    arguments: Mapping[str, Any] | None,
+    *,
+    task_id: str | None = None,
+    limits: Limits = DAEMON_LIMITS,
+) -> Task:
+    """The task a call of ``tool`` sends (with ``ID`` ``task_id`` first, when given); raises
+    ArgumentError(unknown_field, invalid_field), and ArgumentError(frame_too_large) when
+    the daemon, reading with ``limits`` (its ``connection`` budgets: the face's config),
+    would refuse the frame's bytes (``fitting``)."""
+    fields: list[Field] = [] if task_id is None else [("ID", task_id)]
     for name, value in (arguments or {}).items():
         spec = tool.fields.get(name)
         if spec is None:
@@ -61,7 +74,22 @@ def task_for(tool: ToolSpec, arguments: Mapping[str, Any] | None) -> Task:
             continue
         values = value if name in tool.lists and isinstance(value, list) else [value]
         fields += [(spec["name"], field_value(spec, one)) for one in values]
-    return Task(tool.req, tool.domain, tool.out, None, tuple(fields))
+    return fitting(Task(tool.req, tool.domain, tool.out, None, tuple(fields)), limits)
+
+
+def fitting(task: Task, limits: Limits) -> Task:
+    """``task``, unless its bytes pass ``limits``: then ArgumentError(frame_too_large) with
+    the daemon's own detail and the argument to blame. The face never sends such a frame,
+    as the daemon would count it against the one connection every caller of the face
+    shares (SPEC L-6: the eleventh closes it)."""
+    over = oversize(task, limits)
+    if over is None:
+        return task
+    if over.key is None:
+        why = f"{over.size} {'fields' if 'fields' in over.detail else 'bytes'}: send less"
+    else:
+        why = f"argument {argument_name(over.key)} is {over.size} bytes as a field line"
+    raise ArgumentError(ErrorCode.FRAME_TOO_LARGE, f"{over.detail} ({why})")
 
 
 def field_value(spec: Mapping[str, Any], value: Any) -> str:

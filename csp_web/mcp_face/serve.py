@@ -34,7 +34,7 @@ from csp_web.mcp_face.peers import uid_gate
 from csp_web.mcp_face.refresh import REREAD_S, ToolSet, keep_tools_fresh, reconnects
 from csp_web.mcp_face.server import ListChanged, build_server
 from csp_web.mcp_face.tools import ToolSpec, build_tools, parse_op_table
-from protocol import NumberError, Task, parse_uint
+from protocol import Limits, NumberError, Task, parse_uint
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,11 @@ async def serve_mcp_face(
         # tools/list there reads the tools served now.
         changed = ListChanged() if options.http is None else None
         server = build_server(
-            client, toolset, max_timeout_ms=config.tasks.max_timeout_ms, list_changed=changed
+            client,
+            toolset,
+            max_timeout_ms=config.tasks.max_timeout_ms,
+            limits=daemon_limits(config),
+            list_changed=changed,
         )
         async with trio.open_nursery() as nursery:
             if options.socket_path is not None:  # else the in-process daemon watches them
@@ -101,6 +105,14 @@ async def serve_mcp_face(
             nursery.cancel_scope.cancel()
 
 
+def daemon_limits(config: Config) -> Limits:
+    """The frame budgets the daemon reads the face's frames with (SPEC L-1 to L-3): its
+    ``connection`` section, as the face's config gives it (with ``--socket``, point
+    ``--config`` at the daemon's file)."""
+    budgets = config.connection
+    return Limits(budgets.max_line_bytes, budgets.max_frame_bytes, budgets.max_fields)
+
+
 async def load_tools(
     client: DaemonCaller, config: Config, selected: Sequence[str] | None
 ) -> list[ToolSpec]:
@@ -111,6 +123,7 @@ async def load_tools(
         selected=selected,
         exec_configured=bool(workspace_roots(config)),
         max_timeout_ms=config.tasks.max_timeout_ms,
+        max_line_bytes=config.connection.max_line_bytes,
     )
 
 

@@ -45,9 +45,16 @@ from csp_web.mcp_face.images import images_of
 from csp_web.mcp_face.owners import foreign_refusal
 from csp_web.mcp_face.progress import Report, reporting_progress
 from csp_web.mcp_face.refresh import ToolSet
-from csp_web.mcp_face.results import ArgumentError, ToolOutcome, outcome_of, refused, task_for
+from csp_web.mcp_face.results import (
+    DAEMON_LIMITS,
+    ArgumentError,
+    ToolOutcome,
+    outcome_of,
+    refused,
+    task_for,
+)
 from csp_web.mcp_face.tools import ToolSpec
-from protocol import ErrorCode, Task
+from protocol import ErrorCode, Limits, Task
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +98,14 @@ def build_server(
     toolset: ToolSet,
     *,
     max_timeout_ms: int,
+    limits: Limits = DAEMON_LIMITS,
     list_changed: ListChanged | None = None,
 ) -> Server[Any]:
     """The MCP server exposing the tools of ``toolset`` (read at each request), calling the
-    daemon through ``client`` (owned by the caller and open while the server runs); with
-    ``list_changed`` it serves ``subscriptions/listen`` and declares ``listChanged``."""
+    daemon through ``client`` (owned by the caller and open while the server runs); a call
+    whose frame the daemon would refuse under ``limits`` (its ``connection`` budgets) is
+    answered ``frame_too_large`` here and never sent. With ``list_changed`` it serves
+    ``subscriptions/listen`` and declares ``listChanged``."""
     listing = (-1, ListToolsResult(tools=[]))
     reply_timeout_s = max_timeout_ms / 1000 + _REPLY_MARGIN_S
 
@@ -118,7 +128,12 @@ def build_server(
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         async with reporting_progress(_progress_of(ctx)):
             outcome = await call(
-                client, tool, params.arguments, reply_timeout_s, peer_uid=_peer_uid(ctx)
+                client,
+                tool,
+                params.arguments,
+                reply_timeout_s,
+                peer_uid=_peer_uid(ctx),
+                limits=limits,
             )
         return await _as_result(outcome, tool)
 
@@ -140,19 +155,20 @@ async def call(
     timeout_s: float,
     *,
     peer_uid: int | None,
+    limits: Limits = DAEMON_LIMITS,
 ) -> ToolOutcome:
     """Run one tool call of ``peer_uid`` (None: not known) as a task; the outcome, never an
-    exception, for anything the daemon or the arguments get wrong, and ``permission_denied``
-    for state the daemon keeps per uid when ``peer_uid`` is not ours (``owners``)."""
+    exception, for anything the daemon or the arguments get wrong (a frame past ``limits``
+    included: ``results.fitting``), and ``permission_denied`` for state the daemon keeps per
+    uid when ``peer_uid`` is not ours (``owners``)."""
+    task_id = next(_call_ids)
     try:
-        task = task_for(tool, arguments)
+        task = task_for(tool, arguments, task_id=task_id, limits=limits)
     except ArgumentError as exc:
         return refused(exc.code, exc.detail)
     if (why := foreign_refusal(task, peer_uid, os.getuid())) is not None:
         log.warning("%s refused: %s", tool.name, why)
         return refused(ErrorCode.PERMISSION_DENIED, why)
-    task_id = next(_call_ids)
-    task = Task(task.req, task.domain, task.out, task.inline, (("ID", task_id), *task.fields))
     answered = False
     try:
         reply = await client.call(task, timeout_s=timeout_s)
@@ -168,6 +184,14 @@ async def call(
     finally:
         if not answered:  # cancelled by the client, or given up: nobody wants the work
             await cancel_in_daemon(client, task_id)
+    if str(reply.get("ERROR")).startswith(f"{ErrorCode.FRAME_TOO_LARGE}:"):
+        # Only a daemon with lower limits than the face's config (--socket, another file):
+        # it counted the frame against the connection every caller shares (SPEC L-6).
+        log.warning(
+            "%s: the daemon refused a frame within the face's limits (connection.* of its "
+            "config is lower: point --config at the daemon's file)",
+            tool.name,
+        )
     return outcome_of(tool, reply)
 
 

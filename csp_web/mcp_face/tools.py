@@ -14,10 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol import Reply, Status
+from protocol import Limits, Reply, Status
 
 # IN:SYS ops (ping, ops, stats) are the daemon's own housekeeping, never tools.
 INTERNAL_DOMAINS = frozenset({"SYS"})
+# The daemon's line limit when the caller names none (SPEC L-1, connection.max_line_bytes).
+DEFAULT_LINE_BYTES = Limits().max_line_bytes
 _JSON_TYPES = {"text": "string", "int": "integer", "bool": "boolean", "choice": "string"}
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # the MCP spec's tool-name grammar
 
@@ -105,16 +107,19 @@ def build_tools(
     selected: Sequence[str] | None = None,
     exec_configured: bool,
     max_timeout_ms: int,
+    max_line_bytes: int = DEFAULT_LINE_BYTES,
 ) -> list[ToolSpec]:
     """The tools to expose: every op outside IN:SYS, or only those ``selected`` names (an
-    unknown name is a ToolTableError); ``shell_exec`` only when ``exec_configured``."""
+    unknown name is a ToolTableError); ``shell_exec`` only when ``exec_configured``. Text
+    arguments whose ``maxLength`` could pass ``max_line_bytes`` (the daemon's line limit)
+    once sent as UTF-8 say so in their description (``property_schema``)."""
     tools = {}
     for entry in entries:
         if entry["in"] in INTERNAL_DOMAINS:
             continue
         if entry["in"] == "SHELL" and not exec_configured:
             continue
-        tool = tool_spec(entry, max_timeout_ms=max_timeout_ms)
+        tool = tool_spec(entry, max_timeout_ms=max_timeout_ms, max_line_bytes=max_line_bytes)
         tools[tool.name] = tool
     if selected is None:
         return list(tools.values())
@@ -126,14 +131,16 @@ def build_tools(
     return [tools[name] for name in dict.fromkeys(selected)]
 
 
-def tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
+def tool_spec(
+    entry: Mapping[str, Any], *, max_timeout_ms: int, max_line_bytes: int = DEFAULT_LINE_BYTES
+) -> ToolSpec:
     """One op table entry as a tool; every op also takes ``timeout_ms`` (SPEC C-4), and
     ``budget`` and ``budget_id`` when the daemon lists them as frame fields (D-3). Raises
     ToolTableError for an entry this face cannot read (a daemon of another version may
     describe an op with a field type it has no schema for): never a KeyError or TypeError,
     which at a refresh would end the face."""
     try:
-        return _tool_spec(entry, max_timeout_ms=max_timeout_ms)
+        return _tool_spec(entry, max_timeout_ms=max_timeout_ms, max_line_bytes=max_line_bytes)
     except ToolTableError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -143,7 +150,7 @@ def tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
         ) from exc
 
 
-def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
+def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int, max_line_bytes: int) -> ToolSpec:
     name = tool_name(entry["req"], entry["in"])
     if not _TOOL_NAME.fullmatch(name):
         raise ToolTableError(f"op {entry['req']} IN:{entry['in']} has no valid tool name")
@@ -167,7 +174,7 @@ def _tool_spec(entry: Mapping[str, Any], *, max_timeout_ms: int) -> ToolSpec:
         domain=entry["in"],
         out=entry["out"],
         description=description.lstrip(". "),
-        input_schema=input_schema(fields, lists),
+        input_schema=input_schema(fields, lists, max_line_bytes=max_line_bytes),
         fields=fields,
         output_schema=output_schema(entry.get("replies", [])),
         lists=lists,
@@ -215,12 +222,18 @@ def tool_hints(effects: Any) -> dict[str, bool] | None:
     return {hint: bool(effects[key]) for key, hint in _HINTS.items() if key in effects}
 
 
-def input_schema(fields: Mapping[str, Mapping[str, Any]], lists: frozenset[str]) -> dict[str, Any]:
+def input_schema(
+    fields: Mapping[str, Mapping[str, Any]],
+    lists: frozenset[str],
+    *,
+    max_line_bytes: int = DEFAULT_LINE_BYTES,
+) -> dict[str, Any]:
     """A JSON Schema object with one property per argument; unknown arguments are refused."""
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {
-            name: property_schema(spec, many=name in lists) for name, spec in fields.items()
+            name: property_schema(spec, many=name in lists, max_line_bytes=max_line_bytes)
+            for name, spec in fields.items()
         },
         "additionalProperties": False,
     }
@@ -230,9 +243,13 @@ def input_schema(fields: Mapping[str, Mapping[str, Any]], lists: frozenset[str])
     return schema
 
 
-def property_schema(spec: Mapping[str, Any], *, many: bool) -> dict[str, Any]:
+def property_schema(
+    spec: Mapping[str, Any], *, many: bool, max_line_bytes: int = DEFAULT_LINE_BYTES
+) -> dict[str, Any]:
     """One argument's schema: its type, choices, bounds, default and doc; an argument that
-    takes a list (``many``) is an array of them, a JSON field an object."""
+    takes a list (``many``) is an array of them, a JSON field an object. ``maxLength``
+    counts characters; where that many could pass ``max_line_bytes`` as UTF-8 (4 bytes a
+    character at most), the description states the byte limit the wire applies."""
     kind = spec.get("type", "text")
     one: dict[str, Any] = {"type": "object"} if kind == "json" else {"type": _JSON_TYPES[kind]}
     if spec.get("choices"):
@@ -254,6 +271,14 @@ def property_schema(spec: Mapping[str, Any], *, many: bool) -> dict[str, Any]:
         )
     elif spec.get("doc"):
         schema["description"] = spec["doc"]
+    if spec.get("max_chars", 0) * 4 > max_line_bytes:
+        note = (
+            f"at most {max_line_bytes} bytes once sent as UTF-8, name and quoting included "
+            "(a character outside ASCII takes 2 to 4); a longer value is refused "
+            "frame_too_large whatever maxLength allows"
+        )
+        doc = schema.get("description")
+        schema["description"] = f"{doc}; {note}" if doc else note
     return schema
 
 
