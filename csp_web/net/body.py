@@ -226,11 +226,13 @@ class _Body:
             self.larger = None
         elif final:
             self.larger = None
-        # Unsettled, a length past every cap is refused now, not once a stalled origin's
-        # head (or the deadline) settles which cap applies.
-        cap = self.max_bytes if self.larger is None else max(self.max_bytes, self.larger.max_bytes)
+        cap, name = self.max_bytes, self.name
+        if self.larger is not None and self.larger.max_bytes > cap:
+            # Unsettled, a length past the larger cap too is refused now, by its name, not
+            # once a stalled origin's head (or the deadline) settles which cap applies.
+            cap, name = self.larger.max_bytes, self.larger.name
         if self.declared > cap:
-            raise OpError(ErrorCode.TOO_LARGE, self.name)
+            raise OpError(ErrorCode.TOO_LARGE, name)
 
     def receive(self, chunk: bytes) -> None:
         """Count and decode ``chunk``; an unsettled cap is settled on the head decoded so far

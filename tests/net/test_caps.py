@@ -194,7 +194,7 @@ async def test_a_declared_length_past_every_cap_is_refused_before_the_head_settl
     """Past the larger cap too, a declared length is too large whichever cap applies: refused
     at once, not at the deadline of an origin that sent a few bytes and stalled."""
     over = _serve_declared(origin, "/over", LARGER.max_bytes + 1, b"%PDF-1.7")
-    assert await too_large(client, over, larger_body=LARGER) == "max_body_bytes"  # type: ignore[arg-type]
+    assert await too_large(client, over, larger_body=LARGER) == "max_document_bytes"  # type: ignore[arg-type]
     body = b"%PDF-" + b"a" * (LARGER.max_bytes - 5)
     at = origin.url("origin.test", "/at")
     origin.routes["/at"] = lambda _seen: Reply(
