@@ -26,6 +26,7 @@ from specialists.tool.config import tool_section
 from specialists.tool.exec.config import ExecConfig
 from specialists.web import WEB
 from specialists.web.config import web_section
+from specialists.web.docs import workspace as workspace_module
 from specialists.web.docs.config import BoardConfig, CabinetConfig, DocsConfig
 from specialists.web.pages.filekeys import file_key
 from specialists.web.pages.loading import Page
@@ -613,6 +614,43 @@ async def test_write_file_over_a_hard_link_leaves_the_file_outside_the_root_unch
     assert inside.read_text() == MARKDOWN
     assert stat.S_IMODE(inside.stat().st_mode) == 0o600
     assert os.listdir(workspace) == ["hardlink"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+async def test_a_name_swapped_for_a_symlink_mid_write_never_links_a_file_outside_the_root(
+    docs: Dispatcher,
+    origin: Origin,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    overwrite: bool,
+) -> None:
+    """A command in the root may watch the directory and, once the content is written, swap
+    the daemon's temporary name for a symlink to a file of the daemon's (review: a link of
+    that name followed it, and a root daemon linked the secret in at PATH)."""
+    key = await fetched_key(docs, origin)
+    secret = tmp_path / "secret"
+    secret.write_text("TOPSECRET")
+    secret.chmod(0o600)
+    written = workspace_module._write_all
+
+    def write_then_swap(fd: int, data: bytes) -> None:
+        written(fd, data)
+        for name in os.listdir(workspace):
+            if name.startswith(".csp-web-write-"):
+                os.rename(workspace / name, tmp_path / "moved")
+                os.symlink(secret, workspace / name)
+
+    monkeypatch.setattr(workspace_module, "_write_all", write_then_swap)
+    path = workspace / "out.md"
+    more = (OVERWRITE,) if overwrite else ()
+    reply = await ask(docs, "write_file", "PATH", ("FILE_KEY", key), ("PATH", str(path)), *more)
+    assert os.stat(secret).st_nlink == 1  # never linked into the root
+    assert secret.read_text() == "TOPSECRET"
+    if overwrite:  # the temporary file was taken away: refused, not an OK over another file
+        assert reply.get("ERROR") == "permission_denied:PATH changed while it was written"
+    else:  # no temporary name to swap: PATH itself is made, O_EXCL
+        assert (reply.status, path.read_text()) == (Status.OK, MARKDOWN)
 
 
 async def test_write_file_takes_a_255_byte_name_and_refuses_a_longer_one_as_invalid_field(

@@ -2,24 +2,28 @@
 
 The path is checked and its directory opened as for every op that touches a workspace file
 (``csp_web.infra.workspace_paths``: roots, exec's masked paths and the daemon's own files,
-/proc, /sys, /dev, no symlink on the way). The client's PATH is never opened: the content is
-written to a new temporary file in the same directory (``O_CREAT|O_EXCL``, so it is a fresh
-regular file, never a FIFO, device or link someone put there) and then put in PATH's place by
-name. Opening PATH itself could hang on a FIFO with no reader (openat waits for a partner and a
-thread cannot be cancelled) and would write through a hard link into a file outside the root.
+/proc, /sys, /dev, no symlink on the way). No open here can wait (a FIFO put at PATH once
+held ``openat`` for good, in a thread nothing can cancel) or write through what someone else
+put there:
 
-- without OVERWRITE the temporary file is linked to PATH: ``linkat`` never replaces an
-  existing name, so an existing PATH (whatever it is) is ``file_exists`` with no race;
+- without OVERWRITE, PATH is made ``O_CREAT|O_EXCL|O_NOFOLLOW``: whatever is there already (a
+  file, a FIFO, a link, a directory) is ``file_exists``, and what is opened is a new regular
+  file; a failed write removes it (if the name still holds it);
 - with OVERWRITE, an existing PATH must be a regular file the daemon may write: a symlink is
   ``permission_denied``, a directory or any other non-file (FIFO, device, socket)
-  ``invalid_field``; the temporary file takes its permission bits (and its owner, where the
-  daemon may give it) and is renamed onto it, atomically: a reader sees the old content or
-  the new, and another hard link to the old file keeps the old content.
+  ``invalid_field``. The content goes to a new temporary file in the same directory, which
+  takes the old file's permission bits (and its owner, where the daemon may give it), and is
+  renamed onto PATH: a reader sees the old content or the new, and another hard link to the
+  old file (one outside the root) keeps the old content. The temporary name is in a
+  directory a sandboxed command may write, so it is only ever renamed, never linked or
+  opened again (a link follows a symlink swapped in for it: a root daemon would link any
+  file of its disk into the root), and PATH must hold the very file written afterwards,
+  else the write is refused (``permission_denied``: PATH changed while it was written).
 
-A new file is ``FILE_MODE`` less the umask, as ``open(O_CREAT)`` made it before. A failed write
-leaves no temporary file behind and PATH as it was. Content past ``cabinet.max_file_bytes`` is
+A new file is ``FILE_MODE`` less the umask. Content past ``cabinet.max_file_bytes`` is
 ``too_large``; a name longer than the file system allows is ``invalid_field``; a full disk or
-quota is ``storage_full:workspace``.
+quota is ``storage_full:workspace``. A daemon killed mid-write may leave one
+``.csp-web-write-*.tmp`` file behind.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from csp_web.infra.workspace_paths import WorkspacePath, open_directory
 from protocol import ErrorCode
 
 FILE_MODE = 0o644
-# O_NONBLOCK is moot for a file O_EXCL just made; it is there so no open here can ever wait.
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# O_EXCL opens only a file it makes: never a FIFO, device or link someone put there. O_NONBLOCK
+# is moot then; it is there so that no open here could ever wait.
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def write_file(target: WorkspacePath, data: bytes, *, max_bytes: int, overwrite: bool) -> str:
@@ -58,26 +63,53 @@ def write_file(target: WorkspacePath, data: bytes, *, max_bytes: int, overwrite:
 
 
 def _write_at(dir_fd: int, target: WorkspacePath, data: bytes, *, overwrite: bool) -> None:
-    old = _replaceable(dir_fd, target) if overwrite else None
+    if overwrite:
+        _replace_at(dir_fd, target, data)
+    else:
+        _create_at(dir_fd, target, data)
+
+
+def _create_at(dir_fd: int, target: WorkspacePath, data: bytes) -> None:
+    fd = os.open(target.name, _NEW_FLAGS, FILE_MODE, dir_fd=dir_fd)
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        if _holds(dir_fd, target.name, fd):  # not what someone put there since
+            with contextlib.suppress(OSError):
+                os.unlink(target.name, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _replace_at(dir_fd: int, target: WorkspacePath, data: bytes) -> None:
+    old = _replaceable(dir_fd, target)
     temp = f".csp-web-write-{secrets.token_hex(8)}.tmp"  # short: PATH's name may be 255 bytes
-    fd = os.open(temp, _TEMP_FLAGS, FILE_MODE, dir_fd=dir_fd)
+    fd = os.open(temp, _NEW_FLAGS, FILE_MODE, dir_fd=dir_fd)
     placed = False
     try:
-        try:
-            if old is not None:
-                _take_mode_and_owner(fd, old)
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-        if overwrite:
-            os.replace(temp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            placed = True
-        else:
-            os.link(temp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if old is not None:
+            _take_mode_and_owner(fd, old)
+        _write_all(fd, data)
+        os.replace(temp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        placed = True
+        if not _holds(dir_fd, target.name, fd):  # the temporary name was swapped meanwhile
+            raise OpError(ErrorCode.PERMISSION_DENIED, "PATH changed while it was written")
     finally:
-        if not placed:
-            with contextlib.suppress(FileNotFoundError):
+        if not placed and _holds(dir_fd, temp, fd):
+            with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
+        os.close(fd)
+
+
+def _holds(dir_fd: int, name: str, fd: int) -> bool:
+    """Whether ``name`` (not followed) is the file open as ``fd``."""
+    try:
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _replaceable(dir_fd: int, target: WorkspacePath) -> os.stat_result | None:
