@@ -3,8 +3,10 @@ the store it is persisted to (the job file, or the fleet's Redis hash with ``red
 
 Jobs are kept per uid: the op sees, counts and changes only the jobs whose ``owner_uid`` is
 its peer's uid; another uid's job answers as a missing one (``unknown_job``). The stdin peer
-(uid None, the orchestrator that started the daemon) owns the jobs added without a uid, as
-boards and research jobs give it its own (``specialists.web.docs.board.owner``). Job IDs
+(the orchestrator that started the daemon) has the daemon's own uid, so it shares that uid's
+jobs with socket peers of the same uid, as it shares its board. A job stored without an
+owner (by a peer with no uid, or before jobs had owners) is the daemon's own uid's to see
+and change: it runs as no uid, and nobody else could manage it. Job IDs
 are one namespace for the whole table (the store, the run keys and the fleet's claims are by
 id), so an add of an id another uid holds is refused as a duplicate is, naming no owner.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,14 +89,14 @@ class JobTable:
         return job
 
     def jobs_of(self, owner_uid: int | None) -> list[Job]:
-        """``owner_uid``'s jobs, by id (None: the stdin peer's)."""
-        return [job for job in self.jobs() if job.owner_uid == owner_uid]
+        """``owner_uid``'s jobs, by id."""
+        return [job for job in self.jobs() if _belongs(job, owner_uid)]
 
     def owned(self, job_id: str, owner_uid: int | None) -> Job:
         """``owner_uid``'s job ``job_id``; raises OpError(unknown_job) for one that is
         missing or another uid's, alike (another uid's job is not there for this one)."""
         job = self._jobs.get(job_id)
-        if job is None or job.owner_uid != owner_uid:
+        if job is None or not _belongs(job, owner_uid):
             raise OpError(ErrorCode.UNKNOWN_JOB, job_id, scope=SCOPE)
         return job
 
@@ -207,3 +210,10 @@ class JobTable:
 
     def _now(self) -> datetime.datetime:
         return self._now_wall().astimezone(UTC)
+
+
+def _belongs(job: Job, uid: int | None) -> bool:
+    """Whether ``uid`` owns ``job``: its owner's, or an ownerless job's (the daemon's uid)."""
+    if job.owner_uid is None:
+        return uid is None or uid == os.getuid()
+    return job.owner_uid == uid

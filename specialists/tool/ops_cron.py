@@ -20,8 +20,8 @@ action. ``list`` adds one ``JOB <json>`` line per job; ``run`` adds ``JOB_RUN``,
 ran the job). TOOL opens the service (``ToolServices.cron``) and runs its scheduler.
 
 Jobs are the caller's uid's (``csp_web.cron.table``): ``list`` shows and counts only its
-jobs, and another uid's job is ``unknown_job`` to every per-job action. The stdin peer (no
-uid) has its own jobs, those added without a uid.
+jobs, and another uid's job is ``unknown_job`` to every per-job action. The stdin peer has
+the daemon's own uid, whose jobs also include any stored without an owner.
 
 Without ``TASK`` (the seed's own example) the job is a reminder: each run writes a
 ``cron_due`` record (job, run key, scheduled time, description) to the Memory Specialist.

@@ -64,7 +64,7 @@ async def test_a_list_shows_and_counts_only_the_callers_jobs(config: Config) -> 
         ours = await _as(rig, A, ("ACTION", "list"))
     assert _jobs(theirs) == ["mine"]
     assert theirs.get("DATA") == "jobs:1,active:1,disabled:0"
-    assert _jobs(stdin) == []  # the stdin peer has its own jobs, as it has its own board
+    assert _jobs(stdin) == []  # a peer without a uid: only the jobs added without one
     assert stdin.get("DATA") == "jobs:0,active:0,disabled:0"
     assert _jobs(ours) == ["rootjob", "rootjob2"]
     assert ours.get("DATA") == "jobs:2,active:1,disabled:1"
@@ -81,3 +81,20 @@ async def test_an_add_of_an_id_another_uid_holds_is_refused_as_a_duplicate(
     assert code(foreign) == code(own) == "cron_error"
     assert foreign.get("ERROR") == own.get("ERROR")  # says nothing of whose it is
     assert json.loads(kept.get("JOB") or "{}")["owner_uid"] == A
+
+
+async def test_a_job_stored_without_an_owner_is_the_daemons_own_uids_to_see_and_change(
+    config: Config,
+) -> None:
+    """Jobs stored before they had owners (or by a peer without a uid) run as no uid: the
+    daemon's own uid (the stdin peer's) manages them, never another uid (review)."""
+    assert os.getuid() == A  # the daemon's uid, as the stdin peer has it
+    async with open_rig(_config(config), lambda: at(1, 0)) as rig:
+        assert (await _as(rig, None, *_add("old"))).status is Status.OK
+        theirs = await _as(rig, B, ("ACTION", "list"))
+        ours = await _as(rig, A, ("ACTION", "list"))
+        refused = await _as(rig, B, ("ACTION", "remove"), ("JOB_ID", "old"))
+        removed = await _as(rig, A, ("ACTION", "remove"), ("JOB_ID", "old"))
+    assert (_jobs(theirs), _jobs(ours)) == ([], ["old"])
+    assert code(refused) == "unknown_job"
+    assert removed.status is Status.OK, removed
