@@ -64,12 +64,15 @@ def config_sections(specialists: Sequence[Composable] = SPECIALISTS) -> tuple[Se
 
 
 def load_config(
-    path: str | None = None, *, sections: Sequence[SectionSpec] | None = None
+    path: str | None = None,
+    *,
+    sections: Sequence[SectionSpec] | None = None,
+    regular_only: bool = False,
 ) -> Config:
     """``csp_web.config.load.load_config`` with the catalogue's own sections (unless
     ``sections`` names others): the file as the daemon reads it."""
     chosen = config_sections() if sections is None else sections
-    return loader.load_config(path, sections=chosen)
+    return loader.load_config(path, sections=chosen, regular_only=regular_only)
 
 
 def config_from_mapping(data: object, *, sections: Sequence[SectionSpec] | None = None) -> Config:

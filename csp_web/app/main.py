@@ -272,7 +272,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
 
     def reload() -> Config:  # on SIGHUP, as served: a ConfigError keeps the running settings
-        new = load_config(args.config, sections=config_sections())
+        new = load_config(args.config, sections=config_sections(), regular_only=True)
         return serving_socket(complete_sections(new, config_sections()), socket_path)
 
     _raise_open_files_limit()

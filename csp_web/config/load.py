@@ -30,16 +30,21 @@ _MAX_INT = 2**63 - 1
 T = typing.TypeVar("T")
 
 
-def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()) -> Config:
+def load_config(
+    path: str | None = None, *, sections: Sequence[SectionSpec] = (), regular_only: bool = False
+) -> Config:
     """Read ``path``, else the file named by $CSP_WEB_CONFIG, else the embedded defaults;
     the result's ``source`` names the file read. ``sections``: the specialists' own sections
     (the catalogue's, ``csp_web.app.catalog.config_sections``), each at its key: top-level, or
-    dotted inside a core section or another own one (``tool.browser`` inside ``tool``)."""
+    dotted inside a core section or another own one (``tool.browser`` inside ``tool``).
+    ``regular_only`` (a SIGHUP's reload): ConfigError unless ``path`` is a regular file, never
+    a wait for a pipe's writer; a command's own load reads what it is given (``check-config
+    /dev/stdin``, ``serve --config <(...)``)."""
     path = path or os.environ.get(ENV_VAR)
     if not path:
         return Config()
     try:
-        with _open_regular(path) as file:
+        with _open_regular(path) if regular_only else open(path, encoding="utf-8") as file:
             data = yaml.load(file, Loader=_StrictLoader)  # a SafeLoader: no Python tags
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
@@ -53,9 +58,9 @@ def load_config(path: str | None = None, *, sections: Sequence[SectionSpec] = ()
 
 def _open_regular(path: str) -> typing.TextIO:
     """``path`` opened for reading as text, when it is a regular file. Opened non-blocking
-    and typed first: a FIFO put in the config's place would otherwise hold the open until a
-    writer came (a SIGHUP's reload waited for good, and every later one behind it), and a
-    device could be read without end. Raises ConfigError for anything else."""
+    and typed first: a FIFO put in the config's place held a SIGHUP's reload until a writer
+    came (for good, and every later reload behind it: a uid never revoked), and a device
+    could be read without end. Raises ConfigError for anything else."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
