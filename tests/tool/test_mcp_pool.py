@@ -19,6 +19,7 @@ from protocol import ErrorCode
 from specialists.tool.config import ToolConfig
 from specialists.tool.mcp import McpPool, open_mcp_pool
 from specialists.tool.mcp.config import McpConfig, StdioServerConfig
+from specialists.tool.mcp.session import STDERR_BURST, STDERR_LINES_PER_S, LineBudget
 from specialists.tool.services import open_mcp_host
 from tests.conftest import wait_until
 
@@ -410,6 +411,43 @@ async def test_server_stderr_lines_become_log_records_naming_the_server(
     assert [r.getMessage() for r in relayed][-2:] == [
         "MCP server toy stderr: first line",
         "MCP server toy stderr: second {json?",
+    ]
+
+
+def test_a_line_budget_takes_its_burst_then_one_line_per_refill_and_counts_the_rest() -> None:
+    now = [0.0]
+    budget = LineBudget(per_s=20, burst=3, clock=lambda: now[0])
+    assert [budget.take() for _ in range(4)] == [True, True, True, False]  # N, then N+1
+    assert budget.skipped == 1
+    now[0] += 0.05  # one line's worth
+    assert (budget.take(), budget.take(), budget.skipped) == (True, False, 2)
+    now[0] += 3600  # refills to the burst, never past it
+    assert [budget.take() for _ in range(4)] == [True, True, True, False]
+
+
+async def test_a_server_printing_without_end_is_logged_at_its_line_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A flood of stderr lines is logged up to the burst (then the rate); the lines left out
+    are told as a count with the next line logged."""
+    caplog.set_level(logging.INFO, logger="specialists.tool.mcp")
+    flood = "\n".join(f"line {n}" for n in range(STDERR_BURST * 5))
+    async with open_mcp_pool(toy_config()) as pool:
+        with trio.fail_after(WEDGE_S):
+            await pool.call_tool("toy", "complain", {"text": flood})
+            await trio.sleep(1 / STDERR_LINES_PER_S * 2)  # a line's worth of budget again
+            await pool.call_tool("toy", "complain", {"text": "after"})
+    relayed = [r.getMessage() for r in caplog.records if getattr(r, "server", None) == "toy"]
+    lines = [m for m in relayed if m.startswith("MCP server toy stderr: line ")]
+    assert STDERR_BURST <= len(lines) < STDERR_BURST * 2
+    assert lines[:2] == ["MCP server toy stderr: line 0", "MCP server toy stderr: line 1"]
+    suffix = f"lines not logged (over {STDERR_LINES_PER_S:g} a second)"
+    told = [int(m.split(": ")[1].split(" ")[0]) for m in relayed if m.endswith(suffix)]
+    assert told  # the budget refills while lines arrive: each refill tells what it left out
+    assert len(lines) + sum(told) == STDERR_BURST * 5  # every line logged or counted
+    assert relayed[-2:] == [
+        f"MCP server toy stderr: {told[-1]} {suffix}",
+        "MCP server toy stderr: after",
     ]
 
 

@@ -22,12 +22,17 @@ multiplexes concurrent requests by JSON-RPC id. Each caller's deadline bounds bo
 for a session and its request. A request that runs out of time, or loses its connection,
 asks the serve task to probe the server; a server that cannot answer one tools/list within
 ``probe_timeout_s`` is restarted, so a wedged server never wedges the calls after it.
+
+Each line the server writes to stderr is one log record, at most ``STDERR_LINES_PER_S`` a
+second past a burst of ``STDERR_BURST`` (``LineBudget``); the lines left out are counted
+and the count is logged with the next line that is.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -59,6 +64,35 @@ State = Literal["idle", "starting", "running", "stopping", "backoff", "failed", 
 logger = logging.getLogger(__name__)
 
 _CLIENT_INFO = Implementation(name="csp-web", version="0.1.0")
+# A server's stderr reaches the daemon's log at most this fast, past a first burst: a server
+# printing without end (a review's 100,000 lines made 11 MB of daemon log) must not fill the
+# daemon's disk. The lines left out are counted and told with the next line logged.
+STDERR_LINES_PER_S = 20.0
+STDERR_BURST = 200
+
+
+class LineBudget:
+    """A token bucket of log lines: ``take`` says whether one more line may be logged now."""
+
+    def __init__(
+        self,
+        per_s: float = STDERR_LINES_PER_S,
+        burst: int = STDERR_BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._per_s, self._burst, self._clock = per_s, burst, clock
+        self._tokens, self._at = float(burst), clock()
+        self.skipped = 0  # lines refused since the last one taken
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
+        self._at = now
+        if self._tokens < 1:
+            self.skipped += 1
+            return False
+        self._tokens -= 1
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +174,7 @@ class ServerSession:
         self._last_error = ""
         self._failures = 0
         self._stderr_tail = ""  # the server's last stderr line: often why it failed
+        self._stderr_budget = LineBudget()
         self._stopped = trio.Event()  # set by close: wakes a backoff or a given-up session
         self._active = 0  # requests made and not yet answered, waits for a start included
         self._drained: trio.Event | None = None  # set when _active falls to 0 (retire)
@@ -291,10 +326,23 @@ class ServerSession:
         return f"{reason}:{cap(self._last_error, self._config.max_error_chars)}"
 
     def _on_stderr(self, line: str) -> None:
-        # One log record per line, so the server's words never break --log-json.
-        logger.info("MCP server %s stderr: %s", self.name, line, extra={"server": self.name})
+        # One log record per line, so the server's words never break --log-json; at most
+        # STDERR_LINES_PER_S of them past a burst (LineBudget).
         if line.strip():
             self._stderr_tail = cap(line.strip(), self._config.max_error_chars)
+        budget = self._stderr_budget
+        if not budget.take():
+            return
+        if budget.skipped:
+            logger.warning(
+                "MCP server %s stderr: %d lines not logged (over %g a second)",
+                self.name,
+                budget.skipped,
+                STDERR_LINES_PER_S,
+                extra={"server": self.name},
+            )
+            budget.skipped = 0
+        logger.info("MCP server %s stderr: %s", self.name, line, extra={"server": self.name})
 
     async def _connect(self, attempt: _Attempt) -> None:
         def on_end() -> None:
