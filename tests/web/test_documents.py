@@ -282,9 +282,7 @@ async def test_cabinet_start_pages_to_the_last_character_and_is_refused_at_the_e
     docs: Dispatcher, origin: Origin, extra: int
 ) -> None:
     """As fetch: START N-1 answers the last character; N (once an empty OK) and N+1 refuse."""
-    url = serve(origin, "/tides", ARTICLE)
-    key = (await ask(docs, "fetch", "CONTENT", ("URL", url))).get("FILE_KEY")
-    assert key is not None
+    key = await fetched_key(docs, origin)
     assert (await ask(docs, "save", "ACK", ("FILE_KEY", key))).status is Status.OK
     start = ("START", str(len(MARKDOWN) + extra))
     back = await ask(docs, "cabinet", "CONTENT", ("FILE_KEY", key), start)
