@@ -15,7 +15,7 @@ from csp_web.core.api import fields as fields_module
 from csp_web.core.api.context import OpContext, Peer
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import MAX_JSON_DEPTH, FieldSpec, Params, validate
-from csp_web.core.api.ops import Op
+from csp_web.core.api.ops import ECHOED_NAME_CHARS, Op
 from csp_web.core.api.replies import Result
 from csp_web.core.daemon.compose import op_table
 from csp_web.core.dispatch import dispatcher as dispatcher_module
@@ -117,6 +117,19 @@ async def test_an_integer_past_int64_is_out_of_bounds_not_malformed(
     assert reply.get("ERROR") == error, reply
     if error is None:
         assert reply.get("COUNT") == "7"
+
+
+@pytest.mark.parametrize("length", [ECHOED_NAME_CHARS, ECHOED_NAME_CHARS + 1])
+async def test_an_unknown_op_is_named_whole_up_to_the_echo_bound_then_cut(
+    config: Config, length: int
+) -> None:
+    """A 3,000-character REQ is not echoed whole into the reply and the audit: its name is
+    cut at the bound and its length said."""
+    name = "z" * length
+    reply = await _one(config, f"TASK REQ:{name} IN:TEST OUT:ECHO\n\n".encode())
+    cut = f"{name[:ECHOED_NAME_CHARS]}... ({length} characters)"
+    expected = name if length == ECHOED_NAME_CHARS else cut
+    assert reply.get("ERROR") == f"unknown_op:{expected}"
 
 
 @pytest.mark.parametrize(("text", "ok"), [("x" * 10, True), ("x" * 11, False)])

@@ -114,7 +114,8 @@ class ApiConfig:
     auth_scheme: str = "Bearer"
     headers: dict[str, str] = field(default_factory=dict)  # fixed, non-secret headers
     rate: RateConfig = field(default_factory=lambda: RateConfig(60, 10))
-    cache_ttl_s: float = 300.0  # seed 000: "Default TTL: 5 minutes"
+    # seed 000: "Default TTL: 5 minutes"; 0 caches nothing (an API whose answers must be fresh)
+    cache_ttl_s: float = field(default=300.0, metadata={"zero_ok": True})
 
 
 def _default_apis() -> dict[str, ApiConfig]:

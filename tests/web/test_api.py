@@ -15,7 +15,9 @@ import pytest
 import trio
 import trio.testing
 
+from csp_web.app.catalog import config_sections
 from csp_web.config import Config, with_section
+from csp_web.config.load import config_from_mapping
 from csp_web.infra.ratelimit import Bucket
 from protocol import Status
 from specialists.web.config import ApiConfig, RateConfig, web_section
@@ -159,6 +161,24 @@ async def test_get_is_cached_and_a_write_invalidates_the_apis_cache(
         ("github:repos/python-trio/trio", False, 200),
         ("github:repos/python-trio/trio", False, 200),
     ]
+
+
+async def test_an_api_whose_cache_ttl_is_zero_is_never_cached(
+    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
+) -> None:
+    """``cache_ttl_s: 0`` turns one API's cache off (an API whose answers must be fresh):
+    every GET reaches the origin, and the config loader takes the zero."""
+    origin.routes["/repos/python-trio/trio"] = serve("github_repo.json")
+    config = with_github(web_config, origin, cache_ttl_s=0.0)
+    repo = api_fields("github:repos/python-trio/trio")
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            replies = [await run(dispatcher, "api", "API_RESPONSE", *repo) for _ in range(2)]
+    assert [reply.get("CACHED") for reply in replies] == ["false", "false"]
+    assert len(requests_to(origin, "/repos/python-trio/trio")) == 2
+    apis = {"x": {"base_url": "https://a.test/", "cache_ttl_s": 0}}
+    loaded = config_from_mapping({"web": {"apis": apis}}, sections=config_sections())
+    assert web_section(loaded).apis["x"].cache_ttl_s == 0
 
 
 async def test_401_replies_in_the_seed_error_form(

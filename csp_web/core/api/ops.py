@@ -228,11 +228,22 @@ class _Index(Generic[K]):
         if entry is None:
             domains = self._domains.get(task.req)
             if domains is None:
-                raise FieldError(ErrorCode.UNKNOWN_OP, task.req)
+                raise FieldError(ErrorCode.UNKNOWN_OP, _echoed(task.req))
             raise FieldError(ErrorCode.WRONG_DOMAIN, f"{task.req} runs IN:{'|'.join(domains)}")
         if task.out != entry.out:
             raise FieldError(ErrorCode.WRONG_OUT, f"{task.req} gives OUT:{entry.out}")
         return entry
+
+
+# An unknown REQ is named in its FAIL and its audit record up to this many characters: a
+# client's typo is shown whole, a 1 MiB name is not copied into every reply and record.
+ECHOED_NAME_CHARS = 64
+
+
+def _echoed(name: str) -> str:
+    if len(name) <= ECHOED_NAME_CHARS:
+        return name
+    return f"{name[:ECHOED_NAME_CHARS]}... ({len(name)} characters)"
 
 
 class OpTable(_Index[OpSpec]):

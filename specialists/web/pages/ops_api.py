@@ -198,7 +198,8 @@ async def _answer(
     await budget.take("fetches")  # each call asked for, from the cache or not, as fetch's pages
     namespace = f"api:{call.name}"
     material = {"method": call.method, "url": call.url, "headers": sorted(call.headers)}
-    if call.method == "GET" and not no_cache:
+    cacheable = call.method == "GET" and call.api.cache_ttl_s > 0
+    if cacheable and not no_cache:
         cached = _from_cache(await services.cache.get(namespace, material))
         if cached is not None:
             return cached, True
@@ -215,7 +216,7 @@ async def _answer(
     answer = await trio.to_thread.run_sync(_summarise, result, token, abandon_on_cancel=True)
     if not 200 <= result.status_code < 300:
         raise _status_error(result, answer)
-    if call.method == "GET":
+    if cacheable:
         await services.cache.set(namespace, material, _to_cache(answer), ttl_s=call.api.cache_ttl_s)
     return answer, False
 
