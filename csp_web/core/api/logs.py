@@ -1,16 +1,27 @@
 """Structured log lines on stderr; stdout is the wire and never gets a log line.
 
+A log call never waits for stderr. Each record is formatted where it is logged and its line
+handed to one writer thread (``StderrLines``), which writes them in batches; while stderr
+is not read (a stopped ``| tee``, a paused terminal, a pipe nobody drains) the lines past
+``MAX_QUEUED_LINES`` are dropped and counted, and the count is written once stderr moves
+again. A blocking write on the event loop's thread used to stop the whole daemon there:
+every connection, timer and signal, SIGTERM included.
+
 A child process that writes its own stderr (an MCP server) must not write into ours, or its
 lines would break ``--log-json``: ``relay_lines`` turns what it writes into log records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
+from typing import TextIO
 
 import trio
 
@@ -56,13 +67,121 @@ def _extra(record: logging.LogRecord) -> dict[str, object]:
 
 
 def setup_logging(level: str, *, as_json: bool) -> None:
-    """Send csp_web's logs to stderr, one line each (JSON lines with ``as_json``)."""
+    """Send csp_web's logs to stderr, one line each (JSON lines with ``as_json``), through
+    a ``StderrLines`` handler; a second call replaces the first's handler, and the lines the
+    first queued are written before any of the second's."""
     _skip_unused_record_fields()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if as_json else _TextFormatter())
     root = logging.getLogger()
+    for old in root.handlers:
+        old.close()  # a StderrLines writes what it holds first
+    handler = StderrLines(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if as_json else _TextFormatter())
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+# At most this many lines wait for stderr (about 2 MB at the op log's 150-200 bytes a line);
+# past it lines are dropped and counted. A reader that keeps up never sees the bound: the
+# writer takes up to ``_BATCH_LINES`` lines per write.
+MAX_QUEUED_LINES = 10_000
+_BATCH_LINES = 512
+# At exit (logging.shutdown) or when replaced, what is queued gets this long to reach stderr;
+# a stderr that never moves again cannot keep the process from ending.
+CLOSE_WAIT_S = 5.0
+
+
+class StderrLines(logging.Handler):
+    """A handler whose ``emit`` never blocks: the formatted line goes to a bounded queue that
+    one daemon thread writes to ``stream``; past ``max_lines`` waiting, the line is dropped
+    and counted, and ``"<n> log lines dropped: stderr was not read"`` is written before the
+    next line that gets through. ``close`` (and ``flush``) wait up to ``close_wait_s`` for
+    the queue to drain."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        max_lines: int = MAX_QUEUED_LINES,
+        close_wait_s: float = CLOSE_WAIT_S,
+    ) -> None:
+        super().__init__()
+        self._stream = stream
+        # A line, a flush's mark, or None: the end.
+        self._lines: queue.Queue[str | _FlushMark | None] = queue.Queue(max_lines)
+        self._close_wait_s = close_wait_s
+        self._dropped = 0  # written by emitters, read and reset by the writer: under the lock
+        self._dropped_lock = threading.Lock()
+        self._closed = False
+        self._writer = threading.Thread(target=self._write_all, name="csp-web-log", daemon=True)
+        self._writer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        try:
+            self._lines.put_nowait(line)
+        except queue.Full:
+            with self._dropped_lock:
+                self._dropped += 1
+
+    def flush(self) -> None:
+        """Wait (up to ``close_wait_s``) until every line queued so far is written."""
+        if self._closed or not self._writer.is_alive():
+            return
+        mark = _FlushMark()
+        try:
+            self._lines.put(mark, timeout=self._close_wait_s)
+        except queue.Full:
+            return  # stderr has not moved for that long
+        mark.done.wait(self._close_wait_s)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            # A stderr that never moved: the daemon thread ends with the process.
+            with contextlib.suppress(queue.Full):
+                self._lines.put(None, timeout=self._close_wait_s)
+            self._writer.join(self._close_wait_s)
+        super().close()
+
+    def _write_all(self) -> None:
+        while True:
+            batch = [self._lines.get()]
+            while len(batch) < _BATCH_LINES:
+                try:
+                    batch.append(self._lines.get_nowait())
+                except queue.Empty:
+                    break
+            lines = [line for line in batch if isinstance(line, str)]
+            marks = [mark for mark in batch if isinstance(mark, _FlushMark)]
+            with self._dropped_lock:
+                dropped, self._dropped = self._dropped, 0
+            if dropped:
+                lines.insert(0, f"{dropped} log lines dropped: stderr was not read")
+            if lines:
+                self._write("".join(line + "\n" for line in lines))
+            for mark in marks:
+                mark.done.set()
+            if None in batch:
+                return
+
+    def _write(self, text: str) -> None:
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass  # stderr closed or gone: nowhere to say so
+
+
+class _FlushMark:
+    """A queue entry that is no line: the writer sets ``done`` once it has written every line
+    queued before it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 def _skip_unused_record_fields() -> None:
