@@ -85,9 +85,9 @@ def setup_logging(level: str, *, as_json: bool) -> None:
 # writer takes up to ``_BATCH_LINES`` lines per write.
 MAX_QUEUED_LINES = 10_000
 _BATCH_LINES = 512
-# At exit (logging.shutdown) or when replaced, what is queued gets this long to reach stderr;
-# a stderr that never moves again cannot keep the process from ending.
-CLOSE_WAIT_S = 5.0
+# At exit (logging.shutdown's flush, then close) or when replaced, what is queued gets this
+# long, once, to reach stderr: a stderr nobody reads delays the exit by that much, no more.
+CLOSE_WAIT_S = 3.0
 
 
 class StderrLines(logging.Handler):
@@ -112,6 +112,7 @@ class StderrLines(logging.Handler):
         self._dropped = 0  # written by emitters, read and reset by the writer: under the lock
         self._dropped_lock = threading.Lock()
         self._closed = False
+        self._stalled = False  # a flush or close waited its whole time: wait no more
         self._writer = threading.Thread(target=self._write_all, name="csp-web-log", daemon=True)
         self._writer.start()
 
@@ -129,22 +130,33 @@ class StderrLines(logging.Handler):
 
     def flush(self) -> None:
         """Wait (up to ``close_wait_s``) until every line queued so far is written."""
-        if self._closed or not self._writer.is_alive():
+        if self._closed or self._stalled or not self._writer.is_alive():
             return
-        mark = _FlushMark()
+        mark, end = _FlushMark(), time.monotonic() + self._close_wait_s
         try:
             self._lines.put(mark, timeout=self._close_wait_s)
         except queue.Full:
-            return  # stderr has not moved for that long
-        mark.done.wait(self._close_wait_s)
+            self._stalled = True
+            return
+        if not mark.done.wait(max(end - time.monotonic(), 0.0)):
+            self._stalled = True
 
     def close(self) -> None:
+        """Write what is queued (up to ``close_wait_s``, none once a wait timed out: stderr is
+        not read, and waiting again would only hold the process's exit) and end the writer."""
         if not self._closed:
             self._closed = True
-            # A stderr that never moved: the daemon thread ends with the process.
-            with contextlib.suppress(queue.Full):
-                self._lines.put(None, timeout=self._close_wait_s)
-            self._writer.join(self._close_wait_s)
+            if self._stalled:
+                with contextlib.suppress(queue.Full):
+                    self._lines.put_nowait(None)  # ends the writer if stderr ever moves
+            else:
+                end = time.monotonic() + self._close_wait_s
+                try:
+                    self._lines.put(None, timeout=self._close_wait_s)
+                except queue.Full:
+                    pass  # a stderr that never moved: the daemon thread ends with the process
+                else:
+                    self._writer.join(max(end - time.monotonic(), 0.0))
         super().close()
 
     def _write_all(self) -> None:
