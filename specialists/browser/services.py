@@ -21,6 +21,7 @@ import trio
 
 from csp_web.config import Config, TlsConfig, egress_proxy, shared_section
 from csp_web.core.api.ports import FileStore, Port
+from csp_web.infra.media import MediaStore
 from csp_web.net import GuardConfig, Resolver, parse_proxy
 from csp_web.net.guard_proxy import GuardProxy
 from csp_web.net.proxy_peers import owned_by_tree
@@ -28,7 +29,6 @@ from specialists.browser.config import BrowserConfig, browser_section
 
 from .canvas import CanvasClaims, CanvasNode, LocalCanvas
 from .engine import BrowserEngine
-from .media import MediaStore
 from .sessions import OneShots, SessionTable
 from .states import StateStore
 from .trust import build_home

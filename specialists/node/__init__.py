@@ -56,7 +56,7 @@ def make_node(*, link: RedisLink | None = None) -> Specialist[NodesConfig, NodeS
         background=_background,
         stats_lines=_stats_lines,
         storage=lambda nodes: {
-            "media": lambda: nodes.hub.media_full,
+            "media": lambda: nodes.hub.media.storage_full,
             "state": lambda: nodes.hub.store.storage_full,
         },
         reload=None,

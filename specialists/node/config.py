@@ -62,6 +62,11 @@ class NodesConfig:
     max_media_bytes: int = 64 * MIB  # one capture, all chunks together
     max_chunk_bytes: int = 96 * 1024  # raw bytes per chunk: its base64 fits the 256 KiB line
     media_dir: str | None = None  # default: <state_dir>/media
+    # Captures kept in media_dir, trimmed after each capture as the browser's screenshots are
+    # (csp_web/infra/media.py): 1 GiB holds 16 captures at max_media_bytes (clips) and
+    # thousands of photos; a day is the browser's own media_max_age_s.
+    media_max_bytes: int = 1024 * MIB
+    media_max_age_s: float = 86_400.0
     max_reply_text_chars: int = 4096  # a node's DATA or text field in a reply
     # Node tasks other daemons forward here at once (redis.url); past it they are busy. As
     # max_links: a daemon gives its peers no more than it gives its own node links.

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from csp_web.core.api.errors import OpError, StorageFull
+from csp_web.core.api.errors import OpError
 from csp_web.core.api.replies import Result
+from csp_web.infra.media import MediaStore
 from protocol import ErrorCode, Task
 from specialists.node.config import NodesConfig
 
 from .link import NodeLink
-from .results import Checked, check_reply, save_media
+from .results import MEDIA_EXTENSIONS, Checked, check_reply, save_capture
 from .store import (
     AlreadyPaired,
     AttemptLimiter,
@@ -51,8 +52,13 @@ class NodeHub:
     def __init__(self, config: NodesConfig, store: NodeStore, media_dir: str) -> None:
         self.config = config
         self.store = store
-        self.media_dir = media_dir
-        self.media_full = False  # the last capture found the disk full (SPEC O-6)
+        # Captures, trimmed after each to nodes.media_max_bytes and media_max_age_s.
+        self.media = MediaStore(
+            media_dir,
+            max_bytes=config.media_max_bytes,
+            max_age_s=config.media_max_age_s,
+            extensions=MEDIA_EXTENSIONS,
+        )
         self.links: dict[str, NodeLink] = {}
         self.open_links = 0
         self.pending = PendingPairs(
@@ -257,7 +263,8 @@ class NodeHub:
 
     async def run(self, name: str, action: str, params: Mapping[str, Any], task_id: str) -> Outcome:
         """Run ``action`` on node ``name``, through the daemon holding its link when that is
-        not this one (redis.url); media are saved in this daemon's media folder. Raises
+        not this one (redis.url); media are saved in this daemon's media folder, which then
+        keeps to its bounds. Raises StorageFull("media") for a full disk,
         OpError node_unknown, node_unavailable, node_capability_missing, or what the node's
         reply stands for (N-8 to N-13, N-16 to N-18)."""
         link = self.links.get(name)
@@ -271,14 +278,9 @@ class NodeHub:
             raise OpError(ErrorCode.NODE_UNAVAILABLE, name, scope=("node",))
         if checked.media is None or data is None:
             return Outcome(checked, None, 0)
-        try:
-            path = await trio.to_thread.run_sync(
-                save_media, self.media_dir, name, task_id, checked.media, data
-            )
-        except StorageFull:
-            self.media_full = True
-            raise
-        self.media_full = False
+        path = await trio.to_thread.run_sync(
+            save_capture, self.media, name, task_id, checked.media, data
+        )
         return Outcome(checked, path, len(data))
 
     async def run_here(

@@ -4,15 +4,12 @@ its checksum (N-9, N-10), replies checked against a schema per action (N-11).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import re
-import secrets
 from dataclasses import dataclass, field
 
-from csp_web.core.api.errors import OpError, StorageFull
-from csp_web.core.api.storage import storage_seam
+from csp_web.core.api.errors import OpError
+from csp_web.infra.media import MediaStore
 from protocol import ErrorCode, Reply, Status
 
 from .wire import MediaInfo, parse_media
@@ -20,6 +17,7 @@ from .wire import MediaInfo, parse_media
 # Per action: the MIME types its media may have (None: no media), whether media is required,
 # and the extra fields a reply may carry. WORK_MS is the node's own time (N-11).
 _EXT = {"image/jpeg": "jpg", "image/png": "png", "video/mp4": "mp4"}
+MEDIA_EXTENSIONS = (*_EXT.values(), "bin")  # what a node media store writes, and trims
 
 
 @dataclass(frozen=True)
@@ -153,22 +151,11 @@ def _node_failure(error: str, max_text_chars: int) -> OpError:
     return OpError(ErrorCode.NODE_ERROR, f"{code[:64]}: {detail}", scope=("node",))
 
 
-def save_media(directory: str, name: str, task_id: str, info: MediaInfo, data: bytes) -> str:
-    """Write ``data`` as ``<directory>/<name>-<task_id>-<random>.<ext>`` (0600, folder 0700);
-    returns its path. Raises StorageFull("media") when the disk is full, leaving no partial
-    file behind."""
+def save_capture(store: MediaStore, name: str, task_id: str, info: MediaInfo, data: bytes) -> str:
+    """Write ``data`` as ``<name>-<task_id>-<random>.<ext>`` in ``store`` (which then trims
+    its folder); returns its path. Raises StorageFull("media") when the disk is full, leaving
+    no partial file behind."""
+    # A random tail (the store's): a client may reuse an ID, and one capture never replaces
+    # another.
     safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", task_id)
-    # A random tail: a client may reuse an ID, and one capture never replaces another.
-    tail = secrets.token_hex(4)
-    path = os.path.join(directory, f"{name}-{safe_id}-{tail}.{_EXT.get(info.mime, 'bin')}")
-    try:
-        with storage_seam("media"):
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-    except StorageFull:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        raise
-    return path
+    return store.save_sync(f"{name}-{safe_id}", data, extension=_EXT.get(info.mime, "bin"))

@@ -1,10 +1,10 @@
-"""The browser's smaller parts: its config section, media retention, and the daemon's wiring
-(ops table, BROWSER stats line) with every specialist composed as ``csp-web serve`` does."""
+"""The browser's smaller parts: its config section and the daemon's wiring
+(ops table, BROWSER stats line) with every specialist composed as ``csp-web serve`` does.
+Its media store is the nodes' too: tests/test_media_store.py."""
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import replace
 
 import pytest
@@ -16,7 +16,6 @@ from csp_web.config import Config, ConfigError
 from csp_web.core.api.context import Peer
 from protocol import Status, Task
 from specialists.browser.config import BrowserConfig, browser_section
-from specialists.browser.media import MediaStore
 
 
 def test_trusted_spki_takes_only_base64_sha256_hashes() -> None:
@@ -39,27 +38,6 @@ def test_the_browser_section_loads_strictly() -> None:
         config_from_mapping({"tool": {"browser": {"max_tabs": 3}}}, sections=SECTIONS)
     with pytest.raises(ConfigError, match="max_sessions_per_peer must not exceed"):
         config_from_mapping({"tool": {"browser": {"max_sessions": 2}}}, sections=SECTIONS)
-
-
-def test_media_retention_removes_old_then_oldest_past_the_size_bound(tmp_path: str) -> None:
-    folder = os.path.join(tmp_path, "media")
-    store = MediaStore(folder, max_bytes=300, max_age_s=100.0)
-    first = store.save_sync("shot", b"a" * 100)
-    second = store.save_sync("shot", b"b" * 100)
-    now = time.time()
-    os.utime(first, (now - 120, now - 120))
-    os.utime(second, (now - 50, now - 50))
-    store.trim_sync(now=now)  # first is 120 s old: past the age bound
-    assert not os.path.exists(first)
-    assert os.path.exists(second)
-    third = store.save_sync("shot", b"c" * 100)
-    fourth = store.save_sync("shot", b"d" * 100)  # 300 bytes: at N, all kept
-    assert all(os.path.exists(p) for p in (second, third, fourth))
-    fifth = store.save_sync("shot", b"e")  # 301 bytes: the oldest goes
-    assert not os.path.exists(second)
-    assert all(os.path.exists(p) for p in (third, fourth, fifth))
-    assert os.stat(folder).st_mode & 0o777 == 0o700
-    assert os.path.basename(fifth).startswith("shot-")
 
 
 async def test_the_daemon_lists_both_ops_and_a_browser_stats_line(config: Config) -> None:

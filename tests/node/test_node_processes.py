@@ -207,6 +207,24 @@ async def test_oversized_media_from_a_real_node_is_too_large(sock_dir: str) -> N
     assert reply.get("ERROR") == "too_large:media over 1000 bytes"
 
 
+async def test_a_real_nodes_captures_are_trimmed_to_media_max_bytes(sock_dir: str) -> None:
+    """Each capture was kept for good; under a 1-byte bound the folder keeps the newest
+    alone (the store never removes the file it just wrote), however many were taken."""
+    config = write_config(sock_dir, {"media_max_bytes": 1})
+    token_file = os.path.join(sock_dir, "lab1.token")
+    node_path = os.path.join(sock_dir, "run", "nodes.sock")
+    folder = os.path.join(sock_dir, "state", "media")
+    async with (
+        daemon_process(config),
+        paired_node(config, node_path, "lab1", token_file, "--camera-source", CAMERA),
+    ):
+        for _ in range(3):
+            photo = await call(os.path.join(sock_dir, "run", "csp.sock"), "lab1", "camera_snap")
+            assert photo.status is Status.OK, photo
+            path = (photo.get("DATA") or "").removeprefix("media:")
+            assert os.listdir(folder) == [os.path.basename(path)]
+
+
 async def test_screen_capture_under_xvfb_gives_a_png_and_an_mp4(setup: Setup) -> None:
     """N-9, N-11: ffmpeg x11grab on a virtual display, the media checked and saved."""
     token_file = os.path.join(setup.directory, "lab1.token")

@@ -18,11 +18,11 @@ from csp_web.core.api.context import Peer
 from csp_web.core.api.errors import StorageFull
 from csp_web.core.daemon.statedir import hold_state_dir, served_socket
 from csp_web.infra.cache import open_cache
+from csp_web.infra.media import MediaStore
 from csp_web.infra.workspace_paths import check_path
 from csp_web.sink.server import MemorySink, open_memory_sink
 from protocol import Reply, Status, Task
-from specialists.browser.media import MediaStore
-from specialists.node.results import save_media
+from specialists.node.results import MEDIA_EXTENSIONS, save_capture
 from specialists.node.store import NodeStore
 from specialists.node.wire import Hello, MediaInfo
 from specialists.web.docs.workspace import write_file
@@ -119,10 +119,11 @@ def test_a_screenshot_on_a_full_disk_is_storage_full_and_leaves_no_file(tmpfs: T
 def test_a_node_capture_on_a_full_disk_is_storage_full_and_leaves_no_file(tmpfs: Tmpfs) -> None:
     folder = os.path.join(tmpfs.path, "media")
     info = MediaInfo("0" * 64, 400_000, "image/png")
+    media = MediaStore(folder, max_bytes=1 << 30, max_age_s=3600.0, extensions=MEDIA_EXTENSIONS)
     tmpfs.fill()
     with pytest.raises(StorageFull) as raised:
-        save_media(folder, "lab1", "t-1", info, b"\x89PNG" * 100_000)
-    assert raised.value.wire_text == "storage_full:media"
+        save_capture(media, "lab1", "t-1", info, b"\x89PNG" * 100_000)
+    assert (raised.value.wire_text, media.storage_full) == ("storage_full:media", True)
     assert os.listdir(folder) == []
 
 

@@ -31,6 +31,7 @@ from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
 from specialists.tool.config import ToolConfig
+from specialists.tool.exec._cgroup import find_cgroup_host
 from specialists.tool.exec.config import ExecConfig
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
@@ -214,6 +215,37 @@ async def test_killing_the_daemon_with_sigkill_leaves_no_sandboxed_process() -> 
         await _send_tree(daemon, command, marker)
         daemon.kill()  # SIGKILL: nothing of the daemon's own clean-up runs
     await _no_process_left(marker)
+
+
+async def test_the_cgroups_of_a_daemon_killed_with_sigkill_go_when_the_next_one_starts() -> None:
+    """A daemon killed mid-command removes none of its cgroups (memory and pids, on v1): they
+    stayed for good, and no later daemon removed them. The next daemon's start does."""
+    host = find_cgroup_host(None, shell="/bin/sh", memory_bytes=1 << 30, max_tasks=64)
+    if isinstance(host, str):
+        pytest.skip(f"no writable cgroup here: {host}")
+    marker, command = _tree_marker()
+    async with _serving() as (daemon, _):
+        await _send_tree(daemon, command, marker)
+        ours = f"csp-exec-{daemon.pid}-"
+        left = [
+            os.path.join(parent, name)
+            for parent in host.directories
+            for name in os.listdir(parent)
+            if name.startswith(ours)
+        ]
+        assert len(left) == len(host.directories)
+        daemon.kill()
+    await _no_process_left(marker)
+    assert all(os.path.isdir(path) for path in left)
+    async with _serving() as (daemon, _):
+        assert daemon.stdin is not None
+        assert daemon.stdout is not None
+        frame = "TASK REQ:exec IN:SHELL OUT:EXEC_RESULT\nID t2\nSHELL true\nCOMMAND true\n\n"
+        await daemon.stdin.send_all(frame.encode())
+        with trio.fail_after(60):
+            reply = await daemon.stdout.receive_some(65536)  # exec started: the probe ran
+    assert reply.startswith(b"STATUS OK\nID t2\n")
+    assert [path for path in left if os.path.isdir(path)] == []
 
 
 async def test_sigterm_cuts_a_command_running_past_10_s_as_shutting_down() -> None:

@@ -20,11 +20,18 @@ Where the host offers one (probed once, at start-up):
 - cgroup v1 (hybrid hosts, many containers): the daemon's own cgroup in the ``memory`` and
   ``pids`` hierarchies, when it may create children there (normally root only).
 
-Each command gets a fresh child ``csp-exec-<daemon pid>-<token>`` in each hierarchy. The
-process enters it before anything of the command runs: the argv starts with ``sh -c`` writing
-``0`` (itself) into each directory's entry file (``CommandCgroup.entry_files``) and exec'ing
-the rest, so every later process is born inside.
+Each command gets a fresh child ``csp-exec-<daemon pid>-s<its start>-<token>`` in each
+hierarchy. The process enters it before anything of the command runs: the argv starts with
+``sh -c`` writing ``0`` (itself) into each directory's entry file
+(``CommandCgroup.entry_files``) and exec'ing the rest, so every later process is born inside.
 After the command, whatever is left in the cgroup is killed and the cgroup removed.
+
+A daemon killed mid-command (``kill -9``, the OOM killer) removes nothing: at start-up
+``remove_leftovers`` clears the groups of daemons that are gone. The owner is told by its pid
+*and* its start (clock ticks after boot, ``/proc/<pid>/stat``), which together name one process
+for good: a pid alone is reused, by any process or by a restarted daemon (pid 1 in a
+container, each time). Daemons sharing a host cgroup must share a pid namespace, or one may
+take another's live groups for a dead daemon's.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import trio
@@ -48,6 +57,8 @@ ENTER_SCRIPT = (
     'for f do [ "$f" = -- ] && break; echo 0 > "$f" || exit 125; shift; done; shift; exec "$@"'
 )
 _PREFIX = "csp-exec-"
+# The owner in a group's name: pid, then its start (s<ticks>); names from before carry no start.
+_OWNER = re.compile(re.escape(_PREFIX) + r"([0-9]+)-(?:s([0-9]+)-)?.+")
 _REMOVE_ROUNDS = 60  # rmdir fails while a killed task is still exiting: about 3.5 s in all
 
 
@@ -114,8 +125,9 @@ class CommandCgroup:
         made: list[str] = []
         try:
             for parent in host.directories:
-                # The daemon's pid in the name tells whose a cgroup is (ps, a leftover).
-                path = os.path.join(parent, f"{_PREFIX}{os.getpid()}-{token}")
+                # The daemon's pid and start in the name tell whose a cgroup is (ps, and
+                # remove_leftovers after the daemon died).
+                path = os.path.join(parent, f"{_PREFIX}{_owner(os.getpid())}-{token}")
                 os.mkdir(path)
                 made.append(path)
             _limit(host, tuple(made), memory_bytes=memory_bytes, max_tasks=max_tasks)
@@ -204,11 +216,12 @@ class CommandCgroup:
         pause_s = 0.001  # doubling to 64 ms: a killed task is usually gone within a few ms
         for _ in range(_REMOVE_ROUNDS):
             for path in list(left):
-                with contextlib.suppress(FileNotFoundError):
-                    try:
-                        os.rmdir(path)
-                    except OSError:
-                        continue
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass  # gone already: another daemon's start-up cleared it
+                except OSError:
+                    continue
                 left.remove(path)
             if not left:
                 return
@@ -216,6 +229,54 @@ class CommandCgroup:
             await trio.sleep(pause_s)
             pause_s = min(pause_s * 2, 0.064)
         log.warning("exec cgroup not removed (tasks still exiting): %s", ", ".join(left))
+
+
+async def remove_leftovers(host: CgroupHost) -> list[str]:
+    """Remove the per-command cgroups of daemons that are gone, killing what still runs in
+    them first, as the runner's clear-up does; returns the names removed. A live daemon's groups
+    (its pid runs, and started when the name says) are never touched. A group that will not
+    go (a task that outlives its kill, a child cgroup inside) is left, logged once."""
+    stale: dict[str, list[str]] = {}
+    for parent in host.directories:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(parent):
+                owner = _OWNER.fullmatch(entry.name)
+                if owner and entry.is_dir(follow_symlinks=False) and not _alive(*owner.groups()):
+                    stale.setdefault(entry.name, []).append(entry.path)
+    async with trio.open_nursery() as nursery:  # each waits out its own tasks' exit
+        for paths in stale.values():
+            group = CommandCgroup(host, tuple(paths))
+            group.kill()
+            nursery.start_soon(group.close)
+    gone = sorted(name for name, paths in stale.items() if not any(map(os.path.isdir, paths)))
+    if gone:
+        log.info("exec: cleared %d cgroups of daemons gone: %s", len(gone), ", ".join(gone))
+    return gone
+
+
+def _alive(pid: str, start: str | None) -> bool:
+    """Whether the daemon a group's name gives still runs: its pid does, and (when the name
+    says) started then. Without a start in the name a running pid counts as alive."""
+    now = _start_ticks(int(pid))
+    return now is not None and start in (None, now)
+
+
+@cache
+def _owner(pid: int) -> str:
+    """``<pid>-s<start>`` for a group's name; the pid alone if /proc cannot say its start."""
+    start = _start_ticks(pid)
+    return str(pid) if start is None else f"{pid}-s{start}"
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat``, field 22);
+    None when no such process runs."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # After the last ")": the command name may hold spaces and parentheses.
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def _limit(host: CgroupHost, paths: tuple[str, ...], *, memory_bytes: int, max_tasks: int) -> None:

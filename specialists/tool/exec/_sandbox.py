@@ -48,7 +48,7 @@ import trio
 from specialists.tool.exec.config import ExecConfig
 
 from ._access import RunAs, may_search
-from ._cgroup import CgroupHost, CommandCgroup, find_cgroup_host
+from ._cgroup import CgroupHost, CommandCgroup, find_cgroup_host, remove_leftovers
 from ._errors import unavailable
 from ._limits import prlimit_argv, ulimit_script
 from ._protect import Layout
@@ -106,6 +106,8 @@ async def probe_sandbox(
     run_as = RunAs(config.run_as_uid, config.run_as_gid) if os.geteuid() == 0 else None
     time = await _gnu_time(config)
     cgroup, cgroup_reason = _cgroup_host(config)
+    if cgroup is not None:
+        await remove_leftovers(cgroup)  # a daemon killed mid-command removed none of its own
     bare = Sandbox(
         "none",
         prlimit,
