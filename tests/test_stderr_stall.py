@@ -48,20 +48,40 @@ def _record(message: str) -> logging.LogRecord:
     return logging.makeLogRecord({"msg": message, "levelno": logging.INFO})
 
 
-@pytest.mark.parametrize("past", [0, 1])
-def test_a_log_call_never_waits_for_a_stalled_stderr_and_drops_past_the_bound(past: int) -> None:
-    """N lines wait for stderr; line N+1 is dropped and counted, and the count is written
-    before the lines that come after it once stderr moves."""
+@pytest.mark.parametrize("past", [0, 1, 2])
+def test_a_log_call_never_waits_for_a_stalled_stderr_and_drops_past_the_line_bound(
+    past: int,
+) -> None:
+    """N lines wait for stderr (the one being written among them); the lines past N are
+    dropped, and their count is written where they would have been once stderr moves."""
     stream = _StalledStream()
     handler = StderrLines(stream, max_lines=100)  # type: ignore[arg-type]
     handler.emit(_record("first"))
     assert stream.entered.wait(WAIT_S)  # the writer holds "first" in a write that waits
-    for n in range(100 + past):
+    for n in range(99 + past):
         handler.emit(_record(f"line {n}"))  # returns at once, stalled or not
     stream.release.set()
+    handler.flush()  # stderr moved: what waited is written, and there is room again
+    handler.emit(_record("after"))
     handler.close()
     dropped = [f"{past} log lines dropped: stderr was not read"] if past else []
-    assert stream.text.splitlines() == ["first", *dropped, *(f"line {n}" for n in range(100))]
+    kept = [f"line {n}" for n in range(99)]
+    assert stream.text.splitlines() == ["first", *kept, *dropped, "after"]
+
+
+@pytest.mark.parametrize("past", [0, 1])
+def test_queued_characters_are_bounded_too_at_n_and_n_plus_1(past: int) -> None:
+    """A few huge lines (a client's 1 MiB text in a warning) cannot hold more than
+    ``max_chars`` waiting, however few they are."""
+    stream = _StalledStream()
+    handler = StderrLines(stream, max_chars=1000)  # type: ignore[arg-type]
+    handler.emit(_record("a" * 400))
+    assert stream.entered.wait(WAIT_S)
+    handler.emit(_record("b" * (600 + past)))
+    stream.release.set()
+    handler.close()
+    second = ["1 log lines dropped: stderr was not read"] if past else ["b" * 600]
+    assert stream.text.splitlines() == ["a" * 400, *second]
 
 
 def test_closing_a_handler_whose_stderr_never_moves_gives_up_after_its_wait() -> None:

@@ -3,9 +3,9 @@
 A log call never waits for stderr. Each record is formatted where it is logged and its line
 handed to one writer thread (``StderrLines``), which writes them in batches; while stderr
 is not read (a stopped ``| tee``, a paused terminal, a pipe nobody drains) the lines past
-``MAX_QUEUED_LINES`` are dropped and counted, and the count is written once stderr moves
-again. A blocking write on the event loop's thread used to stop the whole daemon there:
-every connection, timer and signal, SIGTERM included.
+``MAX_QUEUED_LINES`` (or ``MAX_QUEUED_CHARS``) are dropped, and their count is written where
+they would have been once stderr moves again. A blocking write on the event loop's thread
+used to stop the whole daemon there: every connection, timer and signal, SIGTERM included.
 
 A child process that writes its own stderr (an MCP server) must not write into ours, or its
 lines would break ``--log-json``: ``relay_lines`` turns what it writes into log records.
@@ -13,7 +13,6 @@ lines would break ``--log-json``: ``relay_lines`` turns what it writes into log 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import queue
@@ -80,10 +79,11 @@ def setup_logging(level: str, *, as_json: bool) -> None:
     root.setLevel(level.upper())
 
 
-# At most this many lines wait for stderr (about 2 MB at the op log's 150-200 bytes a line);
-# past it lines are dropped and counted. A reader that keeps up never sees the bound: the
-# writer takes up to ``_BATCH_LINES`` lines per write.
+# At most this many lines, and characters, wait for stderr (10,000 op lines of 150-200
+# bytes; 16 MiB whatever the lines); past either, lines are dropped and counted. A reader that
+# keeps up never meets the bound: the writer takes up to ``_BATCH_LINES`` lines per write.
 MAX_QUEUED_LINES = 10_000
+MAX_QUEUED_CHARS = 16 << 20
 _BATCH_LINES = 512
 # At exit (logging.shutdown's flush, then close) or when replaced, what is queued gets this
 # long, once, to reach stderr: a stderr nobody reads delays the exit by that much, no more.
@@ -91,26 +91,29 @@ CLOSE_WAIT_S = 3.0
 
 
 class StderrLines(logging.Handler):
-    """A handler whose ``emit`` never blocks: the formatted line goes to a bounded queue that
-    one daemon thread writes to ``stream``; past ``max_lines`` waiting, the line is dropped
-    and counted, and ``"<n> log lines dropped: stderr was not read"`` is written before the
-    next line that gets through. ``close`` (and ``flush``) wait up to ``close_wait_s`` for
-    the queue to drain."""
+    """A handler whose ``emit`` never blocks: the formatted line is queued for one daemon
+    thread that writes to ``stream``. Past ``max_lines`` or ``max_chars`` waiting, lines are
+    dropped, and where they would have been ``"<n> log lines dropped: stderr was not read"``
+    is written. ``flush`` and ``close`` wait up to ``close_wait_s`` for what is queued."""
 
     def __init__(
         self,
         stream: TextIO,
         *,
         max_lines: int = MAX_QUEUED_LINES,
+        max_chars: int = MAX_QUEUED_CHARS,
         close_wait_s: float = CLOSE_WAIT_S,
     ) -> None:
         super().__init__()
         self._stream = stream
-        # A line, a flush's mark, or None: the end.
-        self._lines: queue.Queue[str | _FlushMark | None] = queue.Queue(max_lines)
+        self._max_lines, self._max_chars = max_lines, max_chars
         self._close_wait_s = close_wait_s
-        self._dropped = 0  # written by emitters, read and reset by the writer: under the lock
-        self._dropped_lock = threading.Lock()
+        # Lines, the gaps where lines were dropped, flush marks, and None (the end), in order.
+        # Unbounded as a queue, bounded by what emit lets in: a gap is queued only after a line.
+        self._items: queue.SimpleQueue[str | _Gap | _FlushMark | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # the counts below, shared by emitters and the writer
+        self._queued_lines = self._queued_chars = 0
+        self._gap: _Gap | None = None  # the gap lines are dropped into now
         self._closed = False
         self._stalled = False  # a flush or close waited its whole time: wait no more
         self._writer = threading.Thread(target=self._write_all, name="csp-web-log", daemon=True)
@@ -122,23 +125,28 @@ class StderrLines(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        try:
-            self._lines.put_nowait(line)
-        except queue.Full:
-            with self._dropped_lock:
-                self._dropped += 1
+        with self._lock:
+            if (
+                self._queued_lines >= self._max_lines
+                or self._queued_chars + len(line) > self._max_chars
+            ):
+                if self._gap is None:
+                    self._gap = _Gap()
+                    self._items.put(self._gap)
+                self._gap.count += 1
+                return
+            self._gap = None
+            self._queued_lines += 1
+            self._queued_chars += len(line)
+            self._items.put(line)
 
     def flush(self) -> None:
         """Wait (up to ``close_wait_s``) until every line queued so far is written."""
         if self._closed or self._stalled or not self._writer.is_alive():
             return
-        mark, end = _FlushMark(), time.monotonic() + self._close_wait_s
-        try:
-            self._lines.put(mark, timeout=self._close_wait_s)
-        except queue.Full:
-            self._stalled = True
-            return
-        if not mark.done.wait(max(end - time.monotonic(), 0.0)):
+        mark = _FlushMark()
+        self._items.put(mark)
+        if not mark.done.wait(self._close_wait_s):
             self._stalled = True
 
     def close(self) -> None:
@@ -146,39 +154,40 @@ class StderrLines(logging.Handler):
         not read, and waiting again would only hold the process's exit) and end the writer."""
         if not self._closed:
             self._closed = True
-            if self._stalled:
-                with contextlib.suppress(queue.Full):
-                    self._lines.put_nowait(None)  # ends the writer if stderr ever moves
-            else:
-                end = time.monotonic() + self._close_wait_s
-                try:
-                    self._lines.put(None, timeout=self._close_wait_s)
-                except queue.Full:
-                    pass  # a stderr that never moved: the daemon thread ends with the process
-                else:
-                    self._writer.join(max(end - time.monotonic(), 0.0))
+            self._items.put(None)
+            if not self._stalled:
+                self._writer.join(self._close_wait_s)
         super().close()
 
     def _write_all(self) -> None:
         while True:
-            batch = [self._lines.get()]
+            batch = [self._items.get()]
             while len(batch) < _BATCH_LINES:
                 try:
-                    batch.append(self._lines.get_nowait())
+                    batch.append(self._items.get_nowait())
                 except queue.Empty:
                     break
-            lines = [line for line in batch if isinstance(line, str)]
-            marks = [mark for mark in batch if isinstance(mark, _FlushMark)]
-            with self._dropped_lock:
-                dropped, self._dropped = self._dropped, 0
-            if dropped:
-                lines.insert(0, f"{dropped} log lines dropped: stderr was not read")
-            if lines:
-                self._write("".join(line + "\n" for line in lines))
-            for mark in marks:
-                mark.done.set()
+            text = [self._text(item) for item in batch if isinstance(item, str | _Gap)]
+            if text:
+                self._write("".join(text))
+            with self._lock:
+                lines = [item for item in batch if isinstance(item, str)]
+                self._queued_lines -= len(lines)
+                self._queued_chars -= sum(map(len, lines))
+            for item in batch:
+                if isinstance(item, _FlushMark):
+                    item.done.set()
             if None in batch:
                 return
+
+    def _text(self, item: str | _Gap) -> str:
+        if isinstance(item, str):
+            return item + "\n"
+        with self._lock:  # a gap still open takes no more: the next drop opens another
+            if self._gap is item:
+                self._gap = None
+            count = item.count
+        return f"{count} log lines dropped: stderr was not read\n"
 
     def _write(self, text: str) -> None:
         try:
@@ -186,6 +195,13 @@ class StderrLines(logging.Handler):
             self._stream.flush()
         except (OSError, ValueError):
             pass  # stderr closed or gone: nowhere to say so
+
+
+class _Gap:
+    """Where lines were dropped, and how many."""
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class _FlushMark:
