@@ -510,11 +510,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def load_for_op(services: PagesServices, url: str, *, no_cache: bool = False) -> Page:
+async def load_for_op(
+    services: PagesServices, url: str, *, no_cache: bool = False, asked: str | None = None
+) -> Page:
     """``load_page`` under the op's deadline, its failures carrying a ``URL`` field as seed
-    000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows."""
+    000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows: the URL the op was
+    asked, ``asked`` when ``url`` is a hop the op follows on its own (resolve's meta
+    refresh), never the hop (docs/ops.md: "the URL asked")."""
     await budget.take("fetches")  # each page asked for, from the cache or not (SPEC D-3)
     try:
         return await load_page(services, url, no_cache=no_cache, deadline=op_deadline(services))
     except OpError as exc:
-        raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
+        kept = tuple(field for field in exc.fields if field[0] != "URL")
+        raise OpError(exc.code, exc.detail, fields=(*kept, ("URL", asked or url))) from exc
