@@ -180,7 +180,7 @@ async def _read_sources(
     services: ResearchServices, job: Job, urls: list[str], deadline: float
 ) -> list[Source]:
     """The first ``job.sources`` URLs that load with text, loaded concurrently, each within
-    a fetch's time (``op_deadline``) and ``deadline``; further URLs stand in for ones that
+    a fetch's time (``guard.timeout_s``) and ``deadline``; further URLs stand in for ones that
     fail, until ``deadline``. ``job.citations`` names those read, also when cancelled; a
     source that failed at ``deadline`` leaves the job ``timed_out``."""
     limit = services.config.docs.research.max_source_chars
@@ -191,6 +191,7 @@ async def _read_sources(
             batch = urls[start : start + wanted]
             if wanted <= 0 or not batch or trio.current_time() >= deadline:
                 break
+            began = time.monotonic()
             with trio.move_on_at(deadline):  # a stage past its own deadline is cut here
                 async with trio.open_nursery() as nursery:
                     for url in batch:
@@ -198,7 +199,8 @@ async def _read_sources(
             ended = {step.target for step in job.steps if step.kind == "fetch"}
             for url in batch:
                 if url not in ended:
-                    _failed(job, url, f"{ErrorCode.FETCH_FAILED}:{TIMEOUT}", 0, deadline)
+                    why = f"{ErrorCode.FETCH_FAILED}:{TIMEOUT}"
+                    _failed(job, url, why, _ms(began), deadline)
     finally:
         job.citations = tuple((read[url].url, read[url].title) for url in urls if url in read)
     return [read[url] for url in urls if url in read][: job.sources]
