@@ -4,6 +4,7 @@ origin playing a SearXNG instance, the source pages, and an OpenAI-compatible ch
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -508,3 +509,144 @@ async def test_model_failures_fall_back_with_their_reason(
     reply = await run_job(dispatcher, ("MAX_SOURCES", "1"))
     assert reply.get("METHOD") == "heuristic"
     assert (reply.get("MODEL_ERROR") or "").startswith(reason)
+
+
+# --- time limits: a source's own, and the job's ---------------------------------------------
+
+
+def with_limits(web: WebServices, *, timeout_s: float, job_timeout_s: float) -> None:
+    """``guard.timeout_s`` (one fetch's time) and ``research.job_timeout_s`` (the job's)."""
+    research_config = replace(web.config.docs.research, job_timeout_s=job_timeout_s)
+    web.config = replace(
+        web.config,
+        guard=replace(web.config.guard, timeout_s=timeout_s),
+        docs=replace(web.config.docs, research=research_config),
+    )
+
+
+def research_records(dispatcher: Dispatcher) -> list[dict[str, Any]]:
+    rows = outbox_of(dispatcher)._store.oldest(1000)
+    return [json.loads(w.data) for _, w in rows if w.type == "research_job"]
+
+
+async def test_a_dripping_source_is_cut_at_the_fetch_timeout_and_the_job_answers_from_the_rest(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    """A source is bounded as REQ:fetch bounds a URL (``guard.timeout_s``), not by the
+    whole job's time: one that drips forever fails fetch_failed:timeout and the job ends
+    done with the sources it read, long before its own limit."""
+    dispatcher, web = research
+    surges, tides = serve(origin, "/surges", SURGES), serve(origin, "/tides", TIDES)
+    drip = origin.url("origin.test", "/drip")
+    searx_route(origin, ["/surges", "/drip", "/tides"])
+    with_limits(web, timeout_s=0.5, job_timeout_s=6.0)
+    reply = await run_job(dispatcher, ("MAX_SOURCES", "3"), ("MAX_BULLETS", "2"))
+    assert (reply.status, reply.get("DATA")) == (Status.OK, "status:done,bullets:2,sources:2")
+    assert reply.get_all("CITE") == [f'{surges} "Storm surges"', f'{tides} "Tides"']
+    assert ("fetch", drip, "fetch_failed:timeout") in steps(reply)
+    (record,) = research_records(dispatcher)
+    assert (record["outcome"], record["status"], record["sources"]) == ("OK", "done", 2)
+
+
+async def test_a_job_at_its_time_limit_answers_partial_from_the_sources_it_read(
+    research: tuple[Dispatcher, WebServices], origin: Origin
+) -> None:
+    """The job's limit comes before a source's own: the job answers PARTIAL from the two
+    sources it read, names the one its limit cut (SOURCE_ERROR), and its record says so;
+    nothing read is thrown away."""
+    dispatcher, web = research
+    surges, tides = serve(origin, "/surges", SURGES), serve(origin, "/tides", TIDES)
+    drip = origin.url("origin.test", "/drip")
+    searx_route(origin, ["/surges", "/drip", "/tides"])
+    with_limits(web, timeout_s=WAIT_S, job_timeout_s=1.0)
+    reply = await run_job(dispatcher, ("MAX_SOURCES", "3"), ("MAX_BULLETS", "2"))
+    assert (reply.status, reply.get("ERROR")) == (Status.PARTIAL, "research_failed:timeout")
+    assert reply.get("DATA") == "status:done,bullets:2,sources:2"
+    assert reply.get_all("CITE") == [f'{surges} "Storm surges"', f'{tides} "Tides"']
+    assert reply.get_all("SOURCE_ERROR") == [f"{drip} fetch_failed:timeout"]
+    assert reply.get("JOB_STATUS") is None
+    (record,) = research_records(dispatcher)
+    assert (record["outcome"], record["status"], record["sources"]) == (
+        "PARTIAL research_failed",
+        "done",
+        2,
+    )
+    assert record["source_errors"] == [f"{drip} fetch_failed:timeout"]
+
+
+async def test_shutdown_while_sources_load_records_the_job_cancelled(
+    research: tuple[Dispatcher, WebServices],
+    origin: Origin,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelled while its sources load (trio raises the cancel out of the reading nursery
+    as a group), the job still ends ``cancelled``: its result, its log line and its record
+    say so, with the sources it had read."""
+    dispatcher, web = research
+    caplog.set_level(logging.INFO, logger="specialists.web.research.run")
+    serve(origin, "/surges", SURGES)
+    # /surges and /status/404 are read at once, then /drip stands in for the one that failed:
+    # its request means both earlier fetches have ended.
+    searx_route(origin, ["/surges", "/status/404", "/drip"])
+    jobs = ResearchJobs()
+    web.jobs = jobs
+    scope = trio.CancelScope()
+
+    async def serve_jobs(*, task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await jobs.serve(None, task_status=task_status)
+
+    await nursery.start(serve_jobs)
+    started = await ask(dispatcher, "research", ("QUESTION", QUESTION), ("MAX_SOURCES", "2"))
+    job_id = started.get("JOB_ID") or ""
+    with trio.fail_after(WAIT_S):
+        await origin.wait_request("/drip")
+    scope.cancel()
+    reply = await ask(dispatcher, "result", ("JOB_ID", job_id), ("WAIT_MS", "8000"))
+    assert reply.get("ERROR") == "research_failed:shutting_down:research job cancelled"
+    assert reply.get("JOB_STATUS") == "cancelled"
+    assert f"research job {job_id} cancelled at shutdown" in caplog.text
+    (record,) = research_records(dispatcher)
+    assert (record["status"], record["outcome"], record["sources"]) == (
+        "cancelled",
+        "FAIL shutting_down",
+        1,
+    )
+    assert f"{origin.url('origin.test', '/drip')} fetch_failed:timeout" not in str(record)
+
+
+async def test_after_a_restart_a_job_cancelled_at_shutdown_answers_cancelled_as_its_record(
+    research: tuple[Dispatcher, WebServices], origin: Origin, nursery: trio.Nursery
+) -> None:
+    """The jobs table is the daemon's memory; what a shutdown cut outlives it (kept in the
+    response cache, on disk): the next daemon's table (a fresh one here) answers the job
+    cancelled with its steps, as its research_job record says, and to its peer alone."""
+    dispatcher, web = research
+    origin.routes["/searx/search"] = lambda seen: OriginReply(
+        200, [("content-type", "application/json")], drip=True
+    )
+    web.jobs = ResearchJobs()
+    scope = trio.CancelScope()
+
+    async def serve_jobs(jobs: ResearchJobs, *, task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await jobs.serve(None, task_status=task_status)
+
+    await nursery.start(serve_jobs, web.jobs)
+    started = await ask(dispatcher, "research", ("QUESTION", QUESTION))
+    job_id = started.get("JOB_ID") or ""
+    scope.cancel()
+    before = await ask(dispatcher, "result", ("JOB_ID", job_id), ("WAIT_MS", "8000"))
+    web.jobs = ResearchJobs()  # the restarted daemon's table: it never held the job
+    await nursery.start(web.jobs.serve, None)
+    after = await ask(dispatcher, "result", ("JOB_ID", job_id), ("INCLUDE_STEPS", "true"))
+    other = await ask(dispatcher, "result", ("JOB_ID", job_id), peer=Peer("x", 1001, 9))
+    assert after.fields == before.fields
+    assert (after.get("ERROR"), after.get("JOB_STATUS")) == (
+        "research_failed:shutting_down:research job cancelled",
+        "cancelled",
+    )
+    assert other.get("ERROR") == f"unknown_research_job:{job_id}"
+    (record,) = research_records(dispatcher)
+    assert (record["job_id"], record["status"]) == (job_id, "cancelled")

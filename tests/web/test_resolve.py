@@ -139,3 +139,25 @@ def test_the_op_table_names_the_arrow_the_chain_is_joined_with() -> None:
     [chain] = [field for field in resolve_op.replies if field.name == "REDIRECT_CHAIN"]
     assert ARROW in chain.doc
     assert "->" not in chain.doc
+
+
+async def test_a_refused_meta_refresh_answers_the_url_asked_not_the_hop(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """docs/ops.md: resolve's FAIL ``URL`` is the URL asked, as fetch's; a refresh hop the
+    guard, robots.txt or its origin refused is not put there (nor anywhere in the reply)."""
+    inside = origin.url("private.test", "/admin")
+    origin.robots = OriginReply(200, [], b"User-agent: *\nDisallow: /final")
+    cases = {
+        "/to-private": (f"0; url={inside}", "ssrf_blocked:"),
+        "/to-robots": ("0; url=/final", "robots_disallowed:"),
+        "/to-missing": ("0; url=/status/404", "fetch_failed:http_404"),
+    }
+    for path, (content, code) in cases.items():
+        asked = refresh_page(origin, path, content)
+        reply = await resolve(make_dispatcher, asked)
+        assert reply.status is Status.FAIL
+        assert (reply.get("ERROR") or "").startswith(code), reply
+        assert reply.get_all("URL") == [asked], reply
+        assert inside not in str(reply.fields)
+        assert "/final" not in str(reply.fields)

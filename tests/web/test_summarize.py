@@ -16,6 +16,7 @@ from csp_web.core.dispatch.dispatcher import Dispatcher
 from csp_web.memory.outbox import open_outbox
 from protocol import Field, Reply, Status
 from specialists.web.config import RateConfig, SummarizeConfig
+from specialists.web.pages.ops_fetch import OPS as FETCH_OPS
 from specialists.web.pages.ops_summarize import OPS
 from specialists.web.pages.summarize import (
     BULLET_CHARS,
@@ -30,6 +31,7 @@ from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import ARTICLE, PARAGRAPHS, TITLE, run, serve, web_audits
+from tests.web.pdf_support import PDF_TYPE, fixture
 
 TEXT = (
     "Tides rise and fall twice a day along the North Sea coast. "
@@ -196,6 +198,32 @@ async def test_summary_of_a_json_url_is_unsupported_content(
     url = serve(origin, "/d", '{"a": 1}', "application/json")
     reply = await summarize(make_dispatcher(OPS), None, ("URL", url))
     assert (reply.get("ERROR"), reply.get("URL")) == ("unsupported_content:application/json", url)
+
+
+SHELL = '<html><body><div id="app"></div><script src="/a.js"></script></body></html>'
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "content_type"),
+    [
+        ("/encrypted.pdf", fixture("encrypted"), PDF_TYPE),
+        ("/scanned.pdf", fixture("scanned"), PDF_TYPE),
+        ("/app", SHELL.encode(), "text/html; charset=utf-8"),
+    ],
+)
+async def test_summary_of_a_url_with_no_text_names_the_cause_fetch_names(
+    make_dispatcher: DispatcherFactory, origin: Origin, path: str, body: bytes, content_type: str
+) -> None:
+    """A page whose load yields no text (a PDF without a text layer, an app shell) fails
+    with the code and detail fetch of the same URL answers (no_text_layer:encrypted,
+    empty_content:script_only,...), not summarize_failed:no_sentences, and names the URL."""
+    dispatcher = make_dispatcher([*OPS, *FETCH_OPS])
+    url = serve(origin, path, body, content_type)
+    fetched = await run(dispatcher, "fetch", "CONTENT", url)
+    reply = await summarize(dispatcher, None, ("URL", url))
+    assert fetched.status is Status.PARTIAL
+    assert (reply.status, reply.get("ERROR")) == (Status.FAIL, fetched.get("ERROR"))
+    assert (reply.get("SCOPE"), reply.get("URL")) == ("[origin.test]", url)
 
 
 def completion(content: str) -> bytes:

@@ -141,7 +141,8 @@ async def load_page(
     paged document holds its first ``max_pages`` pages (None: ``fetch.max_pages``); a
     snapshot read with fewer is a miss, one read with more is cut (``within_pages``).
 
-    ``deadline`` is trio time and bounds the rate-limit wait and the download. ``background``
+    ``deadline`` is trio time and bounds the rate-limit wait and the download; the download
+    itself gets ``guard.timeout_s`` at most, as every fetch does. ``background``
     loads (search prefetch) take a rate token only when the bucket is at least half full.
 
     Raises OpError: URL_REJECTED, SSRF_BLOCKED, DNS_FAILED, ROBOTS_DISALLOWED,
@@ -260,7 +261,9 @@ async def _download(
     """The page downloaded now, kept in the fetch cache when ``keep`` (NO_CACHE neither reads
     nor writes it)."""
     await _take_token(services, deadline=deadline, background=background)
-    remaining = deadline - trio.current_time()
+    # One request's time, whatever the caller's deadline (seed 000: "Timeout: 10s per
+    # request"): a research job passed its whole two minutes to a source that dripped.
+    remaining = min(deadline - trio.current_time(), services.config.guard.timeout_s)
     if remaining <= 0:
         raise OpError(ErrorCode.FETCH_FAILED, "timeout")
     result = await services.client.fetch(
@@ -507,11 +510,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def load_for_op(services: PagesServices, url: str, *, no_cache: bool = False) -> Page:
+async def load_for_op(
+    services: PagesServices, url: str, *, no_cache: bool = False, asked: str | None = None
+) -> Page:
     """``load_page`` under the op's deadline, its failures carrying a ``URL`` field as seed
-    000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows."""
+    000's ``ERROR fetch_failed:timeout`` / ``URL <url>`` reply shows: the URL the op was
+    asked, ``asked`` when ``url`` is a hop the op follows on its own (resolve's meta
+    refresh), never the hop (docs/ops.md: "the URL asked")."""
     await budget.take("fetches")  # each page asked for, from the cache or not (SPEC D-3)
     try:
         return await load_page(services, url, no_cache=no_cache, deadline=op_deadline(services))
     except OpError as exc:
-        raise OpError(exc.code, exc.detail, fields=(*exc.fields, ("URL", url))) from exc
+        kept = tuple(field for field in exc.fields if field[0] != "URL")
+        raise OpError(exc.code, exc.detail, fields=(*kept, ("URL", asked or url))) from exc

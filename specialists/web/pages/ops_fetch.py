@@ -122,7 +122,7 @@ async def resolve(params: Params, ctx: OpContext, services: PagesServices) -> Re
         while page.refresh is not None and _differs(page.refresh, page.url):
             if len(chain) > limit:  # the refresh would be hop number len(chain)
                 raise _too_many(limit, url)
-            page = await load_for_op(services, page.refresh)
+            page = await load_for_op(services, page.refresh, asked=url)
             chain += page.redirect_chain
             cached = cached and page.cached
             if len(chain) - 1 > limit:

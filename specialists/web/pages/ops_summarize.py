@@ -1,4 +1,5 @@
-"""The ``summarize`` op: bullets from TEXT, or from the page at URL (loaded like fetch).
+"""The ``summarize`` op: bullets from TEXT, or from the page at URL (loaded like fetch:
+``loaders.fetch_page``, an app shell rendered as fetch renders it).
 
 TASK REQ:summarize IN:WEB OUT:SUMMARY
 URL https://example.com/article
@@ -22,6 +23,9 @@ Each bullet's support is located in the stored text before the reply (``quotes.p
 URL or FILE_KEY the fileKey's snapshot (a URL's is held, so it can be checked later), for
 TEXT the text itself, named ``text``. A bullet whose quote is not found is ``UNVERIFIED``;
 ``VERIFY strict`` leaves it out (and fails ``no_verified_bullets`` when none is left).
+A page with no text to summarise fails with the code and detail fetch answers for it
+(``no_text_layer:encrypted``, ``empty_content:script_only,render_unavailable``), never
+``summarize_failed:no_sentences``, which is for text with no sentence in it.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field
 
 from ..services import WebServices, web_audit
+from .fetch_fields import empty_error
 from .filekeys import content_of, file_key, held, hold
-from .loading import Page, load_for_op, op_deadline
+from .loaders import fetch_page
+from .loading import Page, op_deadline
 from .quotes import is_markdown, locate_all, support_fields
 from .services import PagesServices
 from .summarize import Summary
@@ -68,9 +74,13 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
         source = "text"  # what the quotes name: the TEXT given, or the page's fileKey
         markdown = False  # a TEXT given is matched as it stands
         if url is not None or key is not None:
-            page = await held(services, key) if key else await load_for_op(services, url or "")
+            page = await held(services, key) if key else await fetch_page(services, url or "")
             notes.cache_hit = page.cached
             text = _page_text(page.kind, content_of(page), page.content_type, target)
+            empty = empty_error(page, text)
+            if empty is not None:  # fetch's code and detail for the same page, not no_sentences
+                asked = (("URL", url),) if url is not None else ()
+                raise OpError(*empty, scope=(page.host,), fields=asked)
             source = key or await _held_key(services, page)
             markdown = is_markdown(page.kind)
             scope, fields = (page.host,), [cite(page.url, page.title)]
@@ -154,7 +164,7 @@ SUMMARIZE_REPLIES = (
     ),
     ReplyField("METHOD", "OK", "how it was made (model or extractive)"),
     ReplyField("CITE", "URL or FILE_KEY given", "the page (R-4)"),
-    ReplyField("URL", "FAIL: unsupported_content", "the URL asked"),
+    ReplyField("URL", "FAIL, URL given", "the URL asked"),
     ReplyField("RETRY_AFTER", "FAIL: rate_limited", "seconds to wait", kind="int"),
 )
 SUMMARIZE_EXAMPLE = Example(

@@ -58,6 +58,8 @@ class Job:
     dropped: int = 0  # bullets left out unverified (strict)
     citations: tuple[tuple[str, str | None], ...] = ()  # (url, title)
     steps: list[Step] = field(default_factory=list)
+    source_errors: list[tuple[str, str]] = field(default_factory=list)  # (url, code:detail)
+    timed_out: bool = False  # its limit cut sources: done answers PARTIAL from those read
     error: OpError | None = None
     model_error: str | None = None
     started: float = 0.0  # trio time

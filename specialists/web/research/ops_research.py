@@ -36,8 +36,13 @@ fileKey of the source it was found in (the snapshot is held, ``cache.fetch_ttl_s
 keeps it 30 days) and the span of that stored text; a bullet whose quote is in no source it
 cites is ``UNVERIFIED <n>``, or left out when the job was started with ``VERIFY strict``.
 ``WAIT_MS`` waits for the job to end within the task's deadline; a job still running answers
-``DATA status:running``, with INCLUDE_STEPS the steps finished so far (its progress). A
-failed job answers FAIL with its error; a job of another peer, one expired or never made is
+``DATA status:running``, with INCLUDE_STEPS the steps finished so far (its progress). Each
+source is read within a fetch's time (``guard.timeout_s``); a job whose limit
+(``research.job_timeout_s``) cut sources answers PARTIAL ``research_failed:timeout`` from
+those it read, naming each one not read (``SOURCE_ERROR``), and fails with that error when
+it read none. A failed job answers FAIL with its error; one cancelled at shutdown
+``shutting_down`` with JOB_STATUS cancelled, also after the daemon restarted (for
+``research.job_ttl_s``: kept.py); a job of another peer, one expired or never made is
 ``unknown_research_job``.
 """
 
@@ -60,7 +65,8 @@ from ..pages.quotes import support_fields
 from ..search import domain
 from ..services import WebServices
 from .jobs import Job
-from .run import start_job
+from .kept import kept_job
+from .run import TIMEOUT, start_job
 from .services import ResearchServices
 
 QUESTION_MAX_CHARS = 400  # a search query's cap (Brave's q)
@@ -92,8 +98,7 @@ async def research(params: Params, ctx: OpContext, services: ResearchServices) -
 async def result(params: Params, ctx: OpContext, services: ResearchServices) -> Result:
     """The job's status, or its answer once done; FAIL with its error once failed."""
     services.board.turn(ctx.peer, services.config.docs.board)
-    config = services.config.docs.research
-    job = services.jobs.get(params.text("JOB_ID"), owner(ctx.peer), config)
+    job = await _job(services, params.text("JOB_ID"), owner(ctx.peer))
     wait_ms = params.integer("WAIT_MS")
     if wait_ms:
         with trio.move_on_at(min(trio.current_time() + wait_ms / 1000, work_deadline())):
@@ -118,6 +123,17 @@ async def result(params: Params, ctx: OpContext, services: ResearchServices) -> 
     return with_budget(_answer(job, steps), job.budget)
 
 
+async def _job(services: ResearchServices, job_id: str, peer: str) -> Job:
+    """The job held, or one a daemon before this one cancelled at shutdown (kept.py)."""
+    try:
+        return services.jobs.get(job_id, peer, services.config.docs.research)
+    except OpError as unknown:
+        kept = await kept_job(services, job_id, peer)
+        if kept is None:
+            raise unknown from None
+        return kept
+
+
 def _answer(job: Job, steps: list[Field]) -> Result:
     fields: list[Field] = [("JOB_ID", job.job_id), ("QUESTION", job.question)]
     fields.append(("METHOD", job.method))
@@ -130,6 +146,10 @@ def _answer(job: Job, steps: list[Field]) -> Result:
     fields += [cite(url, title) for url, title in job.citations]
     scope = tuple(dict.fromkeys(domain(url) for url, _ in job.citations))
     data = f"status:done,bullets:{len(job.answer)},sources:{len(job.citations)}"
+    if job.timed_out:  # its limit cut sources: the answer rests on those it read
+        unread = [("SOURCE_ERROR", f"{url} {why}") for url, why in job.source_errors]
+        error = (ErrorCode.RESEARCH_FAILED, TIMEOUT)
+        return Result(data, scope, (*fields, *unread, *steps), Status.PARTIAL, error)
     if not job.answer:  # sources read, yet no sentence to answer with: never an empty OK
         why = "no_verified_bullets" if job.dropped else "no_sentences"
         error = (ErrorCode.EMPTY_CONTENT, why)
@@ -178,6 +198,12 @@ RESULT_REPLIES = (
         "UNVERIFIED_COUNT", "done", "bullets whose quote was not found (or left out)", kind="int"
     ),
     ReplyField("CITE", "done: one per source", "the source (R-4), numbered in order", repeat=True),
+    ReplyField(
+        "SOURCE_ERROR",
+        "PARTIAL research_failed:timeout: one per source tried and not read",
+        "<url> <code>:<detail> (fetch_failed:timeout for one the job's limit cut)",
+        repeat=True,
+    ),
     ReplyField(
         "STEP",
         "INCLUDE_STEPS: one per finished search, fetch or model call (while running too)",
