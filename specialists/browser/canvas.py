@@ -22,7 +22,7 @@ from protocol import ErrorCode
 
 from .engine import BrowserEngine
 from .errors import refusals_on, timed_out
-from .pages import PageSet, close_pages, open_pages
+from .pages import PageSet, close_pages, loading, open_pages
 
 
 class CanvasNode(Protocol):
@@ -234,11 +234,13 @@ def _left_ms(until: float) -> float:
 
 
 async def _set_content(pages: PageSet, html: str, timeout_ms: float) -> None:
-    await pages.page.set_content(html, wait_until="load", timeout=timeout_ms)
+    with loading():  # an inline page loads too: its script may hold the load event
+        await pages.page.set_content(html, wait_until="load", timeout=timeout_ms)
 
 
 async def _goto(pages: PageSet, url: str, timeout_ms: float) -> str:
-    await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
+    with loading():
+        await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
     return str(pages.page.url)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from protocol import ErrorCode
 
-from .pages import ActionError, PageSet, Target, locate
+from .pages import ActionError, PageSet, Target, check_shot, locate, page_clip
 from .refs import book_of
 from .snapshot_text import Box, Rewritten, rewrite
 
@@ -88,8 +88,12 @@ async def _check_size(pages: PageSet, scope: Any, cap: int) -> None:
 
 
 async def element_shot(pages: PageSet, target: Target, timeout_ms: float) -> bytes:
-    """A PNG of the one element ``target`` names."""
+    """A PNG of the one element ``target`` names; too_large past ``check_shot``'s bound,
+    before Chromium draws it."""
     locator = await locate(pages, target)
+    box = await locator.bounding_box(timeout=timeout_ms)
+    if box is not None:  # None: not visible, which Playwright's own shot answers
+        check_shot("element", box["width"], box["height"])
     data: bytes = await locator.screenshot(type="png", timeout=timeout_ms)
     return data
 
@@ -123,11 +127,14 @@ async def labelled_shot(
     """A PNG of the page with each actionable element's box and label drawn on it, from a
     snapshot taken now (whose refs become the live ones, as ``take``'s); the overlay is
     removed after the shot, whatever happens. The PNG and how many labels it shows."""
+    clip = await page_clip(pages) if full_page else None  # refused before the snapshot
     taken = await _rewritten(pages, None, caps, timeout_ms=timeout_ms, boxes=True)
     page = pages.page
     host = await page.evaluate_handle(_DRAW, [_row(box) for box in taken.boxes])
     try:
-        data: bytes = await page.screenshot(full_page=full_page, type="png", timeout=timeout_ms)
+        data: bytes = await page.screenshot(
+            full_page=full_page, clip=clip, type="png", timeout=timeout_ms
+        )
     finally:
         with contextlib.suppress(Exception):  # a page gone mid-shot has nothing to clean
             await host.evaluate("(host) => host.remove()")

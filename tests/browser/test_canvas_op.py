@@ -143,3 +143,20 @@ async def test_each_canvas_action_but_hide_takes_a_browser_action(dispatcher: Di
         "budget_exhausted:browser_actions",
     )
     assert (hidden.status, hidden.get("BUDGET_LEFT")) == (Status.OK, "browser_actions:0")
+
+
+SPIN_EVAL = "while (true) {}"
+
+
+async def test_an_inline_page_whose_script_holds_its_load_times_out_as_a_page_load(
+    dispatcher: Dispatcher,
+) -> None:
+    """Inline HTML is loaded (set_content waits for its load event): a script spinning
+    there is navigation_failed:timeout at the task's TIMEOUT_MS, not at a longer bound."""
+    spin = f"<title>spin</title><script>{SPIN_EVAL}</script>"
+    started = trio.current_time()
+    hung = await canvas(dispatcher, ("ACTION", "present"), ("HTML", spin), ("TIMEOUT_MS", "3000"))
+    assert error(hung) in {"navigation_failed:timeout", "timeout_exceeded:3000ms"}, hung
+    assert trio.current_time() - started < 10
+    # Nothing was shown before it: nothing to tell lost.
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
