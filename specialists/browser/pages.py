@@ -43,10 +43,10 @@ DEVICE_SCALE = 1
 # the capture, so it bounds nothing of the drawing.
 MAX_SHOT_SIDE_PX = 16_384
 # The page's full size as Playwright's own full-page shot measures it (its screenshotter's
-# ``_fullPageSize``), in CSS px.
+# ``_fullPageSize``), in CSS px; null for a document without a body (SVG, XML).
 _PAGE_SIZE = """() => {
   const b = document.body, d = document.documentElement;
-  if (!b || !d) return [d ? d.clientWidth : 0, d ? d.clientHeight : 0];
+  if (!b || !d) return null;
   return [
     Math.max(b.scrollWidth, d.scrollWidth, b.offsetWidth, d.offsetWidth, b.clientWidth,
              d.clientWidth),
@@ -332,16 +332,20 @@ async def screenshot(pages: PageSet, *, full_page: bool, timeout_ms: float) -> b
     """A PNG of the viewport, or of the whole page (``check_shot`` first)."""
     clip = await page_clip(pages) if full_page else None
     data: bytes = await pages.page.screenshot(
-        full_page=full_page, clip=clip, type="png", timeout=timeout_ms
+        full_page=clip is not None, clip=clip, type="png", timeout=timeout_ms
     )
     return data
 
 
-async def page_clip(pages: PageSet) -> dict[str, float]:
+async def page_clip(pages: PageSet) -> dict[str, float] | None:
     """The whole page's rectangle (CSS px) for a full-page shot, once ``check_shot`` passed
     it. Given as the shot's clip, it bounds the capture even if the page grows after this
-    measure (Playwright trims a clip to the page, never widens it)."""
+    measure (Playwright trims a clip to the page, never widens it). None for a document
+    without a body, whose whole page Playwright would wait for until the deadline: the
+    viewport is what is shot of it."""
     measured = await pages.page.evaluate(_PAGE_SIZE)
+    if measured is None:
+        return None
     # The page's script may have replaced what the measure calls: anything but two sizes
     # is not a page that can be shot whole (a false size only narrows its own clip).
     if not (

@@ -9,6 +9,7 @@ as YAML-shaped text, same- and cross-origin iframes included), rewritten by
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -88,14 +89,33 @@ async def _check_size(pages: PageSet, scope: Any, cap: int) -> None:
 
 
 async def element_shot(pages: PageSet, target: Target, timeout_ms: float) -> bytes:
-    """A PNG of the one element ``target`` names; too_large past ``check_shot``'s bound,
-    before Chromium draws it."""
+    """A PNG of the one element ``target`` names: its box, measured once, checked
+    (``check_shot``: too_large before Chromium draws it) and shot as the page's clip, as
+    Playwright's own element shot does (scrolled into view, the box in document coordinates,
+    its enclosing whole pixels); an element grown by script after the measure cannot grow
+    the capture. One not visible is action_failed."""
     locator = await locate(pages, target)
+    await locator.scroll_into_view_if_needed(timeout=timeout_ms)
     box = await locator.bounding_box(timeout=timeout_ms)
-    if box is not None:  # None: not visible, which Playwright's own shot answers
-        check_shot("element", box["width"], box["height"])
-    data: bytes = await locator.screenshot(type="png", timeout=timeout_ms)
+    if box is None or box["width"] <= 0 or box["height"] <= 0:
+        raise ActionError(ErrorCode.ACTION_FAILED, f"{target.name} is not visible")
+    check_shot("element", box["width"], box["height"])
+    left, top = await pages.page.evaluate(_SCROLLED)
+    clip = _enclosing(box["x"] + left, box["y"] + top, box["width"], box["height"])
+    data: bytes = await pages.page.screenshot(
+        full_page=True, clip=clip, type="png", timeout=timeout_ms
+    )
     return data
+
+
+_SCROLLED = "() => [window.scrollX, window.scrollY]"
+
+
+def _enclosing(x: float, y: float, width: float, height: float) -> dict[str, float]:
+    """The whole-pixel rectangle enclosing the one given (Playwright's ``enclosingIntRect``)."""
+    left, top = math.floor(x + 1e-3), math.floor(y + 1e-3)
+    right, bottom = math.ceil(x + width - 1e-3), math.ceil(y + height - 1e-3)
+    return {"x": left, "y": top, "width": right - left, "height": bottom - top}
 
 
 # The overlay: a closed shadow root, so the page's style sheets cannot restyle the labels,
@@ -133,7 +153,7 @@ async def labelled_shot(
     host = await page.evaluate_handle(_DRAW, [_row(box) for box in taken.boxes])
     try:
         data: bytes = await page.screenshot(
-            full_page=full_page, clip=clip, type="png", timeout=timeout_ms
+            full_page=clip is not None, clip=clip, type="png", timeout=timeout_ms
         )
     finally:
         with contextlib.suppress(Exception):  # a page gone mid-shot has nothing to clean

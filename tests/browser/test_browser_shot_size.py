@@ -12,6 +12,7 @@ from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Status
 from specialists.browser.pages import MAX_SHOT_SIDE_PX
 from tests.net._origin import Origin
+from tests.net._origin import Reply as OriginReply
 
 from .test_browser_op import error, open_session, run
 from .test_browser_snapshot import png_size, ref_of, snapshot
@@ -98,10 +99,35 @@ async def test_an_action_playwright_timed_out_is_timeout_exceeded_not_navigation
     dispatcher: Dispatcher, origin: Origin
 ) -> None:
     """A click on a button that never becomes enabled: Playwright's own timeout (set to what
-    the deadline leaves) ends it. Nothing navigated: the reply is the deadline's, as C-4."""
+    the deadline leaves) ends it. Nothing navigated: the reply is the deadline's, as C-4, and
+    so the same whichever ends it first on a loaded host, Playwright's timer or the task's
+    (the translation itself: test_browser_parts)."""
     _, session = await open_session(dispatcher, origin, "off", "/off", DISABLED)
     click = await run(
         dispatcher, ("ACTION", "click"), ("SELECTOR", "css:#b"), ("TIMEOUT_MS", "2000"), session
     )
     assert error(click) == "timeout_exceeded:2000ms", click
-    assert click.get("SCOPE") == "[browser]"
+
+
+SVG = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" width="300" height="200">'
+    b'<rect width="300" height="200" fill="red"/></svg>'
+)
+
+
+async def test_a_full_page_screenshot_of_a_document_without_a_body_is_its_viewport(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    """Playwright measures a full page by its body and waits until it has one: an SVG
+    document never does, so its whole page is the viewport, shot at once."""
+    origin.routes["/pic.svg"] = lambda _seen: OriginReply(
+        headers=[("content-type", "image/svg+xml")], body=SVG
+    )
+    url = origin.url("origin.test", "/pic.svg")
+    session = ("SESSION", "svg")
+    went = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", url), session)
+    assert went.status is Status.OK, went
+    full = (("ACTION", SHOT), ("FULL_PAGE", "true"), ("TIMEOUT_MS", "5000"), session)
+    shot = await run(dispatcher, *full)
+    assert shot.status is Status.OK, shot
+    assert png_size(shot.get("SCREENSHOT_REF") or "") == (1280, 720)
