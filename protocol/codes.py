@@ -122,7 +122,10 @@ class ErrorCode(enum.StrEnum):
     UNKNOWN_NODE = "unknown_node", "NODE names no canvas node"
     CANVAS_NOT_PRESENTED = "canvas_not_presented", "the canvas shows nothing: present first"
     EVAL_FAILED = "eval_failed", "the canvas expression threw or its result is not JSON"
-    SESSION_LOST = "session_lost", "the session's page was lost between actions; the name is free"
+    SESSION_LOST = (
+        "session_lost",
+        "the session's (or canvas node's) page was lost since its last action; the name is free",
+    )
     PAGE_CRASHED = "page_crashed", "the page's renderer crashed mid-action (out of memory, killed)"
     REF_STALE = "ref_stale", "REF names no element now: the page navigated or changed since"
     TAB_NOT_FOUND = "tab_not_found", "TAB names no open tab of the session"

@@ -36,6 +36,7 @@ from csp_web.config.root import (
     OwnsPaths,
     ReadsInputs,
     RoutesEgress,
+    RunsWorkAs,
     SectionSpec,
     daemon_paths,
     egress_proxy,
@@ -46,6 +47,7 @@ from csp_web.config.root import (
     shared_section,
     with_section,
     with_shared,
+    workspace_identity,
     workspace_roots,
 )
 
@@ -70,6 +72,7 @@ __all__ = [
     "ReadsInputs",
     "RedisConfig",
     "RoutesEgress",
+    "RunsWorkAs",
     "SectionSpec",
     "SlotLimits",
     "SlotsConfig",
@@ -88,5 +91,6 @@ __all__ = [
     "shared_section",
     "with_section",
     "with_shared",
+    "workspace_identity",
     "workspace_roots",
 ]

@@ -186,6 +186,17 @@ class MasksPaths(Protocol):
 
 
 @runtime_checkable
+class RunsWorkAs(Protocol):
+    """A section naming the uid and gid work in the workspaces runs as when the daemon is
+    root (exec's run_as_uid/gid): other specialists reading workspace files read only what
+    that identity could, through ``workspace_identity``."""
+
+    def runs_as(self) -> tuple[int, int]:
+        """(uid, gid), as configured."""
+        ...
+
+
+@runtime_checkable
 class RoutesEgress(Protocol):
     """A section naming the forward proxy the daemon's web egress goes through (``web.proxy``):
     the browser's guard proxy sends its upstream connections there too."""
@@ -212,6 +223,15 @@ def workspace_roots(config: Config) -> tuple[str, ...]:
         for root in section.workspaces()
     ]
     return tuple(dict.fromkeys(roots))
+
+
+def workspace_identity(config: Config) -> tuple[int, int] | None:
+    """The (uid, gid) the first section declaring one (``RunsWorkAs``) runs work as; None for
+    none."""
+    for section in own_sections(config):
+        if isinstance(section, RunsWorkAs):
+            return section.runs_as()
+    return None
 
 
 def masked_paths(config: Config) -> tuple[str, ...]:

@@ -16,12 +16,20 @@ without following a symlink, so a symlink swapped in after the check cannot lead
 out. The caller opens the file in it by descriptor with ``O_NOFOLLOW`` and ``O_NONBLOCK`` (a
 FIFO must not hold the open) and refuses what ``fstat`` says is not a regular file, or never
 opens the client's name at all (web ``write_file`` writes a new file and renames it there).
+
+With a ``reader`` (the uid and gid a root daemon's commands run as, exec's ``run_as_uid``),
+what is read is only what that reader could read: each directory of the walk, the root's own
+included, must grant it search, and the caller's opened file read (``Identity.may_read``),
+by the owner, group or other bits of the class it falls in, as read by ``fstat`` on the
+descriptors themselves (no path is looked up twice). Only those classic bits are read, as
+exec's own pre-spawn checks do: a POSIX ACL granting more is not seen (refused here).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +38,30 @@ from protocol import ErrorCode
 
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _KERNEL = ("/proc", "/sys", "/dev")  # never a workspace file, whatever a root resolves to
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whose rights a workspace file is read with: a uid and gid without supplementary
+    groups (exec clears them when it switches to them)."""
+
+    uid: int
+    gid: int
+
+    def may_read(self, info: os.stat_result) -> bool:
+        """Whether the mode bits in ``info`` let this identity read the file."""
+        return self._grants(info, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+
+    def may_search(self, info: os.stat_result) -> bool:
+        """Whether the mode bits in ``info`` let this identity enter the directory."""
+        return self._grants(info, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+
+    def _grants(self, info: os.stat_result, owner: int, group: int, other: int) -> bool:
+        if info.st_uid == self.uid:  # the owner's bits alone, even if the group's grant more
+            return bool(info.st_mode & owner)
+        if info.st_gid == self.gid:
+            return bool(info.st_mode & group)
+        return bool(info.st_mode & other)
 
 
 @dataclass(frozen=True)
@@ -84,18 +116,21 @@ def check_path(
     return place
 
 
-def open_directory(place: WorkspacePath) -> int:
+def open_directory(place: WorkspacePath, *, reader: Identity | None = None) -> int:
     """A descriptor (O_PATH) of ``place``'s directory, reached from its root without following
     a symlink; the caller closes it. A missing directory is invalid_field, anything else that
-    stops the walk (a symlink, no permission) permission_denied."""
+    stops the walk (a symlink, no permission, a directory ``reader`` may not search: the
+    module says) permission_denied."""
     fd = os.open(place.root, _DIR_FLAGS)
     try:
+        _check_search(fd, place, reader)
         for part in os.path.relpath(place.directory, place.root).split(os.sep):
             if part in ("", "."):
                 continue
             inner = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = inner
+            _check_search(fd, place, reader)
     except OSError as exc:
         os.close(fd)
         if exc.errno == errno.ENOENT:
@@ -103,7 +138,15 @@ def open_directory(place: WorkspacePath) -> int:
         if exc.errno == errno.ENAMETOOLONG:
             raise place.too_long() from None
         raise place.denied() from None
+    except OpError:
+        os.close(fd)
+        raise
     return fd
+
+
+def _check_search(fd: int, place: WorkspacePath, reader: Identity | None) -> None:
+    if reader is not None and not reader.may_search(os.fstat(fd)):
+        raise place.denied()
 
 
 def _masked(target: str, root: str, masked: Sequence[str]) -> bool:

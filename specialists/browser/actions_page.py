@@ -32,7 +32,7 @@ from .pages import DialogAnswer, Navigated, PageSet
 from .services import BrowserServices
 from .steps import SCOPE, Handlers, check_landing, element_target, on_pages, require_field
 from .steps import timeout_ms as left_ms
-from .workspace_files import read_workspace_file
+from .workspace_files import read_workspace_file, reader_of
 
 T = TypeVar("T")
 MAX_PIXELS = 100_000  # a scroll of ~140 viewports: past any page a human reads, one call
@@ -211,8 +211,9 @@ async def _upload_file(
     cap = browser_section(ctx.config).max_upload_bytes
     if path is not None:
         roots, masked = workspace_roots(ctx.config), masked_paths(ctx.config)
+        reader = reader_of(ctx.config)
         data = await trio.to_thread.run_sync(
-            lambda: read_workspace_file(roots, path, max_bytes=cap, masked=masked)
+            lambda: read_workspace_file(roots, path, max_bytes=cap, masked=masked, reader=reader)
         )
         name = os.path.basename(path)
         return name, mimetypes.guess_type(name)[0] or "application/octet-stream", data

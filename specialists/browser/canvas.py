@@ -4,6 +4,10 @@
 with the same five methods, added to ``BrowserServices.canvas`` under its name. Every call may
 raise OpError with a catalogue code. ``CanvasClaims`` says whose each node's canvas is: the
 uid that presented it, until it hides it or leaves it unused for ``canvas_idle_s``.
+
+A canvas lost without its owner's hide (an action that ran out of time dropped its page, which
+may still spin; its renderer crashed) is told once, as a browser session's loss is:
+``session_lost:<node>``, to its owner's next action but a present or hide (which start anew).
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from protocol import ErrorCode
 
 from .engine import BrowserEngine
 from .errors import refusals_on, timed_out
-from .pages import PageSet, close_pages, open_pages
+from .pages import PageSet, close_pages, loading, open_pages
+
+_SCOPE = ("canvas",)
+
+
+def _told(exc: BaseException) -> bool:
+    """Whether ``exc`` is itself the news that the canvas was lost (``_require``'s)."""
+    return isinstance(exc, OpError) and exc.code is ErrorCode.SESSION_LOST
 
 
 class CanvasNode(Protocol):
@@ -64,26 +75,45 @@ class CanvasClaims:
 
     clock: Callable[[], float] = trio.current_time
     claims: dict[str, Claim] = field(default_factory=dict)
+    # By node: the owner whose canvas a failed action lost, not yet told (one per node: a
+    # node shows one canvas, and a new one makes the loss moot).
+    untold: dict[str, str] = field(default_factory=dict)
     _locks: dict[str, trio.Lock] = field(default_factory=dict)
 
     @asynccontextmanager
     async def acting(
-        self, name: str, node: CanvasNode, owner: str, idle_s: float
+        self, name: str, node: CanvasNode, owner: str, idle_s: float, *, anew: bool = False
     ) -> AsyncIterator[None]:
-        """Hold node ``name`` for one action of ``owner``. Raises OpError(permission_denied)
-        while another owner's canvas is shown and used within ``idle_s``; an older one is
-        hidden first (its page closed), so the newcomer starts from an empty canvas. After
-        the action the canvas is ``owner``'s if it shows something, no one's if not."""
+        """Hold node ``name`` for one action of ``owner``. Raises OpError(session_lost) once
+        when an action of ``owner`` failed and lost the canvas it showed, unless this action
+        starts ``anew`` (present, hide); OpError(permission_denied) while another owner's
+        canvas is shown and used within ``idle_s``; an older one is hidden first (its page
+        closed), so the newcomer starts from an empty canvas. After the action the canvas is
+        ``owner``'s if it shows something, no one's if not."""
         lock = self._locks.setdefault(name, trio.Lock())
         async with lock:
+            self._tell_lost(name, node, owner, anew=anew)
             await self._admit(name, node, owner, idle_s)
+            shown = node.shown is not None
             try:
                 yield
+            except BaseException as exc:
+                if shown and node.shown is None and not _told(exc):
+                    self.untold[name] = owner  # its reply names its own failure, not the loss
+                raise
             finally:
                 if node.shown is None:
                     self.claims.pop(name, None)
                 else:
                     self.claims[name] = Claim(owner, self.clock())
+                    self.untold.pop(name, None)
+
+    def _tell_lost(self, name: str, node: CanvasNode, owner: str, *, anew: bool) -> None:
+        if self.untold.get(name) != owner:
+            return
+        del self.untold[name]
+        if node.shown is None and not anew:
+            raise OpError(ErrorCode.SESSION_LOST, name, scope=_SCOPE)
 
     async def _admit(self, name: str, node: CanvasNode, owner: str, idle_s: float) -> None:
         claim = self.claims.get(name)
@@ -91,9 +121,7 @@ class CanvasClaims:
             return
         if self.clock() - claim.last_used < idle_s:
             raise OpError(
-                ErrorCode.PERMISSION_DENIED,
-                f"canvas {name} belongs to another peer",
-                scope=("canvas",),
+                ErrorCode.PERMISSION_DENIED, f"canvas {name} belongs to another peer", scope=_SCOPE
             )
         await node.hide()
         del self.claims[name]
@@ -168,11 +196,16 @@ class LocalCanvas:
         return pages
 
     async def _require(self) -> PageSet:
-        """The pages shown; canvas_not_presented when none are, or they were lost."""
+        """The pages shown; session_lost when they showed something and went since (their
+        renderer crashed, their context closed: told here, once), canvas_not_presented when
+        none are."""
         if self._pages is not None and self._pages.lost_reason():
+            lost = self.shown is not None
             await self._drop()
+            if lost:
+                raise OpError(ErrorCode.SESSION_LOST, "main", scope=_SCOPE)
         if self._pages is None or self.shown is None:
-            raise OpError(ErrorCode.CANVAS_NOT_PRESENTED, "main", scope=("canvas",))
+            raise OpError(ErrorCode.CANVAS_NOT_PRESENTED, "main", scope=_SCOPE)
         return self._pages
 
     @asynccontextmanager
@@ -206,9 +239,10 @@ class LocalCanvas:
             if scope.cancelled_caught:
                 # The page's main thread may still spin: a fresh page next time.
                 await self._drop()
-                raise OpError(ErrorCode.EVAL_FAILED, f"timeout {timeout_ms:.0f} ms")
+                raise OpError(ErrorCode.EVAL_FAILED, f"timeout {timeout_ms:.0f} ms", scope=_SCOPE)
             if len(value.encode("utf-8")) > max_bytes:
-                raise OpError(ErrorCode.TOO_LARGE, f"eval result over {max_bytes} bytes")
+                detail = f"eval result over {max_bytes} bytes"
+                raise OpError(ErrorCode.TOO_LARGE, detail, scope=_SCOPE)
             return value
 
     async def _drop(self) -> None:
@@ -234,11 +268,13 @@ def _left_ms(until: float) -> float:
 
 
 async def _set_content(pages: PageSet, html: str, timeout_ms: float) -> None:
-    await pages.page.set_content(html, wait_until="load", timeout=timeout_ms)
+    with loading():  # an inline page loads too: its script may hold the load event
+        await pages.page.set_content(html, wait_until="load", timeout=timeout_ms)
 
 
 async def _goto(pages: PageSet, url: str, timeout_ms: float) -> str:
-    await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
+    with loading():
+        await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
     return str(pages.page.url)
 
 

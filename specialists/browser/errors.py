@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import trio
 
+from csp_web.core.api.deadlines import budget_ms
 from csp_web.core.api.errors import OpError
 from csp_web.net.guard_proxy import Lane
 from protocol import ErrorCode
@@ -23,6 +24,7 @@ from .engine import BrowserUnavailable
 from .pages import ActionError, host_port
 
 _NET_ERROR = re.compile(r"net::(ERR_[A-Z_]+)")
+_PLAYWRIGHT_TIMEOUT = re.compile(r"Timeout ([0-9]+)ms exceeded")
 # Chromium's answers to a proxy that refused a tunnel or a request: the guard said no.
 _PROXY_REFUSALS = ("ERR_TUNNEL_CONNECTION_FAILED", "ERR_HTTP_RESPONSE_CODE_FAILURE")
 _CRASHED = ("Page crashed", "Target crashed", "page crashed")
@@ -64,9 +66,22 @@ def translate(
     if net is not None:
         return OpError(ErrorCode.NAVIGATION_FAILED, net.group(1).lower(), scope=(scope,))
     if type(exc).__name__ == "TimeoutError":
-        return OpError(ErrorCode.NAVIGATION_FAILED, "timeout", scope=(scope,))
+        # A page load's timeout was named where it was raised (pages.loading): this one is
+        # an action's (click, screenshot, a read), whose Playwright timeout is what the
+        # task's deadline leaves it, so the reply is the deadline's (SPEC C-4).
+        return OpError(ErrorCode.TIMEOUT_EXCEEDED, _budget(message), scope=(scope,))
     first = message.splitlines()[0][:200] if message else type(exc).__name__
     return OpError(ErrorCode.ACTION_FAILED, first, scope=(scope,))
+
+
+def _budget(message: str) -> str:
+    """timeout_exceeded's detail: the task's budget as its caller set it (as the dispatcher
+    answers), else (outside a task) the time Playwright was given."""
+    budget = budget_ms()
+    if budget is not None:
+        return f"{budget}ms"
+    given = _PLAYWRIGHT_TIMEOUT.search(message)
+    return f"{given.group(1)}ms" if given else "timeout"
 
 
 def timed_out(exc: BaseException) -> bool:

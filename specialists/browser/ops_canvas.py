@@ -84,7 +84,8 @@ async def _act(
     node = _node(services, name)
     owner = owner_of(ctx.peer.uid, ctx.peer.connection)
     idle_s = browser_section(ctx.config).canvas_idle_s
-    async with services.canvas_claims.acting(name, node, owner, idle_s):
+    anew = action in ("present", "hide")  # nothing to tell a client starting over
+    async with services.canvas_claims.acting(name, node, owner, idle_s, anew=anew):
         return await _act_on(services, ctx, params, action, name, node)
 
 
@@ -149,6 +150,7 @@ async def canvas(params: Params, ctx: OpContext, services: BrowserServices) -> R
         detail, fields = await _act(services, ctx, params, action, name)
     except Exception as exc:
         error = translate(exc, scope="canvas", url=params.opt_text("URL"))
+        error.scope = error.scope or _SCOPE  # a node's own refusals name no scope
         error.audit = audit
         raise error from exc
     elapsed = str(int((time.monotonic() - started) * 1000))

@@ -16,7 +16,7 @@ from typing import Any
 
 from protocol import ErrorCode
 
-from .pages import ActionError, DialogAnswer, Navigated, PageSet, Target, locate
+from .pages import ActionError, DialogAnswer, Navigated, PageSet, Target, loading, locate
 
 _POLL_S = 0.1  # how often a wait for an element looks again (Playwright polls at 100 ms too)
 _TITLE_S = 1.0  # a live tab answers its title in milliseconds; a spinning one never does
@@ -122,11 +122,13 @@ async def history(pages: PageSet, which: str, timeout_ms: float) -> Navigated:
     with no page that way is action_failed (the page stays where it is)."""
     page = pages.page
     if which == "reload":
-        response = await page.reload(wait_until="load", timeout=timeout_ms)
+        with loading():
+            response = await page.reload(wait_until="load", timeout=timeout_ms)
     else:
         move = page.go_back if which == "back" else page.go_forward
         before = page.url
-        response = await move(wait_until="load", timeout=timeout_ms)
+        with loading():
+            response = await move(wait_until="load", timeout=timeout_ms)
         if response is None and page.url == before:
             raise ActionError(ErrorCode.ACTION_FAILED, f"no page to go {which} to")
     return Navigated(page.url, await page.title(), response and response.status)

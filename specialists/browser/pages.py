@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,28 @@ _SELECTOR_SYNTAX = (
     "is not a valid selector",
     "is not a valid XPath expression",
 )
+# Every context's device scale: set, not left to Chromium, since a shot's pixels are its CSS
+# size times it (``check_shot``).
+DEVICE_SCALE = 1
+# The largest screenshot side, in device px: Chromium's compositor draws a capture as one
+# texture, and its software GL backend's max texture size is 16,384 px (crbug.com/770769,
+# issues.chromium.org/41347676; puppeteer#1576: past it the image repeats). A page far past it
+# (100,000 x 1,000,000 px) held the renderer until the task's deadline; a 16,384 px square
+# takes 14 s on a 2-core host. The byte cap (max_screenshot_bytes) can only be checked after
+# the capture, so it bounds nothing of the drawing.
+MAX_SHOT_SIDE_PX = 16_384
+# The page's full size as Playwright's own full-page shot measures it (its screenshotter's
+# ``_fullPageSize``), in CSS px; null for a document without a body (SVG, XML).
+_PAGE_SIZE = """() => {
+  const b = document.body, d = document.documentElement;
+  if (!b || !d) return null;
+  return [
+    Math.max(b.scrollWidth, d.scrollWidth, b.offsetWidth, d.offsetWidth, b.clientWidth,
+             d.clientWidth),
+    Math.max(b.scrollHeight, d.scrollHeight, b.offsetHeight, d.offsetHeight, b.clientHeight,
+             d.clientHeight),
+  ];
+}"""
 
 
 class ActionError(Exception):
@@ -110,6 +134,7 @@ async def open_pages(
     downloads they start into ``downloads`` (none: Chromium refuses them)."""
     opened = await engine.new_context(
         viewport={"width": width, "height": height},
+        device_scale_factor=DEVICE_SCALE,
         service_workers="block",
         accept_downloads=downloads is not None,
         java_script_enabled=script,
@@ -201,11 +226,26 @@ class Navigated:
     status: int | None
 
 
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """Around a page load (goto, reload, history, set_content): Playwright's timeout there
+    is navigation_failed:timeout. Every other Playwright timeout is the action's, which
+    ``errors.translate`` answers as the deadline's (timeout_exceeded). The timeout stays the
+    cause: ``errors.timed_out`` still sees that the page may spin."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        yield
+    except PlaywrightTimeout as exc:
+        raise ActionError(ErrorCode.NAVIGATION_FAILED, "timeout") from exc
+
+
 async def navigate(pages: PageSet, url: str, timeout_ms: float) -> Navigated:
     """Load ``url`` and wait for its load event; the final URL and title. A URL that
     turns out a download is no failure: the page stays where it was, the download is told."""
     try:
-        response = await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
+        with loading():
+            response = await pages.page.goto(url, wait_until="load", timeout=timeout_ms)
     except Exception as exc:
         if "Download is starting" not in str(exc):
             raise
@@ -289,8 +329,44 @@ async def type_text(pages: PageSet, target: Target, value: str, timeout_ms: floa
 
 
 async def screenshot(pages: PageSet, *, full_page: bool, timeout_ms: float) -> bytes:
-    data: bytes = await pages.page.screenshot(full_page=full_page, type="png", timeout=timeout_ms)
+    """A PNG of the viewport, or of the whole page (``check_shot`` first)."""
+    clip = await page_clip(pages) if full_page else None
+    data: bytes = await pages.page.screenshot(
+        full_page=clip is not None, clip=clip, type="png", timeout=timeout_ms
+    )
     return data
+
+
+async def page_clip(pages: PageSet) -> dict[str, float] | None:
+    """The whole page's rectangle (CSS px) for a full-page shot, once ``check_shot`` passed
+    it. Given as the shot's clip, it bounds the capture even if the page grows after this
+    measure (Playwright trims a clip to the page, never widens it). None for a document
+    without a body, whose whole page Playwright would wait for until the deadline: the
+    viewport is what is shot of it."""
+    measured = await pages.page.evaluate(_PAGE_SIZE)
+    if measured is None:
+        return None
+    # The page's script may have replaced what the measure calls: anything but two sizes
+    # is not a page that can be shot whole (a false size only narrows its own clip).
+    if not (
+        isinstance(measured, list)
+        and len(measured) == 2
+        and all(isinstance(n, int | float) and n > 0 for n in measured)
+    ):
+        raise ActionError(ErrorCode.ACTION_FAILED, "the page's size is unreadable")
+    width, height = measured
+    check_shot("page", width, height)
+    return {"x": 0, "y": 0, "width": width, "height": height}
+
+
+def check_shot(what: str, width: float, height: float) -> None:
+    """too_large when a ``width`` x ``height`` CSS px shot of ``what`` (page, element) would
+    be past ``MAX_SHOT_SIDE_PX`` device px a side: refused before Chromium draws it."""
+    side = max(width, height) * DEVICE_SCALE
+    if not side <= MAX_SHOT_SIDE_PX:  # NaN too
+        size = f"{math.ceil(width)}x{math.ceil(height)}"
+        why = f"{what} {size} px, over {MAX_SHOT_SIDE_PX} px a side"
+        raise ActionError(ErrorCode.TOO_LARGE, why)
 
 
 @dataclass(frozen=True)

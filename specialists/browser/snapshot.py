@@ -9,13 +9,14 @@ as YAML-shaped text, same- and cross-origin iframes included), rewritten by
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from protocol import ErrorCode
 
-from .pages import ActionError, PageSet, Target, locate
+from .pages import ActionError, PageSet, Target, check_shot, locate, page_clip
 from .refs import book_of
 from .snapshot_text import Box, Rewritten, rewrite
 
@@ -88,10 +89,33 @@ async def _check_size(pages: PageSet, scope: Any, cap: int) -> None:
 
 
 async def element_shot(pages: PageSet, target: Target, timeout_ms: float) -> bytes:
-    """A PNG of the one element ``target`` names."""
+    """A PNG of the one element ``target`` names: its box, measured once, checked
+    (``check_shot``: too_large before Chromium draws it) and shot as the page's clip, as
+    Playwright's own element shot does (scrolled into view, the box in document coordinates,
+    its enclosing whole pixels); an element grown by script after the measure cannot grow
+    the capture. One not visible is action_failed."""
     locator = await locate(pages, target)
-    data: bytes = await locator.screenshot(type="png", timeout=timeout_ms)
+    await locator.scroll_into_view_if_needed(timeout=timeout_ms)
+    box = await locator.bounding_box(timeout=timeout_ms)
+    if box is None or box["width"] <= 0 or box["height"] <= 0:
+        raise ActionError(ErrorCode.ACTION_FAILED, f"{target.name} is not visible")
+    check_shot("element", box["width"], box["height"])
+    left, top = await pages.page.evaluate(_SCROLLED)
+    clip = _enclosing(box["x"] + left, box["y"] + top, box["width"], box["height"])
+    data: bytes = await pages.page.screenshot(
+        full_page=True, clip=clip, type="png", timeout=timeout_ms
+    )
     return data
+
+
+_SCROLLED = "() => [window.scrollX, window.scrollY]"
+
+
+def _enclosing(x: float, y: float, width: float, height: float) -> dict[str, float]:
+    """The whole-pixel rectangle enclosing the one given (Playwright's ``enclosingIntRect``)."""
+    left, top = math.floor(x + 1e-3), math.floor(y + 1e-3)
+    right, bottom = math.ceil(x + width - 1e-3), math.ceil(y + height - 1e-3)
+    return {"x": left, "y": top, "width": right - left, "height": bottom - top}
 
 
 # The overlay: a closed shadow root, so the page's style sheets cannot restyle the labels,
@@ -123,11 +147,14 @@ async def labelled_shot(
     """A PNG of the page with each actionable element's box and label drawn on it, from a
     snapshot taken now (whose refs become the live ones, as ``take``'s); the overlay is
     removed after the shot, whatever happens. The PNG and how many labels it shows."""
+    clip = await page_clip(pages) if full_page else None  # refused before the snapshot
     taken = await _rewritten(pages, None, caps, timeout_ms=timeout_ms, boxes=True)
     page = pages.page
     host = await page.evaluate_handle(_DRAW, [_row(box) for box in taken.boxes])
     try:
-        data: bytes = await page.screenshot(full_page=full_page, type="png", timeout=timeout_ms)
+        data: bytes = await page.screenshot(
+            full_page=clip is not None, clip=clip, type="png", timeout=timeout_ms
+        )
     finally:
         with contextlib.suppress(Exception):  # a page gone mid-shot has nothing to clean
             await host.evaluate("(host) => host.remove()")

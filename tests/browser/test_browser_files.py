@@ -14,6 +14,7 @@ import pytest
 from csp_web.config import Config, masked_paths, with_section
 from csp_web.core.api.errors import OpError
 from csp_web.core.dispatch.dispatcher import Dispatcher
+from csp_web.infra.workspace_paths import Identity
 from protocol import ErrorCode, Reply, Status
 from specialists.browser.config import BrowserConfig
 from specialists.browser.services import BrowserServices
@@ -43,7 +44,10 @@ def files(services: BrowserServices) -> Iterator[MemoryFiles]:
 @pytest.fixture
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("work")  # apart from the daemon's state dir (tmp_path)
+    # Open to exec's sandbox uid, as a root daemon's roots must be (mktemp makes it 0700).
+    root.chmod(0o755)
     (root / "cv.txt").write_bytes(b"Ada Lovelace, analyst")
+    (root / "cv.txt").chmod(0o644)
     return root
 
 
@@ -151,6 +155,82 @@ def test_the_masked_paths_are_execs_and_the_daemons_own(config: Config, workspac
     masked = masked_paths(with_section(config, "tool", ToolConfig(exec=exec_config)))
     assert mask in masked
     assert os.path.abspath(config.daemon.state_dir) in masked
+
+
+# ---- as a root daemon: only what exec's sandbox uid could read -----------------------------
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="needs root: files the sandbox uid may not read, and a reader that could",
+)
+NOBODY = Identity(65534, 65534)  # exec's default run_as_uid/gid
+
+
+def _as(path: Path, mode: int, uid: int = 0, gid: int = 0) -> str:
+    os.chown(path, uid, gid)
+    path.chmod(mode)
+    return str(path)
+
+
+@needs_root
+def test_as_root_a_file_the_sandbox_uid_may_not_read_is_permission_denied(workspace: Path) -> None:
+    """As ``exec cat`` of it would be: the owner, group or other bits of the class the
+    sandbox uid falls in, read from the opened file."""
+    roots = [str(workspace)]
+    for name in ("root600", "root644", "nobody600", "group640", "nobody060"):
+        (workspace / name).write_bytes(b"x")
+    hidden = workspace / "hidden"
+    hidden.mkdir()
+    (hidden / "open.txt").write_bytes(b"x")
+    readable = {
+        _as(workspace / "root600", 0o600): False,
+        _as(workspace / "root644", 0o644): True,
+        _as(workspace / "nobody600", 0o600, uid=NOBODY.uid): True,
+        _as(workspace / "group640", 0o640, gid=NOBODY.gid): True,
+        _as(workspace / "nobody060", 0o060, uid=NOBODY.uid, gid=NOBODY.gid): False,  # owner bits
+        _as(hidden / "open.txt", 0o644): False,  # its directory is 0700 root's:
+    }
+    hidden.chmod(0o700)
+    for path, expected in readable.items():
+        if expected:
+            assert read_workspace_file(roots, path, max_bytes=10, reader=NOBODY) == b"x", path
+        else:
+            with pytest.raises(OpError) as refused:
+                read_workspace_file(roots, path, max_bytes=10, reader=NOBODY)
+            assert (refused.value.code, refused.value.detail) == (
+                ErrorCode.PERMISSION_DENIED,
+                path,
+            )
+        # Without a reader (a daemon that is not root) the daemon's own rights hold.
+        assert read_workspace_file(roots, path, max_bytes=10) == b"x"
+    workspace.chmod(0o700)  # the root itself closed to the sandbox uid
+    try:
+        with pytest.raises(OpError) as closed:
+            read_workspace_file(roots, str(workspace / "root644"), max_bytes=10, reader=NOBODY)
+        assert closed.value.code is ErrorCode.PERMISSION_DENIED
+    finally:
+        workspace.chmod(0o755)
+
+
+@needs_root
+async def test_as_root_upload_reads_a_workspace_file_as_execs_sandbox_uid(
+    services: BrowserServices,
+    origin: Origin,
+    make_config: functools.partial[Config],
+    workspace: Path,
+) -> None:
+    """The reviewer's case: a 0600 root-owned file under the root, which ``exec cat`` may not
+    read, was uploaded to the page."""
+    (workspace / "rootonly.txt").write_bytes(b"root only")
+    secret = _as(workspace / "rootonly.txt", 0o600)
+    roots = (str(workspace),)
+    async with dispatcher_under(make_config(), services, workspace_roots=roots) as d:
+        _, session = await open_session(d, origin, "up", "/shop", SHOP)
+        fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", secret), session)
+        assert error(await run(d, *fields)) == f"permission_denied:{secret}"
+        cv = str(workspace / "cv.txt")
+        fields = ((ACT, "upload"), ("SELECTOR", "css:#doc"), ("PATH", cv), session)
+        assert ok(await run(d, *fields)).get("UPLOAD_BYTES") == "21"
 
 
 # ---- upload --------------------------------------------------------------------------------

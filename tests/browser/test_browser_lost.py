@@ -152,7 +152,7 @@ async def test_a_spinning_canvas_page_is_dropped_at_its_timeout(
     assert shown.status is Status.OK, shown
 
 
-async def test_a_crashed_canvas_page_is_not_presented(
+async def test_a_crashed_canvas_page_is_told_lost_once(
     dispatcher: Dispatcher, services: BrowserServices
 ) -> None:
     shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>t</title>"))
@@ -163,4 +163,5 @@ async def test_a_crashed_canvas_page_is_not_presented(
     pages = node._pages
     await services.engine.run(_crash_renderer, pages)
     await services.engine.run(wait_gone, pages)
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "session_lost:main"
     assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"

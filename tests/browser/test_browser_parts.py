@@ -62,7 +62,8 @@ def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
     from playwright.async_api import Error, TimeoutError
 
     from csp_web.net.guard_proxy import Lane
-    from specialists.browser.errors import translate
+    from specialists.browser.errors import timed_out, translate
+    from specialists.browser.pages import ActionError, loading
 
     lane = Lane(1, 0)
 
@@ -73,7 +74,13 @@ def test_playwright_errors_become_catalogue_codes_and_bugs_stay_bugs() -> None:
     assert code(Error("net::ERR_NAME_NOT_RESOLVED at https://a.test/")) == (
         "navigation_failed:err_name_not_resolved"
     )
-    assert code(TimeoutError("Timeout 5ms exceeded.")) == "navigation_failed:timeout"
+    # An action's timeout is the deadline's (outside a task: the time Playwright was given);
+    # a page load names its own where it is raised (pages.loading).
+    assert code(TimeoutError("Locator.click: Timeout 5ms exceeded.")) == "timeout_exceeded:5ms"
+    with pytest.raises(ActionError) as load, loading():
+        raise TimeoutError("Page.goto: Timeout 5ms exceeded.")
+    assert code(load.value) == "navigation_failed:timeout"
+    assert timed_out(load.value)  # still a timeout: its session's page may spin
     assert code(Error("Target page, context or browser has been closed")) == (
         "browser_unavailable:closed mid-action"
     )

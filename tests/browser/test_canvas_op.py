@@ -87,7 +87,7 @@ async def test_eval_replies_json_within_its_bounds(dispatcher: Dispatcher) -> No
     hung = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "new Promise(() => {})"))
     assert error(hung) == "eval_failed:timeout 2000 ms"
     again = await canvas(dispatcher, ("ACTION", "snapshot"))
-    assert error(again) == "canvas_not_presented:main"  # a hung page is dropped
+    assert error(again) == "session_lost:main"  # a hung page is dropped, and that is told
 
 
 async def test_canvas_requests_pass_the_same_guard(
@@ -119,7 +119,10 @@ async def test_canvas_refusals_are_catalogue_failures(dispatcher: Dispatcher) ->
         ),
     ]
     for fields, expected in cases:
-        assert error(await canvas(dispatcher, *fields)) == expected, fields
+        reply = await canvas(dispatcher, *fields)
+        assert error(reply) == expected, fields
+        if not expected.endswith("WIDTH below 64"):  # the dispatcher's field check: no op's
+            assert reply.get("SCOPE") == "[canvas]", reply  # every canvas error is the op's
 
 
 async def test_eval_is_off_unless_configured(dispatcher: Dispatcher, make_config: object) -> None:
@@ -128,6 +131,7 @@ async def test_eval_is_off_unless_configured(dispatcher: Dispatcher, make_config
     dispatcher.services.config = with_section(config, SECTION, browser)
     reply = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", "1"))
     assert error(reply) == "not_available:canvas eval is off (canvas.allow_eval)"
+    assert reply.get("SCOPE") == "[canvas]"
 
 
 async def test_each_canvas_action_but_hide_takes_a_browser_action(dispatcher: Dispatcher) -> None:
@@ -143,3 +147,56 @@ async def test_each_canvas_action_but_hide_takes_a_browser_action(dispatcher: Di
         "budget_exhausted:browser_actions",
     )
     assert (hidden.status, hidden.get("BUDGET_LEFT")) == (Status.OK, "browser_actions:0")
+
+
+SPIN_EVAL = "while (true) {}"
+
+
+async def test_a_hung_eval_fails_in_scope_canvas_and_the_canvas_loss_is_told_once(
+    dispatcher: Dispatcher,
+) -> None:
+    """eval's timeout drops the page (its script may still spin): that reply names the
+    timeout, the owner's next action hears the loss (as a browser session's), the one after
+    finds nothing presented, and a present shows again."""
+    shown = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>t</title>"))
+    assert shown.status is Status.OK, shown
+    hung = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", SPIN_EVAL))
+    assert (error(hung), hung.get("SCOPE")) == ("eval_failed:timeout 2000 ms", "[canvas]")
+    other = await canvas(dispatcher, ("ACTION", "snapshot"), uid=1001)
+    assert error(other) == "canvas_not_presented:main"  # not uid 1001's canvas that went
+    told = await canvas(dispatcher, ("ACTION", "snapshot"))
+    assert (error(told), told.get("SCOPE")) == ("session_lost:main", "[canvas]")
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"
+    again = await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>t</title>"))
+    assert again.status is Status.OK, again
+    await canvas(dispatcher, ("ACTION", "hide"))
+
+
+async def test_a_present_or_hide_after_a_lost_canvas_starts_anew_untold(
+    dispatcher: Dispatcher,
+) -> None:
+    for after in ((("ACTION", "present"), ("HTML", "<title>n</title>")), (("ACTION", "hide"),)):
+        await canvas(dispatcher, ("ACTION", "present"), ("HTML", "<title>t</title>"))
+        hung = await canvas(dispatcher, ("ACTION", "eval"), ("EXPRESSION", SPIN_EVAL))
+        assert error(hung) == "eval_failed:timeout 2000 ms"
+        assert (await canvas(dispatcher, *after)).status is Status.OK
+        snap = await canvas(dispatcher, ("ACTION", "snapshot"))
+        if after[0][1] == "present":
+            assert snap.status is Status.OK, snap
+        else:
+            assert error(snap) == "canvas_not_presented:main"  # told nothing: it hid it
+    await canvas(dispatcher, ("ACTION", "hide"))
+
+
+async def test_an_inline_page_whose_script_holds_its_load_times_out_as_a_page_load(
+    dispatcher: Dispatcher,
+) -> None:
+    """Inline HTML is loaded (set_content waits for its load event): a script spinning
+    there is navigation_failed:timeout at the task's TIMEOUT_MS, not at a longer bound."""
+    spin = f"<title>spin</title><script>{SPIN_EVAL}</script>"
+    started = trio.current_time()
+    hung = await canvas(dispatcher, ("ACTION", "present"), ("HTML", spin), ("TIMEOUT_MS", "3000"))
+    assert error(hung) in {"navigation_failed:timeout", "timeout_exceeded:3000ms"}, hung
+    assert trio.current_time() - started < 10
+    # Nothing was shown before it: nothing to tell lost.
+    assert error(await canvas(dispatcher, ("ACTION", "snapshot"))) == "canvas_not_presented:main"

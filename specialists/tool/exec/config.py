@@ -167,6 +167,7 @@ class ExecConfig:
     env_allowed: frozenset[str] = DEFAULT_ENV_ALLOWED
     locale: str = "C.UTF-8"  # always present on Debian, unlike en_US.UTF-8
     # Used only when the daemon runs as root: nobody/nogroup, as NFS root squashing maps to.
+    # The browser's upload PATH reads a workspace file only if they could (``runs_as``).
     run_as_uid: int = 65534
     run_as_gid: int = 65534
     bwrap_program: str | None = "bwrap"  # None runs without the sandbox (tests, non-Linux)
@@ -228,6 +229,11 @@ class ExecConfig:
         """Its masked paths (``csp_web.config.MasksPaths``): the browser's upload refuses
         them as a command cannot see them."""
         return self.masked_paths
+
+    def runs_as(self) -> tuple[int, int]:
+        """Its sandbox uid and gid (``csp_web.config.RunsWorkAs``): a root daemon's browser
+        upload reads only what a command running as them could."""
+        return self.run_as_uid, self.run_as_gid
 
     def check_config(self, config: Config) -> None:
         """ValueError for a workspace root among the daemon's own paths
