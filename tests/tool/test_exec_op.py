@@ -106,6 +106,17 @@ async def test_env_naming_a_variable_twice_is_invalid_field_not_the_last_kept(
     assert _writes(dispatcher, "exec") == []
 
 
+@pytest.mark.parametrize("env", ['{"LANG":"\\ud800"}', '{"\\udfff":"x"}'])
+async def test_env_with_a_lone_surrogate_is_invalid_field_before_it_runs(
+    dispatcher: Dispatcher, env: str
+) -> None:
+    """V-2: Popen raised UnicodeEncodeError on the variable, answered internal_error."""
+    reply = await _exec(dispatcher, "echo hi", ("ENV", env))
+    error = "invalid_field:ENV holds a lone surrogate"
+    assert reply == Reply(Status.FAIL, (("SCOPE", "[]"), ("DATA", "none"), ("ERROR", error)))
+    assert _writes(dispatcher, "exec") == []
+
+
 async def test_nonzero_exit_is_command_failed_with_stderr_summary(dispatcher: Dispatcher) -> None:
     reply = await _exec(dispatcher, "python3 -c \"import sys; sys.exit('no jest')\"")
     assert reply.status is Status.FAIL
