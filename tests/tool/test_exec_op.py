@@ -88,6 +88,20 @@ async def test_a_failed_commands_audit_names_its_exit_and_log_but_never_its_env(
     assert all("tok-s3cret" not in w.data for _, w in outbox_of(dispatcher)._store.oldest(1000))
 
 
+async def test_a_url_password_in_a_command_runs_but_its_audit_and_log_header_hide_it(
+    dispatcher: Dispatcher,
+) -> None:
+    """The command runs as given; what memory keeps of it (the audit's command, the log's
+    header) has the URL's userinfo written ``***@``."""
+    reply = await _exec(dispatcher, "python3 -c pass https://user:s3cr3tpw-3x3c@host.test/x")
+    assert reply.get("DATA") == "exit:0", reply
+    (audit,) = [json.loads(a) for a in _writes(dispatcher, "audit")]
+    assert audit["command"] == "python3 -c pass https://***@host.test/x"
+    (log,) = _writes(dispatcher, "exec_log")
+    assert "https://***@host.test/x" in log
+    assert all("s3cr3tpw" not in w.data for _, w in outbox_of(dispatcher)._store.oldest(1000))
+
+
 @pytest.mark.parametrize(
     ("env", "error"),
     [
