@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
@@ -232,3 +233,10 @@ def outbox_of(dispatcher: Dispatcher) -> Outbox:
     outbox = dispatcher.services.outbox
     assert isinstance(outbox, Outbox)
     return outbox
+
+
+def files_holding(root: str | Path, secret: str) -> list[Path]:
+    """Every file under ``root`` (a state dir: the outbox's SQLite and its journal, the
+    cache, the stores) whose raw bytes hold ``secret``."""
+    needle = secret.encode()
+    return [p for p in Path(root).rglob("*") if p.is_file() and needle in p.read_bytes()]

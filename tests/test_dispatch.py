@@ -186,6 +186,70 @@ def test_every_json_field_of_every_op_bounds_its_depth() -> None:
         assert caught.value.code is ErrorCode.INVALID_FIELD, (op.req, spec.name)
 
 
+# Where a lone surrogate may hide in a JSON field's text: a value, a key, deep inside, either
+# half, a high half followed by an escape that is not a low one.
+_LONE_SURROGATES = [
+    '{"K": "\\ud800"}',
+    '{"\\udfff": "v"}',
+    '{"K": [1, {"L": ["x\\ud83dy"]}]}',
+    '"\\udc00"',
+    '["\\ud83d\\u0041"]',
+]
+
+
+@pytest.mark.parametrize("text", _LONE_SURROGATES)
+def test_every_json_field_of_every_op_refuses_a_lone_surrogate(text: str) -> None:
+    """V-2 holds for JSON field values too: json decodes ``\\ud800`` to a lone surrogate,
+    which no UTF-8 peer can read; exec's ENV reached Popen, api's PAYLOAD its body's encode
+    and node's PARAMS the frame to the node with it, each an internal_error."""
+    ops = op_table(SPECIALISTS)
+    json_fields = [(op, spec) for op in ops for spec in op.fields if spec.kind == "json"]
+    assert json_fields
+    for op, spec in json_fields:
+        required = [
+            (s.name, s.choices[0] if s.choices else "x")
+            for s in op.fields
+            if s.required and s.name != spec.name
+        ]
+        task = Task(op.req, op.domain, op.out, fields=(*required, (spec.name, text)))
+        with pytest.raises(FieldError) as caught:
+            validate(task, op.fields, op.inline)
+        assert (caught.value.code, caught.value.detail) == (
+            ErrorCode.INVALID_FIELD,
+            f"{spec.name} holds a lone surrogate",
+        ), (op.req, spec.name)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('{"K": "\\ud83d\\ude00"}', {"K": "\U0001f600"}),  # a pair is one character
+        ('{"K": "\\\\ud800"}', {"K": "\\ud800"}),  # an escaped backslash, then text
+        ('{"K": "\u00e9\\u00e9"}', {"K": "\u00e9\u00e9"}),
+    ],
+)
+def test_a_json_field_keeps_surrogate_pairs_and_escaped_backslashes(text: str, value: Any) -> None:
+    spec = FieldSpec("PARAMS", "json")
+    params = validate(Task("echo", "TEST", "ECHO", fields=(("PARAMS", text),)), (spec,), None)
+    assert params.json("PARAMS") == value
+
+
+async def test_a_lone_surrogate_in_a_json_field_replies_invalid_field_not_internal_error(
+    config: Config,
+) -> None:
+    frame = b'TASK REQ:echo IN:TEST OUT:ECHO\nTEXT a\nID s1\nPARAMS {"a":"\\ud800"}\n\n'
+    reply = await _one(config, frame)
+    assert reply == Reply(
+        Status.FAIL,
+        (
+            ("ID", "s1"),
+            ("SCOPE", "[]"),
+            ("DATA", "none"),
+            ("ERROR", "invalid_field:PARAMS holds a lone surrogate"),
+        ),
+    )
+
+
 @pytest.mark.parametrize(("depth", "ok"), [(MAX_JSON_DEPTH, True), (MAX_JSON_DEPTH + 1, False)])
 def test_mcp_params_text_field_has_the_same_depth_bound(depth: int, ok: bool) -> None:
     """MCP's PARAMS is parsed by the mcp op itself, under the same bound."""

@@ -19,7 +19,7 @@ import trio
 
 from csp_web.config import Config, GuardConfig, daemon_paths, egress_proxy, shared_section
 from csp_web.core.api import budget as task_budget
-from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.audit import OpAudit, redact_userinfo
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import budget_ms, work_seconds
 from csp_web.core.api.errors import OpError, audit_failures
@@ -217,9 +217,9 @@ def _reply_fields(result: ExecResult) -> tuple[tuple[str, str], ...]:
 
 
 async def _log_output(ctx: OpContext, result: ExecResult) -> str:
-    header = json_record(
-        command=result.command,
-        argv=list(result.argv),
+    header = json_record(  # metadata as the audit keeps it: a URL's password written ***@
+        command=redact_userinfo(result.command),
+        argv=[redact_userinfo(arg) for arg in result.argv],
         working_dir=result.working_dir,
         exit=result.exit_code,
         signal=result.signal,

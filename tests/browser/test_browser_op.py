@@ -15,7 +15,7 @@ from protocol import Reply, Status, Task
 from specialists.browser.ops_browser import HANDLERS
 from specialists.browser.pages import PageSet
 from specialists.browser.services import BrowserServices
-from tests.harness import outbox_of
+from tests.harness import files_holding, outbox_of
 from tests.net._origin import Origin
 from tests.net._origin import Reply as OriginReply
 
@@ -74,6 +74,24 @@ def error(reply: Reply) -> str:
 def writes(dispatcher: Dispatcher, kind: str) -> list[dict[str, object]]:
     store = outbox_of(dispatcher)._store
     return [json.loads(w.data) for _, w in store.oldest(1000) if w.type == kind]
+
+
+async def test_a_target_urls_password_is_refused_and_kept_nowhere(
+    dispatcher: Dispatcher, origin: Origin
+) -> None:
+    """url_rejected:userinfo; the audit keeps the URL with its userinfo written ``***@``,
+    and no reply, memory write or file under the state dir holds the password (the audit
+    held it verbatim)."""
+    url = serve(origin, "/form", FORM)
+    secret = "s3cr3tpw-b40w"
+    given = url.replace("https://", f"https://user:{secret}@", 1)
+    reply = await run(dispatcher, ("ACTION", "navigate"), ("TARGET_URL", given), ("SESSION", "u"))
+    assert error(reply) == "url_rejected:userinfo"
+    assert all(secret not in value for _, value in reply.fields)
+    (audit,) = writes(dispatcher, "audit")
+    assert audit["url"] == url.replace("https://", "https://***@", 1)
+    assert not [w.data for _, w in outbox_of(dispatcher)._store.oldest(1000) if secret in w.data]
+    assert files_holding(dispatcher.services.config.daemon.state_dir, secret) == []
 
 
 async def test_navigate_replies_the_final_url_and_title(

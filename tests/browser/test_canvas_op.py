@@ -14,6 +14,7 @@ from csp_web.core.api.context import Peer
 from csp_web.core.dispatch.dispatcher import Dispatcher
 from protocol import Reply, Status, Task
 from specialists.browser.config import SECTION, BrowserConfig, CanvasConfig, browser_section
+from tests.harness import files_holding
 from tests.net._origin import Origin
 
 from .support import WAIT_S, Listener, Refusals
@@ -123,6 +124,22 @@ async def test_canvas_refusals_are_catalogue_failures(dispatcher: Dispatcher) ->
         assert error(reply) == expected, fields
         if not expected.endswith("WIDTH below 64"):  # the dispatcher's field check: no op's
             assert reply.get("SCOPE") == "[canvas]", reply  # every canvas error is the op's
+
+
+@pytest.mark.parametrize("action", ["present", "navigate"])
+async def test_a_urls_password_is_refused_and_kept_nowhere(
+    dispatcher: Dispatcher, origin: Origin, action: str
+) -> None:
+    """url_rejected:userinfo; the audit's url has its userinfo written ``***@``."""
+    url = serve(origin, "/page", b"<p>x</p>")
+    secret = "s3cr3tpw-c4nv"
+    given = url.replace("https://", f"https://user:{secret}@", 1)
+    reply = await canvas(dispatcher, ("ACTION", action), ("URL", given))
+    assert error(reply) == "url_rejected:userinfo"
+    assert all(secret not in value for _, value in reply.fields)
+    (audit,) = writes(dispatcher, "audit")
+    assert audit["url"] == url.replace("https://", "https://***@", 1)
+    assert files_holding(dispatcher.services.config.daemon.state_dir, secret) == []
 
 
 async def test_eval_is_off_unless_configured(dispatcher: Dispatcher, make_config: object) -> None:

@@ -205,6 +205,28 @@ async def test_location_reply_passes_its_schema_and_reaches_the_client(nd: NodeD
     assert reply.get("SOURCE") == "fixed"
 
 
+async def test_params_with_a_lone_surrogate_is_invalid_field_and_never_reaches_the_node(
+    nd: NodeDaemon,
+) -> None:
+    """V-2 for a JSON field: the frame to the node could not be serialized (internal_error,
+    a traceback); refused before the node is asked, its link serves the next task."""
+    node, _ = await pair(nd, "lab1")
+    async with node.stream, open_client(nd.client_path) as client:
+        refused = await client.call(node_task("lab1", "notify", '{"title":"\\ud800"}'))
+        assert error(refused) == "invalid_field:PARAMS holds a lone surrogate"
+        async with trio.open_nursery() as n:
+            seen: list[dict[str, object]] = []
+
+            async def serve() -> None:
+                fields = (("DATA", "lat:1,lon:2"), ("SOURCE", "fixed"), ("WORK_MS", "0.5"))
+                seen.append(await _serve_one(node, *fields))
+
+            n.start_soon(serve)
+            reply = await client.call(node_task("lab1", "location_get", "{}"))
+    assert seen == [{"action": "location_get", "params": {}}]  # d-2: the refused one never went
+    assert reply.status is Status.OK, reply
+
+
 @pytest.mark.parametrize(
     "fields",
     [

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import resource
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, contextmanager
 
 import pytest
 
@@ -16,6 +17,7 @@ from csp_web.memory.outbox import open_outbox
 from protocol import Reply, Status, Task
 from specialists.tool import TOOL
 from specialists.tool.config import ToolConfig
+from specialists.tool.exec._request import MAX_ARG_STRLEN
 from specialists.tool.ops_exec import open_exec_services
 from specialists.tool.services import ToolServices
 from tests.harness import build_dispatcher, outbox_of
@@ -86,6 +88,20 @@ async def test_a_failed_commands_audit_names_its_exit_and_log_but_never_its_env(
     assert all("tok-s3cret" not in w.data for _, w in outbox_of(dispatcher)._store.oldest(1000))
 
 
+async def test_a_url_password_in_a_command_runs_but_its_audit_and_log_header_hide_it(
+    dispatcher: Dispatcher,
+) -> None:
+    """The command runs as given; what memory keeps of it (the audit's command, the log's
+    header) has the URL's userinfo written ``***@``."""
+    reply = await _exec(dispatcher, "python3 -c pass https://user:s3cr3tpw-3x3c@host.test/x")
+    assert reply.get("DATA") == "exit:0", reply
+    (audit,) = [json.loads(a) for a in _writes(dispatcher, "audit")]
+    assert audit["command"] == "python3 -c pass https://***@host.test/x"
+    (log,) = _writes(dispatcher, "exec_log")
+    assert "https://***@host.test/x" in log
+    assert all("s3cr3tpw" not in w.data for _, w in outbox_of(dispatcher)._store.oldest(1000))
+
+
 @pytest.mark.parametrize(
     ("env", "error"),
     [
@@ -104,6 +120,67 @@ async def test_env_naming_a_variable_twice_is_invalid_field_not_the_last_kept(
     reply = await _exec(dispatcher, "true", ("ENV", env))
     assert reply == Reply(Status.FAIL, (("SCOPE", "[]"), ("DATA", "none"), ("ERROR", error)))
     assert _writes(dispatcher, "exec") == []
+
+
+@pytest.mark.parametrize("env", ['{"LANG":"\\ud800"}', '{"\\udfff":"x"}'])
+async def test_env_with_a_lone_surrogate_is_invalid_field_before_it_runs(
+    dispatcher: Dispatcher, env: str
+) -> None:
+    """V-2: Popen raised UnicodeEncodeError on the variable, answered internal_error."""
+    reply = await _exec(dispatcher, "echo hi", ("ENV", env))
+    error = "invalid_field:ENV holds a lone surrogate"
+    assert reply == Reply(Status.FAIL, (("SCOPE", "[]"), ("DATA", "none"), ("ERROR", error)))
+    assert _writes(dispatcher, "exec") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("x" * (MAX_ARG_STRLEN - len("LANG=") - 1), True),
+        ("x" * (MAX_ARG_STRLEN - len("LANG=")), False),
+        ("\u00e9" * ((MAX_ARG_STRLEN - len("LANG=")) // 2) + "x", False),  # bytes, not chars
+    ],
+)
+async def test_env_variable_past_execves_limit_for_one_string_is_invalid_field_naming_it(
+    dispatcher: Dispatcher, value: str, ok: bool
+) -> None:
+    """E2BIG: a LANG of 200,000 characters answered command_failed:echo hi, DATA exit:null,
+    with no cause. The kernel's MAX_ARG_STRLEN counts ``NAME=``, the value and its NUL."""
+    reply = await _exec(dispatcher, "printenv LANG", ("ENV", json.dumps({"LANG": value})))
+    if ok:
+        assert (reply.status, reply.get("DATA")) == (Status.OK, "exit:0"), reply
+        return
+    error = f"invalid_field:ENV LANG too long for the kernel: over {MAX_ARG_STRLEN} bytes (E2BIG)"
+    assert reply == Reply(Status.FAIL, (("SCOPE", "[shell]"), ("DATA", "none"), ("ERROR", error)))
+    assert _writes(dispatcher, "exec_log") == []
+
+
+@contextmanager
+def _stack_limit(soft_bytes: int) -> Iterator[int]:
+    """The daemon's stack rlimit lowered to ``soft_bytes`` (as a unit's LimitSTACK= would),
+    which lowers the kernel's ARG_MAX to a quarter of it; yields that ARG_MAX."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    resource.setrlimit(resource.RLIMIT_STACK, (soft_bytes, hard))
+    try:
+        yield soft_bytes // 4
+    finally:
+        resource.setrlimit(resource.RLIMIT_STACK, (soft, hard))
+
+
+async def test_env_past_the_kernels_arg_max_together_is_invalid_field_not_command_failed(
+    dispatcher: Dispatcher,
+) -> None:
+    """E2BIG from the spawn itself (each variable fits, all of them do not) names ENV and
+    the kernel's bound rather than answering command_failed with DATA exit:null."""
+    value = "x" * 100_000
+    env = json.dumps({"LANG": value, "LC_ALL": value, "TZ": value})
+    with _stack_limit(1024 * 1024) as arg_max:
+        reply = await _exec(dispatcher, "true", ("ENV", env))
+    error = (
+        f"invalid_field:ENV with COMMAND too long for the kernel: over ARG_MAX, {arg_max} bytes"
+        " (E2BIG)"
+    )
+    assert reply == Reply(Status.FAIL, (("SCOPE", "[shell]"), ("DATA", "none"), ("ERROR", error)))
 
 
 async def test_nonzero_exit_is_command_failed_with_stderr_summary(dispatcher: Dispatcher) -> None:

@@ -51,6 +51,14 @@ def test_params_text_that_is_not_one_json_object_raises_invalid_field(text: str)
     assert (failed.value.code, failed.value.detail) == (ErrorCode.INVALID_FIELD, "PARAMS")
 
 
+@pytest.mark.parametrize("text", ['{"a": "\\ud800"}', '{"\\udc00": 1}', '{"a": ["\\ud83dx"]}'])
+def test_params_text_with_a_lone_surrogate_raises_invalid_field(text: str) -> None:
+    """V-2: the arguments went to the MCP server with a character UTF-8 cannot carry."""
+    with pytest.raises(OpError) as failed:
+        parse_params(text)
+    assert (failed.value.code, failed.value.detail) == (ErrorCode.INVALID_FIELD, "PARAMS")
+
+
 def test_text_blocks_are_joined_by_newlines() -> None:
     result = render(CallToolResult(content=[TextContent(text="one"), TextContent(text="two")]))
     assert result.data == "one\ntwo"

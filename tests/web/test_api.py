@@ -404,6 +404,24 @@ async def test_without_credentials_a_redirect_is_followed(
     assert all("authorization" not in seen.headers for seen in origin.requests)
 
 
+async def test_a_payload_with_a_lone_surrogate_is_invalid_field_and_sends_nothing(
+    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
+) -> None:
+    """V-2 for a JSON field: the body's encode raised (internal_error, a traceback)."""
+    config = with_github(web_config, origin)
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            fields = api_fields("github:gists", ("METHOD", "POST"), ("PAYLOAD", '{"a":"\\ud800"}'))
+            reply = await run(dispatcher, "api", "API_RESPONSE", *fields)
+    assert reply.status is Status.FAIL
+    assert reply.fields == (
+        ("SCOPE", "[]"),
+        ("DATA", "none"),
+        ("ERROR", "invalid_field:PAYLOAD holds a lone surrogate"),
+    )
+    assert origin.requests == []
+
+
 async def test_credentials_go_only_to_the_api_host_and_never_to_disk_or_replies(
     web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext
 ) -> None:

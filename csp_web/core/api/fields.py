@@ -28,6 +28,7 @@ BUDGET_ID_PATTERN = re.compile(r"[A-Za-z0-9._:@/-]{1,64}")
 MAX_JSON_DEPTH = 128
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # after json.loads, only a lone one is left
 _MAX_KEY_CHARS = 64  # of a repeated JSON key quoted in an ERROR line
 
 
@@ -314,7 +315,7 @@ def _json(spec: FieldSpec, value: str) -> Any:
             ErrorCode.INVALID_FIELD, f"{spec.name} nests deeper than {MAX_JSON_DEPTH} levels"
         )
     try:
-        return json.loads(value, object_pairs_hook=unique_keys)
+        parsed = json.loads(value, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:
         key = json.dumps(exc.key)  # quoted and ASCII: a reply line holds any key
         if len(key) > _MAX_KEY_CHARS:
@@ -322,6 +323,31 @@ def _json(spec: FieldSpec, value: str) -> Any:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} repeats the key {key}") from None
     except ValueError:
         raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} is not JSON") from None
+    if holds_lone_surrogate(value, parsed):
+        raise FieldError(ErrorCode.INVALID_FIELD, f"{spec.name} holds a lone surrogate")
+    return parsed
+
+
+def holds_lone_surrogate(text: str, value: object) -> bool:
+    """Whether ``value``, which ``json.loads`` made of ``text``, holds a lone surrogate in a
+    key or a string at any depth (SPEC V-2 for JSON: ``"\\ud800"`` decodes to one, which no
+    UTF-8 peer, execve or reply line can carry). A surrogate pair decodes to one character
+    and passes. Only a ``\\u`` escape makes one, unless ``text`` held it already, so text
+    without that escape costs a substring test (and ASCII test), never a walk."""
+    if "\\u" not in text:
+        return not text.isascii() and _SURROGATE.search(text) is not None
+    pending: list[object] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 class DuplicateKey(ValueError):

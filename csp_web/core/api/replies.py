@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from csp_web.core.api.audit import OpAudit
+from csp_web.core.api.audit import OpAudit, redact_userinfo
 from csp_web.core.api.budget import TaskBudget
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Field, Reply, Status
@@ -54,12 +54,16 @@ def ok_reply(result: Result, task_id: str | None) -> Reply:
 
 
 def fail_reply(error: OpError, task_id: str | None) -> Reply:
+    """The FAIL frame of ``error``. What it echoes of the request (the URL or ENDPOINT it
+    refused, the COMMAND) has any URL's userinfo written ``***@`` (``redact_userinfo``): a
+    refused URL's password goes back out in no reply, nor in the audit, which keeps ERROR.
+    An OK's URLs are the gate's canonical spelling, which has no userinfo."""
     fields = _head(task_id)
     fields += [
         ("SCOPE", format_scope(error.scope)),
         ("DATA", error.data),
-        ("ERROR", error.wire_text),
-        *error.fields,
+        ("ERROR", redact_userinfo(error.wire_text)),
+        *((name, redact_userinfo(value)) for name, value in error.fields),
     ]
     return Reply(Status.FAIL, tuple(fields))
 

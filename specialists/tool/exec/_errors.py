@@ -18,6 +18,17 @@ def invalid(field: str) -> OpError:
     return OpError(ErrorCode.INVALID_FIELD, field, scope=SCOPE)
 
 
+def too_long(what: str, bound: str) -> OpError:
+    """``what`` (``ENV NAME``, or ``ENV`` with COMMAND) is more than execve takes: INVALID_FIELD
+    saying so and naming ``bound`` (the kernel would answer E2BIG, which read as the command's
+    failure, DATA exit:null, with no cause)."""
+    return OpError(
+        ErrorCode.INVALID_FIELD,
+        f"{what} too long for the kernel: over {bound} (E2BIG)",
+        scope=SCOPE,
+    )
+
+
 def blocked(what: str) -> OpError:
     """The policy refuses the command; ``what`` names the program, argument, pattern or name."""
     return OpError(ErrorCode.COMMAND_BLOCKED, what, scope=SCOPE)

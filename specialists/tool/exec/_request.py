@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from specialists.tool.exec.config import ExecConfig
 
 from ._access import RunAs, may_search
-from ._errors import blocked, denied, invalid, unavailable
+from ._errors import blocked, denied, invalid, too_long, unavailable
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The most execve takes in one argument or NAME=value string, its NUL included: the kernel's
+# MAX_ARG_STRLEN, 32 pages (include/uapi/linux/binfmts.h); one byte more is E2BIG.
+MAX_ARG_STRLEN = 32 * os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +58,26 @@ def check_env(env: Mapping[str, str], config: ExecConfig) -> dict[str, str]:
 
     A malformed name or a value with NUL is INVALID_FIELD (the request is wrong); a good name
     the allow-list lacks is COMMAND_BLOCKED naming it (the request is fine, the policy says no),
-    so an agent can tell "fix the field" from "ask the operator".
+    so an agent can tell "fix the field" from "ask the operator". A ``NAME=value`` past
+    ``MAX_ARG_STRLEN`` is INVALID_FIELD naming it, before anything is spawned.
     """
     for name, value in env.items():
         if not _ENV_NAME.fullmatch(name) or "\0" in value:
             raise invalid("ENV")
         if name not in config.env_allowed:
             raise blocked(name)
+        if not fits_execve(f"{name}={value}"):
+            raise too_long(f"ENV {name}", f"{MAX_ARG_STRLEN} bytes")
     return dict(env)
+
+
+def fits_execve(text: str) -> bool:
+    """Whether execve takes ``text`` as one string: at most ``MAX_ARG_STRLEN`` bytes with its
+    NUL, encoded as Popen encodes it (``os.fsencode``). Text short enough in characters
+    (4 bytes each at most) is not encoded."""
+    if 4 * len(text) < MAX_ARG_STRLEN:
+        return True
+    return len(os.fsencode(text)) < MAX_ARG_STRLEN
 
 
 def resolve_working_dir(requested: str | None, config: ExecConfig, run_as: RunAs | None) -> str:

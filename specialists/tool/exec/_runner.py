@@ -20,7 +20,7 @@ from specialists.tool.exec.config import ExecConfig
 
 from ._capture import CappedOutput, drain
 from ._cgroup import CgroupUsage, CommandCgroup
-from ._errors import SCOPE, unavailable
+from ._errors import SCOPE, too_long, unavailable
 from ._limits import cpu_seconds
 from ._network import Bridge, ExecNetwork, open_bridge
 from ._prepare import PreparedCommand, prepare_command
@@ -283,6 +283,9 @@ async def _spawn(
         spent.started = False  # Popen raises only when nothing was started
         if error.errno in _SPAWN_UNAVAILABLE:
             raise unavailable(argv[0]) from error
+        if error.errno == errno.E2BIG:  # each string fits (check_env): all of them do not
+            arg_max = os.sysconf("SC_ARG_MAX")
+            raise too_long("ENV with COMMAND", f"ARG_MAX, {arg_max} bytes") from error
         raise OpError(
             ErrorCode.COMMAND_FAILED, plan.command, scope=SCOPE, data="exit:null"
         ) from error

@@ -24,7 +24,12 @@ from mcp.types import (
 )
 
 from csp_web.core.api.errors import OpError
-from csp_web.core.api.fields import MAX_JSON_DEPTH, json_depth, unique_keys
+from csp_web.core.api.fields import (
+    MAX_JSON_DEPTH,
+    holds_lone_surrogate,
+    json_depth,
+    unique_keys,
+)
 from protocol import ErrorCode
 from specialists.tool.mcp.config import McpConfig
 
@@ -121,7 +126,8 @@ def parse_params(text: str | None) -> dict[str, Any]:
 
     This is the one place wire text becomes arguments: ``McpPool.call_tool`` takes the dict.
     Raises OpError(INVALID_FIELD, "PARAMS") for text that is not one JSON object
-    (arrays, scalars, NaN/Infinity, a repeated key, nesting past ``MAX_JSON_DEPTH``).
+    (arrays, scalars, NaN/Infinity, a repeated key, nesting past ``MAX_JSON_DEPTH``, a lone
+    surrogate).
     """
     if text is None:
         return {}
@@ -133,6 +139,8 @@ def parse_params(text: str | None) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=unique_keys)
     except (ValueError, RecursionError):  # a repeated key too (``unique_keys``)
         raise _invalid_params() from None
+    if holds_lone_surrogate(text, value):  # V-2: no UTF-8 peer reads it (the JSON fields' rule)
+        raise _invalid_params()
     return check_params(value)
 
 

@@ -31,6 +31,7 @@ import time
 
 import trio
 
+from csp_web.core.api.audit import redact_userinfo
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Outbound
 from csp_web.core.api.records import json_record, make_write
@@ -132,7 +133,7 @@ async def _record(outbox: Outbound, job: Job, elapsed_s: float) -> None:
         outcome = "OK"
     record = json_record(
         op="research",
-        target=job.question,
+        target=redact_userinfo(job.question),  # a URL's password in it stays out of memory
         outcome=outcome,
         status=job.status,
         job_id=job.job_id,
