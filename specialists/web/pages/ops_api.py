@@ -48,7 +48,7 @@ from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result, cite
 from csp_web.core.api.trace import TraceContext
 from csp_web.infra.ratelimit import resume_at
-from csp_web.net import FetchResult, GuardConfig, check_url
+from csp_web.net import FetchResult, GuardConfig, check_url, peer_json
 from protocol import ErrorCode, Field
 from specialists.web.config import ApiConfig, WebConfig
 
@@ -320,8 +320,8 @@ def _rendering(result: FetchResult) -> str:
         return ""
     if _JSON_TYPES.fullmatch(result.content_type):
         try:
-            document = json.loads(result.body)
-        except ValueError:
+            document = peer_json.loads(result.body)
+        except peer_json.NotJson:
             return result.text()
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
     if not result.content_type or _TEXT_TYPES.match(result.content_type):
@@ -347,8 +347,8 @@ def _message(data: str) -> str:
     """The API's own error message (GitHub's ``message``, OpenAI's ``error.message``), or the
     start of the body."""
     try:
-        document = json.loads(data)
-    except ValueError:
+        document = peer_json.loads(data)
+    except peer_json.NotJson:
         document = None
     if isinstance(document, dict):
         error = document.get("error")
