@@ -3,6 +3,7 @@ and a plain-http request relayed: one request, its answer, then the client conne
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
 
 import h11
@@ -96,9 +97,21 @@ async def relay_one(
     inbound.receive_data(received)
     try:
         await _relay_request(client, upstream, inbound, outbound, sent)
-        await _relay_response(client, upstream, inbound, outbound)
+        async with trio.open_nursery() as nursery:
+            # As the splice did: the client hanging up (or sending more) ends the wait for
+            # an upstream that never answers.
+            nursery.start_soon(_until_heard, client, nursery.cancel_scope)
+            await _relay_response(client, upstream, inbound, outbound)
+            nursery.cancel_scope.cancel()
     except h11.ProtocolError:
         return  # either side broke HTTP/1.1: the connection ends, nothing more is relayed
+
+
+async def _until_heard(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once ``stream`` says anything: its end, or bytes nobody will relay."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        await stream.receive_some(CHUNK_BYTES)
+    scope.cancel()
 
 
 async def _relay_request(

@@ -120,3 +120,32 @@ async def test_a_request_body_reaches_the_upstream_as_its_head_frames_it(
     assert [seen.body for seen in origin.requests] == [b"hello world"] * 3
     assert answers[2].startswith(b"HTTP/1.1 100 ")
     assert all(b'"body": "hello world"' in answer for answer in answers)
+
+
+async def test_a_client_leaving_ends_the_wait_for_an_upstream_that_never_answers(
+    nursery: trio.Nursery,
+) -> None:
+    asked, closed = trio.Event(), trio.Event()
+
+    async def silent(stream: trio.SocketStream) -> None:  # reads the request, never answers
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive_some(65536)
+        asked.set()
+        while await stream.receive_some(65536):
+            pass
+        closed.set()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    nursery.start_soon(trio.serve_listeners, silent, listeners)
+    guard = GuardConfig(allow_http=True, allowed_ports=(port,), allow_private=("127.0.0.1/32",))
+    proxy = GuardProxy(lambda: guard)
+    with trio.fail_after(WAIT_S):
+        await nursery.start(proxy.serve)
+        lane = proxy.open_lane()
+        async with await trio.open_tcp_stream("127.0.0.1", lane.port) as stream:
+            url = f"http://127.0.0.1:{port}/held"
+            await stream.send_all(f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            await asked.wait()
+        await closed.wait()  # the proxy let the upstream go once its client left
