@@ -8,7 +8,6 @@
 """
 
 from csp_web.config.guard import GuardConfig
-from csp_web.net import peer_json
 from csp_web.net.body import LargerBody
 from csp_web.net.client import GuardedClient, TransportWrapper, open_guarded_client
 from csp_web.net.denylist import check_address, deny_rule
@@ -38,6 +37,5 @@ __all__ = [
     "never_sent",
     "open_guarded_client",
     "parse_proxy",
-    "peer_json",
     "trust_context",
 ]

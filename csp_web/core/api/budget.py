@@ -48,8 +48,8 @@ from typing import Protocol, TypeVar
 
 import trio
 
+from csp_web.core.api import peer_json
 from csp_web.core.api.errors import OpError
-from csp_web.net import peer_json
 from protocol import ErrorCode, Task
 from protocol._budget import MAX_AMOUNT, Budget, format_budget
 

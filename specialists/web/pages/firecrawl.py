@@ -31,8 +31,8 @@ from typing import Any
 
 import trio
 
+from csp_web.core.api import peer_json
 from csp_web.core.api.errors import OpError
-from csp_web.net import peer_json
 from protocol import ErrorCode
 
 from ..search.base import redact

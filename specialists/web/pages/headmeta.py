@@ -12,7 +12,7 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from csp_web.net import peer_json
+from csp_web.core.api import peer_json
 
 from .dates import iso_date
 

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import trio
 
-from csp_web.core.api import budget
+from csp_web.core.api import budget, peer_json
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -48,7 +48,7 @@ from csp_web.core.api.ops import Effects, Op
 from csp_web.core.api.replies import Result, cite
 from csp_web.core.api.trace import TraceContext
 from csp_web.infra.ratelimit import resume_at
-from csp_web.net import FetchResult, GuardConfig, check_url, peer_json
+from csp_web.net import FetchResult, GuardConfig, check_url
 from protocol import ErrorCode, Field
 from specialists.web.config import ApiConfig, WebConfig
 

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from csp_web.core.api import budget
+from csp_web.core.api import budget, peer_json
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from csp_web.infra.workers import WorkerPool
-from csp_web.net import GuardedClient, never_sent, peer_json
+from csp_web.net import GuardedClient, never_sent
 from specialists.web.config import SummarizeConfig
 
 log = logging.getLogger(__name__)

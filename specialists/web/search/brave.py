@@ -16,7 +16,8 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from csp_web.net import FetchResult, peer_json
+from csp_web.core.api import peer_json
+from csp_web.net import FetchResult
 
 from . import dates
 from .base import (

@@ -22,7 +22,8 @@ import json
 import urllib.parse
 from typing import Any
 
-from csp_web.net import FetchResult, peer_json
+from csp_web.core.api import peer_json
+from csp_web.net import FetchResult
 
 from . import dates
 from .base import (

@@ -1,11 +1,11 @@
-"""The one decoding of a peer's JSON (csp_web/net/peer_json.py): any refusal is NotJson."""
+"""The one decoding of a peer's JSON (csp_web/core/api/peer_json.py): any refusal is NotJson."""
 
 from __future__ import annotations
 
 import pytest
 
+from csp_web.core.api import peer_json
 from csp_web.core.api.fields import MAX_JSON_DEPTH
-from csp_web.net import peer_json
 
 
 def test_json_nested_to_the_depth_cap_is_read() -> None:
