@@ -94,6 +94,7 @@ PUBLIC_CORE = frozenset(
         "api.storage",  # storage_seam: each store's translation of a full disk (SPEC O-6)
         "api.trace",  # TraceContext: the trace an op passes on to a configured API (D-3)
         "api.budget",  # the task's budget: one line at each place work is charged (D-3)
+        "api.peer_json",  # the one decoding of JSON a peer sent (a backend, an API, a model)
     }
 )
 

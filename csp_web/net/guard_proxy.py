@@ -16,7 +16,9 @@ request, and the port it arrived on says which context made it. Each is judged e
   http is allowed, the tunnel's first byte must start a TLS handshake, so a ``ws://`` tunnel
   cannot carry cleartext.
 - ``GET http://...`` (only when ``allow_http``): the same, then the request is forwarded
-  in origin form with ``Connection: close``.
+  in origin form with ``Connection: close``, its answer relayed with ``Connection: close``,
+  and the client connection ends (``proxy_wire.relay_one``): a next request, to whatever
+  host, comes on a connection of its own and is judged there.
 
 With an ``upstream`` forward proxy (``web.proxy``), the connect to the checked address is a
 ``CONNECT`` to that address through it (``forward_proxy.open_trio_tunnel``), as fetch's own
@@ -68,7 +70,7 @@ from protocol import ErrorCode
 from .forward_proxy import Proxy, open_trio_tunnel
 from .proxy_lanes import ANY_TARGET, SNI_MISMATCH, LanePolicy
 from .proxy_peers import PeerCheck
-from .proxy_wire import CHUNK_BYTES, read_head, splice, split_authority, target_of
+from .proxy_wire import CHUNK_BYTES, read_head, relay_one, splice, split_authority, target_of
 from .tls_sni import read_hello
 
 log = logging.getLogger(__name__)
@@ -480,14 +482,21 @@ class GuardProxy:
         async with upstream:
             self.stats.forwarded += 1
             parsed = check_url(url, config)
-            lines = [method + b" " + parsed.target.encode() + b" HTTP/1.1"]
             if lane.policy is not None:  # the origin hears the listed name, not the command's
                 headers = [(k, v) for k, v in headers if k.lower() != b"host"]
                 headers.append((b"Host", urllib.parse.urlsplit(url).netloc.encode()))
-            lines += [k + b": " + v for k, v in headers if k.lower() not in _HOP_HEADERS]
-            lines.append(b"Connection: close")
-            await upstream.send_all(b"\r\n".join(lines) + b"\r\n\r\n" + rest)
-            await splice(stream, upstream)
+            received = b"\r\n".join(  # the client's request as h11 reads it: for its framing
+                [method + b" " + url.encode("latin-1") + b" HTTP/1.1"]
+                + [k + b": " + v for k, v in headers]
+            )
+            sent = [(k, v) for k, v in headers if k.lower() not in _HOP_HEADERS]
+            sent.append((b"Connection", b"close"))
+            await relay_one(
+                stream,
+                upstream,
+                sent=(method, parsed.target.encode(), sent),
+                received=received + b"\r\n\r\n" + rest,
+            )
 
 
 def _peer_admitted(stream: trio.SocketStream, lane: Lane, policy: LanePolicy) -> bool:

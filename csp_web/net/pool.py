@@ -19,6 +19,14 @@ event loop's CPU (py-spy --gil, 86 of 921 samples, from 1 of 538 at one connecti
 request, closes only idle connections past the keep-alive cap (the oldest first, as httpcore
 does) and never one a request holds. HTTP/1.1 only (the guard's transport turns HTTP/2 off), so
 a connection serves one request at a time. pyproject pins httpcore <1.1 for this method.
+
+An idle connection is reused only when nothing is left to read on it. httpcore's
+``has_expired`` polls the socket alone, but bytes past a complete response may already sit in
+h11's buffer, or in TLS records not yet decrypted: an origin sending more than its
+Content-Length had the next request to it (another op's, another URL's) answered from those
+bytes without that request reaching it, and the wrong page cached under its URL. Such a
+connection is closed (``_Connection``); the response before the extra bytes stands as its
+framing delimits it, as curl ("Excess found ... closing connection") and browsers do.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from __future__ import annotations
 import time
 
 import httpcore
+import trio
+from httpcore._async.http11 import AsyncHTTP11Connection
 from httpcore._async.interfaces import AsyncConnectionInterface
 
 # How often a pass asks every idle connection whether it expired (its keep-alive ran out, or
@@ -35,11 +45,52 @@ from httpcore._async.interfaces import AsyncConnectionInterface
 SWEEP_S = 1.0
 
 
+def unread_bytes(connection: AsyncConnectionInterface) -> bool:
+    """Whether an idle HTTP/1.1 connection holds bytes nobody asked for above its socket: in
+    h11's receive buffer, or in TLS records trio read but has not decrypted (``SSLObject.read``
+    decrypts one record at a time, so a record sent after the response can wait there while
+    the socket is empty). None wait decrypted: httpcore asks for 64 KiB, a record holds at
+    most 16 KiB. Bytes on the socket itself are httpcore's ``has_expired`` poll. Reads
+    nothing."""
+    inner = getattr(connection, "_connection", connection)  # AsyncHTTPConnection wraps it
+    if not isinstance(inner, AsyncHTTP11Connection) or not inner.is_idle():
+        return False
+    if inner._h11_state.trailing_data[0]:
+        return True
+    # httpcore's TrioStream holds trio's SSLStream; pyproject pins httpcore <1.1 and the
+    # own-write HTTPS tests in tests/net/test_pool_leftovers.py fail if either name moves.
+    trio_stream = getattr(inner._network_stream, "_stream", None)
+    return isinstance(trio_stream, trio.SSLStream) and bool(trio_stream._incoming.pending)
+
+
+class _Connection(httpcore.AsyncHTTPConnection):
+    """httpcore's connection, expired also while it holds unread bytes (``unread_bytes``);
+    the pool asks ``has_expired`` of every idle connection before it hands it out."""
+
+    def has_expired(self) -> bool:
+        return super().has_expired() or unread_bytes(self)
+
+
 class LinearPool(httpcore.AsyncConnectionPool):
     """``httpcore.AsyncConnectionPool`` whose assignment pass is linear and closes only idle
-    connections nobody holds (HTTP/1.1: one request per connection)."""
+    connections nobody holds (HTTP/1.1: one request per connection), nor reuses one holding
+    unread bytes."""
 
     _next_sweep = 0.0  # time.monotonic() of the next pass that asks every idle connection
+
+    def create_connection(self, origin: httpcore.Origin) -> AsyncConnectionInterface:
+        return _Connection(
+            origin=origin,
+            ssl_context=self._ssl_context,
+            keepalive_expiry=self._keepalive_expiry,
+            http1=self._http1,
+            http2=self._http2,
+            retries=self._retries,
+            local_address=self._local_address,
+            uds=self._uds,
+            network_backend=self._network_backend,
+            socket_options=self._socket_options,
+        )
 
     def _assign_requests_to_connections(self) -> list[AsyncConnectionInterface]:
         held = {id(request.connection) for request in self._requests if not request.is_queued()}

@@ -621,3 +621,28 @@ async def test_api_bucket_allows_its_burst_then_refuses(
     if error:
         assert last.get("RETRY_AFTER") == "60"
     assert len(origin.requests) == 2
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_json_nested_past_what_json_reads_is_answered_as_its_text(
+    web_config: Config, origin: Origin, dns: FixedResolver, trust: ssl.SSLContext, status: int
+) -> None:
+    """json.loads raised RecursionError on it: internal_error with a traceback. It is an
+    answer that is not JSON we read, so its text, as for any invalid JSON."""
+    body = b"[" * 100_000 + b"]" * 100_000
+    origin.routes["/deep"] = lambda seen: Reply(
+        status, [("content-type", "application/json")], body
+    )
+    config = with_github(web_config, origin)
+    async with open_web_dispatcher(config, OPS, dns=dns, trust=trust) as (dispatcher, _):
+        with trio.fail_after(WAIT_S):
+            reply = await run(dispatcher, "api", "API_RESPONSE", *api_fields("github:deep"))
+    if status == 200:
+        assert reply.status is Status.OK
+        assert reply.get("DATA") == "[" * 4000 + f"…[truncated: {len(body)} chars]"
+    else:
+        assert (reply.status, reply.get("ERROR")) == (
+            Status.FAIL,
+            "api_error:500_internal_server_error",
+        )
+        assert set(reply.get("SUMMARY") or "") == {"["}  # the start of the body

@@ -324,3 +324,20 @@ async def test_a_research_model_call_cut_by_its_timeout_keeps_its_max_tokens_cha
     reply = await run_job(dispatcher, ("MAX_SOURCES", "1"), ("BUDGET", "llm_tokens:1000"))
     assert "/v1/chat/completions" in origin.paths()
     assert (reply.status, reply.get("BUDGET_LEFT")) == (Status.OK, "llm_tokens:679")
+
+
+async def test_a_model_answer_nested_past_what_json_reads_is_charged_its_max_tokens(
+    web_config: Config, web: WebServices, origin: Origin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """json.loads raised RecursionError reading its usage: internal_error. An answer whose
+    usage cannot be read is charged the most it could have used, and summarised without it."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    origin.routes["/v1/chat/completions"] = lambda _: OriginReply(
+        200, [("content-type", "application/json")], deep
+    )
+    async with llm_dispatcher(web_config, web, origin) as dispatcher:
+        reply = await summarize_with(dispatcher, "llm_tokens:100000")
+    assert (reply.status, reply.get("METHOD")) == (Status.OK, "extractive")
+    left = int((reply.get("BUDGET_LEFT") or "").removeprefix("llm_tokens:"))
+    assert left < 100_000  # charged its max_tokens, as any answer naming no usage

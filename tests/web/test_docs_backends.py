@@ -323,6 +323,8 @@ async def test_firecrawl_is_off_without_its_key_and_reports_the_page_status(
     ("status", "body", "error"),
     [
         (200, b"not json", "fetch_failed:firecrawl_http_200"),
+        (200, b"[" * 100_000 + b"]" * 100_000, "fetch_failed:firecrawl_http_200"),  # RecursionError
+        (500, b'{"error": ' * 100_000, "fetch_failed:firecrawl_http_500"),
         (
             200,
             b'{"success": false, "error": "Blocked by robots"}',

@@ -293,6 +293,9 @@ async def test_with_a_model_configured_the_bullets_are_the_models(
         OriginReply(500, [("content-type", "application/json")], b'{"error": "overloaded"}'),
         OriginReply(200, [("content-type", "application/json")], b'{"choices": []}'),
         OriginReply(302, [("location", "https://other.test/steal")]),
+        # json.loads: RecursionError (in the usage it is charged by, and in its answer)
+        OriginReply(200, [("content-type", "application/json")], b"[" * 100_000 + b"]" * 100_000),
+        OriginReply(200, [("content-type", "application/json")], b'{"usage": ' + b"[" * 100_000),
     ],
 )
 async def test_a_failing_model_falls_back_to_the_extractive_summary(

@@ -40,7 +40,6 @@ other connections, later cron runs and other daemons draw from the same amounts.
 from __future__ import annotations
 
 import dataclasses
-import json
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -49,6 +48,7 @@ from typing import Protocol, TypeVar
 
 import trio
 
+from csp_web.core.api import peer_json
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Task
 from protocol._budget import MAX_AMOUNT, Budget, format_budget
@@ -443,7 +443,7 @@ async def settle_tokens(reserved: int, body: bytes, fallback: int) -> None:
 
 def _total_tokens(body: bytes, fallback: int) -> int:
     try:
-        usage = json.loads(body)["usage"]
+        usage = peer_json.loads(body)["usage"]
         total = usage.get("total_tokens")
         if total is None:
             total = usage["prompt_tokens"] + usage["completion_tokens"]

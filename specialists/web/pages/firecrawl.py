@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from csp_web.core.api import peer_json
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
@@ -121,8 +122,8 @@ def parse(answer: tuple[int, bytes], target: str, *, secret: str = "") -> Page:
     text loses ``secret`` (the key, should Firecrawl echo it) before it becomes a reason."""
     status, body = answer
     try:
-        document = json.loads(body)
-    except ValueError:
+        document = peer_json.loads(body)
+    except peer_json.NotJson:
         document = None
     if status != 200 or not isinstance(document, dict) or document.get("success") is not True:
         error = document.get("error") if isinstance(document, dict) else None

@@ -5,13 +5,14 @@ Only the head is parsed (seed 003: "parses <meta> OG tags from <head> only").
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+from csp_web.core.api import peer_json
 
 from .dates import iso_date
 
@@ -193,8 +194,8 @@ def _ld_nodes(tree: LexborHTMLParser) -> list[dict[str, Any]]:
     nodes: list[dict[str, Any]] = []
     for script in tree.css('script[type="application/ld+json" i]'):
         try:
-            pending: list[Any] = [json.loads(script.text())]
-        except (ValueError, RecursionError):
+            pending: list[Any] = [peer_json.loads(script.text())]
+        except peer_json.NotJson:
             continue  # real pages ship JSON-LD with trailing commas; such a block says nothing
         while pending and len(nodes) < MAX_LD_NODES:
             item = pending.pop()

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import trio
 
-from csp_web.core.api import budget
+from csp_web.core.api import budget, peer_json
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -320,8 +320,8 @@ def _rendering(result: FetchResult) -> str:
         return ""
     if _JSON_TYPES.fullmatch(result.content_type):
         try:
-            document = json.loads(result.body)
-        except ValueError:
+            document = peer_json.loads(result.body)
+        except peer_json.NotJson:
             return result.text()
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
     if not result.content_type or _TEXT_TYPES.match(result.content_type):
@@ -347,8 +347,8 @@ def _message(data: str) -> str:
     """The API's own error message (GitHub's ``message``, OpenAI's ``error.message``), or the
     start of the body."""
     try:
-        document = json.loads(data)
-    except ValueError:
+        document = peer_json.loads(data)
+    except peer_json.NotJson:
         document = None
     if isinstance(document, dict):
         error = document.get("error")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from csp_web.core.api import budget
+from csp_web.core.api import budget, peer_json
 from csp_web.core.api.deadlines import work_deadline
 from csp_web.core.api.errors import OpError
 from csp_web.infra.workers import WorkerPool
@@ -315,8 +315,8 @@ def parse_llm_bullets(body: bytes, max_bullets: int) -> tuple[tuple[str, str], .
     its JSON ``{"bullets": [{"text", "quote"}]}``, else one bullet per bulleted line (or per
     line when none is bulleted) quoting itself; empty when the body is not a completion."""
     try:
-        content = json.loads(body)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        content = peer_json.loads(body)["choices"][0]["message"]["content"]
+    except (peer_json.NotJson, KeyError, IndexError, TypeError):
         return ()
     if not isinstance(content, str):
         return ()
@@ -349,8 +349,8 @@ def json_items(content: str) -> list[dict[str, Any]] | None:
     ``content`` is not that JSON."""
     text = _unfenced(content.strip())
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):  # a hostile model may nest past the parser's stack
+        data = peer_json.loads(text)
+    except peer_json.NotJson:  # a hostile model may nest past the parser's stack
         return _whole_items(text)
     items = data.get("bullets") if isinstance(data, dict) else None
     if not isinstance(items, list):

@@ -12,8 +12,9 @@ import html
 import re
 import unicodedata
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Union
 
 from csp_web.net import FetchResult
 
@@ -155,6 +156,57 @@ class Backend:
     # How many results the backend says it has in all, when it says (SearXNG does).
     total: Callable[[FetchResult], int | None] | None = None
     verticals: frozenset[Vertical] = frozenset({"web"})
+
+
+# What a backend's JSON holds where its parse reads: a type; a nested object's own Shape; or
+# ``[type]``, a list whose items are of that type. Members nobody reads are not named.
+Shape = Mapping[str, Union[type, "Shape", list[type]]]
+
+
+def shaped(value: object, shape: Shape, where: str) -> dict[str, Any]:
+    """``value`` as an object each of whose members in ``shape`` is absent, null (read as
+    absent: JSON APIs send both) or of its type, nested objects and list items checked in
+    turn. Anything else is the backend's BackendFailure("bad_response") naming the first
+    member that is not, never an answer read as empty: an API that changed its format, or
+    an answer that is not its own, must show as a failure and fall back."""
+    if not isinstance(value, dict):
+        raise BackendFailure("bad_response", f"{where or 'the answer'} is not an object")
+    for key, kind in shape.items():
+        member, path = value.get(key), f"{where}.{key}" if where else key
+        if member is None:
+            continue
+        if isinstance(kind, Mapping):
+            shaped(member, kind, path)
+        elif isinstance(kind, list):
+            if not isinstance(member, list) or not all(_is(item, kind[0]) for item in member):
+                raise BackendFailure("bad_response", f"{path} is not a list of {kind[0].__name__}")
+        elif not _is(member, kind):
+            raise BackendFailure("bad_response", f"{path} is not a {kind.__name__}")
+    return value
+
+
+def _is(value: object, kind: type) -> bool:
+    """``isinstance``, but JSON's true and false are no number, and an integer is a float
+    (as JSON has one number type)."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, int | float) if kind is float else isinstance(value, kind)
+
+
+def listed(document: Mapping[str, Any], key: str, shape: Shape, where: str) -> list[dict[str, Any]]:
+    """The objects of list ``document[key]``, each ``shaped`` and holding a string ``url``;
+    an absent or null list is no results."""
+    items = document.get(key)
+    if items is None:
+        return []
+    path = f"{where}.{key}" if where else key
+    if not isinstance(items, list):
+        raise BackendFailure("bad_response", f"{path} is not a list")
+    checked = [shaped(item, shape, f"{path}[{index}]") for index, item in enumerate(items)]
+    for index, item in enumerate(checked):
+        if not isinstance(item.get("url"), str):
+            raise BackendFailure("bad_response", f"{path}[{index}].url is not a string")
+    return checked
 
 
 def status_failure(result: FetchResult) -> BackendFailure:

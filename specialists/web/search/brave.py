@@ -13,10 +13,10 @@ error's code (``SUBSCRIPTION_TOKEN_INVALID``) becomes the failure's reason.
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from typing import Any
 
+from csp_web.core.api import peer_json
 from csp_web.net import FetchResult
 
 from . import dates
@@ -26,11 +26,14 @@ from .base import (
     Hit,
     HttpRequest,
     SearchQuery,
+    Shape,
     clean_text,
     error_failure,
     extra_snippets,
     https_url,
     lang_code,
+    listed,
+    shaped,
     site_operators,
     with_query,
 )
@@ -41,6 +44,19 @@ KEY_HEADER = "X-Subscription-Token"
 # at the price of one request either way.
 MAX_COUNT = 20
 _VERTICAL_TYPES = frozenset({"news", "images", "videos"})
+# Every member of a result that ``_hit`` reads, with its type (base.shaped).
+_ITEM: Shape = {
+    "url": str,
+    "title": str,
+    "description": str,
+    "page_age": str,
+    "age": str,
+    "language": str,
+    "extra_snippets": [str],
+    "thumbnail": {"src": str},
+    "meta_url": {"favicon": str},
+    "profile": {"img": str},
+}
 
 
 def build(query: SearchQuery, base_url: str, key: str | None) -> HttpRequest:
@@ -81,28 +97,24 @@ def vertical_url(base_url: str, vertical: str) -> str:
 
 
 def parse(result: FetchResult) -> list[Hit]:
-    """The results of a 200 answer (web or a vertical's); an error answer becomes a
-    BackendFailure."""
+    """The results of a 200 answer (web or a vertical's); an error answer, or one whose
+    members are not of their types (base.shaped), becomes a BackendFailure."""
     document = _json(result)
     if result.status_code != 200:
         raise _error(result, document)
     if not isinstance(document, dict):
         raise BackendFailure("bad_response", "not a Brave search response")
     if document.get("type") in _VERTICAL_TYPES:
-        results = document.get("results")
+        results = listed(document, "results", _ITEM, "")
     elif document.get("type") == "search":
-        web = document.get("web") or {}
-        results = web.get("results") if isinstance(web, dict) else None
+        web = shaped(document, {"web": {}}, "").get("web")  # Brave leaves it out: no results
+        results = listed(web, "results", _ITEM, "web") if web is not None else []
     else:
         raise BackendFailure("bad_response", "not a Brave search response")
-    if not isinstance(results, list):
-        return []  # Brave leaves "web" out when nothing matched
-    return [hit for item in results if (hit := _hit(item)) is not None]
+    return [_hit(item) for item in results]
 
 
-def _hit(item: Any) -> Hit | None:
-    if not isinstance(item, dict) or not isinstance(item.get("url"), str):
-        return None
+def _hit(item: dict[str, Any]) -> Hit:
     return Hit(
         item["url"],
         clean_text(item.get("title")),
@@ -127,8 +139,8 @@ def _error(result: FetchResult, document: Any) -> BackendFailure:
 
 def _json(result: FetchResult) -> Any:
     try:
-        return json.loads(result.body)
-    except ValueError:
+        return peer_json.loads(result.body)
+    except peer_json.NotJson:
         if result.status_code == 200:
             raise BackendFailure("bad_response", "Brave answered with no JSON") from None
         return None

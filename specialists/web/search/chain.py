@@ -271,7 +271,9 @@ async def _parsed(
     """``backend.parse`` of ``result`` in the worker pool: parsing a result page (JSON, or
     HTML, and guessing an undeclared charset) is CPU work. The headers stay in the daemon;
     a worker that died or ran past ``deadline`` is this backend's failure ``worker_failed``,
-    not counted against its circuit (the backend answered)."""
+    not counted against its circuit (the backend answered). Any other exception the parse
+    raised is an answer it could not read: ``bad_response``, its traceback logged, and the
+    chain goes on to the next backend (one backend's odd answer must not end the search)."""
     bare = dataclasses.replace(result, headers=httpx.Headers())
     parse = functools.partial(backend.parse, bare)
     try:
@@ -282,6 +284,11 @@ async def _parsed(
         if exc.code is not ErrorCode.WORKER_FAILED:
             raise
         raise BackendFailure(exc.code.value, exc.detail, counts=False) from None
+    except BackendFailure:
+        raise
+    except Exception:
+        log.exception("search backend %s: its parse failed on an answer", backend.kind)
+        raise BackendFailure("bad_response", "an answer its parser could not read") from None
 
 
 def _check_base_url(base_url: str, guard: GuardConfig) -> None:

@@ -22,6 +22,7 @@ import json
 import urllib.parse
 from typing import Any
 
+from csp_web.core.api import peer_json
 from csp_web.net import FetchResult
 
 from . import dates
@@ -31,12 +32,18 @@ from .base import (
     Hit,
     HttpRequest,
     SearchQuery,
+    Shape,
     clean_text,
     error_failure,
+    listed,
+    shaped,
     status_failure,
 )
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai/search"
+# Every member that ``parse`` reads, with its type (base.shaped): a result's, a chat answer's.
+_ITEM: Shape = {"url": str, "title": str, "snippet": str, "date": str}
+_CHAT: Shape = {"choices": list, "citations": [str]}
 CHAT_MODEL = "sonar"
 MAX_RESULTS = 20  # the Search API's max_results cap
 _RECENCY = {"pd": "day", "pw": "week", "pm": "month", "py": "year"}
@@ -90,10 +97,11 @@ def _us_date(day: datetime.date) -> str:
 
 
 def parse(result: FetchResult) -> list[Hit]:
-    """The hits of a 200 answer; an error answer becomes a BackendFailure."""
+    """The hits of a 200 answer; an error answer, or one whose members are not of their
+    types (base.shaped), becomes a BackendFailure."""
     try:
-        document = json.loads(result.body)
-    except ValueError:
+        document = peer_json.loads(result.body)
+    except peer_json.NotJson:
         if result.status_code == 200:
             raise BackendFailure("bad_response", "Perplexity answered with no JSON") from None
         raise status_failure(result) from None
@@ -101,14 +109,14 @@ def parse(result: FetchResult) -> list[Hit]:
         raise _error(result, document)
     if not isinstance(document, dict):
         raise BackendFailure("bad_response", "not a Perplexity response")
-    if isinstance(document.get("results"), list):
-        return _hits(document["results"])
-    if "choices" in document:
-        return _chat_hits(document)
+    if document.get("results") is not None:
+        return _hits(listed(document, "results", _ITEM, ""))
+    if document.get("choices") is not None:
+        return _chat_hits(shaped(document, _CHAT, ""))
     raise BackendFailure("bad_response", "not a Perplexity search or chat response")
 
 
-def _hits(items: list[Any]) -> list[Hit]:
+def _hits(items: list[dict[str, Any]]) -> list[Hit]:
     return [
         Hit(
             item["url"],
@@ -117,17 +125,14 @@ def _hits(items: list[Any]) -> list[Hit]:
             published=dates.published(item.get("date")),
         )
         for item in items
-        if isinstance(item, dict) and isinstance(item.get("url"), str)
     ]
 
 
 def _chat_hits(document: dict[str, Any]) -> list[Hit]:
-    results = document.get("search_results")
-    hits = _hits(results) if isinstance(results, list) else []
+    hits = _hits(listed(document, "search_results", _ITEM, ""))
     known = {hit.url for hit in hits}
-    citations = document.get("citations")
-    for url in citations if isinstance(citations, list) else []:
-        if isinstance(url, str) and url not in known:
+    for url in document.get("citations") or []:
+        if url not in known:
             known.add(url)
             hits.append(Hit(url, urllib.parse.urlsplit(url).hostname or url, ""))
     return hits

@@ -11,11 +11,11 @@ Results are ranked by SearXNG's own ``score``.
 
 from __future__ import annotations
 
-import json
 import math
 import urllib.parse
 from typing import Any
 
+from csp_web.core.api import peer_json
 from csp_web.net import FetchResult
 
 from . import dates
@@ -25,9 +25,12 @@ from .base import (
     Hit,
     HttpRequest,
     SearchQuery,
+    Shape,
     clean_text,
     https_url,
     lang_code,
+    listed,
+    shaped,
     site_operators,
     with_query,
 )
@@ -35,6 +38,18 @@ from .base import (
 _TIME_RANGE = {"pd": "day", "pw": "week", "pm": "month", "py": "year"}
 # SearXNG's categories for the verticals (its settings.yml names them so).
 _CATEGORIES = {"web": "general", "news": "news", "images": "images", "videos": "videos"}
+# Every member of a result that ``parse`` reads, with its type (base.shaped).
+_ITEM: Shape = {
+    "url": str,
+    "title": str,
+    "content": str,
+    "score": float,
+    "thumbnail": str,
+    "img_src": str,
+    "publishedDate": str,
+    "favicon": str,
+    "language": str,
+}
 JSON_DISABLED_HINT = (
     "SearXNG refused format=json (HTTP 403): add json to search.formats in its settings.yml"
 )
@@ -76,12 +91,13 @@ def parse(result: FetchResult) -> list[Hit]:
     if result.status_code != 200:
         raise BackendFailure(f"http_{result.status_code}", f"HTTP {result.status_code}")
     try:
-        document = json.loads(result.body)
-    except ValueError:
+        document = peer_json.loads(result.body)
+    except peer_json.NotJson:
         raise BackendFailure("bad_response", "SearXNG answered with no JSON") from None
     if not isinstance(document, dict) or not isinstance(document.get("results"), list):
         raise BackendFailure("bad_response", "not a SearXNG search response")
-    items = [item for item in document["results"] if _usable(item)]
+    shaped(document, {"unresponsive_engines": [list]}, "")
+    items = listed(document, "results", _ITEM, "")
     if not items and document.get("unresponsive_engines"):
         raise BackendFailure("engines_unresponsive", _unresponsive(document))
     items.sort(key=_score, reverse=True)  # stable: equal scores keep SearXNG's order
@@ -107,14 +123,10 @@ def _thumbnail(item: dict[str, Any]) -> str | None:
 def total(result: FetchResult) -> int | None:
     """SearXNG's ``number_of_results`` (0 when its engines do not say)."""
     try:
-        value = json.loads(result.body).get("number_of_results")
-    except (ValueError, AttributeError):
+        value = peer_json.loads(result.body).get("number_of_results")
+    except (peer_json.NotJson, AttributeError):
         return None
     return value if isinstance(value, int) and value > 0 else None
-
-
-def _usable(item: Any) -> bool:
-    return isinstance(item, dict) and isinstance(item.get("url"), str)
 
 
 def _score(item: dict[str, Any]) -> float:
