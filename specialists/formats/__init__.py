@@ -6,6 +6,20 @@ downloads through fetch); it imports no I/O module, nothing of csp_web and no sp
 (tests/test_layers.py's ``PURE`` holds it to that).
 """
 
-from .document import PAGE_MARKER, Document, Limits, Unreadable
+from .document import (
+    PAGE_MARKER,
+    UNREADABLE_PAGE,
+    Document,
+    Limits,
+    Unreadable,
+    unreadable_pages,
+)
 
-__all__ = ["PAGE_MARKER", "Document", "Limits", "Unreadable"]
+__all__ = [
+    "PAGE_MARKER",
+    "UNREADABLE_PAGE",
+    "Document",
+    "Limits",
+    "Unreadable",
+    "unreadable_pages",
+]
