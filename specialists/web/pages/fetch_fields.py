@@ -32,7 +32,7 @@ from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
 from specialists.formats import unreadable_pages
 
-from .emptiness import NO_TEXT, is_empty
+from .emptiness import NO_TEXT, SCRIPT_ONLY, is_empty, is_placeholder
 from .filekeys import content_of, file_key, hold, window
 from .loading import Page, op_deadline
 from .services import PagesServices
@@ -91,9 +91,13 @@ def render_fields(page: Page) -> list[Field]:
 
 
 def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
-    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text;
+    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text,
+    or is an unrendered app shell's title and placeholder (``emptiness.is_placeholder``);
     ``(NO_TEXT_LAYER, why)`` for a document without a text layer (its reader says why)."""
     if not is_empty(content):
+        shell = page.empty or ""
+        if shell.startswith(f"{SCRIPT_ONLY},") and is_placeholder(content):
+            return ErrorCode.EMPTY_CONTENT, shell
         return None
     if page.no_text is not None:
         return ErrorCode.NO_TEXT_LAYER, page.no_text
