@@ -179,7 +179,8 @@ def test_text_that_spells_the_unreadable_marker_is_no_marker() -> None:
 def test_the_reader_is_chosen_by_type_then_magic_then_suffix(
     content_type: str, body: bytes, url: str, reader: str | None
 ) -> None:
-    """A declared type other than an untyped one is believed: HTML named .pdf stays HTML."""
+    """A declared type other than an untyped one is believed: HTML named .pdf stays HTML (a
+    text type over a binary signature reaches this as octet-stream: csp_web/net/sniff.py)."""
     assert reader_for(content_type, body, url) == reader
 
 
