@@ -9,17 +9,21 @@ downloads through fetch); it imports no I/O module, nothing of csp_web and no sp
 from .document import (
     PAGE_MARKER,
     UNREADABLE_PAGE,
+    UNREADABLE_SHEET,
     Document,
     Limits,
     Unreadable,
     unreadable_pages,
+    unreadable_sheets,
 )
 
 __all__ = [
     "PAGE_MARKER",
     "UNREADABLE_PAGE",
+    "UNREADABLE_SHEET",
     "Document",
     "Limits",
     "Unreadable",
     "unreadable_pages",
+    "unreadable_sheets",
 ]

@@ -20,7 +20,9 @@ PAGE_MARKER = "<!-- page {} -->"
 # and fetch answers PARTIAL naming these pages. A reader's text never spells it: PDF text is
 # ``_markdown.inert``, which backslashes its ``<``.
 UNREADABLE_PAGE = "<!-- page {} unreadable -->"
-_UNREADABLE = re.compile("^" + re.escape(UNREADABLE_PAGE).replace(r"\{\}", r"(\d+)") + "$", re.M)
+# The same for a workbook's sheet (numbered from 1 in the workbook's order) that is damaged:
+# under its ``## name``, the other sheets read. Cells are escaped (``_markdown.cell``).
+UNREADABLE_SHEET = "<!-- sheet {} unreadable -->"
 
 
 @dataclass(frozen=True)
@@ -76,4 +78,13 @@ class Unreadable(Exception):
 
 def unreadable_pages(markdown: str) -> list[int]:
     """The numbers (from 1) of the pages ``markdown`` marks as unreadable, in order."""
-    return [int(number) for number in _UNREADABLE.findall(markdown)]
+    return [int(number) for number in _marked(UNREADABLE_PAGE).findall(markdown)]
+
+
+def unreadable_sheets(markdown: str) -> list[int]:
+    """The numbers (from 1) of the sheets ``markdown`` marks as unreadable, in order."""
+    return [int(number) for number in _marked(UNREADABLE_SHEET).findall(markdown)]
+
+
+def _marked(marker: str) -> re.Pattern[str]:
+    return re.compile("^" + re.escape(marker).replace(r"\{\}", r"(\d+)") + "$", re.M)

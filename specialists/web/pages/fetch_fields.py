@@ -13,7 +13,8 @@
     ERROR no_text_layer:<why>                     a document with no text to read: encrypted,
                                                   scanned, or max_pages (none in the pages read)
     ERROR corrupt_document:pdf:pages_unreadable:<n,m-k>
-                                                  a PDF read but for the pages named (PARTIAL)
+                                                  a PDF read but for the pages named (PARTIAL);
+                                                  xlsx:sheets_unreadable:<n> for sheets
 
 The declared values come from ``headmeta.read_head`` (the one parse of the head, kept in the
 snapshot's ``meta``), so fetch and meta read them one way.
@@ -30,8 +31,9 @@ from csp_web.core.api.errors import FieldError
 from csp_web.core.api.fields import Params
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
-from specialists.formats import unreadable_pages
+from specialists.formats import unreadable_pages, unreadable_sheets
 
+from .documents import reader_for
 from .emptiness import NO_TEXT, SCRIPT_ONLY, is_empty, is_placeholder
 from .filekeys import content_of, file_key, hold, window
 from .loading import Page, op_deadline
@@ -49,7 +51,6 @@ DECLARED = (
 _BARE = frozenset({"published", "lang"})
 # A PARTIAL's summary: the three points a caller needs to judge the pages it has not read.
 SUMMARY_BULLETS = 3
-PAGED_FORMAT = "pdf"  # the one reader of documents.FORMATS whose documents have pages
 MAX_RANGES = 10  # page ranges an ERROR names before it counts the rest
 SUMMARY_NAMESPACE = "fetch_summary"  # cache entries: "<fileKey>:<EXTRACT>" -> the bullets
 
@@ -105,15 +106,22 @@ def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
 
 
 def unreadable_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
-    """``(CORRUPT_DOCUMENT, "pdf:pages_unreadable:<pages>")`` when ``content``, a paged
-    document's view, stands in for pages its reader could not load (``UNREADABLE_PAGE``):
-    the rest is answered, PARTIAL, and the pages missing are named."""
-    if page.kind != "document" or page.pages is None:
+    """``(CORRUPT_DOCUMENT, "pdf:pages_unreadable:<pages>")`` when ``content``, a PDF's view,
+    stands in for pages its reader could not load (``UNREADABLE_PAGE``), and the same for an
+    XLSX's damaged sheets (``xlsx:sheets_unreadable:<sheets>``): the rest is answered,
+    PARTIAL, and what is missing is named. Only the reader that writes a marker is believed
+    to have (a DOCX's text may spell one)."""
+    if page.kind != "document":
         return None
-    missing = unreadable_pages(content)
+    if page.pages is not None:  # PDF: the one reader whose documents have pages
+        missing, what = unreadable_pages(content), "pdf:pages"
+    elif reader_for(page.content_type, b"", page.url) == "xlsx":
+        missing, what = unreadable_sheets(content), "xlsx:sheets"
+    else:
+        return None
     if not missing:
         return None
-    return ErrorCode.CORRUPT_DOCUMENT, f"{PAGED_FORMAT}:pages_unreadable:{page_ranges(missing)}"
+    return ErrorCode.CORRUPT_DOCUMENT, f"{what}_unreadable:{page_ranges(missing)}"
 
 
 def page_ranges(numbers: list[int]) -> str:
