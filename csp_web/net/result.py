@@ -15,11 +15,12 @@ from csp_web.net.charset import codec_for, decode_body
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # What a page's text may not hand a reader: C0 controls but tab and newline, DEL and the C1
 # controls (a terminal obeys ESC and CSI; SPEC F-5 keeps them off reply lines raw, and search
-# results and document metadata drop them). A terminal sequence (ECMA-48 CSI, OSC, or a
-# two-byte escape) goes whole, not its ESC alone; a carriage return is a line's end.
+# results and document metadata drop them). A terminal sequence (ECMA-48 CSI: colours,
+# cursor moves; OSC: titles, links) goes whole, not its ESC alone; any other ESC goes alone
+# (the letter after it may be the text's); a carriage return is a line's end.
 _TERMINAL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]?|\x9b[0-?]*[ -/]*[@-~]?"
-    r"|[\x1b\x9d]\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?|\x1b[ -/]*[0-~]?"
+    r"|[\x1b\x9d]\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
 )
 _UNREADABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _DROPPED = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")

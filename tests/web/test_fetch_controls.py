@@ -73,3 +73,4 @@ def test_readable_keeps_text_whole_and_drops_only_controls() -> None:
     assert readable("a\x0bb\x0cc") == "a b c"  # vertical tab, form feed: spaces
     assert readable("a\rb\r\nc") == "a\nb\nc"
     assert readable("a\x1b]8;;https://x.test\x07link\x1b]8;;\x07b") == "alinkb"
+    assert readable("line\x00with\x1bcontrol") == "linewithcontrol"  # a lone ESC goes alone

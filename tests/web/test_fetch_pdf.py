@@ -259,7 +259,8 @@ async def test_a_pdf_with_pages_that_will_not_load_answers_the_rest_partial_nami
     assert callable(make)
     data = make()
     url = serve(origin, path, data, PDF_TYPE)
-    reply = await fetch(make_dispatcher(OPS), url)
+    dispatcher = make_dispatcher(OPS)
+    reply = await fetch(dispatcher, url)
     assert (reply.status, reply.get("ERROR"), reply.get("PAGES")) == (
         Status.PARTIAL,
         f"corrupt_document:pdf:pages_unreadable:{unreadable}",
@@ -267,6 +268,12 @@ async def test_a_pdf_with_pages_that_will_not_load_answers_the_rest_partial_nami
     )
     assert reply.get("DATA") == read_pdf(data, Limits()).markdown
     assert "Tides reach the harbour" in (reply.get("DATA") or "")
+    again = await fetch(dispatcher, url)  # from the cache (the hot route): the same answer
+    assert (again.status, again.get("ERROR"), again.get("CACHED")) == (
+        Status.PARTIAL,
+        reply.get("ERROR"),
+        "true",
+    )
 
 
 async def test_a_pdf_none_of_whose_pages_load_fails_as_a_corrupt_document(
