@@ -27,6 +27,7 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.net.result import parse_content_type
+from csp_web.net.sniff import sniffed_type
 from protocol import ErrorCode, NumberError, parse_uint
 
 ACCEPT_ENCODING = "gzip, deflate"
@@ -220,7 +221,8 @@ class _Body:
         is all there will be to judge by); hold the declared length to the settled cap, or
         before that to the larger of the two."""
         larger = self.larger
-        if larger is not None and larger.applies(self.media_type, self.url, head):
+        media_type = sniffed_type(self.media_type, head)  # as the result will say (client.py)
+        if larger is not None and larger.applies(media_type, self.url, head):
             self.max_bytes, self.name = larger.max_bytes, larger.name
             self.decoder.widen(larger.max_bytes, larger.name)
             self.larger = None

@@ -6,8 +6,13 @@
 Order: a byte order mark; the HTTP charset; for HTML, a ``<meta>`` prescan of the first 1,024
 bytes; then, only for bytes nobody declared, detection: valid UTF-8 is UTF-8, anything else
 is what charset-normalizer finds most likely (MIT; already installed as a requests and httpx
-dependency). A declaration, even a wrong one, is never overridden: a browser would show the
-same mojibake, and detection that outvotes a page's own word is a spoofing lever.
+dependency). A declaration, even a wrong one, is obeyed while its own bytes do not prove it
+wrong: a browser would show the same mojibake, and detection that outvotes a page's own word
+is a spoofing lever. The one exception is a declaration the bytes cannot be read in at all
+(``garbled``: at least ``MIN_DETECT_HIGH_BYTES`` U+FFFD, and at least ``GARBLED_SHARE`` of
+the non-ASCII characters: windows-1251 or Shift_JIS labelled UTF-8): then the meta prescan,
+then detection, are tried, and the first that reads the bytes cleanly (``CLEAN_SHARE``) is
+used; a page answering only U+FFFD tells an agent nothing, and no encoding can be worse.
 
 Labels map to codecs as the WHATWG Encoding standard's table does where Python differs
 (``iso-8859-1`` and ``ascii`` are windows-1252, ``gb2312`` is GB18030, ``euc-kr`` is
@@ -29,6 +34,16 @@ FALLBACK = "cp1252"  # WHATWG's default for an undeclared page in most locales
 # (charset-normalizer reads b"ok \xff" as cp1006): the default then. A sentence of Polish or
 # French holds a dozen.
 MIN_DETECT_HIGH_BYTES = 8
+# A declaration decoding to U+FFFD for this share of its non-ASCII characters (or more) is
+# proved wrong by its own bytes. Legacy text read as UTF-8 is 76 % (Shift_JIS) to 100 %
+# (windows-1251) U+FFFD, multi-byte text keeping a few pairs that happen to be valid UTF-8; a
+# real UTF-8 page with stray bad bytes holds them among its good characters (a dozen in a
+# paragraph of Russian: 9 %), and a CJK page wrongly labelled windows-1252, which browsers
+# show as mojibake and this module obeys, is at most 11 % (its five unassigned bytes).
+GARBLED_SHARE = 0.5
+# A second reading is used only when clean: U+FFFD for at most this share of its non-ASCII
+# characters (a legacy page's odd unassigned byte), else the declared reading stands.
+CLEAN_SHARE = 0.01
 # Detection picks among the WHATWG Encoding standard's encodings only: the web has no others.
 WEB_ENCODINGS = (
     "utf_8",
@@ -123,11 +138,45 @@ def detect(body: bytes) -> str:
 
 
 def decode_body(body: bytes, *, declared: str | None, html: bool) -> str:
-    """``body`` as text in its sniffed encoding; undecodable bytes become U+FFFD."""
+    """``body`` as text in its sniffed encoding, or, when that reading is ``garbled``, in the
+    meta's or the detected encoding that reads it cleanly; undecodable bytes become
+    U+FFFD. A byte order mark is never second-guessed."""
     encoding, skip = sniff_encoding(body, declared=declared, html=html)
     if encoding == REPLACEMENT:
         return "\ufffd" if body else ""
-    return body[skip:].decode(encoding, errors="replace")
+    text = body[skip:].decode(encoding, errors="replace")
+    if skip or not garbled(text):
+        return text
+    return _reread(body, html, tried=encoding) or text
+
+
+def garbled(text: str) -> bool:
+    """Whether ``text`` is mostly U+FFFD where it is not ASCII: at least
+    ``MIN_DETECT_HIGH_BYTES`` of them (fewer say too little to detect anything better) and at
+    least ``GARBLED_SHARE`` of its non-ASCII characters."""
+    bad = text.count("\ufffd")
+    return bad >= MIN_DETECT_HIGH_BYTES and bad >= GARBLED_SHARE * _non_ascii(text)
+
+
+def _clean(text: str) -> bool:
+    return text.count("\ufffd") <= CLEAN_SHARE * _non_ascii(text)
+
+
+def _non_ascii(text: str) -> int:
+    return len(text) - len(text.encode("ascii", "ignore"))
+
+
+def _reread(body: bytes, html: bool, *, tried: str) -> str | None:
+    """``body`` read in the meta's encoding (HTML) or else the detected one, whichever comes
+    first of those not yet ``tried`` that reads it cleanly; None when neither does."""
+    candidates = [codec_for(_meta_label(body)) if html else None, detect(body)]
+    for encoding in dict.fromkeys(c for c in candidates if c is not None and c != tried):
+        if encoding == REPLACEMENT or encoding.startswith("utf-16"):
+            continue
+        text = body.decode(encoding, errors="replace")
+        if _clean(text):
+            return text
+    return None
 
 
 def _meta_label(body: bytes) -> str | None:

@@ -48,6 +48,7 @@ from csp_web.net.resolver import Resolver, SystemResolver
 from csp_web.net.result import FetchResult, parse_content_type
 from csp_web.net.robots import RobotsCache
 from csp_web.net.settings import GuardSettings
+from csp_web.net.sniff import sniffed_type
 from csp_web.net.translate import translate
 from csp_web.net.urlgate import ParsedUrl, check_url
 from protocol import ErrorCode, NumberError, parse_uint
@@ -406,7 +407,7 @@ def _result(
         status_code=response.status_code,
         headers=response.headers,
         body=body,
-        content_type=media_type,
+        content_type=sniffed_type(media_type, body),  # a PDF served as text/html is none
         charset=charset,
         redirect_chain=tuple(chain),
         elapsed_s=elapsed_s,

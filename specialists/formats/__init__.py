@@ -6,6 +6,24 @@ downloads through fetch); it imports no I/O module, nothing of csp_web and no sp
 (tests/test_layers.py's ``PURE`` holds it to that).
 """
 
-from .document import PAGE_MARKER, Document, Limits, Unreadable
+from .document import (
+    PAGE_MARKER,
+    UNREADABLE_PAGE,
+    UNREADABLE_SHEET,
+    Document,
+    Limits,
+    Unreadable,
+    unreadable_pages,
+    unreadable_sheets,
+)
 
-__all__ = ["PAGE_MARKER", "Document", "Limits", "Unreadable"]
+__all__ = [
+    "PAGE_MARKER",
+    "UNREADABLE_PAGE",
+    "UNREADABLE_SHEET",
+    "Document",
+    "Limits",
+    "Unreadable",
+    "unreadable_pages",
+    "unreadable_sheets",
+]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import iterparse
 
-from ._xml import parse_xml
-from ._zip import MAX_UNPACKED_BYTES, read_member
+from ._xml import optional_xml, parse_xml
+from ._zip import MAX_UNPACKED_BYTES, optional_member, read_member
 from .document import Unreadable
 
 MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -142,9 +142,9 @@ def _string(item: ET.Element) -> str:
 def _date_styles(archive: zipfile.ZipFile, rels: dict[str, tuple[str, str]]) -> frozenset[int]:
     """The indexes of the cell styles (``cellXfs``) whose number format shows a date."""
     path = _target(rels, "styles")
-    if path is None or path not in archive.namelist():
+    root = optional_xml(optional_member(archive, path, "xlsx"), "xlsx")
+    if root is None:  # none, or damaged: numbers show as numbers
         return frozenset()
-    root = _part(archive, path)
     custom = {
         fmt.get("numFmtId", ""): fmt.get("formatCode", "") for fmt in root.iter(f"{{{MAIN}}}numFmt")
     }

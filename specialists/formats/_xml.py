@@ -49,6 +49,20 @@ def parse_xml(data: bytes | str, kind: str) -> ET.Element:
     return root
 
 
+def optional_xml(data: bytes | None, kind: str) -> ET.Element | None:
+    """The root of a part a document reads without (properties, named styles): None when it
+    is missing or damaged (``corrupt_document``), so one bad part never sinks the text.
+    A hostile part (an entity bomb, an external entity) is still refused: ``Unreadable``."""
+    if data is None:
+        return None
+    try:
+        return parse_xml(data, kind)
+    except Unreadable as exc:
+        if exc.code != "corrupt_document":
+            raise
+        return None
+
+
 def _text_when_multibyte(data: bytes | str) -> bytes | str:
     """``data`` decoded, its declaration dropped, when it declares an encoding expat cannot
     read (expat reads UTF-8, UTF-16 and 8-bit codecs; Shift_JIS, EUC-JP, GB2312, Big5 feeds

@@ -83,3 +83,14 @@ def open_office(data: bytes, kind: str) -> zipfile.ZipFile:
         if part.lstrip()[:1] == b"<" or part.startswith(_UTF16_BOMS):
             screen_prolog(part, kind)
     return archive
+
+
+def optional_member(archive: zipfile.ZipFile, name: str | None, kind: str) -> bytes | None:
+    """``read_member`` of a part a document reads without (properties, named styles): None
+    when it is absent, or damaged in the zip, rather than the whole document unreadable."""
+    if name is None:
+        return None
+    try:
+        return read_member(archive, name, kind)
+    except Unreadable:
+        return None

@@ -8,12 +8,21 @@ web specialist runs them in a worker process bounded in time and memory.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The line between two pages of a paged document's Markdown (an HTML comment: invisible when the
 # Markdown is rendered, unlikely in any text, and it says which page follows); fetch cuts a
 # snapshot read with more pages at the marker of the first page past MAX_PAGES.
 PAGE_MARKER = "<!-- page {} -->"
+# What stands in a paged document's Markdown for a page its reader could not load (a page
+# object PDFium refuses, a /Count past the page tree): the rest of the document still reads,
+# and fetch answers PARTIAL naming these pages. A reader's text never spells it: PDF text is
+# ``_markdown.inert``, which backslashes its ``<``.
+UNREADABLE_PAGE = "<!-- page {} unreadable -->"
+# The same for a workbook's sheet (numbered from 1 in the workbook's order) that is damaged:
+# under its ``## name``, the other sheets read. Cells are escaped (``_markdown.cell``).
+UNREADABLE_SHEET = "<!-- sheet {} unreadable -->"
 
 
 @dataclass(frozen=True)
@@ -65,3 +74,17 @@ class Unreadable(Exception):
         super().__init__(f"{code}:{detail}")
         self.code = code
         self.detail = detail
+
+
+def unreadable_pages(markdown: str) -> list[int]:
+    """The numbers (from 1) of the pages ``markdown`` marks as unreadable, in order."""
+    return [int(number) for number in _marked(UNREADABLE_PAGE).findall(markdown)]
+
+
+def unreadable_sheets(markdown: str) -> list[int]:
+    """The numbers (from 1) of the sheets ``markdown`` marks as unreadable, in order."""
+    return [int(number) for number in _marked(UNREADABLE_SHEET).findall(markdown)]
+
+
+def _marked(marker: str) -> re.Pattern[str]:
+    return re.compile("^" + re.escape(marker).replace(r"\{\}", r"(\d+)") + "$", re.M)

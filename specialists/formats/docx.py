@@ -24,8 +24,8 @@ from ._dates import iso_utc
 from ._markdown import fit
 from ._odf import odt_html
 from ._props import properties
-from ._xml import parse_xml
-from ._zip import open_office, read_member
+from ._xml import optional_xml, parse_xml
+from ._zip import open_office, optional_member, read_member
 from .document import Document, Limits, Unreadable
 
 # Word's own title styles, which mammoth's default map leaves as paragraphs.
@@ -50,7 +50,7 @@ def read_docx(data: bytes, limits: Limits) -> Document:
         )
     except Exception:  # mammoth's errors on damaged parts are of any type
         raise Unreadable("corrupt_document", "docx:unreadable") from None
-    core = read_member(archive, _CORE, "docx")
+    core = optional_member(archive, _CORE, "docx")
     return _document(result.value, properties(core, "docx"), limits)
 
 
@@ -60,9 +60,9 @@ def read_odt(data: bytes, limits: Limits) -> Document:
     content = read_member(archive, "content.xml", "odt")
     if content is None:
         raise Unreadable("corrupt_document", "odt:missing_part")
-    styles = read_member(archive, "styles.xml", "odt")
-    html = odt_html(parse_xml(content, "odt"), parse_xml(styles, "odt") if styles else None)
-    meta = read_member(archive, "meta.xml", "odt")
+    styles = optional_xml(optional_member(archive, "styles.xml", "odt"), "odt")
+    html = odt_html(parse_xml(content, "odt"), styles)
+    meta = optional_member(archive, "meta.xml", "odt")
     return _document(html, properties(meta, "odt"), limits)
 
 

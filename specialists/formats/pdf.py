@@ -13,7 +13,11 @@ its characters and where it sits:
   the lines of one heading wrapped over several are joined;
 - body lines join into paragraphs, split where the gap between lines is wider than the usual
   line step; a word hyphenated at a line end (PDFium marks its soft hyphen) is joined again;
-- pages are separated by a marker line ``<!-- page N -->`` (``document.PAGE_MARKER``).
+- pages are separated by a marker line ``<!-- page N -->`` (``document.PAGE_MARKER``);
+- a page PDFium cannot load (a page object that is none, a /Count past the page tree) is the
+  line ``<!-- page N unreadable -->`` (``document.UNREADABLE_PAGE``) and the rest still read,
+  as a viewer shows the pages it can; when none of the pages read loads, the file is
+  ``Unreadable("corrupt_document", "pdf:pages_unreadable")``.
 
 No text on any page (a scan) answers ``no_text="scanned"`` (``"max_pages"`` when only the pages
 read have none); a PDF that needs a password ``no_text="encrypted"`` (one with an owner
@@ -36,7 +40,7 @@ import pypdfium2
 import pypdfium2.raw as pdfium_c
 
 from ._markdown import inert
-from .document import PAGE_MARKER, Document, Limits, Unreadable
+from .document import PAGE_MARKER, UNREADABLE_PAGE, Document, Limits, Unreadable
 
 # A heading's font is this much above the body's: LaTeX's \subsection is \large, 12 pt over 11.
 HEADING_RATIO = 1.08
@@ -82,9 +86,11 @@ def _read(pdf: pypdfium2.PdfDocument, limits: Limits) -> Document:
     pages = len(pdf)
     read = min(pages, limits.max_pages)
     lines = [_page_lines(pdf, number) for number in range(read)]
+    if read and all(page is None for page in lines):
+        raise Unreadable("corrupt_document", "pdf:pages_unreadable")
     markdown, cut = _markdown(lines, limits.max_chars)
     info = pdf.get_metadata_dict(skip_empty=True)
-    has_text = any(line.text.strip() for page in lines for line in page)
+    has_text = any(line.text.strip() for page in _loaded(lines) for line in page)
     return Document(
         markdown,
         title=_title(info.get("Title"), markdown),
@@ -98,14 +104,27 @@ def _read(pdf: pypdfium2.PdfDocument, limits: Limits) -> Document:
     )
 
 
-def _page_lines(pdf: pypdfium2.PdfDocument, number: int) -> list[Line]:
-    page = pdf[number]
-    textpage = page.get_textpage()
+def _page_lines(pdf: pypdfium2.PdfDocument, number: int) -> list[Line] | None:
+    """The text lines of page ``number`` (from 0), None when PDFium cannot load the page or
+    its text (the object is no page, the page tree is shorter than its /Count)."""
+    try:
+        page = pdf[number]
+    except pypdfium2.PdfiumError:
+        return None
+    try:
+        textpage = page.get_textpage()
+    except pypdfium2.PdfiumError:
+        page.close()
+        return None
     try:
         return list(_lines(textpage))
     finally:
         textpage.close()
         page.close()
+
+
+def _loaded(pages: list[list[Line] | None]) -> list[list[Line]]:
+    return [lines for lines in pages if lines is not None]
 
 
 def _lines(textpage: pypdfium2.PdfTextPage) -> Iterator[Line]:
@@ -145,17 +164,20 @@ def _sampled(text: str) -> Iterator[int]:
     return iter(picked if len(picked) <= 2 * _SAMPLE else picked[:_SAMPLE] + picked[-_SAMPLE:])
 
 
-def _markdown(pages: list[list[Line]], max_chars: int) -> tuple[str, bool]:
-    """Every page's Markdown, a marker line before each page after the first; cut at
-    ``max_chars`` (True when cut)."""
-    body = _body_size(pages)
-    levels = _heading_levels(pages, body)
+def _markdown(pages: list[list[Line] | None], max_chars: int) -> tuple[str, bool]:
+    """Every page's Markdown, a marker line before each page after the first, and for a page
+    that would not load (None) the line saying so; cut at ``max_chars`` (True when cut)."""
+    body = _body_size(_loaded(pages))
+    levels = _heading_levels(_loaded(pages), body)
     parts: list[str] = []
     length = 0
     for number, lines in enumerate(pages, start=1):
         if number > 1:
             parts.append(PAGE_MARKER.format(number))
-        parts.extend(_blocks(lines, body, levels))
+        if lines is None:
+            parts.append(UNREADABLE_PAGE.format(number))
+        else:
+            parts.extend(_blocks(lines, body, levels))
         length = sum(len(part) + 2 for part in parts)
         if length > max_chars:
             return "\n\n".join(parts)[:max_chars], True

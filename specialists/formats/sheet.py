@@ -25,8 +25,8 @@ from ._dates import iso_utc
 from ._markdown import cell, fit, left_out
 from ._props import properties
 from ._xlsx import sheets
-from ._zip import open_office, read_member
-from .document import Document, Limits, Unreadable
+from ._zip import open_office, optional_member
+from .document import UNREADABLE_SHEET, Document, Limits, Unreadable
 
 MAX_COLUMNS = 100  # wider rows are data dumps no reader scans in Markdown; the rest is named
 SNIFF_CHARS = 16 * 1024  # enough lines to tell the delimiter
@@ -50,7 +50,8 @@ class Table:
 
 
 def read_xlsx(data: bytes, limits: Limits) -> Document:
-    """Each worksheet of an XLSX workbook as ``## name`` and a Markdown table.
+    """Each worksheet of an XLSX workbook as ``## name`` and a Markdown table; a damaged
+    sheet as ``## name`` and ``UNREADABLE_SHEET``, when another sheet reads.
 
     Raises ``Unreadable``: ``too_large`` for a zip or entity bomb, ``unsupported_content``
     for an external entity, ``corrupt_document`` for bytes that are not a readable workbook.
@@ -58,12 +59,23 @@ def read_xlsx(data: bytes, limits: Limits) -> Document:
     archive = open_office(data, "xlsx")
     blocks: list[str] = []
     cut = False
-    for name, rows in sheets(archive):
-        table = _table(rows, limits)
+    damaged: list[Unreadable] = []
+    listed = 0
+    for listed, (name, rows) in enumerate(sheets(archive), start=1):
         blocks.append(f"## {' '.join(name.split()) or 'Sheet'}")
+        try:
+            table = _table(rows, limits)
+        except Unreadable as exc:  # this sheet's part is damaged: the others still read
+            if exc.code != "corrupt_document":
+                raise
+            damaged.append(exc)
+            blocks.append(UNREADABLE_SHEET.format(listed))
+            continue
         blocks.extend(_render(table, limits))
         cut = cut or table.rows_left > 0 or table.wider
-    fields = properties(read_member(archive, "docProps/core.xml", "xlsx"), "xlsx")
+    if damaged and len(damaged) == listed:
+        raise damaged[0]
+    fields = properties(optional_member(archive, "docProps/core.xml", "xlsx"), "xlsx")
     markdown, over = fit(blocks, limits.max_chars)
     return Document(
         markdown=markdown,

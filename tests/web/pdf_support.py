@@ -79,3 +79,39 @@ def many_pages(name: str, copies: int, *, blank_first: bool = False) -> bytes:
     finally:
         target.close()
         source.close()
+
+
+_TEXT = b"BT /F1 12 Tf 72 720 Td (Tides reach the harbour twice a day) Tj ET"
+_PAGE_OBJECTS = (
+    b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R"
+    b"/Resources<</Font<</F1 5 0 R>>>>>>",
+    b"<</Length %d>>stream\n%b\nendstream" % (len(_TEXT), _TEXT),
+    b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>",
+)
+
+
+def with_bad_page() -> bytes:
+    """Three pages, the middle one a reference to an object that is no page: PDFium opens
+    the file and loads pages 1 and 3 (one page object, twice) but not page 2."""
+    return _pdf(
+        b"<</Type/Catalog/Pages 2 0 R>>",
+        b"<</Type/Pages/Kids[3 0 R 6 0 R 3 0 R]/Count 3>>",
+        *_PAGE_OBJECTS,
+        b"<</Type/Foo>>",
+    )
+
+
+def count_lie() -> bytes:
+    """A page tree whose /Count says 3 over one kid: PDFium counts 3 and loads only page 1."""
+    return _pdf(
+        b"<</Type/Catalog/Pages 2 0 R>>", b"<</Type/Pages/Kids[3 0 R]/Count 3>>", *_PAGE_OBJECTS
+    )
+
+
+def no_page_loads() -> bytes:
+    """Two pages, neither of them a page object."""
+    return _pdf(
+        b"<</Type/Catalog/Pages 2 0 R>>",
+        b"<</Type/Pages/Kids[3 0 R 3 0 R]/Count 2>>",
+        b"<</Type/Foo>>",
+    )

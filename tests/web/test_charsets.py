@@ -10,6 +10,7 @@ import unicodedata
 
 import pytest
 
+from csp_web.net.charset import MIN_DETECT_HIGH_BYTES, garbled
 from protocol import Status
 from specialists.web import WEB
 from tests.net._origin import Origin
@@ -138,3 +139,57 @@ async def test_a_latin1_label_means_windows_1252_as_on_the_web(
     url = serve(origin, "/p", page(text).encode("cp1252"), "text/html; charset=iso-8859-1")
     reply = await fetch(make_dispatcher(list(WEB.ops)), url)
     assert reply.get("DATA") == f"# Page\n\n{text}"
+
+
+@pytest.mark.parametrize(("codec", "label", "text"), TEXTS[:4], ids=IDS[:4])
+async def test_a_page_its_utf_8_label_cannot_read_is_detected_and_reads_as_written(
+    make_dispatcher: DispatcherFactory, origin: Origin, codec: str, label: str, text: str
+) -> None:
+    """windows-1251, Shift_JIS, GB18030 and EUC-KR bytes labelled UTF-8 decode to mostly
+    U+FFFD: the label is proved wrong by its own bytes, so detection reads the page."""
+    url = serve(origin, "/p", page(text).encode(codec), "text/html; charset=utf-8")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert (reply.status, reply.get("DATA")) == (Status.OK, f"# Page\n\n{text}")
+    assert reply.get("WORD_COUNT") != "0"
+
+
+@pytest.mark.parametrize(("label", "codec"), [("windows-1251", "cp1251"), ("koi8-r", "koi8_r")])
+async def test_a_meta_charset_is_tried_before_detection_when_the_http_one_fails(
+    make_dispatcher: DispatcherFactory, origin: Origin, label: str, codec: str
+) -> None:
+    """The page's second word comes before a guess, and is obeyed when it reads the bytes
+    cleanly, even wrongly (KOI8-R over windows-1251 bytes), as a wrong meta is."""
+    _, _, text = TEXTS[0]
+    body = page(text, f'<meta charset="{label}">').encode("cp1251")
+    url = serve(origin, "/p", body, "text/html; charset=utf-8")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{text.encode('cp1251').decode(codec)}"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        (TEXTS[0][2], 12),
+        ("The tide came in at noon and went out again by the evening, as it does.", 7),
+    ],
+    ids=["cyrillic", "ascii"],
+)
+async def test_a_utf_8_page_with_a_few_bad_bytes_is_not_decoded_again(
+    make_dispatcher: DispatcherFactory, origin: Origin, text: str, bad: int
+) -> None:
+    """Twelve stray bytes among a hundred good non-ASCII characters, or seven (fewer than
+    MIN_DETECT_HIGH_BYTES) in ASCII text, are the page's damage: they stay U+FFFD and the
+    rest reads as UTF-8."""
+    encoded = text.encode("utf-8")
+    damaged = encoded[:20] + b"\xff" * bad + encoded[20:]
+    body = page("").encode().replace(b"<p>", b"<p>" + damaged)
+    url = serve(origin, "/p", body, "text/html; charset=utf-8")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    assert reply.get("DATA") == f"# Page\n\n{damaged.decode('utf-8', errors='replace')}"
+
+
+def test_a_reading_is_garbled_from_eight_u_fffd_making_half_its_non_ascii() -> None:
+    assert not garbled("\ufffd" * (MIN_DETECT_HIGH_BYTES - 1))
+    assert garbled("\ufffd" * MIN_DETECT_HIGH_BYTES)
+    assert garbled("\ufffd" * 8 + "é" * 8)  # half: at GARBLED_SHARE
+    assert not garbled("\ufffd" * 8 + "é" * 9)

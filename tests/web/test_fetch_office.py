@@ -4,6 +4,9 @@ reply carries the Markdown and the document's own fields."""
 
 from __future__ import annotations
 
+import io
+import zipfile
+
 import pytest
 
 from protocol import Status
@@ -165,3 +168,29 @@ def test_the_reader_table_names_the_reader_by_type_sniff_then_suffix(
     content_type: str, body: bytes, url: str, reader: str | None
 ) -> None:
     assert reader_for(content_type, body, url) == reader
+
+
+async def test_a_workbook_with_a_damaged_sheet_answers_the_rest_partial_naming_it(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    data = rezip(fixture("ledger.xlsx"), {"xl/worksheets/sheet1.xml": b"<worksheet><row"})
+    url = serve(origin, "/ledger.xlsx", data, XLSX)
+    reply = await fetch(make_dispatcher(OPS), url, ("MAX_CHARS", MAX_CHARS))
+    assert (reply.status, reply.get("ERROR")) == (
+        Status.PARTIAL,
+        "corrupt_document:xlsx:sheets_unreadable:1",
+    )
+    assert reply.get("DATA") == read_xlsx(data, Limits()).markdown
+
+
+async def test_a_docx_spelling_the_sheet_marker_is_not_partial(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """Only the XLSX reader writes a sheet marker: text that spells one is text."""
+    spelled = b"<w:p><w:r><w:t>&lt;!-- sheet 1 unreadable --&gt;</w:t></w:r></w:p>"
+    data = fixture("minutes.docx")
+    xml = zipfile.ZipFile(io.BytesIO(data)).read("word/document.xml")
+    body = rezip(data, {"word/document.xml": xml.replace(b"<w:body>", b"<w:body>" + spelled, 1)})
+    reply = await fetch(make_dispatcher(OPS), serve(origin, "/m.docx", body, DOCX))
+    assert (reply.status, reply.get("ERROR")) == (Status.OK, None)
+    assert "<!-- sheet 1 unreadable -->" in (reply.get("DATA") or "")

@@ -20,7 +20,15 @@ from specialists.web.services import WebServices
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
 from tests.web.pages_support import fetch, hits, run, serve
-from tests.web.pdf_support import PDF_TYPE, fixture, flate_bomb, many_pages
+from tests.web.pdf_support import (
+    PDF_TYPE,
+    count_lie,
+    fixture,
+    flate_bomb,
+    many_pages,
+    no_page_loads,
+    with_bad_page,
+)
 from tests.web.test_fetch_hot import answered_alike, fetch_task, slow
 
 
@@ -239,3 +247,57 @@ async def test_hits_of_a_document_at_several_max_pages_each_answer_their_own_pag
     for fields in views:
         await slow(dispatcher, fetch_task(url, *fields))
     assert await answered_alike(dispatcher, (url,), views) > 0
+
+
+@pytest.mark.parametrize(
+    ("path", "make", "unreadable"),
+    [("/bad-page.pdf", with_bad_page, "2"), ("/count-lie.pdf", count_lie, "2-3")],
+)
+async def test_a_pdf_with_pages_that_will_not_load_answers_the_rest_partial_naming_them(
+    make_dispatcher: DispatcherFactory, origin: Origin, path: str, make: object, unreadable: str
+) -> None:
+    assert callable(make)
+    data = make()
+    url = serve(origin, path, data, PDF_TYPE)
+    dispatcher = make_dispatcher(OPS)
+    reply = await fetch(dispatcher, url)
+    assert (reply.status, reply.get("ERROR"), reply.get("PAGES")) == (
+        Status.PARTIAL,
+        f"corrupt_document:pdf:pages_unreadable:{unreadable}",
+        "3",
+    )
+    assert reply.get("DATA") == read_pdf(data, Limits()).markdown
+    assert "Tides reach the harbour" in (reply.get("DATA") or "")
+    again = await fetch(dispatcher, url)  # from the cache (the hot route): the same answer
+    assert (again.status, again.get("ERROR"), again.get("CACHED")) == (
+        Status.PARTIAL,
+        reply.get("ERROR"),
+        "true",
+    )
+
+
+async def test_a_pdf_none_of_whose_pages_load_fails_as_a_corrupt_document(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    url = serve(origin, "/no-pages.pdf", no_page_loads(), PDF_TYPE)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert (reply.status, reply.get("ERROR")) == (
+        Status.FAIL,
+        "corrupt_document:pdf:pages_unreadable",
+    )
+
+
+async def test_several_urls_answer_a_pdf_with_an_unreadable_page_partial_naming_it(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    whole = serve(origin, "/one.pdf", fixture("chrome_10_one"), PDF_TYPE)
+    damaged = serve(origin, "/bad-page.pdf", with_bad_page(), PDF_TYPE)
+    reply = await run(
+        make_dispatcher(OPS), "fetch", "CONTENT", None, ("URL", whole), ("URL", damaged)
+    )
+    assert (reply.status, reply.get("ERROR"), reply.get("DATA")) == (
+        Status.PARTIAL,
+        "corrupt_document:pdf:pages_unreadable:2",
+        "fetched:2,failed:0",
+    )
+    assert reply.get("FETCH_ERROR") is None

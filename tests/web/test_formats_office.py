@@ -320,3 +320,27 @@ def test_a_link_that_is_not_http_is_dropped_even_with_a_base_url(kind: str) -> N
     markdown = READERS[kind](data, Limits(base_url="https://files.example/q3")).markdown
     assert "See the ridge survey page for" in markdown
     assert "javascript" not in markdown
+
+
+@pytest.mark.parametrize(
+    ("kind", "part"),
+    [("docx", "docProps/core.xml"), ("odt", "meta.xml"), ("odt", "styles.xml")],
+)
+def test_a_damaged_optional_part_is_read_without_it(kind: str, part: str) -> None:
+    """Properties (TITLE, AUTHOR) and an ODT's named styles (which lists number) are not the
+    text: a damaged one is left out and the document reads (the title from its heading)."""
+    data = fixture(f"report.{kind}")
+    document = READERS[kind](rezip(data, {part: b"<office:document-meta><"}), Limits())
+    whole = READERS[kind](data, Limits())
+    assert document.markdown.split("\n")[0] == whole.markdown.split("\n")[0]
+    assert len(document.markdown) >= len(whole.markdown) * 0.9
+    if part != "styles.xml":
+        assert document.author is None
+
+
+@pytest.mark.parametrize("kind", ["docx", "odt"])
+def test_an_entity_bomb_in_an_optional_part_is_still_refused(kind: str) -> None:
+    part = "docProps/core.xml" if kind == "docx" else "meta.xml"
+    with pytest.raises(Unreadable) as caught:
+        READERS[kind](rezip(fixture(f"report.{kind}"), {part: BILLION_LAUGHS}), Limits())
+    assert caught.value.code == "too_large"

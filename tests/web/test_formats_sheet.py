@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specialists.formats import Limits, Unreadable
+from specialists.formats import Limits, Unreadable, unreadable_sheets
 from specialists.formats._markdown import cell
 from specialists.formats._zip import RATIO_FLOOR_BYTES
 from specialists.formats.sheet import MAX_COLUMNS, read_csv, read_xlsx, sniff_delimiter
@@ -190,13 +190,17 @@ def test_a_billion_laughs_sheet_is_too_large() -> None:
     assert caught.value.code == "too_large"
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not_a_zip", "broken_sheet", "a_docx"])
+BROKEN = b"<worksheet><sheetData><row><c"
+SHEET_2 = "xl/worksheets/sheet2.xml"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_a_zip", "every_sheet_broken", "a_docx"])
 def test_damaged_workbooks_are_corrupt_not_a_crash(damage: str) -> None:
     data = fixture("ledger.xlsx")
     damaged = {
         "truncated": data[: len(data) - 100],
         "not_a_zip": b"Date,Item\n1,2\n",
-        "broken_sheet": rezip(data, {SHEET: b"<worksheet><sheetData><row><c"}),
+        "every_sheet_broken": rezip(data, {SHEET: BROKEN, SHEET_2: BROKEN}),
         "a_docx": fixture("report.docx"),
     }[damage]
     with pytest.raises(Unreadable) as caught:
@@ -238,3 +242,29 @@ def test_a_csv_full_of_quote_delimiter_pairs_does_not_backtrack() -> None:
     # field's quote is open to the end: the rows it holds are what the text says).
     document = read_csv(b',"\n' * 6000, Limits(max_rows=2))
     assert document.cut
+
+
+@pytest.mark.parametrize(
+    "part", [{SHEET: BROKEN}, {SHEET: b""}], ids=["malformed_xml", "empty_part"]
+)
+def test_a_damaged_sheet_is_marked_and_the_other_sheets_read(part: dict[str, bytes]) -> None:
+    document = read_xlsx(rezip(fixture("ledger.xlsx"), part), Limits())
+    whole = read_xlsx(fixture("ledger.xlsx"), Limits()).markdown
+    assert (
+        document.markdown
+        == "## Orders\n\n<!-- sheet 1 unreadable -->\n\n" + whole[whole.index("## Notes") :]
+    )
+    assert unreadable_sheets(document.markdown) == [1]
+
+
+@pytest.mark.parametrize(
+    "part", ["docProps/core.xml", "xl/styles.xml"], ids=["core_properties", "styles"]
+)
+def test_a_damaged_optional_part_of_a_workbook_is_read_without_it(part: str) -> None:
+    """Properties give TITLE and AUTHOR, styles which numbers are dates: without them the
+    cells still read (a date as its serial number)."""
+    document = read_xlsx(
+        rezip(fixture("ledger.xlsx"), {part: b"<cp:coreProperties><dc:"}), Limits()
+    )
+    assert "| Quarry | Open weekdays only |" in document.markdown
+    assert unreadable_sheets(document.markdown) == []

@@ -11,11 +11,20 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
-from specialists.formats import Document, Limits, Unreadable
+from specialists.formats import Document, Limits, Unreadable, unreadable_pages
 from specialists.formats.pdf import read_pdf
 from specialists.web.pages import documents
 from specialists.web.pages.documents import Bounds, read_document, reader_for
-from tests.web.pdf_support import fixture, flate_bomb, known, many_pages, printed
+from tests.web.pdf_support import (
+    count_lie,
+    fixture,
+    flate_bomb,
+    known,
+    many_pages,
+    no_page_loads,
+    printed,
+    with_bad_page,
+)
 
 WAIT_S = 30.0
 _WORD = re.compile(r"\w+")
@@ -127,6 +136,34 @@ def test_damaged_bytes_are_unreadable() -> None:
     )
 
 
+def test_a_page_that_will_not_load_is_marked_and_the_others_read() -> None:
+    """PDFium opens the file but not its page 2: pages 1 and 3 read, page 2 stands as its
+    marker and a line saying it could not be read."""
+    document = read_pdf(with_bad_page(), Limits())
+    assert document.markdown == (
+        "Tides reach the harbour twice a day\n\n<!-- page 2 -->\n\n"
+        "<!-- page 2 unreadable -->\n\n<!-- page 3 -->\n\nTides reach the harbour twice a day"
+    )
+    assert (document.pages, document.pages_read, document.no_text) == (3, 3, None)
+    assert unreadable_pages(document.markdown) == [2]
+
+
+def test_a_page_count_past_the_page_tree_marks_the_missing_pages() -> None:
+    document = read_pdf(count_lie(), Limits())
+    assert unreadable_pages(document.markdown) == [2, 3]
+    assert document.markdown.startswith("Tides reach the harbour twice a day\n\n")
+
+
+def test_a_pdf_none_of_whose_pages_load_is_a_corrupt_document() -> None:
+    with pytest.raises(Unreadable) as caught:
+        read_pdf(no_page_loads(), Limits())
+    assert (caught.value.code, caught.value.detail) == ("corrupt_document", "pdf:pages_unreadable")
+
+
+def test_text_that_spells_the_unreadable_marker_is_no_marker() -> None:
+    assert unreadable_pages("\\<!-- page 2 unreadable -->") == []
+
+
 @pytest.mark.parametrize(
     ("content_type", "body", "url", "reader"),
     [
@@ -142,7 +179,8 @@ def test_damaged_bytes_are_unreadable() -> None:
 def test_the_reader_is_chosen_by_type_then_magic_then_suffix(
     content_type: str, body: bytes, url: str, reader: str | None
 ) -> None:
-    """A declared type other than an untyped one is believed: HTML named .pdf stays HTML."""
+    """A declared type other than an untyped one is believed: HTML named .pdf stays HTML (a
+    text type over a binary signature reaches this as octet-stream: csp_web/net/sniff.py)."""
     assert reader_for(content_type, body, url) == reader
 
 
@@ -155,6 +193,14 @@ async def _read(data: bytes, bounds: Bounds, within_s: float = WAIT_S) -> Docume
 
 async def test_the_worker_answers_what_the_reader_answers() -> None:
     data = fixture("chrome_12_two")
+    assert await _read(data, Bounds()) == read_pdf(data, Limits())
+
+
+@pytest.mark.parametrize("make", [with_bad_page, count_lie])
+async def test_the_worker_answers_a_pdf_with_pages_that_will_not_load(make: object) -> None:
+    """A page PDFium cannot load is the reader's to mark, never the worker's death."""
+    assert callable(make)
+    data = make()
     assert await _read(data, Bounds()) == read_pdf(data, Limits())
 
 

@@ -5,20 +5,25 @@ always refused before any load; web.fetch.render read from the settings. The ren
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import replace
 
 import pytest
 
+from bench.extraction import DEFAULT_CORPORA, DEFAULT_CORPUS
 from csp_web.config import Config, with_section
 from csp_web.core.api.errors import OpError
+from csp_web.net.charset import decode_body
 from protocol import Reply, Status
 from specialists.web.config import FetchConfig, web_section
 from specialists.web.pages.appshell import SCRIPT_RATIO, TINY_TEXT_CHARS, shell_reason
+from specialists.web.pages.emptiness import PLACEHOLDER_WORDS, is_placeholder
 from specialists.web.pages.ops_fetch import OPS
+from specialists.web.pages.reading import read_page
 from specialists.web.pages.rendering import check_size
 from tests.net._origin import Origin
 from tests.web.conftest import DispatcherFactory
-from tests.web.pages_support import fetch, hits, run, serve
+from tests.web.pages_support import ARTICLE, fetch, hits, run, serve
 
 SHELL = '<html><head><title>App</title></head><body><div id="root"></div><script src="/a.js">'
 SHELL += "</script></body></html>"
@@ -78,6 +83,89 @@ async def test_render_never_says_the_render_was_off(
         "empty_content:script_only,render_off",
         "root_div,render_off",
     )
+
+
+def _next_shell(placeholder: str) -> str:
+    """A Next.js-style shell: its mount point holds a placeholder until the bundle runs."""
+    return (
+        "<!doctype html><html><head><title>Dashboard</title></head><body>"
+        f'<div id="__next"><p>{placeholder}</p></div>'
+        '<script src="/_next/static/chunks/main.js"></script>'
+        '<script id="__NEXT_DATA__" type="application/json">{"props":{}}</script>'
+        "</body></html>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("render", "why"), [("never", "render_off"), ("auto", "render_unavailable")]
+)
+async def test_a_shell_showing_only_a_placeholder_is_partial_empty_content(
+    make_dispatcher: DispatcherFactory, origin: Origin, render: str, why: str
+) -> None:
+    """The title and "Loading..." are what the scripts have not written yet, not content."""
+    url = serve(origin, "/dashboard", _next_shell("Loading..."))
+    reply = await fetch(make_dispatcher(OPS), url, ("RENDER", render), ("NO_CACHE", "true"))
+    assert (reply.status, reply.get("ERROR"), reply.get("RENDER_REASON")) == (
+        Status.PARTIAL,
+        f"empty_content:script_only,{why}",
+        f"script_heavy,{why}",
+    )
+    assert reply.get("DATA") == "# Dashboard\n\nLoading..."
+
+
+async def test_several_urls_fail_a_placeholder_shell_as_empty_content(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    shell = serve(origin, "/dashboard", _next_shell("Please wait"))
+    article = serve(origin, "/article", ARTICLE)
+    fields = (("URL", shell), ("URL", article), ("RENDER", "never"))
+    reply = await run(make_dispatcher(OPS), "fetch", "CONTENT", None, *fields)
+    assert reply.get("FETCH_ERROR") == f"{shell} empty_content:script_only,render_off"
+
+
+@pytest.mark.parametrize(
+    ("placeholder", "scripted"),
+    [
+        # A sentence past the title is text, even on a page its scripts weigh down.
+        ("Tickets for the spring tour go on sale at noon on Friday.", True),
+        ("Loading...", False),  # no script: a short page as it was written
+    ],
+)
+async def test_short_text_that_is_no_placeholder_shell_stays_ok(
+    make_dispatcher: DispatcherFactory, origin: Origin, placeholder: str, scripted: bool
+) -> None:
+    html = _next_shell(placeholder)
+    if not scripted:
+        html = (
+            f"<html><head><title>Dashboard</title></head><body><p>{placeholder}</p></body></html>"
+        )
+    url = serve(origin, "/short", html)
+    reply = await fetch(make_dispatcher(OPS), url, ("RENDER", "never"))
+    assert (reply.status, reply.get("ERROR")) == (Status.OK, None)
+
+
+def test_a_placeholder_is_fewer_than_placeholder_words_past_the_title() -> None:
+    words = " ".join(["word"] * PLACEHOLDER_WORDS)
+    assert is_placeholder("# A title of many words\n\n" + words.rsplit(" ", 1)[0])
+    assert not is_placeholder("# A title of many words\n\n" + words)
+    assert is_placeholder("Loading...")
+    assert is_placeholder("")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEFAULT_CORPUS.is_dir(), reason="the dev corpora are not beside this clone")
+def test_no_dev_corpus_page_told_a_shell_is_taken_for_a_placeholder() -> None:
+    """The rule against real pages: every page of both dev corpora that a shell tell holds
+    for keeps its text (688 pages; the fewest words past a title among them is 20)."""
+    told = []
+    for corpus in DEFAULT_CORPORA:
+        for path in sorted((corpus / "html").iterdir()):
+            data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+            reading = read_page(decode_body(data, declared=None, html=True), "https://a.test/")
+            if reading.shell is not None:
+                told.append((path.name, is_placeholder(reading.article.markdown)))
+    assert len(told) >= 5
+    assert [name for name, placeholder in told if placeholder] == []
 
 
 async def test_render_always_without_chromium_fails_before_any_load(

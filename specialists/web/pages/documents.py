@@ -41,6 +41,7 @@ import trio
 
 from csp_web.core.api.errors import OpError
 from csp_web.infra.workers import cores
+from csp_web.net.result import readable
 from protocol import ErrorCode
 from specialists.formats import Document, Limits
 from specialists.formats.feed import is_feed
@@ -300,9 +301,10 @@ def _decoded(name: str, out: bytes) -> Document:
 
 
 def _reply_safe(document: Document) -> Document:
-    """``document`` with its metadata as reply lines can carry it: the title and author on one
-    line of at most ``META_VALUE_CHARS``; ``lang`` a BCP 47 tag and ``published`` an ISO date,
-    else None (a FETCH line prints both bare: a space in them would forge attributes);
+    """``document`` with its Markdown ``readable`` and its metadata as reply lines can carry
+    it: the title and author on one line of at most ``META_VALUE_CHARS``; ``lang`` a BCP 47
+    tag and ``published`` an ISO date, else None (a FETCH line prints both bare: a space in
+    them would forge attributes);
     ``no_text`` one of ``NO_TEXT_WHY`` (it ends an ERROR line), ``pages_read`` within ``pages``.
     """
     pages_read = document.pages_read
@@ -310,6 +312,7 @@ def _reply_safe(document: Document) -> Document:
         pages_read = min(pages_read, document.pages)
     return dataclasses.replace(
         document,
+        markdown=readable(document.markdown),
         title=_one_line(document.title),
         author=_one_line(document.author),
         lang=_matching(_LANG_TAG, document.lang),

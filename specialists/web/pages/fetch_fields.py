@@ -12,6 +12,9 @@
                                                   read when MAX_PAGES (or fetch.max_pages) cut
     ERROR no_text_layer:<why>                     a document with no text to read: encrypted,
                                                   scanned, or max_pages (none in the pages read)
+    ERROR corrupt_document:pdf:pages_unreadable:<n,m-k>
+                                                  a PDF read but for the pages named (PARTIAL);
+                                                  xlsx:sheets_unreadable:<n> for sheets
 
 The declared values come from ``headmeta.read_head`` (the one parse of the head, kept in the
 snapshot's ``meta``), so fetch and meta read them one way.
@@ -28,8 +31,10 @@ from csp_web.core.api.errors import FieldError
 from csp_web.core.api.fields import Params
 from csp_web.core.api.replies import Result, cite
 from protocol import ErrorCode, Field, Status
+from specialists.formats import unreadable_pages, unreadable_sheets
 
-from .emptiness import NO_TEXT, is_empty
+from .documents import reader_for
+from .emptiness import NO_TEXT, SCRIPT_ONLY, is_empty, is_placeholder
 from .filekeys import content_of, file_key, hold, window
 from .loading import Page, op_deadline
 from .services import PagesServices
@@ -46,6 +51,7 @@ DECLARED = (
 _BARE = frozenset({"published", "lang"})
 # A PARTIAL's summary: the three points a caller needs to judge the pages it has not read.
 SUMMARY_BULLETS = 3
+MAX_RANGES = 10  # page ranges an ERROR names before it counts the rest
 SUMMARY_NAMESPACE = "fetch_summary"  # cache entries: "<fileKey>:<EXTRACT>" -> the bullets
 
 
@@ -86,13 +92,50 @@ def render_fields(page: Page) -> list[Field]:
 
 
 def empty_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
-    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text;
+    """``(EMPTY_CONTENT, why)`` when ``content``, the view a reply would send, holds no text,
+    or is an unrendered app shell's title and placeholder (``emptiness.is_placeholder``);
     ``(NO_TEXT_LAYER, why)`` for a document without a text layer (its reader says why)."""
     if not is_empty(content):
+        shell = page.empty or ""
+        if shell.startswith(f"{SCRIPT_ONLY},") and is_placeholder(content):
+            return ErrorCode.EMPTY_CONTENT, shell
         return None
     if page.no_text is not None:
         return ErrorCode.NO_TEXT_LAYER, page.no_text
     return ErrorCode.EMPTY_CONTENT, page.empty or NO_TEXT
+
+
+def unreadable_error(page: Page, content: str) -> tuple[ErrorCode, str] | None:
+    """``(CORRUPT_DOCUMENT, "pdf:pages_unreadable:<pages>")`` when ``content``, a PDF's view,
+    stands in for pages its reader could not load (``UNREADABLE_PAGE``), and the same for an
+    XLSX's damaged sheets (``xlsx:sheets_unreadable:<sheets>``): the rest is answered,
+    PARTIAL, and what is missing is named. Only the reader that writes a marker is believed
+    to have (a DOCX's text may spell one)."""
+    if page.kind != "document":
+        return None
+    if page.pages is not None:  # PDF: the one reader whose documents have pages
+        missing, what = unreadable_pages(content), "pdf:pages"
+    elif reader_for(page.content_type, b"", page.url) == "xlsx":
+        missing, what = unreadable_sheets(content), "xlsx:sheets"
+    else:
+        return None
+    if not missing:
+        return None
+    return ErrorCode.CORRUPT_DOCUMENT, f"{what}_unreadable:{page_ranges(missing)}"
+
+
+def page_ranges(numbers: list[int]) -> str:
+    """``numbers`` (ascending) as ``2,4-6``; past ``MAX_RANGES`` ranges the rest is counted
+    (``+12``), so a reply line stays short whatever a file holds."""
+    ranges: list[list[int]] = []
+    for number in numbers:
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
+        else:
+            ranges.append([number, number])
+    shown = [str(a) if a == b else f"{a}-{b}" for a, b in ranges[:MAX_RANGES]]
+    left = sum(b - a + 1 for a, b in ranges[MAX_RANGES:])
+    return ",".join(shown + ([f"+{left}"] if left else []))
 
 
 def page_fields(page: Page) -> list[Field]:
@@ -222,7 +265,8 @@ def describe(page: Page, content: str, file_key: str) -> Described:
         fields.append(("CACHED_AT", when))
     fields += [("URL", page.url), ("FILE_KEY", file_key)]
     cited = cite(page.url, page.title)
-    return Described(tuple(fields), cited, (page.host,), empty_error(page, content))
+    error = empty_error(page, content) or unreadable_error(page, content)
+    return Described(tuple(fields), cited, (page.host,), error)
 
 
 def fetch_result(

@@ -19,9 +19,11 @@ guard, robots.txt, the cache, single-flight, the fetch bucket; Firecrawl behind 
 configured) within the task's deadline; each gets its own outcome.
 A page that loads but yields no text is a failure here (``FETCH_ERROR <url>
 empty_content:<why>``). PARTIAL when any failed (with ``ERROR`` naming the first failure, SPEC
-R-2) or was cut at MAX_CHARS; FAIL (the first failure's code, with every FETCH_ERROR line) when
-none loaded. Each FETCH line carries what its page declares and, from the cache, when it was
-downloaded (``fetch_fields.py``). Paging a cut page goes by its FILE_KEY and START.
+R-2), was cut at MAX_CHARS, or is a PDF read but for pages that would not load (``ERROR
+corrupt_document:pdf:pages_unreadable:<pages>`` when nothing failed); FAIL (the first
+failure's code, with every FETCH_ERROR line) when none loaded. Each FETCH line carries what
+its page declares and, from the cache, when it was downloaded (``fetch_fields.py``). Paging a
+cut page goes by its FILE_KEY and START.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Params
 from csp_web.core.api.replies import Result, cite
-from protocol import Field, Status
+from protocol import ErrorCode, Field, Status
 
 from ..docs.board import Entry, file_lines
 from ..services import web_audit
@@ -47,6 +49,7 @@ from .fetch_fields import (
     describe,
     empty_error,
     fetch_result,
+    unreadable_error,
 )
 from .filekeys import content_of, file_key, hold, token_estimate
 from .loaders import fetch_page, page_view
@@ -59,6 +62,7 @@ class _Outcome:
     url: str
     page: Page | None = None
     error: OpError | None = None
+    partial: tuple[ErrorCode, str] | None = None  # loaded, but not whole (pages unreadable)
 
 
 async def announce(ctx: OpContext, services: PagesServices, page: Page) -> str:
@@ -135,10 +139,12 @@ async def fetch_many(
             assert first is not None
             raise OpError(first.code, first.detail, fields=errors)
         result = await _render(ctx, services, params, loaded, errors, max_chars)
-        cause = next((o.error for o in failed if o.error is not None), None)
+        cause = next(((o.error.code, o.error.detail) for o in failed if o.error), None)
+        cause = cause or next((o.partial for o in loaded if o.partial is not None), None)
         if cause is None:
             return notes.attach(result)
-        return notes.attach(dataclasses.replace(result, error=(cause.code, cause.detail)))
+        partial = dataclasses.replace(result, status=Status.PARTIAL, error=cause)
+        return notes.attach(partial)
 
 
 async def _load(
@@ -165,6 +171,7 @@ async def _load(
         if empty is not None:  # loaded, but nothing to read: a failure of this URL
             raise OpError(*empty)
         outcome.page = page
+        outcome.partial = unreadable_error(page, content)
     except OpError as exc:
         outcome.error = exc
 

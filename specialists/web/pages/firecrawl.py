@@ -33,6 +33,7 @@ import trio
 
 from csp_web.core.api import peer_json
 from csp_web.core.api.errors import OpError
+from csp_web.net.result import readable
 from protocol import ErrorCode
 
 from ..search.base import redact
@@ -138,7 +139,9 @@ def parse(answer: tuple[int, bytes], target: str, *, secret: str = "") -> Page:
     markdown = data.get("markdown")
     if not isinstance(markdown, str):
         raise OpError(ErrorCode.FETCH_FAILED, "firecrawl:no_markdown")
+    markdown = readable(markdown)  # as a page's own text is (csp_web.net.result)
     title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
+    title = " ".join(readable(title).split()) if title else None
     final = metadata.get("url") or metadata.get("sourceURL") or target
     return Page(
         url=final if isinstance(final, str) else target,  # checked by _check_landing

@@ -13,8 +13,10 @@ fetch path runs it in a worker, so a process pool can run it as it is.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from csp_web.net.result import readable
 from specialists.extract import Article, article_and_outline
 
 from .appshell import shell_reason
@@ -34,8 +36,28 @@ class Reading:
 
 
 def read_page(html: str, url: str) -> Reading:
-    """Every view of ``html`` (decoded) fetched from ``url``, which makes its links absolute.
-    Pure; never raises."""
+    """Every view of ``html`` (decoded) fetched from ``url``, which makes its links absolute,
+    each ``readable`` (a control character written as a reference, ``&#27;``, is one once
+    parsed). Pure; never raises."""
     article, outline = article_and_outline(html, url=url)
     head = read_head(html, base_url=url)
-    return Reading(head, article, outline, shell_reason(html, article.markdown))
+    shell = shell_reason(html, article.markdown)
+    return Reading(_readable_head(head), _readable_article(article), readable(outline), shell)
+
+
+def _readable_article(article: Article) -> Article:
+    return dataclasses.replace(
+        article,
+        title=_maybe(article.title),
+        markdown=readable(article.markdown),
+        description=_maybe(article.description),
+    )
+
+
+def _readable_head(head: Head) -> Head:
+    meta = {key: readable(value) for key, value in head.meta.items()}
+    return Head({key: value for key, value in meta.items() if value.strip()}, head.refresh)
+
+
+def _maybe(text: str | None) -> str | None:
+    return None if text is None else readable(text).strip() or None

@@ -40,7 +40,7 @@ from csp_web.core.api.errors import OpError
 from csp_web.core.api.ports import Rendered, Renderer
 from protocol import ErrorCode
 
-from .emptiness import RENDERED_EMPTY, SCRIPT_ONLY, is_empty
+from .emptiness import RENDERED_EMPTY, SCRIPT_ONLY, is_empty, is_placeholder
 from .flights import follow, lead
 from .loading import (
     Page,
@@ -176,8 +176,12 @@ def check_size(html: str, limit: int) -> None:
 
 
 def _unrendered(page: Page, why_not: str) -> Page:
-    """``page`` as served, saying why it was not rendered (and so why it may be empty)."""
-    empty = f"{SCRIPT_ONLY},{why_not}" if page.empty == SCRIPT_ONLY else page.empty
+    """``page`` as served, saying why it was not rendered (and so why it may be empty: no
+    text, or only its title and a placeholder, ``emptiness.is_placeholder``)."""
+    script_only = page.empty == SCRIPT_ONLY or (
+        page.empty is None and is_placeholder(page.markdown)
+    )
+    empty = f"{SCRIPT_ONLY},{why_not}" if script_only else page.empty
     return dataclasses.replace(page, render_reason=f"{page.shell},{why_not}", empty=empty)
 
 
