@@ -42,17 +42,22 @@ async def _two_requests(proxy: GuardProxy, first: str, second: str) -> bytes:
     return received
 
 
+def _proxy_to(origin: RawOrigin) -> GuardProxy:
+    """A guard proxy that lets plain http reach ``origin`` as origin.test and other.test."""
+    guard = GuardConfig(
+        allow_http=True, allowed_ports=(origin.port,), allow_private=("127.0.0.1/32",)
+    )
+    dns = FixedResolver({"origin.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    return GuardProxy(lambda: guard, resolver=dns)
+
+
 async def test_a_second_request_on_a_proxy_connection_never_reaches_the_first_upstream(
     nursery: trio.Nursery,
 ) -> None:
     origin = RawOrigin("http")
     origin.answers["/one"] = ((response(b"<p>first page words</p>"),), ())
     await nursery.start(functools.partial(origin.serve, ssl_context=None))
-    guard = GuardConfig(
-        allow_http=True, allowed_ports=(origin.port,), allow_private=("127.0.0.1/32",)
-    )
-    dns = FixedResolver({"origin.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
-    proxy = GuardProxy(lambda: guard, resolver=dns)
+    proxy = _proxy_to(origin)
     with trio.fail_after(WAIT_S):
         received = await _two_requests(
             proxy, origin.url("origin.test", "/one"), origin.url("other.test", "/two")
@@ -72,11 +77,7 @@ async def test_bytes_past_the_upstreams_answer_never_reach_the_client(
     smuggled = response(b"<title>POISONED</title>")
     origin.answers["/one"] = ((response(b"<p>first page words</p>") + smuggled,), ())
     await nursery.start(functools.partial(origin.serve, ssl_context=None))
-    guard = GuardConfig(
-        allow_http=True, allowed_ports=(origin.port,), allow_private=("127.0.0.1/32",)
-    )
-    dns = FixedResolver({"origin.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
-    proxy = GuardProxy(lambda: guard, resolver=dns)
+    proxy = _proxy_to(origin)
     with trio.fail_after(WAIT_S):
         received = await _two_requests(
             proxy, origin.url("origin.test", "/one"), origin.url("other.test", "/two")
