@@ -18,7 +18,9 @@ request, and the port it arrived on says which context made it. Each is judged e
 - ``GET http://...`` (only when ``allow_http``): the same, then the request is forwarded
   in origin form with ``Connection: close``, its answer relayed with ``Connection: close``,
   and the client connection ends (``proxy_wire.relay_one``): a next request, to whatever
-  host, comes on a connection of its own and is judged there.
+  host, comes on a connection of its own and is judged there. An answer that cannot be
+  relayed (malformed, reset, cut short) is a ``502`` naming why before its head went to the
+  client, a closed connection after; one log line, no traceback.
 
 With an ``upstream`` forward proxy (``web.proxy``), the connect to the checked address is a
 ``CONNECT`` to that address through it (``forward_proxy.open_trio_tunnel``), as fetch's own
@@ -120,6 +122,7 @@ class Lane:
         self.over_budget = 0  # connections a purpose lane closed unread, past its refusals
         self.dropped = 0  # refusals recorded but not kept (a purpose lane's past its first)
         self.failures = 0  # connections a bug in the proxy cost
+        self.broken = 0  # relays a client or an upstream broke (a reset, a malformed answer)
         self.namespace: str | None = None  # a pinned purpose lane's peers' network namespace
         self.closed = False
         self._lock = threading.Lock()
@@ -370,9 +373,9 @@ class GuardProxy:
                     self.stats.foreign_peers += 1
                     return
                 await self._handle(stream, lane)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return  # either side hung up; nothing to report to anyone
-        except Exception:  # a bug must cost one connection, never the proxy (and the daemon)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # either side hung up (bare, or out of a nursery): nothing to report
+        except* Exception:  # a bug must cost one connection, never the proxy (and the daemon)
             lane.failures += 1  # and one traceback per lane, not one per connection of a loop
             level = logging.ERROR if lane.failures == 1 else logging.DEBUG
             log.log(level, "proxy connection failed (lane %d)", lane.number, exc_info=True)
@@ -390,7 +393,7 @@ class GuardProxy:
         head, rest = await read_head(stream)
         if head is None:
             return
-        method, target, headers = head
+        method, target, headers, version = head
         if lane is self.main:  # the browser's own request: no op asked for it
             refusal = OpError(ErrorCode.URL_REJECTED, OUTSIDE_CONTEXT)
             await self._refuse(stream, lane, target.decode("latin-1"), refusal)
@@ -405,7 +408,7 @@ class GuardProxy:
         if method == b"CONNECT":
             await self._tunnel(stream, lane, text, rest, config)
         else:
-            await self._forward(stream, lane, (method, text, headers, rest), config)
+            await self._forward(stream, lane, (method, text, headers, rest), version, config)
 
     async def _open_checked(self, url: str, config: GuardConfig) -> tuple[trio.SocketStream, str]:
         """Gate, resolve, check and connect to ``url``'s host: the fetch guard, hop by hop.
@@ -471,32 +474,44 @@ class GuardProxy:
             await splice(stream, upstream)
 
     async def _forward(
-        self, stream: trio.SocketStream, lane: Lane, request: _Request, config: GuardConfig
+        self,
+        stream: trio.SocketStream,
+        lane: Lane,
+        request: _Request,
+        version: bytes,
+        config: GuardConfig,
     ) -> None:
         method, url, headers, rest = request
         try:
-            upstream, _name = await self._open_checked(url, config)
+            upstream, name = await self._open_checked(url, config)
         except OpError as exc:
             await self._refuse(stream, lane, target_of(url), exc)
             return
         async with upstream:
             self.stats.forwarded += 1
             parsed = check_url(url, config)
+            authority = (b"Host", urllib.parse.urlsplit(url).netloc.encode())
             if lane.policy is not None:  # the origin hears the listed name, not the command's
-                headers = [(k, v) for k, v in headers if k.lower() != b"host"]
-                headers.append((b"Host", urllib.parse.urlsplit(url).netloc.encode()))
+                headers = [*(h for h in headers if h[0].lower() != b"host"), authority]
             received = b"\r\n".join(  # the client's request as h11 reads it: for its framing
-                [method + b" " + url.encode("latin-1") + b" HTTP/1.1"]
+                [method + b" " + url.encode("latin-1") + b" " + version]
                 + [k + b": " + v for k, v in headers]
             )
             sent = [(k, v) for k, v in headers if k.lower() not in _HOP_HEADERS]
+            if not any(k.lower() == b"host" for k, _ in sent):  # HTTP/1.0 needs none
+                sent.append(authority)
             sent.append((b"Connection", b"close"))
-            await relay_one(
+            broken = await relay_one(
                 stream,
                 upstream,
                 sent=(method, parsed.target.encode(), sent),
                 received=received + b"\r\n\r\n" + rest,
             )
+        if broken is not None:  # a side's fault, no proxy bug: one line, never a traceback
+            lane.broken += 1  # a client hanging up is routine (Chromium cancels): DEBUG
+            loud = broken.side == "upstream" and lane.broken <= _LOGGED_REFUSALS
+            level = logging.INFO if loud else logging.DEBUG
+            log.log(level, "proxy relay to %s ended (lane %d): %s", name, lane.number, broken)
 
 
 def _peer_admitted(stream: trio.SocketStream, lane: Lane, policy: LanePolicy) -> bool:
