@@ -212,7 +212,7 @@ class _Body:
         coding = response.headers.get("content-encoding", "")
         self.decoder = CappedDecoder(coding, max_bytes=max_decoded_bytes)
         self.max_bytes, self.name = max_body_bytes, "max_body_bytes"
-        self.media_type = parse_content_type(response.headers.get("content-type", ""))[0]
+        self.media_type, self.charset = parse_content_type(response.headers.get("content-type", ""))
         self.larger, self.url = larger, url
         self.received = 0
 
@@ -221,7 +221,9 @@ class _Body:
         is all there will be to judge by); hold the declared length to the settled cap, or
         before that to the larger of the two."""
         larger = self.larger
-        media_type = sniffed_type(self.media_type, head)  # as the result will say (client.py)
+        media_type = sniffed_type(
+            self.media_type, head, self.charset
+        )  # as the result will say (client.py)
         if larger is not None and larger.applies(media_type, self.url, head):
             self.max_bytes, self.name = larger.max_bytes, larger.name
             self.decoder.widen(larger.max_bytes, larger.name)

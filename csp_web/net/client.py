@@ -407,7 +407,7 @@ def _result(
         status_code=response.status_code,
         headers=response.headers,
         body=body,
-        content_type=sniffed_type(media_type, body),  # a PDF served as text/html is none
+        content_type=sniffed_type(media_type, body, charset),  # a PDF served as text/html is none
         charset=charset,
         redirect_chain=tuple(chain),
         elapsed_s=elapsed_s,

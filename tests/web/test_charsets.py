@@ -10,7 +10,7 @@ import unicodedata
 
 import pytest
 
-from csp_web.net.charset import MIN_DETECT_HIGH_BYTES, garbled
+from csp_web.net.charset import MIN_DETECT_HIGH_BYTES, MIN_REREAD_HIGH_BYTES, decode_body, garbled
 from protocol import Status
 from specialists.web import WEB
 from tests.net._origin import Origin
@@ -151,6 +151,39 @@ async def test_a_page_its_utf_8_label_cannot_read_is_detected_and_reads_as_writt
     reply = await fetch(make_dispatcher(list(WEB.ops)), url)
     assert (reply.status, reply.get("DATA")) == (Status.OK, f"# Page\n\n{text}")
     assert reply.get("WORD_COUNT") != "0"
+
+
+async def test_a_short_latin_1_text_labelled_utf_8_keeps_its_visible_damage(
+    make_dispatcher: DispatcherFactory, origin: Origin
+) -> None:
+    """Twelve accented letters say too little for detection (it picks a Central European code
+    page: "naďve"): U+FFFD shows the damage where wrong letters would hide it."""
+    text = "café naïve résumé words words words. " * 3
+    url = serve(origin, "/p", page(text).encode("latin-1"), "text/html; charset=utf-8")
+    reply = await fetch(make_dispatcher(list(WEB.ops)), url)
+    data = reply.get("DATA") or ""
+    assert data.count("\ufffd") == 12
+    assert "ď" not in data
+
+
+@pytest.mark.parametrize(
+    ("codec", "text"),
+    [
+        ("cp1252", TEXTS[5][2] * 4),  # Latin letters: detection is no better than chance
+        ("iso8859_2", TEXTS[4][2] * 4),
+        ("cp1251", TEXTS[0][2][:20]),  # a non-Latin script, but too few bytes to tell
+    ],
+    ids=["french", "polish", "short_cyrillic"],
+)
+def test_detection_does_not_reread_latin_text_or_too_few_bytes(codec: str, text: str) -> None:
+    body = page(text).encode(codec)
+    assert decode_body(body, declared="utf-8", html=True) == body.decode("utf-8", "replace")
+
+
+def test_detection_rereads_from_min_reread_high_bytes_of_a_non_latin_script() -> None:
+    _, _, text = TEXTS[0]
+    body = page(text[: MIN_REREAD_HIGH_BYTES + 6]).encode("cp1251")
+    assert decode_body(body, declared="utf-8", html=True) == body.decode("cp1251")
 
 
 @pytest.mark.parametrize(("label", "codec"), [("windows-1251", "cp1251"), ("koi8-r", "koi8_r")])

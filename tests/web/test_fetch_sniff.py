@@ -103,6 +103,51 @@ async def test_html_holding_a_stray_control_byte_is_still_a_page(
     assert (reply.status, reply.get("TITLE")) == (Status.OK, "Tides")
 
 
+LOG = "build step 1 ok\nrunning the tests of the parser module\n"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/plain; charset=utf-16le", (LOG * 5).encode("utf-16-le")),
+        ("text/plain; charset=UTF-16BE", (LOG * 5).encode("utf-16-be")),
+        ("text/plain; charset=utf-8", ("\x1b[31mERROR\x1b[m\x0f " + LOG).encode() * 10),
+        ("text/plain", ("\x07 bell " + LOG).encode() * 10),
+    ],
+    ids=["utf16le_declared", "utf16be_declared", "screen_sgr0_shift_in", "bell"],
+)
+async def test_plain_text_with_nul_halves_or_terminal_controls_stays_text(
+    make_dispatcher: DispatcherFactory, origin: Origin, content_type: str, body: bytes
+) -> None:
+    """A declared UTF-16 holds NUL bytes as half its characters (WHATWG sniffs text/plain for
+    binary bytes only under the Apache-bug flag), and a log's BEL or SI is a terminal's."""
+    url = serve(origin, "/build.log", body, content_type)
+    reply = await fetch(make_dispatcher(OPS), url)
+    assert (reply.status, reply.get("ERROR")) == (Status.OK, None)
+    assert "running the tests of the parser module" in (reply.get("DATA") or "")
+
+
+@pytest.mark.parametrize(
+    ("media_type", "charset", "head", "sniffed"),
+    [
+        ("text/plain", "utf-16le", "hi there".encode("utf-16-le"), "text/plain"),
+        ("text/plain", "utf-32", "hi there".encode("utf-32-le"), "text/plain"),
+        ("text/plain", "windows-1251", b"a\x00b", "text/plain"),  # no Apache-bug flag
+        ("text/plain", "utf-16le", b"%PDF-1.7\n", OCTET_STREAM),  # signatures still hold
+        ("text/plain", "iso-8859-1", b"a\x00b", OCTET_STREAM),
+        ("text/plain", "utf-8", b"a\x00b", OCTET_STREAM),
+        ("text/plain", None, b"\x07bell\x0fshift in\x08" + b"a" * 100, "text/plain"),
+        ("text/plain", None, b"\x01\x02\x03\x04abcdef" * 20, OCTET_STREAM),  # a share of them
+        ("text/html", "utf-16be", "<p>hi</p>".encode("utf-16-be"), "text/html"),
+        ("text/html", "utf-16le", b"MZ\x90\x00\x03\x00", "text/html"),
+    ],
+)
+def test_the_binary_byte_rule_holds_only_under_the_apache_bug_flag(
+    media_type: str, charset: str | None, head: bytes, sniffed: str
+) -> None:
+    assert sniffed_type(media_type, head, charset) == sniffed
+
+
 @pytest.mark.parametrize(
     ("media_type", "head", "sniffed"),
     [

@@ -19,6 +19,7 @@ from specialists.web.config import FetchConfig, web_section
 from specialists.web.pages.appshell import SCRIPT_RATIO, TINY_TEXT_CHARS, shell_reason
 from specialists.web.pages.emptiness import PLACEHOLDER_WORDS, is_placeholder
 from specialists.web.pages.ops_fetch import OPS
+from specialists.web.pages.ops_summarize import OPS as SUMMARIZE_OPS
 from specialists.web.pages.reading import read_page
 from specialists.web.pages.rendering import check_size
 from tests.net._origin import Origin
@@ -144,12 +145,80 @@ async def test_short_text_that_is_no_placeholder_shell_stays_ok(
     assert (reply.status, reply.get("ERROR")) == (Status.OK, None)
 
 
-def test_a_placeholder_is_fewer_than_placeholder_words_past_the_title() -> None:
-    words = " ".join(["word"] * PLACEHOLDER_WORDS)
-    assert is_placeholder("# A title of many words\n\n" + words.rsplit(" ", 1)[0])
-    assert not is_placeholder("# A title of many words\n\n" + words)
-    assert is_placeholder("Loading...")
-    assert is_placeholder("")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Loading...",
+        "# Dashboard\n\nLoading...",
+        "# App\n\nPlease wait",
+        "# App\n\nJust a moment...",
+        "# App\n\nYou need to enable JavaScript to run this app.",
+        "# App\n\nThis page requires JavaScript to work properly.",
+        "# App\n\nJavaScript is disabled in your browser.",
+        "# App\n\nChargement en cours...",
+        "# App\n\nBitte warten",
+        "# App\n\nCargando...",
+        "# App\n\nЗагрузка...",
+        "# App\n\n読み込み中...",
+        "",
+    ],
+)
+def test_a_placeholder_is_only_loading_or_javascript_wording_past_the_title(text: str) -> None:
+    assert is_placeholder(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# Subscribed\n\n# Thanks for subscribing!\n\nYou can close this window now.",
+        "# Not Found\n\nThe requested URL was not found on this server.",
+        "# Quote of the day\n\n> Simplicity is the ultimate sophistication.\n\nLeonardo da Vinci",
+        "# Status\n\nAll systems operational.",
+        "# Dock\n\nLoading dock opens at nine.",
+        "# A title of many words\n\n" + " ".join(["loading"] * PLACEHOLDER_WORDS),
+    ],
+)
+def test_short_real_text_is_no_placeholder(text: str) -> None:
+    assert not is_placeholder(text)
+
+
+# Short real pages with one analytics or app script (review 3): text, not a shell's placeholder.
+SHORT_SCRIPTED_PAGES = {
+    "thanks": "<html><head><title>Subscribed</title><script async"
+    ' src="https://www.googletagmanager.com/gtag/js?id=G-X"></script></head><body>'
+    "<h1>Thanks for subscribing!</h1><p>You can close this window now.</p></body></html>",
+    "not_found": '<html><head><title>404 Not Found</title><script src="/analytics.js"></script>'
+    "</head><body><h1>Not Found</h1><p>The requested URL was not found on this server.</p>"
+    "</body></html>",
+    "status": '<html><head><title>Status</title><script src="/app.js"></script></head><body>'
+    '<div id="app"></div><p>All systems operational.</p></body></html>',
+    "quote": '<html><head><title>Quote of the day</title><script src="/x.js"></script></head>'
+    "<body><blockquote>Simplicity is the ultimate sophistication.</blockquote>"
+    "<p>Leonardo da Vinci</p></body></html>",
+}
+
+
+@pytest.mark.parametrize("name", list(SHORT_SCRIPTED_PAGES))
+@pytest.mark.parametrize("render", ["never", "auto"])
+async def test_a_short_page_with_one_script_is_read_ok(
+    make_dispatcher: DispatcherFactory, origin: Origin, name: str, render: str
+) -> None:
+    url = serve(origin, "/" + name, SHORT_SCRIPTED_PAGES[name])
+    reply = await fetch(make_dispatcher(OPS), url, ("RENDER", render))
+    assert (reply.status, reply.get("ERROR")) == (Status.OK, None)
+    assert reply.get("DATA")
+
+
+@pytest.mark.parametrize("name", list(SHORT_SCRIPTED_PAGES))
+async def test_a_short_page_with_one_script_is_summarized(
+    make_dispatcher: DispatcherFactory, origin: Origin, name: str
+) -> None:
+    url = serve(origin, "/" + name, SHORT_SCRIPTED_PAGES[name])
+    reply = await run(
+        make_dispatcher([*SUMMARIZE_OPS, *OPS]), "summarize", "SUMMARY", None, ("URL", url)
+    )
+    assert reply.status == Status.OK
+    assert reply.get_all("BULLET")
 
 
 @pytest.mark.slow
