@@ -24,11 +24,12 @@ from specialists.web import WEB
 from specialists.web.config import web_section
 from specialists.web.docs.config import DocsConfig, ResearchConfig
 from specialists.web.research.jobs import Finding, Job, ResearchJobs
+from specialists.web.research.kept import NAMESPACE
 from specialists.web.research.llm import Source, parse_answer
 from specialists.web.research.run import heuristic_answer
 from specialists.web.services import WebServices
 from tests.conftest import Daemon
-from tests.harness import build_dispatcher, outbox_of
+from tests.harness import build_dispatcher, files_holding, outbox_of
 from tests.net._origin import Origin, Seen
 from tests.net._origin import Reply as OriginReply
 from tests.web.fixtures import with_search
@@ -650,3 +651,43 @@ async def test_after_a_restart_a_job_cancelled_at_shutdown_answers_cancelled_as_
     assert other.get("ERROR") == f"unknown_research_job:{job_id}"
     (record,) = research_records(dispatcher)
     assert (record["job_id"], record["status"]) == (job_id, "cancelled")
+
+
+async def test_a_job_cancelled_at_shutdown_keeps_no_password_of_its_question(
+    research: tuple[Dispatcher, WebServices],
+    origin: Origin,
+    nursery: trio.Nursery,
+    web_config: Config,
+) -> None:
+    """What a shutdown cut is kept in the response cache for ``job_ttl_s``: its QUESTION
+    and its steps' targets (the search query) with any URL's userinfo written ``***@``, as
+    its research_job record has them; no file under the state dir holds the password."""
+    dispatcher, web = research
+    searx_route(origin, ["/drip"])  # the search ends; the source it found is held
+    web.jobs = ResearchJobs()
+    scope = trio.CancelScope()
+
+    async def serve_jobs(*, task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await web.jobs.serve(None, task_status=task_status)
+
+    await nursery.start(serve_jobs)
+    question = "what is at https://user:s3cr3tpw@intranet.example/page ?"
+    started = await ask(dispatcher, "research", ("QUESTION", question))
+    job_id = started.get("JOB_ID") or ""
+    with trio.fail_after(WAIT_S):
+        await origin.wait_request("/drip")
+    scope.cancel()
+    reply = await ask(dispatcher, "result", ("JOB_ID", job_id), ("WAIT_MS", "8000"))
+    assert reply.get("JOB_STATUS") == "cancelled"
+    web.jobs = ResearchJobs()  # the restarted daemon's: it answers from the cache
+    await nursery.start(web.jobs.serve, None)
+    after = await ask(dispatcher, "result", ("JOB_ID", job_id), ("INCLUDE_STEPS", "true"))
+    assert after.get("JOB_STATUS") == "cancelled"
+    assert all("s3cr3tpw" not in value for _, value in after.fields), after
+    kept = await web.cache.get(NAMESPACE, job_id)
+    assert isinstance(kept, dict)
+    assert kept["question"] == "what is at https://***@intranet.example/page ?"
+    assert kept["steps"]
+    assert "s3cr3tpw" not in json.dumps(kept["steps"])
+    assert files_holding(web_config.daemon.state_dir, "s3cr3tpw") == []

@@ -101,3 +101,39 @@ async def test_a_urls_password_is_refused_and_kept_nowhere_by_any_web_op(
     # httpx logs each request it sends; the search backend's holds the query it was asked.
     logged = [r for r in caplog.records if r.name != "httpx" and PASSWORD in r.getMessage()]
     assert logged == []
+
+
+@pytest.mark.parametrize("space", [" ", "\t", "\u3000"])
+async def test_a_password_holding_a_space_is_refused_and_kept_nowhere(
+    dispatcher: Dispatcher,
+    web_config: Config,
+    origin: Origin,
+    caplog: pytest.LogCaptureFixture,
+    space: str,
+) -> None:
+    """The gate refuses the URL (``url_rejected:whitespace``) before it sees the userinfo;
+    the reply's echo (URL, api's ENDPOINT) and the audit records still hold no password:
+    WHATWG and urlsplit read "user:ab s3cr3t@" as the URL's userinfo."""
+    caplog.set_level("DEBUG")
+    url = origin.url("origin.test", "/page").replace(
+        "https://", f"https://user:ab{space}{PASSWORD}@", 1
+    )
+    replies: dict[str, Reply] = {}
+    with trio.fail_after(WAIT_S):
+        for req, out, fields in (*URL_OPS, TEXT_OPS[0]):
+            replies[req] = await run(dispatcher, req, out, *fields(url))
+        replies["fetch many"] = await run(
+            dispatcher, "fetch", "CONTENT", ("URL", url), ("URL", url)
+        )
+    writes = [write for _, write in outbox_of(dispatcher)._store.oldest(1000)]
+    kept = origin.url("origin.test", "/page").replace("https://", "https://***@", 1)
+    assert replies["fetch many"].get_all("FETCH_ERROR") == [f"{kept} url_rejected:whitespace"] * 2
+    for reply in replies.values():
+        assert reply.status is Status.FAIL, reply
+        assert all(PASSWORD not in value for _, value in reply.fields), reply
+    assert (replies["fetch"].get("URL"), replies["api"].get("ENDPOINT")) == (kept, kept)
+    assert not [write.data for write in writes if PASSWORD in write.data]
+    audits = [json.loads(w.data) for w in writes if w.type == "audit"]
+    assert {a["target"] for a in audits} == {kept, f"{kept} {kept}"}
+    assert files_holding(web_config.daemon.state_dir, PASSWORD) == []
+    assert [r for r in caplog.records if PASSWORD in r.getMessage()] == []

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.core.api.audit import redact_url
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Params
@@ -124,7 +125,7 @@ async def fetch_many(
     loaded and one FETCH_ERROR per failure, in the order asked; a document holds its first
     ``max_pages`` pages (None: fetch.max_pages)."""
     outcomes = [_Outcome(url) for url in urls]
-    with web_audit(" ".join(urls)) as notes:
+    with web_audit(" ".join(map(redact_url, urls))) as notes:
         async with trio.open_nursery() as nursery:
             for outcome in outcomes:
                 nursery.start_soon(_load, params, services, outcome, (max_age_s, max_pages))
@@ -132,7 +133,9 @@ async def fetch_many(
         notes.cache_hit = bool(loaded) and all(o.page.cached for o in loaded if o.page)
         failed = [o for o in outcomes if o.error is not None]
         errors: list[Field] = [
-            ("FETCH_ERROR", f"{o.url} {o.error.code}:{o.error.detail}") for o in failed if o.error
+            ("FETCH_ERROR", f"{redact_url(o.url)} {o.error.code}:{o.error.detail}")
+            for o in failed
+            if o.error
         ]
         if not loaded:
             first = failed[0].error

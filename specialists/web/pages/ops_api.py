@@ -40,6 +40,7 @@ import httpx
 import trio
 
 from csp_web.core.api import budget, peer_json
+from csp_web.core.api.audit import redact_url
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.deadlines import work_seconds
 from csp_web.core.api.errors import FieldError, OpError
@@ -115,7 +116,7 @@ async def api(params: Params, ctx: OpContext, services: PagesServices) -> Result
     """Make the call; raises OpError (UNKNOWN_API, INVALID_FIELD, API_ERROR, RATE_LIMITED,
     and the guarded client's codes), each with an ENDPOINT field."""
     endpoint = params.text("ENDPOINT")
-    with web_audit(endpoint) as notes:
+    with web_audit(redact_url(endpoint)) as notes:
         try:
             call = prepare(params, services.config)
             answer, cached = await _answer(services, call, params.flag("NO_CACHE"), ctx)

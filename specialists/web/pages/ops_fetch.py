@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import urllib.parse
 
+from csp_web.core.api.audit import redact_url
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField, check_start
@@ -65,7 +66,7 @@ async def fetch(params: Params, ctx: OpContext, services: PagesServices) -> Resu
     if len(urls) > 1:
         return await fetch_many(params, ctx, services, urls, max_chars, max_age_s, max_pages)
     target = key if key is not None else urls[0]
-    with web_audit(target) as notes:
+    with web_audit(redact_url(target)) as notes:
         if key is not None:
             page = await held_or_file(services, key)
         else:
@@ -97,7 +98,7 @@ async def meta(params: Params, ctx: OpContext, services: PagesServices) -> Resul
     """The page's card from its head: OpenGraph, else Twitter cards, else JSON-LD, else
     <title> and the meta description (seed 003's getPageMeta). Only fields found are sent."""
     url = params.text("URL")
-    with web_audit(url) as notes:
+    with web_audit(redact_url(url)) as notes:
         page = await load_for_op(services, url)
         notes.cache_hit = page.cached
         if page.kind != "html":
@@ -116,7 +117,7 @@ async def resolve(params: Params, ctx: OpContext, services: PagesServices) -> Re
     the guard and robots.txt; at most ``guard.max_redirects`` hops in all."""
     url = params.text("URL")
     limit = services.config.guard.max_redirects
-    with web_audit(url) as notes:
+    with web_audit(redact_url(url)) as notes:
         page = await load_for_op(services, url)
         chain, cached = list(page.redirect_chain), page.cached
         while page.refresh is not None and _differs(page.refresh, page.url):

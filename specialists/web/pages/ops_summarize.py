@@ -34,6 +34,7 @@ import functools
 
 import trio
 
+from csp_web.core.api.audit import redact_url
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
@@ -65,7 +66,7 @@ async def summarize(params: Params, ctx: OpContext, services: PagesServices) -> 
     if key is not None and url is not None:
         raise FieldError(ErrorCode.INVALID_FIELD, "give URL or FILE_KEY, not both")
     target = url or key or f"text:{len(text or '')}"  # never the text itself
-    with web_audit(target) as notes:
+    with web_audit(redact_url(target)) as notes:
         bucket = services.limits.bucket("summarize")  # seed 001: web_summarize 20/min
         if bucket is not None:
             await bucket.acquire(deadline=op_deadline(services))

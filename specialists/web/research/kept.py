@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
+from csp_web.core.api.audit import redact_userinfo
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode
 
@@ -28,17 +29,19 @@ _KINDS: dict[str, Literal["search", "fetch", "model"]] = {
 
 async def keep_cancelled(services: PagesServices, job: Job, ttl_s: float) -> None:
     """Keep ``job`` (ended ``cancelled``) for ``ttl_s`` seconds; a cache that fails is logged,
-    as the job's record still says how it ended."""
+    as the job's record still says how it ended. Its question and its steps' targets (the
+    search query, the URLs read) are kept as its record has them, each URL's userinfo
+    written ``***@`` (``redact_userinfo``): no password outlives the daemon on disk."""
     assert job.error is not None
     value = {
         "owner": job.owner,
-        "question": job.question,
+        "question": redact_userinfo(job.question),
         "sources": job.sources,
         "bullets": job.bullets,
         "status": job.status,
         "code": str(job.error.code),
         "detail": job.error.detail,
-        "steps": [[s.kind, s.target, s.outcome, s.elapsed_ms] for s in job.steps],
+        "steps": [[s.kind, redact_userinfo(s.target), s.outcome, s.elapsed_ms] for s in job.steps],
     }
     try:
         await services.cache.set(NAMESPACE, job.job_id, value, ttl_s=ttl_s)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import trio
 
+from csp_web.core.api.audit import redact_url
 from csp_web.core.api.context import OpContext
 from csp_web.core.api.errors import FieldError, OpError
 from csp_web.core.api.fields import Example, FieldSpec, Params, ReplyField
@@ -98,7 +99,7 @@ async def verify(params: Params, ctx: OpContext, services: WebServices) -> Resul
         raise FieldError(ErrorCode.INVALID_FIELD, f"over {MAX_QUOTES} QUOTE fields")
     if key is None and url is None:
         raise FieldError(ErrorCode.MISSING_FIELD, "FILE_KEY or URL")
-    with web_audit(key or url or "") as notes:
+    with web_audit(redact_url(key or url or "")) as notes:
         stored = await _stored(ctx, services, key) if key is not None else None
         current = await _current(services, url) if url is not None else None
         snapshot = stored or current
