@@ -96,16 +96,20 @@ class OpAudit:
         ``redact_userinfo`` applied, whatever op built it (a URL, a command, a query), and
         ``redact_url`` to one that is a URL (``url``, ``endpoint``)."""
         return {
-            field.name: _redacted(field.name, getattr(self, field.name))
+            field.name: redacted(field.name, getattr(self, field.name))
             for field in dataclasses.fields(self)
         }
 
 
-# The audit fields whose value is one URL, redacted by its structure (``redact_url``).
+# The fields whose value is one URL, redacted by its structure (``redact_url``): an audit's
+# ``url`` and ``endpoint``, a FAIL reply's ``URL`` and ``ENDPOINT`` (names compared lowercased).
 URL_FIELDS = frozenset({"url", "endpoint"})
 
 
-def _redacted(name: str, value: Any) -> Any:
+def redacted(name: str, value: Any) -> Any:
+    """``value`` of the field ``name`` (an audit's or a reply's) without a URL's userinfo:
+    ``redact_url`` for a field in ``URL_FIELDS``, else ``redact_userinfo``; a value that is
+    not text as it is."""
     if not isinstance(value, str):
         return value
-    return redact_url(value) if name in URL_FIELDS else redact_userinfo(value)
+    return redact_url(value) if name.lower() in URL_FIELDS else redact_userinfo(value)

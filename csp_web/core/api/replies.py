@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from csp_web.core.api.audit import OpAudit, redact_url, redact_userinfo
+from csp_web.core.api.audit import OpAudit, redact_userinfo, redacted
 from csp_web.core.api.budget import TaskBudget
 from csp_web.core.api.errors import OpError
 from protocol import ErrorCode, Field, Reply, Status
@@ -56,7 +56,7 @@ def ok_reply(result: Result, task_id: str | None) -> Reply:
 def fail_reply(error: OpError, task_id: str | None) -> Reply:
     """The FAIL frame of ``error``. What it echoes of the request (the URL or ENDPOINT it
     refused, the COMMAND) has any URL's userinfo written ``***@`` (``redact_userinfo``; a
-    field that is one URL, ``URL_FIELDS``, by its structure, ``redact_url``, as a password
+    field that is one URL, ``audit.URL_FIELDS``, by its structure, ``redact_url``, as a password
     holding a space is refused ``url_rejected:whitespace``): a refused URL's password goes
     back out in no reply, nor in the audit, which keeps ERROR.
     An OK's URLs are the gate's canonical spelling, which has no userinfo."""
@@ -65,17 +65,9 @@ def fail_reply(error: OpError, task_id: str | None) -> Reply:
         ("SCOPE", format_scope(error.scope)),
         ("DATA", error.data),
         ("ERROR", redact_userinfo(error.wire_text)),
-        *((name, _redacted(name, value)) for name, value in error.fields),
+        *((name, redacted(name, value)) for name, value in error.fields),
     ]
     return Reply(Status.FAIL, tuple(fields))
-
-
-# The reply fields whose value is one URL: what a URL op or api was asked.
-URL_FIELDS = frozenset({"URL", "ENDPOINT"})
-
-
-def _redacted(name: str, value: str) -> str:
-    return redact_url(value) if name in URL_FIELDS else redact_userinfo(value)
 
 
 def with_id(reply: Reply, task_id: str | None) -> Reply:
